@@ -1,0 +1,45 @@
+// Attention: the C++ form of the seed's EfficientAttentionLayer. Bound to one layer's paged
+// K/V cache; each forward writes the step's new K/V into the cache, then runs prefill
+// (packed or paged) or decode according to the BatchContext.
+#pragma once
+
+#include <cstdint>
+
+#include "kvattn/cache/batch_context.h"
+#include "kvattn/core/tensor.h"
+
+namespace kvattn {
+
+class Attention {
+ public:
+  // scale <= 0 => 1/sqrt(head_dim). num_heads must be a multiple of num_kv_heads.
+  Attention(int64_t num_heads, int64_t head_dim, float scale, int64_t num_kv_heads);
+
+  // Binds this layer's caches, [num_blocks, block_size, num_kv_heads, head_dim]. Until a
+  // cache is bound (or when an empty view is bound, e.g. during warm-up before the pool
+  // exists) forward skips the store and prefill runs over the packed k/v.
+  void bind_cache(const TensorView& k_cache, const TensorView& v_cache);
+  bool has_cache() const { return k_cache_.defined() && k_cache_.numel() > 0; }
+
+  // q: [tokens, num_heads * head_dim] or [tokens, num_heads, head_dim]; k, v likewise with
+  // num_kv_heads. Last dim contiguous; any token stride. out: [tokens, num_heads * head_dim].
+  void forward(const TensorView& q, const TensorView& k, const TensorView& v,
+               const BatchContext& ctx, const TensorView& out) const;
+  Tensor forward(const TensorView& q, const TensorView& k, const TensorView& v,
+                 const BatchContext& ctx) const;
+
+  int64_t num_heads() const { return num_heads_; }
+  int64_t num_kv_heads() const { return num_kv_heads_; }
+  int64_t head_dim() const { return head_dim_; }
+  float scale() const { return scale_; }
+
+ private:
+  int64_t num_heads_;
+  int64_t head_dim_;
+  float scale_;
+  int64_t num_kv_heads_;
+  TensorView k_cache_;
+  TensorView v_cache_;
+};
+
+}  // namespace kvattn

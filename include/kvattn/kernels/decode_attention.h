@@ -1,0 +1,55 @@
+// decode_attention: q_len (usually 1) new query tokens per sequence against the paged cache.
+#pragma once
+
+#include <cstdint>
+
+#include "kvattn/core/tensor.h"
+
+namespace kvattn {
+
+// Split-KV plan (flash-decoding): how many parts each sequence's keys are cut into, and the
+// float32 workspace the partial results need. Computed once per batch on the host; the
+// per-layer decode call neither allocates nor syncs when given a plan and its workspace,
+// so it can be captured in a CUDA graph.
+struct DecodePlan {
+  int num_splits = 1;          // 1 => no split, no workspace
+  int64_t workspace_bytes = 0;
+};
+
+// Plans for a batch: `max_seqlen_k` bounds every cache_seqlens entry (for CUDA-graph capture,
+// pass the capacity). On the CPU the plan is always {1, 0}.
+DecodePlan plan_decode(int64_t num_seqs, int64_t num_heads, int64_t num_kv_heads,
+                       int64_t head_dim, int64_t q_len, int64_t max_seqlen_k, Device device);
+
+// Layouts:
+//   q, out:         [num_seqs * q_len, num_heads, head_dim] (token-major: sequence b owns rows
+//                   b*q_len .. b*q_len+q_len-1); last dim contiguous, head stride == head_dim.
+//   k/v_cache:      [num_blocks, block_size, num_kv_heads, head_dim].
+//   block_table:    int32 [num_seqs, max_blocks_per_seq], padded with -1.
+//   cache_seqlens:  int32 [num_seqs]: keys of each sequence, including this step's tokens.
+//                   0 => the sequence's rows output zeros (CUDA-graph padding).
+// Causal (q_len > 1): query i sees key j iff j <= i + L - q_len (bottom-right aligned).
+// Out-of-range block ids or cache_seqlens beyond the table's capacity: the CPU throws; the GPU
+// never reads out of bounds and records a fault in the device fault word.
+struct DecodeArgs {
+  TensorView q;
+  TensorView k_cache;
+  TensorView v_cache;
+  TensorView block_table;
+  TensorView cache_seqlens;
+  int64_t q_len = 1;
+  float softmax_scale = 0.0f;  // 0 => 1/sqrt(head_dim)
+  bool causal = true;
+  TensorView out;
+  TensorView lse;  // optional float32 [num_heads, num_seqs * q_len]
+  // GPU: the plan and a workspace of at least plan.workspace_bytes bytes on q's device.
+  // plan.num_splits == 0 asks the library to plan and to use a workspace it owns (convenient,
+  // but may allocate, so not for graph capture).
+  DecodePlan plan{0, 0};
+  TensorView workspace;
+  Stream stream{};
+};
+
+void decode_attention(const DecodeArgs& args);
+
+}  // namespace kvattn

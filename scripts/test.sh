@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The test command: installs dependencies, builds kvattn, runs the CPU test suite, then the
+# same suite under AddressSanitizer + UndefinedBehaviorSanitizer (CPU-only build), then
+# the parser fuzzers briefly. GPU tests skip (exit 77) on machines without a GPU.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+jobs=${KVATTN_JOBS:-$(nproc)}
+
+bash scripts/setup.sh
+bash scripts/fetch_model.sh || echo "test: default model not fetched; its test will be skipped"
+
+echo "== build (release) =="
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
+cmake --build build -j "$jobs"
+echo "== ctest (release) =="
+ctest --test-dir build --output-on-failure -j "$jobs" -L cpu
+
+echo "== build (asan+ubsan, cpu only) =="
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVATTN_CUDA=OFF \
+  -DKVATTN_SANITIZE=ON -DKVATTN_BENCH=OFF
+cmake --build build-asan -j "$jobs"
+echo "== ctest (asan+ubsan) =="
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  ctest --test-dir build-asan --output-on-failure -j "$jobs" -L cpu
+
+if [ -x scripts/fuzz.sh ]; then
+  echo "== fuzz =="
+  bash scripts/fuzz.sh
+fi
+echo "test: all passed"

@@ -1,0 +1,90 @@
+#include "memory.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "kvattn/core/error.h"
+
+#ifdef KVATTN_WITH_CUDA
+#include <cuda_runtime_api.h>
+#define KVATTN_CUDA_CALL(expr)                                                       \
+  do {                                                                               \
+    cudaError_t kvattn_err_ = (expr);                                                \
+    KVATTN_CHECK(kvattn_err_ == cudaSuccess, #expr, " failed: ",                     \
+                 cudaGetErrorString(kvattn_err_));                                   \
+  } while (0)
+#endif
+
+namespace kvattn {
+
+bool cuda_available() {
+#ifdef KVATTN_WITH_CUDA
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return n > 0;
+#else
+  return false;
+#endif
+}
+
+namespace detail {
+
+void* device_malloc(std::size_t bytes, Device device) {
+  if (bytes == 0) bytes = 1;  // keep every defined tensor non-null
+  if (device.is_cpu()) {
+    void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+    KVATTN_CHECK(p != nullptr, "Tensor::empty: cannot allocate ", bytes, " bytes on cpu");
+    return p;
+  }
+#ifdef KVATTN_WITH_CUDA
+  KVATTN_CUDA_CALL(cudaSetDevice(device.index));
+  void* p = nullptr;
+  KVATTN_CUDA_CALL(cudaMalloc(&p, bytes));
+  return p;
+#else
+  KVATTN_FAIL("Tensor: device is ", device, " but this build of kvattn has no CUDA backend");
+#endif
+}
+
+void device_free(void* ptr, Device device) noexcept {
+  if (device.is_cpu()) {
+    std::free(ptr);
+    return;
+  }
+#ifdef KVATTN_WITH_CUDA
+  cudaFree(ptr);
+#endif
+}
+
+void device_memcpy(void* dst, Device dst_device, const void* src, Device src_device,
+                   std::size_t bytes) {
+  if (bytes == 0) return;
+  if (dst_device.is_cpu() && src_device.is_cpu()) {
+    std::memcpy(dst, src, bytes);
+    return;
+  }
+#ifdef KVATTN_WITH_CUDA
+  KVATTN_CUDA_CALL(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+#else
+  KVATTN_FAIL("copy: a ", (dst_device.is_cpu() ? src_device : dst_device),
+              " tensor needs the CUDA backend, which this build lacks");
+#endif
+}
+
+void device_memset(void* dst, Device device, int value, std::size_t bytes) {
+  if (device.is_cpu()) {
+    std::memset(dst, value, bytes);
+    return;
+  }
+#ifdef KVATTN_WITH_CUDA
+  KVATTN_CUDA_CALL(cudaMemset(dst, value, bytes));
+#else
+  KVATTN_FAIL("memset: device ", device, " needs the CUDA backend, which this build lacks");
+#endif
+}
+
+}  // namespace detail
+}  // namespace kvattn
