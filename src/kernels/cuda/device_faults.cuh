@@ -1,0 +1,26 @@
+// The device fault word, shared by every kvattn kernel (store_kv, decode, prefill).
+//
+// Kernels never check index values on the host (that would sync). A kernel that meets a bad
+// slot, block id or length skips that work and ORs a DeviceFault bit into a 32-bit word that
+// lives in device memory, one word per device, allocated on first use. The word's pointer is
+// passed to kernels in their params struct (separable compilation is off, so an extern
+// __device__ variable could not be shared across .cu files).
+#pragma once
+
+#include <cstdint>
+
+#include "kvattn/kernels/device_faults.h"
+
+namespace kvattn::cuda {
+
+// The fault word of `device` (cudaMalloc'ed and zeroed once; never freed). Host function;
+// must not be called during CUDA-graph capture for the first time on a device.
+uint32_t* fault_word_ptr(int device);
+
+#ifdef __CUDACC__
+__device__ __forceinline__ void record_fault(uint32_t* word, uint32_t bits) {
+  if (word != nullptr) atomicOr(word, bits);
+}
+#endif
+
+}  // namespace kvattn::cuda
