@@ -1,0 +1,87 @@
+// Byte-level BPE tokenizer (GPT-2 family: SmolLM2, Llama-3, Qwen2/3), loaded from GGUF metadata
+// or from an HF tokenizer.json, plus a UTF-8-safe streaming decoder.
+//
+// encode(): added/special tokens are cut out literally first (leftmost, longest match); each
+// remaining span is split by the pre-tokenizer regexes (PCRE2, UTF + UCP), mapped through
+// GPT-2's byte-to-unicode table and merged by BPE rank. encode() never adds BOS: callers add
+// bos_id() when add_bos() is true (chat templates already contain their own markers).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvattn/engine/chat_template.h"
+#include "kvattn/engine/gguf.h"
+
+namespace kvattn {
+
+namespace tokenizer_detail {
+struct Impl;
+}
+
+class Tokenizer {
+ public:
+  // GGUF keys: tokenizer.ggml.{model ("gpt2"), pre, tokens, token_type, merges, bos_token_id,
+  // eos_token_id, add_bos_token}, tokenizer.chat_template.
+  static Tokenizer from_gguf(const GgufFile& gguf);
+  // HF tokenizer.json (model.type "BPE", byte-level); tokenizer_config.json (optional) supplies
+  // bos/eos, add_bos_token and chat_template.
+  static Tokenizer from_hf_json(const std::string& tokenizer_json_path,
+                                const std::string& tokenizer_config_path = "");
+  // Same as from_hf_json on in-memory JSON text (used by tests and fuzzers).
+  static Tokenizer from_hf_json_text(std::string_view tokenizer_json,
+                                     std::string_view tokenizer_config_json = {},
+                                     const std::string& name = "<memory>");
+
+  // parse_special: match special (control) tokens such as <|im_start|> in the text. Non-special
+  // added tokens are always matched, as in HF tokenizers.
+  std::vector<int32_t> encode(std::string_view text, bool parse_special = true) const;
+  // Concatenated token bytes; may contain invalid UTF-8 when ids cut a character.
+  std::string decode(const std::vector<int32_t>& ids, bool skip_special = false) const;
+  // The token's text as stored in the vocabulary (byte-level form, e.g. "Ġthe").
+  std::string token_text(int32_t id) const;
+  // The raw bytes the token decodes to (" the").
+  const std::string& token_bytes(int32_t id) const;
+  int32_t vocab_size() const;
+  std::optional<int32_t> token_id(std::string_view token_text) const;
+  bool is_special(int32_t id) const;
+
+  int32_t bos_id() const;  // -1 when the model has none
+  int32_t eos_id() const;  // -1 when the model has none
+  bool add_bos() const;
+  // eos plus the end-of-turn tokens present in the vocabulary (<|im_end|>, <|endoftext|>,
+  // <|eot_id|>, <|end_of_text|>, ...), sorted, without duplicates.
+  std::vector<int32_t> stop_ids() const;
+
+  const std::optional<ChatTemplate>& chat_template() const;
+  // Throws when the model's template is not a recognised family (see chat_template.h).
+  std::string apply_chat_template(const std::vector<ChatMessage>& messages,
+                                  bool add_generation_prompt) const;
+
+ private:
+  explicit Tokenizer(std::shared_ptr<const tokenizer_detail::Impl> impl);
+  std::shared_ptr<const tokenizer_detail::Impl> impl_;
+};
+
+// Turns a stream of token ids into text that never ends in half a UTF-8 character: bytes of an
+// incomplete character are held back until the next token completes it. Invalid bytes become
+// U+FFFD. The tokenizer must outlive the decoder.
+class StreamDecoder {
+ public:
+  explicit StreamDecoder(const Tokenizer& tokenizer, bool skip_special = false)
+      : tok_(&tokenizer), skip_special_(skip_special) {}
+  std::string push(int32_t id);
+  // Emits what is held back (an incomplete character becomes U+FFFD) and resets.
+  std::string flush();
+
+ private:
+  const Tokenizer* tok_;
+  bool skip_special_;
+  std::string pending_;
+};
+
+}  // namespace kvattn

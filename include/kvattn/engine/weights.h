@@ -1,0 +1,58 @@
+// Model weights as float32 host tensors under Hugging Face names, plus the config that shapes them.
+//
+// Tensor names and shapes (row-major, [out, in] for projections as in HF):
+//   model.embed_tokens.weight                     [vocab, hidden]
+//   model.layers.N.input_layernorm.weight         [hidden]
+//   model.layers.N.self_attn.q_proj.weight        [num_heads * head_dim, hidden]
+//   model.layers.N.self_attn.{k,v}_proj.weight    [num_kv_heads * head_dim, hidden]
+//   model.layers.N.self_attn.o_proj.weight        [hidden, num_heads * head_dim]
+//   model.layers.N.self_attn.{q,k}_norm.weight    [head_dim]          (qwen3 only)
+//   model.layers.N.post_attention_layernorm.weight [hidden]
+//   model.layers.N.mlp.{gate,up}_proj.weight      [intermediate, hidden]
+//   model.layers.N.mlp.down_proj.weight           [hidden, intermediate]
+//   model.norm.weight                             [hidden]
+//   lm_head.weight                                [vocab, hidden]     (absent when tied)
+// Both loaders check that every one of these exists with exactly this shape.
+//
+// RoPE pairing: llama-architecture GGUF files store the Q/K rows of each head permuted (HF's
+// convert script interleaves the two halves so that GGML can rotate adjacent pairs). We keep
+// GGUF's row order and report RopeStyle::kInterleaved rather than un-permuting at load: the
+// math is identical, the loader stays a plain copy, and K in the cache matches llama.cpp's.
+// Qwen3 GGUF files and all HF checkpoints use kRotateHalf.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+
+#include "kvattn/core/tensor.h"
+#include "kvattn/engine/gguf.h"
+#include "kvattn/engine/model_config.h"
+
+namespace kvattn {
+
+struct ModelWeights {
+  ModelConfig config;
+  std::map<std::string, Tensor> tensors;
+};
+
+// `progress` (optional) is called with the fraction of tensor bytes loaded so far, in [0, 1].
+using LoadProgress = std::function<void(double)>;
+
+// GGUF (architectures "llama" and "qwen3"): dequantizes F32/F16/BF16/Q8_0/Q4_0/Q4_1 (and
+// Q5_0/Q5_1/Q4_K/Q6_K) to float32 and renames tensors to the HF names above.
+ModelWeights load_gguf_model(const std::string& path, const LoadProgress& progress = {});
+
+// HF directory: config.json plus model.safetensors, or model.safetensors.index.json and the
+// shards it names (bf16/f16/f32 converted to float32). Architectures LlamaForCausalLM and
+// Qwen3ForCausalLM.
+ModelWeights load_hf_model(const std::string& dir, const LoadProgress& progress = {});
+
+// Config only, for `kvattn info` and for tests.
+ModelConfig config_from_gguf(const GgufFile& gguf);
+ModelConfig config_from_hf_json(const std::string& config_json_path);
+
+// Throws kvattn::Error naming the first missing tensor or wrong shape (see the table above).
+void validate_weights(const ModelWeights& weights, const std::string& source);
+
+}  // namespace kvattn
