@@ -1,0 +1,127 @@
+// The Attention layer: store the step's K/V, then prefill (packed or paged) or decode.
+#include "kvattn/attention/attention.h"
+
+#include <cmath>
+
+#include "kvattn/kernels/decode_attention.h"
+#include "kvattn/kernels/prefill_attention.h"
+#include "kvattn/kernels/store_kv.h"
+
+namespace kvattn {
+namespace {
+
+constexpr std::string_view kFn = "Attention::forward";
+
+// [tokens, heads * dim] or [tokens, heads, dim] (last dim contiguous, any token stride)
+// viewed as [tokens, heads, dim].
+TensorView as_heads(const TensorView& t, int64_t heads, int64_t dim, std::string_view name) {
+  KVATTN_CHECK(t.defined(), kFn, ": ", name, " must be given but is empty");
+  if (t.ndim == 3) {
+    KVATTN_CHECK(t.size(1) == heads && t.size(2) == dim, kFn, ": ", name, " shape must be [",
+                 "tokens, ", heads, ", ", dim, "] but is ", t.shape_str());
+    return t;
+  }
+  KVATTN_CHECK(t.ndim == 2, kFn, ": ", name, " must have rank 2 or 3 but has rank ", t.ndim);
+  KVATTN_CHECK(t.size(1) == heads * dim, kFn, ": ", name, " must have ", heads * dim,
+               " columns (", heads, " heads x ", dim, ") but has ", t.size(1));
+  KVATTN_CHECK(t.stride(1) == 1 || t.size(1) == 1, kFn, ": ", name,
+               " columns must be contiguous but stride(1) is ", t.stride(1));
+  return TensorView(t.data, t.dtype, t.device, {t.size(0), heads, dim},
+                    {t.stride(0), dim, 1});
+}
+
+}  // namespace
+
+Attention::Attention(int64_t num_heads, int64_t head_dim, float scale, int64_t num_kv_heads)
+    : num_heads_(num_heads), head_dim_(head_dim), scale_(scale), num_kv_heads_(num_kv_heads) {
+  KVATTN_CHECK(num_heads > 0 && head_dim > 0 && num_kv_heads > 0,
+               "Attention: num_heads, head_dim and num_kv_heads must be > 0 but are ", num_heads,
+               ", ", head_dim, ", ", num_kv_heads);
+  KVATTN_CHECK(num_heads % num_kv_heads == 0, "Attention: num_heads (", num_heads,
+               ") must be a multiple of num_kv_heads (", num_kv_heads, ")");
+  KVATTN_CHECK(std::isfinite(scale), "Attention: scale must be finite but is ", scale);
+  if (scale_ <= 0.0f) scale_ = 1.0f / std::sqrt(static_cast<float>(head_dim));
+}
+
+void Attention::bind_cache(const TensorView& k_cache, const TensorView& v_cache) {
+  if (k_cache.defined() && k_cache.numel() > 0) {
+    KVATTN_CHECK(k_cache.ndim == 4 && k_cache.size(2) == num_kv_heads_ &&
+                     k_cache.size(3) == head_dim_,
+                 "Attention::bind_cache: k_cache must be [num_blocks, block_size, ",
+                 num_kv_heads_, ", ", head_dim_, "] but is ", k_cache.shape_str());
+    KVATTN_CHECK(v_cache.ndim == 4 && v_cache.shape == k_cache.shape,
+                 "Attention::bind_cache: v_cache shape ", v_cache.shape_str(),
+                 " must equal k_cache shape ", k_cache.shape_str());
+  }
+  k_cache_ = k_cache;
+  v_cache_ = v_cache;
+}
+
+void Attention::forward(const TensorView& q_in, const TensorView& k_in, const TensorView& v_in,
+                        const BatchContext& ctx, const TensorView& out_in) const {
+  const TensorView q = as_heads(q_in, num_heads_, head_dim_, "q");
+  const TensorView k = as_heads(k_in, num_kv_heads_, head_dim_, "k");
+  const TensorView v = as_heads(v_in, num_kv_heads_, head_dim_, "v");
+  const TensorView out = as_heads(out_in, num_heads_, head_dim_, "out");
+
+  if (has_cache()) {
+    store_kv(k, v, k_cache_, v_cache_, ctx.slot_mapping, ctx.stream);
+  }
+
+  if (ctx.phase == Phase::kPrefill) {
+    PrefillArgs a;
+    a.q = q;
+    a.cu_seqlens_q = ctx.cu_seqlens_q;
+    a.cu_seqlens_k = ctx.cu_seqlens_k;
+    a.max_seqlen_q = ctx.max_seqlen_q;
+    a.max_seqlen_k = ctx.max_seqlen_k;
+    a.softmax_scale = scale_;
+    a.causal = true;
+    a.out = out;
+    a.stream = ctx.stream;
+    if (ctx.block_tables.defined()) {  // prefix hit / chunked prefill: keys from the cache
+      KVATTN_CHECK(has_cache(), kFn,
+                   ": ctx.block_tables is set but no KV cache is bound to this layer");
+      a.k = k_cache_;
+      a.v = v_cache_;
+      a.block_table = ctx.block_tables;
+    } else {
+      a.k = k;
+      a.v = v;
+    }
+    prefill_attention(a);
+    return;
+  }
+
+  KVATTN_CHECK(has_cache(), kFn, ": decode needs a KV cache bound to this layer");
+  KVATTN_CHECK(ctx.context_lens.defined() && ctx.context_lens.ndim == 1 &&
+                   ctx.context_lens.size(0) > 0,
+               kFn, ": decode needs ctx.context_lens [num_seqs] with num_seqs > 0");
+  const int64_t num_seqs = ctx.context_lens.size(0);
+  KVATTN_CHECK(q.size(0) % num_seqs == 0, kFn, ": q tokens (", q.size(0),
+               ") must be a multiple of num_seqs (", num_seqs, ") in decode");
+  DecodeArgs a;
+  a.q = q;
+  a.k_cache = k_cache_;
+  a.v_cache = v_cache_;
+  a.block_table = ctx.block_tables;
+  a.cache_seqlens = ctx.context_lens;
+  a.q_len = q.size(0) / num_seqs;
+  a.softmax_scale = scale_;
+  a.causal = true;
+  a.out = out;
+  a.plan = ctx.decode_plan;
+  a.workspace = ctx.decode_workspace;
+  a.stream = ctx.stream;
+  decode_attention(a);
+}
+
+Tensor Attention::forward(const TensorView& q, const TensorView& k, const TensorView& v,
+                          const BatchContext& ctx) const {
+  KVATTN_CHECK(q.defined(), kFn, ": q must be given but is empty");
+  Tensor out = Tensor::empty({q.size(0), num_heads_ * head_dim_}, q.dtype, q.device);
+  forward(q, k, v, ctx, out.view());
+  return out;
+}
+
+}  // namespace kvattn

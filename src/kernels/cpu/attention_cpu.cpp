@@ -1,0 +1,266 @@
+// CPU attention backend, shared by prefill (packed or paged keys) and decode (paged keys).
+//
+// Work is split into items (sequence, KV head, tile of query rows); OpenMP threads take
+// items dynamically. Each item runs a blocked online softmax: key tiles of kKeyTile rows
+// are visited once for all query heads of the GQA group and all rows of the tile, so every
+// K/V byte of a (sequence, KV head) is read once per query tile, and no O(L^2) temporary is
+// ever formed. Arithmetic is float32; bf16/f16 tiles are converted once per tile.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "kernels/backend.h"
+
+namespace kvattn::cpu {
+namespace {
+
+constexpr int64_t kKeyTile = 64;
+constexpr int64_t kQueryTile = 16;  // query rows per work item (times the GQA group)
+
+template <typename T>
+struct Problem {
+  const T* q = nullptr;
+  int64_t q_stride = 0;  // token stride, elements
+  T* out = nullptr;
+  int64_t out_stride = 0;
+  float* lse = nullptr;  // [num_heads, total_q] or null
+  int64_t total_q = 0;
+  const T* k = nullptr;
+  const T* v = nullptr;
+  int64_t k_stride = 0;  // packed: token stride; paged: block stride
+  int64_t v_stride = 0;
+  const int32_t* block_table = nullptr;  // paged only
+  int64_t block_table_stride = 0;
+  int64_t block_size = 0;
+  int64_t num_heads = 0, num_kv_heads = 0, head_dim = 0, group = 0;
+  float scale = 1.0f;
+  bool causal = true;
+};
+
+struct Sequence {
+  int64_t q_begin = 0;  // first row of q/out
+  int64_t q_len = 0;
+  int64_t k_begin = 0;  // first packed key row (packed form only)
+  int64_t k_len = 0;
+  int64_t index = 0;    // row of block_table (paged form)
+};
+
+struct WorkItem {
+  int64_t seq;
+  int64_t kv_head;
+  int64_t row_begin, row_end;  // query rows within the sequence
+};
+
+struct Scratch {
+  std::vector<float> q, acc, m, l, k_tile, v_tile, scores;
+  std::vector<const float*> k_rows, v_rows;
+};
+
+template <typename T>
+const T* kv_row(const Problem<T>& p, const T* base, int64_t stride, const Sequence& s,
+                int64_t j, int64_t kv_head) {
+  const int64_t row = p.num_kv_heads * p.head_dim;
+  if (p.block_table == nullptr) {
+    return base + (s.k_begin + j) * stride + kv_head * p.head_dim;
+  }
+  const int32_t block = p.block_table[s.index * p.block_table_stride + j / p.block_size];
+  return base + block * stride + (j % p.block_size) * row + kv_head * p.head_dim;
+}
+
+// Points rows[i] at float copies (or, for float inputs, the rows themselves) of keys j0..j1.
+template <typename T>
+void load_tile(const Problem<T>& p, const T* base, int64_t stride, const Sequence& s,
+               int64_t j0, int64_t j1, int64_t kv_head, std::vector<float>& buf,
+               std::vector<const float*>& rows) {
+  const int64_t d = p.head_dim;
+  for (int64_t j = j0; j < j1; ++j) {
+    const T* src = kv_row(p, base, stride, s, j, kv_head);
+    if constexpr (std::is_same_v<T, float>) {
+      rows[j - j0] = src;
+    } else {
+      float* dst = buf.data() + (j - j0) * d;
+      for (int64_t x = 0; x < d; ++x) dst[x] = to_float(src[x]);
+      rows[j - j0] = dst;
+    }
+  }
+}
+
+inline float dot(const float* a, const float* b, int64_t n) {
+  float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+  for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+// Keys visible to query row i: [0, limit(i)).
+inline int64_t key_limit(bool causal, int64_t i, int64_t q_len, int64_t k_len) {
+  if (!causal) return k_len;
+  return std::clamp<int64_t>(i + k_len - q_len + 1, 0, k_len);
+}
+
+template <typename T>
+void run_item(const Problem<T>& p, const Sequence& s, const WorkItem& w, Scratch& sc) {
+  const int64_t d = p.head_dim, g = p.group;
+  const int64_t rows = (w.row_end - w.row_begin) * g;  // (query row, head in group) pairs
+  sc.q.resize(rows * d);
+  sc.acc.assign(rows * d, 0.0f);
+  sc.m.assign(rows, -std::numeric_limits<float>::infinity());
+  sc.l.assign(rows, 0.0f);
+  sc.k_tile.resize(kKeyTile * d);
+  sc.v_tile.resize(kKeyTile * d);
+  sc.scores.resize(kKeyTile);
+  sc.k_rows.resize(kKeyTile);
+  sc.v_rows.resize(kKeyTile);
+
+  for (int64_t i = w.row_begin; i < w.row_end; ++i) {
+    for (int64_t hg = 0; hg < g; ++hg) {
+      const int64_t h = w.kv_head * g + hg;
+      const T* src = p.q + (s.q_begin + i) * p.q_stride + h * d;
+      float* dst = sc.q.data() + ((i - w.row_begin) * g + hg) * d;
+      for (int64_t x = 0; x < d; ++x) dst[x] = to_float(src[x]) * p.scale;
+    }
+  }
+
+  const int64_t k_end = key_limit(p.causal, w.row_end - 1, s.q_len, s.k_len);
+  for (int64_t j0 = 0; j0 < k_end; j0 += kKeyTile) {
+    const int64_t j1 = std::min(j0 + kKeyTile, k_end);
+    load_tile(p, p.k, p.k_stride, s, j0, j1, w.kv_head, sc.k_tile, sc.k_rows);
+    load_tile(p, p.v, p.v_stride, s, j0, j1, w.kv_head, sc.v_tile, sc.v_rows);
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t i = w.row_begin + r / g;
+      const int64_t jl = std::min(j1, key_limit(p.causal, i, s.q_len, s.k_len));
+      if (jl <= j0) continue;
+      const float* qr = sc.q.data() + r * d;
+      float tile_max = -std::numeric_limits<float>::infinity();
+      for (int64_t j = j0; j < jl; ++j) {
+        const float sj = dot(qr, sc.k_rows[j - j0], d);
+        sc.scores[j - j0] = sj;
+        tile_max = std::max(tile_max, sj);
+      }
+      const float m_new = std::max(sc.m[r], tile_max);
+      const float corr = std::exp(sc.m[r] - m_new);  // exp(-inf) = 0 on the first tile
+      float* acc = sc.acc.data() + r * d;
+      float sum = 0.0f;
+      for (int64_t x = 0; x < d; ++x) acc[x] *= corr;
+      for (int64_t j = j0; j < jl; ++j) {
+        const float pj = std::exp(sc.scores[j - j0] - m_new);
+        sum += pj;
+        const float* vr = sc.v_rows[j - j0];
+#pragma omp simd
+        for (int64_t x = 0; x < d; ++x) acc[x] += pj * vr[x];
+      }
+      sc.l[r] = sc.l[r] * corr + sum;
+      sc.m[r] = m_new;
+    }
+  }
+
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t i = w.row_begin + r / g;
+    const int64_t h = w.kv_head * g + r % g;
+    const float l = sc.l[r];
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;  // a row that sees no key outputs zeros
+    T* dst = p.out + (s.q_begin + i) * p.out_stride + h * d;
+    const float* acc = sc.acc.data() + r * d;
+    for (int64_t x = 0; x < d; ++x) dst[x] = from_float<T>(acc[x] * inv);
+    if (p.lse != nullptr) {
+      p.lse[h * p.total_q + s.q_begin + i] =
+          l > 0.0f ? sc.m[r] + std::log(l) : -std::numeric_limits<float>::infinity();
+    }
+  }
+}
+
+template <typename T>
+void run(const Problem<T>& p, const std::vector<Sequence>& seqs) {
+  std::vector<WorkItem> items;
+  for (int64_t b = 0; b < static_cast<int64_t>(seqs.size()); ++b) {
+    for (int64_t h = 0; h < p.num_kv_heads; ++h) {
+      for (int64_t i = 0; i < seqs[b].q_len; i += kQueryTile) {
+        items.push_back({b, h, i, std::min(i + kQueryTile, seqs[b].q_len)});
+      }
+    }
+  }
+  // Longest key ranges first, so the dynamic schedule ends balanced.
+  std::stable_sort(items.begin(), items.end(), [&](const WorkItem& a, const WorkItem& b) {
+    return key_limit(p.causal, a.row_end - 1, seqs[a.seq].q_len, seqs[a.seq].k_len) >
+           key_limit(p.causal, b.row_end - 1, seqs[b.seq].q_len, seqs[b.seq].k_len);
+  });
+  const auto n = static_cast<int64_t>(items.size());
+#pragma omp parallel
+  {
+    Scratch scratch;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t w = 0; w < n; ++w) run_item(p, seqs[items[w].seq], items[w], scratch);
+  }
+}
+
+template <typename T>
+Problem<T> make_problem(const TensorView& q, const TensorView& out, const TensorView& lse,
+                        const TensorView& k, const TensorView& v, const TensorView& block_table,
+                        const AttentionShape& shape, bool causal) {
+  Problem<T> p;
+  p.q = q.ptr<const T>();
+  p.q_stride = q.stride(0);
+  p.out = out.ptr<T>();
+  p.out_stride = out.stride(0);
+  p.lse = lse.defined() ? lse.ptr<float>() : nullptr;
+  p.total_q = shape.total_q;
+  p.k = k.ptr<const T>();
+  p.v = v.ptr<const T>();
+  p.k_stride = k.stride(0);
+  p.v_stride = v.stride(0);
+  if (shape.paged) {
+    p.block_table = block_table.ptr<const int32_t>();
+    p.block_table_stride = block_table.stride(0);
+    p.block_size = shape.block_size;
+  }
+  p.num_heads = shape.num_heads;
+  p.num_kv_heads = shape.num_kv_heads;
+  p.head_dim = shape.head_dim;
+  p.group = shape.num_heads / shape.num_kv_heads;
+  p.scale = shape.scale;
+  p.causal = causal;
+  return p;
+}
+
+template <typename Fn>
+void dispatch_dtype(DType dtype, Fn fn) {
+  switch (dtype) {
+    case DType::kF32: fn(float{}); break;
+    case DType::kBF16: fn(bf16_t{}); break;
+    case DType::kF16: fn(f16_t{}); break;
+    default: KVATTN_FAIL("attention (cpu): unsupported dtype ", dtype);
+  }
+}
+
+}  // namespace
+
+void prefill_attention(const PrefillArgs& a, const AttentionShape& shape) {
+  const int32_t* cu_q = a.cu_seqlens_q.ptr<const int32_t>();
+  const int32_t* cu_k = a.cu_seqlens_k.ptr<const int32_t>();
+  std::vector<Sequence> seqs(shape.num_seqs);
+  for (int64_t b = 0; b < shape.num_seqs; ++b) {
+    seqs[b] = {cu_q[b], cu_q[b + 1] - cu_q[b], shape.paged ? 0 : cu_k[b],
+               cu_k[b + 1] - cu_k[b], b};
+  }
+  dispatch_dtype(a.q.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    run(make_problem<T>(a.q, a.out, a.lse, a.k, a.v, a.block_table, shape, a.causal), seqs);
+  });
+}
+
+void decode_attention(const DecodeArgs& a, const AttentionShape& shape) {
+  const int32_t* lens = a.cache_seqlens.ptr<const int32_t>();
+  std::vector<Sequence> seqs(shape.num_seqs);
+  for (int64_t b = 0; b < shape.num_seqs; ++b) {
+    seqs[b] = {b * a.q_len, a.q_len, 0, lens[b], b};
+  }
+  dispatch_dtype(a.q.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    run(make_problem<T>(a.q, a.out, a.lse, a.k_cache, a.v_cache, a.block_table, shape,
+                        a.causal),
+        seqs);
+  });
+}
+
+}  // namespace kvattn::cpu
