@@ -1,0 +1,15 @@
+# Sourced on the GPU machine: unpacks the Debian packages carried in .deps/ (the machine has
+# no package registry) into a private prefix, never over the system, and points CMake,
+# pkg-config, the compiler and the loader at it.
+#   .deps/*.deb and .deps/private/*.deb come from `scripts/device_deps.sh` run here.
+kvdeps=/opt/kvdeps
+mkdir -p "$kvdeps"
+for f in .deps/*.deb .deps/private/*.deb; do
+  [ -f "$f" ] && dpkg -x "$f" "$kvdeps"
+done
+export CMAKE_PREFIX_PATH="$kvdeps/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
+export PKG_CONFIG_LIBDIR="$kvdeps/usr/lib/x86_64-linux-gnu/pkgconfig:$kvdeps/usr/share/pkgconfig:$kvdeps/usr/lib/x86_64-linux-gnu/openblas-pthread/pkgconfig"
+export PKG_CONFIG_SYSROOT_DIR="$kvdeps"
+export CPATH="$kvdeps/usr/include${CPATH:+:$CPATH}"
+export LIBRARY_PATH="$kvdeps/usr/lib/x86_64-linux-gnu:$kvdeps/usr/lib/x86_64-linux-gnu/openblas-pthread${LIBRARY_PATH:+:$LIBRARY_PATH}"
+export LD_LIBRARY_PATH="$kvdeps/usr/lib/x86_64-linux-gnu:$kvdeps/usr/lib/x86_64-linux-gnu/openblas-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
