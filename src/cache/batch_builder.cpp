@@ -1,0 +1,175 @@
+#include "kvattn/cache/batch_builder.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#include "kvattn/core/error.h"
+
+namespace kvattn {
+namespace {
+
+constexpr const char* kFn = "BatchMetadataBuilder::build: ";
+constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+
+TensorView host_i32(std::vector<int32_t>& v, std::initializer_list<int64_t> shape) {
+  return TensorView(v.data(), DType::kI32, Device::cpu(), shape);
+}
+
+}  // namespace
+
+BatchMetadataBuilder::BatchMetadataBuilder(const BlockManager& manager)
+    : manager_(manager),
+      block_build_(static_cast<size_t>(manager.num_blocks()), 0),
+      block_row_(static_cast<size_t>(manager.num_blocks()), -1) {}
+
+void BatchMetadataBuilder::validate(std::span<const ScheduledSequence> batch,
+                                    const BatchBuildOptions& options) {
+  KVATTN_CHECK(!batch.empty(), kFn, "batch must hold at least one sequence but is empty");
+  KVATTN_CHECK(options.pad_decode_batch_to >= 0, kFn,
+               "options.pad_decode_batch_to must be >= 0 but is ", options.pad_decode_batch_to);
+  KVATTN_CHECK(options.block_table_width >= 0, kFn,
+               "options.block_table_width must be >= 0 but is ", options.block_table_width);
+  const int64_t bs = manager_.block_size();
+  ++build_count_;
+  decode_ = true;
+  any_cached_ = false;
+  total_new_ = 0;
+  int64_t total_k = 0;
+  int64_t widest = 0;
+  for (size_t row = 0; row < batch.size(); ++row) {
+    const Sequence* seq = batch[row].seq;
+    const int64_t n = batch[row].num_new_tokens;
+    KVATTN_CHECK(seq != nullptr, kFn, "batch[", row, "].seq must not be null");
+    KVATTN_CHECK(seq->owner() == &manager_, kFn, "batch[", row, "]: sequence ", seq->id(),
+                 " must hold blocks of this builder's manager but ",
+                 seq->owner() ? "belongs to another manager" : "holds none");
+    const int64_t c = seq->num_computed_tokens();
+    KVATTN_CHECK(n >= 1 && c + n <= seq->num_tokens(), kFn, "batch[", row, "]: num_new_tokens of ",
+                 "sequence ", seq->id(), " must be in [1, ", seq->num_tokens() - c, "] (",
+                 seq->num_tokens(), " tokens, ", c, " computed) but is ", n);
+    KVATTN_CHECK(c + n <= seq->num_blocks() * bs, kFn, "batch[", row, "]: sequence ", seq->id(),
+                 " needs blocks for ", c + n, " tokens but holds ", seq->num_blocks(),
+                 " blocks of ", bs, " (call BlockManager::append first)");
+    // Every block this row writes must be its own: held once, and by no other row of the batch
+    // (a sequence scheduled twice would write the same slots twice).
+    const auto table = seq->block_table();
+    for (int64_t i = c / bs; i <= (c + n - 1) / bs; ++i) {
+      const BlockId b = table[static_cast<size_t>(i)];
+      KVATTN_CHECK(manager_.ref_count(b) == 1, kFn, "batch[", row, "]: sequence ", seq->id(),
+                   " would write block ", b, " which has ", manager_.ref_count(b),
+                   " holders (must be 1)");
+      if (block_build_[b] == build_count_) {
+        KVATTN_FAIL(kFn, "batch[", row, "]: sequence ", seq->id(), " would write block ", b,
+                    " which batch[", block_row_[b], "] (sequence ",
+                    batch[static_cast<size_t>(block_row_[b])].seq->id(),
+                    ") also writes; a sequence may appear once per step");
+      }
+      block_build_[b] = build_count_;
+      block_row_[b] = static_cast<int64_t>(row);
+    }
+    decode_ = decode_ && n == 1;
+    any_cached_ = any_cached_ || c > 0;
+    total_new_ += n;
+    total_k += c + n;
+    widest = std::max(widest, (c + n + bs - 1) / bs);
+  }
+  KVATTN_CHECK(total_k <= kInt32Max, kFn, "the batch reads ", total_k,
+               " keys in total but int32 cu_seqlens hold at most ", kInt32Max);
+  width_ = options.block_table_width > 0 ? options.block_table_width : widest;
+  KVATTN_CHECK(width_ >= widest, kFn, "options.block_table_width is ", width_,
+               " but a sequence of the batch needs ", widest, " blocks");
+  const int64_t rows = static_cast<int64_t>(batch.size());
+  KVATTN_CHECK(!decode_ || options.pad_decode_batch_to == 0 || options.pad_decode_batch_to >= rows,
+               kFn, "options.pad_decode_batch_to is ", options.pad_decode_batch_to,
+               " but the decode batch has ", rows, " sequences");
+}
+
+const BatchMetadata& BatchMetadataBuilder::build(std::span<const ScheduledSequence> batch,
+                                                 const BatchBuildOptions& options) {
+  validate(batch, options);
+  const int64_t bs = manager_.block_size();
+  const int64_t scheduled = static_cast<int64_t>(batch.size());
+  const int64_t rows =
+      decode_ && options.pad_decode_batch_to > 0 ? options.pad_decode_batch_to : scheduled;
+  const int64_t tokens = total_new_ + (rows - scheduled);  // a pad row is one decode token
+  const bool paged = decode_ || any_cached_;
+
+  slot_mapping_.resize(static_cast<size_t>(tokens));
+  token_ids_.resize(static_cast<size_t>(tokens));
+  positions_.resize(static_cast<size_t>(tokens));
+  cu_seqlens_q_.resize(static_cast<size_t>(rows + 1));
+  cu_seqlens_k_.resize(static_cast<size_t>(rows + 1));
+  context_lens_.resize(static_cast<size_t>(rows));
+  block_tables_.resize(paged ? static_cast<size_t>(rows * width_) : 0);
+
+  int32_t* slot = slot_mapping_.data();
+  int32_t* ids = token_ids_.data();
+  int32_t* pos = positions_.data();
+  int32_t cu_q = 0;
+  int32_t cu_k = 0;
+  int64_t max_q = 0;
+  int64_t max_k = 0;
+  cu_seqlens_q_[0] = 0;
+  cu_seqlens_k_[0] = 0;
+  for (int64_t row = 0; row < scheduled; ++row) {
+    const Sequence& seq = *batch[static_cast<size_t>(row)].seq;
+    const int64_t n = batch[static_cast<size_t>(row)].num_new_tokens;
+    const int64_t c = seq.num_computed_tokens();
+    const int64_t lk = c + n;
+    const int32_t* table = seq.block_table().data();
+    const int32_t* tok = seq.token_ids().data();
+    for (int64_t p = c; p < lk;) {  // one run of positions per block
+      const int64_t end = std::min(lk, (p / bs + 1) * bs);
+      const int64_t base = static_cast<int64_t>(table[p / bs]) * bs - (p / bs) * bs;
+      for (; p < end; ++p) {
+        *slot++ = static_cast<int32_t>(base + p);
+        *ids++ = tok[p];
+        *pos++ = static_cast<int32_t>(p);
+      }
+    }
+    cu_q += static_cast<int32_t>(n);
+    cu_k += static_cast<int32_t>(lk);
+    cu_seqlens_q_[row + 1] = cu_q;
+    cu_seqlens_k_[row + 1] = cu_k;
+    context_lens_[row] = static_cast<int32_t>(lk);
+    max_q = std::max(max_q, n);
+    max_k = std::max(max_k, lk);
+    if (paged) {
+      int32_t* dst = block_tables_.data() + row * width_;
+      const int64_t nb = (lk + bs - 1) / bs;
+      std::memcpy(dst, table, sizeof(int32_t) * nb);
+      std::fill(dst + nb, dst + width_, -1);
+    }
+  }
+  for (int64_t row = scheduled; row < rows; ++row) {  // CUDA-graph padding (decode only)
+    *slot++ = -1;
+    *ids++ = 0;
+    *pos++ = 0;
+    cu_seqlens_q_[row + 1] = ++cu_q;
+    cu_seqlens_k_[row + 1] = cu_k;
+    context_lens_[row] = 0;
+    std::fill_n(block_tables_.data() + row * width_, width_, -1);
+  }
+
+  BatchContext& ctx = meta_.ctx;
+  ctx = BatchContext{};
+  ctx.phase = decode_ ? Phase::kDecode : Phase::kPrefill;
+  ctx.slot_mapping = host_i32(slot_mapping_, {tokens});
+  ctx.cu_seqlens_q = host_i32(cu_seqlens_q_, {rows + 1});
+  ctx.cu_seqlens_k = host_i32(cu_seqlens_k_, {rows + 1});
+  ctx.max_seqlen_q = max_q;
+  ctx.max_seqlen_k = max_k;
+  ctx.context_lens = host_i32(context_lens_, {rows});
+  if (paged) ctx.block_tables = host_i32(block_tables_, {rows, width_});
+  meta_.token_ids = host_i32(token_ids_, {tokens});
+  meta_.positions = host_i32(positions_, {tokens});
+  meta_.num_seqs = rows;
+  meta_.num_tokens = tokens;
+  meta_.num_scheduled_seqs = scheduled;
+  meta_.num_scheduled_tokens = total_new_;
+  meta_.reads_kv_from_cache = !decode_ && any_cached_;
+  return meta_;
+}
+
+}  // namespace kvattn

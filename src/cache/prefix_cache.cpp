@@ -1,0 +1,122 @@
+// BlockManager, prefix-cache half: finding cached prefixes and entering computed blocks.
+//
+// Why an entry also records its parent block and that block's generation: the hash is only a
+// lookup key. A hit on block i must mean "this KV was computed from exactly our tokens
+// [0, (i+1) * block_size)". Comparing block i's own tokens is not enough when hashes collide
+// (the same tokens after a different prefix). But the walk reaches block i only through hit
+// i-1, which by induction holds our prefix; if the candidate's recorded parent is that very
+// block, unchanged since (same generation), the candidate was computed after our prefix. So
+// hits are exact for any hash function, at the cost of one compare per block.
+#include <algorithm>
+#include <cstring>
+
+#include "kvattn/cache/block_manager.h"
+#include "kvattn/core/error.h"
+
+namespace kvattn {
+
+uint64_t BlockManager::block_hash(const Sequence& seq, int64_t i) const {
+  auto& memo = seq.block_hashes_;
+  if (seq.hashes_fn_ != hash_fn_ || seq.hashes_block_size_ != block_size_) {
+    memo.clear();
+    seq.hashes_fn_ = hash_fn_;
+    seq.hashes_block_size_ = block_size_;
+  }
+  while (static_cast<int64_t>(memo.size()) <= i) {
+    const int64_t j = static_cast<int64_t>(memo.size());
+    const uint64_t parent = j == 0 ? kRootBlockHash : memo.back();
+    memo.push_back(hash_fn_(parent, seq.tokens_.data() + j * block_size_, block_size_));
+  }
+  return memo[static_cast<size_t>(i)];
+}
+
+bool BlockManager::same_content(BlockId b, const int32_t* tokens, BlockId parent,
+                                uint32_t parent_gen) const {
+  const Block& blk = blocks_[b];
+  if (blk.parent != parent) return false;
+  if (parent >= 0 && blk.parent_gen != parent_gen) return false;
+  return std::memcmp(block_tokens(b), tokens, sizeof(int32_t) * block_size_) == 0;
+}
+
+// An entry nobody can reach: its parent block is no longer cached or holds new content. The
+// walk only passes through cached blocks, so such an entry can never hit again.
+bool BlockManager::is_stale(BlockId b) const {
+  const Block& blk = blocks_[b];
+  if (blk.parent < 0) return false;
+  const Block& p = blocks_[blk.parent];
+  return !p.cached || p.gen != blk.parent_gen;
+}
+
+void BlockManager::match_prefix(const Sequence& seq, std::vector<BlockId>& hits,
+                                bool* collided) const {
+  hits.clear();
+  if (!prefix_caching_) return;
+  const int64_t max_hits = (seq.num_tokens() - 1) / block_size_;
+  BlockId parent = -1;
+  uint32_t parent_gen = 0;
+  for (int64_t i = 0; i < max_hits; ++i) {
+    const BlockId b = table_.find(block_hash(seq, i));
+    if (b < 0) return;
+    if (!same_content(b, seq.tokens_.data() + i * block_size_, parent, parent_gen)) {
+      if (collided) *collided = true;
+      return;
+    }
+    hits.push_back(b);
+    parent = b;
+    parent_gen = blocks_[b].gen;
+  }
+}
+
+int64_t BlockManager::num_prefix_hit_tokens(const Sequence& seq) const {
+  match_prefix(seq, scratch_hits_, nullptr);
+  return static_cast<int64_t>(scratch_hits_.size()) * block_size_;
+}
+
+// Enters seq's newly full, computed blocks. Per block, the entry under its hash is:
+// - absent: ours is entered;
+// - the same content (a twin computed by a concurrent sequence): the twin stays, and our later
+//   blocks name the twin as parent, so the chain stays reachable through the cache;
+// - stale: it is dropped and ours is entered;
+// - different content (a collision): it stays, and the rest of our chain is not offered.
+void BlockManager::offer_computed_blocks(Sequence& seq) {
+  const int64_t full = seq.num_computed_tokens_ / block_size_;
+  for (int64_t i = seq.num_offered_blocks_; i < full && !seq.offers_stopped_; ++i) {
+    const uint64_t h = block_hash(seq, i);
+    const int32_t* tokens = seq.tokens_.data() + i * block_size_;
+    const BlockId ours = seq.block_table_[i];
+    BlockId canonical = ours;
+    BlockId existing = table_.find(h);
+    if (existing == ours) {
+      // Already entered (shared through fork or a hit).
+    } else if (existing >= 0 &&
+               same_content(existing, tokens, seq.offer_parent_, seq.offer_parent_gen_)) {
+      canonical = existing;
+    } else if (existing >= 0 && !is_stale(existing)) {
+      ++num_collisions_;
+      seq.offers_stopped_ = true;
+      break;
+    } else {
+      if (existing >= 0) {
+        uncache(existing);
+        if (blocks_[existing].ref == 0) {  // now worthless: reuse it before any cached block
+          --num_evictable_;
+          free_.remove(existing);
+          free_.push_front(existing);
+        }
+      }
+      Block& blk = blocks_[ours];
+      blk.hash = h;
+      blk.parent = seq.offer_parent_;
+      blk.parent_gen = seq.offer_parent_gen_;
+      blk.cached = true;
+      std::memcpy(block_tokens_.data() + static_cast<int64_t>(ours) * block_size_, tokens,
+                  sizeof(int32_t) * block_size_);
+      table_.insert(h, ours);
+    }
+    seq.offer_parent_ = canonical;
+    seq.offer_parent_gen_ = blocks_[canonical].gen;
+  }
+  seq.num_offered_blocks_ = std::max(seq.num_offered_blocks_, full);
+}
+
+}  // namespace kvattn
