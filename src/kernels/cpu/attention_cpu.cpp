@@ -86,11 +86,30 @@ void load_tile(const Problem<T>& p, const T* base, int64_t stride, const Sequenc
   }
 }
 
+// 16 independent lanes so the adds do not form one long dependency chain.
 inline float dot(const float* a, const float* b, int64_t n) {
+  float lanes[16] = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    for (int l = 0; l < 16; ++l) lanes[l] += a[i + l] * b[i + l];
+  }
   float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-  for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
+  for (; i < n; ++i) s += a[i] * b[i];
+  for (int l = 0; l < 16; ++l) s += lanes[l];
   return s;
+}
+
+// Asks for keys j0..j1 of the next tile ahead of use. Rows of one KV head sit
+// num_kv_heads * head_dim elements apart (often exactly a 4 KiB page), a stride the hardware
+// prefetchers do not follow across pages.
+template <typename T>
+void prefetch_tile(const Problem<T>& p, const T* base, int64_t stride, const Sequence& s,
+                   int64_t j0, int64_t j1, int64_t kv_head) {
+  const int64_t bytes = p.head_dim * static_cast<int64_t>(sizeof(T));
+  for (int64_t j = j0; j < j1; ++j) {
+    const char* row = reinterpret_cast<const char*>(kv_row(p, base, stride, s, j, kv_head));
+    for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(row + off, 0, 2);
+  }
 }
 
 // Keys visible to query row i: [0, limit(i)).
@@ -125,6 +144,9 @@ void run_item(const Problem<T>& p, const Sequence& s, const WorkItem& w, Scratch
   const int64_t k_end = key_limit(p.causal, w.row_end - 1, s.q_len, s.k_len);
   for (int64_t j0 = 0; j0 < k_end; j0 += kKeyTile) {
     const int64_t j1 = std::min(j0 + kKeyTile, k_end);
+    const int64_t next_end = std::min(j1 + kKeyTile, k_end);
+    prefetch_tile(p, p.k, p.k_stride, s, j1, next_end, w.kv_head);
+    prefetch_tile(p, p.v, p.v_stride, s, j1, next_end, w.kv_head);
     load_tile(p, p.k, p.k_stride, s, j0, j1, w.kv_head, sc.k_tile, sc.k_rows);
     load_tile(p, p.v, p.v_stride, s, j0, j1, w.kv_head, sc.v_tile, sc.v_rows);
     for (int64_t r = 0; r < rows; ++r) {
