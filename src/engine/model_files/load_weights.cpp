@@ -1,0 +1,189 @@
+// load_gguf_model / load_hf_model: every tensor becomes a float32 host tensor under its HF name.
+#include <algorithm>
+#include <filesystem>
+#include <set>
+
+#include "engine/model_files/json_util.h"
+#include "kvattn/engine/safetensors.h"
+#include "kvattn/engine/weights.h"
+
+namespace kvattn {
+namespace {
+
+namespace fs = std::filesystem;
+
+// GGUF tensor name -> HF name. Per-layer names are "blk.N.<suffix>".
+std::string hf_name_for_gguf(const std::string& name) {
+  static const std::pair<const char*, const char*> kGlobal[] = {
+      {"token_embd.weight", "model.embed_tokens.weight"},
+      {"output_norm.weight", "model.norm.weight"},
+      {"output.weight", "lm_head.weight"}};
+  static const std::pair<const char*, const char*> kLayer[] = {
+      {"attn_norm.weight", "input_layernorm.weight"},
+      {"attn_q.weight", "self_attn.q_proj.weight"},
+      {"attn_k.weight", "self_attn.k_proj.weight"},
+      {"attn_v.weight", "self_attn.v_proj.weight"},
+      {"attn_output.weight", "self_attn.o_proj.weight"},
+      {"attn_q_norm.weight", "self_attn.q_norm.weight"},
+      {"attn_k_norm.weight", "self_attn.k_norm.weight"},
+      {"ffn_norm.weight", "post_attention_layernorm.weight"},
+      {"ffn_gate.weight", "mlp.gate_proj.weight"},
+      {"ffn_up.weight", "mlp.up_proj.weight"},
+      {"ffn_down.weight", "mlp.down_proj.weight"}};
+  for (const auto& [g, h] : kGlobal) {
+    if (name == g) return h;
+  }
+  if (name.rfind("blk.", 0) == 0) {
+    const size_t dot = name.find('.', 4);
+    if (dot != std::string::npos && dot > 4) {
+      const std::string layer = name.substr(4, dot - 4);
+      const std::string suffix = name.substr(dot + 1);
+      for (const auto& [g, h] : kLayer) {
+        if (suffix == g) return "model.layers." + layer + "." + h;
+      }
+    }
+  }
+  return {};
+}
+
+bool is_float_dtype(const std::string& d) { return d == "F32" || d == "F16" || d == "BF16"; }
+
+// The shard file names of an index.json, checked to stay inside the model directory.
+std::map<std::string, std::string> read_index(const fs::path& index_path) {
+  const std::string file = index_path.string();
+  const nlohmann::json j = parse_json(read_text_file(file), file);
+  const nlohmann::json& map = json_field(j, "weight_map", file);
+  KVATTN_CHECK(map.is_object(), file, ": field 'weight_map' must be an object");
+  std::map<std::string, std::string> out;
+  for (const auto& [name, shard] : map.items()) {
+    const std::string& s = json_string(shard, "weight_map." + name, file);
+    KVATTN_CHECK(!s.empty() && s.find('/') == std::string::npos &&
+                     s.find('\\') == std::string::npos && s != "." && s != "..",
+                 file, ": weight_map['", name, "'] = '", s, "' is not a plain file name");
+    out[name] = s;
+  }
+  return out;
+}
+
+}  // namespace
+
+void validate_weights(const ModelWeights& w, const std::string& source) {
+  const ModelConfig& c = w.config;
+  auto expect = [&](const std::string& name, std::vector<int64_t> shape) {
+    auto it = w.tensors.find(name);
+    KVATTN_CHECK(it != w.tensors.end(), source, ": tensor '", name, "' is missing");
+    const TensorView& v = it->second.view();
+    bool same = v.ndim == static_cast<int>(shape.size());
+    for (int d = 0; same && d < v.ndim; ++d) same = v.shape[d] == shape[d];
+    TensorView want(nullptr, DType::kF32, Device::cpu(), shape);
+    KVATTN_CHECK(same, source, ": tensor '", name, "' has shape ", v.shape_str(), " but the config ",
+                 "needs ", want.shape_str());
+  };
+  const int64_t h = c.hidden_size, q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim;
+  expect("model.embed_tokens.weight", {c.vocab_size, h});
+  expect("model.norm.weight", {h});
+  if (!c.tie_word_embeddings) expect("lm_head.weight", {c.vocab_size, h});
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    expect(p + "input_layernorm.weight", {h});
+    expect(p + "self_attn.q_proj.weight", {q, h});
+    expect(p + "self_attn.k_proj.weight", {kv, h});
+    expect(p + "self_attn.v_proj.weight", {kv, h});
+    expect(p + "self_attn.o_proj.weight", {h, q});
+    if (c.qk_norm) {
+      expect(p + "self_attn.q_norm.weight", {c.head_dim});
+      expect(p + "self_attn.k_norm.weight", {c.head_dim});
+    }
+    expect(p + "post_attention_layernorm.weight", {h});
+    expect(p + "mlp.gate_proj.weight", {c.intermediate_size, h});
+    expect(p + "mlp.up_proj.weight", {c.intermediate_size, h});
+    expect(p + "mlp.down_proj.weight", {h, c.intermediate_size});
+  }
+}
+
+ModelWeights load_gguf_model(const std::string& path, const LoadProgress& progress) {
+  const GgufFile g = GgufFile::open(path);
+  ModelWeights w;
+  w.config = config_from_gguf(g);
+  uint64_t total = 0, done = 0;
+  for (const auto& t : g.tensors()) total += t.nbytes;
+  if (progress) progress(0.0);
+  for (const auto& t : g.tensors()) {
+    const std::string name = hf_name_for_gguf(t.name);
+    if (!name.empty()) {
+      w.tensors.emplace(name, g.dequantize(t));
+    }
+    done += t.nbytes;
+    if (progress && total > 0) progress(static_cast<double>(done) / static_cast<double>(total));
+  }
+  validate_weights(w, path);
+  return w;
+}
+
+ModelWeights load_hf_model(const std::string& dir, const LoadProgress& progress) {
+  const fs::path root(dir);
+  ModelWeights w;
+  w.config = config_from_hf_json((root / "config.json").string());
+  const fs::path gen = root / "generation_config.json";
+  if (fs::exists(gen)) {
+    const nlohmann::json j = parse_json(read_text_file(gen.string()), gen.string());
+    if (auto eos = j.find("eos_token_id"); j.is_object() && eos != j.end()) {
+      std::vector<nlohmann::json> ids = eos->is_array() ? eos->get<std::vector<nlohmann::json>>()
+                                                        : std::vector<nlohmann::json>{*eos};
+      for (const auto& e : ids) {
+        const int64_t id = json_int(e, "eos_token_id", gen.string());
+        KVATTN_CHECK(id >= 0 && id < w.config.vocab_size, gen.string(), ": eos_token_id ", id,
+                     " is outside the vocabulary");
+        auto& extra = w.config.extra_eos_ids;
+        if (id != w.config.eos_token_id && std::find(extra.begin(), extra.end(), id) == extra.end())
+          extra.push_back(id);
+      }
+    }
+  }
+
+  std::map<std::string, std::string> index;  // tensor -> shard, empty for a single file
+  std::vector<std::string> shards;
+  const fs::path index_path = root / "model.safetensors.index.json";
+  if (fs::exists(index_path)) {
+    index = read_index(index_path);
+    std::set<std::string> unique;
+    for (const auto& [name, shard] : index) unique.insert(shard);
+    shards.assign(unique.begin(), unique.end());
+  } else {
+    KVATTN_CHECK(fs::exists(root / "model.safetensors"), dir,
+                 ": neither model.safetensors nor model.safetensors.index.json exists");
+    shards.push_back("model.safetensors");
+  }
+
+  std::vector<SafetensorsFile> files;
+  uint64_t total = 0, done = 0;
+  for (const auto& s : shards) {
+    files.push_back(SafetensorsFile::open((root / s).string()));
+    for (const auto& t : files.back().tensors()) total += t.end - t.begin;
+  }
+  if (progress) progress(0.0);
+  for (size_t i = 0; i < files.size(); ++i) {
+    for (const auto& t : files[i].tensors()) {
+      done += t.end - t.begin;
+      if (!index.empty()) {
+        auto it = index.find(t.name);
+        if (it == index.end() || it->second != shards[i]) continue;  // not this shard's tensor
+      }
+      if (!is_float_dtype(t.dtype)) continue;
+      KVATTN_CHECK(w.tensors.count(t.name) == 0, files[i].path(), ": tensor '", t.name,
+                   "' also appears in another shard");
+      w.tensors.emplace(t.name, files[i].to_f32(t));
+      if (progress && total > 0) progress(static_cast<double>(done) / static_cast<double>(total));
+    }
+  }
+  for (const auto& [name, shard] : index) {
+    KVATTN_CHECK(w.tensors.count(name) != 0, (root / shard).string(), ": tensor '", name,
+                 "' named by model.safetensors.index.json is missing or not a float tensor");
+  }
+  if (w.config.tie_word_embeddings) w.tensors.erase("lm_head.weight");
+  validate_weights(w, dir);
+  if (progress) progress(1.0);
+  return w;
+}
+
+}  // namespace kvattn

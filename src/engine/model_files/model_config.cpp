@@ -1,0 +1,153 @@
+// ModelConfig from GGUF metadata ("<arch>.embedding_length", ...) or from an HF config.json.
+#include <filesystem>
+
+#include "engine/model_files/json_util.h"
+#include "kvattn/engine/weights.h"
+
+namespace kvattn {
+namespace {
+
+// Bounds that no real model exceeds; they keep forged values from driving huge allocations.
+constexpr int64_t kMaxDim = int64_t{1} << 20;
+constexpr int64_t kMaxVocab = int64_t{1} << 24;
+constexpr int64_t kMaxLayers = 4096;
+
+void check_range(const std::string& file, const char* field, int64_t v, int64_t lo, int64_t hi) {
+  KVATTN_CHECK(v >= lo && v <= hi, file, ": ", field, " is ", v, " but must lie in [", lo, ", ",
+               hi, "]");
+}
+
+void validate_config(const ModelConfig& c, const std::string& file) {
+  check_range(file, "vocab_size", c.vocab_size, 1, kMaxVocab);
+  check_range(file, "hidden_size", c.hidden_size, 1, kMaxDim);
+  check_range(file, "intermediate_size", c.intermediate_size, 1, kMaxDim);
+  check_range(file, "num_layers", c.num_layers, 1, kMaxLayers);
+  check_range(file, "num_heads", c.num_heads, 1, 4096);
+  check_range(file, "num_kv_heads", c.num_kv_heads, 1, c.num_heads);
+  check_range(file, "head_dim", c.head_dim, 2, 4096);
+  KVATTN_CHECK(c.num_heads % c.num_kv_heads == 0, file, ": num_heads ", c.num_heads,
+               " is not a multiple of num_kv_heads ", c.num_kv_heads);
+  KVATTN_CHECK(c.head_dim % 2 == 0, file, ": head_dim ", c.head_dim, " must be even for RoPE");
+  KVATTN_CHECK(c.rms_norm_eps > 0 && c.rms_norm_eps < 1, file, ": rms_norm_eps is ",
+               c.rms_norm_eps);
+  KVATTN_CHECK(c.rope_theta > 0, file, ": rope_theta is ", c.rope_theta);
+  check_range(file, "max_position_embeddings", c.max_position_embeddings, 1, int64_t{1} << 32);
+  check_range(file, "bos_token_id", c.bos_token_id, -1, c.vocab_size - 1);
+  check_range(file, "eos_token_id", c.eos_token_id, -1, c.vocab_size - 1);
+  for (int64_t id : c.extra_eos_ids) check_range(file, "eos_token_id", id, 0, c.vocab_size - 1);
+}
+
+}  // namespace
+
+ModelConfig config_from_gguf(const GgufFile& g) {
+  const std::string& file = g.path();
+  ModelConfig c;
+  c.architecture = g.get_string("general.architecture", "");
+  KVATTN_CHECK(c.architecture == "llama" || c.architecture == "qwen3", file,
+               ": general.architecture is '", c.architecture, "' (supported: llama, qwen3)");
+  const std::string a = c.architecture + ".";
+  auto need = [&](const std::string& key) { return g.get(key).as_int(); };
+  c.hidden_size = need(a + "embedding_length");
+  c.intermediate_size = need(a + "feed_forward_length");
+  c.num_layers = need(a + "block_count");
+  c.num_heads = need(a + "attention.head_count");
+  c.num_kv_heads = g.get_int(a + "attention.head_count_kv", c.num_heads);
+  c.head_dim = g.get_int(a + "attention.key_length",
+                         c.num_heads > 0 ? c.hidden_size / c.num_heads : 0);
+  const int64_t rope_dims = g.get_int(a + "rope.dimension_count", c.head_dim);
+  KVATTN_CHECK(rope_dims == c.head_dim, file, ": ", a, "rope.dimension_count is ", rope_dims,
+               " but head_dim is ", c.head_dim, " (partial rotary embeddings are not supported)");
+  const int64_t value_len = g.get_int(a + "attention.value_length", c.head_dim);
+  KVATTN_CHECK(value_len == c.head_dim, file, ": ", a, "attention.value_length is ", value_len,
+               " but key_length is ", c.head_dim);
+  const std::string scaling = g.get_string(a + "rope.scaling.type", "none");
+  KVATTN_CHECK(scaling == "none", file, ": ", a, "rope.scaling.type '", scaling,
+               "' is not supported");
+  c.rms_norm_eps = g.get_float(a + "attention.layer_norm_rms_epsilon", 1e-6);
+  c.rope_theta = g.get_float(a + "rope.freq_base", 10000.0);
+  c.max_position_embeddings = g.get_int(a + "context_length", 2048);
+
+  const GgufTensorInfo* embd = g.find_tensor("token_embd.weight");
+  KVATTN_CHECK(embd != nullptr && embd->ne.size() == 2, file,
+               ": tensor 'token_embd.weight' is missing or not 2-D");
+  c.vocab_size = g.get_int(a + "vocab_size", embd->ne[1]);
+  c.tie_word_embeddings = g.find_tensor("output.weight") == nullptr;
+  c.rope_style = c.architecture == "llama" ? ModelConfig::RopeStyle::kInterleaved
+                                           : ModelConfig::RopeStyle::kRotateHalf;
+  c.qk_norm = c.architecture == "qwen3";
+  c.bos_token_id = g.get_int("tokenizer.ggml.bos_token_id", -1);
+  c.eos_token_id = g.get_int("tokenizer.ggml.eos_token_id", -1);
+  const int64_t eot = g.get_int("tokenizer.ggml.eot_token_id", -1);
+  if (eot >= 0 && eot != c.eos_token_id) c.extra_eos_ids.push_back(eot);
+  validate_config(c, file);
+  return c;
+}
+
+ModelConfig config_from_hf_json(const std::string& path) {
+  const nlohmann::json j = parse_json(read_text_file(path), path);
+  KVATTN_CHECK(j.is_object(), path, ": must hold a JSON object");
+  auto field = [&](const char* key) -> const nlohmann::json& { return json_field(j, key, path); };
+  auto int_or = [&](const char* key, int64_t fallback) {
+    auto it = j.find(key);
+    return it == j.end() || it->is_null() ? fallback : json_int(*it, key, path);
+  };
+  auto num_or = [&](const char* key, double fallback) {
+    auto it = j.find(key);
+    return it == j.end() || it->is_null() ? fallback : json_number(*it, key, path);
+  };
+
+  ModelConfig c;
+  const nlohmann::json& archs = field("architectures");
+  KVATTN_CHECK(archs.is_array() && !archs.empty(), path,
+               ": field 'architectures' must be a non-empty array");
+  const std::string& arch = json_string(archs[0], "architectures[0]", path);
+  if (arch == "LlamaForCausalLM") c.architecture = "llama";
+  else if (arch == "Qwen3ForCausalLM") c.architecture = "qwen3";
+  else KVATTN_FAIL(path, ": architecture '", arch,
+                   "' is not supported (LlamaForCausalLM, Qwen3ForCausalLM)");
+
+  c.vocab_size = json_int(field("vocab_size"), "vocab_size", path);
+  c.hidden_size = json_int(field("hidden_size"), "hidden_size", path);
+  c.intermediate_size = json_int(field("intermediate_size"), "intermediate_size", path);
+  c.num_layers = json_int(field("num_hidden_layers"), "num_hidden_layers", path);
+  c.num_heads = json_int(field("num_attention_heads"), "num_attention_heads", path);
+  c.num_kv_heads = int_or("num_key_value_heads", c.num_heads);
+  c.head_dim = int_or("head_dim", c.num_heads > 0 ? c.hidden_size / c.num_heads : 0);
+  c.rms_norm_eps = num_or("rms_norm_eps", 1e-6);
+  c.rope_theta = num_or("rope_theta", 10000.0);
+  c.max_position_embeddings = int_or("max_position_embeddings", 2048);
+  auto tie = j.find("tie_word_embeddings");
+  c.tie_word_embeddings = tie != j.end() && json_bool(*tie, "tie_word_embeddings", path);
+  if (auto rs = j.find("rope_scaling"); rs != j.end() && !rs->is_null()) {
+    std::string type = "?";
+    if (rs->is_object()) {
+      for (const char* k : {"rope_type", "type"}) {
+        if (auto t = rs->find(k); t != rs->end() && t->is_string()) type = t->get<std::string>();
+      }
+    }
+    KVATTN_CHECK(type == "default", path, ": rope_scaling type '", type, "' is not supported");
+  }
+  for (const char* k : {"attention_bias", "mlp_bias"}) {
+    auto it = j.find(k);
+    KVATTN_CHECK(it == j.end() || it->is_null() || !json_bool(*it, k, path), path, ": ", k,
+                 " = true is not supported");
+  }
+  c.rope_style = ModelConfig::RopeStyle::kRotateHalf;
+  c.qk_norm = c.architecture == "qwen3";
+  c.bos_token_id = int_or("bos_token_id", -1);
+  if (auto eos = j.find("eos_token_id"); eos != j.end() && !eos->is_null()) {
+    if (eos->is_array()) {
+      for (const auto& e : *eos) {
+        const int64_t id = json_int(e, "eos_token_id", path);
+        if (c.eos_token_id < 0) c.eos_token_id = id;
+        else if (id != c.eos_token_id) c.extra_eos_ids.push_back(id);
+      }
+    } else {
+      c.eos_token_id = json_int(*eos, "eos_token_id", path);
+    }
+  }
+  validate_config(c, path);
+  return c;
+}
+
+}  // namespace kvattn
