@@ -1,0 +1,650 @@
+// Paged decode attention on the GPU: split-KV flash-decoding with tensor cores.
+//
+// Decode reads every cached K and V byte once and does ~2 FLOPs per byte, so it is bound by
+// memory bandwidth. The kernel is built to keep HBM busy:
+// - one CTA per work item (sequence, split, KV head; decode_params.h), holding the whole GQA
+//   group (and q_len tokens) as the 16 rows of one mma tile, so each KV byte is read once;
+// - a 16-byte cp.async pipeline, kStages tiles of 64 keys deep (96 KB of shared memory for
+//   head_dim 128, two CTAs per SM), zero-filling keys past the end or behind a bad block id;
+// - block-table entries are loaded one tile ahead of the copies that need them;
+// - the four warps split each tile's keys (16 each) and keep their own online-softmax state;
+//   QK^T and PV are mma.sync m16n8k16 (bf16/fp16 in, fp32 accumulate) on ldmatrix fragments
+//   from an XOR-swizzled tile (conflict-free); the warps are merged once per item;
+// - split results go to a float32 workspace and a second kernel merges them by LSE weights.
+// No host sync and no allocation: capturable in a CUDA graph given the plan and workspace.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <array>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <mutex>
+#include <type_traits>
+
+#include "kernels/backend.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/decode_params.h"
+#include "kernels/cuda/device_faults.cuh"
+#include "kernels/cuda/device_props.h"
+
+namespace kvattn::cuda {
+namespace {
+
+// ---- PTX building blocks -------------------------------------------------------------------
+// Fragment layouts (mma.m16n8k16 .row.col), lane = 4 * g + t:
+//   A 16x16: a0 = (g, 2t..2t+1)  a1 = (g+8, 2t..)  a2 = (g, 2t+8..)  a3 = (g+8, 2t+8..)
+//   B 16x8:  b0 = (k 2t..2t+1, n g)  b1 = (k 2t+8..2t+9, n g)
+//   C 16x8:  c0,c1 = (g, 2t..2t+1)  c2,c3 = (g+8, 2t..2t+1)
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared; with src_bytes == 0 nothing is read and the 16 bytes are zeroed.
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(src_bytes)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+__device__ __forceinline__ void st_shared_16(uint32_t addr, uint4 v) {
+  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v.x), "r"(v.y),
+               "r"(v.z), "r"(v.w)
+               : "memory");
+}
+
+// Eight 16-bit elements from an address that is only 2-byte aligned.
+template <typename T>
+__device__ __forceinline__ uint4 load_8_unaligned(const T* src) {
+  const uint16_t* s = reinterpret_cast<const uint16_t*>(src);
+  uint32_t w[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    w[j] = static_cast<uint32_t>(__ldg(s + 2 * j)) | (static_cast<uint32_t>(__ldg(s + 2 * j + 1)) << 16);
+  }
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+template <typename T>
+__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                          uint32_t b1) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// Two floats -> one register of two 16-bit values (lo in the low half).
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  } else {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ uint16_t to_bits(float x) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __bfloat16_as_ushort(__float2bfloat16_rn(x));
+  } else {
+    return __half_as_ushort(__float2half_rn(x));
+  }
+}
+
+__device__ __forceinline__ float fast_exp2(float x) {  // ex2.approx: exp2(-inf) == +0
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+constexpr float kNegInf = -INFINITY;
+
+// Keys of sequence b, clamped to the table's capacity; a bad value is recorded by `report`.
+__device__ __forceinline__ int seq_len(const DecodeParams& p, int b, bool report) {
+  const int len = __ldg(p.cache_seqlens + b);
+  if (len < 0 || len > p.capacity) {
+    if (report) record_fault(p.fault_word, kFaultSeqlenOutOfRange);
+    return len < 0 ? 0 : p.capacity;
+  }
+  return len;
+}
+
+__device__ __forceinline__ int num_chunks(int len, int chunk_keys) {
+  return len <= chunk_keys ? 1 : (len + chunk_keys - 1) / chunk_keys;
+}
+
+// Stages of the copy pipeline per head_dim: about 96 KB of tiles (two CTAs per SM).
+template <int D>
+constexpr int stages_for() {
+  return D <= 64 ? 6 : 3;
+}
+template <int D>
+constexpr int smem_bytes_for() {
+  return stages_for<D>() * 2 * kDecodeTileKeys * D * 2;
+}
+
+// ---- the split-KV attention kernel ---------------------------------------------------------
+template <typename T, int D, bool kAligned16>
+__global__ void __launch_bounds__(kDecodeThreads)
+    decode_split_kernel(const __grid_constant__ DecodeParams p) {
+  constexpr int kStages = stages_for<D>();
+  constexpr int kChunks = D / 8;                 // 16-byte chunks per K or V row
+  constexpr int kRowBytes = D * 2;
+  constexpr int kTileBytes = kDecodeTileKeys * kRowBytes;
+  constexpr int kStageBytes = 2 * kTileBytes;    // K tile, then V tile
+  constexpr int kKeyStep = kDecodeThreads / kChunks;           // keys between a thread's copies
+  constexpr int kCopies = kDecodeTileKeys / kKeyStep;          // copies per thread per K tile
+  constexpr int kRedStride = D + 8;              // padded float row of the warp-merge buffer
+  static_assert(kDecodeThreads % kChunks == 0 && kDecodeTileKeys % kKeyStep == 0);
+  static_assert(kDecodeWarps * kDecodeRows * (kRedStride + 2) * 4 <= kStages * kStageBytes);
+
+  extern __shared__ __align__(128) uint8_t smem[];
+  const uint32_t smem_base = smem_u32(smem);
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5;
+  const int lane = tid & 31;
+  const int gid = lane >> 2;  // mma row group
+  const int t4 = lane & 3;    // mma thread in group
+  const int copy_chunk = tid % kChunks;
+  const int copy_key0 = tid / kChunks;
+  const T* const k_cache = static_cast<const T*>(p.k_cache);
+  const T* const v_cache = static_cast<const T*>(p.v_cache);
+  const int64_t kv_row = static_cast<int64_t>(p.num_kv_heads) * D;
+
+  for (int64_t w = blockIdx.x; w < p.num_items; w += gridDim.x) {
+    int64_t rest = w;
+    const int kvh = static_cast<int>(rest % p.num_kv_heads);
+    rest /= p.num_kv_heads;
+    const int rc = static_cast<int>(rest % p.row_chunks);
+    rest /= p.row_chunks;
+    const int split = static_cast<int>(rest % p.num_splits);
+    const int b = static_cast<int>(rest / p.num_splits);
+
+    const int len = seq_len(p, b, split == 0 && rc == 0 && kvh == 0 && tid == 0);
+    const int n_chunks = num_chunks(len, p.chunk_keys);
+    if (split >= n_chunks) continue;  // CTA-uniform
+    const int k0 = split * p.chunk_keys;
+    const int k1 = min(len, k0 + p.chunk_keys);
+    const int num_tiles = (max(k1 - k0, 0) + kDecodeTileKeys - 1) / kDecodeTileKeys;
+    const int32_t* const table = p.block_table + static_cast<int64_t>(b) * p.bt_stride;
+    const int64_t head_off = static_cast<int64_t>(kvh) * D + copy_chunk * 8;
+
+    // Block ids of this thread's keys of one tile; loaded a tile ahead of their use.
+    int ids[kCopies];
+    int offs[kCopies];  // offset in the block, or -1 past the end
+    auto load_ids = [&](int tile) {
+#pragma unroll
+      for (int i = 0; i < kCopies; ++i) {
+        const int key = k0 + tile * kDecodeTileKeys + copy_key0 + i * kKeyStep;
+        if (key < k1) {
+          const int page = key / p.block_size;
+          ids[i] = __ldg(table + page);
+          offs[i] = key - page * p.block_size;
+        } else {
+          ids[i] = 0;
+          offs[i] = -1;
+        }
+      }
+    };
+    auto issue = [&](int tile) {
+      const uint32_t kdst = smem_base + (tile % kStages) * kStageBytes;
+#pragma unroll
+      for (int i = 0; i < kCopies; ++i) {
+        const int key_local = copy_key0 + i * kKeyStep;
+        const uint32_t dst = kdst + key_local * kRowBytes + ((copy_chunk ^ (key_local & 7)) << 4);
+        const bool in_range = offs[i] >= 0;
+        const bool id_ok = static_cast<unsigned>(ids[i]) < static_cast<unsigned>(p.num_blocks);
+        if (in_range && !id_ok) record_fault(p.fault_word, kFaultBlockOutOfRange);
+        const bool ok = in_range && id_ok;
+        const int64_t row = ok ? static_cast<int64_t>(offs[i]) * kv_row + head_off : 0;
+        const T* ksrc = ok ? k_cache + ids[i] * p.k_block_stride + row : k_cache;
+        const T* vsrc = ok ? v_cache + ids[i] * p.v_block_stride + row : v_cache;
+        if constexpr (kAligned16) {
+          cp_async_16(dst, ksrc, ok ? 16 : 0);
+          cp_async_16(dst + kTileBytes, vsrc, ok ? 16 : 0);
+        } else {  // caches only 2-byte aligned: stage the 8 elements through registers
+          st_shared_16(dst, ok ? load_8_unaligned(ksrc) : make_uint4(0, 0, 0, 0));
+          st_shared_16(dst + kTileBytes, ok ? load_8_unaligned(vsrc) : make_uint4(0, 0, 0, 0));
+        }
+      }
+    };
+
+    // Prologue: the first kStages-1 tiles in flight, then the ids of the next one.
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) {
+      if (s < num_tiles) {
+        load_ids(s);
+        issue(s);
+      }
+      cp_async_commit();
+    }
+    if (kStages - 1 < num_tiles) load_ids(kStages - 1);
+
+    // Query fragments (rows beyond `rows` are zero) and the causal limits of this thread's
+    // two rows: key j is visible to row r iff j < limit[r].
+    uint32_t qf[D / 16][4];
+    int limit[2];
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int r = rc * kDecodeRows + gid + 8 * hr;
+      const bool valid = r < p.rows;
+      const int i = r / p.group;
+      const uint16_t* qrow = nullptr;
+      if (valid) {
+        const int64_t token = static_cast<int64_t>(b) * p.q_len + i;
+        const int head = kvh * p.group + (r - i * p.group);
+        qrow = static_cast<const uint16_t*>(p.q) + token * p.q_stride + static_cast<int64_t>(head) * D;
+      }
+#pragma unroll
+      for (int ks = 0; ks < D / 16; ++ks) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          uint32_t v = 0;
+          if (valid) {
+            const int d = ks * 16 + half * 8 + 2 * t4;
+            v = static_cast<uint32_t>(qrow[d]) | (static_cast<uint32_t>(qrow[d + 1]) << 16);
+          }
+          qf[ks][hr + 2 * half] = v;
+        }
+      }
+      limit[hr] = p.causal ? min(k1, i + len - p.q_len + 1) : k1;
+    }
+    const int min_limit = min(limit[0], limit[1]);
+    // Keys at or past this are masked for every row of the warp (warp-uniform skip).
+    const int warp_limit = __reduce_max_sync(0xffffffffu, max(limit[0], limit[1]));
+
+    float o[D / 8][4];
+#pragma unroll
+    for (int nt = 0; nt < D / 8; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.0f;
+    float m[2] = {kNegInf, kNegInf};
+    float l[2] = {0.0f, 0.0f};
+
+    for (int tile = 0; tile < num_tiles; ++tile) {
+      cp_async_wait<kStages - 2>();
+      __syncthreads();  // tile landed for all threads; the buffer refilled below is free
+      const int next = tile + kStages - 1;
+      if (next < num_tiles) issue(next);
+      cp_async_commit();
+      if (next + 1 < num_tiles) load_ids(next + 1);
+
+      const int key0 = k0 + tile * kDecodeTileKeys + warp * 16;  // this warp's 16 keys
+      if (key0 >= warp_limit) continue;  // every key of this warp is masked
+      const uint32_t kbase = smem_base + (tile % kStages) * kStageBytes;
+      const uint32_t vbase = kbase + kTileBytes;
+      const int mrow = lane & 7;
+      const int mat = lane >> 3;
+
+      float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+      for (int ks = 0; ks < D / 16; ++ks) {
+        const int key = warp * 16 + (mat >> 1) * 8 + mrow;
+        const int chunk = 2 * ks + (mat & 1);
+        uint32_t kb[4];
+        ldmatrix_x4(kb, kbase + key * kRowBytes + ((chunk ^ mrow) << 4));
+        mma_16816<T>(s[0], qf[ks], kb[0], kb[1]);
+        mma_16816<T>(s[1], qf[ks], kb[2], kb[3]);
+      }
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[nt][e] *= p.scale_log2;
+      }
+      if (key0 + 16 > min_limit) {
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int key = key0 + nt * 8 + 2 * t4 + (e & 1);
+            if (key >= limit[e >> 1]) s[nt][e] = kNegInf;
+          }
+        }
+      }
+      // Online softmax (log2 domain) for rows g (hr 0) and g+8 (hr 1).
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        float mx = fmaxf(fmaxf(s[0][2 * hr], s[0][2 * hr + 1]), fmaxf(s[1][2 * hr], s[1][2 * hr + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float m_new = fmaxf(m[hr], mx);
+        const float base = m_new == kNegInf ? 0.0f : m_new;
+        const float alpha = fast_exp2(m[hr] - base);
+        m[hr] = m_new;
+        float sum = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+          s[nt][2 * hr] = fast_exp2(s[nt][2 * hr] - base);
+          s[nt][2 * hr + 1] = fast_exp2(s[nt][2 * hr + 1] - base);
+          sum += s[nt][2 * hr] + s[nt][2 * hr + 1];
+        }
+        l[hr] = l[hr] * alpha + sum;
+#pragma unroll
+        for (int nt = 0; nt < D / 8; ++nt) {
+          o[nt][2 * hr] *= alpha;
+          o[nt][2 * hr + 1] *= alpha;
+        }
+      }
+      const uint32_t pa[4] = {pack2<T>(s[0][0], s[0][1]), pack2<T>(s[0][2], s[0][3]),
+                              pack2<T>(s[1][0], s[1][1]), pack2<T>(s[1][2], s[1][3])};
+#pragma unroll
+      for (int dt = 0; dt < D / 16; ++dt) {
+        const int key = warp * 16 + (mat & 1) * 8 + mrow;
+        const int chunk = 2 * dt + (mat >> 1);
+        uint32_t vb[4];
+        ldmatrix_x4_trans(vb, vbase + key * kRowBytes + ((chunk ^ mrow) << 4));
+        mma_16816<T>(o[2 * dt], pa, vb[0], vb[1]);
+        mma_16816<T>(o[2 * dt + 1], pa, vb[2], vb[3]);
+      }
+    }
+
+    // Merge the four warps' partial softmax states through shared memory.
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      l[hr] += __shfl_xor_sync(0xffffffffu, l[hr], 1);
+      l[hr] += __shfl_xor_sync(0xffffffffu, l[hr], 2);
+    }
+    cp_async_wait<0>();
+    __syncthreads();  // every warp is done with the tiles: reuse their memory
+    float* red_o = reinterpret_cast<float*>(smem);                       // [warps][16][D+8]
+    float* red_ml = red_o + kDecodeWarps * kDecodeRows * kRedStride;     // [warps][16][2]
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int row = warp * kDecodeRows + gid + 8 * hr;
+#pragma unroll
+      for (int nt = 0; nt < D / 8; ++nt) {
+        *reinterpret_cast<float2*>(red_o + row * kRedStride + nt * 8 + 2 * t4) =
+            make_float2(o[nt][2 * hr], o[nt][2 * hr + 1]);
+      }
+      if (t4 == 0) {
+        red_ml[row * 2] = m[hr];
+        red_ml[row * 2 + 1] = l[hr];
+      }
+    }
+    __syncthreads();
+
+    const bool direct = n_chunks == 1;
+    for (int idx = tid; idx < kDecodeRows * (D / 4); idx += kDecodeThreads) {
+      const int r = idx / (D / 4);
+      const int d = (idx % (D / 4)) * 4;
+      const int rg = rc * kDecodeRows + r;
+      if (rg >= p.rows) break;  // idx grows with r
+      float mstar = kNegInf;
+#pragma unroll
+      for (int wv = 0; wv < kDecodeWarps; ++wv) mstar = fmaxf(mstar, red_ml[(wv * kDecodeRows + r) * 2]);
+      float lsum = 0.0f;
+      float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (mstar != kNegInf) {
+#pragma unroll
+        for (int wv = 0; wv < kDecodeWarps; ++wv) {
+          const int row = wv * kDecodeRows + r;
+          const float f = fast_exp2(red_ml[row * 2] - mstar);
+          lsum += f * red_ml[row * 2 + 1];
+          const float4 x = *reinterpret_cast<const float4*>(red_o + row * kRedStride + d);
+          acc.x += f * x.x;
+          acc.y += f * x.y;
+          acc.z += f * x.z;
+          acc.w += f * x.w;
+        }
+      }
+      const float inv = lsum > 0.0f ? 1.0f / lsum : 0.0f;
+      acc.x *= inv;
+      acc.y *= inv;
+      acc.z *= inv;
+      acc.w *= inv;
+      const float lse2 = lsum > 0.0f ? mstar + __log2f(lsum) : kNegInf;
+      const int i = rg / p.group;
+      const int head = kvh * p.group + (rg - i * p.group);
+      const int64_t token = static_cast<int64_t>(b) * p.q_len + i;
+      if (direct) {
+        uint16_t* dst = static_cast<uint16_t*>(p.out) + token * p.out_stride +
+                        static_cast<int64_t>(head) * D + d;
+        dst[0] = to_bits<T>(acc.x);
+        dst[1] = to_bits<T>(acc.y);
+        dst[2] = to_bits<T>(acc.z);
+        dst[3] = to_bits<T>(acc.w);
+        if (p.lse != nullptr && d == 0) {
+          p.lse[head * p.lse_head_stride + token] = lse2 * 0.69314718055994531f;
+        }
+      } else {
+        const int64_t wi =
+            ((static_cast<int64_t>(b) * p.num_splits + split) * p.num_kv_heads + kvh) * p.rows + rg;
+        *reinterpret_cast<float4*>(p.ws_o + wi * D + d) = acc;
+        if (d == 0) p.ws_lse[wi] = lse2;
+      }
+    }
+    __syncthreads();  // the next item's copies overwrite the merge buffer
+  }
+}
+
+// ---- merge of the splits: one warp per output row ------------------------------------------
+template <typename T, int D>
+__global__ void __launch_bounds__(128) decode_merge_kernel(const __grid_constant__ DecodeParams p) {
+  const int lane = threadIdx.x & 31;
+  const int64_t row_id = static_cast<int64_t>(blockIdx.x) * 4 + (threadIdx.x >> 5);
+  const int64_t total = static_cast<int64_t>(p.num_seqs) * p.q_len * p.num_heads;
+  if (row_id >= total) return;
+  const int head = static_cast<int>(row_id % p.num_heads);
+  const int64_t token = row_id / p.num_heads;
+  const int b = static_cast<int>(token / p.q_len);
+  const int i = static_cast<int>(token - static_cast<int64_t>(b) * p.q_len);
+  const int len = seq_len(p, b, false);
+  const int n = num_chunks(len, p.chunk_keys);
+  if (n <= 1) return;  // written by the split kernel
+  const int kvh = head / p.group;
+  const int r = i * p.group + (head - kvh * p.group);
+  const int64_t wi0 = (static_cast<int64_t>(b) * p.num_splits * p.num_kv_heads + kvh) * p.rows + r;
+  const int64_t wi_step = static_cast<int64_t>(p.num_kv_heads) * p.rows;
+
+  float mx = kNegInf;
+  for (int c = lane; c < n; c += 32) mx = fmaxf(mx, p.ws_lse[wi0 + c * wi_step]);
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+
+  constexpr int kPerLane = (D + 127) / 128;  // float4s per lane
+  float4 acc[kPerLane];
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) acc[j] = make_float4(0.f, 0.f, 0.f, 0.f);
+  float wsum = 0.0f;
+  if (mx != kNegInf) {
+    for (int c = 0; c < n; ++c) {
+      const int64_t wi = wi0 + c * wi_step;
+      const float f = fast_exp2(p.ws_lse[wi] - mx);
+      wsum += f;
+#pragma unroll
+      for (int j = 0; j < kPerLane; ++j) {
+        const int d = (lane + 32 * j) * 4;
+        if (d < D) {
+          const float4 x = *reinterpret_cast<const float4*>(p.ws_o + wi * D + d);
+          acc[j].x += f * x.x;
+          acc[j].y += f * x.y;
+          acc[j].z += f * x.z;
+          acc[j].w += f * x.w;
+        }
+      }
+    }
+  }
+  const float inv = wsum > 0.0f ? 1.0f / wsum : 0.0f;
+  uint16_t* dst = static_cast<uint16_t*>(p.out) + token * p.out_stride + static_cast<int64_t>(head) * D;
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) {
+    const int d = (lane + 32 * j) * 4;
+    if (d < D) {
+      dst[d] = to_bits<T>(acc[j].x * inv);
+      dst[d + 1] = to_bits<T>(acc[j].y * inv);
+      dst[d + 2] = to_bits<T>(acc[j].z * inv);
+      dst[d + 3] = to_bits<T>(acc[j].w * inv);
+    }
+  }
+  if (p.lse != nullptr && lane == 0) {
+    p.lse[head * p.lse_head_stride + token] =
+        wsum > 0.0f ? (mx + __log2f(wsum)) * 0.69314718055994531f : kNegInf;
+  }
+}
+
+// ---- host side -----------------------------------------------------------------------------
+constexpr int kMaxDevices = 64;
+
+// Raises the kernel's dynamic shared-memory limit once per device; returns its occupancy.
+template <typename T, int D, bool kAligned16>
+int prepare_kernel(int device) {
+  static std::array<std::atomic<int>, kMaxDevices> ctas{};
+  KVATTN_CHECK(device >= 0 && device < kMaxDevices, "decode_attention: device must be in [0, ",
+               kMaxDevices, ") but is ", device);
+  int n = ctas[device].load(std::memory_order_acquire);
+  if (n > 0) return n;
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  n = ctas[device].load(std::memory_order_acquire);
+  if (n > 0) return n;
+  DeviceGuard guard(device);
+  constexpr int smem = smem_bytes_for<D>();
+  CUDA_CHECK(cudaFuncSetAttribute(decode_split_kernel<T, D, kAligned16>,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      &n, decode_split_kernel<T, D, kAligned16>, kDecodeThreads, smem));
+  KVATTN_CHECK(n > 0, "decode_attention: the head_dim ", D, " kernel does not fit on an SM");
+  ctas[device].store(n, std::memory_order_release);
+  return n;
+}
+
+template <typename T, int D>
+void launch(const DecodeParams& p, bool aligned, int device, cudaStream_t stream) {
+  const int ctas = aligned ? prepare_kernel<T, D, true>(device) : prepare_kernel<T, D, false>(device);
+  const int64_t slots = static_cast<int64_t>(sm_count(device)) * ctas;
+  const auto grid = static_cast<unsigned>(p.num_items < slots ? p.num_items : slots);
+  if (aligned) {
+    decode_split_kernel<T, D, true><<<grid, kDecodeThreads, smem_bytes_for<D>(), stream>>>(p);
+  } else {
+    decode_split_kernel<T, D, false><<<grid, kDecodeThreads, smem_bytes_for<D>(), stream>>>(p);
+  }
+  CUDA_CHECK_LAUNCH();
+  if (p.num_splits > 1) {
+    const int64_t rows = static_cast<int64_t>(p.num_seqs) * p.q_len * p.num_heads;
+    decode_merge_kernel<T, D><<<static_cast<unsigned>((rows + 3) / 4), 128, 0, stream>>>(p);
+    CUDA_CHECK_LAUNCH();
+  }
+}
+
+// The one dispatch point: dtype x head_dim. Supported: bf16, fp16 x 64, 128.
+template <typename Fn>
+void dispatch(DType dtype, int64_t head_dim, Fn&& fn) {
+  KVATTN_CHECK(dtype == DType::kBF16 || dtype == DType::kF16,
+               "decode_attention: unsupported dtype on CUDA: ", dtype, " (bfloat16, float16)");
+  const bool bf16 = dtype == DType::kBF16;
+  switch (head_dim) {
+    case 64:
+      bf16 ? fn.template operator()<__nv_bfloat16, 64>() : fn.template operator()<__half, 64>();
+      return;
+    case 128:
+      bf16 ? fn.template operator()<__nv_bfloat16, 128>() : fn.template operator()<__half, 128>();
+      return;
+    default:
+      KVATTN_FAIL("decode_attention: unsupported head_dim: ", head_dim,
+                  " (the CUDA kernel supports 64 and 128)");
+  }
+}
+
+bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
+
+}  // namespace
+
+int decode_ctas_per_sm(int device, int64_t head_dim) {
+  int n = 0;
+  dispatch(DType::kBF16, head_dim,
+           [&]<typename T, int D>() { n = prepare_kernel<T, D, true>(device); });
+  return n;
+}
+
+void decode_attention(const DecodeArgs& args, const AttentionShape& shape) {
+  if (shape.num_seqs == 0) return;
+  constexpr std::string_view fn = "decode_attention";
+  // 16-byte copies need 16-byte aligned rows; other layouts take a slower register-staged path.
+  const int64_t es = dtype_size(args.q.dtype);
+  const bool aligned = aligned16(args.k_cache.data) && aligned16(args.v_cache.data) &&
+                       (args.k_cache.stride(0) * es) % 16 == 0 &&
+                       (args.v_cache.stride(0) * es) % 16 == 0;
+  const int64_t capacity = shape.max_blocks_per_seq * shape.block_size;
+  KVATTN_CHECK(capacity < (int64_t{1} << 30) && shape.num_blocks < (int64_t{1} << 31) &&
+                   shape.num_seqs < (int64_t{1} << 30),
+               fn, ": sizes past the CUDA kernel's 32-bit indexing (capacity ", capacity,
+               ", num_blocks ", shape.num_blocks, ")");
+
+  DecodeParams p;
+  p.q = args.q.data;
+  p.out = args.out.data;
+  p.lse = args.lse.defined() ? static_cast<float*>(args.lse.data) : nullptr;
+  p.k_cache = args.k_cache.data;
+  p.v_cache = args.v_cache.data;
+  p.block_table = args.block_table.ptr<const int32_t>();
+  p.cache_seqlens = args.cache_seqlens.ptr<const int32_t>();
+  p.q_stride = args.q.stride(0);
+  p.out_stride = args.out.stride(0);
+  p.k_block_stride = args.k_cache.stride(0);
+  p.v_block_stride = args.v_cache.stride(0);
+  p.bt_stride = args.block_table.stride(0);
+  p.lse_head_stride = p.lse != nullptr ? args.lse.stride(0) : 0;
+  p.num_seqs = static_cast<int>(shape.num_seqs);
+  p.num_heads = static_cast<int>(shape.num_heads);
+  p.num_kv_heads = static_cast<int>(shape.num_kv_heads);
+  p.group = static_cast<int>(shape.num_heads / shape.num_kv_heads);
+  p.q_len = static_cast<int>(args.q_len);
+  p.rows = p.group * p.q_len;
+  p.row_chunks = (p.rows + kDecodeRows - 1) / kDecodeRows;
+  p.block_size = static_cast<int>(shape.block_size);
+  p.num_blocks = static_cast<int>(shape.num_blocks);
+  p.capacity = static_cast<int>(capacity);
+  p.num_splits = args.plan.num_splits;
+  p.chunk_keys = static_cast<int>(decode_chunk_keys(capacity, p.num_splits));
+  p.scale_log2 = shape.scale * 1.4426950408889634f;
+  p.causal = args.causal ? 1 : 0;
+  p.num_items = shape.num_seqs * p.num_splits * p.row_chunks * shape.num_kv_heads;
+  if (p.num_splits > 1) {
+    const int64_t need = decode_workspace_bytes(shape.num_seqs, shape.num_heads, shape.head_dim,
+                                                args.q_len, p.num_splits);
+    KVATTN_CHECK(args.workspace.defined() && args.workspace.nbytes() >= need, fn,
+                 ": a plan of ", p.num_splits, " splits needs a workspace of ", need,
+                 " bytes but got ", (args.workspace.defined() ? args.workspace.nbytes() : 0));
+    KVATTN_CHECK(aligned16(args.workspace.data), fn, ": workspace must be 16-byte aligned");
+    p.ws_o = static_cast<float*>(args.workspace.data);
+    p.ws_lse = p.ws_o + p.num_items / p.row_chunks * p.rows * shape.head_dim;
+  }
+
+  const int device = args.q.device.index;
+  DeviceGuard guard(device);
+  p.fault_word = fault_word_ptr(device);
+  auto stream = static_cast<cudaStream_t>(args.stream.handle);
+  dispatch(args.q.dtype, shape.head_dim,
+           [&]<typename T, int D>() { launch<T, D>(p, aligned, device, stream); });
+}
+
+}  // namespace kvattn::cuda

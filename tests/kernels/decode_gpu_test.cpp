@@ -1,0 +1,491 @@
+// decode_attention on the GPU against the float64 reference and the CPU backend, on random
+// paged caches (non-identity block tables, NaN in every slot no sequence owns, block strides
+// wider than a block), with poisoned outputs, across page sizes, GQA groups, head dims,
+// dtypes, q_len > 1, empty sequences, split plans and non-contiguous q/out. Also: bad block
+// ids and lengths are caught by the fault word without touching memory out of bounds, and a
+// CUDA-graph capture of one decode replays to the same result.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <sstream>
+
+#include "kvattn/kernels/decode_attention.h"
+#include "kvattn/kernels/device_faults.h"
+#include "kernels/gpu_test_support.h"
+#include "support/case_util.h"
+#include "support/paged_case.h"
+#include "support/reference.h"
+#include "support/test_util.h"
+
+namespace kvattn {
+namespace {
+
+using test::Mirror;
+using test::pick;
+using test::uniform_int;
+
+const Device kGpu = Device::cuda(0);
+
+#define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
+
+struct DecodeCase {
+  DType dt = DType::kBF16;
+  int64_t d = 128, bs = 16, hkv = 2, group = 4, q_len = 1;
+  std::vector<int64_t> lens;
+  bool causal = true;
+  int plan_mode = 0;  // 0: library plan, 1: plan_decode + own workspace, 2: forced splits
+  int forced_splits = 1;
+  bool aligned_cache = true;  // 16-byte aligned layout (fast path) or the generator's layout
+  int64_t q_pad = 0, out_pad = 0;
+  bool with_lse = true;
+  float q_range = 1.0f;
+  float scale = 0.0f;
+
+  std::string describe() const {
+    std::ostringstream os;
+    os << dt << " d " << d << " bs " << bs << " hkv " << hkv << " group " << group << " q_len "
+       << q_len << (causal ? " causal" : " non-causal") << " plan " << plan_mode << "/"
+       << forced_splits << (aligned_cache ? " aligned" : " unaligned") << " q_pad " << q_pad
+       << " out_pad " << out_pad << " q_range " << q_range << " lens [";
+    for (size_t i = 0; i < lens.size() && i < 12; ++i) os << (i ? " " : "") << lens[i];
+    if (lens.size() > 12) os << " ... (" << lens.size() << ")";
+    os << "]";
+    return os.str();
+  }
+};
+
+// The generator's caches moved into a 16-byte aligned layout (same block ids and contents).
+struct Relaid {
+  Tensor storage;
+  TensorView k, v;
+};
+Relaid relayout_aligned(std::mt19937_64& rng, const test::PagedKv& kv) {
+  const TensorView& k = kv.k_cache;
+  const int64_t es = dtype_size(k.dtype);
+  const int64_t nb = k.size(0), block = k.size(1) * k.size(2) * k.size(3);
+  const int64_t pad = pick(rng, std::vector<int64_t>{0, 0, 8, 64});
+  const bool fused = uniform_int(rng, 0, 1) == 1;
+  const int64_t guard = 64;
+  const int64_t stride = (fused ? 2 * block : block) + pad;
+  const int64_t region = 2 * guard + nb * stride;
+  Relaid r;
+  r.storage = Tensor::empty({(fused ? region : 2 * region) * es}, DType::kU8);
+  std::memset(r.storage.data(), 0xFF, static_cast<size_t>(r.storage.nbytes()));
+  char* base = static_cast<char*>(r.storage.data());
+  char* kb = base + guard * es;
+  char* vb = fused ? kb + block * es : base + (region + guard) * es;
+  for (int64_t b = 0; b < nb; ++b) {
+    std::memcpy(kb + b * stride * es, static_cast<const char*>(k.data) + b * k.stride(0) * es,
+                static_cast<size_t>(block * es));
+    std::memcpy(vb + b * stride * es,
+                static_cast<const char*>(kv.v_cache.data) + b * kv.v_cache.stride(0) * es,
+                static_cast<size_t>(block * es));
+  }
+  const std::vector<int64_t> shape = {nb, k.size(1), k.size(2), k.size(3)};
+  const std::vector<int64_t> strides = {stride, k.size(2) * k.size(3), k.size(3), 1};
+  r.k = TensorView(kb, k.dtype, Device::cpu(), shape, strides);
+  r.v = TensorView(vb, k.dtype, Device::cpu(), shape, strides);
+  return r;
+}
+
+struct Outcome {
+  test::ErrorStats vs_ref, vs_cpu;
+  test::LseStats lse;
+  bool untouched = true;
+  uint32_t faults = 0;
+};
+
+// Runs one case: the float64 reference, the CPU backend and the GPU on the same inputs.
+Outcome run_case(const DecodeCase& dc, std::mt19937_64& rng) {
+  Outcome res;
+  const int64_t B = static_cast<int64_t>(dc.lens.size());
+  const int64_t H = dc.hkv * dc.group;
+  const int64_t rows = B * dc.q_len;
+  test::PagedKv kv = test::make_paged_kv(rng, dc.dt, dc.hkv, dc.d, dc.bs, dc.lens,
+                                         pick(rng, std::vector<float>{-1.0f, 0.5f}), 1.5f);
+  Relaid relaid;
+  TensorView k_host = kv.k_cache, v_host = kv.v_cache;
+  const Tensor* cache_storage = &kv.storage;
+  if (dc.aligned_cache) {
+    relaid = relayout_aligned(rng, kv);
+    k_host = relaid.k;
+    v_host = relaid.v;
+    cache_storage = &relaid.storage;
+  }
+  test::RowBuffer qb = test::make_rows(rows, H, dc.d, dc.dt, dc.q_pad, dc.q_pad ? 3 : 0);
+  test::fill_uniform(qb.view, rng, -dc.q_range, dc.q_range);
+  Tensor lens_t = test::int_tensor(dc.lens);
+  const double scale = dc.scale > 0 ? dc.scale : 1.0 / std::sqrt(static_cast<double>(dc.d));
+
+  const test::RefAttention ref = test::decode_reference(qb.view, k_host, v_host, kv.block_table,
+                                                        lens_t, dc.q_len, scale, dc.causal);
+
+  // The CPU backend on the same inputs.
+  test::RowBuffer cpu_out = test::make_rows(rows, H, dc.d, dc.dt, 0);
+  {
+    DecodeArgs a;
+    a.q = qb.view;
+    a.k_cache = k_host;
+    a.v_cache = v_host;
+    a.block_table = kv.block_table;
+    a.cache_seqlens = lens_t;
+    a.q_len = dc.q_len;
+    a.softmax_scale = dc.scale;
+    a.causal = dc.causal;
+    a.out = cpu_out.view;
+    decode_attention(a);
+  }
+
+  // The GPU run.
+  const Mirror caches = Mirror::of(*cache_storage);
+  const Mirror table = Mirror::of(kv.table_storage);
+  const Mirror q = Mirror::of(qb.storage);
+  test::RowBuffer ob = test::make_rows(rows, H, dc.d, dc.dt, dc.out_pad, dc.out_pad ? 1 : 0);
+  const Mirror out = Mirror::of(ob.storage);
+  Tensor lse_host = Tensor::empty({H, std::max<int64_t>(rows, 1)}, DType::kF32);
+  std::memset(lse_host.data(), 0xFF, static_cast<size_t>(lse_host.nbytes()));
+  const TensorView lse_view(lse_host.data(), DType::kF32, Device::cpu(), {H, rows});
+  const Mirror lse = Mirror::of(lse_host);
+  const Tensor lens_dev = lens_t.to(kGpu);
+
+  DecodeArgs a;
+  a.q = q.on_device(qb.view);
+  a.k_cache = caches.on_device(k_host);
+  a.v_cache = caches.on_device(v_host);
+  a.block_table = table.on_device(kv.block_table);
+  a.cache_seqlens = lens_dev;
+  a.q_len = dc.q_len;
+  a.softmax_scale = dc.scale;
+  a.causal = dc.causal;
+  a.out = out.on_device(ob.view);
+  if (dc.with_lse) a.lse = lse.on_device(lse_view);
+  Tensor workspace;
+  if (dc.plan_mode == 1) {
+    const int64_t capacity = kv.block_table.size(1) * dc.bs;
+    a.plan = plan_decode(B, H, dc.hkv, dc.d, dc.q_len, capacity, kGpu);
+  } else if (dc.plan_mode == 2) {
+    const int64_t bytes = static_cast<int64_t>(dc.forced_splits) * B * H * dc.q_len * (dc.d + 1) * 4;
+    a.plan = DecodePlan{dc.forced_splits, dc.forced_splits > 1 ? bytes : 0};
+  }
+  if (a.plan.workspace_bytes > 0) {
+    workspace = Tensor::empty({a.plan.workspace_bytes}, DType::kU8, kGpu);
+    EXPECT_EQ(cudaMemset(workspace.data(), 0xFF, static_cast<size_t>(workspace.nbytes())),
+              cudaSuccess);  // NaN: a merge that reads an unwritten split shows it
+    a.workspace = workspace;
+  }
+  EXPECT_EQ(read_device_faults(kGpu), 0u) << "fault word not clean before the case";
+  decode_attention(a);
+  res.faults = read_device_faults(kGpu);
+
+  const Tensor out_back = out.download();
+  const TensorView got = out.in(out_back, ob.view);
+  const auto got_d = test::to_doubles(got);
+  res.vs_ref = test::compare(got_d, ref.out);
+  res.vs_cpu = test::compare(got_d, test::to_doubles(cpu_out.view));
+  res.untouched = test::untouched_outside(out_back, got);
+  if (dc.with_lse) {
+    const Tensor lse_back = lse.download();
+    res.lse = test::compare_lse(test::to_doubles(lse.in(lse_back, lse_view)), ref.lse);
+  }
+  return res;
+}
+
+void check(const DecodeCase& dc, const Outcome& r) {
+  const double tol = 1e-2;
+  EXPECT_FALSE(r.vs_ref.has_nan) << "NaN in the output (or in the reference)";
+  EXPECT_LT(r.vs_ref.rel_l2, tol) << "vs float64 reference, max abs " << r.vs_ref.max_abs;
+  EXPECT_LT(r.vs_cpu.rel_l2, tol) << "vs CPU backend, max abs " << r.vs_cpu.max_abs;
+  EXPECT_TRUE(r.untouched) << "bytes of the out buffer outside the view changed";
+  EXPECT_EQ(r.faults, 0u);
+  if (dc.with_lse) {
+    EXPECT_TRUE(r.lse.ok) << "LSE NaN or -inf mismatch";
+    EXPECT_LT(r.lse.max_abs, 2e-3) << "LSE max abs error";
+  }
+  std::ostringstream key;
+  key << "decode gpu " << dc.dt << " d" << dc.d;
+  test::record_error(key.str(), r.vs_ref, dc.with_lse ? r.lse.max_abs : -1.0);
+}
+
+std::vector<int64_t> random_lens(std::mt19937_64& rng, int64_t n, int64_t max_len, bool zeros) {
+  std::vector<int64_t> lens(static_cast<size_t>(n));
+  for (auto& l : lens) {
+    l = pick(rng, std::vector<int64_t>{1, 54, 97, std::min<int64_t>(1000, max_len),
+                                       uniform_int(rng, 1, max_len)});
+    if (zeros && uniform_int(rng, 0, 9) == 0) l = 0;
+    l = std::min(l, max_len);
+  }
+  return lens;
+}
+
+TEST(DecodeGpu, SweepAgainstReferenceAndCpu) {
+  const bool quick = test::quick_mode();
+  const int cases = quick ? 12 : 96;
+  const std::vector<int64_t> pages = {1, 16, 32, 64, 128, 256};
+  for (int c = 0; c < cases; ++c) {
+    if (!test::case_selected(c)) continue;
+    const uint64_t seed = test::case_seed();
+    std::mt19937_64 rng(seed);
+    DecodeCase dc;
+    dc.dt = c % 2 ? DType::kBF16 : DType::kF16;
+    dc.d = (c / 2) % 2 ? 128 : 64;
+    dc.bs = pages[(c / 4) % pages.size()];
+    dc.group = std::vector<int64_t>{1, 2, 4, 8}[(c / 24) % 4];
+    dc.hkv = pick(rng, std::vector<int64_t>{1, 2, 3});
+    const int64_t B = pick(rng, std::vector<int64_t>{1, 3, 17});
+    dc.lens = random_lens(rng, B, quick ? 200 : 1300, true);
+    if (c % 4 == 1) {
+      dc.q_len = pick(rng, std::vector<int64_t>{2, 3, 5});
+      dc.causal = uniform_int(rng, 0, 5) != 0;
+    }
+    dc.plan_mode = c % 3;
+    dc.forced_splits = static_cast<int>(pick(rng, std::vector<int64_t>{1, 2, 3, 7}));
+    dc.aligned_cache = c % 5 != 4;
+    dc.q_pad = pick(rng, std::vector<int64_t>{0, 0, 8, 3});
+    dc.out_pad = pick(rng, std::vector<int64_t>{0, 0, 5});
+    dc.with_lse = uniform_int(rng, 0, 1) == 1;
+    dc.q_range = pick(rng, std::vector<float>{1.0f, 1.0f, 8.0f});
+    dc.scale = uniform_int(rng, 0, 4) == 0 ? 0.3f : 0.0f;
+    SCOPED_TRACE(test::case_note(c, seed, dc.describe()));
+    check(dc, run_case(dc, rng));
+  }
+}
+
+// Long contexts, a batch of 256, many query rows (GQA 8 x q_len 3: two row tiles), q_len
+// longer than some sequences, and all-empty batches.
+TEST(DecodeGpu, ShapesAtTheEdges) {
+  const bool quick = test::quick_mode();
+  std::vector<DecodeCase> list;
+  DecodeCase base;
+  {
+    DecodeCase dc = base;  // one 32k sequence, page 16 and 256
+    dc.lens = {quick ? 3000 : 32768};
+    list.push_back(dc);
+    dc.bs = 256;
+    dc.dt = DType::kF16;
+    list.push_back(dc);
+    dc.plan_mode = 2;  // no split: one CTA per KV head streams all of it
+    dc.forced_splits = 1;
+    list.push_back(dc);
+  }
+  {
+    DecodeCase dc = base;  // 256 sequences, some empty
+    dc.group = 2;
+    dc.hkv = 2;
+    dc.lens.resize(quick ? 20 : 256);
+    list.push_back(dc);
+    dc.plan_mode = 1;
+    dc.bs = 32;
+    dc.d = 64;
+    list.push_back(dc);
+  }
+  {
+    DecodeCase dc = base;  // 24 rows per KV head
+    dc.group = 8;
+    dc.q_len = 3;
+    dc.hkv = 1;
+    dc.lens = {1, 2, 3, 700, 64};
+    list.push_back(dc);
+    dc.plan_mode = 2;
+    dc.forced_splits = 3;
+    dc.causal = false;
+    list.push_back(dc);
+  }
+  {
+    DecodeCase dc = base;  // nothing to attend to at all
+    dc.lens = {0, 0, 0};
+    list.push_back(dc);
+    dc.plan_mode = 2;
+    dc.forced_splits = 4;
+    list.push_back(dc);
+  }
+  for (size_t c = 0; c < list.size(); ++c) {
+    if (!test::case_selected(static_cast<int>(c))) continue;
+    const uint64_t seed = test::case_seed();
+    std::mt19937_64 rng(seed);
+    DecodeCase dc = list[c];
+    if (dc.lens.size() >= 20) dc.lens = random_lens(rng, static_cast<int64_t>(dc.lens.size()), 1000, true);
+    SCOPED_TRACE(test::case_note(static_cast<int>(c), seed, dc.describe()));
+    check(dc, run_case(dc, rng));
+  }
+}
+
+// Bad block ids and lengths: the kernel never touches memory outside the cache (memcheck
+// proves it), records the fault bits, and the healthy sequences still come out right.
+TEST(DecodeGpu, BadIndicesAreCaughtByTheFaultWord) {
+  const uint64_t seed = test::case_seed();
+  std::mt19937_64 rng(seed);
+  SCOPED_TRACE(test::case_note(0, seed, "bad block ids and cache_seqlens"));
+  const int64_t hkv = 2, group = 4, d = 128, bs = 16, H = hkv * group;
+  const std::vector<int64_t> lens = {100, 200, 50, 300};
+  test::PagedKv kv = test::make_paged_kv(rng, DType::kBF16, hkv, d, bs, lens);
+  Relaid r = relayout_aligned(rng, kv);
+  test::RowBuffer qb = test::make_rows(4, H, d, DType::kBF16, 0);
+  test::fill_uniform(qb.view, rng);
+  Tensor lens_t = test::int_tensor(lens);
+  const test::RefAttention ref =
+      test::decode_reference(qb.view, r.k, r.v, kv.block_table, lens_t, 1, 1 / std::sqrt(128.0), true);
+
+  for (int mode = 0; mode < 2; ++mode) {
+    // Corrupt sequence 1's table (mode 0) or sequence 1's and 3's lengths (mode 1).
+    Tensor table = Tensor::empty({kv.table_storage.nbytes()}, DType::kU8);
+    std::memcpy(table.data(), kv.table_storage.data(), static_cast<size_t>(table.nbytes()));
+    TensorView table_view = kv.block_table;
+    table_view.data = table.data();
+    std::vector<int64_t> bad_lens = lens;
+    const int64_t row = kv.block_table.stride(0);
+    if (mode == 0) {
+      table.ptr<int32_t>()[row * 1 + 3] = static_cast<int32_t>(kv.k_cache.size(0) + 7);
+      table.ptr<int32_t>()[row * 1 + 5] = -3;
+    } else {
+      bad_lens[1] = kv.block_table.size(1) * bs + 50;  // past the table's capacity
+      bad_lens[3] = -5;
+    }
+    Tensor bad_lens_t = test::int_tensor(bad_lens);
+    const Mirror caches = Mirror::of(r.storage);
+    const Mirror tbl = Mirror::of(table);
+    const Tensor q = qb.storage.to(kGpu);
+    test::RowBuffer ob = test::make_rows(4, H, d, DType::kBF16, 0);
+    const Mirror out = Mirror::of(ob.storage);
+    const Tensor lens_dev = bad_lens_t.to(kGpu);
+    for (int splits : {1, 5}) {
+      DecodeArgs a;
+      a.q = TensorView(q.data(), DType::kBF16, kGpu, {4, H, d});
+      a.k_cache = caches.on_device(r.k);
+      a.v_cache = caches.on_device(r.v);
+      a.block_table = tbl.on_device(table_view);
+      a.cache_seqlens = lens_dev;
+      a.out = out.on_device(ob.view);
+      Tensor ws;
+      if (splits > 1) {
+        const int64_t bytes = splits * 4 * H * (d + 1) * 4;
+        ws = Tensor::empty({bytes}, DType::kU8, kGpu);
+        a.plan = DecodePlan{splits, bytes};
+        a.workspace = ws;
+      }
+      ASSERT_EQ(read_device_faults(kGpu), 0u);
+      ASSERT_NO_THROW(decode_attention(a));
+      const uint32_t faults = read_device_faults(kGpu);
+      if (mode == 0) {
+        EXPECT_TRUE(faults & kFaultBlockOutOfRange) << "faults " << faults << " splits " << splits;
+      } else {
+        EXPECT_TRUE(faults & kFaultSeqlenOutOfRange) << "faults " << faults << " splits " << splits;
+      }
+      const Tensor back = out.download();
+      const auto got = test::to_doubles(out.in(back, ob.view));
+      for (int64_t b : {int64_t{0}, int64_t{2}}) {  // untouched sequences
+        const size_t n = static_cast<size_t>(H * d);
+        std::vector<double> g(got.begin() + b * n, got.begin() + (b + 1) * n);
+        std::vector<double> w(ref.out.begin() + b * n, ref.out.begin() + (b + 1) * n);
+        const auto e = test::compare(g, w);
+        EXPECT_LT(e.rel_l2, 1e-2) << "sequence " << b << " mode " << mode << " splits " << splits;
+      }
+      for (double x : got) {
+        ASSERT_TRUE(std::isfinite(x)) << "non-finite output, mode " << mode << " splits " << splits;
+      }
+    }
+  }
+}
+
+// A decode captured in a CUDA graph with its plan and workspace replays to the same result,
+// and a replay after new queries are written reads the new queries.
+TEST(DecodeGpu, CudaGraphCaptureAndReplay) {
+  const uint64_t seed = test::case_seed();
+  std::mt19937_64 rng(seed);
+  SCOPED_TRACE(test::case_note(0, seed, "graph capture"));
+  const int64_t hkv = 2, group = 4, d = 128, bs = 16, H = hkv * group;
+  const std::vector<int64_t> lens = {3000, 17, 0, 1200, 640};
+  const auto B = static_cast<int64_t>(lens.size());
+  test::PagedKv kv = test::make_paged_kv(rng, DType::kBF16, hkv, d, bs, lens);
+  Relaid r = relayout_aligned(rng, kv);
+  test::RowBuffer qb = test::make_rows(B, H, d, DType::kBF16, 0);
+  test::fill_uniform(qb.view, rng);
+  Tensor lens_t = test::int_tensor(lens);
+
+  const Mirror caches = Mirror::of(r.storage);
+  const Mirror tbl = Mirror::of(kv.table_storage);
+  const Tensor q = qb.storage.to(kGpu);
+  const Tensor out = Tensor::empty({B, H, d}, DType::kBF16, kGpu);
+  const Tensor lse = Tensor::empty({H, B}, DType::kF32, kGpu);
+  const Tensor lens_dev = lens_t.to(kGpu);
+
+  cudaStream_t stream = nullptr;
+  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  DecodeArgs a;
+  a.q = q;
+  a.k_cache = caches.on_device(r.k);
+  a.v_cache = caches.on_device(r.v);
+  a.block_table = tbl.on_device(kv.block_table);
+  a.cache_seqlens = lens_dev;
+  a.out = out;
+  a.lse = lse;
+  a.stream = Stream{stream};
+  a.plan = plan_decode(B, H, hkv, d, 1, kv.block_table.size(1) * bs, kGpu);
+  EXPECT_GT(a.plan.num_splits, 1) << "the case should exercise split + merge";
+  const Tensor ws = Tensor::empty({std::max<int64_t>(a.plan.workspace_bytes, 16)}, DType::kU8, kGpu);
+  a.workspace = ws;
+  decode_attention(a);  // warm-up outside the capture (first-use setup)
+  CUDA_OK(cudaStreamSynchronize(stream));
+
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  decode_attention(a);
+  CUDA_OK(cudaStreamEndCapture(stream, &graph));
+  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+
+  for (int round = 0; round < 2; ++round) {
+    if (round == 1) {  // new queries, same graph
+      test::fill_uniform(qb.view, rng, -4.0f, 4.0f);
+      copy_bytes(q.view(), qb.storage.view());
+    }
+    const test::RefAttention ref = test::decode_reference(qb.view, r.k, r.v, kv.block_table,
+                                                          lens_t, 1, 1 / std::sqrt(128.0), true);
+    CUDA_OK(cudaMemsetAsync(out.data(), 0xFF, static_cast<size_t>(out.nbytes()), stream));
+    CUDA_OK(cudaMemsetAsync(lse.data(), 0xFF, static_cast<size_t>(lse.nbytes()), stream));
+    CUDA_OK(cudaGraphLaunch(exec, stream));
+    CUDA_OK(cudaStreamSynchronize(stream));
+    const auto e = test::compare(test::to_doubles(out.to(Device::cpu())), ref.out);
+    EXPECT_FALSE(e.has_nan) << "round " << round;
+    EXPECT_LT(e.rel_l2, 1e-2) << "round " << round << " max abs " << e.max_abs;
+    const auto le = test::compare_lse(test::to_doubles(lse.to(Device::cpu())), ref.lse);
+    EXPECT_TRUE(le.ok) << "round " << round;
+    EXPECT_LT(le.max_abs, 2e-3) << "round " << round;
+  }
+  EXPECT_EQ(read_device_faults(kGpu), 0u);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+TEST(DecodeGpu, UnsupportedHeadDimIsAReadableError) {
+  std::mt19937_64 rng(test::case_seed());
+  const std::vector<int64_t> lens = {10};
+  test::PagedKv kv = test::make_paged_kv(rng, DType::kBF16, 1, 96, 16, lens);
+  const Mirror caches = Mirror::of(kv.storage);
+  const Mirror tbl = Mirror::of(kv.table_storage);
+  const Tensor q = Tensor::zeros({1, 1, 96}, DType::kBF16, kGpu);
+  const Tensor out = Tensor::empty({1, 1, 96}, DType::kBF16, kGpu);
+  const Tensor lens_dev = test::int_tensor(lens).to(kGpu);
+  DecodeArgs a;
+  a.q = q;
+  a.k_cache = caches.on_device(kv.k_cache);
+  a.v_cache = caches.on_device(kv.v_cache);
+  a.block_table = tbl.on_device(kv.block_table);
+  a.cache_seqlens = lens_dev;
+  a.out = out;
+  a.plan = DecodePlan{1, 0};
+  try {
+    decode_attention(a);
+    ADD_FAILURE() << "no error for head_dim 96";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unsupported head_dim: 96"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace kvattn
+
+KVATTN_GPU_TEST_MAIN()
