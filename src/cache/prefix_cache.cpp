@@ -58,7 +58,9 @@ void BlockManager::match_prefix(const Sequence& seq, std::vector<BlockId>& hits,
     const BlockId b = table_.find(block_hash(seq, i));
     if (b < 0) return;
     if (!same_content(b, seq.tokens_.data() + i * block_size_, parent, parent_gen)) {
-      if (collided) *collided = true;
+      // A live entry under our key with other content is a true hash collision (its parent is
+      // cached under another key, or it holds other tokens); a stale one is just dead.
+      if (collided && !is_stale(b)) *collided = true;
       return;
     }
     hits.push_back(b);
@@ -77,10 +79,19 @@ int64_t BlockManager::num_prefix_hit_tokens(const Sequence& seq) const {
 // - the same content (a twin computed by a concurrent sequence): the twin stays, and our later
 //   blocks name the twin as parent, so the chain stays reachable through the cache;
 // - stale: it is dropped and ours is entered;
-// - different content (a collision): it stays, and the rest of our chain is not offered.
+// - different content (a true hash collision): it stays, and the rest of our chain is not
+//   offered.
+// Offers also stop once the parent we would name has left the cache.
 void BlockManager::offer_computed_blocks(Sequence& seq) {
   const int64_t full = seq.num_computed_tokens_ / block_size_;
   for (int64_t i = seq.num_offered_blocks_; i < full && !seq.offers_stopped_; ++i) {
+    const BlockId p = seq.offer_parent_;
+    if (p >= 0 && (!blocks_[p].cached || blocks_[p].gen != seq.offer_parent_gen_)) {
+      // The block our next entry would name as parent left the cache (a twin evicted, or our
+      // own entry replaced as stale): nothing entered after it could ever be reached.
+      seq.offers_stopped_ = true;
+      break;
+    }
     const uint64_t h = block_hash(seq, i);
     const int32_t* tokens = seq.tokens_.data() + i * block_size_;
     const BlockId ours = seq.block_table_[i];
