@@ -1,0 +1,122 @@
+// `kvattn info`: the model's config, its tensors' shapes and stored dtypes (without loading
+// the weights), and the tokenizer facts when the file carries them.
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "kvattn/engine/gguf.h"
+#include "kvattn/engine/safetensors.h"
+#include "kvattn/engine/tokenizer.h"
+#include "kvattn/engine/weights.h"
+
+namespace kvattn::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct TensorRow {
+  std::string name, shape, dtype;
+  int64_t numel;
+};
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+void print_config(const ModelConfig& c) {
+  std::printf("architecture:        %s\n", c.architecture.c_str());
+  std::printf("layers:              %lld\n", static_cast<long long>(c.num_layers));
+  std::printf("hidden:              %lld\n", static_cast<long long>(c.hidden_size));
+  std::printf("intermediate:        %lld\n", static_cast<long long>(c.intermediate_size));
+  std::printf("heads / kv heads:    %lld / %lld (head_dim %lld)\n",
+              static_cast<long long>(c.num_heads), static_cast<long long>(c.num_kv_heads),
+              static_cast<long long>(c.head_dim));
+  std::printf("vocab:               %lld\n", static_cast<long long>(c.vocab_size));
+  std::printf("context:             %lld\n", static_cast<long long>(c.max_position_embeddings));
+  std::printf("rope:                theta %g, %s pairs\n", c.rope_theta,
+              c.rope_style == ModelConfig::RopeStyle::kRotateHalf ? "rotate-half"
+                                                                   : "interleaved");
+  std::printf("rms_norm_eps:        %g\n", c.rms_norm_eps);
+  std::printf("qk_norm:             %s\n", c.qk_norm ? "yes" : "no");
+  std::printf("tied embeddings:     %s\n", c.tie_word_embeddings ? "yes" : "no");
+  std::printf("bos / eos:           %lld / %lld\n", static_cast<long long>(c.bos_token_id),
+              static_cast<long long>(c.eos_token_id));
+}
+
+void print_tensors(const std::vector<TensorRow>& rows, bool all) {
+  std::map<std::string, std::pair<int64_t, int64_t>> by_dtype;  // count, elements
+  int64_t total = 0;
+  for (const auto& r : rows) {
+    by_dtype[r.dtype].first += 1;
+    by_dtype[r.dtype].second += r.numel;
+    total += r.numel;
+  }
+  std::printf("parameters:          %lld (%.1f M) in %zu tensors\n",
+              static_cast<long long>(total), total / 1e6, rows.size());
+  for (const auto& [dt, ce] : by_dtype) {
+    std::printf("  %-8s %4lld tensors, %lld elements\n", dt.c_str(),
+                static_cast<long long>(ce.first), static_cast<long long>(ce.second));
+  }
+  std::printf("tensors%s:\n", all ? "" : " (layer 0 and the unlayered ones; --all for every one)");
+  for (const auto& r : rows) {
+    const bool layered = r.name.find("blk.") == 0 || r.name.find("model.layers.") == 0;
+    const bool layer0 = r.name.find("blk.0.") == 0 || r.name.find("model.layers.0.") == 0;
+    if (!all && layered && !layer0) continue;
+    std::printf("  %-48s %-16s %s\n", r.name.c_str(), r.shape.c_str(), r.dtype.c_str());
+  }
+}
+
+int info_gguf(const std::string& path, bool all) {
+  GgufFile f = GgufFile::open(path);
+  std::printf("file:                %s (GGUF v%u, %.1f MB)\n", path.c_str(), f.version(),
+              f.file_size() / 1e6);
+  print_config(config_from_gguf(f));
+  try {
+    Tokenizer tok = Tokenizer::from_gguf(f);
+    std::printf("tokenizer:           byte-level BPE, %d tokens, chat template: %s\n",
+                tok.vocab_size(), tok.chat_template() ? "yes" : "no");
+  } catch (const Error& e) {
+    std::printf("tokenizer:           unavailable (%s)\n", e.what());
+  }
+  std::vector<TensorRow> rows;
+  for (const auto& t : f.tensors()) {
+    rows.push_back({t.name, shape_str(t.shape()), ggml_type_name(t.type), t.numel});
+  }
+  print_tensors(rows, all);
+  return 0;
+}
+
+int info_hf(const fs::path& dir, bool all) {
+  std::printf("directory:           %s (HF)\n", dir.c_str());
+  print_config(config_from_hf_json((dir / "config.json").string()));
+  std::printf("tokenizer:           %s\n",
+              fs::exists(dir / "tokenizer.json") ? "tokenizer.json" : "none");
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.path().extension() == ".safetensors") files.push_back(e.path());
+  }
+  std::sort(files.begin(), files.end());
+  std::vector<TensorRow> rows;
+  for (const auto& p : files) {
+    SafetensorsFile f = SafetensorsFile::open(p.string());
+    for (const auto& t : f.tensors()) rows.push_back({t.name, shape_str(t.shape), t.dtype, t.numel});
+  }
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+  print_tensors(rows, all);
+  return 0;
+}
+
+}  // namespace
+
+int run_info(const std::string& model, bool all_tensors) {
+  const std::string path = resolve_model_path(model);
+  if (fs::is_directory(path)) return info_hf(path, all_tensors);
+  return info_gguf(path, all_tensors);
+}
+
+}  // namespace kvattn::cli

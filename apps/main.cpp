@@ -1,0 +1,63 @@
+// kvattn: the command line. `kvattn generate "prompt"` runs the default model on the CPU;
+// `kvattn info --model PATH` describes a model file.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <exception>
+
+#include "commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"kvattn: paged KV-cache attention and a small LLM engine"};
+  app.require_subcommand(1);
+
+  kvattn::cli::GenerateArgs g;
+  auto* gen = app.add_subcommand(
+      "generate", "Generate text for one or more prompts (streams when there is one)");
+  gen->add_option("prompts", g.prompts, "Prompt text (one or more)")->required();
+  gen->add_option("-m,--model", g.model,
+                  "A .gguf file or an HF directory (default: SmolLM2-135M-Instruct from "
+                  "models/, fetched by scripts/fetch_model.sh; or $KVATTN_MODEL)");
+  gen->add_option("--device", g.device, "cpu or cuda")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  gen->add_flag("--chat", g.chat,
+                "Wrap each prompt in the model's chat template (the default when the model "
+                "has one)");
+  gen->add_flag("--no-chat", g.no_chat, "Use the prompt as raw text (plain completion)");
+  gen->add_option("-n,--max-tokens", g.sampling.max_tokens, "Tokens to generate at most")
+      ->default_val(256);
+  gen->add_option("-t,--temperature", g.sampling.temperature, "0 => greedy")->default_val(0.0);
+  gen->add_option("--top-k", g.sampling.top_k, "0 => off")->default_val(0);
+  gen->add_option("--top-p", g.sampling.top_p, "1 => off")->default_val(1.0);
+  gen->add_option("--min-p", g.sampling.min_p, "0 => off")->default_val(0.0);
+  gen->add_option("--seed", g.sampling.seed, "Seed of the sampler")->default_val(0);
+  gen->add_flag("--ignore-eos", g.sampling.ignore_eos, "Keep going past end-of-text tokens");
+  gen->add_option("--stop", g.sampling.stop, "Stop string (repeatable); not printed");
+  gen->add_option("--threads", g.threads, "CPU threads for the GEMMs (0 => all cores)")
+      ->default_val(0);
+  gen->add_option("--kv-cache-mb", g.kv_cache_mb, "KV cache size in MiB (0 => automatic)")
+      ->default_val(0);
+  gen->add_flag("-q,--quiet", g.quiet, "No loading progress on stderr");
+
+  std::string info_model;
+  bool info_all = false;
+  auto* info = app.add_subcommand("info", "Print a model's architecture, shapes and dtypes");
+  info->add_option("-m,--model", info_model, "A .gguf file or an HF directory (default: as generate)");
+  info->add_flag("--all", info_all, "List every tensor");
+
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (*gen) {
+      if (g.chat && g.no_chat) {
+        std::fprintf(stderr, "kvattn: error: --chat and --no-chat exclude each other\n");
+        return 2;
+      }
+      return kvattn::cli::run_generate(g);
+    }
+    return kvattn::cli::run_info(info_model, info_all);
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "\nkvattn: error: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,59 @@
+// Model: a Llama- or Qwen3-family decoder whose attention runs through kvattn's Attention layer
+// over a paged KV cache. One forward() is one engine step: the packed new tokens of every
+// scheduled sequence plus the BatchContext the metadata builder made for them.
+//
+// Per layer:  x += o_proj(attn(rope(qk_norm(q)), rope(qk_norm(k)), v))   on rmsnorm(x)
+//             x += down(silu(gate(h)) * up(h))                           on h = rmsnorm(x)
+// Logits come only for the rows listed in logit_rows (the last token of each sequence).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "kvattn/cache/batch_context.h"
+#include "kvattn/core/tensor.h"
+#include "kvattn/engine/model_config.h"
+#include "kvattn/engine/weights.h"
+
+namespace kvattn {
+
+struct ModelInput {
+  std::span<const int32_t> token_ids;   // [num_tokens], sequences packed one after another
+  std::span<const int32_t> positions;   // [num_tokens], position of each token in its sequence
+  std::span<const int32_t> logit_rows;  // token rows whose logits are wanted, in output order
+  const BatchContext* ctx = nullptr;    // host tensors; the model moves them to its device
+};
+
+struct ModelOptions {
+  int num_threads = 0;  // CPU: BLAS and elementwise threads; 0 => all cores
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+
+  // Builds the model for `device` from float32 host weights, which it consumes. Throws when
+  // the device is unsupported in this build (cuda without KVATTN_WITH_CUDA) or the weights
+  // are inconsistent with the config.
+  static std::unique_ptr<Model> create(ModelWeights weights, Device device,
+                                       const ModelOptions& options = {});
+
+  virtual const ModelConfig& config() const = 0;
+  virtual Device device() const = 0;
+  // Element type of the KV cache (float32 on the CPU, bfloat16 on the GPU).
+  virtual DType kv_dtype() const = 0;
+  // Bytes one cache block of `block_size` tokens takes over all layers, K and V.
+  int64_t kv_block_bytes(int64_t block_size) const;
+
+  // Allocates the paged cache, [num_blocks, block_size, num_kv_heads, head_dim] per layer for
+  // K and for V, and binds every layer's Attention to it. Reallocating drops the cached KV.
+  virtual void allocate_kv_cache(int64_t num_blocks, int64_t block_size) = 0;
+  virtual int64_t num_kv_blocks() const = 0;
+  virtual int64_t kv_block_size() const = 0;
+
+  // One step. `logits` is host float32 [input.logit_rows.size(), vocab_size].
+  virtual void forward(const ModelInput& input, std::span<float> logits) = 0;
+};
+
+}  // namespace kvattn

@@ -1,0 +1,84 @@
+// Sampling: turns one row of logits into the next token id, and decides when a sequence stops.
+//
+// Order of the filters (HF's and vLLM's): temperature, then top-k, then softmax, then top-p
+// (keep the smallest most-probable set whose mass reaches top_p), then min-p (drop
+// p < min_p * p_max), then renormalise and draw. temperature <= 0 (or top_k == 1) is greedy
+// argmax; ties go to the lowest id, so greedy never depends on the seed.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kvattn {
+
+struct SamplingParams {
+  float temperature = 0.0f;  // <= 0 => greedy
+  int top_k = 0;             // <= 0 => off
+  float top_p = 1.0f;        // >= 1 => off
+  float min_p = 0.0f;        // <= 0 => off
+  // Sequence i of a generate() call draws from a generator seeded with (seed, i), so output
+  // does not depend on what else is in the batch.
+  uint64_t seed = 0;
+  int max_tokens = 256;                   // generated tokens, stop token excluded
+  bool ignore_eos = false;                // do not stop at the model's end/eos tokens
+  std::vector<int32_t> stop_token_ids;    // extra stop ids (apply even with ignore_eos)
+  std::vector<std::string> stop;          // stop strings; the text is cut before the match
+  bool skip_special_tokens = true;        // drop special tokens from the output text
+};
+
+// Checks the parameters; throws kvattn::Error naming the bad one.
+void validate(const SamplingParams& params);
+
+// Per-sequence sampler. Holds its own generator and scratch space (no allocation per token
+// once warmed up).
+class Sampler {
+ public:
+  Sampler(const SamplingParams& params, uint64_t stream_index);
+
+  int32_t sample(std::span<const float> logits);
+
+  // The distribution sample() draws from: probabilities after every filter, 0 where masked,
+  // summing to 1. For greedy, a one-hot row. Used by tests and for debugging.
+  std::vector<float> probabilities(std::span<const float> logits);
+
+ private:
+  // Fills cand_ with the surviving ids and probs_ with their (unnormalised) probabilities.
+  void filter(std::span<const float> logits);
+
+  SamplingParams params_;
+  std::mt19937_64 rng_;
+  std::vector<int32_t> cand_;
+  std::vector<float> probs_;
+  std::vector<uint32_t> order_;
+  std::vector<int32_t> scratch_ids_;
+  std::vector<float> scratch_probs_;
+};
+
+int32_t argmax(std::span<const float> logits);
+
+// Stop strings over a stream of text pieces. Text that might be the start of a stop string is
+// held back until the next piece decides it, so a streaming client never sees any part of the
+// stop string.
+class StopStringMatcher {
+ public:
+  explicit StopStringMatcher(std::vector<std::string> stops);
+
+  struct Result {
+    std::string emit;      // text safe to show now
+    bool stopped = false;  // a stop string matched; emit ends right before it
+  };
+  Result push(std::string_view piece);
+  // End of the stream without a match: what was held back.
+  std::string flush();
+
+ private:
+  std::vector<std::string> stops_;
+  std::string held_;
+  size_t max_stop_ = 0;
+};
+
+}  // namespace kvattn

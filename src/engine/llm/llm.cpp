@@ -1,0 +1,94 @@
+#include "kvattn/engine/llm.h"
+
+#include <filesystem>
+
+#include "engine/llm/engine.h"
+#include "kvattn/core/error.h"
+#include "kvattn/engine/gguf.h"
+
+namespace kvattn {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::unique_ptr<LLMEngine> load(const LLMOptions& options) {
+  const fs::path path(options.model);
+  KVATTN_CHECK(!options.model.empty(), "LLM: options.model (a .gguf file or an HF directory) ",
+               "must be given");
+  KVATTN_CHECK(fs::exists(path), "LLM: model path '", options.model, "' does not exist");
+  if (fs::is_directory(path)) {
+    ModelWeights w = load_hf_model(options.model, options.on_load_progress);
+    std::optional<Tokenizer> tok;
+    if (fs::exists(path / "tokenizer.json")) {
+      const fs::path cfg = path / "tokenizer_config.json";
+      tok = Tokenizer::from_hf_json((path / "tokenizer.json").string(),
+                                    fs::exists(cfg) ? cfg.string() : std::string());
+    }
+    return std::make_unique<LLMEngine>(std::move(w), std::move(tok), options);
+  }
+  ModelWeights w = load_gguf_model(options.model, options.on_load_progress);
+  std::optional<Tokenizer> tok = Tokenizer::from_gguf(GgufFile::open(options.model));
+  return std::make_unique<LLMEngine>(std::move(w), std::move(tok), options);
+}
+
+}  // namespace
+
+std::string_view finish_reason_name(FinishReason r) {
+  return r == FinishReason::kStop ? "stop" : "length";
+}
+
+LLM::LLM(const LLMOptions& options) : engine_(load(options)) {}
+
+LLM::LLM(ModelWeights weights, std::optional<Tokenizer> tokenizer, const LLMOptions& options)
+    : engine_(std::make_unique<LLMEngine>(std::move(weights), std::move(tokenizer), options)) {}
+
+LLM::~LLM() = default;
+
+int64_t LLM::kv_cache_bytes_default(Device device) {
+  // CPU: a fixed 512 MiB (SmolLM2-135M: ~11k tokens). GPU sizing lives with the CUDA model.
+  (void)device;
+  return int64_t{512} << 20;
+}
+
+std::vector<int32_t> LLM::encode(std::string_view text) const {
+  const Tokenizer* tok = tokenizer();
+  KVATTN_CHECK(tok != nullptr, "LLM::encode: this model has no tokenizer; pass token ids");
+  std::vector<int32_t> ids = tok->encode(text, /*parse_special=*/true);
+  if (tok->add_bos() && tok->bos_id() >= 0 && (ids.empty() || ids.front() != tok->bos_id())) {
+    ids.insert(ids.begin(), tok->bos_id());
+  }
+  return ids;
+}
+
+std::vector<RequestOutput> LLM::generate(const std::vector<std::string>& prompts,
+                                         const SamplingParams& params,
+                                         const TokenCallback& on_token) {
+  std::vector<std::vector<int32_t>> ids;
+  ids.reserve(prompts.size());
+  for (const auto& p : prompts) ids.push_back(encode(p));
+  return generate(ids, params, on_token);
+}
+
+std::vector<RequestOutput> LLM::generate(const std::vector<std::vector<int32_t>>& prompts,
+                                         const SamplingParams& params,
+                                         const TokenCallback& on_token) {
+  return engine_->generate(prompts, params, on_token);
+}
+
+bool LLM::has_chat_template() const {
+  return tokenizer() != nullptr && tokenizer()->chat_template().has_value();
+}
+
+std::string LLM::chat_prompt(std::string_view user_message) const {
+  KVATTN_CHECK(has_chat_template(), "LLM::chat_prompt: this model has no chat template");
+  return tokenizer()->apply_chat_template({ChatMessage{"user", std::string(user_message)}},
+                                          /*add_generation_prompt=*/true);
+}
+
+const ModelConfig& LLM::config() const { return engine_->config(); }
+const Tokenizer* LLM::tokenizer() const { return engine_->tokenizer(); }
+const GenerationStats& LLM::last_stats() const { return engine_->stats(); }
+BlockManagerStats LLM::cache_stats() const { return engine_->cache_stats(); }
+int64_t LLM::kv_cache_tokens() const { return engine_->kv_cache_tokens(); }
+
+}  // namespace kvattn

@@ -1,0 +1,203 @@
+// The float32 CPU model. Q/K/V and gate/up are fused at load into one weight each, so a layer
+// is four GEMMs (sgemv when a step has one token); o_proj and down_proj accumulate straight
+// into the residual stream (beta = 1). Step buffers grow to the largest step seen and are
+// reused, so decode allocates nothing.
+#include <cblas.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "engine/model/cpu_ops.h"
+#include "engine/model/factories.h"
+#include "kvattn/attention/attention.h"
+#include "kvattn/cache/kv_pool.h"
+
+namespace kvattn {
+namespace {
+
+using cpu_model::linear;
+
+Tensor take(ModelWeights& w, const std::string& name) {
+  auto it = w.tensors.find(name);
+  KVATTN_CHECK(it != w.tensors.end(), "Model: tensor '", name, "' is missing");
+  Tensor t = std::move(it->second);
+  w.tensors.erase(it);
+  return t;
+}
+
+// Rows of several [rows_i, cols] tensors stacked into one [sum rows_i, cols] tensor.
+Tensor stack_rows(std::vector<Tensor> parts) {
+  int64_t rows = 0;
+  const int64_t cols = parts.front().size(1);
+  for (const auto& p : parts) rows += p.size(0);
+  Tensor out = Tensor::empty({rows, cols}, DType::kF32);
+  auto* dst = out.ptr<char>();
+  for (auto& p : parts) {
+    std::memcpy(dst, p.data(), p.nbytes());
+    dst += p.nbytes();
+    p = Tensor();  // free as we go: peak memory stays near one copy of the weights
+  }
+  return out;
+}
+
+struct Layer {
+  Tensor input_norm, post_norm;
+  Tensor wqkv;  // [(H + 2 KVH) * D, hidden]
+  Tensor q_norm, k_norm;  // [D], qwen3 only
+  Tensor wo;       // [hidden, H * D]
+  Tensor wgate_up; // [2 * inter, hidden]
+  Tensor wdown;    // [hidden, inter]
+  std::unique_ptr<Attention> attn;
+};
+
+class CpuModel final : public Model {
+ public:
+  CpuModel(ModelWeights w, const ModelOptions& options) : cfg_(w.config) {
+    if (options.num_threads > 0) openblas_set_num_threads(options.num_threads);
+    embed_ = take(w, "model.embed_tokens.weight");
+    final_norm_ = take(w, "model.norm.weight");
+    lm_head_ = cfg_.tie_word_embeddings && !w.tensors.count("lm_head.weight")
+                   ? embed_
+                   : take(w, "lm_head.weight");
+    for (int64_t i = 0; i < cfg_.num_layers; ++i) {
+      const std::string p = "model.layers." + std::to_string(i) + ".";
+      Layer l;
+      l.input_norm = take(w, p + "input_layernorm.weight");
+      l.post_norm = take(w, p + "post_attention_layernorm.weight");
+      l.wqkv = stack_rows({take(w, p + "self_attn.q_proj.weight"),
+                           take(w, p + "self_attn.k_proj.weight"),
+                           take(w, p + "self_attn.v_proj.weight")});
+      l.wo = take(w, p + "self_attn.o_proj.weight");
+      if (cfg_.qk_norm) {
+        l.q_norm = take(w, p + "self_attn.q_norm.weight");
+        l.k_norm = take(w, p + "self_attn.k_norm.weight");
+      }
+      l.wgate_up = stack_rows({take(w, p + "mlp.gate_proj.weight"),
+                               take(w, p + "mlp.up_proj.weight")});
+      l.wdown = take(w, p + "mlp.down_proj.weight");
+      l.attn = std::make_unique<Attention>(cfg_.num_heads, cfg_.head_dim, 0.0f,
+                                           cfg_.num_kv_heads);
+      layers_.push_back(std::move(l));
+    }
+  }
+
+  const ModelConfig& config() const override { return cfg_; }
+  Device device() const override { return Device::cpu(); }
+  DType kv_dtype() const override { return DType::kF32; }
+
+  void allocate_kv_cache(int64_t num_blocks, int64_t block_size) override {
+    for (auto& l : layers_) l.attn->bind_cache(TensorView(), TensorView());
+    pool_.reset();
+    KVCacheSpec spec{cfg_.num_layers, cfg_.num_kv_heads, cfg_.head_dim, DType::kF32, block_size};
+    pool_ = std::make_unique<KVPool>(spec, num_blocks, Device::cpu());
+    for (int64_t i = 0; i < cfg_.num_layers; ++i) {
+      layers_[i].attn->bind_cache(pool_->k_cache(i), pool_->v_cache(i));
+    }
+  }
+  int64_t num_kv_blocks() const override { return pool_ ? pool_->num_blocks() : 0; }
+  int64_t kv_block_size() const override { return pool_ ? pool_->spec().block_size : 0; }
+
+  void forward(const ModelInput& in, std::span<float> logits) override;
+
+ private:
+  void reserve(int64_t tokens, int64_t logit_rows);
+
+  ModelConfig cfg_;
+  Tensor embed_, final_norm_, lm_head_;
+  std::vector<Layer> layers_;
+  std::unique_ptr<KVPool> pool_;
+  // Step buffers, grown on demand.
+  int64_t cap_tokens_ = 0;
+  std::vector<float> x_, h_, qkv_, attn_, gate_up_, act_, cos_, sin_, final_;
+};
+
+void CpuModel::reserve(int64_t tokens, int64_t rows) {
+  if (static_cast<int64_t>(final_.size()) < rows * cfg_.hidden_size) {
+    final_.resize(rows * cfg_.hidden_size);
+  }
+  if (tokens <= cap_tokens_) return;
+  const int64_t hd = cfg_.head_dim;
+  const int64_t qkv = (cfg_.num_heads + 2 * cfg_.num_kv_heads) * hd;
+  x_.resize(tokens * cfg_.hidden_size);
+  h_.resize(tokens * cfg_.hidden_size);
+  qkv_.resize(tokens * qkv);
+  attn_.resize(tokens * cfg_.num_heads * hd);
+  gate_up_.resize(tokens * 2 * cfg_.intermediate_size);
+  act_.resize(tokens * cfg_.intermediate_size);
+  cos_.resize(tokens * hd / 2);
+  sin_.resize(tokens * hd / 2);
+  cap_tokens_ = tokens;
+}
+
+void CpuModel::forward(const ModelInput& in, std::span<float> logits) {
+  const auto T = static_cast<int64_t>(in.token_ids.size());
+  const auto R = static_cast<int64_t>(in.logit_rows.size());
+  const int64_t H = cfg_.hidden_size, V = cfg_.vocab_size, D = cfg_.head_dim;
+  const int64_t nh = cfg_.num_heads, nkv = cfg_.num_kv_heads, inter = cfg_.intermediate_size;
+  const int64_t qkv_dim = (nh + 2 * nkv) * D;
+  KVATTN_CHECK(in.ctx != nullptr, "Model::forward: input.ctx must be given");
+  KVATTN_CHECK(T > 0, "Model::forward: a step needs at least one token");
+  KVATTN_CHECK(static_cast<int64_t>(in.positions.size()) == T, "Model::forward: positions has ",
+               in.positions.size(), " entries but token_ids has ", T);
+  KVATTN_CHECK(static_cast<int64_t>(logits.size()) == R * V, "Model::forward: logits must hold ",
+               R, " x ", V, " floats but holds ", logits.size());
+  reserve(T, R);
+
+  for (int64_t t = 0; t < T; ++t) {
+    const int32_t id = in.token_ids[t];
+    KVATTN_CHECK(id >= 0 && id < V, "Model::forward: token id ", id, " at row ", t,
+                 " is outside the vocabulary [0, ", V, ")");
+    KVATTN_CHECK(in.positions[t] >= 0, "Model::forward: position ", in.positions[t],
+                 " at row ", t, " is negative");
+    std::memcpy(&x_[t * H], embed_.ptr<float>() + id * H, H * sizeof(float));
+  }
+  cpu_model::rope_tables(in.positions, D, cfg_.rope_theta, cos_.data(), sin_.data());
+  const auto eps = static_cast<float>(cfg_.rms_norm_eps);
+
+  for (auto& l : layers_) {
+    cpu_model::rms_norm(x_.data(), H, T, H, l.input_norm.ptr<float>(), eps, h_.data(), H);
+    linear(h_.data(), H, T, H, l.wqkv.ptr<float>(), qkv_dim, qkv_.data(), qkv_dim);
+    float* q = qkv_.data();
+    float* k = q + nh * D;
+    float* v = k + nkv * D;
+    if (cfg_.qk_norm) {
+      for (int64_t t = 0; t < T; ++t) {
+        cpu_model::rms_norm(q + t * qkv_dim, D, nh, D, l.q_norm.ptr<float>(), eps,
+                            q + t * qkv_dim, D);
+        cpu_model::rms_norm(k + t * qkv_dim, D, nkv, D, l.k_norm.ptr<float>(), eps,
+                            k + t * qkv_dim, D);
+      }
+    }
+    cpu_model::apply_rope(q, qkv_dim, T, nh, D, cfg_.rope_style, cos_.data(), sin_.data());
+    cpu_model::apply_rope(k, qkv_dim, T, nkv, D, cfg_.rope_style, cos_.data(), sin_.data());
+    const Device cpu = Device::cpu();
+    l.attn->forward(TensorView(q, DType::kF32, cpu, {T, nh * D}, {qkv_dim, 1}),
+                    TensorView(k, DType::kF32, cpu, {T, nkv * D}, {qkv_dim, 1}),
+                    TensorView(v, DType::kF32, cpu, {T, nkv * D}, {qkv_dim, 1}), *in.ctx,
+                    TensorView(attn_.data(), DType::kF32, cpu, {T, nh * D}));
+    linear(attn_.data(), nh * D, T, nh * D, l.wo.ptr<float>(), H, x_.data(), H, 1.0f);
+
+    cpu_model::rms_norm(x_.data(), H, T, H, l.post_norm.ptr<float>(), eps, h_.data(), H);
+    linear(h_.data(), H, T, H, l.wgate_up.ptr<float>(), 2 * inter, gate_up_.data(), 2 * inter);
+    cpu_model::silu_mul(gate_up_.data(), T, inter, act_.data());
+    linear(act_.data(), inter, T, inter, l.wdown.ptr<float>(), H, x_.data(), H, 1.0f);
+  }
+
+  for (int64_t r = 0; r < R; ++r) {
+    const int32_t row = in.logit_rows[r];
+    KVATTN_CHECK(row >= 0 && row < T, "Model::forward: logit row ", row,
+                 " is outside the step's tokens [0, ", T, ")");
+    cpu_model::rms_norm(&x_[row * H], H, 1, H, final_norm_.ptr<float>(), eps, &final_[r * H], H);
+  }
+  linear(final_.data(), H, R, H, lm_head_.ptr<float>(), V, logits.data(), V);
+}
+
+}  // namespace
+
+std::unique_ptr<Model> make_cpu_model(ModelWeights weights, const ModelOptions& options) {
+  return std::make_unique<CpuModel>(std::move(weights), options);
+}
+
+}  // namespace kvattn

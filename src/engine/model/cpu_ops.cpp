@@ -1,0 +1,88 @@
+#include "engine/model/cpu_ops.h"
+
+#include <cblas.h>
+
+#include <cmath>
+
+namespace kvattn::cpu_model {
+
+void linear(const float* x, int64_t ldx, int64_t rows, int64_t in, const float* w,
+            int64_t out, float* y, int64_t ldy, float beta) {
+  if (rows <= 0) return;
+  if (rows == 1) {
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<blasint>(out),
+                static_cast<blasint>(in), 1.0f, w, static_cast<blasint>(in), x, 1, beta, y, 1);
+    return;
+  }
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(rows),
+              static_cast<blasint>(out), static_cast<blasint>(in), 1.0f, x,
+              static_cast<blasint>(ldx), w, static_cast<blasint>(in), beta, y,
+              static_cast<blasint>(ldy));
+}
+
+void rms_norm(const float* x, int64_t ldx, int64_t rows, int64_t dim, const float* weight,
+              float eps, float* out, int64_t ldo) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * ldx;
+    float* o = out + r * ldo;
+    float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+    for (int64_t i = 0; i < dim; ++i) ss += xr[i] * xr[i];
+    const float inv = 1.0f / std::sqrt(ss / static_cast<float>(dim) + eps);
+#pragma omp simd
+    for (int64_t i = 0; i < dim; ++i) o[i] = weight[i] * (xr[i] * inv);
+  }
+}
+
+void rope_tables(std::span<const int32_t> positions, int64_t head_dim, double theta,
+                 float* cos_out, float* sin_out) {
+  const int64_t half = head_dim / 2;
+  for (size_t t = 0; t < positions.size(); ++t) {
+    const auto pos = static_cast<float>(positions[t]);
+    for (int64_t i = 0; i < half; ++i) {
+      const float inv_freq =
+          1.0f / std::pow(static_cast<float>(theta),
+                          static_cast<float>(2 * i) / static_cast<float>(head_dim));
+      const float angle = pos * inv_freq;
+      cos_out[t * half + i] = static_cast<float>(std::cos(static_cast<double>(angle)));
+      sin_out[t * half + i] = static_cast<float>(std::sin(static_cast<double>(angle)));
+    }
+  }
+}
+
+void apply_rope(float* x, int64_t ld, int64_t tokens, int64_t heads, int64_t head_dim,
+                ModelConfig::RopeStyle style, const float* cos_t, const float* sin_t) {
+  const int64_t half = head_dim / 2;
+  for (int64_t t = 0; t < tokens; ++t) {
+    const float* c = cos_t + t * half;
+    const float* s = sin_t + t * half;
+    for (int64_t h = 0; h < heads; ++h) {
+      float* v = x + t * ld + h * head_dim;
+      if (style == ModelConfig::RopeStyle::kRotateHalf) {
+#pragma omp simd
+        for (int64_t i = 0; i < half; ++i) {
+          const float a = v[i], b = v[i + half];
+          v[i] = a * c[i] - b * s[i];
+          v[i + half] = b * c[i] + a * s[i];
+        }
+      } else {
+        for (int64_t i = 0; i < half; ++i) {
+          const float a = v[2 * i], b = v[2 * i + 1];
+          v[2 * i] = a * c[i] - b * s[i];
+          v[2 * i + 1] = b * c[i] + a * s[i];
+        }
+      }
+    }
+  }
+}
+
+void silu_mul(const float* gate_up, int64_t rows, int64_t inter, float* out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* g = gate_up + r * 2 * inter;
+    const float* u = g + inter;
+    float* o = out + r * inter;
+    for (int64_t i = 0; i < inter; ++i) o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+  }
+}
+
+}  // namespace kvattn::cpu_model

@@ -1,0 +1,34 @@
+// Internal: the float32 host building blocks of the CPU model. Row-major throughout; a
+// "linear" weight is [out, in] as in HF, so y = x W^T.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "kvattn/engine/model_config.h"
+
+namespace kvattn::cpu_model {
+
+// y[r, 0:out] = x[r, 0:in] W^T + beta * y[r, 0:out] for r < rows (BLAS: sgemv for one row,
+// sgemm otherwise). ldx/ldy are row strides in elements.
+void linear(const float* x, int64_t ldx, int64_t rows, int64_t in, const float* w,
+            int64_t out, float* y, int64_t ldy, float beta = 0.0f);
+
+// out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * weight; out may alias x. Row strides ldx/ldo.
+void rms_norm(const float* x, int64_t ldx, int64_t rows, int64_t dim, const float* weight,
+              float eps, float* out, int64_t ldo);
+
+// cos/sin of position * inv_freq[i] for each token, [tokens, head_dim / 2], computed in
+// float32 as HF does (inv_freq = 1 / theta^(2i / head_dim)).
+void rope_tables(std::span<const int32_t> positions, int64_t head_dim, double theta,
+                 float* cos_out, float* sin_out);
+
+// Rotates `heads` heads of each token in place. Rows are `ld` elements apart; head h of token
+// t starts at x + t * ld + h * head_dim.
+void apply_rope(float* x, int64_t ld, int64_t tokens, int64_t heads, int64_t head_dim,
+                ModelConfig::RopeStyle style, const float* cos_t, const float* sin_t);
+
+// out[r, i] = silu(gate_up[r, i]) * gate_up[r, inter + i], gate_up rows are 2 * inter wide.
+void silu_mul(const float* gate_up, int64_t rows, int64_t inter, float* out);
+
+}  // namespace kvattn::cpu_model

@@ -1,0 +1,47 @@
+#include "kvattn/engine/model.h"
+
+#include "engine/model/factories.h"
+#include "kvattn/cache/kv_pool.h"
+
+namespace kvattn {
+
+void check_model_weights(const ModelWeights& w) {
+  const ModelConfig& c = w.config;
+  KVATTN_CHECK(c.architecture == "llama" || c.architecture == "qwen3",
+               "Model: architecture must be llama or qwen3 but is '", c.architecture, "'");
+  KVATTN_CHECK(c.hidden_size > 0 && c.num_layers > 0 && c.num_heads > 0 &&
+                   c.num_kv_heads > 0 && c.head_dim > 0 && c.vocab_size > 0 &&
+                   c.intermediate_size > 0,
+               "Model: config sizes must be positive (hidden ", c.hidden_size, ", layers ",
+               c.num_layers, ", heads ", c.num_heads, "/", c.num_kv_heads, ", head_dim ",
+               c.head_dim, ", vocab ", c.vocab_size, ", intermediate ", c.intermediate_size,
+               ")");
+  KVATTN_CHECK(c.num_heads % c.num_kv_heads == 0, "Model: num_heads (", c.num_heads,
+               ") must be a multiple of num_kv_heads (", c.num_kv_heads, ")");
+  KVATTN_CHECK(c.head_dim % 2 == 0, "Model: head_dim must be even for RoPE but is ",
+               c.head_dim);
+  validate_weights(w, "Model");
+  for (const auto& [name, t] : w.tensors) {
+    KVATTN_CHECK(t.dtype() == DType::kF32 && t.device().is_cpu(), "Model: tensor '", name,
+                 "' must be float32 on the host but is ", t.dtype(), " on ", t.device());
+  }
+}
+
+std::unique_ptr<Model> Model::create(ModelWeights weights, Device device,
+                                     const ModelOptions& options) {
+  check_model_weights(weights);
+  if (device.is_cpu()) return make_cpu_model(std::move(weights), options);
+#ifdef KVATTN_WITH_CUDA
+  return make_cuda_model(std::move(weights), device, options);
+#else
+  KVATTN_FAIL("Model::create: device ", device,
+              " is not available: this build has no CUDA backend (KVATTN_WITH_CUDA is off)");
+#endif
+}
+
+int64_t Model::kv_block_bytes(int64_t block_size) const {
+  const ModelConfig& c = config();
+  return kvattn::kv_block_bytes({c.num_layers, c.num_kv_heads, c.head_dim, kv_dtype(), block_size});
+}
+
+}  // namespace kvattn
