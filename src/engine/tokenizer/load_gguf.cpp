@@ -1,0 +1,80 @@
+// Tokenizer from GGUF metadata (the keys llama.cpp's converter writes).
+#include "engine/tokenizer/tokenizer_impl.h"
+
+namespace kvattn {
+
+using tokenizer_detail::Impl;
+
+namespace {
+// GGUF token types (llama_token_type).
+constexpr int64_t kUnknown = 2, kControl = 3, kUserDefined = 4;
+}  // namespace
+
+Tokenizer Tokenizer::from_gguf(const GgufFile& g) {
+  auto t = std::make_shared<Impl>();
+  t->name = g.path();
+  const std::string& file = t->name;
+  const std::string model = g.get_string("tokenizer.ggml.model", "");
+  KVATTN_CHECK(model == "gpt2", file, ": tokenizer.ggml.model is '", model,
+               "' (only byte-level BPE, 'gpt2', is supported)");
+  auto key = [&](const char* k) -> const GgufValue& { return g.get(k); };
+  auto strings = [&](const char* k) -> const std::vector<std::string>& {
+    try {
+      return key(k).as_strings();
+    } catch (const Error& e) {
+      KVATTN_FAIL(file, ": metadata '", k, "': ", e.what());
+    }
+  };
+  t->tokens = strings("tokenizer.ggml.tokens");
+  KVATTN_CHECK(!t->tokens.empty() &&
+                   static_cast<int64_t>(t->tokens.size()) <= tokenizer_detail::kMaxVocab,
+               file, ": tokenizer.ggml.tokens has ", t->tokens.size(), " entries");
+  if (const GgufValue* types = g.find("tokenizer.ggml.token_type")) {
+    const std::vector<int64_t>* tt = nullptr;
+    try {
+      tt = &types->as_ints();
+    } catch (const Error& e) {
+      KVATTN_FAIL(file, ": metadata 'tokenizer.ggml.token_type': ", e.what());
+    }
+    KVATTN_CHECK(tt->size() == t->tokens.size(), file, ": tokenizer.ggml.token_type has ",
+                 tt->size(), " entries but tokenizer.ggml.tokens has ", t->tokens.size());
+    for (size_t i = 0; i < tt->size(); ++i) {
+      const int64_t type = (*tt)[i];
+      if (type == kControl || type == kUnknown || type == kUserDefined) {
+        t->added.push_back({t->tokens[i], static_cast<int32_t>(i), type != kUserDefined});
+      }
+    }
+  }
+  if (g.find("tokenizer.ggml.merges") != nullptr) {
+    const auto& merges = strings("tokenizer.ggml.merges");
+    t->merges.reserve(merges.size());
+    for (size_t r = 0; r < merges.size(); ++r) {
+      const std::string& m = merges[r];
+      const size_t sp = m.find(' ', 1);
+      KVATTN_CHECK(sp != std::string::npos, file, ": tokenizer.ggml.merges[", r, "] = '", m,
+                   "' has no space separating its two parts");
+      t->merges.emplace_back(m.substr(0, sp), m.substr(sp + 1));
+    }
+  }
+  t->pre = tokenizer_detail::pretokenizer_for_gguf(g.get_string("tokenizer.ggml.pre", "default"),
+                                                   file, &t->ignore_merges);
+  auto id = [&](const char* k) {
+    const int64_t v = g.get_int(k, -1);
+    KVATTN_CHECK(v >= -1 && v < static_cast<int64_t>(t->tokens.size()), file, ": ", k, " = ", v,
+                 " is outside the vocabulary of ", t->tokens.size());
+    return static_cast<int32_t>(v);
+  };
+  t->unk = id("tokenizer.ggml.unknown_token_id");
+  t->bos = id("tokenizer.ggml.bos_token_id");
+  t->eos = id("tokenizer.ggml.eos_token_id");
+  t->add_bos = g.get_bool("tokenizer.ggml.add_bos_token", false);
+  const std::string tmpl = g.get_string("tokenizer.chat_template", "");
+  t->chat_template = ChatTemplate::detect(tmpl);
+  t->finalize();
+  if (!t->chat_template && tmpl.empty() && t->ids.count("<|im_start|>")) {
+    t->chat_template = ChatTemplate{};  // ChatML vocabulary without a template: plain ChatML
+  }
+  return Tokenizer(std::move(t));
+}
+
+}  // namespace kvattn

@@ -1,0 +1,54 @@
+// Pre-tokenizer: splits text into the pieces BPE merges within. A pipeline of regex splits, each
+// applied to every piece the previous step produced; a match and the text between matches both
+// become pieces ("Isolated" in HF terms). Regexes run on PCRE2 with UTF and UCP, so \p{L}, \p{N}
+// and \s are Unicode-aware as in HF tokenizers (Oniguruma) and llama.cpp.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kvattn::tokenizer_detail {
+
+class Regex {
+ public:
+  // `literal`: match `pattern` as a plain string (HF Split with a String pattern).
+  Regex(const std::string& pattern, bool literal = false);
+  // Appends the pieces of `text` (matches and the gaps between them, in order) to `out`. With
+  // `drop_matches`, matches are removed instead (HF "Removed"). Invalid UTF-8 bytes are never
+  // handed to the regex: each becomes a piece of its own.
+  void split(std::string_view text, std::vector<std::string_view>& out,
+             bool drop_matches = false) const;
+
+ private:
+  void split_valid(std::string_view text, std::vector<std::string_view>& out,
+                   bool drop_matches) const;
+  std::shared_ptr<void> code_;  // pcre2_code_8
+  std::string pattern_;
+};
+
+struct PreTokenizer {
+  struct Step {
+    std::shared_ptr<const Regex> regex;
+    bool drop_matches = false;
+    bool add_prefix_space = false;  // prepend ' ' to each piece not starting with one (ByteLevel)
+  };
+  std::vector<Step> steps;
+
+  std::vector<std::string> run(std::string_view text) const;
+};
+
+// Patterns, as published by the model families.
+inline constexpr const char* kGpt2Pattern =
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+inline constexpr const char* kLlama3Pattern =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+inline constexpr const char* kQwen2Pattern =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
+// The pipeline llama.cpp uses for a GGUF tokenizer.ggml.pre value; throws for unknown values.
+PreTokenizer pretokenizer_for_gguf(const std::string& pre, const std::string& file,
+                                   bool* ignore_merges);
+
+}  // namespace kvattn::tokenizer_detail
