@@ -1,0 +1,154 @@
+// CUDA prefill_attention: builds the one PrefillParams block and dispatches, in one place, on
+// dtype (bf16, fp16) x head_dim (64, 128) x causal x paged. The kernels live in
+// prefill_kernel.cuh, instantiated by prefill_inst_*.cu.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/backend.h"
+#include "kernels/cuda/device_faults.cuh"
+#include "kernels/cuda/prefill_launch.h"
+
+namespace kvattn::cuda {
+namespace {
+
+constexpr const char* kFn = "prefill_attention";
+
+// The kernels move rows in 16-byte pieces: every base pointer and token/block stride must be a
+// multiple of 16 bytes (8 elements). Views cut from a fused QKV buffer satisfy this whenever
+// head_dim does.
+void check_aligned(const char* name, const TensorView& t, int token_dim) {
+  const auto addr = reinterpret_cast<std::uintptr_t>(t.data);
+  KVATTN_CHECK(addr % 16 == 0, kFn, ": ", name,
+               " data must be 16-byte aligned on the GPU but its address ends in ", addr % 16);
+  for (int d = 0; d <= token_dim; ++d) {
+    KVATTN_CHECK(t.stride(d) % 8 == 0, kFn, ": ", name, " stride(", d,
+                 ") must be a multiple of 8 elements (16 bytes) on the GPU but is ", t.stride(d));
+  }
+}
+
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) {
+    check(cudaGetDevice(&previous_));
+    if (previous_ != device) check(cudaSetDevice(device));
+    device_ = device;
+  }
+  ~DeviceScope() {
+    if (previous_ != device_) (void)cudaSetDevice(previous_);
+  }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  static void check(cudaError_t e) {
+    KVATTN_CHECK(e == cudaSuccess, kFn, ": cudaGetDevice/cudaSetDevice failed: ",
+                 cudaGetErrorString(e));
+  }
+  int previous_ = 0;
+  int device_ = 0;
+};
+
+template <typename T>
+struct TypeTag {
+  using type = T;
+};
+
+template <typename F>
+void dispatch_bool(bool v, F&& f) {
+  if (v) {
+    f(std::true_type{});
+  } else {
+    f(std::false_type{});
+  }
+}
+
+}  // namespace
+
+PrefillParams make_prefill_params(const PrefillArgs& a, const AttentionShape& s) {
+  const int D = static_cast<int>(s.head_dim);
+  KVATTN_CHECK(D == 64 || D == 128, kFn, ": unsupported head_dim: ", D,
+               " (the CUDA kernels support 64 and 128)");
+  check_aligned("q", a.q, 0);
+  check_aligned("out", a.out, 0);
+  check_aligned(s.paged ? "k_cache" : "k", a.k, s.paged ? 1 : 0);
+  check_aligned(s.paged ? "v_cache" : "v", a.v, s.paged ? 1 : 0);
+  KVATTN_CHECK(s.total_q <= INT32_MAX && a.max_seqlen_q <= INT32_MAX, kFn,
+               ": total_q and max_seqlen_q must fit in int32");
+
+  PrefillParams p;
+  p.q = a.q.data;
+  p.k = a.k.data;
+  p.v = a.v.data;
+  p.out = a.out.data;
+  p.lse = a.lse.defined() ? a.lse.ptr<float>() : nullptr;
+  p.cu_seqlens_q = a.cu_seqlens_q.ptr<const int32_t>();
+  p.cu_seqlens_k = a.cu_seqlens_k.ptr<const int32_t>();
+  p.fault_word = fault_word_ptr(a.q.device.index);
+  p.q_stride = a.q.stride(0);
+  p.o_stride = a.out.stride(0);
+  p.lse_head_stride = a.lse.defined() ? a.lse.stride(0) : 0;
+  p.num_seqs = static_cast<int>(s.num_seqs);
+  p.num_heads = static_cast<int>(s.num_heads);
+  p.group = static_cast<int>(s.num_heads / s.num_kv_heads);
+  p.total_q = static_cast<int>(s.total_q);
+  if (s.paged) {
+    KVATTN_CHECK(s.num_blocks <= INT32_MAX && s.block_size <= INT32_MAX &&
+                     s.max_blocks_per_seq <= INT32_MAX,
+                 kFn, ": paged cache dimensions must fit in int32");
+    p.block_table = a.block_table.ptr<const int32_t>();
+    p.bt_stride = a.block_table.stride(0);
+    p.k_stride = a.k.stride(1);
+    p.v_stride = a.v.stride(1);
+    p.k_block_stride = a.k.stride(0);
+    p.v_block_stride = a.v.stride(0);
+    p.num_blocks = static_cast<int>(s.num_blocks);
+    p.block_size = static_cast<int>(s.block_size);
+    p.block_shift = (s.block_size & (s.block_size - 1)) == 0
+                        ? static_cast<int>(std::log2(static_cast<double>(s.block_size)))
+                        : -1;
+    p.max_blocks_per_seq = static_cast<int>(s.max_blocks_per_seq);
+  } else {
+    KVATTN_CHECK(a.k.size(0) <= INT32_MAX, kFn, ": k rows must fit in int32");
+    p.k_stride = a.k.stride(0);
+    p.v_stride = a.v.stride(0);
+    p.total_k = static_cast<int>(a.k.size(0));
+  }
+  p.max_seqlen_q = static_cast<int>(a.max_seqlen_q);
+  p.scale = s.scale;
+  p.scale_log2 = static_cast<float>(static_cast<double>(s.scale) * 1.4426950408889634);
+  return p;
+}
+
+void prefill_attention(const PrefillArgs& a, const AttentionShape& s) {
+  if (s.num_seqs == 0 || s.total_q == 0 || a.max_seqlen_q == 0) return;
+  const PrefillParams p = make_prefill_params(a, s);
+  DeviceScope scope(a.q.device.index);
+  const auto stream = static_cast<cudaStream_t>(a.stream.handle);
+  const bool bf16 = a.q.dtype == DType::kBF16;
+  KVATTN_CHECK(bf16 || a.q.dtype == DType::kF16, kFn, ": unsupported dtype on the GPU: ",
+               a.q.dtype);
+  auto with_dtype = [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    dispatch_bool(a.causal, [&](auto causal) {
+      dispatch_bool(s.paged, [&](auto paged) {
+        if (s.head_dim == 64) {
+          launch_prefill<T, 64, causal.value, paged.value>(p, stream);
+        } else {
+          launch_prefill<T, 128, causal.value, paged.value>(p, stream);
+        }
+      });
+    });
+  };
+  if (bf16) {
+    with_dtype(TypeTag<__nv_bfloat16>{});
+  } else {
+    with_dtype(TypeTag<__half>{});
+  }
+}
+
+}  // namespace kvattn::cuda

@@ -1,0 +1,11 @@
+// Explicit instantiations: prefill kernels for head_dim 64, fp16 (causal x paged).
+#include "kernels/cuda/prefill_kernel.cuh"
+
+namespace kvattn::cuda {
+
+template void launch_prefill<__half, 64, false, false>(const PrefillParams&, cudaStream_t);
+template void launch_prefill<__half, 64, false, true>(const PrefillParams&, cudaStream_t);
+template void launch_prefill<__half, 64, true, false>(const PrefillParams&, cudaStream_t);
+template void launch_prefill<__half, 64, true, true>(const PrefillParams&, cudaStream_t);
+
+}  // namespace kvattn::cuda

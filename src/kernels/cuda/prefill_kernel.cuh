@@ -1,0 +1,417 @@
+// The prefill mainloop: FlashAttention-2 on mma.sync (sm_80+), one CTA per (head, sequence,
+// block of kBlockM query rows).
+//
+// Per CTA: Q tile [kBlockM, D] stays in shared memory; K and V tiles [kBlockN, D] stream through
+// a 2-stage cp.async ring (tile i+1 loads while tile i is computed; one __syncthreads per
+// tile). Each warp owns kBlockM / kNWarps query rows (16 or 32) and the full kBlockN columns,
+// so the softmax row reductions stay inside a quad of lanes. Shared rows are D*2 bytes with the
+// 16-byte pieces XOR-swizzled by (row % 8), which makes every ldmatrix and cp.async
+// conflict-free. Key tiles run from the last to the first, so the (at most two) tiles that need
+// masking (causal diagonal, the ragged end of Lk) come first and the rest run unmasked.
+//
+// Paged keys: each 16-byte piece of a K/V row resolves its block through the block table; when
+// block_size is a multiple of kBlockN a whole tile lies in one block and is resolved once.
+// Block ids outside [0, num_blocks) are zero-filled and reported (kFaultBlockOutOfRange).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "kernels/cuda/device_faults.cuh"
+#include "kernels/cuda/prefill_launch.h"
+#include "kernels/cuda/prefill_params.h"
+#include "kernels/cuda/prefill_ptx.cuh"
+#include "kernels/cuda/prefill_softmax.cuh"
+#include "kvattn/core/error.h"
+
+namespace kvattn::cuda {
+
+// Tile shape. kMinBlocks feeds __launch_bounds__ (CTAs per SM the register budget must allow).
+template <int kHeadDim_, int kBlockM_, int kBlockN_, int kNWarps_, int kMinBlocks_>
+struct PrefillTile {
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockM = kBlockM_;
+  static constexpr int kBlockN = kBlockN_;
+  static constexpr int kNWarps = kNWarps_;
+  static constexpr int kMinBlocks = kMinBlocks_;
+  static constexpr int kThreads = kNWarps * 32;
+  static constexpr int kWarpRows = kBlockM / kNWarps;
+  static constexpr int kMTiles = kWarpRows / 16;
+  static constexpr int kRowBytes = kHeadDim * 2;
+  static constexpr int kChunks = kHeadDim / 8;  // 16-byte pieces per row
+  static constexpr int kRowsPerPass = kThreads / kChunks;
+  static constexpr int kStages = 2;
+  static constexpr int kQBytes = kBlockM * kRowBytes;
+  static constexpr int kKVBytes = kBlockN * kRowBytes;
+  static constexpr int kSmemBytes = kQBytes + 2 * kStages * kKVBytes;
+  static constexpr int kRowTableBytes = kStages * kBlockN * 16;  // paged only
+  static_assert(kHeadDim % 16 == 0 && kBlockN % 16 == 0);
+  static_assert(kWarpRows % 16 == 0 && kWarpRows * kNWarps == kBlockM);
+  static_assert(kThreads % kChunks == 0 && kBlockM % kRowsPerPass == 0 &&
+                kBlockN % kRowsPerPass == 0);
+};
+
+// The tiles the library runs (bench/gpu_prefill_bench.cu times alternatives). Each warp owns 32
+// query rows, as in FlashAttention-2 (half the shared-memory traffic per MMA of 16-row warps).
+// head_dim 128: the output accumulators alone take 128 registers per thread, and kBlockN = 48
+// (causal) / 32 (non-causal) is the widest score tile that ptxas fits in 255 registers without
+// spilling (64 spills a few words in the copy path).
+template <int kHeadDim, bool kCausal>
+struct DefaultPrefillTile;
+template <bool kCausal>
+struct DefaultPrefillTile<64, kCausal> {
+  using type = PrefillTile<64, 128, 64, 4, 2>;
+};
+template <bool kCausal>
+struct DefaultPrefillTile<128, kCausal> {
+  using type = PrefillTile<128, 128, kCausal ? 48 : 32, 4, 2>;
+};
+
+template <typename T, class Tile, bool kCausal, bool kPaged>
+__global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
+    prefill_kernel(const __grid_constant__ PrefillParams p) {
+  constexpr int D = Tile::kHeadDim;
+  constexpr int BM = Tile::kBlockM;
+  constexpr int BN = Tile::kBlockN;
+  constexpr int kMT = Tile::kMTiles;
+  constexpr int kNT = BN / 8;
+  constexpr int kDT = D / 8;
+  constexpr int kChunks = Tile::kChunks;
+  constexpr int kRowsPerPass = Tile::kRowsPerPass;
+  constexpr int kRowBytes = Tile::kRowBytes;
+
+  extern __shared__ __align__(128) unsigned char smem[];
+  const uint32_t sQ = ptx::smem_addr(smem);
+  const uint32_t sK = sQ + Tile::kQBytes;
+  const uint32_t sV = sK + Tile::kStages * Tile::kKVBytes;
+
+  const int h = blockIdx.x;
+  const int b = blockIdx.y;
+  const int m_block = p.num_m_blocks - 1 - static_cast<int>(blockIdx.z);  // heaviest first
+  const int tid = threadIdx.x;
+  const int lane = tid & 31;
+  const int warp = tid >> 5;
+
+  // ---- sequence bounds (untrusted values) ----
+  const int q_begin = p.cu_seqlens_q[b];
+  const int q_end = p.cu_seqlens_q[b + 1];
+  const int k_begin = p.cu_seqlens_k[b];
+  const int k_end = p.cu_seqlens_k[b + 1];
+  const bool first_cta_of_seq = tid == 0 && h == 0 && blockIdx.z == 0;
+  if (q_begin < 0 || q_end < q_begin || q_end > p.total_q || k_begin < 0 || k_end < k_begin ||
+      (!kPaged && k_end > p.total_k)) {
+    if (first_cta_of_seq) record_fault(p.fault_word, kFaultBadCuSeqlens);
+    return;
+  }
+  const int Lq = q_end - q_begin;
+  const int Lk = k_end - k_begin;
+  if constexpr (kPaged) {
+    if (static_cast<int64_t>(Lk) >
+        static_cast<int64_t>(p.max_blocks_per_seq) * p.block_size) {
+      if (first_cta_of_seq) record_fault(p.fault_word, kFaultSeqlenOutOfRange);
+      return;
+    }
+  }
+  const int m0 = m_block * BM;
+  if (m0 >= Lq) return;
+
+  // Query i sees key j iff j < Lk and (causal) j <= i + causal_offset.
+  const int causal_offset = Lk - Lq;
+  const int key_end = kCausal ? min(Lk, min(m0 + BM, Lq) + causal_offset) : Lk;
+  const int n_blocks = key_end > 0 ? (key_end + BN - 1) / BN : 0;
+
+  const int kv_head = h / p.group;
+  const T* q_ptr = static_cast<const T*>(p.q) + static_cast<int64_t>(q_begin) * p.q_stride +
+                   static_cast<int64_t>(h) * D;
+  const int32_t* bt_row = kPaged ? p.block_table + static_cast<int64_t>(b) * p.bt_stride : nullptr;
+
+  // This thread's 16-byte piece of each row it copies, and its swizzled place in a row.
+  const int ld_chunk = tid % kChunks;
+  const int ld_row = tid / kChunks;
+  // Element column of that piece in a K/V row, and (packed) the first key row it copies. K/V
+  // pointers are rebuilt from these per tile rather than kept live (register pressure).
+  const int kv_col = kv_head * D + ld_chunk * 8;
+  const int k_row0 = kPaged ? 0 : k_begin + ld_row;
+  auto swizzled = [](int row, int chunk) -> uint32_t {
+    return static_cast<uint32_t>(row * kRowBytes + ((chunk ^ (row & 7)) << 4));
+  };
+
+  // Paged: the element offsets of the K and V rows of a tile, resolved through the block table
+  // one tile ahead of their copy by threads 0..BN-1, one row each, into a 2-slot table in shared
+  // memory ({-1, 0}: zero-fill). Keeps the table walk out of the copying threads' registers.
+  longlong2* row_table = reinterpret_cast<longlong2*>(smem + Tile::kSmemBytes);
+  auto resolve_rows = [&](int n, int slot) {
+    if (tid < BN) {
+      const int j = n * BN + tid;
+      longlong2 e = make_longlong2(-1, 0);
+      if (j < Lk) {
+        const int idx = p.block_shift >= 0 ? j >> p.block_shift : j / p.block_size;
+        const int blk = __ldg(bt_row + idx);
+        const int off = j - idx * p.block_size;
+        if (blk >= 0 && blk < p.num_blocks) {
+          e.x = static_cast<int64_t>(blk) * p.k_block_stride + static_cast<int64_t>(off) * p.k_stride;
+          e.y = static_cast<int64_t>(blk) * p.v_block_stride + static_cast<int64_t>(off) * p.v_stride;
+        } else {
+          record_fault(p.fault_word, kFaultBlockOutOfRange);
+        }
+      }
+      row_table[slot * BN + tid] = e;
+    }
+  };
+
+  // K and V rows [n*BN, n*BN + BN) -> stage; keys >= Lk (and bad block ids) are zero-filled.
+  auto load_kv = [&](int n, int stage) {
+    const uint32_t k_dst = sK + stage * Tile::kKVBytes;
+    const uint32_t v_dst = sV + stage * Tile::kKVBytes;
+    if constexpr (!kPaged) {
+      // One pointer per tensor, stepped row by row (keeps the register count down).
+      const int j0 = n * BN + ld_row;
+      const T* k_src = static_cast<const T*>(p.k) + static_cast<int64_t>(k_row0 + n * BN) * p.k_stride + kv_col;
+      const T* v_src = static_cast<const T*>(p.v) + static_cast<int64_t>(k_row0 + n * BN) * p.v_stride + kv_col;
+      const int64_t k_step = static_cast<int64_t>(kRowsPerPass) * p.k_stride;
+      const int64_t v_step = static_cast<int64_t>(kRowsPerPass) * p.v_stride;
+#pragma unroll
+      for (int i = 0; i < BN / kRowsPerPass; ++i) {
+        const int r = ld_row + i * kRowsPerPass;
+        const bool ok = j0 + i * kRowsPerPass < Lk;
+        const uint32_t dst = swizzled(r, ld_chunk);
+        ptx::cp_async_16(k_dst + dst, k_src, ok);
+        ptx::cp_async_16(v_dst + dst, v_src, ok);
+        k_src += k_step;
+        v_src += v_step;
+      }
+    } else {
+      const longlong2* rows = row_table + stage * BN;  // slot == stage
+#pragma unroll
+      for (int i = 0; i < BN / kRowsPerPass; ++i) {
+        const int r = ld_row + i * kRowsPerPass;
+        const longlong2 e = rows[r];
+        const bool ok = e.x >= 0;
+        const uint32_t dst = swizzled(r, ld_chunk);
+        ptx::cp_async_16(k_dst + dst, static_cast<const T*>(p.k) + e.x + kv_col, ok);
+        ptx::cp_async_16(v_dst + dst, static_cast<const T*>(p.v) + e.y + kv_col, ok);
+      }
+    }
+  };
+
+  if (n_blocks > 0) {
+    if constexpr (kPaged) {
+      resolve_rows(n_blocks - 1, 0);
+      if (n_blocks > 1) resolve_rows(n_blocks - 2, 1);
+      __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < BM / kRowsPerPass; ++i) {
+      const int r = ld_row + i * kRowsPerPass;
+      const bool ok = m0 + r < Lq;
+      ptx::cp_async_16(sQ + swizzled(r, ld_chunk),
+                       q_ptr + static_cast<int64_t>(m0 + r) * p.q_stride + ld_chunk * 8,
+                       ok);
+    }
+    load_kv(n_blocks - 1, 0);
+    ptx::cp_async_commit();
+  }
+
+  // ---- per-lane ldmatrix addressing (see prefill_ptx.cuh for the fragment layouts) ----
+  const int warp_row = warp * Tile::kWarpRows;
+  const int g = lane >> 2;
+  const int t = lane & 3;
+  const int r8 = lane & 7;
+  // Q (A operand): lanes 0-15 give rows 0-15 at chunk 2kk, lanes 16-31 the same rows at 2kk+1.
+  const uint32_t q_base = sQ + (warp_row + (lane & 15)) * kRowBytes;
+  const int q_x = (lane >> 4) ^ r8;
+  // K (B operand of S = Q K^T): matrix i = lane / 8 covers keys (i/2)*8.. at chunk 2kk + i%2.
+  const uint32_t k_row = ((lane >> 4) * 8 + r8) * kRowBytes;
+  const int k_x = ((lane >> 3) & 1) ^ r8;
+  // V (B operand of O = P V, transposed load): matrix i covers keys (i%2)*8.. at dims chunk
+  // 2dp + i/2.
+  const uint32_t v_row = (((lane >> 3) & 1) * 8 + r8) * kRowBytes;
+  const int v_x = (lane >> 4) ^ r8;
+  // Byte offset of chunk 2j of a swizzled row: ((2j) ^ x) * 16 = (j / 4) * 128 + ((j % 4) * 32 ^ x * 16)
+  // (x < 8), an XOR with a constant per unrolled j.
+  const uint32_t q_xs = static_cast<uint32_t>(q_x) << 4;
+  const uint32_t k_xs = static_cast<uint32_t>(k_x) << 4;
+  const uint32_t v_xs = static_cast<uint32_t>(v_x) << 4;
+  auto chunk_off = [](int j, uint32_t xs) -> uint32_t {
+    return static_cast<uint32_t>((j >> 2) * 128) + (static_cast<uint32_t>((j & 3) * 32) ^ xs);
+  };
+
+  float o[kMT][kDT][4];
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+    for (int dt = 0; dt < kDT; ++dt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[mt][dt][e] = 0.0f;
+    }
+  }
+  OnlineSoftmax<kMT> softmax;
+  softmax.init();
+
+  for (int it = 0; it < n_blocks; ++it) {
+    const int n = n_blocks - 1 - it;
+    const int stage = it & 1;
+    ptx::cp_async_wait<0>();
+    __syncthreads();  // tile `it` visible to all; everyone is done with the other stage
+    if (it + 1 < n_blocks) load_kv(n - 1, stage ^ 1);
+    ptx::cp_async_commit();
+    if constexpr (kPaged) {
+      // Slot `stage` was last read by the copy issued before this iteration's barrier.
+      if (it + 2 < n_blocks) resolve_rows(n - 2, stage);
+    }
+
+    const uint32_t k_tile = sK + stage * Tile::kKVBytes;
+    const uint32_t v_tile = sV + stage * Tile::kKVBytes;
+
+    // S = Q K^T
+    float s[kMT][kNT][4];
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.0f;
+      }
+    }
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t qa[kMT][4];
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+        ptx::ldmatrix_x4(qa[mt], q_base + mt * 16 * kRowBytes + chunk_off(kk, q_xs));
+      }
+#pragma unroll
+      for (int np = 0; np < BN / 16; ++np) {
+        uint32_t kb[4];
+        ptx::ldmatrix_x4(kb, k_tile + np * 16 * kRowBytes + k_row + chunk_off(kk, k_xs));
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          ptx::mma_16816<T>(s[mt][2 * np], qa[mt], kb[0], kb[1]);
+          ptx::mma_16816<T>(s[mt][2 * np + 1], qa[mt], kb[2], kb[3]);
+        }
+      }
+    }
+
+    const bool need_mask =
+        (n + 1) * BN > Lk || (kCausal && (n + 1) * BN - 1 > m0 + causal_offset);
+    if (need_mask) {
+      apply_mask<kCausal>(s, m0 + warp_row + g, n * BN + 2 * t, Lk, causal_offset);
+    }
+    softmax.update(s, o, p.scale_log2);
+
+    // O += P V, P taken straight from the S accumulators (C layout == A layout per 16 keys),
+    // converted all at once so the f32 scores die before the V loads start.
+    uint32_t pa[BN / 16][kMT][4];
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+        pa[kk][mt][0] = ptx::pack2<T>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+        pa[kk][mt][1] = ptx::pack2<T>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+        pa[kk][mt][2] = ptx::pack2<T>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+        pa[kk][mt][3] = ptx::pack2<T>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+      }
+    }
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+#pragma unroll
+      for (int dp = 0; dp < D / 16; ++dp) {
+        uint32_t vb[4];
+        ptx::ldmatrix_x4_trans(vb, v_tile + kk * 16 * kRowBytes + v_row + chunk_off(dp, v_xs));
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          ptx::mma_16816<T>(o[mt][2 * dp], pa[kk][mt], vb[0], vb[1]);
+          ptx::mma_16816<T>(o[mt][2 * dp + 1], pa[kk][mt], vb[2], vb[3]);
+        }
+      }
+    }
+  }
+
+  // ---- epilogue: normalise, stage the warp's rows in its own rows of sQ (no other warp reads
+  // them), then 16-byte coalesced stores; LSE from lane t == 0 of each quad ----
+  float inv_sum[kMT][2];
+  float lse[kMT][2];
+  softmax.finish(inv_sum, lse, p.scale);
+  __syncwarp();
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int row = warp_row + mt * 16 + hr * 8 + g;
+#pragma unroll
+      for (int dt = 0; dt < kDT; ++dt) {
+        const uint32_t v = ptx::pack2<T>(o[mt][dt][2 * hr] * inv_sum[mt][hr],
+                                         o[mt][dt][2 * hr + 1] * inv_sum[mt][hr]);
+        *reinterpret_cast<uint32_t*>(smem + row * kRowBytes + ((dt ^ g) << 4) + t * 4) = v;
+      }
+    }
+  }
+  __syncwarp();
+  // Re-read (not kept live through the mainloop): this sequence's first row and row count.
+  const int q_first = *static_cast<const volatile int32_t*>(p.cu_seqlens_q + b);
+  const int rows_left = *static_cast<const volatile int32_t*>(p.cu_seqlens_q + b + 1) - q_first - m0;
+  T* o_ptr = static_cast<T*>(p.out) + static_cast<int64_t>(q_first + m0) * p.o_stride +
+             static_cast<int64_t>(h) * D;
+#pragma unroll
+  for (int i = 0; i < Tile::kWarpRows * kChunks / 32; ++i) {
+    const int idx = lane + i * 32;
+    const int row = warp_row + idx / kChunks;
+    const int chunk = idx % kChunks;
+    if (row < rows_left) {
+      const uint4 v = *reinterpret_cast<const uint4*>(smem + swizzled(row, chunk));
+      *reinterpret_cast<uint4*>(o_ptr + static_cast<int64_t>(row) * p.o_stride + chunk * 8) = v;
+    }
+  }
+  if (p.lse != nullptr && t == 0) {
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const int row = warp_row + mt * 16 + hr * 8 + g;
+        if (row < rows_left) {
+          p.lse[static_cast<int64_t>(h) * p.lse_head_stride + q_first + m0 + row] = lse[mt][hr];
+        }
+      }
+    }
+  }
+}
+
+// Launches one tile configuration on the current device.
+template <typename T, class Tile, bool kCausal, bool kPaged>
+void launch_prefill_tile(PrefillParams p, cudaStream_t stream) {
+  p.num_m_blocks = (p.max_seqlen_q + Tile::kBlockM - 1) / Tile::kBlockM;
+  if (p.num_m_blocks == 0 || p.num_seqs == 0) return;
+  KVATTN_CHECK(p.num_m_blocks <= 65535, "prefill_attention: max_seqlen_q (", p.max_seqlen_q,
+               ") needs ", p.num_m_blocks, " row blocks but the grid allows 65535");
+  KVATTN_CHECK(p.num_seqs <= 65535, "prefill_attention: num_seqs must be <= 65535 but is ",
+               p.num_seqs);
+  auto kernel = prefill_kernel<T, Tile, kCausal, kPaged>;
+  constexpr int kSmem = Tile::kSmemBytes + (kPaged ? Tile::kRowTableBytes : 0);
+  // The dynamic shared-memory limit is raised once per device (bit d of `raised`).
+  static std::atomic<uint64_t> raised{0};
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  KVATTN_CHECK(err == cudaSuccess, "prefill_attention: cudaGetDevice failed: ",
+               cudaGetErrorString(err));
+  const uint64_t bit = device < 64 ? (uint64_t{1} << device) : 0;
+  if (bit == 0 || (raised.load(std::memory_order_relaxed) & bit) == 0) {
+    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+    KVATTN_CHECK(err == cudaSuccess, "prefill_attention: cudaFuncSetAttribute(", kSmem, " bytes of shared memory) failed: ", cudaGetErrorString(err));
+    raised.fetch_or(bit, std::memory_order_relaxed);
+  }
+  const dim3 grid(p.num_heads, p.num_seqs, p.num_m_blocks);
+  kernel<<<grid, Tile::kThreads, kSmem, stream>>>(p);
+  err = cudaGetLastError();
+  KVATTN_CHECK(err == cudaSuccess, "prefill_attention: kernel launch failed: ",
+               cudaGetErrorString(err));
+}
+
+template <typename T, int kHeadDim, bool kCausal, bool kPaged>
+void launch_prefill(const PrefillParams& p, cudaStream_t stream) {
+  launch_prefill_tile<T, typename DefaultPrefillTile<kHeadDim, kCausal>::type, kCausal, kPaged>(p,
+                                                                                        stream);
+}
+
+}  // namespace kvattn::cuda

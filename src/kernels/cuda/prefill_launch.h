@@ -1,0 +1,22 @@
+// Internal: the compiled prefill configurations. One explicit instantiation file per
+// (dtype, head_dim) pair (prefill_inst_*.cu) holds the four causal x paged kernels, so the
+// builds parallelise; prefill_attention.cu is the single dispatch point over them.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "kernels/backend.h"
+#include "kernels/cuda/prefill_params.h"
+
+namespace kvattn::cuda {
+
+// The parameter block for validated arguments (the entry checked shapes, dtypes and strides);
+// throws kvattn::Error for what the kernels cannot run (head_dim other than 64/128, pointers or
+// strides not multiples of 16 bytes). num_m_blocks is left for the launcher.
+PrefillParams make_prefill_params(const PrefillArgs& args, const AttentionShape& shape);
+
+// T: __nv_bfloat16 or __half. kHeadDim: 64 or 128. Launches on the current device.
+template <typename T, int kHeadDim, bool kCausal, bool kPaged>
+void launch_prefill(const PrefillParams& p, cudaStream_t stream);
+
+}  // namespace kvattn::cuda

@@ -1,0 +1,58 @@
+// The one parameter block of the CUDA prefill kernels, passed by value (__grid_constant__).
+//
+// Layout (all strides in elements of the tensor's dtype; all tensors on one device):
+//   q, out   [total_q, num_heads, head_dim]: row t, head h at  t * q_stride + h * head_dim
+//   packed k, v [total_k, num_kv_heads, head_dim]: key t, head g at  t * k_stride + g * head_dim
+//   paged k, v  [num_blocks, block_size, num_kv_heads, head_dim]: key j of sequence b lives in
+//            block blk = block_table[b * bt_stride + j / block_size], offset o = j % block_size,
+//            at  blk * k_block_stride + o * k_stride + g * head_dim
+//   lse      float32 [num_heads, total_q]: (h, t) at  h * lse_head_stride + t  (nullptr: none)
+//   cu_seqlens_q/k int32 [num_seqs + 1] (device), block_table int32 (device, paged only)
+// Every base pointer and token/block stride is a multiple of 16 bytes (checked on the host), so
+// each row can be moved in 16-byte pieces.
+//
+// Index VALUES (cu_seqlens, block ids) are untrusted: the kernel bound-checks them, skips the
+// bad work and ORs a DeviceFault bit into *fault_word.
+#pragma once
+
+#include <cstdint>
+
+namespace kvattn::cuda {
+
+struct PrefillParams {
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  void* out = nullptr;
+  float* lse = nullptr;
+  const int32_t* cu_seqlens_q = nullptr;
+  const int32_t* cu_seqlens_k = nullptr;
+  const int32_t* block_table = nullptr;  // paged only
+  uint32_t* fault_word = nullptr;
+
+  int64_t q_stride = 0;    // token stride of q
+  int64_t o_stride = 0;    // token stride of out
+  int64_t k_stride = 0;    // token stride of k (packed) or inside a block (paged)
+  int64_t v_stride = 0;
+  int64_t k_block_stride = 0;  // paged only
+  int64_t v_block_stride = 0;  // paged only
+  int64_t lse_head_stride = 0;
+  int64_t bt_stride = 0;       // block_table row stride
+
+  int num_seqs = 0;
+  int num_heads = 0;
+  int group = 1;          // num_heads / num_kv_heads (GQA)
+  int total_q = 0;        // rows of q (bound for cu_seqlens_q)
+  int total_k = 0;        // rows of packed k/v (bound for cu_seqlens_k); unused when paged
+  int num_blocks = 0;     // paged only
+  int block_size = 0;     // paged only
+  int block_shift = -1;   // log2(block_size) when it is a power of two, else -1
+  int max_blocks_per_seq = 0;
+  int max_seqlen_q = 0;   // rows beyond it are not computed
+  int num_m_blocks = 0;   // ceil(max_seqlen_q / kBlockM) = gridDim.z (set by the launcher)
+
+  float scale = 1.0f;       // softmax scale (natural units), for the LSE
+  float scale_log2 = 1.0f;  // scale * log2(e): scores are exponentiated with exp2
+};
+
+}  // namespace kvattn::cuda

@@ -1,0 +1,552 @@
+// prefill_attention on the GPU against the CPU backend, on the same bf16/fp16 values (the CPU
+// runs in float32 on upcast copies, so the reference carries no rounding of its own output).
+// Random cases sweep dtype x head_dim x causal x packed/paged with odd batches (1, 3, 17),
+// lengths 0/1/54/97/1000, prefixes (Lq < Lk), fewer keys than queries (rows that see nothing),
+// GQA groups 1..8, page sizes 1/16/256/odd, random block tables, padded token and block strides,
+// K and V in one allocation, NaN in every cache byte no sequence owns, poisoned outputs and
+// guard checks around them. Plus a 32k context (checked on row windows), a batch of 256, bad
+// block ids / lengths / cu_seqlens caught by the fault word, and the unsupported head_dim error.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <sstream>
+
+#include "kvattn/kernels/device_faults.h"
+#include "kvattn/kernels/prefill_attention.h"
+#include "kernels/gpu_test_support.h"
+#include "support/case_util.h"
+#include "support/reference.h"
+#include "support/test_util.h"
+
+namespace kvattn {
+namespace {
+
+using test::Mirror;
+using test::pick;
+using test::uniform_int;
+
+const Device kGpu = Device::cuda(0);
+
+struct PrefillCase {
+  DType dt = DType::kBF16;
+  int64_t d = 128, hkv = 2, group = 4;
+  bool causal = true;
+  bool paged = false;
+  int64_t bs = 16;
+  std::vector<int64_t> lq, lk;
+  int64_t q_pad = 0, kv_pad = 0;  // extra elements per token row (multiples of 8)
+  bool fused_kv = false;          // paged: K and V blocks interleaved in one allocation
+  bool with_lse = true;
+  float scale = 0.0f;
+  int64_t windows = 0;  // 0: check every row; else check 64-row windows (long contexts)
+
+  std::string describe() const {
+    std::ostringstream os;
+    os << dtype_name(dt) << " d=" << d << " heads=" << hkv * group << "/" << hkv
+       << (causal ? " causal" : " non-causal");
+    if (paged) os << " paged bs=" << bs << (fused_kv ? " fused-kv" : "");
+    os << " q_pad=" << q_pad << " kv_pad=" << kv_pad << " lse=" << with_lse << " (Lq,Lk)=";
+    for (size_t b = 0; b < lq.size() && b < 8; ++b) os << "(" << lq[b] << "," << lk[b] << ")";
+    if (lq.size() > 8) os << "... x" << lq.size();
+    return os.str();
+  }
+};
+
+std::vector<int64_t> prefix_sums(const std::vector<int64_t>& v) {
+  std::vector<int64_t> cu(v.size() + 1, 0);
+  for (size_t i = 0; i < v.size(); ++i) cu[i + 1] = cu[i] + v[i];
+  return cu;
+}
+
+// A float32 copy of a whole host allocation of `dt` elements; views map by element offset, so
+// strides, gaps and NaN poison carry over.
+struct Upcast {
+  Tensor storage;
+  const Tensor* source = nullptr;
+  DType dt = DType::kBF16;
+
+  static Upcast of(const Tensor& src, DType dt) {
+    Upcast u;
+    u.source = &src;
+    u.dt = dt;
+    const int64_t n = src.nbytes() / dtype_size(dt);
+    u.storage = Tensor::empty({n}, DType::kF32);
+    const auto* in = static_cast<const uint16_t*>(src.data());
+    float* out = u.storage.ptr<float>();
+    for (int64_t i = 0; i < n; ++i) {
+      out[i] = dt == DType::kBF16 ? bf16_to_float(bf16_t{in[i]}) : f16_to_float(f16_t{in[i]});
+    }
+    return u;
+  }
+  TensorView view(const TensorView& v) const {
+    TensorView f = v;
+    const int64_t elem = (static_cast<const char*>(v.data) -
+                          static_cast<const char*>(source->data())) / dtype_size(dt);
+    f.data = storage.ptr<float>() + elem;
+    f.dtype = DType::kF32;
+    return f;
+  }
+};
+
+// Paged caches with 16-byte aligned strides: [guard | blocks | guard], optionally K and V
+// interleaved per block; every byte no sequence owns stays NaN. Random permuted block ids,
+// -1 past each sequence's last block, sometimes extra table columns.
+struct Paged {
+  Tensor storage;  // dt elements
+  TensorView k, v;
+  Tensor table;  // int32 [num_seqs, width]
+  int64_t num_blocks = 0;
+};
+
+Paged make_paged(std::mt19937_64& rng, const PrefillCase& c) {
+  const auto n = static_cast<int64_t>(c.lk.size());
+  std::vector<int64_t> need(c.lk.size());
+  int64_t total = 0, width = 1;
+  for (size_t b = 0; b < c.lk.size(); ++b) {
+    need[b] = (c.lk[b] + c.bs - 1) / c.bs;
+    total += need[b];
+    width = std::max(width, need[b]);
+  }
+  width += pick(rng, std::vector<int64_t>{0, 0, 1, 3});
+  Paged p;
+  p.num_blocks = std::max<int64_t>(1, total + uniform_int(rng, 0, 3));
+  const int64_t block = c.bs * c.hkv * c.d;
+  const int64_t stride = (c.fused_kv ? 2 * block : block) + c.kv_pad;
+  const int64_t guard = 64;
+  const int64_t region = guard + p.num_blocks * stride + guard;
+  p.storage = Tensor::empty({c.fused_kv ? region : 2 * region}, c.dt);
+  std::memset(p.storage.data(), 0xFF, static_cast<size_t>(p.storage.nbytes()));
+  auto* base = static_cast<char*>(p.storage.data());
+  const int64_t es = dtype_size(c.dt);
+  char* kb = base + guard * es;
+  char* vb = c.fused_kv ? kb + block * es : base + (region + guard) * es;
+  const std::vector<int64_t> shape{p.num_blocks, c.bs, c.hkv, c.d};
+  const std::vector<int64_t> strides{stride, c.hkv * c.d, c.d, 1};
+  p.k = TensorView(kb, c.dt, Device::cpu(), shape, strides);
+  p.v = TensorView(vb, c.dt, Device::cpu(), shape, strides);
+
+  std::vector<int64_t> ids(static_cast<size_t>(p.num_blocks));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  std::vector<int64_t> table(static_cast<size_t>(std::max<int64_t>(n, 1) * width), -1);
+  size_t next = 0;
+  for (int64_t b = 0; b < n; ++b) {
+    for (int64_t i = 0; i < need[b]; ++i) {
+      const int64_t blk = ids[next++];
+      table[static_cast<size_t>(b * width + i)] = blk;
+      // Fill only the slots this sequence owns.
+      const int64_t used = std::min(c.bs, c.lk[b] - i * c.bs);
+      for (const TensorView* cache : {&p.k, &p.v}) {
+        TensorView slots(static_cast<char*>(cache->data) + blk * stride * es, c.dt, Device::cpu(),
+                         {used, c.hkv, c.d}, {c.hkv * c.d, c.d, 1});
+        test::fill_random(slots, rng);
+      }
+    }
+  }
+  p.table = test::int_tensor_2d(table, std::max<int64_t>(n, 1), width);
+  return p;
+}
+
+uint32_t clear_faults() { return read_device_faults(kGpu, true); }
+
+// Runs one case on the GPU and checks it against the CPU backend.
+void run_case(const PrefillCase& c, std::mt19937_64& rng, const std::string& key) {
+  const int64_t hq = c.hkv * c.group;
+  const auto n = static_cast<int64_t>(c.lq.size());
+  const std::vector<int64_t> cu_q = prefix_sums(c.lq), cu_k = prefix_sums(c.lk);
+  const int64_t total_q = cu_q.back(), total_k = cu_k.back();
+
+  // Host inputs: q (and packed k/v) with padded token strides, NaN in the gaps.
+  test::RowBuffer q = test::make_rows(total_q, hq, c.d, c.dt, c.q_pad, 8);
+  test::fill_random(q.view, rng);
+  test::RowBuffer k, v;
+  Paged pk;
+  if (c.paged) {
+    pk = make_paged(rng, c);
+  } else {
+    k = test::make_rows(total_k, c.hkv, c.d, c.dt, c.kv_pad, 8);
+    v = test::make_rows(total_k, c.hkv, c.d, c.dt, c.kv_pad, 16);
+    test::fill_random(k.view, rng);
+    test::fill_random(v.view, rng);
+  }
+  test::RowBuffer out = test::make_rows(total_q, hq, c.d, c.dt, c.q_pad, 24);  // poisoned
+  Tensor lse_host = Tensor::empty({hq, total_q}, DType::kF32);
+  std::memset(lse_host.data(), 0xFF, static_cast<size_t>(lse_host.nbytes()));
+
+  // GPU run.
+  const Mirror mq = Mirror::of(q.storage), mo = Mirror::of(out.storage);
+  Mirror mk, mv, mkv, mt;
+  PrefillArgs g;
+  g.q = mq.on_device(q.view);
+  if (c.paged) {
+    mkv = Mirror::of(pk.storage);
+    mt = Mirror::of(pk.table);
+    g.k = mkv.on_device(pk.k);
+    g.v = mkv.on_device(pk.v);
+    g.block_table = mt.on_device(pk.table.view());
+  } else {
+    mk = Mirror::of(k.storage);
+    mv = Mirror::of(v.storage);
+    g.k = mk.on_device(k.view);
+    g.v = mv.on_device(v.view);
+  }
+  const Tensor cuq_d = test::int_tensor(cu_q).to(kGpu), cuk_d = test::int_tensor(cu_k).to(kGpu);
+  g.cu_seqlens_q = cuq_d.view();
+  g.cu_seqlens_k = cuk_d.view();
+  g.max_seqlen_q = *std::max_element(c.lq.begin(), c.lq.end());
+  g.max_seqlen_k = *std::max_element(c.lk.begin(), c.lk.end());
+  g.softmax_scale = c.scale;
+  g.causal = c.causal;
+  g.out = mo.on_device(out.view);
+  const Mirror ml = Mirror::of(lse_host);
+  if (c.with_lse) g.lse = ml.on_device(lse_host.view());
+  ASSERT_EQ(clear_faults(), 0u) << "a fault was left over from an earlier test";
+  prefill_attention(g);
+  ASSERT_EQ(clear_faults(), 0u) << "valid inputs raised a device fault";  // synchronizes
+  const Tensor out_dl = mo.download();
+  const Tensor lse_dl = ml.download();
+  const TensorView got = mo.in(out_dl, out.view);
+  EXPECT_TRUE(test::untouched_outside(out_dl, got)) << "bytes outside out's rows changed";
+
+  // CPU reference, float32 on the same values.
+  const Upcast q32 = Upcast::of(q.storage, c.dt);
+  const Upcast kv32 = Upcast::of(c.paged ? pk.storage : k.storage, c.dt);
+  const Upcast v32 = c.paged ? Upcast{} : Upcast::of(v.storage, c.dt);
+  auto reference = [&](int64_t b, int64_t a, int64_t rows, test::RefAttention& ref) {
+    // Rows [a, a + rows) of sequence b see exactly the keys of a sequence with those queries
+    // and the first lk' keys, bottom-right aligned (lk' = a + rows + Lk - Lq when causal).
+    const int64_t lkb = c.lk[b];
+    const int64_t lk_sub =
+        c.causal ? std::clamp<int64_t>(a + rows + lkb - c.lq[b], 0, lkb) : lkb;
+    PrefillArgs r;
+    r.q = q32.view(q.view).slice0(cu_q[b] + a, cu_q[b] + a + rows);
+    if (c.paged) {
+      r.k = kv32.view(pk.k);
+      r.v = kv32.view(pk.v);
+      r.block_table = pk.table.view().slice0(b, b + 1);
+    } else {
+      r.k = kv32.view(k.view).slice0(cu_k[b], cu_k[b] + lk_sub);
+      r.v = v32.view(v.view).slice0(cu_k[b], cu_k[b] + lk_sub);
+    }
+    const Tensor cq = test::int_tensor({0, rows}), ck = test::int_tensor({0, lk_sub});
+    r.cu_seqlens_q = cq.view();
+    r.cu_seqlens_k = ck.view();
+    r.softmax_scale = c.scale;
+    r.causal = c.causal;
+    Tensor o = Tensor::empty({rows, hq, c.d}, DType::kF32);
+    Tensor l = Tensor::empty({hq, rows}, DType::kF32);
+    r.out = o.view();
+    r.lse = l.view();
+    prefill_attention(r);
+    ref.out = test::to_doubles(o.view());
+    ref.lse = test::to_doubles(l.view());
+  };
+  const TensorView got_lse_all = ml.in(lse_dl, lse_host.view());
+  auto check_rows = [&](int64_t b, int64_t a, int64_t rows) {
+    if (rows <= 0) return;
+    test::RefAttention ref;
+    reference(b, a, rows, ref);
+    const int64_t row0 = cu_q[b] + a;
+    TensorView lse_rows;  // undefined without lse: then only the output (and zero rows) count
+    if (c.with_lse) {
+      lse_rows = TensorView(got_lse_all.ptr<float>() + row0, DType::kF32, Device::cpu(),
+                            {hq, rows}, {total_q, 1});
+    }
+    std::ostringstream label;
+    label << "seq " << b << " rows [" << a << ", " << a + rows << ")";
+    SCOPED_TRACE(label.str());
+    test::expect_attention_close(ref, got.slice0(row0, row0 + rows), lse_rows, key,
+                                 label.str());
+  };
+  if (c.windows == 0) {
+    // One reference call per sequence keeps the CPU work equal to the GPU's.
+    for (int64_t b = 0; b < n; ++b) check_rows(b, 0, c.lq[b]);
+  } else {
+    for (int64_t b = 0; b < n; ++b) {
+      const int64_t L = c.lq[b], w = std::min<int64_t>(64, L);
+      check_rows(b, 0, w);
+      if (L > 2 * w) check_rows(b, L / 2 - w / 2, w);
+      if (L > w) check_rows(b, L - w, w);
+    }
+    // Every row was written (no poison left) and is finite.
+    const std::vector<double> all = test::to_doubles(got);
+    const auto bad = std::count_if(all.begin(), all.end(), [](double x) { return !std::isfinite(x); });
+    EXPECT_EQ(bad, 0) << "non-finite (unwritten) outputs";
+  }
+}
+
+// Random structured case: `combo` picks dtype/head_dim/causal/paged, the rng the rest.
+PrefillCase random_case(std::mt19937_64& rng, DType dt, int64_t d, bool causal, bool paged,
+                        bool quick) {
+  PrefillCase c;
+  c.dt = dt;
+  c.d = d;
+  c.causal = causal;
+  c.paged = paged;
+  c.group = pick(rng, std::vector<int64_t>{1, 2, 4, 8});
+  c.hkv = pick(rng, std::vector<int64_t>{1, 2});
+  const int64_t batch = quick ? pick(rng, std::vector<int64_t>{1, 3})
+                              : pick(rng, std::vector<int64_t>{1, 3, 17});
+  const int64_t max_len = quick ? 130 : (batch == 17 ? 300 : 1000);
+  for (int64_t b = 0; b < batch; ++b) {
+    int64_t lq = pick(rng, std::vector<int64_t>{0, 1, 54, 97, 1000, uniform_int(rng, 1, 300)});
+    lq = std::min(lq, max_len);
+    int64_t lk = lq;
+    switch (uniform_int(rng, 0, 3)) {
+      case 0: break;                                                    // Lq == Lk
+      case 1: lk = lq + pick(rng, std::vector<int64_t>{1, 54, 97, uniform_int(rng, 1, 600)});
+              break;                                                    // prefix hit
+      case 2: lk = uniform_int(rng, 0, lq); break;                      // fewer keys
+      default: lk = pick(rng, std::vector<int64_t>{1, 54, 97, uniform_int(rng, 1, 400)});
+    }
+    c.lq.push_back(lq);
+    c.lk.push_back(std::min<int64_t>(lk, quick ? 200 : 1600));
+  }
+  if (std::all_of(c.lq.begin(), c.lq.end(), [](int64_t x) { return x == 0; })) c.lq[0] = 1;
+  c.bs = pick(rng, std::vector<int64_t>{1, 16, 256, uniform_int(rng, 2, 255)});
+  c.q_pad = pick(rng, std::vector<int64_t>{0, 0, 8, 64});
+  c.kv_pad = pick(rng, std::vector<int64_t>{0, 0, 8, 128});
+  c.fused_kv = uniform_int(rng, 0, 1) == 1;
+  c.with_lse = uniform_int(rng, 0, 3) != 0;
+  if (uniform_int(rng, 0, 3) == 0) c.scale = static_cast<float>(0.02 + 0.2 * (rng() % 1000) / 1000.0);
+  return c;
+}
+
+TEST(PrefillGpu, RandomSweep) {
+  const bool quick = test::quick_mode();
+  const int per_combo = quick ? 1 : 3;
+  int index = 0;
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    for (int64_t d : {64, 128}) {
+      for (bool causal : {true, false}) {
+        for (bool paged : {false, true}) {
+          for (int i = 0; i < per_combo; ++i, ++index) {
+            if (!test::case_selected(index)) continue;
+            const uint64_t seed = test::case_seed();
+            std::mt19937_64 rng(seed);
+            const PrefillCase c = random_case(rng, dt, d, causal, paged, quick);
+            SCOPED_TRACE(test::case_note(index, seed, c.describe()));
+            run_case(c, rng, std::string("prefill ") + (paged ? "paged " : "packed ") +
+                                 std::string(dtype_name(dt)));
+            if (HasFatalFailure()) return;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Hand-picked edge cases: empty sequences, decode-like single queries, rows that see no key,
+// no keys at all, page size 1 with a long prefix, every GQA group.
+TEST(PrefillGpu, EdgeCases) {
+  struct Spec {
+    std::vector<int64_t> lq, lk;
+    bool causal, paged;
+    int64_t bs, group;
+  };
+  const std::vector<Spec> specs = {
+      {{0, 54, 97}, {10, 54, 20}, true, false, 16, 4},    // Lq=0; Lk<Lq: rows see nothing
+      {{0, 54, 97}, {10, 54, 20}, true, true, 1, 2},
+      {{1, 1, 1}, {1, 1000, 97}, true, true, 16, 8},      // decode-like
+      {{5, 3}, {0, 0}, false, false, 16, 1},              // no keys at all
+      {{5, 3}, {0, 7}, true, true, 256, 4},
+      {{97}, {1000}, true, true, 1, 8},                    // page 1, long prefix
+      {{128, 129, 127}, {128, 129, 127}, true, false, 16, 2},  // tile edges
+      {{48, 49, 47, 33}, {48, 49, 47, 31}, false, true, 48, 1},
+  };
+  int index = 0;
+  for (const Spec& s : specs) {
+    for (DType dt : {DType::kBF16, DType::kF16}) {
+      for (int64_t d : {64, 128}) {
+        const uint64_t seed = test::case_seed();
+        std::mt19937_64 rng(seed);
+        PrefillCase c;
+        c.dt = dt;
+        c.d = d;
+        c.lq = s.lq;
+        c.lk = s.lk;
+        c.causal = s.causal;
+        c.paged = s.paged;
+        c.bs = s.bs;
+        c.group = s.group;
+        c.hkv = 2;
+        SCOPED_TRACE(test::case_note(index++, seed, c.describe()));
+        run_case(c, rng, "prefill edge");
+        if (HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
+// A 32k-token causal prefill (paged, page 16) and a 4k-over-32k prefix hit (packed), checked
+// on 64-row windows at the start, middle and end (every row must still be written).
+TEST(PrefillGpu, LongContext32k) {
+  if (test::quick_mode()) GTEST_SKIP() << "quick mode";
+  for (bool paged : {true, false}) {
+    const uint64_t seed = test::case_seed();
+    std::mt19937_64 rng(seed);
+    PrefillCase c;
+    c.dt = DType::kBF16;
+    c.d = 128;
+    c.hkv = 1;
+    c.group = 4;
+    c.paged = paged;
+    c.bs = 16;
+    c.lq = {paged ? 32768 : 4096};
+    c.lk = {32768};
+    c.windows = 3;
+    SCOPED_TRACE(test::case_note(0, seed, c.describe()));
+    run_case(c, rng, "prefill long");
+    if (HasFatalFailure()) return;
+  }
+}
+
+TEST(PrefillGpu, Batch256) {
+  const uint64_t seed = test::case_seed();
+  std::mt19937_64 rng(seed);
+  PrefillCase c;
+  c.dt = DType::kBF16;
+  c.d = 128;
+  c.hkv = 2;
+  c.group = 4;
+  c.paged = true;
+  c.bs = 16;
+  const int64_t batch = test::quick_mode() ? 32 : 256;
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t lq = uniform_int(rng, 0, 64);
+    c.lq.push_back(lq);
+    c.lk.push_back(lq + uniform_int(rng, 0, 96));
+  }
+  c.lq[0] = std::max<int64_t>(c.lq[0], 1);
+  SCOPED_TRACE(test::case_note(0, seed, c.describe()));
+  run_case(c, rng, "prefill batch256");
+}
+
+// ---- bad index values: skipped, reported, never out of bounds ----
+
+struct FaultSetup {
+  PrefillCase c;
+  Paged pk;
+  test::RowBuffer q, out;
+  Mirror mq, mo, mkv, mt;
+  Tensor cuq, cuk;
+  PrefillArgs args;
+};
+
+void build_fault_setup(FaultSetup& f, std::mt19937_64& rng, const std::vector<int64_t>& table_edit,
+                       std::vector<int64_t> cu_q, std::vector<int64_t> cu_k) {
+  PrefillCase& c = f.c;
+  c.paged = true;
+  c.bs = 16;
+  c.lq = {64, 64, 64};
+  c.lk = {200, 200, 200};
+  f.pk = make_paged(rng, c);
+  auto* t = f.pk.table.ptr<int32_t>();
+  const int64_t width = f.pk.table.size(1);
+  for (size_t i = 0; i + 3 <= table_edit.size(); i += 3) {
+    t[table_edit[i] * width + table_edit[i + 1]] = static_cast<int32_t>(table_edit[i + 2]);
+  }
+  const int64_t hq = c.hkv * c.group;
+  f.q = test::make_rows(192, hq, c.d, c.dt, 0, 8);
+  test::fill_random(f.q.view, rng);
+  f.out = test::make_rows(192, hq, c.d, c.dt, 8, 64);
+  f.mq = Mirror::of(f.q.storage);
+  f.mo = Mirror::of(f.out.storage);
+  f.mkv = Mirror::of(f.pk.storage);
+  f.mt = Mirror::of(f.pk.table);
+  f.cuq = test::int_tensor(cu_q).to(kGpu);
+  f.cuk = test::int_tensor(cu_k).to(kGpu);
+  f.args.q = f.mq.on_device(f.q.view);
+  f.args.k = f.mkv.on_device(f.pk.k);
+  f.args.v = f.mkv.on_device(f.pk.v);
+  f.args.block_table = f.mt.on_device(f.pk.table.view());
+  f.args.cu_seqlens_q = f.cuq.view();
+  f.args.cu_seqlens_k = f.cuk.view();
+  f.args.max_seqlen_q = 64;
+  f.args.max_seqlen_k = 200;
+  f.args.out = f.mo.on_device(f.out.view);
+}
+
+TEST(PrefillGpu, BadBlockIdsAreSkippedAndReported) {
+  const uint64_t seed = test::case_seed();
+  std::mt19937_64 rng(seed);
+  SCOPED_TRACE(test::case_note(0, seed, "bad block ids"));
+  FaultSetup f;
+  // Sequence 1, block 2: far past the cache; sequence 2, block 0: negative.
+  build_fault_setup(f, rng, {1, 2, (1 << 28), 2, 0, -5}, {0, 64, 128, 192}, {0, 200, 400, 600});
+  ASSERT_EQ(clear_faults(), 0u);
+  prefill_attention(f.args);
+  EXPECT_EQ(clear_faults(), static_cast<uint32_t>(kFaultBlockOutOfRange));
+  const Tensor dl = f.mo.download();
+  const TensorView got = f.mo.in(dl, f.out.view);
+  EXPECT_TRUE(test::untouched_outside(dl, got)) << "bytes outside out's rows changed";
+  // Sequence 0 is intact and every row is finite (bad rows read as zeros, never as NaN guard
+  // bytes or foreign memory).
+  const std::vector<double> all = test::to_doubles(got);
+  EXPECT_EQ(std::count_if(all.begin(), all.end(), [](double x) { return !std::isfinite(x); }), 0);
+}
+
+TEST(PrefillGpu, BadLengthsAreSkippedAndReported) {
+  const uint64_t seed = test::case_seed();
+  std::mt19937_64 rng(seed);
+  SCOPED_TRACE(test::case_note(0, seed, "bad lengths"));
+  {
+    FaultSetup f;  // sequence 1 claims more keys than its table row holds
+    build_fault_setup(f, rng, {}, {0, 64, 128, 192}, {0, 200, 200 + 100000, 100200 + 200});
+    ASSERT_EQ(clear_faults(), 0u);
+    prefill_attention(f.args);
+    EXPECT_EQ(clear_faults(), static_cast<uint32_t>(kFaultSeqlenOutOfRange));
+  }
+  {
+    FaultSetup f;  // cu_seqlens_q decreasing, then past total_q
+    build_fault_setup(f, rng, {}, {0, 64, 32, 100000}, {0, 200, 400, 600});
+    ASSERT_EQ(clear_faults(), 0u);
+    prefill_attention(f.args);
+    EXPECT_EQ(clear_faults(), static_cast<uint32_t>(kFaultBadCuSeqlens));
+  }
+  {
+    // Packed keys: cu_seqlens_k runs past k's rows.
+    FaultSetup f;
+    build_fault_setup(f, rng, {}, {0, 64, 128, 192}, {0, 200, 400, 600});
+    test::RowBuffer k = test::make_rows(300, f.c.hkv, f.c.d, f.c.dt, 0, 8);
+    test::fill_random(k.view, rng);
+    const Mirror mk = Mirror::of(k.storage);
+    f.args.block_table = TensorView();
+    f.args.k = mk.on_device(k.view);
+    f.args.v = mk.on_device(k.view);
+    ASSERT_EQ(clear_faults(), 0u);
+    prefill_attention(f.args);
+    EXPECT_EQ(clear_faults(), static_cast<uint32_t>(kFaultBadCuSeqlens));
+  }
+}
+
+TEST(PrefillGpu, UnsupportedHeadDimIsAReadableError) {
+  Tensor q = Tensor::zeros({4, 2, 96}, DType::kBF16, kGpu);
+  Tensor k = Tensor::zeros({4, 2, 96}, DType::kBF16, kGpu);
+  Tensor out = Tensor::zeros({4, 2, 96}, DType::kBF16, kGpu);
+  const Tensor cu = test::int_tensor({0, 4}).to(kGpu);
+  PrefillArgs a;
+  a.q = q.view();
+  a.k = k.view();
+  a.v = k.view();
+  a.cu_seqlens_q = cu.view();
+  a.cu_seqlens_k = cu.view();
+  a.max_seqlen_q = 4;
+  a.max_seqlen_k = 4;
+  a.out = out.view();
+  try {
+    prefill_attention(a);
+    FAIL() << "head_dim 96 must be rejected on the GPU";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unsupported head_dim: 96"), std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace kvattn
+
+KVATTN_GPU_TEST_MAIN()
