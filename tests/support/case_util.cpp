@@ -16,7 +16,7 @@ namespace {
 
 struct Worst {
   int cases = 0;
-  double rel_l2 = 0.0, max_abs = 0.0, lse_max_abs = -1.0;
+  double rel_l2 = 0.0, max_abs = 0.0, lse_max_abs = -1.0, lse_max_scaled = -1.0;
   bool nan = false;
 };
 
@@ -38,7 +38,9 @@ class SummaryPrinter : public ::testing::Environment {
     for (const auto& [key, w] : summary()) {
       std::printf("  %-40s cases %4d  rel_l2 %.3e  max_abs %.3e", key.c_str(), w.cases, w.rel_l2,
                   w.max_abs);
-      if (w.lse_max_abs >= 0) std::printf("  lse_max_abs %.3e", w.lse_max_abs);
+      if (w.lse_max_abs >= 0) {
+        std::printf("  lse_max_abs %.3e (rel %.1e)", w.lse_max_abs, w.lse_max_scaled);
+      }
       if (w.nan) std::printf("  NaN SEEN");
       std::printf("\n");
     }
@@ -182,12 +184,15 @@ LseStats compare_lse(const std::vector<double>& out, const std::vector<double>& 
       if (out[i] != ref[i]) s.ok = false;
     } else {
       s.max_abs = std::max(s.max_abs, std::abs(out[i] - ref[i]));
+      s.max_scaled =
+          std::max(s.max_scaled, std::abs(out[i] - ref[i]) / std::max(1.0, std::abs(ref[i])));
     }
   }
   return s;
 }
 
-void record_error(const std::string& key, const ErrorStats& s, double lse_max_abs) {
+void record_error(const std::string& key, const ErrorStats& s, double lse_max_abs,
+                  double lse_max_scaled) {
   std::lock_guard<std::mutex> lock(summary_mutex());
   Worst& w = summary()[key];
   ++w.cases;
@@ -195,6 +200,7 @@ void record_error(const std::string& key, const ErrorStats& s, double lse_max_ab
   if (!std::isnan(s.rel_l2)) w.rel_l2 = std::max(w.rel_l2, s.rel_l2);
   w.max_abs = std::max(w.max_abs, s.max_abs);
   w.lse_max_abs = std::max(w.lse_max_abs, lse_max_abs);
+  w.lse_max_scaled = std::max(w.lse_max_scaled, lse_max_scaled);
 }
 
 double rel_l2_tolerance(DType dtype) { return dtype == DType::kF32 ? 1e-5 : 1e-2; }
@@ -226,12 +232,13 @@ void expect_attention_close(const RefAttention& ref, const TensorView& out, cons
   }
   EXPECT_EQ(bad_zero_rows, 0) << "rows that see no key must output zeros";
 
-  double lse_abs = -1.0;
+  double lse_abs = -1.0, lse_scaled = -1.0;
   if (lse.defined()) {
     const std::vector<double> got_lse = to_doubles(lse);
     const LseStats ls = compare_lse(got_lse, ref.lse);
     EXPECT_TRUE(ls.ok) << "lse has NaN, or -inf where the reference is finite (or vice versa)";
     lse_abs = ls.max_abs;
+    lse_scaled = ls.max_scaled;
     int64_t bad = 0;
     for (size_t i = 0; i < got_lse.size() && i < ref.lse.size(); ++i) {
       if (!std::isfinite(ref.lse[i])) continue;
@@ -247,7 +254,7 @@ void expect_attention_close(const RefAttention& ref, const TensorView& out, cons
   std::printf("  %-34s rel_l2 %.2e  max_abs %.2e", label.c_str(), s.rel_l2, s.max_abs);
   if (lse_abs >= 0) std::printf("  lse_abs %.2e", lse_abs);
   std::printf("\n");
-  record_error(key, s, lse_abs);
+  record_error(key, s, lse_abs, lse_scaled);
 }
 
 }  // namespace kvattn::test
