@@ -44,10 +44,14 @@ struct Mirror {
   }
 };
 
-// True when the test binary runs with a reduced case list (compute-sanitizer runs).
+// True when the test binary runs with a reduced case list (compute-sanitizer runs):
+// KVATTN_TEST_QUICK or KVATTN_GPU_TEST_QUICK set to anything but 0.
 inline bool quick_mode() {
-  const char* q = std::getenv("KVATTN_GPU_TEST_QUICK");
-  return q != nullptr && q[0] != '\0' && q[0] != '0';
+  for (const char* name : {"KVATTN_TEST_QUICK", "KVATTN_GPU_TEST_QUICK"}) {
+    const char* q = std::getenv(name);
+    if (q != nullptr && q[0] != '\0' && q[0] != '0') return true;
+  }
+  return false;
 }
 
 }  // namespace kvattn::test

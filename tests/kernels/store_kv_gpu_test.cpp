@@ -11,6 +11,7 @@
 
 #include "kvattn/kernels/device_faults.h"
 #include "kvattn/kernels/store_kv.h"
+#include "kernels/cuda/tuning.h"
 #include "kernels/gpu_test_support.h"
 #include "support/case_util.h"
 #include "support/reference.h"
@@ -24,6 +25,17 @@ using test::pick;
 using test::uniform_int;
 
 const Device kGpu = Device::cuda(0);
+
+// Random bytes (eight per draw: the caches of the large cases are hundreds of MB).
+void random_bytes(void* data, int64_t n, std::mt19937_64& rng) {
+  auto* p = static_cast<uint8_t*>(data);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const uint64_t x = rng();
+    std::memcpy(p + i, &x, 8);
+  }
+  for (; i < n; ++i) p[i] = static_cast<uint8_t>(rng());
+}
 
 // The caches of one case inside one host allocation with guards, random bytes everywhere.
 //  fused:    [guard | block0: K, V | block1: K, V | ... | guard], block stride 2*block + pad
@@ -62,8 +74,7 @@ Caches make_caches(std::mt19937_64& rng, DType dt, int64_t num_blocks, int64_t b
     c.v = TensorView(base + (region + guard) * es, dt, Device::cpu(), {num_blocks, bs, hkv, d},
                      {stride, hkv * d, d, 1});
   }
-  auto* p = static_cast<uint8_t*>(c.storage.data());
-  for (int64_t i = 0; i < c.storage.nbytes(); ++i) p[i] = static_cast<uint8_t>(rng());
+  random_bytes(c.storage.data(), c.storage.nbytes(), rng);
   std::ostringstream os;
   os << (fused ? "fused" : "separate") << " guard " << guard << " pad " << pad;
   c.layout = os.str();
@@ -82,8 +93,7 @@ Inputs make_inputs(std::mt19937_64& rng, DType dt, int64_t tokens, int64_t heads
   Inputs in;
   in.storage = Tensor::empty({std::max<int64_t>(tokens, 1) * row}, dt);
   // Any bit pattern, NaN payloads included: the copy must not convert.
-  auto* p = static_cast<uint8_t*>(in.storage.data());
-  for (int64_t i = 0; i < in.storage.nbytes(); ++i) p[i] = static_cast<uint8_t>(rng());
+  random_bytes(in.storage.data(), in.storage.nbytes(), rng);
   char* base = static_cast<char*>(in.storage.data());
   const int64_t es = dtype_size(dt);
   in.key = TensorView(base + heads * d * es, dt, Device::cpu(), {tokens, hkv, d}, {row, d, 1});
@@ -200,9 +210,7 @@ void run_case(int c, const StoreCase& sc, std::mt19937_64& rng, uint64_t seed, i
   }
 }
 
-TEST(StoreKvGpu, BitExactAgainstReference) {
-  const bool quick = test::quick_mode();
-  const int cases = quick ? 24 : 240;
+void sweep(int cases) {
   int ran = 0;
   for (int c = 0; c < cases; ++c) {
     if (!test::case_selected(c)) continue;
@@ -229,17 +237,28 @@ TEST(StoreKvGpu, BitExactAgainstReference) {
   std::printf("store_kv gpu: %d bit-exact cases\n", ran);
 }
 
+TEST(StoreKvGpu, BitExactAgainstReference) { sweep(test::quick_mode() ? 24 : 240); }
+
+// The early-loads variant (off by default, cuda_tuning()) is bit-exact too.
+TEST(StoreKvGpu, BitExactWithEarlyLoads) {
+  cuda::CudaTuning& tuning = cuda::cuda_tuning();
+  const cuda::CudaTuning saved = tuning;
+  tuning.store_kv_early_loads = true;
+  sweep(test::quick_mode() ? 12 : 60);
+  tuning = saved;
+}
+
 // The benchmark's shape, smaller cache: 8 KV heads x 128 bf16, random slots, many tokens.
 TEST(StoreKvGpu, LargeBatch) {
   const uint64_t seed = test::case_seed();
   std::mt19937_64 rng(seed);
   StoreCase sc{DType::kBF16, 256, 8, 32, 128, 0, 0, DType::kI32, 5, true, 0, 1, 0};
   sc.tokens = sc.n = test::quick_mode() ? 1024 : 16384;
-  sc.num_blocks = 4 * sc.tokens / sc.bs;
+  sc.num_blocks = 2 * sc.tokens / sc.bs;
   run_case(1000, sc, rng, seed, 0);
   sc.slot_dt = DType::kI64;
   sc.bs = 16;
-  sc.num_blocks = 4 * sc.tokens / sc.bs;
+  sc.num_blocks = 2 * sc.tokens / sc.bs;
   run_case(1001, sc, rng, seed, 0);
 }
 

@@ -28,6 +28,7 @@
 #include "kernels/cuda/decode_params.h"
 #include "kernels/cuda/device_faults.cuh"
 #include "kernels/cuda/device_props.h"
+#include "kernels/cuda/tuning.h"
 
 namespace kvattn::cuda {
 namespace {
@@ -65,6 +66,11 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t add
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(addr));
+}
+
+// Fire-and-forget prefetch of the 128-byte line holding `p` into L2.
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(__cvta_generic_to_global(p)));
 }
 
 __device__ __forceinline__ void st_shared_16(uint32_t addr, uint4 v) {
@@ -240,6 +246,23 @@ __global__ void __launch_bounds__(kDecodeThreads)
       }
     };
 
+    // Optional (p.l2_prefetch_tiles > 0): L2 prefetch of a whole tile, K and V, one 128-byte
+    // line per thread and step; only lines of valid keys behind valid block ids.
+    auto prefetch_tile = [&](int tile) {
+      constexpr int kLines = kRowBytes / 128;
+      for (int idx = tid; idx < kDecodeTileKeys * kLines; idx += kDecodeThreads) {
+        const int key = k0 + tile * kDecodeTileKeys + idx / kLines;
+        if (key >= k1) break;
+        const int page = key / p.block_size;
+        const int id = __ldg(table + page);
+        if (static_cast<unsigned>(id) >= static_cast<unsigned>(p.num_blocks)) continue;
+        const int64_t off = static_cast<int64_t>(key - page * p.block_size) * kv_row +
+                            static_cast<int64_t>(kvh) * D + (idx % kLines) * 64;
+        prefetch_l2(k_cache + id * p.k_block_stride + off);
+        prefetch_l2(v_cache + id * p.v_block_stride + off);
+      }
+    };
+
     // Prologue: the first kStages-1 tiles in flight, then the ids of the next one.
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
@@ -250,6 +273,9 @@ __global__ void __launch_bounds__(kDecodeThreads)
       cp_async_commit();
     }
     if (kStages - 1 < num_tiles) load_ids(kStages - 1);
+    for (int t = kStages - 1; t < min(num_tiles, kStages - 1 + p.l2_prefetch_tiles); ++t) {
+      prefetch_tile(t);
+    }
 
     // Query fragments (rows beyond `rows` are zero) and the causal limits of this thread's
     // two rows: key j is visible to row r iff j < limit[r].
@@ -297,6 +323,9 @@ __global__ void __launch_bounds__(kDecodeThreads)
       if (next < num_tiles) issue(next);
       cp_async_commit();
       if (next + 1 < num_tiles) load_ids(next + 1);
+      if (p.l2_prefetch_tiles > 0 && next + p.l2_prefetch_tiles < num_tiles) {
+        prefetch_tile(next + p.l2_prefetch_tiles);
+      }
 
       const int key0 = k0 + tile * kDecodeTileKeys + warp * 16;  // this warp's 16 keys
       if (key0 >= warp_limit) continue;  // every key of this warp is masked
@@ -627,6 +656,7 @@ void decode_attention(const DecodeArgs& args, const AttentionShape& shape) {
   p.chunk_keys = static_cast<int>(decode_chunk_keys(capacity, p.num_splits));
   p.scale_log2 = shape.scale * 1.4426950408889634f;
   p.causal = args.causal ? 1 : 0;
+  p.l2_prefetch_tiles = cuda_tuning().decode_l2_prefetch_tiles;
   p.num_items = shape.num_seqs * p.num_splits * p.row_chunks * shape.num_kv_heads;
   if (p.num_splits > 1) {
     const int64_t need = decode_workspace_bytes(shape.num_seqs, shape.num_heads, shape.head_dim,

@@ -70,6 +70,7 @@ struct DecodeParams {
   int chunk_keys = kDecodeTileKeys;  // keys per split, a multiple of kDecodeTileKeys
   float scale_log2 = 0.0f;  // softmax scale * log2(e)
   int causal = 1;
+  int l2_prefetch_tiles = 0;  // tiles prefetched into L2 beyond the smem pipeline (0: off)
 };
 
 // Keys per split for a plan of `num_splits` over block tables holding `capacity` keys.

@@ -7,6 +7,8 @@
 // One warp moves one part of one token (K and V): it loads up to 4 K and 4 V vectors per lane
 // before storing any, so 8 independent loads are in flight per thread. Small batches cut each
 // row into several parts so that enough warps exist to cover the latency of the GPU.
+// Variant (cuda_tuning().store_kv_early_loads, off by default until measured): the first
+// loads are issued before the slot is read, so the two memory latencies overlap.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -15,6 +17,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_faults.cuh"
 #include "kernels/cuda/device_props.h"
+#include "kernels/cuda/tuning.h"
 
 namespace kvattn::cuda {
 namespace {
@@ -41,6 +44,7 @@ struct StoreKvParams {
   int64_t num_slots;
   int parts;        // warps per token
   int part_vecs;    // vectors per part (a multiple of 32)
+  int early_loads;  // 1: the first K/V loads are issued before the slot is known
   uint32_t* fault_word;
 };
 
@@ -76,6 +80,24 @@ __global__ void __launch_bounds__(kThreads) store_kv_kernel(const __grid_constan
   if (token >= p.num_tokens) return;
   const int part = static_cast<int>(warp - token * p.parts);
 
+  const Vec* ksrc = reinterpret_cast<const Vec*>(p.key + token * p.key_stride);
+  const Vec* vsrc = reinterpret_cast<const Vec*>(p.value + token * p.value_stride);
+  const int64_t row_vecs = p.row_bytes / kBytes;
+  const int64_t begin = static_cast<int64_t>(part) * p.part_vecs;
+  const int64_t end = min(row_vecs, begin + p.part_vecs);
+  Vec kx[kUnroll], vx[kUnroll];
+  auto load = [&](int64_t v0) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t v = v0 + 32 * u;
+      if (v < end) {
+        kx[u] = load_stream(ksrc + v);
+        vx[u] = load_stream(vsrc + v);
+      }
+    }
+  };
+  if (p.early_loads) load(begin + lane);  // in flight together with the slot's load
+
   const int64_t slot =
       static_cast<int64_t>(static_cast<const Slot*>(p.slot_mapping)[token * p.slot_stride]);
   if (slot < 0) return;  // padding
@@ -85,24 +107,11 @@ __global__ void __launch_bounds__(kThreads) store_kv_kernel(const __grid_constan
   }
   const int64_t block = slot / p.block_size;
   const int64_t row_in_block = (slot - block * p.block_size) * p.row_bytes;
-  const Vec* ksrc = reinterpret_cast<const Vec*>(p.key + token * p.key_stride);
-  const Vec* vsrc = reinterpret_cast<const Vec*>(p.value + token * p.value_stride);
   Vec* kdst = reinterpret_cast<Vec*>(p.k_cache + block * p.k_block_stride + row_in_block);
   Vec* vdst = reinterpret_cast<Vec*>(p.v_cache + block * p.v_block_stride + row_in_block);
 
-  const int64_t row_vecs = p.row_bytes / kBytes;
-  const int64_t begin = static_cast<int64_t>(part) * p.part_vecs;
-  const int64_t end = min(row_vecs, begin + p.part_vecs);
   for (int64_t v0 = begin + lane; v0 < end; v0 += 32 * kUnroll) {
-    Vec kx[kUnroll], vx[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t v = v0 + 32 * u;
-      if (v < end) {
-        kx[u] = load_stream(ksrc + v);
-        vx[u] = load_stream(vsrc + v);
-      }
-    }
+    if (!p.early_loads || v0 != begin + lane) load(v0);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t v = v0 + 32 * u;
@@ -182,6 +191,7 @@ void store_kv(const TensorView& key, const TensorView& value, const TensorView& 
   p.part_vecs = static_cast<int>((per_part + 31) / 32 * 32);
   p.parts = static_cast<int>((row_vecs + p.part_vecs - 1) / p.part_vecs);
 
+  p.early_loads = cuda_tuning().store_kv_early_loads ? 1 : 0;
   const bool slot64 = slot_mapping.dtype == DType::kI64;
   auto s = static_cast<cudaStream_t>(stream.handle);
   switch (vec) {

@@ -1,0 +1,327 @@
+// CUDA store_kv and paged decode benchmark: the TARGETS.md shapes, timed with CUDA events
+// (median of many reps after warm-up, L2 flushed before every rep as triton's do_bench does),
+// against a device-to-device copy ceiling measured in the same run.
+//
+// Prints one JSON line per shape: {"op", "shape", "us", "bytes", "TBps", "frac_copy"} and a
+// table at the end. Bytes: store_kv counts K and V read + written plus the slots (as the seed
+// peer does); decode counts the cached K and V of every sequence read once.
+// With the split sweep on (default), each decode shape is also timed with explicit plans of
+// 1..64 splits ("sweep" rows), the data the planner's constants are tuned from. Variants that
+// are built in but off by default (kernels/cuda/tuning.h) are timed beside the default:
+// "store_kv*" (early loads) and "decode+pf" (L2 prefetch of N tiles beyond the pipeline).
+//   gpu_decode_bench [--reps N] [--quick] [--no-sweep]
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kvattn/core/tensor.h"
+#include "kvattn/kernels/decode_attention.h"
+#include "kvattn/kernels/device_faults.h"
+#include "kvattn/kernels/store_kv.h"
+#include "kernels/cuda/tuning.h"
+
+namespace {
+
+#define BENCH_CUDA(expr)                                                                  \
+  do {                                                                                    \
+    cudaError_t e_ = (expr);                                                              \
+    if (e_ != cudaSuccess) {                                                              \
+      std::fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #expr,           \
+                   cudaGetErrorString(e_));                                               \
+      std::exit(1);                                                                       \
+    }                                                                                     \
+  } while (0)
+
+using kvattn::DType;
+using kvattn::Tensor;
+using kvattn::TensorView;
+const kvattn::Device kGpu = kvattn::Device::cuda(0);
+
+int g_reps = 100;
+bool g_sweep = true;
+double g_l2_bytes = 50e6;
+void* g_flush = nullptr;
+constexpr size_t kFlushBytes = size_t{256} << 20;
+
+__global__ void fill_random_bf16(__nv_bfloat16* p, int64_t n, uint32_t seed) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    uint32_t x = static_cast<uint32_t>(i) * 2654435761u ^ seed ^ static_cast<uint32_t>(i >> 32);
+    x ^= x >> 15;
+    x *= 2246822519u;
+    x ^= x >> 13;
+    p[i] = __float2bfloat16(static_cast<float>(x & 0xffffff) / 8388608.0f - 1.0f);
+  }
+}
+
+void fill(const Tensor& t, uint32_t seed) {
+  fill_random_bf16<<<1024, 256>>>(t.ptr<__nv_bfloat16>(), t.numel(), seed);
+  BENCH_CUDA(cudaGetLastError());
+}
+
+// How L2 is emptied before each timed rep. Working sets far larger than L2 need nothing;
+// smaller ones are timed after a 256 MB memset (dirty lines, as triton's do_bench does, so the
+// figure compares with the peers') and after a 256 MB read (clean lines: the kernel alone).
+enum class Flush { kNone, kMemset, kRead };
+
+__global__ void read_flush(const int4* p, int64_t n, int* sink) {
+  int acc = 0;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int4 v = __ldcg(p + i);
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (acc == 0x7fffffff) *sink = acc;  // keeps the loads alive
+}
+
+const char* flush_name(Flush f) {
+  return f == Flush::kNone ? "no flush" : (f == Flush::kMemset ? "L2 flush: memset" : "L2 flush: read");
+}
+
+// Median time in microseconds of fn() over g_reps reps.
+template <typename Fn>
+double time_us(Fn&& fn, Flush flush, int warmup = 10) {
+  for (int i = 0; i < warmup; ++i) fn();
+  BENCH_CUDA(cudaDeviceSynchronize());
+  std::vector<cudaEvent_t> ev(2 * g_reps);
+  for (auto& e : ev) BENCH_CUDA(cudaEventCreate(&e));
+  for (int r = 0; r < g_reps; ++r) {
+    if (flush == Flush::kMemset) BENCH_CUDA(cudaMemsetAsync(g_flush, r & 0xff, kFlushBytes));
+    if (flush == Flush::kRead) {
+      read_flush<<<1024, 256>>>(static_cast<const int4*>(g_flush), kFlushBytes / 16,
+                                static_cast<int*>(g_flush));
+    }
+    BENCH_CUDA(cudaEventRecord(ev[2 * r]));
+    fn();
+    BENCH_CUDA(cudaEventRecord(ev[2 * r + 1]));
+  }
+  BENCH_CUDA(cudaDeviceSynchronize());
+  std::vector<float> ms(g_reps);
+  for (int r = 0; r < g_reps; ++r) BENCH_CUDA(cudaEventElapsedTime(&ms[r], ev[2 * r], ev[2 * r + 1]));
+  for (auto& e : ev) BENCH_CUDA(cudaEventDestroy(e));
+  std::sort(ms.begin(), ms.end());
+  return 1000.0 * ms[ms.size() / 2];
+}
+
+// The flush modes a working set of `bytes` is timed under.
+std::vector<Flush> flushes_for(double bytes) {
+  if (bytes > 4.0 * g_l2_bytes) return {Flush::kNone};
+  return {Flush::kMemset, Flush::kRead};
+}
+
+struct Row {
+  std::string op, shape;
+  double us, bytes;
+  std::string note;
+};
+std::vector<Row> g_rows;
+double g_copy_tbps = 0.0;
+
+void report(const std::string& op, const std::string& shape, double us, double bytes,
+            const std::string& note = "") {
+  const double tbps = bytes / (us * 1e-6) / 1e12;
+  std::printf("{\"op\": \"%s\", \"shape\": \"%s\", \"us\": %.2f, \"bytes\": %.0f, \"TBps\": %.3f, "
+              "\"frac_copy\": %.3f, \"note\": \"%s\"}\n",
+              op.c_str(), shape.c_str(), us, bytes, tbps, g_copy_tbps > 0 ? tbps / g_copy_tbps : 0.0,
+              note.c_str());
+  std::fflush(stdout);
+  g_rows.push_back({op, shape, us, bytes, note});
+}
+
+void check_faults(const std::string& what) {
+  const uint32_t f = kvattn::read_device_faults(kGpu);
+  if (f != 0) {
+    std::fprintf(stderr, "%s: device fault word 0x%x\n", what.c_str(), f);
+    std::exit(1);
+  }
+}
+
+void bench_copy() {
+  const size_t bytes = size_t{2} << 30;
+  void *a = nullptr, *b = nullptr;
+  BENCH_CUDA(cudaMalloc(&a, bytes));
+  BENCH_CUDA(cudaMalloc(&b, bytes));
+  BENCH_CUDA(cudaMemset(a, 1, bytes));
+  const double us = time_us(
+      [&] { BENCH_CUDA(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice)); }, Flush::kNone, 3);
+  g_copy_tbps = 2.0 * bytes / (us * 1e-6) / 1e12;
+  report("ceiling", "d2d copy 2 GiB (read+write)", us, 2.0 * bytes);
+  BENCH_CUDA(cudaFree(a));
+  BENCH_CUDA(cudaFree(b));
+}
+
+// store_kv: T tokens of 8 KV heads x 128 bf16 into random slots of a 1M-slot cache.
+void bench_store_kv(int64_t tokens, int64_t block_size, std::mt19937_64& rng) {
+  const int64_t hkv = 8, d = 128, slots = int64_t{1} << 20;
+  const int64_t num_blocks = slots / block_size;
+  Tensor key = Tensor::empty({tokens, hkv, d}, DType::kBF16, kGpu);
+  Tensor value = Tensor::empty({tokens, hkv, d}, DType::kBF16, kGpu);
+  Tensor kc = Tensor::empty({num_blocks, block_size, hkv, d}, DType::kBF16, kGpu);
+  Tensor vc = Tensor::empty({num_blocks, block_size, hkv, d}, DType::kBF16, kGpu);
+  fill(key, 1);
+  fill(value, 2);
+  std::vector<int32_t> perm(static_cast<size_t>(slots));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  Tensor slot = Tensor::empty({tokens}, DType::kI32, kGpu);
+  BENCH_CUDA(cudaMemcpy(slot.data(), perm.data(), tokens * 4, cudaMemcpyHostToDevice));
+  const double bytes = 4.0 * tokens * hkv * d * 2 + tokens * 4.0;
+  kvattn::cuda::CudaTuning& tuning = kvattn::cuda::cuda_tuning();
+  const kvattn::cuda::CudaTuning saved = tuning;
+  for (bool early : {false, true}) {
+    tuning.store_kv_early_loads = early;
+    for (Flush f : flushes_for(bytes)) {
+      const double us = time_us([&] { kvattn::store_kv(key, value, kc, vc, slot); }, f);
+      check_faults("store_kv");
+      report(early ? "store_kv*" : "store_kv",
+             "T=" + std::to_string(tokens) + " Hkv=8 D=128 bf16 page " +
+                 std::to_string(block_size) + " 1M slots",
+             us, bytes, std::string(flush_name(f)) + (early ? ", early loads" : ""));
+    }
+  }
+  tuning = saved;
+}
+
+// Decode: one query per sequence, GQA, bf16, head_dim 128, random non-identity block tables.
+void bench_decode(const std::string& name, const std::vector<int64_t>& lens, int64_t hq,
+                  int64_t hkv, int64_t block_size, std::mt19937_64& rng) {
+  const int64_t d = 128, B = static_cast<int64_t>(lens.size());
+  const int64_t max_len = *std::max_element(lens.begin(), lens.end());
+  const int64_t width = (max_len + block_size - 1) / block_size;
+  int64_t num_blocks = 0;
+  for (int64_t l : lens) num_blocks += (l + block_size - 1) / block_size;
+  std::vector<int32_t> ids(static_cast<size_t>(num_blocks));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  std::vector<int32_t> table(static_cast<size_t>(B * width), -1);
+  size_t next = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t i = 0; i < (lens[b] + block_size - 1) / block_size; ++i) table[b * width + i] = ids[next++];
+  }
+  std::vector<int32_t> lens32(lens.begin(), lens.end());
+
+  Tensor kc = Tensor::empty({num_blocks, block_size, hkv, d}, DType::kBF16, kGpu);
+  Tensor vc = Tensor::empty({num_blocks, block_size, hkv, d}, DType::kBF16, kGpu);
+  Tensor q = Tensor::empty({B, hq, d}, DType::kBF16, kGpu);
+  Tensor out = Tensor::empty({B, hq, d}, DType::kBF16, kGpu);
+  Tensor bt = Tensor::empty({B, width}, DType::kI32, kGpu);
+  Tensor sl = Tensor::empty({B}, DType::kI32, kGpu);
+  fill(kc, 3);
+  fill(vc, 4);
+  fill(q, 5);
+  BENCH_CUDA(cudaMemcpy(bt.data(), table.data(), table.size() * 4, cudaMemcpyHostToDevice));
+  BENCH_CUDA(cudaMemcpy(sl.data(), lens32.data(), lens32.size() * 4, cudaMemcpyHostToDevice));
+
+  kvattn::DecodeArgs a;
+  a.q = q;
+  a.k_cache = kc;
+  a.v_cache = vc;
+  a.block_table = bt;
+  a.cache_seqlens = sl;
+  a.out = out;
+  a.plan = kvattn::plan_decode(B, hq, hkv, d, 1, width * block_size, kGpu);
+  Tensor ws;
+  if (a.plan.workspace_bytes > 0) {
+    ws = Tensor::empty({a.plan.workspace_bytes}, DType::kU8, kGpu);
+    a.workspace = ws;
+  }
+  double bytes = 0;
+  for (int64_t l : lens) bytes += 2.0 * l * hkv * d * 2;
+  for (Flush f : flushes_for(bytes)) {
+    const double us = time_us([&] { kvattn::decode_attention(a); }, f);
+    check_faults("decode " + name);
+    report("decode", name + " " + std::to_string(hq) + "/" + std::to_string(hkv) + " page " +
+                         std::to_string(block_size),
+           us, bytes, "splits " + std::to_string(a.plan.num_splits) + ", " + flush_name(f));
+  }
+  // The L2-prefetch variant with the planner's plan.
+  kvattn::cuda::CudaTuning& tuning = kvattn::cuda::cuda_tuning();
+  const kvattn::cuda::CudaTuning saved = tuning;
+  for (int pf : {2, 4, 8}) {
+    tuning.decode_l2_prefetch_tiles = pf;
+    const Flush f = flushes_for(bytes).back();
+    const double us = time_us([&] { kvattn::decode_attention(a); }, f);
+    check_faults("decode+pf " + name);
+    report("decode+pf", name + " " + std::to_string(hq) + "/" + std::to_string(hkv) + " page " +
+                            std::to_string(block_size),
+           us, bytes,
+           "splits " + std::to_string(a.plan.num_splits) + ", L2 prefetch " + std::to_string(pf) +
+               " tiles, " + flush_name(f));
+  }
+  tuning = saved;
+  if (!g_sweep) return;
+  // Other split counts with explicit plans: the data for tuning the planner.
+  const Flush f = flushes_for(bytes).back();
+  const int64_t capacity = width * block_size;
+  for (int splits : {1, 2, 4, 8, 16, 32, 64}) {
+    if (splits == a.plan.num_splits || (splits - 1) * 64 >= capacity) continue;
+    kvattn::DecodeArgs b = a;
+    const int64_t ws_bytes = splits > 1 ? int64_t{splits} * B * hq * (d + 1) * 4 : 0;
+    Tensor ws2;
+    if (ws_bytes > 0) {
+      ws2 = Tensor::empty({ws_bytes}, DType::kU8, kGpu);
+      b.workspace = ws2;
+    }
+    b.plan = kvattn::DecodePlan{splits, ws_bytes};
+    const double us = time_us([&] { kvattn::decode_attention(b); }, f);
+    check_faults("decode sweep " + name);
+    report("sweep", name + " page " + std::to_string(block_size), us, bytes,
+           "splits " + std::to_string(splits) + ", " + flush_name(f));
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) g_reps = std::atoi(argv[++i]);
+    if (!std::strcmp(argv[i], "--quick")) quick = true;
+    if (!std::strcmp(argv[i], "--no-sweep")) g_sweep = false;
+  }
+  if (!kvattn::cuda_available()) {
+    std::printf("no CUDA device: nothing to benchmark\n");
+    return 0;
+  }
+  cudaDeviceProp prop{};
+  BENCH_CUDA(cudaGetDeviceProperties(&prop, 0));
+  std::printf("# %s, %d SMs, L2 %d MB, reps %d (median, L2 flushed before each)\n", prop.name,
+              prop.multiProcessorCount, prop.l2CacheSize >> 20, g_reps);
+  g_l2_bytes = prop.l2CacheSize;
+  BENCH_CUDA(cudaMalloc(&g_flush, kFlushBytes));
+  BENCH_CUDA(cudaMemset(g_flush, 0, kFlushBytes));
+  std::mt19937_64 rng(2026);
+
+  bench_copy();
+  for (int64_t page : {256, 16}) {
+    for (int64_t t : {256, 4096, 65536}) bench_store_kv(t, page, rng);
+  }
+  for (int64_t page : {16, 256}) {
+    bench_decode("64x4096", std::vector<int64_t>(64, 4096), 32, 8, page, rng);
+    bench_decode("8x32768", std::vector<int64_t>(8, 32768), 32, 8, page, rng);
+    bench_decode("256x1024", std::vector<int64_t>(256, 1024), 16, 8, page, rng);
+    std::vector<int64_t> skew(4, 16384);
+    skew.resize(64, 512);
+    bench_decode("skewed 4x16384+60x512", skew, 32, 8, page, rng);
+    bench_decode("1x8192", std::vector<int64_t>(1, 8192), 32, 8, page, rng);
+    if (quick) break;
+  }
+
+  std::printf("\n%-9s %-52s %10s %8s %9s\n", "op", "shape", "us", "TB/s", "of copy");
+  for (const Row& r : g_rows) {
+    const double tbps = r.bytes / (r.us * 1e-6) / 1e12;
+    std::printf("%-9s %-52s %10.2f %8.3f %8.1f%% %s\n", r.op.c_str(), r.shape.c_str(), r.us, tbps,
+                100.0 * tbps / g_copy_tbps, r.note.c_str());
+  }
+  BENCH_CUDA(cudaFree(g_flush));
+  return 0;
+}
