@@ -1,0 +1,286 @@
+// CUDA prefill_attention benchmark: the prefill shapes of TARGETS.md (bf16, head_dim 128,
+// causal), packed and paged (prefix hit at page 16 and 256), timed with CUDA events around each
+// launch, the L2 flushed between repetitions (as triton's do_bench does for the peers), median
+// of many repetitions after warm-up. Alternative tile shapes are timed beside the library's
+// default and checked against its output. One JSON line per (shape, variant) on stdout, then a
+// short table. FLOPs = 4 * visible (q, k) pairs * num_heads * head_dim (exact count).
+//
+//   gpu_prefill_bench [--reps N] [--quick]
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "kernels/cuda/prefill_kernel.cuh"
+#include "kvattn/kernels/device_faults.h"
+#include "kvattn/kernels/prefill_attention.h"
+
+namespace {
+
+using namespace kvattn;
+
+#define BENCH_CUDA(expr)                                                                 \
+  do {                                                                                   \
+    const cudaError_t e_ = (expr);                                                       \
+    if (e_ != cudaSuccess) {                                                             \
+      std::fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #expr,          \
+                   cudaGetErrorString(e_));                                              \
+      std::exit(1);                                                                      \
+    }                                                                                    \
+  } while (0)
+
+__global__ void fill_bf16(__nv_bfloat16* p, int64_t n, uint64_t seed) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    uint64_t z = seed + static_cast<uint64_t>(i) * 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    p[i] = __float2bfloat16(static_cast<float>(z >> 40) * (2.0f / 16777216.0f) - 1.0f);
+  }
+}
+
+struct DeviceBuffer {
+  void* p = nullptr;
+  int64_t bytes = 0;
+  explicit DeviceBuffer(int64_t n) : bytes(n) { BENCH_CUDA(cudaMalloc(&p, std::max<int64_t>(n, 1))); }
+  ~DeviceBuffer() { cudaFree(p); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+};
+
+void fill_random(DeviceBuffer& b, uint64_t seed) {
+  fill_bf16<<<1024, 256>>>(static_cast<__nv_bfloat16*>(b.p), b.bytes / 2, seed);
+  BENCH_CUDA(cudaGetLastError());
+}
+
+struct Shape {
+  std::string name;
+  int64_t batch, lq, lk, hq, hkv, d;
+  int64_t page;  // 0: packed keys
+};
+
+double visible_pairs(const Shape& s) {  // causal, bottom-right aligned, lq <= lk
+  const double lq = static_cast<double>(s.lq), lk = static_cast<double>(s.lk);
+  return s.batch * (lq * (lk - lq) + lq * (lq + 1) / 2);
+}
+
+// The inputs of one shape on the device, and the PrefillArgs over them.
+struct Problem {
+  Shape s;
+  std::unique_ptr<DeviceBuffer> q, k, v, out, cuq, cuk, table;
+  PrefillArgs args;
+  AttentionShape shape;
+
+  explicit Problem(const Shape& sh, uint64_t seed) : s(sh) {
+    const int64_t tq = s.batch * s.lq, tk = s.batch * s.lk;
+    q = std::make_unique<DeviceBuffer>(tq * s.hq * s.d * 2);
+    out = std::make_unique<DeviceBuffer>(tq * s.hq * s.d * 2);
+    const int64_t kv_rows = s.page ? (tk + s.page - 1) / s.page * s.page : tk;
+    k = std::make_unique<DeviceBuffer>(kv_rows * s.hkv * s.d * 2);
+    v = std::make_unique<DeviceBuffer>(kv_rows * s.hkv * s.d * 2);
+    fill_random(*q, seed);
+    fill_random(*k, seed + 1);
+    fill_random(*v, seed + 2);
+    std::vector<int32_t> cq(s.batch + 1), ck(s.batch + 1);
+    for (int64_t b = 0; b <= s.batch; ++b) {
+      cq[b] = static_cast<int32_t>(b * s.lq);
+      ck[b] = static_cast<int32_t>(b * s.lk);
+    }
+    cuq = std::make_unique<DeviceBuffer>(4 * (s.batch + 1));
+    cuk = std::make_unique<DeviceBuffer>(4 * (s.batch + 1));
+    BENCH_CUDA(cudaMemcpy(cuq->p, cq.data(), cuq->bytes, cudaMemcpyHostToDevice));
+    BENCH_CUDA(cudaMemcpy(cuk->p, ck.data(), cuk->bytes, cudaMemcpyHostToDevice));
+
+    const Device dev = Device::cuda(0);
+    args.q = TensorView(q->p, DType::kBF16, dev, {tq, s.hq, s.d});
+    args.out = TensorView(out->p, DType::kBF16, dev, {tq, s.hq, s.d});
+    args.cu_seqlens_q = TensorView(cuq->p, DType::kI32, dev, {s.batch + 1});
+    args.cu_seqlens_k = TensorView(cuk->p, DType::kI32, dev, {s.batch + 1});
+    args.max_seqlen_q = s.lq;
+    args.max_seqlen_k = s.lk;
+    args.causal = true;
+    shape.num_seqs = s.batch;
+    shape.num_heads = s.hq;
+    shape.num_kv_heads = s.hkv;
+    shape.head_dim = s.d;
+    shape.total_q = tq;
+    shape.scale = 1.0f / std::sqrt(static_cast<float>(s.d));
+    if (s.page == 0) {
+      args.k = TensorView(k->p, DType::kBF16, dev, {tk, s.hkv, s.d});
+      args.v = TensorView(v->p, DType::kBF16, dev, {tk, s.hkv, s.d});
+    } else {
+      // A shuffled block table: every sequence's pages are scattered over the pool.
+      const int64_t blocks = kv_rows / s.page, per_seq = (s.lk + s.page - 1) / s.page;
+      std::vector<int32_t> ids(blocks);
+      std::iota(ids.begin(), ids.end(), 0);
+      std::shuffle(ids.begin(), ids.end(), std::mt19937_64(seed));
+      std::vector<int32_t> t(s.batch * per_seq);
+      for (int64_t i = 0; i < s.batch * per_seq; ++i) t[i] = ids[i];
+      table = std::make_unique<DeviceBuffer>(4 * t.size());
+      BENCH_CUDA(cudaMemcpy(table->p, t.data(), table->bytes, cudaMemcpyHostToDevice));
+      args.k = TensorView(k->p, DType::kBF16, dev, {blocks, s.page, s.hkv, s.d});
+      args.v = TensorView(v->p, DType::kBF16, dev, {blocks, s.page, s.hkv, s.d});
+      args.block_table = TensorView(table->p, DType::kI32, dev, {s.batch, per_seq});
+      shape.paged = true;
+      shape.num_blocks = blocks;
+      shape.block_size = s.page;
+      shape.max_blocks_per_seq = per_seq;
+    }
+  }
+};
+
+// Median time of `run` in ms: warm-up, then `reps` launches each between events, with a
+// 256 MB memset before each (outside the events) so that no launch starts from a warm L2.
+double time_ms(const std::function<void()>& run, int reps, DeviceBuffer& flush) {
+  for (int i = 0; i < 3; ++i) run();
+  BENCH_CUDA(cudaDeviceSynchronize());
+  cudaEvent_t a, b;
+  BENCH_CUDA(cudaEventCreate(&a));
+  BENCH_CUDA(cudaEventCreate(&b));
+  std::vector<float> ms(reps);
+  for (int i = 0; i < reps; ++i) {
+    BENCH_CUDA(cudaMemsetAsync(flush.p, i & 0xFF, flush.bytes));
+    BENCH_CUDA(cudaEventRecord(a));
+    run();
+    BENCH_CUDA(cudaEventRecord(b));
+    BENCH_CUDA(cudaEventSynchronize(b));
+    BENCH_CUDA(cudaEventElapsedTime(&ms[i], a, b));
+  }
+  BENCH_CUDA(cudaEventDestroy(a));
+  BENCH_CUDA(cudaEventDestroy(b));
+  std::sort(ms.begin(), ms.end());
+  return ms[reps / 2];
+}
+
+std::vector<float> download_out(const Problem& p) {
+  const int64_t n = p.out->bytes / 2;
+  std::vector<uint16_t> bits(n);
+  BENCH_CUDA(cudaMemcpy(bits.data(), p.out->p, p.out->bytes, cudaMemcpyDeviceToHost));
+  std::vector<float> f(n);
+  for (int64_t i = 0; i < n; ++i) f[i] = bf16_to_float(bf16_t{bits[i]});
+  return f;
+}
+
+double rel_l2(const std::vector<float>& a, const std::vector<float>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double d = static_cast<double>(a[i]) - ref[i];
+    num += d * d;
+    den += static_cast<double>(ref[i]) * ref[i];
+    if (std::isnan(a[i])) return NAN;
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+// Alternative tile (the library's default is DefaultPrefillTile<128, true>: 48 keys per tile).
+// FA2's 128 x 64 tile: 1-4% faster on the packed shapes in the 2026-11-29 run, but ptxas 13.0
+// spills a few words with it. (An 8-warp x 16-row variant ran 17-20% slower and was dropped.)
+using TileN64 = cuda::PrefillTile<128, 128, 64, 4, 2>;
+
+template <class Tile>
+void run_tile(const Problem& p) {
+  const cuda::PrefillParams params = cuda::make_prefill_params(p.args, p.shape);
+  if (p.shape.paged) {
+    cuda::launch_prefill_tile<__nv_bfloat16, Tile, true, true>(params, nullptr);
+  } else {
+    cuda::launch_prefill_tile<__nv_bfloat16, Tile, true, false>(params, nullptr);
+  }
+}
+
+struct Row {
+  std::string shape, variant;
+  double ms, tflops, err;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int reps = 50;
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::atoi(argv[++i]);
+    if (!std::strcmp(argv[i], "--quick")) quick = true;
+  }
+  if (!cuda_available()) {
+    std::printf("{\"bench\":\"prefill\",\"skipped\":\"no CUDA device\"}\n");
+    return 0;
+  }
+  cudaDeviceProp prop{};
+  BENCH_CUDA(cudaGetDeviceProperties(&prop, 0));
+  std::printf("{\"bench\":\"prefill\",\"device\":\"%s\",\"sms\":%d,\"reps\":%d}\n", prop.name,
+              prop.multiProcessorCount, reps);
+
+  std::vector<Shape> shapes = {
+      {"8x2048 32/8", 8, 2048, 2048, 32, 8, 128, 0},
+      {"1x16384 32/8", 1, 16384, 16384, 32, 8, 128, 0},
+      {"16x1024 16/8", 16, 1024, 1024, 16, 8, 128, 0},
+      {"prefix 8x(512/4096) 32/8 packed", 8, 512, 4096, 32, 8, 128, 0},
+      {"prefix 8x(512/4096) 32/8 page16", 8, 512, 4096, 32, 8, 128, 16},
+      {"prefix 8x(512/4096) 32/8 page256", 8, 512, 4096, 32, 8, 128, 256},
+  };
+  if (quick) shapes.resize(1);
+  DeviceBuffer flush(256ll << 20);
+  std::vector<Row> rows;
+  uint64_t seed = 1234;
+  for (const Shape& s : shapes) {
+    Problem p(s, seed += 17);
+    const double flops = 4.0 * visible_pairs(s) * s.hq * s.d;
+    struct Variant {
+      const char* name;
+      std::function<void()> run;
+    };
+    const std::vector<Variant> variants = {
+        {"default", [&] { prefill_attention(p.args); }},
+        {"tile128x64w4", [&] { run_tile<TileN64>(p); }},
+    };
+    std::vector<float> ref;
+    for (const Variant& var : variants) {
+      BENCH_CUDA(cudaMemset(p.out->p, 0xFF, p.out->bytes));
+      var.run();
+      BENCH_CUDA(cudaDeviceSynchronize());
+      const uint32_t faults = read_device_faults(Device::cuda(0));
+      std::vector<float> got = download_out(p);
+      double err = 0.0;
+      if (ref.empty()) {
+        ref = std::move(got);
+        for (float x : ref) {
+          if (!std::isfinite(x)) {
+            err = NAN;
+            break;
+          }
+        }
+      } else {
+        err = rel_l2(got, ref);
+      }
+      const double ms = time_ms(var.run, reps, flush);
+      const double tflops = flops / (ms * 1e-3) / 1e12;
+      std::printf(
+          "{\"bench\":\"prefill\",\"shape\":\"%s\",\"variant\":\"%s\",\"batch\":%lld,\"lq\":%lld,"
+          "\"lk\":%lld,\"hq\":%lld,\"hkv\":%lld,\"d\":%lld,\"page\":%lld,\"flops\":%.6e,"
+          "\"ms\":%.5f,\"tflops\":%.2f,\"rel_l2_vs_default\":%.3e,\"faults\":%u}\n",
+          s.name.c_str(), var.name, (long long)s.batch, (long long)s.lq, (long long)s.lk,
+          (long long)s.hq, (long long)s.hkv, (long long)s.d, (long long)s.page, flops, ms, tflops,
+          err, faults);
+      std::fflush(stdout);
+      rows.push_back({s.name, var.name, ms, tflops, err});
+    }
+  }
+  std::printf("\n%-36s %-14s %10s %10s %12s\n", "shape", "variant", "ms", "TFLOP/s", "err_vs_def");
+  for (const Row& r : rows) {
+    std::printf("%-36s %-14s %10.4f %10.1f %12.2e\n", r.shape.c_str(), r.variant.c_str(), r.ms,
+                r.tflops, r.err);
+  }
+  return 0;
+}
