@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The one call on the GPU machine: build with CUDA, run the GPU tests, compute-sanitizer
+# memcheck, kvattn's GPU benchmarks and the peers, then print one table.
+#   run: bash scripts/gpu_run.sh [--no-peers] [--no-memcheck] [--engine]   (carry .deps .peers)
+# Logs and JSON go to $OUT (or ./out).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/out}
+mkdir -p "$OUT"
+peers=1 memcheck=1 engine=0
+for a in "$@"; do
+  case "$a" in
+    --no-peers) peers=0 ;;
+    --no-memcheck) memcheck=0 ;;
+    --engine) engine=1 ;;
+  esac
+done
+source scripts/device_env.sh
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used,memory.total --format=csv | tee "$OUT/gpu.txt"
+
+step() { echo; echo "== $* == ($(date +%T))"; }
+
+step build
+cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVATTN_CUDA_ARCHS=90a \
+  -DKVATTN_BENCH=ON >"$OUT/build.log" 2>&1 &&
+  cmake --build build-gpu -j "$(nproc)" >>"$OUT/build.log" 2>&1
+build_rc=$?
+tail -n 30 "$OUT/build.log"
+[ $build_rc -eq 0 ] || { echo "BUILD FAILED"; exit 1; }
+
+step "gpu tests"
+ctest --test-dir build-gpu -L gpu --output-on-failure --timeout 300 2>&1 | tee "$OUT/gpu_tests.log" | tail -n 40
+
+if [ $memcheck -eq 1 ]; then
+  step memcheck
+  for t in build-gpu/tests/kernels/kernels_*_gpu_test; do
+    [ -x "$t" ] || continue
+    KVATTN_GPU_TEST_QUICK=1 timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 "$t" \
+      >"$OUT/memcheck_$(basename "$t").log" 2>&1
+    echo "$(basename "$t"): memcheck rc=$? ($(grep -c 'Invalid' "$OUT/memcheck_$(basename "$t").log") invalid accesses)"
+    tail -n 3 "$OUT/memcheck_$(basename "$t").log"
+  done
+fi
+
+step "kvattn benchmarks"
+for b in build-gpu/bench/gpu_*_bench; do
+  [ -x "$b" ] || continue
+  "$b" 2>&1 | tee "$OUT/$(basename "$b").log" | tail -n 25
+done
+
+if [ $engine -eq 1 ] && [ -x build-gpu/kvattn ]; then
+  step engine
+  bash scripts/gpu_engine.sh 2>&1 | tee "$OUT/engine.log" | tail -n 30
+fi
+
+if [ $peers -eq 1 ] && [ -f .peers/peers_h200.py ]; then
+  step peers
+  PYTHONUNBUFFERED=1 OUT="$OUT" timeout 420 python3 .peers/peers_h200.py >"$OUT/peers.log" 2>&1
+  sed -n '/=== SUMMARY ===/,$p' "$OUT/peers.log"
+fi
+
+step table
+python3 scripts/perf_table.py "$OUT"
