@@ -1,6 +1,7 @@
 #include "kvattn/cache/batch_builder.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <limits>
 
@@ -12,6 +13,9 @@ namespace {
 constexpr const char* kFn = "BatchMetadataBuilder::build: ";
 constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 
+// Unique across builders and threads, so a sequence's stamp names exactly one build.
+std::atomic<uint64_t> g_next_build_stamp{1};
+
 TensorView host_i32(std::vector<int32_t>& v, std::initializer_list<int64_t> shape) {
   return TensorView(v.data(), DType::kI32, Device::cpu(), shape);
 }
@@ -19,9 +23,7 @@ TensorView host_i32(std::vector<int32_t>& v, std::initializer_list<int64_t> shap
 }  // namespace
 
 BatchMetadataBuilder::BatchMetadataBuilder(const BlockManager& manager)
-    : manager_(manager),
-      block_build_(static_cast<size_t>(manager.num_blocks()), 0),
-      block_row_(static_cast<size_t>(manager.num_blocks()), -1) {}
+    : manager_(manager) {}
 
 void BatchMetadataBuilder::validate(std::span<const ScheduledSequence> batch,
                                     const BatchBuildOptions& options) {
@@ -31,7 +33,7 @@ void BatchMetadataBuilder::validate(std::span<const ScheduledSequence> batch,
   KVATTN_CHECK(options.block_table_width >= 0, kFn,
                "options.block_table_width must be >= 0 but is ", options.block_table_width);
   const int64_t bs = manager_.block_size();
-  ++build_count_;
+  const uint64_t stamp = g_next_build_stamp.fetch_add(1, std::memory_order_relaxed);
   decode_ = true;
   any_cached_ = false;
   total_new_ = 0;
@@ -51,23 +53,12 @@ void BatchMetadataBuilder::validate(std::span<const ScheduledSequence> batch,
     KVATTN_CHECK(c + n <= seq->num_blocks() * bs, kFn, "batch[", row, "]: sequence ", seq->id(),
                  " needs blocks for ", c + n, " tokens but holds ", seq->num_blocks(),
                  " blocks of ", bs, " (call BlockManager::append first)");
-    // Every block this row writes must be its own: held once, and by no other row of the batch
-    // (a sequence scheduled twice would write the same slots twice).
-    const auto table = seq->block_table();
-    for (int64_t i = c / bs; i <= (c + n - 1) / bs; ++i) {
-      const BlockId b = table[static_cast<size_t>(i)];
-      KVATTN_CHECK(manager_.ref_count(b) == 1, kFn, "batch[", row, "]: sequence ", seq->id(),
-                   " would write block ", b, " which has ", manager_.ref_count(b),
-                   " holders (must be 1)");
-      if (block_build_[b] == build_count_) {
-        KVATTN_FAIL(kFn, "batch[", row, "]: sequence ", seq->id(), " would write block ", b,
-                    " which batch[", block_row_[b], "] (sequence ",
-                    batch[static_cast<size_t>(block_row_[b])].seq->id(),
-                    ") also writes; a sequence may appear once per step");
-      }
-      block_build_[b] = build_count_;
-      block_row_[b] = static_cast<int64_t>(row);
+    if (seq->build_stamp_ == stamp) {
+      KVATTN_FAIL(kFn, "batch[", row, "]: sequence ", seq->id(), " is also batch[",
+                  seq->build_row_, "]; a sequence may appear once per step");
     }
+    seq->build_stamp_ = stamp;
+    seq->build_row_ = static_cast<int64_t>(row);
     decode_ = decode_ && n == 1;
     any_cached_ = any_cached_ || c > 0;
     total_new_ += n;
@@ -83,6 +74,26 @@ void BatchMetadataBuilder::validate(std::span<const ScheduledSequence> batch,
   KVATTN_CHECK(!decode_ || options.pad_decode_batch_to == 0 || options.pad_decode_batch_to >= rows,
                kFn, "options.pad_decode_batch_to is ", options.pad_decode_batch_to,
                " but the decode batch has ", rows, " sequences");
+}
+
+// Row `row` := table[0, nb) then -1. A row that held a prefix of the same table (same
+// table_id, same width) only gets the difference: a decode step touches O(1) entries per row
+// instead of the whole width.
+void BatchMetadataBuilder::write_table_row(int64_t row, uint64_t table_id, const int32_t* table,
+                                           int64_t nb) {
+  RowCache& rc = row_cache_[static_cast<size_t>(row)];
+  int32_t* dst = block_tables_.data() + row * width_;
+  if (rc.table_id == table_id) {
+    if (nb > rc.num_blocks) {
+      std::memcpy(dst + rc.num_blocks, table + rc.num_blocks, sizeof(int32_t) * (nb - rc.num_blocks));
+    } else {
+      std::fill(dst + nb, dst + rc.num_blocks, -1);
+    }
+  } else {
+    if (nb > 0) std::memcpy(dst, table, sizeof(int32_t) * nb);
+    std::fill(dst + nb, dst + width_, -1);
+  }
+  rc = RowCache{table_id, nb};
 }
 
 const BatchMetadata& BatchMetadataBuilder::build(std::span<const ScheduledSequence> batch,
@@ -101,7 +112,16 @@ const BatchMetadata& BatchMetadataBuilder::build(std::span<const ScheduledSequen
   cu_seqlens_q_.resize(static_cast<size_t>(rows + 1));
   cu_seqlens_k_.resize(static_cast<size_t>(rows + 1));
   context_lens_.resize(static_cast<size_t>(rows));
-  block_tables_.resize(paged ? static_cast<size_t>(rows * width_) : 0);
+  if (paged) {
+    if (width_ != table_width_) {  // a new layout: every row is rewritten
+      row_cache_.assign(row_cache_.size(), RowCache{});
+      table_width_ = width_;
+    }
+    if (static_cast<int64_t>(row_cache_.size()) < rows) row_cache_.resize(static_cast<size_t>(rows));
+    if (static_cast<int64_t>(block_tables_.size()) < rows * width_) {
+      block_tables_.resize(static_cast<size_t>(rows * width_));  // keeps the rows already there
+    }
+  }
 
   int32_t* slot = slot_mapping_.data();
   int32_t* ids = token_ids_.data();
@@ -135,12 +155,7 @@ const BatchMetadata& BatchMetadataBuilder::build(std::span<const ScheduledSequen
     context_lens_[row] = static_cast<int32_t>(lk);
     max_q = std::max(max_q, n);
     max_k = std::max(max_k, lk);
-    if (paged) {
-      int32_t* dst = block_tables_.data() + row * width_;
-      const int64_t nb = (lk + bs - 1) / bs;
-      std::memcpy(dst, table, sizeof(int32_t) * nb);
-      std::fill(dst + nb, dst + width_, -1);
-    }
+    if (paged) write_table_row(row, seq.table_id_, table, (lk + bs - 1) / bs);
   }
   for (int64_t row = scheduled; row < rows; ++row) {  // CUDA-graph padding (decode only)
     *slot++ = -1;
@@ -149,7 +164,7 @@ const BatchMetadata& BatchMetadataBuilder::build(std::span<const ScheduledSequen
     cu_seqlens_q_[row + 1] = ++cu_q;
     cu_seqlens_k_[row + 1] = cu_k;
     context_lens_[row] = 0;
-    std::fill_n(block_tables_.data() + row * width_, width_, -1);
+    write_table_row(row, kPadRow, nullptr, 0);
   }
 
   BatchContext& ctx = meta_.ctx;

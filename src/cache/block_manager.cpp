@@ -2,12 +2,17 @@
 // The prefix-cache half (lookup, registration) lives in prefix_cache.cpp.
 #include "kvattn/cache/block_manager.h"
 
+#include <atomic>
 #include <limits>
 
 #include "kvattn/core/error.h"
 
 namespace kvattn {
 namespace {
+
+std::atomic<uint64_t> g_next_table_id{1};
+
+uint64_t new_table_id() { return g_next_table_id.fetch_add(1, std::memory_order_relaxed); }
 
 int32_t checked_num_blocks(int64_t num_blocks) {
   KVATTN_CHECK(num_blocks >= 1 && num_blocks <= std::numeric_limits<int32_t>::max(),
@@ -117,6 +122,7 @@ void BlockManager::allocate(Sequence& seq) {
   for (int64_t i = hits; i < total; ++i) seq.block_table_.push_back(take_fresh_block());
 
   seq.owner_ = this;
+  seq.table_id_ = new_table_id();
   seq.num_computed_tokens_ = hits * block_size_;
   seq.num_cached_tokens_ = hits * block_size_;
   seq.num_offered_blocks_ = hits;
@@ -131,13 +137,14 @@ void BlockManager::allocate(Sequence& seq) {
 
 bool BlockManager::can_append(const Sequence& seq) const {
   if (seq.owner_ != this) return false;
+  if (seq.num_tokens() <= seq.num_blocks() * block_size_) return true;  // the common case
   return blocks_for(seq.num_tokens()) - seq.num_blocks() <= free_.size();
 }
 
 void BlockManager::append(Sequence& seq) {
   check_held(seq, "append");
+  if (seq.num_tokens() <= seq.num_blocks() * block_size_) return;  // decode: 15 of 16 steps
   const int64_t need = blocks_for(seq.num_tokens()) - seq.num_blocks();
-  if (need <= 0) return;
   KVATTN_CHECK(need <= free_.size(), "BlockManager::append: sequence ", seq.id(), " (",
                seq.num_tokens(), " tokens in ", seq.num_blocks(), " blocks) needs ", need,
                " free blocks but only ", free_.size(), " are free");
@@ -156,7 +163,10 @@ void BlockManager::mark_computed(Sequence& seq, int64_t num_tokens) {
                " more must stay within its ", seq.num_tokens(), " tokens and the ",
                seq.num_blocks() * block_size_, " slots of its blocks");
   seq.num_computed_tokens_ = done;
-  if (prefix_caching_) offer_computed_blocks(seq);
+  // Most decode steps complete no block: skip the offer without a division.
+  if (prefix_caching_ && done >= (seq.num_offered_blocks_ + 1) * block_size_) {
+    offer_computed_blocks(seq);
+  }
 }
 
 void BlockManager::free(Sequence& seq) {
@@ -164,6 +174,7 @@ void BlockManager::free(Sequence& seq) {
   for (auto it = seq.block_table_.rbegin(); it != seq.block_table_.rend(); ++it) release(*it);
   seq.block_table_.clear();
   seq.owner_ = nullptr;
+  seq.table_id_ = 0;
   seq.num_computed_tokens_ = 0;
   seq.num_cached_tokens_ = 0;
   seq.num_offered_blocks_ = 0;
@@ -203,6 +214,7 @@ Sequence BlockManager::fork(const Sequence& parent, SeqId child_id,
   if (partial) copies.push_back({parent.block_table_[shared], child.block_table_[shared]});
 
   child.owner_ = this;
+  child.table_id_ = new_table_id();
   child.num_computed_tokens_ = parent.num_computed_tokens_;
   child.num_offered_blocks_ = parent.num_offered_blocks_;
   child.offer_parent_ = parent.offer_parent_;

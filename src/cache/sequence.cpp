@@ -29,6 +29,7 @@ Sequence& Sequence::operator=(Sequence&& other) noexcept {
   num_cached_tokens_ = std::exchange(other.num_cached_tokens_, 0);
   block_table_ = std::move(other.block_table_);
   owner_ = std::exchange(other.owner_, nullptr);
+  table_id_ = std::exchange(other.table_id_, 0);
   num_offered_blocks_ = std::exchange(other.num_offered_blocks_, 0);
   offer_parent_ = std::exchange(other.offer_parent_, -1);
   offer_parent_gen_ = std::exchange(other.offer_parent_gen_, 0);
@@ -36,6 +37,8 @@ Sequence& Sequence::operator=(Sequence&& other) noexcept {
   block_hashes_ = std::move(other.block_hashes_);
   hashes_fn_ = std::exchange(other.hashes_fn_, nullptr);
   hashes_block_size_ = std::exchange(other.hashes_block_size_, 0);
+  build_stamp_ = std::exchange(other.build_stamp_, 0);
+  build_row_ = std::exchange(other.build_row_, -1);
   other.tokens_.clear();
   other.block_table_.clear();
   other.block_hashes_.clear();

@@ -12,7 +12,8 @@
 //   read from the paged cache (block_tables set, reads_kv_from_cache); when none has, the step
 //   attends over the packed new K/V and block_tables is left empty.
 // The result lives in host buffers owned by the builder and is valid until the next build();
-// the engine copies it to the device. All index tensors are int32.
+// the engine copies it to the device and must not write into it (block-table rows are kept
+// across builds and only updated where they changed). All index tensors are int32.
 #pragma once
 
 #include <cstdint>
@@ -56,8 +57,10 @@ class BatchMetadataBuilder {
   // The builder reads block_size, ref counts and ownership from `manager`, which must outlive it.
   explicit BatchMetadataBuilder(const BlockManager& manager);
 
-  // Validates the whole batch first (each sequence held by this manager, token counts in range,
-  // no sequence twice, every block written exclusively owned), then fills the buffers.
+  // Validates the whole batch first (each sequence held by this manager, token counts in range
+  // and covered by its blocks, no sequence twice), then fills the buffers. The blocks a step
+  // writes need no check: BlockManager never shares a block holding positions >= the computed
+  // count, so distinct sequences never write the same slot.
   // Throws kvattn::Error on a bad batch; the previous result is then no longer valid.
   const BatchMetadata& build(std::span<const ScheduledSequence> batch,
                              const BatchBuildOptions& options = {});
@@ -66,6 +69,7 @@ class BatchMetadataBuilder {
 
  private:
   void validate(std::span<const ScheduledSequence> batch, const BatchBuildOptions& options);
+  void write_table_row(int64_t row, uint64_t table_id, const int32_t* table, int64_t nb);
 
   const BlockManager& manager_;
   BatchMetadata meta_;
@@ -76,9 +80,16 @@ class BatchMetadataBuilder {
   std::vector<int32_t> cu_seqlens_k_;
   std::vector<int32_t> context_lens_;
   std::vector<int32_t> block_tables_;
-  std::vector<uint64_t> block_build_;  // the last build that wrote each block, and its row
-  std::vector<int64_t> block_row_;
-  uint64_t build_count_ = 0;
+  // What each block-table row holds (its sequence's table_id and copied block count), so a
+  // row whose sequence only grew since the last build is updated, not rewritten. Valid while
+  // table_width_ is unchanged.
+  struct RowCache {
+    uint64_t table_id = 0;  // 0: unknown; kPadRow: all -1
+    int64_t num_blocks = 0;
+  };
+  static constexpr uint64_t kPadRow = ~uint64_t{0};
+  std::vector<RowCache> row_cache_;
+  int64_t table_width_ = -1;
   // Filled by validate().
   bool decode_ = false;
   bool any_cached_ = false;

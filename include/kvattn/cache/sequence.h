@@ -28,6 +28,7 @@ using SeqId = int64_t;
 using BlockId = int32_t;
 
 class BlockManager;
+class BatchMetadataBuilder;
 
 enum class SequenceStatus : uint8_t { kWaiting, kRunning, kFinished };
 
@@ -74,6 +75,8 @@ class Sequence {
 
  private:
   friend class BlockManager;
+  friend class BatchMetadataBuilder;
+class BatchMetadataBuilder;
 
   SeqId id_;
   SequenceStatus status_ = SequenceStatus::kWaiting;
@@ -83,6 +86,10 @@ class Sequence {
   int64_t num_cached_tokens_ = 0;
   std::vector<BlockId> block_table_;
   const BlockManager* owner_ = nullptr;
+  // Names one allocation lifetime of block_table_ (unique process-wide, 0 while unallocated).
+  // Within a lifetime the table only grows, so a consumer that copied a prefix of it under
+  // this id may keep that prefix (the batch builder does, row by row).
+  uint64_t table_id_ = 0;
 
   // Prefix-cache registration, written by BlockManager. Leading full computed blocks already
   // offered to the cache; the block (and its generation) that the next block's entry names as
@@ -97,6 +104,11 @@ class Sequence {
   mutable std::vector<uint64_t> block_hashes_;
   mutable BlockHashFn hashes_fn_ = nullptr;
   mutable int64_t hashes_block_size_ = 0;
+
+  // The last BatchMetadataBuilder::build that scheduled this sequence, and its row there: how
+  // a sequence scheduled twice in one step is caught in O(1).
+  mutable uint64_t build_stamp_ = 0;
+  mutable int64_t build_row_ = -1;
 };
 
 }  // namespace kvattn
