@@ -29,7 +29,10 @@ namespace kvattn {
 struct LLMOptions {
   std::string model;              // a .gguf file, or an HF directory (config.json + safetensors)
   Device device = Device::cpu();
-  int num_threads = 0;            // CPU threads for BLAS; 0 => all cores
+  int num_threads = 0;            // CPU threads (OpenMP); 0 => all cores
+  // CPU weight storage (kF32, kF16, kBF16). Unset: float16 for GGUF files (their weights are
+  // quantized or 16-bit already, and decode runs twice as fast), float32 otherwise.
+  std::optional<DType> weight_dtype;
   int64_t block_size = 16;        // tokens per KV block
   // KV pool size. 0 => the smaller of kv_cache_bytes_default() and what max_num_seqs
   // sequences of the model's full context need.

@@ -26,7 +26,10 @@ struct ModelInput {
 };
 
 struct ModelOptions {
-  int num_threads = 0;  // CPU: BLAS and elementwise threads; 0 => all cores
+  int num_threads = 0;  // CPU: OpenMP threads (GEMMs and attention); 0 => OpenMP's default
+  // CPU: storage of the projection and embedding matrices: kF32, kF16 or kBF16. Activations
+  // and accumulation are float32 either way; 16-bit storage halves decode's weight traffic.
+  DType weight_dtype = DType::kF32;
 };
 
 class Model {

@@ -35,7 +35,10 @@ LLMEngine::LLMEngine(ModelWeights weights, std::optional<Tokenizer> tokenizer,
                "LLM: max_num_batched_tokens must be > 0 but is ", options.max_num_batched_tokens);
   KVATTN_CHECK(options.kv_cache_bytes >= 0, "LLM: kv_cache_bytes must be >= 0 but is ",
                options.kv_cache_bytes);
-  model_ = Model::create(std::move(weights), options.device, {options.num_threads});
+  ModelOptions mo;
+  mo.num_threads = options.num_threads;
+  mo.weight_dtype = options.weight_dtype.value_or(DType::kF32);
+  model_ = Model::create(std::move(weights), options.device, mo);
   const ModelConfig& c = model_->config();
   max_model_len_ = c.max_position_embeddings > 0 ? c.max_position_embeddings : (1 << 20);
 

@@ -11,7 +11,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::unique_ptr<LLMEngine> load(const LLMOptions& options) {
+std::unique_ptr<LLMEngine> load(LLMOptions options) {
   const fs::path path(options.model);
   KVATTN_CHECK(!options.model.empty(), "LLM: options.model (a .gguf file or an HF directory) ",
                "must be given");
@@ -26,6 +26,7 @@ std::unique_ptr<LLMEngine> load(const LLMOptions& options) {
     }
     return std::make_unique<LLMEngine>(std::move(w), std::move(tok), options);
   }
+  if (!options.weight_dtype) options.weight_dtype = DType::kF16;
   ModelWeights w = load_gguf_model(options.model, options.on_load_progress);
   std::optional<Tokenizer> tok = Tokenizer::from_gguf(GgufFile::open(options.model));
   return std::make_unique<LLMEngine>(std::move(w), std::move(tok), options);

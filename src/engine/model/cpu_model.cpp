@@ -1,23 +1,33 @@
-// The float32 CPU model. Q/K/V and gate/up are fused at load into one weight each, so a layer
-// is four GEMMs (sgemv when a step has one token); o_proj and down_proj accumulate straight
-// into the residual stream (beta = 1). Step buffers grow to the largest step seen and are
+// The CPU model: float32 activations, weights stored as ModelOptions::weight_dtype (see
+// weight_matrix.h). Q/K/V and gate/up are fused at load into one weight each, so a layer is
+// four GEMMs; o_proj and down_proj accumulate straight into the residual stream (beta = 1). Step buffers grow to the largest step seen and are
 // reused, so decode allocates nothing.
 #include <cblas.h>
+#include <omp.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "engine/model/cpu_ops.h"
 #include "engine/model/factories.h"
+#include "engine/model/team_tuner.h"
+#include "engine/model/weight_matrix.h"
 #include "kvattn/attention/attention.h"
 #include "kvattn/cache/kv_pool.h"
 
 namespace kvattn {
 namespace {
 
-using cpu_model::linear;
+using cpu_model::WeightMatrix;
+
+// OpenMP's team size before any model changed it (OMP_NUM_THREADS, else the cores).
+int default_threads() {
+  static const int n = omp_get_max_threads();
+  return n;
+}
 
 Tensor take(ModelWeights& w, const std::string& name) {
   auto it = w.tensors.find(name);
@@ -44,39 +54,43 @@ Tensor stack_rows(std::vector<Tensor> parts) {
 
 struct Layer {
   Tensor input_norm, post_norm;
-  Tensor wqkv;  // [(H + 2 KVH) * D, hidden]
+  WeightMatrix wqkv;      // [(H + 2 KVH) * D, hidden]
   Tensor q_norm, k_norm;  // [D], qwen3 only
-  Tensor wo;       // [hidden, H * D]
-  Tensor wgate_up; // [2 * inter, hidden]
-  Tensor wdown;    // [hidden, inter]
+  WeightMatrix wo;        // [hidden, H * D]
+  WeightMatrix wgate_up;  // [2 * inter, hidden]
+  WeightMatrix wdown;     // [hidden, inter]
   std::unique_ptr<Attention> attn;
 };
 
 class CpuModel final : public Model {
  public:
-  CpuModel(ModelWeights w, const ModelOptions& options) : cfg_(w.config) {
-    if (options.num_threads > 0) openblas_set_num_threads(options.num_threads);
-    embed_ = take(w, "model.embed_tokens.weight");
+  CpuModel(ModelWeights w, const ModelOptions& options)
+      : cfg_(w.config), tuner_(default_threads(), options.num_threads) {
+    // One thread pool (OpenMP's): BLAS runs single-threaded inside it.
+    openblas_set_num_threads(1);
+    const DType wt = options.weight_dtype;
+    embed_ = WeightMatrix(take(w, "model.embed_tokens.weight"), wt);
     final_norm_ = take(w, "model.norm.weight");
-    lm_head_ = cfg_.tie_word_embeddings && !w.tensors.count("lm_head.weight")
-                   ? embed_
-                   : take(w, "lm_head.weight");
+    tied_ = cfg_.tie_word_embeddings && !w.tensors.count("lm_head.weight");
+    if (!tied_) lm_head_ = WeightMatrix(take(w, "lm_head.weight"), wt);
     for (int64_t i = 0; i < cfg_.num_layers; ++i) {
       const std::string p = "model.layers." + std::to_string(i) + ".";
       Layer l;
       l.input_norm = take(w, p + "input_layernorm.weight");
       l.post_norm = take(w, p + "post_attention_layernorm.weight");
-      l.wqkv = stack_rows({take(w, p + "self_attn.q_proj.weight"),
-                           take(w, p + "self_attn.k_proj.weight"),
-                           take(w, p + "self_attn.v_proj.weight")});
-      l.wo = take(w, p + "self_attn.o_proj.weight");
+      l.wqkv = WeightMatrix(stack_rows({take(w, p + "self_attn.q_proj.weight"),
+                                        take(w, p + "self_attn.k_proj.weight"),
+                                        take(w, p + "self_attn.v_proj.weight")}),
+                            wt);
+      l.wo = WeightMatrix(take(w, p + "self_attn.o_proj.weight"), wt);
       if (cfg_.qk_norm) {
         l.q_norm = take(w, p + "self_attn.q_norm.weight");
         l.k_norm = take(w, p + "self_attn.k_norm.weight");
       }
-      l.wgate_up = stack_rows({take(w, p + "mlp.gate_proj.weight"),
-                               take(w, p + "mlp.up_proj.weight")});
-      l.wdown = take(w, p + "mlp.down_proj.weight");
+      l.wgate_up = WeightMatrix(
+          stack_rows({take(w, p + "mlp.gate_proj.weight"), take(w, p + "mlp.up_proj.weight")}),
+          wt);
+      l.wdown = WeightMatrix(take(w, p + "mlp.down_proj.weight"), wt);
       l.attn = std::make_unique<Attention>(cfg_.num_heads, cfg_.head_dim, 0.0f,
                                            cfg_.num_kv_heads);
       layers_.push_back(std::move(l));
@@ -105,9 +119,12 @@ class CpuModel final : public Model {
   void reserve(int64_t tokens, int64_t logit_rows);
 
   ModelConfig cfg_;
-  Tensor embed_, final_norm_, lm_head_;
+  WeightMatrix embed_, lm_head_;  // lm_head_ unset when tied to embed_
+  Tensor final_norm_;
+  bool tied_ = false;
   std::vector<Layer> layers_;
   std::unique_ptr<KVPool> pool_;
+  cpu_model::TeamTuner tuner_;
   // Step buffers, grown on demand.
   int64_t cap_tokens_ = 0;
   std::vector<float> x_, h_, qkv_, attn_, gate_up_, act_, cos_, sin_, final_;
@@ -144,6 +161,8 @@ void CpuModel::forward(const ModelInput& in, std::span<float> logits) {
   KVATTN_CHECK(static_cast<int64_t>(logits.size()) == R * V, "Model::forward: logits must hold ",
                R, " x ", V, " floats but holds ", logits.size());
   reserve(T, R);
+  omp_set_num_threads(tuner_.begin(T));
+  const auto t0 = std::chrono::steady_clock::now();
 
   for (int64_t t = 0; t < T; ++t) {
     const int32_t id = in.token_ids[t];
@@ -151,14 +170,14 @@ void CpuModel::forward(const ModelInput& in, std::span<float> logits) {
                  " is outside the vocabulary [0, ", V, ")");
     KVATTN_CHECK(in.positions[t] >= 0, "Model::forward: position ", in.positions[t],
                  " at row ", t, " is negative");
-    std::memcpy(&x_[t * H], embed_.ptr<float>() + id * H, H * sizeof(float));
+    embed_.row(id, &x_[t * H]);
   }
   cpu_model::rope_tables(in.positions, D, cfg_.rope_theta, cos_.data(), sin_.data());
   const auto eps = static_cast<float>(cfg_.rms_norm_eps);
 
   for (auto& l : layers_) {
     cpu_model::rms_norm(x_.data(), H, T, H, l.input_norm.ptr<float>(), eps, h_.data(), H);
-    linear(h_.data(), H, T, H, l.wqkv.ptr<float>(), qkv_dim, qkv_.data(), qkv_dim);
+    l.wqkv.apply(h_.data(), H, T, qkv_.data(), qkv_dim);
     float* q = qkv_.data();
     float* k = q + nh * D;
     float* v = k + nkv * D;
@@ -177,12 +196,12 @@ void CpuModel::forward(const ModelInput& in, std::span<float> logits) {
                     TensorView(k, DType::kF32, cpu, {T, nkv * D}, {qkv_dim, 1}),
                     TensorView(v, DType::kF32, cpu, {T, nkv * D}, {qkv_dim, 1}), *in.ctx,
                     TensorView(attn_.data(), DType::kF32, cpu, {T, nh * D}));
-    linear(attn_.data(), nh * D, T, nh * D, l.wo.ptr<float>(), H, x_.data(), H, 1.0f);
+    l.wo.apply(attn_.data(), nh * D, T, x_.data(), H, 1.0f);
 
     cpu_model::rms_norm(x_.data(), H, T, H, l.post_norm.ptr<float>(), eps, h_.data(), H);
-    linear(h_.data(), H, T, H, l.wgate_up.ptr<float>(), 2 * inter, gate_up_.data(), 2 * inter);
+    l.wgate_up.apply(h_.data(), H, T, gate_up_.data(), 2 * inter);
     cpu_model::silu_mul(gate_up_.data(), T, inter, act_.data());
-    linear(act_.data(), inter, T, inter, l.wdown.ptr<float>(), H, x_.data(), H, 1.0f);
+    l.wdown.apply(act_.data(), inter, T, x_.data(), H, 1.0f);
   }
 
   for (int64_t r = 0; r < R; ++r) {
@@ -191,7 +210,8 @@ void CpuModel::forward(const ModelInput& in, std::span<float> logits) {
                  " is outside the step's tokens [0, ", T, ")");
     cpu_model::rms_norm(&x_[row * H], H, 1, H, final_norm_.ptr<float>(), eps, &final_[r * H], H);
   }
-  linear(final_.data(), H, R, H, lm_head_.ptr<float>(), V, logits.data(), V);
+  (tied_ ? embed_ : lm_head_).apply(final_.data(), H, R, logits.data(), V);
+  tuner_.end(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
 
 }  // namespace

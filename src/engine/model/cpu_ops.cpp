@@ -1,24 +1,8 @@
 #include "engine/model/cpu_ops.h"
 
-#include <cblas.h>
-
 #include <cmath>
 
 namespace kvattn::cpu_model {
-
-void linear(const float* x, int64_t ldx, int64_t rows, int64_t in, const float* w,
-            int64_t out, float* y, int64_t ldy, float beta) {
-  if (rows <= 0) return;
-  if (rows == 1) {
-    cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<blasint>(out),
-                static_cast<blasint>(in), 1.0f, w, static_cast<blasint>(in), x, 1, beta, y, 1);
-    return;
-  }
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(rows),
-              static_cast<blasint>(out), static_cast<blasint>(in), 1.0f, x,
-              static_cast<blasint>(ldx), w, static_cast<blasint>(in), beta, y,
-              static_cast<blasint>(ldy));
-}
 
 void rms_norm(const float* x, int64_t ldx, int64_t rows, int64_t dim, const float* weight,
               float eps, float* out, int64_t ldo) {

@@ -1,5 +1,5 @@
-// Internal: the float32 host building blocks of the CPU model. Row-major throughout; a
-// "linear" weight is [out, in] as in HF, so y = x W^T.
+// Internal: the float32 elementwise building blocks of the CPU model (row-major; the GEMMs
+// live in weight_matrix.h).
 #pragma once
 
 #include <cstdint>
@@ -8,11 +8,6 @@
 #include "kvattn/engine/model_config.h"
 
 namespace kvattn::cpu_model {
-
-// y[r, 0:out] = x[r, 0:in] W^T + beta * y[r, 0:out] for r < rows (BLAS: sgemv for one row,
-// sgemm otherwise). ldx/ldy are row strides in elements.
-void linear(const float* x, int64_t ldx, int64_t rows, int64_t in, const float* w,
-            int64_t out, float* y, int64_t ldy, float beta = 0.0f);
 
 // out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * weight; out may alias x. Row strides ldx/ldo.
 void rms_norm(const float* x, int64_t ldx, int64_t rows, int64_t dim, const float* weight,

@@ -1,0 +1,221 @@
+#include "engine/model/weight_matrix.h"
+
+#include <cblas.h>
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace kvattn::cpu_model {
+namespace {
+
+#define KVATTN_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+bool have_avx2() {
+  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                         __builtin_cpu_supports("f16c");
+  return ok;
+}
+
+// ---- element loads: 8 weights as float32 ----
+
+KVATTN_AVX2 inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+KVATTN_AVX2 inline __m256 load8(const f16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+KVATTN_AVX2 inline __m256 load8(const bf16_t* p) {
+  const __m256i u = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(u, 16));
+}
+
+KVATTN_AVX2 inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// Output features [n0, n1) for R rows of x: each weight row is read once for all R rows.
+template <typename W, int R>
+KVATTN_AVX2 void stream_avx2(const W* w, int64_t in, int64_t n0, int64_t n1, const float* x,
+                             int64_t ldx, float* y, int64_t ldy, float beta) {
+  for (int64_t n = n0; n < n1; ++n) {
+    const W* wr = w + n * in;
+    __m256 a0[R], a1[R];
+    for (int r = 0; r < R; ++r) a0[r] = a1[r] = _mm256_setzero_ps();
+    int64_t k = 0;
+    for (; k + 16 <= in; k += 16) {
+      const __m256 w0 = load8(wr + k), w1 = load8(wr + k + 8);
+      for (int r = 0; r < R; ++r) {
+        a0[r] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + r * ldx + k), a0[r]);
+        a1[r] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + r * ldx + k + 8), a1[r]);
+      }
+    }
+    for (; k + 8 <= in; k += 8) {
+      const __m256 w0 = load8(wr + k);
+      for (int r = 0; r < R; ++r) {
+        a0[r] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + r * ldx + k), a0[r]);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      float s = hsum(_mm256_add_ps(a0[r], a1[r]));
+      for (int64_t j = k; j < in; ++j) s += to_float(wr[j]) * x[r * ldx + j];
+      float& out = y[r * ldy + n];
+      out = beta == 0.0f ? s : s + beta * out;
+    }
+  }
+}
+
+template <typename W>
+void stream_scalar(const W* w, int64_t in, int64_t n0, int64_t n1, const float* x, int64_t ldx,
+                   int64_t rows, float* y, int64_t ldy, float beta) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t n = n0; n < n1; ++n) {
+      float s = 0.0f;
+      for (int64_t k = 0; k < in; ++k) s += to_float(w[n * in + k]) * x[r * ldx + k];
+      float& out = y[r * ldy + n];
+      out = beta == 0.0f ? s : s + beta * out;
+    }
+  }
+}
+
+template <typename W>
+void stream(const W* w, int64_t in, int64_t n0, int64_t n1, const float* x, int64_t ldx,
+            int64_t rows, float* y, int64_t ldy, float beta) {
+  if (!have_avx2()) return stream_scalar(w, in, n0, n1, x, ldx, rows, y, ldy, beta);
+  switch (rows) {
+    case 1: return stream_avx2<W, 1>(w, in, n0, n1, x, ldx, y, ldy, beta);
+    case 2: return stream_avx2<W, 2>(w, in, n0, n1, x, ldx, y, ldy, beta);
+    case 3: return stream_avx2<W, 3>(w, in, n0, n1, x, ldx, y, ldy, beta);
+    default: return stream_avx2<W, 4>(w, in, n0, n1, x, ldx, y, ldy, beta);
+  }
+}
+
+// ---- conversions ----
+
+KVATTN_AVX2 void to_f16_avx2(const float* src, f16_t* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+  }
+  for (; i < n; ++i) dst[i] = float_to_f16(src[i]);
+}
+
+template <typename W>
+void convert_from_f32(const float* src, W* dst, int64_t n) {
+  if constexpr (std::is_same_v<W, f16_t>) {
+    if (have_avx2()) return to_f16_avx2(src, dst, n);
+  }
+  for (int64_t i = 0; i < n; ++i) dst[i] = from_float<W>(src[i]);
+}
+
+template <typename W>
+KVATTN_AVX2 void to_f32_avx2(const W* src, float* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, load8(src + i));
+  for (; i < n; ++i) dst[i] = to_float(src[i]);
+}
+
+template <typename W>
+void convert_to_f32(const W* src, float* dst, int64_t n) {
+  if (have_avx2()) return to_f32_avx2(src, dst, n);
+  for (int64_t i = 0; i < n; ++i) dst[i] = to_float(src[i]);
+}
+
+// ---- the two paths ----
+
+template <typename W>
+void apply_typed(const W* w, int64_t out, int64_t in, const float* x, int64_t ldx, int64_t rows,
+                 float* y, int64_t ldy, float beta) {
+  const int nt = omp_get_max_threads();
+  if (rows <= kStreamingMaxRows) {
+    // Contiguous slices of output features, one per thread of the team (which may be smaller
+    // than asked for when OpenMP's dynamic adjustment is on).
+#pragma omp parallel num_threads(nt)
+    {
+      const int team = omp_get_num_threads(), t = omp_get_thread_num();
+      const int64_t per = (out + team - 1) / team;
+      const int64_t n0 = std::min(out, t * per), n1 = std::min(out, n0 + per);
+      if (n0 < n1) stream(w, in, n0, n1, x, ldx, rows, y, ldy, beta);
+    }
+    return;
+  }
+  // Panels of output features: about four per thread, each a multiple of 16 rows.
+  int64_t panel = (out + 4 * nt - 1) / (4 * nt);
+  panel = std::clamp<int64_t>((panel + 15) / 16 * 16, 32, 512);
+  const int64_t num_panels = (out + panel - 1) / panel;
+#pragma omp parallel num_threads(nt)
+  {
+    thread_local std::vector<float> buf;
+    if constexpr (!std::is_same_v<W, float>) buf.resize(panel * in);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t p = 0; p < num_panels; ++p) {
+      const int64_t n0 = p * panel, nb = std::min(panel, out - n0);
+      const float* wp;
+      if constexpr (std::is_same_v<W, float>) {
+        wp = w + n0 * in;
+      } else {
+        convert_to_f32(w + n0 * in, buf.data(), nb * in);
+        wp = buf.data();
+      }
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(rows),
+                  static_cast<blasint>(nb), static_cast<blasint>(in), 1.0f, x,
+                  static_cast<blasint>(ldx), wp, static_cast<blasint>(in), beta, y + n0,
+                  static_cast<blasint>(ldy));
+    }
+  }
+}
+
+}  // namespace
+
+WeightMatrix::WeightMatrix(const Tensor& f32, DType storage) {
+  KVATTN_CHECK(f32.dtype() == DType::kF32 && f32.view().ndim == 2,
+               "WeightMatrix: source must be a float32 matrix but is ", f32.dtype(), " ",
+               f32.view().shape_str());
+  out_ = f32.size(0);
+  in_ = f32.size(1);
+  switch (storage) {
+    case DType::kF32:
+      data_ = f32;
+      break;
+    case DType::kF16:
+      data_ = Tensor::empty({out_, in_}, DType::kF16);
+      convert_from_f32(f32.ptr<float>(), data_.ptr<f16_t>(), out_ * in_);
+      break;
+    case DType::kBF16:
+      data_ = Tensor::empty({out_, in_}, DType::kBF16);
+      convert_from_f32(f32.ptr<float>(), data_.ptr<bf16_t>(), out_ * in_);
+      break;
+    default:
+      KVATTN_FAIL("WeightMatrix: storage must be float32, float16 or bfloat16 but is ", storage);
+  }
+}
+
+void WeightMatrix::apply(const float* x, int64_t ldx, int64_t rows, float* y, int64_t ldy,
+                         float beta) const {
+  if (rows <= 0) return;
+  switch (data_.dtype()) {
+    case DType::kF32:
+      return apply_typed(data_.ptr<float>(), out_, in_, x, ldx, rows, y, ldy, beta);
+    case DType::kF16:
+      return apply_typed(data_.ptr<f16_t>(), out_, in_, x, ldx, rows, y, ldy, beta);
+    default:
+      return apply_typed(data_.ptr<bf16_t>(), out_, in_, x, ldx, rows, y, ldy, beta);
+  }
+}
+
+void WeightMatrix::row(int64_t i, float* out) const {
+  switch (data_.dtype()) {
+    case DType::kF32:
+      std::memcpy(out, data_.ptr<float>() + i * in_, in_ * sizeof(float));
+      return;
+    case DType::kF16:
+      return convert_to_f32(data_.ptr<f16_t>() + i * in_, out, in_);
+    default:
+      return convert_to_f32(data_.ptr<bf16_t>() + i * in_, out, in_);
+  }
+}
+
+}  // namespace kvattn::cpu_model
