@@ -29,8 +29,14 @@
 namespace kvattn::cuda {
 
 // Tile shape. kMinBlocks feeds __launch_bounds__ (CTAs per SM the register budget must allow).
-template <int kHeadDim_, int kBlockM_, int kBlockN_, int kNWarps_, int kMinBlocks_>
+// kPrefetchTable (paged only): block ids fetched with cp.async two tiles ahead and resolved to
+// row addresses, instead of a synchronous block-table load one tile ahead. Measured 2-3% slower
+// with kBlockN 48 and fastest with kBlockN 64 (docs/perf/NOTES.md, CUDA prefill, v2); the
+// benchmark times it with the 64-key tile, the candidate default.
+template <int kHeadDim_, int kBlockM_, int kBlockN_, int kNWarps_, int kMinBlocks_,
+          bool kPrefetchTable_ = false>
 struct PrefillTile {
+  static constexpr bool kPrefetchTable = kPrefetchTable_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
@@ -46,7 +52,10 @@ struct PrefillTile {
   static constexpr int kQBytes = kBlockM * kRowBytes;
   static constexpr int kKVBytes = kBlockN * kRowBytes;
   static constexpr int kSmemBytes = kQBytes + 2 * kStages * kKVBytes;
-  static constexpr int kRowTableBytes = kStages * kBlockN * 16;  // paged only
+  // Paged only: kStages slots of kBlockN {K row, V row} entries, then (kPrefetchTable) 2 slots
+  // of raw block ids.
+  static constexpr int kRowTableBytes =
+      kStages * kBlockN * 16 + (kPrefetchTable ? 2 * kBlockN * 4 : 0);
   static_assert(kHeadDim % 16 == 0 && kBlockN % 16 == 0);
   static_assert(kWarpRows % 16 == 0 && kWarpRows * kNWarps == kBlockM);
   static_assert(kThreads % kChunks == 0 && kBlockM % kRowsPerPass == 0 &&
@@ -160,6 +169,39 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
       row_table[slot * BN + tid] = e;
     }
   };
+  // Prefetching form: fetch_ids copies the block id of each row of tile n (thread tid < BN, row
+  // tid) into id slot `slot` with cp.async, two tiles before its copy; resolve_ptrs (one tile
+  // before the copy, after the cp.async wait: each thread reads only what it fetched) turns it
+  // into the addresses of the row's K and V token rows (0: zero-fill).
+  int32_t* raw_ids = reinterpret_cast<int32_t*>(smem + Tile::kSmemBytes + Tile::kStages * BN * 16);
+  auto fetch_ids = [&](int n, int slot) {
+    const int j = n * BN + tid;
+    if (tid < BN && j < Lk) {
+      const int idx = p.block_shift >= 0 ? j >> p.block_shift : j / p.block_size;
+      ptx::cp_async_4(ptx::smem_addr(raw_ids + slot * BN + tid), bt_row + idx);
+    }
+  };
+  auto resolve_ptrs = [&](int n, int slot, int id_slot) {
+    if (tid < BN) {
+      const int j = n * BN + tid;
+      longlong2 e = make_longlong2(0, 0);
+      if (j < Lk) {
+        const int blk = raw_ids[id_slot * BN + tid];
+        const int off = p.block_shift >= 0 ? j & (p.block_size - 1) : j % p.block_size;
+        if (blk >= 0 && blk < p.num_blocks) {
+          e.x = reinterpret_cast<long long>(
+              static_cast<const T*>(p.k) +
+              (static_cast<int64_t>(blk) * p.k_block_stride + static_cast<int64_t>(off) * p.k_stride));
+          e.y = reinterpret_cast<long long>(
+              static_cast<const T*>(p.v) +
+              (static_cast<int64_t>(blk) * p.v_block_stride + static_cast<int64_t>(off) * p.v_stride));
+        } else {
+          record_fault(p.fault_word, kFaultBlockOutOfRange);
+        }
+      }
+      row_table[slot * BN + tid] = e;
+    }
+  };
 
   // K and V rows [n*BN, n*BN + BN) -> stage; keys >= Lk (and bad block ids) are zero-filled.
   auto load_kv = [&](int n, int stage) {
@@ -182,6 +224,18 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
         k_src += k_step;
         v_src += v_step;
       }
+    } else if constexpr (Tile::kPrefetchTable) {
+      const longlong2* rows = row_table + stage * BN;  // slot == stage
+#pragma unroll
+      for (int i = 0; i < BN / kRowsPerPass; ++i) {
+        const int r = ld_row + i * kRowsPerPass;
+        const longlong2 e = rows[r];
+        const bool ok = e.x != 0;
+        const uint32_t dst = swizzled(r, ld_chunk);
+        const long long col = static_cast<long long>(kv_col) * static_cast<long long>(sizeof(T));
+        ptx::cp_async_16(k_dst + dst, reinterpret_cast<const T*>(e.x + col), ok);
+        ptx::cp_async_16(v_dst + dst, reinterpret_cast<const T*>(e.y + col), ok);
+      }
     } else {
       const longlong2* rows = row_table + stage * BN;  // slot == stage
 #pragma unroll
@@ -197,7 +251,16 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
   };
 
   if (n_blocks > 0) {
-    if constexpr (kPaged) {
+    if constexpr (kPaged && Tile::kPrefetchTable) {
+      fetch_ids(n_blocks - 1, 0);
+      if (n_blocks > 1) fetch_ids(n_blocks - 2, 1);
+      ptx::cp_async_commit();
+      ptx::cp_async_wait<0>();
+      resolve_ptrs(n_blocks - 1, 0, 0);
+      if (n_blocks > 1) resolve_ptrs(n_blocks - 2, 1, 1);
+      if (n_blocks > 2) fetch_ids(n_blocks - 3, 0);  // lands with the first tile
+      __syncthreads();
+    } else if constexpr (kPaged) {
       resolve_rows(n_blocks - 1, 0);
       if (n_blocks > 1) resolve_rows(n_blocks - 2, 1);
       __syncthreads();
@@ -256,8 +319,16 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
     ptx::cp_async_wait<0>();
     __syncthreads();  // tile `it` visible to all; everyone is done with the other stage
     if (it + 1 < n_blocks) load_kv(n - 1, stage ^ 1);
+    if constexpr (kPaged && Tile::kPrefetchTable) {
+      // Id slot stage ^ 1 was last read by this thread's resolve one iteration ago.
+      if (it + 3 < n_blocks) fetch_ids(n - 3, stage ^ 1);
+    }
     ptx::cp_async_commit();
-    if constexpr (kPaged) {
+    if constexpr (kPaged && Tile::kPrefetchTable) {
+      // Row slot `stage` was last read by the copy issued before this iteration's barrier; id
+      // slot `stage` (tile n - 2) landed at the wait above.
+      if (it + 2 < n_blocks) resolve_ptrs(n - 2, stage, stage);
+    } else if constexpr (kPaged) {
       // Slot `stage` was last read by the copy issued before this iteration's barrier.
       if (it + 2 < n_blocks) resolve_rows(n - 2, stage);
     }
