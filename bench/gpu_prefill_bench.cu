@@ -187,8 +187,9 @@ double rel_l2(const std::vector<float>& a, const std::vector<float>& ref) {
 // Alternative tile (the library's default is DefaultPrefillTile<128, true>: 48 keys per tile).
 // FA2's 128 x 64 tile: 1-4% faster on the packed shapes in the 2026-11-29 run, but ptxas 13.0
 // spills a few words with it. (An 8-warp x 16-row variant ran 17-20% slower and was dropped.)
-// Paged keys go through the cp.async block-id prefetch (kPrefetchTable), which was 2-4% faster
-// than the v1 table walk with this tile in the 2026-11-29 v2 run (and slower with the default).
+// Paged keys go through the cp.async block-id prefetch (kPrefetchTable): with this tile 340/338
+// TFLOP/s at page 16/256 in the v2 run vs 328/338 with the v1 table walk in the v1 run (a
+// cross-run comparison); with the default's 48-key tile the prefetch was 2-3% slower.
 using TileN64 = cuda::PrefillTile<128, 128, 64, 4, 2, true>;
 
 template <class Tile>
