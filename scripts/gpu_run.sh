@@ -53,6 +53,10 @@ if [ $engine -eq 1 ] && [ -x build-gpu/kvattn ]; then
   bash scripts/gpu_engine.sh 2>&1 | tee "$OUT/engine.log" | tail -n 30
 fi
 
+if [ $peers -eq 1 ]; then
+  step "prefill peers (FA2 on the prefix-hit shape, GEMM ceiling)"
+  PYTHONUNBUFFERED=1 OUT="$OUT" timeout 180 python3 bench/gpu_prefill_peers.py 2>&1 | tail -n 8
+fi
 if [ $peers -eq 1 ] && [ -f .peers/peers_h200.py ]; then
   step peers
   PYTHONUNBUFFERED=1 OUT="$OUT" timeout 420 python3 .peers/peers_h200.py >"$OUT/peers.log" 2>&1
