@@ -461,6 +461,13 @@ TEST(GgufModel, BadModelsNameTheProblem) {
   EXPECT_NE(load_error(no_layers).find("metadata key 'llama.block_count' is missing"),
             std::string::npos);
 
+  GgufBuilder typed = testing::tiny_gguf(s, nullptr);
+  typed.kvs.erase(typed.kvs.begin() + 2);  // embedding_length
+  typed.kv_str("llama.embedding_length", "64");
+  EXPECT_NE(load_error(typed).find("m.gguf: metadata 'llama.embedding_length': GGUF value: expected "
+                                   "an integer but the value is string"),
+            std::string::npos);
+
   GgufBuilder eos = testing::tiny_gguf(s, nullptr);
   eos.kvs.erase(eos.kvs.begin() + 12);
   eos.kv_u32("tokenizer.ggml.eos_token_id", 64);

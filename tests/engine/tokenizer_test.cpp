@@ -253,6 +253,8 @@ TEST(Tokenizer, MalformedTokenizerJsonNamesTheField) {
   EXPECT_TRUE(has(e, "model.vocab must be an object")) << e;
   e = error_for([](json& j) { j["model"]["vocab"]["zzz"] = 1 << 30; });
   EXPECT_TRUE(has(e, "token 'zzz' has id 1073741824")) << e;
+  e = error_for([](json& j) { j["model"]["vocab"]["zzz"] = 100000; });
+  EXPECT_TRUE(has(e, "token ids reach 100000 but only 422 tokens are defined")) << e;
   e = error_for([](json& j) { j["model"]["vocab"]["zzz"] = "7"; });
   EXPECT_TRUE(has(e, "model.vocab['zzz']' must be an integer")) << e;
   e = error_for([](json& j) { j["model"]["merges"][3] = 17; });
@@ -267,6 +269,10 @@ TEST(Tokenizer, MalformedTokenizerJsonNamesTheField) {
     j["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", {split("(unclosed"), byte_level()}}};
   });
   EXPECT_NE(e.find("regex '(unclosed' does not compile"), std::string::npos) << e;
+  e = error_for([](json& j) {
+    j["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", {byte_level(), split(kQwen2)}}};
+  });
+  EXPECT_TRUE(has(e, "pre_tokenizer step 'Split' after ByteLevel is not supported")) << e;
   e = error_for([](json& j) { j["normalizer"] = {{"type", "Lowercase"}}; });
   EXPECT_TRUE(has(e, "normalizer 'Lowercase' is not supported")) << e;
   e = error_for([](json& j) { j["added_tokens"][0]["id"] = -3; });

@@ -42,6 +42,8 @@ using LoadProgress = std::function<void(double)>;
 // GGUF (architectures "llama" and "qwen3"): dequantizes F32/F16/BF16/Q8_0/Q4_0/Q4_1 (and
 // Q5_0/Q5_1/Q4_K/Q6_K) to float32 and renames tensors to the HF names above.
 ModelWeights load_gguf_model(const std::string& path, const LoadProgress& progress = {});
+// The same from a GgufFile already open (e.g. shared with Tokenizer::from_gguf).
+ModelWeights load_gguf_model(const GgufFile& gguf, const LoadProgress& progress = {});
 
 // HF directory: config.json plus model.safetensors, or model.safetensors.index.json and the
 // shards it names (bf16/f16/f32 converted to float32). Architectures LlamaForCausalLM and

@@ -102,7 +102,10 @@ void validate_weights(const ModelWeights& w, const std::string& source) {
 }
 
 ModelWeights load_gguf_model(const std::string& path, const LoadProgress& progress) {
-  const GgufFile g = GgufFile::open(path);
+  return load_gguf_model(GgufFile::open(path), progress);
+}
+
+ModelWeights load_gguf_model(const GgufFile& g, const LoadProgress& progress) {
   ModelWeights w;
   w.config = config_from_gguf(g);
   uint64_t total = 0, done = 0;
@@ -116,7 +119,7 @@ ModelWeights load_gguf_model(const std::string& path, const LoadProgress& progre
     done += t.nbytes;
     if (progress && total > 0) progress(static_cast<double>(done) / static_cast<double>(total));
   }
-  validate_weights(w, path);
+  validate_weights(w, g.path());
   return w;
 }
 

@@ -46,7 +46,10 @@ ModelConfig config_from_gguf(const GgufFile& g) {
   KVATTN_CHECK(c.architecture == "llama" || c.architecture == "qwen3", file,
                ": general.architecture is '", c.architecture, "' (supported: llama, qwen3)");
   const std::string a = c.architecture + ".";
-  auto need = [&](const std::string& key) { return g.get(key).as_int(); };
+  auto need = [&](const std::string& key) {
+    KVATTN_CHECK(g.find(key) != nullptr, file, ": metadata key '", key, "' is missing");
+    return g.get_int(key, 0);  // a wrong type is reported with the file and the key
+  };
   c.hidden_size = need(a + "embedding_length");
   c.intermediate_size = need(a + "feed_forward_length");
   c.num_layers = need(a + "block_count");

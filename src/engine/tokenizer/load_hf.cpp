@@ -4,6 +4,8 @@
 //
 // Known gap: an NFC normalizer is accepted but not applied (no Unicode normalization library is
 // linked); text that is already NFC -- nearly all text -- encodes identically.
+#include <unordered_set>
+
 #include "engine/model_files/json_util.h"
 #include "engine/tokenizer/tokenizer_impl.h"
 
@@ -34,6 +36,10 @@ bool bool_or(const json& node, const char* key, bool fallback, const std::string
 void add_pre_steps(const json& node, PreTokenizer& pre, bool& byte_level, const std::string& file) {
   if (node.is_null()) return;
   const std::string type = type_of(node, "pre_tokenizer", file);
+  // ByteLevel maps bytes to its alphabet only at BPE time here, so later steps would see raw text
+  // where HF sees the mapped one; no supported family splits after ByteLevel.
+  KVATTN_CHECK(!byte_level || type == "Sequence", file, ": pre_tokenizer step '", type,
+               "' after ByteLevel is not supported");
   auto regex_step = [&](const std::string& pattern, bool literal, bool drop) {
     pre.steps.push_back({std::make_shared<const Regex>(pattern, literal), drop, false});
   };
@@ -163,6 +169,13 @@ Tokenizer Tokenizer::from_hf_json_text(std::string_view tokenizer_json,
       t->added.push_back({content, static_cast<int32_t>(id), bool_or(a, "special", false, file)});
     }
   }
+  // Real vocabularies are dense; a few holes are tolerated, a forged id of 10^7 is not.
+  std::unordered_set<int64_t> defined;
+  for (const auto& e : entries) defined.insert(e.first);
+  for (const auto& a : t->added) defined.insert(a.id);
+  const auto distinct = static_cast<int64_t>(defined.size());
+  KVATTN_CHECK(size <= distinct + 4096, file, ": token ids reach ", size - 1, " but only ",
+               distinct, " tokens are defined (too sparse)");
   t->tokens.resize(static_cast<size_t>(size));
   for (auto& [id, token] : entries) t->tokens[id] = std::move(token);
   for (const auto& a : t->added) {
