@@ -162,7 +162,7 @@ TEST(DecodeAttention, PlanOnTheCpuIsOneSplitWithoutWorkspace) {
 }
 
 TEST(DecodeAttention, RandomCasesMatchFloat64Reference) {
-  const int cases = test::case_count(320, 64);
+  const int cases = test::case_count(320, 48);
   for (int c = 0; c < cases; ++c) {
     if (!test::case_selected(c)) continue;
     const uint64_t seed = test::case_seed();
@@ -213,7 +213,7 @@ TEST(DecodeAttention, LongContext32k) {
   for (int64_t bs : {16, 256}) {
     for (DType dt : {DType::kF32, DType::kBF16}) {
       ++c;
-      if (test::kSanitized && dt == DType::kBF16) continue;
+      if (test::kSanitized && (dt == DType::kBF16 || bs == 256)) continue;
       if (!test::case_selected(c)) continue;
       const uint64_t seed = test::case_seed();
       std::mt19937_64 rng(seed);
