@@ -89,9 +89,9 @@ void record_error(const std::string& key, const ErrorStats& s, double lse_max_ab
 
 // Tolerances (DESIGN §5): relative L2 error vs the float64 reference.
 double rel_l2_tolerance(DType dtype);  // 1e-5 for float32, 1e-2 for bf16/fp16
-// LSE: |lse - ref| <= 1e-5 * max(1, |ref|) (float32 arithmetic for every input dtype; the
-// worst seen is ~1e-6).
-inline constexpr double kLseTolerance = 1e-5;
+// LSE: |lse - ref| <= 3e-5 * max(1, |ref|) (float32 arithmetic for every input dtype; the
+// worst seen over thousands of cases is ~4e-6, on head_dim 256 with a large scale).
+inline constexpr double kLseTolerance = 3e-5;
 
 // Checks an attention output (and lse, when defined) against the reference with gtest
 // EXPECTs: rel L2 below the dtype's tolerance, no NaN, rows that see no key exactly zero,
