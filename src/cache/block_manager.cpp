@@ -14,9 +14,15 @@ std::atomic<uint64_t> g_next_table_id{1};
 
 uint64_t new_table_id() { return g_next_table_id.fetch_add(1, std::memory_order_relaxed); }
 
-int32_t checked_num_blocks(int64_t num_blocks) {
+// All argument checks, run by the first member initializer so nothing is allocated for a
+// pool that is then rejected.
+int32_t checked_num_blocks(int64_t num_blocks, int64_t block_size) {
   KVATTN_CHECK(num_blocks >= 1 && num_blocks <= std::numeric_limits<int32_t>::max(),
                "BlockManager: num_blocks must be in [1, 2^31) but is ", num_blocks);
+  KVATTN_CHECK(block_size >= 1, "BlockManager: block_size must be >= 1 but is ", block_size);
+  KVATTN_CHECK(num_blocks <= std::numeric_limits<int32_t>::max() / block_size,
+               "BlockManager: num_blocks * block_size must be < 2^31 (int32 slots) but is ",
+               num_blocks, " * ", block_size);
   return static_cast<int32_t>(num_blocks);
 }
 
@@ -27,12 +33,8 @@ BlockManager::BlockManager(int64_t num_blocks, int64_t block_size, bool enable_p
     : block_size_(block_size),
       prefix_caching_(enable_prefix_caching),
       hash_fn_(hash_fn ? hash_fn : &xxhash_block_hash),
-      free_(checked_num_blocks(num_blocks)),
+      free_(checked_num_blocks(num_blocks, block_size)),
       table_(enable_prefix_caching ? num_blocks : 0) {
-  KVATTN_CHECK(block_size >= 1, "BlockManager: block_size must be >= 1 but is ", block_size);
-  KVATTN_CHECK(num_blocks <= std::numeric_limits<int32_t>::max() / block_size,
-               "BlockManager: num_blocks * block_size must be < 2^31 (int32 slots) but is ",
-               num_blocks, " * ", block_size);
   blocks_.resize(static_cast<size_t>(num_blocks));
   if (prefix_caching_) block_tokens_.resize(static_cast<size_t>(num_blocks * block_size));
 }
