@@ -1,0 +1,100 @@
+// Writes the fuzzers' seed corpora into <dir>/{gguf,safetensors,tokenizer_json,tokenizer_encode}:
+// small valid files from the same writers the parser tests use.
+#include <filesystem>
+#include <iostream>
+
+#include "engine/model_file_writer.h"
+
+namespace {
+#include "engine/tokenizer_test_data.inc"
+}
+
+namespace fs = std::filesystem;
+using namespace kvattn::testing;
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::cerr << "usage: fuzz_make_seeds <corpus dir>\n";
+    return 2;
+  }
+  const fs::path root = argv[1];
+  for (const char* d : {"gguf", "safetensors", "tokenizer_json", "tokenizer_encode"}) {
+    fs::create_directories(root / d);
+  }
+
+  // GGUF: a tiny model (llama, qwen3 untied), metadata of many types, and a tokenizer.
+  TinyShape small;
+  small.vocab = 32, small.hidden = 32, small.inter = 32, small.layers = 1, small.heads = 2,
+  small.kv_heads = 1, small.head_dim = 16;
+  write_file(root / "gguf/llama.gguf", tiny_gguf(small, nullptr).build());
+  TinyShape qwen = small;
+  qwen.arch = "qwen3", qwen.tied = false;
+  write_file(root / "gguf/qwen3.gguf", tiny_gguf(qwen, nullptr).build());
+  GgufBuilder meta;
+  meta.version = 2;
+  meta.kv("u8", kU8, Bytes().u8(7)).kv("f64", kF64, Bytes().put<double>(1.5)).kv_bool("b", true);
+  meta.kv_strs("names", {"a", "bc"}).kv_i32s("ints", {1, -2});
+  meta.kv_u32("general.alignment", 64);
+  meta.alignment = 64;
+  meta.tensor("q4_0", {32}, 2, std::vector<uint8_t>(18, 0x35));
+  meta.tensor("q4_1", {32}, 3, std::vector<uint8_t>(20, 0x47));
+  meta.tensor("q5_0", {32}, 6, std::vector<uint8_t>(22, 0x19));
+  meta.tensor("q5_1", {32}, 7, std::vector<uint8_t>(24, 0x28));
+  meta.tensor("q4_k", {256}, 12, std::vector<uint8_t>(144, 0x21));
+  meta.tensor("q6_k", {256}, 14, std::vector<uint8_t>(210, 0x12));
+  meta.tensor("bf16", {2, 2}, 30, bf16_bytes({1, 2, 3, 4}));
+  write_file(root / "gguf/types.gguf", meta.build());
+  {
+    const nlohmann::json j = nlohmann::json::parse(kTinyTokenizerJson);
+    std::vector<std::string> tokens(421);
+    for (const auto& [t, id] : j["model"]["vocab"].items()) tokens[id.get<size_t>()] = t;
+    tokens[420] = "<tool>";
+    std::vector<int32_t> types(421, 1);
+    types[0] = types[1] = types[2] = 3;
+    types[420] = 4;
+    GgufBuilder g;
+    g.kv_str("tokenizer.ggml.model", "gpt2").kv_str("tokenizer.ggml.pre", "smollm");
+    g.kv_strs("tokenizer.ggml.tokens", tokens).kv_i32s("tokenizer.ggml.token_type", types);
+    g.kv_strs("tokenizer.ggml.merges", j["model"]["merges"].get<std::vector<std::string>>());
+    g.kv_u32("tokenizer.ggml.eos_token_id", 2);
+    g.kv_str("tokenizer.chat_template", "{{ '<|im_start|>system\\nHi<|im_end|>\\n' }}");
+    write_file(root / "gguf/tokenizer.gguf", g.build());
+  }
+
+  // safetensors: every float dtype, an int tensor, metadata, an empty tensor.
+  write_file(root / "safetensors/mixed.safetensors",
+             build_safetensors({{"a", "F32", {2, 2}, f32_bytes({1, 2, 3, 4})},
+                                {"b", "F16", {3}, f16_bytes({1, -2, 0.5f})},
+                                {"c", "BF16", {1, 2}, bf16_bytes({7, 8})},
+                                {"d", "I32", {1}, {1, 0, 0, 0}},
+                                {"e", "F32", {0}, {}}},
+                               {{"format", "pt"}}));
+  write_file(root / "safetensors/one.safetensors",
+             build_safetensors({{"model.norm.weight", "BF16", {4}, bf16_bytes({1, 1, 1, 1})}}));
+
+  // tokenizer.json variants, one with a tokenizer_config after a NUL byte.
+  const std::string json = kTinyTokenizerJson;
+  write_text(root / "tokenizer_json/tiny.json", json);
+  write_text(root / "tokenizer_json/tiny_with_config.json",
+             json + std::string(1, '\0') +
+                 R"({"bos_token":"<|im_start|>","eos_token":{"content":"<|im_end|>"},"add_bos_token":true,"chat_template":"<|im_start|>"})");
+  nlohmann::json seq = nlohmann::json::parse(json);
+  seq["normalizer"] = {{"type", "NFC"}};
+  seq["pre_tokenizer"] = {
+      {"type", "Sequence"},
+      {"pretokenizers",
+       {{{"type", "Digits"}, {"individual_digits", true}},
+        {{"type", "Split"}, {"pattern", {{"String", "|"}}}, {"behavior", "Removed"}},
+        {{"type", "Split"}, {"pattern", {{"Regex", R"(\p{N}{1,3}|\s+)"}}}, {"behavior", "Isolated"}},
+        {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"use_regex", false}}}}};
+  seq["model"]["ignore_merges"] = true;
+  write_text(root / "tokenizer_json/sequence.json", seq.dump());
+
+  // Texts for the encode properties (first byte picks the tokenizer).
+  for (size_t i = 0; i < kTexts.size(); ++i) {
+    write_text(root / ("tokenizer_encode/text" + std::to_string(i)),
+               std::string(1, static_cast<char>(i % 3)) + kTexts[i]);
+  }
+  std::cout << "fuzz seeds written to " << root << "\n";
+  return 0;
+}

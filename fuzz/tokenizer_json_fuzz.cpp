@@ -1,0 +1,32 @@
+// tokenizer.json (+ tokenizer_config.json after a NUL byte): load, then encode fixed strings and
+// the rest of the input; every id is in range and decoding never fails.
+#include <cstdint>
+#include <string_view>
+
+#include "fuzz_util.h"
+#include "kvattn/engine/tokenizer.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace kvattn;
+  const std::string_view in(reinterpret_cast<const char*>(data), size);
+  const size_t nul = in.find('\0');
+  const std::string_view json = in.substr(0, nul);
+  const std::string_view config = nul == std::string_view::npos ? std::string_view() : in.substr(nul + 1);
+  try {
+    const Tokenizer tok = Tokenizer::from_hf_json_text(json, config, "fuzz.json");
+    for (std::string_view text : {std::string_view("Hello, world! 1234 <|im_end|> caf\xc3\xa9 \xe6\x97"),
+                                  json.substr(0, 256)}) {
+      for (bool special : {true, false}) {
+        const std::vector<int32_t> ids = tok.encode(text, special);
+        for (int32_t id : ids) FUZZ_ASSERT(id >= 0 && id < tok.vocab_size());
+        StreamDecoder d(tok);
+        for (int32_t id : ids) (void)d.push(id);
+        (void)d.flush();
+        (void)tok.decode(ids, true);
+      }
+    }
+    if (tok.chat_template()) (void)tok.apply_chat_template({{"user", "x"}}, true);
+  } catch (const Error&) {
+  }
+  return 0;
+}
