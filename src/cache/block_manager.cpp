@@ -35,6 +35,7 @@ BlockManager::BlockManager(int64_t num_blocks, int64_t block_size, bool enable_p
       hash_fn_(hash_fn ? hash_fn : &xxhash_block_hash),
       free_(checked_num_blocks(num_blocks, block_size)),
       table_(enable_prefix_caching ? num_blocks : 0) {
+  cache_changed();
   blocks_.resize(static_cast<size_t>(num_blocks));
   if (prefix_caching_) block_tokens_.resize(static_cast<size_t>(num_blocks * block_size));
 }
@@ -89,27 +90,29 @@ void BlockManager::uncache(BlockId b) {
   table_.erase(blk.hash);
   blk.cached = false;
   blk.parent = -1;
+  cache_changed();
 }
 
 // ---- sequence operations ----
 
 bool BlockManager::can_allocate(const Sequence& seq) const {
   if (seq.owner_ != nullptr) return false;
-  match_prefix(seq, scratch_hits_, nullptr);
+  const std::vector<BlockId>& hit_blocks = match_prefix(seq);
   int64_t free_hits = 0;
-  for (BlockId b : scratch_hits_) free_hits += blocks_[b].ref == 0;
-  const int64_t fresh = blocks_for(seq.num_tokens()) - static_cast<int64_t>(scratch_hits_.size());
+  for (BlockId b : hit_blocks) free_hits += blocks_[b].ref == 0;
+  const int64_t fresh = blocks_for(seq.num_tokens()) - static_cast<int64_t>(hit_blocks.size());
   return fresh + free_hits <= free_.size();
 }
 
 void BlockManager::allocate(Sequence& seq) {
   KVATTN_CHECK(seq.owner_ == nullptr, "BlockManager::allocate: sequence ", seq.id(),
                " must hold no blocks but holds ", seq.num_blocks());
-  bool collided = false;
-  match_prefix(seq, scratch_hits_, &collided);
-  const int64_t hits = static_cast<int64_t>(scratch_hits_.size());
+  // The memo on seq: evictions below only invalidate it (new epoch), nothing rewrites it.
+  const std::vector<BlockId>& hit_blocks = match_prefix(seq);
+  const bool collided = seq.match_collided_;
+  const int64_t hits = static_cast<int64_t>(hit_blocks.size());
   int64_t free_hits = 0;
-  for (BlockId b : scratch_hits_) free_hits += blocks_[b].ref == 0;
+  for (BlockId b : hit_blocks) free_hits += blocks_[b].ref == 0;
   const int64_t total = blocks_for(seq.num_tokens());
   KVATTN_CHECK(total - hits + free_hits <= free_.size(), "BlockManager::allocate: sequence ",
                seq.id(), " (", seq.num_tokens(), " tokens, ", hits,
@@ -117,7 +120,7 @@ void BlockManager::allocate(Sequence& seq) {
                free_.size(), " of ", num_blocks(), " are free");
 
   seq.block_table_.reserve(static_cast<size_t>(total));
-  for (BlockId b : scratch_hits_) {
+  for (BlockId b : hit_blocks) {
     acquire(b);
     seq.block_table_.push_back(b);
   }
@@ -128,8 +131,8 @@ void BlockManager::allocate(Sequence& seq) {
   seq.num_computed_tokens_ = hits * block_size_;
   seq.num_cached_tokens_ = hits * block_size_;
   seq.num_offered_blocks_ = hits;
-  seq.offer_parent_ = hits > 0 ? scratch_hits_.back() : -1;
-  seq.offer_parent_gen_ = hits > 0 ? blocks_[scratch_hits_.back()].gen : 0;
+  seq.offer_parent_ = hits > 0 ? hit_blocks.back() : -1;
+  seq.offer_parent_gen_ = hits > 0 ? blocks_[hit_blocks.back()].gen : 0;
   seq.offers_stopped_ = false;
   ++num_sequences_;
   query_tokens_ += seq.num_tokens();

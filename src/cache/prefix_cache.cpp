@@ -8,12 +8,22 @@
 // block, unchanged since (same generation), the candidate was computed after our prefix. So
 // hits are exact for any hash function, at the cost of one compare per block.
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
 #include "kvattn/cache/block_manager.h"
 #include "kvattn/core/error.h"
 
 namespace kvattn {
+namespace {
+
+std::atomic<uint64_t> g_next_cache_epoch{1};
+
+}  // namespace
+
+void BlockManager::cache_changed() {
+  cache_epoch_ = g_next_cache_epoch.fetch_add(1, std::memory_order_relaxed);
+}
 
 uint64_t BlockManager::block_hash(const Sequence& seq, int64_t i) const {
   auto& memo = seq.block_hashes_;
@@ -47,31 +57,35 @@ bool BlockManager::is_stale(BlockId b) const {
   return !p.cached || p.gen != blk.parent_gen;
 }
 
-void BlockManager::match_prefix(const Sequence& seq, std::vector<BlockId>& hits,
-                                bool* collided) const {
+const std::vector<BlockId>& BlockManager::match_prefix(const Sequence& seq) const {
+  std::vector<BlockId>& hits = seq.match_hits_;
+  if (seq.match_epoch_ == cache_epoch_ && seq.match_num_tokens_ == seq.num_tokens()) return hits;
   hits.clear();
-  if (!prefix_caching_) return;
+  seq.match_epoch_ = cache_epoch_;
+  seq.match_num_tokens_ = seq.num_tokens();
+  seq.match_collided_ = false;
+  if (!prefix_caching_) return hits;
   const int64_t max_hits = (seq.num_tokens() - 1) / block_size_;
   BlockId parent = -1;
   uint32_t parent_gen = 0;
   for (int64_t i = 0; i < max_hits; ++i) {
     const BlockId b = table_.find(block_hash(seq, i));
-    if (b < 0) return;
+    if (b < 0) break;
     if (!same_content(b, seq.tokens_.data() + i * block_size_, parent, parent_gen)) {
       // A live entry under our key with other content is a true hash collision (its parent is
       // cached under another key, or it holds other tokens); a stale one is just dead.
-      if (collided && !is_stale(b)) *collided = true;
-      return;
+      seq.match_collided_ = !is_stale(b);
+      break;
     }
     hits.push_back(b);
     parent = b;
     parent_gen = blocks_[b].gen;
   }
+  return hits;
 }
 
 int64_t BlockManager::num_prefix_hit_tokens(const Sequence& seq) const {
-  match_prefix(seq, scratch_hits_, nullptr);
-  return static_cast<int64_t>(scratch_hits_.size()) * block_size_;
+  return static_cast<int64_t>(match_prefix(seq).size()) * block_size_;
 }
 
 // Enters seq's newly full, computed blocks. Per block, the entry under its hash is:
@@ -123,6 +137,7 @@ void BlockManager::offer_computed_blocks(Sequence& seq) {
       std::memcpy(block_tokens_.data() + static_cast<int64_t>(ours) * block_size_, tokens,
                   sizeof(int32_t) * block_size_);
       table_.insert(h, ours);
+      cache_changed();
     }
     seq.offer_parent_ = canonical;
     seq.offer_parent_gen_ = blocks_[canonical].gen;

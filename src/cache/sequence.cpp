@@ -37,11 +37,16 @@ Sequence& Sequence::operator=(Sequence&& other) noexcept {
   block_hashes_ = std::move(other.block_hashes_);
   hashes_fn_ = std::exchange(other.hashes_fn_, nullptr);
   hashes_block_size_ = std::exchange(other.hashes_block_size_, 0);
+  match_hits_ = std::move(other.match_hits_);
+  match_epoch_ = std::exchange(other.match_epoch_, 0);
+  match_num_tokens_ = std::exchange(other.match_num_tokens_, 0);
+  match_collided_ = std::exchange(other.match_collided_, false);
   build_stamp_ = std::exchange(other.build_stamp_, 0);
   build_row_ = std::exchange(other.build_row_, -1);
   other.tokens_.clear();
   other.block_table_.clear();
   other.block_hashes_.clear();
+  other.match_hits_.clear();
   return *this;
 }
 

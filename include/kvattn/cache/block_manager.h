@@ -117,8 +117,9 @@ class BlockManager {
   int64_t blocks_for(int64_t num_tokens) const;
   // The cache state's hash of seq's block i (memoized on seq).
   uint64_t block_hash(const Sequence& seq, int64_t i) const;
-  // Longest chain of verified cache hits for seq, at most (num_tokens - 1) / block_size.
-  void match_prefix(const Sequence& seq, std::vector<BlockId>& hits, bool* collided) const;
+  // Longest chain of verified cache hits for seq, at most (num_tokens - 1) / block_size,
+  // memoized on seq until the cache changes (can_allocate then allocate walk once).
+  const std::vector<BlockId>& match_prefix(const Sequence& seq) const;
   bool same_content(BlockId b, const int32_t* tokens, BlockId parent, uint32_t parent_gen) const;
   bool is_stale(BlockId b) const;
   const int32_t* block_tokens(BlockId b) const {
@@ -129,6 +130,7 @@ class BlockManager {
   BlockId take_fresh_block();    // a free block for new content (may evict)
   void release(BlockId b);       // one holder fewer
   void uncache(BlockId b);       // drops the cache entry of b
+  void cache_changed();          // new cache_epoch_: invalidates every memoized match
   void offer_computed_blocks(Sequence& seq);
 
   int64_t block_size_;
@@ -138,7 +140,7 @@ class BlockManager {
   std::vector<int32_t> block_tokens_;  // token ids of each cached block
   detail::FreeBlockList free_;
   detail::BlockHashTable table_;
-  mutable std::vector<BlockId> scratch_hits_;
+  uint64_t cache_epoch_ = 0;  // unique across managers; changes whenever an entry comes or goes
   int64_t num_evictable_ = 0;
   int64_t num_sequences_ = 0;
   int64_t query_tokens_ = 0;

@@ -105,6 +105,13 @@ class BatchMetadataBuilder;
   mutable BlockHashFn hashes_fn_ = nullptr;
   mutable int64_t hashes_block_size_ = 0;
 
+  // Memo of BlockManager's prefix match: valid while the manager's cache epoch and the token
+  // count are the ones recorded (epochs are unique across managers).
+  mutable std::vector<BlockId> match_hits_;
+  mutable uint64_t match_epoch_ = 0;
+  mutable int64_t match_num_tokens_ = 0;
+  mutable bool match_collided_ = false;
+
   // The last BatchMetadataBuilder::build that scheduled this sequence, and its row there: how
   // a sequence scheduled twice in one step is caught in O(1).
   mutable uint64_t build_stamp_ = 0;
