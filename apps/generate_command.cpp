@@ -54,6 +54,9 @@ int run_generate(const GenerateArgs& args) {
   opt.device = parse_device(args.device);
   opt.num_threads = args.threads;
   opt.kv_cache_bytes = args.kv_cache_mb << 20;
+  if (args.weights == "f32") opt.weight_dtype = DType::kF32;
+  if (args.weights == "f16") opt.weight_dtype = DType::kF16;
+  if (args.weights == "bf16") opt.weight_dtype = DType::kBF16;
   ProgressLine progress(std::filesystem::path(opt.model).filename().string(), args.quiet);
   opt.on_load_progress = [&](double f) { progress(f); };
 

@@ -83,6 +83,7 @@ int info_gguf(const std::string& path, bool all) {
   } catch (const Error& e) {
     std::printf("tokenizer:           unavailable (%s)\n", e.what());
   }
+  std::printf("kvattn CPU weights:  float16 (dequantized at load; `generate --weights` to change)\n");
   std::vector<TensorRow> rows;
   for (const auto& t : f.tensors()) {
     rows.push_back({t.name, shape_str(t.shape()), ggml_type_name(t.type), t.numel});
@@ -96,6 +97,7 @@ int info_hf(const fs::path& dir, bool all) {
   print_config(config_from_hf_json((dir / "config.json").string()));
   std::printf("tokenizer:           %s\n",
               fs::exists(dir / "tokenizer.json") ? "tokenizer.json" : "none");
+  std::printf("kvattn CPU weights:  float32 (converted at load; `generate --weights` to change)\n");
   std::vector<fs::path> files;
   for (const auto& e : fs::directory_iterator(dir)) {
     if (e.path().extension() == ".safetensors") files.push_back(e.path());

@@ -32,9 +32,14 @@ int main(int argc, char** argv) {
   gen->add_option("--min-p", g.sampling.min_p, "0 => off")->default_val(0.0);
   gen->add_option("--seed", g.sampling.seed, "Seed of the sampler")->default_val(0);
   gen->add_flag("--ignore-eos", g.sampling.ignore_eos, "Keep going past end-of-text tokens");
-  gen->add_option("--stop", g.sampling.stop, "Stop string (repeatable); not printed");
-  gen->add_option("--threads", g.threads, "CPU threads for the GEMMs (0 => all cores)")
+  gen->add_option("--stop", g.sampling.stop, "Stop string (repeatable); not printed")
+      ->allow_extra_args(false);
+  gen->add_option("--threads", g.threads,
+                  "CPU threads (0 => all cores, or one while the machine is oversubscribed)")
       ->default_val(0);
+  gen->add_option("--weights", g.weights,
+                  "CPU weight storage: auto (f16 for GGUF, f32 for HF directories), f32, f16, bf16")
+      ->check(CLI::IsMember({"auto", "f32", "f16", "bf16"}));
   gen->add_option("--kv-cache-mb", g.kv_cache_mb, "KV cache size in MiB (0 => automatic)")
       ->default_val(0);
   gen->add_flag("-q,--quiet", g.quiet, "No loading progress on stderr");

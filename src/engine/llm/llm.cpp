@@ -1,8 +1,10 @@
 #include "kvattn/engine/llm.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "engine/llm/engine.h"
+#include "engine/model/factories.h"
 #include "kvattn/core/error.h"
 #include "kvattn/engine/gguf.h"
 
@@ -46,9 +48,15 @@ LLM::LLM(ModelWeights weights, std::optional<Tokenizer> tokenizer, const LLMOpti
 LLM::~LLM() = default;
 
 int64_t LLM::kv_cache_bytes_default(Device device) {
-  // CPU: a fixed 512 MiB (SmolLM2-135M: ~11k tokens). GPU sizing lives with the CUDA model.
+#ifdef KVATTN_WITH_CUDA
+  // GPU: 90% of what is free once the weights are loaded, less 512 MiB for activations,
+  // cuBLASLt and attention workspaces.
+  if (device.is_cuda()) {
+    return std::max<int64_t>(cuda_free_bytes(device) / 10 * 9 - (int64_t{512} << 20), 0);
+  }
+#endif
   (void)device;
-  return int64_t{512} << 20;
+  return int64_t{512} << 20;  // CPU: SmolLM2-135M holds ~11k tokens in float32
 }
 
 std::vector<int32_t> LLM::encode(std::string_view text) const {

@@ -14,6 +14,8 @@ std::unique_ptr<Model> make_cpu_model(ModelWeights weights, const ModelOptions& 
 #ifdef KVATTN_WITH_CUDA
 std::unique_ptr<Model> make_cuda_model(ModelWeights weights, Device device,
                                        const ModelOptions& options);
+// Free memory on `device` now (cudaMemGetInfo).
+int64_t cuda_free_bytes(Device device);
 #endif
 
 }  // namespace kvattn

@@ -1,0 +1,176 @@
+#include <cuda_bf16.h>
+
+#include <algorithm>
+
+#include "engine/model/cuda_kernels.h"
+#include "kernels/cuda/cuda_check.h"
+
+namespace kvattn::cuda_model {
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+__device__ __forceinline__ float f(bf16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ bf16 b(float v) { return __float2bfloat16(v); }  // round to nearest even
+__device__ __forceinline__ float r(float v) { return f(b(v)); }              // round through bf16
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Block-wide sum (blockDim.x a multiple of 32, <= 1024).
+__device__ float block_sum(float v) {
+  __shared__ float partial[32];
+  v = warp_sum(v);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  const int warps = blockDim.x >> 5;
+  v = lane < warps ? partial[lane] : 0.0f;
+  if (warp == 0) v = warp_sum(v);
+  if (threadIdx.x == 0) partial[0] = v;
+  __syncthreads();
+  const float total = partial[0];
+  __syncthreads();  // partial is reused by the next call
+  return total;
+}
+
+__global__ void embed_kernel(const bf16* __restrict__ table, const int32_t* __restrict__ ids,
+                             int64_t hidden, bf16* __restrict__ out) {
+  const int64_t t = blockIdx.x;
+  const bf16* src = table + static_cast<int64_t>(ids[t]) * hidden;
+  for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) out[t * hidden + i] = src[i];
+}
+
+__global__ void add_rmsnorm_kernel(bf16* __restrict__ x, const bf16* __restrict__ add,
+                                   const bf16* __restrict__ w, float eps,
+                                   bf16* __restrict__ out, const int32_t* __restrict__ rows,
+                                   int64_t hidden) {
+  const int64_t r_out = blockIdx.x;
+  const int64_t row = rows != nullptr ? rows[r_out] : r_out;
+  bf16* xr = x + row * hidden;
+  const bf16* ar = add != nullptr ? add + row * hidden : nullptr;
+  const bool write_back = rows == nullptr && ar != nullptr;
+  float ss = 0.0f;
+  for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) {
+    float v = f(xr[i]);
+    if (ar != nullptr) {
+      v = r(v + f(ar[i]));
+      if (write_back) xr[i] = b(v);
+    }
+    ss += v * v;
+  }
+  const float inv = rsqrtf(block_sum(ss) / static_cast<float>(hidden) + eps);
+  bf16* o = out + r_out * hidden;
+  for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) {
+    float v = f(xr[i]);
+    if (ar != nullptr && !write_back) v = r(v + f(ar[i]));
+    o[i] = b(f(w[i]) * r(v * inv));
+  }
+}
+
+// One warp per (token, head); heads [0, num_heads) are q, the next num_kv_heads are k.
+template <int kMaxDim>
+__global__ void qk_norm_rope_kernel(bf16* __restrict__ qkv, int64_t ld, int64_t tokens,
+                                    int num_heads, int num_kv_heads, int head_dim,
+                                    const bf16* __restrict__ q_norm,
+                                    const bf16* __restrict__ k_norm, float eps,
+                                    const int32_t* __restrict__ positions, float theta,
+                                    bool interleaved) {
+  __shared__ float buf[4][kMaxDim];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t item = static_cast<int64_t>(blockIdx.x) * 4 + warp;
+  const int heads = num_heads + num_kv_heads;
+  if (item >= tokens * heads) return;
+  const int64_t t = item / heads;
+  const int h = static_cast<int>(item % heads);
+  bf16* v = qkv + t * ld + static_cast<int64_t>(h) * head_dim;
+  const bf16* nw = h < num_heads ? q_norm : k_norm;
+  float* s = buf[warp];
+
+  float ss = 0.0f;
+  for (int i = lane; i < head_dim; i += 32) {
+    s[i] = f(v[i]);
+    ss += s[i] * s[i];
+  }
+  if (nw != nullptr) {
+    const float inv = rsqrtf(warp_sum(ss) / static_cast<float>(head_dim) + eps);
+    for (int i = lane; i < head_dim; i += 32) s[i] = r(f(nw[i]) * r(s[i] * inv));
+  }
+  __syncwarp();
+  const int half = head_dim / 2;
+  const float pos = static_cast<float>(positions[t]);
+  for (int i = lane; i < half; i += 32) {
+    const float inv_freq =
+        1.0f / powf(theta, static_cast<float>(2 * i) / static_cast<float>(head_dim));
+    const float angle = pos * inv_freq;
+    const float c = r(cosf(angle)), sn = r(sinf(angle));
+    const int ia = interleaved ? 2 * i : i;
+    const int ib = interleaved ? 2 * i + 1 : i + half;
+    const float a = s[ia], bb = s[ib];
+    v[ia] = b(r(a * c) + r(-bb * sn));
+    v[ib] = b(r(bb * c) + r(a * sn));
+  }
+}
+
+__global__ void silu_mul_kernel(const bf16* __restrict__ gate_up, int64_t tokens,
+                                int64_t inter, bf16* __restrict__ out) {
+  const int64_t n = tokens * inter;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = i / inter, j = i % inter;
+    const float g = f(gate_up[t * 2 * inter + j]);
+    const float u = f(gate_up[t * 2 * inter + inter + j]);
+    out[i] = b(r(g / (1.0f + expf(-g))) * u);
+  }
+}
+
+}  // namespace
+
+void embed(const void* table, const int32_t* ids, int64_t tokens, int64_t hidden, void* out,
+           cudaStream_t stream) {
+  if (tokens == 0) return;
+  embed_kernel<<<static_cast<unsigned>(tokens), 128, 0, stream>>>(
+      static_cast<const bf16*>(table), ids, hidden, static_cast<bf16*>(out));
+  CUDA_CHECK_LAUNCH();
+}
+
+void add_rmsnorm(void* x, const void* add, const void* w, float eps, void* out,
+                 const int32_t* rows, int64_t num_rows, int64_t hidden, cudaStream_t stream) {
+  if (num_rows == 0) return;
+  add_rmsnorm_kernel<<<static_cast<unsigned>(num_rows), 256, 0, stream>>>(
+      static_cast<bf16*>(x), static_cast<const bf16*>(add), static_cast<const bf16*>(w), eps,
+      static_cast<bf16*>(out), rows, hidden);
+  CUDA_CHECK_LAUNCH();
+}
+
+void qk_norm_rope(void* qkv, int64_t ld, int64_t tokens, int64_t num_heads,
+                  int64_t num_kv_heads, int64_t head_dim, const void* q_norm, const void* k_norm,
+                  float eps, const int32_t* positions, float theta, bool interleaved,
+                  cudaStream_t stream) {
+  constexpr int kMaxDim = 256;
+  KVATTN_CHECK(head_dim <= kMaxDim && head_dim % 2 == 0,
+               "cuda model: head_dim must be even and <= ", kMaxDim, " but is ", head_dim);
+  const int64_t items = tokens * (num_heads + num_kv_heads);
+  if (items == 0) return;
+  qk_norm_rope_kernel<kMaxDim><<<static_cast<unsigned>((items + 3) / 4), 128, 0, stream>>>(
+      static_cast<bf16*>(qkv), ld, tokens, static_cast<int>(num_heads),
+      static_cast<int>(num_kv_heads), static_cast<int>(head_dim),
+      static_cast<const bf16*>(q_norm), static_cast<const bf16*>(k_norm), eps, positions, theta,
+      interleaved);
+  CUDA_CHECK_LAUNCH();
+}
+
+void silu_mul(const void* gate_up, int64_t tokens, int64_t inter, void* out,
+              cudaStream_t stream) {
+  const int64_t n = tokens * inter;
+  if (n == 0) return;
+  const auto blocks = static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 65535));
+  silu_mul_kernel<<<blocks, 256, 0, stream>>>(static_cast<const bf16*>(gate_up), tokens, inter,
+                                              static_cast<bf16*>(out));
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace kvattn::cuda_model
