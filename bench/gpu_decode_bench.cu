@@ -1,19 +1,24 @@
 // CUDA store_kv and paged decode benchmark: the TARGETS.md shapes, timed with CUDA events
-// (median of many reps after warm-up, L2 flushed before every rep as triton's do_bench does),
-// against a device-to-device copy ceiling measured in the same run.
+// (median of many reps after warm-up; working sets under 4x L2 are timed after an L2 flush,
+// both a 256 MB memset as triton's do_bench does and a 256 MB read), against a
+// device-to-device copy ceiling and an empty kernel's launch floor measured in the same run.
 //
-// Prints one JSON line per shape: {"op", "shape", "us", "bytes", "TBps", "frac_copy"} and a
-// table at the end. Bytes: store_kv counts K and V read + written plus the slots (as the seed
-// peer does); decode counts the cached K and V of every sequence read once.
-// With the split sweep on (default), each decode shape is also timed with explicit plans of
-// 1..64 splits ("sweep" rows), the data the planner's constants are tuned from. Variants that
-// are built in but off by default (kernels/cuda/tuning.h) are timed beside the default:
-// "store_kv*" (early loads) and "decode+pf" (L2 prefetch of N tiles beyond the pipeline).
-//   gpu_decode_bench [--reps N] [--quick] [--no-sweep]
+// Every built-in variant (kernels/cuda/tuning.h) is timed beside the default in the same
+// process, so one run says which is best: store_kv (early loads, tokens per warp, streaming
+// stores) and decode (v1 kernel with and without L2 prefetch; v2 heads per CTA, stages, PDL,
+// whole-sequence mode). Each decode variant's output is compared with the first one's
+// (rel L2 in the note) so that a fast wrong variant shows.
+//
+// Prints one JSON line per timing: {"op", "shape", "us", "bytes", "TBps", "frac_copy", "note"},
+// then a full table and, last, a summary with the default's and the best variant's figures.
+// Bytes: store_kv counts K and V read + written plus the slots (as the seed peer does);
+// decode counts the cached K and V of every sequence read once.
+//   gpu_decode_bench [--reps N] [--quick] [--only store|decode]
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -47,7 +52,6 @@ using kvattn::TensorView;
 const kvattn::Device kGpu = kvattn::Device::cuda(0);
 
 int g_reps = 100;
-bool g_sweep = true;
 double g_l2_bytes = 50e6;
 void* g_flush = nullptr;
 constexpr size_t kFlushBytes = size_t{256} << 20;
@@ -159,6 +163,29 @@ void bench_copy() {
   BENCH_CUDA(cudaFree(b));
 }
 
+__global__ void empty_kernel() {}
+
+// The floor of this timing method: an empty kernel between the two events.
+void bench_launch_floor() {
+  for (Flush f : {Flush::kMemset, Flush::kRead}) {
+    const double us = time_us([] { empty_kernel<<<1, 32>>>(); }, f);
+    report("floor", "empty kernel launch", us, 0.0, flush_name(f));
+  }
+}
+
+using kvattn::cuda::CudaTuning;
+
+struct StoreVariant {
+  const char* name;
+  bool early;
+  int tpw;
+  bool stream;
+};
+const StoreVariant kStoreVariants[] = {
+    {"base", false, 1, false},       {"early", true, 1, false},     {"early tpw2", true, 2, false},
+    {"early stcs", true, 1, true},   {"early tpw2 stcs", true, 2, true}, {"tpw2", false, 2, false},
+};
+
 // store_kv: T tokens of 8 KV heads x 128 bf16 into random slots of a 1M-slot cache.
 void bench_store_kv(int64_t tokens, int64_t block_size, std::mt19937_64& rng) {
   const int64_t hkv = 8, d = 128, slots = int64_t{1} << 20;
@@ -175,20 +202,60 @@ void bench_store_kv(int64_t tokens, int64_t block_size, std::mt19937_64& rng) {
   Tensor slot = Tensor::empty({tokens}, DType::kI32, kGpu);
   BENCH_CUDA(cudaMemcpy(slot.data(), perm.data(), tokens * 4, cudaMemcpyHostToDevice));
   const double bytes = 4.0 * tokens * hkv * d * 2 + tokens * 4.0;
-  kvattn::cuda::CudaTuning& tuning = kvattn::cuda::cuda_tuning();
-  const kvattn::cuda::CudaTuning saved = tuning;
-  for (bool early : {false, true}) {
-    tuning.store_kv_early_loads = early;
+  CudaTuning& tuning = kvattn::cuda::cuda_tuning();
+  const CudaTuning saved = tuning;
+  const std::string shape = "T=" + std::to_string(tokens) + " Hkv=8 D=128 bf16 page " +
+                            std::to_string(block_size) + " 1M slots";
+  for (const StoreVariant& v : kStoreVariants) {
+    tuning.store_kv_early_loads = v.early;
+    tuning.store_kv_tokens_per_warp = v.tpw;
+    tuning.store_kv_stream_stores = v.stream;
     for (Flush f : flushes_for(bytes)) {
       const double us = time_us([&] { kvattn::store_kv(key, value, kc, vc, slot); }, f);
       check_faults("store_kv");
-      report(early ? "store_kv*" : "store_kv",
-             "T=" + std::to_string(tokens) + " Hkv=8 D=128 bf16 page " +
-                 std::to_string(block_size) + " 1M slots",
-             us, bytes, std::string(flush_name(f)) + (early ? ", early loads" : ""));
+      report(std::string("store_kv ") + v.name, shape, us, bytes, flush_name(f));
     }
   }
   tuning = saved;
+}
+
+struct DecodeVariant {
+  const char* name;
+  int kernel;  // 1 or 2
+  int pf;      // v1: L2 prefetch tiles
+  int heads;   // v2: heads per CTA
+  int stages;  // v2: 0 = default
+  bool pdl;
+  bool whole;  // v2: plan {1, 0} (whole sequences per CTA)
+};
+const DecodeVariant kDecodeVariants[] = {
+    {"v1", 1, 0, 8, 0, true, false},          {"v1 pf2", 1, 2, 8, 0, true, false},
+    {"v1 pf4", 1, 4, 8, 0, true, false},      {"v1 pf8", 1, 8, 8, 0, true, false},
+    {"v2", 2, 0, 8, 0, true, false},          {"v2 nopdl", 2, 0, 8, 0, false, false},
+    {"v2 s2", 2, 0, 8, 2, true, false},       {"v2 h4", 2, 0, 4, 0, true, false},
+    {"v2 h4 s4", 2, 0, 4, 4, true, false},    {"v2 h4 s6", 2, 0, 4, 6, true, false},
+    {"v2 h2 s6", 2, 0, 2, 6, true, false},    {"v2 whole", 2, 0, 8, 0, true, true},
+};
+
+std::vector<float> to_floats(const Tensor& t) {
+  std::vector<uint16_t> bits(static_cast<size_t>(t.numel()));
+  BENCH_CUDA(cudaMemcpy(bits.data(), t.data(), bits.size() * 2, cudaMemcpyDeviceToHost));
+  std::vector<float> f(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) {
+    const uint32_t w = static_cast<uint32_t>(bits[i]) << 16;
+    std::memcpy(&f[i], &w, 4);
+  }
+  return f;
+}
+
+double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double d = static_cast<double>(a[i]) - b[i];
+    num += d * d;
+    den += static_cast<double>(b[i]) * b[i];
+  }
+  return std::isfinite(num) ? std::sqrt(num / std::max(den, 1e-30)) : 1e30;
 }
 
 // Decode: one query per sequence, GQA, bf16, head_dim 128, random non-identity block tables.
@@ -220,73 +287,68 @@ void bench_decode(const std::string& name, const std::vector<int64_t>& lens, int
   fill(q, 5);
   BENCH_CUDA(cudaMemcpy(bt.data(), table.data(), table.size() * 4, cudaMemcpyHostToDevice));
   BENCH_CUDA(cudaMemcpy(sl.data(), lens32.data(), lens32.size() * 4, cudaMemcpyHostToDevice));
-
-  kvattn::DecodeArgs a;
-  a.q = q;
-  a.k_cache = kc;
-  a.v_cache = vc;
-  a.block_table = bt;
-  a.cache_seqlens = sl;
-  a.out = out;
-  a.plan = kvattn::plan_decode(B, hq, hkv, d, 1, width * block_size, kGpu);
-  Tensor ws;
-  if (a.plan.workspace_bytes > 0) {
-    ws = Tensor::empty({a.plan.workspace_bytes}, DType::kU8, kGpu);
-    a.workspace = ws;
-  }
   double bytes = 0;
   for (int64_t l : lens) bytes += 2.0 * l * hkv * d * 2;
-  for (Flush f : flushes_for(bytes)) {
-    const double us = time_us([&] { kvattn::decode_attention(a); }, f);
-    check_faults("decode " + name);
-    report("decode", name + " " + std::to_string(hq) + "/" + std::to_string(hkv) + " page " +
-                         std::to_string(block_size),
-           us, bytes, "splits " + std::to_string(a.plan.num_splits) + ", " + flush_name(f));
-  }
-  // The L2-prefetch variant with the planner's plan.
-  kvattn::cuda::CudaTuning& tuning = kvattn::cuda::cuda_tuning();
-  const kvattn::cuda::CudaTuning saved = tuning;
-  for (int pf : {2, 4, 8}) {
-    tuning.decode_l2_prefetch_tiles = pf;
-    const Flush f = flushes_for(bytes).back();
-    const double us = time_us([&] { kvattn::decode_attention(a); }, f);
-    check_faults("decode+pf " + name);
-    report("decode+pf", name + " " + std::to_string(hq) + "/" + std::to_string(hkv) + " page " +
-                            std::to_string(block_size),
-           us, bytes,
-           "splits " + std::to_string(a.plan.num_splits) + ", L2 prefetch " + std::to_string(pf) +
-               " tiles, " + flush_name(f));
+  const std::string shape = name + " " + std::to_string(hq) + "/" + std::to_string(hkv) +
+                            " page " + std::to_string(block_size);
+
+  CudaTuning& tuning = kvattn::cuda::cuda_tuning();
+  const CudaTuning saved = tuning;
+  std::vector<float> ref;
+  for (const DecodeVariant& v : kDecodeVariants) {
+    tuning.decode_kernel = v.kernel;
+    tuning.decode_l2_prefetch_tiles = v.pf;
+    tuning.decode_heads_per_cta = v.heads;
+    tuning.decode_stages = v.stages;
+    tuning.decode_pdl = v.pdl;
+    try {
+      kvattn::DecodeArgs a;
+      a.q = q;
+      a.k_cache = kc;
+      a.v_cache = vc;
+      a.block_table = bt;
+      a.cache_seqlens = sl;
+      a.out = out;
+      a.plan = v.whole ? kvattn::DecodePlan{1, 0}
+                       : kvattn::plan_decode(B, hq, hkv, d, 1, width * block_size, kGpu);
+      Tensor ws;
+      if (a.plan.workspace_bytes > 0) {
+        ws = Tensor::empty({a.plan.workspace_bytes}, DType::kU8, kGpu);
+        a.workspace = ws;
+      }
+      BENCH_CUDA(cudaMemset(out.data(), 0xFF, static_cast<size_t>(out.nbytes())));
+      kvattn::decode_attention(a);
+      BENCH_CUDA(cudaDeviceSynchronize());
+      check_faults("decode " + name);
+      const std::vector<float> got = to_floats(out);
+      if (ref.empty()) ref = got;
+      const double err = rel_l2(got, ref);
+      char note[160];
+      for (Flush f : flushes_for(bytes)) {
+        const double us = time_us([&] { kvattn::decode_attention(a); }, f);
+        check_faults("decode " + name);
+        std::snprintf(note, sizeof(note), "splits %d, rel_l2 vs v1 %.1e, %s", a.plan.num_splits,
+                      err, flush_name(f));
+        report(std::string("decode ") + v.name, shape, us, bytes, note);
+      }
+    } catch (const std::exception& e) {
+      std::printf("{\"op\": \"decode %s\", \"shape\": \"%s\", \"error\": \"%s\"}\n", v.name,
+                  shape.c_str(), e.what());
+      std::fflush(stdout);
+    }
   }
   tuning = saved;
-  if (!g_sweep) return;
-  // Other split counts with explicit plans: the data for tuning the planner.
-  const Flush f = flushes_for(bytes).back();
-  const int64_t capacity = width * block_size;
-  for (int splits : {1, 2, 4, 8, 16, 32, 64}) {
-    if (splits == a.plan.num_splits || (splits - 1) * 64 >= capacity) continue;
-    kvattn::DecodeArgs b = a;
-    const int64_t ws_bytes = splits > 1 ? int64_t{splits} * B * hq * (d + 1) * 4 : 0;
-    Tensor ws2;
-    if (ws_bytes > 0) {
-      ws2 = Tensor::empty({ws_bytes}, DType::kU8, kGpu);
-      b.workspace = ws2;
-    }
-    b.plan = kvattn::DecodePlan{splits, ws_bytes};
-    const double us = time_us([&] { kvattn::decode_attention(b); }, f);
-    check_faults("decode sweep " + name);
-    report("sweep", name + " page " + std::to_string(block_size), us, bytes,
-           "splits " + std::to_string(splits) + ", " + flush_name(f));
-  }
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   bool quick = false;
+  std::string only;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) g_reps = std::atoi(argv[++i]);
     if (!std::strcmp(argv[i], "--quick")) quick = true;
-    if (!std::strcmp(argv[i], "--no-sweep")) g_sweep = false;
+    if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
   }
   if (!kvattn::cuda_available()) {
     std::printf("no CUDA device: nothing to benchmark\n");
@@ -294,33 +356,58 @@ int main(int argc, char** argv) {
   }
   cudaDeviceProp prop{};
   BENCH_CUDA(cudaGetDeviceProperties(&prop, 0));
-  std::printf("# %s, %d SMs, L2 %d MB, reps %d (median, L2 flushed before each)\n", prop.name,
-              prop.multiProcessorCount, prop.l2CacheSize >> 20, g_reps);
+  std::printf("# %s, %d SMs, L2 %d MB, reps %d (median)\n", prop.name, prop.multiProcessorCount,
+              prop.l2CacheSize >> 20, g_reps);
   g_l2_bytes = prop.l2CacheSize;
   BENCH_CUDA(cudaMalloc(&g_flush, kFlushBytes));
   BENCH_CUDA(cudaMemset(g_flush, 0, kFlushBytes));
   std::mt19937_64 rng(2026);
 
   bench_copy();
-  for (int64_t page : {256, 16}) {
-    for (int64_t t : {256, 4096, 65536}) bench_store_kv(t, page, rng);
+  bench_launch_floor();
+  if (only.empty() || only == "store") {
+    for (int64_t page : {256, 16}) {
+      for (int64_t t : {256, 4096, 65536}) bench_store_kv(t, page, rng);
+      if (quick) break;
+    }
   }
-  for (int64_t page : {16, 256}) {
-    bench_decode("64x4096", std::vector<int64_t>(64, 4096), 32, 8, page, rng);
-    bench_decode("8x32768", std::vector<int64_t>(8, 32768), 32, 8, page, rng);
-    bench_decode("256x1024", std::vector<int64_t>(256, 1024), 16, 8, page, rng);
-    std::vector<int64_t> skew(4, 16384);
-    skew.resize(64, 512);
-    bench_decode("skewed 4x16384+60x512", skew, 32, 8, page, rng);
-    bench_decode("1x8192", std::vector<int64_t>(1, 8192), 32, 8, page, rng);
-    if (quick) break;
+  if (only.empty() || only == "decode") {
+    for (int64_t page : {16, 256}) {
+      bench_decode("64x4096", std::vector<int64_t>(64, 4096), 32, 8, page, rng);
+      bench_decode("8x32768", std::vector<int64_t>(8, 32768), 32, 8, page, rng);
+      bench_decode("256x1024", std::vector<int64_t>(256, 1024), 16, 8, page, rng);
+      std::vector<int64_t> skew(4, 16384);
+      skew.resize(64, 512);
+      bench_decode("skewed 4x16384+60x512", skew, 32, 8, page, rng);
+      bench_decode("1x8192", std::vector<int64_t>(1, 8192), 32, 8, page, rng);
+      if (quick) break;
+    }
   }
 
-  std::printf("\n%-9s %-52s %10s %8s %9s\n", "op", "shape", "us", "TB/s", "of copy");
+  std::printf("\n%-22s %-44s %9s %7s %7s %s\n", "op", "shape", "us", "TB/s", "of copy", "note");
   for (const Row& r : g_rows) {
     const double tbps = r.bytes / (r.us * 1e-6) / 1e12;
-    std::printf("%-9s %-52s %10.2f %8.3f %8.1f%% %s\n", r.op.c_str(), r.shape.c_str(), r.us, tbps,
+    std::printf("%-22s %-44s %9.2f %7.3f %6.1f%% %s\n", r.op.c_str(), r.shape.c_str(), r.us, tbps,
                 100.0 * tbps / g_copy_tbps, r.note.c_str());
+  }
+  // Summary: per (shape, flush), the default variant and the fastest one.
+  std::printf("\nSUMMARY (copy %.3f TB/s): shape | flush | default us (TB/s, of copy) | best variant us\n",
+              g_copy_tbps);
+  for (size_t i = 0; i < g_rows.size(); ++i) {
+    const Row& r = g_rows[i];
+    const bool is_default = r.op == "store_kv base" || r.op == "decode v2";
+    if (!is_default) continue;
+    const std::string family = r.op.substr(0, r.op.find(' '));
+    const std::string flush = r.note.substr(r.note.rfind(',') == std::string::npos ? 0 : r.note.rfind(',') + 2);
+    const Row* best = &r;
+    for (const Row& o : g_rows) {
+      const std::string oflush = o.note.substr(o.note.rfind(',') == std::string::npos ? 0 : o.note.rfind(',') + 2);
+      if (o.shape == r.shape && o.op.rfind(family, 0) == 0 && oflush == flush && o.us < best->us) best = &o;
+    }
+    const double tbps = r.bytes / (r.us * 1e-6) / 1e12;
+    std::printf("%-44s | %-16s | %8.2f (%5.3f, %5.1f%%) | %-18s %8.2f (%5.3f)\n", r.shape.c_str(),
+                flush.c_str(), r.us, tbps, 100 * tbps / g_copy_tbps, best->op.c_str(), best->us,
+                best->bytes / (best->us * 1e-6) / 1e12);
   }
   BENCH_CUDA(cudaFree(g_flush));
   return 0;

@@ -255,12 +255,29 @@ void sweep(int cases) {
 
 TEST(DecodeGpu, SweepAgainstReferenceAndCpu) { sweep(test::quick_mode() ? 12 : 96); }
 
-// The L2-prefetch variant (off by default, cuda_tuning()) computes the same thing.
-TEST(DecodeGpu, SweepWithL2Prefetch) {
+// Every built-in kernel variant (cuda_tuning(); the default is covered above) computes the
+// same thing.
+TEST(DecodeGpu, SweepOverVariants) {
+  struct Variant {
+    const char* name;
+    int kernel, pf, heads, stages;
+    bool pdl;
+  };
+  const Variant variants[] = {{"v1", 1, 0, 8, 0, true},   {"v1 pf3", 1, 3, 8, 0, true},
+                              {"v2 nopdl", 2, 0, 8, 0, false}, {"v2 s2", 2, 0, 8, 2, true},
+                              {"v2 h4", 2, 0, 4, 0, true}, {"v2 h4 s6", 2, 0, 4, 6, true},
+                              {"v2 h2 s6", 2, 0, 2, 6, true}};
   cuda::CudaTuning& tuning = cuda::cuda_tuning();
   const cuda::CudaTuning saved = tuning;
-  tuning.decode_l2_prefetch_tiles = 3;
-  sweep(test::quick_mode() ? 6 : 36);
+  for (const Variant& v : variants) {
+    SCOPED_TRACE(v.name);
+    tuning.decode_kernel = v.kernel;
+    tuning.decode_l2_prefetch_tiles = v.pf;
+    tuning.decode_heads_per_cta = v.heads;
+    tuning.decode_stages = v.stages;
+    tuning.decode_pdl = v.pdl;
+    sweep(test::quick_mode() ? 3 : 16);
+  }
   tuning = saved;
 }
 
@@ -412,7 +429,7 @@ TEST(DecodeGpu, BadIndicesAreCaughtByTheFaultWord) {
 
 // A decode captured in a CUDA graph with its plan and workspace replays to the same result,
 // and a replay after new queries are written reads the new queries.
-TEST(DecodeGpu, CudaGraphCaptureAndReplay) {
+void graph_capture_and_replay() {
   const uint64_t seed = test::case_seed();
   std::mt19937_64 rng(seed);
   SCOPED_TRACE(test::case_note(0, seed, "graph capture"));
@@ -479,6 +496,17 @@ TEST(DecodeGpu, CudaGraphCaptureAndReplay) {
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
+}
+
+TEST(DecodeGpu, CudaGraphCaptureAndReplay) {
+  cuda::CudaTuning& tuning = cuda::cuda_tuning();
+  const cuda::CudaTuning saved = tuning;
+  for (bool pdl : {true, false}) {
+    SCOPED_TRACE(pdl ? "merge launched with PDL" : "plain merge launch");
+    tuning.decode_pdl = pdl;
+    graph_capture_and_replay();
+  }
+  tuning = saved;
 }
 
 TEST(DecodeGpu, UnsupportedHeadDimIsAReadableError) {

@@ -239,12 +239,24 @@ void sweep(int cases) {
 
 TEST(StoreKvGpu, BitExactAgainstReference) { sweep(test::quick_mode() ? 24 : 240); }
 
-// The early-loads variant (off by default, cuda_tuning()) is bit-exact too.
-TEST(StoreKvGpu, BitExactWithEarlyLoads) {
+// Every built-in variant (cuda_tuning(); the default is covered above) is bit-exact too.
+TEST(StoreKvGpu, BitExactOverVariants) {
+  struct Variant {
+    bool early;
+    int tpw;
+    bool stream;
+  };
   cuda::CudaTuning& tuning = cuda::cuda_tuning();
   const cuda::CudaTuning saved = tuning;
-  tuning.store_kv_early_loads = true;
-  sweep(test::quick_mode() ? 12 : 60);
+  for (const Variant v : {Variant{true, 1, false}, Variant{true, 2, false}, Variant{false, 2, true},
+                          Variant{true, 2, true}}) {
+    SCOPED_TRACE(::testing::Message() << "early " << v.early << " tokens/warp " << v.tpw
+                                      << " stream stores " << v.stream);
+    tuning.store_kv_early_loads = v.early;
+    tuning.store_kv_tokens_per_warp = v.tpw;
+    tuning.store_kv_stream_stores = v.stream;
+    sweep(test::quick_mode() ? 8 : 48);
+  }
   tuning = saved;
 }
 

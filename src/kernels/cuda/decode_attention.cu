@@ -1,27 +1,31 @@
 // Paged decode attention on the GPU: split-KV flash-decoding with tensor cores.
 //
 // Decode reads every cached K and V byte once and does ~2 FLOPs per byte, so it is bound by
-// memory bandwidth. The kernel is built to keep HBM busy:
-// - one CTA per work item (sequence, split, KV head; decode_params.h), holding the whole GQA
-//   group (and q_len tokens) as the 16 rows of one mma tile, so each KV byte is read once;
-// - a 16-byte cp.async pipeline, kStages tiles of 64 keys deep (96 KB of shared memory for
-//   head_dim 128, two CTAs per SM), zero-filling keys past the end or behind a bad block id;
-// - block-table entries are loaded one tile ahead of the copies that need them;
-// - the four warps split each tile's keys (16 each) and keep their own online-softmax state;
-//   QK^T and PV are mma.sync m16n8k16 (bf16/fp16 in, fp32 accumulate) on ldmatrix fragments
-//   from an XOR-swizzled tile (conflict-free); the warps are merged once per item;
-// - split results go to a float32 workspace and a second kernel merges them by LSE weights.
+// memory bandwidth. The kernel (v2; decode_params.h has the work decomposition) keeps HBM busy:
+// - a CTA holds up to 8 KV heads, one warp each (the GQA group x q_len tokens as the 16 rows
+//   of one mma tile, so each KV byte is read once); the warps walk the same keys, so every
+//   token's K/V row of the CTA's heads (contiguous in the cache) is read at once;
+// - each warp runs its own 16-byte cp.async pipeline of 16-key K+V tiles (3 stages at head_dim
+//   128, ~192 KB per CTA of 8 warps): no CTA-wide barrier in the loop; block-table entries are
+//   loaded two tiles ahead; keys past the end or behind a bad block id are zero-filled;
+// - QK^T and PV are mma.sync m16n8k16 (bf16/fp16 in, fp32 accumulate) on ldmatrix fragments of
+//   an XOR-swizzled tile (conflict-free); online softmax in the log2 domain, P in registers;
+// - stream-K: the CTAs cut the concatenated tiles of the whole batch into equal ranges, so long
+//   and short sequences alike spread over every SM; a merge kernel (launched with programmatic
+//   dependent launch) combines the pieces of the sequences a range boundary cut.
 // No host sync and no allocation: capturable in a CUDA graph given the plan and workspace.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <mutex>
 #include <type_traits>
+#include <vector>
 
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_check.h"
@@ -146,6 +150,13 @@ __device__ __forceinline__ int seq_len(const DecodeParams& p, int b, bool report
   return len;
 }
 
+// v1: one CTA (4 warps) per (sequence, split, row chunk, KV head); 64-key tiles in a 3-stage
+// CTA-wide cp.async pipeline. Kept only as the baseline of one measurement.
+namespace v1 {
+constexpr int kDecodeThreads = 128;
+constexpr int kDecodeWarps = 4;
+constexpr int kDecodeTileKeys = 64;
+
 __device__ __forceinline__ int num_chunks(int len, int chunk_keys) {
   return len <= chunk_keys ? 1 : (len + chunk_keys - 1) / chunk_keys;
 }
@@ -160,10 +171,10 @@ constexpr int smem_bytes_for() {
   return stages_for<D>() * 2 * kDecodeTileKeys * D * 2;
 }
 
-// ---- the split-KV attention kernel ---------------------------------------------------------
+// ---- the v1 split-KV attention kernel ---------------------------------------------------------
 template <typename T, int D, bool kAligned16>
 __global__ void __launch_bounds__(kDecodeThreads)
-    decode_split_kernel(const __grid_constant__ DecodeParams p) {
+    split_kernel(const __grid_constant__ DecodeParams p) {
   constexpr int kStages = stages_for<D>();
   constexpr int kChunks = D / 8;                 // 16-byte chunks per K or V row
   constexpr int kRowBytes = D * 2;
@@ -477,7 +488,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
 
 // ---- merge of the splits: one warp per output row ------------------------------------------
 template <typename T, int D>
-__global__ void __launch_bounds__(128) decode_merge_kernel(const __grid_constant__ DecodeParams p) {
+__global__ void __launch_bounds__(128) merge_kernel(const __grid_constant__ DecodeParams p) {
   const int lane = threadIdx.x & 31;
   const int64_t row_id = static_cast<int64_t>(blockIdx.x) * 4 + (threadIdx.x >> 5);
   const int64_t total = static_cast<int64_t>(p.num_seqs) * p.q_len * p.num_heads;
@@ -540,15 +551,602 @@ __global__ void __launch_bounds__(128) decode_merge_kernel(const __grid_constant
   }
 }
 
+}  // namespace v1
+
+// ---- v2: multi-head CTAs, one pipeline per warp, stream-K ranges -----------------------------
+namespace v2 {
+
+template <int D>
+struct Tile {
+  static constexpr int kChunks = D / 8;                          // 16-byte chunks per row
+  static constexpr int kRowBytes = D * 2;
+  static constexpr int kTileBytes = kDecodeTileKeys * kRowBytes;  // K (or V) of one tile
+  static constexpr int kStageBytes = 2 * kTileBytes;             // one warp's stage: K, V
+  static constexpr int kKeyStep = 32 / kChunks;                  // keys between a lane's copies
+  static constexpr int kCopies = kDecodeTileKeys / kKeyStep;     // copies per lane per K tile
+  static_assert(32 % kChunks == 0 && kDecodeTileKeys % kKeyStep == 0);
+};
+
+__device__ __forceinline__ int tiles_of(int len) {
+  return (len + kDecodeTileKeys - 1) / kDecodeTileKeys;
+}
+
+// Waits until at most n of this thread's cp.async groups are pending (n run-time, < 8).
+__device__ __forceinline__ void cp_async_wait_dyn(int n) {
+  switch (n) {
+    case 0: cp_async_wait<0>(); break;
+    case 1: cp_async_wait<1>(); break;
+    case 2: cp_async_wait<2>(); break;
+    case 3: cp_async_wait<3>(); break;
+    case 4: cp_async_wait<4>(); break;
+    case 5: cp_async_wait<5>(); break;
+    default: cp_async_wait<6>(); break;
+  }
+}
+
+// First index in [0, n] with a[i] >= x (a non-decreasing).
+__device__ __forceinline__ int lower_bound_smem(const int* a, int n, int x) {
+  int lo = 0, hi = n;
+  while (lo < hi) {
+    const int mid = (lo + hi) >> 1;
+    if (a[mid] < x) lo = mid + 1; else hi = mid;
+  }
+  return lo;
+}
+
+// A position in a CTA's stream of tiles: tile t of sequence b, inside the segment
+// [t0, t_end) of b's tiles that this CTA computes.
+struct Cursor {
+  int b;
+  int t;
+  int t0;
+  int t_end;
+  int len;
+  bool done;
+};
+
+// Where a CTA's tiles come from: a range [g0, g1) of the concatenated tiles (stream mode,
+// prefix = tile prefix sum in shared memory) or sequences part, part + parts, ... (whole mode).
+struct Source {
+  const int* prefix;
+  int g0, g1;
+  int part, parts;
+  bool stream;
+};
+
+// Moves c to the first non-empty segment of sequence `b` or a later one.
+__device__ __forceinline__ void seek(const DecodeParams& p, const Source& s, int b, Cursor& c) {
+  if (s.stream) {
+    while (b < p.num_seqs && s.prefix[b + 1] == s.prefix[b]) ++b;
+    if (b >= p.num_seqs || s.prefix[b] >= s.g1) {
+      c.done = true;
+      return;
+    }
+    const int base = s.prefix[b];
+    c.b = b;
+    c.t0 = c.t = max(s.g0 - base, 0);
+    c.t_end = min(s.prefix[b + 1], s.g1) - base;
+    c.len = seq_len(p, b, false);
+    c.done = false;
+  } else {
+    int len = 0;
+    while (b < p.num_seqs && (len = seq_len(p, b, false)) == 0) b += s.parts;
+    if (b >= p.num_seqs) {
+      c.done = true;
+      return;
+    }
+    c.b = b;
+    c.t0 = c.t = 0;
+    c.t_end = tiles_of(len);
+    c.len = len;
+    c.done = false;
+  }
+}
+
+__device__ __forceinline__ void advance(const DecodeParams& p, const Source& s, Cursor& c) {
+  if (c.done) return;
+  if (++c.t < c.t_end) return;
+  seek(p, s, s.stream ? c.b + 1 : c.b + s.parts, c);
+}
+
+template <typename T, int D, bool kAligned16>
+__global__ void __launch_bounds__(kDecodeMaxWarps * 32)
+    decode_kernel(const __grid_constant__ DecodeParams p) {
+  using L = Tile<D>;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");  // the merge may start
+#endif
+  extern __shared__ __align__(128) uint8_t smem[];
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5;
+  const int lane = tid & 31;
+  const int slice = blockIdx.x % p.slices;
+  const int part = blockIdx.x / p.slices;
+  const int kvh = (slice % p.head_blocks) * p.heads_per_cta + warp / p.rc_per_cta;
+  const int rc = (slice / p.head_blocks) * p.rc_per_cta + warp % p.rc_per_cta;
+  const bool unit_ok = kvh < p.num_kv_heads && rc < p.row_chunks;
+  const int B = p.num_seqs;
+
+  Source src;
+  src.prefix = reinterpret_cast<const int*>(smem);
+  src.part = part;
+  src.parts = p.parts;
+  src.stream = p.stream != 0;
+  src.g0 = src.g1 = 0;
+  int b_lo = 0, b_hi = 0, total = 0;
+  if (src.stream) {
+    // Exclusive prefix sum of the sequences' tile counts: prefix[0..B], warp sums after it.
+    int* prefix = reinterpret_cast<int*>(smem);
+    int* wsum = prefix + B + 1;
+    const int per = (B + blockDim.x - 1) / blockDim.x;
+    const int lo = min(B, tid * per);
+    const int hi = min(B, lo + per);
+    int sum = 0;
+    for (int b = lo; b < hi; ++b) {
+      const int t = tiles_of(seq_len(p, b, blockIdx.x == 0));
+      prefix[b + 1] = t;
+      sum += t;
+    }
+    int incl = sum;
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+      const int v = __shfl_up_sync(0xffffffffu, incl, off);
+      if (lane >= off) incl += v;
+    }
+    if (lane == 31) wsum[warp] = incl;
+    if (tid == 0) prefix[0] = 0;
+    __syncthreads();
+    int run = incl - sum;
+    for (int w = 0; w < warp; ++w) run += wsum[w];
+    for (int b = lo; b < hi; ++b) {
+      run += prefix[b + 1];
+      prefix[b + 1] = run;
+    }
+    __syncthreads();
+    total = prefix[B];
+    const int nparts = max(1, min(p.parts, min(total, p.part_cap)));
+    if (part >= nparts) return;  // CTA-uniform
+    src.parts = nparts;
+    src.g0 = static_cast<int>(static_cast<int64_t>(part) * total / nparts);
+    src.g1 = static_cast<int>(static_cast<int64_t>(part + 1) * total / nparts);
+    // This range owns the sequences whose first tile lies in it (the last range also those
+    // starting at the end): it writes their meta, and zeros for the empty ones.
+    b_lo = lower_bound_smem(prefix, B, src.g0);
+    b_hi = part == nparts - 1 ? B : lower_bound_smem(prefix, B, src.g1);
+    if (slice == 0 && warp == 0) {
+      for (int b = b_lo + lane; b < b_hi; b += 32) {
+        const int first = prefix[b];
+        const int n = prefix[b + 1] - first;
+        int pieces = 0;
+        if (n > 0) {
+          const int last_part =
+              static_cast<int>((static_cast<int64_t>(first + n) * nparts - 1) / total);
+          pieces = last_part - part + 1;
+        }
+        p.ws_meta[2 * b] = part + b;
+        p.ws_meta[2 * b + 1] = pieces;
+      }
+    }
+  } else {
+    if (slice == 0 && tid == 0) {
+      for (int b = part; b < B; b += p.parts) (void)seq_len(p, b, true);  // report bad lengths
+    }
+  }
+  if (!unit_ok) return;  // no CTA-wide barrier below
+
+  const int gid = lane >> 2;  // mma row group
+  const int t4 = lane & 3;    // mma thread in group
+
+  // Writes a finished piece of sequence b: o, m (log2 domain, scaled), l (summed over the quad)
+  // of this warp's rows, to out (+ lse) when the piece is all of b, else to slot part + b.
+  auto write_piece = [&](int b, bool direct, const float (&o)[D / 8][4], const float (&m)[2],
+                         const float (&l)[2]) {
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int r = rc * kDecodeRows + gid + 8 * hr;
+      if (r >= p.rows) continue;
+      const int i = r / p.group;
+      const int head = kvh * p.group + (r - i * p.group);
+      const int64_t token = static_cast<int64_t>(b) * p.q_len + i;
+      const float inv = l[hr] > 0.0f ? 1.0f / l[hr] : 0.0f;
+      const float lse2 = l[hr] > 0.0f ? m[hr] + __log2f(l[hr]) : kNegInf;
+      if (direct) {
+        uint16_t* dst = static_cast<uint16_t*>(p.out) + token * p.out_stride +
+                        static_cast<int64_t>(head) * D + 2 * t4;
+#pragma unroll
+        for (int nt = 0; nt < D / 8; ++nt) {
+          const uint16_t lo = to_bits<T>(o[nt][2 * hr] * inv);
+          const uint16_t hi = to_bits<T>(o[nt][2 * hr + 1] * inv);
+          if (p.out_aligned4) {
+            *reinterpret_cast<uint32_t*>(dst + nt * 8) = lo | (static_cast<uint32_t>(hi) << 16);
+          } else {
+            dst[nt * 8] = lo;
+            dst[nt * 8 + 1] = hi;
+          }
+        }
+        if (p.lse != nullptr && t4 == 0) {
+          p.lse[head * p.lse_head_stride + token] = lse2 * 0.69314718055994531f;
+        }
+      } else {
+        const int64_t wi =
+            (static_cast<int64_t>(part + b) * p.num_kv_heads + kvh) * p.rows + r;
+        float* dst = p.ws_o + wi * D + 2 * t4;
+#pragma unroll
+        for (int nt = 0; nt < D / 8; ++nt) {
+          *reinterpret_cast<float2*>(dst + nt * 8) =
+              make_float2(o[nt][2 * hr] * inv, o[nt][2 * hr + 1] * inv);
+        }
+        if (t4 == 0) p.ws_lse[wi] = lse2;
+      }
+    }
+  };
+
+  float o[D / 8][4];
+  float m[2];
+  float l[2];
+  auto reset_state = [&]() {
+#pragma unroll
+    for (int nt = 0; nt < D / 8; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.0f;
+    m[0] = m[1] = kNegInf;
+    l[0] = l[1] = 0.0f;
+  };
+
+  // Empty sequences this CTA owns: zeros (and lse -inf) for this warp's rows.
+  reset_state();
+  if (src.stream) {
+    for (int b = b_lo; b < b_hi; ++b) {
+      if (src.prefix[b + 1] == src.prefix[b]) write_piece(b, true, o, m, l);
+    }
+  } else {
+    for (int b = part; b < B; b += p.parts) {
+      if (seq_len(p, b, false) == 0) write_piece(b, true, o, m, l);
+    }
+  }
+
+  // ---- the tile pipeline of this warp ----
+  const T* const k_cache = static_cast<const T*>(p.k_cache);
+  const T* const v_cache = static_cast<const T*>(p.v_cache);
+  const int64_t kv_row = static_cast<int64_t>(p.num_kv_heads) * D;
+  const int copy_chunk = lane % L::kChunks;
+  const int copy_key0 = lane / L::kChunks;
+  const int64_t head_off = static_cast<int64_t>(kvh) * D + copy_chunk * 8;
+  const uint32_t wbase =
+      smem_u32(smem + p.prefix_bytes) + static_cast<uint32_t>(warp * p.stages * L::kStageBytes);
+
+  Cursor cc;  // the tile computed next
+  seek(p, src, src.stream ? lower_bound_smem(src.prefix, B, src.g0 + 1) - 1 : part, cc);
+  Cursor ic = cc;  // the tile issued next
+  Cursor pc = ic;  // the one after it
+  advance(p, src, pc);
+  // Block id and in-block offset of key (lane & 15) of ic's tile (lanes 0-15) and of pc's
+  // tile (lanes 16-31); offset -1: past the sequence's end.
+  int nid = 0, noff = -1;
+  auto load_ids = [&](const Cursor& c, bool mine) {
+    if (!mine) return;
+    nid = 0;
+    noff = -1;
+    if (c.done) return;
+    const int key = c.t * kDecodeTileKeys + (lane & 15);
+    if (key < c.len) {
+      const int page = key / p.block_size;
+      nid = __ldg(p.block_table + static_cast<int64_t>(c.b) * p.bt_stride + page);
+      noff = key - page * p.block_size;
+    }
+  };
+  load_ids(ic, lane < 16);
+  load_ids(pc, lane >= 16);
+
+  auto issue = [&](int stage) {
+    const uint32_t kdst = wbase + stage * L::kStageBytes;
+#pragma unroll
+    for (int i = 0; i < L::kCopies; ++i) {
+      const int key_local = copy_key0 + i * L::kKeyStep;
+      const int id = __shfl_sync(0xffffffffu, nid, key_local);
+      const int off = __shfl_sync(0xffffffffu, noff, key_local);
+      const uint32_t dst = kdst + key_local * L::kRowBytes + ((copy_chunk ^ (key_local & 7)) << 4);
+      const bool in_range = off >= 0;
+      const bool id_ok = static_cast<unsigned>(id) < static_cast<unsigned>(p.num_blocks);
+      if (in_range && !id_ok) record_fault(p.fault_word, kFaultBlockOutOfRange);
+      const bool ok = in_range && id_ok;
+      const int64_t row = ok ? static_cast<int64_t>(off) * kv_row + head_off : 0;
+      const T* ksrc = ok ? k_cache + id * p.k_block_stride + row : k_cache;
+      const T* vsrc = ok ? v_cache + id * p.v_block_stride + row : v_cache;
+      if constexpr (kAligned16) {
+        cp_async_16(dst, ksrc, ok ? 16 : 0);
+        cp_async_16(dst + L::kTileBytes, vsrc, ok ? 16 : 0);
+      } else {  // caches only 2-byte aligned: stage the 8 elements through registers
+        st_shared_16(dst, ok ? load_8_unaligned(ksrc) : make_uint4(0, 0, 0, 0));
+        st_shared_16(dst + L::kTileBytes, ok ? load_8_unaligned(vsrc) : make_uint4(0, 0, 0, 0));
+      }
+    }
+  };
+  // After issuing ic: ic <- pc, whose ids move to lanes 0-15; pc advances and lanes 16-31
+  // load its ids (in flight while the next tiles are computed).
+  auto step_issue = [&]() {
+    const int id_hi = __shfl_down_sync(0xffffffffu, nid, 16);
+    const int off_hi = __shfl_down_sync(0xffffffffu, noff, 16);
+    if (lane < 16) {
+      nid = id_hi;
+      noff = off_hi;
+    }
+    ic = pc;
+    advance(p, src, pc);
+    load_ids(pc, lane >= 16);
+  };
+
+  const int stages = p.stages;
+  for (int s = 0; s < stages - 1; ++s) {
+    if (!ic.done) {
+      issue(s);
+      step_issue();
+    }
+    cp_async_commit();
+  }
+
+  uint32_t qf[D / 16][4];
+  int limit[2] = {0, 0};
+  int min_limit = 0, warp_limit = 0;
+  int cstage = 0, istage = stages - 1;
+  const int mrow = lane & 7;
+  const int mat = lane >> 3;
+  while (!cc.done) {
+    cp_async_wait_dyn(stages - 2);
+    __syncwarp();  // this tile landed for every lane; the stage refilled below is free
+    if (!ic.done) {
+      issue(istage);
+      step_issue();
+    }
+    cp_async_commit();
+    if (++istage == stages) istage = 0;
+
+    if (cc.t == cc.t0) {  // a new piece: query fragments (rows past `rows` are zero), limits
+      const int len = cc.len;
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const int r = rc * kDecodeRows + gid + 8 * hr;
+        const bool valid = r < p.rows;
+        const int i = r / p.group;
+        const uint16_t* qrow = nullptr;
+        if (valid) {
+          const int64_t token = static_cast<int64_t>(cc.b) * p.q_len + i;
+          const int head = kvh * p.group + (r - i * p.group);
+          qrow = static_cast<const uint16_t*>(p.q) + token * p.q_stride + static_cast<int64_t>(head) * D;
+        }
+#pragma unroll
+        for (int ks = 0; ks < D / 16; ++ks) {
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            uint32_t v = 0;
+            if (valid) {
+              const int d = ks * 16 + half * 8 + 2 * t4;
+              v = static_cast<uint32_t>(qrow[d]) | (static_cast<uint32_t>(qrow[d + 1]) << 16);
+            }
+            qf[ks][hr + 2 * half] = v;
+          }
+        }
+        limit[hr] = p.causal ? min(len, i + len - p.q_len + 1) : len;
+      }
+      min_limit = min(limit[0], limit[1]);
+      warp_limit = __reduce_max_sync(0xffffffffu, max(limit[0], limit[1]));
+      reset_state();
+    }
+
+    const int key0 = cc.t * kDecodeTileKeys;
+    if (key0 < warp_limit) {  // else every key of the tile is masked for every row
+      const uint32_t kbase = wbase + cstage * L::kStageBytes;
+      const uint32_t vbase = kbase + L::kTileBytes;
+      float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+      for (int ks = 0; ks < D / 16; ++ks) {
+        const int key = (mat >> 1) * 8 + mrow;
+        const int chunk = 2 * ks + (mat & 1);
+        uint32_t kb[4];
+        ldmatrix_x4(kb, kbase + key * L::kRowBytes + ((chunk ^ mrow) << 4));
+        mma_16816<T>(s[0], qf[ks], kb[0], kb[1]);
+        mma_16816<T>(s[1], qf[ks], kb[2], kb[3]);
+      }
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[nt][e] *= p.scale_log2;
+      }
+      if (key0 + kDecodeTileKeys > min_limit) {
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int key = key0 + nt * 8 + 2 * t4 + (e & 1);
+            if (key >= limit[e >> 1]) s[nt][e] = kNegInf;
+          }
+        }
+      }
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        float mx = fmaxf(fmaxf(s[0][2 * hr], s[0][2 * hr + 1]), fmaxf(s[1][2 * hr], s[1][2 * hr + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float m_new = fmaxf(m[hr], mx);
+        const float base = m_new == kNegInf ? 0.0f : m_new;
+        const float alpha = fast_exp2(m[hr] - base);
+        m[hr] = m_new;
+        float sum = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+          s[nt][2 * hr] = fast_exp2(s[nt][2 * hr] - base);
+          s[nt][2 * hr + 1] = fast_exp2(s[nt][2 * hr + 1] - base);
+          sum += s[nt][2 * hr] + s[nt][2 * hr + 1];
+        }
+        l[hr] = l[hr] * alpha + sum;
+#pragma unroll
+        for (int nt = 0; nt < D / 8; ++nt) {
+          o[nt][2 * hr] *= alpha;
+          o[nt][2 * hr + 1] *= alpha;
+        }
+      }
+      const uint32_t pa[4] = {pack2<T>(s[0][0], s[0][1]), pack2<T>(s[0][2], s[0][3]),
+                              pack2<T>(s[1][0], s[1][1]), pack2<T>(s[1][2], s[1][3])};
+#pragma unroll
+      for (int dt = 0; dt < D / 16; ++dt) {
+        const int key = (mat & 1) * 8 + mrow;
+        const int chunk = 2 * dt + (mat >> 1);
+        uint32_t vb[4];
+        ldmatrix_x4_trans(vb, vbase + key * L::kRowBytes + ((chunk ^ mrow) << 4));
+        mma_16816<T>(o[2 * dt], pa, vb[0], vb[1]);
+        mma_16816<T>(o[2 * dt + 1], pa, vb[2], vb[3]);
+      }
+    }
+    if (++cstage == stages) cstage = 0;
+
+    if (cc.t + 1 == cc.t_end) {  // the piece is complete
+      float lq[2];
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        lq[hr] = l[hr] + __shfl_xor_sync(0xffffffffu, l[hr], 1);
+        lq[hr] += __shfl_xor_sync(0xffffffffu, lq[hr], 2);
+      }
+      const bool direct = cc.t0 == 0 && cc.t_end == tiles_of(cc.len);
+      write_piece(cc.b, direct, o, m, lq);
+    }
+    advance(p, src, cc);
+  }
+  cp_async_wait<0>();
+}
+
+// ---- merge of the pieces: wpr warps per output row -------------------------------------------
+template <typename T, int D>
+__global__ void __launch_bounds__(256) merge_kernel(const __grid_constant__ DecodeParams p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");  // the split kernel's writes are visible
+#endif
+  constexpr int kPer = D / 32;  // floats per lane
+  __shared__ float red[8][D + 4];
+  const int warp = threadIdx.x >> 5;
+  const int lane = threadIdx.x & 31;
+  const int wpr = p.merge_wpr;
+  const int sub = warp % wpr;
+  const int64_t row_id = static_cast<int64_t>(blockIdx.x) * (8 / wpr) + warp / wpr;
+  const int64_t total = static_cast<int64_t>(p.num_seqs) * p.q_len * p.num_heads;
+  int n = 0, slot0 = 0, head = 0, kvh = 0, r = 0;
+  int64_t token = 0;
+  if (row_id < total) {
+    head = static_cast<int>(row_id % p.num_heads);
+    token = row_id / p.num_heads;
+    const int b = static_cast<int>(token / p.q_len);
+    const int i = static_cast<int>(token - static_cast<int64_t>(b) * p.q_len);
+    slot0 = p.ws_meta[2 * b];
+    n = p.ws_meta[2 * b + 1];
+    kvh = head / p.group;
+    r = i * p.group + (head - kvh * p.group);
+  }
+  // Pieces sub, sub + wpr, ... of this row: their max LSE, then the weighted sum.
+  const int64_t wi0 = (static_cast<int64_t>(slot0) * p.num_kv_heads + kvh) * p.rows + r;
+  const int64_t wstep = static_cast<int64_t>(p.num_kv_heads) * p.rows;
+  float mx = kNegInf;
+  if (n >= 2) {
+    for (int j = sub + wpr * lane; j < n; j += wpr * 32) mx = fmaxf(mx, p.ws_lse[wi0 + j * wstep]);
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+  float acc[kPer];
+#pragma unroll
+  for (int e = 0; e < kPer; ++e) acc[e] = 0.0f;
+  float wsum = 0.0f;
+  if (n >= 2 && mx != kNegInf) {
+    constexpr int kUnroll = 8;  // loads in flight per warp
+    for (int j0 = sub; j0 < n; j0 += kUnroll * wpr) {
+      float f[kUnroll];
+      float x[kUnroll][kPer];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int j = j0 + u * wpr;
+        f[u] = 0.0f;
+#pragma unroll
+        for (int e = 0; e < kPer; ++e) x[u][e] = 0.0f;
+        if (j < n) {
+          const int64_t wi = wi0 + j * wstep;
+          f[u] = fast_exp2(p.ws_lse[wi] - mx);
+          const float* src = p.ws_o + wi * D + lane * kPer;
+          if constexpr (kPer == 4) {
+            const float4 v = *reinterpret_cast<const float4*>(src);
+            x[u][0] = v.x; x[u][1] = v.y; x[u][2] = v.z; x[u][3] = v.w;
+          } else {
+            const float2 v = *reinterpret_cast<const float2*>(src);
+            x[u][0] = v.x; x[u][1] = v.y;
+          }
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        wsum += f[u];
+#pragma unroll
+        for (int e = 0; e < kPer; ++e) acc[e] += f[u] * x[u][e];
+      }
+    }
+  }
+  if (wpr > 1) {  // combine the row's warps through shared memory
+    if (lane == 0) {
+      red[warp][D] = mx;
+      red[warp][D + 1] = wsum;
+    }
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) red[warp][lane * kPer + e] = acc[e];
+    __syncthreads();
+    if (sub == 0) {
+      float gm = kNegInf;
+      for (int w = 0; w < wpr; ++w) gm = fmaxf(gm, red[warp + w][D]);
+      wsum = 0.0f;
+#pragma unroll
+      for (int e = 0; e < kPer; ++e) acc[e] = 0.0f;
+      if (gm != kNegInf) {
+        for (int w = 0; w < wpr; ++w) {
+          const float wm = red[warp + w][D];
+          const float f = wm == kNegInf ? 0.0f : fast_exp2(wm - gm);
+          wsum += f * red[warp + w][D + 1];
+#pragma unroll
+          for (int e = 0; e < kPer; ++e) acc[e] += f * red[warp + w][lane * kPer + e];
+        }
+      }
+      mx = gm;
+    }
+  }
+  if (sub != 0 || n < 2) return;
+  const float inv = wsum > 0.0f ? 1.0f / wsum : 0.0f;
+  uint16_t* dst = static_cast<uint16_t*>(p.out) + token * p.out_stride +
+                  static_cast<int64_t>(head) * D + lane * kPer;
+#pragma unroll
+  for (int e = 0; e < kPer; ++e) dst[e] = to_bits<T>(acc[e] * inv);
+  if (p.lse != nullptr && lane == 0) {
+    p.lse[head * p.lse_head_stride + token] =
+        wsum > 0.0f ? (mx + __log2f(wsum)) * 0.69314718055994531f : kNegInf;
+  }
+}
+
+}  // namespace v2
+
 // ---- host side -----------------------------------------------------------------------------
 constexpr int kMaxDevices = 64;
 
-// Raises the kernel's dynamic shared-memory limit once per device; returns its occupancy.
-template <typename T, int D, bool kAligned16>
-int prepare_kernel(int device) {
-  static std::array<std::atomic<int>, kMaxDevices> ctas{};
+void check_device_index(int device) {
   KVATTN_CHECK(device >= 0 && device < kMaxDevices, "decode_attention: device must be in [0, ",
                kMaxDevices, ") but is ", device);
+}
+
+int max_optin_smem(int device) {
+  static std::array<std::atomic<int>, kMaxDevices> cache{};
+  check_device_index(device);
+  int n = cache[device].load(std::memory_order_relaxed);
+  if (n == 0) {
+    CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    cache[device].store(n, std::memory_order_relaxed);
+  }
+  return n;
+}
+
+// v1: raises the kernel's dynamic shared-memory limit once per device; returns its occupancy.
+template <typename T, int D, bool kAligned16>
+int v1_prepare(int device) {
+  static std::array<std::atomic<int>, kMaxDevices> ctas{};
+  check_device_index(device);
   int n = ctas[device].load(std::memory_order_acquire);
   if (n > 0) return n;
   static std::mutex mu;
@@ -556,32 +1154,143 @@ int prepare_kernel(int device) {
   n = ctas[device].load(std::memory_order_acquire);
   if (n > 0) return n;
   DeviceGuard guard(device);
-  constexpr int smem = smem_bytes_for<D>();
-  CUDA_CHECK(cudaFuncSetAttribute(decode_split_kernel<T, D, kAligned16>,
+  constexpr int smem = v1::smem_bytes_for<D>();
+  CUDA_CHECK(cudaFuncSetAttribute(v1::split_kernel<T, D, kAligned16>,
                                   cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-      &n, decode_split_kernel<T, D, kAligned16>, kDecodeThreads, smem));
+      &n, v1::split_kernel<T, D, kAligned16>, v1::kDecodeThreads, smem));
   KVATTN_CHECK(n > 0, "decode_attention: the head_dim ", D, " kernel does not fit on an SM");
   ctas[device].store(n, std::memory_order_release);
   return n;
 }
 
+int64_t v1_chunk_keys(int64_t capacity, int64_t num_splits) {
+  const int64_t per = (capacity + num_splits - 1) / num_splits;
+  const int64_t tiles = (per + v1::kDecodeTileKeys - 1) / v1::kDecodeTileKeys;
+  return (tiles < 1 ? 1 : tiles) * v1::kDecodeTileKeys;
+}
+
 template <typename T, int D>
-void launch(const DecodeParams& p, bool aligned, int device, cudaStream_t stream) {
-  const int ctas = aligned ? prepare_kernel<T, D, true>(device) : prepare_kernel<T, D, false>(device);
+void v1_launch(DecodeParams p, bool aligned, int device, cudaStream_t stream) {
+  p.chunk_keys = static_cast<int>(v1_chunk_keys(p.capacity, p.num_splits));
+  p.l2_prefetch_tiles = cuda_tuning().decode_l2_prefetch_tiles;
+  p.num_items = static_cast<int64_t>(p.num_seqs) * p.num_splits * p.row_chunks * p.num_kv_heads;
+  if (p.num_splits > 1) p.ws_lse = p.ws_o + p.num_items / p.row_chunks * p.rows * D;
+  const int ctas = aligned ? v1_prepare<T, D, true>(device) : v1_prepare<T, D, false>(device);
   const int64_t slots = static_cast<int64_t>(sm_count(device)) * ctas;
   const auto grid = static_cast<unsigned>(p.num_items < slots ? p.num_items : slots);
   if (aligned) {
-    decode_split_kernel<T, D, true><<<grid, kDecodeThreads, smem_bytes_for<D>(), stream>>>(p);
+    v1::split_kernel<T, D, true><<<grid, v1::kDecodeThreads, v1::smem_bytes_for<D>(), stream>>>(p);
   } else {
-    decode_split_kernel<T, D, false><<<grid, kDecodeThreads, smem_bytes_for<D>(), stream>>>(p);
+    v1::split_kernel<T, D, false><<<grid, v1::kDecodeThreads, v1::smem_bytes_for<D>(), stream>>>(p);
   }
   CUDA_CHECK_LAUNCH();
   if (p.num_splits > 1) {
     const int64_t rows = static_cast<int64_t>(p.num_seqs) * p.q_len * p.num_heads;
-    decode_merge_kernel<T, D><<<static_cast<unsigned>((rows + 3) / 4), 128, 0, stream>>>(p);
+    v1::merge_kernel<T, D><<<static_cast<unsigned>((rows + 3) / 4), 128, 0, stream>>>(p);
     CUDA_CHECK_LAUNCH();
   }
+}
+
+// v2: CTAs per SM of the kernel at (threads, smem); raises its shared-memory limit once per
+// device. Cached: the planner and every launch ask.
+template <typename T, int D, bool kAligned16>
+int v2_occupancy(int device, int threads, int smem) {
+  struct Entry {
+    int device, threads, smem, ctas;
+  };
+  static std::mutex mu;
+  static std::vector<Entry> cache;
+  static std::array<bool, kMaxDevices> raised{};
+  check_device_index(device);
+  std::lock_guard<std::mutex> lock(mu);
+  for (const Entry& e : cache) {
+    if (e.device == device && e.threads == threads && e.smem == smem) return e.ctas;
+  }
+  DeviceGuard guard(device);
+  if (!raised[device]) {
+    CUDA_CHECK(cudaFuncSetAttribute(v2::decode_kernel<T, D, kAligned16>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    max_optin_smem(device)));
+    raised[device] = true;
+  }
+  int n = 0;
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      &n, v2::decode_kernel<T, D, kAligned16>, threads, smem));
+  KVATTN_CHECK(n > 0, "decode_attention: a CTA of ", threads, " threads and ", smem,
+               " bytes of shared memory does not fit on an SM");
+  cache.push_back(Entry{device, threads, smem, n});
+  return n;
+}
+
+int v2_prefix_bytes(int64_t num_seqs) { return static_cast<int>((num_seqs + 1 + 8) * 4 + 127) / 128 * 128; }
+
+int v2_smem(const DecodeConfig& c, int prefix_bytes) {
+  return prefix_bytes + c.warps * c.stages * c.stage_bytes;
+}
+
+// Stream mode is possible: few enough sequences for the shared prefix sum, 32-bit tile indices.
+bool v2_stream_ok(int64_t num_seqs, int64_t capacity) {
+  return num_seqs <= kDecodeMaxStreamSeqs &&
+         num_seqs * ((capacity + kDecodeTileKeys - 1) / kDecodeTileKeys) < (int64_t{1} << 31);
+}
+
+template <typename T, int D>
+void v2_launch(DecodeParams p, bool aligned, int64_t ws_bytes, int device, cudaStream_t stream) {
+  const DecodeConfig c = decode_config(p.num_kv_heads, p.rows, D);
+  const int64_t B = p.num_seqs;
+  bool stream_mode = p.num_splits > 1 && v2_stream_ok(B, p.capacity);
+  int64_t slots = 0;
+  if (stream_mode) {
+    slots = decode_ws_slots(ws_bytes, B, static_cast<int64_t>(p.num_heads) * p.q_len, D);
+    stream_mode = slots - B + 1 >= 1;
+  }
+  p.heads_per_cta = c.heads_per_cta;
+  p.rc_per_cta = c.rc_per_cta;
+  p.head_blocks = c.head_blocks;
+  p.slices = c.head_blocks * c.rc_blocks;
+  p.stages = c.stages;
+  p.stream = stream_mode ? 1 : 0;
+  p.prefix_bytes = stream_mode ? v2_prefix_bytes(B) : 0;
+  const int threads = c.warps * 32;
+  const int smem = v2_smem(c, p.prefix_bytes);
+  const int ctas = aligned ? v2_occupancy<T, D, true>(device, threads, smem)
+                           : v2_occupancy<T, D, false>(device, threads, smem);
+  const int64_t per_slice = std::max<int64_t>(1, int64_t{sm_count(device)} * ctas / p.slices);
+  int64_t pieces_per_seq = 1;
+  if (stream_mode) {
+    const int64_t rows_total = static_cast<int64_t>(p.num_kv_heads) * p.rows;
+    p.ws_lse = p.ws_o + slots * rows_total * D;
+    p.ws_meta = reinterpret_cast<int32_t*>(p.ws_lse + slots * rows_total);
+    p.parts = static_cast<int>(per_slice);
+    p.part_cap = static_cast<int>(std::min<int64_t>(slots - B + 1, 1 << 30));
+    const int64_t ranges = std::min<int64_t>(p.parts, p.part_cap);
+    pieces_per_seq = std::min<int64_t>(ranges, (ranges + B - 1) / B + 1);
+  } else {
+    p.parts = static_cast<int>(std::min<int64_t>(B, per_slice));
+  }
+  p.merge_wpr = pieces_per_seq >= 48 ? 8 : pieces_per_seq >= 12 ? 4 : pieces_per_seq >= 4 ? 2 : 1;
+  const auto grid = static_cast<unsigned>(static_cast<int64_t>(p.parts) * p.slices);
+  if (aligned) {
+    v2::decode_kernel<T, D, true><<<grid, threads, smem, stream>>>(p);
+  } else {
+    v2::decode_kernel<T, D, false><<<grid, threads, smem, stream>>>(p);
+  }
+  CUDA_CHECK_LAUNCH();
+  if (!stream_mode) return;
+  const int64_t rows = B * p.q_len * p.num_heads;
+  const int64_t rows_per_block = 8 / p.merge_wpr;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block));
+  cfg.blockDim = dim3(256);
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = cuda_tuning().decode_pdl ? 1 : 0;
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, v2::merge_kernel<T, D>, p));
 }
 
 // The one dispatch point: dtype x head_dim. Supported: bf16, fp16 x 64, 128.
@@ -607,12 +1316,48 @@ bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u
 
 }  // namespace
 
-int decode_ctas_per_sm(int device, int64_t head_dim) {
+DecodeConfig decode_config(int64_t num_kv_heads, int64_t rows, int64_t head_dim) {
+  const CudaTuning& tuning = cuda_tuning();
+  DecodeConfig c;
+  const int64_t rc = (rows + kDecodeRows - 1) / kDecodeRows;
+  const int64_t hc_max = std::clamp(tuning.decode_heads_per_cta, 1, kDecodeMaxWarps);
+  if (rc <= kDecodeMaxWarps) {
+    c.rc_per_cta = static_cast<int>(rc);
+    c.rc_blocks = 1;
+    c.heads_per_cta = static_cast<int>(std::min<int64_t>(num_kv_heads, std::max<int64_t>(1, hc_max / rc)));
+  } else {
+    c.rc_per_cta = kDecodeMaxWarps;
+    c.rc_blocks = static_cast<int>((rc + kDecodeMaxWarps - 1) / kDecodeMaxWarps);
+    c.heads_per_cta = 1;
+  }
+  c.head_blocks = static_cast<int>((num_kv_heads + c.heads_per_cta - 1) / c.heads_per_cta);
+  c.warps = c.heads_per_cta * c.rc_per_cta;
+  c.stage_bytes = static_cast<int>(2 * kDecodeTileKeys * head_dim * 2);
+  // Default: ~192 KB of stages for a CTA of 8 warps (3 for head_dim 128, 6 for 64); never more
+  // than fits next to the largest prefix sum.
+  int stages = tuning.decode_stages > 0 ? tuning.decode_stages : (192 << 10) / (kDecodeMaxWarps * c.stage_bytes);
+  const int fit = ((227 << 10) - v2_prefix_bytes(kDecodeMaxStreamSeqs)) / (c.warps * c.stage_bytes);
+  c.stages = std::clamp(std::min(stages, fit), 2, kDecodeMaxStages);
+  return c;
+}
+
+int decode_parts(int device, const DecodeConfig& c, int64_t head_dim, int64_t num_seqs) {
+  const int smem = v2_smem(c, v2_prefix_bytes(num_seqs));
+  int ctas = 0;
+  dispatch(DType::kBF16, head_dim, [&]<typename T, int D>() {
+    ctas = v2_occupancy<T, D, true>(device, c.warps * 32, smem);
+  });
+  return static_cast<int>(std::max<int64_t>(1, int64_t{sm_count(device)} * ctas /
+                                                   (c.head_blocks * c.rc_blocks)));
+}
+
+int decode_v1_ctas_per_sm(int device, int64_t head_dim) {
   int n = 0;
-  dispatch(DType::kBF16, head_dim,
-           [&]<typename T, int D>() { n = prepare_kernel<T, D, true>(device); });
+  dispatch(DType::kBF16, head_dim, [&]<typename T, int D>() { n = v1_prepare<T, D, true>(device); });
   return n;
 }
+
+bool decode_stream_ok(int64_t num_seqs, int64_t capacity) { return v2_stream_ok(num_seqs, capacity); }
 
 void decode_attention(const DecodeArgs& args, const AttentionShape& shape) {
   if (shape.num_seqs == 0) return;
@@ -653,28 +1398,32 @@ void decode_attention(const DecodeArgs& args, const AttentionShape& shape) {
   p.num_blocks = static_cast<int>(shape.num_blocks);
   p.capacity = static_cast<int>(capacity);
   p.num_splits = args.plan.num_splits;
-  p.chunk_keys = static_cast<int>(decode_chunk_keys(capacity, p.num_splits));
   p.scale_log2 = shape.scale * 1.4426950408889634f;
   p.causal = args.causal ? 1 : 0;
-  p.l2_prefetch_tiles = cuda_tuning().decode_l2_prefetch_tiles;
-  p.num_items = shape.num_seqs * p.num_splits * p.row_chunks * shape.num_kv_heads;
+  p.out_aligned4 = (reinterpret_cast<uintptr_t>(args.out.data) & 3u) == 0 && p.out_stride % 2 == 0;
+  int64_t ws_bytes = 0;
   if (p.num_splits > 1) {
     const int64_t need = decode_workspace_bytes(shape.num_seqs, shape.num_heads, shape.head_dim,
                                                 args.q_len, p.num_splits);
-    KVATTN_CHECK(args.workspace.defined() && args.workspace.nbytes() >= need, fn,
-                 ": a plan of ", p.num_splits, " splits needs a workspace of ", need,
-                 " bytes but got ", (args.workspace.defined() ? args.workspace.nbytes() : 0));
+    ws_bytes = args.workspace.defined() ? args.workspace.nbytes() : 0;
+    KVATTN_CHECK(args.workspace.defined() && ws_bytes >= need, fn, ": a plan of ", p.num_splits,
+                 " splits needs a workspace of ", need, " bytes but got ", ws_bytes);
     KVATTN_CHECK(aligned16(args.workspace.data), fn, ": workspace must be 16-byte aligned");
     p.ws_o = static_cast<float*>(args.workspace.data);
-    p.ws_lse = p.ws_o + p.num_items / p.row_chunks * p.rows * shape.head_dim;
   }
 
   const int device = args.q.device.index;
   DeviceGuard guard(device);
   p.fault_word = fault_word_ptr(device);
   auto stream = static_cast<cudaStream_t>(args.stream.handle);
-  dispatch(args.q.dtype, shape.head_dim,
-           [&]<typename T, int D>() { launch<T, D>(p, aligned, device, stream); });
+  const bool v1 = cuda_tuning().decode_kernel == 1;
+  dispatch(args.q.dtype, shape.head_dim, [&]<typename T, int D>() {
+    if (v1) {
+      v1_launch<T, D>(p, aligned, device, stream);
+    } else {
+      v2_launch<T, D>(p, aligned, ws_bytes, device, stream);
+    }
+  });
 }
 
 }  // namespace kvattn::cuda

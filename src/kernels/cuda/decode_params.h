@@ -1,15 +1,21 @@
-// The parameter block and the fixed tiling of the CUDA paged-decode kernels (split-KV
+// The parameter block and the tiling of the CUDA paged-decode kernels (split-KV
 // flash-decoding), shared by the kernels (decode_attention.cu) and the planner
 // (decode_plan.cpp).
 //
-// Work decomposition. One work item is (sequence b, split s, row chunk rc, KV head kvh): one
-// CTA of kDecodeThreads threads streams the keys [s*chunk_keys, min(L_b, (s+1)*chunk_keys)) of
-// KV head kvh once, for all the query rows that read that KV head: the GQA group's heads times
-// q_len tokens (row r = i * group + h, at most kDecodeRows per item; more rows => more row
-// chunks). Items are numbered w = ((b * num_splits + s) * row_chunks + rc) * num_kv_heads + kvh
-// and a persistent grid walks them (CTA x takes w = x, x + gridDim.x, ...); items past a
-// sequence's length are skipped, so a short sequence in a batch planned for long ones costs
-// almost nothing. A sequence of L_b keys uses n_b = max(1, ceil(L_b / chunk_keys)) splits.
+// Work decomposition (v2, the default). A CTA holds kDecodeTileKeys-key tiles of several KV
+// heads at once: warp w owns one unit (KV head h0 + w / rc_per_cta, row chunk w % rc_per_cta),
+// i.e. the up-to-16 query rows (GQA group x q_len tokens, row r = i * group + h) that read that
+// KV head, and runs its own cp.async pipeline over the keys. The warps of a CTA walk the same
+// keys in step, so together they read each token's K/V row (all heads of the CTA, contiguous
+// in the cache) at once. The CTAs of one "slice" (a block of heads x row chunks) share out the
+// keys of the whole batch:
+// - stream mode (plan.num_splits > 1; at most kDecodeMaxStreamSeqs sequences): the tiles of
+//   all sequences, concatenated, are cut into P equal ranges, one per CTA (stream-K), so every
+//   CTA streams the same number of bytes whatever the lengths. A sequence cut by a range
+//   boundary is computed in pieces whose normalized partials + log2-LSE go to the workspace;
+//   a merge kernel combines them. The piece of (range p, sequence b) uses slot p + b.
+// - whole mode (num_splits == 1): CTA p of a slice takes whole sequences p, p + P, ...; no
+//   workspace, no merge.
 //
 // Layout (strides in elements; all tensors on one device):
 //   q, out     [num_seqs * q_len, num_heads, head_dim]: token t, head h at t*q_stride + h*D
@@ -18,11 +24,12 @@
 //              block blk = block_table[b*bt_stride + j / block_size], offset o = j % block_size,
 //              at blk*k_block_stride + (o*num_kv_heads + kvh)*D
 //   lse        optional float32 [num_heads, num_seqs*q_len]: (h, t) at h*lse_head_stride + t
-//   workspace  (num_splits > 1 only) float32, item (b, s, kvh, row r < rows) at
-//              wi = ((b*num_splits + s)*num_kv_heads + kvh)*rows + r:
-//              ws_o[wi*D .. wi*D+D) = that split's normalized output,
-//              ws_lse[wi] = its log2-domain LSE (scaled scores), -inf when it saw no key.
-//              A sequence with n_b == 1 is written to out directly and never merged.
+//   workspace  (stream mode) float32 partials of ws_slots slots, R = num_kv_heads * rows:
+//              (slot, kvh, row r) at wi = (slot*num_kv_heads + kvh)*rows + r:
+//              ws_o[wi*D .. wi*D+D) = that piece's normalized output, ws_lse[wi] = its
+//              log2-domain LSE (scaled scores), -inf when it saw no key; then ws_meta[2b],
+//              ws_meta[2b+1] = first slot and number of pieces of sequence b (written by the
+//              split kernel; the merge kernel combines sequences of 2+ pieces).
 // Index VALUES (block ids, cache_seqlens) are untrusted: out-of-range ones are never used to
 // address memory; the kernel zero-fills or clamps and ORs a DeviceFault bit into *fault_word.
 #pragma once
@@ -31,10 +38,11 @@
 
 namespace kvattn::cuda {
 
-inline constexpr int kDecodeThreads = 128;  // 4 warps
-inline constexpr int kDecodeWarps = kDecodeThreads / 32;
-inline constexpr int kDecodeTileKeys = 64;  // keys per pipeline stage; 16 per warp
-inline constexpr int kDecodeRows = 16;      // query rows per item: one mma M tile
+inline constexpr int kDecodeTileKeys = 16;        // keys per pipeline stage of one warp
+inline constexpr int kDecodeRows = 16;            // query rows per unit: one mma M tile
+inline constexpr int kDecodeMaxWarps = 8;         // units (warps) per CTA
+inline constexpr int kDecodeMaxStreamSeqs = 2048; // stream mode keeps a tile prefix sum in smem
+inline constexpr int kDecodeMaxStages = 8;
 
 struct DecodeParams {
   const void* q = nullptr;
@@ -46,6 +54,7 @@ struct DecodeParams {
   const int32_t* cache_seqlens = nullptr;
   float* ws_o = nullptr;
   float* ws_lse = nullptr;
+  int32_t* ws_meta = nullptr;
   uint32_t* fault_word = nullptr;
 
   int64_t q_stride = 0;
@@ -54,7 +63,6 @@ struct DecodeParams {
   int64_t v_block_stride = 0;
   int64_t bt_stride = 0;
   int64_t lse_head_stride = 0;
-  int64_t num_items = 0;
 
   int num_seqs = 0;
   int num_heads = 0;
@@ -66,29 +74,65 @@ struct DecodeParams {
   int block_size = 1;
   int num_blocks = 0;
   int capacity = 0;     // max_blocks_per_seq * block_size: the most keys a row of the table holds
-  int num_splits = 1;
-  int chunk_keys = kDecodeTileKeys;  // keys per split, a multiple of kDecodeTileKeys
   float scale_log2 = 0.0f;  // softmax scale * log2(e)
   int causal = 1;
-  int l2_prefetch_tiles = 0;  // tiles prefetched into L2 beyond the smem pipeline (0: off)
+  int out_aligned4 = 0;     // out rows allow 4-byte stores
+
+  // CTA shape (decode_config) and the partition of the work.
+  int heads_per_cta = 1;
+  int rc_per_cta = 1;
+  int head_blocks = 1;
+  int slices = 1;        // head_blocks * row-chunk blocks
+  int stages = 3;
+  int stream = 0;        // 1: stream-K ranges over all tiles; 0: whole sequences per CTA
+  int parts = 1;         // CTAs per slice (gridDim.x / slices)
+  int part_cap = 1;      // most ranges the workspace holds (stream mode)
+  int prefix_bytes = 0;  // shared memory before the tile buffers (stream mode prefix sum)
+  int merge_wpr = 1;     // merge kernel: warps per output row
+
+  // v1 kernel only (the baseline kept for one measurement): splits of chunk_keys keys.
+  int num_splits = 1;
+  int chunk_keys = 64;
+  int64_t num_items = 0;
+  int l2_prefetch_tiles = 0;
 };
 
-// Keys per split for a plan of `num_splits` over block tables holding `capacity` keys.
-inline int64_t decode_chunk_keys(int64_t capacity, int64_t num_splits) {
-  const int64_t per = (capacity + num_splits - 1) / num_splits;
-  const int64_t tiles = (per + kDecodeTileKeys - 1) / kDecodeTileKeys;
-  return (tiles < 1 ? 1 : tiles) * kDecodeTileKeys;
-}
+// The CTA shape for a head count, rows per KV head and head_dim (see above).
+struct DecodeConfig {
+  int heads_per_cta = 1;
+  int rc_per_cta = 1;
+  int head_blocks = 1;
+  int rc_blocks = 1;
+  int warps = 1;
+  int stages = 3;
+  int stage_bytes = 0;  // per warp: K and V tiles of kDecodeTileKeys keys
+};
 
-// Bytes of float32 workspace the split results need (0 when num_splits == 1).
+// Bytes of float32 workspace a plan of `num_splits` asks for (0 when num_splits == 1).
 inline int64_t decode_workspace_bytes(int64_t num_seqs, int64_t num_heads, int64_t head_dim,
                                       int64_t q_len, int64_t num_splits) {
   if (num_splits <= 1) return 0;
   return num_seqs * num_splits * num_heads * q_len * (head_dim + 1) * 4;
 }
 
-// CTAs of the decode kernel for `head_dim` that fit on one SM of `device` (occupancy, cached).
-// Throws kvattn::Error for an unsupported head_dim.
-int decode_ctas_per_sm(int device, int64_t head_dim);
+// Slots of partials a workspace of `bytes` holds next to the per-sequence meta (stream mode).
+inline int64_t decode_ws_slots(int64_t bytes, int64_t num_seqs, int64_t rows_total,
+                               int64_t head_dim) {
+  const int64_t meta = num_seqs * 2 * 4;
+  return bytes > meta ? (bytes - meta) / (rows_total * (head_dim + 1) * 4) : 0;
+}
+
+// The CTA shape of the v2 kernel for `num_kv_heads` KV heads of `rows` query rows each
+// (cuda_tuning() may change heads per CTA and stages).
+DecodeConfig decode_config(int64_t num_kv_heads, int64_t rows, int64_t head_dim);
+
+// Stream-mode CTAs per slice on `device`: resident CTAs (occupancy) over slices.
+int decode_parts(int device, const DecodeConfig& c, int64_t head_dim, int64_t num_seqs);
+
+// Whether stream mode can serve `num_seqs` sequences of at most `capacity` keys.
+bool decode_stream_ok(int64_t num_seqs, int64_t capacity);
+
+// v1 kernel: CTAs per SM (its planner).
+int decode_v1_ctas_per_sm(int device, int64_t head_dim);
 
 }  // namespace kvattn::cuda
