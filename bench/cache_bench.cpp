@@ -49,6 +49,10 @@ struct DecodeFixture {
       manager->mark_computed(*seqs.back(), seqs.back()->num_tokens());
       batch.push_back({seqs.back().get(), 1});
     }
+    // One untimed step: a prompt's token vector starts at exact capacity, so the first append
+    // of all 512 sequences would reallocate at once, which no steady state does.
+    append_all(0);
+    mark_all();
   }
 
   // The host work of one decode step: the sampled tokens join, blocks follow, the context is

@@ -139,15 +139,17 @@ const BatchMetadata& BatchMetadataBuilder::build(std::span<const ScheduledSequen
     const int64_t lk = c + n;
     const int32_t* table = seq.block_table().data();
     const int32_t* tok = seq.token_ids().data();
-    for (int64_t p = c; p < lk;) {  // one run of positions per block
-      const int64_t end = std::min(lk, (p / bs + 1) * bs);
-      const int64_t base = static_cast<int64_t>(table[p / bs]) * bs - (p / bs) * bs;
-      for (; p < end; ++p) {
-        *slot++ = static_cast<int32_t>(base + p);
-        *ids++ = tok[p];
-        *pos++ = static_cast<int32_t>(p);
-      }
+    // One division per row (slots < 2^31, so 32-bit): a 64-bit idiv per token dominated
+    // decode steps.
+    int32_t blk = static_cast<int32_t>(static_cast<uint32_t>(c) / static_cast<uint32_t>(bs));
+    int32_t off = static_cast<int32_t>(c) - blk * static_cast<int32_t>(bs);
+    for (int64_t p = c; p < lk; ++p) {
+      *slot++ = table[blk] * static_cast<int32_t>(bs) + off;
+      *ids++ = tok[p];
+      *pos++ = static_cast<int32_t>(p);
+      if (++off == bs) off = 0, ++blk;
     }
+    const int64_t nb = blk + (off > 0);  // blocks covering [0, lk)
     cu_q += static_cast<int32_t>(n);
     cu_k += static_cast<int32_t>(lk);
     cu_seqlens_q_[row + 1] = cu_q;
@@ -155,7 +157,7 @@ const BatchMetadata& BatchMetadataBuilder::build(std::span<const ScheduledSequen
     context_lens_[row] = static_cast<int32_t>(lk);
     max_q = std::max(max_q, n);
     max_k = std::max(max_k, lk);
-    if (paged) write_table_row(row, seq.table_id_, table, (lk + bs - 1) / bs);
+    if (paged) write_table_row(row, seq.table_id_, table, nb);
   }
   for (int64_t row = scheduled; row < rows; ++row) {  // CUDA-graph padding (decode only)
     *slot++ = -1;

@@ -90,6 +90,10 @@ class BatchMetadataBuilder;
   // Within a lifetime the table only grows, so a consumer that copied a prefix of it under
   // this id may keep that prefix (the batch builder does, row by row).
   uint64_t table_id_ = 0;
+  // The last BatchMetadataBuilder::build that scheduled this sequence, and its row there: how
+  // a sequence scheduled twice in one step is caught in O(1).
+  mutable uint64_t build_stamp_ = 0;
+  mutable int64_t build_row_ = -1;
 
   // Prefix-cache registration, written by BlockManager. Leading full computed blocks already
   // offered to the cache; the block (and its generation) that the next block's entry names as
@@ -111,11 +115,6 @@ class BatchMetadataBuilder;
   mutable uint64_t match_epoch_ = 0;
   mutable int64_t match_num_tokens_ = 0;
   mutable bool match_collided_ = false;
-
-  // The last BatchMetadataBuilder::build that scheduled this sequence, and its row there: how
-  // a sequence scheduled twice in one step is caught in O(1).
-  mutable uint64_t build_stamp_ = 0;
-  mutable int64_t build_row_ = -1;
 };
 
 }  // namespace kvattn
