@@ -145,4 +145,12 @@ void BlockManager::offer_computed_blocks(Sequence& seq) {
   seq.num_offered_blocks_ = std::max(seq.num_offered_blocks_, full);
 }
 
+void BlockManager::reset_prefix_cache() {
+  for (BlockId b = 0; b < num_blocks(); ++b) {
+    if (blocks_[b].cached) uncache(b);  // free ones now all uncached: the list order holds
+  }
+  num_evictable_ = 0;
+  cache_changed();
+}
+
 }  // namespace kvattn

@@ -151,7 +151,8 @@ class Harness {
     else if (kind < 76) fork_one();
     else if (kind < 84) reallocate_idle();
     else if (kind < 92) bad_call();
-    else free_one(/*drop=*/true);
+    else if (kind < 99) free_one(/*drop=*/true);
+    else reset_cache();
     check_all();
   }
 
@@ -320,6 +321,12 @@ class Harness {
       if (m_.can_allocate(big)) return;  // a long cached run of token 1 may fit after all
       expect_rejected(big, [&] { m_.allocate(big); });
     }
+  }
+
+  void reset_cache() {
+    if (uniform(0, 3) > 0) return;  // rare: it wipes what the other ops build up
+    m_.reset_prefix_cache();
+    for (BlockId b = 0; b < m_.num_blocks(); ++b) require(!m_.is_cached(b), "reset left block ", b);
   }
 
   void park(SeqPtr s) {

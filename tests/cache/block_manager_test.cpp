@@ -417,6 +417,35 @@ TEST(BlockManager, PreemptedSequenceReallocatesFromItsOwnCachedBlocks) {
   EXPECT_EQ(s.block_table()[1], before[1]);
 }
 
+TEST(BlockManager, ResetPrefixCacheForgetsEveryEntry) {
+  BlockManager m(16, 4);
+  Sequence a(1, iota_tokens(9));
+  m.allocate(a);
+  m.mark_computed(a, 9);
+  Sequence b(2, iota_tokens(9, 500));
+  m.allocate(b);
+  m.mark_computed(b, 8);
+  m.free(b);
+  EXPECT_EQ(m.stats().num_cached_blocks, 4);
+  EXPECT_EQ(m.stats().num_evictable_blocks, 2);
+  Sequence probe(3, iota_tokens(9));
+  EXPECT_EQ(m.num_prefix_hit_tokens(probe), 8);
+  m.reset_prefix_cache();
+  m.check_invariants();
+  EXPECT_EQ(m.stats().num_cached_blocks, 0);
+  EXPECT_EQ(m.stats().num_evictable_blocks, 0);
+  EXPECT_EQ(m.num_prefix_hit_tokens(probe), 0);
+  EXPECT_EQ(m.ref_count(a.block_table()[0]), 1);  // a keeps its blocks
+  for (int32_t t : {1, 2, 3, 4}) {  // a's next full block is not entered: its parent is gone
+    a.append_token(t);
+    m.append(a);
+    m.mark_computed(a, 1);
+  }
+  EXPECT_EQ(m.stats().num_cached_blocks, 0);
+  m.free(a);
+  EXPECT_EQ(m.num_free_blocks(), 16);
+}
+
 TEST(BlockManager, MovedSequenceCarriesItsBlocks) {
   BlockManager m(4, 4);
   Sequence a(1, iota_tokens(5));

@@ -95,6 +95,11 @@ class BlockManager {
   bool can_fork(const Sequence& parent) const;
   Sequence fork(const Sequence& parent, SeqId child_id, std::vector<BlockCopy>& copies);
 
+  // Forgets every cached prefix (e.g. after the model's weights changed, which makes all
+  // cached KV stale). Held blocks stay with their sequences; their later blocks are no longer
+  // entered either. Stats counters are kept.
+  void reset_prefix_cache();
+
   BlockManagerStats stats() const;
 
   // Introspection (tests, debugging). block must be in [0, num_blocks).
