@@ -225,6 +225,24 @@ TEST(HfModel, ShardedQwen3WithGenerationConfig) {
   expect_weights_equal(w, values);
 }
 
+TEST(HfModel, Transformers5RopeParameters) {
+  TempDir dir;
+  testing::TinyShape s;
+  s.arch = "qwen3";
+  testing::write_tiny_hf(dir.path(), s, 1, nullptr);
+  nlohmann::json cfg = testing::tiny_hf_config(s);
+  cfg.erase("rope_theta");
+  cfg["rope_parameters"] = {{"rope_theta", 1000000.0}, {"rope_type", "default"}};
+  testing::write_text(dir.path() / "config.json", cfg.dump());
+  EXPECT_EQ(load_hf_model(dir.path().string()).config.rope_theta, 1e6);
+  EXPECT_EQ(config_from_hf_json((dir.path() / "config.json").string()).rope_theta, 1e6);
+  cfg["rope_parameters"]["rope_type"] = "yarn";
+  testing::write_text(dir.path() / "config.json", cfg.dump());
+  const std::string e = error_of([&] { load_hf_model(dir.path().string()); });
+  EXPECT_NE(e.find("config.json: rope_parameters.rope_type 'yarn' is not supported"),
+            std::string::npos) << e;
+}
+
 TEST(HfModel, TiedCheckpointDropsStoredLmHead) {
   TempDir dir;
   testing::TinyShape s;

@@ -118,6 +118,18 @@ ModelConfig config_from_hf_json(const std::string& path) {
   c.head_dim = int_or("head_dim", c.num_heads > 0 ? c.hidden_size / c.num_heads : 0);
   c.rms_norm_eps = num_or("rms_norm_eps", 1e-6);
   c.rope_theta = num_or("rope_theta", 10000.0);
+  // transformers >= 5 writes {"rope_parameters": {"rope_theta": ..., "rope_type": "default"}}
+  // instead of the top-level rope_theta / rope_scaling.
+  if (auto rp = j.find("rope_parameters"); rp != j.end() && !rp->is_null()) {
+    KVATTN_CHECK(rp->is_object(), path, ": field 'rope_parameters' must be an object");
+    if (auto theta = rp->find("rope_theta"); theta != rp->end() && j.find("rope_theta") == j.end()) {
+      c.rope_theta = json_number(*theta, "rope_parameters.rope_theta", path);
+    }
+    if (auto type = rp->find("rope_type"); type != rp->end()) {
+      const std::string& t = json_string(*type, "rope_parameters.rope_type", path);
+      KVATTN_CHECK(t == "default", path, ": rope_parameters.rope_type '", t, "' is not supported");
+    }
+  }
   c.max_position_embeddings = int_or("max_position_embeddings", 2048);
   auto tie = j.find("tie_word_embeddings");
   c.tie_word_embeddings = tie != j.end() && json_bool(*tie, "tie_word_embeddings", path);
