@@ -3,11 +3,9 @@
 // both a 256 MB memset as triton's do_bench does and a 256 MB read), against a
 // device-to-device copy ceiling and an empty kernel's launch floor measured in the same run.
 //
-// Every built-in variant (kernels/cuda/tuning.h) is timed beside the default in the same
-// process, so one run says which is best: store_kv (early loads, tokens per warp, streaming
-// stores) and decode (v1 kernel with and without L2 prefetch; v2 heads per CTA, stages, PDL,
-// whole-sequence mode). Each decode variant's output is compared with the first one's
-// (rel L2 in the note) so that a fast wrong variant shows.
+// Every decode variant (kernels/cuda/tuning.h: heads per CTA, stages) is timed beside the
+// default in the same process, so one run says which is best. Each variant's output is compared with the default's (rel L2 in the
+// note) so that a fast wrong variant shows.
 //
 // Prints one JSON line per timing: {"op", "shape", "us", "bytes", "TBps", "frac_copy", "note"},
 // then a full table and, last, a summary with the default's and the best variant's figures.
@@ -175,17 +173,6 @@ void bench_launch_floor() {
 
 using kvattn::cuda::CudaTuning;
 
-struct StoreVariant {
-  const char* name;
-  bool early;
-  int tpw;
-  bool stream;
-};
-const StoreVariant kStoreVariants[] = {
-    {"base", false, 1, false},       {"early", true, 1, false},     {"early tpw2", true, 2, false},
-    {"early stcs", true, 1, true},   {"early tpw2 stcs", true, 2, true}, {"tpw2", false, 2, false},
-};
-
 // store_kv: T tokens of 8 KV heads x 128 bf16 into random slots of a 1M-slot cache.
 void bench_store_kv(int64_t tokens, int64_t block_size, std::mt19937_64& rng) {
   const int64_t hkv = 8, d = 128, slots = int64_t{1} << 20;
@@ -202,39 +189,23 @@ void bench_store_kv(int64_t tokens, int64_t block_size, std::mt19937_64& rng) {
   Tensor slot = Tensor::empty({tokens}, DType::kI32, kGpu);
   BENCH_CUDA(cudaMemcpy(slot.data(), perm.data(), tokens * 4, cudaMemcpyHostToDevice));
   const double bytes = 4.0 * tokens * hkv * d * 2 + tokens * 4.0;
-  CudaTuning& tuning = kvattn::cuda::cuda_tuning();
-  const CudaTuning saved = tuning;
   const std::string shape = "T=" + std::to_string(tokens) + " Hkv=8 D=128 bf16 page " +
                             std::to_string(block_size) + " 1M slots";
-  for (const StoreVariant& v : kStoreVariants) {
-    tuning.store_kv_early_loads = v.early;
-    tuning.store_kv_tokens_per_warp = v.tpw;
-    tuning.store_kv_stream_stores = v.stream;
-    for (Flush f : flushes_for(bytes)) {
-      const double us = time_us([&] { kvattn::store_kv(key, value, kc, vc, slot); }, f);
-      check_faults("store_kv");
-      report(std::string("store_kv ") + v.name, shape, us, bytes, flush_name(f));
-    }
+  for (Flush f : flushes_for(bytes)) {
+    const double us = time_us([&] { kvattn::store_kv(key, value, kc, vc, slot); }, f);
+    check_faults("store_kv");
+    report("store_kv", shape, us, bytes, flush_name(f));
   }
-  tuning = saved;
 }
 
 struct DecodeVariant {
   const char* name;
-  int kernel;  // 1 or 2
-  int pf;      // v1: L2 prefetch tiles
-  int heads;   // v2: heads per CTA
-  int stages;  // v2: 0 = default
-  bool pdl;
-  bool whole;  // v2: plan {1, 0} (whole sequences per CTA)
+  int heads;   // heads per CTA
+  int stages;  // 0 = default
 };
+// The default first: the others' outputs are compared with its.
 const DecodeVariant kDecodeVariants[] = {
-    {"v1", 1, 0, 8, 0, true, false},          {"v1 pf2", 1, 2, 8, 0, true, false},
-    {"v1 pf4", 1, 4, 8, 0, true, false},      {"v1 pf8", 1, 8, 8, 0, true, false},
-    {"v2", 2, 0, 8, 0, true, false},          {"v2 nopdl", 2, 0, 8, 0, false, false},
-    {"v2 s2", 2, 0, 8, 2, true, false},       {"v2 h4", 2, 0, 4, 0, true, false},
-    {"v2 h4 s4", 2, 0, 4, 4, true, false},    {"v2 h4 s6", 2, 0, 4, 6, true, false},
-    {"v2 h2 s6", 2, 0, 2, 6, true, false},    {"v2 whole", 2, 0, 8, 0, true, true},
+    {"default", 8, 0}, {"s2", 8, 2}, {"h4", 4, 0}, {"h4 s2", 4, 2}, {"h2 s2", 2, 2},
 };
 
 std::vector<float> to_floats(const Tensor& t) {
@@ -296,11 +267,8 @@ void bench_decode(const std::string& name, const std::vector<int64_t>& lens, int
   const CudaTuning saved = tuning;
   std::vector<float> ref;
   for (const DecodeVariant& v : kDecodeVariants) {
-    tuning.decode_kernel = v.kernel;
-    tuning.decode_l2_prefetch_tiles = v.pf;
     tuning.decode_heads_per_cta = v.heads;
     tuning.decode_stages = v.stages;
-    tuning.decode_pdl = v.pdl;
     try {
       kvattn::DecodeArgs a;
       a.q = q;
@@ -309,8 +277,7 @@ void bench_decode(const std::string& name, const std::vector<int64_t>& lens, int
       a.block_table = bt;
       a.cache_seqlens = sl;
       a.out = out;
-      a.plan = v.whole ? kvattn::DecodePlan{1, 0}
-                       : kvattn::plan_decode(B, hq, hkv, d, 1, width * block_size, kGpu);
+      a.plan = kvattn::plan_decode(B, hq, hkv, d, 1, width * block_size, kGpu);
       Tensor ws;
       if (a.plan.workspace_bytes > 0) {
         ws = Tensor::empty({a.plan.workspace_bytes}, DType::kU8, kGpu);
@@ -327,7 +294,7 @@ void bench_decode(const std::string& name, const std::vector<int64_t>& lens, int
       for (Flush f : flushes_for(bytes)) {
         const double us = time_us([&] { kvattn::decode_attention(a); }, f);
         check_faults("decode " + name);
-        std::snprintf(note, sizeof(note), "splits %d, rel_l2 vs v1 %.1e, %s", a.plan.num_splits,
+        std::snprintf(note, sizeof(note), "splits %d, rel_l2 vs default %.1e, %s", a.plan.num_splits,
                       err, flush_name(f));
         report(std::string("decode ") + v.name, shape, us, bytes, note);
       }
@@ -395,7 +362,7 @@ int main(int argc, char** argv) {
               g_copy_tbps);
   for (size_t i = 0; i < g_rows.size(); ++i) {
     const Row& r = g_rows[i];
-    const bool is_default = r.op == "store_kv base" || r.op == "decode v2";
+    const bool is_default = r.op == "store_kv" || r.op == "decode default";
     if (!is_default) continue;
     const std::string family = r.op.substr(0, r.op.find(' '));
     const std::string flush = r.note.substr(r.note.rfind(',') == std::string::npos ? 0 : r.note.rfind(',') + 2);

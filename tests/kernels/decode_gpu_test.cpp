@@ -255,35 +255,39 @@ void sweep(int cases) {
 
 TEST(DecodeGpu, SweepAgainstReferenceAndCpu) { sweep(test::quick_mode() ? 12 : 96); }
 
-// Every built-in kernel variant (cuda_tuning(); the default is covered above) computes the
-// same thing.
-TEST(DecodeGpu, SweepOverVariants) {
-  struct Variant {
-    const char* name;
-    int kernel, pf, heads, stages;
-    bool pdl;
-  };
-  const Variant variants[] = {{"v1", 1, 0, 8, 0, true},   {"v1 pf3", 1, 3, 8, 0, true},
-                              {"v2 nopdl", 2, 0, 8, 0, false}, {"v2 s2", 2, 0, 8, 2, true},
-                              {"v2 h4", 2, 0, 4, 0, true}, {"v2 h4 s6", 2, 0, 4, 6, true},
-                              {"v2 h2 s6", 2, 0, 2, 6, true}};
-  cuda::CudaTuning& tuning = cuda::cuda_tuning();
-  const cuda::CudaTuning saved = tuning;
-  for (const Variant& v : variants) {
+// The kernel variants of cuda_tuning() (heads per CTA, stages).
+struct Variant {
+  const char* name;
+  int heads, stages;
+};
+const Variant kVariants[] = {{"s2", 8, 2}, {"h4", 4, 0}, {"h4 s2", 4, 2}, {"h2 s2", 2, 2}};
+
+// Sets a variant for the scope, restores the previous tuning after.
+class UseVariant {
+ public:
+  explicit UseVariant(const Variant& v) : saved_(cuda::cuda_tuning()) {
+    cuda::CudaTuning& t = cuda::cuda_tuning();
+    t.decode_heads_per_cta = v.heads;
+    t.decode_stages = v.stages;
+  }
+  ~UseVariant() { cuda::cuda_tuning() = saved_; }
+
+ private:
+  cuda::CudaTuning saved_;
+};
+
+// Every variant computes the same thing (the default is covered above).
+TEST(DecodeGpuVariants, Sweep) {
+  for (const Variant& v : kVariants) {
     SCOPED_TRACE(v.name);
-    tuning.decode_kernel = v.kernel;
-    tuning.decode_l2_prefetch_tiles = v.pf;
-    tuning.decode_heads_per_cta = v.heads;
-    tuning.decode_stages = v.stages;
-    tuning.decode_pdl = v.pdl;
+    UseVariant use(v);
     sweep(test::quick_mode() ? 3 : 16);
   }
-  tuning = saved;
 }
 
 // Long contexts, a batch of 256, many query rows (GQA 8 x q_len 3: two row tiles), q_len
 // longer than some sequences, and all-empty batches.
-TEST(DecodeGpu, ShapesAtTheEdges) {
+void shapes_at_the_edges() {
   const bool quick = test::quick_mode();
   std::vector<DecodeCase> list;
   DecodeCase base;
@@ -340,9 +344,11 @@ TEST(DecodeGpu, ShapesAtTheEdges) {
   }
 }
 
+TEST(DecodeGpu, ShapesAtTheEdges) { shapes_at_the_edges(); }
+
 // Bad block ids and lengths: the kernel never touches memory outside the cache (memcheck
 // proves it), records the fault bits, and the healthy sequences still come out right.
-TEST(DecodeGpu, BadIndicesAreCaughtByTheFaultWord) {
+void bad_indices() {
   const uint64_t seed = test::case_seed();
   std::mt19937_64 rng(seed);
   SCOPED_TRACE(test::case_note(0, seed, "bad block ids and cache_seqlens"));
@@ -427,6 +433,8 @@ TEST(DecodeGpu, BadIndicesAreCaughtByTheFaultWord) {
   }
 }
 
+TEST(DecodeGpu, BadIndicesAreCaughtByTheFaultWord) { bad_indices(); }
+
 // A decode captured in a CUDA graph with its plan and workspace replays to the same result,
 // and a replay after new queries are written reads the new queries.
 void graph_capture_and_replay() {
@@ -498,16 +506,7 @@ void graph_capture_and_replay() {
   cudaStreamDestroy(stream);
 }
 
-TEST(DecodeGpu, CudaGraphCaptureAndReplay) {
-  cuda::CudaTuning& tuning = cuda::cuda_tuning();
-  const cuda::CudaTuning saved = tuning;
-  for (bool pdl : {true, false}) {
-    SCOPED_TRACE(pdl ? "merge launched with PDL" : "plain merge launch");
-    tuning.decode_pdl = pdl;
-    graph_capture_and_replay();
-  }
-  tuning = saved;
-}
+TEST(DecodeGpu, CudaGraphCaptureAndReplay) { graph_capture_and_replay(); }
 
 TEST(DecodeGpu, UnsupportedHeadDimIsAReadableError) {
   std::mt19937_64 rng(test::case_seed());

@@ -11,7 +11,6 @@
 
 #include "kvattn/kernels/device_faults.h"
 #include "kvattn/kernels/store_kv.h"
-#include "kernels/cuda/tuning.h"
 #include "kernels/gpu_test_support.h"
 #include "support/case_util.h"
 #include "support/reference.h"
@@ -238,27 +237,6 @@ void sweep(int cases) {
 }
 
 TEST(StoreKvGpu, BitExactAgainstReference) { sweep(test::quick_mode() ? 24 : 240); }
-
-// Every built-in variant (cuda_tuning(); the default is covered above) is bit-exact too.
-TEST(StoreKvGpu, BitExactOverVariants) {
-  struct Variant {
-    bool early;
-    int tpw;
-    bool stream;
-  };
-  cuda::CudaTuning& tuning = cuda::cuda_tuning();
-  const cuda::CudaTuning saved = tuning;
-  for (const Variant v : {Variant{true, 1, false}, Variant{true, 2, false}, Variant{false, 2, true},
-                          Variant{true, 2, true}}) {
-    SCOPED_TRACE(::testing::Message() << "early " << v.early << " tokens/warp " << v.tpw
-                                      << " stream stores " << v.stream);
-    tuning.store_kv_early_loads = v.early;
-    tuning.store_kv_tokens_per_warp = v.tpw;
-    tuning.store_kv_stream_stores = v.stream;
-    sweep(test::quick_mode() ? 8 : 48);
-  }
-  tuning = saved;
-}
 
 // The benchmark's shape, smaller cache: 8 KV heads x 128 bf16, random slots, many tokens.
 TEST(StoreKvGpu, LargeBatch) {

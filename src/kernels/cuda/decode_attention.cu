@@ -1,7 +1,7 @@
 // Paged decode attention on the GPU: split-KV flash-decoding with tensor cores.
 //
 // Decode reads every cached K and V byte once and does ~2 FLOPs per byte, so it is bound by
-// memory bandwidth. The kernel (v2; decode_params.h has the work decomposition) keeps HBM busy:
+// memory bandwidth. The kernel (decode_params.h has the work decomposition) keeps HBM busy:
 // - a CTA holds up to 8 KV heads, one warp each (the GQA group x q_len tokens as the 16 rows
 //   of one mma tile, so each KV byte is read once); the warps walk the same keys, so every
 //   token's K/V row of the CTA's heads (contiguous in the cache) is read at once;
@@ -11,8 +11,8 @@
 // - QK^T and PV are mma.sync m16n8k16 (bf16/fp16 in, fp32 accumulate) on ldmatrix fragments of
 //   an XOR-swizzled tile (conflict-free); online softmax in the log2 domain, P in registers;
 // - stream-K: the CTAs cut the concatenated tiles of the whole batch into equal ranges, so long
-//   and short sequences alike spread over every SM; a merge kernel (launched with programmatic
-//   dependent launch) combines the pieces of the sequences a range boundary cut.
+//   and short sequences alike spread over every SM; a merge kernel combines the pieces of the
+//   sequences a range boundary cut.
 // No host sync and no allocation: capturable in a CUDA graph given the plan and workspace.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -70,11 +70,6 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t add
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(addr));
-}
-
-// Fire-and-forget prefetch of the 128-byte line holding `p` into L2.
-__device__ __forceinline__ void prefetch_l2(const void* p) {
-  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(__cvta_generic_to_global(p)));
 }
 
 __device__ __forceinline__ void st_shared_16(uint32_t addr, uint4 v) {
@@ -150,421 +145,22 @@ __device__ __forceinline__ int seq_len(const DecodeParams& p, int b, bool report
   return len;
 }
 
-// v1: one CTA (4 warps) per (sequence, split, row chunk, KV head); 64-key tiles in a 3-stage
-// CTA-wide cp.async pipeline. Kept only as the baseline of one measurement.
-namespace v1 {
-constexpr int kDecodeThreads = 128;
-constexpr int kDecodeWarps = 4;
-constexpr int kDecodeTileKeys = 64;
+// ---- the split kernel: multi-head CTAs, one pipeline per warp, stream-K ranges -------------
 
-__device__ __forceinline__ int num_chunks(int len, int chunk_keys) {
-  return len <= chunk_keys ? 1 : (len + chunk_keys - 1) / chunk_keys;
-}
-
-// Stages of the copy pipeline per head_dim: about 96 KB of tiles (two CTAs per SM).
-template <int D>
-constexpr int stages_for() {
-  return D <= 64 ? 6 : 3;
-}
-template <int D>
-constexpr int smem_bytes_for() {
-  return stages_for<D>() * 2 * kDecodeTileKeys * D * 2;
-}
-
-// ---- the v1 split-KV attention kernel ---------------------------------------------------------
-template <typename T, int D, bool kAligned16>
-__global__ void __launch_bounds__(kDecodeThreads)
-    split_kernel(const __grid_constant__ DecodeParams p) {
-  constexpr int kStages = stages_for<D>();
-  constexpr int kChunks = D / 8;                 // 16-byte chunks per K or V row
-  constexpr int kRowBytes = D * 2;
-  constexpr int kTileBytes = kDecodeTileKeys * kRowBytes;
-  constexpr int kStageBytes = 2 * kTileBytes;    // K tile, then V tile
-  constexpr int kKeyStep = kDecodeThreads / kChunks;           // keys between a thread's copies
-  constexpr int kCopies = kDecodeTileKeys / kKeyStep;          // copies per thread per K tile
-  constexpr int kRedStride = D + 8;              // padded float row of the warp-merge buffer
-  static_assert(kDecodeThreads % kChunks == 0 && kDecodeTileKeys % kKeyStep == 0);
-  static_assert(kDecodeWarps * kDecodeRows * (kRedStride + 2) * 4 <= kStages * kStageBytes);
-
-  extern __shared__ __align__(128) uint8_t smem[];
-  const uint32_t smem_base = smem_u32(smem);
-  const int tid = threadIdx.x;
-  const int warp = tid >> 5;
-  const int lane = tid & 31;
-  const int gid = lane >> 2;  // mma row group
-  const int t4 = lane & 3;    // mma thread in group
-  const int copy_chunk = tid % kChunks;
-  const int copy_key0 = tid / kChunks;
-  const T* const k_cache = static_cast<const T*>(p.k_cache);
-  const T* const v_cache = static_cast<const T*>(p.v_cache);
-  const int64_t kv_row = static_cast<int64_t>(p.num_kv_heads) * D;
-
-  for (int64_t w = blockIdx.x; w < p.num_items; w += gridDim.x) {
-    int64_t rest = w;
-    const int kvh = static_cast<int>(rest % p.num_kv_heads);
-    rest /= p.num_kv_heads;
-    const int rc = static_cast<int>(rest % p.row_chunks);
-    rest /= p.row_chunks;
-    const int split = static_cast<int>(rest % p.num_splits);
-    const int b = static_cast<int>(rest / p.num_splits);
-
-    const int len = seq_len(p, b, split == 0 && rc == 0 && kvh == 0 && tid == 0);
-    const int n_chunks = num_chunks(len, p.chunk_keys);
-    if (split >= n_chunks) continue;  // CTA-uniform
-    const int k0 = split * p.chunk_keys;
-    const int k1 = min(len, k0 + p.chunk_keys);
-    const int num_tiles = (max(k1 - k0, 0) + kDecodeTileKeys - 1) / kDecodeTileKeys;
-    const int32_t* const table = p.block_table + static_cast<int64_t>(b) * p.bt_stride;
-    const int64_t head_off = static_cast<int64_t>(kvh) * D + copy_chunk * 8;
-
-    // Block ids of this thread's keys of one tile; loaded a tile ahead of their use.
-    int ids[kCopies];
-    int offs[kCopies];  // offset in the block, or -1 past the end
-    auto load_ids = [&](int tile) {
-#pragma unroll
-      for (int i = 0; i < kCopies; ++i) {
-        const int key = k0 + tile * kDecodeTileKeys + copy_key0 + i * kKeyStep;
-        if (key < k1) {
-          const int page = key / p.block_size;
-          ids[i] = __ldg(table + page);
-          offs[i] = key - page * p.block_size;
-        } else {
-          ids[i] = 0;
-          offs[i] = -1;
-        }
-      }
-    };
-    auto issue = [&](int tile) {
-      const uint32_t kdst = smem_base + (tile % kStages) * kStageBytes;
-#pragma unroll
-      for (int i = 0; i < kCopies; ++i) {
-        const int key_local = copy_key0 + i * kKeyStep;
-        const uint32_t dst = kdst + key_local * kRowBytes + ((copy_chunk ^ (key_local & 7)) << 4);
-        const bool in_range = offs[i] >= 0;
-        const bool id_ok = static_cast<unsigned>(ids[i]) < static_cast<unsigned>(p.num_blocks);
-        if (in_range && !id_ok) record_fault(p.fault_word, kFaultBlockOutOfRange);
-        const bool ok = in_range && id_ok;
-        const int64_t row = ok ? static_cast<int64_t>(offs[i]) * kv_row + head_off : 0;
-        const T* ksrc = ok ? k_cache + ids[i] * p.k_block_stride + row : k_cache;
-        const T* vsrc = ok ? v_cache + ids[i] * p.v_block_stride + row : v_cache;
-        if constexpr (kAligned16) {
-          cp_async_16(dst, ksrc, ok ? 16 : 0);
-          cp_async_16(dst + kTileBytes, vsrc, ok ? 16 : 0);
-        } else {  // caches only 2-byte aligned: stage the 8 elements through registers
-          st_shared_16(dst, ok ? load_8_unaligned(ksrc) : make_uint4(0, 0, 0, 0));
-          st_shared_16(dst + kTileBytes, ok ? load_8_unaligned(vsrc) : make_uint4(0, 0, 0, 0));
-        }
-      }
-    };
-
-    // Optional (p.l2_prefetch_tiles > 0): L2 prefetch of a whole tile, K and V, one 128-byte
-    // line per thread and step; only lines of valid keys behind valid block ids.
-    auto prefetch_tile = [&](int tile) {
-      constexpr int kLines = kRowBytes / 128;
-      for (int idx = tid; idx < kDecodeTileKeys * kLines; idx += kDecodeThreads) {
-        const int key = k0 + tile * kDecodeTileKeys + idx / kLines;
-        if (key >= k1) break;
-        const int page = key / p.block_size;
-        const int id = __ldg(table + page);
-        if (static_cast<unsigned>(id) >= static_cast<unsigned>(p.num_blocks)) continue;
-        const int64_t off = static_cast<int64_t>(key - page * p.block_size) * kv_row +
-                            static_cast<int64_t>(kvh) * D + (idx % kLines) * 64;
-        prefetch_l2(k_cache + id * p.k_block_stride + off);
-        prefetch_l2(v_cache + id * p.v_block_stride + off);
-      }
-    };
-
-    // Prologue: the first kStages-1 tiles in flight, then the ids of the next one.
-#pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) {
-      if (s < num_tiles) {
-        load_ids(s);
-        issue(s);
-      }
-      cp_async_commit();
-    }
-    if (kStages - 1 < num_tiles) load_ids(kStages - 1);
-    for (int t = kStages - 1; t < min(num_tiles, kStages - 1 + p.l2_prefetch_tiles); ++t) {
-      prefetch_tile(t);
-    }
-
-    // Query fragments (rows beyond `rows` are zero) and the causal limits of this thread's
-    // two rows: key j is visible to row r iff j < limit[r].
-    uint32_t qf[D / 16][4];
-    int limit[2];
-#pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      const int r = rc * kDecodeRows + gid + 8 * hr;
-      const bool valid = r < p.rows;
-      const int i = r / p.group;
-      const uint16_t* qrow = nullptr;
-      if (valid) {
-        const int64_t token = static_cast<int64_t>(b) * p.q_len + i;
-        const int head = kvh * p.group + (r - i * p.group);
-        qrow = static_cast<const uint16_t*>(p.q) + token * p.q_stride + static_cast<int64_t>(head) * D;
-      }
-#pragma unroll
-      for (int ks = 0; ks < D / 16; ++ks) {
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          uint32_t v = 0;
-          if (valid) {
-            const int d = ks * 16 + half * 8 + 2 * t4;
-            v = static_cast<uint32_t>(qrow[d]) | (static_cast<uint32_t>(qrow[d + 1]) << 16);
-          }
-          qf[ks][hr + 2 * half] = v;
-        }
-      }
-      limit[hr] = p.causal ? min(k1, i + len - p.q_len + 1) : k1;
-    }
-    const int min_limit = min(limit[0], limit[1]);
-    // Keys at or past this are masked for every row of the warp (warp-uniform skip).
-    const int warp_limit = __reduce_max_sync(0xffffffffu, max(limit[0], limit[1]));
-
-    float o[D / 8][4];
-#pragma unroll
-    for (int nt = 0; nt < D / 8; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.0f;
-    float m[2] = {kNegInf, kNegInf};
-    float l[2] = {0.0f, 0.0f};
-
-    for (int tile = 0; tile < num_tiles; ++tile) {
-      cp_async_wait<kStages - 2>();
-      __syncthreads();  // tile landed for all threads; the buffer refilled below is free
-      const int next = tile + kStages - 1;
-      if (next < num_tiles) issue(next);
-      cp_async_commit();
-      if (next + 1 < num_tiles) load_ids(next + 1);
-      if (p.l2_prefetch_tiles > 0 && next + p.l2_prefetch_tiles < num_tiles) {
-        prefetch_tile(next + p.l2_prefetch_tiles);
-      }
-
-      const int key0 = k0 + tile * kDecodeTileKeys + warp * 16;  // this warp's 16 keys
-      if (key0 >= warp_limit) continue;  // every key of this warp is masked
-      const uint32_t kbase = smem_base + (tile % kStages) * kStageBytes;
-      const uint32_t vbase = kbase + kTileBytes;
-      const int mrow = lane & 7;
-      const int mat = lane >> 3;
-
-      float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-#pragma unroll
-      for (int ks = 0; ks < D / 16; ++ks) {
-        const int key = warp * 16 + (mat >> 1) * 8 + mrow;
-        const int chunk = 2 * ks + (mat & 1);
-        uint32_t kb[4];
-        ldmatrix_x4(kb, kbase + key * kRowBytes + ((chunk ^ mrow) << 4));
-        mma_16816<T>(s[0], qf[ks], kb[0], kb[1]);
-        mma_16816<T>(s[1], qf[ks], kb[2], kb[3]);
-      }
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[nt][e] *= p.scale_log2;
-      }
-      if (key0 + 16 > min_limit) {
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int key = key0 + nt * 8 + 2 * t4 + (e & 1);
-            if (key >= limit[e >> 1]) s[nt][e] = kNegInf;
-          }
-        }
-      }
-      // Online softmax (log2 domain) for rows g (hr 0) and g+8 (hr 1).
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        float mx = fmaxf(fmaxf(s[0][2 * hr], s[0][2 * hr + 1]), fmaxf(s[1][2 * hr], s[1][2 * hr + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float m_new = fmaxf(m[hr], mx);
-        const float base = m_new == kNegInf ? 0.0f : m_new;
-        const float alpha = fast_exp2(m[hr] - base);
-        m[hr] = m_new;
-        float sum = 0.0f;
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt) {
-          s[nt][2 * hr] = fast_exp2(s[nt][2 * hr] - base);
-          s[nt][2 * hr + 1] = fast_exp2(s[nt][2 * hr + 1] - base);
-          sum += s[nt][2 * hr] + s[nt][2 * hr + 1];
-        }
-        l[hr] = l[hr] * alpha + sum;
-#pragma unroll
-        for (int nt = 0; nt < D / 8; ++nt) {
-          o[nt][2 * hr] *= alpha;
-          o[nt][2 * hr + 1] *= alpha;
-        }
-      }
-      const uint32_t pa[4] = {pack2<T>(s[0][0], s[0][1]), pack2<T>(s[0][2], s[0][3]),
-                              pack2<T>(s[1][0], s[1][1]), pack2<T>(s[1][2], s[1][3])};
-#pragma unroll
-      for (int dt = 0; dt < D / 16; ++dt) {
-        const int key = warp * 16 + (mat & 1) * 8 + mrow;
-        const int chunk = 2 * dt + (mat >> 1);
-        uint32_t vb[4];
-        ldmatrix_x4_trans(vb, vbase + key * kRowBytes + ((chunk ^ mrow) << 4));
-        mma_16816<T>(o[2 * dt], pa, vb[0], vb[1]);
-        mma_16816<T>(o[2 * dt + 1], pa, vb[2], vb[3]);
-      }
-    }
-
-    // Merge the four warps' partial softmax states through shared memory.
-#pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      l[hr] += __shfl_xor_sync(0xffffffffu, l[hr], 1);
-      l[hr] += __shfl_xor_sync(0xffffffffu, l[hr], 2);
-    }
-    cp_async_wait<0>();
-    __syncthreads();  // every warp is done with the tiles: reuse their memory
-    float* red_o = reinterpret_cast<float*>(smem);                       // [warps][16][D+8]
-    float* red_ml = red_o + kDecodeWarps * kDecodeRows * kRedStride;     // [warps][16][2]
-#pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      const int row = warp * kDecodeRows + gid + 8 * hr;
-#pragma unroll
-      for (int nt = 0; nt < D / 8; ++nt) {
-        *reinterpret_cast<float2*>(red_o + row * kRedStride + nt * 8 + 2 * t4) =
-            make_float2(o[nt][2 * hr], o[nt][2 * hr + 1]);
-      }
-      if (t4 == 0) {
-        red_ml[row * 2] = m[hr];
-        red_ml[row * 2 + 1] = l[hr];
-      }
-    }
-    __syncthreads();
-
-    const bool direct = n_chunks == 1;
-    for (int idx = tid; idx < kDecodeRows * (D / 4); idx += kDecodeThreads) {
-      const int r = idx / (D / 4);
-      const int d = (idx % (D / 4)) * 4;
-      const int rg = rc * kDecodeRows + r;
-      if (rg >= p.rows) break;  // idx grows with r
-      float mstar = kNegInf;
-#pragma unroll
-      for (int wv = 0; wv < kDecodeWarps; ++wv) mstar = fmaxf(mstar, red_ml[(wv * kDecodeRows + r) * 2]);
-      float lsum = 0.0f;
-      float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-      if (mstar != kNegInf) {
-#pragma unroll
-        for (int wv = 0; wv < kDecodeWarps; ++wv) {
-          const int row = wv * kDecodeRows + r;
-          const float f = fast_exp2(red_ml[row * 2] - mstar);
-          lsum += f * red_ml[row * 2 + 1];
-          const float4 x = *reinterpret_cast<const float4*>(red_o + row * kRedStride + d);
-          acc.x += f * x.x;
-          acc.y += f * x.y;
-          acc.z += f * x.z;
-          acc.w += f * x.w;
-        }
-      }
-      const float inv = lsum > 0.0f ? 1.0f / lsum : 0.0f;
-      acc.x *= inv;
-      acc.y *= inv;
-      acc.z *= inv;
-      acc.w *= inv;
-      const float lse2 = lsum > 0.0f ? mstar + __log2f(lsum) : kNegInf;
-      const int i = rg / p.group;
-      const int head = kvh * p.group + (rg - i * p.group);
-      const int64_t token = static_cast<int64_t>(b) * p.q_len + i;
-      if (direct) {
-        uint16_t* dst = static_cast<uint16_t*>(p.out) + token * p.out_stride +
-                        static_cast<int64_t>(head) * D + d;
-        dst[0] = to_bits<T>(acc.x);
-        dst[1] = to_bits<T>(acc.y);
-        dst[2] = to_bits<T>(acc.z);
-        dst[3] = to_bits<T>(acc.w);
-        if (p.lse != nullptr && d == 0) {
-          p.lse[head * p.lse_head_stride + token] = lse2 * 0.69314718055994531f;
-        }
-      } else {
-        const int64_t wi =
-            ((static_cast<int64_t>(b) * p.num_splits + split) * p.num_kv_heads + kvh) * p.rows + rg;
-        *reinterpret_cast<float4*>(p.ws_o + wi * D + d) = acc;
-        if (d == 0) p.ws_lse[wi] = lse2;
-      }
-    }
-    __syncthreads();  // the next item's copies overwrite the merge buffer
-  }
-}
-
-// ---- merge of the splits: one warp per output row ------------------------------------------
-template <typename T, int D>
-__global__ void __launch_bounds__(128) merge_kernel(const __grid_constant__ DecodeParams p) {
-  const int lane = threadIdx.x & 31;
-  const int64_t row_id = static_cast<int64_t>(blockIdx.x) * 4 + (threadIdx.x >> 5);
-  const int64_t total = static_cast<int64_t>(p.num_seqs) * p.q_len * p.num_heads;
-  if (row_id >= total) return;
-  const int head = static_cast<int>(row_id % p.num_heads);
-  const int64_t token = row_id / p.num_heads;
-  const int b = static_cast<int>(token / p.q_len);
-  const int i = static_cast<int>(token - static_cast<int64_t>(b) * p.q_len);
-  const int len = seq_len(p, b, false);
-  const int n = num_chunks(len, p.chunk_keys);
-  if (n <= 1) return;  // written by the split kernel
-  const int kvh = head / p.group;
-  const int r = i * p.group + (head - kvh * p.group);
-  const int64_t wi0 = (static_cast<int64_t>(b) * p.num_splits * p.num_kv_heads + kvh) * p.rows + r;
-  const int64_t wi_step = static_cast<int64_t>(p.num_kv_heads) * p.rows;
-
-  float mx = kNegInf;
-  for (int c = lane; c < n; c += 32) mx = fmaxf(mx, p.ws_lse[wi0 + c * wi_step]);
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-
-  constexpr int kPerLane = (D + 127) / 128;  // float4s per lane
-  float4 acc[kPerLane];
-#pragma unroll
-  for (int j = 0; j < kPerLane; ++j) acc[j] = make_float4(0.f, 0.f, 0.f, 0.f);
-  float wsum = 0.0f;
-  if (mx != kNegInf) {
-    for (int c = 0; c < n; ++c) {
-      const int64_t wi = wi0 + c * wi_step;
-      const float f = fast_exp2(p.ws_lse[wi] - mx);
-      wsum += f;
-#pragma unroll
-      for (int j = 0; j < kPerLane; ++j) {
-        const int d = (lane + 32 * j) * 4;
-        if (d < D) {
-          const float4 x = *reinterpret_cast<const float4*>(p.ws_o + wi * D + d);
-          acc[j].x += f * x.x;
-          acc[j].y += f * x.y;
-          acc[j].z += f * x.z;
-          acc[j].w += f * x.w;
-        }
-      }
-    }
-  }
-  const float inv = wsum > 0.0f ? 1.0f / wsum : 0.0f;
-  uint16_t* dst = static_cast<uint16_t*>(p.out) + token * p.out_stride + static_cast<int64_t>(head) * D;
-#pragma unroll
-  for (int j = 0; j < kPerLane; ++j) {
-    const int d = (lane + 32 * j) * 4;
-    if (d < D) {
-      dst[d] = to_bits<T>(acc[j].x * inv);
-      dst[d + 1] = to_bits<T>(acc[j].y * inv);
-      dst[d + 2] = to_bits<T>(acc[j].z * inv);
-      dst[d + 3] = to_bits<T>(acc[j].w * inv);
-    }
-  }
-  if (p.lse != nullptr && lane == 0) {
-    p.lse[head * p.lse_head_stride + token] =
-        wsum > 0.0f ? (mx + __log2f(wsum)) * 0.69314718055994531f : kNegInf;
-  }
-}
-
-}  // namespace v1
-
-// ---- v2: multi-head CTAs, one pipeline per warp, stream-K ranges -----------------------------
-namespace v2 {
-
+// One warp's stage: the K tile, then the V tile, of kDecodeTileKeys keys; rows of D*2 bytes
+// whose 16-byte chunks are XOR-swizzled by key, so ldmatrix is free of bank conflicts.
 template <int D>
 struct Tile {
   static constexpr int kChunks = D / 8;                          // 16-byte chunks per row
   static constexpr int kRowBytes = D * 2;
   static constexpr int kTileBytes = kDecodeTileKeys * kRowBytes;  // K (or V) of one tile
-  static constexpr int kStageBytes = 2 * kTileBytes;             // one warp's stage: K, V
+  static constexpr int kStageBytes = 2 * kTileBytes;
   static constexpr int kKeyStep = 32 / kChunks;                  // keys between a lane's copies
   static constexpr int kCopies = kDecodeTileKeys / kKeyStep;     // copies per lane per K tile
   static_assert(32 % kChunks == 0 && kDecodeTileKeys % kKeyStep == 0);
+  __device__ __forceinline__ static uint32_t addr(uint32_t base, int key, int chunk) {
+    return base + key * kRowBytes + ((chunk ^ (key & 7)) << 4);
+  }
 };
 
 __device__ __forceinline__ int tiles_of(int len) {
@@ -653,9 +249,6 @@ template <typename T, int D, bool kAligned16>
 __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     decode_kernel(const __grid_constant__ DecodeParams p) {
   using L = Tile<D>;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");  // the merge may start
-#endif
   extern __shared__ __align__(128) uint8_t smem[];
   const int tid = threadIdx.x;
   const int warp = tid >> 5;
@@ -810,8 +403,9 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   const int copy_chunk = lane % L::kChunks;
   const int copy_key0 = lane / L::kChunks;
   const int64_t head_off = static_cast<int64_t>(kvh) * D + copy_chunk * 8;
-  const uint32_t wbase =
-      smem_u32(smem + p.prefix_bytes) + static_cast<uint32_t>(warp * p.stages * L::kStageBytes);
+  const int stages = p.stages;
+  uint8_t* const tiles = smem + p.prefix_bytes;
+  const uint32_t wbase = smem_u32(tiles) + static_cast<uint32_t>(warp * stages * L::kStageBytes);
 
   Cursor cc;  // the tile computed next
   seek(p, src, src.stream ? lower_bound_smem(src.prefix, B, src.g0 + 1) - 1 : part, cc);
@@ -843,7 +437,7 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
       const int key_local = copy_key0 + i * L::kKeyStep;
       const int id = __shfl_sync(0xffffffffu, nid, key_local);
       const int off = __shfl_sync(0xffffffffu, noff, key_local);
-      const uint32_t dst = kdst + key_local * L::kRowBytes + ((copy_chunk ^ (key_local & 7)) << 4);
+      const uint32_t dst = L::addr(kdst, key_local, copy_chunk);
       const bool in_range = off >= 0;
       const bool id_ok = static_cast<unsigned>(id) < static_cast<unsigned>(p.num_blocks);
       if (in_range && !id_ok) record_fault(p.fault_word, kFaultBlockOutOfRange);
@@ -874,18 +468,52 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     load_ids(pc, lane >= 16);
   };
 
-  const int stages = p.stages;
-  for (int s = 0; s < stages - 1; ++s) {
+  for (int st = 0; st < stages - 1; ++st) {
     if (!ic.done) {
-      issue(s);
+      issue(st);
       step_issue();
     }
     cp_async_commit();
   }
 
+  // Query fragments of the piece starting at c (rows past `rows` are zero), its causal limits
+  // (key j is visible to row r iff j < limit[r]) and a fresh softmax state.
   uint32_t qf[D / 16][4];
   int limit[2] = {0, 0};
   int min_limit = 0, warp_limit = 0;
+  auto begin_piece = [&](const Cursor& c) {
+    const int len = c.len;
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int r = rc * kDecodeRows + gid + 8 * hr;
+      const bool valid = r < p.rows;
+      const int i = r / p.group;
+      const uint16_t* qrow = nullptr;
+      if (valid) {
+        const int64_t token = static_cast<int64_t>(c.b) * p.q_len + i;
+        const int head = kvh * p.group + (r - i * p.group);
+        qrow = static_cast<const uint16_t*>(p.q) + token * p.q_stride + static_cast<int64_t>(head) * D;
+      }
+#pragma unroll
+      for (int ks = 0; ks < D / 16; ++ks) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          uint32_t v = 0;
+          if (valid) {
+            const int d = ks * 16 + half * 8 + 2 * t4;
+            v = static_cast<uint32_t>(qrow[d]) | (static_cast<uint32_t>(qrow[d + 1]) << 16);
+          }
+          qf[ks][hr + 2 * half] = v;
+        }
+      }
+      limit[hr] = p.causal ? min(len, i + len - p.q_len + 1) : len;
+    }
+    min_limit = min(limit[0], limit[1]);
+    warp_limit = __reduce_max_sync(0xffffffffu, max(limit[0], limit[1]));
+    reset_state();
+  };
+  if (!cc.done) begin_piece(cc);  // its loads overlap the first tiles' latency
+
   int cstage = 0, istage = stages - 1;
   const int mrow = lane & 7;
   const int mat = lane >> 3;
@@ -899,56 +527,29 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     cp_async_commit();
     if (++istage == stages) istage = 0;
 
-    if (cc.t == cc.t0) {  // a new piece: query fragments (rows past `rows` are zero), limits
-      const int len = cc.len;
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        const int r = rc * kDecodeRows + gid + 8 * hr;
-        const bool valid = r < p.rows;
-        const int i = r / p.group;
-        const uint16_t* qrow = nullptr;
-        if (valid) {
-          const int64_t token = static_cast<int64_t>(cc.b) * p.q_len + i;
-          const int head = kvh * p.group + (r - i * p.group);
-          qrow = static_cast<const uint16_t*>(p.q) + token * p.q_stride + static_cast<int64_t>(head) * D;
-        }
-#pragma unroll
-        for (int ks = 0; ks < D / 16; ++ks) {
-#pragma unroll
-          for (int half = 0; half < 2; ++half) {
-            uint32_t v = 0;
-            if (valid) {
-              const int d = ks * 16 + half * 8 + 2 * t4;
-              v = static_cast<uint32_t>(qrow[d]) | (static_cast<uint32_t>(qrow[d + 1]) << 16);
-            }
-            qf[ks][hr + 2 * half] = v;
-          }
-        }
-        limit[hr] = p.causal ? min(len, i + len - p.q_len + 1) : len;
-      }
-      min_limit = min(limit[0], limit[1]);
-      warp_limit = __reduce_max_sync(0xffffffffu, max(limit[0], limit[1]));
-      reset_state();
-    }
-
     const int key0 = cc.t * kDecodeTileKeys;
     if (key0 < warp_limit) {  // else every key of the tile is masked for every row
       const uint32_t kbase = wbase + cstage * L::kStageBytes;
       const uint32_t vbase = kbase + L::kTileBytes;
+      // S = Q K^T over D in two independent mma chains (even and odd k-steps).
       float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+      float s2[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
 #pragma unroll
       for (int ks = 0; ks < D / 16; ++ks) {
-        const int key = (mat >> 1) * 8 + mrow;
-        const int chunk = 2 * ks + (mat & 1);
         uint32_t kb[4];
-        ldmatrix_x4(kb, kbase + key * L::kRowBytes + ((chunk ^ mrow) << 4));
-        mma_16816<T>(s[0], qf[ks], kb[0], kb[1]);
-        mma_16816<T>(s[1], qf[ks], kb[2], kb[3]);
+        ldmatrix_x4(kb, L::addr(kbase, (mat >> 1) * 8 + mrow, 2 * ks + (mat & 1)));
+        if (ks & 1) {
+          mma_16816<T>(s2[0], qf[ks], kb[0], kb[1]);
+          mma_16816<T>(s2[1], qf[ks], kb[2], kb[3]);
+        } else {
+          mma_16816<T>(s[0], qf[ks], kb[0], kb[1]);
+          mma_16816<T>(s[1], qf[ks], kb[2], kb[3]);
+        }
       }
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) s[nt][e] *= p.scale_log2;
+        for (int e = 0; e < 4; ++e) s[nt][e] = (s[nt][e] + s2[nt][e]) * p.scale_log2;
       }
       if (key0 + kDecodeTileKeys > min_limit) {
 #pragma unroll
@@ -960,6 +561,7 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
           }
         }
       }
+      // Online softmax (log2 domain) for rows g (hr 0) and g+8 (hr 1).
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
         float mx = fmaxf(fmaxf(s[0][2 * hr], s[0][2 * hr + 1]), fmaxf(s[1][2 * hr], s[1][2 * hr + 1]));
@@ -987,17 +589,16 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
                               pack2<T>(s[1][0], s[1][1]), pack2<T>(s[1][2], s[1][3])};
 #pragma unroll
       for (int dt = 0; dt < D / 16; ++dt) {
-        const int key = (mat & 1) * 8 + mrow;
-        const int chunk = 2 * dt + (mat >> 1);
         uint32_t vb[4];
-        ldmatrix_x4_trans(vb, vbase + key * L::kRowBytes + ((chunk ^ mrow) << 4));
+        ldmatrix_x4_trans(vb, L::addr(vbase, (mat & 1) * 8 + mrow, 2 * dt + (mat >> 1)));
         mma_16816<T>(o[2 * dt], pa, vb[0], vb[1]);
         mma_16816<T>(o[2 * dt + 1], pa, vb[2], vb[3]);
       }
     }
     if (++cstage == stages) cstage = 0;
 
-    if (cc.t + 1 == cc.t_end) {  // the piece is complete
+    const bool piece_done = cc.t + 1 == cc.t_end;
+    if (piece_done) {
       float lq[2];
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
@@ -1008,6 +609,7 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
       write_piece(cc.b, direct, o, m, lq);
     }
     advance(p, src, cc);
+    if (piece_done && !cc.done) begin_piece(cc);
   }
   cp_async_wait<0>();
 }
@@ -1015,9 +617,6 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
 // ---- merge of the pieces: wpr warps per output row -------------------------------------------
 template <typename T, int D>
 __global__ void __launch_bounds__(256) merge_kernel(const __grid_constant__ DecodeParams p) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");  // the split kernel's writes are visible
-#endif
   constexpr int kPer = D / 32;  // floats per lane
   __shared__ float red[8][D + 4];
   const int warp = threadIdx.x >> 5;
@@ -1121,7 +720,6 @@ __global__ void __launch_bounds__(256) merge_kernel(const __grid_constant__ Deco
   }
 }
 
-}  // namespace v2
 
 // ---- host side -----------------------------------------------------------------------------
 constexpr int kMaxDevices = 64;
@@ -1142,60 +740,10 @@ int max_optin_smem(int device) {
   return n;
 }
 
-// v1: raises the kernel's dynamic shared-memory limit once per device; returns its occupancy.
-template <typename T, int D, bool kAligned16>
-int v1_prepare(int device) {
-  static std::array<std::atomic<int>, kMaxDevices> ctas{};
-  check_device_index(device);
-  int n = ctas[device].load(std::memory_order_acquire);
-  if (n > 0) return n;
-  static std::mutex mu;
-  std::lock_guard<std::mutex> lock(mu);
-  n = ctas[device].load(std::memory_order_acquire);
-  if (n > 0) return n;
-  DeviceGuard guard(device);
-  constexpr int smem = v1::smem_bytes_for<D>();
-  CUDA_CHECK(cudaFuncSetAttribute(v1::split_kernel<T, D, kAligned16>,
-                                  cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-      &n, v1::split_kernel<T, D, kAligned16>, v1::kDecodeThreads, smem));
-  KVATTN_CHECK(n > 0, "decode_attention: the head_dim ", D, " kernel does not fit on an SM");
-  ctas[device].store(n, std::memory_order_release);
-  return n;
-}
-
-int64_t v1_chunk_keys(int64_t capacity, int64_t num_splits) {
-  const int64_t per = (capacity + num_splits - 1) / num_splits;
-  const int64_t tiles = (per + v1::kDecodeTileKeys - 1) / v1::kDecodeTileKeys;
-  return (tiles < 1 ? 1 : tiles) * v1::kDecodeTileKeys;
-}
-
-template <typename T, int D>
-void v1_launch(DecodeParams p, bool aligned, int device, cudaStream_t stream) {
-  p.chunk_keys = static_cast<int>(v1_chunk_keys(p.capacity, p.num_splits));
-  p.l2_prefetch_tiles = cuda_tuning().decode_l2_prefetch_tiles;
-  p.num_items = static_cast<int64_t>(p.num_seqs) * p.num_splits * p.row_chunks * p.num_kv_heads;
-  if (p.num_splits > 1) p.ws_lse = p.ws_o + p.num_items / p.row_chunks * p.rows * D;
-  const int ctas = aligned ? v1_prepare<T, D, true>(device) : v1_prepare<T, D, false>(device);
-  const int64_t slots = static_cast<int64_t>(sm_count(device)) * ctas;
-  const auto grid = static_cast<unsigned>(p.num_items < slots ? p.num_items : slots);
-  if (aligned) {
-    v1::split_kernel<T, D, true><<<grid, v1::kDecodeThreads, v1::smem_bytes_for<D>(), stream>>>(p);
-  } else {
-    v1::split_kernel<T, D, false><<<grid, v1::kDecodeThreads, v1::smem_bytes_for<D>(), stream>>>(p);
-  }
-  CUDA_CHECK_LAUNCH();
-  if (p.num_splits > 1) {
-    const int64_t rows = static_cast<int64_t>(p.num_seqs) * p.q_len * p.num_heads;
-    v1::merge_kernel<T, D><<<static_cast<unsigned>((rows + 3) / 4), 128, 0, stream>>>(p);
-    CUDA_CHECK_LAUNCH();
-  }
-}
-
-// v2: CTAs per SM of the kernel at (threads, smem); raises its shared-memory limit once per
+// CTAs per SM of the split kernel at (threads, smem); raises its shared-memory limit once per
 // device. Cached: the planner and every launch ask.
 template <typename T, int D, bool kAligned16>
-int v2_occupancy(int device, int threads, int smem) {
+int split_occupancy(int device, int threads, int smem) {
   struct Entry {
     int device, threads, smem, ctas;
   };
@@ -1209,37 +757,39 @@ int v2_occupancy(int device, int threads, int smem) {
   }
   DeviceGuard guard(device);
   if (!raised[device]) {
-    CUDA_CHECK(cudaFuncSetAttribute(v2::decode_kernel<T, D, kAligned16>,
+    CUDA_CHECK(cudaFuncSetAttribute(decode_kernel<T, D, kAligned16>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     max_optin_smem(device)));
     raised[device] = true;
   }
   int n = 0;
   CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-      &n, v2::decode_kernel<T, D, kAligned16>, threads, smem));
+      &n, decode_kernel<T, D, kAligned16>, threads, smem));
   KVATTN_CHECK(n > 0, "decode_attention: a CTA of ", threads, " threads and ", smem,
                " bytes of shared memory does not fit on an SM");
   cache.push_back(Entry{device, threads, smem, n});
   return n;
 }
 
-int v2_prefix_bytes(int64_t num_seqs) { return static_cast<int>((num_seqs + 1 + 8) * 4 + 127) / 128 * 128; }
+int prefix_bytes_for(int64_t num_seqs) {
+  return static_cast<int>(((num_seqs + 1 + 8) * 4 + 127) / 128 * 128);
+}
 
-int v2_smem(const DecodeConfig& c, int prefix_bytes) {
+int split_smem(const DecodeConfig& c, int prefix_bytes) {
   return prefix_bytes + c.warps * c.stages * c.stage_bytes;
 }
 
 // Stream mode is possible: few enough sequences for the shared prefix sum, 32-bit tile indices.
-bool v2_stream_ok(int64_t num_seqs, int64_t capacity) {
+bool stream_ok(int64_t num_seqs, int64_t capacity) {
   return num_seqs <= kDecodeMaxStreamSeqs &&
          num_seqs * ((capacity + kDecodeTileKeys - 1) / kDecodeTileKeys) < (int64_t{1} << 31);
 }
 
 template <typename T, int D>
-void v2_launch(DecodeParams p, bool aligned, int64_t ws_bytes, int device, cudaStream_t stream) {
+void launch(DecodeParams p, bool aligned, int64_t ws_bytes, int device, cudaStream_t stream) {
   const DecodeConfig c = decode_config(p.num_kv_heads, p.rows, D);
   const int64_t B = p.num_seqs;
-  bool stream_mode = p.num_splits > 1 && v2_stream_ok(B, p.capacity);
+  bool stream_mode = p.num_splits > 1 && stream_ok(B, p.capacity);
   int64_t slots = 0;
   if (stream_mode) {
     slots = decode_ws_slots(ws_bytes, B, static_cast<int64_t>(p.num_heads) * p.q_len, D);
@@ -1251,11 +801,11 @@ void v2_launch(DecodeParams p, bool aligned, int64_t ws_bytes, int device, cudaS
   p.slices = c.head_blocks * c.rc_blocks;
   p.stages = c.stages;
   p.stream = stream_mode ? 1 : 0;
-  p.prefix_bytes = stream_mode ? v2_prefix_bytes(B) : 0;
+  p.prefix_bytes = stream_mode ? prefix_bytes_for(B) : 0;
   const int threads = c.warps * 32;
-  const int smem = v2_smem(c, p.prefix_bytes);
-  const int ctas = aligned ? v2_occupancy<T, D, true>(device, threads, smem)
-                           : v2_occupancy<T, D, false>(device, threads, smem);
+  const int smem = split_smem(c, p.prefix_bytes);
+  const int ctas = aligned ? split_occupancy<T, D, true>(device, threads, smem)
+                           : split_occupancy<T, D, false>(device, threads, smem);
   const int64_t per_slice = std::max<int64_t>(1, int64_t{sm_count(device)} * ctas / p.slices);
   int64_t pieces_per_seq = 1;
   if (stream_mode) {
@@ -1272,25 +822,16 @@ void v2_launch(DecodeParams p, bool aligned, int64_t ws_bytes, int device, cudaS
   p.merge_wpr = pieces_per_seq >= 48 ? 8 : pieces_per_seq >= 12 ? 4 : pieces_per_seq >= 4 ? 2 : 1;
   const auto grid = static_cast<unsigned>(static_cast<int64_t>(p.parts) * p.slices);
   if (aligned) {
-    v2::decode_kernel<T, D, true><<<grid, threads, smem, stream>>>(p);
+    decode_kernel<T, D, true><<<grid, threads, smem, stream>>>(p);
   } else {
-    v2::decode_kernel<T, D, false><<<grid, threads, smem, stream>>>(p);
+    decode_kernel<T, D, false><<<grid, threads, smem, stream>>>(p);
   }
   CUDA_CHECK_LAUNCH();
   if (!stream_mode) return;
   const int64_t rows = B * p.q_len * p.num_heads;
   const int64_t rows_per_block = 8 / p.merge_wpr;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block));
-  cfg.blockDim = dim3(256);
-  cfg.dynamicSmemBytes = 0;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = cuda_tuning().decode_pdl ? 1 : 0;
-  CUDA_CHECK(cudaLaunchKernelEx(&cfg, v2::merge_kernel<T, D>, p));
+  merge_kernel<T, D><<<static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block), 256, 0, stream>>>(p);
+  CUDA_CHECK_LAUNCH();
 }
 
 // The one dispatch point: dtype x head_dim. Supported: bf16, fp16 x 64, 128.
@@ -1335,29 +876,24 @@ DecodeConfig decode_config(int64_t num_kv_heads, int64_t rows, int64_t head_dim)
   c.stage_bytes = static_cast<int>(2 * kDecodeTileKeys * head_dim * 2);
   // Default: ~192 KB of stages for a CTA of 8 warps (3 for head_dim 128, 6 for 64); never more
   // than fits next to the largest prefix sum.
-  int stages = tuning.decode_stages > 0 ? tuning.decode_stages : (192 << 10) / (kDecodeMaxWarps * c.stage_bytes);
-  const int fit = ((227 << 10) - v2_prefix_bytes(kDecodeMaxStreamSeqs)) / (c.warps * c.stage_bytes);
+  const int stages = tuning.decode_stages > 0 ? tuning.decode_stages
+                                              : (192 << 10) / (kDecodeMaxWarps * c.stage_bytes);
+  const int fit = ((227 << 10) - prefix_bytes_for(kDecodeMaxStreamSeqs)) / (c.warps * c.stage_bytes);
   c.stages = std::clamp(std::min(stages, fit), 2, kDecodeMaxStages);
   return c;
 }
 
 int decode_parts(int device, const DecodeConfig& c, int64_t head_dim, int64_t num_seqs) {
-  const int smem = v2_smem(c, v2_prefix_bytes(num_seqs));
+  const int smem = split_smem(c, prefix_bytes_for(num_seqs));
   int ctas = 0;
   dispatch(DType::kBF16, head_dim, [&]<typename T, int D>() {
-    ctas = v2_occupancy<T, D, true>(device, c.warps * 32, smem);
+    ctas = split_occupancy<T, D, true>(device, c.warps * 32, smem);
   });
   return static_cast<int>(std::max<int64_t>(1, int64_t{sm_count(device)} * ctas /
                                                    (c.head_blocks * c.rc_blocks)));
 }
 
-int decode_v1_ctas_per_sm(int device, int64_t head_dim) {
-  int n = 0;
-  dispatch(DType::kBF16, head_dim, [&]<typename T, int D>() { n = v1_prepare<T, D, true>(device); });
-  return n;
-}
-
-bool decode_stream_ok(int64_t num_seqs, int64_t capacity) { return v2_stream_ok(num_seqs, capacity); }
+bool decode_stream_ok(int64_t num_seqs, int64_t capacity) { return stream_ok(num_seqs, capacity); }
 
 void decode_attention(const DecodeArgs& args, const AttentionShape& shape) {
   if (shape.num_seqs == 0) return;
@@ -1416,13 +952,8 @@ void decode_attention(const DecodeArgs& args, const AttentionShape& shape) {
   DeviceGuard guard(device);
   p.fault_word = fault_word_ptr(device);
   auto stream = static_cast<cudaStream_t>(args.stream.handle);
-  const bool v1 = cuda_tuning().decode_kernel == 1;
   dispatch(args.q.dtype, shape.head_dim, [&]<typename T, int D>() {
-    if (v1) {
-      v1_launch<T, D>(p, aligned, device, stream);
-    } else {
-      v2_launch<T, D>(p, aligned, ws_bytes, device, stream);
-    }
+    launch<T, D>(p, aligned, ws_bytes, device, stream);
   });
 }
 

@@ -2,7 +2,7 @@
 // flash-decoding), shared by the kernels (decode_attention.cu) and the planner
 // (decode_plan.cpp).
 //
-// Work decomposition (v2, the default). A CTA holds kDecodeTileKeys-key tiles of several KV
+// Work decomposition. A CTA holds kDecodeTileKeys-key tiles of several KV
 // heads at once: warp w owns one unit (KV head h0 + w / rc_per_cta, row chunk w % rc_per_cta),
 // i.e. the up-to-16 query rows (GQA group x q_len tokens, row r = i * group + h) that read that
 // KV head, and runs its own cp.async pipeline over the keys. The warps of a CTA walk the same
@@ -89,12 +89,7 @@ struct DecodeParams {
   int part_cap = 1;      // most ranges the workspace holds (stream mode)
   int prefix_bytes = 0;  // shared memory before the tile buffers (stream mode prefix sum)
   int merge_wpr = 1;     // merge kernel: warps per output row
-
-  // v1 kernel only (the baseline kept for one measurement): splits of chunk_keys keys.
-  int num_splits = 1;
-  int chunk_keys = 64;
-  int64_t num_items = 0;
-  int l2_prefetch_tiles = 0;
+  int num_splits = 1;    // the plan's
 };
 
 // The CTA shape for a head count, rows per KV head and head_dim (see above).
@@ -122,7 +117,7 @@ inline int64_t decode_ws_slots(int64_t bytes, int64_t num_seqs, int64_t rows_tot
   return bytes > meta ? (bytes - meta) / (rows_total * (head_dim + 1) * 4) : 0;
 }
 
-// The CTA shape of the v2 kernel for `num_kv_heads` KV heads of `rows` query rows each
+// The CTA shape of the kernel for `num_kv_heads` KV heads of `rows` query rows each
 // (cuda_tuning() may change heads per CTA and stages).
 DecodeConfig decode_config(int64_t num_kv_heads, int64_t rows, int64_t head_dim);
 
@@ -131,8 +126,5 @@ int decode_parts(int device, const DecodeConfig& c, int64_t head_dim, int64_t nu
 
 // Whether stream mode can serve `num_seqs` sequences of at most `capacity` keys.
 bool decode_stream_ok(int64_t num_seqs, int64_t capacity);
-
-// v1 kernel: CTAs per SM (its planner).
-int decode_v1_ctas_per_sm(int device, int64_t head_dim);
 
 }  // namespace kvattn::cuda

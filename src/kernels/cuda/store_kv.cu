@@ -5,20 +5,20 @@
 // (16, 8, 4 or 2 bytes) that every pointer and stride allows; 16 for the usual layouts.
 //
 // One warp moves one part of one token (K and V): it loads up to 4 K and 4 V vectors per lane
-// before storing any, so 8 independent loads are in flight per thread. Small batches cut each
-// row into several parts so that enough warps exist to cover the latency of the GPU.
-// Variant (cuda_tuning().store_kv_early_loads, off by default until measured): the first
-// loads are issued before the slot is read, so the two memory latencies overlap.
+// before storing any, so 8 independent loads are in flight per thread, and issues them before
+// the slot is read, so the two memory latencies overlap (a padding token's row is read for
+// nothing). Stores are evict-first (st.global.cs): the rows are read back only by a later
+// step's decode. Small batches cut each row into several parts so that enough warps exist to
+// cover the latency of the GPU. (H200: early loads + evict-first stores were the fastest of 6
+// variants at 256, 4096 and 65536 tokens; docs/perf/NOTES.md.)
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdint>
 
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_faults.cuh"
 #include "kernels/cuda/device_props.h"
-#include "kernels/cuda/tuning.h"
 
 namespace kvattn::cuda {
 namespace {
@@ -43,11 +43,8 @@ struct StoreKvParams {
   int64_t row_bytes;
   int64_t block_size;
   int64_t num_slots;
-  int parts;            // warps per token
-  int part_vecs;        // vectors per part (a multiple of 32)
-  int tokens_per_warp;  // units (token, part) per warp: 1, or 2 (16-byte vectors only)
-  int early_loads;      // 1: the first K/V loads are issued before the slots are known
-  int stream_stores;    // 1: evict-first stores
+  int parts;        // warps per token
+  int part_vecs;    // vectors per part (a multiple of 32)
   uint32_t* fault_word;
 };
 
@@ -76,96 +73,60 @@ __device__ __forceinline__ uint16_t load_stream<uint16_t>(const uint16_t* p) {
 
 template <typename Vec>
 __device__ __forceinline__ void store_stream(Vec* p, Vec v) {
-  __stcs(p, v);  // written once here, read by a later decode: evict-first
+  __stcs(p, v);  // written once here, read by a later step's decode: evict-first
 }
 template <>
 __device__ __forceinline__ void store_stream<uint16_t>(uint16_t* p, uint16_t v) {
   *p = v;
 }
 
-// One warp moves kTpw units (token, row part): every load of all its units is issued before
-// the first store.
-template <int kBytes, typename Slot, int kTpw>
-__global__ void __launch_bounds__(kThreads, kTpw == 1 ? 4 : 2)
-    store_kv_kernel(const __grid_constant__ StoreKvParams p) {
+template <int kBytes, typename Slot>
+__global__ void __launch_bounds__(kThreads, 4) store_kv_kernel(const __grid_constant__ StoreKvParams p) {
   using Vec = typename VecOf<kBytes>::type;
   const int lane = threadIdx.x & 31;
   const int64_t warp = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) >> 5;
-  const int64_t units = p.num_tokens * p.parts;
-  const int64_t unit0 = warp * kTpw;
-  if (unit0 >= units) return;
-  const int row_vecs = static_cast<int>(p.row_bytes / kBytes);  // < 2^31 (checked on the host)
+  const int64_t token = warp / p.parts;
+  if (token >= p.num_tokens) return;
+  const int part = static_cast<int>(warp - token * p.parts);
 
-  bool live[kTpw];
-  int64_t token[kTpw];
-  int begin[kTpw], end[kTpw];
-  const Vec* ksrc[kTpw];
-  const Vec* vsrc[kTpw];
-  Vec* kdst[kTpw];
-  Vec* vdst[kTpw];
+  const Vec* ksrc = reinterpret_cast<const Vec*>(p.key + token * p.key_stride);
+  const Vec* vsrc = reinterpret_cast<const Vec*>(p.value + token * p.value_stride);
+  const int row_vecs = static_cast<int>(p.row_bytes / kBytes);  // < 2^31 (checked on the host)
+  const int begin = part * p.part_vecs;
+  const int end = min(row_vecs, begin + p.part_vecs);
+  Vec kx[kUnroll], vx[kUnroll];
+  auto load = [&](int v0) {
 #pragma unroll
-  for (int j = 0; j < kTpw; ++j) {
-    const int64_t unit = unit0 + j;
-    live[j] = unit < units;
-    token[j] = live[j] ? unit / p.parts : 0;
-    const int part = static_cast<int>(unit - token[j] * p.parts);
-    begin[j] = part * p.part_vecs;
-    end[j] = live[j] ? min(row_vecs, begin[j] + p.part_vecs) : 0;
-    ksrc[j] = reinterpret_cast<const Vec*>(p.key + token[j] * p.key_stride);
-    vsrc[j] = reinterpret_cast<const Vec*>(p.value + token[j] * p.value_stride);
-    kdst[j] = nullptr;
-    vdst[j] = nullptr;
-  }
-  Vec kx[kTpw][kUnroll], vx[kTpw][kUnroll];
-  auto load = [&](int off) {
-#pragma unroll
-    for (int j = 0; j < kTpw; ++j) {
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int v = begin[j] + off + lane + 32 * u;
-        if (v < end[j]) {
-          kx[j][u] = load_stream(ksrc[j] + v);
-          vx[j][u] = load_stream(vsrc[j] + v);
-        }
+    for (int u = 0; u < kUnroll; ++u) {
+      const int v = v0 + 32 * u;
+      if (v < end) {
+        kx[u] = load_stream(ksrc + v);
+        vx[u] = load_stream(vsrc + v);
       }
     }
   };
-  if (p.early_loads) load(0);  // in flight together with the slots' loads
+  load(begin + lane);  // in flight together with the slot's load
 
-#pragma unroll
-  for (int j = 0; j < kTpw; ++j) {
-    if (!live[j]) continue;
-    const int64_t slot =
-        static_cast<int64_t>(static_cast<const Slot*>(p.slot_mapping)[token[j] * p.slot_stride]);
-    if (slot < 0 || slot >= p.num_slots) {  // padding, or out of range: skipped
-      if (slot >= p.num_slots && lane == 0 && begin[j] == 0) {
-        record_fault(p.fault_word, kFaultSlotOutOfRange);
-      }
-      end[j] = 0;
-      continue;
-    }
-    const int64_t block = slot / p.block_size;
-    const int64_t row_in_block = (slot - block * p.block_size) * p.row_bytes;
-    kdst[j] = reinterpret_cast<Vec*>(p.k_cache + block * p.k_block_stride + row_in_block);
-    vdst[j] = reinterpret_cast<Vec*>(p.v_cache + block * p.v_block_stride + row_in_block);
+  const int64_t slot =
+      static_cast<int64_t>(static_cast<const Slot*>(p.slot_mapping)[token * p.slot_stride]);
+  if (slot < 0) return;  // padding
+  if (slot >= p.num_slots) {
+    if (lane == 0 && part == 0) record_fault(p.fault_word, kFaultSlotOutOfRange);
+    return;
   }
+  const int64_t block = slot / p.block_size;
+  const int64_t row_in_block = (slot - block * p.block_size) * p.row_bytes;
+  Vec* kdst = reinterpret_cast<Vec*>(p.k_cache + block * p.k_block_stride + row_in_block);
+  Vec* vdst = reinterpret_cast<Vec*>(p.v_cache + block * p.v_block_stride + row_in_block);
 
-  for (int off = 0; off < p.part_vecs; off += 32 * kUnroll) {
-    if (!p.early_loads || off != 0) load(off);
+  for (int v0 = begin + lane; v0 < end; v0 += 32 * kUnroll) {
+    if (v0 != begin + lane) load(v0);
 #pragma unroll
-    for (int j = 0; j < kTpw; ++j) {
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int v = begin[j] + off + lane + 32 * u;
-        if (v < end[j]) {
-          if (p.stream_stores) {
-            store_stream(kdst[j] + v, kx[j][u]);
-            store_stream(vdst[j] + v, vx[j][u]);
-          } else {
-            kdst[j][v] = kx[j][u];
-            vdst[j][v] = vx[j][u];
-          }
-        }
+    for (int u = 0; u < kUnroll; ++u) {
+      const int v = v0 + 32 * u;
+      if (v < end) {
+        store_stream(kdst + v, kx[u]);
+        store_stream(vdst + v, vx[u]);
       }
     }
   }
@@ -185,16 +146,16 @@ int vector_bytes(const StoreKvParams& p) {
   return 2;
 }
 
-template <int kBytes, int kTpw = 1>
+template <int kBytes>
 void launch(const StoreKvParams& p, bool slot64, cudaStream_t stream) {
-  const int64_t warps = (p.num_tokens * p.parts + kTpw - 1) / kTpw;
+  const int64_t warps = p.num_tokens * p.parts;
   const int64_t blocks = (warps * 32 + kThreads - 1) / kThreads;
   KVATTN_CHECK(blocks <= 0x7fffffff, "store_kv: ", p.num_tokens, " tokens exceed one launch");
   const dim3 grid(static_cast<unsigned>(blocks));
   if (slot64) {
-    store_kv_kernel<kBytes, int64_t, kTpw><<<grid, kThreads, 0, stream>>>(p);
+    store_kv_kernel<kBytes, int64_t><<<grid, kThreads, 0, stream>>>(p);
   } else {
-    store_kv_kernel<kBytes, int32_t, kTpw><<<grid, kThreads, 0, stream>>>(p);
+    store_kv_kernel<kBytes, int32_t><<<grid, kThreads, 0, stream>>>(p);
   }
   CUDA_CHECK_LAUNCH();
 }
@@ -241,16 +202,10 @@ void store_kv(const TensorView& key, const TensorView& value, const TensorView& 
   p.part_vecs = static_cast<int>((per_part + 31) / 32 * 32);
   p.parts = static_cast<int>((row_vecs + p.part_vecs - 1) / p.part_vecs);
 
-  const CudaTuning& tuning = cuda_tuning();
-  p.tokens_per_warp = vec == 16 ? std::clamp(tuning.store_kv_tokens_per_warp, 1, 2) : 1;
-  p.early_loads = tuning.store_kv_early_loads ? 1 : 0;
-  p.stream_stores = tuning.store_kv_stream_stores ? 1 : 0;
   const bool slot64 = slot_mapping.dtype == DType::kI64;
   auto s = static_cast<cudaStream_t>(stream.handle);
   switch (vec) {
-    case 16:
-      p.tokens_per_warp == 2 ? launch<16, 2>(p, slot64, s) : launch<16>(p, slot64, s);
-      break;
+    case 16: launch<16>(p, slot64, s); break;
     case 8: launch<8>(p, slot64, s); break;
     case 4: launch<4>(p, slot64, s); break;
     default: launch<2>(p, slot64, s); break;
