@@ -96,7 +96,7 @@ void BlockManager::uncache(BlockId b) {
 // ---- sequence operations ----
 
 bool BlockManager::can_allocate(const Sequence& seq) const {
-  if (seq.owner_ != nullptr) return false;
+  if (seq.owner_ != nullptr || seq.num_tokens() == 0) return false;
   const std::vector<BlockId>& hit_blocks = match_prefix(seq);
   int64_t free_hits = 0;
   for (BlockId b : hit_blocks) free_hits += blocks_[b].ref == 0;
@@ -107,6 +107,8 @@ bool BlockManager::can_allocate(const Sequence& seq) const {
 void BlockManager::allocate(Sequence& seq) {
   KVATTN_CHECK(seq.owner_ == nullptr, "BlockManager::allocate: sequence ", seq.id(),
                " must hold no blocks but holds ", seq.num_blocks());
+  KVATTN_CHECK(seq.num_tokens() > 0, "BlockManager::allocate: sequence ", seq.id(),
+               " must have tokens but has none (moved from?)");
   // The memo on seq: evictions below only invalidate it (new epoch), nothing rewrites it.
   const std::vector<BlockId>& hit_blocks = match_prefix(seq);
   const bool collided = seq.match_collided_;

@@ -453,6 +453,8 @@ TEST(BlockManager, MovedSequenceCarriesItsBlocks) {
   Sequence b(std::move(a));
   EXPECT_FALSE(a.is_allocated());  // NOLINT(bugprone-use-after-move): the contract
   EXPECT_THROW(m.free(a), Error);
+  EXPECT_FALSE(m.can_allocate(a));
+  EXPECT_THROW(m.allocate(a), Error);  // no tokens left
   EXPECT_TRUE(b.is_allocated());
   m.free(b);
   EXPECT_EQ(m.num_free_blocks(), 4);
