@@ -17,7 +17,7 @@ struct GenerateArgs {
   std::vector<std::string> prompts;
   SamplingParams sampling;
   int threads = 0;
-  std::string weights = "auto";  // CPU weight storage: auto | f32 | f16 | bf16
+  std::string weights = "auto";  // CPU weight storage: auto | f32 | f16 | bf16 | q8
   int64_t kv_cache_mb = 0;
   bool quiet = false;  // no loading progress or stats detail on stderr
 };

@@ -54,9 +54,10 @@ int run_generate(const GenerateArgs& args) {
   opt.device = parse_device(args.device);
   opt.num_threads = args.threads;
   opt.kv_cache_bytes = args.kv_cache_mb << 20;
-  if (args.weights == "f32") opt.weight_dtype = DType::kF32;
-  if (args.weights == "f16") opt.weight_dtype = DType::kF16;
-  if (args.weights == "bf16") opt.weight_dtype = DType::kBF16;
+  for (WeightFormat f : {WeightFormat::kF32, WeightFormat::kF16, WeightFormat::kBF16,
+                         WeightFormat::kQ8}) {
+    if (args.weights == weight_format_name(f)) opt.weight_format = f;
+  }
   ProgressLine progress(std::filesystem::path(opt.model).filename().string(), args.quiet);
   opt.on_load_progress = [&](double f) { progress(f); };
 

@@ -83,7 +83,7 @@ int info_gguf(const std::string& path, bool all) {
   } catch (const Error& e) {
     std::printf("tokenizer:           unavailable (%s)\n", e.what());
   }
-  std::printf("kvattn CPU weights:  float16 (dequantized at load; `generate --weights` to change)\n");
+  std::printf("kvattn CPU weights:  q8 (int8, a scale per 32; `generate --weights` to change)\n");
   std::vector<TensorRow> rows;
   for (const auto& t : f.tensors()) {
     rows.push_back({t.name, shape_str(t.shape()), ggml_type_name(t.type), t.numel});

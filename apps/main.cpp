@@ -38,8 +38,9 @@ int main(int argc, char** argv) {
                   "CPU threads (0 => all cores, or one while the machine is oversubscribed)")
       ->default_val(0);
   gen->add_option("--weights", g.weights,
-                  "CPU weight storage: auto (f16 for GGUF, f32 for HF directories), f32, f16, bf16")
-      ->check(CLI::IsMember({"auto", "f32", "f16", "bf16"}));
+                  "CPU weight storage: auto (q8 for GGUF, f32 for HF directories), f32, f16, "
+                  "bf16, q8 (int8, one scale per 32)")
+      ->check(CLI::IsMember({"auto", "f32", "f16", "bf16", "q8"}));
   gen->add_option("--kv-cache-mb", g.kv_cache_mb, "KV cache size in MiB (0 => automatic)")
       ->default_val(0);
   gen->add_flag("-q,--quiet", g.quiet, "No loading progress on stderr");

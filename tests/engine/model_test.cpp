@@ -154,17 +154,18 @@ TEST_P(TinyModel, LLMGreedyTokensMatchHF) {
   EXPECT_EQ(llm.cache_stats().num_used_blocks, 0) << "blocks leaked";
 }
 
-// 16-bit weight storage (the GGUF default on the CPU): only the weights' rounding differs.
-TEST_P(TinyModel, SixteenBitWeightStorageStaysClose) {
+// Compact weight storage (q8 is the GGUF default on the CPU): only the weights' rounding
+// differs, so the error follows the format's precision.
+TEST_P(TinyModel, CompactWeightStorageStaysClose) {
   const auto cases = load_cases(GetParam());
-  for (DType dt : {DType::kF16, DType::kBF16}) {
+  for (auto [fmt, tol] : {std::pair{WeightFormat::kF16, 5e-3}, std::pair{WeightFormat::kBF16, 3e-2},
+                          std::pair{WeightFormat::kQ8, 6e-2}}) {
     ModelOptions mo;
-    mo.weight_dtype = dt;
+    mo.weight_format = fmt;
     auto model = Model::create(load_hf_model(data_dir(GetParam())), Device::cpu(), mo);
-    const double worst = teacher_forced_error(*model, cases, 16, 4096,
-                                              dt == DType::kF16 ? 5e-3 : 3e-2);
+    const double worst = teacher_forced_error(*model, cases, 16, 4096, tol);
     std::printf("[%s] %s weights: max relative logit error vs HF %.2e\n", GetParam().c_str(),
-                std::string(dtype_name(dt)).c_str(), worst);
+                std::string(weight_format_name(fmt)).c_str(), worst);
   }
 }
 

@@ -18,14 +18,26 @@ struct Shape {
   int64_t rows, out, in;
 };
 
-class WeightMatrixTest : public ::testing::TestWithParam<DType> {};
+class WeightMatrixTest : public ::testing::TestWithParam<WeightFormat> {};
+
+// How far a stored weight may be from its float32 source (|w| <= 1 here).
+double storage_error(WeightFormat f, double w) {
+  switch (f) {
+    case WeightFormat::kF32: return 0.0;
+    case WeightFormat::kF16: return 1e-3 * std::abs(w) + 1e-7;
+    case WeightFormat::kBF16: return 4e-3 * std::abs(w) + 1e-7;
+    case WeightFormat::kQ8: return 0.5 / 127 + 1e-7;  // half a step of the block's scale
+  }
+  return 0.0;
+}
 
 TEST_P(WeightMatrixTest, MatchesFloat64Reference) {
-  const DType storage = GetParam();
+  const WeightFormat storage = GetParam();
   // Rounding of the stored weights is part of the format; compare with the rounded weights.
   const double tol = 1e-5;
   for (const Shape s : {Shape{1, 40, 64}, Shape{1, 37, 29}, Shape{2, 100, 576}, Shape{3, 17, 8},
-                        Shape{4, 64, 33}, Shape{5, 70, 64}, Shape{33, 129, 100}, Shape{9, 8, 3}}) {
+                        Shape{4, 64, 33}, Shape{5, 70, 64}, Shape{33, 129, 96}, Shape{9, 8, 3},
+                        Shape{4, 33, 1536}, Shape{7, 20, 100}}) {
     for (float beta : {0.0f, 1.0f}) {
       const uint64_t seed = test::fresh_seed();
       SCOPED_TRACE(::testing::Message() << "rows " << s.rows << " out " << s.out << " in " << s.in
@@ -45,7 +57,8 @@ TEST_P(WeightMatrixTest, MatchesFloat64Reference) {
       }
       const std::vector<float> y0 = y;
       WeightMatrix m(w, storage);
-      ASSERT_EQ(m.dtype(), storage);
+      const bool q8_fallback = storage == WeightFormat::kQ8 && s.in % WeightMatrix::kQ8Block != 0;
+      ASSERT_EQ(m.format(), q8_fallback ? WeightFormat::kF16 : storage);
       std::vector<float> wr(s.in);
       double max_err = 0, max_ref = 0;
       m.apply(x.data(), ldx, s.rows, y.data(), ldy, beta);
@@ -53,7 +66,7 @@ TEST_P(WeightMatrixTest, MatchesFloat64Reference) {
         m.row(n, wr.data());
         for (int64_t k = 0; k < s.in; ++k) {
           const double orig = w.ptr<float>()[n * s.in + k];
-          ASSERT_LE(std::abs(wr[k] - orig), (storage == DType::kF32 ? 0.0 : 1e-2) * std::abs(orig) + 1e-7);
+          ASSERT_LE(std::abs(wr[k] - orig), storage_error(m.format(), orig)) << "w[" << n << ", " << k << "]";
         }
         for (int64_t r = 0; r < s.rows; ++r) {
           double ref = beta == 0.0f ? 0.0 : beta * static_cast<double>(y0[r * ldy + n]);
@@ -73,13 +86,24 @@ TEST_P(WeightMatrixTest, MatchesFloat64Reference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Storage, WeightMatrixTest,
-                         ::testing::Values(DType::kF32, DType::kF16, DType::kBF16),
-                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+                         ::testing::Values(WeightFormat::kF32, WeightFormat::kF16,
+                                           WeightFormat::kBF16, WeightFormat::kQ8),
+                         [](const auto& info) { return std::string(weight_format_name(info.param)); });
 
-TEST(WeightMatrix, RejectsOtherStorage) {
-  Tensor w = Tensor::zeros({2, 2}, DType::kF32);
-  EXPECT_THROW(WeightMatrix(w, DType::kI32), Error);
-  EXPECT_THROW(WeightMatrix(Tensor::zeros({4}, DType::kF32), DType::kF32), Error);
+TEST(WeightMatrix, RejectsNonMatrices) {
+  EXPECT_THROW(WeightMatrix(Tensor::zeros({4}, DType::kF32), WeightFormat::kF32), Error);
+  EXPECT_THROW(WeightMatrix(Tensor::zeros({2, 2}, DType::kF16), WeightFormat::kF32), Error);
+}
+
+TEST(WeightMatrix, Q8KeepsZeroBlocksExact) {
+  Tensor w = Tensor::zeros({2, 64}, DType::kF32);
+  w.ptr<float>()[70] = 0.5f;
+  WeightMatrix m(w, WeightFormat::kQ8);
+  std::vector<float> row(64);
+  m.row(0, row.data());
+  for (float v : row) EXPECT_EQ(v, 0.0f);
+  m.row(1, row.data());
+  EXPECT_FLOAT_EQ(row[6], 0.5f);
 }
 
 }  // namespace

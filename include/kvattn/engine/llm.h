@@ -19,6 +19,7 @@
 
 #include "kvattn/cache/block_manager.h"
 #include "kvattn/core/device.h"
+#include "kvattn/engine/model.h"
 #include "kvattn/engine/model_config.h"
 #include "kvattn/engine/sampler.h"
 #include "kvattn/engine/tokenizer.h"
@@ -30,9 +31,9 @@ struct LLMOptions {
   std::string model;              // a .gguf file, or an HF directory (config.json + safetensors)
   Device device = Device::cpu();
   int num_threads = 0;            // CPU threads (OpenMP); 0 => all cores
-  // CPU weight storage (kF32, kF16, kBF16). Unset: float16 for GGUF files (their weights are
-  // quantized or 16-bit already, and decode runs twice as fast), float32 otherwise.
-  std::optional<DType> weight_dtype;
+  // CPU weight storage. Unset: kQ8 for GGUF files (their weights are quantized already, and
+  // decode is bound by weight bytes), kF32 otherwise (exact HF checkpoints).
+  std::optional<WeightFormat> weight_format;
   int64_t block_size = 16;        // tokens per KV block
   // KV pool size. 0 => the smaller of kv_cache_bytes_default() and what max_num_seqs
   // sequences of the model's full context need.
@@ -89,7 +90,6 @@ struct TokenEvent {
 };
 using TokenCallback = std::function<void(const TokenEvent&)>;
 
-class Model;
 class LLMEngine;
 
 class LLM {

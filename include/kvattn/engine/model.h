@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string_view>
 
 #include "kvattn/cache/batch_context.h"
 #include "kvattn/core/tensor.h"
@@ -25,11 +26,16 @@ struct ModelInput {
   const BatchContext* ctx = nullptr;    // host tensors; the model moves them to its device
 };
 
+// How the CPU model stores its projection and embedding matrices. Activations and
+// accumulation are float32 in every case; decode streams every weight once per step, so its
+// time follows the bytes: kF16/kBF16 halve it, kQ8 (int8 with one float32 scale per 32
+// weights, 8.5 bits a weight) nearly quarters it.
+enum class WeightFormat : uint8_t { kF32, kF16, kBF16, kQ8 };
+std::string_view weight_format_name(WeightFormat f);  // "f32" | "f16" | "bf16" | "q8"
+
 struct ModelOptions {
-  int num_threads = 0;  // CPU: OpenMP threads (GEMMs and attention); 0 => OpenMP's default
-  // CPU: storage of the projection and embedding matrices: kF32, kF16 or kBF16. Activations
-  // and accumulation are float32 either way; 16-bit storage halves decode's weight traffic.
-  DType weight_dtype = DType::kF32;
+  int num_threads = 0;  // CPU: OpenMP threads (GEMMs and attention); 0 => tuned (see below)
+  WeightFormat weight_format = WeightFormat::kF32;  // CPU only; the GPU model uses bf16
 };
 
 class Model {

@@ -37,7 +37,7 @@ LLMEngine::LLMEngine(ModelWeights weights, std::optional<Tokenizer> tokenizer,
                options.kv_cache_bytes);
   ModelOptions mo;
   mo.num_threads = options.num_threads;
-  mo.weight_dtype = options.weight_dtype.value_or(DType::kF32);
+  mo.weight_format = options.weight_format.value_or(WeightFormat::kF32);
   model_ = Model::create(std::move(weights), options.device, mo);
   const ModelConfig& c = model_->config();
   max_model_len_ = c.max_position_embeddings > 0 ? c.max_position_embeddings : (1 << 20);

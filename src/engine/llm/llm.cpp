@@ -28,7 +28,7 @@ std::unique_ptr<LLMEngine> load(LLMOptions options) {
     }
     return std::make_unique<LLMEngine>(std::move(w), std::move(tok), options);
   }
-  if (!options.weight_dtype) options.weight_dtype = DType::kF16;
+  if (!options.weight_format) options.weight_format = WeightFormat::kQ8;
   ModelWeights w = load_gguf_model(options.model, options.on_load_progress);
   std::optional<Tokenizer> tok = Tokenizer::from_gguf(GgufFile::open(options.model));
   return std::make_unique<LLMEngine>(std::move(w), std::move(tok), options);

@@ -1,4 +1,4 @@
-// The CPU model: float32 activations, weights stored as ModelOptions::weight_dtype (see
+// The CPU model: float32 activations, weights stored as ModelOptions::weight_format (see
 // weight_matrix.h). Q/K/V and gate/up are fused at load into one weight each, so a layer is
 // four GEMMs; o_proj and down_proj accumulate straight into the residual stream (beta = 1). Step buffers grow to the largest step seen and are
 // reused, so decode allocates nothing.
@@ -68,7 +68,7 @@ class CpuModel final : public Model {
       : cfg_(w.config), tuner_(default_threads(), options.num_threads) {
     // One thread pool (OpenMP's): BLAS runs single-threaded inside it.
     openblas_set_num_threads(1);
-    const DType wt = options.weight_dtype;
+    const WeightFormat wt = options.weight_format;
     embed_ = WeightMatrix(take(w, "model.embed_tokens.weight"), wt);
     final_norm_ = take(w, "model.norm.weight");
     tied_ = cfg_.tie_word_embeddings && !w.tensors.count("lm_head.weight");

@@ -39,6 +39,16 @@ std::unique_ptr<Model> Model::create(ModelWeights weights, Device device,
 #endif
 }
 
+std::string_view weight_format_name(WeightFormat f) {
+  switch (f) {
+    case WeightFormat::kF32: return "f32";
+    case WeightFormat::kF16: return "f16";
+    case WeightFormat::kBF16: return "bf16";
+    case WeightFormat::kQ8: return "q8";
+  }
+  return "?";
+}
+
 int64_t Model::kv_block_bytes(int64_t block_size) const {
   const ModelConfig& c = config();
   return kvattn::kv_block_bytes({c.num_layers, c.num_kv_heads, c.head_dim, kv_dtype(), block_size});

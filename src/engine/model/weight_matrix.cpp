@@ -5,7 +5,9 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <type_traits>
 
 namespace kvattn::cpu_model {
 namespace {
@@ -124,10 +126,132 @@ void convert_to_f32(const W* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = to_float(src[i]);
 }
 
+// ---- int8 blocks ----
+
+// A kQ8 matrix: q [out, in] int8, scale [out, in / 32] float32.
+struct Q8 {
+  const int8_t* q;
+  const float* scale;
+};
+
+template <int R>
+KVATTN_AVX2 void stream_q8_avx2(Q8 w, int64_t in, int64_t n0, int64_t n1, const float* x,
+                                int64_t ldx, float* y, int64_t ldy, float beta) {
+  const int64_t nb = in / WeightMatrix::kQ8Block;
+  for (int64_t n = n0; n < n1; ++n) {
+    const int8_t* qr = w.q + n * in;
+    const float* sr = w.scale + n * nb;
+    __m256 acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qr + b * 32));
+      const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
+      const __m256 w0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo));
+      const __m256 w1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8)));
+      const __m256 w2 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi));
+      const __m256 w3 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)));
+      const __m256 s = _mm256_set1_ps(sr[b]);
+      for (int r = 0; r < R; ++r) {
+        const float* xb = x + r * ldx + b * 32;
+        __m256 d = _mm256_mul_ps(w0, _mm256_loadu_ps(xb));
+        d = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xb + 8), d);
+        d = _mm256_fmadd_ps(w2, _mm256_loadu_ps(xb + 16), d);
+        d = _mm256_fmadd_ps(w3, _mm256_loadu_ps(xb + 24), d);
+        acc[r] = _mm256_fmadd_ps(d, s, acc[r]);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      const float v = hsum(acc[r]);
+      float& out = y[r * ldy + n];
+      out = beta == 0.0f ? v : v + beta * out;
+    }
+  }
+}
+
+void dequant_q8_row(Q8 w, int64_t in, int64_t row, float* out) {
+  const int8_t* q = w.q + row * in;
+  const float* s = w.scale + row * (in / WeightMatrix::kQ8Block);
+  for (int64_t k = 0; k < in; ++k) out[k] = static_cast<float>(q[k]) * s[k / WeightMatrix::kQ8Block];
+}
+
+void stream(Q8 w, int64_t in, int64_t n0, int64_t n1, const float* x, int64_t ldx,
+            int64_t rows, float* y, int64_t ldy, float beta) {
+  if (!have_avx2()) {
+    std::vector<float> wr(in);
+    for (int64_t n = n0; n < n1; ++n) {
+      dequant_q8_row(w, in, n, wr.data());
+      stream_scalar(wr.data(), in, 0, 1, x, ldx, rows, y + n, ldy, beta);
+    }
+    return;
+  }
+  switch (rows) {
+    case 1: return stream_q8_avx2<1>(w, in, n0, n1, x, ldx, y, ldy, beta);
+    case 2: return stream_q8_avx2<2>(w, in, n0, n1, x, ldx, y, ldy, beta);
+    case 3: return stream_q8_avx2<3>(w, in, n0, n1, x, ldx, y, ldy, beta);
+    default: return stream_q8_avx2<4>(w, in, n0, n1, x, ldx, y, ldy, beta);
+  }
+}
+
+// One block of 32: scale = max|w| / 127, q = round(w / scale).
+KVATTN_AVX2 void quantize_block_avx2(const float* w, int8_t* q, float* scale) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  __m256 m = _mm256_setzero_ps();
+  for (int k = 0; k < 32; k += 8) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(w + k)));
+  __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_max_ss(h, _mm_movehdup_ps(h));
+  const float s = _mm_cvtss_f32(h) / 127.0f;
+  *scale = s;
+  const __m256 inv = _mm256_set1_ps(s > 0.0f ? 1.0f / s : 0.0f);
+  alignas(32) int32_t v[32];
+  for (int k = 0; k < 32; k += 8) {  // cvtps rounds to nearest even
+    _mm256_store_si256(reinterpret_cast<__m256i*>(v + k),
+                       _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(w + k), inv)));
+  }
+  for (int k = 0; k < 32; ++k) q[k] = static_cast<int8_t>(std::clamp(v[k], -127, 127));
+}
+
+void quantize_block_scalar(const float* w, int8_t* q, float* scale) {
+  float amax = 0.0f;
+  for (int k = 0; k < 32; ++k) amax = std::max(amax, std::abs(w[k]));
+  const float s = amax / 127.0f;
+  const float inv = s > 0.0f ? 1.0f / s : 0.0f;
+  *scale = s;
+  for (int k = 0; k < 32; ++k) {
+    q[k] = static_cast<int8_t>(std::clamp(std::nearbyint(w[k] * inv), -127.0f, 127.0f));
+  }
+}
+
+void quantize_q8(const float* src, int64_t out, int64_t in, int8_t* q, float* scale) {
+  static_assert(WeightMatrix::kQ8Block == 32);
+  const int64_t nb = in / WeightMatrix::kQ8Block;
+  const bool avx2 = have_avx2();
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < out; ++n) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const int64_t off = n * in + b * 32;
+      if (avx2) {
+        quantize_block_avx2(src + off, q + off, scale + n * nb + b);
+      } else {
+        quantize_block_scalar(src + off, q + off, scale + n * nb + b);
+      }
+    }
+  }
+}
+
+// Rows [n0, n0 + rows) of W as float32, `in` per row.
+template <typename W>
+void rows_to_f32(const W* w, int64_t in, int64_t n0, int64_t rows, float* out) {
+  convert_to_f32(w + n0 * in, out, rows * in);
+}
+void rows_to_f32(Q8 w, int64_t in, int64_t n0, int64_t rows, float* out) {
+  for (int64_t r = 0; r < rows; ++r) dequant_q8_row(w, in, n0 + r, out + r * in);
+}
+
 // ---- the two paths ----
 
 template <typename W>
-void apply_typed(const W* w, int64_t out, int64_t in, const float* x, int64_t ldx, int64_t rows,
+void apply_typed(W w, int64_t out, int64_t in, const float* x, int64_t ldx, int64_t rows,
                  float* y, int64_t ldy, float beta) {
   const int nt = omp_get_max_threads();
   if (rows <= kStreamingMaxRows) {
@@ -149,15 +273,15 @@ void apply_typed(const W* w, int64_t out, int64_t in, const float* x, int64_t ld
 #pragma omp parallel num_threads(nt)
   {
     thread_local std::vector<float> buf;
-    if constexpr (!std::is_same_v<W, float>) buf.resize(panel * in);
+    if constexpr (!std::is_same_v<W, const float*>) buf.resize(panel * in);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t p = 0; p < num_panels; ++p) {
       const int64_t n0 = p * panel, nb = std::min(panel, out - n0);
       const float* wp;
-      if constexpr (std::is_same_v<W, float>) {
+      if constexpr (std::is_same_v<W, const float*>) {
         wp = w + n0 * in;
       } else {
-        convert_to_f32(w + n0 * in, buf.data(), nb * in);
+        rows_to_f32(w, in, n0, nb, buf.data());
         wp = buf.data();
       }
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(rows),
@@ -170,51 +294,60 @@ void apply_typed(const W* w, int64_t out, int64_t in, const float* x, int64_t ld
 
 }  // namespace
 
-WeightMatrix::WeightMatrix(const Tensor& f32, DType storage) {
+WeightMatrix::WeightMatrix(const Tensor& f32, WeightFormat format) : format_(format) {
   KVATTN_CHECK(f32.dtype() == DType::kF32 && f32.view().ndim == 2,
                "WeightMatrix: source must be a float32 matrix but is ", f32.dtype(), " ",
                f32.view().shape_str());
   out_ = f32.size(0);
   in_ = f32.size(1);
-  switch (storage) {
-    case DType::kF32:
+  if (format_ == WeightFormat::kQ8 && in_ % kQ8Block != 0) format_ = WeightFormat::kF16;
+  switch (format_) {
+    case WeightFormat::kF32:
       data_ = f32;
       break;
-    case DType::kF16:
+    case WeightFormat::kF16:
       data_ = Tensor::empty({out_, in_}, DType::kF16);
       convert_from_f32(f32.ptr<float>(), data_.ptr<f16_t>(), out_ * in_);
       break;
-    case DType::kBF16:
+    case WeightFormat::kBF16:
       data_ = Tensor::empty({out_, in_}, DType::kBF16);
       convert_from_f32(f32.ptr<float>(), data_.ptr<bf16_t>(), out_ * in_);
       break;
-    default:
-      KVATTN_FAIL("WeightMatrix: storage must be float32, float16 or bfloat16 but is ", storage);
+    case WeightFormat::kQ8:
+      data_ = Tensor::empty({out_, in_}, DType::kU8);
+      scales_ = Tensor::empty({out_, in_ / kQ8Block}, DType::kF32);
+      quantize_q8(f32.ptr<float>(), out_, in_, data_.ptr<int8_t>(), scales_.ptr<float>());
+      break;
   }
 }
 
 void WeightMatrix::apply(const float* x, int64_t ldx, int64_t rows, float* y, int64_t ldy,
                          float beta) const {
   if (rows <= 0) return;
-  switch (data_.dtype()) {
-    case DType::kF32:
-      return apply_typed(data_.ptr<float>(), out_, in_, x, ldx, rows, y, ldy, beta);
-    case DType::kF16:
-      return apply_typed(data_.ptr<f16_t>(), out_, in_, x, ldx, rows, y, ldy, beta);
-    default:
-      return apply_typed(data_.ptr<bf16_t>(), out_, in_, x, ldx, rows, y, ldy, beta);
+  switch (format_) {
+    case WeightFormat::kF32:
+      return apply_typed(data_.ptr<const float>(), out_, in_, x, ldx, rows, y, ldy, beta);
+    case WeightFormat::kF16:
+      return apply_typed(data_.ptr<const f16_t>(), out_, in_, x, ldx, rows, y, ldy, beta);
+    case WeightFormat::kBF16:
+      return apply_typed(data_.ptr<const bf16_t>(), out_, in_, x, ldx, rows, y, ldy, beta);
+    case WeightFormat::kQ8:
+      return apply_typed(Q8{data_.ptr<const int8_t>(), scales_.ptr<const float>()}, out_, in_, x,
+                         ldx, rows, y, ldy, beta);
   }
 }
 
 void WeightMatrix::row(int64_t i, float* out) const {
-  switch (data_.dtype()) {
-    case DType::kF32:
+  switch (format_) {
+    case WeightFormat::kF32:
       std::memcpy(out, data_.ptr<float>() + i * in_, in_ * sizeof(float));
       return;
-    case DType::kF16:
+    case WeightFormat::kF16:
       return convert_to_f32(data_.ptr<f16_t>() + i * in_, out, in_);
-    default:
+    case WeightFormat::kBF16:
       return convert_to_f32(data_.ptr<bf16_t>() + i * in_, out, in_);
+    case WeightFormat::kQ8:
+      return dequant_q8_row(Q8{data_.ptr<const int8_t>(), scales_.ptr<const float>()}, in_, i, out);
   }
 }
 

@@ -1,10 +1,12 @@
-// Internal: a linear layer's weight [out, in] on the host, stored as float32, float16 or
-// bfloat16, and y = x W^T over it with the OpenMP thread pool.
+// Internal: a linear layer's weight [out, in] on the host in one of the WeightFormats, and
+// y = x W^T over it with the OpenMP thread pool.
 //
-// Decode is bound by weight bandwidth, so 16-bit storage halves its time. Steps with few rows
-// (decode) use an AVX2/F16C kernel that streams the weight once for all rows; larger steps
-// (prefill) convert panels of the weight to float32 and run single-threaded OpenBLAS sgemm on
-// them, one panel per thread at a time. Every thread pool is OpenMP's: OpenBLAS is set to one
+// Decode is bound by weight bandwidth, so compact storage cuts its time. Steps with few rows
+// (decode) use an AVX2 kernel that streams the weight once for all rows, converting to float32
+// in registers; larger steps (prefill) convert panels of the weight to float32 and run
+// single-threaded OpenBLAS sgemm on them, one panel per thread at a time.
+// kQ8 layout: int8 [out, in] plus float32 scales [out, in / 32]; w = q * scale of its block of
+// 32 along `in` (symmetric, q in [-127, 127]). It needs in % 32 == 0; otherwise kF16 is used. Every thread pool is OpenMP's: OpenBLAS is set to one
 // thread, so no second pool spins against it on a small machine.
 #pragma once
 
@@ -12,19 +14,22 @@
 #include <vector>
 
 #include "kvattn/core/tensor.h"
+#include "kvattn/engine/model.h"
 
 namespace kvattn::cpu_model {
 
 class WeightMatrix {
  public:
   WeightMatrix() = default;
-  // From a float32 [out, in] tensor, converted to `storage` (kF32, kF16 or kBF16). A float32
-  // source is kept as is (shared, not copied).
-  WeightMatrix(const Tensor& f32, DType storage);
+  // From a float32 [out, in] tensor, converted to `format`. A float32 source is kept as is
+  // (shared, not copied).
+  WeightMatrix(const Tensor& f32, WeightFormat format);
+
+  static constexpr int64_t kQ8Block = 32;
 
   int64_t out_features() const { return out_; }
   int64_t in_features() const { return in_; }
-  DType dtype() const { return data_.dtype(); }
+  WeightFormat format() const { return format_; }
 
   // y[r, 0:out] = x[r, 0:in] W^T + beta * y[r, 0:out] for r < rows; ldx/ldy are row strides.
   void apply(const float* x, int64_t ldx, int64_t rows, float* y, int64_t ldy,
@@ -35,6 +40,8 @@ class WeightMatrix {
 
  private:
   Tensor data_;
+  Tensor scales_;  // kQ8 only
+  WeightFormat format_ = WeightFormat::kF32;
   int64_t out_ = 0, in_ = 0;
 };
 
