@@ -184,13 +184,10 @@ double rel_l2(const std::vector<float>& a, const std::vector<float>& ref) {
   return std::sqrt(num / std::max(den, 1e-30));
 }
 
-// Alternative tile (the library's default is DefaultPrefillTile<128, true>: 48 keys per tile).
-// FA2's 128 x 64 tile: 1-4% faster on the packed shapes in the 2026-11-29 run, but ptxas 13.0
-// spills a few words with it. (An 8-warp x 16-row variant ran 17-20% slower and was dropped.)
-// Paged keys go through the cp.async block-id prefetch (kPrefetchTable): with this tile 340/338
-// TFLOP/s at page 16/256 in the v2 run vs 328/338 with the v1 table walk in the v1 run (a
-// cross-run comparison); with the default's 48-key tile the prefetch was 2-3% slower.
-using TileN64 = cuda::PrefillTile<128, 128, 64, 4, 2, true>;
+// Alternative tile: the library's default for causal head_dim 128 is FA2's 128 x 64 tile with
+// the cp.async block-id prefetch (v3); this times v1's spill-free 48-key tile with the plain
+// table walk beside it. (An 8-warp x 16-row variant ran 17-20% slower and was dropped.)
+using TileN48 = cuda::PrefillTile<128, 128, 48, 4, 2>;
 
 template <class Tile>
 void run_tile(const Problem& p) {
@@ -246,7 +243,7 @@ int main(int argc, char** argv) {
     };
     const std::vector<Variant> variants = {
         {"default", [&] { prefill_attention(p.args); }},
-        {"tile128x64w4", [&] { run_tile<TileN64>(p); }},
+        {"tile128x48w4", [&] { run_tile<TileN48>(p); }},
     };
     std::vector<float> ref;
     for (const Variant& var : variants) {

@@ -64,9 +64,10 @@ struct PrefillTile {
 
 // The tiles the library runs (bench/gpu_prefill_bench.cu times alternatives). Each warp owns 32
 // query rows, as in FlashAttention-2 (half the shared-memory traffic per MMA of 16-row warps).
-// head_dim 128: the output accumulators alone take 128 registers per thread, and kBlockN = 48
-// (causal) / 32 (non-causal) is the widest score tile that ptxas fits in 255 registers without
-// spilling (64 spills a few words in the copy path).
+// head_dim 128: the output accumulators alone take 128 registers per thread. Causal runs
+// kBlockN = 64 with the block-table prefetch: it spills 8-20 bytes in the copy path, yet was the
+// fastest on every shape on the H200 (NOTES "CUDA prefill" v2: +3.5% packed, +4% paged over
+// the spill-free 48-key tile). Non-causal keeps 32, the widest spill-free tile.
 template <int kHeadDim, bool kCausal>
 struct DefaultPrefillTile;
 template <bool kCausal>
@@ -75,7 +76,7 @@ struct DefaultPrefillTile<64, kCausal> {
 };
 template <bool kCausal>
 struct DefaultPrefillTile<128, kCausal> {
-  using type = PrefillTile<128, 128, kCausal ? 48 : 32, 4, 2>;
+  using type = PrefillTile<128, 128, kCausal ? 64 : 32, 4, 2, kCausal>;
 };
 
 template <typename T, class Tile, bool kCausal, bool kPaged>
