@@ -32,10 +32,11 @@ TeamTuner::TeamTuner(int max_threads, int fixed)
   // Idle machines meet in a few microseconds; 100 us means peers wait for a time slice.
   const double barrier = barrier_seconds(max_threads_);
   preferred_ = barrier > 100e-6 ? 1 : 0;
-  // Barriers of a millisecond or more: the other choice is likely far slower; try it late.
-  if (barrier > 1e-3) {
-    for (Stats& s : classes_) s.next_explore = s.interval = 8 * kMinExplore;
-  }
+  // All threads preferred: check one thread early, it costs little if the probe was right and
+  // saves much if the load rose since. Barriers of a millisecond or more: all threads is
+  // likely far slower; try it late.
+  const int64_t first = preferred_ == 0 ? 4 : barrier > 1e-3 ? 8 * kMinExplore : kMinExplore;
+  for (Stats& s : classes_) s.next_explore = first;
 }
 
 int TeamTuner::begin(int64_t tokens) {
