@@ -10,9 +10,10 @@
 namespace kvattn::cpu_model {
 namespace {
 
-// Mean wall time of an empty parallel region of `threads` threads (a barrier round trip).
+// Mean wall time of an empty parallel region of `threads` threads (a barrier round trip):
+// microseconds when the cores are free, milliseconds when a peer waits for a time slice.
 double barrier_seconds(int threads) {
-  constexpr int kRounds = 16;
+  constexpr int kRounds = 8;
   volatile int sink = 0;
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < kRounds; ++i) {
@@ -23,21 +24,13 @@ double barrier_seconds(int threads) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / kRounds;
 }
 
+// Parallel regions in one step of the model (4 GEMMs and attention per layer, and more).
+constexpr double kRegionsPerStep = 150.0;
+
 }  // namespace
 
 TeamTuner::TeamTuner(int max_threads, int fixed)
-    : max_threads_(max_threads < 1 ? 1 : max_threads), fixed_(fixed) {
-  if (fixed_ > 0 || max_threads_ == 1) return;
-  barrier_seconds(max_threads_);  // warm the pool up
-  // Idle machines meet in a few microseconds; 100 us means peers wait for a time slice.
-  const double barrier = barrier_seconds(max_threads_);
-  preferred_ = barrier > 100e-6 ? 1 : 0;
-  // All threads preferred: check one thread early, it costs little if the probe was right and
-  // saves much if the load rose since. Barriers of a millisecond or more: all threads is
-  // likely far slower; try it late.
-  const int64_t first = preferred_ == 0 ? 4 : barrier > 1e-3 ? 8 * kMinExplore : kMinExplore;
-  for (Stats& s : classes_) s.next_explore = first;
-}
+    : max_threads_(max_threads < 1 ? 1 : max_threads), fixed_(fixed) {}
 
 int TeamTuner::begin(int64_t tokens) {
   tokens_ = tokens < 1 ? 1 : tokens;
@@ -45,39 +38,47 @@ int TeamTuner::begin(int64_t tokens) {
   if (max_threads_ == 1) return 1;
   cls_ = tokens <= kStreamingMaxRows ? 0 : 1;
   Stats& s = classes_[cls_];
-  exploring_ = false;
-  // Until both are measured, the probe's pick counts as the better one.
-  const int best = s.trials[0] == 0 || s.trials[1] == 0 ? preferred_
-                                                        : (s.cost[0] <= s.cost[1] ? 0 : 1);
-  choice_ = best;
-  if (s.trials[best] > 0 && --s.next_explore <= 0) {
-    choice_ = 1 - best;
-    exploring_ = true;
+  const int other = 1 - s.incumbent;
+  const bool regret = s.cost[other] > 0.0 && s.cost[s.incumbent] > 2.0 * s.cost[other];
+  choice_ = (--s.until_trial <= 0 || regret) ? other : s.incumbent;
+  if (choice_ == 0 && s.cost[1] > 0.0) {
+    // Before a whole step with all threads, a few empty regions: if barriers already take
+    // time slices, the step would cost ~kRegionsPerStep of them; count it as lost unrun.
+    const double barrier = barrier_seconds(max_threads_);
+    if (barrier > 50e-6) {
+      lose(s, s.cost[1] + kRegionsPerStep * barrier / static_cast<double>(tokens_));
+      choice_ = s.incumbent;
+    }
   }
-  return choice_ == 0 ? max_threads_ : 1;
+  return threads(choice_);
+}
+
+void TeamTuner::lose(Stats& s, double challenger_cost) {
+  const double r = challenger_cost / std::max(s.cost[s.incumbent], 1e-12);
+  s.interval = std::min<int64_t>(
+      kMaxInterval, std::max<int64_t>(2 * s.interval, static_cast<int64_t>(16.0 * r)));
+  s.until_trial = s.interval;
 }
 
 void TeamTuner::end(double seconds) {
   if (fixed_ > 0 || max_threads_ == 1) return;
   Stats& s = classes_[cls_];
   const double per_token = seconds / static_cast<double>(tokens_);
-  const int before = s.trials[0] == 0 || s.trials[1] == 0 ? preferred_
-                                                          : (s.cost[0] <= s.cost[1] ? 0 : 1);
-  double& c = s.cost[choice_];
-  c = s.trials[choice_] == 0 ? per_token : 0.5 * c + 0.5 * per_token;
-  ++s.trials[choice_];
-  if (exploring_) {
-    const int after = s.cost[0] <= s.cost[1] ? 0 : 1;
-    // Lost again: look less often, and so rarely that a probe costs at most ~1/16 of the time
-    // (a probe slower by a factor r waits 16 r steps). Won: the load changed, watch closely.
-    if (after == before) {
-      const double r = s.cost[1 - after] / std::max(s.cost[after], 1e-12);
-      s.interval = std::min<int64_t>(
-          kMaxExplore, std::max<int64_t>(2 * s.interval, static_cast<int64_t>(16.0 * r)));
-    } else {
-      s.interval = kMinExplore;
-    }
-    s.next_explore = s.interval;
+  if (choice_ == s.incumbent) {
+    double& c = s.cost[choice_];
+    c = c == 0.0 ? per_token : 0.7 * c + 0.3 * per_token;
+    return;
+  }
+  // A challenge: one step of the other choice.
+  s.cost[choice_] = per_token;
+  const double incumbent = s.cost[s.incumbent];
+  const double bar = choice_ == 0 ? 0.85 * incumbent : incumbent;
+  if (incumbent == 0.0 || per_token < bar) {
+    s.incumbent = choice_;
+    s.interval = kMinInterval;  // the load changed: keep watching closely
+    s.until_trial = s.interval;
+  } else {
+    lose(s, per_token);
   }
 }
 

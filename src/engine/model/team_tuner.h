@@ -1,14 +1,18 @@
 // Internal: chooses the OpenMP team size of each CPU model step from measured step times.
 //
-// On an idle machine every core helps. On an oversubscribed one (a shared box, ctest -j) a
-// team of two threads that must meet at ~150 barriers per token can run 10x slower than one
-// thread, because each barrier waits for a descheduled peer. So:
-// - at construction a probe times a few empty parallel regions; slow barriers mean "start
-//   with one thread";
-// - then the model times its steps, decode-sized and prefill-sized apart, and uses the choice
-//   (all threads or one) with the lower cost per token, re-trying the other one now and then,
-//   less often each time it loses (and the more rarely the more it lost by), so the choice
-//   follows the load while the probing costs at most ~1/16 of the time.
+// On an idle machine every core helps (decode ~1.7x with two). On an oversubscribed one (a
+// shared box, ctest -j) a team that must meet at ~150 barriers per token can run 50x slower
+// than one thread: each barrier waits for a descheduled peer's next time slice. A probe at
+// start-up cannot tell (fresh threads are scheduled eagerly), so the tuner learns from the
+// steps themselves, decode-sized and prefill-sized apart:
+// - it starts with one thread (the choice with the bounded downside);
+// - now and then it runs one step with the other choice, which takes over if cheaper per
+//   token (all threads must win by 15%: their gain is bounded, their loss is not). Before
+//   such a step with all threads, 8 empty parallel regions are timed; if they already wait
+//   for time slices the step is not run and counts as lost;
+// - a losing challenger is retried less often the more it lost by, so probing costs at most
+//   ~1/16 of the time; an incumbent that becomes twice as costly as the other choice last
+//   measured is challenged at once.
 #pragma once
 
 #include <cstdint>
@@ -24,22 +28,26 @@ class TeamTuner {
   int begin(int64_t tokens);
   void end(double seconds);
 
-  static constexpr int64_t kMinExplore = 16;
-  static constexpr int64_t kMaxExplore = 4096;
+  static constexpr int64_t kFirstTrial = 4;
+  static constexpr int64_t kMinInterval = 16;
+  static constexpr int64_t kMaxInterval = 4096;
 
  private:
   struct Stats {
-    double cost[2] = {0.0, 0.0};  // EMA of seconds per token: [all threads, one thread]
-    int trials[2] = {0, 0};
-    int64_t next_explore = kMinExplore;  // steps until the losing choice is tried again
-    int64_t interval = kMinExplore;
+    int incumbent = 1;                 // 0: all threads, 1: one thread
+    double cost[2] = {0.0, 0.0};       // seconds per token by choice (0: never measured)
+    int64_t until_trial = kFirstTrial; // incumbent steps before the next challenge
+    int64_t interval = kMinInterval;
   };
+  int threads(int choice) const { return choice == 0 ? max_threads_ : 1; }
+  // The challenger lost at `challenger_cost` per token: retry later, the later the worse.
+  void lose(Stats& s, double challenger_cost);
+
   int max_threads_;
   int fixed_;
-  int preferred_ = 0;  // the probe's pick, tried first
-  Stats classes_[2];   // [decode-sized, prefill-sized]
-  int cls_ = 0, choice_ = 0;
-  bool exploring_ = false;
+  Stats classes_[2];  // [decode-sized, prefill-sized]
+  int cls_ = 0;
+  int choice_ = 1;
   int64_t tokens_ = 0;
 };
 
