@@ -13,7 +13,9 @@ divergence (a bf16 near-tie explains it), and the relative logit error.
 
 Weights are drawn with a fixed seed and scaled so activations are O(1) (HF's default init,
 std 0.02, makes every logit nearly equal: every step would be a near-tie). The lm_head is
-untied: a random tied one makes greedy repeat the last prompt token forever.
+untied (a random tied one makes greedy repeat the last prompt token forever) and its rows
+have log-normal norms (with equal norms the top-2 logits of 152k tokens are often equal in
+bf16, and token equality says nothing).
 """
 import argparse
 import json
@@ -51,6 +53,11 @@ def main():
                 p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=gen))
             elif "embed_tokens" in name:
                 p.copy_(torch.randn(p.shape, generator=gen))
+            elif name == "lm_head.weight":
+                # Log-normal row norms: the top logits come from a few large rows and stand
+                # apart by far more than a bf16 step, so exact bf16 ties become rare.
+                rows = torch.randn(p.shape, generator=gen) / math.sqrt(p.shape[1])
+                p.copy_(rows * torch.exp(0.7 * torch.randn(p.shape[0], 1, generator=gen)))
             else:
                 p.copy_(torch.randn(p.shape, generator=gen) / math.sqrt(p.shape[1]))
     model = model.to(device=args.device, dtype=torch.bfloat16).eval()

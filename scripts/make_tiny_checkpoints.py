@@ -2,7 +2,8 @@
 """Writes the tiny random checkpoints the engine tests compare against HF transformers.
 
 For each of a random Llama and a random Qwen3 (hidden 64, 2 layers, 4 query / 2 KV heads,
-head_dim 16, vocab 320) it saves, under tests/data/tiny_<arch>/:
+head_dim 64 -- the smallest the CUDA attention kernels take --, vocab 320) it saves, under
+tests/data/tiny_<arch>/:
   config.json, model.safetensors   -- what kvattn's load_hf_model reads (float32, no tokenizer)
   expected.json                    -- fixed token-id prompts, HF's greedy continuation of each,
                                       and HF's float32 logits at every step of that continuation.
@@ -27,7 +28,7 @@ PROMPT_LENGTHS = [1, 7, 33, 70]
 
 def common_kwargs():
     return dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                num_attention_heads=4, num_key_value_heads=2, head_dim=64,
                 max_position_embeddings=4096, rms_norm_eps=1e-6, bos_token_id=1,
                 eos_token_id=2, attn_implementation="eager", torch_dtype=torch.float32)
 
@@ -50,7 +51,7 @@ def build(arch):
             elif p.dim() == 2 and "embed_tokens" in name:
                 # Tied: a smaller embedding so the residual stream is not just the input token
                 # (which would make greedy repeat the prompt's last token forever).
-                p.copy_(torch.randn(p.shape, generator=gen) * (0.25 if tied else 1.0))
+                p.copy_(torch.randn(p.shape, generator=gen) * (0.1 if tied else 1.0))
             else:  # linear [out, in]
                 p.copy_(torch.randn(p.shape, generator=gen) / math.sqrt(p.shape[1]))
     model.eval()

@@ -82,7 +82,7 @@ TEST(LLM, PreemptionUnderASmallPoolKeepsTheTokens) {
   const auto expect = tokens_of(make_llm()->generate(prompts, greedy(24)));
 
   LLMOptions small;
-  small.kv_cache_bytes = 8 * 8192;  // 8 blocks of 16 tokens (tiny llama: 8 KiB per block)
+  small.kv_cache_bytes = 8 * 32768;  // 8 blocks of 16 tokens (tiny llama: 32 KiB per block)
   auto llm = make_llm(small);
   EXPECT_EQ(llm->kv_cache_tokens(), 128);
   EXPECT_EQ(tokens_of(llm->generate(prompts, greedy(24))), expect);
@@ -182,7 +182,7 @@ TEST(LLM, RejectsBadPrompts) {
   EXPECT_THROW(llm->generate(std::vector<std::string>{"text needs a tokenizer"}, greedy(4)),
                Error);
   LLMOptions tiny_pool;
-  tiny_pool.kv_cache_bytes = 2 * 8192;  // 32 tokens
+  tiny_pool.kv_cache_bytes = 2 * 32768;  // 32 tokens
   EXPECT_THROW(make_llm(tiny_pool)->generate({std::vector<int32_t>(33, 5)}, greedy(4)), Error);
   // The engine is still usable after a rejected call.
   EXPECT_EQ(llm->generate({std::vector<int32_t>{5, 6}}, greedy(3))[0].token_ids.size(), 3u);
