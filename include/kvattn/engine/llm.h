@@ -79,8 +79,9 @@ struct GenerationStats {
 
 // One generated token of one prompt, as it is produced. `text` is what may be shown now: it is
 // empty while a UTF-8 character or a possible stop string is incomplete. The last event of a
-// prompt has finished == true (its token is -1 when the stop came from a token or string that
-// is not part of the output, or when only held-back text is flushed).
+// prompt has finished == true; its token is -1 when a stop token ended the prompt (stop
+// tokens are not part of the output) and its text flushes what was held back. A stop string
+// ends the prompt at the token that completed it; the text stops right before the string.
 struct TokenEvent {
   size_t index = 0;  // which prompt
   int32_t token = -1;
@@ -92,6 +93,7 @@ using TokenCallback = std::function<void(const TokenEvent&)>;
 
 class LLMEngine;
 
+// One generate() at a time: an LLM is not thread-safe.
 class LLM {
  public:
   explicit LLM(const LLMOptions& options);
