@@ -65,6 +65,10 @@ struct GenerationStats {
   double decode_seconds = 0.0;
   int64_t num_steps = 0;
   int64_t num_preemptions = 0;
+  // Wall time inside the model's forward calls (the device's work plus waiting for it) and
+  // the rest of the step loop (scheduling, metadata, sampling on the host, callbacks).
+  double model_seconds = 0.0;
+  double host_seconds = 0.0;
   double prefill_tokens_per_second() const {
     return prefill_seconds > 0 ? num_prefill_tokens / prefill_seconds : 0.0;
   }

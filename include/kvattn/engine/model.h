@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include "kvattn/cache/batch_context.h"
+#include "kvattn/cache/block_manager.h"
 #include "kvattn/core/tensor.h"
 #include "kvattn/engine/model_config.h"
 #include "kvattn/engine/weights.h"
@@ -36,6 +37,23 @@ std::string_view weight_format_name(WeightFormat f);  // "f32" | "f16" | "bf16" 
 struct ModelOptions {
   int num_threads = 0;  // CPU: OpenMP threads (GEMMs and attention); 0 => tuned (see below)
   WeightFormat weight_format = WeightFormat::kF32;  // CPU only; the GPU model uses bf16
+  // GPU only: replay decode steps from CUDA graphs captured for a ladder of padded batch sizes
+  // (1, 2, 4, 8, then every 16 up to max_decode_batch). false => eager launches (debugging).
+  bool cuda_graphs = true;
+  int64_t max_decode_batch = 256;  // the largest decode batch a graph is captured for
+};
+
+// How to draw the token of one logit row on the model's device. The draw is a function of
+// (seed, stream, step) only, so it does not depend on the batch the row is in. Filters as
+// in Sampler (sampler.h): temperature <= 0 or top_k == 1 is greedy argmax, lowest id on ties.
+struct RowSampling {
+  float temperature = 0.0f;
+  int32_t top_k = 0;    // <= 0 => off
+  float top_p = 1.0f;   // >= 1 => off
+  float min_p = 0.0f;   // <= 0 => off
+  uint64_t seed = 0;    // SamplingParams::seed
+  uint64_t stream = 0;  // which sequence of the request set (its index; a sample of n > 1 adds)
+  uint64_t step = 0;    // how many tokens that sequence has generated before this one
 };
 
 class Model {
@@ -63,6 +81,30 @@ class Model {
 
   // One step. `logits` is host float32 [input.logit_rows.size(), vocab_size].
   virtual void forward(const ModelInput& input, std::span<float> logits) = 0;
+
+  // Device sampling. When samples_on_device() is true, forward_sample() runs the step and
+  // draws one token per logit row on the device (only the ids come back: no logits cross
+  // to the host); `rows` and `tokens` have input.logit_rows.size() entries. Otherwise the
+  // caller runs forward() and samples the logits on the host; the default forward_sample()
+  // throws.
+  virtual bool samples_on_device() const { return false; }
+  virtual void forward_sample(const ModelInput& input, std::span<const RowSampling> rows,
+                              std::span<int32_t> tokens);
+
+  // Fork's copy-on-write: block dst := block src in every layer's K and V (BlockManager::fork
+  // returns the copies). Must run before the next forward() reads those blocks.
+  virtual void copy_kv_blocks(std::span<const BlockCopy> copies) = 0;
+
+  // Memory planning, before allocate_kv_cache(). The GPU model runs a warm-up of the largest
+  // step it will be given (max_num_batched_tokens tokens; decode graphs up to
+  // max_decode_batch rows, so their memory is counted) and returns the bytes the KV pool may
+  // take: memory_fraction of the device's total memory, minus what is in use after the
+  // warm-up. The CPU model returns 0 (no device-specific budget: the engine's default applies).
+  virtual int64_t kv_cache_budget(int64_t max_num_batched_tokens, double memory_fraction) {
+    (void)max_num_batched_tokens;
+    (void)memory_fraction;
+    return 0;
+  }
 };
 
 }  // namespace kvattn

@@ -108,6 +108,11 @@ class CudaModel final : public Model {
   DType kv_dtype() const override { return DType::kBF16; }
   int64_t num_kv_blocks() const override { return pool_ ? pool_->num_blocks() : 0; }
   int64_t kv_block_size() const override { return pool_ ? pool_->spec().block_size : 0; }
+  void copy_kv_blocks(std::span<const BlockCopy> copies) override {
+    KVATTN_CHECK(pool_ != nullptr || copies.empty(),
+                 "Model::copy_kv_blocks: no KV cache is allocated");
+    if (!copies.empty()) pool_->copy_blocks(copies);
+  }
 
   void allocate_kv_cache(int64_t num_blocks, int64_t block_size) override {
     for (auto& l : layers_) l.attn->bind_cache(TensorView(), TensorView());

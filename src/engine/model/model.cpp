@@ -49,6 +49,12 @@ std::string_view weight_format_name(WeightFormat f) {
   return "?";
 }
 
+void Model::forward_sample(const ModelInput& /*input*/, std::span<const RowSampling> /*rows*/,
+                           std::span<int32_t> /*tokens*/) {
+  KVATTN_FAIL("Model::forward_sample: this ", device(),
+              " model does not sample on its device; call forward() and sample on the host");
+}
+
 int64_t Model::kv_block_bytes(int64_t block_size) const {
   const ModelConfig& c = config();
   return kvattn::kv_block_bytes({c.num_layers, c.num_kv_heads, c.head_dim, kv_dtype(), block_size});
