@@ -4,14 +4,18 @@
 
 #include <algorithm>
 #include <chrono>
+#include <utility>
 
 #include "engine/model/weight_matrix.h"
 
 namespace kvattn::cpu_model {
 namespace {
 
-// Mean wall time of an empty parallel region of `threads` threads (a barrier round trip):
-// microseconds when the cores are free, milliseconds when a peer waits for a time slice.
+// Parallel regions in one step of the model (4 GEMMs and attention per layer, and more).
+constexpr double kRegionsPerStep = 150.0;
+
+}  // namespace
+
 double barrier_seconds(int threads) {
   constexpr int kRounds = 8;
   volatile int sink = 0;
@@ -24,13 +28,8 @@ double barrier_seconds(int threads) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / kRounds;
 }
 
-// Parallel regions in one step of the model (4 GEMMs and attention per layer, and more).
-constexpr double kRegionsPerStep = 150.0;
-
-}  // namespace
-
-TeamTuner::TeamTuner(int max_threads, int fixed)
-    : max_threads_(max_threads < 1 ? 1 : max_threads), fixed_(fixed) {}
+TeamTuner::TeamTuner(int max_threads, int fixed, BarrierProbe probe)
+    : max_threads_(max_threads < 1 ? 1 : max_threads), fixed_(fixed), probe_(std::move(probe)) {}
 
 int TeamTuner::begin(int64_t tokens) {
   tokens_ = tokens < 1 ? 1 : tokens;
@@ -44,7 +43,7 @@ int TeamTuner::begin(int64_t tokens) {
   if (choice_ == 0 && s.cost[1] > 0.0) {
     // Before a whole step with all threads, a few empty regions: if barriers already take
     // time slices, the step would cost ~kRegionsPerStep of them; count it as lost unrun.
-    const double barrier = barrier_seconds(max_threads_);
+    const double barrier = probe_(max_threads_);
     if (barrier > 50e-6) {
       lose(s, s.cost[1] + kRegionsPerStep * barrier / static_cast<double>(tokens_));
       choice_ = s.incumbent;

@@ -16,13 +16,20 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 namespace kvattn::cpu_model {
 
+// Mean wall time of an empty parallel region of `threads` threads (a barrier round trip):
+// microseconds when the cores are free, milliseconds when a peer waits for a time slice.
+double barrier_seconds(int threads);
+
 class TeamTuner {
  public:
+  using BarrierProbe = std::function<double(int threads)>;
   // fixed > 0: always that many threads (no tuning). Otherwise choose between max_threads and 1.
-  TeamTuner(int max_threads, int fixed);
+  // `probe` times a barrier before a trial step with all threads (tests inject a fixed one).
+  TeamTuner(int max_threads, int fixed, BarrierProbe probe = barrier_seconds);
 
   // The team size for a step of `tokens` rows; call end() with its wall time afterwards.
   int begin(int64_t tokens);
@@ -45,6 +52,7 @@ class TeamTuner {
 
   int max_threads_;
   int fixed_;
+  BarrierProbe probe_;
   Stats classes_[2];  // [decode-sized, prefill-sized]
   int cls_ = 0;
   int choice_ = 1;
