@@ -20,14 +20,21 @@ struct SamplingParams {
   int top_k = 0;             // <= 0 => off
   float top_p = 1.0f;        // >= 1 => off
   float min_p = 0.0f;        // <= 0 => off
-  // Sequence i of a generate() call draws from a generator seeded with (seed, i), so output
-  // does not depend on what else is in the batch.
+  // Sample j of prompt i of a generate() call draws from a generator seeded with
+  // (seed, i * n + j), so output does not depend on what else is in the batch
+  // (LLM::add_request: prompt index 0, so equal requests draw equally).
   uint64_t seed = 0;
+  // Parallel samples: n completions of the same prompt. The prompt is prefilled once; the
+  // samples then share its KV blocks (copy-on-write) and each draws from its own stream.
+  int n = 1;
   int max_tokens = 256;                   // generated tokens, stop token excluded
   bool ignore_eos = false;                // do not stop at the model's end/eos tokens
   std::vector<int32_t> stop_token_ids;    // extra stop ids (apply even with ignore_eos)
   std::vector<std::string> stop;          // stop strings; the text is cut before the match
   bool skip_special_tokens = true;        // drop special tokens from the output text
+  // false: no text (outputs and events carry ids only), which saves host time per token in
+  // benchmarks. Stop strings need text, so they must be empty then.
+  bool detokenize = true;
 };
 
 // Checks the parameters; throws kvattn::Error naming the bad one.

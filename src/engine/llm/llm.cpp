@@ -81,8 +81,27 @@ std::vector<RequestOutput> LLM::generate(const std::vector<std::string>& prompts
 std::vector<RequestOutput> LLM::generate(const std::vector<std::vector<int32_t>>& prompts,
                                          const SamplingParams& params,
                                          const TokenCallback& on_token) {
+  return engine_->generate(prompts, std::span<const SamplingParams>(&params, 1), on_token);
+}
+
+std::vector<RequestOutput> LLM::generate(const std::vector<std::vector<int32_t>>& prompts,
+                                         const std::vector<SamplingParams>& params,
+                                         const TokenCallback& on_token) {
+  KVATTN_CHECK(params.size() == prompts.size(), "LLM::generate: params must hold one ",
+               "SamplingParams per prompt (", prompts.size(), ") but holds ", params.size());
   return engine_->generate(prompts, params, on_token);
 }
+
+uint64_t LLM::add_request(std::vector<int32_t> prompt, const SamplingParams& params) {
+  return engine_->add_request(std::move(prompt), params);
+}
+
+std::vector<RequestOutput> LLM::step(const TokenCallback& on_token) {
+  return engine_->step(on_token);
+}
+
+bool LLM::has_unfinished_requests() const { return engine_->has_unfinished(); }
+void LLM::check_kv_cache_idle() const { engine_->check_kv_cache_idle(); }
 
 bool LLM::has_chat_template() const {
   return tokenizer() != nullptr && tokenizer()->chat_template().has_value();

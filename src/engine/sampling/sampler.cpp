@@ -17,6 +17,9 @@ void validate(const SamplingParams& p) {
                "SamplingParams: min_p must be in [0, 1] but is ", p.min_p);
   KVATTN_CHECK(p.max_tokens >= 0, "SamplingParams: max_tokens must be >= 0 but is ",
                p.max_tokens);
+  KVATTN_CHECK(p.n >= 1, "SamplingParams: n must be >= 1 but is ", p.n);
+  KVATTN_CHECK(p.detokenize || p.stop.empty(), "SamplingParams: stop strings need text, so ",
+               "detokenize must be true but is false (", p.stop.size(), " stop strings given)");
   for (const auto& s : p.stop) {
     KVATTN_CHECK(!s.empty(), "SamplingParams: stop strings must not be empty");
   }

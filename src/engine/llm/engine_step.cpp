@@ -1,0 +1,163 @@
+// LLMEngine's step loop (see engine.h for the order of one step).
+#include <chrono>
+#include <span>
+
+#include "engine/llm/engine.h"
+#include "kvattn/core/error.h"
+
+namespace kvattn {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+}  // namespace
+
+void LLMEngine::run_step(const TokenCallback& cb) {
+  const auto t0 = Clock::now();
+  std::vector<Sample*> ending;
+  ending.swap(ending_);
+  for (Sample* s : ending) deliver(*s, end_sample(*s), cb);
+
+  const SchedulerStep& st = scheduler_->schedule();
+  for (Sequence* q : st.aborted) {  // outgrew the pool: ends with what it has
+    Sample& s = *by_seq_.at(q->id());
+    s.in_scheduler = false;
+    Request& r = s.req;
+    const bool unforked = s.index == 0 && !r.forked && r.params.n > 1;
+    deliver(s, end_sample(s), cb);
+    if (unforked) {  // its placeholders never ran; r is alive while they are unfinished
+      for (size_t j = 1; j < r.samples.size(); ++j) {
+        Sample& c = *r.samples[j];
+        deliver(c, end_sample(c), cb);
+      }
+    }
+  }
+  for (Sequence* q : st.admitted) {
+    Sample& s = *by_seq_.at(q->id());
+    if (s.index == 0 && !s.req.admitted_once) {
+      s.req.admitted_once = true;
+      s.req.num_cached_tokens = q->num_cached_tokens();
+      stats_.num_cached_tokens += q->num_cached_tokens();
+    }
+  }
+  stats_.num_preemptions += static_cast<int64_t>(st.preempted.size());
+  if (st.batch.empty()) {
+    scheduler_->complete_step();
+    stats_.host_seconds += seconds_since(t0);
+    return;
+  }
+
+  const BatchMetadata& meta = builder_->build(st.batch);
+  BatchContext ctx = meta.ctx;
+  ctx.decode_plan = DecodePlan{1, 0};
+  plan_rows(st);
+  ModelInput in;
+  in.token_ids = {meta.token_ids.ptr<const int32_t>(), static_cast<size_t>(meta.num_tokens)};
+  in.positions = {meta.positions.ptr<const int32_t>(), static_cast<size_t>(meta.num_tokens)};
+  in.logit_rows = logit_rows_;
+  in.ctx = &ctx;
+  const double model_seconds = sample_rows(in);
+  scheduler_->complete_step();
+
+  copies_.clear();
+  for (Request* r : fork_now_) fork_samples(*r);
+  if (!copies_.empty()) model_->copy_kv_blocks(copies_);  // before the next forward
+  const StopRules rules{eos_ids_, max_model_len_};
+  for (size_t k = 0; k < targets_.size(); ++k) {
+    Sample& s = *targets_[k].sample;
+    deliver(s, accept_token(s, tokens_[k], rules), cb);
+  }
+
+  const auto rows = static_cast<int64_t>(st.batch.size());
+  const bool prefill = rows > st.num_decode_rows;
+  const double dt = seconds_since(t0);
+  ++stats_.num_steps;
+  if (prefill && st.num_decode_rows > 0) ++stats_.num_mixed_steps;
+  stats_.num_prefill_tokens += st.num_prefill_tokens;
+  stats_.num_generated_tokens += static_cast<int64_t>(targets_.size());
+  stats_.model_seconds += model_seconds;
+  stats_.host_seconds += std::max(0.0, dt - model_seconds);
+  if (prefill) {
+    stats_.prefill_seconds += dt;
+  } else {
+    stats_.decode_seconds += dt;
+    stats_.num_decode_tokens += static_cast<int64_t>(targets_.size());
+  }
+}
+
+void LLMEngine::plan_rows(const SchedulerStep& st) {
+  logit_rows_.clear();
+  targets_.clear();
+  fork_now_.clear();
+  int64_t row = 0;
+  for (size_t i = 0; i < st.batch.size(); ++i) {
+    const int64_t n = st.batch[i].num_new_tokens;
+    const auto last = static_cast<int32_t>(row + n - 1);
+    row += n;
+    if (!st.completes(i)) {
+      if (static_cast<int64_t>(i) >= st.num_decode_rows) ++stats_.num_partial_prefills;
+      continue;
+    }
+    Sample& s = *by_seq_.at(st.seqs[i]->id());
+    Request& r = s.req;
+    if (s.index == 0 && !r.forked && r.params.n > 1) {
+      // The prompt's last row, once per sample: each sample draws its first token from it.
+      for (auto& x : r.samples) {
+        logit_rows_.push_back(last);
+        targets_.push_back({x.get(), 0});
+      }
+      fork_now_.push_back(&r);
+    } else {
+      logit_rows_.push_back(last);
+      targets_.push_back({&s, static_cast<uint64_t>(s.seq.num_completion_tokens())});
+    }
+  }
+}
+
+double LLMEngine::sample_rows(const ModelInput& in) {
+  const size_t rows = logit_rows_.size();
+  tokens_.resize(rows);
+  if (model_->samples_on_device()) {
+    row_sampling_.resize(rows);
+    for (size_t k = 0; k < rows; ++k) {
+      const Sample& s = *targets_[k].sample;
+      const SamplingParams& p = s.req.params;
+      row_sampling_[k] = RowSampling{p.temperature, p.top_k, p.top_p, p.min_p, p.seed,
+                                     s.req.stream_of(s.index), targets_[k].step};
+    }
+    const auto t = Clock::now();
+    model_->forward_sample(in, row_sampling_, tokens_);
+    return seconds_since(t);
+  }
+  const auto vocab = static_cast<size_t>(config().vocab_size);
+  logits_.resize(rows * vocab);
+  const auto t = Clock::now();
+  model_->forward(in, logits_);
+  const double model_seconds = seconds_since(t);
+  for (size_t k = 0; k < rows; ++k) {
+    tokens_[k] = targets_[k].sample->sampler.sample(
+        std::span<const float>(logits_.data() + k * vocab, vocab));
+  }
+  return model_seconds;
+}
+
+// Samples 1..n-1 split off sample 0 after its prefill: its full blocks are shared, a partly
+// filled last block is copied (copies_). Without a free block a child starts over as a
+// waiting sequence instead (its prompt then comes from the prefix cache).
+void LLMEngine::fork_samples(Request& r) {
+  Sample& parent = *r.samples.front();
+  for (size_t j = 1; j < r.samples.size(); ++j) {
+    Sample& c = *r.samples[j];
+    if (blocks_->can_fork(parent.seq)) c.seq = blocks_->fork(parent.seq, c.seq.id(), copies_);
+    scheduler_->add_fork(parent.seq, c.seq);
+    c.in_scheduler = true;
+    ++stats_.num_forks;
+  }
+  r.forked = true;
+}
+
+}  // namespace kvattn

@@ -1,0 +1,76 @@
+// Internal: one request (a prompt and its SamplingParams) and its n samples, and how a sampled
+// token becomes output: stop tokens, stop strings, max_tokens and the model's context.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kvattn/cache/sequence.h"
+#include "kvattn/engine/llm.h"
+#include "kvattn/engine/sampler.h"
+#include "kvattn/engine/tokenizer.h"
+
+namespace kvattn {
+
+struct Request;
+
+// One completion. Sample 0's sequence is the prompt's; the others start as placeholders with
+// the prompt's tokens and become forks of sample 0 after its prefill.
+struct Sample {
+  Sample(Request& request, uint32_t index, SeqId seq_id, std::vector<int32_t> prompt,
+         const Tokenizer* tokenizer);
+
+  Request& req;
+  uint32_t index;
+  Sequence seq;
+  Sampler sampler;  // stream req.stream_base * n + index
+  std::optional<StreamDecoder> decoder;
+  StopStringMatcher stops;
+  CompletionOutput out;
+  bool finished = false;
+  bool in_scheduler = false;  // its sequence is queued or running
+};
+
+struct Request {
+  uint64_t id = 0;
+  size_t event_index = 0;   // TokenEvent::index
+  uint64_t stream_base = 0; // generate()'s prompt index; 0 for add_request
+  SamplingParams params;
+  std::vector<std::unique_ptr<Sample>> samples;  // params.n of them
+  int64_t num_prompt_tokens = 0;
+  int64_t num_cached_tokens = 0;
+  bool admitted_once = false;
+  bool forked = false;      // samples 1..n-1 were split off sample 0
+  int64_t num_unfinished = 0;
+
+  uint64_t stream_of(uint32_t sample) const {
+    return stream_base * static_cast<uint64_t>(params.n) + sample;
+  }
+  RequestOutput take_output();  // once every sample finished
+};
+
+// What ends a sample besides SamplingParams: the model's end tokens and context length.
+struct StopRules {
+  std::span<const int32_t> eos_ids;  // sorted
+  int64_t max_model_len = 0;
+};
+
+// The result of one token for a sample: the event to send and whether the sample ended.
+struct TokenOutcome {
+  int32_t event_token = -1;  // -1: the token is not part of the output (a stop token)
+  std::string text;          // what the event shows
+  bool finished = false;
+};
+
+// Applies `token` to s: appends it to the output and the sequence unless it is a stop token,
+// runs the stop-string matcher and the length limits, and fills s.out when the sample ends.
+TokenOutcome accept_token(Sample& s, int32_t token, const StopRules& rules);
+
+// Ends s without a token (max_tokens == 0, or the pool cannot hold it): kLength.
+TokenOutcome end_sample(Sample& s);
+
+}  // namespace kvattn
