@@ -99,7 +99,9 @@ struct GenerationStats {
   int64_t num_mixed_steps = 0;       // steps with decode rows and prompt chunks together
   int64_t num_partial_prefills = 0;  // prompt chunks that stopped short (chunked prefill)
   int64_t num_preemptions = 0;
-  int64_t num_forks = 0;             // samples forked from their prompt (n > 1)
+  // Samples (n > 1) forked off their prompt's blocks; one that found no free block for its
+  // copy of the last block instead waits and recomputes its tail (not counted here).
+  int64_t num_forks = 0;
   // Wall time inside the model's forward calls (the device's work plus waiting for it) and
   // the rest of the step loop (scheduling, metadata, sampling on the host, callbacks).
   double model_seconds = 0.0;

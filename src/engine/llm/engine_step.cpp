@@ -152,10 +152,12 @@ void LLMEngine::fork_samples(Request& r) {
   Sample& parent = *r.samples.front();
   for (size_t j = 1; j < r.samples.size(); ++j) {
     Sample& c = *r.samples[j];
-    if (blocks_->can_fork(parent.seq)) c.seq = blocks_->fork(parent.seq, c.seq.id(), copies_);
+    if (blocks_->can_fork(parent.seq)) {
+      c.seq = blocks_->fork(parent.seq, c.seq.id(), copies_);
+      ++stats_.num_forks;
+    }
     scheduler_->add_fork(parent.seq, c.seq);
     c.in_scheduler = true;
-    ++stats_.num_forks;
   }
   r.forked = true;
 }
