@@ -1,0 +1,340 @@
+"""flash-attn compatible entry points over kvattn's kernels.
+
+The signatures and defaults are flash-attn 2's (``flash_attn.flash_attn_interface``), plus
+vLLM's ``return_softmax_lse`` / ``out=`` extensions. Arguments kvattn does not implement raise
+``NotImplementedError`` naming the argument when they differ from their default; nothing is
+silently ignored. Bad tensors (shape, stride, dtype, device) raise ``kvattn.Error`` with
+kvattn's message.
+"""
+
+from . import _C
+
+_varlen = _C.varlen
+_kvcache = _C.kvcache
+_NO_WINDOW = (-1, -1)
+# flash-attn honours softmax_scale=0.0 (uniform attention); kvattn's 0 means 1/sqrt(head_dim).
+# The smallest normal float32 gives flash-attn's result: every scaled score rounds to 0.
+_TINY_SCALE = 1.1754943508222875e-38
+
+store_kvcache = _C.store_kvcache
+
+
+def _unsupported(fn, name, value, hint=""):
+    if hasattr(value, "shape"):
+        value = "a tensor of shape %s" % (tuple(value.shape),)
+    raise NotImplementedError(
+        "kvattn.%s: %s=%s is not supported by kvattn%s" % (fn, name, value, hint)
+    )
+
+
+def _scale(softmax_scale):
+    if softmax_scale is None:
+        return 0.0
+    s = float(softmax_scale)
+    return _TINY_SCALE if s == 0.0 else s
+
+
+def _resolve_window(fn, window_size, causal):
+    """flash-attn's window_size: (-1, -1) is no window; (-1, 0) is the causal mask."""
+    if window_size is None:
+        return causal
+    left, right = window_size
+    if left < 0 and (right < 0 or causal):
+        return causal  # flash-attn sets right = 0 under causal itself
+    if left < 0 and right == 0:
+        return True
+    _unsupported(fn, "window_size", tuple(window_size), " (sliding-window attention)")
+
+
+def _is_torch(x):
+    return type(x).__module__.startswith("torch")
+
+
+def _lse_bhs(lse, batch, seqlen_q):
+    """kvattn's decode LSE [heads, batch * seqlen_q] -> flash-attn's [batch, heads, seqlen_q]."""
+    heads = lse.shape[0]
+    lse = lse.reshape(heads, batch, seqlen_q)
+    if hasattr(lse, "permute"):
+        return lse.permute(1, 0, 2).contiguous()
+    return lse.transpose(1, 0, 2).copy()
+
+
+def flash_attn_varlen_func(
+    q,
+    k,
+    v,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    max_seqlen_q,
+    max_seqlen_k,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    alibi_slopes=None,
+    deterministic=False,
+    return_attn_probs=False,
+    block_table=None,
+    return_softmax_lse=False,
+    *,
+    out=None,
+):
+    """Attention over packed variable-length sequences (flash-attn 2 semantics).
+
+    q: [total_q, num_heads, head_dim]. k, v: [total_k, num_kv_heads, head_dim], or, when
+    ``block_table`` ([batch, max_blocks] int32) is given, the paged caches
+    [num_blocks, block_size, num_kv_heads, head_dim] (any block_size; flash-attn needs a
+    multiple of 256). cu_seqlens_q/k: int32 [batch + 1]. The causal mask is bottom-right
+    aligned. Returns out [total_q, num_heads, head_dim] in q's dtype; with
+    ``return_softmax_lse`` (vLLM) ``(out, lse)``, with ``return_attn_probs`` (flash-attn)
+    ``(out, lse, None)`` (flash-attn also returns None probabilities without dropout); lse is
+    float32 [num_heads, total_q], natural log. ``deterministic`` only concerns flash-attn's
+    backward pass; kvattn's forward is deterministic and it has no backward.
+    """
+    if dropout_p:
+        _unsupported("flash_attn_varlen_func", "dropout_p", dropout_p, " (inference only)")
+    if window_size != _NO_WINDOW:
+        causal = _resolve_window("flash_attn_varlen_func", window_size, causal)
+    if softcap:
+        _unsupported("flash_attn_varlen_func", "softcap", softcap)
+    if alibi_slopes is not None:
+        _unsupported("flash_attn_varlen_func", "alibi_slopes", alibi_slopes)
+    o, lse = _varlen(
+        q,
+        k,
+        v,
+        cu_seqlens_q,
+        cu_seqlens_k,
+        max_seqlen_q,
+        max_seqlen_k,
+        0.0 if softmax_scale is None else _scale(softmax_scale),
+        causal,
+        block_table,
+        out,
+        return_attn_probs or return_softmax_lse,
+    )
+    if return_attn_probs:
+        return o, lse, None
+    if return_softmax_lse:
+        return o, lse
+    return o
+
+
+def flash_attn_with_kvcache(
+    q,
+    k_cache,
+    v_cache,
+    k=None,
+    v=None,
+    rotary_cos=None,
+    rotary_sin=None,
+    cache_seqlens=None,
+    cache_batch_idx=None,
+    cache_leftpad=None,
+    block_table=None,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    rotary_interleaved=True,
+    alibi_slopes=None,
+    num_splits=0,
+    return_softmax_lse=False,
+    *,
+    out=None,
+):
+    """Attention of q against the KV cache (flash-attn 2 semantics), usually decode.
+
+    q: [batch, seqlen_q, num_heads, head_dim]. With ``block_table`` ([batch, max_blocks] int32)
+    the caches are paged [num_blocks, block_size, num_kv_heads, head_dim]; without it they are
+    [batch_cache, seqlen_cache, num_kv_heads, head_dim] (row ``cache_batch_idx[b]``, default b).
+    ``cache_seqlens`` (int32 [batch] or an int; None = the whole cache) counts the keys in the
+    cache *before* ``k``/``v`` are appended, as in flash-attn: without k/v it is the number of
+    keys attended (kvattn's ``cache_seqlens``); with k/v [batch, seqlen_new, num_kv_heads,
+    head_dim] they are first written at positions cache_seqlens .. cache_seqlens+seqlen_new-1
+    (kvattn ``store_kv``), then attention reads cache_seqlens + seqlen_new keys. The caller's
+    cache_seqlens is not modified (as in flash-attn). With seqlen_q > 1 and ``causal`` the mask
+    is bottom-right aligned. Returns out [batch, seqlen_q, num_heads, head_dim] in q's dtype,
+    and with ``return_softmax_lse`` also lse float32 [batch, num_heads, seqlen_q].
+    ``num_splits``: 0 lets kvattn plan the split-KV decode, 1 forbids splitting.
+    """
+    if (
+        k is None
+        and block_table is not None
+        and cache_seqlens is not None
+        and rotary_cos is None
+        and cache_batch_idx is None
+        and cache_leftpad is None
+        and alibi_slopes is None
+        and not softcap
+        and softmax_scale != 0
+        and window_size == _NO_WINDOW
+        and cache_seqlens.__class__ is not int
+        and v is None
+        and rotary_sin is None
+        and num_splits == 0
+    ):
+        # The decode hot path (nano-vLLM): straight to the extension.
+        o, lse = _kvcache(
+            q,
+            k_cache,
+            v_cache,
+            block_table,
+            cache_seqlens,
+            0.0 if softmax_scale is None else softmax_scale,
+            causal,
+            0,
+            out,
+            return_softmax_lse,
+        )
+        if return_softmax_lse:
+            return o, _lse_bhs(lse, q.shape[0], q.shape[1])
+        return o
+    return _kvcache_general(
+        q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
+        cache_leftpad, block_table, softmax_scale, causal, window_size, softcap,
+        rotary_interleaved, alibi_slopes, num_splits, return_softmax_lse, out,
+    )
+
+
+def _kvcache_general(
+    q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
+    cache_leftpad, block_table, softmax_scale, causal, window_size, softcap,
+    rotary_interleaved, alibi_slopes, num_splits, return_softmax_lse, out,
+):
+    fn = "flash_attn_with_kvcache"
+    if rotary_cos is not None or rotary_sin is not None:
+        _unsupported(fn, "rotary_cos" if rotary_cos is not None else "rotary_sin",
+                     rotary_cos if rotary_cos is not None else rotary_sin,
+                     " (apply rotary embeddings to q and k before the call)")
+    if cache_leftpad is not None:
+        _unsupported(fn, "cache_leftpad", cache_leftpad)
+    if alibi_slopes is not None:
+        _unsupported(fn, "alibi_slopes", alibi_slopes)
+    if softcap:
+        _unsupported(fn, "softcap", softcap)
+    if num_splits not in (0, 1):
+        _unsupported(fn, "num_splits", num_splits, " (0: kvattn plans, 1: no split)")
+    if (k is None) != (v is None):
+        raise ValueError("kvattn.%s: k and v must be given together" % fn)
+    if window_size != _NO_WINDOW:
+        causal = _resolve_window(fn, window_size, causal)
+    if len(q.shape) != 4:
+        raise _C.Error("kvattn: q must have rank 4 ([batch, seqlen_q, num_heads, head_dim]) "
+                       "but has shape %s" % (tuple(q.shape),))
+    xp = _Ops(q)
+    batch = q.shape[0]
+
+    if block_table is None:
+        # A [batch_cache, seqlen_cache, kv_heads, dim] cache is a paged cache of one block of
+        # seqlen_cache slots per row: block_table[b] = [cache_batch_idx[b]] (default b).
+        if len(k_cache.shape) != 4:
+            raise _C.Error("kvattn: k_cache must have rank 4 ([batch_cache, seqlen_cache, "
+                           "num_kv_heads, head_dim]) but has shape %s" % (tuple(k_cache.shape),))
+        if cache_batch_idx is None:
+            block_table = xp.arange_column(batch)
+        else:
+            block_table = xp.as_column(cache_batch_idx)
+    elif cache_batch_idx is not None:
+        _unsupported(fn, "cache_batch_idx", cache_batch_idx, " together with block_table")
+
+    block_size = k_cache.shape[1]
+    capacity = block_table.shape[1] * block_size
+    if cache_seqlens is None:
+        cache_seqlens = xp.full_int32(batch, 0 if k is not None else capacity)
+    elif isinstance(cache_seqlens, int):
+        cache_seqlens = xp.full_int32(batch, cache_seqlens)
+
+    if k is not None:
+        seqlen_new = k.shape[1]
+        slots = xp.append_slots(cache_seqlens, block_table, block_size, k_cache.shape[0], seqlen_new)
+        kv_heads, dim = k.shape[2], k.shape[3]
+        _C.store_kvcache(
+            k.reshape(batch * seqlen_new, kv_heads, dim),
+            v.reshape(batch * seqlen_new, kv_heads, dim),
+            k_cache,
+            v_cache,
+            slots,
+        )
+        cache_seqlens = xp.add_int32(cache_seqlens, seqlen_new)
+
+    o, lse = _kvcache(
+        q, k_cache, v_cache, block_table, cache_seqlens, _scale(softmax_scale), causal,
+        num_splits, out, return_softmax_lse,
+    )
+    if return_softmax_lse:
+        return o, _lse_bhs(lse, q.shape[0], q.shape[1])
+    return o
+
+
+class _Ops:
+    """The few array operations the general with_kvcache path needs, in q's framework."""
+
+    _tables = {}  # (device, batch) -> int32 [batch, 1] arange, reused across calls
+
+    def __init__(self, like):
+        self.like = like
+        self.torch = _is_torch(like)
+        if self.torch:
+            import torch
+
+            self.t = torch
+            self.device = like.device
+        else:
+            import numpy
+
+            self.np = numpy
+
+    def full_int32(self, n, value):
+        if self.torch:
+            return self.t.full((n,), value, dtype=self.t.int32, device=self.device)
+        return self.np.full((n,), value, dtype=self.np.int32)
+
+    def arange_column(self, n):
+        if self.torch:
+            key = (str(self.device), n)
+            table = _Ops._tables.get(key)
+            if table is None:
+                table = self.t.arange(n, dtype=self.t.int32, device=self.device).reshape(n, 1)
+                _Ops._tables[key] = table
+            return table
+        return self.np.arange(n, dtype=self.np.int32).reshape(n, 1)
+
+    def as_column(self, idx):
+        return idx.reshape(-1, 1)
+
+    def add_int32(self, lens, n):
+        if self.torch:
+            return (lens + n).to(self.t.int32)
+        return (lens + n).astype(self.np.int32)
+
+    def append_slots(self, cache_seqlens, block_table, block_size, num_blocks, seqlen_new):
+        """Slots of positions cache_seqlens[b] + i, i < seqlen_new, through block_table.
+
+        Positions past the table or on a negative (padding) block get slot
+        num_blocks * block_size, out of range: kvattn's store_kv then throws on the CPU and
+        skips and records a device fault on the GPU, instead of writing anywhere.
+        """
+        width = block_table.shape[1]
+        bad = num_blocks * block_size
+        if self.torch:
+            t = self.t
+            pos = cache_seqlens.to(t.int64).reshape(-1, 1) + t.arange(
+                seqlen_new, dtype=t.int64, device=self.device
+            )
+            col = t.div(pos, block_size, rounding_mode="floor")
+            ok = (col < width) & (pos >= 0)
+            blk = block_table.to(t.int64).gather(1, col.clamp(0, width - 1))
+            ok &= blk >= 0
+            slots = blk * block_size + (pos - col * block_size)
+            return t.where(ok, slots, t.full_like(slots, bad)).reshape(-1)
+        np = self.np
+        pos = np.asarray(cache_seqlens, dtype=np.int64).reshape(-1, 1) + np.arange(seqlen_new)
+        col = pos // block_size
+        ok = (col < width) & (pos >= 0)
+        blk = np.take_along_axis(np.asarray(block_table, dtype=np.int64),
+                                 np.clip(col, 0, width - 1), axis=1)
+        ok &= blk >= 0
+        slots = blk * block_size + (pos - col * block_size)
+        return np.where(ok, slots, bad).reshape(-1)

@@ -1,0 +1,556 @@
+// kvattn._C: the nanobind extension behind the `kvattn` Python package.
+//
+// Tensors cross as DLPack, without copies:
+//   - types that publish the DLPack C exchange API (`type(t).__dlpack_c_exchange_api__`,
+//     PyTorch >= 2.10) are read in C with `dltensor_from_py_object_no_sync` (no allocation,
+//     no Python call); their current stream comes from `current_work_stream`, and outputs
+//     and decode workspaces are allocated with the framework's own allocator
+//     (`managed_tensor_allocator`, PyTorch's caching allocator: stream-ordered, CUDA-graph aware);
+//   - older PyTorch: `torch._C._to_dlpack(t)` capsules, the stream from
+//     `torch._C._cuda_getCurrentRawStream`;
+//   - anything else with `__dlpack__` (NumPy on the CPU): its capsule; outputs come from a
+//     Python allocator the package registers (`_set_fallback_allocator`).
+// kvattn::Error becomes kvattn.Error (a RuntimeError and a ValueError) with kvattn's message.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
+
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "dlpack_exchange.h"
+#include "kvattn/core/dlpack.h"
+#include "kvattn/kernels/decode_attention.h"
+#include "kvattn/kernels/device_faults.h"
+#include "kvattn/kernels/prefill_attention.h"
+#include "kvattn/kernels/store_kv.h"
+
+namespace nb = nanobind;
+
+namespace kvattn::py {
+namespace {
+
+// ---- module state (guarded by the GIL) ----------------------------------------------------
+
+PyObject* g_error = nullptr;             // kvattn.Error
+PyObject* g_fallback_alloc = nullptr;    // f(shape: tuple, dtype: str, like) -> array
+PyObject* g_torch_to_dlpack = nullptr;   // torch._C._to_dlpack (legacy PyTorch)
+PyObject* g_torch_raw_stream = nullptr;  // torch._C._cuda_getCurrentRawStream
+PyObject* g_torch_grad_enabled = nullptr;  // torch.is_grad_enabled
+PyObject* g_str_dlpack = nullptr;        // "__dlpack__"
+PyObject* g_str_requires_grad = nullptr; // "requires_grad"
+
+// What kvattn knows about one Python tensor type.
+struct TypeInfo {
+  PyTypeObject* type = nullptr;
+  const DLPackExchangeAPI* api = nullptr;  // DLPack C exchange API (major version 1) or null
+  bool torch = false;                      // a torch.Tensor (sub)class
+};
+std::vector<TypeInfo> g_types;
+
+PyObject* import_attr(const char* module, const char* attr) {
+  PyObject* mod = PyImport_ImportModule(module);
+  if (mod == nullptr) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  PyObject* f = PyObject_GetAttrString(mod, attr);
+  Py_DECREF(mod);
+  if (f == nullptr) PyErr_Clear();
+  return f;
+}
+
+bool is_torch_type(PyTypeObject* tp) {
+  for (PyTypeObject* t = tp; t != nullptr; t = t->tp_base) {
+    if (std::strcmp(t->tp_name, "torch._C.TensorBase") == 0 ||
+        std::strcmp(t->tp_name, "torch._C._TensorBase") == 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
+const TypeInfo& type_info(PyTypeObject* tp) {
+  for (const TypeInfo& t : g_types) {
+    if (t.type == tp) return t;
+  }
+  TypeInfo info;
+  info.type = tp;
+  Py_INCREF(reinterpret_cast<PyObject*>(tp));  // the cache holds the type
+  PyObject* cap = PyObject_GetAttrString(reinterpret_cast<PyObject*>(tp), "__dlpack_c_exchange_api__");
+  if (cap != nullptr) {
+    if (PyCapsule_IsValid(cap, "dlpack_exchange_api")) {
+      auto* h = static_cast<const DLPackExchangeAPIHeader*>(
+          PyCapsule_GetPointer(cap, "dlpack_exchange_api"));
+      while (h != nullptr && h->version.major != 1) h = h->prev_api;
+      // Major 1, minor >= 2: the table layout this binding knows (the API appeared in 1.2).
+      if (h != nullptr && h->version.minor >= 2) {
+        info.api = reinterpret_cast<const DLPackExchangeAPI*>(h);
+      }
+    }
+    Py_DECREF(cap);  // the table itself lives as long as the process
+  } else {
+    PyErr_Clear();
+  }
+  info.torch = is_torch_type(tp);
+  if (info.torch) {
+    if (g_torch_to_dlpack == nullptr) g_torch_to_dlpack = import_attr("torch._C", "_to_dlpack");
+    if (g_torch_raw_stream == nullptr) {
+      g_torch_raw_stream = import_attr("torch._C", "_cuda_getCurrentRawStream");
+    }
+    if (g_torch_grad_enabled == nullptr) {
+      g_torch_grad_enabled = import_attr("torch", "is_grad_enabled");
+    }
+  }
+  g_types.push_back(info);
+  return g_types.back();
+}
+
+[[noreturn]] void raise_python() { throw nb::python_error(); }
+
+[[noreturn]] void raise_type(const std::string& msg) {
+  PyErr_SetString(PyExc_TypeError, msg.c_str());
+  raise_python();
+}
+
+// ---- one call's imported tensors ----------------------------------------------------------
+
+// Keeps what the views of one call point into alive until the call returns: legacy capsules
+// (their destructors run the producer's deleter) and managed tensors (workspaces).
+class CallScope {
+ public:
+  CallScope() = default;
+  CallScope(const CallScope&) = delete;
+  CallScope& operator=(const CallScope&) = delete;
+  ~CallScope() {
+    for (int i = 0; i < n_caps_; ++i) Py_DECREF(caps_[i]);
+    for (int i = 0; i < n_managed_; ++i) {
+      if (managed_[i]->deleter != nullptr) managed_[i]->deleter(managed_[i]);
+    }
+  }
+  void keep(PyObject* capsule) {
+    if (n_caps_ == kMax) {
+      Py_DECREF(capsule);
+      raise_type("kvattn: too many tensor arguments");
+    }
+    caps_[n_caps_++] = capsule;
+  }
+  void keep(DLManagedTensorVersioned* m) {
+    if (n_managed_ == kMax) {
+      if (m->deleter != nullptr) m->deleter(m);
+      raise_type("kvattn: too many tensor arguments");
+    }
+    managed_[n_managed_++] = m;
+  }
+
+ private:
+  static constexpr int kMax = 12;
+  std::array<PyObject*, kMax> caps_{};
+  std::array<DLManagedTensorVersioned*, kMax> managed_{};
+  int n_caps_ = 0;
+  int n_managed_ = 0;
+};
+
+TensorView view_of(const DLTensor& t, const char* name) {
+  DLManagedTensor m{};
+  m.dl_tensor = t;
+  try {
+    return from_dlpack(&m);
+  } catch (const Error& e) {
+    throw Error(std::string("kvattn: ") + name + ": " + e.what());
+  }
+}
+
+// The kvattn view of `obj` (None => an empty view, "not given").
+TensorView import_tensor(PyObject* obj, const char* name, CallScope& scope,
+                         const TypeInfo** info_out = nullptr) {
+  if (obj == Py_None) return TensorView{};
+  const TypeInfo& info = type_info(Py_TYPE(obj));
+  if (info_out != nullptr) *info_out = &info;
+  if (info.api != nullptr && info.api->dltensor_from_py_object_no_sync != nullptr) {
+    DLTensor t{};
+    if (info.api->dltensor_from_py_object_no_sync(obj, &t) != 0) raise_python();
+    return view_of(t, name);
+  }
+  if (info.api != nullptr) {
+    DLManagedTensorVersioned* m = nullptr;
+    if (info.api->managed_tensor_from_py_object_no_sync(obj, &m) != 0) raise_python();
+    scope.keep(m);
+    return view_of(m->dl_tensor, name);
+  }
+  PyObject* cap = nullptr;
+  if (info.torch && g_torch_to_dlpack != nullptr) {
+    cap = PyObject_CallOneArg(g_torch_to_dlpack, obj);
+  } else if (PyObject_HasAttr(obj, g_str_dlpack)) {
+    cap = PyObject_CallMethodNoArgs(obj, g_str_dlpack);
+  } else {
+    raise_type(std::string("kvattn: ") + name + " must be a tensor or array that supports DLPack " +
+               "(torch.Tensor, numpy.ndarray, ...) but is " + Py_TYPE(obj)->tp_name);
+  }
+  if (cap == nullptr) raise_python();
+  scope.keep(cap);
+  auto* m = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(cap, "dltensor"));
+  if (m == nullptr) raise_python();
+  return view_of(m->dl_tensor, name);
+}
+
+// The stream a call on `device` runs on: the framework's current stream of that device.
+Stream current_stream(const TypeInfo* info, Device device) {
+  if (!device.is_cuda() || info == nullptr) return Stream{};
+  if (info->api != nullptr) {
+    void* s = nullptr;
+    if (info->api->current_work_stream(kDLCUDA, device.index, &s) != 0) raise_python();
+    return Stream{s};
+  }
+  if (info->torch && g_torch_raw_stream != nullptr) {
+    PyObject* idx = PyLong_FromLong(device.index);
+    if (idx == nullptr) raise_python();
+    PyObject* r = PyObject_CallOneArg(g_torch_raw_stream, idx);
+    Py_DECREF(idx);
+    if (r == nullptr) raise_python();
+    void* s = PyLong_AsVoidPtr(r);
+    Py_DECREF(r);
+    if (s == nullptr && PyErr_Occurred()) raise_python();
+    return Stream{s};
+  }
+  return Stream{};  // unknown framework: the legacy default stream
+}
+
+// PyTorch autograd: kvattn has no backward, so refuse inputs that would need one.
+void check_no_grad(const TypeInfo* info, PyObject* obj, const char* name) {
+  if (info == nullptr || !info->torch || obj == Py_None) return;
+  PyObject* rg = PyObject_GetAttr(obj, g_str_requires_grad);
+  if (rg == nullptr) {
+    PyErr_Clear();
+    return;
+  }
+  const bool needs_grad = rg == Py_True;
+  Py_DECREF(rg);
+  if (!needs_grad || g_torch_grad_enabled == nullptr) return;
+  PyObject* en = PyObject_CallNoArgs(g_torch_grad_enabled);
+  if (en == nullptr) raise_python();
+  const bool enabled = en == Py_True;
+  Py_DECREF(en);
+  if (enabled) {
+    PyErr_Format(PyExc_NotImplementedError,
+                 "kvattn: %s requires grad, but kvattn has no backward pass; run under "
+                 "torch.no_grad() or torch.inference_mode(), or pass %s.detach()",
+                 name, name);
+    raise_python();
+  }
+}
+
+DLDataType to_dl(DType t) {
+  switch (t) {
+    case DType::kF32: return {kDLFloat, 32, 1};
+    case DType::kF16: return {kDLFloat, 16, 1};
+    case DType::kBF16: return {kDLBfloat, 16, 1};
+    case DType::kI32: return {kDLInt, 32, 1};
+    case DType::kI64: return {kDLInt, 64, 1};
+    case DType::kU8: return {kDLUInt, 8, 1};
+  }
+  return {kDLFloat, 32, 1};
+}
+
+struct AllocError {
+  std::string message;
+};
+void set_alloc_error(void* ctx, const char* kind, const char* message) {
+  static_cast<AllocError*>(ctx)->message =
+      std::string(kind != nullptr ? kind : "Error") + ": " + (message != nullptr ? message : "");
+}
+
+// A new contiguous tensor of the framework of `like` (a new reference) and its view.
+nb::object allocate(const TypeInfo* like, PyObject* like_obj, Device device, DType dtype,
+                    std::initializer_list<int64_t> shape_list, TensorView& view,
+                    CallScope& scope) {
+  std::array<int64_t, kMaxDims> shape{};
+  int ndim = 0;
+  for (int64_t s : shape_list) shape[ndim++] = s;
+  if (like != nullptr && like->api != nullptr) {
+    DLTensor proto{};
+    proto.device = {device.is_cuda() ? kDLCUDA : kDLCPU, device.index};
+    proto.ndim = ndim;
+    proto.dtype = to_dl(dtype);
+    proto.shape = shape.data();
+    DLManagedTensorVersioned* m = nullptr;
+    AllocError err;
+    if (like->api->managed_tensor_allocator(&proto, &m, &err, set_alloc_error) != 0 || m == nullptr) {
+      if (PyErr_Occurred()) raise_python();
+      PyErr_Format(PyExc_MemoryError, "kvattn: allocating an output failed: %s", err.message.c_str());
+      raise_python();
+    }
+    try {
+      view = view_of(m->dl_tensor, "output");
+    } catch (...) {
+      if (m->deleter != nullptr) m->deleter(m);
+      throw;
+    }
+    void* obj = nullptr;
+    if (like->api->managed_tensor_to_py_object_no_sync(m, &obj) != 0) raise_python();
+    return nb::steal(static_cast<PyObject*>(obj));
+  }
+  if (g_fallback_alloc == nullptr) raise_type("kvattn: no allocator registered (import kvattn)");
+  PyObject* tup = PyTuple_New(ndim);
+  if (tup == nullptr) raise_python();
+  for (int d = 0; d < ndim; ++d) PyTuple_SET_ITEM(tup, d, PyLong_FromLongLong(shape[d]));
+  const std::string dt(dtype_name(dtype));
+  nb::object result =
+      nb::steal(PyObject_CallFunction(g_fallback_alloc, "OsO", tup, dt.c_str(), like_obj));
+  Py_DECREF(tup);
+  if (!result.is_valid()) raise_python();
+  view = import_tensor(result.ptr(), "output", scope);
+  return result;
+}
+
+// A [d0 * d1, d2, d3] view of a 4-D [d0, d1, d2, d3] view whose first two dims collapse.
+TensorView collapse01(const TensorView& t, const char* name) {
+  if (t.ndim != 4) {
+    throw Error(std::string("kvattn: ") + name + " must have rank 4 ([batch, seqlen, heads, " +
+                "head_dim]) but has shape " + t.shape_str());
+  }
+  int64_t token_stride;
+  if (t.shape[1] == 1) {
+    token_stride = t.strides[0];
+  } else if (t.shape[0] == 1 || t.strides[0] == t.shape[1] * t.strides[1]) {
+    token_stride = t.strides[1];
+  } else {
+    throw Error(std::string("kvattn: ") + name + " of shape " + t.shape_str() +
+                " must have its batch and seqlen dims collapsible (stride(0) == seqlen * "
+                "stride(1)); pass " + name + ".contiguous()");
+  }
+  return TensorView(t.data, t.dtype, t.device, {t.shape[0] * t.shape[1], t.shape[2], t.shape[3]},
+                    {token_stride, t.strides[2], t.strides[3]});
+}
+
+// An int argument: a Python int or anything with __index__ (NumPy integers, ...).
+int64_t as_int(nb::handle obj, const char* name) {
+  const Py_ssize_t v = PyNumber_AsSsize_t(obj.ptr(), PyExc_OverflowError);
+  if (v == -1 && PyErr_Occurred()) {
+    if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+      PyErr_Clear();
+      raise_type(std::string("kvattn: ") + name + " must be an int but is " +
+                 Py_TYPE(obj.ptr())->tp_name);
+    }
+    raise_python();
+  }
+  return static_cast<int64_t>(v);
+}
+
+// Runs `fn` with the GIL released when the work is on the CPU (the GPU only enqueues).
+template <typename Fn>
+void run(Device device, Fn&& fn) {
+  if (device.is_cpu()) {
+    nb::gil_scoped_release release;
+    fn();
+  } else {
+    fn();
+  }
+}
+
+// ---- the ops --------------------------------------------------------------------------------
+
+void store_kvcache(nb::handle key, nb::handle value, nb::handle k_cache, nb::handle v_cache,
+                   nb::handle slot_mapping) {
+  CallScope scope;
+  const TypeInfo* info = nullptr;
+  const TensorView k = import_tensor(key.ptr(), "key", scope, &info);
+  const TensorView v = import_tensor(value.ptr(), "value", scope);
+  const TensorView kc = import_tensor(k_cache.ptr(), "k_cache", scope);
+  const TensorView vc = import_tensor(v_cache.ptr(), "v_cache", scope);
+  const TensorView sm = import_tensor(slot_mapping.ptr(), "slot_mapping", scope);
+  const Stream stream = current_stream(info, k.device);
+  run(k.device, [&] { store_kv(k, v, kc, vc, sm, stream); });
+}
+
+// Returns (out, lse or None).
+nb::tuple varlen(nb::handle q, nb::handle k, nb::handle v, nb::handle cu_seqlens_q,
+                 nb::handle cu_seqlens_k, nb::handle max_seqlen_q, nb::handle max_seqlen_k,
+                 double softmax_scale, bool causal, nb::handle block_table, nb::handle out,
+                 bool want_lse) {
+  CallScope scope;
+  const TypeInfo* info = nullptr;
+  PrefillArgs a;
+  a.q = import_tensor(q.ptr(), "q", scope, &info);
+  check_no_grad(info, q.ptr(), "q");
+  const TypeInfo* kinfo = nullptr;
+  a.k = import_tensor(k.ptr(), "k", scope, &kinfo);
+  check_no_grad(kinfo, k.ptr(), "k");
+  a.v = import_tensor(v.ptr(), "v", scope);
+  check_no_grad(kinfo, v.ptr(), "v");
+  a.cu_seqlens_q = import_tensor(cu_seqlens_q.ptr(), "cu_seqlens_q", scope);
+  a.cu_seqlens_k = import_tensor(cu_seqlens_k.ptr(), "cu_seqlens_k", scope);
+  a.block_table = import_tensor(block_table.ptr(), "block_table", scope);
+  a.max_seqlen_q = as_int(max_seqlen_q, "max_seqlen_q");
+  a.max_seqlen_k = as_int(max_seqlen_k, "max_seqlen_k");
+  a.softmax_scale = static_cast<float>(softmax_scale);
+  a.causal = causal;
+  if (a.q.ndim != 3) {
+    throw Error("kvattn: q must have rank 3 ([total_q, num_heads, head_dim]) but has shape " +
+                a.q.shape_str());
+  }
+  nb::object out_obj;
+  if (out.is_none()) {
+    out_obj = allocate(info, q.ptr(), a.q.device, a.q.dtype, {a.q.shape[0], a.q.shape[1], a.q.shape[2]},
+                       a.out, scope);
+  } else {
+    out_obj = nb::borrow(out);
+    a.out = import_tensor(out.ptr(), "out", scope);
+  }
+  nb::object lse_obj = nb::none();
+  if (want_lse) {
+    lse_obj = allocate(info, q.ptr(), a.q.device, DType::kF32, {a.q.shape[1], a.q.shape[0]}, a.lse,
+                       scope);
+  }
+  a.stream = current_stream(info, a.q.device);
+  run(a.q.device, [&] { prefill_attention(a); });
+  return nb::make_tuple(out_obj, lse_obj);
+}
+
+// q: [batch, seqlen_q, heads, dim]. Returns (out [batch, seqlen_q, heads, dim], lse or None),
+// lse float32 [heads, batch * seqlen_q] (kvattn's layout; the package reorders it).
+nb::tuple kvcache(nb::handle q, nb::handle k_cache, nb::handle v_cache, nb::handle block_table,
+                  nb::handle cache_seqlens, double softmax_scale, bool causal, int num_splits,
+                  nb::handle out, bool want_lse) {
+  CallScope scope;
+  const TypeInfo* info = nullptr;
+  DecodeArgs a;
+  const TensorView q4 = import_tensor(q.ptr(), "q", scope, &info);
+  check_no_grad(info, q.ptr(), "q");
+  a.q = collapse01(q4, "q");
+  a.k_cache = import_tensor(k_cache.ptr(), "k_cache", scope);
+  a.v_cache = import_tensor(v_cache.ptr(), "v_cache", scope);
+  a.block_table = import_tensor(block_table.ptr(), "block_table", scope);
+  a.cache_seqlens = import_tensor(cache_seqlens.ptr(), "cache_seqlens", scope);
+  a.q_len = q4.shape[1];
+  a.softmax_scale = static_cast<float>(softmax_scale);
+  a.causal = causal;
+  nb::object out_obj;
+  if (out.is_none()) {
+    TensorView o4;
+    out_obj = allocate(info, q.ptr(), q4.device, q4.dtype,
+                       {q4.shape[0], q4.shape[1], q4.shape[2], q4.shape[3]}, o4, scope);
+    a.out = collapse01(o4, "out");
+  } else {
+    out_obj = nb::borrow(out);
+    a.out = collapse01(import_tensor(out.ptr(), "out", scope), "out");
+  }
+  nb::object lse_obj = nb::none();
+  if (want_lse) {
+    lse_obj = allocate(info, q.ptr(), q4.device, DType::kF32,
+                       {q4.shape[2], q4.shape[0] * q4.shape[1]}, a.lse, scope);
+  }
+  const Device device = q4.device;
+  if (num_splits == 1) {
+    a.plan = DecodePlan{1, 0};
+  } else if (num_splits != 0) {
+    throw Error("kvattn: num_splits must be 0 (kvattn plans) or 1 (no split) but is " +
+                std::to_string(num_splits));
+  } else if (device.is_cuda() && info != nullptr && info->api != nullptr &&
+             a.block_table.ndim == 2 && a.k_cache.ndim == 4 && a.k_cache.shape[2] > 0 &&
+             q4.shape[2] % a.k_cache.shape[2] == 0 && a.cache_seqlens.ndim == 1) {
+    // Plan here and take the workspace from the framework's allocator: stream-ordered (safe
+    // with concurrent streams) and CUDA-graph capturable, unlike the library's own scratch.
+    a.plan = plan_decode(a.cache_seqlens.shape[0], q4.shape[2], a.k_cache.shape[2], q4.shape[3],
+                         a.q_len, a.block_table.shape[1] * a.k_cache.shape[1], device);
+    if (a.plan.workspace_bytes > 0) {
+      DLTensor proto{};
+      int64_t bytes = a.plan.workspace_bytes;
+      proto.device = {kDLCUDA, device.index};
+      proto.ndim = 1;
+      proto.dtype = {kDLUInt, 8, 1};
+      proto.shape = &bytes;
+      DLManagedTensorVersioned* m = nullptr;
+      AllocError err;
+      if (info->api->managed_tensor_allocator(&proto, &m, &err, set_alloc_error) != 0 ||
+          m == nullptr) {
+        if (PyErr_Occurred()) raise_python();
+        PyErr_Format(PyExc_MemoryError, "kvattn: allocating the decode workspace failed: %s",
+                     err.message.c_str());
+        raise_python();
+      }
+      scope.keep(m);  // freed (stream-ordered) when the call returns
+      a.workspace = view_of(m->dl_tensor, "workspace");
+    }
+  }
+  a.stream = current_stream(info, device);
+  run(device, [&] { decode_attention(a); });
+  return nb::make_tuple(out_obj, lse_obj);
+}
+
+// Zero-copy view test hook: (data pointer, dtype, device, shape, strides) of what kvattn sees.
+nb::tuple inspect(nb::handle obj) {
+  CallScope scope;
+  const TypeInfo* info = nullptr;
+  const TensorView t = import_tensor(obj.ptr(), "tensor", scope, &info);
+  nb::list shape, strides;
+  for (int d = 0; d < t.ndim; ++d) {
+    shape.append(t.shape[d]);
+    strides.append(t.strides[d]);
+  }
+  const Stream s = current_stream(info, t.device);
+  std::string dev = t.device.is_cuda() ? "cuda:" + std::to_string(t.device.index) : "cpu";
+  return nb::make_tuple(reinterpret_cast<uintptr_t>(t.data), std::string(dtype_name(t.dtype)),
+                        dev, nb::steal(PyList_AsTuple(shape.ptr())),
+                        nb::steal(PyList_AsTuple(strides.ptr())),
+                        reinterpret_cast<uintptr_t>(s.handle),
+                        info != nullptr && info->api != nullptr);
+}
+
+uint32_t device_faults(int device_index, bool clear) {
+  return read_device_faults(device_index < 0 ? Device::cpu() : Device::cuda(device_index), clear);
+}
+
+void set_fallback_allocator(nb::handle fn) {
+  Py_XDECREF(g_fallback_alloc);
+  g_fallback_alloc = fn.is_none() ? nullptr : fn.inc_ref().ptr();
+}
+
+}  // namespace
+}  // namespace kvattn::py
+
+NB_MODULE(_C, m) {
+  using namespace kvattn::py;
+  PyObject* bases = PyTuple_Pack(2, PyExc_RuntimeError, PyExc_ValueError);
+  g_error = PyErr_NewExceptionWithDoc(
+      "kvattn.Error",
+      "An argument kvattn rejected (shape, stride, dtype, device or value), or a backend "
+      "failure; the message names the argument, the expected and the actual value.",
+      bases, nullptr);
+  Py_DECREF(bases);
+  m.attr("Error") = nb::borrow(g_error);
+  g_str_dlpack = PyUnicode_InternFromString("__dlpack__");
+  g_str_requires_grad = PyUnicode_InternFromString("requires_grad");
+
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const kvattn::Error& e) {
+      PyErr_SetString(g_error, e.what());
+    }
+  });
+
+  m.def("store_kvcache", &store_kvcache, nb::arg("key"), nb::arg("value"), nb::arg("k_cache"),
+        nb::arg("v_cache"), nb::arg("slot_mapping"),
+        "Writes key/value [tokens, kv_heads, dim] into the paged caches at slot_mapping "
+        "(negative slots are skipped), on the caller's current stream.");
+  // Positional only, as the package calls them; tensor slots accept None (not given).
+  m.def("varlen", &varlen, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("cu_seqlens_q"),
+        nb::arg("cu_seqlens_k"), nb::arg("max_seqlen_q"), nb::arg("max_seqlen_k"),
+        nb::arg("softmax_scale"), nb::arg("causal"), nb::arg("block_table").none(),
+        nb::arg("out").none(), nb::arg("want_lse"));
+  m.def("kvcache", &kvcache, nb::arg("q"), nb::arg("k_cache"), nb::arg("v_cache"),
+        nb::arg("block_table"), nb::arg("cache_seqlens"), nb::arg("softmax_scale"),
+        nb::arg("causal"), nb::arg("num_splits"), nb::arg("out").none(), nb::arg("want_lse"));
+  m.def("inspect", &inspect, nb::arg("tensor"));
+  m.def("device_faults", &device_faults, nb::arg("device_index"), nb::arg("clear") = true);
+  m.def("cuda_available", [] { return kvattn::cuda_available(); });
+  m.def("_set_fallback_allocator", &set_fallback_allocator, nb::arg("fn").none());
+#ifdef KVATTN_WITH_CUDA
+  m.attr("with_cuda") = true;
+#else
+  m.attr("with_cuda") = false;
+#endif
+}

@@ -1,0 +1,97 @@
+"""Float64 references and case builders for the kvattn Python tests (NumPy only)."""
+
+import math
+
+import numpy as np
+
+
+def attention_ref(q, k, v, causal, scale=None):
+    """One sequence: q [Lq, H, D], k/v [Lk, Hk, D] (float64) -> out [Lq, H, D], lse [H, Lq].
+
+    GQA: query head h reads KV head h // (H // Hk). Causal is bottom-right aligned: query i sees
+    key j iff j <= i + Lk - Lq. A row that sees no key outputs 0 and has lse -inf.
+    """
+    q = np.asarray(q, np.float64)
+    k = np.asarray(k, np.float64)
+    v = np.asarray(v, np.float64)
+    lq, h, d = q.shape
+    lk, hk = k.shape[0], k.shape[1]
+    if scale is None:
+        scale = 1.0 / math.sqrt(d)
+    g = h // hk
+    k = np.repeat(k, g, axis=1)
+    v = np.repeat(v, g, axis=1)
+    s = np.einsum("qhd,khd->hqk", q, k) * scale
+    if causal:
+        i = np.arange(lq)[:, None]
+        j = np.arange(lk)[None, :]
+        s = np.where(j <= i + lk - lq, s, -np.inf)
+    m = s.max(axis=-1, keepdims=True) if lk > 0 else np.full((h, lq, 1), -np.inf)
+    m_safe = np.where(np.isfinite(m), m, 0.0)
+    p = np.exp(s - m_safe)
+    denom = p.sum(axis=-1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lse = (np.log(denom) + m_safe)[..., 0]
+        p = np.where(denom > 0, p / np.where(denom > 0, denom, 1.0), 0.0)
+    lse = np.where(denom[..., 0] > 0, lse, -np.inf)
+    out = np.einsum("hqk,khd->qhd", p, v)
+    return out, lse
+
+
+def varlen_ref(q, k, v, cu_q, cu_k, causal, scale=None):
+    """Packed sequences: q [total_q, H, D], k/v [total_k, Hk, D] -> out, lse [H, total_q]."""
+    q = np.asarray(q, np.float64)
+    out = np.zeros(q.shape)
+    lse = np.full((q.shape[1], q.shape[0]), -np.inf)
+    for b in range(len(cu_q) - 1):
+        q0, q1, k0, k1 = cu_q[b], cu_q[b + 1], cu_k[b], cu_k[b + 1]
+        if q1 == q0:
+            continue
+        o, l = attention_ref(q[q0:q1], k[k0:k1], v[k0:k1], causal, scale)
+        out[q0:q1] = o
+        lse[:, q0:q1] = l
+    return out, lse
+
+
+def rel_err(out, ref):
+    out = np.asarray(out, np.float64)
+    ref = np.asarray(ref, np.float64)
+    assert not np.isnan(out).any(), "NaN in output"
+    n = np.linalg.norm(ref)
+    return np.linalg.norm(out - ref) / (n if n > 0 else 1.0)
+
+
+def max_abs(out, ref):
+    return float(np.max(np.abs(np.asarray(out, np.float64) - np.asarray(ref, np.float64)), initial=0.0))
+
+
+class PagedCase:
+    """Per-sequence keys/values laid out in a shuffled paged pool.
+
+    k_seqs/v_seqs: lists of [Lk, Hk, D] float64 arrays. Unused slots hold other random values.
+    block_table: int32 [B, max_blocks], -1 padded (width >= 1).
+    """
+
+    def __init__(self, rng, k_seqs, v_seqs, block_size, spare_blocks=3, min_width=1):
+        hk, d = k_seqs[0].shape[1], k_seqs[0].shape[2]
+        nblk = [-(-len(k) // block_size) for k in k_seqs]
+        total = sum(nblk) + spare_blocks
+        width = max(max(nblk), min_width)
+        perm = rng.permutation(total)
+        self.k_cache = rng.standard_normal((total, block_size, hk, d)) + 3.0
+        self.v_cache = rng.standard_normal((total, block_size, hk, d)) - 3.0
+        self.block_table = np.full((len(k_seqs), width), -1, np.int32)
+        at = 0
+        for b, (k, v) in enumerate(zip(k_seqs, v_seqs)):
+            for j in range(nblk[b]):
+                blk = perm[at]
+                at += 1
+                self.block_table[b, j] = blk
+                n = min(block_size, len(k) - j * block_size)
+                self.k_cache[blk, :n] = k[j * block_size : j * block_size + n]
+                self.v_cache[blk, :n] = v[j * block_size : j * block_size + n]
+        self.lens = np.array([len(k) for k in k_seqs], np.int32)
+
+
+def cu(lengths):
+    return np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
