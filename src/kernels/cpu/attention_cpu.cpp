@@ -4,13 +4,16 @@
 // items dynamically. Each item runs a blocked online softmax: key tiles of kKeyTile rows
 // are visited once for all query heads of the GQA group and all rows of the tile, so every
 // K/V byte of a (sequence, KV head) is read once per query tile, and no O(L^2) temporary is
-// ever formed. Arithmetic is float32; bf16/f16 tiles are converted once per tile.
+// ever formed. Arithmetic is float32; bf16/f16 tiles are converted once per tile. The tile
+// loops (scores, exp, weighted sum of V) run AVX2+FMA code when the CPU has it
+// (attention_tile_math.h).
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "kernels/backend.h"
+#include "kernels/cpu/attention_tile_math.h"
 
 namespace kvattn::cpu {
 namespace {
@@ -86,19 +89,6 @@ void load_tile(const Problem<T>& p, const T* base, int64_t stride, const Sequenc
   }
 }
 
-// 16 independent lanes so the adds do not form one long dependency chain.
-inline float dot(const float* a, const float* b, int64_t n) {
-  float lanes[16] = {};
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    for (int l = 0; l < 16; ++l) lanes[l] += a[i + l] * b[i + l];
-  }
-  float s = 0.0f;
-  for (; i < n; ++i) s += a[i] * b[i];
-  for (int l = 0; l < 16; ++l) s += lanes[l];
-  return s;
-}
-
 // Asks for keys j0..j1 of the next tile ahead of use. Rows of one KV head sit
 // num_kv_heads * head_dim elements apart (often exactly a 4 KiB page), a stride the hardware
 // prefetchers do not follow across pages.
@@ -120,6 +110,7 @@ inline int64_t key_limit(bool causal, int64_t i, int64_t q_len, int64_t k_len) {
 
 template <typename T>
 void run_item(const Problem<T>& p, const Sequence& s, const WorkItem& w, Scratch& sc) {
+  const TileMath& math = tile_math();
   const int64_t d = p.head_dim, g = p.group;
   const int64_t rows = (w.row_end - w.row_begin) * g;  // (query row, head in group) pairs
   sc.q.resize(rows * d);
@@ -154,24 +145,15 @@ void run_item(const Problem<T>& p, const Sequence& s, const WorkItem& w, Scratch
       const int64_t jl = std::min(j1, key_limit(p.causal, i, s.q_len, s.k_len));
       if (jl <= j0) continue;
       const float* qr = sc.q.data() + r * d;
+      const int64_t n = jl - j0;
+      float* scores = sc.scores.data();
+      math.scores(qr, sc.k_rows.data(), n, d, scores);
       float tile_max = -std::numeric_limits<float>::infinity();
-      for (int64_t j = j0; j < jl; ++j) {
-        const float sj = dot(qr, sc.k_rows[j - j0], d);
-        sc.scores[j - j0] = sj;
-        tile_max = std::max(tile_max, sj);
-      }
+      for (int64_t j = 0; j < n; ++j) tile_max = std::max(tile_max, scores[j]);
       const float m_new = std::max(sc.m[r], tile_max);
       const float corr = std::exp(sc.m[r] - m_new);  // exp(-inf) = 0 on the first tile
-      float* acc = sc.acc.data() + r * d;
-      float sum = 0.0f;
-      for (int64_t x = 0; x < d; ++x) acc[x] *= corr;
-      for (int64_t j = j0; j < jl; ++j) {
-        const float pj = std::exp(sc.scores[j - j0] - m_new);
-        sum += pj;
-        const float* vr = sc.v_rows[j - j0];
-#pragma omp simd
-        for (int64_t x = 0; x < d; ++x) acc[x] += pj * vr[x];
-      }
+      const float sum = math.softmax(scores, n, m_new);
+      math.axpy(sc.acc.data() + r * d, corr, scores, sc.v_rows.data(), n, d);
       sc.l[r] = sc.l[r] * corr + sum;
       sc.m[r] = m_new;
     }

@@ -1,0 +1,31 @@
+// Internal: the inner loops of the CPU attention backend, over one key tile at a time, with
+// a generic build and an AVX2+FMA build chosen once at run time (the library itself is
+// compiled for the baseline x86-64, so it runs on any machine).
+//
+// Contracts (n keys of the tile, d = head_dim, all float32):
+//   scores:  s[j] = dot(q, k_rows[j])                          for j < n
+//   softmax: p[j] = exp(s[j] - m) in place; returns sum p[j]   (m >= every s[j]; m finite)
+//   axpy:    acc[x] = acc[x] * corr + sum_j p[j] * v_rows[j][x]
+// exp is a polynomial (relative error < 2e-7 on [-87, 0], exp(x) = 0 below -87.3): the
+// arguments are <= 0 here, and terms below e^-87 do not change a float32 softmax sum.
+#pragma once
+
+#include <cstdint>
+
+namespace kvattn::cpu {
+
+struct TileMath {
+  void (*scores)(const float* q, const float* const* k_rows, int64_t n, int64_t d, float* s);
+  float (*softmax)(float* s, int64_t n, float m);
+  void (*axpy)(float* acc, float corr, const float* p, const float* const* v_rows, int64_t n,
+               int64_t d);
+  const char* name;  // "avx2" or "generic"
+};
+
+// The best variant this CPU runs.
+const TileMath& tile_math();
+// Both variants, for tests: {generic, avx2 or null when the CPU lacks AVX2/FMA}.
+const TileMath& tile_math_generic();
+const TileMath* tile_math_avx2();
+
+}  // namespace kvattn::cpu

@@ -1,0 +1,92 @@
+// The CPU attention tile loops (kernels/cpu/attention_tile_math.h), generic and AVX2 (when
+// this CPU has it), against float64 on fresh random tiles: the polynomial exp, the score
+// dot products and the rescaled weighted sum of V rows.
+#include "kernels/cpu/attention_tile_math.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+namespace kvattn::cpu {
+namespace {
+
+std::vector<const TileMath*> variants() {
+  std::vector<const TileMath*> v = {&tile_math_generic()};
+  if (tile_math_avx2() != nullptr) v.push_back(tile_math_avx2());
+  return v;
+}
+
+TEST(TileMath, ExpMatchesFloat64AcrossItsRange) {
+  std::mt19937_64 rng(std::random_device{}());
+  for (const TileMath* m : variants()) {
+    SCOPED_TRACE(m->name);
+    // Exact edges plus random points in [-100, 0]; m = 0.5 shifts every argument.
+    std::vector<float> x = {0.5f, 0.0f, -1e-30f, -0.3465f, -0.3466f, -87.0f, -87.29f, -87.31f,
+                            -88.0f, -100.0f, -std::numeric_limits<float>::infinity()};
+    std::uniform_real_distribution<float> d(-100.0f, 0.5f);
+    for (int i = 0; i < 5000; ++i) x.push_back(d(rng));
+    std::vector<float> s = x;
+    const float sum = m->softmax(s.data(), static_cast<int64_t>(s.size()), 0.5f);
+    double want_sum = 0.0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      // The argument as the loop forms it, in float32: only exp's own error is judged.
+      const float arg = x[i] - 0.5f;
+      const double want = std::exp(static_cast<double>(arg));
+      want_sum += want;
+      if (arg >= -87.0f) {
+        ASSERT_NEAR(s[i], want, 3e-7 * want) << "x = " << x[i];
+      } else {
+        ASSERT_LE(s[i], 2e-38f) << "x = " << x[i];  // negligible next to any softmax sum
+        ASSERT_GE(s[i], 0.0f);
+      }
+    }
+    // A float32 sum of ~5000 positive terms: worst case about (n / lanes) * 2^-24 relative.
+    EXPECT_NEAR(sum, want_sum, 1e-4 * want_sum);
+  }
+}
+
+TEST(TileMath, ScoresAndWeightedSumMatchFloat64) {
+  std::mt19937_64 rng(std::random_device{}());
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (const TileMath* m : variants()) {
+    SCOPED_TRACE(m->name);
+    for (int64_t d : {1, 15, 16, 64, 80, 128, 131}) {
+      for (int64_t n : {1, 2, 7, 64}) {
+        std::vector<float> q(d), k(n * d), v(n * d), acc(d), p(n);
+        for (auto* buf : {&q, &k, &v, &acc}) for (auto& e : *buf) e = nd(rng);
+        std::vector<const float*> k_rows(n), v_rows(n);
+        // Rows in reverse order: the loops must follow the pointers, not assume contiguity.
+        for (int64_t j = 0; j < n; ++j) {
+          k_rows[j] = k.data() + (n - 1 - j) * d;
+          v_rows[j] = v.data() + (n - 1 - j) * d;
+        }
+        std::vector<float> s(n, std::nanf(""));
+        m->scores(q.data(), k_rows.data(), n, d, s.data());
+        for (int64_t j = 0; j < n; ++j) {
+          double want = 0.0, mag = 0.0;
+          for (int64_t x = 0; x < d; ++x) {
+            want += static_cast<double>(q[x]) * k_rows[j][x];
+            mag += std::abs(static_cast<double>(q[x]) * k_rows[j][x]);
+          }
+          ASSERT_NEAR(s[j], want, 1e-6 * mag + 1e-30) << "d " << d << " n " << n << " j " << j;
+        }
+        for (auto& e : p) e = std::abs(nd(rng));
+        const float corr = 0.37f;
+        std::vector<double> want(d);
+        for (int64_t x = 0; x < d; ++x) {
+          want[x] = static_cast<double>(acc[x]) * corr;
+          for (int64_t j = 0; j < n; ++j) want[x] += static_cast<double>(p[j]) * v_rows[j][x];
+        }
+        m->axpy(acc.data(), corr, p.data(), v_rows.data(), n, d);
+        for (int64_t x = 0; x < d; ++x) {
+          ASSERT_NEAR(acc[x], want[x], 1e-5 * (1.0 + std::abs(want[x]))) << "d " << d << " n " << n;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvattn::cpu
