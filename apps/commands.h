@@ -22,7 +22,34 @@ struct GenerateArgs {
   bool quiet = false;  // no loading progress or stats detail on stderr
 };
 
+// `kvattn bench`: nano-vllm's throughput workload (bench.py): num_seqs prompts of random ids
+// in [0, min(10000, vocab)), lengths uniform in [min_input, max_input], each generating a
+// length uniform in [min_output, max_output] with ignore_eos; then one stream's decode speed
+// and one long prompt's time to first token. All draws come from std::mt19937(seed).
+struct BenchArgs {
+  std::string model;  // empty => the default model
+  std::string device = "cpu";
+  int64_t num_seqs = 256;
+  int64_t min_input = 100, max_input = 1024;
+  int64_t min_output = 100, max_output = 1024;
+  uint32_t seed = 0;
+  double temperature = 0.6;  // nano-vllm's bench samples at 0.6
+  bool eager = false;        // no CUDA graphs
+  int64_t max_num_seqs = 256;
+  int64_t max_num_batched_tokens = 16384;
+  int64_t kv_cache_mb = 0;
+  double gpu_memory_utilization = 0.9;
+  int threads = 0;
+  std::string weights = "auto";
+  int64_t single_input = 128, single_output = 256;  // the single-stream decode run
+  int64_t ttft_input = 4096;                        // capped to the context and the pool
+  bool no_warmup = false;
+  bool progress = false;  // draw the progress bar even when stderr is not a terminal
+  std::string json;       // write every figure here
+};
+
 int run_generate(const GenerateArgs& args);
+int run_bench(const BenchArgs& args);
 int run_info(const std::string& model, bool all_tensors);
 
 // The model to use: `given` when set; else $KVATTN_MODEL; else the default

@@ -1,5 +1,5 @@
 // kvattn: the command line. `kvattn generate "prompt"` runs the default model on the CPU;
-// `kvattn info --model PATH` describes a model file.
+// `kvattn bench` measures serving throughput; `kvattn info --model PATH` describes a model file.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -45,6 +45,45 @@ int main(int argc, char** argv) {
       ->default_val(0);
   gen->add_flag("-q,--quiet", g.quiet, "No loading progress on stderr");
 
+  kvattn::cli::BenchArgs b;
+  auto* bench = app.add_subcommand(
+      "bench", "Throughput benchmark: nano-vllm's workload (random prompts, ignore_eos), then "
+               "single-stream decode and time to first token");
+  bench->add_option("-m,--model", b.model, "A .gguf file or an HF directory (default: as generate)");
+  bench->add_option("--device", b.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  bench->add_option("--num-seqs", b.num_seqs, "Prompts in the main run")->default_val(256);
+  bench->add_option("--min-input", b.min_input, "Shortest prompt")->default_val(100);
+  bench->add_option("--max-input", b.max_input, "Longest prompt")->default_val(1024);
+  bench->add_option("--min-output", b.min_output, "Fewest tokens generated")->default_val(100);
+  bench->add_option("--max-output", b.max_output, "Most tokens generated")->default_val(1024);
+  bench->add_option("--seed", b.seed, "Seed of the workload (std::mt19937)")->default_val(0);
+  bench->add_option("-t,--temperature", b.temperature, "Sampling temperature (0 => greedy)")
+      ->default_val(0.6);
+  bench->add_flag("--eager", b.eager, "No CUDA graphs (eager launches)");
+  bench->add_option("--max-num-seqs", b.max_num_seqs, "Running sequences at most")
+      ->default_val(256);
+  bench->add_option("--max-num-batched-tokens", b.max_num_batched_tokens, "Tokens per step")
+      ->default_val(16384);
+  bench->add_option("--kv-cache-mb", b.kv_cache_mb,
+                    "KV cache size in MiB (0 => GPU: --gpu-memory-utilization; CPU: default)")
+      ->default_val(0);
+  bench->add_option("--gpu-memory-utilization", b.gpu_memory_utilization,
+                    "Fraction of GPU memory for weights, activations and the KV pool")
+      ->default_val(0.9);
+  bench->add_option("--threads", b.threads, "CPU threads (0 => automatic)")->default_val(0);
+  bench->add_option("--weights", b.weights, "CPU weight storage: auto, f32, f16, bf16, q8")
+      ->check(CLI::IsMember({"auto", "f32", "f16", "bf16", "q8"}));
+  bench->add_option("--single-input", b.single_input, "Prompt of the single-stream run")
+      ->default_val(128);
+  bench->add_option("--single-output", b.single_output, "Tokens of the single-stream run")
+      ->default_val(256);
+  bench->add_option("--ttft-input", b.ttft_input,
+                    "Prompt of the time-to-first-token run (capped to the context)")
+      ->default_val(4096);
+  bench->add_flag("--no-warmup", b.no_warmup, "Skip the short warm-up generate");
+  bench->add_flag("--progress", b.progress, "Progress bar even when stderr is not a terminal");
+  bench->add_option("--json", b.json, "Write every figure to this JSON file");
+
   std::string info_model;
   bool info_all = false;
   auto* info = app.add_subcommand("info", "Print a model's architecture, shapes and dtypes");
@@ -60,6 +99,7 @@ int main(int argc, char** argv) {
       }
       return kvattn::cli::run_generate(g);
     }
+    if (*bench) return kvattn::cli::run_bench(b);
     return kvattn::cli::run_info(info_model, info_all);
   } catch (const std::exception& e) {
     std::fflush(stdout);
