@@ -200,12 +200,20 @@ void bench_store_kv(int64_t tokens, int64_t block_size, std::mt19937_64& rng) {
 
 struct DecodeVariant {
   const char* name;
-  int heads;   // heads per CTA
-  int stages;  // 0 = default
+  int heads;        // heads per CTA
+  int stages;       // 0 = default
+  int small = 1;    // small-batch kernel allowed
+  int small_warps = 8;
+  int no_merge = 0; // diagnostics: stream kernel without its merge (wrong output)
+  int l2_256 = 0;   // cp.async L2::256B hint
 };
-// The default first: the others' outputs are compared with its.
+// The default first: the others' outputs are compared with its. "diag" rows are diagnostics
+// (not candidates): the split kernel alone, to price the merge launch.
 const DecodeVariant kDecodeVariants[] = {
-    {"default", 8, 0}, {"s2", 8, 2}, {"h4", 4, 0}, {"h4 s2", 4, 2}, {"h2 s2", 2, 2},
+    {"default", 8, 0},         {"s2", 8, 2},          {"h4", 4, 0},
+    {"h4 s2", 4, 2},           {"nosmall", 8, 0, 0},  {"small w4", 8, 0, 1, 4},
+    {"l2 256", 8, 0, 1, 8, 0, 1},  {"h4 l2 256", 4, 0, 1, 8, 0, 1},
+    {"diag nomerge", 8, 0, 0, 8, 1},
 };
 
 std::vector<float> to_floats(const Tensor& t) {
@@ -269,6 +277,11 @@ void bench_decode(const std::string& name, const std::vector<int64_t>& lens, int
   for (const DecodeVariant& v : kDecodeVariants) {
     tuning.decode_heads_per_cta = v.heads;
     tuning.decode_stages = v.stages;
+    tuning.decode_small = v.small;
+    tuning.decode_small_warps = v.small_warps;
+    tuning.decode_debug_no_merge = v.no_merge;
+    tuning.decode_l2_256 = v.l2_256;
+    const bool diag = std::strncmp(v.name, "diag", 4) == 0;
     try {
       kvattn::DecodeArgs a;
       a.q = q;
@@ -296,7 +309,7 @@ void bench_decode(const std::string& name, const std::vector<int64_t>& lens, int
         check_faults("decode " + name);
         std::snprintf(note, sizeof(note), "splits %d, rel_l2 vs default %.1e, %s", a.plan.num_splits,
                       err, flush_name(f));
-        report(std::string("decode ") + v.name, shape, us, bytes, note);
+        report(diag ? std::string(v.name) : std::string("decode ") + v.name, shape, us, bytes, note);
       }
     } catch (const std::exception& e) {
       std::printf("{\"op\": \"decode %s\", \"shape\": \"%s\", \"error\": \"%s\"}\n", v.name,
@@ -347,6 +360,10 @@ int main(int argc, char** argv) {
       skew.resize(64, 512);
       bench_decode("skewed 4x16384+60x512", skew, 32, 8, page, rng);
       bench_decode("1x8192", std::vector<int64_t>(1, 8192), 32, 8, page, rng);
+      // Fixed cost vs length for a lone sequence, and a few sequences (small-batch kernel).
+      bench_decode("1x2048", std::vector<int64_t>(1, 2048), 32, 8, page, rng);
+      bench_decode("1x32768", std::vector<int64_t>(1, 32768), 32, 8, page, rng);
+      bench_decode("4x8192", std::vector<int64_t>(4, 8192), 32, 8, page, rng);
       if (quick) break;
     }
   }

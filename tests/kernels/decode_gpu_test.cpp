@@ -255,12 +255,18 @@ void sweep(int cases) {
 
 TEST(DecodeGpu, SweepAgainstReferenceAndCpu) { sweep(test::quick_mode() ? 12 : 96); }
 
-// The kernel variants of cuda_tuning() (heads per CTA, stages).
+// The kernel variants of cuda_tuning() (heads per CTA, stages, small-batch kernel on/off and
+// its warps per CTA).
 struct Variant {
   const char* name;
   int heads, stages;
+  int small = 1, small_warps = 8;
+  int l2_256 = 0;
 };
-const Variant kVariants[] = {{"s2", 8, 2}, {"h4", 4, 0}, {"h4 s2", 4, 2}, {"h2 s2", 2, 2}};
+const Variant kVariants[] = {{"s2", 8, 2},          {"h4", 4, 0},
+                             {"h4 s2", 4, 2},       {"h2 s2", 2, 2},
+                             {"nosmall", 8, 0, 0},  {"small w4 s2", 8, 2, 1, 4},
+                             {"l2 256", 8, 0, 1, 8, 1}};
 
 // Sets a variant for the scope, restores the previous tuning after.
 class UseVariant {
@@ -269,6 +275,9 @@ class UseVariant {
     cuda::CudaTuning& t = cuda::cuda_tuning();
     t.decode_heads_per_cta = v.heads;
     t.decode_stages = v.stages;
+    t.decode_small = v.small;
+    t.decode_small_warps = v.small_warps;
+    t.decode_l2_256 = v.l2_256;
   }
   ~UseVariant() { cuda::cuda_tuning() = saved_; }
 
@@ -506,7 +515,12 @@ void graph_capture_and_replay() {
   cudaStreamDestroy(stream);
 }
 
-TEST(DecodeGpu, CudaGraphCaptureAndReplay) { graph_capture_and_replay(); }
+TEST(DecodeGpu, CudaGraphCaptureAndReplay) {
+  graph_capture_and_replay();  // the small-batch kernel (arrival counters reset per replay)
+  SCOPED_TRACE("nosmall: stream kernel + merge kernel");
+  UseVariant use(kVariants[4]);
+  graph_capture_and_replay();
+}
 
 TEST(DecodeGpu, UnsupportedHeadDimIsAReadableError) {
   std::mt19937_64 rng(test::case_seed());

@@ -24,6 +24,7 @@
 #include <cmath>
 #include <cstdint>
 #include <mutex>
+#include <random>
 #include <type_traits>
 #include <vector>
 
@@ -32,45 +33,22 @@
 #include "kernels/cuda/decode_params.h"
 #include "kernels/cuda/device_faults.cuh"
 #include "kernels/cuda/device_props.h"
+#include "kernels/cuda/ptx.cuh"
 #include "kernels/cuda/tuning.h"
 
 namespace kvattn::cuda {
 namespace {
 
-// ---- PTX building blocks -------------------------------------------------------------------
-// Fragment layouts (mma.m16n8k16 .row.col), lane = 4 * g + t:
-//   A 16x16: a0 = (g, 2t..2t+1)  a1 = (g+8, 2t..)  a2 = (g, 2t+8..)  a3 = (g+8, 2t+8..)
-//   B 16x8:  b0 = (k 2t..2t+1, n g)  b1 = (k 2t+8..2t+9, n g)
-//   C 16x8:  c0,c1 = (g, 2t..2t+1)  c2,c3 = (g+8, 2t..2t+1)
-
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16 bytes global -> shared; with src_bytes == 0 nothing is read and the 16 bytes are zeroed.
-__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-               "r"(src_bytes)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
+// ---- building blocks (kernels/cuda/ptx.cuh has the fragment layouts) ----------------------
+using ptx::cp_async_16;  // (dst, src, valid): !valid zero-fills the 16 bytes, reads nothing
+using ptx::cp_async_commit;
+using ptx::cp_async_wait;
+using ptx::ldmatrix_x4;
+using ptx::ldmatrix_x4_trans;
+using ptx::mma_16816;
+using ptx::pack2;
+__device__ __forceinline__ uint32_t smem_u32(const void* p) { return ptx::smem_addr(p); }
+__device__ __forceinline__ float fast_exp2(float x) { return ptx::exp2_approx(x); }  // exp2(-inf) = +0
 
 __device__ __forceinline__ void st_shared_16(uint32_t addr, uint4 v) {
   asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v.x), "r"(v.y),
@@ -91,46 +69,12 @@ __device__ __forceinline__ uint4 load_8_unaligned(const T* src) {
 }
 
 template <typename T>
-__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                          uint32_t b1) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-}
-
-// Two floats -> one register of two 16-bit values (lo in the low half).
-template <typename T>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&v);
-  } else {
-    __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&v);
-  }
-}
-
-template <typename T>
 __device__ __forceinline__ uint16_t to_bits(float x) {
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {
     return __bfloat16_as_ushort(__float2bfloat16_rn(x));
   } else {
     return __half_as_ushort(__float2half_rn(x));
   }
-}
-
-__device__ __forceinline__ float fast_exp2(float x) {  // ex2.approx: exp2(-inf) == +0
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
 }
 
 constexpr float kNegInf = -INFINITY;
@@ -177,6 +121,125 @@ __device__ __forceinline__ void cp_async_wait_dyn(int n) {
     case 4: cp_async_wait<4>(); break;
     case 5: cp_async_wait<5>(); break;
     default: cp_async_wait<6>(); break;
+  }
+}
+
+// Copies one warp's K and V tile (kDecodeTileKeys keys of KV head kvh) into the stage at kdst.
+// Key k's block id and in-block offset are lane k's (nid, noff); offset -1 (past the end) and
+// bad block ids are zero-filled, and a bad id is recorded in the fault word.
+template <typename T, int D, bool kAligned16>
+__device__ __forceinline__ void issue_tile(const DecodeParams& p, uint32_t kdst, int nid,
+                                           int noff, int lane, int kvh) {
+  using L = Tile<D>;
+  const T* const k_cache = static_cast<const T*>(p.k_cache);
+  const T* const v_cache = static_cast<const T*>(p.v_cache);
+  const int64_t kv_row = static_cast<int64_t>(p.num_kv_heads) * D;
+  const int copy_chunk = lane % L::kChunks;
+  const int copy_key0 = lane / L::kChunks;
+  const int64_t head_off = static_cast<int64_t>(kvh) * D + copy_chunk * 8;
+#pragma unroll
+  for (int i = 0; i < L::kCopies; ++i) {
+    const int key_local = copy_key0 + i * L::kKeyStep;
+    const int id = __shfl_sync(0xffffffffu, nid, key_local);
+    const int off = __shfl_sync(0xffffffffu, noff, key_local);
+    const uint32_t dst = L::addr(kdst, key_local, copy_chunk);
+    const bool in_range = off >= 0;
+    const bool id_ok = static_cast<unsigned>(id) < static_cast<unsigned>(p.num_blocks);
+    if (in_range && !id_ok) record_fault(p.fault_word, kFaultBlockOutOfRange);
+    const bool ok = in_range && id_ok;
+    const int64_t row = ok ? static_cast<int64_t>(off) * kv_row + head_off : 0;
+    const T* ksrc = ok ? k_cache + id * p.k_block_stride + row : k_cache;
+    const T* vsrc = ok ? v_cache + id * p.v_block_stride + row : v_cache;
+    if constexpr (kAligned16) {
+      if (p.l2_256) {
+        ptx::cp_async_16_l2_256(dst, ksrc, ok);
+        ptx::cp_async_16_l2_256(dst + L::kTileBytes, vsrc, ok);
+      } else {
+        cp_async_16(dst, ksrc, ok);
+        cp_async_16(dst + L::kTileBytes, vsrc, ok);
+      }
+    } else {  // caches only 2-byte aligned: stage the 8 elements through registers
+      st_shared_16(dst, ok ? load_8_unaligned(ksrc) : make_uint4(0, 0, 0, 0));
+      st_shared_16(dst + L::kTileBytes, ok ? load_8_unaligned(vsrc) : make_uint4(0, 0, 0, 0));
+    }
+  }
+}
+
+// One warp's step over a landed 16-key tile at kbase (V at kbase + kTileBytes): S = Q K^T,
+// causal mask (key j visible to row hr iff j < limit[hr]), online softmax in the log2 domain
+// (m, l per row; l summed over the lane's own columns only), O = O * alpha + P V.
+template <typename T, int D>
+__device__ __forceinline__ void attend_tile(uint32_t kbase, const uint32_t (&qf)[D / 16][4],
+                                            float (&o)[D / 8][4], float (&m)[2], float (&l)[2],
+                                            int key0, const int (&limit)[2], int min_limit,
+                                            float scale_log2, int lane) {
+  using L = Tile<D>;
+  const int t4 = lane & 3;
+  const int mrow = lane & 7;
+  const int mat = lane >> 3;
+  const uint32_t vbase = kbase + L::kTileBytes;
+  // S = Q K^T over D in two independent mma chains (even and odd k-steps).
+  float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+  float s2[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ++ks) {
+    uint32_t kb[4];
+    ldmatrix_x4(kb, L::addr(kbase, (mat >> 1) * 8 + mrow, 2 * ks + (mat & 1)));
+    if (ks & 1) {
+      mma_16816<T>(s2[0], qf[ks], kb[0], kb[1]);
+      mma_16816<T>(s2[1], qf[ks], kb[2], kb[3]);
+    } else {
+      mma_16816<T>(s[0], qf[ks], kb[0], kb[1]);
+      mma_16816<T>(s[1], qf[ks], kb[2], kb[3]);
+    }
+  }
+#pragma unroll
+  for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[nt][e] = (s[nt][e] + s2[nt][e]) * scale_log2;
+  }
+  if (key0 + kDecodeTileKeys > min_limit) {
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = key0 + nt * 8 + 2 * t4 + (e & 1);
+        if (key >= limit[e >> 1]) s[nt][e] = kNegInf;
+      }
+    }
+  }
+  // Online softmax (log2 domain) for rows g (hr 0) and g+8 (hr 1).
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    float mx = fmaxf(fmaxf(s[0][2 * hr], s[0][2 * hr + 1]), fmaxf(s[1][2 * hr], s[1][2 * hr + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float m_new = fmaxf(m[hr], mx);
+    const float base = m_new == kNegInf ? 0.0f : m_new;
+    const float alpha = fast_exp2(m[hr] - base);
+    m[hr] = m_new;
+    float sum = 0.0f;
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+      s[nt][2 * hr] = fast_exp2(s[nt][2 * hr] - base);
+      s[nt][2 * hr + 1] = fast_exp2(s[nt][2 * hr + 1] - base);
+      sum += s[nt][2 * hr] + s[nt][2 * hr + 1];
+    }
+    l[hr] = l[hr] * alpha + sum;
+#pragma unroll
+    for (int nt = 0; nt < D / 8; ++nt) {
+      o[nt][2 * hr] *= alpha;
+      o[nt][2 * hr + 1] *= alpha;
+    }
+  }
+  const uint32_t pa[4] = {pack2<T>(s[0][0], s[0][1]), pack2<T>(s[0][2], s[0][3]),
+                          pack2<T>(s[1][0], s[1][1]), pack2<T>(s[1][2], s[1][3])};
+#pragma unroll
+  for (int dt = 0; dt < D / 16; ++dt) {
+    uint32_t vb[4];
+    ldmatrix_x4_trans(vb, L::addr(vbase, (mat & 1) * 8 + mrow, 2 * dt + (mat >> 1)));
+    mma_16816<T>(o[2 * dt], pa, vb[0], vb[1]);
+    mma_16816<T>(o[2 * dt + 1], pa, vb[2], vb[3]);
   }
 }
 
@@ -397,12 +460,6 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   }
 
   // ---- the tile pipeline of this warp ----
-  const T* const k_cache = static_cast<const T*>(p.k_cache);
-  const T* const v_cache = static_cast<const T*>(p.v_cache);
-  const int64_t kv_row = static_cast<int64_t>(p.num_kv_heads) * D;
-  const int copy_chunk = lane % L::kChunks;
-  const int copy_key0 = lane / L::kChunks;
-  const int64_t head_off = static_cast<int64_t>(kvh) * D + copy_chunk * 8;
   const int stages = p.stages;
   uint8_t* const tiles = smem + p.prefix_bytes;
   const uint32_t wbase = smem_u32(tiles) + static_cast<uint32_t>(warp * stages * L::kStageBytes);
@@ -431,28 +488,7 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   load_ids(pc, lane >= 16);
 
   auto issue = [&](int stage) {
-    const uint32_t kdst = wbase + stage * L::kStageBytes;
-#pragma unroll
-    for (int i = 0; i < L::kCopies; ++i) {
-      const int key_local = copy_key0 + i * L::kKeyStep;
-      const int id = __shfl_sync(0xffffffffu, nid, key_local);
-      const int off = __shfl_sync(0xffffffffu, noff, key_local);
-      const uint32_t dst = L::addr(kdst, key_local, copy_chunk);
-      const bool in_range = off >= 0;
-      const bool id_ok = static_cast<unsigned>(id) < static_cast<unsigned>(p.num_blocks);
-      if (in_range && !id_ok) record_fault(p.fault_word, kFaultBlockOutOfRange);
-      const bool ok = in_range && id_ok;
-      const int64_t row = ok ? static_cast<int64_t>(off) * kv_row + head_off : 0;
-      const T* ksrc = ok ? k_cache + id * p.k_block_stride + row : k_cache;
-      const T* vsrc = ok ? v_cache + id * p.v_block_stride + row : v_cache;
-      if constexpr (kAligned16) {
-        cp_async_16(dst, ksrc, ok ? 16 : 0);
-        cp_async_16(dst + L::kTileBytes, vsrc, ok ? 16 : 0);
-      } else {  // caches only 2-byte aligned: stage the 8 elements through registers
-        st_shared_16(dst, ok ? load_8_unaligned(ksrc) : make_uint4(0, 0, 0, 0));
-        st_shared_16(dst + L::kTileBytes, ok ? load_8_unaligned(vsrc) : make_uint4(0, 0, 0, 0));
-      }
-    }
+    issue_tile<T, D, kAligned16>(p, wbase + stage * L::kStageBytes, nid, noff, lane, kvh);
   };
   // After issuing ic: ic <- pc, whose ids move to lanes 0-15; pc advances and lanes 16-31
   // load its ids (in flight while the next tiles are computed).
@@ -515,8 +551,6 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   if (!cc.done) begin_piece(cc);  // its loads overlap the first tiles' latency
 
   int cstage = 0, istage = stages - 1;
-  const int mrow = lane & 7;
-  const int mat = lane >> 3;
   while (!cc.done) {
     cp_async_wait_dyn(stages - 2);
     __syncwarp();  // this tile landed for every lane; the stage refilled below is free
@@ -529,71 +563,8 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
 
     const int key0 = cc.t * kDecodeTileKeys;
     if (key0 < warp_limit) {  // else every key of the tile is masked for every row
-      const uint32_t kbase = wbase + cstage * L::kStageBytes;
-      const uint32_t vbase = kbase + L::kTileBytes;
-      // S = Q K^T over D in two independent mma chains (even and odd k-steps).
-      float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-      float s2[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-#pragma unroll
-      for (int ks = 0; ks < D / 16; ++ks) {
-        uint32_t kb[4];
-        ldmatrix_x4(kb, L::addr(kbase, (mat >> 1) * 8 + mrow, 2 * ks + (mat & 1)));
-        if (ks & 1) {
-          mma_16816<T>(s2[0], qf[ks], kb[0], kb[1]);
-          mma_16816<T>(s2[1], qf[ks], kb[2], kb[3]);
-        } else {
-          mma_16816<T>(s[0], qf[ks], kb[0], kb[1]);
-          mma_16816<T>(s[1], qf[ks], kb[2], kb[3]);
-        }
-      }
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[nt][e] = (s[nt][e] + s2[nt][e]) * p.scale_log2;
-      }
-      if (key0 + kDecodeTileKeys > min_limit) {
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int key = key0 + nt * 8 + 2 * t4 + (e & 1);
-            if (key >= limit[e >> 1]) s[nt][e] = kNegInf;
-          }
-        }
-      }
-      // Online softmax (log2 domain) for rows g (hr 0) and g+8 (hr 1).
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        float mx = fmaxf(fmaxf(s[0][2 * hr], s[0][2 * hr + 1]), fmaxf(s[1][2 * hr], s[1][2 * hr + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float m_new = fmaxf(m[hr], mx);
-        const float base = m_new == kNegInf ? 0.0f : m_new;
-        const float alpha = fast_exp2(m[hr] - base);
-        m[hr] = m_new;
-        float sum = 0.0f;
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt) {
-          s[nt][2 * hr] = fast_exp2(s[nt][2 * hr] - base);
-          s[nt][2 * hr + 1] = fast_exp2(s[nt][2 * hr + 1] - base);
-          sum += s[nt][2 * hr] + s[nt][2 * hr + 1];
-        }
-        l[hr] = l[hr] * alpha + sum;
-#pragma unroll
-        for (int nt = 0; nt < D / 8; ++nt) {
-          o[nt][2 * hr] *= alpha;
-          o[nt][2 * hr + 1] *= alpha;
-        }
-      }
-      const uint32_t pa[4] = {pack2<T>(s[0][0], s[0][1]), pack2<T>(s[0][2], s[0][3]),
-                              pack2<T>(s[1][0], s[1][1]), pack2<T>(s[1][2], s[1][3])};
-#pragma unroll
-      for (int dt = 0; dt < D / 16; ++dt) {
-        uint32_t vb[4];
-        ldmatrix_x4_trans(vb, L::addr(vbase, (mat & 1) * 8 + mrow, 2 * dt + (mat >> 1)));
-        mma_16816<T>(o[2 * dt], pa, vb[0], vb[1]);
-        mma_16816<T>(o[2 * dt + 1], pa, vb[2], vb[3]);
-      }
+      attend_tile<T, D>(wbase + cstage * L::kStageBytes, qf, o, m, l, key0, limit, min_limit,
+                        p.scale_log2, lane);
     }
     if (++cstage == stages) cstage = 0;
 
@@ -612,6 +583,281 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     if (piece_done && !cc.done) begin_piece(cc);
   }
   cp_async_wait<0>();
+}
+
+// ---- the small-batch kernel: one unit per CTA, warps split the keys, fused merge ----------
+// (decode_params.h, "small mode"). Grid (C, units, num_seqs); CTA (c, u, b).
+
+// Arrives on a (sequence, unit) counter; true for the last of `n` arrivals of this launch.
+__device__ __forceinline__ bool arrive_last(unsigned long long* ctr, uint32_t epoch, int n) {
+  unsigned long long cur = *reinterpret_cast<volatile unsigned long long*>(ctr);
+  for (;;) {
+    const uint32_t cnt = static_cast<uint32_t>(cur >> 32) == epoch ? static_cast<uint32_t>(cur) : 0u;
+    const unsigned long long next = (static_cast<unsigned long long>(epoch) << 32) | (cnt + 1u);
+    const unsigned long long prev = atomicCAS(ctr, cur, next);
+    if (prev == cur) return static_cast<int>(cnt + 1u) >= n;
+    cur = prev;
+  }
+}
+
+// Writes 4 consecutive output elements (row `token`, head, dims d..d+3).
+template <typename T>
+__device__ __forceinline__ void store_out4(const DecodeParams& p, int64_t token, int head, int D,
+                                           int d, const float (&v)[4]) {
+  uint16_t* dst = static_cast<uint16_t*>(p.out) + token * p.out_stride +
+                  static_cast<int64_t>(head) * D + d;
+  const uint16_t b0 = to_bits<T>(v[0]), b1 = to_bits<T>(v[1]), b2 = to_bits<T>(v[2]),
+                 b3 = to_bits<T>(v[3]);
+  if (p.out_aligned4) {
+    reinterpret_cast<uint32_t*>(dst)[0] = b0 | (static_cast<uint32_t>(b1) << 16);
+    reinterpret_cast<uint32_t*>(dst)[1] = b2 | (static_cast<uint32_t>(b3) << 16);
+  } else {
+    dst[0] = b0;
+    dst[1] = b1;
+    dst[2] = b2;
+    dst[3] = b3;
+  }
+}
+
+template <typename T, int D, bool kAligned16>
+__global__ void __launch_bounds__(kDecodeMaxWarps * 32)
+    decode_small_kernel(const __grid_constant__ DecodeParams p) {
+  using L = Tile<D>;
+  extern __shared__ __align__(128) uint8_t smem[];
+  __shared__ int s_last;
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5;
+  const int lane = tid & 31;
+  const int nw = static_cast<int>(blockDim.x >> 5);
+  const int C = p.parts;
+  const int c = blockIdx.x;
+  const int unit = blockIdx.y;
+  const int b = blockIdx.z;
+  const int kvh = unit / p.row_chunks;
+  const int rc = unit - kvh * p.row_chunks;
+  const int gid = lane >> 2;
+  const int t4 = lane & 3;
+
+  // Query fragments first: their address needs no length (rows past `rows` are zero).
+  uint32_t qf[D / 16][4];
+  int row_i[2];
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int r = rc * kDecodeRows + gid + 8 * hr;
+    const bool valid = r < p.rows;
+    const int i = valid ? r / p.group : 0;
+    row_i[hr] = i;
+    const uint16_t* qrow = nullptr;
+    if (valid) {
+      const int64_t token = static_cast<int64_t>(b) * p.q_len + i;
+      const int head = kvh * p.group + (r - i * p.group);
+      qrow = static_cast<const uint16_t*>(p.q) + token * p.q_stride + static_cast<int64_t>(head) * D;
+    }
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        uint32_t v = 0;
+        if (valid) {
+          const int d = ks * 16 + half * 8 + 2 * t4;
+          v = static_cast<uint32_t>(qrow[d]) | (static_cast<uint32_t>(qrow[d + 1]) << 16);
+        }
+        qf[ks][hr + 2 * half] = v;
+      }
+    }
+  }
+
+  const int len = seq_len(p, b, c == 0 && unit == 0 && tid == 0);
+  const int ntiles = tiles_of(len);
+  const int ct0 = static_cast<int>(static_cast<int64_t>(ntiles) * c / C);
+  const int ct1 = static_cast<int>(static_cast<int64_t>(ntiles) * (c + 1) / C);
+  const int ta = ct0 + static_cast<int>(static_cast<int64_t>(ct1 - ct0) * warp / nw);
+  const int tb = ct0 + static_cast<int>(static_cast<int64_t>(ct1 - ct0) * (warp + 1) / nw);
+  int limit[2];
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    limit[hr] = p.causal ? min(len, row_i[hr] + len - p.q_len + 1) : len;
+  }
+  const int min_limit = min(limit[0], limit[1]);
+  const int warp_limit = __reduce_max_sync(0xffffffffu, max(limit[0], limit[1]));
+
+  float o[D / 8][4];
+#pragma unroll
+  for (int nt = 0; nt < D / 8; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.0f;
+  float m[2] = {kNegInf, kNegInf};
+  float l[2] = {0.0f, 0.0f};
+
+  // ---- this warp's tiles [ta, tb): the same pipeline as the stream kernel ----
+  const int stages = p.stages;
+  const uint32_t wbase = smem_u32(smem) + static_cast<uint32_t>(warp * stages * L::kStageBytes);
+  // Lanes 0-15: (block id, offset) of key (lane & 15) of tile ti; lanes 16-31: of tile ti + 1.
+  int nid = 0, noff = -1;
+  auto load_ids = [&](int t, bool mine) {
+    if (!mine) return;
+    nid = 0;
+    noff = -1;
+    if (t >= tb) return;
+    const int key = t * kDecodeTileKeys + (lane & 15);
+    if (key < len) {
+      const int page = key / p.block_size;
+      nid = __ldg(p.block_table + static_cast<int64_t>(b) * p.bt_stride + page);
+      noff = key - page * p.block_size;
+    }
+  };
+  int ti = ta;
+  load_ids(ti, lane < 16);
+  load_ids(ti + 1, lane >= 16);
+  auto issue_next = [&](int stage) {
+    issue_tile<T, D, kAligned16>(p, wbase + stage * L::kStageBytes, nid, noff, lane, kvh);
+    const int id_hi = __shfl_down_sync(0xffffffffu, nid, 16);
+    const int off_hi = __shfl_down_sync(0xffffffffu, noff, 16);
+    if (lane < 16) {
+      nid = id_hi;
+      noff = off_hi;
+    }
+    ++ti;
+    load_ids(ti + 1, lane >= 16);
+  };
+  for (int st = 0; st < stages - 1; ++st) {
+    if (ti < tb) issue_next(st);
+    cp_async_commit();
+  }
+  int cstage = 0, istage = stages - 1;
+  for (int t = ta; t < tb; ++t) {
+    cp_async_wait_dyn(stages - 2);
+    __syncwarp();  // this tile landed for every lane; the stage refilled below is free
+    if (ti < tb) issue_next(istage);
+    cp_async_commit();
+    if (++istage == stages) istage = 0;
+    const int key0 = t * kDecodeTileKeys;
+    if (key0 < warp_limit) {
+      attend_tile<T, D>(wbase + cstage * L::kStageBytes, qf, o, m, l, key0, limit, min_limit,
+                        p.scale_log2, lane);
+    }
+    if (++cstage == stages) cstage = 0;
+  }
+  cp_async_wait<0>();
+  float lq[2];
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    lq[hr] = l[hr] + __shfl_xor_sync(0xffffffffu, l[hr], 1);
+    lq[hr] += __shfl_xor_sync(0xffffffffu, lq[hr], 2);
+  }
+  __syncthreads();  // every warp's copies landed: the tile buffers are free
+
+  // ---- combine the warps' states through shared memory into this chunk's piece ----
+  constexpr int kRowF = D + 4;                     // floats per o row (padded)
+  constexpr int kWarpF = kDecodeRows * kRowF + 2 * kDecodeRows;  // o rows, m[16], l[16]
+  float* const red = reinterpret_cast<float*>(smem);
+  {
+    float* wo = red + warp * kWarpF;
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int r = gid + 8 * hr;
+#pragma unroll
+      for (int nt = 0; nt < D / 8; ++nt) {
+        *reinterpret_cast<float2*>(wo + r * kRowF + nt * 8 + 2 * t4) =
+            make_float2(o[nt][2 * hr], o[nt][2 * hr + 1]);
+      }
+      if (t4 == 0) {
+        wo[kDecodeRows * kRowF + r] = m[hr];
+        wo[kDecodeRows * kRowF + kDecodeRows + r] = lq[hr];
+      }
+    }
+  }
+  __syncthreads();
+  const int rows_here = min(kDecodeRows, p.rows - rc * kDecodeRows);
+  const int64_t rstep = static_cast<int64_t>(p.num_kv_heads) * p.rows;  // slot stride (rows)
+  const int64_t wi_unit = static_cast<int64_t>(kvh) * p.rows + rc * kDecodeRows;
+  const int64_t slot0 = static_cast<int64_t>(b) * C;
+  constexpr int kQuads = D / 4;
+  for (int it = tid; it < rows_here * kQuads; it += blockDim.x) {
+    const int r = it / kQuads;
+    const int d = (it - r * kQuads) * 4;
+    float mx = kNegInf;
+    for (int w = 0; w < nw; ++w) mx = fmaxf(mx, red[w * kWarpF + kDecodeRows * kRowF + r]);
+    float lsum = 0.0f;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (mx != kNegInf) {
+      for (int w = 0; w < nw; ++w) {
+        const float* wo = red + w * kWarpF;
+        const float wm = wo[kDecodeRows * kRowF + r];
+        const float f = wm == kNegInf ? 0.0f : fast_exp2(wm - mx);
+        lsum += f * wo[kDecodeRows * kRowF + kDecodeRows + r];
+        const float4 v = *reinterpret_cast<const float4*>(wo + r * kRowF + d);
+        acc.x += f * v.x;
+        acc.y += f * v.y;
+        acc.z += f * v.z;
+        acc.w += f * v.w;
+      }
+    }
+    const float inv = lsum > 0.0f ? 1.0f / lsum : 0.0f;
+    const int64_t wi = (slot0 + c) * rstep + wi_unit + r;
+    *reinterpret_cast<float4*>(p.ws_o + wi * D + d) =
+        make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
+    if (d == 0) p.ws_lse[wi] = lsum > 0.0f ? mx + __log2f(lsum) : kNegInf;
+  }
+
+  // ---- the last chunk of (b, unit) to arrive merges the C pieces ----
+  unsigned long long* const ctr = p.ws_ctr + static_cast<int64_t>(b) * gridDim.y + unit;
+  __threadfence();  // this CTA's piece is visible device-wide before it arrives
+  __syncthreads();
+  if (tid == 0) s_last = arrive_last(ctr, p.epoch, C) ? 1 : 0;
+  __syncthreads();
+  if (!s_last) return;
+  __threadfence();
+  for (int it = tid; it < rows_here * kQuads; it += blockDim.x) {
+    const int r = it / kQuads;
+    const int d = (it - r * kQuads) * 4;
+    const int64_t wi0 = slot0 * rstep + wi_unit + r;
+    float mx = kNegInf;
+    for (int j = 0; j < C; ++j) mx = fmaxf(mx, __ldcg(p.ws_lse + wi0 + j * rstep));
+    float lsum = 0.0f;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (mx != kNegInf) {
+      int j = 0;
+      for (; j + 4 <= C; j += 4) {  // 4 pieces in flight
+        float f[4];
+        float4 v[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          const int64_t wi = wi0 + (j + u) * rstep;
+          f[u] = fast_exp2(__ldcg(p.ws_lse + wi) - mx);
+          v[u] = __ldcg(reinterpret_cast<const float4*>(p.ws_o + wi * D + d));
+        }
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          lsum += f[u];
+          acc.x += f[u] * v[u].x;
+          acc.y += f[u] * v[u].y;
+          acc.z += f[u] * v[u].z;
+          acc.w += f[u] * v[u].w;
+        }
+      }
+      for (; j < C; ++j) {
+        const int64_t wi = wi0 + j * rstep;
+        const float f = fast_exp2(__ldcg(p.ws_lse + wi) - mx);
+        const float4 v = __ldcg(reinterpret_cast<const float4*>(p.ws_o + wi * D + d));
+        lsum += f;
+        acc.x += f * v.x;
+        acc.y += f * v.y;
+        acc.z += f * v.z;
+        acc.w += f * v.w;
+      }
+    }
+    const float inv = lsum > 0.0f ? 1.0f / lsum : 0.0f;
+    const int rg = rc * kDecodeRows + r;
+    const int i = rg / p.group;
+    const int head = kvh * p.group + (rg - i * p.group);
+    const int64_t token = static_cast<int64_t>(b) * p.q_len + i;
+    const float v4[4] = {acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv};
+    store_out4<T>(p, token, head, D, d, v4);
+    if (d == 0 && p.lse != nullptr) {
+      p.lse[head * p.lse_head_stride + token] =
+          lsum > 0.0f ? (mx + __log2f(lsum)) * 0.69314718055994531f : kNegInf;
+    }
+  }
+  if (tid == 0) atomicExch(ctr, 0ull);  // ready for a replay with the same epoch
 }
 
 // ---- merge of the pieces: wpr warps per output row -------------------------------------------
@@ -740,9 +986,9 @@ int max_optin_smem(int device) {
   return n;
 }
 
-// CTAs per SM of the split kernel at (threads, smem); raises its shared-memory limit once per
-// device. Cached: the planner and every launch ask.
-template <typename T, int D, bool kAligned16>
+// CTAs per SM of the split kernel (kSmall: the small-batch kernel) at (threads, smem); raises
+// its shared-memory limit once per device. Cached: the planner and every launch ask.
+template <typename T, int D, bool kAligned16, bool kSmall = false>
 int split_occupancy(int device, int threads, int smem) {
   struct Entry {
     int device, threads, smem, ctas;
@@ -756,15 +1002,14 @@ int split_occupancy(int device, int threads, int smem) {
     if (e.device == device && e.threads == threads && e.smem == smem) return e.ctas;
   }
   DeviceGuard guard(device);
+  const auto kernel = kSmall ? decode_small_kernel<T, D, kAligned16> : decode_kernel<T, D, kAligned16>;
   if (!raised[device]) {
-    CUDA_CHECK(cudaFuncSetAttribute(decode_kernel<T, D, kAligned16>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     max_optin_smem(device)));
     raised[device] = true;
   }
   int n = 0;
-  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-      &n, decode_kernel<T, D, kAligned16>, threads, smem));
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem));
   KVATTN_CHECK(n > 0, "decode_attention: a CTA of ", threads, " threads and ", smem,
                " bytes of shared memory does not fit on an SM");
   cache.push_back(Entry{device, threads, smem, n});
@@ -779,6 +1024,37 @@ int split_smem(const DecodeConfig& c, int prefix_bytes) {
   return prefix_bytes + c.warps * c.stages * c.stage_bytes;
 }
 
+// The small-batch kernel's CTA: warps (4 or 8, cuda_tuning()), stages as the stream
+// kernel's, shared memory for the tiles or the warps' combine, whichever is larger.
+struct SmallConfig {
+  int warps = 8;
+  int stages = 3;
+  int smem = 0;
+};
+SmallConfig small_config(int64_t num_kv_heads, int64_t rows, int64_t head_dim) {
+  const DecodeConfig c = decode_config(num_kv_heads, rows, head_dim);
+  SmallConfig s;
+  s.warps = std::clamp(cuda_tuning().decode_small_warps, 1, kDecodeMaxWarps);
+  s.stages = c.stages;
+  const int tiles = s.warps * s.stages * c.stage_bytes;
+  const int combine = s.warps * (kDecodeRows * static_cast<int>(head_dim + 4) + 2 * kDecodeRows) * 4;
+  s.smem = std::max(tiles, combine);
+  return s;
+}
+
+// A fresh tag per launch for the small kernel's counters (never 0, never all ones: a zeroed or
+// 0xFF-poisoned workspace word is never mistaken for this launch's).
+uint32_t next_epoch() {
+  static std::atomic<uint32_t> counter{[] {
+    std::random_device rd;
+    return static_cast<uint32_t>(rd());
+  }()};
+  for (;;) {
+    const uint32_t e = counter.fetch_add(1, std::memory_order_relaxed) * 2654435761u;
+    if (e != 0u && e != 0xffffffffu) return e;
+  }
+}
+
 // Stream mode is possible: few enough sequences for the shared prefix sum, 32-bit tile indices.
 bool stream_ok(int64_t num_seqs, int64_t capacity) {
   return num_seqs <= kDecodeMaxStreamSeqs &&
@@ -789,6 +1065,34 @@ template <typename T, int D>
 void launch(DecodeParams p, bool aligned, int64_t ws_bytes, int device, cudaStream_t stream) {
   const DecodeConfig c = decode_config(p.num_kv_heads, p.rows, D);
   const int64_t B = p.num_seqs;
+  if (p.num_splits > 1) {  // small mode: as many chunks as wanted and the workspace holds
+    const int64_t units = static_cast<int64_t>(p.num_kv_heads) * p.row_chunks;
+    const int64_t per_chunk = B * p.num_kv_heads * p.rows * (D + 1) * 4;
+    const int64_t fit = (ws_bytes - 8 - B * units * 8) / per_chunk;
+    const int64_t chunks = std::min<int64_t>(
+        decode_small_chunks(device, B, p.num_kv_heads, p.rows, D), fit);
+    if (chunks >= 2) {
+      const SmallConfig sc = small_config(p.num_kv_heads, p.rows, D);
+      const int64_t slots = B * chunks;
+      p.stages = sc.stages;
+      p.parts = static_cast<int>(chunks);
+      p.ws_lse = p.ws_o + slots * p.num_kv_heads * p.rows * D;
+      const uintptr_t ctr = reinterpret_cast<uintptr_t>(p.ws_lse + slots * p.num_kv_heads * p.rows);
+      p.ws_ctr = reinterpret_cast<unsigned long long*>((ctr + 7) & ~uintptr_t{7});
+      p.epoch = next_epoch();
+      const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(units),
+                      static_cast<unsigned>(B));
+      if (aligned) {
+        (void)split_occupancy<T, D, true, true>(device, sc.warps * 32, sc.smem);
+        decode_small_kernel<T, D, true><<<grid, sc.warps * 32, sc.smem, stream>>>(p);
+      } else {
+        (void)split_occupancy<T, D, false, true>(device, sc.warps * 32, sc.smem);
+        decode_small_kernel<T, D, false><<<grid, sc.warps * 32, sc.smem, stream>>>(p);
+      }
+      CUDA_CHECK_LAUNCH();
+      return;
+    }
+  }
   bool stream_mode = p.num_splits > 1 && stream_ok(B, p.capacity);
   int64_t slots = 0;
   if (stream_mode) {
@@ -827,7 +1131,7 @@ void launch(DecodeParams p, bool aligned, int64_t ws_bytes, int device, cudaStre
     decode_kernel<T, D, false><<<grid, threads, smem, stream>>>(p);
   }
   CUDA_CHECK_LAUNCH();
-  if (!stream_mode) return;
+  if (!stream_mode || cuda_tuning().decode_debug_no_merge) return;
   const int64_t rows = B * p.q_len * p.num_heads;
   const int64_t rows_per_block = 8 / p.merge_wpr;
   merge_kernel<T, D><<<static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block), 256, 0, stream>>>(p);
@@ -895,6 +1199,21 @@ int decode_parts(int device, const DecodeConfig& c, int64_t head_dim, int64_t nu
 
 bool decode_stream_ok(int64_t num_seqs, int64_t capacity) { return stream_ok(num_seqs, capacity); }
 
+int decode_small_chunks(int device, int64_t num_seqs, int64_t num_kv_heads, int64_t rows,
+                        int64_t head_dim) {
+  if (!cuda_tuning().decode_small || num_seqs <= 0 || num_seqs >= (int64_t{1} << 16)) return 0;
+  const SmallConfig sc = small_config(num_kv_heads, rows, head_dim);
+  int ctas = 0;
+  dispatch(DType::kBF16, head_dim, [&]<typename T, int D>() {
+    ctas = split_occupancy<T, D, true, true>(device, sc.warps * 32, sc.smem);
+  });
+  const int64_t units = num_kv_heads * ((rows + kDecodeRows - 1) / kDecodeRows);
+  const int64_t chunks = int64_t{sm_count(device)} * ctas / (num_seqs * units);
+  // Worth it only when the batch's units are few for the GPU (4+ chunks each); else the
+  // stream kernel (multi-head CTAs read whole token rows) is faster.
+  return chunks >= 4 ? static_cast<int>(std::min<int64_t>(chunks, 1024)) : 0;
+}
+
 void decode_attention(const DecodeArgs& args, const AttentionShape& shape) {
   if (shape.num_seqs == 0) return;
   constexpr std::string_view fn = "decode_attention";
@@ -937,6 +1256,7 @@ void decode_attention(const DecodeArgs& args, const AttentionShape& shape) {
   p.scale_log2 = shape.scale * 1.4426950408889634f;
   p.causal = args.causal ? 1 : 0;
   p.out_aligned4 = (reinterpret_cast<uintptr_t>(args.out.data) & 3u) == 0 && p.out_stride % 2 == 0;
+  p.l2_256 = cuda_tuning().decode_l2_256;
   int64_t ws_bytes = 0;
   if (p.num_splits > 1) {
     const int64_t need = decode_workspace_bytes(shape.num_seqs, shape.num_heads, shape.head_dim,

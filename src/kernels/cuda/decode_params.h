@@ -16,6 +16,14 @@
 //   a merge kernel combines them. The piece of (range p, sequence b) uses slot p + b.
 // - whole mode (num_splits == 1): CTA p of a slice takes whole sequences p, p + P, ...; no
 //   workspace, no merge.
+// - small mode (few sequences x KV heads for the SMs; decode_small_chunks() > 0): a separate
+//   kernel. CTA (chunk c, unit u, sequence b) holds ONE unit (KV head x row chunk); its warps
+//   split chunk c of C of b's tiles, each warp streaming its own sub-range, and combine their
+//   softmax states through shared memory into one piece (slot b*C + c). The CTA then arrives
+//   on the counter of (b, u) in the workspace; the last to arrive merges the C pieces into out
+//   and resets the counter, so no merge kernel runs. A counter word is (epoch << 32 | count);
+//   a word whose epoch is not this launch's counts as 0, so a fresh (garbage) workspace works
+//   and a graph replay (same epoch) finds the word reset to 0 by the previous replay.
 //
 // Layout (strides in elements; all tensors on one device):
 //   q, out     [num_seqs * q_len, num_heads, head_dim]: token t, head h at t*q_stride + h*D
@@ -30,6 +38,8 @@
 //              log2-domain LSE (scaled scores), -inf when it saw no key; then ws_meta[2b],
 //              ws_meta[2b+1] = first slot and number of pieces of sequence b (written by the
 //              split kernel; the merge kernel combines sequences of 2+ pieces).
+//              Small mode: slots b*C + c, then ws_ctr (8-byte aligned): one uint64 counter
+//              per (sequence, unit) after the lse array.
 // Index VALUES (block ids, cache_seqlens) are untrusted: out-of-range ones are never used to
 // address memory; the kernel zero-fills or clamps and ORs a DeviceFault bit into *fault_word.
 #pragma once
@@ -55,7 +65,9 @@ struct DecodeParams {
   float* ws_o = nullptr;
   float* ws_lse = nullptr;
   int32_t* ws_meta = nullptr;
+  unsigned long long* ws_ctr = nullptr;  // small mode: arrival counters
   uint32_t* fault_word = nullptr;
+  uint32_t epoch = 1;                    // small mode: this launch's counter tag (never 0)
 
   int64_t q_stride = 0;
   int64_t out_stride = 0;
@@ -77,6 +89,7 @@ struct DecodeParams {
   float scale_log2 = 0.0f;  // softmax scale * log2(e)
   int causal = 1;
   int out_aligned4 = 0;     // out rows allow 4-byte stores
+  int l2_256 = 0;           // K/V copies ask L2 for 256-byte blocks (cuda_tuning())
 
   // CTA shape (decode_config) and the partition of the work.
   int heads_per_cta = 1;
@@ -126,5 +139,17 @@ int decode_parts(int device, const DecodeConfig& c, int64_t head_dim, int64_t nu
 
 // Whether stream mode can serve `num_seqs` sequences of at most `capacity` keys.
 bool decode_stream_ok(int64_t num_seqs, int64_t capacity);
+
+// Small mode: chunks per (sequence, unit) the small-batch kernel would use on `device`, or 0
+// when the batch is large enough for the stream kernel (or small mode is off).
+int decode_small_chunks(int device, int64_t num_seqs, int64_t num_kv_heads, int64_t rows,
+                        int64_t head_dim);
+
+// Bytes a small-mode workspace of `chunks` chunks needs (partials, lse, counters).
+inline int64_t decode_small_ws_bytes(int64_t num_seqs, int64_t num_kv_heads, int64_t rows,
+                                     int64_t head_dim, int64_t chunks) {
+  const int64_t units = num_kv_heads * ((rows + kDecodeRows - 1) / kDecodeRows);
+  return num_seqs * chunks * num_kv_heads * rows * (head_dim + 1) * 4 + 8 + num_seqs * units * 8;
+}
 
 }  // namespace kvattn::cuda

@@ -4,7 +4,8 @@
 // decode_params.h), so the plan only sizes the workspace: enough slots for one range per
 // resident CTA plus one piece per sequence (num_splits = the smallest count whose workspace
 // holds that many). Batches the stream mode cannot serve, or of one tile per sequence, get
-// {1, 0}: whole sequences per CTA, no workspace.
+// {1, 0}: whole sequences per CTA, no workspace. Batches of few sequences x KV heads get the
+// small-batch kernel's workspace (decode_params.h, "small mode").
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -25,6 +26,16 @@ DecodePlan plan_decode(int64_t num_seqs, int64_t num_heads, int64_t num_kv_heads
   const int64_t parts = decode_parts(device, c, head_dim, std::max<int64_t>(num_seqs, 1));
   if (num_seqs <= 0 || max_seqlen_k <= kDecodeTileKeys || !decode_stream_ok(num_seqs, max_seqlen_k)) {
     return DecodePlan{1, 0};
+  }
+  // Few sequences x KV heads for the SMs: the small-batch kernel, C chunks per (sequence,
+  // unit), C + 1 "splits" of workspace (the extra one holds the arrival counters).
+  const int64_t chunks = decode_small_chunks(device, num_seqs, num_kv_heads, group * q_len, head_dim);
+  if (chunks >= 2) {
+    const int64_t need = decode_small_ws_bytes(num_seqs, num_kv_heads, group * q_len, head_dim, chunks);
+    for (int64_t s = chunks;; ++s) {
+      const int64_t bytes = decode_workspace_bytes(num_seqs, num_heads, head_dim, q_len, s);
+      if (bytes >= need) return DecodePlan{static_cast<int>(s), bytes};
+    }
   }
   for (int64_t s = 2;; ++s) {
     const int64_t bytes = decode_workspace_bytes(num_seqs, num_heads, head_dim, q_len, s);

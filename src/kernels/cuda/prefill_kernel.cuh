@@ -22,7 +22,7 @@
 #include "kernels/cuda/device_faults.cuh"
 #include "kernels/cuda/prefill_launch.h"
 #include "kernels/cuda/prefill_params.h"
-#include "kernels/cuda/prefill_ptx.cuh"
+#include "kernels/cuda/ptx.cuh"
 #include "kernels/cuda/prefill_softmax.cuh"
 #include "kvattn/core/error.h"
 
@@ -278,7 +278,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
     ptx::cp_async_commit();
   }
 
-  // ---- per-lane ldmatrix addressing (see prefill_ptx.cuh for the fragment layouts) ----
+  // ---- per-lane ldmatrix addressing (see ptx.cuh for the fragment layouts) ----
   const int warp_row = warp * Tile::kWarpRows;
   const int g = lane >> 2;
   const int t = lane & 3;

@@ -1,13 +1,13 @@
 // Masking and the online softmax of the prefill kernel, on the mma.sync C fragments.
 //
 // A warp owns kMT row tiles of 16 rows; a thread holds two rows per tile (g and g + 8, see
-// prefill_ptx.cuh) and, in each n8 column tile, two adjacent columns. Scores stay raw (unscaled):
+// ptx.cuh) and, in each n8 column tile, two adjacent columns. Scores stay raw (unscaled):
 // p = exp2(s * scale_log2 - max * scale_log2) is one FFMA and one MUFU.EX2 per element.
 #pragma once
 
 #include <cmath>
 
-#include "kernels/cuda/prefill_ptx.cuh"
+#include "kernels/cuda/ptx.cuh"
 
 namespace kvattn::cuda {
 

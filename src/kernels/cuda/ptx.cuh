@@ -1,4 +1,5 @@
-// sm_80+ building blocks of the prefill kernel: cp.async, ldmatrix, mma.sync m16n8k16, exp2.
+// sm_80+ building blocks shared by the prefill and decode kernels: cp.async, ldmatrix,
+// mma.sync m16n8k16, exp2.
 //
 // Fragment layouts (PTX ISA, mma.m16n8k16 with .row.col), lane = 4 * g + t:
 //   A 16x16: a0 = (g, 2t..2t+1)  a1 = (g+8, 2t..)  a2 = (g, 2t+8..)  a3 = (g+8, 2t+8..)
@@ -28,6 +29,19 @@ __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool 
       ".reg .pred ignore;\n"
       "setp.eq.u32 ignore, %2, 0;\n"
       "cp.async.cg.shared.global [%0], [%1], 16, ignore;\n"
+      "}\n" ::"r"(dst),
+      "l"(src), "r"(static_cast<uint32_t>(valid))
+      : "memory");
+}
+
+// As cp_async_16, asking L2 to fetch the whole 256-byte block around the source (one DRAM
+// burst for two 128-byte lines that neighbouring copies will want).
+__device__ __forceinline__ void cp_async_16_l2_256(uint32_t dst, const void* src, bool valid) {
+  asm volatile(
+      "{\n"
+      ".reg .pred ignore;\n"
+      "setp.eq.u32 ignore, %2, 0;\n"
+      "cp.async.cg.shared.global.L2::256B [%0], [%1], 16, ignore;\n"
       "}\n" ::"r"(dst),
       "l"(src), "r"(static_cast<uint32_t>(valid))
       : "memory");

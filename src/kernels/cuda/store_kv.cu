@@ -45,6 +45,7 @@ struct StoreKvParams {
   int64_t num_slots;
   int parts;        // warps per token
   int part_vecs;    // vectors per part (a multiple of 32)
+  int idx32;        // warps and slots fit in 31 bits: 32-bit divisions (fewer instructions)
   uint32_t* fault_word;
 };
 
@@ -85,9 +86,18 @@ __global__ void __launch_bounds__(kThreads, 4) store_kv_kernel(const __grid_cons
   using Vec = typename VecOf<kBytes>::type;
   const int lane = threadIdx.x & 31;
   const int64_t warp = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) >> 5;
-  const int64_t token = warp / p.parts;
+  int64_t token;
+  int part;
+  if (p.idx32) {  // the common case: a 32-bit division, not the 64-bit subroutine
+    const uint32_t w = static_cast<uint32_t>(warp);
+    const uint32_t t = w / static_cast<uint32_t>(p.parts);
+    token = t;
+    part = static_cast<int>(w - t * static_cast<uint32_t>(p.parts));
+  } else {
+    token = warp / p.parts;
+    part = static_cast<int>(warp - token * p.parts);
+  }
   if (token >= p.num_tokens) return;
-  const int part = static_cast<int>(warp - token * p.parts);
 
   const Vec* ksrc = reinterpret_cast<const Vec*>(p.key + token * p.key_stride);
   const Vec* vsrc = reinterpret_cast<const Vec*>(p.value + token * p.value_stride);
@@ -114,8 +124,16 @@ __global__ void __launch_bounds__(kThreads, 4) store_kv_kernel(const __grid_cons
     if (lane == 0 && part == 0) record_fault(p.fault_word, kFaultSlotOutOfRange);
     return;
   }
-  const int64_t block = slot / p.block_size;
-  const int64_t row_in_block = (slot - block * p.block_size) * p.row_bytes;
+  int64_t block, row_in_block;
+  if (p.idx32) {
+    const uint32_t s32 = static_cast<uint32_t>(slot);
+    const uint32_t blk = s32 / static_cast<uint32_t>(p.block_size);
+    block = blk;
+    row_in_block = static_cast<int64_t>(s32 - blk * static_cast<uint32_t>(p.block_size)) * p.row_bytes;
+  } else {
+    block = slot / p.block_size;
+    row_in_block = (slot - block * p.block_size) * p.row_bytes;
+  }
   Vec* kdst = reinterpret_cast<Vec*>(p.k_cache + block * p.k_block_stride + row_in_block);
   Vec* vdst = reinterpret_cast<Vec*>(p.v_cache + block * p.v_block_stride + row_in_block);
 
@@ -202,6 +220,9 @@ void store_kv(const TensorView& key, const TensorView& value, const TensorView& 
   p.part_vecs = static_cast<int>((per_part + 31) / 32 * 32);
   p.parts = static_cast<int>((row_vecs + p.part_vecs - 1) / p.part_vecs);
 
+  const int64_t total_warps = n * p.parts + kThreads / 32;  // the grid's warps, rounded up
+  p.idx32 = total_warps < (int64_t{1} << 31) && p.num_slots < (int64_t{1} << 31) &&
+            p.block_size < (int64_t{1} << 31);
   const bool slot64 = slot_mapping.dtype == DType::kI64;
   auto s = static_cast<cudaStream_t>(stream.handle);
   switch (vec) {

@@ -13,6 +13,18 @@ struct CudaTuning {
   // Decode: pipeline stages per warp (0: as many as ~192 KB per CTA of 8 warps allow).
   // Env KVATTN_DECODE_STAGES.
   int decode_stages = 0;
+  // Decode, small batches (few sequences x KV heads for the SMs): 1 = each CTA holds one KV
+  // head and its warps split a chunk of one sequence's keys, combined on chip; the last CTA
+  // of a (sequence, head) merges the chunks (no merge kernel). 0 = the stream-K kernel for
+  // every batch. Env KVATTN_DECODE_SMALL.
+  int decode_small = 1;
+  // Decode, small-batch kernel: warps per CTA (4 or 8). Env KVATTN_DECODE_SMALL_WARPS.
+  int decode_small_warps = 8;
+  // Decode: K/V cp.async with the L2::256B prefetch-size hint. Env KVATTN_DECODE_L2_256.
+  int decode_l2_256 = 0;
+  // Diagnostics only (wrong results): skip the stream kernel's merge launch, to time the split
+  // kernel alone. Set by the benchmark, never from the environment.
+  int decode_debug_no_merge = 0;
 };
 
 CudaTuning& cuda_tuning();
