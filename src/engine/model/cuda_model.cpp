@@ -1,22 +1,68 @@
 // The GPU model: bf16 weights and activations, cuBLASLt GEMMs, fused add+RMSNorm, q/k-norm+RoPE
-// and SiLU*up kernels, attention through kvattn's Attention layer over a bf16 KVPool. Each step
-// uploads its token ids, positions and BatchContext tensors in one copy from pinned memory,
-// and downloads the bf16 logits of the requested rows in one copy.
+// and SiLU*up kernels, attention through kvattn's Attention layer over a bf16 KVPool, token
+// sampling on the device (cuda_sampling.h).
 //
-// Not yet: CUDA-graph capture of decode steps (the Attention layer and these kernels are
-// capture-safe; the engine would need padded, fixed-size batches).
+// Two kinds of step:
+// - Fixed decode steps: phase decode, one token per sequence, at most max_decode_batch
+//   sequences, a block table no wider than the fixed width W. The batch is padded to the next
+//   rung of the ladder (1, 2, 4, 8, then every 16; decode_graph_ladder) with pad rows (token
+//   0, position 0, slot -1, context length 0: they write nothing and attend to nothing), and
+//   every per-step input lives in one fixed device allocation:
+//     header  tokens | positions | slots | context_lens | logit_rows | SampleParams   [Bmax each]
+//     out     sampled token ids                                                     [Bmax]
+//     table   block table, Bmax rows of W = ceil(min(max_position_embeddings,
+//             num_blocks * block_size) / block_size) entries
+//   A step fills a pinned mirror of the header, copies it in one cudaMemcpyAsync, copies the
+//   used columns of the block table with one cudaMemcpy2DAsync, then replays the CUDA graph
+//   captured for its rung (embed -> layers -> final norm -> lm_head -> sampling), or, with
+//   cuda_graphs off, launches the same kernels on the same buffers eagerly. Both modes run
+//   the same kernels on the same shapes, so their logits and tokens are bit-identical. The
+//   decode plan of each rung is made for the capacity W * block_size (graph-safe) and its
+//   workspace is allocated before any capture.
+// - General steps (prefill, mixed, q_len > 1, or outside the ladder): unpadded, eager; every
+//   int32 input (and the sampling parameters) goes up in one copy from pinned memory.
+// Either way only the sampled ids (forward_sample) or the logit rows (forward) come back,
+// followed by one stream sync.
+//
+// Buffers: the activations are sized for the largest step seen (kv_cache_budget sizes them
+// for max_num_batched_tokens up front). Graphs hold their pointers, so when a later step
+// needs larger activations they are reallocated and every graph is dropped (recaptured on
+// first use). allocate_kv_cache drops the graphs and the fixed buffers (they depend on the
+// pool); after kv_cache_budget it recaptures the whole ladder at once, otherwise each rung is
+// captured on first use.
+#include "engine/model/cuda_model.h"
+
+#include <algorithm>
+
+namespace kvattn {
+
+std::vector<int64_t> decode_graph_ladder(int64_t max_decode_batch) {
+  std::vector<int64_t> ladder;
+  if (max_decode_batch <= 0) return ladder;
+  for (int64_t b : {1, 2, 4, 8}) {
+    if (b < max_decode_batch) ladder.push_back(b);
+  }
+  for (int64_t b = 16; b < max_decode_batch; b += 16) ladder.push_back(b);
+  ladder.push_back(max_decode_batch);
+  return ladder;
+}
+
+}  // namespace kvattn
+
 #ifdef KVATTN_WITH_CUDA
 
 #include <cuda_runtime_api.h>
 
-#include <algorithm>
+#include <array>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "engine/model/cuda_gemm.h"
 #include "engine/model/cuda_kernels.h"
+#include "engine/model/cuda_sampling.h"
 #include "engine/model/factories.h"
+#include "engine/model/kv_copy.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kvattn/attention/attention.h"
 #include "kvattn/cache/kv_pool.h"
@@ -26,6 +72,7 @@ namespace kvattn {
 namespace {
 
 namespace k = cuda_model;
+using k::SampleParams;
 
 // float32 host tensors (stacked by rows) as one bf16 tensor on `device`; the sources are freed.
 Tensor to_device_bf16(std::vector<Tensor> parts, Device device) {
@@ -57,122 +104,45 @@ struct Layer {
   std::unique_ptr<Attention> attn;
 };
 
-// A device buffer that only grows.
+// A device buffer that only grows (not used by graphs).
 struct Buffer {
   Tensor t;
   void* ensure(int64_t bytes, Device d) {
-    if (!t.defined() || t.nbytes() < bytes) t = Tensor::empty({std::max<int64_t>(bytes, 256)}, DType::kU8, d);
+    if (!t.defined() || t.nbytes() < bytes) {
+      t = Tensor();
+      t = Tensor::empty({std::max<int64_t>(bytes, 256)}, DType::kU8, d);
+    }
     return t.data();
   }
 };
 
-class CudaModel final : public Model {
+// Page-locked host memory that only grows (contents are not kept).
+class Pinned {
  public:
-  CudaModel(ModelWeights w, Device device) : cfg_(w.config), device_(device), gemm_(device.index) {
-    cuda::DeviceGuard guard(device.index);
-    CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    embed_ = to_device_bf16({take(w, "model.embed_tokens.weight")}, device);
-    final_norm_ = to_device_bf16({take(w, "model.norm.weight")}, device);
-    const bool tied = cfg_.tie_word_embeddings && !w.tensors.count("lm_head.weight");
-    lm_head_ = tied ? embed_ : to_device_bf16({take(w, "lm_head.weight")}, device);
-    for (int64_t i = 0; i < cfg_.num_layers; ++i) {
-      const std::string p = "model.layers." + std::to_string(i) + ".";
-      Layer l;
-      l.input_norm = to_device_bf16({take(w, p + "input_layernorm.weight")}, device);
-      l.post_norm = to_device_bf16({take(w, p + "post_attention_layernorm.weight")}, device);
-      l.wqkv = to_device_bf16({take(w, p + "self_attn.q_proj.weight"),
-                               take(w, p + "self_attn.k_proj.weight"),
-                               take(w, p + "self_attn.v_proj.weight")},
-                              device);
-      if (cfg_.qk_norm) {
-        l.q_norm = to_device_bf16({take(w, p + "self_attn.q_norm.weight")}, device);
-        l.k_norm = to_device_bf16({take(w, p + "self_attn.k_norm.weight")}, device);
-      }
-      l.wo = to_device_bf16({take(w, p + "self_attn.o_proj.weight")}, device);
-      l.wgate_up = to_device_bf16(
-          {take(w, p + "mlp.gate_proj.weight"), take(w, p + "mlp.up_proj.weight")}, device);
-      l.wdown = to_device_bf16({take(w, p + "mlp.down_proj.weight")}, device);
-      l.attn = std::make_unique<Attention>(cfg_.num_heads, cfg_.head_dim, 0.0f,
-                                           cfg_.num_kv_heads);
-      layers_.push_back(std::move(l));
+  Pinned() = default;
+  ~Pinned() {
+    if (p_ != nullptr) cudaFreeHost(p_);
+  }
+  Pinned(const Pinned&) = delete;
+  Pinned& operator=(const Pinned&) = delete;
+  void* ensure(size_t bytes) {
+    if (bytes > bytes_) {
+      if (p_ != nullptr) CUDA_CHECK(cudaFreeHost(p_));
+      p_ = nullptr;
+      bytes_ = 0;
+      CUDA_CHECK(cudaMallocHost(&p_, std::max<size_t>(bytes, 4096)));
+      bytes_ = std::max<size_t>(bytes, 4096);
     }
+    return p_;
   }
-
-  ~CudaModel() override {
-    if (stream_ != nullptr) cudaStreamDestroy(stream_);
-    if (pinned_ != nullptr) cudaFreeHost(pinned_);
-  }
-
-  const ModelConfig& config() const override { return cfg_; }
-  Device device() const override { return device_; }
-  DType kv_dtype() const override { return DType::kBF16; }
-  int64_t num_kv_blocks() const override { return pool_ ? pool_->num_blocks() : 0; }
-  int64_t kv_block_size() const override { return pool_ ? pool_->spec().block_size : 0; }
-  void copy_kv_blocks(std::span<const BlockCopy> copies) override {
-    KVATTN_CHECK(pool_ != nullptr || copies.empty(),
-                 "Model::copy_kv_blocks: no KV cache is allocated");
-    if (!copies.empty()) pool_->copy_blocks(copies);
-  }
-
-  void allocate_kv_cache(int64_t num_blocks, int64_t block_size) override {
-    for (auto& l : layers_) l.attn->bind_cache(TensorView(), TensorView());
-    pool_.reset();
-    KVCacheSpec spec{cfg_.num_layers, cfg_.num_kv_heads, cfg_.head_dim, DType::kBF16, block_size};
-    pool_ = std::make_unique<KVPool>(spec, num_blocks, device_);
-    for (int64_t i = 0; i < cfg_.num_layers; ++i) {
-      layers_[i].attn->bind_cache(pool_->k_cache(i), pool_->v_cache(i));
-    }
-  }
-
-  void forward(const ModelInput& in, std::span<float> logits) override;
+  void* data() const { return p_; }
 
  private:
-  // Copies every int32 the step needs into one pinned block, then to the device in one copy.
-  // Returns device pointers in the same order as `parts`.
-  std::vector<const int32_t*> upload(const std::vector<std::span<const int32_t>>& parts);
-  TensorView device_i32(const int32_t* p, const TensorView& host) const;
-
-  ModelConfig cfg_;
-  Device device_;
-  cudaStream_t stream_ = nullptr;
-  k::Gemm gemm_;
-  Tensor embed_, final_norm_, lm_head_;
-  std::vector<Layer> layers_;
-  std::unique_ptr<KVPool> pool_;
-  Buffer x_, h_, qkv_, attn_, o_, gate_up_, act_, final_, logits_, meta_, workspace_;
-  int32_t* pinned_ = nullptr;
-  int64_t pinned_count_ = 0;
-  std::vector<bf16_t> host_logits_;
+  void* p_ = nullptr;
+  size_t bytes_ = 0;
 };
 
-std::vector<const int32_t*> CudaModel::upload(const std::vector<std::span<const int32_t>>& parts) {
-  int64_t total = 0;
-  for (const auto& p : parts) total += static_cast<int64_t>(p.size());
-  if (total > pinned_count_) {
-    if (pinned_ != nullptr) CUDA_CHECK(cudaFreeHost(pinned_));
-    pinned_count_ = std::max<int64_t>(total, 4096);
-    void* p = nullptr;
-    CUDA_CHECK(cudaMallocHost(&p, pinned_count_ * sizeof(int32_t)));
-    pinned_ = static_cast<int32_t*>(p);
-  }
-  auto* dev = static_cast<int32_t*>(meta_.ensure(pinned_count_ * sizeof(int32_t), device_));
-  std::vector<const int32_t*> out;
-  int64_t off = 0;
-  for (const auto& p : parts) {
-    if (!p.empty()) std::memcpy(pinned_ + off, p.data(), p.size() * sizeof(int32_t));
-    out.push_back(dev + off);
-    off += static_cast<int64_t>(p.size());
-  }
-  // The previous step's copy has completed: forward() synchronizes before returning.
-  CUDA_CHECK(cudaMemcpyAsync(dev, pinned_, total * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
-  return out;
-}
-
-TensorView CudaModel::device_i32(const int32_t* p, const TensorView& host) const {
-  if (!host.defined()) return TensorView();
-  std::vector<int64_t> shape(host.shape.begin(), host.shape.begin() + host.ndim);
-  return TensorView(const_cast<int32_t*>(p), DType::kI32, device_, shape);
-}
+size_t align16(size_t x) { return (x + 15) / 16 * 16; }
 
 std::span<const int32_t> host_span(const TensorView& t) {
   if (!t.defined()) return {};
@@ -182,16 +152,469 @@ std::span<const int32_t> host_span(const TensorView& t) {
   return {t.ptr<const int32_t>(), static_cast<size_t>(t.numel())};
 }
 
-void CudaModel::forward(const ModelInput& in, std::span<float> logits) {
-  const auto T = static_cast<int64_t>(in.token_ids.size());
-  const auto R = static_cast<int64_t>(in.logit_rows.size());
+// Planning constants for kv_cache_budget: the block size of the warm-up pool (the smallest
+// common one, so its fixed block table is the widest), the capacity assumed when the config
+// has no max_position_embeddings, and the logit rows planned for a prefill step.
+constexpr int64_t kPlanBlockSize = 16;
+constexpr int64_t kPlanCapacity = 32768;
+constexpr int64_t kPlanLogitRows = 512;
+
+class CudaModel final : public Model {
+ public:
+  CudaModel(ModelWeights w, Device device, const ModelOptions& options);
+  ~CudaModel() override;
+
+  const ModelConfig& config() const override { return cfg_; }
+  Device device() const override { return device_; }
+  DType kv_dtype() const override { return DType::kBF16; }
+  int64_t num_kv_blocks() const override { return pool_ ? pool_->num_blocks() : 0; }
+  int64_t kv_block_size() const override { return pool_ ? pool_->spec().block_size : 0; }
+
+  void allocate_kv_cache(int64_t num_blocks, int64_t block_size) override;
+  void forward(const ModelInput& in, std::span<float> logits) override;
+  bool samples_on_device() const override { return true; }
+  void forward_sample(const ModelInput& in, std::span<const RowSampling> rows,
+                      std::span<int32_t> tokens) override;
+  void copy_kv_blocks(std::span<const BlockCopy> copies) override;
+  int64_t kv_cache_budget(int64_t max_num_batched_tokens, double memory_fraction) override;
+
+  CudaModelStats stats() const;
+
+ private:
+  struct Out {
+    std::span<float> logits;           // forward()
+    std::span<const RowSampling> rows;  // forward_sample()
+    std::span<int32_t> tokens;
+    bool sample = false;
+  };
+  struct Activations {
+    Tensor x, h, qkv, attn, o, gate_up, act, fin, logits;
+    int64_t tokens = 0, rows = 0;
+  };
+  // The fixed decode path (valid for one pool).
+  struct Fixed {
+    bool ready = false;
+    int64_t max_batch = 0, width = 0, block_size = 0;
+    std::vector<int64_t> ladder;
+    std::vector<DecodePlan> plans;
+    Tensor dev;        // header | out | table
+    Tensor workspace;  // decode split-KV workspace, the largest over the ladder
+    Pinned host;       // header mirror | out | compact table staging
+    size_t off_tokens = 0, off_pos = 0, off_slots = 0, off_lens = 0, off_rows = 0,
+           off_params = 0, header_bytes = 0, off_out = 0, off_table = 0, total = 0;
+    std::vector<cudaGraphExec_t> graphs;  // per rung; null until captured
+  };
+
+  void step(const ModelInput& in, const Out& out);
+  void check_input(const ModelInput& in, const Out& out) const;
+  int64_t pool_table_width() const;
+  bool fixed_eligible(const ModelInput& in) const;
+  void step_fixed(const ModelInput& in, const Out& out);
+  void step_general(const ModelInput& in, const Out& out);
+  void finish(int64_t R, const Out& out, const int32_t* dev_tokens);
+  void run_layers(int64_t T, int64_t R, const int32_t* ids, const int32_t* pos,
+                  const int32_t* rows, const BatchContext& ctx);
+  void run_fixed_body(size_t rung);
+  void write_pad_header();
+  void upload_header();
+  void capture(size_t rung);
+  void setup_fixed(int64_t width, int64_t block_size);
+  void release_fixed();
+  void drop_graphs();
+  void ensure_activations(int64_t tokens, int64_t rows);
+  void reset_pool(std::unique_ptr<KVPool> pool);
+  size_t rung_for(int64_t n) const;
+
+  ModelConfig cfg_;
+  Device device_;
+  ModelOptions options_;
+  cudaStream_t stream_ = nullptr;
+  k::Gemm gemm_;
+  Tensor embed_, final_norm_, lm_head_;
+  std::vector<Layer> layers_;
+  std::unique_ptr<KVPool> pool_;
+  k::KVBlockCopier copier_;
+  Activations act_;
+  Fixed fx_;
+  Buffer meta_, workspace_, gen_tokens_;
+  Pinned pinned_meta_, pinned_logits_, pinned_tokens_;
+  std::vector<SampleParams> params_;
+  bool planned_ = false;  // kv_cache_budget ran: capture the whole ladder at allocate_kv_cache
+  CudaModelStats stats_;
+};
+
+CudaModel::CudaModel(ModelWeights w, Device device, const ModelOptions& options)
+    : cfg_(w.config), device_(device), options_(options), gemm_(device.index) {
+  cuda::DeviceGuard guard(device.index);
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  embed_ = to_device_bf16({take(w, "model.embed_tokens.weight")}, device);
+  final_norm_ = to_device_bf16({take(w, "model.norm.weight")}, device);
+  const bool tied = cfg_.tie_word_embeddings && !w.tensors.count("lm_head.weight");
+  lm_head_ = tied ? embed_ : to_device_bf16({take(w, "lm_head.weight")}, device);
+  for (int64_t i = 0; i < cfg_.num_layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    Layer l;
+    l.input_norm = to_device_bf16({take(w, p + "input_layernorm.weight")}, device);
+    l.post_norm = to_device_bf16({take(w, p + "post_attention_layernorm.weight")}, device);
+    l.wqkv = to_device_bf16({take(w, p + "self_attn.q_proj.weight"),
+                             take(w, p + "self_attn.k_proj.weight"),
+                             take(w, p + "self_attn.v_proj.weight")},
+                            device);
+    if (cfg_.qk_norm) {
+      l.q_norm = to_device_bf16({take(w, p + "self_attn.q_norm.weight")}, device);
+      l.k_norm = to_device_bf16({take(w, p + "self_attn.k_norm.weight")}, device);
+    }
+    l.wo = to_device_bf16({take(w, p + "self_attn.o_proj.weight")}, device);
+    l.wgate_up = to_device_bf16(
+        {take(w, p + "mlp.gate_proj.weight"), take(w, p + "mlp.up_proj.weight")}, device);
+    l.wdown = to_device_bf16({take(w, p + "mlp.down_proj.weight")}, device);
+    l.attn = std::make_unique<Attention>(cfg_.num_heads, cfg_.head_dim, 0.0f, cfg_.num_kv_heads);
+    layers_.push_back(std::move(l));
+  }
+  stats_.ladder = decode_graph_ladder(options_.max_decode_batch);
+}
+
+CudaModel::~CudaModel() {
+  cuda::DeviceGuard guard(device_.index);
+  if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  for (auto& g : fx_.graphs) {
+    if (g != nullptr) cudaGraphExecDestroy(g);
+  }
+  fx_.graphs.clear();
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+}
+
+CudaModelStats CudaModel::stats() const {
+  CudaModelStats s = stats_;
+  s.activation_tokens = act_.tokens;
+  s.activation_rows = act_.rows;
+  s.decode_table_width = fx_.ready ? fx_.width : 0;
+  return s;
+}
+
+// ---- buffers, pool, graphs ----
+
+void CudaModel::drop_graphs() {
+  if (stream_ != nullptr) CUDA_CHECK(cudaStreamSynchronize(stream_));
+  for (auto& g : fx_.graphs) {
+    if (g != nullptr) CUDA_CHECK(cudaGraphExecDestroy(g));
+    g = nullptr;
+  }
+}
+
+void CudaModel::release_fixed() {
+  drop_graphs();
+  fx_.graphs.clear();
+  fx_.ready = false;
+  fx_.dev = Tensor();
+  fx_.workspace = Tensor();
+  fx_.plans.clear();
+  fx_.width = 0;
+}
+
+void CudaModel::ensure_activations(int64_t tokens, int64_t rows) {
+  if (tokens <= act_.tokens && rows <= act_.rows) return;
+  bool had_graphs = false;
+  for (auto g : fx_.graphs) had_graphs |= g != nullptr;
+  drop_graphs();  // they hold the old pointers; also syncs, so nothing reads the old buffers
+  if (had_graphs) ++stats_.graph_drops;
+  auto grow = [](int64_t need, int64_t have) {
+    const int64_t n = have > 0 ? std::max(need, have + have / 2) : need;
+    return (n + 63) / 64 * 64;
+  };
+  const int64_t T = tokens > act_.tokens ? grow(tokens, act_.tokens) : act_.tokens;
+  const int64_t R = rows > act_.rows ? grow(rows, act_.rows) : act_.rows;
   const int64_t H = cfg_.hidden_size, V = cfg_.vocab_size, D = cfg_.head_dim;
   const int64_t nh = cfg_.num_heads, nkv = cfg_.num_kv_heads, inter = cfg_.intermediate_size;
-  const int64_t qkv_dim = (nh + 2 * nkv) * D;
+  act_ = Activations();  // free first: the peak is the new size, not old + new
+  auto bf16 = [&](int64_t n) { return Tensor::empty({n}, DType::kBF16, device_); };
+  act_.x = bf16(T * H);
+  act_.h = bf16(T * H);
+  act_.qkv = bf16(T * (nh + 2 * nkv) * D);
+  act_.attn = bf16(T * nh * D);
+  act_.o = bf16(T * H);
+  act_.gate_up = bf16(T * 2 * inter);
+  act_.act = bf16(T * inter);
+  act_.fin = bf16(R * H);
+  act_.logits = bf16(R * V);
+  act_.tokens = T;
+  act_.rows = R;
+}
+
+void CudaModel::reset_pool(std::unique_ptr<KVPool> pool) {
+  release_fixed();  // graphs and the fixed table are tied to the old pool
+  for (auto& l : layers_) l.attn->bind_cache(TensorView(), TensorView());
+  pool_ = std::move(pool);
+  if (pool_ == nullptr) return;
+  for (int64_t i = 0; i < cfg_.num_layers; ++i) {
+    layers_[i].attn->bind_cache(pool_->k_cache(i), pool_->v_cache(i));
+  }
+}
+
+int64_t CudaModel::pool_table_width() const {
+  if (pool_ == nullptr) return 0;
+  const int64_t bs = pool_->spec().block_size;
+  int64_t cap = pool_->num_blocks() * bs;
+  if (cfg_.max_position_embeddings > 0) cap = std::min(cap, cfg_.max_position_embeddings);
+  return (cap + bs - 1) / bs;
+}
+
+void CudaModel::setup_fixed(int64_t width, int64_t block_size) {
+  release_fixed();
+  const int64_t B = options_.max_decode_batch;
+  if (B <= 0) return;
+  fx_.max_batch = B;
+  fx_.width = width;
+  fx_.block_size = block_size;
+  fx_.ladder = decode_graph_ladder(B);
+  int64_t ws = 0;
+  for (int64_t b : fx_.ladder) {
+    fx_.plans.push_back(plan_decode(b, cfg_.num_heads, cfg_.num_kv_heads, cfg_.head_dim, 1,
+                                    width * block_size, device_));
+    ws = std::max(ws, fx_.plans.back().workspace_bytes);
+  }
+  const auto Bs = static_cast<size_t>(B);
+  size_t off = 0;
+  auto take_bytes = [&](size_t bytes) {
+    const size_t at = off;
+    off = align16(off + bytes);
+    return at;
+  };
+  fx_.off_tokens = take_bytes(Bs * 4);
+  fx_.off_pos = take_bytes(Bs * 4);
+  fx_.off_slots = take_bytes(Bs * 4);
+  fx_.off_lens = take_bytes(Bs * 4);
+  fx_.off_rows = take_bytes(Bs * 4);
+  fx_.off_params = take_bytes(Bs * sizeof(SampleParams));
+  fx_.header_bytes = off;
+  fx_.off_out = take_bytes(Bs * 4);
+  fx_.off_table = take_bytes(Bs * static_cast<size_t>(width) * 4);
+  fx_.total = off;
+  fx_.dev = Tensor::empty({static_cast<int64_t>(fx_.total)}, DType::kU8, device_);
+  fx_.host.ensure(fx_.total);
+  fx_.workspace = Tensor::empty({std::max<int64_t>(ws, 256)}, DType::kU8, device_);
+  // The table starts all -1; afterwards rows past a step's batch or columns past its widest
+  // row keep stale ids, which nothing reads (context length 0, or past the sequence's blocks).
+  CUDA_CHECK(cudaMemsetAsync(static_cast<char*>(fx_.dev.data()) + fx_.off_table, 0xFF,
+                             Bs * static_cast<size_t>(width) * 4, stream_));
+  fx_.graphs.assign(fx_.ladder.size(), nullptr);
+  ensure_activations(B, B);
+  write_pad_header();
+  upload_header();
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  fx_.ready = true;
+}
+
+size_t CudaModel::rung_for(int64_t n) const {
+  return static_cast<size_t>(std::lower_bound(fx_.ladder.begin(), fx_.ladder.end(), n) -
+                             fx_.ladder.begin());
+}
+
+void CudaModel::write_pad_header() {
+  char* h = static_cast<char*>(fx_.host.data());
+  auto* tok = reinterpret_cast<int32_t*>(h + fx_.off_tokens);
+  auto* pos = reinterpret_cast<int32_t*>(h + fx_.off_pos);
+  auto* slot = reinterpret_cast<int32_t*>(h + fx_.off_slots);
+  auto* len = reinterpret_cast<int32_t*>(h + fx_.off_lens);
+  auto* row = reinterpret_cast<int32_t*>(h + fx_.off_rows);
+  auto* prm = reinterpret_cast<SampleParams*>(h + fx_.off_params);
+  for (int64_t i = 0; i < fx_.max_batch; ++i) {
+    tok[i] = 0;
+    pos[i] = 0;
+    slot[i] = -1;
+    len[i] = 0;
+    row[i] = static_cast<int32_t>(i);
+    prm[i] = SampleParams{};
+  }
+}
+
+void CudaModel::upload_header() {
+  CUDA_CHECK(cudaMemcpyAsync(fx_.dev.data(), fx_.host.data(), fx_.header_bytes,
+                             cudaMemcpyHostToDevice, stream_));
+}
+
+void CudaModel::run_fixed_body(size_t rung) {
+  const int64_t b = fx_.ladder[rung];
+  const int64_t V = cfg_.vocab_size;
+  char* d = static_cast<char*>(fx_.dev.data());
+  BatchContext ctx;
+  ctx.phase = Phase::kDecode;
+  ctx.slot_mapping = TensorView(d + fx_.off_slots, DType::kI32, device_, {b});
+  ctx.context_lens = TensorView(d + fx_.off_lens, DType::kI32, device_, {b});
+  ctx.block_tables = TensorView(d + fx_.off_table, DType::kI32, device_, {b, fx_.width});
+  ctx.max_seqlen_q = 1;
+  ctx.max_seqlen_k = fx_.width * fx_.block_size;
+  ctx.decode_plan = fx_.plans[rung];
+  if (ctx.decode_plan.workspace_bytes > 0) ctx.decode_workspace = fx_.workspace.view();
+  ctx.stream = Stream{stream_};
+  run_layers(b, b, reinterpret_cast<const int32_t*>(d + fx_.off_tokens),
+             reinterpret_cast<const int32_t*>(d + fx_.off_pos),
+             reinterpret_cast<const int32_t*>(d + fx_.off_rows), ctx);
+  k::sample_rows(act_.logits.data(), V, b, V,
+                 reinterpret_cast<const SampleParams*>(d + fx_.off_params),
+                 reinterpret_cast<int32_t*>(d + fx_.off_out), stream_);
+}
+
+void CudaModel::capture(size_t rung) {
+  // Warm-up on pad rows (writes nothing): first-use work (GEMM plans, kernel attributes,
+  // occupancy queries) happens here, outside the capture.
+  write_pad_header();
+  upload_header();
+  run_fixed_body(rung);
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  cudaGraph_t graph = nullptr;
+  CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+  try {
+    run_fixed_body(rung);
+  } catch (...) {
+    (void)cudaStreamEndCapture(stream_, &graph);
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    (void)cudaGetLastError();
+    throw;
+  }
+  CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  CUDA_CHECK(e);
+  fx_.graphs[rung] = exec;
+  CUDA_CHECK(cudaGraphUpload(exec, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  ++stats_.graph_captures;
+}
+
+void CudaModel::allocate_kv_cache(int64_t num_blocks, int64_t block_size) {
+  cuda::DeviceGuard guard(device_.index);
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  reset_pool(nullptr);
+  KVCacheSpec spec{cfg_.num_layers, cfg_.num_kv_heads, cfg_.head_dim, DType::kBF16, block_size};
+  reset_pool(std::make_unique<KVPool>(spec, num_blocks, device_));
+  if (planned_ && options_.max_decode_batch > 0) {
+    setup_fixed(pool_table_width(), block_size);
+    if (options_.cuda_graphs) {
+      for (size_t r = 0; r < fx_.ladder.size(); ++r) capture(r);
+    }
+  }
+}
+
+void CudaModel::copy_kv_blocks(std::span<const BlockCopy> copies) {
+  if (copies.empty()) return;
+  KVATTN_CHECK(pool_ != nullptr, "Model::copy_kv_blocks: no KV cache is allocated");
+  cuda::DeviceGuard guard(device_.index);
+  copier_.run(*pool_, copies, stream_);
+}
+
+// ---- memory planning ----
+
+int64_t CudaModel::kv_cache_budget(int64_t max_num_batched_tokens, double memory_fraction) {
+  KVATTN_CHECK(max_num_batched_tokens >= 1, "Model::kv_cache_budget: max_num_batched_tokens ",
+               "must be >= 1 but is ", max_num_batched_tokens);
+  KVATTN_CHECK(memory_fraction > 0.0 && memory_fraction <= 1.0,
+               "Model::kv_cache_budget: memory_fraction must be in (0, 1] but is ",
+               memory_fraction);
+  cuda::DeviceGuard guard(device_.index);
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  reset_pool(nullptr);
+  const int64_t B = std::max<int64_t>(options_.max_decode_batch, 0);
+  const int64_t T = max_num_batched_tokens;
+  const int64_t R = std::min(T, kPlanLogitRows);
+  ensure_activations(std::max(T, B), std::max({R, B, int64_t{1}}));
+
+  // 1. The largest prefill: one sequence of T tokens over the packed K/V (no pool bound, so
+  //    nothing is stored), R logit rows sampled greedily.
+  {
+    std::vector<int32_t> ids(T), pos(T), slots(T, -1), rows(R), cu = {0, static_cast<int32_t>(T)};
+    for (int64_t i = 0; i < T; ++i) {
+      ids[i] = static_cast<int32_t>(i % cfg_.vocab_size);
+      pos[i] = static_cast<int32_t>(i);
+    }
+    for (int64_t r = 0; r < R; ++r) rows[r] = static_cast<int32_t>(T - R + r);
+    BatchContext hc;
+    hc.phase = Phase::kPrefill;
+    hc.slot_mapping = TensorView(slots.data(), DType::kI32, Device::cpu(), {T});
+    hc.cu_seqlens_q = TensorView(cu.data(), DType::kI32, Device::cpu(), {2});
+    hc.cu_seqlens_k = TensorView(cu.data(), DType::kI32, Device::cpu(), {2});
+    hc.max_seqlen_q = hc.max_seqlen_k = T;
+    ModelInput in{ids, pos, rows, &hc};
+    std::vector<RowSampling> rs(R);
+    std::vector<int32_t> toks(R);
+    step_general(in, Out{{}, rs, toks, true});
+  }
+
+  // 2. The largest decode step on a one-block pool, with the fixed buffers at the widest
+  //    table any pool can need (block size kPlanBlockSize) and the graph for B captured and
+  //    replayed, so its workspace and graph memory are counted. The other rungs' graphs are
+  //    reserved at the measured size of this one.
+  int64_t graph_bytes = 0, pool_bytes = 0;
+  if (B > 0) {
+    KVCacheSpec spec{cfg_.num_layers, cfg_.num_kv_heads, cfg_.head_dim, DType::kBF16,
+                     kPlanBlockSize};
+    reset_pool(std::make_unique<KVPool>(spec, 1, device_));
+    pool_bytes = pool_->storage().nbytes();
+    const int64_t cap = cfg_.max_position_embeddings > 0 ? cfg_.max_position_embeddings : kPlanCapacity;
+    setup_fixed((cap + kPlanBlockSize - 1) / kPlanBlockSize, kPlanBlockSize);
+    const size_t top = fx_.ladder.size() - 1;
+    write_pad_header();
+    upload_header();
+    run_fixed_body(top);
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    size_t free0 = 0, total0 = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free0, &total0));
+    if (options_.cuda_graphs) {
+      capture(top);
+      CUDA_CHECK(cudaGraphLaunch(fx_.graphs[top], stream_));
+      CUDA_CHECK(cudaStreamSynchronize(stream_));
+      size_t free1 = 0, total1 = 0;
+      CUDA_CHECK(cudaMemGetInfo(&free1, &total1));
+      // One graph is in use now (counted below); reserve as much for each other rung.
+      const int64_t one = std::max<int64_t>(0, static_cast<int64_t>(free0) - static_cast<int64_t>(free1));
+      graph_bytes = one * static_cast<int64_t>(fx_.ladder.size() - 1);
+    }
+  }
+  size_t free = 0, total = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  const int64_t in_use = static_cast<int64_t>(total) - static_cast<int64_t>(free) - pool_bytes;
+  const auto budget = static_cast<int64_t>(memory_fraction * static_cast<double>(total)) -
+                      in_use - graph_bytes;
+  reset_pool(nullptr);  // also drops the fixed buffers and the graph
+  planned_ = true;
+  return std::max<int64_t>(budget, 0);
+}
+
+// ---- steps ----
+
+void CudaModel::forward(const ModelInput& in, std::span<float> logits) {
+  Out out;
+  out.logits = logits;
+  step(in, out);
+}
+
+void CudaModel::forward_sample(const ModelInput& in, std::span<const RowSampling> rows,
+                               std::span<int32_t> tokens) {
+  Out out;
+  out.rows = rows;
+  out.tokens = tokens;
+  out.sample = true;
+  step(in, out);
+}
+
+void CudaModel::check_input(const ModelInput& in, const Out& out) const {
+  const auto T = static_cast<int64_t>(in.token_ids.size());
+  const auto R = static_cast<int64_t>(in.logit_rows.size());
+  const int64_t V = cfg_.vocab_size;
   KVATTN_CHECK(in.ctx != nullptr && T > 0, "Model::forward: a step needs a ctx and >= 1 token");
-  KVATTN_CHECK(static_cast<int64_t>(in.positions.size()) == T &&
-                   static_cast<int64_t>(logits.size()) == R * V,
-               "Model::forward: positions/logits sizes do not match the step");
+  KVATTN_CHECK(static_cast<int64_t>(in.positions.size()) == T,
+               "Model::forward: positions has ", in.positions.size(), " entries for ", T,
+               " tokens");
+  if (out.sample) {
+    KVATTN_CHECK(static_cast<int64_t>(out.rows.size()) == R &&
+                     static_cast<int64_t>(out.tokens.size()) == R,
+                 "Model::forward_sample: rows (", out.rows.size(), ") and tokens (",
+                 out.tokens.size(), ") must have one entry per logit row (", R, ")");
+  } else {
+    KVATTN_CHECK(static_cast<int64_t>(out.logits.size()) == R * V, "Model::forward: logits has ",
+                 out.logits.size(), " entries but ", R, " rows of ", V, " are needed");
+  }
   for (int64_t t = 0; t < T; ++t) {
     KVATTN_CHECK(in.token_ids[t] >= 0 && in.token_ids[t] < V, "Model::forward: token id ",
                  in.token_ids[t], " at row ", t, " is outside the vocabulary [0, ", V, ")");
@@ -200,18 +623,142 @@ void CudaModel::forward(const ModelInput& in, std::span<float> logits) {
     KVATTN_CHECK(in.logit_rows[r] >= 0 && in.logit_rows[r] < T, "Model::forward: logit row ",
                  in.logit_rows[r], " is outside the step's tokens [0, ", T, ")");
   }
-  cuda::DeviceGuard guard(device_.index);
+}
+
+bool CudaModel::fixed_eligible(const ModelInput& in) const {
+  if (pool_ == nullptr || options_.max_decode_batch <= 0) return false;
   const BatchContext& hc = *in.ctx;
-  auto dp = upload({in.token_ids, in.positions, in.logit_rows, host_span(hc.slot_mapping),
-                    host_span(hc.cu_seqlens_q), host_span(hc.cu_seqlens_k),
-                    host_span(hc.context_lens), host_span(hc.block_tables)});
+  if (hc.phase != Phase::kDecode) return false;
+  const auto n = static_cast<int64_t>(in.token_ids.size());
+  if (n > options_.max_decode_batch) return false;
+  if (!hc.context_lens.defined() || hc.context_lens.ndim != 1 || hc.context_lens.size(0) != n) {
+    return false;  // q_len > 1, or malformed (the general path reports it)
+  }
+  if (!hc.slot_mapping.defined() || hc.slot_mapping.numel() != n ||
+      hc.slot_mapping.dtype != DType::kI32) {
+    return false;
+  }
+  if (!hc.block_tables.defined() || hc.block_tables.ndim != 2 || hc.block_tables.size(0) != n ||
+      hc.block_tables.size(1) > pool_table_width()) {
+    return false;
+  }
+  // R <= n <= the rung.
+  return static_cast<int64_t>(in.logit_rows.size()) <= n;
+}
+
+void CudaModel::step(const ModelInput& in, const Out& out) {
+  check_input(in, out);
+  cuda::DeviceGuard guard(device_.index);
+  if (fixed_eligible(in)) {
+    if (!fx_.ready || fx_.width != pool_table_width()) {
+      setup_fixed(pool_table_width(), pool_->spec().block_size);
+    }
+    step_fixed(in, out);
+  } else {
+    step_general(in, out);
+  }
+}
+
+void CudaModel::step_fixed(const ModelInput& in, const Out& out) {
+  const auto n = static_cast<int64_t>(in.token_ids.size());
+  const auto R = static_cast<int64_t>(in.logit_rows.size());
+  const size_t rung = rung_for(n);
+  const int64_t b = fx_.ladder[rung];
+  if (options_.cuda_graphs && fx_.graphs[rung] == nullptr) capture(rung);
+
+  const BatchContext& hc = *in.ctx;
+  const auto slots = host_span(hc.slot_mapping);
+  const auto lens = host_span(hc.context_lens);
+  const auto table = host_span(hc.block_tables);
+  const int64_t w = hc.block_tables.size(1);
+  char* h = static_cast<char*>(fx_.host.data());
+  auto* tok = reinterpret_cast<int32_t*>(h + fx_.off_tokens);
+  auto* pos = reinterpret_cast<int32_t*>(h + fx_.off_pos);
+  auto* slot = reinterpret_cast<int32_t*>(h + fx_.off_slots);
+  auto* len = reinterpret_cast<int32_t*>(h + fx_.off_lens);
+  auto* row = reinterpret_cast<int32_t*>(h + fx_.off_rows);
+  auto* prm = reinterpret_cast<SampleParams*>(h + fx_.off_params);
+  std::memcpy(tok, in.token_ids.data(), n * sizeof(int32_t));
+  std::memcpy(pos, in.positions.data(), n * sizeof(int32_t));
+  std::memcpy(slot, slots.data(), n * sizeof(int32_t));
+  std::memcpy(len, lens.data(), n * sizeof(int32_t));
+  for (int64_t i = n; i < b; ++i) {
+    tok[i] = 0;
+    pos[i] = 0;
+    slot[i] = -1;
+    len[i] = 0;
+  }
+  if (R > 0) std::memcpy(row, in.logit_rows.data(), R * sizeof(int32_t));
+  for (int64_t r = R; r < b; ++r) row[r] = static_cast<int32_t>(r);
+  for (int64_t r = 0; r < R; ++r) {
+    prm[r] = out.sample ? k::make_sample_params(out.rows[r], static_cast<size_t>(r)) : SampleParams{};
+  }
+  for (int64_t r = R; r < b; ++r) prm[r] = SampleParams{};
+  upload_header();
+  if (w > 0) {
+    std::memcpy(h + fx_.off_table, table.data(), n * w * sizeof(int32_t));
+    CUDA_CHECK(cudaMemcpy2DAsync(static_cast<char*>(fx_.dev.data()) + fx_.off_table,
+                                 fx_.width * sizeof(int32_t), h + fx_.off_table,
+                                 w * sizeof(int32_t), w * sizeof(int32_t), n,
+                                 cudaMemcpyHostToDevice, stream_));
+  }
+  if (options_.cuda_graphs) {
+    CUDA_CHECK(cudaGraphLaunch(fx_.graphs[rung], stream_));
+    ++stats_.graph_replays;
+  } else {
+    run_fixed_body(rung);
+    ++stats_.fixed_eager_steps;
+  }
+  finish(R, out, reinterpret_cast<const int32_t*>(static_cast<char*>(fx_.dev.data()) + fx_.off_out));
+}
+
+void CudaModel::step_general(const ModelInput& in, const Out& out) {
+  const auto T = static_cast<int64_t>(in.token_ids.size());
+  const auto R = static_cast<int64_t>(in.logit_rows.size());
+  const int64_t V = cfg_.vocab_size;
+  const BatchContext& hc = *in.ctx;
+  params_.resize(out.sample ? R : 0);
+  for (int64_t r = 0; r < static_cast<int64_t>(params_.size()); ++r) {
+    params_[r] = k::make_sample_params(out.rows[r], static_cast<size_t>(r));
+  }
+  ensure_activations(T, std::max<int64_t>(R, 1));
+
+  // Every input in one pinned block, 16-byte aligned parts, one copy.
+  const std::array<std::span<const int32_t>, 8> ints = {
+      in.token_ids, in.positions, in.logit_rows, host_span(hc.slot_mapping),
+      host_span(hc.cu_seqlens_q), host_span(hc.cu_seqlens_k), host_span(hc.context_lens),
+      host_span(hc.block_tables)};
+  std::array<size_t, 9> off{};
+  size_t total = 0;
+  for (size_t i = 0; i < ints.size(); ++i) {
+    off[i] = total;
+    total = align16(total + ints[i].size() * sizeof(int32_t));
+  }
+  off[8] = total;
+  total = align16(total + params_.size() * sizeof(SampleParams));
+  char* hp = static_cast<char*>(pinned_meta_.ensure(total));  // the last step has synced
+  char* dp = static_cast<char*>(meta_.ensure(static_cast<int64_t>(total), device_));
+  for (size_t i = 0; i < ints.size(); ++i) {
+    if (!ints[i].empty()) std::memcpy(hp + off[i], ints[i].data(), ints[i].size() * sizeof(int32_t));
+  }
+  if (!params_.empty()) std::memcpy(hp + off[8], params_.data(), params_.size() * sizeof(SampleParams));
+  CUDA_CHECK(cudaMemcpyAsync(dp, hp, total, cudaMemcpyHostToDevice, stream_));
+  auto dev_i32 = [&](size_t i, const TensorView& host) {
+    if (!host.defined()) return TensorView();
+    KVATTN_CHECK(host.ndim == 1 || host.ndim == 2, "cuda model: BatchContext tensors must have ",
+                 "rank 1 or 2 but one has rank ", host.ndim);
+    return host.ndim == 1
+               ? TensorView(dp + off[i], DType::kI32, device_, {host.size(0)})
+               : TensorView(dp + off[i], DType::kI32, device_, {host.size(0), host.size(1)});
+  };
+
   BatchContext ctx;
   ctx.phase = hc.phase;
-  ctx.slot_mapping = device_i32(dp[3], hc.slot_mapping);
-  ctx.cu_seqlens_q = device_i32(dp[4], hc.cu_seqlens_q);
-  ctx.cu_seqlens_k = device_i32(dp[5], hc.cu_seqlens_k);
-  ctx.context_lens = device_i32(dp[6], hc.context_lens);
-  ctx.block_tables = device_i32(dp[7], hc.block_tables);
+  ctx.slot_mapping = dev_i32(3, hc.slot_mapping);
+  ctx.cu_seqlens_q = dev_i32(4, hc.cu_seqlens_q);
+  ctx.cu_seqlens_k = dev_i32(5, hc.cu_seqlens_k);
+  ctx.context_lens = dev_i32(6, hc.context_lens);
+  ctx.block_tables = dev_i32(7, hc.block_tables);
   ctx.max_seqlen_q = hc.max_seqlen_q;
   ctx.max_seqlen_k = hc.max_seqlen_k;
   ctx.stream = Stream{stream_};
@@ -222,30 +769,67 @@ void CudaModel::forward(const ModelInput& in, std::span<float> logits) {
     const auto num_seqs = static_cast<int64_t>(lens.size());
     KVATTN_CHECK(num_seqs > 0 && T % num_seqs == 0,
                  "Model::forward: a decode step needs context_lens for its ", T, " tokens");
-    ctx.decode_plan = plan_decode(num_seqs, nh, nkv, D, T / num_seqs, max_k, device_);
+    ctx.decode_plan = plan_decode(num_seqs, cfg_.num_heads, cfg_.num_kv_heads, cfg_.head_dim,
+                                  T / num_seqs, max_k, device_);
     void* ws = workspace_.ensure(ctx.decode_plan.workspace_bytes, device_);
     ctx.decode_workspace = TensorView(ws, DType::kU8, device_, {ctx.decode_plan.workspace_bytes});
   }
+  run_layers(T, R, reinterpret_cast<const int32_t*>(dp + off[0]),
+             reinterpret_cast<const int32_t*>(dp + off[1]),
+             reinterpret_cast<const int32_t*>(dp + off[2]), ctx);
+  int32_t* dev_tokens = nullptr;
+  if (out.sample && R > 0) {
+    dev_tokens = static_cast<int32_t*>(gen_tokens_.ensure(R * static_cast<int64_t>(sizeof(int32_t)), device_));
+    k::sample_rows(act_.logits.data(), V, R, V, reinterpret_cast<const SampleParams*>(dp + off[8]),
+                   dev_tokens, stream_);
+  }
+  ++stats_.general_steps;
+  finish(R, out, dev_tokens);
+}
 
-  const size_t bf = sizeof(bf16_t);
-  void* x = x_.ensure(T * H * bf, device_);
-  void* h = h_.ensure(T * H * bf, device_);
-  auto* qkv = static_cast<bf16_t*>(qkv_.ensure(T * qkv_dim * bf, device_));
-  void* attn = attn_.ensure(T * nh * D * bf, device_);
-  void* o = o_.ensure(T * H * bf, device_);
-  void* gate_up = gate_up_.ensure(T * 2 * inter * bf, device_);
-  void* act = act_.ensure(T * inter * bf, device_);
-  void* fin = final_.ensure(std::max<int64_t>(R, 1) * H * bf, device_);
-  void* lg = logits_.ensure(std::max<int64_t>(R, 1) * V * bf, device_);
+void CudaModel::finish(int64_t R, const Out& out, const int32_t* dev_tokens) {
+  const int64_t V = cfg_.vocab_size;
+  if (R == 0) {
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return;
+  }
+  if (out.sample) {
+    auto* host = static_cast<int32_t*>(pinned_tokens_.ensure(R * sizeof(int32_t)));
+    CUDA_CHECK(cudaMemcpyAsync(host, dev_tokens, R * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    std::memcpy(out.tokens.data(), host, R * sizeof(int32_t));
+    return;
+  }
+  const size_t bytes = static_cast<size_t>(R * V) * sizeof(bf16_t);
+  auto* host = static_cast<bf16_t*>(pinned_logits_.ensure(bytes));
+  CUDA_CHECK(cudaMemcpyAsync(host, act_.logits.data(), bytes, cudaMemcpyDeviceToHost, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  for (int64_t i = 0; i < R * V; ++i) out.logits[i] = bf16_to_float(host[i]);
+}
+
+void CudaModel::run_layers(int64_t T, int64_t R, const int32_t* ids, const int32_t* pos,
+                           const int32_t* rows, const BatchContext& ctx) {
+  const int64_t H = cfg_.hidden_size, V = cfg_.vocab_size, D = cfg_.head_dim;
+  const int64_t nh = cfg_.num_heads, nkv = cfg_.num_kv_heads, inter = cfg_.intermediate_size;
+  const int64_t qkv_dim = (nh + 2 * nkv) * D;
   const auto eps = static_cast<float>(cfg_.rms_norm_eps);
+  void* x = act_.x.data();
+  void* h = act_.h.data();
+  auto* qkv = static_cast<bf16_t*>(act_.qkv.data());
+  void* attn = act_.attn.data();
+  void* o = act_.o.data();
+  void* gate_up = act_.gate_up.data();
+  void* act = act_.act.data();
+  void* fin = act_.fin.data();
+  void* lg = act_.logits.data();
 
-  k::embed(embed_.data(), dp[0], T, H, x, stream_);
+  k::embed(embed_.data(), ids, T, H, x, stream_);
   for (size_t i = 0; i < layers_.size(); ++i) {
     Layer& l = layers_[i];
     k::add_rmsnorm(x, i == 0 ? nullptr : o, l.input_norm.data(), eps, h, nullptr, T, H, stream_);
     gemm_.run(h, H, T, l.wqkv.data(), qkv_dim, H, qkv, qkv_dim, stream_);
     k::qk_norm_rope(qkv, qkv_dim, T, nh, nkv, D, cfg_.qk_norm ? l.q_norm.data() : nullptr,
-                    cfg_.qk_norm ? l.k_norm.data() : nullptr, eps, dp[1],
+                    cfg_.qk_norm ? l.k_norm.data() : nullptr, eps, pos,
                     static_cast<float>(cfg_.rope_theta),
                     cfg_.rope_style == ModelConfig::RopeStyle::kInterleaved, stream_);
     l.attn->forward(TensorView(qkv, DType::kBF16, device_, {T, nh * D}, {qkv_dim, 1}),
@@ -259,21 +843,23 @@ void CudaModel::forward(const ModelInput& in, std::span<float> logits) {
     k::silu_mul(gate_up, T, inter, act, stream_);
     gemm_.run(act, inter, T, l.wdown.data(), H, inter, o, H, stream_);
   }
-  k::add_rmsnorm(x, o, final_norm_.data(), eps, fin, dp[2], R, H, stream_);
+  k::add_rmsnorm(x, o, final_norm_.data(), eps, fin, rows, R, H, stream_);
   gemm_.run(fin, H, R, lm_head_.data(), V, H, lg, V, stream_);
-  host_logits_.resize(R * V);
-  CUDA_CHECK(cudaMemcpyAsync(host_logits_.data(), lg, R * V * bf, cudaMemcpyDeviceToHost, stream_));
-  CUDA_CHECK(cudaStreamSynchronize(stream_));
-  for (int64_t i = 0; i < R * V; ++i) logits[i] = bf16_to_float(host_logits_[i]);
 }
 
 }  // namespace
 
 std::unique_ptr<Model> make_cuda_model(ModelWeights weights, Device device,
-                                       const ModelOptions& /*options*/) {
+                                       const ModelOptions& options) {
   KVATTN_CHECK(cuda_available(), "Model::create: device ", device,
                " requested but no CUDA device is visible");
-  return std::make_unique<CudaModel>(std::move(weights), device);
+  return std::make_unique<CudaModel>(std::move(weights), device, options);
+}
+
+CudaModelStats cuda_model_stats(const Model& model) {
+  const auto* m = dynamic_cast<const CudaModel*>(&model);
+  KVATTN_CHECK(m != nullptr, "cuda_model_stats: the model is not the CUDA model");
+  return m->stats();
 }
 
 int64_t cuda_free_bytes(Device device) {

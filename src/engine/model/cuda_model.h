@@ -1,0 +1,30 @@
+// Internal: what the GPU model did, for tests and debugging (the engine only sees Model).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kvattn/engine/model.h"
+
+namespace kvattn {
+
+struct CudaModelStats {
+  int64_t graph_captures = 0;     // decode graphs captured (every rung of every pool)
+  int64_t graph_replays = 0;      // decode steps replayed from a graph
+  int64_t fixed_eager_steps = 0;  // padded decode steps launched eagerly (cuda_graphs off)
+  int64_t general_steps = 0;      // prefill / mixed steps, and decode steps off the ladder
+  int64_t graph_drops = 0;        // captured graphs dropped because the activations grew
+  int64_t activation_tokens = 0;  // rows the activation buffers hold
+  int64_t activation_rows = 0;    // logit rows they hold
+  int64_t decode_table_width = 0; // fixed block-table width of the graph path (0: not set up)
+  std::vector<int64_t> ladder;    // padded decode batch sizes
+};
+
+// Throws kvattn::Error unless `model` is the CUDA model.
+CudaModelStats cuda_model_stats(const Model& model);
+
+// The padded decode batch sizes: 1, 2, 4, 8, then every multiple of 16 below
+// max_decode_batch, then max_decode_batch itself (empty when it is <= 0).
+std::vector<int64_t> decode_graph_ladder(int64_t max_decode_batch);
+
+}  // namespace kvattn
