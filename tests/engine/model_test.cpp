@@ -169,6 +169,33 @@ TEST_P(TinyModel, CompactWeightStorageStaysClose) {
   }
 }
 
+// Tensor parallelism (engine/parallel): two ranks on threads, each with half the heads, half
+// the MLP and half the vocabulary, all-reducing after o_proj/down_proj and gathering the
+// logits, still match HF within the same bound, through the paged cache and chunked prefill.
+TEST_P(TinyModel, TensorParallelRanksMatchHF) {
+  const auto cases = load_cases(GetParam());
+  ModelOptions mo;
+  mo.tensor_parallel = 2;
+  mo.num_threads = 1;
+  auto model = Model::create(load_hf_model(data_dir(GetParam())), Device::cpu(), mo);
+  EXPECT_EQ(model->config().num_heads, 4);  // the engine sees the full model
+  EXPECT_EQ(model->config().vocab_size, 320);
+  for (auto [bs, chunk] : {std::pair<int64_t, int64_t>{16, 4096}, {7, 5}}) {
+    SCOPED_TRACE("block " + std::to_string(bs) + " chunk " + std::to_string(chunk));
+    const double worst = teacher_forced_error(*model, cases, bs, chunk);
+    std::printf("[%s] tensor parallel 2, block %lld: max relative logit error vs HF %.2e\n",
+                GetParam().c_str(), static_cast<long long>(bs), worst);
+  }
+  mo.tensor_parallel = 4;  // 2 KV heads cannot be split 4 ways
+  try {
+    Model::create(load_hf_model(data_dir(GetParam())), Device::cpu(), mo);
+    ADD_FAILURE() << "tensor_parallel 4 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("must divide num_kv_heads (2)"), std::string::npos)
+        << e.what();
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(HF, TinyModel, ::testing::Values("llama", "qwen3"));
 
 // llama-architecture GGUF files keep Q/K rows permuted for interleaved-pair RoPE. Permuting

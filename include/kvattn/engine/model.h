@@ -41,6 +41,10 @@ struct ModelOptions {
   // (1, 2, 4, 8, then every 16 up to max_decode_batch). false => eager launches (debugging).
   bool cuda_graphs = true;
   int64_t max_decode_batch = 256;  // the largest decode batch a graph is captured for
+  // Megatron-style tensor parallelism over this many ranks (heads, MLP width and vocab split;
+  // all-reduce after o_proj and down_proj). CPU: ranks are threads. It must divide
+  // num_heads, num_kv_heads and intermediate_size.
+  int tensor_parallel = 1;
 };
 
 // How to draw the token of one logit row on the model's device. The draw is a function of

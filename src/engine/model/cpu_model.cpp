@@ -15,6 +15,7 @@
 #include "engine/model/factories.h"
 #include "engine/model/team_tuner.h"
 #include "engine/model/weight_matrix.h"
+#include "engine/parallel/collective.h"
 #include "kvattn/attention/attention.h"
 #include "kvattn/cache/kv_pool.h"
 
@@ -64,8 +65,11 @@ struct Layer {
 
 class CpuModel final : public Model {
  public:
-  CpuModel(ModelWeights w, const ModelOptions& options)
-      : cfg_(w.config), tuner_(default_threads(), options.num_threads) {
+  CpuModel(ModelWeights w, const ModelOptions& options, const RankContext& rank)
+      : cfg_(w.config), rank_(rank), tuner_(default_threads(), options.num_threads) {
+    if (rank_.full_vocab == 0) rank_.full_vocab = cfg_.vocab_size;
+    KVATTN_CHECK(rank_.size == 1 || rank_.comm != nullptr,
+                 "Model: a tensor-parallel rank needs a collective");
     // One thread pool (OpenMP's): BLAS runs single-threaded inside it.
     openblas_set_num_threads(1);
     const WeightFormat wt = options.weight_format;
@@ -122,8 +126,12 @@ class CpuModel final : public Model {
 
  private:
   void reserve(int64_t tokens, int64_t logit_rows);
+  // x += w(in): row-parallel layers (o_proj, down_proj) all-reduce their partial sums first.
+  void add_row_parallel(const cpu_model::WeightMatrix& w, const float* in, int64_t in_dim,
+                        int64_t tokens);
 
-  ModelConfig cfg_;
+  ModelConfig cfg_;  // this rank's shard (sizes divided by the tensor-parallel size)
+  RankContext rank_;
   WeightMatrix embed_, lm_head_;  // lm_head_ unset when tied to embed_
   Tensor final_norm_;
   bool tied_ = false;
@@ -133,7 +141,21 @@ class CpuModel final : public Model {
   // Step buffers, grown on demand.
   int64_t cap_tokens_ = 0;
   std::vector<float> x_, h_, qkv_, attn_, gate_up_, act_, cos_, sin_, final_;
+  std::vector<float> part_, shard_logits_, gathered_;  // tensor parallel only
 };
+
+void CpuModel::add_row_parallel(const WeightMatrix& w, const float* in, int64_t in_dim,
+                                int64_t tokens) {
+  const int64_t H = cfg_.hidden_size;
+  if (rank_.size == 1) {  // straight into the residual stream
+    w.apply(in, in_dim, tokens, x_.data(), H, 1.0f);
+    return;
+  }
+  // A partial sum of the output over this rank's inputs: the ranks' parts add up to it.
+  w.apply(in, in_dim, tokens, part_.data(), H);
+  rank_.comm->all_reduce_sum(part_.data(), tokens * H);
+  for (int64_t i = 0; i < tokens * H; ++i) x_[i] += part_[i];
+}
 
 void CpuModel::reserve(int64_t tokens, int64_t rows) {
   if (static_cast<int64_t>(final_.size()) < rows * cfg_.hidden_size) {
@@ -143,6 +165,7 @@ void CpuModel::reserve(int64_t tokens, int64_t rows) {
   const int64_t hd = cfg_.head_dim;
   const int64_t qkv = (cfg_.num_heads + 2 * cfg_.num_kv_heads) * hd;
   x_.resize(tokens * cfg_.hidden_size);
+  if (rank_.size > 1) part_.resize(tokens * cfg_.hidden_size);
   h_.resize(tokens * cfg_.hidden_size);
   qkv_.resize(tokens * qkv);
   attn_.resize(tokens * cfg_.num_heads * hd);
@@ -156,9 +179,11 @@ void CpuModel::reserve(int64_t tokens, int64_t rows) {
 void CpuModel::forward(const ModelInput& in, std::span<float> logits) {
   const auto T = static_cast<int64_t>(in.token_ids.size());
   const auto R = static_cast<int64_t>(in.logit_rows.size());
-  const int64_t H = cfg_.hidden_size, V = cfg_.vocab_size, D = cfg_.head_dim;
+  const int64_t H = cfg_.hidden_size, V = rank_.full_vocab, D = cfg_.head_dim;
   const int64_t nh = cfg_.num_heads, nkv = cfg_.num_kv_heads, inter = cfg_.intermediate_size;
   const int64_t qkv_dim = (nh + 2 * nkv) * D;
+  const int64_t vs = cfg_.vocab_size, v0 = rank_.rank * vs;  // this rank's vocab slice
+  const bool tp = rank_.size > 1;
   KVATTN_CHECK(in.ctx != nullptr, "Model::forward: input.ctx must be given");
   KVATTN_CHECK(T > 0, "Model::forward: a step needs at least one token");
   KVATTN_CHECK(static_cast<int64_t>(in.positions.size()) == T, "Model::forward: positions has ",
@@ -175,8 +200,13 @@ void CpuModel::forward(const ModelInput& in, std::span<float> logits) {
                  " is outside the vocabulary [0, ", V, ")");
     KVATTN_CHECK(in.positions[t] >= 0, "Model::forward: position ", in.positions[t],
                  " at row ", t, " is negative");
-    embed_.row(id, &x_[t * H]);
+    if (id >= v0 && id < v0 + vs) {
+      embed_.row(id - v0, &x_[t * H]);
+    } else {  // another rank's row: the all-reduce below brings it
+      std::fill_n(&x_[t * H], H, 0.0f);
+    }
   }
+  if (tp) rank_.comm->all_reduce_sum(x_.data(), T * H);
   cpu_model::rope_tables(in.positions, D, cfg_.rope_theta, cos_.data(), sin_.data());
   const auto eps = static_cast<float>(cfg_.rms_norm_eps);
 
@@ -201,12 +231,12 @@ void CpuModel::forward(const ModelInput& in, std::span<float> logits) {
                     TensorView(k, DType::kF32, cpu, {T, nkv * D}, {qkv_dim, 1}),
                     TensorView(v, DType::kF32, cpu, {T, nkv * D}, {qkv_dim, 1}), *in.ctx,
                     TensorView(attn_.data(), DType::kF32, cpu, {T, nh * D}));
-    l.wo.apply(attn_.data(), nh * D, T, x_.data(), H, 1.0f);
+    add_row_parallel(l.wo, attn_.data(), nh * D, T);
 
     cpu_model::rms_norm(x_.data(), H, T, H, l.post_norm.ptr<float>(), eps, h_.data(), H);
     l.wgate_up.apply(h_.data(), H, T, gate_up_.data(), 2 * inter);
     cpu_model::silu_mul(gate_up_.data(), T, inter, act_.data());
-    l.wdown.apply(act_.data(), inter, T, x_.data(), H, 1.0f);
+    add_row_parallel(l.wdown, act_.data(), inter, T);
   }
 
   for (int64_t r = 0; r < R; ++r) {
@@ -215,14 +245,31 @@ void CpuModel::forward(const ModelInput& in, std::span<float> logits) {
                  " is outside the step's tokens [0, ", T, ")");
     cpu_model::rms_norm(&x_[row * H], H, 1, H, final_norm_.ptr<float>(), eps, &final_[r * H], H);
   }
-  (tied_ ? embed_ : lm_head_).apply(final_.data(), H, R, logits.data(), V);
+  const WeightMatrix& head = tied_ ? embed_ : lm_head_;
+  if (!tp) {
+    head.apply(final_.data(), H, R, logits.data(), V);
+  } else {
+    // This rank's vocab slice of every row, gathered as [rank, row, slice] and laid out
+    // as [row, vocab], cut to the real vocabulary (the last slice may be padded).
+    shard_logits_.resize(R * vs);
+    gathered_.resize(rank_.size * R * vs);
+    if (R > 0) head.apply(final_.data(), H, R, shard_logits_.data(), vs);
+    rank_.comm->all_gather(shard_logits_.data(), gathered_.data(), R * vs);
+    for (int64_t r = 0; r < R; ++r) {
+      for (int k = 0; k < rank_.size; ++k) {
+        const int64_t begin = k * vs, n = std::min(vs, V - begin);
+        if (n > 0) std::memcpy(&logits[r * V + begin], &gathered_[(k * R + r) * vs], n * sizeof(float));
+      }
+    }
+  }
   tuner_.end(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
 
 }  // namespace
 
-std::unique_ptr<Model> make_cpu_model(ModelWeights weights, const ModelOptions& options) {
-  return std::make_unique<CpuModel>(std::move(weights), options);
+std::unique_ptr<Model> make_cpu_model(ModelWeights weights, const ModelOptions& options,
+                                      const RankContext& rank) {
+  return std::make_unique<CpuModel>(std::move(weights), options, rank);
 }
 
 }  // namespace kvattn

@@ -7,10 +7,23 @@
 
 namespace kvattn {
 
+class Collective;
+
+// One rank of a tensor-parallel model (engine/parallel/sharding.h): its weights are the
+// shard, `full_vocab` the unsharded vocabulary (its vocab slice starts at rank *
+// shard vocab), and `comm` reduces/gathers across the ranks (null when size == 1).
+struct RankContext {
+  int rank = 0;
+  int size = 1;
+  int64_t full_vocab = 0;  // 0 => the weights' own vocab (size 1)
+  Collective* comm = nullptr;
+};
+
 // Throws naming the first tensor missing from `weights` or shaped unlike the config says.
 void check_model_weights(const ModelWeights& weights);
 
-std::unique_ptr<Model> make_cpu_model(ModelWeights weights, const ModelOptions& options);
+std::unique_ptr<Model> make_cpu_model(ModelWeights weights, const ModelOptions& options,
+                                      const RankContext& rank = {});
 #ifdef KVATTN_WITH_CUDA
 std::unique_ptr<Model> make_cuda_model(ModelWeights weights, Device device,
                                        const ModelOptions& options);

@@ -1,6 +1,7 @@
 #include "kvattn/engine/model.h"
 
 #include "engine/model/factories.h"
+#include "engine/parallel/tp_model.h"
 #include "kvattn/cache/kv_pool.h"
 
 namespace kvattn {
@@ -30,6 +31,11 @@ void check_model_weights(const ModelWeights& w) {
 std::unique_ptr<Model> Model::create(ModelWeights weights, Device device,
                                      const ModelOptions& options) {
   check_model_weights(weights);
+  KVATTN_CHECK(options.tensor_parallel >= 1, "Model::create: tensor_parallel must be >= 1 but is ",
+               options.tensor_parallel);
+  if (options.tensor_parallel > 1) {
+    return make_tensor_parallel_model(std::move(weights), device, options);
+  }
   if (device.is_cpu()) return make_cpu_model(std::move(weights), options);
 #ifdef KVATTN_WITH_CUDA
   return make_cuda_model(std::move(weights), device, options);
