@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# The Python package on the GPU machine, in one call: `pip install --no-build-isolation .` into
+# the image's Python (CUDA, sm_90a), the pytest suite (tests/python), then the overhead benchmark
+# (bench/python_overhead.py against the C++ baseline bench/decode_call_overhead).
+#   run: bash scripts/gpu_run.sh --no-peers --no-memcheck && bash scripts/gpu_python.sh
+#        (carry .deps; build-gpu from gpu_run.sh provides the C++ baseline, else it is built)
+# Logs, junit XML and JSON go to $OUT (or ./out). Exit status: non-zero when the install, a
+# test or the overhead acceptance failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+OUT=${OUT:-$PWD/out}
+mkdir -p "$OUT"
+source scripts/device_env.sh
+PY=${PYTHON:-python3}
+jobs=$(nproc)
+step() { echo; echo "== $* == ($(date +%T))"; }
+status=0
+
+step "python environment"
+"$PY" - <<'EOF' 2>&1 | tee "$OUT/py_env.txt"
+import importlib, sys
+print("python", sys.version.split()[0], sys.executable)
+for m in ("torch", "nanobind", "scikit_build_core", "numpy", "pytest", "flash_attn"):
+    try:
+        print("%-18s %s" % (m, getattr(importlib.import_module(m), "__version__", "?")))
+    except Exception as e:  # noqa: BLE001
+        print("%-18s missing (%s)" % (m, type(e).__name__))
+import torch
+print("torch cuda", torch.version.cuda, "available", torch.cuda.is_available())
+print("DLPack C exchange API:", hasattr(torch.Tensor, "__dlpack_c_exchange_api__"))
+EOF
+
+step "pip install --no-build-isolation ."
+# The image's Python may be marked externally managed (PEP 668); this installs into it anyway.
+export PIP_BREAK_SYSTEM_PACKAGES=1
+export CMAKE_BUILD_PARALLEL_LEVEL=$jobs
+"$PY" -m pip install --no-build-isolation --no-deps -v \
+  -Ccmake.define.KVATTN_CUDA_ARCHS=90a -Cbuild-dir=build-wheel/gpu . >"$OUT/py_install.log" 2>&1
+install_rc=$?
+grep -E "kvattn: CUDA|Successfully|error|Error" "$OUT/py_install.log" | tail -n 12
+pythonpath=
+if [ $install_rc -ne 0 ]; then
+  echo "PIP INSTALL FAILED (rc $install_rc, see py_install.log); building with CMake to run the tests"
+  status=1
+  cmake -S . -B build-py-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVATTN_CUDA_ARCHS=90a \
+    -DKVATTN_PYTHON=ON -DKVATTN_ENGINE=OFF -DKVATTN_BENCH=OFF -DBUILD_TESTING=OFF \
+    -DPython_EXECUTABLE="$(command -v "$PY")" >"$OUT/py_cmake.log" 2>&1 &&
+    cmake --build build-py-gpu -j "$jobs" >>"$OUT/py_cmake.log" 2>&1 || {
+      tail -n 30 "$OUT/py_cmake.log"; echo "CMAKE BUILD FAILED"; exit 1; }
+  pythonpath=$root/build-py-gpu/python
+fi
+(cd /tmp && PYTHONPATH=$pythonpath "$PY" -c "import kvattn; print('kvattn', kvattn.__version__, kvattn.__file__, 'cuda', kvattn.cuda_available())")
+
+step "pytest tests/python"
+PYTHONPATH=$pythonpath timeout 360 "$PY" -m pytest tests/python -q -rs -p no:cacheprovider \
+  --junitxml="$OUT/pytest.xml" 2>&1 | tee "$OUT/pytest.log" | tail -n 40
+[ "${PIPESTATUS[0]}" -eq 0 ] || { echo "PYTEST FAILED"; status=1; }
+
+step "C++ baseline (bench/decode_call_overhead)"
+cpp=build-gpu/bench/decode_call_overhead
+if [ -f build-gpu/CMakeCache.txt ]; then
+  cmake --build build-gpu -j "$jobs" --target decode_call_overhead >"$OUT/overhead_build.log" 2>&1
+else
+  cpp=build-pybench/bench/decode_call_overhead
+  cmake -S . -B build-pybench -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVATTN_CUDA_ARCHS=90a \
+    -DKVATTN_ENGINE=OFF -DBUILD_TESTING=OFF -DKVATTN_BENCH=ON >"$OUT/overhead_build.log" 2>&1 &&
+    cmake --build build-pybench -j "$jobs" --target decode_call_overhead >>"$OUT/overhead_build.log" 2>&1
+fi
+[ -x "$cpp" ] || { tail -n 20 "$OUT/overhead_build.log"; echo "C++ baseline not built"; }
+
+step "Python overhead (decode, batch 64)"
+PYTHONPATH=$pythonpath OUT="$OUT" timeout 180 "$PY" bench/python_overhead.py --cpp "$cpp" 2>&1 |
+  tee "$OUT/python_overhead.log"
+[ "${PIPESTATUS[0]}" -eq 0 ] || { echo "OVERHEAD BENCH FAILED"; status=1; }
+
+step summary
+grep -E "passed|failed" "$OUT/pytest.log" | tail -n 1
+grep -E "Python adds" "$OUT/python_overhead.log" || true
+echo "gpu_python: exit $status"
+exit $status
