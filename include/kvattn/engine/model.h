@@ -37,10 +37,15 @@ std::string_view weight_format_name(WeightFormat f);  // "f32" | "f16" | "bf16" 
 struct ModelOptions {
   int num_threads = 0;  // CPU: OpenMP threads (GEMMs and attention); 0 => tuned (see below)
   WeightFormat weight_format = WeightFormat::kF32;  // CPU only; the GPU model uses bf16
-  // GPU only: replay decode steps from CUDA graphs captured for a ladder of padded batch sizes
-  // (1, 2, 4, 8, then every 16 up to max_decode_batch). false => eager launches (debugging).
+  // GPU only: a pure decode step (one token per sequence) of at most max_decode_batch
+  // sequences is padded to the next size of a ladder (1, 2, 4, 8, then every 16, then
+  // max_decode_batch) with rows that write and read nothing, its inputs go to fixed device
+  // buffers, and it replays the CUDA graph captured for that size. false => the same padded
+  // step launched eagerly (debugging): both modes give bit-identical logits and tokens.
+  // Prefill and mixed steps, and decode steps above max_decode_batch (<= 0: all), run eagerly
+  // without padding.
   bool cuda_graphs = true;
-  int64_t max_decode_batch = 256;  // the largest decode batch a graph is captured for
+  int64_t max_decode_batch = 256;  // the largest padded decode batch (and graph)
   // Megatron-style tensor parallelism over this many ranks (heads, MLP width and vocab split;
   // all-reduce after o_proj and down_proj). CPU: ranks are threads. It must divide
   // num_heads, num_kv_heads and intermediate_size.
@@ -48,8 +53,13 @@ struct ModelOptions {
 };
 
 // How to draw the token of one logit row on the model's device. The draw is a function of
-// (seed, stream, step) only, so it does not depend on the batch the row is in. Filters as
-// in Sampler (sampler.h): temperature <= 0 or top_k == 1 is greedy argmax, lowest id on ties.
+// the row's logits and (seed, stream, step) only, so it does not depend on the batch the row
+// is in. Filters as in Sampler (sampler.h): temperature <= 0 or top_k == 1 is greedy argmax,
+// lowest id on ties (exactly argmax() of the logits forward() returns); otherwise temperature,
+// top-k (ties at the k-th logit go to the lowest ids), softmax, top-p (the shortest prefix in
+// (p desc, id asc) order reaching top_p of the mass), min-p, then a draw. The GPU draws with
+// Philox keyed by (seed, stream, step), not with Sampler's generator: the same distribution,
+// not the same tokens as host sampling.
 struct RowSampling {
   float temperature = 0.0f;
   int32_t top_k = 0;    // <= 0 => off
@@ -96,14 +106,22 @@ class Model {
                               std::span<int32_t> tokens);
 
   // Fork's copy-on-write: block dst := block src in every layer's K and V (BlockManager::fork
-  // returns the copies). Must run before the next forward() reads those blocks.
+  // returns the copies). Must run before the next forward() reads those blocks. Ids must be in
+  // range, src != dst, and no dst may repeat or also be a src; a bad batch throws and copies
+  // nothing. GPU: one kernel launch, ordered before the next step on the model's stream.
   virtual void copy_kv_blocks(std::span<const BlockCopy> copies) = 0;
 
-  // Memory planning, before allocate_kv_cache(). The GPU model runs a warm-up of the largest
-  // step it will be given (max_num_batched_tokens tokens; decode graphs up to
-  // max_decode_batch rows, so their memory is counted) and returns the bytes the KV pool may
-  // take: memory_fraction of the device's total memory, minus what is in use after the
-  // warm-up. The CPU model returns 0 (no device-specific budget: the engine's default applies).
+  // Memory planning, before allocate_kv_cache(). The GPU model drops any cache it has, sizes
+  // its activation buffers for max(max_num_batched_tokens, max_decode_batch) tokens and
+  // max(min(max_num_batched_tokens, 512), max_decode_batch) logit rows, runs a prefill of
+  // max_num_batched_tokens tokens and the largest padded decode step on a one-block pool (its
+  // CUDA graph captured and replayed, its fixed buffers at the widest block table), and
+  // returns memory_fraction * (the device's total memory) - (memory in use now, all
+  // processes, minus the one-block pool) - (the measured size of one decode graph for each
+  // other ladder size), never negative. The next allocate_kv_cache() then captures every
+  // ladder size at once. A later step larger than planned still works: the buffers grow
+  // (memory outside the budget) and the graphs are recaptured. The CPU model returns 0 (no
+  // device-specific budget: the engine's default applies).
   virtual int64_t kv_cache_budget(int64_t max_num_batched_tokens, double memory_fraction) {
     (void)max_num_batched_tokens;
     (void)memory_fraction;
