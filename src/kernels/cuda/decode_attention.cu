@@ -1003,9 +1003,11 @@ int split_occupancy(int device, int threads, int smem) {
   }
   DeviceGuard guard(device);
   const auto kernel = kSmall ? decode_small_kernel<T, D, kAligned16> : decode_kernel<T, D, kAligned16>;
-  if (!raised[device]) {
+  if (!raised[device]) {  // dynamic + static shared memory must stay within the opt-in limit
+    cudaFuncAttributes attr{};
+    CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    max_optin_smem(device)));
+                                    max_optin_smem(device) - static_cast<int>(attr.sharedSizeBytes)));
     raised[device] = true;
   }
   int n = 0;
@@ -1035,7 +1037,9 @@ SmallConfig small_config(int64_t num_kv_heads, int64_t rows, int64_t head_dim) {
   const DecodeConfig c = decode_config(num_kv_heads, rows, head_dim);
   SmallConfig s;
   s.warps = std::clamp(cuda_tuning().decode_small_warps, 1, kDecodeMaxWarps);
-  s.stages = c.stages;
+  // The stream kernel's stages, as many as fit for this CTA's warps (a knob may ask for more).
+  s.stages = std::clamp(std::min(c.stages, ((227 << 10) - 1024) / (s.warps * c.stage_bytes)), 2,
+                        kDecodeMaxStages);
   const int tiles = s.warps * s.stages * c.stage_bytes;
   const int combine = s.warps * (kDecodeRows * static_cast<int>(head_dim + 4) + 2 * kDecodeRows) * 4;
   s.smem = std::max(tiles, combine);
