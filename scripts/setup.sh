@@ -8,6 +8,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev librapidcheck-dev
   libxxhash-dev nlohmann-json3-dev libcli11-dev libfmt-dev
   libopenblas-dev libpcre2-dev libdlpack-dev
+  python3-dev python3-numpy python3-pytest
 )
 
 missing=()

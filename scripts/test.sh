@@ -16,6 +16,9 @@ cmake --build build -j "$jobs"
 echo "== ctest (release) =="
 ctest --test-dir build --output-on-failure -j "$jobs" -L cpu
 
+echo "== python package (cpu, numpy) =="
+bash tests/python/run_cpu.sh
+
 echo "== build (asan+ubsan, cpu only) =="
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVATTN_CUDA=OFF \
   -DKVATTN_SANITIZE=ON -DKVATTN_BENCH=OFF
