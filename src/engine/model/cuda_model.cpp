@@ -10,8 +10,8 @@
 //   every per-step input lives in one fixed device allocation:
 //     header  tokens | positions | slots | context_lens | logit_rows | SampleParams   [Bmax each]
 //     out     sampled token ids                                                     [Bmax]
-//     table   block table, Bmax rows of W = ceil(min(max_position_embeddings,
-//             num_blocks * block_size) / block_size) entries
+//     table   block table, Bmax rows of W = ceil(min(max_position_embeddings (32768 when
+//             unknown), num_blocks * block_size) / block_size) entries
 //   A step fills a pinned mirror of the header, copies it in one cudaMemcpyAsync, copies the
 //   used columns of the block table with one cudaMemcpy2DAsync, then replays the CUDA graph
 //   captured for its rung (embed -> layers -> final norm -> lm_head -> sampling), or, with
@@ -354,8 +354,11 @@ void CudaModel::reset_pool(std::unique_ptr<KVPool> pool) {
 int64_t CudaModel::pool_table_width() const {
   if (pool_ == nullptr) return 0;
   const int64_t bs = pool_->spec().block_size;
-  int64_t cap = pool_->num_blocks() * bs;
-  if (cfg_.max_position_embeddings > 0) cap = std::min(cap, cfg_.max_position_embeddings);
+  // Without max_position_embeddings, sequences longer than kPlanCapacity take the general
+  // path (their tables are wider than the fixed one).
+  const int64_t limit =
+      cfg_.max_position_embeddings > 0 ? cfg_.max_position_embeddings : kPlanCapacity;
+  const int64_t cap = std::min(pool_->num_blocks() * bs, limit);
   return (cap + bs - 1) / bs;
 }
 
