@@ -275,13 +275,16 @@ CudaModel::CudaModel(ModelWeights w, Device device, const ModelOptions& options)
 }
 
 CudaModel::~CudaModel() {
-  cuda::DeviceGuard guard(device_.index);
+  int previous = 0;
+  const bool switched = cudaGetDevice(&previous) == cudaSuccess && previous != device_.index &&
+                        cudaSetDevice(device_.index) == cudaSuccess;
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
   for (auto& g : fx_.graphs) {
     if (g != nullptr) cudaGraphExecDestroy(g);
   }
   fx_.graphs.clear();
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  if (switched) cudaSetDevice(previous);
 }
 
 CudaModelStats CudaModel::stats() const {
