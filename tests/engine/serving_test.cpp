@@ -226,6 +226,30 @@ TEST_P(Serving, ForkWithoutAFreeBlockFallsBackToRecompute) {
   llm->check_kv_cache_idle();
 }
 
+// A sequence that outgrows the whole pool ends (kLength) with the tokens it has; so do the
+// samples of a prompt that could not fork.
+TEST_P(Serving, SequenceOutgrowingThePoolEndsWithWhatItHas) {
+  std::mt19937_64 rng(19);
+  const auto prompt = random_tokens(rng, 30);
+  const auto full = alone({prompt}, {greedy(10)})[0];
+  // 2 blocks hold the KV of 32 tokens, so 30 + 3 tokens are reached: the 33rd needs a block.
+  const std::vector<int32_t> fits(full.begin(), full.begin() + 3);
+  LLMOptions tiny;
+  tiny.kv_cache_bytes = 2 * kBlockBytes;
+  auto llm = make(tiny);
+  SamplingParams sp = greedy(10);
+  for (int n : {1, 2}) {
+    sp.n = n;
+    const auto out = llm->generate({prompt}, sp)[0];
+    ASSERT_EQ(out.samples.size(), static_cast<size_t>(n));
+    for (const auto& c : out.samples) {
+      EXPECT_EQ(c.token_ids, fits);
+      EXPECT_EQ(c.finish_reason, FinishReason::kLength);
+    }
+    llm->check_kv_cache_idle();
+  }
+}
+
 TEST_P(Serving, PerPromptParamsAndEvents) {
   std::mt19937_64 rng(17);
   const auto prompts = prompts_of(rng, {12, 30, 5});

@@ -44,8 +44,9 @@ struct LLMOptions {
   // decode is bound by weight bytes), kF32 otherwise (exact HF checkpoints).
   std::optional<WeightFormat> weight_format;
   int64_t block_size = 16;        // tokens per KV block
-  // KV pool size. 0 => the smaller of kv_cache_bytes_default() and what max_num_seqs
-  // sequences of the model's full context need.
+  // KV pool size. 0 => the model's device budget (GPU: gpu_memory_utilization, measured
+  // after a warm-up); where it has none (CPU), the smaller of kv_cache_bytes_default() and
+  // what max_num_seqs sequences of the model's full context need.
   int64_t kv_cache_bytes = 0;
   int64_t max_num_seqs = 64;             // running sequences at most (each sample counts)
   // Query tokens per step: one per decoding sequence, the rest for prompt chunks (longer

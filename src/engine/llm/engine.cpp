@@ -171,7 +171,8 @@ void LLMEngine::deliver(Sample& s, const TokenOutcome& o, const TokenCallback& c
   if (o.finished && --r.num_unfinished == 0) {
     for (auto& x : r.samples) by_seq_.erase(x->seq.id());
     finished_.push_back(r.take_output());
-    requests_.erase(r.id);  // destroys r and s
+    const uint64_t id = r.id;
+    requests_.erase(id);  // destroys r and s
   }
 }
 

@@ -27,14 +27,14 @@ void LLMEngine::run_step(const TokenCallback& cb) {
     Sample& s = *by_seq_.at(q->id());
     s.in_scheduler = false;
     Request& r = s.req;
-    const bool unforked = s.index == 0 && !r.forked && r.params.n > 1;
-    deliver(s, end_sample(s), cb);
-    if (unforked) {  // its placeholders never ran; r is alive while they are unfinished
-      for (size_t j = 1; j < r.samples.size(); ++j) {
-        Sample& c = *r.samples[j];
-        deliver(c, end_sample(c), cb);
-      }
+    // An unforked prompt's other samples never ran: they end with it. Collect them first,
+    // since the last deliver() destroys r.
+    std::vector<Sample*> unforked;
+    if (s.index == 0 && !r.forked) {
+      for (size_t j = 1; j < r.samples.size(); ++j) unforked.push_back(r.samples[j].get());
     }
+    deliver(s, end_sample(s), cb);
+    for (Sample* c : unforked) deliver(*c, end_sample(*c), cb);
   }
   for (Sequence* q : st.admitted) {
     Sample& s = *by_seq_.at(q->id());
