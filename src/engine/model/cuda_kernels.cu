@@ -127,7 +127,25 @@ __global__ void silu_mul_kernel(const bf16* __restrict__ gate_up, int64_t tokens
   }
 }
 
+__global__ void scatter_block_table_kernel(const int32_t* __restrict__ compact,
+                                           const int32_t* __restrict__ meta,
+                                           int32_t* __restrict__ table, int64_t width) {
+  const int64_t r = blockIdx.x;
+  const int64_t n = meta[0];
+  const int64_t w = min(static_cast<int64_t>(meta[1]), width);
+  if (r >= n) return;
+  for (int64_t c = threadIdx.x; c < w; c += blockDim.x) table[r * width + c] = compact[r * meta[1] + c];
+}
+
 }  // namespace
+
+void scatter_block_table(const int32_t* compact, const int32_t* meta, int32_t* table,
+                         int64_t width, int64_t rows, cudaStream_t stream) {
+  if (rows == 0) return;
+  scatter_block_table_kernel<<<static_cast<unsigned>(rows), 128, 0, stream>>>(compact, meta,
+                                                                              table, width);
+  CUDA_CHECK_LAUNCH();
+}
 
 void embed(const void* table, const int32_t* ids, int64_t tokens, int64_t hidden, void* out,
            cudaStream_t stream) {

@@ -33,4 +33,11 @@ void qk_norm_rope(void* qkv, int64_t ld, int64_t tokens, int64_t num_heads,
 void silu_mul(const void* gate_up, int64_t tokens, int64_t inter, void* out,
               cudaStream_t stream);
 
+// Spreads a compact block table (n rows of w entries, packed) into the fixed table (rows of
+// `width` entries): table[r, c] = compact[r * w + c] for r < n, c < min(w, width), with n and
+// w read from the device (meta[0], meta[1]), so a captured graph serves every step. Launched
+// over `rows` table rows (rows >= n are left as they are).
+void scatter_block_table(const int32_t* compact, const int32_t* meta, int32_t* table,
+                         int64_t width, int64_t rows, cudaStream_t stream);
+
 }  // namespace kvattn::cuda_model

@@ -9,13 +9,15 @@
 //   0, position 0, slot -1, context length 0: they write nothing and attend to nothing), and
 //   every per-step input lives in one fixed device allocation:
 //     header  tokens | positions | slots | context_lens | logit_rows | SampleParams   [Bmax each]
+//             | (n, w) | the step's block table packed, n rows of w entries
 //     out     sampled token ids                                                     [Bmax]
 //     table   block table, Bmax rows of W = ceil(min(max_position_embeddings (32768 when
 //             unknown), num_blocks * block_size) / block_size) entries
-//   A step fills a pinned mirror of the header, copies it in one cudaMemcpyAsync, copies the
-//   used columns of the block table with one cudaMemcpy2DAsync, then replays the CUDA graph
-//   captured for its rung (embed -> layers -> final norm -> lm_head -> sampling), or, with
-//   cuda_graphs off, launches the same kernels on the same buffers eagerly. Both modes run
+//   A step fills a pinned mirror of the header and copies it, up to the end of its packed
+//   table, in one cudaMemcpyAsync. Then it replays the CUDA graph captured for its rung
+//   (spread the packed table into the fixed one -> embed -> layers -> final norm -> lm_head
+//   -> sampling), or, with cuda_graphs off, launches the same kernels on the same buffers
+//   eagerly. Both modes run
 //   the same kernels on the same shapes, so their logits and tokens are bit-identical. The
 //   decode plan of each rung is made for the capacity W * block_size (graph-safe) and its
 //   workspace is allocated before any capture.
@@ -201,7 +203,7 @@ class CudaModel final : public Model {
     Tensor workspace;  // decode split-KV workspace, the largest over the ladder
     Pinned host;       // header mirror | out | compact table staging
     size_t off_tokens = 0, off_pos = 0, off_slots = 0, off_lens = 0, off_rows = 0,
-           off_params = 0, header_bytes = 0, off_out = 0, off_table = 0, total = 0;
+           off_params = 0, off_meta = 0, off_compact = 0, off_out = 0, off_table = 0, total = 0;
     std::vector<cudaGraphExec_t> graphs;  // per rung; null until captured
   };
 
@@ -216,7 +218,7 @@ class CudaModel final : public Model {
                   const int32_t* rows, const BatchContext& ctx);
   void run_fixed_body(size_t rung);
   void write_pad_header();
-  void upload_header();
+  void upload_header(size_t table_bytes);
   void capture(size_t rung);
   void setup_fixed(int64_t width, int64_t block_size);
   void release_fixed();
@@ -392,21 +394,23 @@ void CudaModel::setup_fixed(int64_t width, int64_t block_size) {
   fx_.off_lens = take_bytes(Bs * 4);
   fx_.off_rows = take_bytes(Bs * 4);
   fx_.off_params = take_bytes(Bs * sizeof(SampleParams));
-  fx_.header_bytes = off;
+  fx_.off_meta = take_bytes(4 * sizeof(int32_t));
+  fx_.off_compact = take_bytes(Bs * static_cast<size_t>(width) * 4);
   fx_.off_out = take_bytes(Bs * 4);
   fx_.off_table = take_bytes(Bs * static_cast<size_t>(width) * 4);
   fx_.total = off;
   fx_.dev = Tensor::empty({static_cast<int64_t>(fx_.total)}, DType::kU8, device_);
-  fx_.host.ensure(fx_.total);
+  fx_.host.ensure(fx_.off_out);
   fx_.workspace = Tensor::empty({std::max<int64_t>(ws, 256)}, DType::kU8, device_);
   // The table starts all -1; afterwards rows past a step's batch or columns past its widest
   // row keep stale ids, which nothing reads (context length 0, or past the sequence's blocks).
+  // The host mirror needs only the header and the packed table.
   CUDA_CHECK(cudaMemsetAsync(static_cast<char*>(fx_.dev.data()) + fx_.off_table, 0xFF,
                              Bs * static_cast<size_t>(width) * 4, stream_));
   fx_.graphs.assign(fx_.ladder.size(), nullptr);
   ensure_activations(B, B);
   write_pad_header();
-  upload_header();
+  upload_header(0);
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   fx_.ready = true;
 }
@@ -424,6 +428,8 @@ void CudaModel::write_pad_header() {
   auto* len = reinterpret_cast<int32_t*>(h + fx_.off_lens);
   auto* row = reinterpret_cast<int32_t*>(h + fx_.off_rows);
   auto* prm = reinterpret_cast<SampleParams*>(h + fx_.off_params);
+  auto* meta = reinterpret_cast<int32_t*>(h + fx_.off_meta);
+  meta[0] = meta[1] = 0;  // no table rows to spread
   for (int64_t i = 0; i < fx_.max_batch; ++i) {
     tok[i] = 0;
     pos[i] = 0;
@@ -434,8 +440,9 @@ void CudaModel::write_pad_header() {
   }
 }
 
-void CudaModel::upload_header() {
-  CUDA_CHECK(cudaMemcpyAsync(fx_.dev.data(), fx_.host.data(), fx_.header_bytes,
+// The header and the first table_bytes of the packed table, in one copy.
+void CudaModel::upload_header(size_t table_bytes) {
+  CUDA_CHECK(cudaMemcpyAsync(fx_.dev.data(), fx_.host.data(), fx_.off_compact + table_bytes,
                              cudaMemcpyHostToDevice, stream_));
 }
 
@@ -453,6 +460,9 @@ void CudaModel::run_fixed_body(size_t rung) {
   ctx.decode_plan = fx_.plans[rung];
   if (ctx.decode_plan.workspace_bytes > 0) ctx.decode_workspace = fx_.workspace.view();
   ctx.stream = Stream{stream_};
+  k::scatter_block_table(reinterpret_cast<const int32_t*>(d + fx_.off_compact),
+                         reinterpret_cast<const int32_t*>(d + fx_.off_meta),
+                         reinterpret_cast<int32_t*>(d + fx_.off_table), fx_.width, b, stream_);
   run_layers(b, b, reinterpret_cast<const int32_t*>(d + fx_.off_tokens),
              reinterpret_cast<const int32_t*>(d + fx_.off_pos),
              reinterpret_cast<const int32_t*>(d + fx_.off_rows), ctx);
@@ -465,7 +475,7 @@ void CudaModel::capture(size_t rung) {
   // Warm-up on pad rows (writes nothing): first-use work (GEMM plans, kernel attributes,
   // occupancy queries) happens here, outside the capture.
   write_pad_header();
-  upload_header();
+  upload_header(0);
   run_fixed_body(rung);
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   cudaGraph_t graph = nullptr;
@@ -561,7 +571,7 @@ int64_t CudaModel::kv_cache_budget(int64_t max_num_batched_tokens, double memory
     setup_fixed((cap + kPlanBlockSize - 1) / kPlanBlockSize, kPlanBlockSize);
     const size_t top = fx_.ladder.size() - 1;
     write_pad_header();
-    upload_header();
+    upload_header(0);
     run_fixed_body(top);
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     size_t free0 = 0, total0 = 0;
@@ -700,14 +710,12 @@ void CudaModel::step_fixed(const ModelInput& in, const Out& out) {
     prm[r] = out.sample ? k::make_sample_params(out.rows[r], static_cast<size_t>(r)) : SampleParams{};
   }
   for (int64_t r = R; r < b; ++r) prm[r] = SampleParams{};
-  upload_header();
-  if (w > 0) {
-    std::memcpy(h + fx_.off_table, table.data(), n * w * sizeof(int32_t));
-    CUDA_CHECK(cudaMemcpy2DAsync(static_cast<char*>(fx_.dev.data()) + fx_.off_table,
-                                 fx_.width * sizeof(int32_t), h + fx_.off_table,
-                                 w * sizeof(int32_t), w * sizeof(int32_t), n,
-                                 cudaMemcpyHostToDevice, stream_));
-  }
+  auto* meta = reinterpret_cast<int32_t*>(h + fx_.off_meta);
+  meta[0] = static_cast<int32_t>(n);
+  meta[1] = static_cast<int32_t>(w);
+  const size_t table_bytes = static_cast<size_t>(n * w) * sizeof(int32_t);
+  if (table_bytes > 0) std::memcpy(h + fx_.off_compact, table.data(), table_bytes);
+  upload_header(table_bytes);
   if (options_.cuda_graphs) {
     CUDA_CHECK(cudaGraphLaunch(fx_.graphs[rung], stream_));
     ++stats_.graph_replays;
