@@ -203,17 +203,15 @@ struct DecodeVariant {
   int heads;        // heads per CTA
   int stages;       // 0 = default
   int small = 1;    // small-batch kernel allowed
-  int small_warps = 8;
+  int small_warps = 0;  // 0: the library's choice
   int no_merge = 0; // diagnostics: stream kernel without its merge (wrong output)
-  int l2_256 = 0;   // cp.async L2::256B hint
 };
 // The default first: the others' outputs are compared with its. "diag" rows are diagnostics
 // (not candidates): the split kernel alone, to price the merge launch.
 const DecodeVariant kDecodeVariants[] = {
     {"default", 8, 0},         {"s2", 8, 2},          {"h4", 4, 0},
     {"h4 s2", 4, 2},           {"nosmall", 8, 0, 0},  {"small w4", 8, 0, 1, 4},
-    {"l2 256", 8, 0, 1, 8, 0, 1},  {"h4 l2 256", 4, 0, 1, 8, 0, 1},
-    {"diag nomerge", 8, 0, 0, 8, 1},
+    {"diag nomerge", 8, 0, 0, 0, 1},
 };
 
 std::vector<float> to_floats(const Tensor& t) {
@@ -280,7 +278,6 @@ void bench_decode(const std::string& name, const std::vector<int64_t>& lens, int
     tuning.decode_small = v.small;
     tuning.decode_small_warps = v.small_warps;
     tuning.decode_debug_no_merge = v.no_merge;
-    tuning.decode_l2_256 = v.l2_256;
     const bool diag = std::strncmp(v.name, "diag", 4) == 0;
     try {
       kvattn::DecodeArgs a;

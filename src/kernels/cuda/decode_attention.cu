@@ -12,7 +12,11 @@
 //   an XOR-swizzled tile (conflict-free); online softmax in the log2 domain, P in registers;
 // - stream-K: the CTAs cut the concatenated tiles of the whole batch into equal ranges, so long
 //   and short sequences alike spread over every SM; a merge kernel combines the pieces of the
-//   sequences a range boundary cut.
+//   sequences a range boundary cut;
+// - small batches (few sequences x KV heads; decode_params.h "small mode") take a second kernel
+//   instead: one KV head per CTA, its warps split a chunk of one sequence's keys and combine
+//   on chip, and the last CTA of a (sequence, head) merges the chunks (no merge kernel). On the
+//   H200 it streams 8 x 32768 at 4.35 TB/s (the stream kernel: 3.99).
 // No host sync and no allocation: capturable in a CUDA graph given the plan and workspace.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -151,13 +155,8 @@ __device__ __forceinline__ void issue_tile(const DecodeParams& p, uint32_t kdst,
     const T* ksrc = ok ? k_cache + id * p.k_block_stride + row : k_cache;
     const T* vsrc = ok ? v_cache + id * p.v_block_stride + row : v_cache;
     if constexpr (kAligned16) {
-      if (p.l2_256) {
-        ptx::cp_async_16_l2_256(dst, ksrc, ok);
-        ptx::cp_async_16_l2_256(dst + L::kTileBytes, vsrc, ok);
-      } else {
-        cp_async_16(dst, ksrc, ok);
-        cp_async_16(dst + L::kTileBytes, vsrc, ok);
-      }
+      cp_async_16(dst, ksrc, ok);
+      cp_async_16(dst + L::kTileBytes, vsrc, ok);
     } else {  // caches only 2-byte aligned: stage the 8 elements through registers
       st_shared_16(dst, ok ? load_8_unaligned(ksrc) : make_uint4(0, 0, 0, 0));
       st_shared_16(dst + L::kTileBytes, ok ? load_8_unaligned(vsrc) : make_uint4(0, 0, 0, 0));
@@ -1026,17 +1025,17 @@ int split_smem(const DecodeConfig& c, int prefix_bytes) {
   return prefix_bytes + c.warps * c.stages * c.stage_bytes;
 }
 
-// The small-batch kernel's CTA: warps (4 or 8, cuda_tuning()), stages as the stream
-// kernel's, shared memory for the tiles or the warps' combine, whichever is larger.
+// The small-batch kernel's CTA of `warps` warps: stages as the stream kernel's, shared memory
+// for the tiles or the warps' combine, whichever is larger.
 struct SmallConfig {
   int warps = 8;
   int stages = 3;
   int smem = 0;
 };
-SmallConfig small_config(int64_t num_kv_heads, int64_t rows, int64_t head_dim) {
+SmallConfig small_config(int64_t num_kv_heads, int64_t rows, int64_t head_dim, int warps) {
   const DecodeConfig c = decode_config(num_kv_heads, rows, head_dim);
   SmallConfig s;
-  s.warps = std::clamp(cuda_tuning().decode_small_warps, 1, kDecodeMaxWarps);
+  s.warps = std::clamp(warps, 1, kDecodeMaxWarps);
   // The stream kernel's stages, as many as fit for this CTA's warps (a knob may ask for more).
   s.stages = std::clamp(std::min(c.stages, ((227 << 10) - 1024) / (s.warps * c.stage_bytes)), 2,
                         kDecodeMaxStages);
@@ -1044,6 +1043,54 @@ SmallConfig small_config(int64_t num_kv_heads, int64_t rows, int64_t head_dim) {
   const int combine = s.warps * (kDecodeRows * static_cast<int>(head_dim + 4) + 2 * kDecodeRows) * 4;
   s.smem = std::max(tiles, combine);
   return s;
+}
+
+// The one dispatch point: dtype x head_dim. Supported: bf16, fp16 x 64, 128.
+template <typename Fn>
+void dispatch(DType dtype, int64_t head_dim, Fn&& fn) {
+  KVATTN_CHECK(dtype == DType::kBF16 || dtype == DType::kF16,
+               "decode_attention: unsupported dtype on CUDA: ", dtype, " (bfloat16, float16)");
+  const bool bf16 = dtype == DType::kBF16;
+  switch (head_dim) {
+    case 64:
+      bf16 ? fn.template operator()<__nv_bfloat16, 64>() : fn.template operator()<__half, 64>();
+      return;
+    case 128:
+      bf16 ? fn.template operator()<__nv_bfloat16, 128>() : fn.template operator()<__half, 128>();
+      return;
+    default:
+      KVATTN_FAIL("decode_attention: unsupported head_dim: ", head_dim,
+                  " (the CUDA kernel supports 64 and 128)");
+  }
+}
+
+// Small mode's chunks per (sequence, unit) and warps per CTA; chunks 0: use the stream kernel.
+// Worth it only when the batch's units are few for the GPU (4+ chunks each). Warps: 8 when
+// that gives 4+ chunks, else 4 (2 CTAs per SM, twice the chunks): measured on the H200
+// (docs/perf/NOTES.md, round 3), 8 warps for 1-4 x 8192 (4 warps: 33 chunks of 1-2 tiles
+// per warp, +25%), 4 warps for 8 x 32768 (C = 4: 4.35 TB/s vs the stream kernel's 3.99).
+// cuda_tuning().decode_small_warps > 0 forces one count.
+struct SmallChoice {
+  int chunks = 0;
+  int warps = 8;
+};
+SmallChoice small_choice(int device, int64_t num_seqs, int64_t num_kv_heads, int64_t rows,
+                         int64_t head_dim) {
+  const CudaTuning& tuning = cuda_tuning();
+  if (!tuning.decode_small || num_seqs <= 0 || num_seqs >= (int64_t{1} << 16)) return {};
+  const int64_t units = num_kv_heads * ((rows + kDecodeRows - 1) / kDecodeRows);
+  const int forced = tuning.decode_small_warps;
+  for (const int warps : {forced > 0 ? forced : 8, forced > 0 ? 0 : 4}) {
+    if (warps == 0) break;
+    const SmallConfig sc = small_config(num_kv_heads, rows, head_dim, warps);
+    int ctas = 0;
+    dispatch(DType::kBF16, head_dim, [&]<typename T, int D>() {
+      ctas = split_occupancy<T, D, true, true>(device, sc.warps * 32, sc.smem);
+    });
+    const int64_t chunks = int64_t{sm_count(device)} * ctas / (num_seqs * units);
+    if (chunks >= 4) return {static_cast<int>(std::min<int64_t>(chunks, 1024)), sc.warps};
+  }
+  return {};
 }
 
 // A fresh tag per launch for the small kernel's counters (never 0, never all ones: a zeroed or
@@ -1073,10 +1120,10 @@ void launch(DecodeParams p, bool aligned, int64_t ws_bytes, int device, cudaStre
     const int64_t units = static_cast<int64_t>(p.num_kv_heads) * p.row_chunks;
     const int64_t per_chunk = B * p.num_kv_heads * p.rows * (D + 1) * 4;
     const int64_t fit = (ws_bytes - 8 - B * units * 8) / per_chunk;
-    const int64_t chunks = std::min<int64_t>(
-        decode_small_chunks(device, B, p.num_kv_heads, p.rows, D), fit);
+    const SmallChoice choice = small_choice(device, B, p.num_kv_heads, p.rows, D);
+    const int64_t chunks = std::min<int64_t>(choice.chunks, fit);
     if (chunks >= 2) {
-      const SmallConfig sc = small_config(p.num_kv_heads, p.rows, D);
+      const SmallConfig sc = small_config(p.num_kv_heads, p.rows, D, choice.warps);
       const int64_t slots = B * chunks;
       p.stages = sc.stages;
       p.parts = static_cast<int>(chunks);
@@ -1142,25 +1189,6 @@ void launch(DecodeParams p, bool aligned, int64_t ws_bytes, int device, cudaStre
   CUDA_CHECK_LAUNCH();
 }
 
-// The one dispatch point: dtype x head_dim. Supported: bf16, fp16 x 64, 128.
-template <typename Fn>
-void dispatch(DType dtype, int64_t head_dim, Fn&& fn) {
-  KVATTN_CHECK(dtype == DType::kBF16 || dtype == DType::kF16,
-               "decode_attention: unsupported dtype on CUDA: ", dtype, " (bfloat16, float16)");
-  const bool bf16 = dtype == DType::kBF16;
-  switch (head_dim) {
-    case 64:
-      bf16 ? fn.template operator()<__nv_bfloat16, 64>() : fn.template operator()<__half, 64>();
-      return;
-    case 128:
-      bf16 ? fn.template operator()<__nv_bfloat16, 128>() : fn.template operator()<__half, 128>();
-      return;
-    default:
-      KVATTN_FAIL("decode_attention: unsupported head_dim: ", head_dim,
-                  " (the CUDA kernel supports 64 and 128)");
-  }
-}
-
 bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
 
 }  // namespace
@@ -1205,17 +1233,7 @@ bool decode_stream_ok(int64_t num_seqs, int64_t capacity) { return stream_ok(num
 
 int decode_small_chunks(int device, int64_t num_seqs, int64_t num_kv_heads, int64_t rows,
                         int64_t head_dim) {
-  if (!cuda_tuning().decode_small || num_seqs <= 0 || num_seqs >= (int64_t{1} << 16)) return 0;
-  const SmallConfig sc = small_config(num_kv_heads, rows, head_dim);
-  int ctas = 0;
-  dispatch(DType::kBF16, head_dim, [&]<typename T, int D>() {
-    ctas = split_occupancy<T, D, true, true>(device, sc.warps * 32, sc.smem);
-  });
-  const int64_t units = num_kv_heads * ((rows + kDecodeRows - 1) / kDecodeRows);
-  const int64_t chunks = int64_t{sm_count(device)} * ctas / (num_seqs * units);
-  // Worth it only when the batch's units are few for the GPU (4+ chunks each); else the
-  // stream kernel (multi-head CTAs read whole token rows) is faster.
-  return chunks >= 4 ? static_cast<int>(std::min<int64_t>(chunks, 1024)) : 0;
+  return small_choice(device, num_seqs, num_kv_heads, rows, head_dim).chunks;
 }
 
 void decode_attention(const DecodeArgs& args, const AttentionShape& shape) {
@@ -1260,7 +1278,6 @@ void decode_attention(const DecodeArgs& args, const AttentionShape& shape) {
   p.scale_log2 = shape.scale * 1.4426950408889634f;
   p.causal = args.causal ? 1 : 0;
   p.out_aligned4 = (reinterpret_cast<uintptr_t>(args.out.data) & 3u) == 0 && p.out_stride % 2 == 0;
-  p.l2_256 = cuda_tuning().decode_l2_256;
   int64_t ws_bytes = 0;
   if (p.num_splits > 1) {
     const int64_t need = decode_workspace_bytes(shape.num_seqs, shape.num_heads, shape.head_dim,

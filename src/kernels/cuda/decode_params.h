@@ -17,8 +17,8 @@
 // - whole mode (num_splits == 1): CTA p of a slice takes whole sequences p, p + P, ...; no
 //   workspace, no merge.
 // - small mode (few sequences x KV heads for the SMs; decode_small_chunks() > 0): a separate
-//   kernel. CTA (chunk c, unit u, sequence b) holds ONE unit (KV head x row chunk); its warps
-//   split chunk c of C of b's tiles, each warp streaming its own sub-range, and combine their
+//   kernel. CTA (chunk c, unit u, sequence b) holds ONE unit (KV head x row chunk); its 8 (or,
+//   when 8 give fewer than 4 chunks, 4) warps split chunk c of C of b's tiles, each warp streaming its own sub-range, and combine their
 //   softmax states through shared memory into one piece (slot b*C + c). The CTA then arrives
 //   on the counter of (b, u) in the workspace; the last to arrive merges the C pieces into out
 //   and resets the counter, so no merge kernel runs. A counter word is (epoch << 32 | count);
@@ -89,7 +89,6 @@ struct DecodeParams {
   float scale_log2 = 0.0f;  // softmax scale * log2(e)
   int causal = 1;
   int out_aligned4 = 0;     // out rows allow 4-byte stores
-  int l2_256 = 0;           // K/V copies ask L2 for 256-byte blocks (cuda_tuning())
 
   // CTA shape (decode_config) and the partition of the work.
   int heads_per_cta = 1;

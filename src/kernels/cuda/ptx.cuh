@@ -34,19 +34,6 @@ __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool 
       : "memory");
 }
 
-// As cp_async_16, asking L2 to fetch the whole 256-byte block around the source (one DRAM
-// burst for two 128-byte lines that neighbouring copies will want).
-__device__ __forceinline__ void cp_async_16_l2_256(uint32_t dst, const void* src, bool valid) {
-  asm volatile(
-      "{\n"
-      ".reg .pred ignore;\n"
-      "setp.eq.u32 ignore, %2, 0;\n"
-      "cp.async.cg.shared.global.L2::256B [%0], [%1], 16, ignore;\n"
-      "}\n" ::"r"(dst),
-      "l"(src), "r"(static_cast<uint32_t>(valid))
-      : "memory");
-}
-
 // 4-byte global -> shared copy (L1-cached: neighbouring threads often read the same word).
 __device__ __forceinline__ void cp_async_4(uint32_t dst, const void* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src) : "memory");

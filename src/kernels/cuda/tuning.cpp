@@ -18,8 +18,7 @@ CudaTuning& cuda_tuning() {
     from_env("KVATTN_DECODE_HEADS_PER_CTA", t.decode_heads_per_cta, 1, 8);
     from_env("KVATTN_DECODE_STAGES", t.decode_stages, 0, 8);
     from_env("KVATTN_DECODE_SMALL", t.decode_small, 0, 1);
-    from_env("KVATTN_DECODE_SMALL_WARPS", t.decode_small_warps, 1, 8);
-    from_env("KVATTN_DECODE_L2_256", t.decode_l2_256, 0, 1);
+    from_env("KVATTN_DECODE_SMALL_WARPS", t.decode_small_warps, 0, 8);
     return t;
   }();
   return tuning;

@@ -18,10 +18,9 @@ struct CudaTuning {
   // of a (sequence, head) merges the chunks (no merge kernel). 0 = the stream-K kernel for
   // every batch. Env KVATTN_DECODE_SMALL.
   int decode_small = 1;
-  // Decode, small-batch kernel: warps per CTA (4 or 8). Env KVATTN_DECODE_SMALL_WARPS.
-  int decode_small_warps = 8;
-  // Decode: K/V cp.async with the L2::256B prefetch-size hint. Env KVATTN_DECODE_L2_256.
-  int decode_l2_256 = 0;
+  // Decode, small-batch kernel: warps per CTA; 0 = 8 when the batch gives 4+ chunks per unit
+  // with 8, else 4 (decode_attention.cu, small_choice). Env KVATTN_DECODE_SMALL_WARPS.
+  int decode_small_warps = 0;
   // Diagnostics only (wrong results): skip the stream kernel's merge launch, to time the split
   // kernel alone. Set by the benchmark, never from the environment.
   int decode_debug_no_merge = 0;
