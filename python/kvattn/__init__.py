@@ -19,6 +19,7 @@ __all__ = [
     "flash_attn_varlen_func",
     "flash_attn_with_kvcache",
     "read_device_faults",
+    "release_workspaces",
     "store_kvcache",
 ]
 
@@ -35,6 +36,13 @@ FAULT_BAD_CU_SEQLENS = 1 << 3
 def cuda_available():
     """True when kvattn was built with CUDA and a device is visible."""
     return _C.cuda_available()
+
+
+def release_workspaces():
+    """Frees the split-KV decode workspaces kvattn keeps per CUDA stream (allocated with
+    PyTorch's caching allocator), e.g. before torch.cuda.empty_cache(). Synchronize first if a
+    decode may still be running. Returns how many were freed."""
+    return _C.release_workspaces()
 
 
 def read_device_faults(device=None, clear=True):

@@ -100,7 +100,7 @@ def flash_attn_varlen_func(
         _unsupported("flash_attn_varlen_func", "softcap", softcap)
     if alibi_slopes is not None:
         _unsupported("flash_attn_varlen_func", "alibi_slopes", alibi_slopes)
-    o, lse = _varlen(
+    res = _varlen(
         q,
         k,
         v,
@@ -115,10 +115,8 @@ def flash_attn_varlen_func(
         return_attn_probs or return_softmax_lse,
     )
     if return_attn_probs:
-        return o, lse, None
-    if return_softmax_lse:
-        return o, lse
-    return o
+        return res[0], res[1], None
+    return res  # out, or (out, lse) with return_softmax_lse
 
 
 def flash_attn_with_kvcache(
@@ -176,7 +174,7 @@ def flash_attn_with_kvcache(
         and num_splits == 0
     ):
         # The decode hot path (nano-vLLM): straight to the extension.
-        o, lse = _kvcache(
+        res = _kvcache(
             q,
             k_cache,
             v_cache,
@@ -189,8 +187,8 @@ def flash_attn_with_kvcache(
             return_softmax_lse,
         )
         if return_softmax_lse:
-            return o, _lse_bhs(lse, q.shape[0], q.shape[1])
-        return o
+            return res[0], _lse_bhs(res[1], q.shape[0], q.shape[1])
+        return res
     return _kvcache_general(
         q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
         cache_leftpad, block_table, softmax_scale, causal, window_size, softcap,
@@ -259,13 +257,13 @@ def _kvcache_general(
         )
         cache_seqlens = xp.add_int32(cache_seqlens, seqlen_new)
 
-    o, lse = _kvcache(
+    res = _kvcache(
         q, k_cache, v_cache, block_table, cache_seqlens, _scale(softmax_scale), causal,
         num_splits, out, return_softmax_lse,
     )
     if return_softmax_lse:
-        return o, _lse_bhs(lse, q.shape[0], q.shape[1])
-    return o
+        return res[0], _lse_bhs(res[1], q.shape[0], q.shape[1])
+    return res
 
 
 class _Ops:

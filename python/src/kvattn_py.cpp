@@ -14,14 +14,17 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <string>
-#include <vector>
 
 #include "dlpack_exchange.h"
-#include "kvattn/core/dlpack.h"
+#ifdef KVATTN_WITH_CUDA
+#include <cuda_runtime_api.h>
+#endif
 #include "kvattn/kernels/decode_attention.h"
 #include "kvattn/kernels/device_faults.h"
 #include "kvattn/kernels/prefill_attention.h"
@@ -48,7 +51,7 @@ struct TypeInfo {
   const DLPackExchangeAPI* api = nullptr;  // DLPack C exchange API (major version 1) or null
   bool torch = false;                      // a torch.Tensor (sub)class
 };
-std::vector<TypeInfo> g_types;
+std::deque<TypeInfo> g_types;  // a deque: references stay valid as it grows
 
 PyObject* import_attr(const char* module, const char* attr) {
   PyObject* mod = PyImport_ImportModule(module);
@@ -153,14 +156,48 @@ class CallScope {
   int n_managed_ = 0;
 };
 
+// The kvattn view of a DLTensor (the checks of kvattn::from_dlpack, without its heap
+// allocations: this runs for every tensor of every call).
 TensorView view_of(const DLTensor& t, const char* name) {
-  DLManagedTensor m{};
-  m.dl_tensor = t;
-  try {
-    return from_dlpack(&m);
-  } catch (const Error& e) {
-    throw Error(std::string("kvattn: ") + name + ": " + e.what());
+  TensorView v;
+  const DLDataType dt = t.dtype;
+  if (dt.lanes == 1 && dt.code == kDLFloat && dt.bits == 32) v.dtype = DType::kF32;
+  else if (dt.lanes == 1 && dt.code == kDLFloat && dt.bits == 16) v.dtype = DType::kF16;
+  else if (dt.lanes == 1 && dt.code == kDLBfloat && dt.bits == 16) v.dtype = DType::kBF16;
+  else if (dt.lanes == 1 && dt.code == kDLInt && dt.bits == 32) v.dtype = DType::kI32;
+  else if (dt.lanes == 1 && dt.code == kDLInt && dt.bits == 64) v.dtype = DType::kI64;
+  else if (dt.lanes == 1 && dt.code == kDLUInt && dt.bits == 8) v.dtype = DType::kU8;
+  else {
+    throw Error(std::string("kvattn: ") + name + " dtype (DLPack code " + std::to_string(dt.code) +
+                ", bits " + std::to_string(dt.bits) + ", lanes " + std::to_string(dt.lanes) +
+                ") must be one of float32, float16, bfloat16, int32, int64, uint8");
   }
+  if (t.device.device_type == kDLCPU) {
+    v.device = Device::cpu();
+  } else if (t.device.device_type == kDLCUDA) {
+    v.device = Device::cuda(t.device.device_id);
+  } else {
+    throw Error(std::string("kvattn: ") + name + " must be on the CPU or a CUDA device but its " +
+                "DLPack device type is " + std::to_string(static_cast<int>(t.device.device_type)));
+  }
+  if (t.ndim < 0 || t.ndim > kMaxDims) {
+    throw Error(std::string("kvattn: ") + name + " must have at most " +
+                std::to_string(kMaxDims) + " dims but has " + std::to_string(t.ndim));
+  }
+  const int64_t esize = dtype_size(v.dtype);
+  if (t.byte_offset % static_cast<uint64_t>(esize) != 0) {
+    throw Error(std::string("kvattn: ") + name + " byte_offset " +
+                std::to_string(t.byte_offset) + " is not a multiple of the element size");
+  }
+  v.ndim = t.ndim;
+  int64_t stride = 1;
+  for (int d = t.ndim - 1; d >= 0; --d) {
+    v.shape[d] = t.shape[d];
+    v.strides[d] = t.strides != nullptr ? t.strides[d] : stride;  // null: compact row-major
+    stride *= t.shape[d];
+  }
+  v.data = static_cast<char*>(t.data) + t.byte_offset;
+  return v;
 }
 
 // The kvattn view of `obj` (None => an empty view, "not given").
@@ -219,8 +256,8 @@ Stream current_stream(const TypeInfo* info, Device device) {
 }
 
 // PyTorch autograd: kvattn has no backward, so refuse inputs that would need one.
-void check_no_grad(const TypeInfo* info, PyObject* obj, const char* name) {
-  if (info == nullptr || !info->torch || obj == Py_None) return;
+void check_no_grad(PyObject* obj, const char* name) {
+  if (obj == Py_None || !type_info(Py_TYPE(obj)).torch) return;
   PyObject* rg = PyObject_GetAttr(obj, g_str_requires_grad);
   if (rg == nullptr) {
     PyErr_Clear();
@@ -350,6 +387,90 @@ void run(Device device, Fn&& fn) {
   }
 }
 
+// ---- decode workspaces ---------------------------------------------------------------------
+
+// `bytes` of device memory from the framework's allocator (PyTorch: the caching allocator, on
+// the device's current stream; inside a graph capture, the graph's private pool).
+DLManagedTensorVersioned* framework_alloc_bytes(const DLPackExchangeAPI* api, int device,
+                                                int64_t bytes) {
+  DLTensor proto{};
+  proto.device = {kDLCUDA, device};
+  proto.ndim = 1;
+  proto.dtype = {kDLUInt, 8, 1};
+  proto.shape = &bytes;
+  DLManagedTensorVersioned* m = nullptr;
+  AllocError err;
+  if (api->managed_tensor_allocator(&proto, &m, &err, set_alloc_error) != 0 || m == nullptr) {
+    if (PyErr_Occurred()) raise_python();
+    PyErr_Format(PyExc_MemoryError, "kvattn: allocating the decode workspace failed: %s",
+                 err.message.c_str());
+    raise_python();
+  }
+  return m;
+}
+
+// True when `stream` is being captured into a CUDA graph (or when that cannot be told).
+bool stream_capturing(Stream stream) {
+#ifdef KVATTN_WITH_CUDA
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(static_cast<cudaStream_t>(stream.handle), &status) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return true;
+  }
+  return status != cudaStreamCaptureStatusNone;
+#else
+  (void)stream;
+  return false;
+#endif
+}
+
+// One workspace per (device, stream), grown on demand. Kernels on one stream run in order, so
+// reusing it across calls needs no synchronization; freeing a smaller one on growth is
+// stream-ordered by the allocator.
+struct StreamWorkspace {
+  int device = 0;
+  void* stream = nullptr;
+  DLManagedTensorVersioned* managed = nullptr;
+  int64_t bytes = 0;
+  TensorView view;
+};
+std::vector<StreamWorkspace> g_workspaces;
+
+TensorView stream_workspace(const DLPackExchangeAPI* api, int device, Stream stream,
+                            int64_t bytes) {
+  int64_t size = std::max<int64_t>(bytes, int64_t{1} << 20);
+  for (size_t i = 0; i < g_workspaces.size(); ++i) {
+    StreamWorkspace& w = g_workspaces[i];
+    if (w.device == device && w.stream == stream.handle) {
+      if (w.bytes >= bytes) return w.view;
+      size = std::max(size, 2 * w.bytes);
+      DLManagedTensorVersioned* old = w.managed;
+      g_workspaces.erase(g_workspaces.begin() + static_cast<std::ptrdiff_t>(i));
+      if (old->deleter != nullptr) old->deleter(old);
+      break;
+    }
+  }
+  StreamWorkspace w;
+  w.device = device;
+  w.stream = stream.handle;
+  w.managed = framework_alloc_bytes(api, device, size);
+  w.bytes = size;
+  w.view = view_of(w.managed->dl_tensor, "workspace");
+  g_workspaces.push_back(w);
+  return w.view;
+}
+
+// Frees the cached per-stream workspaces (e.g. before torch.cuda.empty_cache()). Not while a
+// decode that uses them may still run: call after synchronizing.
+int release_workspaces() {
+  const int n = static_cast<int>(g_workspaces.size());
+  for (StreamWorkspace& w : g_workspaces) {
+    if (w.managed != nullptr && w.managed->deleter != nullptr) w.managed->deleter(w.managed);
+  }
+  g_workspaces.clear();
+  return n;
+}
+
 // ---- the ops --------------------------------------------------------------------------------
 
 void store_kvcache(nb::handle key, nb::handle value, nb::handle k_cache, nb::handle v_cache,
@@ -365,21 +486,21 @@ void store_kvcache(nb::handle key, nb::handle value, nb::handle k_cache, nb::han
   run(k.device, [&] { store_kv(k, v, kc, vc, sm, stream); });
 }
 
-// Returns (out, lse or None).
-nb::tuple varlen(nb::handle q, nb::handle k, nb::handle v, nb::handle cu_seqlens_q,
+// Returns out, or (out, lse) when want_lse.
+nb::object varlen(nb::handle q, nb::handle k, nb::handle v, nb::handle cu_seqlens_q,
                  nb::handle cu_seqlens_k, nb::handle max_seqlen_q, nb::handle max_seqlen_k,
                  double softmax_scale, bool causal, nb::handle block_table, nb::handle out,
                  bool want_lse) {
   CallScope scope;
   const TypeInfo* info = nullptr;
   PrefillArgs a;
+  // Autograd first: some producers refuse to export tensors that require grad.
+  check_no_grad(q.ptr(), "q");
+  check_no_grad(k.ptr(), "k");
+  check_no_grad(v.ptr(), "v");
   a.q = import_tensor(q.ptr(), "q", scope, &info);
-  check_no_grad(info, q.ptr(), "q");
-  const TypeInfo* kinfo = nullptr;
-  a.k = import_tensor(k.ptr(), "k", scope, &kinfo);
-  check_no_grad(kinfo, k.ptr(), "k");
+  a.k = import_tensor(k.ptr(), "k", scope);
   a.v = import_tensor(v.ptr(), "v", scope);
-  check_no_grad(kinfo, v.ptr(), "v");
   a.cu_seqlens_q = import_tensor(cu_seqlens_q.ptr(), "cu_seqlens_q", scope);
   a.cu_seqlens_k = import_tensor(cu_seqlens_k.ptr(), "cu_seqlens_k", scope);
   a.block_table = import_tensor(block_table.ptr(), "block_table", scope);
@@ -406,19 +527,20 @@ nb::tuple varlen(nb::handle q, nb::handle k, nb::handle v, nb::handle cu_seqlens
   }
   a.stream = current_stream(info, a.q.device);
   run(a.q.device, [&] { prefill_attention(a); });
+  if (!want_lse) return out_obj;
   return nb::make_tuple(out_obj, lse_obj);
 }
 
-// q: [batch, seqlen_q, heads, dim]. Returns (out [batch, seqlen_q, heads, dim], lse or None),
-// lse float32 [heads, batch * seqlen_q] (kvattn's layout; the package reorders it).
-nb::tuple kvcache(nb::handle q, nb::handle k_cache, nb::handle v_cache, nb::handle block_table,
+// q: [batch, seqlen_q, heads, dim]. Returns out [batch, seqlen_q, heads, dim], or (out, lse)
+// when want_lse, lse float32 [heads, batch * seqlen_q] (kvattn's layout; the package reorders it).
+nb::object kvcache(nb::handle q, nb::handle k_cache, nb::handle v_cache, nb::handle block_table,
                   nb::handle cache_seqlens, double softmax_scale, bool causal, int num_splits,
                   nb::handle out, bool want_lse) {
   CallScope scope;
   const TypeInfo* info = nullptr;
   DecodeArgs a;
+  check_no_grad(q.ptr(), "q");
   const TensorView q4 = import_tensor(q.ptr(), "q", scope, &info);
-  check_no_grad(info, q.ptr(), "q");
   a.q = collapse01(q4, "q");
   a.k_cache = import_tensor(k_cache.ptr(), "k_cache", scope);
   a.v_cache = import_tensor(v_cache.ptr(), "v_cache", scope);
@@ -443,6 +565,7 @@ nb::tuple kvcache(nb::handle q, nb::handle k_cache, nb::handle v_cache, nb::hand
                        {q4.shape[2], q4.shape[0] * q4.shape[1]}, a.lse, scope);
   }
   const Device device = q4.device;
+  a.stream = current_stream(info, device);
   if (num_splits == 1) {
     a.plan = DecodePlan{1, 0};
   } else if (num_splits != 0) {
@@ -451,32 +574,25 @@ nb::tuple kvcache(nb::handle q, nb::handle k_cache, nb::handle v_cache, nb::hand
   } else if (device.is_cuda() && info != nullptr && info->api != nullptr &&
              a.block_table.ndim == 2 && a.k_cache.ndim == 4 && a.k_cache.shape[2] > 0 &&
              q4.shape[2] % a.k_cache.shape[2] == 0 && a.cache_seqlens.ndim == 1) {
-    // Plan here and take the workspace from the framework's allocator: stream-ordered (safe
-    // with concurrent streams) and CUDA-graph capturable, unlike the library's own scratch.
+    // Plan here and take the workspace from the framework's allocator (stream-ordered, safe
+    // with concurrent streams, CUDA-graph aware) instead of the library's one shared scratch:
+    // a buffer kept per stream, or, while the stream is being captured, a fresh one from the
+    // graph's pool.
     a.plan = plan_decode(a.cache_seqlens.shape[0], q4.shape[2], a.k_cache.shape[2], q4.shape[3],
                          a.q_len, a.block_table.shape[1] * a.k_cache.shape[1], device);
     if (a.plan.workspace_bytes > 0) {
-      DLTensor proto{};
-      int64_t bytes = a.plan.workspace_bytes;
-      proto.device = {kDLCUDA, device.index};
-      proto.ndim = 1;
-      proto.dtype = {kDLUInt, 8, 1};
-      proto.shape = &bytes;
-      DLManagedTensorVersioned* m = nullptr;
-      AllocError err;
-      if (info->api->managed_tensor_allocator(&proto, &m, &err, set_alloc_error) != 0 ||
-          m == nullptr) {
-        if (PyErr_Occurred()) raise_python();
-        PyErr_Format(PyExc_MemoryError, "kvattn: allocating the decode workspace failed: %s",
-                     err.message.c_str());
-        raise_python();
+      if (stream_capturing(a.stream)) {
+        DLManagedTensorVersioned* m =
+            framework_alloc_bytes(info->api, device.index, a.plan.workspace_bytes);
+        scope.keep(m);  // freed when the call returns; the graph's pool keeps it for replays
+        a.workspace = view_of(m->dl_tensor, "workspace");
+      } else {
+        a.workspace = stream_workspace(info->api, device.index, a.stream, a.plan.workspace_bytes);
       }
-      scope.keep(m);  // freed (stream-ordered) when the call returns
-      a.workspace = view_of(m->dl_tensor, "workspace");
     }
   }
-  a.stream = current_stream(info, device);
   run(device, [&] { decode_attention(a); });
+  if (!want_lse) return out_obj;
   return nb::make_tuple(out_obj, lse_obj);
 }
 
@@ -547,6 +663,8 @@ NB_MODULE(_C, m) {
   m.def("inspect", &inspect, nb::arg("tensor"));
   m.def("device_faults", &device_faults, nb::arg("device_index"), nb::arg("clear") = true);
   m.def("cuda_available", [] { return kvattn::cuda_available(); });
+  m.def("release_workspaces", &release_workspaces,
+        "Frees the decode workspaces kept per CUDA stream; returns how many were freed.");
   m.def("_set_fallback_allocator", &set_fallback_allocator, nb::arg("fn").none());
 #ifdef KVATTN_WITH_CUDA
   m.attr("with_cuda") = true;

@@ -400,3 +400,34 @@ def test_zero_copy_torch(rng):
     t = torch.randn(6, 3, 64)[::2]
     ptr, dtype, dev, shape, strides, _, _ = kvattn._C.inspect(t)
     assert ptr == t.data_ptr() and shape == (3, 3, 64) and strides == t.stride() and dev == "cpu"
+
+
+@needs_cuda
+def test_concurrent_streams_have_their_own_workspace(rng):
+    """Split-KV decodes on two streams at once: each stream keeps its own workspace."""
+    batch, hk, h, d, bs, width = 2, 2, 16, 128, 16, 512  # few long sequences: split-KV
+    nb = 2 * batch * width
+    kc = torch.randn(nb, bs, hk, d, dtype=torch.bfloat16, device="cuda")
+    vc = torch.randn_like(kc)
+    tables = torch.randperm(nb, device="cuda").to(torch.int32).view(2, batch, width)
+    lens = [torch.tensor([8000, 5000], dtype=torch.int32, device="cuda"),
+            torch.tensor([3000, 8192], dtype=torch.int32, device="cuda")]
+    qs = [torch.randn(batch, 1, h, d, dtype=torch.bfloat16, device="cuda") for _ in range(2)]
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    torch.cuda.synchronize()
+    outs = [[], []]
+    for _ in range(4):
+        for i in range(2):
+            with torch.cuda.stream(streams[i]):
+                outs[i].append(kvattn.flash_attn_with_kvcache(
+                    qs[i], kc, vc, cache_seqlens=lens[i], block_table=tables[i], causal=True))
+    torch.cuda.synchronize()
+    for i in range(2):
+        for b in range(batch):
+            n = int(lens[i][b])
+            kr = F(kc)[F(tables[i][b]).astype(int)].reshape(-1, hk, d)[:n]
+            vr = F(vc)[F(tables[i][b]).astype(int)].reshape(-1, hk, d)[:n]
+            ref, _ = attention_ref(F(qs[i][b]), kr, vr, True)
+            for o in outs[i]:
+                check(o[b], ref, torch.bfloat16, "stream %d seq %d" % (i, b))
+    assert kvattn.release_workspaces() >= 0
