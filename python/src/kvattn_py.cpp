@@ -84,9 +84,18 @@ const TypeInfo& type_info(PyTypeObject* tp) {
   Py_INCREF(reinterpret_cast<PyObject*>(tp));  // the cache holds the type
   PyObject* cap = PyObject_GetAttrString(reinterpret_cast<PyObject*>(tp), "__dlpack_c_exchange_api__");
   if (cap != nullptr) {
+    const DLPackExchangeAPIHeader* h = nullptr;
     if (PyCapsule_IsValid(cap, "dlpack_exchange_api")) {
-      auto* h = static_cast<const DLPackExchangeAPIHeader*>(
+      h = static_cast<const DLPackExchangeAPIHeader*>(
           PyCapsule_GetPointer(cap, "dlpack_exchange_api"));
+    } else if (PyLong_Check(cap)) {  // early producers published the table's address as an int
+      h = static_cast<const DLPackExchangeAPIHeader*>(PyLong_AsVoidPtr(cap));
+      if (PyErr_Occurred()) {
+        PyErr_Clear();
+        h = nullptr;
+      }
+    }
+    {
       while (h != nullptr && h->version.major != 1) h = h->prev_api;
       // Major 1, minor >= 2: the table layout this binding knows (the API appeared in 1.2).
       if (h != nullptr && h->version.minor >= 2) {
@@ -358,8 +367,11 @@ TensorView collapse01(const TensorView& t, const char* name) {
                 " must have its batch and seqlen dims collapsible (stride(0) == seqlen * "
                 "stride(1)); pass " + name + ".contiguous()");
   }
-  return TensorView(t.data, t.dtype, t.device, {t.shape[0] * t.shape[1], t.shape[2], t.shape[3]},
-                    {token_stride, t.strides[2], t.strides[3]});
+  TensorView v = t;  // filled in place: no heap allocation on the hot path
+  v.ndim = 3;
+  v.shape = {t.shape[0] * t.shape[1], t.shape[2], t.shape[3], 0, 0, 0};
+  v.strides = {token_stride, t.strides[2], t.strides[3], 0, 0, 0};
+  return v;
 }
 
 // An int argument: a Python int or anything with __index__ (NumPy integers, ...).
