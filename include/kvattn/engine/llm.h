@@ -14,8 +14,9 @@
 //   while (llm.has_unfinished_requests())
 //     for (RequestOutput& done : llm.step()) use(done);   // done.request_id == id
 //
-// Scheduling, preemption and chunking never change a greedy token: each sequence's output
-// equals the output of running it alone.
+// Scheduling, preemption and chunking never change a greedy token on the CPU: each
+// sequence's output equals the output of running it alone. On the GPU, CUDA graphs change no
+// token either; different batch shapes may round bf16 differently.
 #pragma once
 
 #include <cstdint>
@@ -61,6 +62,8 @@ struct LLMOptions {
   LoadProgress on_load_progress;         // fraction of the weights loaded, in [0, 1]
 };
 
+// kStop: a stop token or stop string. kLength: max_tokens, the model's context, or a sequence
+// that outgrew the whole KV pool (it ends with the tokens it has).
 enum class FinishReason : uint8_t { kStop, kLength };
 std::string_view finish_reason_name(FinishReason r);  // "stop" | "length"
 
