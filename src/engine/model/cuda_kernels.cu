@@ -38,9 +38,15 @@ __device__ float block_sum(float v) {
 }
 
 __global__ void embed_kernel(const bf16* __restrict__ table, const int32_t* __restrict__ ids,
-                             int64_t hidden, bf16* __restrict__ out) {
+                             int64_t hidden, int64_t first_id, int64_t num_ids,
+                             bf16* __restrict__ out) {
   const int64_t t = blockIdx.x;
-  const bf16* src = table + static_cast<int64_t>(ids[t]) * hidden;
+  const int64_t local = static_cast<int64_t>(ids[t]) - first_id;
+  if (local < 0 || local >= num_ids) {
+    for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) out[t * hidden + i] = bf16(0.0f);
+    return;
+  }
+  const bf16* src = table + local * hidden;
   for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) out[t * hidden + i] = src[i];
 }
 
@@ -147,11 +153,11 @@ void scatter_block_table(const int32_t* compact, const int32_t* meta, int32_t* t
   CUDA_CHECK_LAUNCH();
 }
 
-void embed(const void* table, const int32_t* ids, int64_t tokens, int64_t hidden, void* out,
-           cudaStream_t stream) {
+void embed(const void* table, const int32_t* ids, int64_t tokens, int64_t hidden,
+           int64_t first_id, int64_t num_ids, void* out, cudaStream_t stream) {
   if (tokens == 0) return;
   embed_kernel<<<static_cast<unsigned>(tokens), 128, 0, stream>>>(
-      static_cast<const bf16*>(table), ids, hidden, static_cast<bf16*>(out));
+      static_cast<const bf16*>(table), ids, hidden, first_id, num_ids, static_cast<bf16*>(out));
   CUDA_CHECK_LAUNCH();
 }
 

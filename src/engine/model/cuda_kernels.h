@@ -10,9 +10,11 @@
 
 namespace kvattn::cuda_model {
 
-// out[t] = table[ids[t]], rows of `hidden` bf16.
-void embed(const void* table, const int32_t* ids, int64_t tokens, int64_t hidden, void* out,
-           cudaStream_t stream);
+// out[t] = table[ids[t] - first_id], rows of `hidden` bf16, for ids in [first_id, first_id +
+// num_ids); zeros for other ids (a tensor-parallel rank's vocab slice: the all-reduce over the
+// ranks completes the row). One rank: first_id 0, num_ids the vocabulary.
+void embed(const void* table, const int32_t* ids, int64_t tokens, int64_t hidden,
+           int64_t first_id, int64_t num_ids, void* out, cudaStream_t stream);
 
 // rows == null: for every row t < num_rows, when add != null x[t] = bf16(x[t] + add[t])
 // (written back), then out[t] = rmsnorm(x[t]) * w.

@@ -65,6 +65,7 @@ std::vector<int64_t> decode_graph_ladder(int64_t max_decode_batch) {
 #include "engine/model/cuda_sampling.h"
 #include "engine/model/factories.h"
 #include "engine/model/kv_copy.h"
+#include "engine/parallel/nccl_comm.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kvattn/attention/attention.h"
 #include "kvattn/cache/kv_pool.h"
@@ -163,7 +164,7 @@ constexpr int64_t kPlanLogitRows = 512;
 
 class CudaModel final : public Model {
  public:
-  CudaModel(ModelWeights w, Device device, const ModelOptions& options);
+  CudaModel(ModelWeights w, Device device, const ModelOptions& options, const RankContext& rank);
   ~CudaModel() override;
 
   const ModelConfig& config() const override { return cfg_; }
@@ -191,6 +192,9 @@ class CudaModel final : public Model {
   };
   struct Activations {
     Tensor x, h, qkv, attn, o, gate_up, act, fin, logits;
+    // Tensor parallel: every rank's vocab slice of the logit rows [size, rows, slice], and the
+    // rows laid out whole [rows, size * slice] (the first full_vocab entries are real).
+    Tensor gathered, full_logits;
     int64_t tokens = 0, rows = 0;
   };
   // The fixed decode path (valid for one pool).
@@ -216,6 +220,12 @@ class CudaModel final : public Model {
   void finish(int64_t R, const Out& out, const int32_t* dev_tokens);
   void run_layers(int64_t T, int64_t R, const int32_t* ids, const int32_t* pos,
                   const int32_t* rows, const BatchContext& ctx);
+  // Tensor parallel: sums a row-parallel partial result over the ranks (in place).
+  void all_reduce(void* buf, int64_t count);
+  // The logits of every vocab id for the step's rows, and their row stride (elements).
+  const void* full_logits() const;
+  int64_t full_logits_ld() const;
+  bool tensor_parallel() const { return rank_.nccl != nullptr; }
   void run_fixed_body(size_t rung);
   void write_pad_header();
   void upload_header(size_t table_bytes);
@@ -227,9 +237,11 @@ class CudaModel final : public Model {
   void reset_pool(std::unique_ptr<KVPool> pool);
   size_t rung_for(int64_t n) const;
 
-  ModelConfig cfg_;
+  ModelConfig cfg_;  // this rank's shard (vocab_size: its slice) when tensor parallel
   Device device_;
   ModelOptions options_;
+  RankContext rank_;
+  int64_t full_vocab_ = 0;  // the model's vocabulary (cfg_.vocab_size unless sharded)
   cudaStream_t stream_ = nullptr;
   k::Gemm gemm_;
   Tensor embed_, final_norm_, lm_head_;
@@ -245,8 +257,13 @@ class CudaModel final : public Model {
   CudaModelStats stats_;
 };
 
-CudaModel::CudaModel(ModelWeights w, Device device, const ModelOptions& options)
-    : cfg_(w.config), device_(device), options_(options), gemm_(device.index) {
+CudaModel::CudaModel(ModelWeights w, Device device, const ModelOptions& options,
+                     const RankContext& rank)
+    : cfg_(w.config), device_(device), options_(options), rank_(rank),
+      full_vocab_(rank.full_vocab > 0 ? rank.full_vocab : w.config.vocab_size),
+      gemm_(device.index) {
+  KVATTN_CHECK(rank_.size == 1 || rank_.nccl != nullptr,
+               "Model: a CUDA tensor-parallel rank needs an NCCL communicator");
   cuda::DeviceGuard guard(device.index);
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   embed_ = to_device_bf16({take(w, "model.embed_tokens.weight")}, device);
@@ -342,6 +359,10 @@ void CudaModel::ensure_activations(int64_t tokens, int64_t rows) {
   act_.act = bf16(T * inter);
   act_.fin = bf16(R * H);
   act_.logits = bf16(R * V);
+  if (tensor_parallel()) {
+    act_.gathered = bf16(rank_.size * R * V);
+    act_.full_logits = bf16(R * rank_.size * V);
+  }
   act_.tokens = T;
   act_.rows = R;
 }
@@ -448,7 +469,6 @@ void CudaModel::upload_header(size_t table_bytes) {
 
 void CudaModel::run_fixed_body(size_t rung) {
   const int64_t b = fx_.ladder[rung];
-  const int64_t V = cfg_.vocab_size;
   char* d = static_cast<char*>(fx_.dev.data());
   BatchContext ctx;
   ctx.phase = Phase::kDecode;
@@ -466,7 +486,7 @@ void CudaModel::run_fixed_body(size_t rung) {
   run_layers(b, b, reinterpret_cast<const int32_t*>(d + fx_.off_tokens),
              reinterpret_cast<const int32_t*>(d + fx_.off_pos),
              reinterpret_cast<const int32_t*>(d + fx_.off_rows), ctx);
-  k::sample_rows(act_.logits.data(), V, b, V,
+  k::sample_rows(full_logits(), full_logits_ld(), b, full_vocab_,
                  reinterpret_cast<const SampleParams*>(d + fx_.off_params),
                  reinterpret_cast<int32_t*>(d + fx_.off_out), stream_);
 }
@@ -617,7 +637,7 @@ void CudaModel::forward_sample(const ModelInput& in, std::span<const RowSampling
 void CudaModel::check_input(const ModelInput& in, const Out& out) const {
   const auto T = static_cast<int64_t>(in.token_ids.size());
   const auto R = static_cast<int64_t>(in.logit_rows.size());
-  const int64_t V = cfg_.vocab_size;
+  const int64_t V = full_vocab_;
   KVATTN_CHECK(in.ctx != nullptr && T > 0, "Model::forward: a step needs a ctx and >= 1 token");
   KVATTN_CHECK(static_cast<int64_t>(in.positions.size()) == T,
                "Model::forward: positions has ", in.positions.size(), " entries for ", T,
@@ -729,7 +749,6 @@ void CudaModel::step_fixed(const ModelInput& in, const Out& out) {
 void CudaModel::step_general(const ModelInput& in, const Out& out) {
   const auto T = static_cast<int64_t>(in.token_ids.size());
   const auto R = static_cast<int64_t>(in.logit_rows.size());
-  const int64_t V = cfg_.vocab_size;
   const BatchContext& hc = *in.ctx;
   params_.resize(out.sample ? R : 0);
   for (int64_t r = 0; r < static_cast<int64_t>(params_.size()); ++r) {
@@ -794,15 +813,15 @@ void CudaModel::step_general(const ModelInput& in, const Out& out) {
   int32_t* dev_tokens = nullptr;
   if (out.sample && R > 0) {
     dev_tokens = static_cast<int32_t*>(gen_tokens_.ensure(R * static_cast<int64_t>(sizeof(int32_t)), device_));
-    k::sample_rows(act_.logits.data(), V, R, V, reinterpret_cast<const SampleParams*>(dp + off[8]),
-                   dev_tokens, stream_);
+    k::sample_rows(full_logits(), full_logits_ld(), R, full_vocab_,
+                   reinterpret_cast<const SampleParams*>(dp + off[8]), dev_tokens, stream_);
   }
   ++stats_.general_steps;
   finish(R, out, dev_tokens);
 }
 
 void CudaModel::finish(int64_t R, const Out& out, const int32_t* dev_tokens) {
-  const int64_t V = cfg_.vocab_size;
+  const int64_t V = full_vocab_;
   if (R == 0) {
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     return;
@@ -816,7 +835,9 @@ void CudaModel::finish(int64_t R, const Out& out, const int32_t* dev_tokens) {
   }
   const size_t bytes = static_cast<size_t>(R * V) * sizeof(bf16_t);
   auto* host = static_cast<bf16_t*>(pinned_logits_.ensure(bytes));
-  CUDA_CHECK(cudaMemcpyAsync(host, act_.logits.data(), bytes, cudaMemcpyDeviceToHost, stream_));
+  CUDA_CHECK(cudaMemcpy2DAsync(host, V * sizeof(bf16_t), full_logits(),
+                               full_logits_ld() * sizeof(bf16_t), V * sizeof(bf16_t), R,
+                               cudaMemcpyDeviceToHost, stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   for (int64_t i = 0; i < R * V; ++i) out.logits[i] = bf16_to_float(host[i]);
 }
@@ -837,7 +858,8 @@ void CudaModel::run_layers(int64_t T, int64_t R, const int32_t* ids, const int32
   void* fin = act_.fin.data();
   void* lg = act_.logits.data();
 
-  k::embed(embed_.data(), ids, T, H, x, stream_);
+  k::embed(embed_.data(), ids, T, H, rank_.rank * V, V, x, stream_);
+  all_reduce(x, T * H);
   for (size_t i = 0; i < layers_.size(); ++i) {
     Layer& l = layers_[i];
     k::add_rmsnorm(x, i == 0 ? nullptr : o, l.input_norm.data(), eps, h, nullptr, T, H, stream_);
@@ -852,22 +874,56 @@ void CudaModel::run_layers(int64_t T, int64_t R, const int32_t* ids, const int32
                                {qkv_dim, 1}),
                     ctx, TensorView(attn, DType::kBF16, device_, {T, nh * D}));
     gemm_.run(attn, nh * D, T, l.wo.data(), H, nh * D, o, H, stream_);
+    all_reduce(o, T * H);
     k::add_rmsnorm(x, o, l.post_norm.data(), eps, h, nullptr, T, H, stream_);
     gemm_.run(h, H, T, l.wgate_up.data(), 2 * inter, H, gate_up, 2 * inter, stream_);
     k::silu_mul(gate_up, T, inter, act, stream_);
     gemm_.run(act, inter, T, l.wdown.data(), H, inter, o, H, stream_);
+    all_reduce(o, T * H);
   }
   k::add_rmsnorm(x, o, final_norm_.data(), eps, fin, rows, R, H, stream_);
   gemm_.run(fin, H, R, lm_head_.data(), V, H, lg, V, stream_);
+  if (tensor_parallel() && R > 0) {
+#ifdef KVATTN_WITH_NCCL
+    // Every rank's slice [size, R, V], then each slice into its columns of [R, size * V].
+    const int n = rank_.size;
+    rank_.nccl->all_gather(lg, act_.gathered.data(), R * V, DType::kBF16, stream_);
+    const size_t row_bytes = V * sizeof(bf16_t);
+    for (int s = 0; s < n; ++s) {
+      CUDA_CHECK(cudaMemcpy2DAsync(static_cast<char*>(act_.full_logits.data()) + s * row_bytes,
+                                   n * row_bytes,
+                                   static_cast<const char*>(act_.gathered.data()) + s * R * row_bytes,
+                                   row_bytes, row_bytes, R, cudaMemcpyDeviceToDevice, stream_));
+    }
+#endif
+  }
+}
+
+void CudaModel::all_reduce(void* buf, int64_t count) {
+  if (!tensor_parallel()) return;
+#ifdef KVATTN_WITH_NCCL
+  rank_.nccl->all_reduce_sum(buf, count, DType::kBF16, stream_);
+#else
+  (void)buf;
+  (void)count;
+#endif
+}
+
+const void* CudaModel::full_logits() const {
+  return tensor_parallel() ? act_.full_logits.data() : act_.logits.data();
+}
+
+int64_t CudaModel::full_logits_ld() const {
+  return tensor_parallel() ? rank_.size * cfg_.vocab_size : cfg_.vocab_size;
 }
 
 }  // namespace
 
 std::unique_ptr<Model> make_cuda_model(ModelWeights weights, Device device,
-                                       const ModelOptions& options) {
+                                       const ModelOptions& options, const RankContext& rank) {
   KVATTN_CHECK(cuda_available(), "Model::create: device ", device,
                " requested but no CUDA device is visible");
-  return std::make_unique<CudaModel>(std::move(weights), device, options);
+  return std::make_unique<CudaModel>(std::move(weights), device, options, rank);
 }
 
 CudaModelStats cuda_model_stats(const Model& model) {

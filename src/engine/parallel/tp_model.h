@@ -15,9 +15,11 @@
 
 namespace kvattn {
 
-// tensor_parallel >= 2. CPU: ranks are threads sharing host memory. CUDA: rank r runs on
-// device.index + r (needs NCCL). Throws kvattn::Error when the size does not divide the heads,
-// the KV heads or the MLP width, or exceeds the visible GPUs.
+// options.tensor_parallel ranks (>= 1; Model::create uses this for >= 2, tests also for 1,
+// which runs the whole tensor-parallel path with one rank). CPU: ranks are threads sharing
+// host memory. CUDA: rank r runs on device.index + r, with NCCL. Throws kvattn::Error when the
+// size does not divide the heads, the KV heads or the MLP width, exceeds the visible GPUs, or
+// the build has no NCCL.
 std::unique_ptr<Model> make_tensor_parallel_model(ModelWeights weights, Device device,
                                                   const ModelOptions& options);
 
