@@ -1,8 +1,12 @@
 // The serving engine on the GPU (tiny checkpoints, bf16, device sampling): one workload with
 // chunked prefill, preemption, parallel samples and seeded sampling gives identical outputs
-// with CUDA graphs on and off; greedy requests under preemption and chunking equal each
-// request run alone; no block leaks. Exits 77 without a CUDA device (or in a build without
-// the CUDA backend).
+// with CUDA graphs on and off; no block leaks. Exits 77 without a CUDA device (or in a build
+// without the CUDA backend).
+//
+// Not asserted here: greedy under preemption/chunking == each request alone. That holds
+// exactly on the CPU (tests/engine/serving_test.cpp, in CI), but on the GPU a different batch
+// shape changes bf16 rounding (cuBLASLt picks its algorithm per row count; the decode split
+// depends on the batch), and on tiny_qwen3 a near-tie flipped a greedy token (H200, session 2).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -93,27 +97,6 @@ TEST_P(ServingGpu, GraphsOnAndOffGiveIdenticalOutputs) {
   // Reproducible: the same call again draws the same tokens.
   auto llm = make(true, 14, 48);
   EXPECT_EQ(all_samples(llm->generate(prompts, params)), got[0]);
-}
-
-// Greedy: preemption, chunked prefill and batching change no token (on these checkpoints the
-// top logits stand apart by more than the bf16 differences between batch shapes).
-TEST_P(ServingGpu, GreedyUnderPreemptionAndChunkingEqualsAlone) {
-  std::mt19937_64 rng(22);
-  std::vector<std::vector<int32_t>> prompts;
-  for (size_t n : {70, 9, 33, 52, 17, 88}) prompts.push_back(random_tokens(rng, n));
-  const SamplingParams sp = greedy(24);
-  std::vector<std::vector<int32_t>> alone;
-  {
-    auto llm = make(true, 256, 2048);
-    for (const auto& p : prompts) alone.push_back(llm->generate({p}, sp)[0].token_ids);
-  }
-  auto llm = make(true, /*blocks=*/9, /*batched_tokens=*/24, /*max_num_seqs=*/5);
-  std::vector<std::vector<int32_t>> got;
-  for (const auto& o : llm->generate(prompts, sp)) got.push_back(o.token_ids);
-  EXPECT_EQ(got, alone);
-  EXPECT_GT(llm->last_stats().num_preemptions, 0);
-  EXPECT_GT(llm->last_stats().num_partial_prefills, 0);
-  llm->check_kv_cache_idle();
 }
 
 INSTANTIATE_TEST_SUITE_P(TinyCheckpoints, ServingGpu,
