@@ -19,6 +19,7 @@ struct GenerateArgs {
   int threads = 0;
   std::string weights = "auto";  // CPU weight storage: auto | f32 | f16 | bf16 | q8
   int64_t kv_cache_mb = 0;
+  int tensor_parallel = 1;
   bool quiet = false;  // no loading progress or stats detail on stderr
 };
 
@@ -35,6 +36,7 @@ struct BenchArgs {
   uint32_t seed = 0;
   double temperature = 0.6;  // nano-vllm's bench samples at 0.6
   bool eager = false;        // no CUDA graphs
+  int tensor_parallel = 1;
   int64_t max_num_seqs = 256;
   int64_t max_num_batched_tokens = 16384;
   int64_t kv_cache_mb = 0;

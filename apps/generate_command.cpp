@@ -52,6 +52,7 @@ int run_generate(const GenerateArgs& args) {
   LLMOptions opt;
   opt.model = resolve_model_path(args.model);
   opt.device = parse_device(args.device);
+  opt.tensor_parallel = args.tensor_parallel;
   opt.num_threads = args.threads;
   opt.kv_cache_bytes = args.kv_cache_mb << 20;
   for (WeightFormat f : {WeightFormat::kF32, WeightFormat::kF16, WeightFormat::kBF16,

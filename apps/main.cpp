@@ -43,6 +43,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "f32", "f16", "bf16", "q8"}));
   gen->add_option("--kv-cache-mb", g.kv_cache_mb, "KV cache size in MiB (0 => automatic)")
       ->default_val(0);
+  gen->add_option("--tensor-parallel", g.tensor_parallel,
+                  "Ranks of tensor parallelism (GPUs from cuda:0 on; CPU: threads)")
+      ->default_val(1)->check(CLI::Range(1, 64));
   gen->add_flag("-q,--quiet", g.quiet, "No loading progress on stderr");
 
   kvattn::cli::BenchArgs b;
@@ -60,6 +63,9 @@ int main(int argc, char** argv) {
   bench->add_option("-t,--temperature", b.temperature, "Sampling temperature (0 => greedy)")
       ->default_val(0.6);
   bench->add_flag("--eager", b.eager, "No CUDA graphs (eager launches)");
+  bench->add_option("--tensor-parallel", b.tensor_parallel,
+                    "Ranks of tensor parallelism (GPUs from cuda:0 on; CPU: threads)")
+      ->default_val(1)->check(CLI::Range(1, 64));
   bench->add_option("--max-num-seqs", b.max_num_seqs, "Running sequences at most")
       ->default_val(256);
   bench->add_option("--max-num-batched-tokens", b.max_num_batched_tokens, "Tokens per step")

@@ -102,6 +102,25 @@ TEST(LLM, ChunkedPrefillAndSmallBatchesGiveTheSameTokens) {
   EXPECT_EQ(tokens_of(make_llm(opt)->generate(prompts, greedy(12))), expect);
 }
 
+// Tensor parallelism (issue 8) through the whole engine: two ranks (threads on the CPU),
+// with preemption and chunked prefill, give TP=1's greedy tokens, and every block is free.
+TEST(LLM, TensorParallelTwoRanksGiveTheSameTokens) {
+  std::mt19937_64 rng(12);
+  std::vector<std::vector<int32_t>> prompts;
+  for (size_t n : {40, 3, 25, 60, 17}) prompts.push_back(random_tokens(rng, n));
+  LLMOptions opt;
+  opt.num_threads = 1;
+  const auto expect = tokens_of(make_llm(opt)->generate(prompts, greedy(24)));
+  opt.tensor_parallel = 2;
+  opt.max_num_batched_tokens = 32;
+  opt.kv_cache_bytes = 8 * 32768;  // 8 blocks: preemption
+  auto llm = make_llm(opt);
+  EXPECT_EQ(tokens_of(llm->generate(prompts, greedy(24))), expect);
+  EXPECT_GT(llm->last_stats().num_preemptions, 0);
+  EXPECT_GT(llm->last_stats().num_partial_prefills, 0);
+  EXPECT_EQ(llm->cache_stats().num_used_blocks, 0);
+}
+
 TEST(LLM, StreamsOneEventPerTokenAndEndsEachPrompt) {
   std::mt19937_64 rng(1);
   std::vector<std::vector<int32_t>> prompts = {random_tokens(rng, 9), random_tokens(rng, 4)};

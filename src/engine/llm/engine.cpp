@@ -31,6 +31,7 @@ LLMEngine::LLMEngine(ModelWeights weights, std::optional<Tokenizer> tokenizer,
   mo.weight_format = options.weight_format.value_or(WeightFormat::kF32);
   mo.cuda_graphs = options.cuda_graphs;
   mo.max_decode_batch = options.max_num_seqs;
+  mo.tensor_parallel = options.tensor_parallel;
   model_ = Model::create(std::move(weights), options.device, mo);
   const ModelConfig& c = model_->config();
   max_model_len_ = c.max_position_embeddings > 0 ? c.max_position_embeddings : (1 << 20);
