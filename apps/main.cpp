@@ -1,5 +1,6 @@
 // kvattn: the command line. `kvattn generate "prompt"` runs the default model on the CPU;
 // `kvattn bench` measures serving throughput; `kvattn info --model PATH` describes a model file.
+#include <cstdlib>
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -8,6 +9,8 @@
 #include "commands.h"
 
 int main(int argc, char** argv) {
+  // NVLink multicast stays off for NCCL (tensor parallelism) and for any child process.
+  setenv("NCCL_NVLS_ENABLE", "0", 1);
   CLI::App app{"kvattn: paged KV-cache attention and a small LLM engine"};
   app.require_subcommand(1);
 
