@@ -10,7 +10,8 @@
 //     `torch._C._cuda_getCurrentRawStream`;
 //   - anything else with `__dlpack__` (NumPy on the CPU): its capsule; outputs come from a
 //     Python allocator the package registers (`_set_fallback_allocator`).
-// kvattn::Error becomes kvattn.Error (a RuntimeError and a ValueError) with kvattn's message.
+// kvattn::Error becomes kvattn.Error (a RuntimeError and a ValueError) with kvattn's message,
+// raised inside the binding (Guarded, run): no C++ exception crosses nanobind's dispatch.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
 
@@ -42,6 +43,7 @@ PyObject* g_fallback_alloc = nullptr;    // f(shape: tuple, dtype: str, like) ->
 PyObject* g_torch_to_dlpack = nullptr;   // torch._C._to_dlpack (legacy PyTorch)
 PyObject* g_torch_raw_stream = nullptr;  // torch._C._cuda_getCurrentRawStream
 PyObject* g_torch_grad_enabled = nullptr;  // torch.is_grad_enabled
+PyObject* g_torch_empty_like = nullptr;    // torch.empty_like
 PyObject* g_str_dlpack = nullptr;        // "__dlpack__"
 PyObject* g_str_requires_grad = nullptr; // "requires_grad"
 
@@ -115,6 +117,7 @@ const TypeInfo& type_info(PyTypeObject* tp) {
     if (g_torch_grad_enabled == nullptr) {
       g_torch_grad_enabled = import_attr("torch", "is_grad_enabled");
     }
+    if (g_torch_empty_like == nullptr) g_torch_empty_like = import_attr("torch", "empty_like");
   }
   g_types.push_back(info);
   return g_types.back();
@@ -309,12 +312,25 @@ void set_alloc_error(void* ctx, const char* kind, const char* message) {
 }
 
 // A new contiguous tensor of the framework of `like` (a new reference) and its view.
+// `like_view` (optional) is like's view: when the output has its shape and dtype and it is
+// contiguous, a torch output is torch.empty_like(like) (one vectorcall into ATen: about half
+// the host time of the DLPack allocator, which wraps the new tensor in a DLPack capsule and
+// back).
 nb::object allocate(const TypeInfo* like, PyObject* like_obj, Device device, DType dtype,
                     std::initializer_list<int64_t> shape_list, TensorView& view,
-                    CallScope& scope) {
+                    CallScope& scope, const TensorView* like_view = nullptr) {
   std::array<int64_t, kMaxDims> shape{};
   int ndim = 0;
   for (int64_t s : shape_list) shape[ndim++] = s;
+  if (like != nullptr && like->torch && g_torch_empty_like != nullptr && like_view != nullptr &&
+      like_view->dtype == dtype && like_view->ndim == ndim && like_view->device == device &&
+      std::equal(shape.begin(), shape.begin() + ndim, like_view->shape.begin()) &&
+      like_view->is_contiguous()) {
+    nb::object result = nb::steal(PyObject_CallOneArg(g_torch_empty_like, like_obj));
+    if (!result.is_valid()) raise_python();
+    view = import_tensor(result.ptr(), "output", scope);
+    return result;
+  }
   if (like != nullptr && like->api != nullptr) {
     DLTensor proto{};
     proto.device = {device.is_cuda() ? kDLCUDA : kDLCPU, device.index};
@@ -388,16 +404,81 @@ int64_t as_int(nb::handle obj, const char* name) {
   return static_cast<int64_t>(v);
 }
 
-// Runs `fn` with the GIL released when the work is on the CPU (the GPU only enqueues).
+// kvattn::Error (and any other C++ exception) from the library never leaves the binding as a
+// C++ exception: it is caught right where the library is called and turned into the Python
+// error here, and the binding raises it as nb::python_error (the path nanobind handles itself,
+// without exception_ptr/rethrow in a translator). The CPU kernels run with the GIL released;
+// the exception is caught inside that region, before the GIL is taken back, so no unwinding
+// ever crosses the release/acquire.
+enum class Failure { kNone, kKvattn, kNoMemory, kOther };
+
+void raise_failure(Failure f, const std::string& message) {
+  switch (f) {
+    case Failure::kNone: return;
+    case Failure::kKvattn: PyErr_SetString(g_error, message.c_str()); break;
+    case Failure::kNoMemory: PyErr_NoMemory(); break;
+    case Failure::kOther: PyErr_SetString(PyExc_RuntimeError, message.c_str()); break;
+  }
+  raise_python();
+}
+
 template <typename Fn>
-void run(Device device, Fn&& fn) {
-  if (device.is_cpu()) {
-    nb::gil_scoped_release release;
+Failure catch_failure(Fn&& fn, std::string& message) noexcept {
+  try {
     fn();
-  } else {
-    fn();
+    return Failure::kNone;
+  } catch (const Error& e) {
+    try { message = e.what(); } catch (...) { return Failure::kNoMemory; }
+    return Failure::kKvattn;
+  } catch (const std::bad_alloc&) {
+    return Failure::kNoMemory;
+  } catch (const std::exception& e) {
+    try { message = e.what(); } catch (...) { return Failure::kNoMemory; }
+    return Failure::kOther;
+  } catch (...) {
+    message = "kvattn: unknown C++ exception";
+    return Failure::kOther;
   }
 }
+
+// Runs the library call `fn`, with the GIL released when the work is on the CPU (the GPU only
+// enqueues), and raises what it threw as a Python exception.
+template <typename Fn>
+void run(Device device, Fn&& fn) {
+  std::string message;
+  Failure f;
+  if (device.is_cpu()) {
+    nb::gil_scoped_release release;
+    f = catch_failure(fn, message);
+  } else {
+    f = catch_failure(fn, message);
+  }
+  raise_failure(f, message);
+}
+
+// The module's functions: a kvattn::Error thrown by the binding's own checks (GIL held) is
+// raised as kvattn.Error the same way. nb::python_error passes through untouched.
+template <auto Fn>
+struct Guarded;
+template <typename R, typename... Args, R (*Fn)(Args...)>
+struct Guarded<Fn> {
+  static R call(Args... args) {
+    std::string message;
+    Failure f;
+    try {
+      return Fn(args...);
+    } catch (const nb::python_error&) {
+      throw;
+    } catch (const Error& e) {
+      message = e.what();
+      f = Failure::kKvattn;
+    } catch (const std::bad_alloc&) {
+      f = Failure::kNoMemory;
+    }
+    raise_failure(f, message);
+    throw nb::python_error();  // not reached: raise_failure raised
+  }
+};
 
 // ---- decode workspaces ---------------------------------------------------------------------
 
@@ -483,6 +564,38 @@ int release_workspaces() {
   return n;
 }
 
+// plan_decode's result for the last shapes seen (a decode loop calls with one shape per batch
+// size): the plan depends only on these sizes and the device, so it is computed once.
+struct PlanEntry {
+  std::array<int64_t, 7> key{};
+  DecodePlan plan;
+  bool valid = false;
+};
+std::array<PlanEntry, 16> g_plans;
+size_t g_plan_next = 0;
+
+DecodePlan cached_plan(int64_t num_seqs, int64_t num_heads, int64_t num_kv_heads,
+                       int64_t head_dim, int64_t q_len, int64_t max_seqlen_k, Device device) {
+  const std::array<int64_t, 7> key{num_seqs, num_heads, num_kv_heads, head_dim,
+                                   q_len,    max_seqlen_k, device.index};
+  for (const PlanEntry& e : g_plans) {
+    if (e.valid && e.key == key) return e.plan;
+  }
+  const DecodePlan plan =
+      plan_decode(num_seqs, num_heads, num_kv_heads, head_dim, q_len, max_seqlen_k, device);
+  PlanEntry& e = g_plans[g_plan_next];
+  g_plan_next = (g_plan_next + 1) % g_plans.size();
+  e.key = key;
+  e.plan = plan;
+  e.valid = true;
+  return plan;
+}
+
+// Profiling hook (_C._set_dry_run): when set, the ops do everything but the library call
+// (import, checks of the binding, allocation, planning, stream lookup), so the binding's own
+// host cost can be timed without a GPU (bench/python_overhead.py --binding-only).
+bool g_dry_run = false;
+
 // ---- the ops --------------------------------------------------------------------------------
 
 void store_kvcache(nb::handle key, nb::handle value, nb::handle k_cache, nb::handle v_cache,
@@ -495,7 +608,7 @@ void store_kvcache(nb::handle key, nb::handle value, nb::handle k_cache, nb::han
   const TensorView vc = import_tensor(v_cache.ptr(), "v_cache", scope);
   const TensorView sm = import_tensor(slot_mapping.ptr(), "slot_mapping", scope);
   const Stream stream = current_stream(info, k.device);
-  run(k.device, [&] { store_kv(k, v, kc, vc, sm, stream); });
+  if (!g_dry_run) run(k.device, [&] { store_kv(k, v, kc, vc, sm, stream); });
 }
 
 // Returns out, or (out, lse) when want_lse.
@@ -527,7 +640,7 @@ nb::object varlen(nb::handle q, nb::handle k, nb::handle v, nb::handle cu_seqlen
   nb::object out_obj;
   if (out.is_none()) {
     out_obj = allocate(info, q.ptr(), a.q.device, a.q.dtype, {a.q.shape[0], a.q.shape[1], a.q.shape[2]},
-                       a.out, scope);
+                       a.out, scope, &a.q);
   } else {
     out_obj = nb::borrow(out);
     a.out = import_tensor(out.ptr(), "out", scope);
@@ -538,7 +651,7 @@ nb::object varlen(nb::handle q, nb::handle k, nb::handle v, nb::handle cu_seqlen
                        scope);
   }
   a.stream = current_stream(info, a.q.device);
-  run(a.q.device, [&] { prefill_attention(a); });
+  if (!g_dry_run) run(a.q.device, [&] { prefill_attention(a); });
   if (!want_lse) return out_obj;
   return nb::make_tuple(out_obj, lse_obj);
 }
@@ -565,7 +678,7 @@ nb::object kvcache(nb::handle q, nb::handle k_cache, nb::handle v_cache, nb::han
   if (out.is_none()) {
     TensorView o4;
     out_obj = allocate(info, q.ptr(), q4.device, q4.dtype,
-                       {q4.shape[0], q4.shape[1], q4.shape[2], q4.shape[3]}, o4, scope);
+                       {q4.shape[0], q4.shape[1], q4.shape[2], q4.shape[3]}, o4, scope, &q4);
     a.out = collapse01(o4, "out");
   } else {
     out_obj = nb::borrow(out);
@@ -590,7 +703,7 @@ nb::object kvcache(nb::handle q, nb::handle k_cache, nb::handle v_cache, nb::han
     // with concurrent streams, CUDA-graph aware) instead of the library's one shared scratch:
     // a buffer kept per stream, or, while the stream is being captured, a fresh one from the
     // graph's pool.
-    a.plan = plan_decode(a.cache_seqlens.shape[0], q4.shape[2], a.k_cache.shape[2], q4.shape[3],
+    a.plan = cached_plan(a.cache_seqlens.shape[0], q4.shape[2], a.k_cache.shape[2], q4.shape[3],
                          a.q_len, a.block_table.shape[1] * a.k_cache.shape[1], device);
     if (a.plan.workspace_bytes > 0) {
       if (stream_capturing(a.stream)) {
@@ -603,7 +716,7 @@ nb::object kvcache(nb::handle q, nb::handle k_cache, nb::handle v_cache, nb::han
       }
     }
   }
-  run(device, [&] { decode_attention(a); });
+  if (!g_dry_run) run(device, [&] { decode_attention(a); });
   if (!want_lse) return out_obj;
   return nb::make_tuple(out_obj, lse_obj);
 }
@@ -652,31 +765,27 @@ NB_MODULE(_C, m) {
   g_str_dlpack = PyUnicode_InternFromString("__dlpack__");
   g_str_requires_grad = PyUnicode_InternFromString("requires_grad");
 
-  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
-    try {
-      std::rethrow_exception(p);
-    } catch (const kvattn::Error& e) {
-      PyErr_SetString(g_error, e.what());
-    }
-  });
+  // No exception translator: every function is wrapped in Guarded (errors become Python
+  // errors inside the binding), so no C++ exception reaches nanobind's translator chain.
 
-  m.def("store_kvcache", &store_kvcache, nb::arg("key"), nb::arg("value"), nb::arg("k_cache"),
+  m.def("store_kvcache", &Guarded<&store_kvcache>::call, nb::arg("key"), nb::arg("value"), nb::arg("k_cache"),
         nb::arg("v_cache"), nb::arg("slot_mapping"),
         "Writes key/value [tokens, kv_heads, dim] into the paged caches at slot_mapping "
         "(negative slots are skipped), on the caller's current stream.");
   // Positional only, as the package calls them; tensor slots accept None (not given).
-  m.def("varlen", &varlen, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("cu_seqlens_q"),
+  m.def("varlen", &Guarded<&varlen>::call, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("cu_seqlens_q"),
         nb::arg("cu_seqlens_k"), nb::arg("max_seqlen_q"), nb::arg("max_seqlen_k"),
         nb::arg("softmax_scale"), nb::arg("causal"), nb::arg("block_table").none(),
         nb::arg("out").none(), nb::arg("want_lse"));
-  m.def("kvcache", &kvcache, nb::arg("q"), nb::arg("k_cache"), nb::arg("v_cache"),
+  m.def("kvcache", &Guarded<&kvcache>::call, nb::arg("q"), nb::arg("k_cache"), nb::arg("v_cache"),
         nb::arg("block_table"), nb::arg("cache_seqlens"), nb::arg("softmax_scale"),
         nb::arg("causal"), nb::arg("num_splits"), nb::arg("out").none(), nb::arg("want_lse"));
-  m.def("inspect", &inspect, nb::arg("tensor"));
-  m.def("device_faults", &device_faults, nb::arg("device_index"), nb::arg("clear") = true);
+  m.def("inspect", &Guarded<&inspect>::call, nb::arg("tensor"));
+  m.def("device_faults", &Guarded<&device_faults>::call, nb::arg("device_index"), nb::arg("clear") = true);
   m.def("cuda_available", [] { return kvattn::cuda_available(); });
-  m.def("release_workspaces", &release_workspaces,
+  m.def("release_workspaces", &Guarded<&release_workspaces>::call,
         "Frees the decode workspaces kept per CUDA stream; returns how many were freed.");
+  m.def("_set_dry_run", [](bool on) { g_dry_run = on; }, nb::arg("on"));
   m.def("_set_fallback_allocator", &set_fallback_allocator, nb::arg("fn").none());
 #ifdef KVATTN_WITH_CUDA
   m.attr("with_cuda") = true;
