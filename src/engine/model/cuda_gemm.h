@@ -12,6 +12,7 @@
 #include <map>
 #include <tuple>
 
+#include "engine/model/cuda_gemv.h"
 #include "kvattn/core/tensor.h"
 
 namespace kvattn::cuda_model {
@@ -24,9 +25,15 @@ class Gemm {
   Gemm& operator=(const Gemm&) = delete;
 
   // y[r, 0:n] = x[r, 0:k] w^T for r < rows. w is [n, k] row-major; ldx/ldy are row strides in
-  // elements. All bf16 on this device.
+  // elements. All bf16 on this device. rows <= 8 go to the bandwidth-bound Gemv kernel where
+  // it applies (see cuda_gemv.h), unless KVATTN_GEMV=0 or use_gemv(false); the rest to cuBLASLt.
   void run(const void* x, int64_t ldx, int64_t rows, const void* w, int64_t n, int64_t k,
            void* y, int64_t ldy, cudaStream_t stream);
+
+  // Turns the small-rows Gemv path on or off for this object (tests, benchmarks); starts as
+  // Gemv::env_enabled().
+  void use_gemv(bool on) { use_gemv_ = on; }
+  bool uses_gemv() const { return use_gemv_; }
 
  private:
   struct Plan {
@@ -40,6 +47,8 @@ class Gemm {
   cublasLtHandle_t handle_ = nullptr;
   Tensor workspace_;
   std::map<Key, Plan> plans_;
+  Gemv gemv_;
+  bool use_gemv_ = Gemv::env_enabled();
 };
 
 }  // namespace kvattn::cuda_model

@@ -1,0 +1,202 @@
+// Small-rows GEMM (decode) benchmark: y[M, N] = x[M, K] W[N, K]^T in bf16 for the
+// Qwen3-0.6B projections (qkv, o_proj, gate_up, down; lm_head) at M = 1, 4, 8, through
+// cuda_model::Gemm with its GEMV path off (cuBLASLt) and on (engine/model/cuda_gemv.cu).
+//
+// Each timing is one CUDA graph of `--iters` back-to-back calls (as the decode step replays
+// them), each call reading a different copy of W, with enough copies that they span more than
+// 4x the L2, so every call reads its weights from HBM. Time per call = graph time / iters
+// (min of 5 replays after a warm-up). GB/s counts the weight bytes read once (x and y are
+// < 0.1% of them); "of copy" divides by a same-run 1 GB cudaMemcpy device-to-device rate
+// counted as read + write bytes (the ceiling for one stream of traffic). The summary adds
+// 28 x (qkv + o_proj + gate_up + down) + lm_head: the GEMM time of one decode token.
+//   gpu_gemv_bench [--iters N]
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "engine/model/cuda_gemm.h"
+
+namespace {
+
+#define BENCH_CUDA(expr)                                                                  \
+  do {                                                                                    \
+    cudaError_t e_ = (expr);                                                              \
+    if (e_ != cudaSuccess) {                                                              \
+      std::fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #expr,           \
+                   cudaGetErrorString(e_));                                               \
+      std::exit(1);                                                                       \
+    }                                                                                     \
+  } while (0)
+
+__global__ void fill_random_bf16(__nv_bfloat16* p, int64_t n, uint32_t seed) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    uint32_t x = static_cast<uint32_t>(i) * 2654435761u ^ seed ^ static_cast<uint32_t>(i >> 32);
+    x ^= x >> 15;
+    x *= 2246822519u;
+    x ^= x >> 13;
+    p[i] = __float2bfloat16(static_cast<float>(x & 0xffffff) / 8388608.0f - 1.0f);
+  }
+}
+
+struct Shape {
+  const char* name;
+  int64_t n, k;
+};
+
+float bf2f(uint16_t b) {
+  const uint32_t u = uint32_t{b} << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int iters = 200;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--iters") == 0 && i + 1 < argc) iters = std::atoi(argv[++i]);
+  }
+  cudaDeviceProp prop{};
+  BENCH_CUDA(cudaGetDeviceProperties(&prop, 0));
+  std::printf("device: %s, %d SMs, L2 %.0f MB\n", prop.name, prop.multiProcessorCount,
+              prop.l2CacheSize / 1e6);
+  cudaStream_t st = nullptr;
+  BENCH_CUDA(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  cudaEvent_t e0, e1;
+  BENCH_CUDA(cudaEventCreate(&e0));
+  BENCH_CUDA(cudaEventCreate(&e1));
+
+  // Copy ceiling: 1 GB device to device.
+  double copy_gbps = 0.0;
+  {
+    const size_t bytes = size_t{1} << 30;
+    void *a = nullptr, *b = nullptr;
+    BENCH_CUDA(cudaMalloc(&a, bytes));
+    BENCH_CUDA(cudaMalloc(&b, bytes));
+    BENCH_CUDA(cudaMemsetAsync(a, 1, bytes, st));
+    float best = 1e30f;
+    for (int r = 0; r < 6; ++r) {
+      BENCH_CUDA(cudaEventRecord(e0, st));
+      BENCH_CUDA(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, st));
+      BENCH_CUDA(cudaEventRecord(e1, st));
+      BENCH_CUDA(cudaEventSynchronize(e1));
+      float ms = 0;
+      BENCH_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+      if (r > 0) best = std::min(best, ms);
+    }
+    copy_gbps = 2.0 * bytes / (best * 1e-3) / 1e9;
+    std::printf("copy ceiling: 1 GB D2D in %.3f ms = %.0f GB/s (read + write)\n", best,
+                copy_gbps);
+    BENCH_CUDA(cudaFree(a));
+    BENCH_CUDA(cudaFree(b));
+  }
+
+  kvattn::cuda_model::Gemm lt(0), gv(0);
+  lt.use_gemv(false);
+  gv.use_gemv(true);
+
+  const Shape shapes[] = {{"qkv", 4096, 1024},
+                          {"o_proj", 1024, 2048},
+                          {"gate_up", 6144, 1024},
+                          {"down", 1024, 3072},
+                          {"lm_head", 151936, 1024}};
+  const int ms[] = {1, 4, 8};
+  double us[5][3][2] = {};  // shape, M, impl (0 cuBLASLt, 1 GEMV)
+  std::printf("\n| shape | N x K | MB | M | cuBLASLt us | GB/s | of copy | GEMV us | GB/s | of copy "
+              "| speedup | max |gemv-lt| |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  for (int si = 0; si < 5; ++si) {
+    const Shape& s = shapes[si];
+    const size_t wbytes = static_cast<size_t>(s.n * s.k) * 2;
+    const int copies = static_cast<int>(
+        std::max<size_t>(2, (4 * static_cast<size_t>(prop.l2CacheSize) + wbytes - 1) / wbytes));
+    __nv_bfloat16* w = nullptr;
+    __nv_bfloat16 *x = nullptr, *y0 = nullptr, *y1 = nullptr;
+    BENCH_CUDA(cudaMalloc(&w, wbytes * copies));
+    BENCH_CUDA(cudaMalloc(&x, 8 * s.k * 2));
+    BENCH_CUDA(cudaMalloc(&y0, 8 * s.n * 2));
+    BENCH_CUDA(cudaMalloc(&y1, 8 * s.n * 2));
+    fill_random_bf16<<<1024, 256, 0, st>>>(w, static_cast<int64_t>(wbytes / 2) * copies, 7u + si);
+    fill_random_bf16<<<64, 256, 0, st>>>(x, 8 * s.k, 99u + si);
+    BENCH_CUDA(cudaGetLastError());
+    BENCH_CUDA(cudaStreamSynchronize(st));
+    for (int mi = 0; mi < 3; ++mi) {
+      const int m = ms[mi];
+      for (int impl = 0; impl < 2; ++impl) {
+        kvattn::cuda_model::Gemm& g = impl == 0 ? lt : gv;
+        __nv_bfloat16* y = impl == 0 ? y0 : y1;
+        g.run(x, s.k, m, w, s.n, s.k, y, s.n, st);  // plans outside the capture
+        BENCH_CUDA(cudaStreamSynchronize(st));
+        cudaGraph_t graph = nullptr;
+        cudaGraphExec_t exec = nullptr;
+        BENCH_CUDA(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+        for (int i = 0; i < iters; ++i)
+          g.run(x, s.k, m, w + (i % copies) * (wbytes / 2), s.n, s.k, y, s.n, st);
+        BENCH_CUDA(cudaStreamEndCapture(st, &graph));
+        BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+        BENCH_CUDA(cudaGraphLaunch(exec, st));
+        float best = 1e30f;
+        for (int r = 0; r < 5; ++r) {
+          BENCH_CUDA(cudaEventRecord(e0, st));
+          BENCH_CUDA(cudaGraphLaunch(exec, st));
+          BENCH_CUDA(cudaEventRecord(e1, st));
+          BENCH_CUDA(cudaEventSynchronize(e1));
+          float ms_ = 0;
+          BENCH_CUDA(cudaEventElapsedTime(&ms_, e0, e1));
+          best = std::min(best, ms_);
+        }
+        us[si][mi][impl] = best * 1e3 / iters;
+        BENCH_CUDA(cudaGraphExecDestroy(exec));
+        BENCH_CUDA(cudaGraphDestroy(graph));
+      }
+      // Same inputs (the last copy each wrote): compare the two outputs.
+      const int last = (iters - 1) % copies;
+      lt.run(x, s.k, m, w + last * (wbytes / 2), s.n, s.k, y0, s.n, st);
+      gv.run(x, s.k, m, w + last * (wbytes / 2), s.n, s.k, y1, s.n, st);
+      BENCH_CUDA(cudaStreamSynchronize(st));
+      std::vector<uint16_t> h0(static_cast<size_t>(m * s.n)), h1(h0.size());
+      BENCH_CUDA(cudaMemcpy(h0.data(), y0, h0.size() * 2, cudaMemcpyDeviceToHost));
+      BENCH_CUDA(cudaMemcpy(h1.data(), y1, h1.size() * 2, cudaMemcpyDeviceToHost));
+      double maxd = 0.0;
+      for (size_t i = 0; i < h0.size(); ++i)
+        maxd = std::max(maxd, static_cast<double>(std::fabs(bf2f(h0[i]) - bf2f(h1[i]))));
+      const double gb = wbytes / 1e9;
+      const double t0 = us[si][mi][0], t1 = us[si][mi][1];
+      std::printf("| %s | %ldx%ld | %.1f | %d | %.2f | %.0f | %.0f%% | %.2f | %.0f | %.0f%% | "
+                  "%.2fx | %.3g |\n",
+                  s.name, static_cast<long>(s.n), static_cast<long>(s.k), wbytes / 1e6, m, t0,
+                  gb / (t0 * 1e-6), 100.0 * gb / (t0 * 1e-6) / copy_gbps, t1,
+                  gb / (t1 * 1e-6), 100.0 * gb / (t1 * 1e-6) / copy_gbps, t0 / t1, maxd);
+    }
+    BENCH_CUDA(cudaFree(w));
+    BENCH_CUDA(cudaFree(x));
+    BENCH_CUDA(cudaFree(y0));
+    BENCH_CUDA(cudaFree(y1));
+  }
+
+  double token_bytes = 0.0;
+  for (int si = 0; si < 5; ++si)
+    token_bytes += (si == 4 ? 1.0 : 28.0) * static_cast<double>(shapes[si].n * shapes[si].k) * 2;
+  std::printf("\nper decode token (28 x (qkv + o_proj + gate_up + down) + lm_head, %.3f GB; "
+              "floor at the copy rate %.1f us):\n",
+              token_bytes / 1e9, token_bytes / copy_gbps / 1e3);
+  std::printf("| M | cuBLASLt us | of copy | GEMV us | of copy | saved us |\n|---|---|---|---|---|---|\n");
+  for (int mi = 0; mi < 3; ++mi) {
+    double t[2] = {0, 0};
+    for (int impl = 0; impl < 2; ++impl)
+      for (int si = 0; si < 5; ++si) t[impl] += (si == 4 ? 1.0 : 28.0) * us[si][mi][impl];
+    std::printf("| %d | %.1f | %.0f%% | %.1f | %.0f%% | %.1f |\n", ms[mi], t[0],
+                100.0 * token_bytes / (t[0] * 1e-6) / 1e9 / copy_gbps, t[1],
+                100.0 * token_bytes / (t[1] * 1e-6) / 1e9 / copy_gbps, t[0] - t[1]);
+  }
+  return 0;
+}
