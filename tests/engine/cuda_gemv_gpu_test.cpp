@@ -169,6 +169,8 @@ TEST(CudaGemv, MatchesFloat64AndCublasLt) {
   cuda_model::Gemm gv(0), lt(0);
   gv.use_gemv(true);
   lt.use_gemv(false);
+  cuda_model::Gemm au(0);  // the default: the GEMV only where it measured faster
+  au.set_gemv_mode(cuda_model::Gemv::Mode::kAuto);
   cuda_model::Gemv direct(0);
   const std::vector<std::pair<int64_t, int64_t>> nks = {
       {4096, 1024}, {1024, 2048}, {6144, 1024}, {1024, 3072},
@@ -189,6 +191,7 @@ TEST(CudaGemv, MatchesFloat64AndCublasLt) {
       }
       const auto yg = run_gemm(gv, p, dx.p, dw.p);
       const auto yl = run_gemm(lt, p, dx.p, dw.p);
+      EXPECT_LT(check(p, run_gemm(au, p, dx.p, dw.p), "auto mode vs float64"), 1.0);
       const double eg = check(p, yg, "gemv vs float64");
       const double el = check(p, yl, "cublaslt vs float64");
       const double ex = check(p, yg, "gemv vs cublaslt", &yl);
@@ -202,6 +205,19 @@ TEST(CudaGemv, MatchesFloat64AndCublasLt) {
           100.0 * same / static_cast<double>(c.m * c.n));
     }
   }
+}
+
+TEST(CudaGemv, AutoModePicksTheMeasuredWinners) {
+  using cuda_model::Gemv;
+  for (int64_t m = 1; m <= 8; ++m) {
+    EXPECT_TRUE(Gemv::preferred(m, 1024, 2048)) << m;   // o_proj
+    EXPECT_TRUE(Gemv::preferred(m, 1024, 3072)) << m;   // down
+    EXPECT_FALSE(Gemv::preferred(m, 4096, 1024)) << m;  // qkv
+    EXPECT_FALSE(Gemv::preferred(m, 6144, 1024)) << m;  // gate_up
+    EXPECT_EQ(Gemv::preferred(m, 151936, 1024), m <= 4) << m;  // lm_head
+  }
+  EXPECT_FALSE(Gemv::preferred(9, 1024, 2048));
+  EXPECT_FALSE(Gemv::preferred(0, 1024, 2048));
 }
 
 TEST(CudaGemv, DeclinesUnsupportedCasesAndGemmStaysCorrect) {

@@ -26,14 +26,15 @@ class Gemm {
 
   // y[r, 0:n] = x[r, 0:k] w^T for r < rows. w is [n, k] row-major; ldx/ldy are row strides in
   // elements. All bf16 on this device. rows <= 8 go to the bandwidth-bound Gemv kernel where
-  // it applies (see cuda_gemv.h), unless KVATTN_GEMV=0 or use_gemv(false); the rest to cuBLASLt.
+  // it applies and the mode picks it (see cuda_gemv.h; KVATTN_GEMV), the rest to cuBLASLt.
   void run(const void* x, int64_t ldx, int64_t rows, const void* w, int64_t n, int64_t k,
            void* y, int64_t ldy, cudaStream_t stream);
 
-  // Turns the small-rows Gemv path on or off for this object (tests, benchmarks); starts as
-  // Gemv::env_enabled().
-  void use_gemv(bool on) { use_gemv_ = on; }
-  bool uses_gemv() const { return use_gemv_; }
+  // Which small-rows cases go to the Gemv kernel (tests, benchmarks); starts as
+  // Gemv::env_mode(). use_gemv(true) is kAll, use_gemv(false) kOff.
+  void set_gemv_mode(Gemv::Mode mode) { gemv_mode_ = mode; }
+  void use_gemv(bool on) { gemv_mode_ = on ? Gemv::Mode::kAll : Gemv::Mode::kOff; }
+  Gemv::Mode gemv_mode() const { return gemv_mode_; }
 
  private:
   struct Plan {
@@ -48,7 +49,7 @@ class Gemm {
   Tensor workspace_;
   std::map<Key, Plan> plans_;
   Gemv gemv_;
-  bool use_gemv_ = Gemv::env_enabled();
+  Gemv::Mode gemv_mode_ = Gemv::env_mode();
 };
 
 }  // namespace kvattn::cuda_model

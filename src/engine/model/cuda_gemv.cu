@@ -225,12 +225,18 @@ Gemv::Gemv(int device) {
   }
 }
 
-bool Gemv::env_enabled() {
-  static const bool on = [] {
+Gemv::Mode Gemv::env_mode() {
+  static const Mode mode = [] {
     const char* e = std::getenv("KVATTN_GEMV");
-    return e == nullptr || std::strcmp(e, "0") != 0;
+    if (e != nullptr && std::strcmp(e, "0") == 0) return Mode::kOff;
+    if (e != nullptr && std::strcmp(e, "all") == 0) return Mode::kAll;
+    return Mode::kAuto;
   }();
-  return on;
+  return mode;
+}
+
+bool Gemv::preferred(int64_t rows, int64_t n, int64_t /*k*/) {
+  return rows >= 1 && rows <= kMaxRows && (n <= 2048 || (n >= 65536 && rows <= 4));
 }
 
 bool Gemv::run(const void* x, int64_t ldx, int64_t rows, const void* w, int64_t n, int64_t k,

@@ -1,8 +1,9 @@
 // Internal: y = x W^T for a few rows of x (decode: rows <= 8), bf16 operands, float32
 // accumulation, bf16 output rounded once, like cuBLASLt's, but built for the shape where
 // cuBLASLt is far from the memory bandwidth: every weight element is read once, with 16-byte
-// non-caching loads, for all rows of x at once (x sits in shared memory). Used by Gemm::run
-// when it applies; launches nothing else, allocates nothing, so it is CUDA-graph capturable.
+// non-caching loads, for all rows of x at once (x sits in shared memory). Gemm::run uses it
+// for the shapes where it measured faster (Mode, preferred()); launches nothing else,
+// allocates nothing, so it is CUDA-graph capturable.
 #pragma once
 
 #ifdef KVATTN_WITH_CUDA
@@ -29,8 +30,17 @@ class Gemv {
   bool run(const void* x, int64_t ldx, int64_t rows, const void* w, int64_t n, int64_t k,
            void* y, int64_t ldy, cudaStream_t stream) const;
 
-  // False when the environment sets KVATTN_GEMV=0 (read once per process).
-  static bool env_enabled();
+  // Which eligible cases Gemm sends here. kAuto: only the shapes where the H200 measurement
+  // (docs/perf/NOTES.md, "GEMV for small-batch decode") found the GEMV faster than cuBLASLt,
+  // see preferred(); kAll: every case run() accepts; kOff: none.
+  enum class Mode { kOff, kAuto, kAll };
+  // KVATTN_GEMV (read once per process): "0" kOff, "all" kAll, unset or anything else kAuto.
+  static Mode env_mode();
+  // kAuto's rule: a small number of output features (the K-split regime: o_proj, down_proj of
+  // Qwen3-0.6B, 1024 x 2048/3072, 1.05-3.5x at M = 1..8), or a vocabulary-sized one at
+  // rows <= 4 (lm_head 151936 x 1024: 1.05-1.06x; 0.76x at M = 8). The mid-sized ones (qkv
+  // 4096, gate_up 6144: 0.59-0.95x) stay on cuBLASLt.
+  static bool preferred(int64_t rows, int64_t n, int64_t k);
 
  private:
   int sms_ = 0;
