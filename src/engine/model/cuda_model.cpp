@@ -56,6 +56,7 @@ std::vector<int64_t> decode_graph_ladder(int64_t max_decode_batch) {
 #include <cuda_runtime_api.h>
 
 #include <array>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -146,6 +147,17 @@ class Pinned {
 };
 
 size_t align16(size_t x) { return (x + 15) / 16 * 16; }
+
+// KVATTN_TP_SKIP_COMM=1 (timing experiments only: the outputs are then wrong) leaves out every
+// collective, so a run with and without it gives the share of step time spent in NCCL.
+bool skip_collectives() {
+  static const bool skip = [] {
+    const char* e = std::getenv("KVATTN_TP_SKIP_COMM");
+    return e != nullptr && e[0] == '1';
+  }();
+  return skip;
+}
+
 
 std::span<const int32_t> host_span(const TensorView& t) {
   if (!t.defined()) return {};
@@ -883,7 +895,7 @@ void CudaModel::run_layers(int64_t T, int64_t R, const int32_t* ids, const int32
   }
   k::add_rmsnorm(x, o, final_norm_.data(), eps, fin, rows, R, H, stream_);
   gemm_.run(fin, H, R, lm_head_.data(), V, H, lg, V, stream_);
-  if (tensor_parallel() && R > 0) {
+  if (tensor_parallel() && R > 0 && !skip_collectives()) {
 #ifdef KVATTN_WITH_NCCL
     // Every rank's slice [size, R, V], then each slice into its columns of [R, size * V].
     const int n = rank_.size;
@@ -900,7 +912,7 @@ void CudaModel::run_layers(int64_t T, int64_t R, const int32_t* ids, const int32
 }
 
 void CudaModel::all_reduce(void* buf, int64_t count) {
-  if (!tensor_parallel()) return;
+  if (!tensor_parallel() || skip_collectives()) return;
 #ifdef KVATTN_WITH_NCCL
   rank_.nccl->all_reduce_sum(buf, count, DType::kBF16, stream_);
 #else
