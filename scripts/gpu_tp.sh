@@ -4,11 +4,13 @@
 # random model at TP=1 and TP=2, and TP=2 with the collectives left out (KVATTN_TP_SKIP_COMM=1,
 # timing only) to estimate the share of step time in NCCL. Also the single-stream decode of
 # the Qwen3-0.6B shape with the default GEMV policy. Env: OUT, LAYERS (default 8: the 8B layer
-# shape at reduced depth, so weights load within the call). Carry .deps.
+# shape at reduced depth, so weights load within the call), THROUGHPUT_ONLY=1 (only the TP=1
+# and TP=2 throughput runs). Carry .deps.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}
 LAYERS=${LAYERS:-8}
+ONLY=${THROUGHPUT_ONLY:-0}
 mkdir -p "$OUT"
 source scripts/device_env.sh >/dev/null 2>&1
 export NCCL_NVLS_ENABLE=0
@@ -22,16 +24,18 @@ cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVATTN_CUDA_ARCHS=
   { tail -n 30 "$OUT/build.log"; echo "BUILD FAILED"; exit 1; }
 grep -i "nccl" "$OUT/build.log" | head -2
 
+if [ "$ONLY" != 1 ]; then
 step "tp tests"
 for t in nccl tensor_parallel tensor_parallel_2gpu; do
   timeout 180 "build-gpu/tests/engine/engine_${t}_gpu_test" >"$OUT/t_$t.log" 2>&1
   echo "$t: rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/t_$t.log" | tr '\n' ' ')"
   grep -E "TP=2 vs TP=1|Failure" -A3 "$OUT/t_$t.log" | head -12
 done
+fi
 
 step "checkpoints"
 python3 scripts/make_random_qwen3.py --shape 8b --layers "$LAYERS" --out /tmp/q8b 2>&1 | tail -1
-python3 scripts/make_random_qwen3.py --shape 0.6b --out /tmp/q06 2>&1 | tail -1
+[ "$ONLY" = 1 ] || python3 scripts/make_random_qwen3.py --shape 0.6b --out /tmp/q06 2>&1 | tail -1
 
 K=./build-gpu/kvattn
 common=(--device cuda --single-output 32 --ttft-input 1024)
@@ -40,6 +44,7 @@ for tp in 1 2; do
   timeout 200 "$K" bench --model /tmp/q8b "${common[@]}" --tensor-parallel $tp \
     --json "$OUT/tp$tp.json" 2>&1 | tr '\r' '\n' | grep -E "loaded|Throughput|split|single|first|free|error"
 done
+if [ "$ONLY" != 1 ]; then
 step "TP=2 without collectives (timing only)"
 KVATTN_TP_SKIP_COMM=1 timeout 200 "$K" bench --model /tmp/q8b "${common[@]}" --tensor-parallel 2 \
   --json "$OUT/tp2_nocomm.json" 2>&1 | tr '\r' '\n' | grep -E "Throughput|split|error"
@@ -50,6 +55,7 @@ for g in "" 0; do
     --max-input 8 --min-output 8 --max-output 8 --single-output 512 2>&1 | grep -E "single|error" |
     sed "s/^/KVATTN_GEMV='$g' /"
 done
+fi
 
 step summary
 python3 - "$OUT" <<'PY'
