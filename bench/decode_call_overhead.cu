@@ -25,18 +25,9 @@
 
 #include "kvattn/core/tensor.h"
 #include "kvattn/kernels/decode_attention.h"
+#include "bench_util.cuh"
 
 namespace {
-
-#define BENCH_CUDA(expr)                                                                 \
-  do {                                                                                   \
-    cudaError_t e_ = (expr);                                                             \
-    if (e_ != cudaSuccess) {                                                             \
-      std::fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #expr,          \
-                   cudaGetErrorString(e_));                                              \
-      std::exit(1);                                                                      \
-    }                                                                                    \
-  } while (0)
 
 using kvattn::DType;
 using kvattn::Tensor;

@@ -31,18 +31,9 @@
 #include "kvattn/kernels/device_faults.h"
 #include "kvattn/kernels/store_kv.h"
 #include "kernels/cuda/tuning.h"
+#include "bench_util.cuh"
 
 namespace {
-
-#define BENCH_CUDA(expr)                                                                  \
-  do {                                                                                    \
-    cudaError_t e_ = (expr);                                                              \
-    if (e_ != cudaSuccess) {                                                              \
-      std::fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #expr,           \
-                   cudaGetErrorString(e_));                                               \
-      std::exit(1);                                                                       \
-    }                                                                                     \
-  } while (0)
 
 using kvattn::DType;
 using kvattn::Tensor;
@@ -53,17 +44,6 @@ int g_reps = 100;
 double g_l2_bytes = 50e6;
 void* g_flush = nullptr;
 constexpr size_t kFlushBytes = size_t{256} << 20;
-
-__global__ void fill_random_bf16(__nv_bfloat16* p, int64_t n, uint32_t seed) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    uint32_t x = static_cast<uint32_t>(i) * 2654435761u ^ seed ^ static_cast<uint32_t>(i >> 32);
-    x ^= x >> 15;
-    x *= 2246822519u;
-    x ^= x >> 13;
-    p[i] = __float2bfloat16(static_cast<float>(x & 0xffffff) / 8388608.0f - 1.0f);
-  }
-}
 
 void fill(const Tensor& t, uint32_t seed) {
   fill_random_bf16<<<1024, 256>>>(t.ptr<__nv_bfloat16>(), t.numel(), seed);

@@ -25,20 +25,11 @@
 #include "kernels/cuda/prefill_kernel.cuh"
 #include "kvattn/kernels/device_faults.h"
 #include "kvattn/kernels/prefill_attention.h"
+#include "bench_util.cuh"
 
 namespace {
 
 using namespace kvattn;
-
-#define BENCH_CUDA(expr)                                                                 \
-  do {                                                                                   \
-    const cudaError_t e_ = (expr);                                                       \
-    if (e_ != cudaSuccess) {                                                             \
-      std::fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #expr,          \
-                   cudaGetErrorString(e_));                                              \
-      std::exit(1);                                                                      \
-    }                                                                                    \
-  } while (0)
 
 __global__ void fill_bf16(__nv_bfloat16* p, int64_t n, uint64_t seed) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "kvattn/core/device.h"
+#include "engine_test_util.h"
 
 #ifdef KVATTN_WITH_CUDA
 #include <cuda_runtime_api.h>
@@ -280,11 +281,4 @@ TEST(CudaGemv, RunsInsideACapturedGraph) {
 }  // namespace
 }  // namespace kvattn
 
-int main(int argc, char** argv) {
-  if (!kvattn::cuda_available()) {
-    std::printf("no CUDA device (or no CUDA backend in this build): skipping\n");
-    return 77;
-  }
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
-}
+KVATTN_GPU_TEST_MAIN()

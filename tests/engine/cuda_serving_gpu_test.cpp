@@ -18,6 +18,7 @@
 #include "kvattn/cache/block_manager.h"
 #include "kvattn/cache/kv_pool.h"
 #include "kvattn/engine/model.h"
+#include "engine_test_util.h"
 #include "kvattn/engine/sampler.h"
 #include "kvattn/kernels/device_faults.h"
 
@@ -716,11 +717,4 @@ TEST(CudaServing, GrowingPastThePlanRecaptures) {
 }  // namespace
 }  // namespace kvattn
 
-int main(int argc, char** argv) {
-  if (!kvattn::cuda_available()) {
-    std::printf("no CUDA device (or no CUDA backend in this build): skipping\n");
-    return 77;
-  }
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
-}
+KVATTN_GPU_TEST_MAIN()

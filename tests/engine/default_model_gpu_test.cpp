@@ -8,6 +8,7 @@
 
 #include "kvattn/engine/llm.h"
 #include "kvattn/engine/model.h"
+#include "engine_test_util.h"
 
 namespace kvattn {
 namespace {
@@ -16,12 +17,7 @@ std::string default_model_path() {
   return std::string(KVATTN_SOURCE_DIR) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
 }
 
-LLMOptions gpu_options() {
-  LLMOptions o;
-  o.device = Device::cuda(0);
-  o.kv_cache_bytes = 64 << 20;
-  return o;
-}
+using test::gpu_options;
 
 TEST(DefaultModelGpu, ChatAnswerNamesParis) {
   LLMOptions o = gpu_options();
@@ -44,15 +40,10 @@ TEST(DefaultModelGpu, ChatAnswerNamesParis) {
 }  // namespace kvattn
 
 int main(int argc, char** argv) {
-  if (!kvattn::cuda_available()) {
-    std::printf("no CUDA device (or no CUDA backend in this build): skipping\n");
-    return 77;
+  // The CUDA check (gpu_test_main's) comes first, then the model file's.
+  if (kvattn::cuda_available() && !std::filesystem::exists(kvattn::default_model_path())) {
+    return kvattn::test::skip(
+        (kvattn::default_model_path() + " not fetched (scripts/fetch_model.sh)").c_str());
   }
-  if (!std::filesystem::exists(kvattn::default_model_path())) {
-    std::printf("%s not fetched (scripts/fetch_model.sh): skipping\n",
-                kvattn::default_model_path().c_str());
-    return 77;
-  }
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
+  return kvattn::test::gpu_test_main(argc, argv);
 }

@@ -8,35 +8,21 @@
 #include <string>
 #include <vector>
 
+#include "engine_test_util.h"
+
 namespace kvattn {
 namespace {
 
-std::string tiny_llama() { return std::string(KVATTN_SOURCE_DIR) + "/tests/data/tiny_llama"; }
+std::string tiny_llama() { return test::checkpoint("tiny_llama"); }
 
 std::unique_ptr<LLM> make_llm(LLMOptions opt = {}) {
   if (opt.kv_cache_bytes == 0) opt.kv_cache_bytes = 4 << 20;
   return std::make_unique<LLM>(load_hf_model(tiny_llama()), std::nullopt, opt);
 }
 
-std::vector<int32_t> random_tokens(std::mt19937_64& rng, size_t n) {
-  std::uniform_int_distribution<int32_t> d(3, 319);
-  std::vector<int32_t> t(n);
-  for (auto& x : t) x = d(rng);
-  return t;
-}
-
-SamplingParams greedy(int max_tokens) {
-  SamplingParams sp;
-  sp.max_tokens = max_tokens;
-  sp.ignore_eos = true;
-  return sp;
-}
-
-std::vector<std::vector<int32_t>> tokens_of(const std::vector<RequestOutput>& outs) {
-  std::vector<std::vector<int32_t>> t;
-  for (const auto& o : outs) t.push_back(o.token_ids);
-  return t;
-}
+using test::greedy;
+using test::random_tokens;
+using test::tokens_of;
 
 // A second request sharing a 1,000-token prefix computes only its own tail, and its tokens
 // equal those of an engine without prefix caching.

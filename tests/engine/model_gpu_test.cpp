@@ -13,20 +13,14 @@
 
 #include "kvattn/engine/llm.h"
 #include "kvattn/engine/model.h"
+#include "engine_test_util.h"
 
 namespace kvattn {
 namespace {
 
-std::string data_dir(const std::string& arch) {
-  return std::string(KVATTN_SOURCE_DIR) + "/tests/data/tiny_" + arch;
-}
+std::string data_dir(const std::string& arch) { return test::checkpoint("tiny_" + arch); }
 
-LLMOptions gpu_options() {
-  LLMOptions o;
-  o.device = Device::cuda(0);
-  o.kv_cache_bytes = 64 << 20;
-  return o;
-}
+using test::gpu_options;
 
 class TinyGpu : public ::testing::TestWithParam<std::string> {};
 
@@ -86,11 +80,4 @@ INSTANTIATE_TEST_SUITE_P(HF, TinyGpu, ::testing::Values("llama", "qwen3"));
 }  // namespace
 }  // namespace kvattn
 
-int main(int argc, char** argv) {
-  if (!kvattn::cuda_available()) {
-    std::printf("no CUDA device (or no CUDA backend in this build): skipping\n");
-    return 77;
-  }
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
-}
+KVATTN_GPU_TEST_MAIN()

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kvattn/core/device.h"
+#include "engine_test_util.h"
 #include "kvattn/core/dtype.h"
 #include "kvattn/core/error.h"
 
@@ -111,16 +112,4 @@ TEST(Nccl, RejectsInvisibleDevices) {
 }  // namespace kvattn
 #endif  // KVATTN_WITH_NCCL
 
-int main(int argc, char** argv) {
-#ifndef KVATTN_WITH_NCCL
-  std::printf("this build has no NCCL: skipping\n");
-  return 77;
-#else
-  if (!kvattn::cuda_available()) {
-    std::printf("no CUDA device: skipping\n");
-    return 77;
-  }
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
-#endif
-}
+int main(int argc, char** argv) { return kvattn::test::nccl_test_main(argc, argv); }

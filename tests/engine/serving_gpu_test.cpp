@@ -16,29 +16,17 @@
 
 #include "kvattn/core/device.h"
 #include "kvattn/engine/llm.h"
+#include "engine_test_util.h"
 
 namespace kvattn {
 namespace {
 
-std::string checkpoint(const std::string& name) {
-  return std::string(KVATTN_SOURCE_DIR) + "/tests/data/" + name;
-}
+using test::all_samples;
+using test::checkpoint;
+using test::greedy;
+using test::random_tokens;
 
 constexpr int64_t kBlockBytes = 16384;  // bf16: 16 tokens x 2 layers x K,V x 2 heads x 64
-
-std::vector<int32_t> random_tokens(std::mt19937_64& rng, size_t n) {
-  std::uniform_int_distribution<int32_t> d(3, 319);
-  std::vector<int32_t> t(n);
-  for (auto& x : t) x = d(rng);
-  return t;
-}
-
-SamplingParams greedy(int max_tokens) {
-  SamplingParams sp;
-  sp.max_tokens = max_tokens;
-  sp.ignore_eos = true;
-  return sp;
-}
 
 class ServingGpu : public ::testing::TestWithParam<std::string> {
  protected:
@@ -53,15 +41,6 @@ class ServingGpu : public ::testing::TestWithParam<std::string> {
     return std::make_unique<LLM>(load_hf_model(checkpoint(GetParam())), std::nullopt, o);
   }
 };
-
-// Every completion of every request, in order.
-std::vector<std::vector<int32_t>> all_samples(const std::vector<RequestOutput>& outs) {
-  std::vector<std::vector<int32_t>> t;
-  for (const auto& o : outs) {
-    for (const auto& s : o.samples) t.push_back(s.token_ids);
-  }
-  return t;
-}
 
 TEST_P(ServingGpu, GraphsOnAndOffGiveIdenticalOutputs) {
   std::mt19937_64 rng(21);
@@ -105,11 +84,4 @@ INSTANTIATE_TEST_SUITE_P(TinyCheckpoints, ServingGpu,
 }  // namespace
 }  // namespace kvattn
 
-int main(int argc, char** argv) {
-  if (!kvattn::cuda_available()) {
-    std::printf("no CUDA device (or no CUDA backend in this build): skipping\n");
-    return 77;
-  }
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
-}
+KVATTN_GPU_TEST_MAIN()

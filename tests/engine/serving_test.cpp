@@ -11,29 +11,17 @@
 
 #include "kvattn/core/error.h"
 #include "kvattn/engine/llm.h"
+#include "engine_test_util.h"
 
 namespace kvattn {
 namespace {
 
-std::string checkpoint(const std::string& name) {
-  return std::string(KVATTN_SOURCE_DIR) + "/tests/data/" + name;
-}
+using test::checkpoint;
+using test::greedy;
+using test::random_tokens;
+using test::tokens_of;
 
 constexpr int64_t kBlockBytes = 32768;  // both tiny models: 16 tokens x 2 layers x K,V x 2 x 64 f32
-
-std::vector<int32_t> random_tokens(std::mt19937_64& rng, size_t n) {
-  std::uniform_int_distribution<int32_t> d(3, 319);
-  std::vector<int32_t> t(n);
-  for (auto& x : t) x = d(rng);
-  return t;
-}
-
-SamplingParams greedy(int max_tokens) {
-  SamplingParams sp;
-  sp.max_tokens = max_tokens;
-  sp.ignore_eos = true;
-  return sp;
-}
 
 class Serving : public ::testing::TestWithParam<std::string> {
  protected:
@@ -58,12 +46,6 @@ class Serving : public ::testing::TestWithParam<std::string> {
     return p;
   }
 };
-
-std::vector<std::vector<int32_t>> tokens_of(const std::vector<RequestOutput>& outs) {
-  std::vector<std::vector<int32_t>> t;
-  for (const auto& o : outs) t.push_back(o.token_ids);
-  return t;
-}
 
 TEST_P(Serving, PreemptionKeepsGreedyTokens) {
   std::mt19937_64 rng(11);

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "kvattn/core/device.h"
+#include "engine_test_util.h"
 #include "engine/tp_test_driver.h"
 
 #ifdef KVATTN_WITH_NCCL
@@ -55,16 +56,5 @@ TEST(TensorParallel2Gpu, GreedyTokensEqualOneGpu) {
 #endif
 
 int main(int argc, char** argv) {
-#ifndef KVATTN_WITH_NCCL
-  std::printf("this build has no NCCL: skipping\n");
-  return 77;
-#else
-  int n = 0;
-  if (!kvattn::cuda_available() || cudaGetDeviceCount(&n) != cudaSuccess || n < 2) {
-    std::printf("fewer than two CUDA devices: skipping\n");
-    return 77;
-  }
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
-#endif
+  return kvattn::test::nccl_test_main(argc, argv, /*two_gpus=*/true);
 }

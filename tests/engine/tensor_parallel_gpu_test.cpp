@@ -8,6 +8,7 @@
 
 #include "engine/parallel/tp_model.h"
 #include "kvattn/core/device.h"
+#include "engine_test_util.h"
 #include "engine/tp_test_driver.h"
 
 #ifdef KVATTN_WITH_NCCL
@@ -76,16 +77,4 @@ TEST(TensorParallelGpu, RejectsMoreRanksThanGpus) {
 }  // namespace kvattn
 #endif
 
-int main(int argc, char** argv) {
-#ifndef KVATTN_WITH_NCCL
-  std::printf("this build has no NCCL: skipping\n");
-  return 77;
-#else
-  if (!kvattn::cuda_available()) {
-    std::printf("no CUDA device: skipping\n");
-    return 77;
-  }
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
-#endif
-}
+int main(int argc, char** argv) { return kvattn::test::nccl_test_main(argc, argv); }

@@ -15,12 +15,11 @@
 #include "kvattn/cache/block_manager.h"
 #include "kvattn/engine/model.h"
 #include "kvattn/engine/weights.h"
+#include "engine_test_util.h"
 
 namespace kvattn::tp_test {
 
-inline std::string tiny_qwen3_dir() {
-  return std::string(KVATTN_SOURCE_DIR) + "/tests/data/tiny_qwen3";
-}
+inline std::string tiny_qwen3_dir() { return test::checkpoint("tiny_qwen3"); }
 
 inline std::vector<std::vector<int32_t>> random_prompts(uint64_t seed, int64_t vocab) {
   std::mt19937_64 rng(seed);
