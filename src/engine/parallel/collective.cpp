@@ -39,8 +39,9 @@ class ThreadCollective final : public Collective {
 
   void all_gather(const float* send, float* recv, int64_t count) override {
     KVATTN_CHECK(count >= 0, "Collective::all_gather: count must be >= 0 but is ", count);
+    if (count == 0) return;  // every rank has the same count: no rank waits at the barrier
     if (size_ == 1) {
-      if (count > 0 && recv != send) std::memmove(recv, send, count * sizeof(float));
+      if (recv != send) std::memmove(recv, send, count * sizeof(float));
       return;
     }
     group_->sources[rank_] = send;
