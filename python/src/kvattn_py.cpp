@@ -26,6 +26,7 @@
 #ifdef KVATTN_WITH_CUDA
 #include <cuda_runtime_api.h>
 #endif
+#include "kvattn/core/dlpack.h"
 #include "kvattn/kernels/decode_attention.h"
 #include "kvattn/kernels/device_faults.h"
 #include "kvattn/kernels/prefill_attention.h"
@@ -168,48 +169,14 @@ class CallScope {
   int n_managed_ = 0;
 };
 
-// The kvattn view of a DLTensor (the checks of kvattn::from_dlpack, without its heap
-// allocations: this runs for every tensor of every call).
+// The kvattn view of a DLTensor (kvattn::from_dltensor: no heap allocation), its errors
+// prefixed with the argument's name.
 TensorView view_of(const DLTensor& t, const char* name) {
-  TensorView v;
-  const DLDataType dt = t.dtype;
-  if (dt.lanes == 1 && dt.code == kDLFloat && dt.bits == 32) v.dtype = DType::kF32;
-  else if (dt.lanes == 1 && dt.code == kDLFloat && dt.bits == 16) v.dtype = DType::kF16;
-  else if (dt.lanes == 1 && dt.code == kDLBfloat && dt.bits == 16) v.dtype = DType::kBF16;
-  else if (dt.lanes == 1 && dt.code == kDLInt && dt.bits == 32) v.dtype = DType::kI32;
-  else if (dt.lanes == 1 && dt.code == kDLInt && dt.bits == 64) v.dtype = DType::kI64;
-  else if (dt.lanes == 1 && dt.code == kDLUInt && dt.bits == 8) v.dtype = DType::kU8;
-  else {
-    throw Error(std::string("kvattn: ") + name + " dtype (DLPack code " + std::to_string(dt.code) +
-                ", bits " + std::to_string(dt.bits) + ", lanes " + std::to_string(dt.lanes) +
-                ") must be one of float32, float16, bfloat16, int32, int64, uint8");
+  try {
+    return from_dltensor(t);
+  } catch (const Error& e) {
+    throw Error(std::string("kvattn: ") + name + ": " + e.what());
   }
-  if (t.device.device_type == kDLCPU) {
-    v.device = Device::cpu();
-  } else if (t.device.device_type == kDLCUDA) {
-    v.device = Device::cuda(t.device.device_id);
-  } else {
-    throw Error(std::string("kvattn: ") + name + " must be on the CPU or a CUDA device but its " +
-                "DLPack device type is " + std::to_string(static_cast<int>(t.device.device_type)));
-  }
-  if (t.ndim < 0 || t.ndim > kMaxDims) {
-    throw Error(std::string("kvattn: ") + name + " must have at most " +
-                std::to_string(kMaxDims) + " dims but has " + std::to_string(t.ndim));
-  }
-  const int64_t esize = dtype_size(v.dtype);
-  if (t.byte_offset % static_cast<uint64_t>(esize) != 0) {
-    throw Error(std::string("kvattn: ") + name + " byte_offset " +
-                std::to_string(t.byte_offset) + " is not a multiple of the element size");
-  }
-  v.ndim = t.ndim;
-  int64_t stride = 1;
-  for (int d = t.ndim - 1; d >= 0; --d) {
-    v.shape[d] = t.shape[d];
-    v.strides[d] = t.strides != nullptr ? t.strides[d] : stride;  // null: compact row-major
-    stride *= t.shape[d];
-  }
-  v.data = static_cast<char*>(t.data) + t.byte_offset;
-  return v;
 }
 
 // The kvattn view of `obj` (None => an empty view, "not given").
@@ -291,18 +258,6 @@ void check_no_grad(PyObject* obj, const char* name) {
   }
 }
 
-DLDataType to_dl(DType t) {
-  switch (t) {
-    case DType::kF32: return {kDLFloat, 32, 1};
-    case DType::kF16: return {kDLFloat, 16, 1};
-    case DType::kBF16: return {kDLBfloat, 16, 1};
-    case DType::kI32: return {kDLInt, 32, 1};
-    case DType::kI64: return {kDLInt, 64, 1};
-    case DType::kU8: return {kDLUInt, 8, 1};
-  }
-  return {kDLFloat, 32, 1};
-}
-
 struct AllocError {
   std::string message;
 };
@@ -335,7 +290,7 @@ nb::object allocate(const TypeInfo* like, PyObject* like_obj, Device device, DTy
     DLTensor proto{};
     proto.device = {device.is_cuda() ? kDLCUDA : kDLCPU, device.index};
     proto.ndim = ndim;
-    proto.dtype = to_dl(dtype);
+    proto.dtype = to_dlpack_dtype(dtype);
     proto.shape = shape.data();
     DLManagedTensorVersioned* m = nullptr;
     AllocError err;

@@ -19,7 +19,9 @@ DType dtype_from_dl(DLDataType t) {
               ") must be one of float32, float16, bfloat16, int32, int64, uint8");
 }
 
-DLDataType dtype_to_dl(DType t) {
+}  // namespace
+
+DLDataType to_dlpack_dtype(DType t) {
   switch (t) {
     case DType::kF32: return {kDLFloat, 32, 1};
     case DType::kF16: return {kDLFloat, 16, 1};
@@ -31,6 +33,8 @@ DLDataType dtype_to_dl(DType t) {
   return {kDLFloat, 32, 1};
 }
 
+namespace {
+
 struct ExportContext {
   Tensor tensor;  // keeps the storage alive
   std::vector<int64_t> shape, strides;
@@ -39,35 +43,36 @@ struct ExportContext {
 
 }  // namespace
 
-TensorView from_dlpack(const DLManagedTensor* managed) {
-  KVATTN_CHECK(managed != nullptr, "from_dlpack: tensor must not be null");
-  const DLTensor& t = managed->dl_tensor;
-  Device device;
+TensorView from_dltensor(const DLTensor& t) {
+  TensorView v;
   if (t.device.device_type == kDLCPU) {
-    device = Device::cpu();
+    v.device = Device::cpu();
   } else if (t.device.device_type == kDLCUDA) {
-    device = Device::cuda(t.device.device_id);
+    v.device = Device::cuda(t.device.device_id);
   } else {
     KVATTN_FAIL("from_dlpack: device type must be CPU (1) or CUDA (2) but is ",
                 int(t.device.device_type));
   }
-  const DType dtype = dtype_from_dl(t.dtype);
+  v.dtype = dtype_from_dl(t.dtype);
   KVATTN_CHECK(t.ndim >= 0 && t.ndim <= kMaxDims, "from_dlpack: ndim must be in [0, ", kMaxDims,
                "] but is ", t.ndim);
-  KVATTN_CHECK(t.byte_offset % dtype_size(dtype) == 0, "from_dlpack: byte_offset ",
-               t.byte_offset, " is not a multiple of the element size ", dtype_size(dtype));
-  std::vector<int64_t> shape(t.shape, t.shape + t.ndim);
-  std::vector<int64_t> strides(t.ndim);
-  if (t.strides == nullptr) {  // compact row-major
-    int64_t s = 1;
-    for (int d = t.ndim - 1; d >= 0; --d) {
-      strides[d] = s;
-      s *= shape[d];
-    }
-  } else {
-    strides.assign(t.strides, t.strides + t.ndim);
+  KVATTN_CHECK(t.byte_offset % dtype_size(v.dtype) == 0, "from_dlpack: byte_offset ",
+               t.byte_offset, " is not a multiple of the element size ", dtype_size(v.dtype));
+  v.ndim = t.ndim;
+  int64_t stride = 1;
+  for (int d = t.ndim - 1; d >= 0; --d) {  // null strides: compact row-major
+    KVATTN_CHECK(t.shape[d] >= 0, "from_dlpack: shape[", d, "] must be >= 0 but is ", t.shape[d]);
+    v.shape[d] = t.shape[d];
+    v.strides[d] = t.strides != nullptr ? t.strides[d] : stride;
+    stride *= t.shape[d];
   }
-  return TensorView(static_cast<char*>(t.data) + t.byte_offset, dtype, device, shape, strides);
+  v.data = static_cast<char*>(t.data) + t.byte_offset;
+  return v;
+}
+
+TensorView from_dlpack(const DLManagedTensor* managed) {
+  KVATTN_CHECK(managed != nullptr, "from_dlpack: tensor must not be null");
+  return from_dltensor(managed->dl_tensor);
 }
 
 DLManagedTensor* to_dlpack(const Tensor& tensor) {
@@ -81,7 +86,7 @@ DLManagedTensor* to_dlpack(const Tensor& tensor) {
   t.data = v.data;
   t.device = {v.device.is_cpu() ? kDLCPU : kDLCUDA, v.device.index};
   t.ndim = v.ndim;
-  t.dtype = dtype_to_dl(v.dtype);
+  t.dtype = to_dlpack_dtype(v.dtype);
   t.shape = ctx->shape.data();
   t.strides = ctx->strides.data();
   t.byte_offset = 0;
