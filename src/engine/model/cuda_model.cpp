@@ -239,6 +239,15 @@ class CudaModel final : public Model {
   int64_t full_logits_ld() const;
   bool tensor_parallel() const { return rank_.nccl != nullptr; }
   void run_fixed_body(size_t rung);
+  // Typed views of the pinned header mirror (layout in the file comment).
+  struct HostHeader {
+    int32_t *tok, *pos, *slot, *len, *row, *meta;
+    SampleParams* prm;
+    char* compact;
+    // Rows [from, to) become pad rows: token 0, position 0, slot -1, context length 0.
+    void pad_rows(int64_t from, int64_t to) const;
+  };
+  HostHeader host_header();
   void write_pad_header();
   void upload_header(size_t table_bytes);
   void capture(size_t rung);
@@ -453,23 +462,36 @@ size_t CudaModel::rung_for(int64_t n) const {
                              fx_.ladder.begin());
 }
 
-void CudaModel::write_pad_header() {
+CudaModel::HostHeader CudaModel::host_header() {
   char* h = static_cast<char*>(fx_.host.data());
-  auto* tok = reinterpret_cast<int32_t*>(h + fx_.off_tokens);
-  auto* pos = reinterpret_cast<int32_t*>(h + fx_.off_pos);
-  auto* slot = reinterpret_cast<int32_t*>(h + fx_.off_slots);
-  auto* len = reinterpret_cast<int32_t*>(h + fx_.off_lens);
-  auto* row = reinterpret_cast<int32_t*>(h + fx_.off_rows);
-  auto* prm = reinterpret_cast<SampleParams*>(h + fx_.off_params);
-  auto* meta = reinterpret_cast<int32_t*>(h + fx_.off_meta);
-  meta[0] = meta[1] = 0;  // no table rows to spread
-  for (int64_t i = 0; i < fx_.max_batch; ++i) {
+  HostHeader hh;
+  hh.tok = reinterpret_cast<int32_t*>(h + fx_.off_tokens);
+  hh.pos = reinterpret_cast<int32_t*>(h + fx_.off_pos);
+  hh.slot = reinterpret_cast<int32_t*>(h + fx_.off_slots);
+  hh.len = reinterpret_cast<int32_t*>(h + fx_.off_lens);
+  hh.row = reinterpret_cast<int32_t*>(h + fx_.off_rows);
+  hh.prm = reinterpret_cast<SampleParams*>(h + fx_.off_params);
+  hh.meta = reinterpret_cast<int32_t*>(h + fx_.off_meta);
+  hh.compact = h + fx_.off_compact;
+  return hh;
+}
+
+void CudaModel::HostHeader::pad_rows(int64_t from, int64_t to) const {
+  for (int64_t i = from; i < to; ++i) {
     tok[i] = 0;
     pos[i] = 0;
     slot[i] = -1;
     len[i] = 0;
-    row[i] = static_cast<int32_t>(i);
-    prm[i] = SampleParams{};
+  }
+}
+
+void CudaModel::write_pad_header() {
+  const HostHeader hh = host_header();
+  hh.meta[0] = hh.meta[1] = 0;  // no table rows to spread
+  hh.pad_rows(0, fx_.max_batch);
+  for (int64_t i = 0; i < fx_.max_batch; ++i) {
+    hh.row[i] = static_cast<int32_t>(i);
+    hh.prm[i] = SampleParams{};
   }
 }
 
@@ -719,34 +741,22 @@ void CudaModel::step_fixed(const ModelInput& in, const Out& out) {
   const auto lens = host_span(hc.context_lens);
   const auto table = host_span(hc.block_tables);
   const int64_t w = hc.block_tables.size(1);
-  char* h = static_cast<char*>(fx_.host.data());
-  auto* tok = reinterpret_cast<int32_t*>(h + fx_.off_tokens);
-  auto* pos = reinterpret_cast<int32_t*>(h + fx_.off_pos);
-  auto* slot = reinterpret_cast<int32_t*>(h + fx_.off_slots);
-  auto* len = reinterpret_cast<int32_t*>(h + fx_.off_lens);
-  auto* row = reinterpret_cast<int32_t*>(h + fx_.off_rows);
-  auto* prm = reinterpret_cast<SampleParams*>(h + fx_.off_params);
-  std::memcpy(tok, in.token_ids.data(), n * sizeof(int32_t));
-  std::memcpy(pos, in.positions.data(), n * sizeof(int32_t));
-  std::memcpy(slot, slots.data(), n * sizeof(int32_t));
-  std::memcpy(len, lens.data(), n * sizeof(int32_t));
-  for (int64_t i = n; i < b; ++i) {
-    tok[i] = 0;
-    pos[i] = 0;
-    slot[i] = -1;
-    len[i] = 0;
-  }
-  if (R > 0) std::memcpy(row, in.logit_rows.data(), R * sizeof(int32_t));
-  for (int64_t r = R; r < b; ++r) row[r] = static_cast<int32_t>(r);
+  const HostHeader hh = host_header();
+  std::memcpy(hh.tok, in.token_ids.data(), n * sizeof(int32_t));
+  std::memcpy(hh.pos, in.positions.data(), n * sizeof(int32_t));
+  std::memcpy(hh.slot, slots.data(), n * sizeof(int32_t));
+  std::memcpy(hh.len, lens.data(), n * sizeof(int32_t));
+  hh.pad_rows(n, b);
+  if (R > 0) std::memcpy(hh.row, in.logit_rows.data(), R * sizeof(int32_t));
+  for (int64_t r = R; r < b; ++r) hh.row[r] = static_cast<int32_t>(r);
   for (int64_t r = 0; r < R; ++r) {
-    prm[r] = out.sample ? k::make_sample_params(out.rows[r], static_cast<size_t>(r)) : SampleParams{};
+    hh.prm[r] = out.sample ? k::make_sample_params(out.rows[r], static_cast<size_t>(r)) : SampleParams{};
   }
-  for (int64_t r = R; r < b; ++r) prm[r] = SampleParams{};
-  auto* meta = reinterpret_cast<int32_t*>(h + fx_.off_meta);
-  meta[0] = static_cast<int32_t>(n);
-  meta[1] = static_cast<int32_t>(w);
+  for (int64_t r = R; r < b; ++r) hh.prm[r] = SampleParams{};
+  hh.meta[0] = static_cast<int32_t>(n);
+  hh.meta[1] = static_cast<int32_t>(w);
   const size_t table_bytes = static_cast<size_t>(n * w) * sizeof(int32_t);
-  if (table_bytes > 0) std::memcpy(h + fx_.off_compact, table.data(), table_bytes);
+  if (table_bytes > 0) std::memcpy(hh.compact, table.data(), table_bytes);
   upload_header(table_bytes);
   if (options_.cuda_graphs) {
     CUDA_CHECK(cudaGraphLaunch(fx_.graphs[rung], stream_));
