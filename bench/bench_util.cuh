@@ -5,9 +5,11 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <vector>
 
 // Evaluates a CUDA runtime call; on an error prints where and what, and exits 1.
 #define BENCH_CUDA(expr)                                                                  \
@@ -32,6 +34,63 @@ __global__ void fill_random_bf16(__nv_bfloat16* p, int64_t n, uint32_t seed) {
     x ^= x >> 13;
     p[i] = __float2bfloat16(static_cast<float>(x & 0xffffff) / 8388608.0f - 1.0f);
   }
+}
+
+// How L2 is emptied before each timed rep: a 256 MB memset (dirty lines, as triton's do_bench
+// does, so a figure compares with the peers') or a 256 MB read (clean lines: the kernel alone).
+enum class Flush { kNone, kMemset, kRead };
+
+constexpr size_t kFlushBytes = size_t{256} << 20;
+inline void* g_flush_buffer = nullptr;
+
+inline void init_l2_flush() {
+  if (g_flush_buffer != nullptr) return;
+  BENCH_CUDA(cudaMalloc(&g_flush_buffer, kFlushBytes));
+  BENCH_CUDA(cudaMemset(g_flush_buffer, 0, kFlushBytes));
+}
+
+__global__ void read_flush(const int4* p, int64_t n, int* sink) {
+  int acc = 0;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int4 v = __ldcg(p + i);
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (acc == 0x7fffffff) *sink = acc;  // keeps the loads alive
+}
+
+inline void flush_l2(Flush flush, int rep) {
+  if (flush == Flush::kMemset) BENCH_CUDA(cudaMemsetAsync(g_flush_buffer, rep & 0xff, kFlushBytes));
+  if (flush == Flush::kRead) {
+    read_flush<<<1024, 256>>>(static_cast<const int4*>(g_flush_buffer), kFlushBytes / 16,
+                              static_cast<int*>(g_flush_buffer));
+  }
+}
+
+inline const char* flush_name(Flush f) {
+  return f == Flush::kNone ? "no flush" : (f == Flush::kMemset ? "L2 flush: memset" : "L2 flush: read");
+}
+
+// Median time in microseconds of fn() over `reps` reps (CUDA events around each call, L2
+// emptied by `flush` before each; init_l2_flush() first), after `warmup` untimed calls.
+template <typename Fn>
+double median_us(Fn&& fn, Flush flush, int reps, int warmup = 10) {
+  for (int i = 0; i < warmup; ++i) fn();
+  BENCH_CUDA(cudaDeviceSynchronize());
+  std::vector<cudaEvent_t> ev(2 * static_cast<size_t>(reps));
+  for (auto& e : ev) BENCH_CUDA(cudaEventCreate(&e));
+  for (int r = 0; r < reps; ++r) {
+    flush_l2(flush, r);
+    BENCH_CUDA(cudaEventRecord(ev[2 * r]));
+    fn();
+    BENCH_CUDA(cudaEventRecord(ev[2 * r + 1]));
+  }
+  BENCH_CUDA(cudaDeviceSynchronize());
+  std::vector<float> ms(static_cast<size_t>(reps));
+  for (int r = 0; r < reps; ++r) BENCH_CUDA(cudaEventElapsedTime(&ms[r], ev[2 * r], ev[2 * r + 1]));
+  for (auto& e : ev) BENCH_CUDA(cudaEventDestroy(e));
+  std::sort(ms.begin(), ms.end());
+  return 1000.0 * ms[ms.size() / 2];
 }
 
 }  // namespace

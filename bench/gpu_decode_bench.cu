@@ -42,59 +42,19 @@ const kvattn::Device kGpu = kvattn::Device::cuda(0);
 
 int g_reps = 100;
 double g_l2_bytes = 50e6;
-void* g_flush = nullptr;
-constexpr size_t kFlushBytes = size_t{256} << 20;
-
 void fill(const Tensor& t, uint32_t seed) {
   fill_random_bf16<<<1024, 256>>>(t.ptr<__nv_bfloat16>(), t.numel(), seed);
   BENCH_CUDA(cudaGetLastError());
 }
 
-// How L2 is emptied before each timed rep. Working sets far larger than L2 need nothing;
-// smaller ones are timed after a 256 MB memset (dirty lines, as triton's do_bench does, so the
-// figure compares with the peers') and after a 256 MB read (clean lines: the kernel alone).
-enum class Flush { kNone, kMemset, kRead };
-
-__global__ void read_flush(const int4* p, int64_t n, int* sink) {
-  int acc = 0;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const int4 v = __ldcg(p + i);
-    acc ^= v.x ^ v.y ^ v.z ^ v.w;
-  }
-  if (acc == 0x7fffffff) *sink = acc;  // keeps the loads alive
-}
-
-const char* flush_name(Flush f) {
-  return f == Flush::kNone ? "no flush" : (f == Flush::kMemset ? "L2 flush: memset" : "L2 flush: read");
-}
-
-// Median time in microseconds of fn() over g_reps reps.
+// Median time in microseconds of fn() over g_reps reps (bench_util.cuh).
 template <typename Fn>
 double time_us(Fn&& fn, Flush flush, int warmup = 10) {
-  for (int i = 0; i < warmup; ++i) fn();
-  BENCH_CUDA(cudaDeviceSynchronize());
-  std::vector<cudaEvent_t> ev(2 * g_reps);
-  for (auto& e : ev) BENCH_CUDA(cudaEventCreate(&e));
-  for (int r = 0; r < g_reps; ++r) {
-    if (flush == Flush::kMemset) BENCH_CUDA(cudaMemsetAsync(g_flush, r & 0xff, kFlushBytes));
-    if (flush == Flush::kRead) {
-      read_flush<<<1024, 256>>>(static_cast<const int4*>(g_flush), kFlushBytes / 16,
-                                static_cast<int*>(g_flush));
-    }
-    BENCH_CUDA(cudaEventRecord(ev[2 * r]));
-    fn();
-    BENCH_CUDA(cudaEventRecord(ev[2 * r + 1]));
-  }
-  BENCH_CUDA(cudaDeviceSynchronize());
-  std::vector<float> ms(g_reps);
-  for (int r = 0; r < g_reps; ++r) BENCH_CUDA(cudaEventElapsedTime(&ms[r], ev[2 * r], ev[2 * r + 1]));
-  for (auto& e : ev) BENCH_CUDA(cudaEventDestroy(e));
-  std::sort(ms.begin(), ms.end());
-  return 1000.0 * ms[ms.size() / 2];
+  return median_us(fn, flush, g_reps, warmup);
 }
 
-// The flush modes a working set of `bytes` is timed under.
+// The flush modes a working set of `bytes` is timed under: working sets far larger than L2
+// need none.
 std::vector<Flush> flushes_for(double bytes) {
   if (bytes > 4.0 * g_l2_bytes) return {Flush::kNone};
   return {Flush::kMemset, Flush::kRead};
@@ -171,11 +131,19 @@ void bench_store_kv(int64_t tokens, int64_t block_size, std::mt19937_64& rng) {
   const double bytes = 4.0 * tokens * hkv * d * 2 + tokens * 4.0;
   const std::string shape = "T=" + std::to_string(tokens) + " Hkv=8 D=128 bf16 page " +
                             std::to_string(block_size) + " 1M slots";
-  for (Flush f : flushes_for(bytes)) {
-    const double us = time_us([&] { kvattn::store_kv(key, value, kc, vc, slot); }, f);
-    check_faults("store_kv");
-    report("store_kv", shape, us, bytes, flush_name(f));
+  // The default launch, then every variant (cuda_tuning().store_kv_variant) beside it.
+  CudaTuning& tuning = kvattn::cuda::cuda_tuning();
+  const CudaTuning saved = tuning;
+  const char* names[] = {"store_kv", "store_kv cta256", "store_kv cta128", "store_kv persistent"};
+  for (int variant = 0; variant < 4; ++variant) {
+    tuning.store_kv_variant = variant;
+    for (Flush f : flushes_for(bytes)) {
+      const double us = time_us([&] { kvattn::store_kv(key, value, kc, vc, slot); }, f);
+      check_faults("store_kv");
+      report(names[variant], shape, us, bytes, flush_name(f));
+    }
   }
+  tuning = saved;
 }
 
 struct DecodeVariant {
@@ -316,8 +284,7 @@ int main(int argc, char** argv) {
   std::printf("# %s, %d SMs, L2 %d MB, reps %d (median)\n", prop.name, prop.multiProcessorCount,
               prop.l2CacheSize >> 20, g_reps);
   g_l2_bytes = prop.l2CacheSize;
-  BENCH_CUDA(cudaMalloc(&g_flush, kFlushBytes));
-  BENCH_CUDA(cudaMemset(g_flush, 0, kFlushBytes));
+  init_l2_flush();
   std::mt19937_64 rng(2026);
 
   bench_copy();
@@ -370,6 +337,5 @@ int main(int argc, char** argv) {
                 flush.c_str(), r.us, tbps, 100 * tbps / g_copy_tbps, best->op.c_str(), best->us,
                 best->bytes / (best->us * 1e-6) / 1e12);
   }
-  BENCH_CUDA(cudaFree(g_flush));
   return 0;
 }

@@ -37,7 +37,10 @@ struct DecodeCase {
   int64_t d = 128, bs = 16, hkv = 2, group = 4, q_len = 1;
   std::vector<int64_t> lens;
   bool causal = true;
-  int plan_mode = 0;  // 0: library plan, 1: plan_decode + own workspace, 2: forced splits
+  // 0: library plan; 1: plan_decode for the capacity + own workspace; 2: forced splits;
+  // 3: plan_decode for the batch's longest length (the small kernel's guess is right for it);
+  // 4: plan_decode for half that (an understated bound: every guess wrong, still correct).
+  int plan_mode = 0;
   int forced_splits = 1;
   bool aligned_cache = true;  // 16-byte aligned layout (fast path) or the generator's layout
   int64_t q_pad = 0, out_pad = 0;
@@ -164,9 +167,11 @@ Outcome run_case(const DecodeCase& dc, std::mt19937_64& rng) {
   a.out = out.on_device(ob.view);
   if (dc.with_lse) a.lse = lse.on_device(lse_view);
   Tensor workspace;
-  if (dc.plan_mode == 1) {
-    const int64_t capacity = kv.block_table.size(1) * dc.bs;
-    a.plan = plan_decode(B, H, dc.hkv, dc.d, dc.q_len, capacity, kGpu);
+  if (dc.plan_mode == 1 || dc.plan_mode == 3 || dc.plan_mode == 4) {
+    const int64_t longest = *std::max_element(dc.lens.begin(), dc.lens.end());
+    const int64_t bound = dc.plan_mode == 1 ? kv.block_table.size(1) * dc.bs
+                                            : (dc.plan_mode == 3 ? longest : longest / 2 + 1);
+    a.plan = plan_decode(B, H, dc.hkv, dc.d, dc.q_len, bound, kGpu);
   } else if (dc.plan_mode == 2) {
     const int64_t bytes = static_cast<int64_t>(dc.forced_splits) * B * H * dc.q_len * (dc.d + 1) * 4;
     a.plan = DecodePlan{dc.forced_splits, dc.forced_splits > 1 ? bytes : 0};
@@ -240,7 +245,7 @@ void sweep(int cases) {
       dc.q_len = pick(rng, std::vector<int64_t>{2, 3, 5});
       dc.causal = uniform_int(rng, 0, 5) != 0;
     }
-    dc.plan_mode = c % 3;
+    dc.plan_mode = c % 5;
     dc.forced_splits = static_cast<int>(pick(rng, std::vector<int64_t>{1, 2, 3, 7}));
     dc.aligned_cache = c % 5 != 4;
     dc.q_pad = pick(rng, std::vector<int64_t>{0, 0, 8, 3});
@@ -329,6 +334,24 @@ void shapes_at_the_edges() {
     dc.plan_mode = 2;
     dc.forced_splits = 3;
     dc.causal = false;
+    list.push_back(dc);
+  }
+  {
+    DecodeCase dc = base;  // lone and uniform sequences planned for their own length (the
+    dc.group = 4;          // small kernel's guessed split is right), then for half of it
+    dc.hkv = 8;
+    dc.lens = {quick ? 2000 : 8192};
+    dc.plan_mode = 3;
+    list.push_back(dc);
+    dc.bs = 256;
+    dc.with_lse = true;
+    list.push_back(dc);
+    dc.lens = std::vector<int64_t>(4, quick ? 1500 : 8192);
+    list.push_back(dc);
+    dc.plan_mode = 4;
+    list.push_back(dc);
+    dc.lens = {quick ? 999 : 5000};
+    dc.bs = 16;
     list.push_back(dc);
   }
   {
@@ -442,13 +465,14 @@ void bad_indices() {
 TEST(DecodeGpu, BadIndicesAreCaughtByTheFaultWord) { bad_indices(); }
 
 // A decode captured in a CUDA graph with its plan and workspace replays to the same result,
-// and a replay after new queries are written reads the new queries.
-void graph_capture_and_replay() {
+// a replay after new queries are written reads the new queries, and one after the lengths
+// shrink reads the new lengths. `plan_bound` 0: the plan is made for the table's capacity.
+void graph_capture_and_replay(std::vector<int64_t> lens = {3000, 17, 0, 1200, 640},
+                              int64_t plan_bound = 0) {
   const uint64_t seed = test::case_seed();
   std::mt19937_64 rng(seed);
   SCOPED_TRACE(test::case_note(0, seed, "graph capture"));
   const int64_t hkv = 2, group = 4, d = 128, bs = 16, H = hkv * group;
-  const std::vector<int64_t> lens = {3000, 17, 0, 1200, 640};
   const auto B = static_cast<int64_t>(lens.size());
   test::PagedKv kv = test::make_paged_kv(rng, DType::kBF16, hkv, d, bs, lens);
   Relaid r = relayout_aligned(rng, kv);
@@ -474,7 +498,8 @@ void graph_capture_and_replay() {
   a.out = out;
   a.lse = lse;
   a.stream = Stream{stream};
-  a.plan = plan_decode(B, H, hkv, d, 1, kv.block_table.size(1) * bs, kGpu);
+  a.plan = plan_decode(B, H, hkv, d, 1, plan_bound > 0 ? plan_bound : kv.block_table.size(1) * bs,
+                       kGpu);
   EXPECT_GT(a.plan.num_splits, 1) << "the case should exercise split + merge";
   const Tensor ws = Tensor::empty({std::max<int64_t>(a.plan.workspace_bytes, 16)}, DType::kU8, kGpu);
   a.workspace = ws;
@@ -488,10 +513,15 @@ void graph_capture_and_replay() {
   CUDA_OK(cudaStreamEndCapture(stream, &graph));
   CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
 
-  for (int round = 0; round < 2; ++round) {
+  for (int round = 0; round < 3; ++round) {
     if (round == 1) {  // new queries, same graph
       test::fill_uniform(qb.view, rng, -4.0f, 4.0f);
       copy_bytes(q.device.view(), qb.storage.view());
+    }
+    if (round == 2) {  // shorter sequences, same graph
+      for (int64_t& l : lens) l = l * 2 / 3;
+      lens_t = test::int_tensor(lens);
+      copy_bytes(lens_dev.view(), lens_t.view());
     }
     const test::RefAttention ref = test::decode_reference(qb.view, r.k, r.v, kv.block_table,
                                                           lens_t, 1, 1 / std::sqrt(128.0), true);
@@ -513,7 +543,11 @@ void graph_capture_and_replay() {
 }
 
 TEST(DecodeGpu, CudaGraphCaptureAndReplay) {
-  graph_capture_and_replay();  // the small-batch kernel (arrival counters reset per replay)
+  graph_capture_and_replay();  // the small-batch kernel (arrival flags cleared per replay)
+  {
+    SCOPED_TRACE("a lone sequence, planned for its length: the guessed split, then a wrong guess");
+    graph_capture_and_replay({2500}, 2500);
+  }
   SCOPED_TRACE("nosmall: stream kernel + merge kernel");
   UseVariant use(kVariants[4]);
   graph_capture_and_replay();

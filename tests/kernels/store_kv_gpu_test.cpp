@@ -8,9 +8,11 @@
 #include <cstring>
 #include <numeric>
 #include <sstream>
+#include <string>
 
 #include "kvattn/kernels/device_faults.h"
 #include "kvattn/kernels/store_kv.h"
+#include "kernels/cuda/tuning.h"
 #include "kernels/gpu_test_support.h"
 #include "support/case_util.h"
 #include "support/reference.h"
@@ -239,7 +241,7 @@ void sweep(int cases) {
 TEST(StoreKvGpu, BitExactAgainstReference) { sweep(test::quick_mode() ? 24 : 240); }
 
 // The benchmark's shape, smaller cache: 8 KV heads x 128 bf16, random slots, many tokens.
-TEST(StoreKvGpu, LargeBatch) {
+void large_batch() {
   const uint64_t seed = test::case_seed();
   std::mt19937_64 rng(seed);
   StoreCase sc{DType::kBF16, 256, 8, 32, 128, 0, 0, DType::kI32, 5, true, 0, 1, 0};
@@ -251,9 +253,9 @@ TEST(StoreKvGpu, LargeBatch) {
   sc.num_blocks = 2 * sc.tokens / sc.bs;
   run_case(1001, sc, rng, seed, 0);
 }
+TEST(StoreKvGpu, LargeBatch) { large_batch(); }
 
-TEST(StoreKvGpu, OutOfRangeSlotsAreSkippedAndRecorded) {
-  const int cases = test::quick_mode() ? 6 : 36;
+void out_of_range_slots(int cases) {
   for (int c = 0; c < cases; ++c) {
     if (!test::case_selected(c)) continue;
     const uint64_t seed = test::case_seed();
@@ -274,6 +276,21 @@ TEST(StoreKvGpu, OutOfRangeSlotsAreSkippedAndRecorded) {
     sc.slot_stride = 1;
     run_case(c, sc, rng, seed, /*bad=*/static_cast<int>(uniform_int(rng, 1, 3)));
   }
+}
+TEST(StoreKvGpu, OutOfRangeSlotsAreSkippedAndRecorded) { out_of_range_slots(test::quick_mode() ? 6 : 36); }
+
+// Every launch variant of cuda_tuning().store_kv_variant (CTAs of 256 or 128 threads, the
+// persistent kernel) is bit-exact and catches bad slots, whichever is the default.
+TEST(StoreKvGpu, EveryLaunchVariant) {
+  const cuda::CudaTuning saved = cuda::cuda_tuning();
+  for (int variant : {1, 2, 3}) {
+    SCOPED_TRACE("store_kv_variant " + std::to_string(variant));
+    cuda::cuda_tuning().store_kv_variant = variant;
+    sweep(test::quick_mode() ? 12 : 60);
+    large_batch();
+    out_of_range_slots(test::quick_mode() ? 3 : 12);
+  }
+  cuda::cuda_tuning() = saved;
 }
 
 TEST(StoreKvGpu, EmptySlotMappingWritesNothing) {

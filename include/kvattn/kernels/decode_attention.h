@@ -14,6 +14,10 @@ namespace kvattn {
 struct DecodePlan {
   int num_splits = 1;          // 1 => no split, no workspace
   int64_t workspace_bytes = 0;
+  // The bound the plan was made for (0: unknown). A lone or uniform batch whose lengths equal
+  // it starts reading keys one memory round trip earlier on the GPU (the kernel guesses each
+  // sequence's key split from it before cache_seqlens arrives); any lengths stay correct.
+  int64_t max_seqlen_k = 0;
 };
 
 // Plans for a batch: `max_seqlen_k` bounds every cache_seqlens entry (for CUDA-graph capture,

@@ -587,15 +587,32 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
 // ---- the small-batch kernel: one unit per CTA, warps split the keys, fused merge ----------
 // (decode_params.h, "small mode"). Grid (C, units, num_seqs); CTA (c, u, b).
 
-// Arrives on a (sequence, unit) counter; true for the last of `n` arrivals of this launch.
-__device__ __forceinline__ bool arrive_last(unsigned long long* ctr, uint32_t epoch, int n) {
-  unsigned long long cur = *reinterpret_cast<volatile unsigned long long*>(ctr);
-  for (;;) {
-    const uint32_t cnt = static_cast<uint32_t>(cur >> 32) == epoch ? static_cast<uint32_t>(cur) : 0u;
-    const unsigned long long next = (static_cast<unsigned long long>(epoch) << 32) | (cnt + 1u);
-    const unsigned long long prev = atomicCAS(ctr, cur, next);
-    if (prev == cur) return static_cast<int>(cnt + 1u) >= n;
-    cur = prev;
+// Relaxed gpu-scope flag accesses (never served from L1).
+__device__ __forceinline__ uint32_t ld_relaxed(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void st_relaxed(uint32_t* p, uint32_t v) {
+  asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+// Diagnostics (p.probe): the device's nanosecond timer, and one phase stamp of this CTA (clock
+// cycles since its entry) written by thread 0. Null probe: nothing is written.
+__device__ __forceinline__ unsigned long long global_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+__device__ __forceinline__ unsigned sm_id() {
+  unsigned id;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
+  return id;
+}
+__device__ __forceinline__ void probe_stamp(const DecodeParams& p, int slot, long long c0) {
+  if (p.probe != nullptr && threadIdx.x == 0) {
+    const int64_t cta = (static_cast<int64_t>(blockIdx.z) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+    p.probe[cta * kDecodeProbeSlots + slot] = static_cast<unsigned long long>(clock64() - c0);
   }
 }
 
@@ -624,6 +641,9 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   using L = Tile<D>;
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ int s_last;
+  __shared__ float s_row_lse[kDecodeRows];
+  const long long c0 = clock64();
+  const unsigned long long t_entry = p.probe != nullptr ? global_ns() : 0;
   const int tid = threadIdx.x;
   const int warp = tid >> 5;
   const int lane = tid & 31;
@@ -637,7 +657,37 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   const int gid = lane >> 2;
   const int t4 = lane & 3;
 
-  // Query fragments first: their address needs no length (rows past `rows` are zero).
+  // This warp's tiles [ta, tb) of chunk c when the sequence has n tiles.
+  int ta = 0, tb = 0;
+  auto split = [&](int n) {
+    const int ct0 = static_cast<int>(static_cast<int64_t>(n) * c / C);
+    const int ct1 = static_cast<int>(static_cast<int64_t>(n) * (c + 1) / C);
+    ta = ct0 + static_cast<int>(static_cast<int64_t>(ct1 - ct0) * warp / nw);
+    tb = ct0 + static_cast<int>(static_cast<int64_t>(ct1 - ct0) * (warp + 1) / nw);
+  };
+  // Lanes 0-15: (block id, offset) of key (lane & 15) of tile ti; lanes 16-31: of tile ti + 1.
+  // Ids are read for any key inside the table row (the row holds p.capacity keys); whether
+  // the key is below the length is decided when its tile is issued (offset -1 past the end).
+  int nid = 0, noff = -1;
+  auto load_ids = [&](int t, bool mine) {
+    if (!mine) return;
+    nid = 0;
+    noff = -1;
+    if (t >= tb) return;
+    const int key = t * kDecodeTileKeys + (lane & 15);
+    if (key < p.capacity) {
+      const int page = key / p.block_size;
+      nid = __ldg(p.block_table + static_cast<int64_t>(b) * p.bt_stride + page);
+      noff = key - page * p.block_size;
+    }
+  };
+  // The first two tiles' ids from the guessed length, in flight together with the length.
+  const int guess_tiles = tiles_of(p.len_hint);
+  split(guess_tiles);
+  load_ids(ta, lane < 16);
+  load_ids(ta + 1, lane >= 16);
+
+  // Query fragments: their address needs no length (rows past `rows` are zero).
   uint32_t qf[D / 16][4];
   int row_i[2];
 #pragma unroll
@@ -668,10 +718,13 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
 
   const int len = seq_len(p, b, c == 0 && unit == 0 && tid == 0);
   const int ntiles = tiles_of(len);
-  const int ct0 = static_cast<int>(static_cast<int64_t>(ntiles) * c / C);
-  const int ct1 = static_cast<int>(static_cast<int64_t>(ntiles) * (c + 1) / C);
-  const int ta = ct0 + static_cast<int>(static_cast<int64_t>(ct1 - ct0) * warp / nw);
-  const int tb = ct0 + static_cast<int>(static_cast<int64_t>(ct1 - ct0) * (warp + 1) / nw);
+  if (ntiles != guess_tiles) {  // wrong guess: this warp's range and its ids again
+    split(ntiles);
+    load_ids(ta, lane < 16);
+    load_ids(ta + 1, lane >= 16);
+  }
+  if ((lane < 16 ? ta : ta + 1) * kDecodeTileKeys + (lane & 15) >= len) noff = -1;
+  probe_stamp(p, 3, c0);
   int limit[2];
 #pragma unroll
   for (int hr = 0; hr < 2; ++hr) {
@@ -689,23 +742,7 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   // ---- this warp's tiles [ta, tb): the same pipeline as the stream kernel ----
   const int stages = p.stages;
   const uint32_t wbase = smem_u32(smem) + static_cast<uint32_t>(warp * stages * L::kStageBytes);
-  // Lanes 0-15: (block id, offset) of key (lane & 15) of tile ti; lanes 16-31: of tile ti + 1.
-  int nid = 0, noff = -1;
-  auto load_ids = [&](int t, bool mine) {
-    if (!mine) return;
-    nid = 0;
-    noff = -1;
-    if (t >= tb) return;
-    const int key = t * kDecodeTileKeys + (lane & 15);
-    if (key < len) {
-      const int page = key / p.block_size;
-      nid = __ldg(p.block_table + static_cast<int64_t>(b) * p.bt_stride + page);
-      noff = key - page * p.block_size;
-    }
-  };
   int ti = ta;
-  load_ids(ti, lane < 16);
-  load_ids(ti + 1, lane >= 16);
   auto issue_next = [&](int stage) {
     issue_tile<T, D, kAligned16>(p, wbase + stage * L::kStageBytes, nid, noff, lane, kvh);
     const int id_hi = __shfl_down_sync(0xffffffffu, nid, 16);
@@ -716,6 +753,7 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     }
     ++ti;
     load_ids(ti + 1, lane >= 16);
+    if ((ti + 1) * kDecodeTileKeys + (lane & 15) >= len && lane >= 16) noff = -1;
   };
   for (int st = 0; st < stages - 1; ++st) {
     if (ti < tb) issue_next(st);
@@ -725,6 +763,7 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   for (int t = ta; t < tb; ++t) {
     cp_async_wait_dyn(stages - 2);
     __syncwarp();  // this tile landed for every lane; the stage refilled below is free
+    if (t == ta) probe_stamp(p, 4, c0);
     if (ti < tb) issue_next(istage);
     cp_async_commit();
     if (++istage == stages) istage = 0;
@@ -736,6 +775,7 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     if (++cstage == stages) cstage = 0;
   }
   cp_async_wait<0>();
+  probe_stamp(p, 5, c0);
   float lq[2];
 #pragma unroll
   for (int hr = 0; hr < 2; ++hr) {
@@ -743,6 +783,7 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     lq[hr] += __shfl_xor_sync(0xffffffffu, lq[hr], 2);
   }
   __syncthreads();  // every warp's copies landed: the tile buffers are free
+  probe_stamp(p, 6, c0);
 
   // ---- combine the warps' states through shared memory into this chunk's piece ----
   constexpr int kRowF = D + 4;                     // floats per o row (padded)
@@ -797,66 +838,113 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     if (d == 0) p.ws_lse[wi] = lsum > 0.0f ? mx + __log2f(lsum) : kNegInf;
   }
 
-  // ---- the last chunk of (b, unit) to arrive merges the C pieces ----
-  unsigned long long* const ctr = p.ws_ctr + static_cast<int64_t>(b) * gridDim.y + unit;
-  __threadfence();  // this CTA's piece is visible device-wide before it arrives
+  // ---- raise this chunk's flag; a CTA that sees all C flags raised merges ----
+  uint32_t* const flags = p.ws_flag + (static_cast<int64_t>(b) * gridDim.y + unit) * C;
+  __threadfence();  // this thread's piece stores are visible device-wide before the flag
   __syncthreads();
-  if (tid == 0) s_last = arrive_last(ctr, p.epoch, C) ? 1 : 0;
+  probe_stamp(p, 7, c0);
+  if (warp == 0) {
+    if (lane == 0) {
+      st_relaxed(flags + c, p.epoch);
+      __threadfence();  // the flag is visible before this CTA reads the others
+    }
+    __syncwarp();
+    // Every flag became visible before its owner read the flags, so the CTA whose read comes
+    // last sees all C raised: at least one CTA merges.
+    bool all = true;
+    for (int j = lane; j < C; j += 32) all = all && ld_relaxed(flags + j) == p.epoch;
+    all = __all_sync(0xffffffffu, all);
+    if (lane == 0) s_last = all ? 1 : 0;
+  }
   __syncthreads();
-  if (!s_last) return;
-  __threadfence();
+  probe_stamp(p, 8, c0);
+  if (!s_last) {
+    if (p.probe != nullptr && tid == 0) {
+      const int64_t cta = (static_cast<int64_t>(b) * gridDim.y + unit) * gridDim.x + c;
+      unsigned long long* st = p.probe + cta * kDecodeProbeSlots;
+      st[0] = t_entry;
+      st[1] = global_ns();
+      st[2] = static_cast<unsigned long long>(clock64() - c0);
+      st[9] = 0;
+      st[10] = sm_id();
+    }
+    return;
+  }
+  __threadfence();  // the pieces are read after the flags
+
+  // ---- merge: weights of the C pieces per row staged in shared memory (one round trip),
+  // then each output quad reads its C pieces, up to 16 in flight ----
+  float* const sw = reinterpret_cast<float*>(smem);  // [rows_here][C]; the tiles are free
+  const int64_t wi0 = slot0 * rstep + wi_unit;       // row r of piece j: wi0 + j * rstep + r
+  for (int it = tid; it < rows_here * C; it += blockDim.x) {
+    const int r = it / C;
+    const int j = it - r * C;
+    sw[it] = __ldcg(p.ws_lse + wi0 + j * rstep + r);
+  }
+  __syncthreads();
+  for (int r = warp; r < rows_here; r += nw) {  // a warp per row: weights normalised in place
+    float* w = sw + r * C;
+    float mx = kNegInf;
+    for (int j = lane; j < C; j += 32) mx = fmaxf(mx, w[j]);
+#pragma unroll
+    for (int sh = 16; sh > 0; sh >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, sh));
+    float sum = 0.0f;
+    for (int j = lane; j < C; j += 32) {
+      const float f = mx == kNegInf ? 0.0f : fast_exp2(w[j] - mx);
+      w[j] = f;
+      sum += f;
+    }
+#pragma unroll
+    for (int sh = 16; sh > 0; sh >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, sh);
+    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+    for (int j = lane; j < C; j += 32) w[j] *= inv;
+    if (lane == 0) s_row_lse[r] = sum > 0.0f ? mx + __log2f(sum) : kNegInf;
+  }
+  __syncthreads();
+  constexpr int kBatch = 16;
   for (int it = tid; it < rows_here * kQuads; it += blockDim.x) {
     const int r = it / kQuads;
     const int d = (it - r * kQuads) * 4;
-    const int64_t wi0 = slot0 * rstep + wi_unit + r;
-    float mx = kNegInf;
-    for (int j = 0; j < C; ++j) mx = fmaxf(mx, __ldcg(p.ws_lse + wi0 + j * rstep));
-    float lsum = 0.0f;
+    const float* w = sw + r * C;
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (mx != kNegInf) {
-      int j = 0;
-      for (; j + 4 <= C; j += 4) {  // 4 pieces in flight
-        float f[4];
-        float4 v[4];
+    for (int j0 = 0; j0 < C; j0 += kBatch) {
+      float4 v[kBatch];
 #pragma unroll
-        for (int u = 0; u < 4; ++u) {
-          const int64_t wi = wi0 + (j + u) * rstep;
-          f[u] = fast_exp2(__ldcg(p.ws_lse + wi) - mx);
-          v[u] = __ldcg(reinterpret_cast<const float4*>(p.ws_o + wi * D + d));
-        }
-#pragma unroll
-        for (int u = 0; u < 4; ++u) {
-          lsum += f[u];
-          acc.x += f[u] * v[u].x;
-          acc.y += f[u] * v[u].y;
-          acc.z += f[u] * v[u].z;
-          acc.w += f[u] * v[u].w;
-        }
+      for (int u = 0; u < kBatch; ++u) {
+        v[u] = j0 + u < C ? __ldcg(reinterpret_cast<const float4*>(
+                                p.ws_o + (wi0 + (j0 + u) * rstep + r) * D + d))
+                          : make_float4(0.f, 0.f, 0.f, 0.f);
       }
-      for (; j < C; ++j) {
-        const int64_t wi = wi0 + j * rstep;
-        const float f = fast_exp2(__ldcg(p.ws_lse + wi) - mx);
-        const float4 v = __ldcg(reinterpret_cast<const float4*>(p.ws_o + wi * D + d));
-        lsum += f;
-        acc.x += f * v.x;
-        acc.y += f * v.y;
-        acc.z += f * v.z;
-        acc.w += f * v.w;
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        const float f = j0 + u < C ? w[j0 + u] : 0.0f;
+        acc.x += f * v[u].x;
+        acc.y += f * v[u].y;
+        acc.z += f * v[u].z;
+        acc.w += f * v[u].w;
       }
     }
-    const float inv = lsum > 0.0f ? 1.0f / lsum : 0.0f;
     const int rg = rc * kDecodeRows + r;
     const int i = rg / p.group;
     const int head = kvh * p.group + (rg - i * p.group);
     const int64_t token = static_cast<int64_t>(b) * p.q_len + i;
-    const float v4[4] = {acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv};
+    const float v4[4] = {acc.x, acc.y, acc.z, acc.w};
     store_out4<T>(p, token, head, D, d, v4);
     if (d == 0 && p.lse != nullptr) {
-      p.lse[head * p.lse_head_stride + token] =
-          lsum > 0.0f ? (mx + __log2f(lsum)) * 0.69314718055994531f : kNegInf;
+      const float lse2 = s_row_lse[r];
+      p.lse[head * p.lse_head_stride + token] = lse2 == kNegInf ? kNegInf : lse2 * 0.69314718055994531f;
     }
   }
-  if (tid == 0) atomicExch(ctr, 0ull);  // ready for a replay with the same epoch
+  for (int j = tid; j < C; j += blockDim.x) st_relaxed(flags + j, 0u);  // ready for a replay
+  if (p.probe != nullptr && tid == 0) {
+    const int64_t cta = (static_cast<int64_t>(b) * gridDim.y + unit) * gridDim.x + c;
+    unsigned long long* st = p.probe + cta * kDecodeProbeSlots;
+    st[0] = t_entry;
+    st[1] = global_ns();
+    st[2] = static_cast<unsigned long long>(clock64() - c0);
+    st[9] = 1;
+    st[10] = sm_id();
+  }
 }
 
 // ---- merge of the pieces: wpr warps per output row -------------------------------------------
@@ -1025,6 +1113,9 @@ int split_smem(const DecodeConfig& c, int prefix_bytes) {
   return prefix_bytes + c.warps * c.stages * c.stage_bytes;
 }
 
+// Most chunks per (sequence, unit) in small mode (the merging CTA stages 16 x C weights).
+constexpr int kSmallMaxChunks = 1024;
+
 // The small-batch kernel's CTA of `warps` warps: stages as the stream kernel's, shared memory
 // for the tiles or the warps' combine, whichever is larger.
 struct SmallConfig {
@@ -1041,7 +1132,8 @@ SmallConfig small_config(int64_t num_kv_heads, int64_t rows, int64_t head_dim, i
                         kDecodeMaxStages);
   const int tiles = s.warps * s.stages * c.stage_bytes;
   const int combine = s.warps * (kDecodeRows * static_cast<int>(head_dim + 4) + 2 * kDecodeRows) * 4;
-  s.smem = std::max(tiles, combine);
+  const int merge = kDecodeRows * kSmallMaxChunks * 4;  // the merging CTA's weights
+  s.smem = std::max({tiles, combine, merge});
   return s;
 }
 
@@ -1088,7 +1180,7 @@ SmallChoice small_choice(int device, int64_t num_seqs, int64_t num_kv_heads, int
       ctas = split_occupancy<T, D, true, true>(device, sc.warps * 32, sc.smem);
     });
     const int64_t chunks = int64_t{sm_count(device)} * ctas / (num_seqs * units);
-    if (chunks >= 4) return {static_cast<int>(std::min<int64_t>(chunks, 1024)), sc.warps};
+    if (chunks >= 4) return {static_cast<int>(std::min<int64_t>(chunks, kSmallMaxChunks)), sc.warps};
   }
   return {};
 }
@@ -1118,8 +1210,8 @@ void launch(DecodeParams p, bool aligned, int64_t ws_bytes, int device, cudaStre
   const int64_t B = p.num_seqs;
   if (p.num_splits > 1) {  // small mode: as many chunks as wanted and the workspace holds
     const int64_t units = static_cast<int64_t>(p.num_kv_heads) * p.row_chunks;
-    const int64_t per_chunk = B * p.num_kv_heads * p.rows * (D + 1) * 4;
-    const int64_t fit = (ws_bytes - 8 - B * units * 8) / per_chunk;
+    const int64_t per_chunk = B * (p.num_kv_heads * p.rows * (D + 1) + units) * 4;
+    const int64_t fit = ws_bytes / per_chunk;
     const SmallChoice choice = small_choice(device, B, p.num_kv_heads, p.rows, D);
     const int64_t chunks = std::min<int64_t>(choice.chunks, fit);
     if (chunks >= 2) {
@@ -1128,9 +1220,9 @@ void launch(DecodeParams p, bool aligned, int64_t ws_bytes, int device, cudaStre
       p.stages = sc.stages;
       p.parts = static_cast<int>(chunks);
       p.ws_lse = p.ws_o + slots * p.num_kv_heads * p.rows * D;
-      const uintptr_t ctr = reinterpret_cast<uintptr_t>(p.ws_lse + slots * p.num_kv_heads * p.rows);
-      p.ws_ctr = reinterpret_cast<unsigned long long*>((ctr + 7) & ~uintptr_t{7});
+      p.ws_flag = reinterpret_cast<uint32_t*>(p.ws_lse + slots * p.num_kv_heads * p.rows);
       p.epoch = next_epoch();
+      p.probe = cuda_tuning().decode_probe;
       const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(units),
                       static_cast<unsigned>(B));
       if (aligned) {
@@ -1274,6 +1366,8 @@ void decode_attention(const DecodeArgs& args, const AttentionShape& shape) {
   p.block_size = static_cast<int>(shape.block_size);
   p.num_blocks = static_cast<int>(shape.num_blocks);
   p.capacity = static_cast<int>(capacity);
+  p.len_hint = static_cast<int>(args.plan.max_seqlen_k > 0 ? std::min(args.plan.max_seqlen_k, capacity)
+                                                           : capacity);
   p.num_splits = args.plan.num_splits;
   p.scale_log2 = shape.scale * 1.4426950408889634f;
   p.causal = args.causal ? 1 : 0;

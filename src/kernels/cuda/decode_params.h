@@ -19,11 +19,15 @@
 // - small mode (few sequences x KV heads for the SMs; decode_small_chunks() > 0): a separate
 //   kernel. CTA (chunk c, unit u, sequence b) holds ONE unit (KV head x row chunk); its 8 (or,
 //   when 8 give fewer than 4 chunks, 4) warps split chunk c of C of b's tiles, each warp streaming its own sub-range, and combine their
-//   softmax states through shared memory into one piece (slot b*C + c). The CTA then arrives
-//   on the counter of (b, u) in the workspace; the last to arrive merges the C pieces into out
-//   and resets the counter, so no merge kernel runs. A counter word is (epoch << 32 | count);
-//   a word whose epoch is not this launch's counts as 0, so a fresh (garbage) workspace works
-//   and a graph replay (same epoch) finds the word reset to 0 by the previous replay.
+//   softmax states through shared memory into one piece (slot b*C + c). The CTA then raises
+//   its flag of (b, u) in the workspace (flag c := the launch's epoch, after a fence) and reads
+//   the C flags of (b, u) at once; a CTA that sees all C raised merges the C pieces into out
+//   and clears the flags (two CTAs may both see them all and both merge: same values), so no
+//   merge kernel, no atomics and no memset run. Flags hold a fresh epoch per launch (never 0),
+//   so a fresh (garbage) workspace works, and a graph replay (same epoch) finds them cleared by
+//   the previous replay. The key split of (b, c) comes from b's length; the CTA guesses that
+//   length is plan.max_seqlen_k (p.len_hint) and loads the block ids of the guessed range while
+//   the length is in flight, reloading them only when the guess was wrong.
 //
 // Layout (strides in elements; all tensors on one device):
 //   q, out     [num_seqs * q_len, num_heads, head_dim]: token t, head h at t*q_stride + h*D
@@ -38,8 +42,8 @@
 //              log2-domain LSE (scaled scores), -inf when it saw no key; then ws_meta[2b],
 //              ws_meta[2b+1] = first slot and number of pieces of sequence b (written by the
 //              split kernel; the merge kernel combines sequences of 2+ pieces).
-//              Small mode: slots b*C + c, then ws_ctr (8-byte aligned): one uint64 counter
-//              per (sequence, unit) after the lse array.
+//              Small mode: slots b*C + c, then ws_flag: uint32 flags [num_seqs][units][C]
+//              after the lse array.
 // Index VALUES (block ids, cache_seqlens) are untrusted: out-of-range ones are never used to
 // address memory; the kernel zero-fills or clamps and ORs a DeviceFault bit into *fault_word.
 #pragma once
@@ -65,9 +69,11 @@ struct DecodeParams {
   float* ws_o = nullptr;
   float* ws_lse = nullptr;
   int32_t* ws_meta = nullptr;
-  unsigned long long* ws_ctr = nullptr;  // small mode: arrival counters
+  uint32_t* ws_flag = nullptr;           // small mode: arrival flags
   uint32_t* fault_word = nullptr;
-  uint32_t epoch = 1;                    // small mode: this launch's counter tag (never 0)
+  uint32_t epoch = 1;                    // small mode: this launch's flag value (never 0)
+  // Diagnostics (cuda_tuning().decode_probe): per-CTA phase stamps of the small kernel, or null.
+  unsigned long long* probe = nullptr;
 
   int64_t q_stride = 0;
   int64_t out_stride = 0;
@@ -86,6 +92,7 @@ struct DecodeParams {
   int block_size = 1;
   int num_blocks = 0;
   int capacity = 0;     // max_blocks_per_seq * block_size: the most keys a row of the table holds
+  int len_hint = 0;     // small mode: the length guessed before cache_seqlens arrives (<= capacity)
   float scale_log2 = 0.0f;  // softmax scale * log2(e)
   int causal = 1;
   int out_aligned4 = 0;     // out rows allow 4-byte stores
@@ -144,11 +151,18 @@ bool decode_stream_ok(int64_t num_seqs, int64_t capacity);
 int decode_small_chunks(int device, int64_t num_seqs, int64_t num_kv_heads, int64_t rows,
                         int64_t head_dim);
 
-// Bytes a small-mode workspace of `chunks` chunks needs (partials, lse, counters).
+// Bytes a small-mode workspace of `chunks` chunks needs (partials, lse, one flag per piece).
 inline int64_t decode_small_ws_bytes(int64_t num_seqs, int64_t num_kv_heads, int64_t rows,
                                      int64_t head_dim, int64_t chunks) {
   const int64_t units = num_kv_heads * ((rows + kDecodeRows - 1) / kDecodeRows);
-  return num_seqs * chunks * num_kv_heads * rows * (head_dim + 1) * 4 + 8 + num_seqs * units * 8;
+  return num_seqs * chunks * (num_kv_heads * rows * (head_dim + 1) + units) * 4;
 }
+
+// Phase stamps the small kernel writes per CTA when probed (diagnostics), 64-bit words:
+// [0] globaltimer (ns) at entry, [1] at exit, [2] clock64 cycles entry -> exit; cycles from
+// entry when [3] the length arrived, [4] warp 0's first tile landed, [5] warp 0's last tile
+// was done, [6] all warps were done, [7] the piece was stored and fenced, [8] the flags were
+// read; [9] 1 if this CTA merged, [10] its SM.
+inline constexpr int kDecodeProbeSlots = 12;
 
 }  // namespace kvattn::cuda

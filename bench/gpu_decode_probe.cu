@@ -1,0 +1,224 @@
+// Where a short decode's time goes (diagnostics for issue 4's single-sequence target).
+//
+// 1. Floors of the timing method on this card, for the byte counts of short decodes: a plain
+//    streaming read of N bytes (all addresses known up front) after an L2 flush, and one
+//    thread's chain of dependent loads to cold pages (the price of each dependent round trip:
+//    length -> block ids -> keys).
+// 2. Phase stamps of the small-batch decode kernel (cuda_tuning().decode_probe): per CTA, the
+//    cycles from its entry until the length arrived, its first tile landed, its warps were
+//    done, its piece was stored, the flags were read, and its exit; printed as min / median /
+//    max over CTAs in microseconds, with the launch skew (entry times) and the last exit.
+//   gpu_decode_probe [--reps N]
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench_util.cuh"
+#include "kernels/cuda/decode_params.h"
+#include "kernels/cuda/tuning.h"
+#include "kvattn/core/tensor.h"
+#include "kvattn/kernels/decode_attention.h"
+
+namespace {
+
+using kvattn::DType;
+using kvattn::Tensor;
+const kvattn::Device kGpu = kvattn::Device::cuda(0);
+int g_reps = 50;
+
+// Each CTA reads a contiguous slice of n16 16-byte words, 8 loads in flight per thread.
+__global__ void stream_read(const int4* p, int64_t n16, int* sink) {
+  const int64_t per = (n16 + gridDim.x - 1) / gridDim.x;
+  const int64_t lo = blockIdx.x * per;
+  const int64_t hi = min(n16, lo + per);
+  int acc = 0;
+  for (int64_t i = lo + threadIdx.x; i < hi; i += 8 * int64_t{blockDim.x}) {
+    int4 v[8];
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {
+      const int64_t j = i + u * int64_t{blockDim.x};
+      v[u] = j < hi ? __ldcs(p + j) : make_int4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < 8; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+  }
+  if (acc == 0x7fffffff) *sink = acc;
+}
+
+// One thread follows `hops` pointers (each to a different 2 MB page).
+__global__ void chase(const int64_t* p, int hops, int64_t* sink) {
+  int64_t at = 0;
+  for (int h = 0; h < hops; ++h) at = __ldcg(p + at);
+  *sink = at;
+}
+
+void floors() {
+  std::printf("## floors (median of %d reps)\n", g_reps);
+  const double sizes_mb[] = {8.4, 33.5, 134.2};
+  void* buf = nullptr;
+  BENCH_CUDA(cudaMalloc(&buf, size_t{160} << 20));
+  BENCH_CUDA(cudaMemset(buf, 1, size_t{160} << 20));
+  int* sink = nullptr;
+  BENCH_CUDA(cudaMalloc(&sink, 64));
+  for (double mb : sizes_mb) {
+    const int64_t n16 = static_cast<int64_t>(mb * 1e6 / 16);
+    for (int ctas : {128, 264, 1056}) {
+      for (Flush f : {Flush::kMemset, Flush::kRead, Flush::kNone}) {
+        const double us = median_us(
+            [&] { stream_read<<<ctas, 256>>>(static_cast<const int4*>(buf), n16, sink); }, f, g_reps);
+        std::printf("{\"probe\": \"stream read\", \"MB\": %.1f, \"ctas\": %d, \"flush\": \"%s\", "
+                    "\"us\": %.2f, \"TBps\": %.3f}\n",
+                    mb, ctas, flush_name(f), us, n16 * 16.0 / (us * 1e-6) / 1e12);
+      }
+    }
+  }
+  // Pointer chase: hop h at h * (2 MB + 4 KB) holds the index of hop h + 1.
+  const int64_t stride = ((int64_t{2} << 20) + 4096) / 8;
+  const int kMaxHops = 32;
+  std::vector<int64_t> host(static_cast<size_t>(stride * (kMaxHops + 1)), 0);
+  for (int h = 0; h < kMaxHops; ++h) host[static_cast<size_t>(h * stride)] = (h + 1) * stride;
+  int64_t* chain = nullptr;
+  BENCH_CUDA(cudaMalloc(&chain, host.size() * 8));
+  BENCH_CUDA(cudaMemcpy(chain, host.data(), host.size() * 8, cudaMemcpyHostToDevice));
+  for (Flush f : {Flush::kMemset, Flush::kRead, Flush::kNone}) {
+    for (int hops : {0, 1, 2, 4, 8, 16, 32}) {
+      const double us = median_us([&] { chase<<<1, 1>>>(chain, hops, reinterpret_cast<int64_t*>(sink)); },
+                                  f, g_reps);
+      std::printf("{\"probe\": \"dependent loads\", \"hops\": %d, \"flush\": \"%s\", \"us\": %.2f}\n",
+                  hops, flush_name(f), us);
+    }
+  }
+  BENCH_CUDA(cudaFree(chain));
+  BENCH_CUDA(cudaFree(buf));
+  BENCH_CUDA(cudaFree(sink));
+}
+
+void fill(const Tensor& t, uint32_t seed) {
+  fill_random_bf16<<<1024, 256>>>(t.ptr<__nv_bfloat16>(), t.numel(), seed);
+  BENCH_CUDA(cudaGetLastError());
+}
+
+double pct(std::vector<double> v, double q) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  return v[static_cast<size_t>(q * (v.size() - 1) + 0.5)];
+}
+
+// One decode of B sequences of `len` keys (32/8 heads, D 128, page 16, shuffled blocks) with
+// the phase probe on, after each flush; prints the phase table.
+void phases(int64_t B, int64_t len) {
+  const int64_t hq = 32, hkv = 8, d = 128, bs = 16;
+  const int64_t width = (len + bs - 1) / bs, num_blocks = B * width;
+  std::vector<int32_t> ids(static_cast<size_t>(num_blocks));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), std::mt19937_64(7));
+  Tensor kc = Tensor::empty({num_blocks, bs, hkv, d}, DType::kBF16, kGpu);
+  Tensor vc = Tensor::empty({num_blocks, bs, hkv, d}, DType::kBF16, kGpu);
+  Tensor q = Tensor::empty({B, hq, d}, DType::kBF16, kGpu);
+  Tensor out = Tensor::empty({B, hq, d}, DType::kBF16, kGpu);
+  Tensor bt = Tensor::empty({B, width}, DType::kI32, kGpu);
+  Tensor sl = Tensor::empty({B}, DType::kI32, kGpu);
+  fill(kc, 3);
+  fill(vc, 4);
+  fill(q, 5);
+  std::vector<int32_t> lens(static_cast<size_t>(B), static_cast<int32_t>(len));
+  BENCH_CUDA(cudaMemcpy(bt.data(), ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
+  BENCH_CUDA(cudaMemcpy(sl.data(), lens.data(), lens.size() * 4, cudaMemcpyHostToDevice));
+  kvattn::DecodeArgs a;
+  a.q = q;
+  a.k_cache = kc;
+  a.v_cache = vc;
+  a.block_table = bt;
+  a.cache_seqlens = sl;
+  a.out = out;
+  a.plan = kvattn::plan_decode(B, hq, hkv, d, 1, len, kGpu);
+  Tensor ws = Tensor::empty({std::max<int64_t>(a.plan.workspace_bytes, 16)}, DType::kU8, kGpu);
+  a.workspace = ws;
+  const size_t kMaxCtas = 1 << 16;
+  std::vector<unsigned long long> st(kMaxCtas * kvattn::cuda::kDecodeProbeSlots);
+  unsigned long long* dev = nullptr;
+  BENCH_CUDA(cudaMalloc(&dev, st.size() * 8));
+  auto& tuning = kvattn::cuda::cuda_tuning();
+  for (Flush f : {Flush::kMemset, Flush::kRead, Flush::kNone}) {
+    const double plain = median_us([&] { kvattn::decode_attention(a); }, f, g_reps);
+    BENCH_CUDA(cudaMemset(dev, 0, st.size() * 8));
+    tuning.decode_probe = dev;
+    const double probed = median_us([&] { kvattn::decode_attention(a); }, f, 1, 0);
+    tuning.decode_probe = nullptr;
+    BENCH_CUDA(cudaMemcpy(st.data(), dev, st.size() * 8, cudaMemcpyDeviceToHost));
+    constexpr int S = kvattn::cuda::kDecodeProbeSlots;
+    size_t n = 0;
+    while (n < kMaxCtas && st[n * S + 0] != 0) ++n;
+    if (n == 0) {
+      std::printf("%lldx%lld: no stamps (the small kernel did not run: splits %d)\n",
+                  static_cast<long long>(B), static_cast<long long>(len), a.plan.num_splits);
+      break;
+    }
+    // Cycles -> us from the CTAs' own globaltimer span over clock span.
+    double ns_per_cycle = 0;
+    unsigned long long t0 = ~0ull, tend = 0;
+    for (size_t i = 0; i < n; ++i) {
+      ns_per_cycle += static_cast<double>(st[i * S + 1] - st[i * S + 0]) / std::max(1ull, st[i * S + 2]);
+      t0 = std::min(t0, st[i * S + 0]);
+      tend = std::max(tend, st[i * S + 1]);
+    }
+    ns_per_cycle /= n;
+    std::printf("\n## %lldx%lld, %s: %zu CTAs, event time %.2f us (unprobed median %.2f), "
+                "first entry -> last exit %.2f us, %.3f ns/cycle\n",
+                static_cast<long long>(B), static_cast<long long>(len), flush_name(f), n, probed,
+                plain, (tend - t0) * 1e-3, ns_per_cycle);
+    const char* names[] = {"entry skew (from first entry)", "exit (from first entry)",
+                           "length arrived", "first tile landed (warp 0)",
+                           "warp 0 done", "all warps done", "piece stored + fenced",
+                           "flags read", "exit (merger)", "exit (others)"};
+    std::vector<std::vector<double>> col(10);
+    for (size_t i = 0; i < n; ++i) {
+      const unsigned long long* w = &st[i * S];
+      col[0].push_back((w[0] - t0) * 1e-3);
+      col[1].push_back((w[1] - t0) * 1e-3);
+      for (int k = 3; k <= 8; ++k) col[static_cast<size_t>(k - 1)].push_back(w[k] * ns_per_cycle * 1e-3);
+      col[w[9] ? 8 : 9].push_back(w[2] * ns_per_cycle * 1e-3);
+    }
+    std::printf("%-34s %8s %8s %8s %8s   (us; phases from the CTA's own entry)\n", "phase", "min",
+                "median", "p90", "max");
+    for (size_t k = 0; k < col.size(); ++k) {
+      std::printf("%-34s %8.2f %8.2f %8.2f %8.2f  n=%zu\n", names[k], pct(col[k], 0), pct(col[k], 0.5),
+                  pct(col[k], 0.9), pct(col[k], 1.0), col[k].size());
+    }
+  }
+  BENCH_CUDA(cudaFree(dev));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) g_reps = std::atoi(argv[++i]);
+  }
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+    std::printf("no CUDA device: nothing to probe\n");
+    return 0;
+  }
+  cudaDeviceProp prop{};
+  BENCH_CUDA(cudaGetDeviceProperties(&prop, 0));
+  int khz = 0;
+  BENCH_CUDA(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
+  std::printf("# %s, %d SMs, L2 %d MB, SM clock %d MHz\n", prop.name, prop.multiProcessorCount,
+              prop.l2CacheSize >> 20, khz / 1000);
+  init_l2_flush();
+  floors();
+  phases(1, 8192);
+  phases(1, 2048);
+  phases(1, 32768);
+  phases(4, 8192);
+  return 0;
+}
