@@ -82,6 +82,8 @@ __device__ __forceinline__ uint16_t to_bits(float x) {
 }
 
 constexpr float kNegInf = -INFINITY;
+// Most chunks per (sequence, unit) in small mode (a CTA keeps a bit per chunk in shared memory).
+constexpr int kSmallMaxChunks = 1024;
 
 // Keys of sequence b, clamped to the table's capacity; a bad value is recorded by `report`.
 __device__ __forceinline__ int seq_len(const DecodeParams& p, int b, bool report) {
@@ -635,13 +637,68 @@ __device__ __forceinline__ void store_out4(const DecodeParams& p, int64_t token,
   }
 }
 
+// Merges output quad q (row q / (D/4), dims 4 (q % (D/4)) ..) of unit (kvh, rc) of sequence
+// b from the C pieces: all of a batch's LSEs and partials are loaded at once (C <= 16: one
+// round trip), combined with a running max. Writes out (and lse when asked).
+template <typename T, int D>
+__device__ __forceinline__ void merge_quad(const DecodeParams& p, int q, int C, int64_t rstep, int64_t wi0, int rc, int kvh, int b) {
+  constexpr int kQuads = D / 4;
+  constexpr int kBatch = 16;
+  const int r = q / kQuads;
+  const int d = (q - r * kQuads) * 4;
+  float mx = kNegInf, sum = 0.0f;
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int j0 = 0; j0 < C; j0 += kBatch) {
+    float lj[kBatch];
+    float4 vj[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int64_t wi = wi0 + (j0 + u) * rstep + r;
+      const bool ok = j0 + u < C;
+      lj[u] = ok ? __ldcg(p.ws_lse + wi) : kNegInf;
+      vj[u] = ok ? __ldcg(reinterpret_cast<const float4*>(p.ws_o + wi * D + d))
+                 : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    float mb = mx;
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) mb = fmaxf(mb, lj[u]);
+    if (mb == kNegInf) continue;  // no piece so far saw a key
+    const float rescale = mx == kNegInf ? 0.0f : fast_exp2(mx - mb);
+    sum *= rescale;
+    acc.x *= rescale;
+    acc.y *= rescale;
+    acc.z *= rescale;
+    acc.w *= rescale;
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const float f = lj[u] == kNegInf ? 0.0f : fast_exp2(lj[u] - mb);
+      sum += f;
+      acc.x += f * vj[u].x;
+      acc.y += f * vj[u].y;
+      acc.z += f * vj[u].z;
+      acc.w += f * vj[u].w;
+    }
+    mx = mb;
+  }
+  const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+  const int rg = rc * kDecodeRows + r;
+  const int i = rg / p.group;
+  const int head = kvh * p.group + (rg - i * p.group);
+  const int64_t token = static_cast<int64_t>(b) * p.q_len + i;
+  const float v4[4] = {acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv};
+  store_out4<T>(p, token, head, D, d, v4);
+  if (d == 0 && p.lse != nullptr) {
+    p.lse[head * p.lse_head_stride + token] =
+        sum > 0.0f ? (mx + __log2f(sum)) * 0.69314718055994531f : kNegInf;
+  }
+}
+
 template <typename T, int D, bool kAligned16>
 __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     decode_small_kernel(const __grid_constant__ DecodeParams p) {
   using L = Tile<D>;
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ int s_last;
-  __shared__ float s_row_lse[kDecodeRows];
   const long long c0 = clock64();
   const unsigned long long t_entry = p.probe != nullptr ? global_ns() : 0;
   const int tid = threadIdx.x;
@@ -656,6 +713,9 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   const int rc = unit - kvh * p.row_chunks;
   const int gid = lane >> 2;
   const int t4 = lane & 3;
+
+  // The length first: everything else waits on it (the loads below fly with it).
+  const int len_raw = __ldg(p.cache_seqlens + b);
 
   // This warp's tiles [ta, tb) of chunk c when the sequence has n tiles.
   int ta = 0, tb = 0;
@@ -687,36 +747,44 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   load_ids(ta, lane < 16);
   load_ids(ta + 1, lane >= 16);
 
-  // Query fragments: their address needs no length (rows past `rows` are zero).
-  uint32_t qf[D / 16][4];
+  // The unit's query tile (16 rows; rows past `rows` are zero) into shared memory, each 16-byte
+  // chunk once for the CTA (its warps share it); the fragments are read after the first tiles
+  // are issued.
+  constexpr int kQRow = D + 8;  // padded row (elements): ldmatrix rows hit distinct banks
+  constexpr int kQChunks = D / 8;
+  __shared__ __align__(128) uint16_t s_q[kDecodeRows * kQRow];
+  for (int idx = tid; idx < kDecodeRows * kQChunks; idx += blockDim.x) {
+    const int r = idx / kQChunks;
+    const int ch = idx - r * kQChunks;
+    const int rg = rc * kDecodeRows + r;
+    const bool valid = rg < p.rows;
+    const T* src = static_cast<const T*>(p.q);
+    if (valid) {
+      const int i = rg / p.group;
+      const int64_t token = static_cast<int64_t>(b) * p.q_len + i;
+      const int head = kvh * p.group + (rg - i * p.group);
+      src += token * p.q_stride + static_cast<int64_t>(head) * D + ch * 8;
+    }
+    const uint32_t dst = smem_u32(s_q + r * kQRow + ch * 8);
+    if (p.q_aligned16) {
+      cp_async_16(dst, src, valid);
+    } else {
+      st_shared_16(dst, valid ? load_8_unaligned(src) : make_uint4(0, 0, 0, 0));
+    }
+  }
+  cp_async_commit();  // the oldest group: the query tile
   int row_i[2];
 #pragma unroll
   for (int hr = 0; hr < 2; ++hr) {
     const int r = rc * kDecodeRows + gid + 8 * hr;
-    const bool valid = r < p.rows;
-    const int i = valid ? r / p.group : 0;
-    row_i[hr] = i;
-    const uint16_t* qrow = nullptr;
-    if (valid) {
-      const int64_t token = static_cast<int64_t>(b) * p.q_len + i;
-      const int head = kvh * p.group + (r - i * p.group);
-      qrow = static_cast<const uint16_t*>(p.q) + token * p.q_stride + static_cast<int64_t>(head) * D;
-    }
-#pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks) {
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        uint32_t v = 0;
-        if (valid) {
-          const int d = ks * 16 + half * 8 + 2 * t4;
-          v = static_cast<uint32_t>(qrow[d]) | (static_cast<uint32_t>(qrow[d + 1]) << 16);
-        }
-        qf[ks][hr + 2 * half] = v;
-      }
-    }
+    row_i[hr] = r < p.rows ? r / p.group : 0;
   }
 
-  const int len = seq_len(p, b, c == 0 && unit == 0 && tid == 0);
+  int len = len_raw;
+  if (len < 0 || len > p.capacity) {
+    if (c == 0 && unit == 0 && tid == 0) record_fault(p.fault_word, kFaultSeqlenOutOfRange);
+    len = len < 0 ? 0 : p.capacity;
+  }
   const int ntiles = tiles_of(len);
   if (ntiles != guess_tiles) {  // wrong guess: this warp's range and its ids again
     split(ntiles);
@@ -758,6 +826,16 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   for (int st = 0; st < stages - 1; ++st) {
     if (ti < tb) issue_next(st);
     cp_async_commit();
+  }
+  // The query tile landed (the oldest group) for every thread: its fragments into registers.
+  cp_async_wait_dyn(stages - 1);
+  __syncthreads();
+  uint32_t qf[D / 16][4];
+  {
+    const int mtx = lane >> 3;
+    const uint32_t qbase = smem_u32(s_q + ((mtx & 1) * 8 + (lane & 7)) * kQRow + (mtx >> 1) * 8);
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) ldmatrix_x4(qf[ks], qbase + ks * 32);
   }
   int cstage = 0, istage = stages - 1;
   for (int t = ta; t < tb; ++t) {
@@ -838,7 +916,7 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     if (d == 0) p.ws_lse[wi] = lsum > 0.0f ? mx + __log2f(lsum) : kNegInf;
   }
 
-  // ---- raise this chunk's flag; a CTA that sees all C flags raised merges ----
+  // ---- raise this chunk's flag; a CTA that sees all C flags raised may merge ----
   uint32_t* const flags = p.ws_flag + (static_cast<int64_t>(b) * gridDim.y + unit) * C;
   __threadfence();  // this thread's piece stores are visible device-wide before the flag
   __syncthreads();
@@ -858,91 +936,36 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   }
   __syncthreads();
   probe_stamp(p, 8, c0);
-  if (!s_last) {
-    if (p.probe != nullptr && tid == 0) {
-      const int64_t cta = (static_cast<int64_t>(b) * gridDim.y + unit) * gridDim.x + c;
-      unsigned long long* st = p.probe + cta * kDecodeProbeSlots;
-      st[0] = t_entry;
-      st[1] = global_ns();
-      st[2] = static_cast<unsigned long long>(clock64() - c0);
-      st[9] = 0;
-      st[10] = sm_id();
-    }
-    return;
-  }
-  __threadfence();  // the pieces are read after the flags
-
-  // ---- merge: weights of the C pieces per row staged in shared memory (one round trip),
-  // then each output quad reads its C pieces, up to 16 in flight ----
-  float* const sw = reinterpret_cast<float*>(smem);  // [rows_here][C]; the tiles are free
-  const int64_t wi0 = slot0 * rstep + wi_unit;       // row r of piece j: wi0 + j * rstep + r
-  for (int it = tid; it < rows_here * C; it += blockDim.x) {
-    const int r = it / C;
-    const int j = it - r * C;
-    sw[it] = __ldcg(p.ws_lse + wi0 + j * rstep + r);
-  }
-  __syncthreads();
-  for (int r = warp; r < rows_here; r += nw) {  // a warp per row: weights normalised in place
-    float* w = sw + r * C;
-    float mx = kNegInf;
-    for (int j = lane; j < C; j += 32) mx = fmaxf(mx, w[j]);
-#pragma unroll
-    for (int sh = 16; sh > 0; sh >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, sh));
-    float sum = 0.0f;
-    for (int j = lane; j < C; j += 32) {
-      const float f = mx == kNegInf ? 0.0f : fast_exp2(w[j] - mx);
-      w[j] = f;
-      sum += f;
-    }
-#pragma unroll
-    for (int sh = 16; sh > 0; sh >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, sh);
-    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-    for (int j = lane; j < C; j += 32) w[j] *= inv;
-    if (lane == 0) s_row_lse[r] = sum > 0.0f ? mx + __log2f(sum) : kNegInf;
-  }
-  __syncthreads();
-  constexpr int kBatch = 16;
-  for (int it = tid; it < rows_here * kQuads; it += blockDim.x) {
-    const int r = it / kQuads;
-    const int d = (it - r * kQuads) * 4;
-    const float* w = sw + r * C;
-    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int j0 = 0; j0 < C; j0 += kBatch) {
-      float4 v[kBatch];
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        v[u] = j0 + u < C ? __ldcg(reinterpret_cast<const float4*>(
-                                p.ws_o + (wi0 + (j0 + u) * rstep + r) * D + d))
-                          : make_float4(0.f, 0.f, 0.f, 0.f);
-      }
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        const float f = j0 + u < C ? w[j0 + u] : 0.0f;
-        acc.x += f * v[u].x;
-        acc.y += f * v[u].y;
-        acc.z += f * v[u].z;
-        acc.w += f * v[u].w;
+  // ---- merge: flag k is part k of the unit's output quads; a CTA that saw all flags raised
+  // claims parts by exchanging their flags for 0, so each part is merged exactly once (by
+  // whichever CTA got there first, spreading the work) and every flag ends cleared. ----
+  const int quads = rows_here * kQuads;
+  __shared__ uint32_t s_won[kSmallMaxChunks / 32];
+  if (s_last) {
+    if (warp == 0) {
+      for (int k0 = 0; k0 < C; k0 += 32) {
+        const int k = k0 + lane;
+        const bool won = k < C && atomicExch(flags + k, 0u) == p.epoch;
+        const uint32_t bits = __ballot_sync(0xffffffffu, won);
+        if (lane == 0) s_won[k0 >> 5] = bits;
       }
     }
-    const int rg = rc * kDecodeRows + r;
-    const int i = rg / p.group;
-    const int head = kvh * p.group + (rg - i * p.group);
-    const int64_t token = static_cast<int64_t>(b) * p.q_len + i;
-    const float v4[4] = {acc.x, acc.y, acc.z, acc.w};
-    store_out4<T>(p, token, head, D, d, v4);
-    if (d == 0 && p.lse != nullptr) {
-      const float lse2 = s_row_lse[r];
-      p.lse[head * p.lse_head_stride + token] = lse2 == kNegInf ? kNegInf : lse2 * 0.69314718055994531f;
+    __threadfence();  // the pieces are read after the flags
+    __syncthreads();
+    const int64_t wi0 = slot0 * rstep + wi_unit;  // row r of piece j: wi0 + j * rstep + r
+    for (int q = tid; q < quads; q += blockDim.x) {
+      const int part = static_cast<int>(static_cast<int64_t>(q) * C / quads);
+      if (((s_won[part >> 5] >> (part & 31)) & 1u) == 0) continue;
+      merge_quad<T, D>(p, q, C, rstep, wi0, rc, kvh, b);
     }
   }
-  for (int j = tid; j < C; j += blockDim.x) st_relaxed(flags + j, 0u);  // ready for a replay
   if (p.probe != nullptr && tid == 0) {
     const int64_t cta = (static_cast<int64_t>(b) * gridDim.y + unit) * gridDim.x + c;
     unsigned long long* st = p.probe + cta * kDecodeProbeSlots;
     st[0] = t_entry;
     st[1] = global_ns();
     st[2] = static_cast<unsigned long long>(clock64() - c0);
-    st[9] = 1;
+    st[9] = s_last;
     st[10] = sm_id();
   }
 }
@@ -1113,9 +1136,6 @@ int split_smem(const DecodeConfig& c, int prefix_bytes) {
   return prefix_bytes + c.warps * c.stages * c.stage_bytes;
 }
 
-// Most chunks per (sequence, unit) in small mode (the merging CTA stages 16 x C weights).
-constexpr int kSmallMaxChunks = 1024;
-
 // The small-batch kernel's CTA of `warps` warps: stages as the stream kernel's, shared memory
 // for the tiles or the warps' combine, whichever is larger.
 struct SmallConfig {
@@ -1128,12 +1148,12 @@ SmallConfig small_config(int64_t num_kv_heads, int64_t rows, int64_t head_dim, i
   SmallConfig s;
   s.warps = std::clamp(warps, 1, kDecodeMaxWarps);
   // The stream kernel's stages, as many as fit for this CTA's warps (a knob may ask for more).
-  s.stages = std::clamp(std::min(c.stages, ((227 << 10) - 1024) / (s.warps * c.stage_bytes)), 2,
+  // (8 KB of the opt-in limit stay for the kernel's static shared memory: the query tile.)
+  s.stages = std::clamp(std::min(c.stages, ((227 << 10) - 8192) / (s.warps * c.stage_bytes)), 2,
                         kDecodeMaxStages);
   const int tiles = s.warps * s.stages * c.stage_bytes;
   const int combine = s.warps * (kDecodeRows * static_cast<int>(head_dim + 4) + 2 * kDecodeRows) * 4;
-  const int merge = kDecodeRows * kSmallMaxChunks * 4;  // the merging CTA's weights
-  s.smem = std::max({tiles, combine, merge});
+  s.smem = std::max(tiles, combine);
   return s;
 }
 
@@ -1372,6 +1392,7 @@ void decode_attention(const DecodeArgs& args, const AttentionShape& shape) {
   p.scale_log2 = shape.scale * 1.4426950408889634f;
   p.causal = args.causal ? 1 : 0;
   p.out_aligned4 = (reinterpret_cast<uintptr_t>(args.out.data) & 3u) == 0 && p.out_stride % 2 == 0;
+  p.q_aligned16 = aligned16(args.q.data) && (p.q_stride * es) % 16 == 0;
   int64_t ws_bytes = 0;
   if (p.num_splits > 1) {
     const int64_t need = decode_workspace_bytes(shape.num_seqs, shape.num_heads, shape.head_dim,

@@ -21,13 +21,16 @@
 //   when 8 give fewer than 4 chunks, 4) warps split chunk c of C of b's tiles, each warp streaming its own sub-range, and combine their
 //   softmax states through shared memory into one piece (slot b*C + c). The CTA then raises
 //   its flag of (b, u) in the workspace (flag c := the launch's epoch, after a fence) and reads
-//   the C flags of (b, u) at once; a CTA that sees all C raised merges the C pieces into out
-//   and clears the flags (two CTAs may both see them all and both merge: same values), so no
-//   merge kernel, no atomics and no memset run. Flags hold a fresh epoch per launch (never 0),
-//   so a fresh (garbage) workspace works, and a graph replay (same epoch) finds them cleared by
-//   the previous replay. The key split of (b, c) comes from b's length; the CTA guesses that
-//   length is plan.max_seqlen_k (p.len_hint) and loads the block ids of the guessed range while
-//   the length is in flight, reloading them only when the guess was wrong.
+//   the C flags of (b, u) at once. CTAs that see all C raised claim merge parts: flag k stands
+//   for part k of the unit's output, and the CTA whose atomicExch(flag k, 0) returns the epoch
+//   merges that part (all C pieces, loaded in one round). So each part is merged once, the
+//   work spreads over the CTAs finishing last, every flag ends cleared, and no merge kernel
+//   or memset runs. Flags hold a fresh epoch per launch (never 0), so a fresh (garbage)
+//   workspace works, and a graph replay (same epoch) finds them cleared by the previous
+//   replay. The key split of (b, c) comes from b's length; the CTA guesses that length is
+//   plan.max_seqlen_k (p.len_hint) and loads the block ids of the guessed range while the
+//   length is in flight, reloading them only when the guess was wrong. The unit's 16 query
+//   rows are loaded once per CTA (16-byte copies into shared memory, then ldmatrix).
 //
 // Layout (strides in elements; all tensors on one device):
 //   q, out     [num_seqs * q_len, num_heads, head_dim]: token t, head h at t*q_stride + h*D
@@ -96,6 +99,7 @@ struct DecodeParams {
   float scale_log2 = 0.0f;  // softmax scale * log2(e)
   int causal = 1;
   int out_aligned4 = 0;     // out rows allow 4-byte stores
+  int q_aligned16 = 0;      // q rows are 16-byte aligned (small kernel: cp.async of the q tile)
 
   // CTA shape (decode_config) and the partition of the work.
   int heads_per_cta = 1;

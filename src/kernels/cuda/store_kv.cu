@@ -13,7 +13,6 @@
 // variants at 256, 4096 and 65536 tokens; docs/perf/NOTES.md.)
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdint>
 
 #include "kernels/backend.h"
@@ -172,74 +171,6 @@ __global__ void __launch_bounds__(kCtaThreads, 2048 / kCtaThreads / 2)
   }
 }
 
-// Persistent: one wave of warps; warp w takes items w, w + W, ... (W = all warps) and loads
-// its next item (vectors and slot) before storing the current one, so every warp always has
-// a load batch in flight. Needs parts of at most 32 * kUnroll vectors (the host checks).
-template <int kBytes, typename Slot>
-__global__ void __launch_bounds__(256, 4) store_kv_persistent_kernel(const __grid_constant__ StoreKvParams p) {
-  using Vec = typename VecOf<kBytes>::type;
-  const int lane = threadIdx.x & 31;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * (256 / 32);
-  const int64_t items = p.num_tokens * p.parts;
-  const int row_vecs = static_cast<int>(p.row_bytes / kBytes);
-  int64_t item = (static_cast<int64_t>(blockIdx.x) * 256 + threadIdx.x) >> 5;
-  if (item >= items) return;
-  Vec kx[kUnroll], vx[kUnroll];
-  int64_t slot = -1;
-  int begin = 0, end = 0;
-  auto load = [&](int64_t it, Vec (&kd)[kUnroll], Vec (&vd)[kUnroll], int64_t& sl, int& b0,
-                  int& e0) {
-    int64_t tok;
-    int part;
-    item_of(p, it, tok, part);
-    b0 = part * p.part_vecs;
-    e0 = min(row_vecs, b0 + p.part_vecs);
-    const Vec* ks = reinterpret_cast<const Vec*>(p.key + tok * p.key_stride);
-    const Vec* vs = reinterpret_cast<const Vec*>(p.value + tok * p.value_stride);
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int v = b0 + lane + 32 * u;
-      if (v < e0) {
-        kd[u] = load_stream(ks + v);
-        vd[u] = load_stream(vs + v);
-      }
-    }
-    sl = static_cast<int64_t>(static_cast<const Slot*>(p.slot_mapping)[tok * p.slot_stride]);
-  };
-  load(item, kx, vx, slot, begin, end);
-  for (;;) {
-    const int64_t next = item + stride;
-    Vec kn[kUnroll], vn[kUnroll];
-    int64_t slot_n = -1;
-    int begin_n = 0, end_n = 0;
-    if (next < items) load(next, kn, vn, slot_n, begin_n, end_n);
-    int64_t voff = 0;
-    const int64_t koff = dest_offset<Slot>(p, slot, lane == 0 && begin == 0, voff);
-    if (koff >= 0) {
-      Vec* kdst = reinterpret_cast<Vec*>(p.k_cache + koff);
-      Vec* vdst = reinterpret_cast<Vec*>(p.v_cache + voff);
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int v = begin + lane + 32 * u;
-        if (v < end) {
-          store_stream(kdst + v, kx[u]);
-          store_stream(vdst + v, vx[u]);
-        }
-      }
-    }
-    if (next >= items) return;
-    item = next;
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      kx[u] = kn[u];
-      vx[u] = vn[u];
-    }
-    slot = slot_n;
-    begin = begin_n;
-    end = end_n;
-  }
-}
-
 // The widest vector (bytes) that divides every address and stride the kernel touches.
 int vector_bytes(const StoreKvParams& p) {
   const uint64_t bits = reinterpret_cast<uintptr_t>(p.key) | reinterpret_cast<uintptr_t>(p.value) |
@@ -254,23 +185,9 @@ int vector_bytes(const StoreKvParams& p) {
   return 2;
 }
 
-template <typename Kernel>
-int resident_ctas(Kernel kernel, int threads) {
-  int n = 0;
-  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, 0));
-  return n > 0 ? n : 1;
-}
-
 template <int kBytes, typename Slot>
-void launch_as(const StoreKvParams& p, int variant, int device, cudaStream_t stream) {
+void launch_as(const StoreKvParams& p, int variant, cudaStream_t stream) {
   const int64_t warps = p.num_tokens * p.parts;
-  if (variant == 3) {
-    const auto kernel = store_kv_persistent_kernel<kBytes, Slot>;
-    static const int per_sm = resident_ctas(kernel, 256);  // same for every device of a build
-    const int64_t blocks = std::min<int64_t>((warps * 32 + 255) / 256, int64_t{sm_count(device)} * per_sm);
-    kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(p);
-    return;
-  }
   const int threads = variant == 2 ? 128 : kThreads;
   const int64_t blocks = (warps * 32 + threads - 1) / threads;
   KVATTN_CHECK(blocks <= 0x7fffffff, "store_kv: ", p.num_tokens, " tokens exceed one launch");
@@ -282,11 +199,11 @@ void launch_as(const StoreKvParams& p, int variant, int device, cudaStream_t str
 }
 
 template <int kBytes>
-void launch(const StoreKvParams& p, bool slot64, int variant, int device, cudaStream_t stream) {
+void launch(const StoreKvParams& p, bool slot64, int variant, cudaStream_t stream) {
   if (slot64) {
-    launch_as<kBytes, int64_t>(p, variant, device, stream);
+    launch_as<kBytes, int64_t>(p, variant, stream);
   } else {
-    launch_as<kBytes, int32_t>(p, variant, device, stream);
+    launch_as<kBytes, int32_t>(p, variant, stream);
   }
   CUDA_CHECK_LAUNCH();
 }
@@ -337,17 +254,15 @@ void store_kv(const TensorView& key, const TensorView& value, const TensorView& 
   p.idx32 = total_warps < (int64_t{1} << 31) && p.num_slots < (int64_t{1} << 31) &&
             p.block_size < (int64_t{1} << 31);
   const bool slot64 = slot_mapping.dtype == DType::kI64;
-  // The launch: the persistent kernel needs one load batch per part; the library's choice is
-  // VARIANT_CHOICE (docs/perf/NOTES.md, store_kv round 4).
-  int variant = cuda_tuning().store_kv_variant;
-  if (variant == 0) variant = 1;
-  if (variant == 3 && p.part_vecs > 32 * kUnroll) variant = 1;
+  // CTAs of 128 threads by default: on the H200 0.2-1% faster than 256 at 4096 and 65536
+  // tokens and equal at 256 (docs/perf/NOTES.md, round 4).
+  const int variant = cuda_tuning().store_kv_variant == 1 ? 1 : 2;
   auto s = static_cast<cudaStream_t>(stream.handle);
   switch (vec) {
-    case 16: launch<16>(p, slot64, variant, device, s); break;
-    case 8: launch<8>(p, slot64, variant, device, s); break;
-    case 4: launch<4>(p, slot64, variant, device, s); break;
-    default: launch<2>(p, slot64, variant, device, s); break;
+    case 16: launch<16>(p, slot64, variant, s); break;
+    case 8: launch<8>(p, slot64, variant, s); break;
+    case 4: launch<4>(p, slot64, variant, s); break;
+    default: launch<2>(p, slot64, variant, s); break;
   }
 }
 
