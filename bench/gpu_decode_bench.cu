@@ -153,13 +153,14 @@ struct DecodeVariant {
   int small = 1;    // small-batch kernel allowed
   int small_warps = 0;  // 0: the library's choice
   int no_merge = 0; // diagnostics: stream kernel without its merge (wrong output)
+  int max_chunks = 0;  // small kernel: most chunks per unit (0: the library's choice)
 };
 // The default first: the others' outputs are compared with its. "diag" rows are diagnostics
 // (not candidates): the split kernel alone, to price the merge launch.
 const DecodeVariant kDecodeVariants[] = {
     {"default", 8, 0},         {"s2", 8, 2},          {"h4", 4, 0},
     {"h4 s2", 4, 2},           {"nosmall", 8, 0, 0},  {"small w4", 8, 0, 1, 4},
-    {"diag nomerge", 8, 0, 0, 0, 1},
+    {"diag nomerge", 8, 0, 0, 0, 1}, {"small c8", 8, 0, 1, 0, 0, 8},
 };
 
 std::vector<float> to_floats(const Tensor& t) {
@@ -226,6 +227,7 @@ void bench_decode(const std::string& name, const std::vector<int64_t>& lens, int
     tuning.decode_small = v.small;
     tuning.decode_small_warps = v.small_warps;
     tuning.decode_debug_no_merge = v.no_merge;
+    tuning.decode_small_max_chunks = v.max_chunks;
     const bool diag = std::strncmp(v.name, "diag", 4) == 0;
     try {
       kvattn::DecodeArgs a;

@@ -19,6 +19,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench_util.cuh"
@@ -101,6 +102,41 @@ void floors() {
   BENCH_CUDA(cudaFree(sink));
 }
 
+// How many thread-block clusters of each size can be resident at once for CTAs shaped like the
+// small decode kernel's (8 warps with ~196 KB of shared memory, or 4 warps with ~98 KB).
+__global__ void cluster_shape_probe(int* sink) {
+  extern __shared__ int smem_probe[];
+  if (threadIdx.x == 0 && sink == nullptr) smem_probe[0] = 0;
+}
+
+void cluster_capacity() {
+  std::printf("\n## resident clusters (cudaOccupancyMaxActiveClusters)\n");
+  const auto kernel = cluster_shape_probe;
+  for (const auto& [threads, smem] : {std::pair<int, int>{256, 196 << 10}, {128, 98 << 10}}) {
+    BENCH_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    BENCH_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    for (unsigned cs : {1u, 2u, 4u, 8u, 16u}) {
+      cudaLaunchConfig_t cfg{};
+      cfg.gridDim = dim3(cs * 64);
+      cfg.blockDim = dim3(threads);
+      cfg.dynamicSmemBytes = static_cast<size_t>(smem);
+      cudaLaunchAttribute attr{};
+      attr.id = cudaLaunchAttributeClusterDimension;
+      attr.val.clusterDim.x = cs;
+      attr.val.clusterDim.y = 1;
+      attr.val.clusterDim.z = 1;
+      cfg.attrs = &attr;
+      cfg.numAttrs = 1;
+      int n = -1;
+      const cudaError_t e = cudaOccupancyMaxActiveClusters(&n, kernel, &cfg);
+      std::printf("{\"probe\": \"clusters\", \"threads\": %d, \"smem_kb\": %d, \"cluster\": %u, "
+                  "\"resident_clusters\": %d, \"ctas\": %d, \"err\": \"%s\"}\n",
+                  threads, smem >> 10, cs, n, n * static_cast<int>(cs), cudaGetErrorString(e));
+      (void)cudaGetLastError();
+    }
+  }
+}
+
 void fill(const Tensor& t, uint32_t seed) {
   fill_random_bf16<<<1024, 256>>>(t.ptr<__nv_bfloat16>(), t.numel(), seed);
   BENCH_CUDA(cudaGetLastError());
@@ -114,7 +150,7 @@ double pct(std::vector<double> v, double q) {
 
 // One decode of B sequences of `len` keys (32/8 heads, D 128, page 16, shuffled blocks) with
 // the phase probe on, after each flush; prints the phase table.
-void phases(int64_t B, int64_t len) {
+void phases(int64_t B, int64_t len, int max_chunks = 0) {
   const int64_t hq = 32, hkv = 8, d = 128, bs = 16;
   const int64_t width = (len + bs - 1) / bs, num_blocks = B * width;
   std::vector<int32_t> ids(static_cast<size_t>(num_blocks));
@@ -139,14 +175,15 @@ void phases(int64_t B, int64_t len) {
   a.block_table = bt;
   a.cache_seqlens = sl;
   a.out = out;
-  a.plan = kvattn::plan_decode(B, hq, hkv, d, 1, len, kGpu);
-  Tensor ws = Tensor::empty({std::max<int64_t>(a.plan.workspace_bytes, 16)}, DType::kU8, kGpu);
-  a.workspace = ws;
   const size_t kMaxCtas = 1 << 16;
   std::vector<unsigned long long> st(kMaxCtas * kvattn::cuda::kDecodeProbeSlots);
   unsigned long long* dev = nullptr;
   BENCH_CUDA(cudaMalloc(&dev, st.size() * 8));
   auto& tuning = kvattn::cuda::cuda_tuning();
+  tuning.decode_small_max_chunks = max_chunks;
+  a.plan = kvattn::plan_decode(B, hq, hkv, d, 1, len, kGpu);
+  Tensor ws = Tensor::empty({std::max<int64_t>(a.plan.workspace_bytes, 16)}, DType::kU8, kGpu);
+  a.workspace = ws;
   for (Flush f : {Flush::kMemset, Flush::kRead, Flush::kNone}) {
     const double plain = median_us([&] { kvattn::decode_attention(a); }, f, g_reps);
     BENCH_CUDA(cudaMemset(dev, 0, st.size() * 8));
@@ -171,9 +208,9 @@ void phases(int64_t B, int64_t len) {
       tend = std::max(tend, st[i * S + 1]);
     }
     ns_per_cycle /= n;
-    std::printf("\n## %lldx%lld, %s: %zu CTAs, event time %.2f us (unprobed median %.2f), "
+    std::printf("\n## %lldx%lld (max chunks %d), %s: %zu CTAs, event time %.2f us (unprobed median %.2f), "
                 "first entry -> last exit %.2f us, %.3f ns/cycle\n",
-                static_cast<long long>(B), static_cast<long long>(len), flush_name(f), n, probed,
+                static_cast<long long>(B), static_cast<long long>(len), max_chunks, flush_name(f), n, probed,
                 plain, (tend - t0) * 1e-3, ns_per_cycle);
     const char* names[] = {"entry skew (from first entry)", "exit (from first entry)",
                            "length arrived", "first tile landed (warp 0)",
@@ -194,6 +231,7 @@ void phases(int64_t B, int64_t len) {
                   pct(col[k], 0.9), pct(col[k], 1.0), col[k].size());
     }
   }
+  tuning.decode_small_max_chunks = 0;
   BENCH_CUDA(cudaFree(dev));
 }
 
@@ -216,7 +254,9 @@ int main(int argc, char** argv) {
               prop.l2CacheSize >> 20, khz / 1000);
   init_l2_flush();
   floors();
+  cluster_capacity();
   phases(1, 8192);
+  phases(1, 8192, 8);
   phases(1, 2048);
   phases(1, 32768);
   phases(4, 8192);

@@ -1181,7 +1181,7 @@ void dispatch(DType dtype, int64_t head_dim, Fn&& fn) {
 // that gives 4+ chunks, else 4 (2 CTAs per SM, twice the chunks): measured on the H200
 // (docs/perf/NOTES.md, round 3), 8 warps for 1-4 x 8192 (4 warps: 33 chunks of 1-2 tiles
 // per warp, +25%), 4 warps for 8 x 32768 (C = 4: 4.35 TB/s vs the stream kernel's 3.99).
-// cuda_tuning().decode_small_warps > 0 forces one count.
+// cuda_tuning().decode_small_warps > 0 forces one count; decode_small_max_chunks caps C.
 struct SmallChoice {
   int chunks = 0;
   int warps = 8;
@@ -1199,7 +1199,8 @@ SmallChoice small_choice(int device, int64_t num_seqs, int64_t num_kv_heads, int
     dispatch(DType::kBF16, head_dim, [&]<typename T, int D>() {
       ctas = split_occupancy<T, D, true, true>(device, sc.warps * 32, sc.smem);
     });
-    const int64_t chunks = int64_t{sm_count(device)} * ctas / (num_seqs * units);
+    int64_t chunks = int64_t{sm_count(device)} * ctas / (num_seqs * units);
+    if (tuning.decode_small_max_chunks > 0) chunks = std::min<int64_t>(chunks, tuning.decode_small_max_chunks);
     if (chunks >= 4) return {static_cast<int>(std::min<int64_t>(chunks, kSmallMaxChunks)), sc.warps};
   }
   return {};

@@ -21,6 +21,9 @@ struct CudaTuning {
   // Decode, small-batch kernel: warps per CTA; 0 = 8 when the batch gives 4+ chunks per unit
   // with 8, else 4 (decode_attention.cu, small_choice). Env KVATTN_DECODE_SMALL_WARPS.
   int decode_small_warps = 0;
+  // Decode, small-batch kernel: most chunks per (sequence, unit); 0 = as many as fill the SMs.
+  // Env KVATTN_DECODE_SMALL_MAX_CHUNKS.
+  int decode_small_max_chunks = 0;
   // Diagnostics only (wrong results): skip the stream kernel's merge launch, to time the split
   // kernel alone. Set by the benchmark, never from the environment.
   int decode_debug_no_merge = 0;
