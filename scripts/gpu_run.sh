@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
 # The one call on the GPU machine: build with CUDA, run the GPU tests, compute-sanitizer
 # memcheck, kvattn's GPU benchmarks and the peers, then print one table.
-#   run: bash scripts/gpu_run.sh [--no-peers] [--no-memcheck] [--engine]   (carry .deps .peers)
+#   run: bash scripts/gpu_run.sh [--full] [--no-peers] [--no-memcheck] [--engine]
+#        (carry .deps .peers)
+# By default only the kernel tests and the GPU benchmarks are built and the kernel GPU tests
+# run (the peers need most of a 10-minute call); --full builds everything and runs every GPU
+# test (engine included).
 # Logs and JSON go to $OUT (or ./out).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
-peers=1 memcheck=1 engine=0
+peers=1 memcheck=1 engine=0 full=0
 for a in "$@"; do
   case "$a" in
+    --full) full=1 ;;
     --no-peers) peers=0 ;;
     --no-memcheck) memcheck=0 ;;
     --engine) engine=1 ;;
@@ -21,15 +26,21 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used,memory.total --form
 step() { echo; echo "== $* == ($(date +%T))"; }
 
 step build
+targets=()
+[ $full -eq 1 ] || targets=(--target kernels_decode_gpu_test kernels_store_kv_gpu_test
+                             kernels_prefill_gpu_test gpu_decode_bench gpu_prefill_bench)
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVATTN_CUDA_ARCHS=90a \
   -DKVATTN_BENCH=ON >"$OUT/build.log" 2>&1 &&
-  cmake --build build-gpu -j "$(nproc)" >>"$OUT/build.log" 2>&1
+  cmake --build build-gpu -j "$(nproc)" "${targets[@]}" >>"$OUT/build.log" 2>&1
 build_rc=$?
 tail -n 30 "$OUT/build.log"
 [ $build_rc -eq 0 ] || { echo "BUILD FAILED"; exit 1; }
 
 step "gpu tests"
-ctest --test-dir build-gpu -L gpu --output-on-failure --timeout 300 2>&1 | tee "$OUT/gpu_tests.log" | tail -n 40
+filter=()
+[ $full -eq 1 ] || filter=(-R kernels_)
+ctest --test-dir build-gpu -L gpu "${filter[@]}" --output-on-failure --timeout 300 2>&1 |
+  tee "$OUT/gpu_tests.log" | tail -n 40
 
 if [ $memcheck -eq 1 ]; then
   step memcheck
@@ -43,7 +54,7 @@ if [ $memcheck -eq 1 ]; then
 fi
 
 step "kvattn benchmarks"
-for b in build-gpu/bench/gpu_*_bench; do
+for b in build-gpu/bench/gpu_decode_bench build-gpu/bench/gpu_prefill_bench; do
   [ -x "$b" ] || continue
   "$b" 2>&1 | tee "$OUT/$(basename "$b").log" | tail -n 25
 done

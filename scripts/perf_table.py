@@ -68,7 +68,7 @@ for (t, page), r in sorted(store.items()):
                  f"{r['TBps'] / copy_tbps if copy_tbps else 0:7.0%} {pu or 0:13.2f} "
                  f"{(pu / r['us']) if pu else 0:6.2f}")
 
-dec = slowest([r for r in ours if r.get("op") == "decode"], lambda r: r["shape"])
+dec = slowest([r for r in ours if r.get("op") in ("decode", "decode default")], lambda r: r["shape"])
 for shape, r in sorted(dec.items()):
     m = re.match(r"(\d+)x(\d+)", shape)
     pu = peer_us(rf"^decode .*B={m.group(1)} L={m.group(2)}\b") if m else None
