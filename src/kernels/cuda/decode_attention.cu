@@ -867,11 +867,13 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   constexpr int kRowF = D + 4;                     // floats per o row (padded)
   constexpr int kWarpF = kDecodeRows * kRowF + 2 * kDecodeRows;  // o rows, m[16], l[16]
   float* const red = reinterpret_cast<float*>(smem);
+  const int rows_here = min(kDecodeRows, p.rows - rc * kDecodeRows);
   {
     float* wo = red + warp * kWarpF;
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
       const int r = gid + 8 * hr;
+      if (r >= rows_here) continue;  // padding rows of the mma tile: never read
 #pragma unroll
       for (int nt = 0; nt < D / 8; ++nt) {
         *reinterpret_cast<float2*>(wo + r * kRowF + nt * 8 + 2 * t4) =
@@ -884,7 +886,6 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     }
   }
   __syncthreads();
-  const int rows_here = min(kDecodeRows, p.rows - rc * kDecodeRows);
   const int64_t rstep = static_cast<int64_t>(p.num_kv_heads) * p.rows;  // slot stride (rows)
   const int64_t wi_unit = static_cast<int64_t>(kvh) * p.rows + rc * kDecodeRows;
   const int64_t slot0 = static_cast<int64_t>(b) * C;
@@ -918,11 +919,11 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
 
   // ---- raise this chunk's flag; a CTA that sees all C flags raised may merge ----
   uint32_t* const flags = p.ws_flag + (static_cast<int64_t>(b) * gridDim.y + unit) * C;
-  __threadfence();  // this thread's piece stores are visible device-wide before the flag
-  __syncthreads();
+  __syncthreads();  // every thread's piece stores precede thread 0's fence (cumulative)
   probe_stamp(p, 7, c0);
   if (warp == 0) {
     if (lane == 0) {
+      __threadfence();  // the CTA's piece is visible device-wide before its flag
       st_relaxed(flags + c, p.epoch);
       __threadfence();  // the flag is visible before this CTA reads the others
     }
