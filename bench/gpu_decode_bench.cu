@@ -134,8 +134,8 @@ void bench_store_kv(int64_t tokens, int64_t block_size, std::mt19937_64& rng) {
   // The default launch, then every variant (cuda_tuning().store_kv_variant) beside it.
   CudaTuning& tuning = kvattn::cuda::cuda_tuning();
   const CudaTuning saved = tuning;
-  const char* names[] = {"store_kv", "store_kv cta256", "store_kv cta128", "store_kv plain loads"};
-  for (int variant = 0; variant < 4; ++variant) {
+  const char* names[] = {"store_kv", "store_kv cta256"};
+  for (int variant = 0; variant < 2; ++variant) {
     tuning.store_kv_variant = variant;
     for (Flush f : flushes_for(bytes)) {
       const double us = time_us([&] { kvattn::store_kv(key, value, kc, vc, slot); }, f);

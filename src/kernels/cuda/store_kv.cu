@@ -10,7 +10,9 @@
 // nothing). Stores are evict-first (st.global.cs): the rows are read back only by a later
 // step's decode. Small batches cut each row into several parts so that enough warps exist to
 // cover the latency of the GPU. (H200: early loads + evict-first stores were the fastest of 6
-// variants at 256, 4096 and 65536 tokens; docs/perf/NOTES.md.)
+// variants at 256, 4096 and 65536 tokens; CTAs of 128 threads beat 256 by 0.2-1%; a persistent
+// grid that loads its next token while storing the current one was 40% slower, plain loads
+// instead of evict-first ones 0.5% slower; docs/perf/NOTES.md.)
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -121,7 +123,7 @@ __device__ __forceinline__ int64_t dest_offset(const StoreKvParams& p, int64_t s
 }
 
 // One warp per (token, part); parts of more than 32 * kUnroll vectors loop.
-template <int kBytes, typename Slot, int kCtaThreads, bool kEvictFirstLoads = true>
+template <int kBytes, typename Slot, int kCtaThreads>
 __global__ void __launch_bounds__(kCtaThreads, 2048 / kCtaThreads / 2)
     store_kv_kernel(const __grid_constant__ StoreKvParams p) {
   using Vec = typename VecOf<kBytes>::type;
@@ -143,8 +145,8 @@ __global__ void __launch_bounds__(kCtaThreads, 2048 / kCtaThreads / 2)
     for (int u = 0; u < kUnroll; ++u) {
       const int v = v0 + 32 * u;
       if (v < end) {
-        kx[u] = kEvictFirstLoads ? load_stream(ksrc + v) : __ldg(ksrc + v);
-        vx[u] = kEvictFirstLoads ? load_stream(vsrc + v) : __ldg(vsrc + v);
+        kx[u] = load_stream(ksrc + v);
+        vx[u] = load_stream(vsrc + v);
       }
     }
   };
@@ -188,12 +190,10 @@ int vector_bytes(const StoreKvParams& p) {
 template <int kBytes, typename Slot>
 void launch_as(const StoreKvParams& p, int variant, cudaStream_t stream) {
   const int64_t warps = p.num_tokens * p.parts;
-  const int threads = variant >= 2 ? 128 : kThreads;
+  const int threads = variant == 2 ? 128 : kThreads;
   const int64_t blocks = (warps * 32 + threads - 1) / threads;
   KVATTN_CHECK(blocks <= 0x7fffffff, "store_kv: ", p.num_tokens, " tokens exceed one launch");
-  if (variant == 3) {
-    store_kv_kernel<kBytes, Slot, 128, false><<<static_cast<unsigned>(blocks), 128, 0, stream>>>(p);
-  } else if (variant == 2) {
+  if (variant == 2) {
     store_kv_kernel<kBytes, Slot, 128><<<static_cast<unsigned>(blocks), 128, 0, stream>>>(p);
   } else {
     store_kv_kernel<kBytes, Slot, kThreads><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(p);
@@ -258,7 +258,7 @@ void store_kv(const TensorView& key, const TensorView& value, const TensorView& 
   const bool slot64 = slot_mapping.dtype == DType::kI64;
   // CTAs of 128 threads by default: on the H200 0.2-1% faster than 256 at 4096 and 65536
   // tokens and equal at 256 (docs/perf/NOTES.md, round 4).
-  const int variant = cuda_tuning().store_kv_variant == 0 ? 2 : cuda_tuning().store_kv_variant;
+  const int variant = cuda_tuning().store_kv_variant == 1 ? 1 : 2;
   auto s = static_cast<cudaStream_t>(stream.handle);
   switch (vec) {
     case 16: launch<16>(p, slot64, variant, s); break;

@@ -28,8 +28,7 @@ struct CudaTuning {
   // kernel alone. Set by the benchmark, never from the environment.
   int decode_debug_no_merge = 0;
   // store_kv launch, a warp per (token, part): 1 = CTAs of 256 threads, 0 or 2 = CTAs of 128
-  // threads (the default), 3 = CTAs of 128 threads with plain (not evict-first) loads.
-  // Env KVATTN_STORE_KV_VARIANT.
+  // threads (the default). Env KVATTN_STORE_KV_VARIANT.
   int store_kv_variant = 0;
   // Diagnostics only: when set, the small-batch decode kernel writes kDecodeProbeSlots phase
   // stamps per CTA here (decode_params.h). Set by the benchmark, never from the environment.
