@@ -66,22 +66,24 @@ struct VecOf<4> { using type = uint32_t; };
 template <>
 struct VecOf<2> { using type = uint16_t; };
 
-template <typename Vec>
-__device__ __forceinline__ Vec load_stream(const Vec* p) {
-  return __ldcs(p);  // read once: evict-first, keeps L2 for the cache lines being written
-}
-template <>
-__device__ __forceinline__ uint16_t load_stream<uint16_t>(const uint16_t* p) {
-  return *p;
+// Cache hints (cuda_tuning().store_kv_hints): bit 0 set = plain loads, else evict-first
+// (__ldcs); bit 1 set = plain stores, else evict-first (__stcs).
+template <int kHints, typename Vec>
+__device__ __forceinline__ Vec load_row(const Vec* p) {
+  if constexpr ((kHints & 1) != 0 || sizeof(Vec) == 2) {
+    return *p;
+  } else {
+    return __ldcs(p);  // read once: evict-first, keeps L2 for the cache lines being written
+  }
 }
 
-template <typename Vec>
-__device__ __forceinline__ void store_stream(Vec* p, Vec v) {
-  __stcs(p, v);  // written once here, read by a later step's decode: evict-first
-}
-template <>
-__device__ __forceinline__ void store_stream<uint16_t>(uint16_t* p, uint16_t v) {
-  *p = v;
+template <int kHints, typename Vec>
+__device__ __forceinline__ void store_row(Vec* p, Vec v) {
+  if constexpr ((kHints & 2) != 0 || sizeof(Vec) == 2) {
+    *p = v;
+  } else {
+    __stcs(p, v);  // written once here, read by a later step's decode: evict-first
+  }
 }
 
 // Warp `warp`'s (token, part).
@@ -123,7 +125,7 @@ __device__ __forceinline__ int64_t dest_offset(const StoreKvParams& p, int64_t s
 }
 
 // One warp per (token, part); parts of more than 32 * kUnroll vectors loop.
-template <int kBytes, typename Slot, int kCtaThreads>
+template <int kBytes, typename Slot, int kCtaThreads, int kHints>
 __global__ void __launch_bounds__(kCtaThreads, 2048 / kCtaThreads / 2)
     store_kv_kernel(const __grid_constant__ StoreKvParams p) {
   using Vec = typename VecOf<kBytes>::type;
@@ -145,8 +147,8 @@ __global__ void __launch_bounds__(kCtaThreads, 2048 / kCtaThreads / 2)
     for (int u = 0; u < kUnroll; ++u) {
       const int v = v0 + 32 * u;
       if (v < end) {
-        kx[u] = load_stream(ksrc + v);
-        vx[u] = load_stream(vsrc + v);
+        kx[u] = load_row<kHints>(ksrc + v);
+        vx[u] = load_row<kHints>(vsrc + v);
       }
     }
   };
@@ -166,8 +168,8 @@ __global__ void __launch_bounds__(kCtaThreads, 2048 / kCtaThreads / 2)
     for (int u = 0; u < kUnroll; ++u) {
       const int v = v0 + 32 * u;
       if (v < end) {
-        store_stream(kdst + v, kx[u]);
-        store_stream(vdst + v, vx[u]);
+        store_row<kHints>(kdst + v, kx[u]);
+        store_row<kHints>(vdst + v, vx[u]);
       }
     }
   }
@@ -187,25 +189,32 @@ int vector_bytes(const StoreKvParams& p) {
   return 2;
 }
 
-template <int kBytes, typename Slot>
-void launch_as(const StoreKvParams& p, int variant, cudaStream_t stream) {
+template <int kBytes, typename Slot, int kHints>
+void launch_as(const StoreKvParams& p, int cta_threads, cudaStream_t stream) {
   const int64_t warps = p.num_tokens * p.parts;
-  const int threads = variant == 2 ? 128 : kThreads;
-  const int64_t blocks = (warps * 32 + threads - 1) / threads;
+  const int64_t blocks = (warps * 32 + cta_threads - 1) / cta_threads;
   KVATTN_CHECK(blocks <= 0x7fffffff, "store_kv: ", p.num_tokens, " tokens exceed one launch");
-  if (variant == 2) {
-    store_kv_kernel<kBytes, Slot, 128><<<static_cast<unsigned>(blocks), 128, 0, stream>>>(p);
+  if (cta_threads == 128) {
+    store_kv_kernel<kBytes, Slot, 128, kHints><<<static_cast<unsigned>(blocks), 128, 0, stream>>>(p);
   } else {
-    store_kv_kernel<kBytes, Slot, kThreads><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(p);
+    store_kv_kernel<kBytes, Slot, 256, kHints><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(p);
   }
 }
 
 template <int kBytes>
-void launch(const StoreKvParams& p, bool slot64, int variant, cudaStream_t stream) {
-  if (slot64) {
-    launch_as<kBytes, int64_t>(p, variant, stream);
-  } else {
-    launch_as<kBytes, int32_t>(p, variant, stream);
+void launch(const StoreKvParams& p, bool slot64, int cta_threads, int hints, cudaStream_t stream) {
+  auto go = [&]<int kHints>() {
+    if (slot64) {
+      launch_as<kBytes, int64_t, kHints>(p, cta_threads, stream);
+    } else {
+      launch_as<kBytes, int32_t, kHints>(p, cta_threads, stream);
+    }
+  };
+  switch (hints) {
+    case 1: go.template operator()<1>(); break;
+    case 2: go.template operator()<2>(); break;
+    case 3: go.template operator()<3>(); break;
+    default: go.template operator()<0>(); break;
   }
   CUDA_CHECK_LAUNCH();
 }
@@ -258,13 +267,15 @@ void store_kv(const TensorView& key, const TensorView& value, const TensorView& 
   const bool slot64 = slot_mapping.dtype == DType::kI64;
   // CTAs of 128 threads by default: on the H200 0.2-1% faster than 256 at 4096 and 65536
   // tokens and equal at 256 (docs/perf/NOTES.md, round 4).
-  const int variant = cuda_tuning().store_kv_variant == 1 ? 1 : 2;
+  const CudaTuning& tuning = cuda_tuning();
+  const int cta = tuning.store_kv_variant == 1 ? 256 : 128;
+  const int hints = tuning.store_kv_hints;
   auto s = static_cast<cudaStream_t>(stream.handle);
   switch (vec) {
-    case 16: launch<16>(p, slot64, variant, s); break;
-    case 8: launch<8>(p, slot64, variant, s); break;
-    case 4: launch<4>(p, slot64, variant, s); break;
-    default: launch<2>(p, slot64, variant, s); break;
+    case 16: launch<16>(p, slot64, cta, hints, s); break;
+    case 8: launch<8>(p, slot64, cta, hints, s); break;
+    case 4: launch<4>(p, slot64, cta, hints, s); break;
+    default: launch<2>(p, slot64, cta, hints, s); break;
   }
 }
 
