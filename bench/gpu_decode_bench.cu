@@ -131,24 +131,18 @@ void bench_store_kv(int64_t tokens, int64_t block_size, std::mt19937_64& rng) {
   const double bytes = 4.0 * tokens * hkv * d * 2 + tokens * 4.0;
   const std::string shape = "T=" + std::to_string(tokens) + " Hkv=8 D=128 bf16 page " +
                             std::to_string(block_size) + " 1M slots";
-  // The default launch, then every variant (cuda_tuning() store_kv_variant and store_kv_hints)
-  // beside it. Large batches are timed back to back and after a memset flush (do_bench's way).
+  // The default launch, then the other (cuda_tuning().store_kv_variant) beside it. Large batches are timed back to back and after a memset flush (do_bench's way).
   CudaTuning& tuning = kvattn::cuda::cuda_tuning();
   const CudaTuning saved = tuning;
   struct StoreVariant {
     const char* name;
-    int cta, hints;
+    int cta;
   };
-  const StoreVariant variants[] = {{"store_kv", 0, 0},
-                                   {"store_kv cta256", 1, 0},
-                                   {"store_kv plain loads", 0, 1},
-                                   {"store_kv plain stores", 0, 2},
-                                   {"store_kv plain", 0, 3}};
+  const StoreVariant variants[] = {{"store_kv", 0}, {"store_kv cta256", 1}};
   std::vector<Flush> flushes = flushes_for(bytes);
   if (flushes.size() == 1) flushes.push_back(Flush::kMemset);
   for (const StoreVariant& v : variants) {
     tuning.store_kv_variant = v.cta;
-    tuning.store_kv_hints = v.hints;
     for (Flush f : flushes) {
       const double us = time_us([&] { kvattn::store_kv(key, value, kc, vc, slot); }, f);
       check_faults("store_kv");

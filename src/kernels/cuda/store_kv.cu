@@ -7,12 +7,11 @@
 // One warp moves one part of one token (K and V): it loads up to 4 K and 4 V vectors per lane
 // before storing any, so 8 independent loads are in flight per thread, and issues them before
 // the slot is read, so the two memory latencies overlap (a padding token's row is read for
-// nothing). Stores are evict-first (st.global.cs): the rows are read back only by a later
-// step's decode. Small batches cut each row into several parts so that enough warps exist to
-// cover the latency of the GPU. (H200: early loads + evict-first stores were the fastest of 6
-// variants at 256, 4096 and 65536 tokens; CTAs of 128 threads beat 256 by 0.2-1%; a persistent
-// grid that loads its next token while storing the current one was 40% slower, plain loads
-// instead of evict-first ones 0.5% slower; docs/perf/NOTES.md.)
+// nothing). Small batches cut each row into several parts so that enough warps exist to cover
+// the latency of the GPU. Plain loads and stores, CTAs of 128 threads: on the H200 evict-first
+// (.cs) hints were 5% slower at 65536 tokens after an L2 flush (do_bench's way: the flush's
+// dirty lines outlive the evict-first ones) and equal otherwise; a persistent grid was 40%
+// slower (docs/perf/NOTES.md, store_kv round 4).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -66,26 +65,6 @@ struct VecOf<4> { using type = uint32_t; };
 template <>
 struct VecOf<2> { using type = uint16_t; };
 
-// Cache hints (cuda_tuning().store_kv_hints): bit 0 set = plain loads, else evict-first
-// (__ldcs); bit 1 set = plain stores, else evict-first (__stcs).
-template <int kHints, typename Vec>
-__device__ __forceinline__ Vec load_row(const Vec* p) {
-  if constexpr ((kHints & 1) != 0 || sizeof(Vec) == 2) {
-    return *p;
-  } else {
-    return __ldcs(p);  // read once: evict-first, keeps L2 for the cache lines being written
-  }
-}
-
-template <int kHints, typename Vec>
-__device__ __forceinline__ void store_row(Vec* p, Vec v) {
-  if constexpr ((kHints & 2) != 0 || sizeof(Vec) == 2) {
-    *p = v;
-  } else {
-    __stcs(p, v);  // written once here, read by a later step's decode: evict-first
-  }
-}
-
 // Warp `warp`'s (token, part).
 __device__ __forceinline__ void item_of(const StoreKvParams& p, int64_t warp, int64_t& token,
                                         int& part) {
@@ -125,7 +104,7 @@ __device__ __forceinline__ int64_t dest_offset(const StoreKvParams& p, int64_t s
 }
 
 // One warp per (token, part); parts of more than 32 * kUnroll vectors loop.
-template <int kBytes, typename Slot, int kCtaThreads, int kHints>
+template <int kBytes, typename Slot, int kCtaThreads>
 __global__ void __launch_bounds__(kCtaThreads, 2048 / kCtaThreads / 2)
     store_kv_kernel(const __grid_constant__ StoreKvParams p) {
   using Vec = typename VecOf<kBytes>::type;
@@ -147,8 +126,8 @@ __global__ void __launch_bounds__(kCtaThreads, 2048 / kCtaThreads / 2)
     for (int u = 0; u < kUnroll; ++u) {
       const int v = v0 + 32 * u;
       if (v < end) {
-        kx[u] = load_row<kHints>(ksrc + v);
-        vx[u] = load_row<kHints>(vsrc + v);
+        kx[u] = ksrc[v];
+        vx[u] = vsrc[v];
       }
     }
   };
@@ -168,8 +147,8 @@ __global__ void __launch_bounds__(kCtaThreads, 2048 / kCtaThreads / 2)
     for (int u = 0; u < kUnroll; ++u) {
       const int v = v0 + 32 * u;
       if (v < end) {
-        store_row<kHints>(kdst + v, kx[u]);
-        store_row<kHints>(vdst + v, vx[u]);
+        kdst[v] = kx[u];
+        vdst[v] = vx[u];
       }
     }
   }
@@ -189,32 +168,24 @@ int vector_bytes(const StoreKvParams& p) {
   return 2;
 }
 
-template <int kBytes, typename Slot, int kHints>
+template <int kBytes, typename Slot>
 void launch_as(const StoreKvParams& p, int cta_threads, cudaStream_t stream) {
   const int64_t warps = p.num_tokens * p.parts;
   const int64_t blocks = (warps * 32 + cta_threads - 1) / cta_threads;
   KVATTN_CHECK(blocks <= 0x7fffffff, "store_kv: ", p.num_tokens, " tokens exceed one launch");
   if (cta_threads == 128) {
-    store_kv_kernel<kBytes, Slot, 128, kHints><<<static_cast<unsigned>(blocks), 128, 0, stream>>>(p);
+    store_kv_kernel<kBytes, Slot, 128><<<static_cast<unsigned>(blocks), 128, 0, stream>>>(p);
   } else {
-    store_kv_kernel<kBytes, Slot, 256, kHints><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(p);
+    store_kv_kernel<kBytes, Slot, 256><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(p);
   }
 }
 
 template <int kBytes>
-void launch(const StoreKvParams& p, bool slot64, int cta_threads, int hints, cudaStream_t stream) {
-  auto go = [&]<int kHints>() {
-    if (slot64) {
-      launch_as<kBytes, int64_t, kHints>(p, cta_threads, stream);
-    } else {
-      launch_as<kBytes, int32_t, kHints>(p, cta_threads, stream);
-    }
-  };
-  switch (hints) {
-    case 1: go.template operator()<1>(); break;
-    case 2: go.template operator()<2>(); break;
-    case 3: go.template operator()<3>(); break;
-    default: go.template operator()<0>(); break;
+void launch(const StoreKvParams& p, bool slot64, int cta_threads, cudaStream_t stream) {
+  if (slot64) {
+    launch_as<kBytes, int64_t>(p, cta_threads, stream);
+  } else {
+    launch_as<kBytes, int32_t>(p, cta_threads, stream);
   }
   CUDA_CHECK_LAUNCH();
 }
@@ -267,15 +238,13 @@ void store_kv(const TensorView& key, const TensorView& value, const TensorView& 
   const bool slot64 = slot_mapping.dtype == DType::kI64;
   // CTAs of 128 threads by default: on the H200 0.2-1% faster than 256 at 4096 and 65536
   // tokens and equal at 256 (docs/perf/NOTES.md, round 4).
-  const CudaTuning& tuning = cuda_tuning();
-  const int cta = tuning.store_kv_variant == 1 ? 256 : 128;
-  const int hints = tuning.store_kv_hints;
+  const int cta = cuda_tuning().store_kv_variant == 1 ? 256 : 128;
   auto s = static_cast<cudaStream_t>(stream.handle);
   switch (vec) {
-    case 16: launch<16>(p, slot64, cta, hints, s); break;
-    case 8: launch<8>(p, slot64, cta, hints, s); break;
-    case 4: launch<4>(p, slot64, cta, hints, s); break;
-    default: launch<2>(p, slot64, cta, hints, s); break;
+    case 16: launch<16>(p, slot64, cta, s); break;
+    case 8: launch<8>(p, slot64, cta, s); break;
+    case 4: launch<4>(p, slot64, cta, s); break;
+    default: launch<2>(p, slot64, cta, s); break;
   }
 }
 

@@ -21,7 +21,6 @@ CudaTuning& cuda_tuning() {
     from_env("KVATTN_DECODE_SMALL_WARPS", t.decode_small_warps, 0, 8);
     from_env("KVATTN_DECODE_SMALL_MAX_CHUNKS", t.decode_small_max_chunks, 0, 1024);
     from_env("KVATTN_STORE_KV_VARIANT", t.store_kv_variant, 0, 2);
-    from_env("KVATTN_STORE_KV_HINTS", t.store_kv_hints, 0, 3);
     return t;
   }();
   return tuning;

@@ -30,9 +30,6 @@ struct CudaTuning {
   // store_kv launch, a warp per (token, part): 1 = CTAs of 256 threads, 0 or 2 = CTAs of 128
   // threads (the default). Env KVATTN_STORE_KV_VARIANT.
   int store_kv_variant = 0;
-  // store_kv cache hints: 0 = evict-first loads and stores (default), 1 = plain loads,
-  // 2 = plain stores, 3 = both plain. Env KVATTN_STORE_KV_HINTS.
-  int store_kv_hints = 0;
   // Diagnostics only: when set, the small-batch decode kernel writes kDecodeProbeSlots phase
   // stamps per CTA here (decode_params.h). Set by the benchmark, never from the environment.
   unsigned long long* decode_probe = nullptr;
