@@ -32,6 +32,7 @@
 #include "kvattn/kernels/store_kv.h"
 #include "kernels/cuda/tuning.h"
 #include "bench_util.cuh"
+#include "paged_decode_case.cuh"
 
 namespace {
 
@@ -42,11 +43,6 @@ const kvattn::Device kGpu = kvattn::Device::cuda(0);
 
 int g_reps = 100;
 double g_l2_bytes = 50e6;
-void fill(const Tensor& t, uint32_t seed) {
-  fill_random_bf16<<<1024, 256>>>(t.ptr<__nv_bfloat16>(), t.numel(), seed);
-  BENCH_CUDA(cudaGetLastError());
-}
-
 // Median time in microseconds of fn() over g_reps reps (bench_util.cuh).
 template <typename Fn>
 double time_us(Fn&& fn, Flush flush, int warmup = 10) {
@@ -121,8 +117,8 @@ void bench_store_kv(int64_t tokens, int64_t block_size, std::mt19937_64& rng) {
   Tensor value = Tensor::empty({tokens, hkv, d}, DType::kBF16, kGpu);
   Tensor kc = Tensor::empty({num_blocks, block_size, hkv, d}, DType::kBF16, kGpu);
   Tensor vc = Tensor::empty({num_blocks, block_size, hkv, d}, DType::kBF16, kGpu);
-  fill(key, 1);
-  fill(value, 2);
+  fill_bf16(key, 1);
+  fill_bf16(value, 2);
   std::vector<int32_t> perm(static_cast<size_t>(slots));
   std::iota(perm.begin(), perm.end(), 0);
   std::shuffle(perm.begin(), perm.end(), rng);
@@ -193,34 +189,9 @@ double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
 // Decode: one query per sequence, GQA, bf16, head_dim 128, random non-identity block tables.
 void bench_decode(const std::string& name, const std::vector<int64_t>& lens, int64_t hq,
                   int64_t hkv, int64_t block_size, std::mt19937_64& rng) {
-  const int64_t d = 128, B = static_cast<int64_t>(lens.size());
-  const int64_t max_len = *std::max_element(lens.begin(), lens.end());
-  const int64_t width = (max_len + block_size - 1) / block_size;
-  int64_t num_blocks = 0;
-  for (int64_t l : lens) num_blocks += (l + block_size - 1) / block_size;
-  std::vector<int32_t> ids(static_cast<size_t>(num_blocks));
-  std::iota(ids.begin(), ids.end(), 0);
-  std::shuffle(ids.begin(), ids.end(), rng);
-  std::vector<int32_t> table(static_cast<size_t>(B * width), -1);
-  size_t next = 0;
-  for (int64_t b = 0; b < B; ++b) {
-    for (int64_t i = 0; i < (lens[b] + block_size - 1) / block_size; ++i) table[b * width + i] = ids[next++];
-  }
-  std::vector<int32_t> lens32(lens.begin(), lens.end());
-
-  Tensor kc = Tensor::empty({num_blocks, block_size, hkv, d}, DType::kBF16, kGpu);
-  Tensor vc = Tensor::empty({num_blocks, block_size, hkv, d}, DType::kBF16, kGpu);
-  Tensor q = Tensor::empty({B, hq, d}, DType::kBF16, kGpu);
-  Tensor out = Tensor::empty({B, hq, d}, DType::kBF16, kGpu);
-  Tensor bt = Tensor::empty({B, width}, DType::kI32, kGpu);
-  Tensor sl = Tensor::empty({B}, DType::kI32, kGpu);
-  fill(kc, 3);
-  fill(vc, 4);
-  fill(q, 5);
-  BENCH_CUDA(cudaMemcpy(bt.data(), table.data(), table.size() * 4, cudaMemcpyHostToDevice));
-  BENCH_CUDA(cudaMemcpy(sl.data(), lens32.data(), lens32.size() * 4, cudaMemcpyHostToDevice));
-  double bytes = 0;
-  for (int64_t l : lens) bytes += 2.0 * l * hkv * d * 2;
+  const int64_t d = PagedDecodeCase::kHeadDim, B = static_cast<int64_t>(lens.size());
+  const PagedDecodeCase pc = make_paged_decode_case(lens, hq, hkv, block_size, rng);
+  const double bytes = pc.kv_bytes;
   const std::string shape = name + " " + std::to_string(hq) + "/" + std::to_string(hkv) +
                             " page " + std::to_string(block_size);
 
@@ -236,24 +207,18 @@ void bench_decode(const std::string& name, const std::vector<int64_t>& lens, int
     tuning.decode_small_max_chunks = v.max_chunks;
     const bool diag = std::strncmp(v.name, "diag", 4) == 0;
     try {
-      kvattn::DecodeArgs a;
-      a.q = q;
-      a.k_cache = kc;
-      a.v_cache = vc;
-      a.block_table = bt;
-      a.cache_seqlens = sl;
-      a.out = out;
-      a.plan = kvattn::plan_decode(B, hq, hkv, d, 1, width * block_size, kGpu);
+      kvattn::DecodeArgs a = pc.args();
+      a.plan = kvattn::plan_decode(B, hq, hkv, d, 1, pc.width * block_size, kGpu);
       Tensor ws;
       if (a.plan.workspace_bytes > 0) {
         ws = Tensor::empty({a.plan.workspace_bytes}, DType::kU8, kGpu);
         a.workspace = ws;
       }
-      BENCH_CUDA(cudaMemset(out.data(), 0xFF, static_cast<size_t>(out.nbytes())));
+      BENCH_CUDA(cudaMemset(pc.out.data(), 0xFF, static_cast<size_t>(pc.out.nbytes())));
       kvattn::decode_attention(a);
       BENCH_CUDA(cudaDeviceSynchronize());
       check_faults("decode " + name);
-      const std::vector<float> got = to_floats(out);
+      const std::vector<float> got = to_floats(pc.out);
       if (ref.empty()) ref = got;
       const double err = rel_l2(got, ref);
       char note[160];

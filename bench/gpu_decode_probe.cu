@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "bench_util.cuh"
+#include "paged_decode_case.cuh"
 #include "kernels/cuda/decode_params.h"
 #include "kernels/cuda/tuning.h"
 #include "kvattn/core/tensor.h"
@@ -137,11 +138,6 @@ void cluster_capacity() {
   }
 }
 
-void fill(const Tensor& t, uint32_t seed) {
-  fill_random_bf16<<<1024, 256>>>(t.ptr<__nv_bfloat16>(), t.numel(), seed);
-  BENCH_CUDA(cudaGetLastError());
-}
-
 double pct(std::vector<double> v, double q) {
   if (v.empty()) return 0.0;
   std::sort(v.begin(), v.end());
@@ -151,30 +147,11 @@ double pct(std::vector<double> v, double q) {
 // One decode of B sequences of `len` keys (32/8 heads, D 128, page 16, shuffled blocks) with
 // the phase probe on, after each flush; prints the phase table.
 void phases(int64_t B, int64_t len, int max_chunks = 0) {
-  const int64_t hq = 32, hkv = 8, d = 128, bs = 16;
-  const int64_t width = (len + bs - 1) / bs, num_blocks = B * width;
-  std::vector<int32_t> ids(static_cast<size_t>(num_blocks));
-  std::iota(ids.begin(), ids.end(), 0);
-  std::shuffle(ids.begin(), ids.end(), std::mt19937_64(7));
-  Tensor kc = Tensor::empty({num_blocks, bs, hkv, d}, DType::kBF16, kGpu);
-  Tensor vc = Tensor::empty({num_blocks, bs, hkv, d}, DType::kBF16, kGpu);
-  Tensor q = Tensor::empty({B, hq, d}, DType::kBF16, kGpu);
-  Tensor out = Tensor::empty({B, hq, d}, DType::kBF16, kGpu);
-  Tensor bt = Tensor::empty({B, width}, DType::kI32, kGpu);
-  Tensor sl = Tensor::empty({B}, DType::kI32, kGpu);
-  fill(kc, 3);
-  fill(vc, 4);
-  fill(q, 5);
-  std::vector<int32_t> lens(static_cast<size_t>(B), static_cast<int32_t>(len));
-  BENCH_CUDA(cudaMemcpy(bt.data(), ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
-  BENCH_CUDA(cudaMemcpy(sl.data(), lens.data(), lens.size() * 4, cudaMemcpyHostToDevice));
-  kvattn::DecodeArgs a;
-  a.q = q;
-  a.k_cache = kc;
-  a.v_cache = vc;
-  a.block_table = bt;
-  a.cache_seqlens = sl;
-  a.out = out;
+  const int64_t hq = 32, hkv = 8, d = PagedDecodeCase::kHeadDim, bs = 16;
+  std::mt19937_64 rng(7);
+  const PagedDecodeCase pc =
+      make_paged_decode_case(std::vector<int64_t>(static_cast<size_t>(B), len), hq, hkv, bs, rng);
+  kvattn::DecodeArgs a = pc.args();
   const size_t kMaxCtas = 1 << 16;
   std::vector<unsigned long long> st(kMaxCtas * kvattn::cuda::kDecodeProbeSlots);
   unsigned long long* dev = nullptr;
