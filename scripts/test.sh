@@ -20,8 +20,11 @@ echo "== python package (cpu, numpy) =="
 bash tests/python/run_cpu.sh
 
 echo "== build (asan+ubsan, cpu only) =="
+# -O1 -g1 (line tables): sanitizer reports keep file:line, and the build takes ~half the time of
+# -O2 -g (9.6 vs 17.6 min on a 2-core machine; the tests run 45 vs 40 s). The library itself
+# keeps its -O3.
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVATTN_CUDA=OFF \
-  -DKVATTN_SANITIZE=ON -DKVATTN_BENCH=OFF
+  -DKVATTN_SANITIZE=ON -DKVATTN_BENCH=OFF -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG"
 cmake --build build-asan -j "$jobs"
 echo "== ctest (asan+ubsan) =="
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
