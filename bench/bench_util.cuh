@@ -36,12 +36,6 @@ __global__ void fill_random_bf16(__nv_bfloat16* p, int64_t n, uint32_t seed) {
   }
 }
 
-// Whether a CUDA device is visible (benchmarks print a line and exit 0 without one).
-inline bool have_cuda_device() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
-
 // How L2 is emptied before each timed rep: a 256 MB memset (dirty lines, as triton's do_bench
 // does, so a figure compares with the peers') or a 256 MB read (clean lines: the kernel alone).
 enum class Flush { kNone, kMemset, kRead };

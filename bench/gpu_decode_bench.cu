@@ -127,7 +127,8 @@ void bench_store_kv(int64_t tokens, int64_t block_size, std::mt19937_64& rng) {
   const double bytes = 4.0 * tokens * hkv * d * 2 + tokens * 4.0;
   const std::string shape = "T=" + std::to_string(tokens) + " Hkv=8 D=128 bf16 page " +
                             std::to_string(block_size) + " 1M slots";
-  // The default launch, then the other (cuda_tuning().store_kv_variant) beside it. Large batches are timed back to back and after a memset flush (do_bench's way).
+  // The default launch, then the other (cuda_tuning().store_kv_variant) beside it. Large
+  // batches are timed back to back and after a memset flush (do_bench's way).
   CudaTuning& tuning = kvattn::cuda::cuda_tuning();
   const CudaTuning saved = tuning;
   struct StoreVariant {

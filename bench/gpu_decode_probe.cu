@@ -16,7 +16,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <numeric>
 #include <random>
 #include <string>
 #include <utility>
@@ -26,6 +25,7 @@
 #include "paged_decode_case.cuh"
 #include "kernels/cuda/decode_params.h"
 #include "kernels/cuda/tuning.h"
+#include "kvattn/core/device.h"
 #include "kvattn/core/tensor.h"
 #include "kvattn/kernels/decode_attention.h"
 
@@ -218,7 +218,7 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) g_reps = std::atoi(argv[++i]);
   }
-  if (!have_cuda_device()) {
+  if (!kvattn::cuda_available()) {
     std::printf("no CUDA device: nothing to probe\n");
     return 0;
   }

@@ -23,8 +23,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/model/cuda_gemm.h"
 #include "bench_util.cuh"
+#include "engine/model/cuda_gemm.h"
+#include "kvattn/core/device.h"
 
 namespace {
 
@@ -47,7 +48,7 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--iters") == 0 && i + 1 < argc) iters = std::atoi(argv[++i]);
   }
-  if (!have_cuda_device()) {
+  if (!kvattn::cuda_available()) {
     std::printf("no CUDA device: nothing to benchmark\n");
     return 0;
   }

@@ -86,14 +86,18 @@ constexpr float kNegInf = -INFINITY;
 // Most chunks per (sequence, unit) in small mode (a CTA keeps a bit per chunk in shared memory).
 constexpr int kSmallMaxChunks = 1024;
 
-// Keys of sequence b, clamped to the table's capacity; a bad value is recorded by `report`.
-__device__ __forceinline__ int seq_len(const DecodeParams& p, int b, bool report) {
-  const int len = __ldg(p.cache_seqlens + b);
+// A cache_seqlens value clamped to the table's capacity; a bad value is recorded by `report`.
+__device__ __forceinline__ int clamp_len(const DecodeParams& p, int len, bool report) {
   if (len < 0 || len > p.capacity) {
     if (report) record_fault(p.fault_word, kFaultSeqlenOutOfRange);
     return len < 0 ? 0 : p.capacity;
   }
   return len;
+}
+
+// Keys of sequence b, clamped (clamp_len).
+__device__ __forceinline__ int seq_len(const DecodeParams& p, int b, bool report) {
+  return clamp_len(p, __ldg(p.cache_seqlens + b), report);
 }
 
 // ---- the split kernel: multi-head CTAs, one pipeline per warp, stream-K ranges -------------
@@ -612,10 +616,15 @@ __device__ __forceinline__ unsigned sm_id() {
   asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
   return id;
 }
+// This CTA's kDecodeProbeSlots stamps in p.probe (non-null probe only).
+__device__ __forceinline__ unsigned long long* probe_row(const DecodeParams& p) {
+  const int64_t cta =
+      (static_cast<int64_t>(blockIdx.z) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+  return p.probe + cta * kDecodeProbeSlots;
+}
 __device__ __forceinline__ void probe_stamp(const DecodeParams& p, int slot, long long c0) {
   if (p.probe != nullptr && threadIdx.x == 0) {
-    const int64_t cta = (static_cast<int64_t>(blockIdx.z) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
-    p.probe[cta * kDecodeProbeSlots + slot] = static_cast<unsigned long long>(clock64() - c0);
+    probe_row(p)[slot] = static_cast<unsigned long long>(clock64() - c0);
   }
 }
 
@@ -642,7 +651,8 @@ __device__ __forceinline__ void store_out4(const DecodeParams& p, int64_t token,
 // b from the C pieces: all of a batch's LSEs and partials are loaded at once (C <= 16: one
 // round trip), combined with a running max. Writes out (and lse when asked).
 template <typename T, int D>
-__device__ __forceinline__ void merge_quad(const DecodeParams& p, int q, int C, int64_t rstep, int64_t wi0, int rc, int kvh, int b) {
+__device__ __forceinline__ void merge_quad(const DecodeParams& p, int q, int C, int64_t rstep,
+                                           int64_t wi0, int rc, int kvh, int b) {
   constexpr int kQuads = D / 4;
   constexpr int kBatch = 16;
   const int r = q / kQuads;
@@ -781,11 +791,7 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     row_i[hr] = r < p.rows ? r / p.group : 0;
   }
 
-  int len = len_raw;
-  if (len < 0 || len > p.capacity) {
-    if (c == 0 && unit == 0 && tid == 0) record_fault(p.fault_word, kFaultSeqlenOutOfRange);
-    len = len < 0 ? 0 : p.capacity;
-  }
+  const int len = clamp_len(p, len_raw, c == 0 && unit == 0 && tid == 0);
   const int ntiles = tiles_of(len);
   if (ntiles != guess_tiles) {  // wrong guess: this warp's range and its ids again
     split(ntiles);
@@ -962,8 +968,7 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     }
   }
   if (p.probe != nullptr && tid == 0) {
-    const int64_t cta = (static_cast<int64_t>(b) * gridDim.y + unit) * gridDim.x + c;
-    unsigned long long* st = p.probe + cta * kDecodeProbeSlots;
+    unsigned long long* st = probe_row(p);
     st[0] = t_entry;
     st[1] = global_ns();
     st[2] = static_cast<unsigned long long>(clock64() - c0);
@@ -1202,14 +1207,16 @@ SmallChoice small_choice(int device, int64_t num_seqs, int64_t num_kv_heads, int
       ctas = split_occupancy<T, D, true, true>(device, sc.warps * 32, sc.smem);
     });
     int64_t chunks = int64_t{sm_count(device)} * ctas / (num_seqs * units);
-    if (tuning.decode_small_max_chunks > 0) chunks = std::min<int64_t>(chunks, tuning.decode_small_max_chunks);
+    if (tuning.decode_small_max_chunks > 0) {
+      chunks = std::min<int64_t>(chunks, tuning.decode_small_max_chunks);
+    }
     if (chunks >= 4) return {static_cast<int>(std::min<int64_t>(chunks, kSmallMaxChunks)), sc.warps};
   }
   return {};
 }
 
-// A fresh tag per launch for the small kernel's arrival flags (never 0, never all ones: a zeroed or
-// 0xFF-poisoned workspace word is never mistaken for this launch's).
+// A fresh tag per launch for the small kernel's arrival flags (never 0, never all ones: a
+// zeroed or 0xFF-poisoned workspace word is never mistaken for this launch's).
 uint32_t next_epoch() {
   static std::atomic<uint32_t> counter{[] {
     std::random_device rd;
@@ -1233,8 +1240,7 @@ void launch(DecodeParams p, bool aligned, int64_t ws_bytes, int device, cudaStre
   const int64_t B = p.num_seqs;
   if (p.num_splits > 1) {  // small mode: as many chunks as wanted and the workspace holds
     const int64_t units = static_cast<int64_t>(p.num_kv_heads) * p.row_chunks;
-    const int64_t per_chunk = B * (p.num_kv_heads * p.rows * (D + 1) + units) * 4;
-    const int64_t fit = ws_bytes / per_chunk;
+    const int64_t fit = ws_bytes / decode_small_ws_bytes(B, p.num_kv_heads, p.rows, D, 1);
     const SmallChoice choice = small_choice(device, B, p.num_kv_heads, p.rows, D);
     const int64_t chunks = std::min<int64_t>(choice.chunks, fit);
     if (chunks >= 2) {
@@ -1389,8 +1395,8 @@ void decode_attention(const DecodeArgs& args, const AttentionShape& shape) {
   p.block_size = static_cast<int>(shape.block_size);
   p.num_blocks = static_cast<int>(shape.num_blocks);
   p.capacity = static_cast<int>(capacity);
-  p.len_hint = static_cast<int>(args.plan.max_seqlen_k > 0 ? std::min(args.plan.max_seqlen_k, capacity)
-                                                           : capacity);
+  p.len_hint = static_cast<int>(
+      args.plan.max_seqlen_k > 0 ? std::min(args.plan.max_seqlen_k, capacity) : capacity);
   p.num_splits = args.plan.num_splits;
   p.scale_log2 = shape.scale * 1.4426950408889634f;
   p.causal = args.causal ? 1 : 0;

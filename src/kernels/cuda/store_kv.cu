@@ -79,9 +79,8 @@ __device__ __forceinline__ void item_of(const StoreKvParams& p, int64_t warp, in
   }
 }
 
-// Where token `token`'s rows go: the K row (the V row is at the same offset from v_cache);
-// null for a skipped (negative) slot or a bad one (recorded in the fault word).
-template <typename Slot>
+// Byte offset of `slot`'s K row in k_cache (its V row's in v_cache goes to v_offset); -1 for a
+// skipped (negative) slot or a bad one (recorded in the fault word when `report`).
 __device__ __forceinline__ int64_t dest_offset(const StoreKvParams& p, int64_t slot, bool report,
                                                int64_t& v_offset) {
   if (slot < 0) return -1;  // padding
@@ -136,7 +135,7 @@ __global__ void __launch_bounds__(kCtaThreads, 2048 / kCtaThreads / 2)
   const int64_t slot =
       static_cast<int64_t>(static_cast<const Slot*>(p.slot_mapping)[token * p.slot_stride]);
   int64_t voff = 0;
-  const int64_t koff = dest_offset<Slot>(p, slot, lane == 0 && part == 0, voff);
+  const int64_t koff = dest_offset(p, slot, lane == 0 && part == 0, voff);
   if (koff < 0) return;
   Vec* kdst = reinterpret_cast<Vec*>(p.k_cache + koff);
   Vec* vdst = reinterpret_cast<Vec*>(p.v_cache + voff);
