@@ -110,7 +110,10 @@ void bench_launch_floor() {
 using kvattn::cuda::CudaTuning;
 
 // store_kv: T tokens of 8 KV heads x 128 bf16 into random slots of a 1M-slot cache.
-void bench_store_kv(int64_t tokens, int64_t block_size, std::mt19937_64& rng) {
+// `sequential` (diagnostics): slots 0..T-1 instead, the same bytes as one contiguous write,
+// which separates the cost of the scattered 2 KB rows from the kernel's own.
+void bench_store_kv(int64_t tokens, int64_t block_size, std::mt19937_64& rng,
+                    bool sequential = false) {
   const int64_t hkv = 8, d = 128, slots = int64_t{1} << 20;
   const int64_t num_blocks = slots / block_size;
   Tensor key = Tensor::empty({tokens, hkv, d}, DType::kBF16, kGpu);
@@ -121,12 +124,13 @@ void bench_store_kv(int64_t tokens, int64_t block_size, std::mt19937_64& rng) {
   fill_bf16(value, 2);
   std::vector<int32_t> perm(static_cast<size_t>(slots));
   std::iota(perm.begin(), perm.end(), 0);
-  std::shuffle(perm.begin(), perm.end(), rng);
+  if (!sequential) std::shuffle(perm.begin(), perm.end(), rng);
   Tensor slot = Tensor::empty({tokens}, DType::kI32, kGpu);
   BENCH_CUDA(cudaMemcpy(slot.data(), perm.data(), tokens * 4, cudaMemcpyHostToDevice));
   const double bytes = 4.0 * tokens * hkv * d * 2 + tokens * 4.0;
   const std::string shape = "T=" + std::to_string(tokens) + " Hkv=8 D=128 bf16 page " +
-                            std::to_string(block_size) + " 1M slots";
+                            std::to_string(block_size) +
+                            (sequential ? " slots 0..T-1 (diag)" : " 1M slots");
   // The default launch, then the other (cuda_tuning().store_kv_variant) beside it. Large
   // batches are timed back to back and after a memset flush (do_bench's way).
   CudaTuning& tuning = kvattn::cuda::cuda_tuning();
@@ -139,11 +143,12 @@ void bench_store_kv(int64_t tokens, int64_t block_size, std::mt19937_64& rng) {
   std::vector<Flush> flushes = flushes_for(bytes);
   if (flushes.size() == 1) flushes.push_back(Flush::kMemset);
   for (const StoreVariant& v : variants) {
+    if (sequential && v.cta != 0) continue;
     tuning.store_kv_variant = v.cta;
     for (Flush f : flushes) {
       const double us = time_us([&] { kvattn::store_kv(key, value, kc, vc, slot); }, f);
       check_faults("store_kv");
-      report(v.name, shape, us, bytes, flush_name(f));
+      report(sequential ? "store_kv seq slots" : v.name, shape, us, bytes, flush_name(f));
     }
   }
   tuning = saved;
@@ -266,6 +271,7 @@ int main(int argc, char** argv) {
   if (only.empty() || only == "store") {
     for (int64_t page : {256, 16}) {
       for (int64_t t : {256, 4096, 65536}) bench_store_kv(t, page, rng);
+      if (!quick) bench_store_kv(65536, page, rng, true);
       if (quick) break;
     }
   }

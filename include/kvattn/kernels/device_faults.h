@@ -14,6 +14,7 @@ enum DeviceFault : uint32_t {
   kFaultBlockOutOfRange = 1u << 1,    // a block_table entry outside [0, num_blocks)
   kFaultSeqlenOutOfRange = 1u << 2,   // cache_seqlens / Lk beyond the block table's capacity
   kFaultBadCuSeqlens = 1u << 3,       // cu_seqlens not non-decreasing or past the tensor
+  kFaultDecodeMergeStalled = 1u << 4, // decode: a split's piece never reached its merger
 };
 
 // Reads (and by default clears) the fault word of `device`. Synchronizes that device.

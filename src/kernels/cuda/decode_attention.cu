@@ -15,9 +15,9 @@
 //   sequences a range boundary cut;
 // - small batches (few sequences x KV heads; decode_params.h "small mode") take a second kernel
 //   instead: one KV head per CTA, its warps split a chunk of one sequence's keys and combine
-//   on chip, and the CTAs finishing last merge the chunks, each part once (arrival flags, no
-//   merge kernel). On the H200 it streams 8 x 32768 at 4.3-4.4 TB/s (the stream kernel: 3.99)
-//   and a lone 8192-key sequence in 22.5 us after do_bench's L2 flush (18.9 with a clean L2).
+//   on chip; the last chunk's CTA merges the others' pieces, which it polls as tagged LL words
+//   (no fence, no flag, no merge kernel). On the H200 it streams 8 x 32768 at 4.3-4.4 TB/s
+//   (the stream kernel: 3.99).
 // No host sync and no allocation: capturable in a CUDA graph given the plan and workspace.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -83,7 +83,7 @@ __device__ __forceinline__ uint16_t to_bits(float x) {
 }
 
 constexpr float kNegInf = -INFINITY;
-// Most chunks per (sequence, unit) in small mode (a CTA keeps a bit per chunk in shared memory).
+// Most chunks per (sequence, unit) in small mode (bounds the merger's serial work).
 constexpr int kSmallMaxChunks = 1024;
 
 // A cache_seqlens value clamped to the table's capacity; a bad value is recorded by `report`.
@@ -594,14 +594,27 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
 // ---- the small-batch kernel: one unit per CTA, warps split the keys, fused merge ----------
 // (decode_params.h, "small mode"). Grid (C, units, num_seqs); CTA (c, u, b).
 
-// Relaxed gpu-scope flag accesses (never served from L1).
-__device__ __forceinline__ uint32_t ld_relaxed(const uint32_t* p) {
-  uint32_t v;
-  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
+// LL words (the "low latency" protocol of NCCL): a piece of the small kernel travels as 64-bit
+// words of two 16-bit output values (low half) and the launch's tag (high half), each written
+// and read by one 64-bit access, which is single-copy atomic: a reader that sees the tag sees
+// the values, with no fence and no flag. Relaxed gpu-scope accesses (never served from L1).
+__device__ __forceinline__ uint64_t ll_word(uint32_t payload, uint32_t tag) {
+  return (static_cast<uint64_t>(tag) << 32) | payload;
 }
-__device__ __forceinline__ void st_relaxed(uint32_t* p, uint32_t v) {
-  asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+__device__ __forceinline__ uint32_t ll_tag(uint64_t w) { return static_cast<uint32_t>(w >> 32); }
+__device__ __forceinline__ void st_ll(uint64_t* p, uint64_t w) {
+  asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(p), "l"(w) : "memory");
+}
+__device__ __forceinline__ void st_ll2(uint64_t* p, uint64_t a, uint64_t b) {
+  asm volatile("st.relaxed.gpu.global.v2.b64 [%0], {%1, %2};" ::"l"(p), "l"(a), "l"(b) : "memory");
+}
+__device__ __forceinline__ uint64_t ld_ll(const uint64_t* p) {
+  uint64_t w;
+  asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(w) : "l"(p) : "memory");
+  return w;
+}
+__device__ __forceinline__ void ld_ll2(const uint64_t* p, uint64_t& a, uint64_t& b) {
+  asm volatile("ld.relaxed.gpu.global.v2.b64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(p) : "memory");
 }
 
 // Diagnostics (p.probe): the device's nanosecond timer, and one phase stamp of this CTA (clock
@@ -647,28 +660,60 @@ __device__ __forceinline__ void store_out4(const DecodeParams& p, int64_t token,
   }
 }
 
-// Merges output quad q (row q / (D/4), dims 4 (q % (D/4)) ..) of unit (kvh, rc) of sequence
-// b from the C pieces: all of a batch's LSEs and partials are loaded at once (C <= 16: one
-// round trip), combined with a running max. Writes out (and lse when asked).
+// One 16-bit value of a pack2 register, as float.
+template <typename T>
+__device__ __forceinline__ float from_bits(uint32_t bits16) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __uint_as_float(bits16 << 16);
+  } else {
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(bits16)));
+  }
+}
+
+// Polls before the merger gives up on a piece (each poll is an L2 round trip: seconds in all).
+// Unreachable while every CTA of the launch runs; a guard against a hang, not a code path.
+constexpr int kMaxPolls = 1 << 22;
+
+// The merger's part of unit (kvh, rc) of sequence b: output quad q (row r = q / (D/4), dims
+// d = 4 (q % (D/4)) ..), from its own piece (float32 in shared memory: mine_o[r*D + d],
+// mine_lse[r]) and the other C - 1 pieces' LL words, polled until they carry this launch's tag
+// (16 pieces in flight at once), combined with a running max. Writes out (and lse when asked).
+// Returns false, writing nothing, when a piece never arrived.
 template <typename T, int D>
-__device__ __forceinline__ void merge_quad(const DecodeParams& p, int q, int C, int64_t rstep,
-                                           int64_t wi0, int rc, int kvh, int b) {
+__device__ __forceinline__ bool merge_quad_ll(const DecodeParams& p, int q, int C, int64_t rstep,
+                                              int64_t wi0, int rc, int kvh, int b,
+                                              const float* mine_o, const float* mine_lse) {
   constexpr int kQuads = D / 4;
   constexpr int kBatch = 16;
+  const uint32_t tag = p.epoch;
   const int r = q / kQuads;
   const int d = (q - r * kQuads) * 4;
-  float mx = kNegInf, sum = 0.0f;
-  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-  for (int j0 = 0; j0 < C; j0 += kBatch) {
-    float lj[kBatch];
-    float4 vj[kBatch];
+  float mx = mine_lse[r];
+  float sum = mx == kNegInf ? 0.0f : 1.0f;
+  float4 acc = mx == kNegInf ? make_float4(0.f, 0.f, 0.f, 0.f)
+                             : *reinterpret_cast<const float4*>(mine_o + r * D + d);
+  const int others = C - 1;
+  for (int j0 = 0; j0 < others; j0 += kBatch) {
+    uint64_t w0[kBatch], w1[kBatch], wl[kBatch];
+    auto load = [&](int u) {
+      const int64_t wi = wi0 + static_cast<int64_t>(j0 + u) * rstep + r;
+      ld_ll2(p.ws_ll + wi * (D / 2) + d / 2, w0[u], w1[u]);
+      wl[u] = ld_ll(p.ws_ll_lse + wi);
+    };
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
-      const int64_t wi = wi0 + (j0 + u) * rstep + r;
-      const bool ok = j0 + u < C;
-      lj[u] = ok ? __ldcg(p.ws_lse + wi) : kNegInf;
-      vj[u] = ok ? __ldcg(reinterpret_cast<const float4*>(p.ws_o + wi * D + d))
-                 : make_float4(0.f, 0.f, 0.f, 0.f);
+      if (j0 + u < others) load(u);
+    }
+    float lj[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      lj[u] = kNegInf;
+      if (j0 + u >= others) continue;
+      for (int polls = 0; ll_tag(w0[u]) != tag || ll_tag(w1[u]) != tag || ll_tag(wl[u]) != tag;) {
+        if (++polls > kMaxPolls) return false;
+        load(u);
+      }
+      lj[u] = __uint_as_float(static_cast<uint32_t>(wl[u]));
     }
     float mb = mx;
 #pragma unroll
@@ -683,11 +728,12 @@ __device__ __forceinline__ void merge_quad(const DecodeParams& p, int q, int C, 
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
       const float f = lj[u] == kNegInf ? 0.0f : fast_exp2(lj[u] - mb);
+      const auto lo = static_cast<uint32_t>(w0[u]), hi = static_cast<uint32_t>(w1[u]);
       sum += f;
-      acc.x += f * vj[u].x;
-      acc.y += f * vj[u].y;
-      acc.z += f * vj[u].z;
-      acc.w += f * vj[u].w;
+      acc.x += f * from_bits<T>(lo & 0xffffu);
+      acc.y += f * from_bits<T>(lo >> 16);
+      acc.z += f * from_bits<T>(hi & 0xffffu);
+      acc.w += f * from_bits<T>(hi >> 16);
     }
     mx = mb;
   }
@@ -702,6 +748,7 @@ __device__ __forceinline__ void merge_quad(const DecodeParams& p, int q, int C, 
     p.lse[head * p.lse_head_stride + token] =
         sum > 0.0f ? (mx + __log2f(sum)) * 0.69314718055994531f : kNegInf;
   }
+  return true;
 }
 
 template <typename T, int D, bool kAligned16>
@@ -709,7 +756,6 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     decode_small_kernel(const __grid_constant__ DecodeParams p) {
   using L = Tile<D>;
   extern __shared__ __align__(128) uint8_t smem[];
-  __shared__ int s_last;
   const long long c0 = clock64();
   const unsigned long long t_entry = p.probe != nullptr ? global_ns() : 0;
   const int tid = threadIdx.x;
@@ -895,9 +941,15 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   __syncthreads();
   const int64_t rstep = static_cast<int64_t>(p.num_kv_heads) * p.rows;  // slot stride (rows)
   const int64_t wi_unit = static_cast<int64_t>(kvh) * p.rows + rc * kDecodeRows;
-  const int64_t slot0 = static_cast<int64_t>(b) * C;
+  const int64_t wi0 = static_cast<int64_t>(b) * C * rstep + wi_unit;  // row r of piece j: wi0 + j * rstep + r
+  // The last chunk's CTA merges; it keeps its own piece in shared memory (float32, after the
+  // warps' states). The others publish theirs as LL words tagged with the launch's epoch.
+  const bool merger = c == C - 1;
+  float* const mine_o = red + nw * kWarpF;
+  float* const mine_lse = mine_o + kDecodeRows * D;
   constexpr int kQuads = D / 4;
-  for (int it = tid; it < rows_here * kQuads; it += blockDim.x) {
+  const int quads = rows_here * kQuads;
+  for (int it = tid; it < quads; it += blockDim.x) {
     const int r = it / kQuads;
     const int d = (it - r * kQuads) * 4;
     float mx = kNegInf;
@@ -918,53 +970,45 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
       }
     }
     const float inv = lsum > 0.0f ? 1.0f / lsum : 0.0f;
-    const int64_t wi = (slot0 + c) * rstep + wi_unit + r;
-    *reinterpret_cast<float4*>(p.ws_o + wi * D + d) =
-        make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
-    if (d == 0) p.ws_lse[wi] = lsum > 0.0f ? mx + __log2f(lsum) : kNegInf;
+    const float4 v = make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
+    const float lse2 = lsum > 0.0f ? mx + __log2f(lsum) : kNegInf;
+    if (merger) {
+      *reinterpret_cast<float4*>(mine_o + r * D + d) = v;
+      if (d == 0) mine_lse[r] = lse2;
+    } else {
+      const int64_t wi = wi0 + c * rstep + r;
+      st_ll2(p.ws_ll + wi * (D / 2) + d / 2, ll_word(pack2<T>(v.x, v.y), p.epoch),
+             ll_word(pack2<T>(v.z, v.w), p.epoch));
+      if (d == 0) st_ll(p.ws_ll_lse + wi, ll_word(__float_as_uint(lse2), p.epoch));
+    }
   }
-
-  // ---- raise this chunk's flag; a CTA that sees all C flags raised may merge ----
-  uint32_t* const flags = p.ws_flag + (static_cast<int64_t>(b) * gridDim.y + unit) * C;
-  __syncthreads();  // every thread's piece stores precede thread 0's fence (cumulative)
   probe_stamp(p, 7, c0);
-  if (warp == 0) {
-    if (lane == 0) {
-      __threadfence();  // the CTA's piece is visible device-wide before its flag
-      st_relaxed(flags + c, p.epoch);
-      __threadfence();  // the flag is visible before this CTA reads the others
-    }
-    __syncwarp();
-    // Every flag became visible before its owner read the flags, so the CTA whose read comes
-    // last sees all C raised: at least one CTA merges.
-    bool all = true;
-    for (int j = lane; j < C; j += 32) all = all && ld_relaxed(flags + j) == p.epoch;
-    all = __all_sync(0xffffffffu, all);
-    if (lane == 0) s_last = all ? 1 : 0;
-  }
-  __syncthreads();
-  probe_stamp(p, 8, c0);
-  // ---- merge: flag k is part k of the unit's output quads; a CTA that saw all flags raised
-  // claims parts by exchanging their flags for 0, so each part is merged exactly once (by
-  // whichever CTA got there first, spreading the work) and every flag ends cleared. ----
-  const int quads = rows_here * kQuads;
-  __shared__ uint32_t s_won[kSmallMaxChunks / 32];
-  if (s_last) {
-    if (warp == 0) {
-      for (int k0 = 0; k0 < C; k0 += 32) {
-        const int k = k0 + lane;
-        const bool won = k < C && atomicExch(flags + k, 0u) == p.epoch;
-        const uint32_t bits = __ballot_sync(0xffffffffu, won);
-        if (lane == 0) s_won[k0 >> 5] = bits;
-      }
-    }
-    __threadfence();  // the pieces are read after the flags
-    __syncthreads();
-    const int64_t wi0 = slot0 * rstep + wi_unit;  // row r of piece j: wi0 + j * rstep + r
+
+  // ---- the merger polls the other pieces (no fence, no flag: the tags say they landed),
+  // merges, then clears every word it read, so that no tag outlives the launch (a graph
+  // replay reuses the epoch). It waits only for CTAs of lower index in the grid, which the
+  // GPU dispatches before it (stream-K's fix-up makes the same assumption); small mode's grid
+  // fits on the GPU at once besides. ----
+  if (merger) {
+    __syncthreads();  // the own piece is in shared memory
+    bool arrived = true;
     for (int q = tid; q < quads; q += blockDim.x) {
-      const int part = static_cast<int>(static_cast<int64_t>(q) * C / quads);
-      if (((s_won[part >> 5] >> (part & 31)) & 1u) == 0) continue;
-      merge_quad<T, D>(p, q, C, rstep, wi0, rc, kvh, b);
+      arrived = merge_quad_ll<T, D>(p, q, C, rstep, wi0, rc, kvh, b, mine_o, mine_lse) && arrived;
+    }
+    if (!arrived) record_fault(p.fault_word, kFaultDecodeMergeStalled);
+    __syncthreads();  // every word was read by every thread that polls it
+    probe_stamp(p, 8, c0);
+    const int64_t pairs = static_cast<int64_t>(C - 1) * quads;  // 16-byte pairs of words
+    for (int64_t i = tid; i < pairs; i += blockDim.x) {
+      const int j = static_cast<int>(i / quads);
+      const int qq = static_cast<int>(i - static_cast<int64_t>(j) * quads);
+      const int r = qq / kQuads;
+      const int64_t wi = wi0 + j * rstep + r;
+      st_ll2(p.ws_ll + wi * (D / 2) + (qq - r * kQuads) * 2, 0, 0);
+    }
+    for (int i = tid; i < (C - 1) * rows_here; i += blockDim.x) {
+      const int j = i / rows_here;
+      st_ll(p.ws_ll_lse + wi0 + j * rstep + (i - j * rows_here), 0);
     }
   }
   if (p.probe != nullptr && tid == 0) {
@@ -972,7 +1016,7 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     st[0] = t_entry;
     st[1] = global_ns();
     st[2] = static_cast<unsigned long long>(clock64() - c0);
-    st[9] = s_last;
+    st[9] = merger ? 1 : 0;
     st[10] = sm_id();
   }
 }
@@ -1159,7 +1203,9 @@ SmallConfig small_config(int64_t num_kv_heads, int64_t rows, int64_t head_dim, i
   s.stages = std::clamp(std::min(c.stages, ((227 << 10) - 8192) / (s.warps * c.stage_bytes)), 2,
                         kDecodeMaxStages);
   const int tiles = s.warps * s.stages * c.stage_bytes;
-  const int combine = s.warps * (kDecodeRows * static_cast<int>(head_dim + 4) + 2 * kDecodeRows) * 4;
+  // The warps' states, then the merger's own piece (float32 rows and LSEs).
+  const int combine = s.warps * (kDecodeRows * static_cast<int>(head_dim + 4) + 2 * kDecodeRows) * 4 +
+                      kDecodeRows * static_cast<int>(head_dim + 1) * 4;
   s.smem = std::max(tiles, combine);
   return s;
 }
@@ -1215,8 +1261,8 @@ SmallChoice small_choice(int device, int64_t num_seqs, int64_t num_kv_heads, int
   return {};
 }
 
-// A fresh tag per launch for the small kernel's arrival flags (never 0, never all ones: a
-// zeroed or 0xFF-poisoned workspace word is never mistaken for this launch's).
+// A fresh tag per launch for the small kernel's LL words (never 0, the cleared tag, and never
+// all ones: a zeroed or 0xFF-poisoned workspace word is never mistaken for this launch's).
 uint32_t next_epoch() {
   static std::atomic<uint32_t> counter{[] {
     std::random_device rd;
@@ -1248,8 +1294,8 @@ void launch(DecodeParams p, bool aligned, int64_t ws_bytes, int device, cudaStre
       const int64_t slots = B * chunks;
       p.stages = sc.stages;
       p.parts = static_cast<int>(chunks);
-      p.ws_lse = p.ws_o + slots * p.num_kv_heads * p.rows * D;
-      p.ws_flag = reinterpret_cast<uint32_t*>(p.ws_lse + slots * p.num_kv_heads * p.rows);
+      p.ws_ll = reinterpret_cast<uint64_t*>(p.ws_o);
+      p.ws_ll_lse = p.ws_ll + slots * p.num_kv_heads * p.rows * (D / 2);
       p.epoch = next_epoch();
       p.probe = cuda_tuning().decode_probe;
       const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(units),

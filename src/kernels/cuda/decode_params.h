@@ -18,16 +18,17 @@
 //   workspace, no merge.
 // - small mode (few sequences x KV heads for the SMs; decode_small_chunks() > 0): a separate
 //   kernel. CTA (chunk c, unit u, sequence b) holds ONE unit (KV head x row chunk); its 8 (or,
-//   when 8 give fewer than 4 chunks, 4) warps split chunk c of C of b's tiles, each warp streaming its own sub-range, and combine their
-//   softmax states through shared memory into one piece (slot b*C + c). The CTA then raises
-//   its flag of (b, u) in the workspace (flag c := the launch's epoch, after a fence) and reads
-//   the C flags of (b, u) at once. CTAs that see all C raised claim merge parts: flag k stands
-//   for part k of the unit's output, and the CTA whose atomicExch(flag k, 0) returns the epoch
-//   merges that part (all C pieces, loaded in one round). So each part is merged once, the
-//   work spreads over the CTAs finishing last, every flag ends cleared, and no merge kernel
-//   or memset runs. Flags hold a fresh epoch per launch (never 0), so a fresh (garbage)
-//   workspace works, and a graph replay (same epoch) finds them cleared by the previous
-//   replay. The key split of (b, c) comes from b's length; the CTA guesses that length is
+//   when 8 give fewer than 4 chunks, 4) warps split chunk c of C of b's tiles, each warp
+//   streaming its own sub-range, and combine their softmax states through shared memory into
+//   one piece. The pieces meet without a fence or a flag: CTAs c < C - 1 store theirs
+//   (normalized output in the output dtype, as FlashInfer's and vLLM's split-KV partials, and
+//   the float32 log2-LSE) as LL words, 64-bit words of a 32-bit payload and the launch's tag
+//   (p.epoch), each written and read in one single-copy-atomic access, and exit. CTA C - 1,
+//   the merger, keeps its own piece in shared memory, polls the others' words until every tag
+//   is the launch's, merges, writes out, and clears the words it read (tag 0), so no tag
+//   outlives the launch: a graph replay (same epoch) finds them cleared, and a fresh
+//   workspace works (epoch never 0). The merger waits only for CTAs of lower grid index.
+//   The key split of (b, c) comes from b's length; the CTA guesses that length is
 //   plan.max_seqlen_k (p.len_hint) and loads the block ids of the guessed range while the
 //   length is in flight, reloading them only when the guess was wrong. The unit's 16 query
 //   rows are loaded once per CTA (16-byte copies into shared memory, then ldmatrix).
@@ -45,8 +46,8 @@
 //              log2-domain LSE (scaled scores), -inf when it saw no key; then ws_meta[2b],
 //              ws_meta[2b+1] = first slot and number of pieces of sequence b (written by the
 //              split kernel; the merge kernel combines sequences of 2+ pieces).
-//              Small mode: slots b*C + c, then ws_flag: uint32 flags [num_seqs][units][C]
-//              after the lse array.
+//              Small mode: piece (slot b*C + c, kvh, row r) at wi as above; values in
+//              ws_ll[wi*D/2 .. wi*D/2 + D/2) (two per word), LSE in ws_ll_lse[wi].
 // Index VALUES (block ids, cache_seqlens) are untrusted: out-of-range ones are never used to
 // address memory; the kernel zero-fills or clamps and ORs a DeviceFault bit into *fault_word.
 #pragma once
@@ -72,9 +73,10 @@ struct DecodeParams {
   float* ws_o = nullptr;
   float* ws_lse = nullptr;
   int32_t* ws_meta = nullptr;
-  uint32_t* ws_flag = nullptr;           // small mode: arrival flags
+  uint64_t* ws_ll = nullptr;             // small mode: the pieces' LL words (values)
+  uint64_t* ws_ll_lse = nullptr;         // small mode: the pieces' LL words (LSEs)
   uint32_t* fault_word = nullptr;
-  uint32_t epoch = 1;                    // small mode: this launch's flag value (never 0)
+  uint32_t epoch = 1;                    // small mode: this launch's LL tag (never 0)
   // Diagnostics (cuda_tuning().decode_probe): per-CTA phase stamps of the small kernel, or null.
   unsigned long long* probe = nullptr;
 
@@ -155,18 +157,18 @@ bool decode_stream_ok(int64_t num_seqs, int64_t capacity);
 int decode_small_chunks(int device, int64_t num_seqs, int64_t num_kv_heads, int64_t rows,
                         int64_t head_dim);
 
-// Bytes a small-mode workspace of `chunks` chunks needs (partials, lse, one flag per piece).
+// Bytes a small-mode workspace of `chunks` chunks needs: per piece row, head_dim / 2 LL words
+// of values and one of LSE (8 bytes each).
 inline int64_t decode_small_ws_bytes(int64_t num_seqs, int64_t num_kv_heads, int64_t rows,
                                      int64_t head_dim, int64_t chunks) {
-  const int64_t units = num_kv_heads * ((rows + kDecodeRows - 1) / kDecodeRows);
-  return num_seqs * chunks * (num_kv_heads * rows * (head_dim + 1) + units) * 4;
+  return num_seqs * chunks * num_kv_heads * rows * (head_dim / 2 + 1) * 8;
 }
 
 // Phase stamps the small kernel writes per CTA when probed (diagnostics), 64-bit words:
 // [0] globaltimer (ns) at entry, [1] at exit, [2] clock64 cycles entry -> exit; cycles from
 // entry when [3] the length arrived, [4] warp 0's first tile landed, [5] warp 0's last tile
-// was done, [6] all warps were done, [7] the piece was stored and fenced, [8] the flags were
-// read; [9] 1 if this CTA merged, [10] its SM.
+// was done, [6] all warps were done, [7] the piece was stored (published, or kept by the
+// merger), [8] the merger had every piece and had merged; [9] 1 for the merger, [10] its SM.
 inline constexpr int kDecodeProbeSlots = 12;
 
 }  // namespace kvattn::cuda
