@@ -266,10 +266,13 @@ struct Variant {
   const char* name;
   int heads, stages;
   int small = 1, small_warps = 0;  // 0: the library's choice
+  int evict_first = -1;            // K/V copies evict-first in L2 (-1: the library's default)
 };
 const Variant kVariants[] = {{"s2", 8, 2},          {"h4", 4, 0},
                              {"h4 s2", 4, 2},       {"h2 s2", 2, 2},
-                             {"nosmall", 8, 0, 0},  {"small w4 s2", 8, 2, 1, 4}};
+                             {"nosmall", 8, 0, 0},  {"small w4 s2", 8, 2, 1, 4},
+                             {"evict-first", 8, 0, 1, 0, 1},
+                             {"evict-normal nosmall", 8, 0, 0, 0, 0}};
 
 // Sets a variant for the scope, restores the previous tuning after.
 class UseVariant {
@@ -280,6 +283,7 @@ class UseVariant {
     t.decode_stages = v.stages;
     t.decode_small = v.small;
     t.decode_small_warps = v.small_warps;
+    if (v.evict_first >= 0) t.decode_kv_evict_first = v.evict_first;
   }
   ~UseVariant() { cuda::cuda_tuning() = saved_; }
 

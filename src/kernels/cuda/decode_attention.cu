@@ -46,6 +46,8 @@ namespace {
 
 // ---- building blocks (kernels/cuda/ptx.cuh has the fragment layouts) ----------------------
 using ptx::cp_async_16;  // (dst, src, valid): !valid zero-fills the 16 bytes, reads nothing
+using ptx::cp_async_16_hint;
+using ptx::l2_policy;
 using ptx::cp_async_commit;
 using ptx::cp_async_wait;
 using ptx::ldmatrix_x4;
@@ -137,10 +139,11 @@ __device__ __forceinline__ void cp_async_wait_dyn(int n) {
 
 // Copies one warp's K and V tile (kDecodeTileKeys keys of KV head kvh) into the stage at kdst.
 // Key k's block id and in-block offset are lane k's (nid, noff); offset -1 (past the end) and
-// bad block ids are zero-filled, and a bad id is recorded in the fault word.
+// bad block ids are zero-filled, and a bad id is recorded in the fault word. `policy`: the
+// copies' L2 cache policy (l2_policy(p.kv_evict_first)).
 template <typename T, int D, bool kAligned16>
 __device__ __forceinline__ void issue_tile(const DecodeParams& p, uint32_t kdst, int nid,
-                                           int noff, int lane, int kvh) {
+                                           int noff, int lane, int kvh, uint64_t policy) {
   using L = Tile<D>;
   const T* const k_cache = static_cast<const T*>(p.k_cache);
   const T* const v_cache = static_cast<const T*>(p.v_cache);
@@ -162,8 +165,8 @@ __device__ __forceinline__ void issue_tile(const DecodeParams& p, uint32_t kdst,
     const T* ksrc = ok ? k_cache + id * p.k_block_stride + row : k_cache;
     const T* vsrc = ok ? v_cache + id * p.v_block_stride + row : v_cache;
     if constexpr (kAligned16) {
-      cp_async_16(dst, ksrc, ok);
-      cp_async_16(dst + L::kTileBytes, vsrc, ok);
+      cp_async_16_hint(dst, ksrc, ok, policy);
+      cp_async_16_hint(dst + L::kTileBytes, vsrc, ok, policy);
     } else {  // caches only 2-byte aligned: stage the 8 elements through registers
       st_shared_16(dst, ok ? load_8_unaligned(ksrc) : make_uint4(0, 0, 0, 0));
       st_shared_16(dst + L::kTileBytes, ok ? load_8_unaligned(vsrc) : make_uint4(0, 0, 0, 0));
@@ -469,6 +472,7 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   const int stages = p.stages;
   uint8_t* const tiles = smem + p.prefix_bytes;
   const uint32_t wbase = smem_u32(tiles) + static_cast<uint32_t>(warp * stages * L::kStageBytes);
+  const uint64_t kv_policy = l2_policy(p.kv_evict_first != 0);
 
   Cursor cc;  // the tile computed next
   seek(p, src, src.stream ? lower_bound_smem(src.prefix, B, src.g0 + 1) - 1 : part, cc);
@@ -494,7 +498,8 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   load_ids(pc, lane >= 16);
 
   auto issue = [&](int stage) {
-    issue_tile<T, D, kAligned16>(p, wbase + stage * L::kStageBytes, nid, noff, lane, kvh);
+    issue_tile<T, D, kAligned16>(p, wbase + stage * L::kStageBytes, nid, noff, lane, kvh,
+                                 kv_policy);
   };
   // After issuing ic: ic <- pc, whose ids move to lanes 0-15; pc advances and lanes 16-31
   // load its ids (in flight while the next tiles are computed).
@@ -616,6 +621,19 @@ __device__ __forceinline__ uint64_t ld_ll(const uint64_t* p) {
 __device__ __forceinline__ void ld_ll2(const uint64_t* p, uint64_t& a, uint64_t& b) {
   asm volatile("ld.relaxed.gpu.global.v2.b64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(p) : "memory");
 }
+// The tag of a launch whose unit found `gen` in its word of ws_gen (the previous launch's tag;
+// the merger stores this launch's there): a hash of gen and the host's epoch, never gen itself,
+// so the words the previous launch of the same layout left behind are always stale, and any
+// other leftover (another layout's words or gens, a fresh workspace) matches with odds 2^-32.
+__device__ __forceinline__ uint32_t ll_tag_after(uint32_t gen, uint32_t epoch) {
+  uint32_t x = gen ^ epoch ^ 0x9e3779b9u;  // murmur3's finalizer
+  x ^= x >> 16;
+  x *= 0x85ebca6bu;
+  x ^= x >> 13;
+  x *= 0xc2b2ae35u;
+  x ^= x >> 16;
+  return x != gen ? x : x ^ 1u;
+}
 
 // Diagnostics (p.probe): the device's nanosecond timer, and one phase stamp of this CTA (clock
 // cycles since its entry) written by thread 0. Null probe: nothing is written.
@@ -682,10 +700,10 @@ constexpr int kMaxPolls = 1 << 22;
 template <typename T, int D>
 __device__ __forceinline__ bool merge_quad_ll(const DecodeParams& p, int q, int C, int64_t rstep,
                                               int64_t wi0, int rc, int kvh, int b,
-                                              const float* mine_o, const float* mine_lse) {
+                                              const float* mine_o, const float* mine_lse,
+                                              uint32_t tag) {
   constexpr int kQuads = D / 4;
   constexpr int kBatch = 16;
-  const uint32_t tag = p.epoch;
   const int r = q / kQuads;
   const int d = (q - r * kQuads) * 4;
   float mx = mine_lse[r];
@@ -694,7 +712,14 @@ __device__ __forceinline__ bool merge_quad_ll(const DecodeParams& p, int q, int 
                              : *reinterpret_cast<const float4*>(mine_o + r * D + d);
   const int others = C - 1;
   for (int j0 = 0; j0 < others; j0 += kBatch) {
-    uint64_t w0[kBatch], w1[kBatch], wl[kBatch];
+    // Absent pieces (past C - 1) read as tagged zeros with LSE -inf: weight 0 times 0.
+    uint64_t w0[kBatch] = {}, w1[kBatch] = {}, wl[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) wl[u] = __float_as_uint(kNegInf);
+    auto stale = [&](int u) {
+      return j0 + u < others &&
+             (ll_tag(w0[u]) != tag || ll_tag(w1[u]) != tag || ll_tag(wl[u]) != tag);
+    };
     auto load = [&](int u) {
       const int64_t wi = wi0 + static_cast<int64_t>(j0 + u) * rstep + r;
       ld_ll2(p.ws_ll + wi * (D / 2) + d / 2, w0[u], w1[u]);
@@ -704,17 +729,22 @@ __device__ __forceinline__ bool merge_quad_ll(const DecodeParams& p, int q, int 
     for (int u = 0; u < kBatch; ++u) {
       if (j0 + u < others) load(u);
     }
+    // Every piece not landed yet is asked again at once: one round trip per poll, however
+    // many are late.
+    for (int polls = 0;; ++polls) {
+      bool late = false;
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) late = late || stale(u);
+      if (!late) break;
+      if (polls == kMaxPolls) return false;
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        if (stale(u)) load(u);
+      }
+    }
     float lj[kBatch];
 #pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
-      lj[u] = kNegInf;
-      if (j0 + u >= others) continue;
-      for (int polls = 0; ll_tag(w0[u]) != tag || ll_tag(w1[u]) != tag || ll_tag(wl[u]) != tag;) {
-        if (++polls > kMaxPolls) return false;
-        load(u);
-      }
-      lj[u] = __uint_as_float(static_cast<uint32_t>(wl[u]));
-    }
+    for (int u = 0; u < kBatch; ++u) lj[u] = __uint_as_float(static_cast<uint32_t>(wl[u]));
     float mb = mx;
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) mb = fmaxf(mb, lj[u]);
@@ -771,8 +801,11 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   const int gid = lane >> 2;
   const int t4 = lane & 3;
 
-  // The length first: everything else waits on it (the loads below fly with it).
+  // The length first: everything else waits on it (the loads below fly with it). Then the
+  // unit's gen word, which gives this launch's LL tag (needed only at the end).
   const int len_raw = __ldg(p.cache_seqlens + b);
+  uint32_t* const gen_word = p.ws_gen + static_cast<int64_t>(b) * gridDim.y + unit;
+  const uint32_t gen = __ldcg(gen_word);
 
   // This warp's tiles [ta, tb) of chunk c when the sequence has n tiles.
   int ta = 0, tb = 0;
@@ -863,9 +896,11 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   // ---- this warp's tiles [ta, tb): the same pipeline as the stream kernel ----
   const int stages = p.stages;
   const uint32_t wbase = smem_u32(smem) + static_cast<uint32_t>(warp * stages * L::kStageBytes);
+  const uint64_t kv_policy = l2_policy(p.kv_evict_first != 0);
   int ti = ta;
   auto issue_next = [&](int stage) {
-    issue_tile<T, D, kAligned16>(p, wbase + stage * L::kStageBytes, nid, noff, lane, kvh);
+    issue_tile<T, D, kAligned16>(p, wbase + stage * L::kStageBytes, nid, noff, lane, kvh,
+                                 kv_policy);
     const int id_hi = __shfl_down_sync(0xffffffffu, nid, 16);
     const int off_hi = __shfl_down_sync(0xffffffffu, noff, 16);
     if (lane < 16) {
@@ -945,6 +980,7 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   // The last chunk's CTA merges; it keeps its own piece in shared memory (float32, after the
   // warps' states). The others publish theirs as LL words tagged with the launch's epoch.
   const bool merger = c == C - 1;
+  const uint32_t tag = ll_tag_after(gen, p.epoch);
   float* const mine_o = red + nw * kWarpF;
   float* const mine_lse = mine_o + kDecodeRows * D;
   constexpr int kQuads = D / 4;
@@ -977,39 +1013,28 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
       if (d == 0) mine_lse[r] = lse2;
     } else {
       const int64_t wi = wi0 + c * rstep + r;
-      st_ll2(p.ws_ll + wi * (D / 2) + d / 2, ll_word(pack2<T>(v.x, v.y), p.epoch),
-             ll_word(pack2<T>(v.z, v.w), p.epoch));
-      if (d == 0) st_ll(p.ws_ll_lse + wi, ll_word(__float_as_uint(lse2), p.epoch));
+      st_ll2(p.ws_ll + wi * (D / 2) + d / 2, ll_word(pack2<T>(v.x, v.y), tag),
+             ll_word(pack2<T>(v.z, v.w), tag));
+      if (d == 0) st_ll(p.ws_ll_lse + wi, ll_word(__float_as_uint(lse2), tag));
     }
   }
   probe_stamp(p, 7, c0);
 
   // ---- the merger polls the other pieces (no fence, no flag: the tags say they landed),
-  // merges, then clears every word it read, so that no tag outlives the launch (a graph
-  // replay reuses the epoch). It waits only for CTAs of lower index in the grid, which the
-  // GPU dispatches before it (stream-K's fix-up makes the same assumption); small mode's grid
-  // fits on the GPU at once besides. ----
+  // merges, and leaves its tag in the unit's gen word for the next launch. It waits only for
+  // CTAs of lower index in the grid, which the GPU dispatches before it (stream-K's fix-up
+  // makes the same assumption); small mode's grid fits on the GPU at once besides. ----
   if (merger) {
     __syncthreads();  // the own piece is in shared memory
     bool arrived = true;
     for (int q = tid; q < quads; q += blockDim.x) {
-      arrived = merge_quad_ll<T, D>(p, q, C, rstep, wi0, rc, kvh, b, mine_o, mine_lse) && arrived;
+      arrived = merge_quad_ll<T, D>(p, q, C, rstep, wi0, rc, kvh, b, mine_o, mine_lse, tag) &&
+                arrived;
     }
     if (!arrived) record_fault(p.fault_word, kFaultDecodeMergeStalled);
-    __syncthreads();  // every word was read by every thread that polls it
+    // Every CTA of the launch read the gen word before it stored its piece, so before this.
+    if (tid == 0) *gen_word = tag;
     probe_stamp(p, 8, c0);
-    const int64_t pairs = static_cast<int64_t>(C - 1) * quads;  // 16-byte pairs of words
-    for (int64_t i = tid; i < pairs; i += blockDim.x) {
-      const int j = static_cast<int>(i / quads);
-      const int qq = static_cast<int>(i - static_cast<int64_t>(j) * quads);
-      const int r = qq / kQuads;
-      const int64_t wi = wi0 + j * rstep + r;
-      st_ll2(p.ws_ll + wi * (D / 2) + (qq - r * kQuads) * 2, 0, 0);
-    }
-    for (int i = tid; i < (C - 1) * rows_here; i += blockDim.x) {
-      const int j = i / rows_here;
-      st_ll(p.ws_ll_lse + wi0 + j * rstep + (i - j * rows_here), 0);
-    }
   }
   if (p.probe != nullptr && tid == 0) {
     unsigned long long* st = probe_row(p);
@@ -1286,7 +1311,8 @@ void launch(DecodeParams p, bool aligned, int64_t ws_bytes, int device, cudaStre
   const int64_t B = p.num_seqs;
   if (p.num_splits > 1) {  // small mode: as many chunks as wanted and the workspace holds
     const int64_t units = static_cast<int64_t>(p.num_kv_heads) * p.row_chunks;
-    const int64_t fit = ws_bytes / decode_small_ws_bytes(B, p.num_kv_heads, p.rows, D, 1);
+    const int64_t fixed = decode_small_ws_bytes(B, p.num_kv_heads, p.rows, D, 0);
+    const int64_t fit = (ws_bytes - fixed) / (decode_small_ws_bytes(B, p.num_kv_heads, p.rows, D, 1) - fixed);
     const SmallChoice choice = small_choice(device, B, p.num_kv_heads, p.rows, D);
     const int64_t chunks = std::min<int64_t>(choice.chunks, fit);
     if (chunks >= 2) {
@@ -1296,6 +1322,7 @@ void launch(DecodeParams p, bool aligned, int64_t ws_bytes, int device, cudaStre
       p.parts = static_cast<int>(chunks);
       p.ws_ll = reinterpret_cast<uint64_t*>(p.ws_o);
       p.ws_ll_lse = p.ws_ll + slots * p.num_kv_heads * p.rows * (D / 2);
+      p.ws_gen = reinterpret_cast<uint32_t*>(p.ws_ll_lse + slots * p.num_kv_heads * p.rows);
       p.epoch = next_epoch();
       p.probe = cuda_tuning().decode_probe;
       const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(units),
@@ -1448,6 +1475,7 @@ void decode_attention(const DecodeArgs& args, const AttentionShape& shape) {
   p.causal = args.causal ? 1 : 0;
   p.out_aligned4 = (reinterpret_cast<uintptr_t>(args.out.data) & 3u) == 0 && p.out_stride % 2 == 0;
   p.q_aligned16 = aligned16(args.q.data) && (p.q_stride * es) % 16 == 0;
+  p.kv_evict_first = cuda_tuning().decode_kv_evict_first;
   int64_t ws_bytes = 0;
   if (p.num_splits > 1) {
     const int64_t need = decode_workspace_bytes(shape.num_seqs, shape.num_heads, shape.head_dim,

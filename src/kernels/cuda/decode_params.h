@@ -23,11 +23,14 @@
 //   one piece. The pieces meet without a fence or a flag: CTAs c < C - 1 store theirs
 //   (normalized output in the output dtype, as FlashInfer's and vLLM's split-KV partials, and
 //   the float32 log2-LSE) as LL words, 64-bit words of a 32-bit payload and the launch's tag
-//   (p.epoch), each written and read in one single-copy-atomic access, and exit. CTA C - 1,
+//   of (b, u)), each written and read in one single-copy-atomic access, and exit. CTA C - 1,
 //   the merger, keeps its own piece in shared memory, polls the others' words until every tag
-//   is the launch's, merges, writes out, and clears the words it read (tag 0), so no tag
-//   outlives the launch: a graph replay (same epoch) finds them cleared, and a fresh
-//   workspace works (epoch never 0). The merger waits only for CTAs of lower grid index.
+//   is the launch's, merges and writes out. The tag chains from launch to launch: every CTA
+//   reads the unit's gen word (the previous launch's tag) at its start, the tag is a hash of
+//   it and the host's per-launch epoch that never equals it, and the merger stores the tag as
+//   the next gen. So what the previous launch of the same layout left is always stale, even
+//   in a graph replay (same epoch), and any other leftover matches with odds 2^-32. The
+//   merger waits only for CTAs of lower grid index.
 //   The key split of (b, c) comes from b's length; the CTA guesses that length is
 //   plan.max_seqlen_k (p.len_hint) and loads the block ids of the guessed range while the
 //   length is in flight, reloading them only when the guess was wrong. The unit's 16 query
@@ -47,7 +50,8 @@
 //              ws_meta[2b+1] = first slot and number of pieces of sequence b (written by the
 //              split kernel; the merge kernel combines sequences of 2+ pieces).
 //              Small mode: piece (slot b*C + c, kvh, row r) at wi as above; values in
-//              ws_ll[wi*D/2 .. wi*D/2 + D/2) (two per word), LSE in ws_ll_lse[wi].
+//              ws_ll[wi*D/2 .. wi*D/2 + D/2) (two per word), LSE in ws_ll_lse[wi]; then
+//              ws_gen: uint32 [num_seqs][units], the last tag of each (sequence, unit).
 // Index VALUES (block ids, cache_seqlens) are untrusted: out-of-range ones are never used to
 // address memory; the kernel zero-fills or clamps and ORs a DeviceFault bit into *fault_word.
 #pragma once
@@ -75,8 +79,9 @@ struct DecodeParams {
   int32_t* ws_meta = nullptr;
   uint64_t* ws_ll = nullptr;             // small mode: the pieces' LL words (values)
   uint64_t* ws_ll_lse = nullptr;         // small mode: the pieces' LL words (LSEs)
+  uint32_t* ws_gen = nullptr;            // small mode: per (sequence, unit), the last tag
   uint32_t* fault_word = nullptr;
-  uint32_t epoch = 1;                    // small mode: this launch's LL tag (never 0)
+  uint32_t epoch = 1;                    // small mode: a fresh value per host launch
   // Diagnostics (cuda_tuning().decode_probe): per-CTA phase stamps of the small kernel, or null.
   unsigned long long* probe = nullptr;
 
@@ -102,6 +107,7 @@ struct DecodeParams {
   int causal = 1;
   int out_aligned4 = 0;     // out rows allow 4-byte stores
   int q_aligned16 = 0;      // q rows are 16-byte aligned (small kernel: cp.async of the q tile)
+  int kv_evict_first = 0;   // K/V copies marked evict-first in L2 (cuda_tuning().decode_kv_evict_first)
 
   // CTA shape (decode_config) and the partition of the work.
   int heads_per_cta = 1;
@@ -158,10 +164,11 @@ int decode_small_chunks(int device, int64_t num_seqs, int64_t num_kv_heads, int6
                         int64_t head_dim);
 
 // Bytes a small-mode workspace of `chunks` chunks needs: per piece row, head_dim / 2 LL words
-// of values and one of LSE (8 bytes each).
+// of values and one of LSE (8 bytes each); one gen word per (sequence, unit).
 inline int64_t decode_small_ws_bytes(int64_t num_seqs, int64_t num_kv_heads, int64_t rows,
                                      int64_t head_dim, int64_t chunks) {
-  return num_seqs * chunks * num_kv_heads * rows * (head_dim / 2 + 1) * 8;
+  const int64_t units = num_kv_heads * ((rows + kDecodeRows - 1) / kDecodeRows);
+  return num_seqs * chunks * num_kv_heads * rows * (head_dim / 2 + 1) * 8 + num_seqs * units * 4;
 }
 
 // Phase stamps the small kernel writes per CTA when probed (diagnostics), 64-bit words:

@@ -34,6 +34,28 @@ __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool 
       : "memory");
 }
 
+// An L2 cache policy for the *_hint copies: evict_first marks the lines as the first to go
+// (data read once), evict_normal is the default priority.
+__device__ __forceinline__ uint64_t l2_policy(bool evict_first) {
+  uint64_t first, normal;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(first));
+  asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(normal));
+  return evict_first ? first : normal;
+}
+
+// cp_async_16 with an L2 cache policy (l2_policy).
+__device__ __forceinline__ void cp_async_16_hint(uint32_t dst, const void* src, bool valid,
+                                                 uint64_t policy) {
+  asm volatile(
+      "{\n"
+      ".reg .pred ignore;\n"
+      "setp.eq.u32 ignore, %2, 0;\n"
+      "cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, ignore, %3;\n"
+      "}\n" ::"r"(dst),
+      "l"(src), "r"(static_cast<uint32_t>(valid)), "l"(policy)
+      : "memory");
+}
+
 // 4-byte global -> shared copy (L1-cached: neighbouring threads often read the same word).
 __device__ __forceinline__ void cp_async_4(uint32_t dst, const void* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src) : "memory");
