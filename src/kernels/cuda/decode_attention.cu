@@ -139,9 +139,10 @@ __device__ __forceinline__ void cp_async_wait_dyn(int n) {
 
 // Copies one warp's K and V tile (kDecodeTileKeys keys of KV head kvh) into the stage at kdst.
 // Key k's block id and in-block offset are lane k's (nid, noff); offset -1 (past the end) and
-// bad block ids are zero-filled, and a bad id is recorded in the fault word. `policy`: the
-// copies' L2 cache policy (l2_policy(p.kv_evict_first)).
-template <typename T, int D, bool kAligned16>
+// bad block ids are zero-filled, and a bad id is recorded in the fault word. kHint: the
+// copies carry the L2 cache `policy` (the small kernel: l2_policy(p.kv_evict_first)); the
+// stream kernel copies without one (the hinted form was 3% slower there on the H200).
+template <typename T, int D, bool kAligned16, bool kHint>
 __device__ __forceinline__ void issue_tile(const DecodeParams& p, uint32_t kdst, int nid,
                                            int noff, int lane, int kvh, uint64_t policy) {
   using L = Tile<D>;
@@ -165,8 +166,13 @@ __device__ __forceinline__ void issue_tile(const DecodeParams& p, uint32_t kdst,
     const T* ksrc = ok ? k_cache + id * p.k_block_stride + row : k_cache;
     const T* vsrc = ok ? v_cache + id * p.v_block_stride + row : v_cache;
     if constexpr (kAligned16) {
-      cp_async_16_hint(dst, ksrc, ok, policy);
-      cp_async_16_hint(dst + L::kTileBytes, vsrc, ok, policy);
+      if constexpr (kHint) {
+        cp_async_16_hint(dst, ksrc, ok, policy);
+        cp_async_16_hint(dst + L::kTileBytes, vsrc, ok, policy);
+      } else {
+        cp_async_16(dst, ksrc, ok);
+        cp_async_16(dst + L::kTileBytes, vsrc, ok);
+      }
     } else {  // caches only 2-byte aligned: stage the 8 elements through registers
       st_shared_16(dst, ok ? load_8_unaligned(ksrc) : make_uint4(0, 0, 0, 0));
       st_shared_16(dst + L::kTileBytes, ok ? load_8_unaligned(vsrc) : make_uint4(0, 0, 0, 0));
@@ -472,7 +478,6 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   const int stages = p.stages;
   uint8_t* const tiles = smem + p.prefix_bytes;
   const uint32_t wbase = smem_u32(tiles) + static_cast<uint32_t>(warp * stages * L::kStageBytes);
-  const uint64_t kv_policy = l2_policy(p.kv_evict_first != 0);
 
   Cursor cc;  // the tile computed next
   seek(p, src, src.stream ? lower_bound_smem(src.prefix, B, src.g0 + 1) - 1 : part, cc);
@@ -498,8 +503,8 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   load_ids(pc, lane >= 16);
 
   auto issue = [&](int stage) {
-    issue_tile<T, D, kAligned16>(p, wbase + stage * L::kStageBytes, nid, noff, lane, kvh,
-                                 kv_policy);
+    issue_tile<T, D, kAligned16, false>(p, wbase + stage * L::kStageBytes, nid, noff, lane, kvh,
+                                        0);
   };
   // After issuing ic: ic <- pc, whose ids move to lanes 0-15; pc advances and lanes 16-31
   // load its ids (in flight while the next tiles are computed).
@@ -809,11 +814,17 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
 
   // This warp's tiles [ta, tb) of chunk c when the sequence has n tiles.
   int ta = 0, tb = 0;
+  // Balanced parts (the first n % parts one longer) in 32-bit arithmetic: 64-bit divisions are
+  // ~100-instruction subroutines on the prologue's critical path.
+  auto part_begin = [](int n, int parts, int i) {
+    const int q = n / parts;
+    return q * i + min(i, n - q * parts);
+  };
   auto split = [&](int n) {
-    const int ct0 = static_cast<int>(static_cast<int64_t>(n) * c / C);
-    const int ct1 = static_cast<int>(static_cast<int64_t>(n) * (c + 1) / C);
-    ta = ct0 + static_cast<int>(static_cast<int64_t>(ct1 - ct0) * warp / nw);
-    tb = ct0 + static_cast<int>(static_cast<int64_t>(ct1 - ct0) * (warp + 1) / nw);
+    const int ct0 = part_begin(n, C, c);
+    const int len_c = part_begin(n, C, c + 1) - ct0;
+    ta = ct0 + part_begin(len_c, nw, warp);
+    tb = ct0 + part_begin(len_c, nw, warp + 1);
   };
   // Lanes 0-15: (block id, offset) of key (lane & 15) of tile ti; lanes 16-31: of tile ti + 1.
   // Ids are read for any key inside the table row (the row holds p.capacity keys); whether
@@ -899,8 +910,8 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   const uint64_t kv_policy = l2_policy(p.kv_evict_first != 0);
   int ti = ta;
   auto issue_next = [&](int stage) {
-    issue_tile<T, D, kAligned16>(p, wbase + stage * L::kStageBytes, nid, noff, lane, kvh,
-                                 kv_policy);
+    issue_tile<T, D, kAligned16, true>(p, wbase + stage * L::kStageBytes, nid, noff, lane, kvh,
+                                       kv_policy);
     const int id_hi = __shfl_down_sync(0xffffffffu, nid, 16);
     const int off_hi = __shfl_down_sync(0xffffffffu, noff, 16);
     if (lane < 16) {

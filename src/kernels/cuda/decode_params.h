@@ -107,7 +107,7 @@ struct DecodeParams {
   int causal = 1;
   int out_aligned4 = 0;     // out rows allow 4-byte stores
   int q_aligned16 = 0;      // q rows are 16-byte aligned (small kernel: cp.async of the q tile)
-  int kv_evict_first = 0;   // K/V copies marked evict-first in L2 (cuda_tuning().decode_kv_evict_first)
+  int kv_evict_first = 1;   // small kernel: K/V copies evict-first in L2 (cuda_tuning())
 
   // CTA shape (decode_config) and the partition of the work.
   int heads_per_cta = 1;
