@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -72,10 +73,19 @@ inline const char* flush_name(Flush f) {
 }
 
 // Median time in microseconds of fn() over `reps` reps (CUDA events around each call, L2
-// emptied by `flush` before each; init_l2_flush() first), after `warmup` untimed calls.
+// emptied by `flush` before each; init_l2_flush() first), after at least `warmup` untimed
+// calls and 25 ms of them (do_bench's warm-up: the GPU's clocks settle after the host-side
+// setup of a case; 10 calls alone left the first variant of a shape 0.5 us slow).
 template <typename Fn>
 double median_us(Fn&& fn, Flush flush, int reps, int warmup = 10) {
-  for (int i = 0; i < warmup; ++i) fn();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0;; ++i) {
+    fn();
+    if (i + 1 >= warmup && i % 16 == 15) {
+      BENCH_CUDA(cudaDeviceSynchronize());
+      if (std::chrono::steady_clock::now() - t0 > std::chrono::milliseconds(25)) break;
+    }
+  }
   BENCH_CUDA(cudaDeviceSynchronize());
   std::vector<cudaEvent_t> ev(2 * static_cast<size_t>(reps));
   for (auto& e : ev) BENCH_CUDA(cudaEventCreate(&e));

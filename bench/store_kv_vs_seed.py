@@ -3,9 +3,10 @@
 The C++ benchmark (bench/gpu_decode_bench) and the peers tool time with different L2 flushes
 (cudaMemset vs torch's zero_ kernel) and launch paths, which moves a 5 us kernel by up to 1 us.
 Here both kernels write the same tensors and are timed alike: triton's do_bench (256 MB zero_
-flush before each rep, median), alternating seed / kvattn three times per shape.
+flush before each rep, median), alternating seed / kvattn --rounds times per shape (the
+verdict is the median of the rounds; the run-to-run spread of a 5 us kernel is ~10%).
 
-usage: python3 bench/store_kv_vs_seed.py [--peers .peers/peers_h200.py] [--json OUT.json]
+usage: python3 bench/store_kv_vs_seed.py [--peers .peers/peers_h200.py] [--rounds N] [--json F]
 needs: the kvattn package (pip install .), torch and triton on a GPU machine.
 """
 import argparse
@@ -35,6 +36,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--peers", default=".peers/peers_h200.py")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
     seed_kernel = load_seed_kernel(args.peers)
     torch.manual_seed(0)
@@ -63,7 +65,7 @@ def main():
             assert torch.equal(kb[slot.long()], k.view(T, -1)), name
             assert torch.equal(vb[slot.long()], v.view(T, -1)), name
         times = {"seed": [], "kvattn": []}
-        for _ in range(3):
+        for _ in range(args.rounds):
             for name, fn in (("seed", seed), ("kvattn", ours)):
                 times[name].append(1e3 * do_bench(fn, warmup=50, rep=300, return_mode="median"))
         nbytes = 4 * T * hkv * d * 2 + T * 4

@@ -999,12 +999,19 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   for (int it = tid; it < quads; it += blockDim.x) {
     const int r = it / kQuads;
     const int d = (it - r * kQuads) * 4;
+    // Unrolled over the most warps a CTA has (nw is 4 or 8): the shared-memory loads of all
+    // warps are in flight together instead of one loop trip each.
     float mx = kNegInf;
-    for (int w = 0; w < nw; ++w) mx = fmaxf(mx, red[w * kWarpF + kDecodeRows * kRowF + r]);
+#pragma unroll
+    for (int w = 0; w < kDecodeMaxWarps; ++w) {
+      if (w < nw) mx = fmaxf(mx, red[w * kWarpF + kDecodeRows * kRowF + r]);
+    }
     float lsum = 0.0f;
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
     if (mx != kNegInf) {
-      for (int w = 0; w < nw; ++w) {
+#pragma unroll
+      for (int w = 0; w < kDecodeMaxWarps; ++w) {
+        if (w >= nw) break;
         const float* wo = red + w * kWarpF;
         const float wm = wo[kDecodeRows * kRowF + r];
         const float f = wm == kNegInf ? 0.0f : fast_exp2(wm - mx);
