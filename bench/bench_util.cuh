@@ -72,6 +72,17 @@ inline const char* flush_name(Flush f) {
   return f == Flush::kNone ? "no flush" : (f == Flush::kMemset ? "L2 flush: memset" : "L2 flush: read");
 }
 
+// Runs fn() for `ms` milliseconds, untimed: a case's first timing otherwise came out 2-3%
+// slow (the first of several identical variants of a shape, even after its warm-up calls).
+template <typename Fn>
+void run_for_ms(Fn&& fn, int ms) {
+  const auto t0 = std::chrono::steady_clock::now();
+  do {
+    for (int i = 0; i < 16; ++i) fn();
+    BENCH_CUDA(cudaDeviceSynchronize());
+  } while (std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(ms));
+}
+
 // Median time in microseconds of fn() over `reps` reps (CUDA events around each call, L2
 // emptied by `flush` before each; init_l2_flush() first), after at least `warmup` untimed
 // calls and 25 ms of them (do_bench's warm-up: the GPU's clocks settle after the host-side

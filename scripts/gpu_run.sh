@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The one call on the GPU machine: build with CUDA, run the GPU tests, compute-sanitizer
 # memcheck, kvattn's GPU benchmarks and the peers, then print one table.
-#   run: bash scripts/gpu_run.sh [--full] [--no-peers] [--no-memcheck] [--engine]
+#   run: bash scripts/gpu_run.sh [--full] [--no-peers] [--no-memcheck] [--engine] [--store-seed]
 #        (carry .deps .peers)
+# --store-seed: also installs the Python package and times store_kv against the seed's Triton
+# kernel in one harness (bench/store_kv_vs_seed.py, 10 alternating rounds).
 # By default only the kernel tests and the GPU benchmarks are built and the kernel GPU tests
 # run (the peers need most of a 10-minute call); --full builds everything and runs every GPU
 # test (engine included).
@@ -11,13 +13,14 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
-peers=1 memcheck=1 engine=0 full=0
+peers=1 memcheck=1 engine=0 full=0 store_seed=0
 for a in "$@"; do
   case "$a" in
     --full) full=1 ;;
     --no-peers) peers=0 ;;
     --no-memcheck) memcheck=0 ;;
     --engine) engine=1 ;;
+    --store-seed) store_seed=1 ;;
   esac
 done
 source scripts/device_env.sh
@@ -76,3 +79,12 @@ fi
 
 step table
 python3 scripts/perf_table.py "$OUT"
+
+if [ $store_seed -eq 1 ] && [ -f .peers/peers_h200.py ]; then
+  step "store_kv vs the seed, one harness"
+  PIP_BREAK_SYSTEM_PACKAGES=1 CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) python3 -m pip install \
+    --no-build-isolation --no-deps -Ccmake.define.KVATTN_CUDA_ARCHS=90a \
+    -Cbuild-dir=build-wheel/gpu . >"$OUT/py_install.log" 2>&1 || tail -n 20 "$OUT/py_install.log"
+  PYTHONUNBUFFERED=1 timeout 240 python3 bench/store_kv_vs_seed.py --rounds 10 \
+    --json "$OUT/store_kv_vs_seed.json" 2>&1 | tail -n 6
+fi
