@@ -30,6 +30,25 @@ namespace {
 //   caches      slot s = slot_mapping[t * slot_stride]: block b = s / block_size,
 //               offset o = s % block_size, row at  k_cache + b * k_block_stride + o * row_bytes
 //   num_slots   num_blocks * block_size; slots in [num_slots, inf) are faults, < 0 are skipped
+// Division by a run-time divisor d in [1, 2^31) for numerators below 2^31 in three
+// instructions (Granlund-Montgomery: q = (umulhi(n, m) + n) >> l, l = ceil(log2 d)); the
+// division subroutine otherwise sits between the slot's arrival and the first store.
+struct FastDiv {
+  uint32_t d = 1, m = 1, l = 0;
+};
+FastDiv make_fast_div(int64_t d) {
+  FastDiv f;
+  f.d = static_cast<uint32_t>(d);
+  while ((uint64_t{1} << f.l) < static_cast<uint64_t>(d)) ++f.l;
+  f.m = static_cast<uint32_t>(((uint64_t{1} << 32) * ((uint64_t{1} << f.l) - static_cast<uint64_t>(d))) /
+                                  static_cast<uint64_t>(d) +
+                              1);
+  return f;
+}
+__device__ __forceinline__ uint32_t fast_div(uint32_t n, const FastDiv& f) {
+  return (__umulhi(n, f.m) + n) >> f.l;
+}
+
 struct StoreKvParams {
   const char* key;
   const char* value;
@@ -48,6 +67,8 @@ struct StoreKvParams {
   int parts;        // warps per token
   int part_vecs;    // vectors per part (a multiple of 32)
   int idx32;        // warps and slots fit in 31 bits: 32-bit divisions (fewer instructions)
+  int flat;         // each cache's blocks are back to back: a slot's row at slot * row_bytes
+  FastDiv parts_div, block_div;  // idx32 only
   uint32_t* fault_word;
 };
 
@@ -70,7 +91,7 @@ __device__ __forceinline__ void item_of(const StoreKvParams& p, int64_t warp, in
                                         int& part) {
   if (p.idx32) {  // the common case: a 32-bit division, not the 64-bit subroutine
     const uint32_t w = static_cast<uint32_t>(warp);
-    const uint32_t t = w / static_cast<uint32_t>(p.parts);
+    const uint32_t t = fast_div(w, p.parts_div);
     token = t;
     part = static_cast<int>(w - t * static_cast<uint32_t>(p.parts));
   } else {
@@ -88,10 +109,14 @@ __device__ __forceinline__ int64_t dest_offset(const StoreKvParams& p, int64_t s
     if (report) record_fault(p.fault_word, kFaultSlotOutOfRange);
     return -1;
   }
+  if (p.flat) {
+    v_offset = slot * p.row_bytes;
+    return v_offset;
+  }
   int64_t block, row_in_block;
   if (p.idx32) {
     const uint32_t s32 = static_cast<uint32_t>(slot);
-    const uint32_t blk = s32 / static_cast<uint32_t>(p.block_size);
+    const uint32_t blk = fast_div(s32, p.block_div);
     block = blk;
     row_in_block = static_cast<int64_t>(s32 - blk * static_cast<uint32_t>(p.block_size)) * p.row_bytes;
   } else {
@@ -234,6 +259,12 @@ void store_kv(const TensorView& key, const TensorView& value, const TensorView& 
   const int64_t total_warps = n * p.parts + kThreads / 32;  // the grid's warps, rounded up
   p.idx32 = total_warps < (int64_t{1} << 31) && p.num_slots < (int64_t{1} << 31) &&
             p.block_size < (int64_t{1} << 31);
+  if (p.idx32) {
+    p.parts_div = make_fast_div(p.parts);
+    p.block_div = make_fast_div(p.block_size);
+  }
+  p.flat = p.k_block_stride == p.block_size * p.row_bytes &&
+           p.v_block_stride == p.block_size * p.row_bytes;
   const bool slot64 = slot_mapping.dtype == DType::kI64;
   // CTAs of 128 threads by default: on the H200 0.2-1% faster than 256 at 4096 and 65536
   // tokens and equal at 256 (docs/perf/NOTES.md, round 4).
