@@ -72,21 +72,9 @@ inline const char* flush_name(Flush f) {
   return f == Flush::kNone ? "no flush" : (f == Flush::kMemset ? "L2 flush: memset" : "L2 flush: read");
 }
 
-// Runs fn() for `ms` milliseconds, untimed: a case's first timing otherwise came out 2-3%
-// slow (the first of several identical variants of a shape, even after its warm-up calls).
-template <typename Fn>
-void run_for_ms(Fn&& fn, int ms) {
-  const auto t0 = std::chrono::steady_clock::now();
-  do {
-    for (int i = 0; i < 16; ++i) fn();
-    BENCH_CUDA(cudaDeviceSynchronize());
-  } while (std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(ms));
-}
-
 // Median time in microseconds of fn() over `reps` reps (CUDA events around each call, L2
 // emptied by `flush` before each; init_l2_flush() first), after at least `warmup` untimed
-// calls and 25 ms of them (do_bench's warm-up: the GPU's clocks settle after the host-side
-// setup of a case; 10 calls alone left the first variant of a shape 0.5 us slow).
+// calls and 25 ms of them: do_bench's warm-up, so that kvattn and the peers are timed alike.
 template <typename Fn>
 double median_us(Fn&& fn, Flush flush, int reps, int warmup = 10) {
   const auto t0 = std::chrono::steady_clock::now();

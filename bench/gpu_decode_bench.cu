@@ -142,7 +142,6 @@ void bench_store_kv(int64_t tokens, int64_t block_size, std::mt19937_64& rng,
   const StoreVariant variants[] = {{"store_kv", 0}, {"store_kv cta256", 1}};
   std::vector<Flush> flushes = flushes_for(bytes);
   if (flushes.size() == 1) flushes.push_back(Flush::kMemset);
-  run_for_ms([&] { kvattn::store_kv(key, value, kc, vc, slot); }, 200);
   for (const StoreVariant& v : variants) {
     if (sequential && v.cta != 0) continue;
     tuning.store_kv_variant = v.cta;
@@ -221,12 +220,6 @@ void bench_decode(const std::string& name, const std::vector<int64_t>& lens, int
   }
   tuning = saved;
   const Tensor ws = Tensor::empty({ws_bytes}, DType::kU8, kGpu);
-  {  // the shape's steady state before any variant is timed (run_for_ms)
-    kvattn::DecodeArgs a = pc.args();
-    a.plan = kvattn::plan_decode(B, hq, hkv, d, 1, pc.width * block_size, kGpu);
-    if (a.plan.workspace_bytes > 0) a.workspace = ws;
-    run_for_ms([&] { kvattn::decode_attention(a); }, 200);
-  }
   std::vector<float> ref;
   for (const DecodeVariant& v : kDecodeVariants) {
     tuning.decode_heads_per_cta = v.heads;
