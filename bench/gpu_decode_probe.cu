@@ -6,8 +6,9 @@
 //    length -> block ids -> keys).
 // 2. Phase stamps of the small-batch decode kernel (cuda_tuning().decode_probe): per CTA, the
 //    cycles from its entry until the length arrived, its first tile landed, its warps were
-//    done, its piece was stored, the flags were read, and its exit; printed as min / median /
-//    max over CTAs in microseconds, with the launch skew (entry times) and the last exit.
+//    done, its piece was stored, (the merger) every piece had arrived and was merged, and its
+//    exit; printed as min / median / max over CTAs in microseconds, with the launch skew
+//    (entry times) and the last exit. Non-mergers count 0 in the "merged" row.
 //   gpu_decode_probe [--reps N]
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -191,8 +192,8 @@ void phases(int64_t B, int64_t len, int max_chunks = 0) {
                 plain, (tend - t0) * 1e-3, ns_per_cycle);
     const char* names[] = {"entry skew (from first entry)", "exit (from first entry)",
                            "length arrived", "first tile landed (warp 0)",
-                           "warp 0 done", "all warps done", "piece stored + fenced",
-                           "flags read", "exit (merger)", "exit (others)"};
+                           "warp 0 done", "all warps done", "piece stored",
+                           "merged (merger only)", "exit (merger)", "exit (others)"};
     std::vector<std::vector<double>> col(10);
     for (size_t i = 0; i < n; ++i) {
       const unsigned long long* w = &st[i * S];

@@ -547,7 +547,7 @@ void graph_capture_and_replay(std::vector<int64_t> lens = {3000, 17, 0, 1200, 64
 }
 
 TEST(DecodeGpu, CudaGraphCaptureAndReplay) {
-  graph_capture_and_replay();  // the small-batch kernel (arrival flags cleared per replay)
+  graph_capture_and_replay();  // the small-batch kernel (its LL tags chain from replay to replay)
   {
     SCOPED_TRACE("a lone sequence, planned for its length: the guessed split, then a wrong guess");
     graph_capture_and_replay({2500}, 2500);

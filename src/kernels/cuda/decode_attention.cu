@@ -16,8 +16,10 @@
 // - small batches (few sequences x KV heads; decode_params.h "small mode") take a second kernel
 //   instead: one KV head per CTA, its warps split a chunk of one sequence's keys and combine
 //   on chip; the last chunk's CTA merges the others' pieces, which it polls as tagged LL words
-//   (no fence, no flag, no merge kernel). On the H200 it streams 8 x 32768 at 4.3-4.4 TB/s
-//   (the stream kernel: 3.99).
+//   (no fence, no flag, no merge kernel); its K/V copies are marked evict-first in L2 (read
+//   once). On the H200 it streams 8 x 32768 at 4.25-4.3 TB/s (the stream kernel: 3.99) and a
+//   lone 8192-key sequence in 19.2-20.1 us after do_bench's memset flush (17.2-17.8 with a
+//   clean L2; docs/perf/NOTES.md, session 4).
 // No host sync and no allocation: capturable in a CUDA graph given the plan and workspace.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

@@ -28,7 +28,7 @@ DecodePlan plan_decode(int64_t num_seqs, int64_t num_heads, int64_t num_kv_heads
     return DecodePlan{1, 0};
   }
   // Few sequences x KV heads for the SMs: the small-batch kernel, C chunks per (sequence,
-  // unit), C + 1 "splits" of workspace (the extra one holds the arrival counters).
+  // unit); the smallest split count whose workspace holds its LL pieces and gen words.
   const int64_t chunks = decode_small_chunks(device, num_seqs, num_kv_heads, group * q_len, head_dim);
   if (chunks >= 2) {
     const int64_t need = decode_small_ws_bytes(num_seqs, num_kv_heads, group * q_len, head_dim, chunks);
