@@ -8,9 +8,11 @@
 namespace kvattn {
 
 // Split-KV plan (flash-decoding): how many parts each sequence's keys are cut into, and the
-// float32 workspace the partial results need. Computed once per batch on the host; the
+// bytes of workspace the partial results need. Computed once per batch on the host; the
 // per-layer decode call neither allocates nor syncs when given a plan and its workspace,
-// so it can be captured in a CUDA graph.
+// so it can be captured in a CUDA graph. A workspace needs no initialisation and may hold
+// anything before a call, but it serves one decode at a time: calls that may overlap on the
+// device (different streams) need separate workspaces.
 struct DecodePlan {
   int num_splits = 1;          // 1 => no split, no workspace
   int64_t workspace_bytes = 0;
