@@ -215,8 +215,8 @@ void bench_decode(const std::string& name, const std::vector<int64_t>& lens, int
     tuning.decode_small = v.small;
     tuning.decode_small_warps = v.small_warps;
     tuning.decode_small_max_chunks = v.max_chunks;
-    ws_bytes = std::max<int64_t>(
-        ws_bytes, kvattn::plan_decode(B, hq, hkv, d, 1, pc.width * block_size, kGpu).workspace_bytes);
+    const kvattn::DecodePlan plan = kvattn::plan_decode(B, hq, hkv, d, 1, pc.width * block_size, kGpu);
+    ws_bytes = std::max<int64_t>(ws_bytes, plan.workspace_bytes);
   }
   tuning = saved;
   const Tensor ws = Tensor::empty({ws_bytes}, DType::kU8, kGpu);

@@ -989,9 +989,10 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   __syncthreads();
   const int64_t rstep = static_cast<int64_t>(p.num_kv_heads) * p.rows;  // slot stride (rows)
   const int64_t wi_unit = static_cast<int64_t>(kvh) * p.rows + rc * kDecodeRows;
-  const int64_t wi0 = static_cast<int64_t>(b) * C * rstep + wi_unit;  // row r of piece j: wi0 + j * rstep + r
+  // Row r of piece j (chunk j's) at wi0 + j * rstep + r.
+  const int64_t wi0 = static_cast<int64_t>(b) * C * rstep + wi_unit;
   // The last chunk's CTA merges; it keeps its own piece in shared memory (float32, after the
-  // warps' states). The others publish theirs as LL words tagged with the launch's epoch.
+  // warps' states). The others publish theirs as LL words carrying this launch's tag.
   const bool merger = c == C - 1;
   const uint32_t tag = ll_tag_after(gen, p.epoch);
   float* const mine_o = red + nw * kWarpF;
@@ -1332,7 +1333,8 @@ void launch(DecodeParams p, bool aligned, int64_t ws_bytes, int device, cudaStre
   if (p.num_splits > 1) {  // small mode: as many chunks as wanted and the workspace holds
     const int64_t units = static_cast<int64_t>(p.num_kv_heads) * p.row_chunks;
     const int64_t fixed = decode_small_ws_bytes(B, p.num_kv_heads, p.rows, D, 0);
-    const int64_t fit = (ws_bytes - fixed) / (decode_small_ws_bytes(B, p.num_kv_heads, p.rows, D, 1) - fixed);
+    const int64_t per_chunk = decode_small_ws_bytes(B, p.num_kv_heads, p.rows, D, 1) - fixed;
+    const int64_t fit = (ws_bytes - fixed) / per_chunk;
     const SmallChoice choice = small_choice(device, B, p.num_kv_heads, p.rows, D);
     const int64_t chunks = std::min<int64_t>(choice.chunks, fit);
     if (chunks >= 2) {

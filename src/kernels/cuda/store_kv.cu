@@ -34,15 +34,13 @@ namespace {
 // instructions (Granlund-Montgomery: q = (umulhi(n, m) + n) >> l, l = ceil(log2 d)); the
 // division subroutine otherwise sits between the slot's arrival and the first store.
 struct FastDiv {
-  uint32_t d = 1, m = 1, l = 0;
+  uint32_t m = 1, l = 0;  // d = 1 by default
 };
 FastDiv make_fast_div(int64_t d) {
+  const auto ud = static_cast<uint64_t>(d);
   FastDiv f;
-  f.d = static_cast<uint32_t>(d);
-  while ((uint64_t{1} << f.l) < static_cast<uint64_t>(d)) ++f.l;
-  f.m = static_cast<uint32_t>(((uint64_t{1} << 32) * ((uint64_t{1} << f.l) - static_cast<uint64_t>(d))) /
-                                  static_cast<uint64_t>(d) +
-                              1);
+  while ((uint64_t{1} << f.l) < ud) ++f.l;
+  f.m = static_cast<uint32_t>(((uint64_t{1} << 32) * ((uint64_t{1} << f.l) - ud)) / ud + 1);
   return f;
 }
 __device__ __forceinline__ uint32_t fast_div(uint32_t n, const FastDiv& f) {
