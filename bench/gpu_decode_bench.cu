@@ -208,31 +208,30 @@ void bench_decode(const std::string& name, const std::vector<int64_t>& lens, int
   const CudaTuning saved = tuning;
   // One workspace for every variant (as an engine reuses one), sized for the largest plan, so
   // that no variant's timing depends on where its own allocation landed.
-  int64_t ws_bytes = 16;
-  for (const DecodeVariant& v : kDecodeVariants) {
-    tuning.decode_heads_per_cta = v.heads;
-    tuning.decode_stages = v.stages;
-    tuning.decode_small = v.small;
-    tuning.decode_small_warps = v.small_warps;
-    tuning.decode_small_max_chunks = v.max_chunks;
-    const kvattn::DecodePlan plan = kvattn::plan_decode(B, hq, hkv, d, 1, pc.width * block_size, kGpu);
-    ws_bytes = std::max<int64_t>(ws_bytes, plan.workspace_bytes);
-  }
-  tuning = saved;
-  const Tensor ws = Tensor::empty({ws_bytes}, DType::kU8, kGpu);
-  std::vector<float> ref;
-  for (const DecodeVariant& v : kDecodeVariants) {
+  auto use = [&](const DecodeVariant& v) {
+    tuning = saved;
     tuning.decode_heads_per_cta = v.heads;
     tuning.decode_stages = v.stages;
     tuning.decode_small = v.small;
     tuning.decode_small_warps = v.small_warps;
     tuning.decode_debug_no_merge = v.no_merge;
     tuning.decode_small_max_chunks = v.max_chunks;
-    tuning.decode_kv_evict_first = v.evict >= 0 ? v.evict : saved.decode_kv_evict_first;
+    if (v.evict >= 0) tuning.decode_kv_evict_first = v.evict;
+  };
+  auto plan = [&] { return kvattn::plan_decode(B, hq, hkv, d, 1, pc.width * block_size, kGpu); };
+  int64_t ws_bytes = 16;
+  for (const DecodeVariant& v : kDecodeVariants) {
+    use(v);
+    ws_bytes = std::max<int64_t>(ws_bytes, plan().workspace_bytes);
+  }
+  const Tensor ws = Tensor::empty({ws_bytes}, DType::kU8, kGpu);
+  std::vector<float> ref;
+  for (const DecodeVariant& v : kDecodeVariants) {
+    use(v);
     const bool diag = std::strncmp(v.name, "diag", 4) == 0;
     try {
       kvattn::DecodeArgs a = pc.args();
-      a.plan = kvattn::plan_decode(B, hq, hkv, d, 1, pc.width * block_size, kGpu);
+      a.plan = plan();
       if (a.plan.workspace_bytes > 0) a.workspace = ws;
       BENCH_CUDA(cudaMemset(pc.out.data(), 0xFF, static_cast<size_t>(pc.out.nbytes())));
       kvattn::decode_attention(a);
