@@ -25,11 +25,6 @@
 namespace kvattn::cuda {
 namespace {
 
-// Layout (byte strides; one params block per launch, passed by value):
-//   key/value   token t's row at  key + t * key_stride         (row_bytes contiguous bytes)
-//   caches      slot s = slot_mapping[t * slot_stride]: block b = s / block_size,
-//               offset o = s % block_size, row at  k_cache + b * k_block_stride + o * row_bytes
-//   num_slots   num_blocks * block_size; slots in [num_slots, inf) are faults, < 0 are skipped
 // Division by a run-time divisor d in [1, 2^31) for numerators below 2^31 in three
 // instructions (Granlund-Montgomery: q = (umulhi(n, m) + n) >> l, l = ceil(log2 d)); the
 // division subroutine otherwise sits between the slot's arrival and the first store.
@@ -47,6 +42,11 @@ __device__ __forceinline__ uint32_t fast_div(uint32_t n, const FastDiv& f) {
   return (__umulhi(n, f.m) + n) >> f.l;
 }
 
+// Layout (byte strides; one params block per launch, passed by value):
+//   key/value   token t's row at  key + t * key_stride         (row_bytes contiguous bytes)
+//   caches      slot s = slot_mapping[t * slot_stride]: block b = s / block_size,
+//               offset o = s % block_size, row at  k_cache + b * k_block_stride + o * row_bytes
+//   num_slots   num_blocks * block_size; slots in [num_slots, inf) are faults, < 0 are skipped
 struct StoreKvParams {
   const char* key;
   const char* value;
@@ -64,7 +64,7 @@ struct StoreKvParams {
   int64_t num_slots;
   int parts;        // warps per token
   int part_vecs;    // vectors per part (a multiple of 32)
-  int idx32;        // warps and slots fit in 31 bits: 32-bit divisions (fewer instructions)
+  int idx32;        // warps and slots fit in 31 bits: FastDiv divisions (fewer instructions)
   int flat;         // each cache's blocks are back to back: a slot's row at slot * row_bytes
   FastDiv parts_div, block_div;  // idx32 only
   uint32_t* fault_word;
@@ -87,7 +87,7 @@ struct VecOf<2> { using type = uint16_t; };
 // Warp `warp`'s (token, part).
 __device__ __forceinline__ void item_of(const StoreKvParams& p, int64_t warp, int64_t& token,
                                         int& part) {
-  if (p.idx32) {  // the common case: a 32-bit division, not the 64-bit subroutine
+  if (p.idx32) {  // the common case: FastDiv, not the 64-bit division subroutine
     const uint32_t w = static_cast<uint32_t>(warp);
     const uint32_t t = fast_div(w, p.parts_div);
     token = t;
