@@ -11,7 +11,7 @@
 // then a full table and, last, a summary with the default's and the best variant's figures.
 // Bytes: store_kv counts K and V read + written plus the slots (as the seed peer does);
 // decode counts the cached K and V of every sequence read once.
-//   gpu_decode_bench [--reps N] [--quick] [--only store|decode]
+//   gpu_decode_bench [--reps N] [--quick] [--only store|decode] [--store-rounds N]
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -110,10 +110,24 @@ void bench_launch_floor() {
 using kvattn::cuda::CudaTuning;
 
 // store_kv: T tokens of 8 KV heads x 128 bf16 into random slots of a 1M-slot cache.
-// `sequential` (diagnostics): slots 0..T-1 instead, the same bytes as one contiguous write,
-// which separates the cost of the scattered 2 KB rows from the kernel's own.
+// Diagnostic slot patterns (the same bytes, other destinations) separate the cost of the
+// scattered 2 KB rows from the kernel's own: kSequential = slots 0..T-1 (one contiguous
+// write), kSorted = the benchmark's random slots in ascending order (the writes sweep the
+// cache once), kLocal = a random permutation of 0..T-1 (scattered, but within T rows).
+enum class SlotPattern { kRandom, kSequential, kSorted, kLocal };
+const char* pattern_name(SlotPattern s) {
+  switch (s) {
+    case SlotPattern::kSequential: return " slots 0..T-1 (diag)";
+    case SlotPattern::kSorted: return " 1M slots sorted (diag)";
+    case SlotPattern::kLocal: return " perm of 0..T-1 (diag)";
+    default: return " 1M slots";
+  }
+}
+
+int g_store_rounds = 1;
+
 void bench_store_kv(int64_t tokens, int64_t block_size, std::mt19937_64& rng,
-                    bool sequential = false) {
+                    SlotPattern pattern = SlotPattern::kRandom) {
   const int64_t hkv = 8, d = 128, slots = int64_t{1} << 20;
   const int64_t num_blocks = slots / block_size;
   Tensor key = Tensor::empty({tokens, hkv, d}, DType::kBF16, kGpu);
@@ -124,31 +138,41 @@ void bench_store_kv(int64_t tokens, int64_t block_size, std::mt19937_64& rng,
   fill_bf16(value, 2);
   std::vector<int32_t> perm(static_cast<size_t>(slots));
   std::iota(perm.begin(), perm.end(), 0);
-  if (!sequential) std::shuffle(perm.begin(), perm.end(), rng);
+  const auto used = perm.begin() + tokens;
+  if (pattern == SlotPattern::kLocal) std::shuffle(perm.begin(), used, rng);
+  if (pattern == SlotPattern::kRandom || pattern == SlotPattern::kSorted) {
+    std::shuffle(perm.begin(), perm.end(), rng);
+  }
+  if (pattern == SlotPattern::kSorted) std::sort(perm.begin(), used);
   Tensor slot = Tensor::empty({tokens}, DType::kI32, kGpu);
   BENCH_CUDA(cudaMemcpy(slot.data(), perm.data(), tokens * 4, cudaMemcpyHostToDevice));
   const double bytes = 4.0 * tokens * hkv * d * 2 + tokens * 4.0;
+  const bool diag = pattern != SlotPattern::kRandom;
   const std::string shape = "T=" + std::to_string(tokens) + " Hkv=8 D=128 bf16 page " +
-                            std::to_string(block_size) +
-                            (sequential ? " slots 0..T-1 (diag)" : " 1M slots");
-  // The default launch, then the other (cuda_tuning().store_kv_variant) beside it. Large
-  // batches are timed back to back and after a memset flush (do_bench's way).
+                            std::to_string(block_size) + pattern_name(pattern);
+  // The default launch, then the others (cuda_tuning().store_kv_variant) beside it, in
+  // g_store_rounds alternating rounds. Large batches are timed back to back and after a
+  // memset flush (do_bench's way).
   CudaTuning& tuning = kvattn::cuda::cuda_tuning();
   const CudaTuning saved = tuning;
   struct StoreVariant {
     const char* name;
-    int cta;
+    int variant;
   };
-  const StoreVariant variants[] = {{"store_kv", 0}, {"store_kv cta256", 1}};
+  const StoreVariant variants[] = {{"store_kv", 0},      {"store_kv cta256", 1},
+                                   {"store_kv l2 256B", 2}, {"store_kv bulk32k", 3},
+                                   {"store_kv bulk16k", 4}, {"store_kv ldfirst stlast", 5}};
   std::vector<Flush> flushes = flushes_for(bytes);
   if (flushes.size() == 1) flushes.push_back(Flush::kMemset);
-  for (const StoreVariant& v : variants) {
-    if (sequential && v.cta != 0) continue;
-    tuning.store_kv_variant = v.cta;
-    for (Flush f : flushes) {
-      const double us = time_us([&] { kvattn::store_kv(key, value, kc, vc, slot); }, f);
-      check_faults("store_kv");
-      report(sequential ? "store_kv seq slots" : v.name, shape, us, bytes, flush_name(f));
+  for (int round = 0; round < g_store_rounds; ++round) {
+    for (const StoreVariant& v : variants) {
+      if (diag && v.variant != 0 && v.variant != 3) continue;
+      tuning.store_kv_variant = v.variant;
+      for (Flush f : flushes) {
+        const double us = time_us([&] { kvattn::store_kv(key, value, kc, vc, slot); }, f);
+        check_faults("store_kv");
+        report(diag ? std::string(v.name) + " (diag)" : v.name, shape, us, bytes, flush_name(f));
+      }
     }
   }
   tuning = saved;
@@ -265,6 +289,7 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) g_reps = std::atoi(argv[++i]);
     if (!std::strcmp(argv[i], "--quick")) quick = true;
+    if (!std::strcmp(argv[i], "--store-rounds") && i + 1 < argc) g_store_rounds = std::atoi(argv[++i]);
     if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
   }
   if (!kvattn::cuda_available()) {
@@ -284,7 +309,11 @@ int main(int argc, char** argv) {
   if (only.empty() || only == "store") {
     for (int64_t page : {256, 16}) {
       for (int64_t t : {256, 4096, 65536}) bench_store_kv(t, page, rng);
-      if (!quick) bench_store_kv(65536, page, rng, true);
+      if (!quick) {
+        for (SlotPattern sp : {SlotPattern::kSequential, SlotPattern::kSorted, SlotPattern::kLocal}) {
+          bench_store_kv(65536, page, rng, sp);
+        }
+      }
       if (quick) break;
     }
   }

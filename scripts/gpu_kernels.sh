@@ -4,6 +4,7 @@
 # lists, the decode phase probe and the store_kv/decode benchmark. No peers (scripts/gpu_run.sh
 # makes the same-run table with them).
 #   run: bash scripts/gpu_kernels.sh [bench args...]   (carry .deps); logs go to $OUT (or ./out)
+#   env: TESTS="decode store_kv" (the kernel tests to run), PROBE=0 skips the decode probe.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}
@@ -23,23 +24,26 @@ tail -n 5 "$OUT/build.log"
 [ $rc -eq 0 ] || { grep -B2 -A8 "error" "$OUT/build.log" | head -60; echo "BUILD FAILED"; exit 1; }
 
 step "kernel gpu tests"
-for t in decode store_kv; do
+TESTS=${TESTS:-decode store_kv}
+for t in $TESTS; do
   timeout 300 build-gpu/tests/kernels/kernels_${t}_gpu_test >"$OUT/test_$t.log" 2>&1
   echo "$t: rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/test_$t.log" | tr '\n' ' ')"
   grep -E "Failure|FAILED|Expected|Which is|rel_l2|vs " "$OUT/test_$t.log" | head -20
 done
 
 step memcheck
-for t in decode store_kv; do
+for t in $TESTS; do
   KVATTN_GPU_TEST_QUICK=1 timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 \
     build-gpu/tests/kernels/kernels_${t}_gpu_test >"$OUT/memcheck_$t.log" 2>&1
   echo "$t: memcheck rc=$? $(tail -n 1 "$OUT/memcheck_$t.log")"
 done
 
-step probe
-timeout 120 build-gpu/bench/gpu_decode_probe >"$OUT/probe.log" 2>&1; echo "probe rc=$?"
-grep -v '^{' "$OUT/probe.log" | head -120
-grep '^{' "$OUT/probe.log" | head -80
+if [ "${PROBE:-1}" != 0 ]; then
+  step probe
+  timeout 120 build-gpu/bench/gpu_decode_probe >"$OUT/probe.log" 2>&1; echo "probe rc=$?"
+  grep -v '^{' "$OUT/probe.log" | head -120
+  grep '^{' "$OUT/probe.log" | head -80
+fi
 
 step bench
 timeout 240 build-gpu/bench/gpu_decode_bench "$@" >"$OUT/bench.log" 2>&1; echo "bench rc=$?"

@@ -125,11 +125,54 @@ __device__ __forceinline__ int64_t dest_offset(const StoreKvParams& p, int64_t s
   return block * p.k_block_stride + row_in_block;
 }
 
+// How the warp kernel's 16-byte accesses address the L2 (store_kv_variant; other widths
+// always use plain accesses).
+enum class MemHint {
+  kPlain,
+  kLoad256,          // loads ask the L2 for 256-byte fetches (.L2::256B)
+  kLoadFirstStoreLast,  // loads evict-first, stores evict-last (L2 cache policies)
+};
+
+template <int kBytes, MemHint kHint, typename Vec>
+__device__ __forceinline__ Vec load_vec(const Vec* src, uint64_t policy) {
+  if constexpr (kBytes == 16 && kHint == MemHint::kLoad256) {
+    Vec r;
+    asm volatile("ld.global.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                 : "l"(src));
+    return r;
+  } else if constexpr (kBytes == 16 && kHint == MemHint::kLoadFirstStoreLast) {
+    Vec r;
+    asm volatile("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                 : "l"(src), "l"(policy));
+    return r;
+  } else {
+    return *src;
+  }
+}
+
+template <int kBytes, MemHint kHint, typename Vec>
+__device__ __forceinline__ void store_vec(Vec* dst, const Vec& v, uint64_t policy) {
+  if constexpr (kBytes == 16 && kHint == MemHint::kLoadFirstStoreLast) {
+    asm volatile("st.global.L2::cache_hint.v4.u32 [%0], {%1, %2, %3, %4}, %5;" ::"l"(dst),
+                 "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "l"(policy)
+                 : "memory");
+  } else {
+    *dst = v;
+  }
+}
+
 // One warp per (token, part); parts of more than 32 * kUnroll vectors loop.
-template <int kBytes, typename Slot, int kCtaThreads>
+template <int kBytes, typename Slot, int kCtaThreads, MemHint kHint>
 __global__ void __launch_bounds__(kCtaThreads, 2048 / kCtaThreads / 2)
     store_kv_kernel(const __grid_constant__ StoreKvParams p) {
   using Vec = typename VecOf<kBytes>::type;
+  uint64_t load_policy = 0, store_policy = 0;
+  if constexpr (kHint == MemHint::kLoadFirstStoreLast) {
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(load_policy));
+    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(store_policy));
+  }
   const int lane = threadIdx.x & 31;
   const int64_t warp = (static_cast<int64_t>(blockIdx.x) * kCtaThreads + threadIdx.x) >> 5;
   int64_t token;
@@ -148,8 +191,8 @@ __global__ void __launch_bounds__(kCtaThreads, 2048 / kCtaThreads / 2)
     for (int u = 0; u < kUnroll; ++u) {
       const int v = v0 + 32 * u;
       if (v < end) {
-        kx[u] = ksrc[v];
-        vx[u] = vsrc[v];
+        kx[u] = load_vec<kBytes, kHint>(ksrc + v, load_policy);
+        vx[u] = load_vec<kBytes, kHint>(vsrc + v, load_policy);
       }
     }
   };
@@ -169,11 +212,80 @@ __global__ void __launch_bounds__(kCtaThreads, 2048 / kCtaThreads / 2)
     for (int u = 0; u < kUnroll; ++u) {
       const int v = v0 + 32 * u;
       if (v < end) {
-        kdst[v] = kx[u];
-        vdst[v] = vx[u];
+        store_vec<kBytes, kHint>(kdst + v, kx[u], store_policy);
+        store_vec<kBytes, kHint>(vdst + v, vx[u], store_policy);
       }
     }
   }
+}
+
+// Bulk-copy form (sm_90, 16-byte aligned rows): one warp per CTA stages `tile` tokens' K and
+// V rows in shared memory with cp.async.bulk (the TMA unit; completion on an mbarrier), then
+// each lane sends its token's two rows to their slots with bulk stores. The SM issues 4 copy
+// instructions per token instead of a vector access per 16 bytes. Shared memory holds
+// [K rows of the tile][V rows of the tile], row_bytes each.
+template <typename Slot>
+__global__ void __launch_bounds__(32) store_kv_bulk_kernel(const __grid_constant__ StoreKvParams p,
+                                                           int tile) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ __align__(128) char stage[];
+  __shared__ __align__(8) uint64_t full;
+  const int lane = static_cast<int>(threadIdx.x);
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * tile;
+  const int n = static_cast<int>(min(static_cast<int64_t>(tile), p.num_tokens - first));
+  const uint32_t bar = static_cast<uint32_t>(__cvta_generic_to_shared(&full));
+  const uint32_t rows = static_cast<uint32_t>(__cvta_generic_to_shared(stage));
+  const uint32_t rb = static_cast<uint32_t>(p.row_bytes);
+  if (lane == 0) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncwarp();
+  if (lane == 0) {  // the one arrival, with every byte the tile's loads will deliver
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar),
+                 "r"(2 * static_cast<uint32_t>(n) * rb)
+                 : "memory");
+  }
+  for (int i = lane; i < n; i += 32) {
+    const int64_t t = first + i;
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+        ::"r"(rows + i * rb), "l"(p.key + t * p.key_stride), "r"(rb), "r"(bar)
+        : "memory");
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+        ::"r"(rows + (tile + i) * rb), "l"(p.value + t * p.value_stride), "r"(rb), "r"(bar)
+        : "memory");
+  }
+  // The slots' loads overlap the rows' (tile <= 32: one token per lane).
+  int64_t koff = -1, voff = 0;
+  if (lane < n) {
+    const int64_t slot = static_cast<int64_t>(
+        static_cast<const Slot*>(p.slot_mapping)[(first + lane) * p.slot_stride]);
+    koff = dest_offset(p, slot, true, voff);
+  }
+  uint32_t done = 0;
+  while (!done) {
+    asm volatile(
+        "{\n.reg .pred ready;\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 ready, [%1], 0;\n"
+        "selp.u32 %0, 1, 0, ready;\n}\n"
+        : "=r"(done)
+        : "r"(bar)
+        : "memory");
+  }
+  if (koff >= 0) {
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(p.k_cache + koff),
+                 "r"(rows + lane * rb), "r"(rb)
+                 : "memory");
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(p.v_cache + voff),
+                 "r"(rows + (tile + lane) * rb), "r"(rb)
+                 : "memory");
+  }
+  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+  // The stores read shared memory after this CTA could exit: wait until they have.
+  asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+#endif
 }
 
 // The widest vector (bytes) that divides every address and stride the kernel touches.
@@ -190,24 +302,61 @@ int vector_bytes(const StoreKvParams& p) {
   return 2;
 }
 
-template <int kBytes, typename Slot>
-void launch_as(const StoreKvParams& p, int cta_threads, cudaStream_t stream) {
+template <int kBytes, typename Slot, MemHint kHint>
+void launch_warps(const StoreKvParams& p, int cta_threads, cudaStream_t stream) {
   const int64_t warps = p.num_tokens * p.parts;
   const int64_t blocks = (warps * 32 + cta_threads - 1) / cta_threads;
   KVATTN_CHECK(blocks <= 0x7fffffff, "store_kv: ", p.num_tokens, " tokens exceed one launch");
   if (cta_threads == 128) {
-    store_kv_kernel<kBytes, Slot, 128><<<static_cast<unsigned>(blocks), 128, 0, stream>>>(p);
+    store_kv_kernel<kBytes, Slot, 128, kHint><<<static_cast<unsigned>(blocks), 128, 0, stream>>>(p);
   } else {
-    store_kv_kernel<kBytes, Slot, 256><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(p);
+    store_kv_kernel<kBytes, Slot, 256, kHint><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(p);
+  }
+}
+
+template <int kBytes, typename Slot>
+void launch_as(const StoreKvParams& p, int variant, cudaStream_t stream) {
+  switch (variant) {
+    case 1: launch_warps<kBytes, Slot, MemHint::kPlain>(p, 256, stream); break;
+    case 2: launch_warps<kBytes, Slot, MemHint::kLoad256>(p, 128, stream); break;
+    case 5: launch_warps<kBytes, Slot, MemHint::kLoadFirstStoreLast>(p, 128, stream); break;
+    default: launch_warps<kBytes, Slot, MemHint::kPlain>(p, 128, stream); break;
   }
 }
 
 template <int kBytes>
-void launch(const StoreKvParams& p, bool slot64, int cta_threads, cudaStream_t stream) {
+void launch(const StoreKvParams& p, bool slot64, int variant, cudaStream_t stream) {
   if (slot64) {
-    launch_as<kBytes, int64_t>(p, cta_threads, stream);
+    launch_as<kBytes, int64_t>(p, variant, stream);
   } else {
-    launch_as<kBytes, int32_t>(p, cta_threads, stream);
+    launch_as<kBytes, int32_t>(p, variant, stream);
+  }
+  CUDA_CHECK_LAUNCH();
+}
+
+// The bulk form's tile (tokens per CTA) for `variant` 3 (about 32 KB of rows) or 4 (16 KB),
+// or 0 when it cannot run: it needs sm_90, 16-byte aligned rows and strides, and rows small
+// enough for a tile in 48 KB of shared memory.
+int bulk_tile(const StoreKvParams& p, int vec, int variant, int device) {
+  if ((variant != 3 && variant != 4) || vec != 16 || compute_major(device) < 9) return 0;
+  const int64_t budget = variant == 3 ? (32 << 10) : (16 << 10);
+  int64_t tile = budget / (2 * p.row_bytes);
+  tile = tile < 1 ? 1 : (tile > 32 ? 32 : tile);
+  if (2 * tile * p.row_bytes > (48 << 10)) return 0;
+  // Small batches: at least two CTAs per SM before tiles grow.
+  const int64_t spread = p.num_tokens / (2 * static_cast<int64_t>(sm_count(device)));
+  if (spread < tile) tile = spread < 1 ? 1 : spread;
+  return static_cast<int>(tile);
+}
+
+void launch_bulk(const StoreKvParams& p, bool slot64, int tile, cudaStream_t stream) {
+  const int64_t blocks = (p.num_tokens + tile - 1) / tile;
+  KVATTN_CHECK(blocks <= 0x7fffffff, "store_kv: ", p.num_tokens, " tokens exceed one launch");
+  const size_t smem = static_cast<size_t>(2 * tile * p.row_bytes);
+  if (slot64) {
+    store_kv_bulk_kernel<int64_t><<<static_cast<unsigned>(blocks), 32, smem, stream>>>(p, tile);
+  } else {
+    store_kv_bulk_kernel<int32_t><<<static_cast<unsigned>(blocks), 32, smem, stream>>>(p, tile);
   }
   CUDA_CHECK_LAUNCH();
 }
@@ -264,15 +413,21 @@ void store_kv(const TensorView& key, const TensorView& value, const TensorView& 
   p.flat = p.k_block_stride == p.block_size * p.row_bytes &&
            p.v_block_stride == p.block_size * p.row_bytes;
   const bool slot64 = slot_mapping.dtype == DType::kI64;
-  // CTAs of 128 threads by default: on the H200 0.2-1% faster than 256 at 4096 and 65536
-  // tokens and equal at 256 (docs/perf/NOTES.md, round 4).
-  const int cta = cuda_tuning().store_kv_variant == 1 ? 256 : 128;
+  // Variants (cuda_tuning().store_kv_variant): 0 = warps in CTAs of 128 threads, plain
+  // accesses (on the H200 0.2-1% faster than 256 at 4096 and 65536 tokens and equal at 256,
+  // docs/perf/NOTES.md, round 4); 1 = CTAs of 256; 2 = .L2::256B loads; 3, 4 = bulk copies;
+  // 5 = evict-first loads and evict-last stores.
+  const int variant = cuda_tuning().store_kv_variant;
   auto s = static_cast<cudaStream_t>(stream.handle);
+  if (const int tile = bulk_tile(p, vec, variant, device); tile > 0) {
+    launch_bulk(p, slot64, tile, s);
+    return;
+  }
   switch (vec) {
-    case 16: launch<16>(p, slot64, cta, s); break;
-    case 8: launch<8>(p, slot64, cta, s); break;
-    case 4: launch<4>(p, slot64, cta, s); break;
-    default: launch<2>(p, slot64, cta, s); break;
+    case 16: launch<16>(p, slot64, variant, s); break;
+    case 8: launch<8>(p, slot64, variant, s); break;
+    case 4: launch<4>(p, slot64, variant, s); break;
+    default: launch<2>(p, slot64, variant, s); break;
   }
 }
 
