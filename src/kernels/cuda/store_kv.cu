@@ -288,6 +288,115 @@ __global__ void __launch_bounds__(32) store_kv_bulk_kernel(const __grid_constant
 #endif
 }
 
+// Pipelined bulk form (sm_90): a few CTAs per SM, each a warp that walks its tiles (tile t,
+// t + grid, ...) through a ring of `stages` shared-memory stages: while one tile's rows go out
+// to their slots (bulk stores), the next stages - 1 tiles' rows and slots are on their way in.
+// A stage is refilled once the bulk stores that read it have (wait_group.read), its rows
+// arrive on the stage's mbarrier, its slots (4- or 8-byte cp.async, one per lane) on the
+// lane's cp.async groups. Shared memory: rows [stages][K tile | V tile], slots
+// [stages][32], mbarriers [stages].
+template <typename Slot, int kStages>
+__global__ void __launch_bounds__(32) store_kv_ring_kernel(const __grid_constant__ StoreKvParams p,
+                                                           int tile) {
+  constexpr int stages = kStages;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ __align__(128) char smem[];
+  const int lane = static_cast<int>(threadIdx.x);
+  const uint32_t rb = static_cast<uint32_t>(p.row_bytes);
+  const uint32_t stage_bytes = 2 * static_cast<uint32_t>(tile) * rb;
+  const uint32_t rows = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  Slot* slot_ring = reinterpret_cast<Slot*>(smem + stages * stage_bytes);
+  const uint32_t slots_at = static_cast<uint32_t>(__cvta_generic_to_shared(slot_ring));
+  const uint32_t bars = slots_at + stages * 32 * static_cast<uint32_t>(sizeof(Slot));
+  const int64_t ntiles = (p.num_tokens + tile - 1) / tile;
+  if (lane < stages) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bars + 8 * lane) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncwarp();
+
+  // The CTA's k-th tile: rows onto stage k % stages's mbarrier, slots into its ring entry.
+  // Every lane commits one cp.async group per call, tile or not, so groups count tiles.
+  auto issue = [&](int64_t k) {
+    const int64_t t = blockIdx.x + k * gridDim.x;
+    if (t < ntiles) {
+      const int s = static_cast<int>(k % stages);
+      const int64_t first = t * tile;
+      const int n = static_cast<int>(min(static_cast<int64_t>(tile), p.num_tokens - first));
+      const uint32_t bar = bars + 8 * s;
+      if (lane == 0) {
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar),
+                     "r"(2 * static_cast<uint32_t>(n) * rb)
+                     : "memory");
+      }
+      if (lane < n) {
+        const int64_t tok = first + lane;
+        const uint32_t at = rows + s * stage_bytes + lane * rb;
+        asm volatile(
+            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+            ::"r"(at), "l"(p.key + tok * p.key_stride), "r"(rb), "r"(bar)
+            : "memory");
+        asm volatile(
+            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+            ::"r"(at + tile * rb), "l"(p.value + tok * p.value_stride), "r"(rb), "r"(bar)
+            : "memory");
+        const Slot* src = static_cast<const Slot*>(p.slot_mapping) + tok * p.slot_stride;
+        const uint32_t dst = slots_at + (s * 32 + lane) * static_cast<uint32_t>(sizeof(Slot));
+        if constexpr (sizeof(Slot) == 8) {
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(dst), "l"(src) : "memory");
+        } else {
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src) : "memory");
+        }
+      }
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+  };
+
+  for (int k = 0; k < stages - 1; ++k) issue(k);
+  for (int64_t k = 0;; ++k) {
+    const int64_t t = blockIdx.x + k * gridDim.x;
+    if (t >= ntiles) break;
+    const int s = static_cast<int>(k % stages);
+    const uint32_t parity = static_cast<uint32_t>((k / stages) & 1);
+    // Tiles k .. k + stages - 2 have groups in flight: all but the oldest may stay so.
+    asm volatile("cp.async.wait_group %0;" ::"n"(kStages - 2) : "memory");
+    uint32_t done = 0;
+    while (!done) {
+      asm volatile(
+          "{\n.reg .pred ready;\n"
+          "mbarrier.try_wait.parity.shared::cta.b64 ready, [%1], %2;\n"
+          "selp.u32 %0, 1, 0, ready;\n}\n"
+          : "=r"(done)
+          : "r"(bars + 8 * s), "r"(parity)
+          : "memory");
+    }
+    const int64_t first = t * tile;
+    const int n = static_cast<int>(min(static_cast<int64_t>(tile), p.num_tokens - first));
+    if (lane < n) {
+      int64_t voff = 0;
+      const int64_t koff = dest_offset(p, static_cast<int64_t>(slot_ring[s * 32 + lane]), true, voff);
+      if (koff >= 0) {
+        const uint32_t at = rows + s * stage_bytes + lane * rb;
+        asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(
+                         p.k_cache + koff),
+                     "r"(at), "r"(rb)
+                     : "memory");
+        asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(
+                         p.v_cache + voff),
+                     "r"(at + tile * rb), "r"(rb)
+                     : "memory");
+      }
+    }
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+    // Tile k - 1's stores have read its stage (only tile k's may still be reading): refill it.
+    asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
+    __syncwarp();
+    issue(k + stages - 1);
+  }
+  asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+#endif
+}
+
 // The widest vector (bytes) that divides every address and stride the kernel touches.
 int vector_bytes(const StoreKvParams& p) {
   const uint64_t bits = reinterpret_cast<uintptr_t>(p.key) | reinterpret_cast<uintptr_t>(p.value) |
@@ -309,6 +418,10 @@ void launch_warps(const StoreKvParams& p, int cta_threads, cudaStream_t stream) 
   KVATTN_CHECK(blocks <= 0x7fffffff, "store_kv: ", p.num_tokens, " tokens exceed one launch");
   if (cta_threads == 128) {
     store_kv_kernel<kBytes, Slot, 128, kHint><<<static_cast<unsigned>(blocks), 128, 0, stream>>>(p);
+  } else if (cta_threads == 64) {
+    store_kv_kernel<kBytes, Slot, 64, kHint><<<static_cast<unsigned>(blocks), 64, 0, stream>>>(p);
+  } else if (cta_threads == 32) {
+    store_kv_kernel<kBytes, Slot, 32, kHint><<<static_cast<unsigned>(blocks), 32, 0, stream>>>(p);
   } else {
     store_kv_kernel<kBytes, Slot, 256, kHint><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(p);
   }
@@ -320,6 +433,8 @@ void launch_as(const StoreKvParams& p, int variant, cudaStream_t stream) {
     case 1: launch_warps<kBytes, Slot, MemHint::kPlain>(p, 256, stream); break;
     case 2: launch_warps<kBytes, Slot, MemHint::kLoad256>(p, 128, stream); break;
     case 5: launch_warps<kBytes, Slot, MemHint::kLoadFirstStoreLast>(p, 128, stream); break;
+    case 6: launch_warps<kBytes, Slot, MemHint::kPlain>(p, 64, stream); break;
+    case 7: launch_warps<kBytes, Slot, MemHint::kPlain>(p, 32, stream); break;
     default: launch_warps<kBytes, Slot, MemHint::kPlain>(p, 128, stream); break;
   }
 }
@@ -338,8 +453,10 @@ void launch(const StoreKvParams& p, bool slot64, int variant, cudaStream_t strea
 // or 0 when it cannot run: it needs sm_90, 16-byte aligned rows and strides, and rows small
 // enough for a tile in 48 KB of shared memory.
 int bulk_tile(const StoreKvParams& p, int vec, int variant, int device) {
-  if ((variant != 3 && variant != 4) || vec != 16 || compute_major(device) < 9) return 0;
-  const int64_t budget = variant == 3 ? (32 << 10) : (16 << 10);
+  if ((variant != 3 && variant != 4 && variant != 8) || vec != 16 || compute_major(device) < 9) {
+    return 0;
+  }
+  const int64_t budget = variant == 3 ? (32 << 10) : (variant == 4 ? (16 << 10) : (8 << 10));
   int64_t tile = budget / (2 * p.row_bytes);
   tile = tile < 1 ? 1 : (tile > 32 ? 32 : tile);
   if (2 * tile * p.row_bytes > (48 << 10)) return 0;
@@ -347,6 +464,32 @@ int bulk_tile(const StoreKvParams& p, int vec, int variant, int device) {
   const int64_t spread = p.num_tokens / (2 * static_cast<int64_t>(sm_count(device)));
   if (spread < tile) tile = spread < 1 ? 1 : spread;
   return static_cast<int>(tile);
+}
+
+constexpr int kRingStages = 6;
+
+// The ring form's tile (16 KB of rows per stage), or 0 when it cannot run (as bulk_tile).
+int ring_tile(const StoreKvParams& p, int vec, int variant, int device) {
+  if (variant != 9 || vec != 16 || compute_major(device) < 9) return 0;
+  int64_t tile = (16 << 10) / (2 * p.row_bytes);
+  tile = tile < 1 ? 1 : (tile > 32 ? 32 : tile);
+  if (kRingStages * 2 * tile * p.row_bytes > (200 << 10)) return 0;
+  return static_cast<int>(tile);
+}
+
+template <typename Slot>
+void launch_ring_as(const StoreKvParams& p, int tile, cudaStream_t stream, int device) {
+  auto kernel = store_kv_ring_kernel<Slot, kRingStages>;
+  const size_t smem = static_cast<size_t>(kRingStages * (2 * tile * p.row_bytes + 32 * sizeof(Slot) + 8));
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(smem)));
+  int per_sm = 0;
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 32, smem));
+  const int64_t ntiles = (p.num_tokens + tile - 1) / tile;
+  int64_t grid = static_cast<int64_t>(sm_count(device)) * (per_sm < 1 ? 1 : per_sm);
+  if (grid > ntiles) grid = ntiles;
+  kernel<<<static_cast<unsigned>(grid), 32, smem, stream>>>(p, tile);
+  CUDA_CHECK_LAUNCH();
 }
 
 void launch_bulk(const StoreKvParams& p, bool slot64, int tile, cudaStream_t stream) {
@@ -416,11 +559,20 @@ void store_kv(const TensorView& key, const TensorView& value, const TensorView& 
   // Variants (cuda_tuning().store_kv_variant): 0 = warps in CTAs of 128 threads, plain
   // accesses (on the H200 0.2-1% faster than 256 at 4096 and 65536 tokens and equal at 256,
   // docs/perf/NOTES.md, round 4); 1 = CTAs of 256; 2 = .L2::256B loads; 3, 4 = bulk copies;
-  // 5 = evict-first loads and evict-last stores.
+  // 5 = evict-first loads and evict-last stores; 6, 7 = CTAs of 64, 32 threads; 8 = bulk
+  // copies, 8 KB per CTA; 9 = pipelined bulk copies (ring).
   const int variant = cuda_tuning().store_kv_variant;
   auto s = static_cast<cudaStream_t>(stream.handle);
   if (const int tile = bulk_tile(p, vec, variant, device); tile > 0) {
     launch_bulk(p, slot64, tile, s);
+    return;
+  }
+  if (const int tile = ring_tile(p, vec, variant, device); tile > 0) {
+    if (slot64) {
+      launch_ring_as<int64_t>(p, tile, s, device);
+    } else {
+      launch_ring_as<int32_t>(p, tile, s, device);
+    }
     return;
   }
   switch (vec) {
