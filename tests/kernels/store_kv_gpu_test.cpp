@@ -283,7 +283,7 @@ TEST(StoreKvGpu, OutOfRangeSlotsAreSkippedAndRecorded) { out_of_range_slots(test
 // is bit-exact and catches bad slots, whichever is the default.
 TEST(StoreKvGpu, EveryLaunchVariant) {
   const cuda::CudaTuning saved = cuda::cuda_tuning();
-  for (int variant : {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}) {
+  for (int variant : {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}) {
     SCOPED_TRACE("store_kv_variant " + std::to_string(variant));
     cuda::cuda_tuning().store_kv_variant = variant;
     sweep(test::quick_mode() ? 12 : 60);

@@ -219,6 +219,65 @@ __global__ void __launch_bounds__(kCtaThreads, 2048 / kCtaThreads / 2)
   }
 }
 
+// Experiment (16-byte vectors, rows of at most 128 of them): a warp moves two rows A and B.
+// kMode 0: A = token t's K row, B = token (t + ceil(T/2)) % T's V row (a K row and a V row of
+// unrelated slots in flight together); kMode 1: warps [0, ceil(T/2)) move the K rows of tokens
+// 2w and 2w + 1, the warps after them the V rows (each cache written in its own half of the
+// grid). Bad slots are recorded by the warp that moves the token's K row.
+template <typename Slot, int kMode>
+__global__ void __launch_bounds__(128, 8) store_kv_pair_kernel(const __grid_constant__ StoreKvParams p) {
+  const int lane = threadIdx.x & 31;
+  const int64_t w = (static_cast<int64_t>(blockIdx.x) * 128 + threadIdx.x) >> 5;
+  const int64_t n = p.num_tokens, half = (n + 1) / 2;
+  int64_t ta, tb;
+  bool a_v, b_v;
+  if constexpr (kMode == 0) {
+    if (w >= n) return;
+    ta = w;
+    tb = w + half >= n ? w + half - n : w + half;
+    a_v = false;
+    b_v = true;
+  } else {
+    const bool v = w >= half;
+    const int64_t i = v ? w - half : w;
+    if (i >= half) return;
+    ta = 2 * i;
+    tb = 2 * i + 1;
+    a_v = b_v = v;
+  }
+  const bool b_ok = tb < n;
+  const uint4* asrc = reinterpret_cast<const uint4*>(a_v ? p.value + ta * p.value_stride
+                                                         : p.key + ta * p.key_stride);
+  const uint4* bsrc = reinterpret_cast<const uint4*>(b_v ? p.value + tb * p.value_stride
+                                                         : p.key + tb * p.key_stride);
+  const int row_vecs = static_cast<int>(p.row_bytes / 16);
+  uint4 ax[kUnroll], bx[kUnroll];
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const int v = lane + 32 * u;
+    if (v < row_vecs) {
+      ax[u] = asrc[v];
+      if (b_ok) bx[u] = bsrc[v];
+    }
+  }
+  const Slot* slots = static_cast<const Slot*>(p.slot_mapping);
+  const int64_t sa = static_cast<int64_t>(slots[ta * p.slot_stride]);
+  const int64_t sb = b_ok ? static_cast<int64_t>(slots[tb * p.slot_stride]) : -1;
+  int64_t va = 0, vb = 0;
+  const int64_t ka = dest_offset(p, sa, lane == 0 && !a_v, va);
+  const int64_t kb = dest_offset(p, sb, lane == 0 && !b_v, vb);
+  uint4* adst = ka < 0 ? nullptr : reinterpret_cast<uint4*>(a_v ? p.v_cache + va : p.k_cache + ka);
+  uint4* bdst = kb < 0 ? nullptr : reinterpret_cast<uint4*>(b_v ? p.v_cache + vb : p.k_cache + kb);
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const int v = lane + 32 * u;
+    if (v < row_vecs) {
+      if (adst != nullptr) adst[v] = ax[u];
+      if (bdst != nullptr) bdst[v] = bx[u];
+    }
+  }
+}
+
 // Bulk-copy form (sm_90, 16-byte aligned rows): one warp per CTA stages `tile` tokens' K and
 // V rows in shared memory with cp.async.bulk (the TMA unit; completion on an mbarrier), then
 // each lane sends its token's two rows to their slots with bulk stores. The SM issues 4 copy
@@ -565,6 +624,19 @@ void store_kv(const TensorView& key, const TensorView& value, const TensorView& 
   auto s = static_cast<cudaStream_t>(stream.handle);
   if (const int tile = bulk_tile(p, vec, variant, device); tile > 0) {
     launch_bulk(p, slot64, tile, s);
+    return;
+  }
+  if ((variant == 10 || variant == 11) && vec == 16 && p.row_bytes <= 16 * 32 * kUnroll) {
+    const int64_t warps = variant == 10 ? n : 2 * ((n + 1) / 2);
+    const unsigned blocks = static_cast<unsigned>((warps * 32 + 127) / 128);
+    if (variant == 10) {
+      if (slot64) store_kv_pair_kernel<int64_t, 0><<<blocks, 128, 0, s>>>(p);
+      else store_kv_pair_kernel<int32_t, 0><<<blocks, 128, 0, s>>>(p);
+    } else {
+      if (slot64) store_kv_pair_kernel<int64_t, 1><<<blocks, 128, 0, s>>>(p);
+      else store_kv_pair_kernel<int32_t, 1><<<blocks, 128, 0, s>>>(p);
+    }
+    CUDA_CHECK_LAUNCH();
     return;
   }
   if (const int tile = ring_tile(p, vec, variant, device); tile > 0) {
