@@ -159,14 +159,12 @@ void bench_store_kv(int64_t tokens, int64_t block_size, std::mt19937_64& rng,
     const char* name;
     int variant;
   };
-  const StoreVariant variants[] = {{"store_kv", 0},          {"store_kv cta32", 7},
-                                   {"store_kv bulk16k", 4},    {"store_kv pair KV shifted", 10},
-                                   {"store_kv pair K then V", 11}};
+  const StoreVariant variants[] = {{"store_kv", 0}, {"store_kv cta256", 1}};
   std::vector<Flush> flushes = flushes_for(bytes);
   if (flushes.size() == 1) flushes.push_back(Flush::kMemset);
   for (int round = 0; round < g_store_rounds; ++round) {
     for (const StoreVariant& v : variants) {
-      if (diag && v.variant != 0 && v.variant != 11) continue;
+      if (diag && v.variant != 0) continue;
       tuning.store_kv_variant = v.variant;
       for (Flush f : flushes) {
         const double us = time_us([&] { kvattn::store_kv(key, value, kc, vc, slot); }, f);

@@ -279,11 +279,11 @@ void out_of_range_slots(int cases) {
 }
 TEST(StoreKvGpu, OutOfRangeSlotsAreSkippedAndRecorded) { out_of_range_slots(test::quick_mode() ? 6 : 36); }
 
-// Every launch variant of cuda_tuning().store_kv_variant (CTA size, cache hints, bulk copies)
-// is bit-exact and catches bad slots, whichever is the default.
+// Every launch variant of cuda_tuning().store_kv_variant (CTAs of 256 or 128 threads) is
+// bit-exact and catches bad slots, whichever is the default.
 TEST(StoreKvGpu, EveryLaunchVariant) {
   const cuda::CudaTuning saved = cuda::cuda_tuning();
-  for (int variant : {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}) {
+  for (int variant : {1, 2}) {
     SCOPED_TRACE("store_kv_variant " + std::to_string(variant));
     cuda::cuda_tuning().store_kv_variant = variant;
     sweep(test::quick_mode() ? 12 : 60);

@@ -24,17 +24,4 @@ int sm_count(int device) {
   return n;
 }
 
-int compute_major(int device) {
-  constexpr int kMaxDevices = 64;
-  static std::array<std::atomic<int>, kMaxDevices> cache{};
-  KVATTN_CHECK(device >= 0 && device < kMaxDevices, "compute_major: device must be in [0, ",
-               kMaxDevices, ") but is ", device);
-  int major = cache[device].load(std::memory_order_relaxed);
-  if (major == 0) {
-    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-    cache[device].store(major, std::memory_order_relaxed);
-  }
-  return major;
-}
-
 }  // namespace kvattn::cuda

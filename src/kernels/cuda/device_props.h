@@ -6,7 +6,4 @@ namespace kvattn::cuda {
 // Number of streaming multiprocessors of `device` (cudaGetDeviceProperties, cached).
 int sm_count(int device);
 
-// Major compute capability of `device` (9 for Hopper; cached).
-int compute_major(int device);
-
 }  // namespace kvattn::cuda

@@ -32,11 +32,8 @@ struct CudaTuning {
   // Diagnostics only (wrong results): skip the stream kernel's merge launch, to time the split
   // kernel alone. Set by the benchmark, never from the environment.
   int decode_debug_no_merge = 0;
-  // store_kv launch: 0 = a warp per (token, part) in CTAs of 128 threads (the default),
-  // 1 = CTAs of 256 threads, 2 = .L2::256B loads, 3 / 4 = bulk copies (sm_90, 16-byte aligned
-  // rows; ~32 / 16 KB of rows per CTA), 5 = evict-first loads and evict-last stores, 6 / 7 =
-  // CTAs of 64 / 32 threads, 8 = bulk copies of 8 KB per CTA, 9 = pipelined bulk copies.
-  // Env KVATTN_STORE_KV_VARIANT.
+  // store_kv launch, a warp per (token, part): 1 = CTAs of 256 threads, 0 or 2 = CTAs of 128
+  // threads (the default). Env KVATTN_STORE_KV_VARIANT.
   int store_kv_variant = 0;
   // Diagnostics only: when set, the small-batch decode kernel writes kDecodeProbeSlots phase
   // stamps per CTA here (decode_params.h). Set by the benchmark, never from the environment.
