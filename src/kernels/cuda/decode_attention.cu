@@ -201,6 +201,11 @@ __device__ __forceinline__ float from_bits(uint32_t bits16) {
   }
 }
 
+// Most pieces a stream-mode sequence may have for its last range to merge it (one batch of
+// polls per output quad); sequences of more pieces are merged by the merge kernel, which
+// spreads their bytes over the GPU.
+constexpr int kFusedMaxPieces = 4;
+
 // Polls before the merger gives up on a piece (each poll is an L2 round trip: seconds in all).
 // Unreachable while every CTA of the launch runs; a guard against a hang, not a code path.
 constexpr int kMaxPolls = 1 << 22;
@@ -573,9 +578,24 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     src.g0 = static_cast<int>(static_cast<int64_t>(part) * total / nparts);
     src.g1 = static_cast<int>(static_cast<int64_t>(part + 1) * total / nparts);
     // This range owns the sequences whose first tile lies in it (the last range also those
-    // starting at the end): it writes zeros for the empty ones.
+    // starting at the end): it writes their meta (first slot, pieces) for the merge kernel,
+    // and zeros for the empty ones.
     b_lo = lower_bound_smem(prefix, B, src.g0);
     b_hi = part == nparts - 1 ? B : lower_bound_smem(prefix, B, src.g1);
+    if (slice == 0 && warp == 0) {
+      for (int b = b_lo + lane; b < b_hi; b += 32) {
+        const int first = prefix[b];
+        const int n = prefix[b + 1] - first;
+        int pieces = 0;
+        if (n > 0) {
+          const int last_part =
+              static_cast<int>((static_cast<int64_t>(first + n) * nparts - 1) / total);
+          pieces = last_part - part + 1;
+        }
+        p.ws_meta[2 * b] = part + b;
+        p.ws_meta[2 * b + 1] = pieces;
+      }
+    }
   } else {
     if (slice == 0 && tid == 0) {
       for (int b = part; b < B; b += p.parts) (void)seq_len(p, b, true);  // report bad lengths
@@ -797,12 +817,14 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   if (merge_b < 0) return;
 
   // ---- merge of sequence merge_b, whose pieces lie in ranges first .. part (slots first + b
-  // ..): the first range holds b's first tile. This warp merges its unit's rows, polling the
-  // lower ranges' words (the GPU dispatches lower grid indices first, as stream-K's fix-up
-  // assumes; the grid fits on the GPU at once besides). ----
+  // ..): the first range holds b's first tile. With at most kFusedMaxPieces pieces this warp
+  // merges its unit's rows, polling the lower ranges' words (the GPU dispatches lower grid
+  // indices first, as stream-K's fix-up assumes; the grid fits on the GPU at once besides);
+  // more pieces are the merge kernel's (one SM would pull them all). ----
   const int b = merge_b;
   const int first = static_cast<int>(
       ((static_cast<int64_t>(src.prefix[b]) + 1) * src.parts - 1) / total);
+  if (part - first + 1 > kFusedMaxPieces) return;
   const int64_t rstep = static_cast<int64_t>(p.num_kv_heads) * p.rows;
   const int64_t wi0 = static_cast<int64_t>(first + b) * rstep +
                       static_cast<int64_t>(kvh) * p.rows + rc * kDecodeRows;
@@ -1100,6 +1122,121 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   }
 }
 
+// ---- merge kernel: sequences of more than kFusedMaxPieces pieces, wpr warps per output row --
+// Runs after the split kernel, so the pieces' LL words are plain values here (no polling). The
+// first row of each (sequence, unit) advances its gen word, as the fused merger does.
+template <typename T, int D>
+__global__ void __launch_bounds__(256) merge_kernel(const __grid_constant__ DecodeParams p) {
+  constexpr int kPer = D / 32;  // values per lane
+  __shared__ float red[8][D + 4];
+  const int warp = threadIdx.x >> 5;
+  const int lane = threadIdx.x & 31;
+  const int wpr = p.merge_wpr;
+  const int sub = warp % wpr;
+  const int64_t row_id = static_cast<int64_t>(blockIdx.x) * (8 / wpr) + warp / wpr;
+  const int64_t total = static_cast<int64_t>(p.num_seqs) * p.q_len * p.num_heads;
+  int n = 0, slot0 = 0, head = 0, kvh = 0, r = 0, b = 0;
+  int64_t token = 0;
+  if (row_id < total) {
+    head = static_cast<int>(row_id % p.num_heads);
+    token = row_id / p.num_heads;
+    b = static_cast<int>(token / p.q_len);
+    const int i = static_cast<int>(token - static_cast<int64_t>(b) * p.q_len);
+    slot0 = p.ws_meta[2 * b];
+    n = p.ws_meta[2 * b + 1];
+    kvh = head / p.group;
+    r = i * p.group + (head - kvh * p.group);
+  }
+  if (n <= kFusedMaxPieces) n = 0;  // merged in the split kernel (or a single piece)
+  if (n > 0 && sub == 0 && lane == 0 && r % kDecodeRows == 0) {
+    const int64_t g = static_cast<int64_t>(b) * p.num_kv_heads * p.row_chunks +
+                      kvh * p.row_chunks + r / kDecodeRows;
+    p.ws_gen[g] = stream_tag(p.ws_gen[g], p.epoch, b);
+  }
+  // Pieces sub, sub + wpr, ... of this row: their max LSE, then the weighted sum.
+  const int64_t wi0 = (static_cast<int64_t>(slot0) * p.num_kv_heads + kvh) * p.rows + r;
+  const int64_t wstep = static_cast<int64_t>(p.num_kv_heads) * p.rows;
+  auto lse_of = [&](int64_t wi) {
+    return __uint_as_float(static_cast<uint32_t>(__ldcg(p.ws_ll_lse + wi)));
+  };
+  float mx = kNegInf;
+  for (int j = sub + wpr * lane; j < n; j += wpr * 32) mx = fmaxf(mx, lse_of(wi0 + j * wstep));
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+  float acc[kPer];
+#pragma unroll
+  for (int e = 0; e < kPer; ++e) acc[e] = 0.0f;
+  float wsum = 0.0f;
+  if (n > 0 && mx != kNegInf) {
+    constexpr int kUnroll = 8;  // loads in flight per warp
+    for (int j0 = sub; j0 < n; j0 += kUnroll * wpr) {
+      float f[kUnroll];
+      uint64_t x[kUnroll][kPer / 2];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int j = j0 + u * wpr;
+        f[u] = 0.0f;
+#pragma unroll
+        for (int e = 0; e < kPer / 2; ++e) x[u][e] = 0;
+        if (j < n) {
+          const int64_t wi = wi0 + j * wstep;
+          const float lj = lse_of(wi);
+          f[u] = lj == kNegInf ? 0.0f : fast_exp2(lj - mx);
+          const uint64_t* src = p.ws_ll + wi * (D / 2) + lane * (kPer / 2);
+#pragma unroll
+          for (int e = 0; e < kPer / 2; ++e) x[u][e] = __ldcg(src + e);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        wsum += f[u];
+#pragma unroll
+        for (int e = 0; e < kPer / 2; ++e) {
+          const auto v = static_cast<uint32_t>(x[u][e]);
+          acc[2 * e] += f[u] * from_bits<T>(v & 0xffffu);
+          acc[2 * e + 1] += f[u] * from_bits<T>(v >> 16);
+        }
+      }
+    }
+  }
+  if (wpr > 1) {  // combine the row's warps through shared memory
+    if (lane == 0) {
+      red[warp][D] = mx;
+      red[warp][D + 1] = wsum;
+    }
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) red[warp][lane * kPer + e] = acc[e];
+    __syncthreads();
+    if (sub == 0) {
+      float gm = kNegInf;
+      for (int w = 0; w < wpr; ++w) gm = fmaxf(gm, red[warp + w][D]);
+      wsum = 0.0f;
+#pragma unroll
+      for (int e = 0; e < kPer; ++e) acc[e] = 0.0f;
+      if (gm != kNegInf) {
+        for (int w = 0; w < wpr; ++w) {
+          const float wm = red[warp + w][D];
+          const float f = wm == kNegInf ? 0.0f : fast_exp2(wm - gm);
+          wsum += f * red[warp + w][D + 1];
+#pragma unroll
+          for (int e = 0; e < kPer; ++e) acc[e] += f * red[warp + w][lane * kPer + e];
+        }
+      }
+      mx = gm;
+    }
+  }
+  if (sub != 0 || n == 0) return;
+  const float inv = wsum > 0.0f ? 1.0f / wsum : 0.0f;
+  uint16_t* dst = static_cast<uint16_t*>(p.out) + token * p.out_stride +
+                  static_cast<int64_t>(head) * D + lane * kPer;
+#pragma unroll
+  for (int e = 0; e < kPer; ++e) dst[e] = to_bits<T>(acc[e] * inv);
+  if (p.lse != nullptr && lane == 0) {
+    p.lse[head * p.lse_head_stride + token] =
+        wsum > 0.0f ? (mx + __log2f(wsum)) * 0.69314718055994531f : kNegInf;
+  }
+}
+
 // ---- host side -----------------------------------------------------------------------------
 constexpr int kMaxDevices = 64;
 
@@ -1304,23 +1441,36 @@ void launch(DecodeParams p, bool aligned, int64_t ws_bytes, int device, cudaStre
   const int ctas = aligned ? split_occupancy<T, D, true>(device, threads, smem)
                            : split_occupancy<T, D, false>(device, threads, smem);
   const int64_t per_slice = std::max<int64_t>(1, int64_t{sm_count(device)} * ctas / p.slices);
+  int64_t pieces_per_seq = 1;  // a typical sequence's pieces (sizes the merge kernel's warps)
   if (stream_mode) {
     const int64_t rows_total = static_cast<int64_t>(p.num_kv_heads) * p.rows;
     p.ws_ll = static_cast<uint64_t*>(p.ws);
     p.ws_ll_lse = p.ws_ll + slots * rows_total * (D / 2);
     p.ws_gen = reinterpret_cast<uint32_t*>(p.ws_ll_lse + slots * rows_total);
+    p.ws_meta = reinterpret_cast<int32_t*>(p.ws_gen + B * p.num_kv_heads * p.row_chunks);
     p.epoch = next_epoch();
     p.parts = static_cast<int>(per_slice);
     p.part_cap = static_cast<int>(std::min<int64_t>(slots - B + 1, 1 << 30));
+    const int64_t ranges = std::min<int64_t>(p.parts, p.part_cap);
+    pieces_per_seq = std::min<int64_t>(ranges, (ranges + B - 1) / B + 1);
   } else {
     p.parts = static_cast<int>(std::min<int64_t>(B, per_slice));
   }
+  p.merge_wpr = pieces_per_seq >= 48 ? 8 : pieces_per_seq >= 12 ? 4 : pieces_per_seq >= 4 ? 2 : 1;
   const auto grid = static_cast<unsigned>(static_cast<int64_t>(p.parts) * p.slices);
   if (aligned) {
     decode_kernel<T, D, true><<<grid, threads, smem, stream>>>(p);
   } else {
     decode_kernel<T, D, false><<<grid, threads, smem, stream>>>(p);
   }
+  CUDA_CHECK_LAUNCH();
+  if (!stream_mode) return;
+  // Sequences of more than kFusedMaxPieces pieces (the lengths are on the device, so always
+  // launched; a row of fewer pieces exits at once).
+  const int64_t rows = B * p.q_len * p.num_heads;
+  const int64_t rows_per_block = 8 / p.merge_wpr;
+  merge_kernel<T, D><<<static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block), 256, 0,
+                       stream>>>(p);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -15,9 +15,10 @@
 //   boundary is computed in pieces; the piece of (range p, sequence b) uses slot p + b. Every
 //   piece goes to the workspace as LL words (as in small mode, below); the range holding the
 //   sequence's last tile (the highest-index CTA of its pieces; it computed that piece first)
-//   merges them once its own range is done, polling the lower ranges' words until they carry
-//   the tag, and writes out: no merge kernel. The tag also hashes b, since a slot's sequence
-//   changes with the lengths (a graph replay after they changed).
+//   merges a sequence of at most kFusedMaxPieces pieces once its own range is done, polling
+//   the lower ranges' words until they carry the tag, and writes out; a merge kernel after
+//   the split kernel merges the sequences of more pieces. The tag also hashes b, since a
+//   slot's sequence changes with the lengths (a graph replay after they changed).
 // - whole mode (num_splits == 1): CTA p of a slice takes whole sequences p, p + P, ...; no
 //   workspace, no merge.
 // - small mode (few sequences x KV heads for the SMs; decode_small_chunks() > 0): a separate
@@ -52,8 +53,9 @@
 //              ws_ll[wi*D/2 .. wi*D/2 + D/2) (two values of the output dtype per word), its
 //              log2-domain LSE (scaled scores; -inf when it saw no key) in ws_ll_lse[wi]; then
 //              ws_gen: uint32 [num_seqs][units] (units = num_kv_heads * row_chunks), the last
-//              tag of each (sequence, unit). Stream mode: S = decode_ws_slots(); small mode:
-//              S = num_seqs * C, slot b*C + c.
+//              tag of each (sequence, unit). Stream mode: S = decode_ws_slots(), and after
+//              ws_gen ws_meta[2b], ws_meta[2b+1] = first slot and number of pieces of b (for
+//              the merge kernel); small mode: S = num_seqs * C, slot b*C + c.
 // Index VALUES (block ids, cache_seqlens) are untrusted: out-of-range ones are never used to
 // address memory; the kernel zero-fills or clamps and ORs a DeviceFault bit into *fault_word.
 #pragma once
@@ -80,6 +82,7 @@ struct DecodeParams {
   uint64_t* ws_ll = nullptr;             // the pieces' LL words (values)
   uint64_t* ws_ll_lse = nullptr;         // the pieces' LL words (LSEs)
   uint32_t* ws_gen = nullptr;            // per (sequence, unit), the last tag
+  int32_t* ws_meta = nullptr;            // stream mode: per sequence, first slot and pieces
   uint32_t* fault_word = nullptr;
   uint32_t epoch = 1;                    // a fresh value per host launch
   // Diagnostics (cuda_tuning().decode_probe): per-CTA phase stamps of the small kernel, or null.
@@ -119,6 +122,7 @@ struct DecodeParams {
   int parts = 1;         // CTAs per slice (gridDim.x / slices)
   int part_cap = 1;      // most ranges the workspace holds (stream mode)
   int prefix_bytes = 0;  // shared memory before the tile buffers (stream mode prefix sum)
+  int merge_wpr = 1;     // merge kernel: warps per output row
   int num_splits = 1;    // the plan's
 };
 
@@ -140,13 +144,13 @@ inline int64_t decode_workspace_bytes(int64_t num_seqs, int64_t num_heads, int64
   return num_seqs * num_splits * num_heads * q_len * (head_dim + 1) * 4;
 }
 
-// Slots of LL pieces a workspace of `bytes` holds next to the gen words (stream mode), for
-// `num_kv_heads` KV heads of `rows` query rows each.
+// Slots of LL pieces a workspace of `bytes` holds next to the gen words and the meta (stream
+// mode), for `num_kv_heads` KV heads of `rows` query rows each.
 inline int64_t decode_ws_slots(int64_t bytes, int64_t num_seqs, int64_t num_kv_heads,
                                int64_t rows, int64_t head_dim) {
   const int64_t units = num_kv_heads * ((rows + kDecodeRows - 1) / kDecodeRows);
-  const int64_t gen = num_seqs * units * 4;
-  return bytes > gen ? (bytes - gen) / (num_kv_heads * rows * (head_dim / 2 + 1) * 8) : 0;
+  const int64_t fixed = num_seqs * units * 4 + num_seqs * 2 * 4;  // gen words, meta
+  return bytes > fixed ? (bytes - fixed) / (num_kv_heads * rows * (head_dim / 2 + 1) * 8) : 0;
 }
 
 // The CTA shape of the kernel for `num_kv_heads` KV heads of `rows` query rows each
