@@ -182,15 +182,17 @@ struct DecodeVariant {
   int stages;       // 0 = default
   int small = 1;    // small-batch kernel allowed
   int small_warps = 0;  // 0: the library's choice
+  int no_merge = 0; // diagnostics: stream kernel without its merge (wrong output)
   int max_chunks = 0;  // small kernel: most chunks per unit (0: the library's choice)
   int evict = -1;      // K/V copies evict-first in L2: 1 / 0; -1: the library's default
 };
-// The default first: the others' outputs are compared with its.
+// The default first: the others' outputs are compared with its. "diag" rows are diagnostics
+// (not candidates): the split kernel alone, to price the merge launch.
 const DecodeVariant kDecodeVariants[] = {
     {"default", 8, 0},         {"s2", 8, 2},          {"h4", 4, 0},
     {"h4 s2", 4, 2},           {"nosmall", 8, 0, 0},  {"small w4", 8, 0, 1, 4},
-    {"small c8", 8, 0, 1, 0, 8},
-    {"evict-first", 8, 0, 1, 0, 0, 1}, {"evict-normal", 8, 0, 1, 0, 0, 0},
+    {"diag nomerge", 8, 0, 0, 0, 1}, {"small c8", 8, 0, 1, 0, 0, 8},
+    {"evict-first", 8, 0, 1, 0, 0, 0, 1}, {"evict-normal", 8, 0, 1, 0, 0, 0, 0},
     {"default again", 8, 0},  // the default once more, last: is the first timing of a shape off?
 };
 
@@ -234,6 +236,7 @@ void bench_decode(const std::string& name, const std::vector<int64_t>& lens, int
     tuning.decode_stages = v.stages;
     tuning.decode_small = v.small;
     tuning.decode_small_warps = v.small_warps;
+    tuning.decode_debug_no_merge = v.no_merge;
     tuning.decode_small_max_chunks = v.max_chunks;
     if (v.evict >= 0) tuning.decode_kv_evict_first = v.evict;
   };

@@ -470,7 +470,8 @@ TEST(DecodeGpu, BadIndicesAreCaughtByTheFaultWord) { bad_indices(); }
 
 // A decode captured in a CUDA graph with its plan and workspace replays to the same result,
 // a replay after new queries are written reads the new queries, and replays after the lengths
-// change (each at most its first value) read the new lengths. `plan_bound` 0: the plan is made for the table's capacity.
+// change (each at most its first value; the stream kernel's ranges move) read the new
+// lengths. `plan_bound` 0: the plan is made for the table's capacity.
 void graph_capture_and_replay(std::vector<int64_t> lens = {3000, 17, 0, 1200, 640},
                               int64_t plan_bound = 0) {
   const uint64_t seed = test::case_seed();
@@ -523,8 +524,7 @@ void graph_capture_and_replay(std::vector<int64_t> lens = {3000, 17, 0, 1200, 64
       test::fill_uniform(qb.view, rng, -4.0f, 4.0f);
       copy_bytes(q.device.view(), qb.storage.view());
     }
-    if (round >= 2) {  // other (shorter) lengths, same graph: the stream kernel's ranges move,
-                       // so a slot now holds another sequence's piece than the replay before
+    if (round >= 2) {  // other (shorter) lengths, same graph
       for (size_t i = 0; i < lens.size(); ++i) {
         lens[i] = round == 2 ? full[i] * 2 / 3 : (i % 2 == 1 ? full[i] : full[i] / 3);
       }
@@ -556,7 +556,7 @@ TEST(DecodeGpu, CudaGraphCaptureAndReplay) {
     SCOPED_TRACE("a lone sequence, planned for its length: the guessed split, then a wrong guess");
     graph_capture_and_replay({2500}, 2500);
   }
-  SCOPED_TRACE("nosmall: the stream kernel (its LL tags chain too, and hash the sequence)");
+  SCOPED_TRACE("nosmall: stream kernel + merge kernel");
   UseVariant use(kVariants[4]);
   graph_capture_and_replay();
   graph_capture_and_replay({700, 2900, 31, 0, 1500, 900, 2200, 64, 1800, 333});

@@ -11,9 +11,8 @@
 // - QK^T and PV are mma.sync m16n8k16 (bf16/fp16 in, fp32 accumulate) on ldmatrix fragments of
 //   an XOR-swizzled tile (conflict-free); online softmax in the log2 domain, P in registers;
 // - stream-K: the CTAs cut the concatenated tiles of the whole batch into equal ranges, so long
-//   and short sequences alike spread over every SM; a sequence a range boundary cut is merged
-//   by the range holding its last tile, once that range is done, from the pieces the lower
-//   ranges left as tagged LL words (below; no merge kernel);
+//   and short sequences alike spread over every SM; a merge kernel combines the pieces of the
+//   sequences a range boundary cut;
 // - small batches (few sequences x KV heads; decode_params.h "small mode") take a second kernel
 //   instead: one KV head per CTA, its warps split a chunk of one sequence's keys and combine
 //   on chip; the last chunk's CTA merges the others' pieces, which it polls as tagged LL words
@@ -103,200 +102,6 @@ __device__ __forceinline__ int clamp_len(const DecodeParams& p, int len, bool re
 // Keys of sequence b, clamped (clamp_len).
 __device__ __forceinline__ int seq_len(const DecodeParams& p, int b, bool report) {
   return clamp_len(p, __ldg(p.cache_seqlens + b), report);
-}
-
-// ---- pieces as LL words, and their merge (both kernels) ------------------------------------
-// LL words (the "low latency" protocol of NCCL): a piece travels as 64-bit
-// words of two 16-bit output values (low half) and the launch's tag (high half), each written
-// and read by one 64-bit access, which is single-copy atomic: a reader that sees the tag sees
-// the values, with no fence and no flag. Relaxed gpu-scope accesses (never served from L1).
-__device__ __forceinline__ uint64_t ll_word(uint32_t payload, uint32_t tag) {
-  return (static_cast<uint64_t>(tag) << 32) | payload;
-}
-__device__ __forceinline__ uint32_t ll_tag(uint64_t w) { return static_cast<uint32_t>(w >> 32); }
-__device__ __forceinline__ void st_ll(uint64_t* p, uint64_t w) {
-  asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(p), "l"(w) : "memory");
-}
-__device__ __forceinline__ void st_ll2(uint64_t* p, uint64_t a, uint64_t b) {
-  asm volatile("st.relaxed.gpu.global.v2.b64 [%0], {%1, %2};" ::"l"(p), "l"(a), "l"(b) : "memory");
-}
-__device__ __forceinline__ uint64_t ld_ll(const uint64_t* p) {
-  uint64_t w;
-  asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(w) : "l"(p) : "memory");
-  return w;
-}
-__device__ __forceinline__ void ld_ll2(const uint64_t* p, uint64_t& a, uint64_t& b) {
-  asm volatile("ld.relaxed.gpu.global.v2.b64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(p) : "memory");
-}
-// The tag of a launch whose unit found `gen` in its word of ws_gen (the previous launch's tag;
-// the merger stores this launch's there): a hash of gen and the host's epoch, never gen itself,
-// so the words the previous launch of the same layout left behind are always stale, and any
-// other leftover (another layout's words or gens, a fresh workspace) matches with odds 2^-32.
-__device__ __forceinline__ uint32_t ll_tag_after(uint32_t gen, uint32_t epoch) {
-  uint32_t x = gen ^ epoch ^ 0x9e3779b9u;  // murmur3's finalizer
-  x ^= x >> 16;
-  x *= 0x85ebca6bu;
-  x ^= x >> 13;
-  x *= 0xc2b2ae35u;
-  x ^= x >> 16;
-  return x != gen ? x : x ^ 1u;
-}
-
-// The stream kernel's tag for sequence b: its slots change with the lengths (slot = range +
-// b), so the tag also hashes b; a word another sequence left in the slot is then stale.
-__device__ __forceinline__ uint32_t stream_tag(uint32_t gen, uint32_t epoch, int b) {
-  return ll_tag_after(gen, epoch ^ (static_cast<uint32_t>(b) * 0x9e3779b1u));
-}
-
-// Diagnostics (p.probe): the device's nanosecond timer, and one phase stamp of this CTA (clock
-// cycles since its entry) written by thread 0. Null probe: nothing is written.
-__device__ __forceinline__ unsigned long long global_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-__device__ __forceinline__ unsigned sm_id() {
-  unsigned id;
-  asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
-  return id;
-}
-// This CTA's kDecodeProbeSlots stamps in p.probe (non-null probe only).
-__device__ __forceinline__ unsigned long long* probe_row(const DecodeParams& p) {
-  const int64_t cta =
-      (static_cast<int64_t>(blockIdx.z) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
-  return p.probe + cta * kDecodeProbeSlots;
-}
-__device__ __forceinline__ void probe_stamp(const DecodeParams& p, int slot, long long c0) {
-  if (p.probe != nullptr && threadIdx.x == 0) {
-    probe_row(p)[slot] = static_cast<unsigned long long>(clock64() - c0);
-  }
-}
-
-// Writes 4 consecutive output elements (row `token`, head, dims d..d+3).
-template <typename T>
-__device__ __forceinline__ void store_out4(const DecodeParams& p, int64_t token, int head, int D,
-                                           int d, const float (&v)[4]) {
-  uint16_t* dst = static_cast<uint16_t*>(p.out) + token * p.out_stride +
-                  static_cast<int64_t>(head) * D + d;
-  const uint16_t b0 = to_bits<T>(v[0]), b1 = to_bits<T>(v[1]), b2 = to_bits<T>(v[2]),
-                 b3 = to_bits<T>(v[3]);
-  if (p.out_aligned4) {
-    reinterpret_cast<uint32_t*>(dst)[0] = b0 | (static_cast<uint32_t>(b1) << 16);
-    reinterpret_cast<uint32_t*>(dst)[1] = b2 | (static_cast<uint32_t>(b3) << 16);
-  } else {
-    dst[0] = b0;
-    dst[1] = b1;
-    dst[2] = b2;
-    dst[3] = b3;
-  }
-}
-
-// One 16-bit value of a pack2 register, as float.
-template <typename T>
-__device__ __forceinline__ float from_bits(uint32_t bits16) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    return __uint_as_float(bits16 << 16);
-  } else {
-    return __half2float(__ushort_as_half(static_cast<unsigned short>(bits16)));
-  }
-}
-
-// Most pieces a stream-mode sequence may have for its last range to merge it (one batch of
-// polls per output quad); sequences of more pieces are merged by the merge kernel, which
-// spreads their bytes over the GPU.
-constexpr int kFusedMaxPieces = 4;
-
-// Polls before the merger gives up on a piece (each poll is an L2 round trip: seconds in all).
-// Unreachable while every CTA of the launch runs; a guard against a hang, not a code path.
-constexpr int kMaxPolls = 1 << 22;
-
-// The merger's part of unit (kvh, rc) of sequence b: output quad q (row r = q / (D/4), dims
-// d = 4 (q % (D/4)) ..), from its own piece when it kept one (float32 in shared memory:
-// mine_o[r*D + d], mine_lse[r]; null: none) and `others` pieces' LL words (piece j's row r at
-// wi0 + j * rstep + r), polled until they carry the tag (16 pieces in flight at once),
-// combined with a running max. Writes out (and lse when asked). Returns false, writing
-// nothing, when a piece never arrived.
-template <typename T, int D>
-__device__ __forceinline__ bool merge_quad_ll(const DecodeParams& p, int q, int others,
-                                              int64_t rstep, int64_t wi0, int rc, int kvh, int b,
-                                              const float* mine_o, const float* mine_lse,
-                                              uint32_t tag) {
-  constexpr int kQuads = D / 4;
-  constexpr int kBatch = 16;
-  const int r = q / kQuads;
-  const int d = (q - r * kQuads) * 4;
-  float mx = mine_lse != nullptr ? mine_lse[r] : kNegInf;
-  float sum = mx == kNegInf ? 0.0f : 1.0f;
-  float4 acc = mx == kNegInf ? make_float4(0.f, 0.f, 0.f, 0.f)
-                             : *reinterpret_cast<const float4*>(mine_o + r * D + d);
-  for (int j0 = 0; j0 < others; j0 += kBatch) {
-    // Absent pieces (past C - 1) read as tagged zeros with LSE -inf: weight 0 times 0.
-    uint64_t w0[kBatch] = {}, w1[kBatch] = {}, wl[kBatch];
-#pragma unroll
-    for (int u = 0; u < kBatch; ++u) wl[u] = __float_as_uint(kNegInf);
-    auto stale = [&](int u) {
-      return j0 + u < others &&
-             (ll_tag(w0[u]) != tag || ll_tag(w1[u]) != tag || ll_tag(wl[u]) != tag);
-    };
-    auto load = [&](int u) {
-      const int64_t wi = wi0 + static_cast<int64_t>(j0 + u) * rstep + r;
-      ld_ll2(p.ws_ll + wi * (D / 2) + d / 2, w0[u], w1[u]);
-      wl[u] = ld_ll(p.ws_ll_lse + wi);
-    };
-#pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
-      if (j0 + u < others) load(u);
-    }
-    // Every piece not landed yet is asked again at once: one round trip per poll, however
-    // many are late.
-    for (int polls = 0;; ++polls) {
-      bool late = false;
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u) late = late || stale(u);
-      if (!late) break;
-      if (polls == kMaxPolls) return false;
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        if (stale(u)) load(u);
-      }
-    }
-    float lj[kBatch];
-#pragma unroll
-    for (int u = 0; u < kBatch; ++u) lj[u] = __uint_as_float(static_cast<uint32_t>(wl[u]));
-    float mb = mx;
-#pragma unroll
-    for (int u = 0; u < kBatch; ++u) mb = fmaxf(mb, lj[u]);
-    if (mb == kNegInf) continue;  // no piece so far saw a key
-    const float rescale = mx == kNegInf ? 0.0f : fast_exp2(mx - mb);
-    sum *= rescale;
-    acc.x *= rescale;
-    acc.y *= rescale;
-    acc.z *= rescale;
-    acc.w *= rescale;
-#pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
-      const float f = lj[u] == kNegInf ? 0.0f : fast_exp2(lj[u] - mb);
-      const auto lo = static_cast<uint32_t>(w0[u]), hi = static_cast<uint32_t>(w1[u]);
-      sum += f;
-      acc.x += f * from_bits<T>(lo & 0xffffu);
-      acc.y += f * from_bits<T>(lo >> 16);
-      acc.z += f * from_bits<T>(hi & 0xffffu);
-      acc.w += f * from_bits<T>(hi >> 16);
-    }
-    mx = mb;
-  }
-  const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-  const int rg = rc * kDecodeRows + r;
-  const int i = rg / p.group;
-  const int head = kvh * p.group + (rg - i * p.group);
-  const int64_t token = static_cast<int64_t>(b) * p.q_len + i;
-  const float v4[4] = {acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv};
-  store_out4<T>(p, token, head, D, d, v4);
-  if (d == 0 && p.lse != nullptr) {
-    p.lse[head * p.lse_head_stride + token] =
-        sum > 0.0f ? (mx + __log2f(sum)) * 0.69314718055994531f : kNegInf;
-  }
-  return true;
 }
 
 // ---- the split kernel: multi-head CTAs, one pipeline per warp, stream-K ranges -------------
@@ -578,8 +383,7 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     src.g0 = static_cast<int>(static_cast<int64_t>(part) * total / nparts);
     src.g1 = static_cast<int>(static_cast<int64_t>(part + 1) * total / nparts);
     // This range owns the sequences whose first tile lies in it (the last range also those
-    // starting at the end): it writes their meta (first slot, pieces) for the merge kernel,
-    // and zeros for the empty ones.
+    // starting at the end): it writes their meta, and zeros for the empty ones.
     b_lo = lower_bound_smem(prefix, B, src.g0);
     b_hi = part == nparts - 1 ? B : lower_bound_smem(prefix, B, src.g1);
     if (slice == 0 && warp == 0) {
@@ -607,10 +411,9 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   const int t4 = lane & 3;    // mma thread in group
 
   // Writes a finished piece of sequence b: o, m (log2 domain, scaled), l (summed over the quad)
-  // of this warp's rows, to out (+ lse) when the piece is all of b, else to slot part + b as LL
-  // words carrying `tag` (lane 4g + t holds dims 8nt + 2t, +1 of rows g and g + 8: one word).
+  // of this warp's rows, to out (+ lse) when the piece is all of b, else to slot part + b.
   auto write_piece = [&](int b, bool direct, const float (&o)[D / 8][4], const float (&m)[2],
-                         const float (&l)[2], uint32_t tag) {
+                         const float (&l)[2]) {
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
       const int r = rc * kDecodeRows + gid + 8 * hr;
@@ -640,12 +443,13 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
       } else {
         const int64_t wi =
             (static_cast<int64_t>(part + b) * p.num_kv_heads + kvh) * p.rows + r;
-        uint64_t* dst = p.ws_ll + wi * (D / 2) + t4;
+        float* dst = p.ws_o + wi * D + 2 * t4;
 #pragma unroll
         for (int nt = 0; nt < D / 8; ++nt) {
-          st_ll(dst + nt * 4, ll_word(pack2<T>(o[nt][2 * hr] * inv, o[nt][2 * hr + 1] * inv), tag));
+          *reinterpret_cast<float2*>(dst + nt * 8) =
+              make_float2(o[nt][2 * hr] * inv, o[nt][2 * hr + 1] * inv);
         }
-        if (t4 == 0) st_ll(p.ws_ll_lse + wi, ll_word(__float_as_uint(lse2), tag));
+        if (t4 == 0) p.ws_lse[wi] = lse2;
       }
     }
   };
@@ -664,11 +468,11 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   reset_state();
   if (src.stream) {
     for (int b = b_lo; b < b_hi; ++b) {
-      if (src.prefix[b + 1] == src.prefix[b]) write_piece(b, true, o, m, l, 0);
+      if (src.prefix[b + 1] == src.prefix[b]) write_piece(b, true, o, m, l);
     }
   } else {
     for (int b = part; b < B; b += p.parts) {
-      if (seq_len(p, b, false) == 0) write_piece(b, true, o, m, l, 0);
+      if (seq_len(p, b, false) == 0) write_piece(b, true, o, m, l);
     }
   }
 
@@ -731,17 +535,8 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   uint32_t qf[D / 16][4];
   int limit[2] = {0, 0};
   int min_limit = 0, warp_limit = 0;
-  // A split piece's tag comes from the (sequence, unit) gen word, read when the piece begins
-  // (in flight during its tiles). The merger of the sequence stores the new gen only after it
-  // saw this piece, so every piece of a launch reads the same gen.
-  const int units = p.num_kv_heads * p.row_chunks;
-  const int unit = kvh * p.row_chunks + rc;
-  uint32_t piece_gen = 0;
   auto begin_piece = [&](const Cursor& c) {
     const int len = c.len;
-    if (c.t0 != 0 || c.t_end != tiles_of(len)) {
-      piece_gen = __ldcg(p.ws_gen + static_cast<int64_t>(c.b) * units + unit);
-    }
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
       const int r = rc * kDecodeRows + gid + 8 * hr;
@@ -773,8 +568,6 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   };
   if (!cc.done) begin_piece(cc);  // its loads overlap the first tiles' latency
 
-  int merge_b = -1;  // the sequence this range merges at its end (it holds the last piece)
-  uint32_t merge_tag = 0;
   int cstage = 0, istage = stages - 1;
   while (!cc.done) {
     cp_async_wait_dyn(stages - 2);
@@ -801,47 +594,199 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
         lq[hr] = l[hr] + __shfl_xor_sync(0xffffffffu, l[hr], 1);
         lq[hr] += __shfl_xor_sync(0xffffffffu, lq[hr], 2);
       }
-      const bool last = cc.t_end == tiles_of(cc.len);
-      const bool direct = cc.t0 == 0 && last;
-      const uint32_t tag = direct ? 0u : stream_tag(piece_gen, p.epoch, cc.b);
-      write_piece(cc.b, direct, o, m, lq, tag);
-      if (!direct && last) {  // b's last piece: this range merges b at its end
-        merge_b = cc.b;
-        merge_tag = tag;
-      }
+      const bool direct = cc.t0 == 0 && cc.t_end == tiles_of(cc.len);
+      write_piece(cc.b, direct, o, m, lq);
     }
     advance(p, src, cc);
     if (piece_done && !cc.done) begin_piece(cc);
   }
   cp_async_wait<0>();
-  if (merge_b < 0) return;
-
-  // ---- merge of sequence merge_b, whose pieces lie in ranges first .. part (slots first + b
-  // ..): the first range holds b's first tile. With at most kFusedMaxPieces pieces this warp
-  // merges its unit's rows, polling the lower ranges' words (the GPU dispatches lower grid
-  // indices first, as stream-K's fix-up assumes; the grid fits on the GPU at once besides);
-  // more pieces are the merge kernel's (one SM would pull them all). ----
-  const int b = merge_b;
-  const int first = static_cast<int>(
-      ((static_cast<int64_t>(src.prefix[b]) + 1) * src.parts - 1) / total);
-  if (part - first + 1 > kFusedMaxPieces) return;
-  const int64_t rstep = static_cast<int64_t>(p.num_kv_heads) * p.rows;
-  const int64_t wi0 = static_cast<int64_t>(first + b) * rstep +
-                      static_cast<int64_t>(kvh) * p.rows + rc * kDecodeRows;
-  const int quads = min(kDecodeRows, p.rows - rc * kDecodeRows) * (D / 4);
-  bool arrived = true;
-  for (int q = lane; q < quads; q += 32) {
-    arrived = merge_quad_ll<T, D>(p, q, part - first + 1, rstep, wi0, rc, kvh, b, nullptr,
-                                  nullptr, merge_tag) &&
-              arrived;
-  }
-  if (!arrived) record_fault(p.fault_word, kFaultDecodeMergeStalled);
-  // Lane 0 saw every piece of its quad, so every CTA with a piece of b read the gen word.
-  if (lane == 0) p.ws_gen[static_cast<int64_t>(b) * units + unit] = merge_tag;
 }
 
 // ---- the small-batch kernel: one unit per CTA, warps split the keys, fused merge ----------
 // (decode_params.h, "small mode"). Grid (C, units, num_seqs); CTA (c, u, b).
+
+// LL words (the "low latency" protocol of NCCL): a piece of the small kernel travels as 64-bit
+// words of two 16-bit output values (low half) and the launch's tag (high half), each written
+// and read by one 64-bit access, which is single-copy atomic: a reader that sees the tag sees
+// the values, with no fence and no flag. Relaxed gpu-scope accesses (never served from L1).
+__device__ __forceinline__ uint64_t ll_word(uint32_t payload, uint32_t tag) {
+  return (static_cast<uint64_t>(tag) << 32) | payload;
+}
+__device__ __forceinline__ uint32_t ll_tag(uint64_t w) { return static_cast<uint32_t>(w >> 32); }
+__device__ __forceinline__ void st_ll(uint64_t* p, uint64_t w) {
+  asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(p), "l"(w) : "memory");
+}
+__device__ __forceinline__ void st_ll2(uint64_t* p, uint64_t a, uint64_t b) {
+  asm volatile("st.relaxed.gpu.global.v2.b64 [%0], {%1, %2};" ::"l"(p), "l"(a), "l"(b) : "memory");
+}
+__device__ __forceinline__ uint64_t ld_ll(const uint64_t* p) {
+  uint64_t w;
+  asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(w) : "l"(p) : "memory");
+  return w;
+}
+__device__ __forceinline__ void ld_ll2(const uint64_t* p, uint64_t& a, uint64_t& b) {
+  asm volatile("ld.relaxed.gpu.global.v2.b64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(p) : "memory");
+}
+// The tag of a launch whose unit found `gen` in its word of ws_gen (the previous launch's tag;
+// the merger stores this launch's there): a hash of gen and the host's epoch, never gen itself,
+// so the words the previous launch of the same layout left behind are always stale, and any
+// other leftover (another layout's words or gens, a fresh workspace) matches with odds 2^-32.
+__device__ __forceinline__ uint32_t ll_tag_after(uint32_t gen, uint32_t epoch) {
+  uint32_t x = gen ^ epoch ^ 0x9e3779b9u;  // murmur3's finalizer
+  x ^= x >> 16;
+  x *= 0x85ebca6bu;
+  x ^= x >> 13;
+  x *= 0xc2b2ae35u;
+  x ^= x >> 16;
+  return x != gen ? x : x ^ 1u;
+}
+
+// Diagnostics (p.probe): the device's nanosecond timer, and one phase stamp of this CTA (clock
+// cycles since its entry) written by thread 0. Null probe: nothing is written.
+__device__ __forceinline__ unsigned long long global_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+__device__ __forceinline__ unsigned sm_id() {
+  unsigned id;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
+  return id;
+}
+// This CTA's kDecodeProbeSlots stamps in p.probe (non-null probe only).
+__device__ __forceinline__ unsigned long long* probe_row(const DecodeParams& p) {
+  const int64_t cta =
+      (static_cast<int64_t>(blockIdx.z) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+  return p.probe + cta * kDecodeProbeSlots;
+}
+__device__ __forceinline__ void probe_stamp(const DecodeParams& p, int slot, long long c0) {
+  if (p.probe != nullptr && threadIdx.x == 0) {
+    probe_row(p)[slot] = static_cast<unsigned long long>(clock64() - c0);
+  }
+}
+
+// Writes 4 consecutive output elements (row `token`, head, dims d..d+3).
+template <typename T>
+__device__ __forceinline__ void store_out4(const DecodeParams& p, int64_t token, int head, int D,
+                                           int d, const float (&v)[4]) {
+  uint16_t* dst = static_cast<uint16_t*>(p.out) + token * p.out_stride +
+                  static_cast<int64_t>(head) * D + d;
+  const uint16_t b0 = to_bits<T>(v[0]), b1 = to_bits<T>(v[1]), b2 = to_bits<T>(v[2]),
+                 b3 = to_bits<T>(v[3]);
+  if (p.out_aligned4) {
+    reinterpret_cast<uint32_t*>(dst)[0] = b0 | (static_cast<uint32_t>(b1) << 16);
+    reinterpret_cast<uint32_t*>(dst)[1] = b2 | (static_cast<uint32_t>(b3) << 16);
+  } else {
+    dst[0] = b0;
+    dst[1] = b1;
+    dst[2] = b2;
+    dst[3] = b3;
+  }
+}
+
+// One 16-bit value of a pack2 register, as float.
+template <typename T>
+__device__ __forceinline__ float from_bits(uint32_t bits16) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __uint_as_float(bits16 << 16);
+  } else {
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(bits16)));
+  }
+}
+
+// Polls before the merger gives up on a piece (each poll is an L2 round trip: seconds in all).
+// Unreachable while every CTA of the launch runs; a guard against a hang, not a code path.
+constexpr int kMaxPolls = 1 << 22;
+
+// The merger's part of unit (kvh, rc) of sequence b: output quad q (row r = q / (D/4), dims
+// d = 4 (q % (D/4)) ..), from its own piece (float32 in shared memory: mine_o[r*D + d],
+// mine_lse[r]) and the other C - 1 pieces' LL words, polled until they carry this launch's tag
+// (16 pieces in flight at once), combined with a running max. Writes out (and lse when asked).
+// Returns false, writing nothing, when a piece never arrived.
+template <typename T, int D>
+__device__ __forceinline__ bool merge_quad_ll(const DecodeParams& p, int q, int C, int64_t rstep,
+                                              int64_t wi0, int rc, int kvh, int b,
+                                              const float* mine_o, const float* mine_lse,
+                                              uint32_t tag) {
+  constexpr int kQuads = D / 4;
+  constexpr int kBatch = 16;
+  const int r = q / kQuads;
+  const int d = (q - r * kQuads) * 4;
+  float mx = mine_lse[r];
+  float sum = mx == kNegInf ? 0.0f : 1.0f;
+  float4 acc = mx == kNegInf ? make_float4(0.f, 0.f, 0.f, 0.f)
+                             : *reinterpret_cast<const float4*>(mine_o + r * D + d);
+  const int others = C - 1;
+  for (int j0 = 0; j0 < others; j0 += kBatch) {
+    // Absent pieces (past C - 1) read as tagged zeros with LSE -inf: weight 0 times 0.
+    uint64_t w0[kBatch] = {}, w1[kBatch] = {}, wl[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) wl[u] = __float_as_uint(kNegInf);
+    auto stale = [&](int u) {
+      return j0 + u < others &&
+             (ll_tag(w0[u]) != tag || ll_tag(w1[u]) != tag || ll_tag(wl[u]) != tag);
+    };
+    auto load = [&](int u) {
+      const int64_t wi = wi0 + static_cast<int64_t>(j0 + u) * rstep + r;
+      ld_ll2(p.ws_ll + wi * (D / 2) + d / 2, w0[u], w1[u]);
+      wl[u] = ld_ll(p.ws_ll_lse + wi);
+    };
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      if (j0 + u < others) load(u);
+    }
+    // Every piece not landed yet is asked again at once: one round trip per poll, however
+    // many are late.
+    for (int polls = 0;; ++polls) {
+      bool late = false;
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) late = late || stale(u);
+      if (!late) break;
+      if (polls == kMaxPolls) return false;
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        if (stale(u)) load(u);
+      }
+    }
+    float lj[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) lj[u] = __uint_as_float(static_cast<uint32_t>(wl[u]));
+    float mb = mx;
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) mb = fmaxf(mb, lj[u]);
+    if (mb == kNegInf) continue;  // no piece so far saw a key
+    const float rescale = mx == kNegInf ? 0.0f : fast_exp2(mx - mb);
+    sum *= rescale;
+    acc.x *= rescale;
+    acc.y *= rescale;
+    acc.z *= rescale;
+    acc.w *= rescale;
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const float f = lj[u] == kNegInf ? 0.0f : fast_exp2(lj[u] - mb);
+      const auto lo = static_cast<uint32_t>(w0[u]), hi = static_cast<uint32_t>(w1[u]);
+      sum += f;
+      acc.x += f * from_bits<T>(lo & 0xffffu);
+      acc.y += f * from_bits<T>(lo >> 16);
+      acc.z += f * from_bits<T>(hi & 0xffffu);
+      acc.w += f * from_bits<T>(hi >> 16);
+    }
+    mx = mb;
+  }
+  const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+  const int rg = rc * kDecodeRows + r;
+  const int i = rg / p.group;
+  const int head = kvh * p.group + (rg - i * p.group);
+  const int64_t token = static_cast<int64_t>(b) * p.q_len + i;
+  const float v4[4] = {acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv};
+  store_out4<T>(p, token, head, D, d, v4);
+  if (d == 0 && p.lse != nullptr) {
+    p.lse[head * p.lse_head_stride + token] =
+        sum > 0.0f ? (mx + __log2f(sum)) * 0.69314718055994531f : kNegInf;
+  }
+  return true;
+}
 
 template <typename T, int D, bool kAligned16>
 __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
@@ -1104,7 +1049,7 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     __syncthreads();  // the own piece is in shared memory
     bool arrived = true;
     for (int q = tid; q < quads; q += blockDim.x) {
-      arrived = merge_quad_ll<T, D>(p, q, C - 1, rstep, wi0, rc, kvh, b, mine_o, mine_lse, tag) &&
+      arrived = merge_quad_ll<T, D>(p, q, C, rstep, wi0, rc, kvh, b, mine_o, mine_lse, tag) &&
                 arrived;
     }
     if (!arrived) record_fault(p.fault_word, kFaultDecodeMergeStalled);
@@ -1122,12 +1067,10 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   }
 }
 
-// ---- merge kernel: sequences of more than kFusedMaxPieces pieces, wpr warps per output row --
-// Runs after the split kernel, so the pieces' LL words are plain values here (no polling). The
-// first row of each (sequence, unit) advances its gen word, as the fused merger does.
+// ---- merge of the pieces: wpr warps per output row -------------------------------------------
 template <typename T, int D>
 __global__ void __launch_bounds__(256) merge_kernel(const __grid_constant__ DecodeParams p) {
-  constexpr int kPer = D / 32;  // values per lane
+  constexpr int kPer = D / 32;  // floats per lane
   __shared__ float red[8][D + 4];
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
@@ -1135,67 +1078,60 @@ __global__ void __launch_bounds__(256) merge_kernel(const __grid_constant__ Deco
   const int sub = warp % wpr;
   const int64_t row_id = static_cast<int64_t>(blockIdx.x) * (8 / wpr) + warp / wpr;
   const int64_t total = static_cast<int64_t>(p.num_seqs) * p.q_len * p.num_heads;
-  int n = 0, slot0 = 0, head = 0, kvh = 0, r = 0, b = 0;
+  int n = 0, slot0 = 0, head = 0, kvh = 0, r = 0;
   int64_t token = 0;
   if (row_id < total) {
     head = static_cast<int>(row_id % p.num_heads);
     token = row_id / p.num_heads;
-    b = static_cast<int>(token / p.q_len);
+    const int b = static_cast<int>(token / p.q_len);
     const int i = static_cast<int>(token - static_cast<int64_t>(b) * p.q_len);
     slot0 = p.ws_meta[2 * b];
     n = p.ws_meta[2 * b + 1];
     kvh = head / p.group;
     r = i * p.group + (head - kvh * p.group);
   }
-  if (n <= kFusedMaxPieces) n = 0;  // merged in the split kernel (or a single piece)
-  if (n > 0 && sub == 0 && lane == 0 && r % kDecodeRows == 0) {
-    const int64_t g = static_cast<int64_t>(b) * p.num_kv_heads * p.row_chunks +
-                      kvh * p.row_chunks + r / kDecodeRows;
-    p.ws_gen[g] = stream_tag(p.ws_gen[g], p.epoch, b);
-  }
   // Pieces sub, sub + wpr, ... of this row: their max LSE, then the weighted sum.
   const int64_t wi0 = (static_cast<int64_t>(slot0) * p.num_kv_heads + kvh) * p.rows + r;
   const int64_t wstep = static_cast<int64_t>(p.num_kv_heads) * p.rows;
-  auto lse_of = [&](int64_t wi) {
-    return __uint_as_float(static_cast<uint32_t>(__ldcg(p.ws_ll_lse + wi)));
-  };
   float mx = kNegInf;
-  for (int j = sub + wpr * lane; j < n; j += wpr * 32) mx = fmaxf(mx, lse_of(wi0 + j * wstep));
+  if (n >= 2) {
+    for (int j = sub + wpr * lane; j < n; j += wpr * 32) mx = fmaxf(mx, p.ws_lse[wi0 + j * wstep]);
+  }
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
   float acc[kPer];
 #pragma unroll
   for (int e = 0; e < kPer; ++e) acc[e] = 0.0f;
   float wsum = 0.0f;
-  if (n > 0 && mx != kNegInf) {
+  if (n >= 2 && mx != kNegInf) {
     constexpr int kUnroll = 8;  // loads in flight per warp
     for (int j0 = sub; j0 < n; j0 += kUnroll * wpr) {
       float f[kUnroll];
-      uint64_t x[kUnroll][kPer / 2];
+      float x[kUnroll][kPer];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int j = j0 + u * wpr;
         f[u] = 0.0f;
 #pragma unroll
-        for (int e = 0; e < kPer / 2; ++e) x[u][e] = 0;
+        for (int e = 0; e < kPer; ++e) x[u][e] = 0.0f;
         if (j < n) {
           const int64_t wi = wi0 + j * wstep;
-          const float lj = lse_of(wi);
-          f[u] = lj == kNegInf ? 0.0f : fast_exp2(lj - mx);
-          const uint64_t* src = p.ws_ll + wi * (D / 2) + lane * (kPer / 2);
-#pragma unroll
-          for (int e = 0; e < kPer / 2; ++e) x[u][e] = __ldcg(src + e);
+          f[u] = fast_exp2(p.ws_lse[wi] - mx);
+          const float* src = p.ws_o + wi * D + lane * kPer;
+          if constexpr (kPer == 4) {
+            const float4 v = *reinterpret_cast<const float4*>(src);
+            x[u][0] = v.x; x[u][1] = v.y; x[u][2] = v.z; x[u][3] = v.w;
+          } else {
+            const float2 v = *reinterpret_cast<const float2*>(src);
+            x[u][0] = v.x; x[u][1] = v.y;
+          }
         }
       }
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         wsum += f[u];
 #pragma unroll
-        for (int e = 0; e < kPer / 2; ++e) {
-          const auto v = static_cast<uint32_t>(x[u][e]);
-          acc[2 * e] += f[u] * from_bits<T>(v & 0xffffu);
-          acc[2 * e + 1] += f[u] * from_bits<T>(v >> 16);
-        }
+        for (int e = 0; e < kPer; ++e) acc[e] += f[u] * x[u][e];
       }
     }
   }
@@ -1225,7 +1161,7 @@ __global__ void __launch_bounds__(256) merge_kernel(const __grid_constant__ Deco
       mx = gm;
     }
   }
-  if (sub != 0 || n == 0) return;
+  if (sub != 0 || n < 2) return;
   const float inv = wsum > 0.0f ? 1.0f / wsum : 0.0f;
   uint16_t* dst = static_cast<uint16_t*>(p.out) + token * p.out_stride +
                   static_cast<int64_t>(head) * D + lane * kPer;
@@ -1236,6 +1172,7 @@ __global__ void __launch_bounds__(256) merge_kernel(const __grid_constant__ Deco
         wsum > 0.0f ? (mx + __log2f(wsum)) * 0.69314718055994531f : kNegInf;
   }
 }
+
 
 // ---- host side -----------------------------------------------------------------------------
 constexpr int kMaxDevices = 64;
@@ -1405,7 +1342,7 @@ void launch(DecodeParams p, bool aligned, int64_t ws_bytes, int device, cudaStre
       const int64_t slots = B * chunks;
       p.stages = sc.stages;
       p.parts = static_cast<int>(chunks);
-      p.ws_ll = static_cast<uint64_t*>(p.ws);
+      p.ws_ll = reinterpret_cast<uint64_t*>(p.ws_o);
       p.ws_ll_lse = p.ws_ll + slots * p.num_kv_heads * p.rows * (D / 2);
       p.ws_gen = reinterpret_cast<uint32_t*>(p.ws_ll_lse + slots * p.num_kv_heads * p.rows);
       p.epoch = next_epoch();
@@ -1426,7 +1363,7 @@ void launch(DecodeParams p, bool aligned, int64_t ws_bytes, int device, cudaStre
   bool stream_mode = p.num_splits > 1 && stream_ok(B, p.capacity);
   int64_t slots = 0;
   if (stream_mode) {
-    slots = decode_ws_slots(ws_bytes, B, p.num_kv_heads, p.rows, D);
+    slots = decode_ws_slots(ws_bytes, B, static_cast<int64_t>(p.num_heads) * p.q_len, D);
     stream_mode = slots - B + 1 >= 1;
   }
   p.heads_per_cta = c.heads_per_cta;
@@ -1441,14 +1378,11 @@ void launch(DecodeParams p, bool aligned, int64_t ws_bytes, int device, cudaStre
   const int ctas = aligned ? split_occupancy<T, D, true>(device, threads, smem)
                            : split_occupancy<T, D, false>(device, threads, smem);
   const int64_t per_slice = std::max<int64_t>(1, int64_t{sm_count(device)} * ctas / p.slices);
-  int64_t pieces_per_seq = 1;  // a typical sequence's pieces (sizes the merge kernel's warps)
+  int64_t pieces_per_seq = 1;
   if (stream_mode) {
     const int64_t rows_total = static_cast<int64_t>(p.num_kv_heads) * p.rows;
-    p.ws_ll = static_cast<uint64_t*>(p.ws);
-    p.ws_ll_lse = p.ws_ll + slots * rows_total * (D / 2);
-    p.ws_gen = reinterpret_cast<uint32_t*>(p.ws_ll_lse + slots * rows_total);
-    p.ws_meta = reinterpret_cast<int32_t*>(p.ws_gen + B * p.num_kv_heads * p.row_chunks);
-    p.epoch = next_epoch();
+    p.ws_lse = p.ws_o + slots * rows_total * D;
+    p.ws_meta = reinterpret_cast<int32_t*>(p.ws_lse + slots * rows_total);
     p.parts = static_cast<int>(per_slice);
     p.part_cap = static_cast<int>(std::min<int64_t>(slots - B + 1, 1 << 30));
     const int64_t ranges = std::min<int64_t>(p.parts, p.part_cap);
@@ -1464,13 +1398,10 @@ void launch(DecodeParams p, bool aligned, int64_t ws_bytes, int device, cudaStre
     decode_kernel<T, D, false><<<grid, threads, smem, stream>>>(p);
   }
   CUDA_CHECK_LAUNCH();
-  if (!stream_mode) return;
-  // Sequences of more than kFusedMaxPieces pieces (the lengths are on the device, so always
-  // launched; a row of fewer pieces exits at once).
+  if (!stream_mode || cuda_tuning().decode_debug_no_merge) return;
   const int64_t rows = B * p.q_len * p.num_heads;
   const int64_t rows_per_block = 8 / p.merge_wpr;
-  merge_kernel<T, D><<<static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block), 256, 0,
-                       stream>>>(p);
+  merge_kernel<T, D><<<static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block), 256, 0, stream>>>(p);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -1575,7 +1506,7 @@ void decode_attention(const DecodeArgs& args, const AttentionShape& shape) {
     KVATTN_CHECK(args.workspace.defined() && ws_bytes >= need, fn, ": a plan of ", p.num_splits,
                  " splits needs a workspace of ", need, " bytes but got ", ws_bytes);
     KVATTN_CHECK(aligned16(args.workspace.data), fn, ": workspace must be 16-byte aligned");
-    p.ws = args.workspace.data;
+    p.ws_o = static_cast<float*>(args.workspace.data);
   }
 
   const int device = args.q.device.index;

@@ -12,13 +12,8 @@
 // - stream mode (plan.num_splits > 1; at most kDecodeMaxStreamSeqs sequences): the tiles of
 //   all sequences, concatenated, are cut into P equal ranges, one per CTA (stream-K), so every
 //   CTA streams the same number of bytes whatever the lengths. A sequence cut by a range
-//   boundary is computed in pieces; the piece of (range p, sequence b) uses slot p + b. Every
-//   piece goes to the workspace as LL words (as in small mode, below); the range holding the
-//   sequence's last tile (the highest-index CTA of its pieces; it computed that piece first)
-//   merges a sequence of at most kFusedMaxPieces pieces once its own range is done, polling
-//   the lower ranges' words until they carry the tag, and writes out; a merge kernel after
-//   the split kernel merges the sequences of more pieces. The tag also hashes b, since a
-//   slot's sequence changes with the lengths (a graph replay after they changed).
+//   boundary is computed in pieces whose normalized partials + log2-LSE go to the workspace;
+//   a merge kernel combines them. The piece of (range p, sequence b) uses slot p + b.
 // - whole mode (num_splits == 1): CTA p of a slice takes whole sequences p, p + P, ...; no
 //   workspace, no merge.
 // - small mode (few sequences x KV heads for the SMs; decode_small_chunks() > 0): a separate
@@ -48,14 +43,15 @@
 //              block blk = block_table[b*bt_stride + j / block_size], offset o = j % block_size,
 //              at blk*k_block_stride + (o*num_kv_heads + kvh)*D
 //   lse        optional float32 [num_heads, num_seqs*q_len]: (h, t) at h*lse_head_stride + t
-//   workspace  pieces of S slots as LL words: (slot, kvh, row r) at
-//              wi = (slot*num_kv_heads + kvh)*rows + r: the piece's normalized output in
-//              ws_ll[wi*D/2 .. wi*D/2 + D/2) (two values of the output dtype per word), its
-//              log2-domain LSE (scaled scores; -inf when it saw no key) in ws_ll_lse[wi]; then
-//              ws_gen: uint32 [num_seqs][units] (units = num_kv_heads * row_chunks), the last
-//              tag of each (sequence, unit). Stream mode: S = decode_ws_slots(), and after
-//              ws_gen ws_meta[2b], ws_meta[2b+1] = first slot and number of pieces of b (for
-//              the merge kernel); small mode: S = num_seqs * C, slot b*C + c.
+//   workspace  (stream mode) float32 partials of ws_slots slots, R = num_kv_heads * rows:
+//              (slot, kvh, row r) at wi = (slot*num_kv_heads + kvh)*rows + r:
+//              ws_o[wi*D .. wi*D+D) = that piece's normalized output, ws_lse[wi] = its
+//              log2-domain LSE (scaled scores), -inf when it saw no key; then ws_meta[2b],
+//              ws_meta[2b+1] = first slot and number of pieces of sequence b (written by the
+//              split kernel; the merge kernel combines sequences of 2+ pieces).
+//              Small mode: piece (slot b*C + c, kvh, row r) at wi as above; values in
+//              ws_ll[wi*D/2 .. wi*D/2 + D/2) (two per word), LSE in ws_ll_lse[wi]; then
+//              ws_gen: uint32 [num_seqs][units], the last tag of each (sequence, unit).
 // Index VALUES (block ids, cache_seqlens) are untrusted: out-of-range ones are never used to
 // address memory; the kernel zero-fills or clamps and ORs a DeviceFault bit into *fault_word.
 #pragma once
@@ -78,13 +74,14 @@ struct DecodeParams {
   const void* v_cache = nullptr;
   const int32_t* block_table = nullptr;
   const int32_t* cache_seqlens = nullptr;
-  void* ws = nullptr;                    // the workspace (num_splits > 1), 16-byte aligned
-  uint64_t* ws_ll = nullptr;             // the pieces' LL words (values)
-  uint64_t* ws_ll_lse = nullptr;         // the pieces' LL words (LSEs)
-  uint32_t* ws_gen = nullptr;            // per (sequence, unit), the last tag
-  int32_t* ws_meta = nullptr;            // stream mode: per sequence, first slot and pieces
+  float* ws_o = nullptr;
+  float* ws_lse = nullptr;
+  int32_t* ws_meta = nullptr;
+  uint64_t* ws_ll = nullptr;             // small mode: the pieces' LL words (values)
+  uint64_t* ws_ll_lse = nullptr;         // small mode: the pieces' LL words (LSEs)
+  uint32_t* ws_gen = nullptr;            // small mode: per (sequence, unit), the last tag
   uint32_t* fault_word = nullptr;
-  uint32_t epoch = 1;                    // a fresh value per host launch
+  uint32_t epoch = 1;                    // small mode: a fresh value per host launch
   // Diagnostics (cuda_tuning().decode_probe): per-CTA phase stamps of the small kernel, or null.
   unsigned long long* probe = nullptr;
 
@@ -137,20 +134,18 @@ struct DecodeConfig {
   int stage_bytes = 0;  // per warp: K and V tiles of kDecodeTileKeys keys
 };
 
-// Bytes of workspace a plan of `num_splits` asks for (0 when num_splits == 1).
+// Bytes of float32 workspace a plan of `num_splits` asks for (0 when num_splits == 1).
 inline int64_t decode_workspace_bytes(int64_t num_seqs, int64_t num_heads, int64_t head_dim,
                                       int64_t q_len, int64_t num_splits) {
   if (num_splits <= 1) return 0;
   return num_seqs * num_splits * num_heads * q_len * (head_dim + 1) * 4;
 }
 
-// Slots of LL pieces a workspace of `bytes` holds next to the gen words and the meta (stream
-// mode), for `num_kv_heads` KV heads of `rows` query rows each.
-inline int64_t decode_ws_slots(int64_t bytes, int64_t num_seqs, int64_t num_kv_heads,
-                               int64_t rows, int64_t head_dim) {
-  const int64_t units = num_kv_heads * ((rows + kDecodeRows - 1) / kDecodeRows);
-  const int64_t fixed = num_seqs * units * 4 + num_seqs * 2 * 4;  // gen words, meta
-  return bytes > fixed ? (bytes - fixed) / (num_kv_heads * rows * (head_dim / 2 + 1) * 8) : 0;
+// Slots of partials a workspace of `bytes` holds next to the per-sequence meta (stream mode).
+inline int64_t decode_ws_slots(int64_t bytes, int64_t num_seqs, int64_t rows_total,
+                               int64_t head_dim) {
+  const int64_t meta = num_seqs * 2 * 4;
+  return bytes > meta ? (bytes - meta) / (rows_total * (head_dim + 1) * 4) : 0;
 }
 
 // The CTA shape of the kernel for `num_kv_heads` KV heads of `rows` query rows each

@@ -39,7 +39,7 @@ DecodePlan plan_decode(int64_t num_seqs, int64_t num_heads, int64_t num_kv_heads
   }
   for (int64_t s = 2;; ++s) {
     const int64_t bytes = decode_workspace_bytes(num_seqs, num_heads, head_dim, q_len, s);
-    const int64_t slots = decode_ws_slots(bytes, num_seqs, num_kv_heads, group * q_len, head_dim);
+    const int64_t slots = decode_ws_slots(bytes, num_seqs, num_heads * q_len, head_dim);
     if (slots - num_seqs + 1 >= parts) return DecodePlan{static_cast<int>(s), bytes, max_seqlen_k};
   }
 }

@@ -29,6 +29,9 @@ struct CudaTuning {
   // back the flush's dirty ones: 1x8192 19.7 vs 21.0 us on the H200), 0 = normal priority.
   // Env KVATTN_DECODE_KV_EVICT_FIRST.
   int decode_kv_evict_first = 1;
+  // Diagnostics only (wrong results): skip the stream kernel's merge launch, to time the split
+  // kernel alone. Set by the benchmark, never from the environment.
+  int decode_debug_no_merge = 0;
   // store_kv launch, a warp per (token, part): 1 = CTAs of 256 threads, 0 or 2 = CTAs of 128
   // threads (the default). Env KVATTN_STORE_KV_VARIANT.
   int store_kv_variant = 0;
