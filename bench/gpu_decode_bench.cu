@@ -287,7 +287,9 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) g_reps = std::atoi(argv[++i]);
     if (!std::strcmp(argv[i], "--quick")) quick = true;
-    if (!std::strcmp(argv[i], "--store-rounds") && i + 1 < argc) g_store_rounds = std::atoi(argv[++i]);
+    if (!std::strcmp(argv[i], "--store-rounds") && i + 1 < argc) {
+      g_store_rounds = std::atoi(argv[++i]);
+    }
     if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
   }
   if (!kvattn::cuda_available()) {
@@ -308,7 +310,8 @@ int main(int argc, char** argv) {
     for (int64_t page : {256, 16}) {
       for (int64_t t : {256, 4096, 65536}) bench_store_kv(t, page, rng);
       if (!quick) {
-        for (SlotPattern sp : {SlotPattern::kSequential, SlotPattern::kSorted, SlotPattern::kLocal}) {
+        for (SlotPattern sp :
+             {SlotPattern::kSequential, SlotPattern::kSorted, SlotPattern::kLocal}) {
           bench_store_kv(65536, page, rng, sp);
         }
       }
