@@ -193,8 +193,6 @@ const DecodeVariant kDecodeVariants[] = {
     {"h4 s2", 4, 2},           {"nosmall", 8, 0, 0},  {"small w4", 8, 0, 1, 4},
     {"diag nomerge", 8, 0, 0, 0, 1}, {"small c8", 8, 0, 1, 0, 0, 8},
     {"evict-first", 8, 0, 1, 0, 0, 0, 1}, {"evict-normal", 8, 0, 1, 0, 0, 0, 0},
-    {"h2", 2, 0},              {"h1", 1, 0},          {"h2 s4", 2, 4},
-    {"h1 s6", 1, 6},
     {"default again", 8, 0},  // the default once more, last: is the first timing of a shape off?
 };
 
