@@ -185,7 +185,6 @@ struct DecodeVariant {
   int no_merge = 0; // diagnostics: stream kernel without its merge (wrong output)
   int max_chunks = 0;  // small kernel: most chunks per unit (0: the library's choice)
   int evict = -1;      // K/V copies evict-first in L2: 1 / 0; -1: the library's default
-  int force_chunks = 0;  // > 0: the small kernel with this many chunks, whatever the batch
 };
 // The default first: the others' outputs are compared with its. "diag" rows are diagnostics
 // (not candidates): the split kernel alone, to price the merge launch.
@@ -194,8 +193,6 @@ const DecodeVariant kDecodeVariants[] = {
     {"h4 s2", 4, 2},           {"nosmall", 8, 0, 0},  {"small w4", 8, 0, 1, 4},
     {"diag nomerge", 8, 0, 0, 0, 1}, {"small c8", 8, 0, 1, 0, 0, 8},
     {"evict-first", 8, 0, 1, 0, 0, 0, 1}, {"evict-normal", 8, 0, 1, 0, 0, 0, 0},
-    {"forced small c1 w4", 8, 0, 1, 4, 0, 0, -1, 1}, {"forced small c2 w4", 8, 0, 1, 4, 0, 0, -1, 2},
-    {"forced small c1 w8", 8, 0, 1, 8, 0, 0, -1, 1}, {"forced small c4 w4", 8, 0, 1, 4, 0, 0, -1, 4},
     {"default again", 8, 0},  // the default once more, last: is the first timing of a shape off?
 };
 
@@ -242,7 +239,6 @@ void bench_decode(const std::string& name, const std::vector<int64_t>& lens, int
     tuning.decode_debug_no_merge = v.no_merge;
     tuning.decode_small_max_chunks = v.max_chunks;
     if (v.evict >= 0) tuning.decode_kv_evict_first = v.evict;
-    tuning.decode_small_force_chunks = v.force_chunks;
   };
   auto plan = [&] { return kvattn::plan_decode(B, hq, hkv, d, 1, pc.width * block_size, kGpu); };
   int64_t ws_bytes = 16;

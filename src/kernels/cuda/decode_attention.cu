@@ -1291,9 +1291,6 @@ SmallChoice small_choice(int device, int64_t num_seqs, int64_t num_kv_heads, int
   if (!tuning.decode_small || num_seqs <= 0 || num_seqs >= (int64_t{1} << 16)) return {};
   const int64_t units = num_kv_heads * ((rows + kDecodeRows - 1) / kDecodeRows);
   const int forced = tuning.decode_small_warps;
-  if (tuning.decode_small_force_chunks > 0) {
-    return {std::min(tuning.decode_small_force_chunks, kSmallMaxChunks), forced > 0 ? forced : 4};
-  }
   for (const int warps : {forced > 0 ? forced : 8, forced > 0 ? 0 : 4}) {
     if (warps == 0) break;
     const SmallConfig sc = small_config(num_kv_heads, rows, head_dim, warps);
@@ -1340,7 +1337,7 @@ void launch(DecodeParams p, bool aligned, int64_t ws_bytes, int device, cudaStre
     const int64_t fit = (ws_bytes - fixed) / per_chunk;
     const SmallChoice choice = small_choice(device, B, p.num_kv_heads, p.rows, D);
     const int64_t chunks = std::min<int64_t>(choice.chunks, fit);
-    if (chunks >= 2 || (chunks == 1 && cuda_tuning().decode_small_force_chunks > 0)) {
+    if (chunks >= 2) {
       const SmallConfig sc = small_config(p.num_kv_heads, p.rows, D, choice.warps);
       const int64_t slots = B * chunks;
       p.stages = sc.stages;

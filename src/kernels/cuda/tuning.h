@@ -29,9 +29,6 @@ struct CudaTuning {
   // back the flush's dirty ones: 1x8192 19.7 vs 21.0 us on the H200), 0 = normal priority.
   // Env KVATTN_DECODE_KV_EVICT_FIRST.
   int decode_kv_evict_first = 1;
-  // Experiment: > 0 forces the small-batch kernel with this many chunks per (sequence, unit)
-  // on every batch the planner gives a workspace (1 = no merge at all). Set by the benchmark.
-  int decode_small_force_chunks = 0;
   // Diagnostics only (wrong results): skip the stream kernel's merge launch, to time the split
   // kernel alone. Set by the benchmark, never from the environment.
   int decode_debug_no_merge = 0;
