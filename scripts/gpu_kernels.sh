@@ -4,7 +4,8 @@
 # lists, the decode phase probe and the store_kv/decode benchmark. No peers (scripts/gpu_run.sh
 # makes the same-run table with them).
 #   run: bash scripts/gpu_kernels.sh [bench args...]   (carry .deps); logs go to $OUT (or ./out)
-#   env: TESTS="decode store_kv" (the kernel tests to run), PROBE=0 skips the decode probe.
+#   env: TESTS="decode store_kv" (the kernel tests to run; TESTS= runs none), PROBE=0 skips
+#   the decode probe.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}
@@ -24,7 +25,7 @@ tail -n 5 "$OUT/build.log"
 [ $rc -eq 0 ] || { grep -B2 -A8 "error" "$OUT/build.log" | head -60; echo "BUILD FAILED"; exit 1; }
 
 step "kernel gpu tests"
-TESTS=${TESTS:-decode store_kv}
+TESTS=${TESTS-decode store_kv}
 for t in $TESTS; do
   timeout 300 build-gpu/tests/kernels/kernels_${t}_gpu_test >"$OUT/test_$t.log" 2>&1
   echo "$t: rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/test_$t.log" | tr '\n' ' ')"
