@@ -13,3 +13,11 @@ export PKG_CONFIG_SYSROOT_DIR="$kvdeps"
 export CPATH="$kvdeps/usr/include${CPATH:+:$CPATH}"
 export LIBRARY_PATH="$kvdeps/usr/lib/x86_64-linux-gnu:$kvdeps/usr/lib/x86_64-linux-gnu/openblas-pthread${LIBRARY_PATH:+:$LIBRARY_PATH}"
 export LD_LIBRARY_PATH="$kvdeps/usr/lib/x86_64-linux-gnu:$kvdeps/usr/lib/x86_64-linux-gnu/openblas-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+
+# Installs the Python package (CUDA, sm_90a) into python ($1, default python3), log to $2; the
+# image's Python may be marked externally managed (PEP 668): this installs into it anyway.
+kvattn_pip_install() {
+  PIP_BREAK_SYSTEM_PACKAGES=1 CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) "${1:-python3}" -m pip install \
+    --no-build-isolation --no-deps -v -Ccmake.define.KVATTN_CUDA_ARCHS=90a \
+    -Cbuild-dir=build-wheel/gpu . >"$2" 2>&1
+}

@@ -32,11 +32,7 @@ print("DLPack C exchange API:", hasattr(torch.Tensor, "__dlpack_c_exchange_api__
 EOF
 
 step "pip install --no-build-isolation ."
-# The image's Python may be marked externally managed (PEP 668); this installs into it anyway.
-export PIP_BREAK_SYSTEM_PACKAGES=1
-export CMAKE_BUILD_PARALLEL_LEVEL=$jobs
-"$PY" -m pip install --no-build-isolation --no-deps -v \
-  -Ccmake.define.KVATTN_CUDA_ARCHS=90a -Cbuild-dir=build-wheel/gpu . >"$OUT/py_install.log" 2>&1
+kvattn_pip_install "$PY" "$OUT/py_install.log"
 install_rc=$?
 grep -E "kvattn: CUDA|Successfully|error|Error" "$OUT/py_install.log" | tail -n 12
 pythonpath=

@@ -82,9 +82,7 @@ python3 scripts/perf_table.py "$OUT"
 
 if [ $store_seed -eq 1 ] && [ -f .peers/peers_h200.py ]; then
   step "store_kv vs the seed, one harness"
-  PIP_BREAK_SYSTEM_PACKAGES=1 CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) python3 -m pip install \
-    --no-build-isolation --no-deps -Ccmake.define.KVATTN_CUDA_ARCHS=90a \
-    -Cbuild-dir=build-wheel/gpu . >"$OUT/py_install.log" 2>&1 || tail -n 20 "$OUT/py_install.log"
+  kvattn_pip_install python3 "$OUT/py_install.log" || tail -n 20 "$OUT/py_install.log"
   PYTHONUNBUFFERED=1 timeout 240 python3 bench/store_kv_vs_seed.py --rounds 10 \
     --json "$OUT/store_kv_vs_seed.json" 2>&1 | tail -n 6
 fi
