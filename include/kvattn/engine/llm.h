@@ -176,6 +176,13 @@ class LLM {
   uint64_t add_request(std::vector<int32_t> prompt, const SamplingParams& params);
   std::vector<RequestOutput> step(const TokenCallback& on_token = {});
   bool has_unfinished_requests() const;
+  // Drops an unfinished request between steps (a client went away): its samples leave the
+  // scheduler and their KV blocks return to the pool now; no output or event follows. False
+  // when the id is unknown or already finished.
+  bool abort_request(uint64_t request_id);
+  // Sequences (samples) the scheduler holds: running (holding blocks) and waiting.
+  int64_t num_running_seqs() const;
+  int64_t num_waiting_seqs() const;
 
   // The model's chat template applied to one user message, with the generation prompt.
   // Throws when the model has no recognised template.

@@ -177,6 +177,20 @@ void LLMEngine::deliver(Sample& s, const TokenOutcome& o, const TokenCallback& c
   }
 }
 
+bool LLMEngine::abort_request(uint64_t id) {
+  const auto it = requests_.find(id);
+  if (it == requests_.end()) return false;
+  Request& r = *it->second;
+  for (auto& s : r.samples) {
+    if (s->in_scheduler) scheduler_->finish(s->seq);  // frees its blocks
+    s->in_scheduler = false;
+    by_seq_.erase(s->seq.id());
+    std::erase(ending_, s.get());
+  }
+  requests_.erase(it);
+  return true;
+}
+
 void LLMEngine::abort_all() {
   scheduler_->abort_all();
   requests_.clear();

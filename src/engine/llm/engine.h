@@ -34,6 +34,9 @@ class LLMEngine {
   uint64_t add_request(std::vector<int32_t> prompt, const SamplingParams& params);
   std::vector<RequestOutput> step(const TokenCallback& cb);
   bool has_unfinished() const { return !requests_.empty(); }
+  bool abort_request(uint64_t id);
+  int64_t num_running_seqs() const { return scheduler_->num_running(); }
+  int64_t num_waiting_seqs() const { return scheduler_->num_waiting(); }
   std::vector<RequestOutput> generate(const std::vector<std::vector<int32_t>>& prompts,
                                       std::span<const SamplingParams> params,
                                       const TokenCallback& cb);

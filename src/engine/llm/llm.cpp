@@ -101,6 +101,9 @@ std::vector<RequestOutput> LLM::step(const TokenCallback& on_token) {
 }
 
 bool LLM::has_unfinished_requests() const { return engine_->has_unfinished(); }
+bool LLM::abort_request(uint64_t request_id) { return engine_->abort_request(request_id); }
+int64_t LLM::num_running_seqs() const { return engine_->num_running_seqs(); }
+int64_t LLM::num_waiting_seqs() const { return engine_->num_waiting_seqs(); }
 void LLM::check_kv_cache_idle() const { engine_->check_kv_cache_idle(); }
 
 bool LLM::has_chat_template() const {
