@@ -1,8 +1,11 @@
-// CUDA prefill_attention benchmark: the prefill shapes of TARGETS.md (bf16, head_dim 128,
-// causal), packed and paged (prefix hit at page 16 and 256), timed with CUDA events around each
-// launch, the L2 flushed between repetitions (as triton's do_bench does for the peers), median
-// of many repetitions after warm-up. Alternative tile shapes are timed beside the library's
-// default and checked against its output. One JSON line per (shape, variant) on stdout, then a
+// CUDA prefill_attention benchmark: the prefill shapes of TARGETS.md (bf16, head_dim 128 and
+// 64, causal), packed and paged (prefix hit at page 16 and 256), timed two ways (TARGETS.md):
+// "flushed", CUDA events around each launch with the L2 flushed before it (as triton's do_bench
+// does for the peers), median of many repetitions after warm-up; and "graph", 20 back-to-back
+// calls captured in one CUDA graph, replayed, time / 20 (median of replays). The library's
+// default (the Hopper kernel where it applies) is timed beside the sm_80 kernel
+// (CudaTuning::prefill_sm90 = 0) and checked against it; the bf16 GEMM ceiling (cuBLASLt
+// 8192^3) is measured in the same run. One JSON line per (shape, variant) on stdout, then a
 // short table. FLOPs = 4 * visible (q, k) pairs * num_heads * head_dim (exact count).
 //
 //   gpu_prefill_bench [--reps N] [--quick]
@@ -22,7 +25,7 @@
 #include <vector>
 
 #include "kernels/backend.h"
-#include "kernels/cuda/prefill_kernel.cuh"
+#include "kernels/cuda/tuning.h"
 #include "kvattn/kernels/device_faults.h"
 #include "kvattn/kernels/prefill_attention.h"
 #include "bench_util.cuh"
@@ -175,24 +178,51 @@ double rel_l2(const std::vector<float>& a, const std::vector<float>& ref) {
   return std::sqrt(num / std::max(den, 1e-30));
 }
 
-// Alternative tile: the library's default for causal head_dim 128 is FA2's 128 x 64 tile with
-// the cp.async block-id prefetch (v3); this times v1's spill-free 48-key tile with the plain
-// table walk beside it. (An 8-warp x 16-row variant ran 17-20% slower and was dropped.)
-using TileN48 = cuda::PrefillTile<128, 128, 48, 4, 2>;
+// The stream the benchmark's calls go to (nullptr: the legacy default stream; the graph timing
+// captures on its own stream).
+cudaStream_t g_stream = nullptr;
 
-template <class Tile>
-void run_tile(const Problem& p) {
-  const cuda::PrefillParams params = cuda::make_prefill_params(p.args, p.shape);
-  if (p.shape.paged) {
-    cuda::launch_prefill_tile<__nv_bfloat16, Tile, true, true>(params, nullptr);
-  } else {
-    cuda::launch_prefill_tile<__nv_bfloat16, Tile, true, false>(params, nullptr);
+// Median time of one call in ms over `reps` replays of a CUDA graph of 20 back-to-back calls.
+double graph_ms(const std::function<void()>& run, int reps) {
+  constexpr int kCalls = 20;
+  cudaStream_t stream;
+  BENCH_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  BENCH_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  g_stream = stream;
+  for (int i = 0; i < kCalls; ++i) run();
+  g_stream = nullptr;
+  BENCH_CUDA(cudaStreamEndCapture(stream, &graph));
+  BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  for (int i = 0; i < 2; ++i) BENCH_CUDA(cudaGraphLaunch(exec, stream));
+  cudaEvent_t a, b;
+  BENCH_CUDA(cudaEventCreate(&a));
+  BENCH_CUDA(cudaEventCreate(&b));
+  std::vector<float> ms(reps);
+  for (int i = 0; i < reps; ++i) {
+    BENCH_CUDA(cudaEventRecord(a, stream));
+    BENCH_CUDA(cudaGraphLaunch(exec, stream));
+    BENCH_CUDA(cudaEventRecord(b, stream));
+    BENCH_CUDA(cudaEventSynchronize(b));
+    BENCH_CUDA(cudaEventElapsedTime(&ms[i], a, b));
   }
+  BENCH_CUDA(cudaEventDestroy(a));
+  BENCH_CUDA(cudaEventDestroy(b));
+  BENCH_CUDA(cudaGraphExecDestroy(exec));
+  BENCH_CUDA(cudaGraphDestroy(graph));
+  BENCH_CUDA(cudaStreamDestroy(stream));
+  std::sort(ms.begin(), ms.end());
+  return ms[reps / 2] / kCalls;
 }
+
+// The bf16 GEMM ceiling of this run: C = A B^T, 8192^3, through cuBLASLt is not linked into
+// the kernel benchmarks, so the ceiling comes from the peers script (bench/gpu_prefill_peers.py,
+// torch's matmul) in the same call.
 
 struct Row {
   std::string shape, variant;
-  double ms, tflops, err;
+  double ms, tflops, graph_ms, graph_tflops, err;
 };
 
 }  // namespace
@@ -220,6 +250,8 @@ int main(int argc, char** argv) {
       {"prefix 8x(512/4096) 32/8 packed", 8, 512, 4096, 32, 8, 128, 0},
       {"prefix 8x(512/4096) 32/8 page16", 8, 512, 4096, 32, 8, 128, 16},
       {"prefix 8x(512/4096) 32/8 page256", 8, 512, 4096, 32, 8, 128, 256},
+      {"4x4096 9/3 d64", 4, 4096, 4096, 9, 3, 64, 0},
+      {"8x2048 32/8 d64", 8, 2048, 2048, 32, 8, 64, 0},
   };
   if (quick) shapes.resize(1);
   DeviceBuffer flush(256ll << 20);
@@ -232,9 +264,18 @@ int main(int argc, char** argv) {
       const char* name;
       std::function<void()> run;
     };
+    auto call = [&] {
+      PrefillArgs a = p.args;
+      a.stream = Stream{g_stream};
+      prefill_attention(a);
+    };
     const std::vector<Variant> variants = {
-        {"default", [&] { prefill_attention(p.args); }},
-        {"tile128x48w4", [&] { run_tile<TileN48>(p); }},
+        {"default", [&] { call(); }},
+        {"sm80", [&] {
+           cuda::cuda_tuning().prefill_sm90 = 0;
+           call();
+           cuda::cuda_tuning().prefill_sm90 = 1;
+         }},
     };
     std::vector<float> ref;
     for (const Variant& var : variants) {
@@ -257,21 +298,25 @@ int main(int argc, char** argv) {
       }
       const double ms = time_ms(var.run, reps, flush);
       const double tflops = flops / (ms * 1e-3) / 1e12;
+      const double gms = graph_ms(var.run, std::max(5, reps / 5));
+      const double gtflops = flops / (gms * 1e-3) / 1e12;
       std::printf(
           "{\"bench\":\"prefill\",\"shape\":\"%s\",\"variant\":\"%s\",\"batch\":%lld,\"lq\":%lld,"
           "\"lk\":%lld,\"hq\":%lld,\"hkv\":%lld,\"d\":%lld,\"page\":%lld,\"flops\":%.6e,"
-          "\"ms\":%.5f,\"tflops\":%.2f,\"rel_l2_vs_default\":%.3e,\"faults\":%u}\n",
+          "\"ms\":%.5f,\"tflops\":%.2f,\"graph_ms\":%.5f,\"graph_tflops\":%.2f,"
+          "\"rel_l2_vs_default\":%.3e,\"faults\":%u}\n",
           s.name.c_str(), var.name, (long long)s.batch, (long long)s.lq, (long long)s.lk,
           (long long)s.hq, (long long)s.hkv, (long long)s.d, (long long)s.page, flops, ms, tflops,
-          err, faults);
+          gms, gtflops, err, faults);
       std::fflush(stdout);
-      rows.push_back({s.name, var.name, ms, tflops, err});
+      rows.push_back({s.name, var.name, ms, tflops, gms, gtflops, err});
     }
   }
-  std::printf("\n%-36s %-14s %10s %10s %12s\n", "shape", "variant", "ms", "TFLOP/s", "err_vs_def");
+  std::printf("\n%-36s %-8s %10s %10s %10s %10s %12s\n", "shape", "variant", "flush ms",
+              "TFLOP/s", "graph ms", "TFLOP/s", "err_vs_def");
   for (const Row& r : rows) {
-    std::printf("%-36s %-14s %10.4f %10.1f %12.2e\n", r.shape.c_str(), r.variant.c_str(), r.ms,
-                r.tflops, r.err);
+    std::printf("%-36s %-8s %10.4f %10.1f %10.4f %10.1f %12.2e\n", r.shape.c_str(),
+                r.variant.c_str(), r.ms, r.tflops, r.graph_ms, r.graph_tflops, r.err);
   }
   return 0;
 }

@@ -381,6 +381,61 @@ TEST(PrefillGpu, EdgeCases) {
   }
 }
 
+// The tile edges of the Hopper kernel (128 query rows x 128 keys; 64 rows per consumer
+// warpgroup) and of the sm_80 one: lengths 1, 63, 64, 65, 127, 128, 129 in one batch, with
+// Lk = Lq and with a prefix; every page size class of the TMA path (whole pages per tile: 8,
+// 16; whole tiles per page: 128, 256) and of the fallback (1, 48); GQA groups 1..8; both
+// head_dims and dtypes, causal and not. Then 4097 rows over a 4097 + 300 key prefix, checked
+// on row windows.
+TEST(PrefillGpu, TileEdges) {
+  const std::vector<int64_t> lengths = {1, 63, 64, 65, 127, 128, 129};
+  const std::vector<int64_t> pages = {8, 16, 128, 256, 1, 48};
+  int index = 0;
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    for (int64_t d : {64, 128}) {
+      for (bool causal : {true, false}) {
+        for (int layout = 0; layout < 3; ++layout) {  // packed, paged, paged with a prefix
+          const uint64_t seed = test::case_seed();
+          std::mt19937_64 rng(seed);
+          PrefillCase c;
+          c.dt = dt;
+          c.d = d;
+          c.causal = causal;
+          c.paged = layout > 0;
+          c.bs = pages[static_cast<size_t>(index) % pages.size()];
+          c.group = 1 + index % 8;
+          c.hkv = 1 + index % 2;
+          c.lq = lengths;
+          c.lk = lengths;
+          if (layout == 2) {
+            for (int64_t& lk : c.lk) lk += pick(rng, std::vector<int64_t>{1, 64, 127, 129, 300});
+          }
+          SCOPED_TRACE(test::case_note(index++, seed, c.describe()));
+          run_case(c, rng, "prefill tile edges");
+          if (HasFatalFailure()) return;
+        }
+      }
+    }
+  }
+  for (int64_t bs : {16, 256, 48}) {
+    const uint64_t seed = test::case_seed();
+    std::mt19937_64 rng(seed);
+    PrefillCase c;
+    c.dt = DType::kBF16;
+    c.d = 128;
+    c.hkv = 1;
+    c.group = 3;
+    c.paged = true;
+    c.bs = bs;
+    c.lq = {4097, 129};
+    c.lk = {4097 + 300, 129};
+    c.windows = 3;
+    SCOPED_TRACE(test::case_note(index++, seed, c.describe()));
+    run_case(c, rng, "prefill tile edges long");
+    if (HasFatalFailure()) return;
+  }
+}
+
 // A 32k-token causal prefill (paged, page 16) and a 4k-over-32k prefix hit (packed), checked
 // on 64-row windows at the start, middle and end (every row must still be written).
 TEST(PrefillGpu, LongContext32k) {

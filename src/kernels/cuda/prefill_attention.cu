@@ -1,6 +1,8 @@
 // CUDA prefill_attention: builds the one PrefillParams block and dispatches, in one place, on
-// dtype (bf16, fp16) x head_dim (64, 128) x causal x paged. The kernels live in
-// prefill_kernel.cuh, instantiated by prefill_inst_*.cu.
+// architecture (the Hopper kernel in hopper/ where prefill_sm90_eligible, else the sm_80 one)
+// x dtype (bf16, fp16) x head_dim (64, 128) x causal x paged. The sm_80 kernels live in
+// prefill_kernel.cuh, instantiated by prefill_inst_*.cu; the Hopper ones in
+// hopper/prefill_sm90_*.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -11,6 +13,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/cuda/device_faults.cuh"
+#include "kernels/cuda/hopper/prefill_sm90_launch.h"
 #include "kernels/cuda/prefill_launch.h"
 
 namespace kvattn::cuda {
@@ -132,11 +135,18 @@ void prefill_attention(const PrefillArgs& a, const AttentionShape& s) {
   const bool bf16 = a.q.dtype == DType::kBF16;
   KVATTN_CHECK(bf16 || a.q.dtype == DType::kF16, kFn, ": unsupported dtype on the GPU: ",
                a.q.dtype);
+  const bool sm90 = prefill_sm90_eligible(p, s.paged, a.q.device.index);
   auto with_dtype = [&](auto tag) {
     using T = typename decltype(tag)::type;
     dispatch_bool(a.causal, [&](auto causal) {
       dispatch_bool(s.paged, [&](auto paged) {
-        if (s.head_dim == 64) {
+        if (sm90) {
+          if (s.head_dim == 64) {
+            launch_prefill_sm90<T, 64, causal.value, paged.value>(p, stream);
+          } else {
+            launch_prefill_sm90<T, 128, causal.value, paged.value>(p, stream);
+          }
+        } else if (s.head_dim == 64) {
           launch_prefill<T, 64, causal.value, paged.value>(p, stream);
         } else {
           launch_prefill<T, 128, causal.value, paged.value>(p, stream);

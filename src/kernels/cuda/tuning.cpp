@@ -15,6 +15,7 @@ void from_env(const char* name, int& value, int lo, int hi) {
 CudaTuning& cuda_tuning() {
   static CudaTuning tuning = [] {
     CudaTuning t;
+    from_env("KVATTN_PREFILL_SM90", t.prefill_sm90, 0, 1);
     from_env("KVATTN_DECODE_HEADS_PER_CTA", t.decode_heads_per_cta, 1, 8);
     from_env("KVATTN_DECODE_STAGES", t.decode_stages, 0, 8);
     from_env("KVATTN_DECODE_SMALL", t.decode_small, 0, 1);

@@ -1,0 +1,28 @@
+#include "kernels/cuda/device_props.h"
+#include "kernels/cuda/hopper/prefill_sm90_launch.h"
+#include "kernels/cuda/hopper/prefill_sm90_params.h"
+#include "kernels/cuda/tuning.h"
+
+namespace kvattn::cuda {
+
+bool prefill_sm90_eligible(const PrefillParams& p, bool paged, int device) {
+#if defined(KVATTN_SM90A)
+  if (cuda_tuning().prefill_sm90 == 0 || compute_capability(device) != 90) return false;
+  if (paged) {
+    constexpr int kBlockN = Sm90PrefillTile<64>::kBlockN;
+    static_assert(kBlockN == Sm90PrefillTile<128>::kBlockN);
+    const int bs = p.block_size;
+    const bool whole_tiles = bs % kBlockN == 0;
+    const bool whole_pages = bs >= 8 && kBlockN % bs == 0;
+    if (!whole_tiles && !whole_pages) return false;
+  }
+  return true;
+#else
+  (void)p;
+  (void)paged;
+  (void)device;
+  return false;
+#endif
+}
+
+}  // namespace kvattn::cuda

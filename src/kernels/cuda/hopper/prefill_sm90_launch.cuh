@@ -1,0 +1,85 @@
+// The launcher template of the Hopper prefill kernel (instantiated by prefill_sm90_inst_*.cu).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+
+#include "kernels/cuda/hopper/prefill_sm90_kernel.cuh"
+#include "kernels/cuda/hopper/prefill_sm90_launch.h"
+#include "kernels/cuda/hopper/tensor_map.h"
+#include "kvattn/core/error.h"
+
+namespace kvattn::cuda {
+
+template <typename T, int kHeadDim, bool kCausal, bool kPaged>
+void launch_prefill_sm90(const PrefillParams& base, cudaStream_t stream) {
+  using Tile = Sm90PrefillTile<kHeadDim>;
+  constexpr uint64_t D = kHeadDim;
+  constexpr uint64_t kElem = 2;
+  PrefillSm90Params sp;
+  sp.base = base;
+  PrefillParams& p = sp.base;
+  p.num_m_blocks = (p.max_seqlen_q + Tile::kBlockM - 1) / Tile::kBlockM;
+  if (p.num_m_blocks == 0 || p.num_seqs == 0) return;
+  KVATTN_CHECK(p.num_m_blocks <= 65535, "prefill_attention: max_seqlen_q (", p.max_seqlen_q,
+               ") needs ", p.num_m_blocks, " row blocks but the grid allows 65535");
+  KVATTN_CHECK(p.num_seqs <= 65535, "prefill_attention: num_seqs must be <= 65535 but is ",
+               p.num_seqs);
+  const uint64_t heads = static_cast<uint64_t>(p.num_heads);
+  const uint64_t kv_heads = static_cast<uint64_t>(p.num_heads / p.group);
+  sp.tmap_q = make_tensor_map_2byte("q", p.q, {D, heads, static_cast<uint64_t>(p.total_q)},
+                                    {D * kElem, static_cast<uint64_t>(p.q_stride) * kElem},
+                                    {64, 1, Tile::kBlockM});
+  if constexpr (kPaged) {
+    const int rows = std::min(p.block_size, Tile::kBlockN);
+    sp.kv_box_rows = rows;
+    const uint64_t bs = static_cast<uint64_t>(p.block_size);
+    const uint64_t nb = static_cast<uint64_t>(std::max(p.num_blocks, 1));
+    const uint32_t box_rows = static_cast<uint32_t>(rows);
+    sp.tmap_k = make_tensor_map_2byte(
+        "k_cache", p.k, {D, kv_heads, bs, nb},
+        {D * kElem, static_cast<uint64_t>(p.k_stride) * kElem,
+         static_cast<uint64_t>(p.k_block_stride) * kElem},
+        {64, 1, box_rows, 1});
+    sp.tmap_v = make_tensor_map_2byte(
+        "v_cache", p.v, {D, kv_heads, bs, nb},
+        {D * kElem, static_cast<uint64_t>(p.v_stride) * kElem,
+         static_cast<uint64_t>(p.v_block_stride) * kElem},
+        {64, 1, box_rows, 1});
+  } else {
+    sp.kv_box_rows = Tile::kBlockN;
+    const uint64_t rows = static_cast<uint64_t>(std::max(p.total_k, 1));
+    sp.tmap_k = make_tensor_map_2byte("k", p.k, {D, kv_heads, rows},
+                                      {D * kElem, static_cast<uint64_t>(p.k_stride) * kElem},
+                                      {64, 1, Tile::kBlockN});
+    sp.tmap_v = make_tensor_map_2byte("v", p.v, {D, kv_heads, rows},
+                                      {D * kElem, static_cast<uint64_t>(p.v_stride) * kElem},
+                                      {64, 1, Tile::kBlockN});
+  }
+
+  auto kernel = prefill_sm90_kernel<T, kHeadDim, kCausal, kPaged>;
+  constexpr int kSmem = Tile::kSmemAlloc;
+  // The dynamic shared-memory limit is raised once per device (bit d of `raised`).
+  static std::atomic<uint64_t> raised{0};
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  KVATTN_CHECK(err == cudaSuccess, "prefill_attention: cudaGetDevice failed: ",
+               cudaGetErrorString(err));
+  const uint64_t bit = device < 64 ? (uint64_t{1} << device) : 0;
+  if (bit == 0 || (raised.load(std::memory_order_relaxed) & bit) == 0) {
+    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+    KVATTN_CHECK(err == cudaSuccess, "prefill_attention: cudaFuncSetAttribute(", kSmem,
+                 " bytes of shared memory) failed: ", cudaGetErrorString(err));
+    raised.fetch_or(bit, std::memory_order_relaxed);
+  }
+  const dim3 grid(p.num_heads, p.num_seqs, p.num_m_blocks);
+  kernel<<<grid, Tile::kThreads, kSmem, stream>>>(sp);
+  err = cudaGetLastError();
+  KVATTN_CHECK(err == cudaSuccess, "prefill_attention: sm90 kernel launch failed: ",
+               cudaGetErrorString(err));
+}
+
+}  // namespace kvattn::cuda

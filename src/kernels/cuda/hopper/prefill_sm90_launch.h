@@ -1,0 +1,22 @@
+// Internal: the Hopper prefill path. prefill_attention.cu asks prefill_sm90_eligible() and then
+// launches either this kernel family or the sm_80 one (prefill_launch.h).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/prefill_params.h"
+
+namespace kvattn::cuda {
+
+// True when the sm_90a kernels were compiled in (KVATTN_SM90A), `device` is compute capability
+// 9.0, the switch CudaTuning::prefill_sm90 is on, and the call fits the kernel: packed K/V, or
+// a page size that is a multiple of 128 keys or a divisor of 128 of at least 8 keys (a TMA box
+// is whole 8-row swizzle atoms of one page). Everything else runs on the sm_80 kernel.
+bool prefill_sm90_eligible(const PrefillParams& p, bool paged, int device);
+
+// T: __nv_bfloat16 or __half; kHeadDim: 64 or 128. Builds the tensor maps and launches on the
+// current device. Instantiated in prefill_sm90_inst_*.cu.
+template <typename T, int kHeadDim, bool kCausal, bool kPaged>
+void launch_prefill_sm90(const PrefillParams& p, cudaStream_t stream);
+
+}  // namespace kvattn::cuda

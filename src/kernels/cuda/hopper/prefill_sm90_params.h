@@ -1,0 +1,50 @@
+// The parameter block and tile shape of the Hopper (sm_90a) prefill kernel.
+//
+// The kernel reads everything PrefillParams describes (prefill_params.h has the layouts and the
+// trust rules) and loads Q, K and V tiles through TMA tensor maps built on the host over the
+// same tensors (prefill_sm90_launch.cu):
+//   tmap_q  3-D {head_dim, num_heads, total_q},        box {64, 1, kBlockM}
+//   tmap_k/v packed: 3-D {head_dim, num_kv_heads, total_k}, box {64, 1, kBlockN}
+//            paged:  4-D {head_dim, num_kv_heads, block_size, num_blocks},
+//                    box {64, 1, kv_box_rows, 1}: kv_box_rows = min(block_size, kBlockN) keys of
+//                    one page per box, kBlockN / kv_box_rows boxes per tile.
+// Every box lands 128-byte swizzled (sm90_ptx.cuh); rows past a tensor's end are zero-filled.
+#pragma once
+
+#include <cuda.h>
+
+#include "kernels/cuda/prefill_params.h"
+
+namespace kvattn::cuda {
+
+struct PrefillSm90Params {
+  CUtensorMap tmap_q;
+  CUtensorMap tmap_k;
+  CUtensorMap tmap_v;
+  PrefillParams base;
+  int kv_box_rows = 0;  // keys per TMA box (paged: min(block_size, kBlockN); packed: kBlockN)
+};
+
+// One CTA: a producer warpgroup (one warp issues the TMA loads) and two consumer warpgroups,
+// each owning 64 of the kBlockM = 128 query rows of one head. K/V tiles of kBlockN keys stream
+// through a kStages ring. Shared memory: Q [kHeadDim/64][kBlockM][64], then per stage K and V
+// [kHeadDim/64][kBlockN][64], then the mbarriers.
+template <int kHeadDim_>
+struct Sm90PrefillTile {
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockM = 128;
+  static constexpr int kBlockN = 128;
+  static constexpr int kStages = 2;
+  static constexpr int kConsumerWarpgroups = 2;
+  static constexpr int kThreads = 128 * (1 + kConsumerWarpgroups);
+  static constexpr int kColBlocks = kHeadDim / 64;  // 64-element (128-byte) column blocks
+  static constexpr int kQBytes = kBlockM * kHeadDim * 2;
+  static constexpr int kKVBytes = kBlockN * kHeadDim * 2;  // one K (or V) stage
+  // Barriers: q_full, then k_full, k_empty, v_full, v_empty (kStages each).
+  static constexpr int kNumBarriers = 1 + 4 * kStages;
+  static constexpr int kSmemBytes = kQBytes + 2 * kStages * kKVBytes + kNumBarriers * 8;
+  static constexpr int kSmemAlloc = kSmemBytes + 1024;  // room to align the base to 1024 bytes
+  static_assert(kHeadDim % 64 == 0 && kBlockM == 64 * kConsumerWarpgroups);
+};
+
+}  // namespace kvattn::cuda

@@ -1,0 +1,95 @@
+// The producer of the Hopper prefill kernel: one warp of the producer warpgroup issues every
+// TMA load of a CTA. Q once; then the K and V tiles from the last key tile to the first (the
+// consumers' order), each into ring stage it % kStages once both consumer warpgroups released
+// that stage. Packed K/V: one box per 64-column block and tile. Paged K/V: lane i loads the
+// i-th page piece of the tile (kv_box_rows keys), so a tile of 16-key pages is 8 lanes issuing
+// in parallel; a page outside the sequence is not looked up and a bad block id is reported
+// (kFaultBlockOutOfRange): both load as zeros (a block coordinate past the tensor).
+#pragma once
+
+#include "kernels/cuda/device_faults.cuh"
+#include "kernels/cuda/hopper/prefill_sm90_params.h"
+#include "kernels/cuda/hopper/prefill_sm90_smem.cuh"
+#include "kernels/cuda/hopper/sm90_ptx.cuh"
+
+namespace kvattn::cuda::sm90 {
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+template <class Tile, bool kPaged>
+struct PrefillProducer {
+  static constexpr int BN = Tile::kBlockN;
+
+  const PrefillSm90Params& p;
+  const PrefillSmem<Tile>& s;
+  int lane;
+  int kv_head;
+  int k_begin;  // packed: first key row of the sequence
+  int Lk;
+  const int32_t* bt_row;  // paged: the sequence's block-table row
+
+  // Issues the loads of one K (or V) tile n into `dst`; lane 0 has armed `bar` already.
+  __device__ __forceinline__ void load_tile(const CUtensorMap* tmap, uint32_t dst, uint32_t bar,
+                                            int n) const {
+    if constexpr (!kPaged) {
+      if (lane == 0) {
+#pragma unroll
+        for (int c = 0; c < Tile::kColBlocks; ++c) {
+          tma_load_3d(dst + c * BN * 128, tmap, bar, c * 64, kv_head, k_begin + n * BN);
+        }
+      }
+    } else {
+      const int rows = p.kv_box_rows;
+      const int pieces = BN / rows;
+      if (lane < pieces) {
+        const int j0 = n * BN + lane * rows;  // first key of this piece
+        int block = p.base.num_blocks;        // past the tensor: zero-filled
+        int offset = 0;
+        if (j0 < Lk) {
+          const int idx = j0 / p.base.block_size;
+          offset = j0 - idx * p.base.block_size;
+          const int id = __ldg(bt_row + idx);
+          if (id >= 0 && id < p.base.num_blocks) {
+            block = id;
+          } else {
+            record_fault(p.base.fault_word, kFaultBlockOutOfRange);
+          }
+        }
+#pragma unroll
+        for (int c = 0; c < Tile::kColBlocks; ++c) {
+          tma_load_4d(dst + c * BN * 128 + lane * rows * 128, tmap, bar, c * 64, kv_head, offset,
+                      block);
+        }
+      }
+    }
+  }
+
+  __device__ __forceinline__ void run(int q_row0, int h, int n_blocks) const {
+    if (n_blocks == 0) return;
+    if (lane == 0) {
+      mbar_arrive_expect_tx(s.q_full, Tile::kQBytes);
+#pragma unroll
+      for (int c = 0; c < Tile::kColBlocks; ++c) {
+        tma_load_3d(s.q + c * Tile::kBlockM * 128, &p.tmap_q, s.q_full, c * 64, h, q_row0);
+      }
+    }
+    for (int it = 0; it < n_blocks; ++it) {
+      const int n = n_blocks - 1 - it;
+      const int stage = it % Tile::kStages;
+      const uint32_t round = static_cast<uint32_t>(it / Tile::kStages);
+      // Stage reuse: wait until both consumer warpgroups released it in the previous round.
+      if (it >= Tile::kStages) mbar_wait(s.k_empty(stage), (round - 1) & 1);
+      if (lane == 0) mbar_arrive_expect_tx(s.k_full(stage), Tile::kKVBytes);
+      __syncwarp();
+      load_tile(&p.tmap_k, s.k(stage), s.k_full(stage), n);
+      if (it >= Tile::kStages) mbar_wait(s.v_empty(stage), (round - 1) & 1);
+      if (lane == 0) mbar_arrive_expect_tx(s.v_full(stage), Tile::kKVBytes);
+      __syncwarp();
+      load_tile(&p.tmap_v, s.v(stage), s.v_full(stage), n);
+    }
+  }
+};
+
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
+}  // namespace kvattn::cuda::sm90

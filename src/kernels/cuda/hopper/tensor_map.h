@@ -1,0 +1,20 @@
+// Host side of TMA: building CUtensorMap descriptors (cuTensorMapEncodeTiled, reached through
+// the runtime's driver entry point, so nothing links libcuda directly).
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <initializer_list>
+
+namespace kvattn::cuda {
+
+// A tiled tensor map over 16-bit elements with the 128-byte swizzle, zero fill out of bounds.
+// dims and box: innermost first (box[0] * 2 must be <= 128 bytes); strides: the byte strides of
+// dims 1.. (multiples of 16). Throws kvattn::Error naming `what` if the driver refuses.
+CUtensorMap make_tensor_map_2byte(const char* what, const void* base,
+                                  std::initializer_list<uint64_t> dims,
+                                  std::initializer_list<uint64_t> strides_bytes,
+                                  std::initializer_list<uint32_t> box);
+
+}  // namespace kvattn::cuda
