@@ -2,18 +2,24 @@
 // key tile of the CTA, from the last tile to the first (so the tiles that need a mask, the
 // causal diagonal and the ragged end of Lk, come first).
 //
-// Per tile: S = Q K^T as D/16 wgmma (Q and K both from shared memory) into 64 x kBlockN f32
-// registers; the K stage is released; mask if needed; online softmax (prefill_softmax.cuh, on
-// the same row/column layout as mma.sync: each warp owns 16 rows, a quad a row pair); P is
-// packed to 16 bits straight from the S registers (the wgmma accumulator layout is the A
-// register-fragment layout); O += P V as kBlockN/16 wgmma with P from registers and V from
-// shared memory, transposed (V tiles are stored [key][head_dim], i.e. N-contiguous).
-// The two consumer warpgroups run the same loop on different rows; the scheduler interleaves
-// one's softmax with the other's GEMMs.
+// GEMMs: S = Q K^T as D/16 wgmma with Q and K from shared memory (K-major); O += P V as
+// kBlockN/16 wgmma with P from registers (the f32 accumulator layout of S is the A-fragment
+// layout, so P is packed to 16 bits in place) and V from shared memory, transposed (V tiles are
+// [key][head_dim], i.e. N-contiguous).
+// Overlap inside the warpgroup (FlashAttention-3's intra-warpgroup pipelining): iteration i
+// issues S_i = Q K_i, then O += P_{i-1} V_{i-1}, waits for S_i only and runs tile i's mask and
+// softmax while the P V GEMM is still on the tensor cores; O is rescaled by the new row maxima
+// after that GEMM completes. Registers: S (kBlockN/2 f32), P (kBlockN/4), O (D/2) per thread.
+// The two consumer warpgroups run the same loop on different rows and interleave freely.
+//
+// Keys past Lk inside the last tile are whatever the page (or the next sequence) holds, maybe
+// NaN: their scores are masked to -inf, and the V rows are zeroed in shared memory before the
+// P V GEMM reads them (0 * NaN would poison the row).
 #pragma once
 
 #include "kernels/cuda/hopper/prefill_sm90_params.h"
 #include "kernels/cuda/hopper/prefill_sm90_smem.cuh"
+#include "kernels/cuda/hopper/prefill_sm90_softmax.cuh"
 #include "kernels/cuda/hopper/sm90_ptx.cuh"
 #include "kernels/cuda/hopper/wgmma_ops.cuh"
 #include "kernels/cuda/prefill_softmax.cuh"
@@ -29,76 +35,134 @@ struct PrefillConsumer {
   static constexpr int BN = Tile::kBlockN;
   static constexpr int kNT = BN / 8;
   static constexpr int kDT = D / 8;
+  static constexpr int kConsumerThreads = 128 * Tile::kConsumerWarpgroups;
+  static constexpr int kTailBarrier = 1;  // named barrier of the consumer warpgroups
 
-  float o[1][kDT][4];
-  OnlineSoftmax<1> softmax;
+  float o[kDT][4];
+  RowSoftmax softmax;
+
+  __device__ __forceinline__ static void issue_qk(const PrefillSmem<Tile>& s, uint32_t q_rows,
+                                                  int stage, float (&sc)[kNT][4]) {
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const uint32_t col = (kk % 4) * 32;  // 16 elements = 32 bytes per K step
+      const uint64_t a = smem_desc_sw128(q_rows + (kk / 4) * Tile::kBlockM * 128 + col, 16);
+      const uint64_t b = smem_desc_sw128(s.k(stage) + (kk / 4) * BN * 128 + col, 16);
+      wgmma_ss<T, BN>(sc, a, b, kk > 0);
+    }
+    wgmma_commit();
+  }
+
+  __device__ __forceinline__ void issue_pv(const PrefillSmem<Tile>& s, int stage,
+                                           const uint32_t (&pa)[BN / 16][4]) {
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+      wgmma_rs<T, D>(o, pa[kk], smem_desc_sw128(s.v(stage) + kk * 16 * 128, BN * 128), 1);
+    }
+    wgmma_commit();
+  }
+
+  __device__ __forceinline__ static void pack_p(const float (&sc)[kNT][4],
+                                                uint32_t (&pa)[BN / 16][4]) {
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+      pa[kk][0] = ptx::pack2<T>(sc[2 * kk][0], sc[2 * kk][1]);
+      pa[kk][1] = ptx::pack2<T>(sc[2 * kk][2], sc[2 * kk][3]);
+      pa[kk][2] = ptx::pack2<T>(sc[2 * kk + 1][0], sc[2 * kk + 1][1]);
+      pa[kk][3] = ptx::pack2<T>(sc[2 * kk + 1][2], sc[2 * kk + 1][3]);
+    }
+  }
+
+  // Both consumer warpgroups: V rows [valid, BN) of `stage` <- 0 (whole 128-byte rows, so the
+  // swizzle does not matter), then made visible to the tensor cores.
+  __device__ __forceinline__ static void zero_v_tail(const PrefillSmem<Tile>& s, int stage,
+                                                     int valid) {
+    const int tid = static_cast<int>(threadIdx.x) - 128;
+    const int pieces_per_block = (BN - valid) * 8;
+    for (int i = tid; i < pieces_per_block * Tile::kColBlocks; i += kConsumerThreads) {
+      const int c = i / pieces_per_block;
+      const int r = valid + (i % pieces_per_block) / 8;
+      const uint32_t addr = s.v(stage) + c * BN * 128 + r * 128 + (i % 8) * 16;
+      asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(addr), "r"(0) : "memory");
+    }
+    fence_proxy_async_smem();
+    named_barrier_sync(kTailBarrier, kConsumerThreads);
+  }
 
   // wg: this consumer warpgroup (0 or 1); row0: its first query row within the sequence.
   __device__ __forceinline__ void run(const PrefillSm90Params& p, const PrefillSmem<Tile>& s,
                                       int wg, int row0, int Lk, int causal_offset, int n_blocks) {
     const int lane = threadIdx.x & 31;
     const int warp = (threadIdx.x >> 5) & 3;
+    const int mask_row = row0 + warp * 16 + (lane >> 2);
+    const int mask_col = 2 * (lane & 3);
+    const float scale_log2 = p.base.scale_log2;
 #pragma unroll
     for (int dt = 0; dt < kDT; ++dt) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) o[0][dt][e] = 0.0f;
+      for (int e = 0; e < 4; ++e) o[dt][e] = 0.0f;
     }
     softmax.init();
     if (n_blocks == 0) return;
+
+    auto mask = [&](float(&sc)[kNT][4], int n) {
+      const bool need = (n + 1) * BN > Lk || (kCausal && (n + 1) * BN - 1 > row0 + causal_offset);
+      if (need) {
+        float(&s3)[1][kNT][4] = reinterpret_cast<float(&)[1][kNT][4]>(sc);
+        apply_mask<kCausal>(s3, mask_row, n * BN + mask_col, Lk, causal_offset);
+      }
+    };
+    // The first tile processed (n = n_blocks - 1) is the only one that can reach past Lk.
+    const int tail_valid = Lk - (n_blocks - 1) * BN;
+    const bool zero_tail = tail_valid < BN;
+
     mbar_wait(s.q_full, 0);
     const uint32_t q_rows = s.q + wg * 64 * 128;  // this warpgroup's rows of column block 0
-    for (int it = 0; it < n_blocks; ++it) {
+
+    float sc[kNT][4];
+    uint32_t pa[BN / 16][4];
+    float corr[2];
+    // Tile 0 (ring stage 0, round 0): S, softmax, P.
+    mbar_wait(s.k_full(0), 0);
+    wgmma_fence();
+    issue_qk(s, q_rows, 0, sc);
+    wgmma_wait<0>();
+    fence_operands(sc);
+    if (lane == 0) mbar_arrive(s.k_empty(0));
+    mask(sc, n_blocks - 1);
+    softmax.update(sc, scale_log2, corr);  // O is still 0: nothing to rescale
+    pack_p(sc, pa);
+
+    for (int it = 1; it < n_blocks; ++it) {
       const int n = n_blocks - 1 - it;
       const int stage = it % Tile::kStages;
-      const uint32_t parity = static_cast<uint32_t>(it / Tile::kStages) & 1;
-
-      // S = Q K^T
-      float sc[1][kNT][4];
-      mbar_wait(s.k_full(stage), parity);
+      const int prev = (it - 1) % Tile::kStages;
+      mbar_wait(s.k_full(stage), static_cast<uint32_t>(it / Tile::kStages) & 1);
       wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        const uint32_t col = (kk % 4) * 32;  // 16 elements = 32 bytes per K step
-        const uint64_t a = smem_desc_sw128(q_rows + (kk / 4) * Tile::kBlockM * 128 + col, 16);
-        const uint64_t b = smem_desc_sw128(s.k(stage) + (kk / 4) * BN * 128 + col, 16);
-        wgmma_ss<T, BN>(sc[0], a, b, kk > 0);
-      }
-      wgmma_commit();
-      wgmma_wait<0>();
-      fence_operands(sc[0]);
+      issue_qk(s, q_rows, stage, sc);
+      mbar_wait(s.v_full(prev), static_cast<uint32_t>((it - 1) / Tile::kStages) & 1);
+      if (it == 1 && zero_tail) zero_v_tail(s, prev, tail_valid);
+      issue_pv(s, prev, pa);
+      wgmma_wait<1>();  // S_it is done; P_{it-1} V_{it-1} may still run
+      fence_operands(sc);
       if (lane == 0) mbar_arrive(s.k_empty(stage));
-
-      const int warp_row = row0 + warp * 16;
-      const bool need_mask =
-          (n + 1) * BN > Lk || (kCausal && (n + 1) * BN - 1 > row0 + causal_offset);
-      if (need_mask) {
-        apply_mask<kCausal>(sc, warp_row + (lane >> 2), n * BN + 2 * (lane & 3), Lk,
-                            causal_offset);
-      }
-      softmax.update(sc, o, p.base.scale_log2);
-
-      uint32_t pa[BN / 16][4];
-#pragma unroll
-      for (int kk = 0; kk < BN / 16; ++kk) {
-        pa[kk][0] = ptx::pack2<T>(sc[0][2 * kk][0], sc[0][2 * kk][1]);
-        pa[kk][1] = ptx::pack2<T>(sc[0][2 * kk][2], sc[0][2 * kk][3]);
-        pa[kk][2] = ptx::pack2<T>(sc[0][2 * kk + 1][0], sc[0][2 * kk + 1][1]);
-        pa[kk][3] = ptx::pack2<T>(sc[0][2 * kk + 1][2], sc[0][2 * kk + 1][3]);
-      }
-
-      // O += P V
-      mbar_wait(s.v_full(stage), parity);
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < BN / 16; ++kk) {
-        const uint64_t b = smem_desc_sw128(s.v(stage) + kk * 16 * 128, BN * 128);
-        wgmma_rs<T, D>(o[0], pa[kk], b, 1);
-      }
-      wgmma_commit();
+      mask(sc, n);
+      softmax.update(sc, scale_log2, corr);
       wgmma_wait<0>();
-      fence_operands(o[0]);
-      if (lane == 0) mbar_arrive(s.v_empty(stage));
+      fence_operands(o);
+      if (lane == 0) mbar_arrive(s.v_empty(prev));
+      RowSoftmax::rescale(o, corr);
+      pack_p(sc, pa);
     }
+
+    const int last = (n_blocks - 1) % Tile::kStages;
+    mbar_wait(s.v_full(last), static_cast<uint32_t>((n_blocks - 1) / Tile::kStages) & 1);
+    if (n_blocks == 1 && zero_tail) zero_v_tail(s, last, tail_valid);
+    wgmma_fence();
+    issue_pv(s, last, pa);
+    wgmma_wait<0>();
+    fence_operands(o);
+    if (lane == 0) mbar_arrive(s.v_empty(last));
   }
 };
 

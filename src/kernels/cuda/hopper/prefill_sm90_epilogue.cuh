@@ -5,7 +5,7 @@
 #pragma once
 
 #include "kernels/cuda/hopper/prefill_sm90_params.h"
-#include "kernels/cuda/prefill_softmax.cuh"
+#include "kernels/cuda/hopper/prefill_sm90_softmax.cuh"
 #include "kernels/cuda/ptx.cuh"
 
 namespace kvattn::cuda::sm90 {
@@ -13,15 +13,15 @@ namespace kvattn::cuda::sm90 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
 template <typename T, int D>
-__device__ __forceinline__ void store_output(const PrefillParams& p, float (&o)[1][D / 8][4],
-                                             OnlineSoftmax<1>& softmax, int h, int q_begin,
-                                             int row0, int Lq) {
+__device__ __forceinline__ void store_output(const PrefillParams& p, float (&o)[D / 8][4],
+                                             RowSoftmax& softmax, int h, int q_begin, int row0,
+                                             int Lq) {
   const int lane = threadIdx.x & 31;
   const int warp = (threadIdx.x >> 5) & 3;
   const int g = lane >> 2;
   const int t = lane & 3;
-  float inv_sum[1][2];
-  float lse[1][2];
+  float inv_sum[2];
+  float lse[2];
   softmax.finish(inv_sum, lse, p.scale);
   const int warp_row = row0 + warp * 16;
 #pragma unroll
@@ -33,10 +33,10 @@ __device__ __forceinline__ void store_output(const PrefillParams& p, float (&o)[
 #pragma unroll
     for (int dt = 0; dt < D / 8; ++dt) {
       *reinterpret_cast<uint32_t*>(dst + dt * 8) =
-          ptx::pack2<T>(o[0][dt][2 * hr] * inv_sum[0][hr], o[0][dt][2 * hr + 1] * inv_sum[0][hr]);
+          ptx::pack2<T>(o[dt][2 * hr] * inv_sum[hr], o[dt][2 * hr + 1] * inv_sum[hr]);
     }
     if (p.lse != nullptr && t == 0) {
-      p.lse[static_cast<int64_t>(h) * p.lse_head_stride + q_begin + row] = lse[0][hr];
+      p.lse[static_cast<int64_t>(h) * p.lse_head_stride + q_begin + row] = lse[hr];
     }
   }
 }

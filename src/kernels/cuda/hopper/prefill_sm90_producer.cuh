@@ -28,9 +28,32 @@ struct PrefillProducer {
   int Lk;
   const int32_t* bt_row;  // paged: the sequence's block-table row
 
+  // Paged: the block and in-block offset of this lane's piece of tile n (block = num_blocks,
+  // past the tensor, for a piece outside the sequence or a bad id: TMA zero-fills it).
+  struct Piece {
+    int block;
+    int offset;
+  };
+  __device__ __forceinline__ Piece lookup(int n) const {
+    Piece piece{p.base.num_blocks, 0};
+    const int rows = p.kv_box_rows;
+    const int j0 = n * BN + lane * rows;  // first key of this lane's piece
+    if (lane < BN / rows && j0 < Lk) {
+      const int idx = j0 / p.base.block_size;
+      piece.offset = j0 - idx * p.base.block_size;
+      const int id = __ldg(bt_row + idx);
+      if (id >= 0 && id < p.base.num_blocks) {
+        piece.block = id;
+      } else {
+        record_fault(p.base.fault_word, kFaultBlockOutOfRange);
+      }
+    }
+    return piece;
+  }
+
   // Issues the loads of one K (or V) tile n into `dst`; lane 0 has armed `bar` already.
   __device__ __forceinline__ void load_tile(const CUtensorMap* tmap, uint32_t dst, uint32_t bar,
-                                            int n) const {
+                                            int n, Piece piece) const {
     if constexpr (!kPaged) {
       if (lane == 0) {
 #pragma unroll
@@ -40,25 +63,11 @@ struct PrefillProducer {
       }
     } else {
       const int rows = p.kv_box_rows;
-      const int pieces = BN / rows;
-      if (lane < pieces) {
-        const int j0 = n * BN + lane * rows;  // first key of this piece
-        int block = p.base.num_blocks;        // past the tensor: zero-filled
-        int offset = 0;
-        if (j0 < Lk) {
-          const int idx = j0 / p.base.block_size;
-          offset = j0 - idx * p.base.block_size;
-          const int id = __ldg(bt_row + idx);
-          if (id >= 0 && id < p.base.num_blocks) {
-            block = id;
-          } else {
-            record_fault(p.base.fault_word, kFaultBlockOutOfRange);
-          }
-        }
+      if (lane < BN / rows) {
 #pragma unroll
         for (int c = 0; c < Tile::kColBlocks; ++c) {
-          tma_load_4d(dst + c * BN * 128 + lane * rows * 128, tmap, bar, c * 64, kv_head, offset,
-                      block);
+          tma_load_4d(dst + c * BN * 128 + lane * rows * 128, tmap, bar, c * 64, kv_head,
+                      piece.offset, piece.block);
         }
       }
     }
@@ -77,15 +86,18 @@ struct PrefillProducer {
       const int n = n_blocks - 1 - it;
       const int stage = it % Tile::kStages;
       const uint32_t round = static_cast<uint32_t>(it / Tile::kStages);
+      // The block-table read goes before the waits, so its latency hides behind them.
+      Piece piece{0, 0};
+      if constexpr (kPaged) piece = lookup(n);
       // Stage reuse: wait until both consumer warpgroups released it in the previous round.
       if (it >= Tile::kStages) mbar_wait(s.k_empty(stage), (round - 1) & 1);
       if (lane == 0) mbar_arrive_expect_tx(s.k_full(stage), Tile::kKVBytes);
       __syncwarp();
-      load_tile(&p.tmap_k, s.k(stage), s.k_full(stage), n);
+      load_tile(&p.tmap_k, s.k(stage), s.k_full(stage), n, piece);
       if (it >= Tile::kStages) mbar_wait(s.v_empty(stage), (round - 1) & 1);
       if (lane == 0) mbar_arrive_expect_tx(s.v_full(stage), Tile::kKVBytes);
       __syncwarp();
-      load_tile(&p.tmap_v, s.v(stage), s.v_full(stage), n);
+      load_tile(&p.tmap_v, s.v(stage), s.v_full(stage), n, piece);
     }
   }
 };

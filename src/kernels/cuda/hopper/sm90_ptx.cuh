@@ -97,6 +97,17 @@ __device__ __forceinline__ void fence_operands(float (&d)[kRows][4]) {
   }
 }
 
+// Orders this thread's ordinary shared-memory writes before later async-proxy reads (wgmma,
+// TMA) of the same bytes; pair it with a barrier among the writers and the readers.
+__device__ __forceinline__ void fence_proxy_async_smem() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// Named barrier `id` (1..15; 0 is __syncthreads) over `threads` threads (a multiple of 32).
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 // ---- shared-memory matrix descriptors (128-byte swizzle) ----
 // K-major operand (rows of 64 elements along K, 8-row atoms 1024 bytes apart): `addr` is the
 // first row's piece holding the 16 K-elements of this instruction (a column block's base plus
