@@ -50,7 +50,32 @@ struct BenchArgs {
   std::string json;       // write every figure here
 };
 
+// `kvattn serve`: the OpenAI-compatible HTTP server (include/kvattn/server/server.h) with the
+// engine options of bench.
+struct ServeArgs {
+  std::string model;  // empty => the default model
+  std::string device = "cpu";
+  std::string host = "127.0.0.1";
+  int port = 8000;  // 0: any free port (printed)
+  std::string api_key;
+  std::string served_model_name;  // empty: the model file's name without extension
+  int64_t max_num_seqs = 256;
+  int64_t max_num_batched_tokens = 16384;
+  int64_t kv_cache_mb = 0;
+  double gpu_memory_utilization = 0.9;
+  int tensor_parallel = 1;
+  bool eager = false;
+  bool no_prefix_caching = false;
+  int threads = 0;
+  std::string weights = "auto";
+  int64_t max_queue = 1024;
+  double drain_s = 0.0;
+  int http_threads = 512;
+  bool quiet = false;
+};
+
 int run_generate(const GenerateArgs& args);
+int run_serve(const ServeArgs& args);
 int run_bench(const BenchArgs& args);
 int run_info(const std::string& model, bool all_tensors);
 

@@ -1,5 +1,6 @@
 // kvattn: the command line. `kvattn generate "prompt"` runs the default model on the CPU;
-// `kvattn bench` measures serving throughput; `kvattn info --model PATH` describes a model file.
+// `kvattn bench` measures serving throughput; `kvattn serve` is the OpenAI-compatible HTTP server;
+// `kvattn info --model PATH` describes a model file.
 #include <cstdlib>
 #include <CLI/CLI.hpp>
 
@@ -93,6 +94,48 @@ int main(int argc, char** argv) {
   bench->add_flag("--progress", b.progress, "Progress bar even when stderr is not a terminal");
   bench->add_option("--json", b.json, "Write every figure to this JSON file");
 
+  kvattn::cli::ServeArgs sv;
+  auto* serve = app.add_subcommand(
+      "serve", "OpenAI-compatible HTTP server: /v1/completions, /v1/chat/completions (SSE "
+               "streaming), /v1/models, /health, /metrics");
+  serve->add_option("-m,--model", sv.model, "A .gguf file or an HF directory (default: as generate)");
+  serve->add_option("--device", sv.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  serve->add_option("--host", sv.host, "Address to listen on")->default_val("127.0.0.1");
+  serve->add_option("--port", sv.port, "Port (0: any free port, printed at start)")
+      ->default_val(8000)->check(CLI::Range(0, 65535));
+  serve->add_option("--api-key", sv.api_key,
+                    "Require 'Authorization: Bearer KEY' on /v1/* (default: $KVATTN_API_KEY)");
+  serve->add_option("--served-model-name", sv.served_model_name,
+                    "Model id in the API (default: the model file's name)");
+  serve->add_option("--max-num-seqs", sv.max_num_seqs, "Running sequences at most")
+      ->default_val(256)->check(CLI::PositiveNumber);
+  serve->add_option("--max-num-batched-tokens", sv.max_num_batched_tokens, "Tokens per step")
+      ->default_val(16384)->check(CLI::PositiveNumber);
+  serve->add_option("--kv-cache-mb", sv.kv_cache_mb,
+                    "KV cache size in MiB (0 => GPU: --gpu-memory-utilization; CPU: default)")
+      ->default_val(0)->check(CLI::NonNegativeNumber);
+  serve->add_option("--gpu-memory-utilization", sv.gpu_memory_utilization,
+                    "Fraction of GPU memory for weights, activations and the KV pool")
+      ->default_val(0.9);
+  serve->add_option("--tensor-parallel", sv.tensor_parallel,
+                    "Ranks of tensor parallelism (GPUs from cuda:0 on; CPU: threads)")
+      ->default_val(1)->check(CLI::Range(1, 64));
+  serve->add_flag("--eager", sv.eager, "No CUDA graphs (eager launches)");
+  serve->add_flag("--no-prefix-caching", sv.no_prefix_caching, "Turn the prefix cache off");
+  serve->add_option("--threads", sv.threads, "CPU threads (0 => automatic)")->default_val(0);
+  serve->add_option("--weights", sv.weights, "CPU weight storage: auto, f32, f16, bf16, q8")
+      ->check(CLI::IsMember({"auto", "f32", "f16", "bf16", "q8"}));
+  serve->add_option("--max-queue", sv.max_queue,
+                    "Answer 503 while this many sequences wait for admission")
+      ->default_val(1024)->check(CLI::PositiveNumber);
+  serve->add_option("--drain-s", sv.drain_s,
+                    "On SIGINT/SIGTERM, let running requests finish for this many seconds")
+      ->default_val(0.0)->check(CLI::NonNegativeNumber);
+  serve->add_option("--http-threads", sv.http_threads,
+                    "HTTP worker threads (each open stream or keep-alive connection holds one)")
+      ->default_val(512)->check(CLI::Range(1, 65536));
+  serve->add_flag("-q,--quiet", sv.quiet, "No loading progress on stderr");
+
   std::string info_model;
   bool info_all = false;
   auto* info = app.add_subcommand("info", "Print a model's architecture, shapes and dtypes");
@@ -109,6 +152,7 @@ int main(int argc, char** argv) {
       return kvattn::cli::run_generate(g);
     }
     if (*bench) return kvattn::cli::run_bench(b);
+    if (*serve) return kvattn::cli::run_serve(sv);
     return kvattn::cli::run_info(info_model, info_all);
   } catch (const std::exception& e) {
     std::fflush(stdout);

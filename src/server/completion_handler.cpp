@@ -1,0 +1,151 @@
+// POST /v1/completions and /v1/chat/completions: parse, tokenize, submit to the engine loop,
+// then either wait for the whole result or stream it as Server-Sent Events. The status is
+// decided before any byte is sent: the handler waits for the engine's kAccepted (or kError).
+#include <httplib.h>
+
+#include <chrono>
+#include <ctime>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "server/api_error.h"
+#include "server/openai_format.h"
+#include "server/prompt_builder.h"
+#include "server/server_context.h"
+
+namespace kvattn::server {
+namespace {
+
+using Kind = StreamEvent::Kind;
+constexpr std::chrono::milliseconds kPoll{20};  // how often a waiting stream checks its client
+
+std::vector<StreamEvent> wait_events(RequestStream& s) {
+  std::vector<StreamEvent> evs;
+  while (!s.pop_all(evs, std::chrono::milliseconds(1000))) {
+  }
+  return evs;
+}
+
+void respond_whole(RequestStream& stream, std::vector<StreamEvent> evs,
+                   const ResponseMeta& meta, size_t num_choices, httplib::Response& res) {
+  std::vector<ChoiceResult> choices(num_choices);
+  for (;;) {
+    for (StreamEvent& e : evs) {
+      if (e.kind == Kind::kToken) {
+        choices.at(e.choice).text += e.text;
+      } else if (e.kind == Kind::kChoiceEnd) {
+        choices.at(e.choice).finish_reason = e.finish_reason;
+      } else if (e.kind == Kind::kError) {
+        throw *e.error;
+      } else if (e.kind == Kind::kDone) {
+        res.set_content(dump(full_response(meta, choices, e.usage)), "application/json");
+        return;
+      }
+    }
+    evs = wait_events(stream);
+  }
+}
+
+// The SSE body: one chunk per token event, then the usage chunk (include_usage) and
+// "data: [DONE]". A write that fails, or a client found gone while waiting, cancels the job.
+struct SseState {
+  ServerContext* ctx;
+  std::shared_ptr<RequestStream> stream;
+  std::vector<StreamEvent> pending;
+  ResponseMeta meta;
+  size_t num_choices = 0;
+  bool include_usage = false;
+  bool opened = false;
+  bool done = false;
+};
+
+bool write_sse(SseState& st, httplib::DataSink& sink) {
+  std::vector<StreamEvent> evs;
+  evs.swap(st.pending);
+  if (evs.empty() && !st.stream->pop_all(evs, kPoll)) {
+    if (sink.is_writable()) return true;
+    st.ctx->loop.cancel(st.stream);
+    return false;
+  }
+  std::string out;
+  if (!st.opened && st.meta.endpoint == Endpoint::kChat) {
+    for (size_t c = 0; c < st.num_choices; ++c) {
+      out += sse(role_chunk(st.meta, static_cast<uint32_t>(c), st.include_usage));
+    }
+  }
+  st.opened = true;
+  for (const StreamEvent& e : evs) {
+    switch (e.kind) {
+      case Kind::kToken:
+        out += sse(stream_chunk(st.meta, e.choice, e.text, std::nullopt, st.include_usage));
+        break;
+      case Kind::kChoiceEnd:
+        out += sse(stream_chunk(st.meta, e.choice, "", e.finish_reason, st.include_usage));
+        break;
+      case Kind::kDone:
+        if (st.include_usage) out += sse(usage_chunk(st.meta, e.usage));
+        out += kSseDone;
+        st.done = true;
+        break;
+      case Kind::kError:
+        out += sse(e.error->to_json());
+        out += kSseDone;
+        st.done = true;
+        break;
+      case Kind::kAccepted:
+        break;
+    }
+  }
+  if (!out.empty() && !sink.write(out.data(), out.size())) {
+    if (!st.done) st.ctx->loop.cancel(st.stream);
+    st.done = true;
+    return false;
+  }
+  if (st.done) sink.done();
+  return true;
+}
+
+}  // namespace
+
+void handle_completion(ServerContext& ctx, const httplib::Request& req, httplib::Response& res,
+                       Endpoint endpoint) {
+  const auto arrival = EngineLoop::Clock::now();
+  const ParsedRequest pr = parse_request(req.body, endpoint);
+  if (!pr.model.empty() && pr.model != ctx.model_name) {
+    throw ApiError(404, "The model '" + pr.model + "' does not exist; this server serves '" +
+                            ctx.model_name + "'",
+                   "model", "model_not_found");
+  }
+  EnginePrompts ep = build_prompts(pr, ctx.llm, ctx.random());
+  const size_t num_choices = ep.prompts.size() * static_cast<size_t>(ep.params.n);
+  auto stream = ctx.loop.submit(std::move(ep.prompts), ep.params, arrival);
+
+  std::vector<StreamEvent> evs = wait_events(*stream);
+  if (evs.front().kind == Kind::kError) throw *evs.front().error;
+  ResponseMeta meta;
+  meta.endpoint = endpoint;
+  meta.id = ctx.new_id(endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-");
+  meta.model = ctx.model_name;
+  meta.created = static_cast<int64_t>(std::time(nullptr));
+  if (!pr.stream) {
+    respond_whole(*stream, std::move(evs), meta, num_choices, res);
+    return;
+  }
+  auto st = std::make_shared<SseState>();
+  st->ctx = &ctx;
+  st->stream = stream;
+  st->pending = std::move(evs);
+  st->meta = meta;
+  st->num_choices = num_choices;
+  st->include_usage = pr.include_usage;
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [st](size_t, httplib::DataSink& sink) { return write_sse(*st, sink); },
+      [st](bool) {
+        if (!st->done) st->ctx->loop.cancel(st->stream);  // the server stopped mid-stream
+      });
+}
+
+}  // namespace kvattn::server

@@ -1,0 +1,90 @@
+#include "server/prompt_builder.h"
+
+#include <algorithm>
+#include <string>
+
+#include "kvattn/core/error.h"
+#include "server/api_error.h"
+
+namespace kvattn::server {
+namespace {
+
+int64_t context_of(const LLM& llm) {
+  const int64_t c = llm.config().max_position_embeddings;
+  return c > 0 ? c : int64_t{1} << 20;
+}
+
+std::vector<int32_t> encode(const LLM& llm, const std::string& text, const char* param) {
+  if (llm.tokenizer() == nullptr) {
+    throw bad_request("this model has no tokenizer: send the prompt as token ids", param);
+  }
+  try {
+    return llm.encode(text);
+  } catch (const Error& e) {
+    throw bad_request(std::string("the prompt could not be tokenized: ") + e.what(), param);
+  }
+}
+
+}  // namespace
+
+EnginePrompts build_prompts(const ParsedRequest& r, const LLM& llm, uint64_t random_seed) {
+  EnginePrompts out;
+  const bool chat = r.endpoint == Endpoint::kChat;
+  const char* param = chat ? "messages" : "prompt";
+  if (chat) {
+    if (!llm.has_chat_template()) {
+      throw bad_request("this model has no chat template: use /v1/completions", "messages");
+    }
+    std::string text;
+    try {
+      text = llm.tokenizer()->apply_chat_template(r.messages, /*add_generation_prompt=*/true);
+    } catch (const Error& e) {
+      throw bad_request(std::string("the chat template failed: ") + e.what(), "messages");
+    }
+    out.prompts.push_back(encode(llm, text, param));
+  } else {
+    for (const std::string& t : r.text_prompts) out.prompts.push_back(encode(llm, t, param));
+    out.prompts.insert(out.prompts.end(), r.id_prompts.begin(), r.id_prompts.end());
+  }
+
+  const int64_t context = context_of(llm);
+  const int64_t vocab = llm.config().vocab_size;
+  int64_t longest = 0;
+  for (const auto& p : out.prompts) {
+    if (p.empty()) throw bad_request("the prompt is empty (no tokens)", param);
+    for (int32_t id : p) {
+      if (id < 0 || id >= vocab) {
+        throw bad_request("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                              std::to_string(vocab) + ")",
+                          param);
+      }
+    }
+    longest = std::max<int64_t>(longest, static_cast<int64_t>(p.size()));
+  }
+  if (longest >= context) {
+    throw bad_request("the prompt has " + std::to_string(longest) +
+                          " tokens but this model's context is " + std::to_string(context) +
+                          " tokens (at least one must be left to generate)",
+                      param, "context_length_exceeded");
+  }
+  out.params = r.params;
+  if (!r.max_tokens_given) {  // chat: up to the context; completions: OpenAI's 16
+    const int64_t room = std::min<int64_t>(context - longest, 1 << 30);
+    out.params.max_tokens = static_cast<int>(chat ? room : std::min<int64_t>(16, room));
+  }
+  if (longest + out.params.max_tokens > context) {
+    throw bad_request("the prompt has " + std::to_string(longest) + " tokens and max_tokens is " +
+                          std::to_string(out.params.max_tokens) + ", but this model's context is " +
+                          std::to_string(context) + " tokens",
+                      r.max_tokens_given ? "max_tokens" : param, "context_length_exceeded");
+  }
+  if (!r.seed_given) out.params.seed = random_seed;
+  try {
+    validate(out.params);
+  } catch (const Error& e) {
+    throw bad_request(e.what());
+  }
+  return out;
+}
+
+}  // namespace kvattn::server

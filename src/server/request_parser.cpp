@@ -1,0 +1,315 @@
+#include "server/request_parser.h"
+
+#include <cmath>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "server/api_error.h"
+
+namespace kvattn::server {
+namespace {
+
+using Json = nlohmann::json;
+
+// Deepest nesting of arrays/objects, scanning past strings. Checked before parsing so that
+// a body of a million '[' is a clear 400, never a deep recursion anywhere.
+int json_depth(std::string_view s) {
+  int depth = 0, max_depth = 0;
+  bool in_string = false, escape = false;
+  for (char c : s) {
+    if (in_string) {
+      if (escape) escape = false;
+      else if (c == '\\') escape = true;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      max_depth = std::max(max_depth, ++depth);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return max_depth;
+}
+
+std::string type_name(const Json& j) { return j.type_name(); }
+
+int64_t get_int(const Json& j, const char* name, int64_t lo, int64_t hi) {
+  if (!j.is_number_integer()) {
+    throw bad_request(std::string(name) + " must be an integer but is " + type_name(j), name);
+  }
+  if (j.is_number_unsigned() && j.get<uint64_t>() > static_cast<uint64_t>(hi)) {
+    throw bad_request(std::string(name) + " must be in [" + std::to_string(lo) + ", " +
+                          std::to_string(hi) + "] but is " + j.dump(),
+                      name);
+  }
+  const int64_t v = j.get<int64_t>();
+  if (v < lo || v > hi) {
+    throw bad_request(std::string(name) + " must be in [" + std::to_string(lo) + ", " +
+                          std::to_string(hi) + "] but is " + std::to_string(v),
+                      name);
+  }
+  return v;
+}
+
+double get_number(const Json& j, const char* name, double lo, double hi, bool lo_open = false) {
+  if (!j.is_number()) {
+    throw bad_request(std::string(name) + " must be a number but is " + type_name(j), name);
+  }
+  const double v = j.get<double>();
+  if (!std::isfinite(v) || v > hi || (lo_open ? v <= lo : v < lo)) {
+    Json shown = v;
+    throw bad_request(std::string(name) + " must be in " + (lo_open ? "(" : "[") +
+                          Json(lo).dump() + ", " + Json(hi).dump() + "] but is " +
+                          (std::isfinite(v) ? shown.dump() : std::string("not finite")),
+                      name);
+  }
+  return v;
+}
+
+bool get_bool(const Json& j, const char* name) {
+  if (!j.is_boolean()) {
+    throw bad_request(std::string(name) + " must be a boolean but is " + type_name(j), name);
+  }
+  return j.get<bool>();
+}
+
+const std::string& get_string(const Json& j, const char* name) {
+  if (!j.is_string()) {
+    throw bad_request(std::string(name) + " must be a string but is " + type_name(j), name);
+  }
+  return j.get_ref<const std::string&>();
+}
+
+std::vector<int32_t> token_ids(const Json& j, const char* name) {
+  std::vector<int32_t> ids;
+  ids.reserve(j.size());
+  for (const Json& t : j) {
+    ids.push_back(static_cast<int32_t>(get_int(t, name, 0, std::numeric_limits<int32_t>::max())));
+  }
+  return ids;
+}
+
+bool is_int_array(const Json& j) { return j.is_array() && !j.empty() && j[0].is_number(); }
+
+void parse_prompt(const Json& j, ParsedRequest& r) {
+  constexpr const char* kName = "prompt";
+  if (j.is_string()) {
+    r.text_prompts.push_back(j.get<std::string>());
+    return;
+  }
+  if (!j.is_array() || j.empty()) {
+    throw bad_request("prompt must be a string, a list of strings, a list of token ids or a "
+                      "list of token-id lists, and not empty",
+                      kName);
+  }
+  if (is_int_array(j)) {
+    r.id_prompts.push_back(token_ids(j, kName));
+    return;
+  }
+  if (j.size() > kMaxPrompts) {
+    throw bad_request("prompt holds " + std::to_string(j.size()) + " prompts; at most " +
+                          std::to_string(kMaxPrompts) + " per request",
+                      kName);
+  }
+  for (const Json& p : j) {
+    if (p.is_string() && r.id_prompts.empty()) {
+      r.text_prompts.push_back(p.get<std::string>());
+    } else if (is_int_array(p) && r.text_prompts.empty()) {
+      r.id_prompts.push_back(token_ids(p, kName));
+    } else {
+      throw bad_request("prompt lists must hold only strings or only non-empty token-id lists",
+                        kName);
+    }
+  }
+}
+
+std::string message_content(const Json& c, size_t i, const std::string& role) {
+  const std::string name = "messages[" + std::to_string(i) + "].content";
+  if (c.is_string()) return c.get<std::string>();
+  if (c.is_null() && role == "assistant") return {};
+  if (!c.is_array()) {
+    throw bad_request(name + " must be a string or a list of text parts but is " +
+                          type_name(c),
+                      "messages");
+  }
+  std::string text;
+  for (const Json& part : c) {
+    if (!part.is_object() || !part.contains("type") || part["type"] != "text" ||
+        !part.contains("text") || !part["text"].is_string()) {
+      throw bad_request(name + ": only {\"type\": \"text\", \"text\": \"...\"} parts are "
+                               "supported",
+                        "messages");
+    }
+    text += part["text"].get<std::string>();
+  }
+  return text;
+}
+
+void parse_messages(const Json& j, ParsedRequest& r) {
+  if (!j.is_array() || j.empty()) {
+    throw bad_request("messages must be a non-empty list of messages", "messages");
+  }
+  if (j.size() > kMaxMessages) {
+    throw bad_request("messages holds " + std::to_string(j.size()) + " messages; at most " +
+                          std::to_string(kMaxMessages),
+                      "messages");
+  }
+  for (size_t i = 0; i < j.size(); ++i) {
+    const Json& m = j[i];
+    const std::string at = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object()) throw bad_request(at + " must be an object", "messages");
+    for (const auto& [key, value] : m.items()) {
+      if (key != "role" && key != "content" && key != "name") {
+        throw bad_request(at + ": unsupported field '" + key + "'", "messages");
+      }
+    }
+    if (!m.contains("role") || !m["role"].is_string()) {
+      throw bad_request(at + ".role must be a string", "messages");
+    }
+    std::string role = m["role"].get<std::string>();
+    if (role == "developer") role = "system";
+    if (role != "system" && role != "user" && role != "assistant") {
+      throw bad_request(at + ".role must be system, developer, user or assistant but is '" +
+                            role + "'",
+                        "messages");
+    }
+    if (!m.contains("content")) throw bad_request(at + ".content is missing", "messages");
+    r.messages.push_back(ChatMessage{role, message_content(m["content"], i, role)});
+  }
+}
+
+void parse_stop(const Json& j, SamplingParams& p) {
+  if (j.is_string()) {
+    p.stop.push_back(j.get<std::string>());
+  } else if (j.is_array()) {
+    if (j.size() > kMaxStops) {
+      throw bad_request("stop holds " + std::to_string(j.size()) + " strings; at most " +
+                            std::to_string(kMaxStops),
+                        "stop");
+    }
+    for (const Json& s : j) p.stop.push_back(get_string(s, "stop"));
+  } else {
+    throw bad_request("stop must be a string or a list of strings but is " + type_name(j),
+                      "stop");
+  }
+  for (const auto& s : p.stop) {
+    if (s.empty()) throw bad_request("stop strings must not be empty", "stop");
+  }
+}
+
+// Fields accepted only at their "off" value, since kvattn does not implement them.
+void require_off(const Json& v, const std::string& key) {
+  const bool off = (v.is_number() && v.get<double>() == 0.0) || (v.is_boolean() && !v.get<bool>()) ||
+                   (v.is_object() && v.empty());
+  if (!off) {
+    throw bad_request(key + " is not supported by kvattn (only its default is accepted)", key,
+                      "unsupported_parameter");
+  }
+}
+
+}  // namespace
+
+ParsedRequest parse_request(std::string_view body, Endpoint endpoint) {
+  if (json_depth(body) > kMaxJsonDepth) {
+    throw bad_request("request body nests deeper than " + std::to_string(kMaxJsonDepth) +
+                          " levels",
+                      "", "invalid_json");
+  }
+  Json j;
+  try {
+    j = Json::parse(body);
+  } catch (const Json::exception& e) {
+    throw bad_request(std::string("request body is not valid JSON: ") + e.what(), "",
+                      "invalid_json");
+  }
+  if (!j.is_object()) {
+    throw bad_request("request body must be a JSON object but is " + type_name(j), "",
+                      "invalid_json");
+  }
+  ParsedRequest r;
+  r.endpoint = endpoint;
+  const bool chat = endpoint == Endpoint::kChat;
+  SamplingParams& p = r.params;
+  p.max_tokens = chat ? 0 : 16;  // chat: up to the context (prompt_builder), completions: 16
+  bool have_prompt = false;
+  int64_t best_of = 0;
+  for (const auto& [key, v] : j.items()) {
+    if (v.is_null()) continue;  // OpenAI: null means not given
+    const char* k = key.c_str();
+    if (key == "model") {
+      r.model = get_string(v, k);
+    } else if (key == "prompt" && !chat) {
+      parse_prompt(v, r);
+      have_prompt = true;
+    } else if (key == "messages" && chat) {
+      parse_messages(v, r);
+      have_prompt = true;
+    } else if (key == "max_tokens" || (key == "max_completion_tokens" && chat)) {
+      p.max_tokens = static_cast<int>(get_int(v, k, 1, std::numeric_limits<int32_t>::max()));
+      r.max_tokens_given = true;
+    } else if (key == "temperature") {
+      p.temperature = static_cast<float>(get_number(v, k, 0.0, 2.0));
+    } else if (key == "top_p") {
+      p.top_p = static_cast<float>(get_number(v, k, 0.0, 1.0, /*lo_open=*/true));
+    } else if (key == "top_k") {
+      const int64_t t = get_int(v, k, -1, std::numeric_limits<int32_t>::max());
+      p.top_k = t < 0 ? 0 : static_cast<int>(t);
+    } else if (key == "min_p") {
+      p.min_p = static_cast<float>(get_number(v, k, 0.0, 1.0));
+    } else if (key == "seed") {
+      p.seed = static_cast<uint64_t>(
+          get_int(v, k, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()));
+      r.seed_given = true;
+    } else if (key == "stop") {
+      parse_stop(v, p);
+    } else if (key == "n") {
+      p.n = static_cast<int>(get_int(v, k, 1, 128));
+    } else if (key == "stream") {
+      r.stream = get_bool(v, k);
+    } else if (key == "stream_options") {
+      if (!v.is_object()) throw bad_request("stream_options must be an object", k);
+      for (const auto& [ok, ov] : v.items()) {
+        if (ok != "include_usage") {
+          throw bad_request("stream_options: unknown field '" + ok + "'", k);
+        }
+        if (!ov.is_null()) r.include_usage = get_bool(ov, "stream_options.include_usage");
+      }
+    } else if (key == "ignore_eos") {
+      p.ignore_eos = get_bool(v, k);
+    } else if (key == "skip_special_tokens") {
+      p.skip_special_tokens = get_bool(v, k);
+    } else if (key == "user") {
+      (void)get_string(v, k);
+    } else if (key == "presence_penalty" || key == "frequency_penalty" || key == "logit_bias" ||
+               key == "logprobs" || (key == "echo" && !chat) ||
+               (key == "top_logprobs" && chat)) {
+      require_off(v, key);
+    } else if (key == "best_of" && !chat) {
+      best_of = get_int(v, k, 1, 128);
+    } else if (key == "suffix" && !chat) {
+      throw bad_request("suffix is not supported by kvattn", k, "unsupported_parameter");
+    } else if (key == "response_format" && chat) {
+      if (!v.is_object() || !v.contains("type") || v["type"] != "text" || v.size() != 1) {
+        throw bad_request("response_format: only {\"type\": \"text\"} is supported", k,
+                          "unsupported_parameter");
+      }
+    } else {
+      throw bad_request("unknown parameter '" + key + "'", key, "unknown_parameter");
+    }
+  }
+  if (!have_prompt) {
+    const char* what = chat ? "messages" : "prompt";
+    throw bad_request(std::string(what) + " is required", what, "missing_required_parameter");
+  }
+  if (best_of != 0 && best_of != p.n) {
+    throw bad_request("best_of must equal n (kvattn returns every sample)", "best_of",
+                      "unsupported_parameter");
+  }
+  if (r.include_usage && !r.stream) {
+    throw bad_request("stream_options is only allowed with stream: true", "stream_options");
+  }
+  return r;
+}
+
+}  // namespace kvattn::server

@@ -1,0 +1,54 @@
+// Parses the body of POST /v1/completions and /v1/chat/completions (untrusted JSON) into a
+// ParsedRequest, or throws ApiError (400) naming the bad field. It never touches the model:
+// prompts stay text, messages or token ids here (prompt_builder.h tokenizes them).
+//
+// Accepted fields (OpenAI's names; null means "not given"):
+//   both:        model, max_tokens, temperature [0, 2], top_p (0, 1], top_k (-1 or 0: off),
+//                min_p [0, 1], seed (integer), stop (string or list of up to 16), n [1, 128],
+//                stream, stream_options.include_usage, user (ignored), ignore_eos and
+//                skip_special_tokens (vLLM's extensions);
+//                presence_penalty / frequency_penalty only at 0, logit_bias only empty,
+//                logprobs only false / 0 (kvattn does not return logprobs);
+//   completions: prompt (string, list of strings, token ids, or list of token-id lists),
+//                echo (false), best_of (== n), suffix (null);
+//   chat:        messages (system / developer / user / assistant; content a string or a list
+//                of {"type": "text", "text": ...} parts), max_completion_tokens,
+//                top_logprobs (0), response_format {"type": "text"}.
+// Any other field is an error ("unknown parameter"), so a typo never silently changes nothing.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvattn/engine/chat_template.h"
+#include "kvattn/engine/sampler.h"
+
+namespace kvattn::server {
+
+enum class Endpoint { kCompletions, kChat };
+
+struct ParsedRequest {
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::string model;  // empty when not given
+  // Completions: one entry per prompt, either all text or all token ids.
+  std::vector<std::string> text_prompts;
+  std::vector<std::vector<int32_t>> id_prompts;
+  std::vector<ChatMessage> messages;  // chat
+  SamplingParams params;              // max_tokens holds the request's value when given
+  bool max_tokens_given = false;
+  bool seed_given = false;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+};
+
+// Limits on untrusted bodies (beyond them: 400).
+inline constexpr int kMaxJsonDepth = 32;
+inline constexpr size_t kMaxPrompts = 64;
+inline constexpr size_t kMaxMessages = 4096;
+inline constexpr size_t kMaxStops = 16;
+
+ParsedRequest parse_request(std::string_view body, Endpoint endpoint);
+
+}  // namespace kvattn::server

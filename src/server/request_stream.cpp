@@ -1,0 +1,21 @@
+#include "server/request_stream.h"
+
+namespace kvattn::server {
+
+void RequestStream::push(StreamEvent e) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    events_.push_back(std::move(e));
+  }
+  cv_.notify_one();
+}
+
+bool RequestStream::pop_all(std::vector<StreamEvent>& out, std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!cv_.wait_for(lock, timeout, [&] { return !events_.empty(); })) return false;
+  for (StreamEvent& e : events_) out.push_back(std::move(e));
+  events_.clear();
+  return true;
+}
+
+}  // namespace kvattn::server

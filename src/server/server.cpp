@@ -1,0 +1,173 @@
+// The HTTP side of kvattn::server::Server: routes, the API key, OpenAI-shaped errors for every
+// failure (including httplib's own 404 / 413), and the start/stop order.
+#include "kvattn/server/server.h"
+
+#include <httplib.h>
+
+#include <chrono>
+#include <ctime>
+#include <exception>
+
+#include "kvattn/core/error.h"
+#include "server/api_error.h"
+#include "server/openai_format.h"
+#include "server/server_context.h"
+
+namespace kvattn::server {
+namespace {
+
+using Json = nlohmann::json;
+
+void send_error(httplib::Response& res, const ApiError& e) {
+  res.status = e.status();
+  res.set_content(dump(e.to_json()), "application/json");
+}
+
+// Runs a handler; ApiError becomes its response, anything else a 500.
+template <typename F>
+httplib::Server::Handler guarded(F f) {
+  return [f](const httplib::Request& req, httplib::Response& res) {
+    try {
+      f(req, res);
+    } catch (const ApiError& e) {
+      send_error(res, e);
+    } catch (const std::exception& e) {
+      send_error(res, ApiError(500, std::string("internal error: ") + e.what()));
+    }
+  };
+}
+
+Json model_card(const ServerContext& ctx) {
+  return {{"id", ctx.model_name},
+          {"object", "model"},
+          {"created", ctx.created},
+          {"owned_by", "kvattn"},
+          {"max_model_len", ctx.llm.config().max_position_embeddings}};
+}
+
+}  // namespace
+
+ServerContext::ServerContext(LLM& llm_, ServerOptions options_, std::string model_name_)
+    : llm(llm_), options(std::move(options_)), model_name(std::move(model_name_)),
+      created(static_cast<int64_t>(std::time(nullptr))),
+      loop(llm_, metrics, options.max_queue), rng_(std::random_device{}()) {}
+
+uint64_t ServerContext::random() {
+  std::lock_guard<std::mutex> lock(rng_mu_);
+  return rng_();
+}
+
+std::string ServerContext::new_id(const char* prefix) {
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(random()));
+  return std::string(prefix) + buf;
+}
+
+struct Server::Impl {
+  Impl(LLM& llm, ServerOptions o)
+      : ctx(llm, o, o.model_name.empty() ? std::string("kvattn") : o.model_name) {}
+  ServerContext ctx;
+  httplib::Server http;
+  std::mutex stop_mu;
+  bool stopped = false;
+};
+
+Server::Server(LLM& llm, ServerOptions options)
+    : impl_(std::make_unique<Impl>(llm, std::move(options))) {
+  ServerContext& ctx = impl_->ctx;
+  httplib::Server& http = impl_->http;
+  const int threads = std::max(1, ctx.options.http_threads);
+  http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  http.set_payload_max_length(ctx.options.max_body_bytes);
+  http.set_tcp_nodelay(true);
+
+  http.set_pre_routing_handler([&ctx](const httplib::Request& req, httplib::Response& res) {
+    if (ctx.options.api_key.empty() || req.path.rfind("/v1/", 0) != 0) {
+      return httplib::Server::HandlerResponse::Unhandled;
+    }
+    if (req.get_header_value("Authorization") == "Bearer " + ctx.options.api_key) {
+      return httplib::Server::HandlerResponse::Unhandled;
+    }
+    send_error(res, ApiError(401, req.has_header("Authorization")
+                                      ? "Incorrect API key provided"
+                                      : "Missing API key: send 'Authorization: Bearer <key>'",
+                             "", "invalid_api_key"));
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    if (res.status == 404) {
+      send_error(res, ApiError(404, "Unknown route: " + req.method + " " + req.path, "",
+                               "unknown_url"));
+    } else if (res.status == 413) {
+      send_error(res, ApiError(413, "The request body is too large", "", "payload_too_large"));
+    } else {
+      send_error(res, ApiError(res.status, "HTTP error " + std::to_string(res.status)));
+    }
+  });
+  http.set_logger([&ctx](const httplib::Request&, const httplib::Response& res) {
+    if (res.status >= 400) ctx.metrics.http_error(res.status);
+  });
+
+  http.Post("/v1/completions", guarded([&ctx](const auto& req, auto& res) {
+              handle_completion(ctx, req, res, Endpoint::kCompletions);
+            }));
+  http.Post("/v1/chat/completions", guarded([&ctx](const auto& req, auto& res) {
+              handle_completion(ctx, req, res, Endpoint::kChat);
+            }));
+  http.Get("/v1/models", guarded([&ctx](const auto&, auto& res) {
+             const Json list = {{"object", "list"}, {"data", Json::array({model_card(ctx)})}};
+             res.set_content(dump(list), "application/json");
+           }));
+  http.Get("/v1/models/(.+)", guarded([&ctx](const httplib::Request& req, auto& res) {
+             if (req.matches[1] != ctx.model_name) {
+               throw ApiError(404, "The model '" + std::string(req.matches[1]) +
+                                       "' does not exist",
+                              "model", "model_not_found");
+             }
+             res.set_content(dump(model_card(ctx)), "application/json");
+           }));
+  http.Get("/health", [&ctx](const auto&, auto& res) {
+    if (ctx.shutting_down) {
+      send_error(res, ApiError(503, "the server is shutting down", "", "shutting_down"));
+    } else {
+      res.set_content("{\"status\":\"ok\"}", "application/json");
+    }
+  });
+  http.Get("/metrics", [&ctx](const auto&, auto& res) {
+    res.set_content(ctx.metrics.render(), "text/plain; version=0.0.4; charset=utf-8");
+  });
+}
+
+Server::~Server() { shutdown(); }
+
+int Server::bind() {
+  const ServerOptions& o = impl_->ctx.options;
+  int port = o.port;
+  if (port == 0) {
+    port = impl_->http.bind_to_any_port(o.host);
+  } else if (!impl_->http.bind_to_port(o.host, port)) {
+    port = -1;
+  }
+  KVATTN_CHECK(port > 0, "serve: cannot listen on ", o.host, ":", o.port,
+               " (address in use, or not a local address)");
+  return port;
+}
+
+bool Server::run() { return impl_->http.listen_after_bind(); }
+
+void Server::shutdown() {
+  std::lock_guard<std::mutex> lock(impl_->stop_mu);
+  if (impl_->stopped) return;
+  impl_->stopped = true;
+  ServerContext& ctx = impl_->ctx;
+  ctx.shutting_down = true;
+  // The engine first: every open stream gets its last event, so no handler is left waiting
+  // when the HTTP server joins its threads.
+  ctx.loop.shutdown(std::chrono::duration<double>(ctx.options.drain_seconds));
+  impl_->http.stop();
+}
+
+const std::string& Server::model_name() const { return impl_->ctx.model_name; }
+
+}  // namespace kvattn::server

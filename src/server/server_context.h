@@ -1,0 +1,47 @@
+// What the HTTP handlers share: the LLM (read-only from handler threads: tokenizer, config),
+// the options, the engine loop, the metrics, and the source of ids and default seeds.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <random>
+#include <string>
+
+#include "kvattn/engine/llm.h"
+#include "kvattn/server/server.h"
+#include "server/engine_loop.h"
+#include "server/metrics.h"
+#include "server/request_parser.h"
+
+namespace httplib {
+struct Request;
+struct Response;
+}  // namespace httplib
+
+namespace kvattn::server {
+
+struct ServerContext {
+  ServerContext(LLM& llm_, ServerOptions options_, std::string model_name_);
+
+  LLM& llm;
+  const ServerOptions options;
+  const std::string model_name;
+  const int64_t created;  // the server's start (unix seconds): /v1/models
+  ServerMetrics metrics;
+  EngineLoop loop;
+  std::atomic<bool> shutting_down{false};
+
+  uint64_t random();  // thread-safe
+  std::string new_id(const char* prefix);
+
+ private:
+  std::mutex rng_mu_;
+  std::mt19937_64 rng_;
+};
+
+// POST /v1/completions and /v1/chat/completions. Throws ApiError for the error response.
+void handle_completion(ServerContext& ctx, const httplib::Request& req, httplib::Response& res,
+                       Endpoint endpoint);
+
+}  // namespace kvattn::server
