@@ -25,6 +25,8 @@
 #include <vector>
 
 #include "kernels/backend.h"
+#include "kernels/cuda/hopper/prefill_sm90_launch.cuh"
+#include "kernels/cuda/prefill_launch.h"
 #include "kernels/cuda/tuning.h"
 #include "kvattn/kernels/device_faults.h"
 #include "kvattn/kernels/prefill_attention.h"
@@ -220,6 +222,28 @@ double graph_ms(const std::function<void()>& run, int reps) {
 // the kernel benchmarks, so the ceiling comes from the peers script (bench/gpu_prefill_peers.py,
 // torch's matmul) in the same call.
 
+// Alternative Hopper tiles timed beside the library's (prefill_sm90_params.h): head_dim 128
+// with a 2-stage ring (160 KB), head_dim 64 with two consumer warpgroups (128 query rows).
+using AltTile128 = cuda::Sm90PrefillTileConfig<128, 2, 2, 128>;
+using AltTile64 = cuda::Sm90PrefillTileConfig<64, 2, 3, 128>;
+
+void run_alt_tile(const Problem& p, cudaStream_t stream) {
+  const cuda::PrefillParams params = cuda::make_prefill_params(p.args, p.shape);
+  auto go = [&](auto tile) {
+    using Tile = decltype(tile);
+    if (p.shape.paged) {
+      cuda::launch_prefill_sm90_tile<__nv_bfloat16, Tile, true, true>(params, stream);
+    } else {
+      cuda::launch_prefill_sm90_tile<__nv_bfloat16, Tile, true, false>(params, stream);
+    }
+  };
+  if (p.s.d == 128) {
+    go(AltTile128{});
+  } else {
+    go(AltTile64{});
+  }
+}
+
 struct Row {
   std::string shape, variant;
   double ms, tflops, graph_ms, graph_tflops, err;
@@ -271,6 +295,7 @@ int main(int argc, char** argv) {
     };
     const std::vector<Variant> variants = {
         {"default", [&] { call(); }},
+        {"alt_tile", [&] { run_alt_tile(p, g_stream); }},
         {"sm80", [&] {
            cuda::cuda_tuning().prefill_sm90 = 0;
            call();

@@ -1,12 +1,13 @@
 // The Hopper (sm_90a) prefill kernel: FlashAttention-3's structure on TMA, mbarriers and wgmma.
 //
-// Work: one CTA per (query head, sequence, block of 128 query rows); blockIdx.z runs over the
+// Work: one CTA per (query head, sequence, block of kBlockM query rows); blockIdx.z runs over the
 // row blocks from the last (the most causal key tiles) to the first, so the heavy CTAs start
 // first. Heads of one GQA group are neighbours in blockIdx.x and share their K/V tiles in L2.
 // Roles: warpgroup 0 is the producer (one warp issues every TMA load, the registers of the
-// rest are given to the consumers with setmaxnreg); warpgroups 1 and 2 each compute 64 of the
-// 128 rows (prefill_sm90_consumer.cuh) and store them (prefill_sm90_epilogue.cuh). K/V tiles of
-// 128 keys flow through a 2-stage ring of full/empty mbarriers (prefill_sm90_smem.cuh).
+// rest are given to the consumers with setmaxnreg); warpgroups 1.. each compute 64 of the
+// kBlockM rows (prefill_sm90_consumer.cuh) and store them (prefill_sm90_epilogue.cuh). K/V tiles
+// of kBlockN keys flow through a ring of full/empty mbarriers (prefill_sm90_smem.cuh); the tile
+// shapes are in prefill_sm90_params.h.
 // Semantics are those of the sm_80 kernel (prefill_kernel.cuh): bottom-right causal alignment,
 // untrusted lengths and block ids checked and reported through the fault word.
 #pragma once
@@ -23,11 +24,11 @@
 
 namespace kvattn::cuda {
 
-template <typename T, int kHeadDim, bool kCausal, bool kPaged>
-__global__ void __launch_bounds__(Sm90PrefillTile<kHeadDim>::kThreads, 1)
+template <typename T, class Tile, bool kCausal, bool kPaged>
+__global__ void __launch_bounds__(Tile::kThreads, 1)
     prefill_sm90_kernel(const __grid_constant__ PrefillSm90Params sp) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Tile = Sm90PrefillTile<kHeadDim>;
+  constexpr int kHeadDim = Tile::kHeadDim;
   constexpr int BM = Tile::kBlockM;
   constexpr int BN = Tile::kBlockN;
   const PrefillParams& p = sp.base;
@@ -75,7 +76,7 @@ __global__ void __launch_bounds__(Sm90PrefillTile<kHeadDim>::kThreads, 1)
 
   const int warpgroup = threadIdx.x / 128;
   if (warpgroup == 0) {
-    sm90::setmaxnreg_dec<40>();
+    sm90::setmaxnreg_dec<Tile::kProducerRegs>();
     if (threadIdx.x < 32) {
       const sm90::PrefillProducer<Tile, kPaged> producer{
           sp, smem, static_cast<int>(threadIdx.x), h / p.group, k_begin, Lk,
@@ -83,7 +84,7 @@ __global__ void __launch_bounds__(Sm90PrefillTile<kHeadDim>::kThreads, 1)
       producer.run(q_begin + m0, h, n_blocks);
     }
   } else {
-    sm90::setmaxnreg_inc<232>();
+    sm90::setmaxnreg_inc<Tile::kConsumerRegs>();
     const int wg = warpgroup - 1;
     const int row0 = m0 + wg * 64;
     sm90::PrefillConsumer<T, Tile, kCausal> consumer;

@@ -14,10 +14,10 @@
 
 namespace kvattn::cuda {
 
-template <typename T, int kHeadDim, bool kCausal, bool kPaged>
-void launch_prefill_sm90(const PrefillParams& base, cudaStream_t stream) {
-  using Tile = Sm90PrefillTile<kHeadDim>;
-  constexpr uint64_t D = kHeadDim;
+// Launches one tile configuration (Sm90PrefillTileConfig) on the current device.
+template <typename T, class Tile, bool kCausal, bool kPaged>
+void launch_prefill_sm90_tile(const PrefillParams& base, cudaStream_t stream) {
+  constexpr uint64_t D = Tile::kHeadDim;
   constexpr uint64_t kElem = 2;
   PrefillSm90Params sp;
   sp.base = base;
@@ -60,7 +60,7 @@ void launch_prefill_sm90(const PrefillParams& base, cudaStream_t stream) {
                                       {64, 1, Tile::kBlockN});
   }
 
-  auto kernel = prefill_sm90_kernel<T, kHeadDim, kCausal, kPaged>;
+  auto kernel = prefill_sm90_kernel<T, Tile, kCausal, kPaged>;
   constexpr int kSmem = Tile::kSmemAlloc;
   // The dynamic shared-memory limit is raised once per device (bit d of `raised`).
   static std::atomic<uint64_t> raised{0};
@@ -80,6 +80,11 @@ void launch_prefill_sm90(const PrefillParams& base, cudaStream_t stream) {
   err = cudaGetLastError();
   KVATTN_CHECK(err == cudaSuccess, "prefill_attention: sm90 kernel launch failed: ",
                cudaGetErrorString(err));
+}
+
+template <typename T, int kHeadDim, bool kCausal, bool kPaged>
+void launch_prefill_sm90(const PrefillParams& p, cudaStream_t stream) {
+  launch_prefill_sm90_tile<T, Sm90PrefillTile<kHeadDim>, kCausal, kPaged>(p, stream);
 }
 
 }  // namespace kvattn::cuda

@@ -25,18 +25,21 @@ struct PrefillSm90Params {
   int kv_box_rows = 0;  // keys per TMA box (paged: min(block_size, kBlockN); packed: kBlockN)
 };
 
-// One CTA: a producer warpgroup (one warp issues the TMA loads) and two consumer warpgroups,
-// each owning 64 of the kBlockM = 128 query rows of one head. K/V tiles of kBlockN keys stream
-// through a kStages ring. Shared memory: Q [kHeadDim/64][kBlockM][64], then per stage K and V
-// [kHeadDim/64][kBlockN][64], then the mbarriers.
-template <int kHeadDim_>
-struct Sm90PrefillTile {
+// One CTA: a producer warpgroup (one warp issues the TMA loads) and kConsumerWarpgroups
+// consumer warpgroups, each owning 64 of the kBlockM query rows of one head. K/V tiles of
+// kBlockN keys stream through a kStages ring. Shared memory: Q [kHeadDim/64][kBlockM][64], then
+// kStages K and kStages V tiles [kHeadDim/64][kBlockN][64], then the mbarriers. setmaxnreg
+// moves registers from the producer warpgroup to the consumers (the totals fill the 64K file).
+template <int kHeadDim_, int kConsumerWarpgroups_, int kStages_, int kBlockN_>
+struct Sm90PrefillTileConfig {
   static constexpr int kHeadDim = kHeadDim_;
-  static constexpr int kBlockM = 128;
-  static constexpr int kBlockN = 128;
-  static constexpr int kStages = 2;
-  static constexpr int kConsumerWarpgroups = 2;
+  static constexpr int kConsumerWarpgroups = kConsumerWarpgroups_;
+  static constexpr int kBlockM = 64 * kConsumerWarpgroups;
+  static constexpr int kBlockN = kBlockN_;
+  static constexpr int kStages = kStages_;
   static constexpr int kThreads = 128 * (1 + kConsumerWarpgroups);
+  static constexpr int kProducerRegs = kConsumerWarpgroups == 2 ? 40 : 32;
+  static constexpr int kConsumerRegs = kConsumerWarpgroups == 2 ? 232 : 160;
   static constexpr int kColBlocks = kHeadDim / 64;  // 64-element (128-byte) column blocks
   static constexpr int kQBytes = kBlockM * kHeadDim * 2;
   static constexpr int kKVBytes = kBlockN * kHeadDim * 2;  // one K (or V) stage
@@ -44,7 +47,24 @@ struct Sm90PrefillTile {
   static constexpr int kNumBarriers = 1 + 4 * kStages;
   static constexpr int kSmemBytes = kQBytes + 2 * kStages * kKVBytes + kNumBarriers * 8;
   static constexpr int kSmemAlloc = kSmemBytes + 1024;  // room to align the base to 1024 bytes
-  static_assert(kHeadDim % 64 == 0 && kBlockM == 64 * kConsumerWarpgroups);
+  static_assert(kHeadDim % 64 == 0 && kBlockN % 16 == 0 && kBlockN <= 256);
+  static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumerWarpgroups <= 65536);
+  static_assert(kSmemAlloc <= 232448, "more shared memory than an sm_90 CTA may have");
 };
+
+// The tiles the library runs. head_dim 128: 128 x 128 tiles, three stages (224 KB).
+// head_dim 64: 192 query rows (three consumer warpgroups) x 128 keys, three stages.
+template <int kHeadDim>
+struct Sm90PrefillTileFor;
+template <>
+struct Sm90PrefillTileFor<128> {
+  using type = Sm90PrefillTileConfig<128, 2, 3, 128>;
+};
+template <>
+struct Sm90PrefillTileFor<64> {
+  using type = Sm90PrefillTileConfig<64, 3, 3, 128>;
+};
+template <int kHeadDim>
+using Sm90PrefillTile = typename Sm90PrefillTileFor<kHeadDim>::type;
 
 }  // namespace kvattn::cuda

@@ -1,7 +1,7 @@
 // The producer of the Hopper prefill kernel: one warp of the producer warpgroup issues every
 // TMA load of a CTA. Q once; then the K and V tiles from the last key tile to the first (the
-// consumers' order), each into ring stage it % kStages once both consumer warpgroups released
-// that stage. Packed K/V: one box per 64-column block and tile. Paged K/V: lane i loads the
+// consumers' order), each into ring stage it % kStages once every consumer warp released that
+// stage. Packed K/V: one box per 64-column block and tile. Paged K/V: lane i loads the
 // i-th page piece of the tile (kv_box_rows keys), so a tile of 16-key pages is 8 lanes issuing
 // in parallel; a page outside the sequence is not looked up and a bad block id is reported
 // (kFaultBlockOutOfRange): both load as zeros (a block coordinate past the tensor).
@@ -82,23 +82,36 @@ struct PrefillProducer {
         tma_load_3d(s.q + c * Tile::kBlockM * 128, &p.tmap_q, s.q_full, c * 64, h, q_row0);
       }
     }
-    for (int it = 0; it < n_blocks; ++it) {
-      const int n = n_blocks - 1 - it;
-      const int stage = it % Tile::kStages;
-      const uint32_t round = static_cast<uint32_t>(it / Tile::kStages);
-      // The block-table read goes before the waits, so its latency hides behind them.
-      Piece piece{0, 0};
-      if constexpr (kPaged) piece = lookup(n);
-      // Stage reuse: wait until both consumer warpgroups released it in the previous round.
-      if (it >= Tile::kStages) mbar_wait(s.k_empty(stage), (round - 1) & 1);
-      if (lane == 0) mbar_arrive_expect_tx(s.k_full(stage), Tile::kKVBytes);
-      __syncwarp();
-      load_tile(&p.tmap_k, s.k(stage), s.k_full(stage), n, piece);
-      if (it >= Tile::kStages) mbar_wait(s.v_empty(stage), (round - 1) & 1);
-      if (lane == 0) mbar_arrive_expect_tx(s.v_full(stage), Tile::kKVBytes);
-      __syncwarp();
-      load_tile(&p.tmap_v, s.v(stage), s.v_full(stage), n, piece);
+    // K of tile it, then V of tile it - 1: the order the consumers use them in, so a K load
+    // never waits behind the release of a V stage.
+    Piece prev_piece{0, 0};
+    for (int it = 0; it <= n_blocks; ++it) {
+      if (it < n_blocks) {
+        const int n = n_blocks - 1 - it;
+        const int stage = it % Tile::kStages;
+        // The block-table read goes before the wait, so its latency hides behind it.
+        Piece piece{0, 0};
+        if constexpr (kPaged) piece = lookup(n);
+        // Stage reuse: wait until every consumer warp released it in the previous round.
+        if (it >= Tile::kStages) mbar_wait(s.k_empty(stage), (it / Tile::kStages - 1) & 1);
+        if (lane == 0) mbar_arrive_expect_tx(s.k_full(stage), Tile::kKVBytes);
+        __syncwarp();
+        load_tile(&p.tmap_k, s.k(stage), s.k_full(stage), n, piece);
+        if (it > 0) load_v(it - 1, n + 1, prev_piece);
+        prev_piece = piece;
+      } else {
+        load_v(it - 1, 0, prev_piece);
+      }
     }
+  }
+
+  // V of the it-th tile processed (key tile n), into ring stage it % kStages.
+  __device__ __forceinline__ void load_v(int it, int n, Piece piece) const {
+    const int stage = it % Tile::kStages;
+    if (it >= Tile::kStages) mbar_wait(s.v_empty(stage), (it / Tile::kStages - 1) & 1);
+    if (lane == 0) mbar_arrive_expect_tx(s.v_full(stage), Tile::kKVBytes);
+    __syncwarp();
+    load_tile(&p.tmap_v, s.v(stage), s.v_full(stage), n, piece);
   }
 };
 
