@@ -55,3 +55,13 @@ step bench
 timeout 300 build-gpu/bench/gpu_prefill_bench ${BENCH_ARGS:-} >"$OUT/bench.log" 2>&1
 echo "bench rc=$?"
 sed -n '/^shape/,$p' "$OUT/bench.log"
+
+if [ "${NCU:-0}" != 0 ]; then
+  step "ncu (first shape, default kernel)"
+  timeout 240 ncu --clock-control none --kernel-name regex:prefill_sm90 --launch-skip 3 --launch-count 1 \
+    --section SpeedOfLight --section WarpStateStats --section ComputeWorkloadAnalysis \
+    --section MemoryWorkloadAnalysis --section Occupancy \
+    build-gpu/bench/gpu_prefill_bench --quick --reps 3 >"$OUT/ncu.log" 2>&1
+  echo "ncu rc=$?"
+  grep -vE '^\{|^==PROF==' "$OUT/ncu.log" | grep -E "Throughput|Pipe|Stall|stall|Issue|Warp Cycles|Active|Eligible|Executed Ipc|Duration|Registers|Shared Memory|Occupancy|Busy" | head -60
+fi

@@ -10,7 +10,9 @@
 // issues S_i = Q K_i, then O += P_{i-1} V_{i-1}, waits for S_i only and runs tile i's mask and
 // softmax while the P V GEMM is still on the tensor cores; O is rescaled by the new row maxima
 // after that GEMM completes. Registers: S (kBlockN/2 f32), P (kBlockN/4), O (D/2) per thread.
-// The two consumer warpgroups run the same loop on different rows and interleave freely.
+// Ping-pong between the consumer warpgroups (FlashAttention-3's warp scheduling barriers):
+// they take turns to issue their GEMMs, round robin through named barriers, so that one
+// warpgroup's softmax runs while another's GEMMs occupy the tensor cores.
 //
 // Keys past Lk inside the last tile are whatever the page (or the next sequence) holds, maybe
 // NaN: their scores are masked to -inf, and the V rows are zeroed in shared memory before the
@@ -37,6 +39,9 @@ struct PrefillConsumer {
   static constexpr int kDT = D / 8;
   static constexpr int kConsumerThreads = 128 * Tile::kConsumerWarpgroups;
   static constexpr int kTailBarrier = 1;  // named barrier of the consumer warpgroups
+  static constexpr int kTurnBarrier0 = 2;  // + w: warpgroup w's turn to issue GEMMs
+  static constexpr int kWarpgroups = Tile::kConsumerWarpgroups;
+  static_assert(kTurnBarrier0 + kWarpgroups <= 16);
 
   float o[kDT][4];
   RowSoftmax softmax;
@@ -89,6 +94,21 @@ struct PrefillConsumer {
     named_barrier_sync(kTailBarrier, kConsumerThreads);
   }
 
+  // Turn-taking: warpgroup w waits for its turn (barrier 2 + w, completed by the previous
+  // warpgroup's arrival), issues, then hands the turn on. Each warpgroup issues n_blocks + 1
+  // times; the last warpgroup primes barrier 2 once and skips its final hand-over, so every
+  // barrier sees as many arrivals as waits.
+  __device__ __forceinline__ static void take_turn(int wg) {
+    if constexpr (kWarpgroups > 1) named_barrier_sync(kTurnBarrier0 + wg, 256);  // this warpgroup + the arriving one
+  }
+  __device__ __forceinline__ static void pass_turn(int wg, bool final_turn) {
+    if constexpr (kWarpgroups > 1) {
+      if (!(final_turn && wg == kWarpgroups - 1)) {
+        named_barrier_arrive(kTurnBarrier0 + (wg + 1) % kWarpgroups, 256);
+      }
+    }
+  }
+
   // wg: this consumer warpgroup (0 or 1); row0: its first query row within the sequence.
   __device__ __forceinline__ void run(const PrefillSm90Params& p, const PrefillSmem<Tile>& s,
                                       int wg, int row0, int Lk, int causal_offset, int n_blocks) {
@@ -116,6 +136,9 @@ struct PrefillConsumer {
     const int tail_valid = Lk - (n_blocks - 1) * BN;
     const bool zero_tail = tail_valid < BN;
 
+    if constexpr (kWarpgroups > 1) {
+      if (wg == kWarpgroups - 1) named_barrier_arrive(kTurnBarrier0, 256);
+    }
     mbar_wait(s.q_full, 0);
     const uint32_t q_rows = s.q + wg * 64 * 128;  // this warpgroup's rows of column block 0
 
@@ -124,8 +147,10 @@ struct PrefillConsumer {
     float corr[2];
     // Tile 0 (ring stage 0, round 0): S, softmax, P.
     mbar_wait(s.k_full(0), 0);
+    take_turn(wg);
     wgmma_fence();
     issue_qk(s, q_rows, 0, sc);
+    pass_turn(wg, false);
     wgmma_wait<0>();
     fence_operands(sc);
     if (lane == 0) mbar_arrive(s.k_empty(0));
@@ -138,11 +163,13 @@ struct PrefillConsumer {
       const int stage = it % Tile::kStages;
       const int prev = (it - 1) % Tile::kStages;
       mbar_wait(s.k_full(stage), static_cast<uint32_t>(it / Tile::kStages) & 1);
-      wgmma_fence();
-      issue_qk(s, q_rows, stage, sc);
       mbar_wait(s.v_full(prev), static_cast<uint32_t>((it - 1) / Tile::kStages) & 1);
       if (it == 1 && zero_tail) zero_v_tail(s, prev, tail_valid);
+      take_turn(wg);
+      wgmma_fence();
+      issue_qk(s, q_rows, stage, sc);
       issue_pv(s, prev, pa);
+      pass_turn(wg, false);
       wgmma_wait<1>();  // S_it is done; P_{it-1} V_{it-1} may still run
       fence_operands(sc);
       if (lane == 0) mbar_arrive(s.k_empty(stage));
@@ -158,8 +185,10 @@ struct PrefillConsumer {
     const int last = (n_blocks - 1) % Tile::kStages;
     mbar_wait(s.v_full(last), static_cast<uint32_t>((n_blocks - 1) / Tile::kStages) & 1);
     if (n_blocks == 1 && zero_tail) zero_v_tail(s, last, tail_valid);
+    take_turn(wg);
     wgmma_fence();
     issue_pv(s, last, pa);
+    pass_turn(wg, true);
     wgmma_wait<0>();
     fence_operands(o);
     if (lane == 0) mbar_arrive(s.v_empty(last));

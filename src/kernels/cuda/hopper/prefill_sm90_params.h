@@ -52,13 +52,14 @@ struct Sm90PrefillTileConfig {
   static_assert(kSmemAlloc <= 232448, "more shared memory than an sm_90 CTA may have");
 };
 
-// The tiles the library runs. head_dim 128: 128 x 128 tiles, three stages (224 KB).
-// head_dim 64: 192 query rows (three consumer warpgroups) x 128 keys, three stages.
+// The tiles the library runs (docs/perf/NOTES.md, Hopper prefill). head_dim 128: 128 x 128
+// tiles, two stages (160 KB; three ran 2% slower). head_dim 64: 192 query rows (three consumer
+// warpgroups) x 128 keys, three stages (+14% over 128 rows).
 template <int kHeadDim>
 struct Sm90PrefillTileFor;
 template <>
 struct Sm90PrefillTileFor<128> {
-  using type = Sm90PrefillTileConfig<128, 2, 3, 128>;
+  using type = Sm90PrefillTileConfig<128, 2, 2, 128>;
 };
 template <>
 struct Sm90PrefillTileFor<64> {

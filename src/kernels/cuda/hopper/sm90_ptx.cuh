@@ -108,6 +108,11 @@ __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
+// Arrives at named barrier `id` without waiting (the producer side of a turn hand-over).
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 // ---- shared-memory matrix descriptors (128-byte swizzle) ----
 // K-major operand (rows of 64 elements along K, 8-row atoms 1024 bytes apart): `addr` is the
 // first row's piece holding the 16 K-elements of this instruction (a column block's base plus
