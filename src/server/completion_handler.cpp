@@ -28,18 +28,20 @@ std::vector<StreamEvent> wait_events(RequestStream& s) {
 }
 
 void respond_whole(RequestStream& stream, std::vector<StreamEvent> evs,
-                   const ResponseMeta& meta, size_t num_choices, httplib::Response& res) {
+                   const ResponseMeta& meta, size_t num_choices, bool with_token_ids,
+                   httplib::Response& res) {
   std::vector<ChoiceResult> choices(num_choices);
   for (;;) {
     for (StreamEvent& e : evs) {
       if (e.kind == Kind::kToken) {
         choices.at(e.choice).text += e.text;
+        if (e.token >= 0) choices.at(e.choice).token_ids.push_back(e.token);
       } else if (e.kind == Kind::kChoiceEnd) {
         choices.at(e.choice).finish_reason = e.finish_reason;
       } else if (e.kind == Kind::kError) {
         throw *e.error;
       } else if (e.kind == Kind::kDone) {
-        res.set_content(dump(full_response(meta, choices, e.usage)), "application/json");
+        res.set_content(dump(full_response(meta, choices, e.usage, with_token_ids)), "application/json");
         return;
       }
     }
@@ -56,6 +58,7 @@ struct SseState {
   ResponseMeta meta;
   size_t num_choices = 0;
   bool include_usage = false;
+  bool token_ids = false;  // return_token_ids
   bool opened = false;
   bool done = false;
 };
@@ -78,7 +81,13 @@ bool write_sse(SseState& st, httplib::DataSink& sink) {
   for (const StreamEvent& e : evs) {
     switch (e.kind) {
       case Kind::kToken:
-        out += sse(stream_chunk(st.meta, e.choice, e.text, std::nullopt, st.include_usage));
+        if (st.token_ids) {
+          std::vector<int32_t> ids;
+          if (e.token >= 0) ids.push_back(e.token);
+          out += sse(stream_chunk(st.meta, e.choice, e.text, std::nullopt, st.include_usage, &ids));
+        } else if (!e.text.empty()) {
+          out += sse(stream_chunk(st.meta, e.choice, e.text, std::nullopt, st.include_usage));
+        }
         break;
       case Kind::kChoiceEnd:
         out += sse(stream_chunk(st.meta, e.choice, "", e.finish_reason, st.include_usage));
@@ -129,7 +138,7 @@ void handle_completion(ServerContext& ctx, const httplib::Request& req, httplib:
   meta.model = ctx.model_name;
   meta.created = static_cast<int64_t>(std::time(nullptr));
   if (!pr.stream) {
-    respond_whole(*stream, std::move(evs), meta, num_choices, res);
+    respond_whole(*stream, std::move(evs), meta, num_choices, pr.return_token_ids, res);
     return;
   }
   auto st = std::make_shared<SseState>();
@@ -139,12 +148,15 @@ void handle_completion(ServerContext& ctx, const httplib::Request& req, httplib:
   st->meta = meta;
   st->num_choices = num_choices;
   st->include_usage = pr.include_usage;
+  st->token_ids = pr.return_token_ids;
   res.set_header("Cache-Control", "no-cache");
+  ++ctx.open_streams;
   res.set_chunked_content_provider(
       "text/event-stream",
       [st](size_t, httplib::DataSink& sink) { return write_sse(*st, sink); },
       [st](bool) {
         if (!st->done) st->ctx->loop.cancel(st->stream);  // the server stopped mid-stream
+        --st->ctx->open_streams;
       });
 }
 

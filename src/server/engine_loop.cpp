@@ -179,14 +179,16 @@ void EngineLoop::on_token(const TokenEvent& e) {
   }
   StreamEvent ev;
   ev.choice = l.choice_base + e.sample;
-  if (!e.text.empty()) {  // empty: text held back (half a character, a possible stop)
+  if (e.token >= 0 || !e.text.empty()) {
     ev.kind = StreamEvent::Kind::kToken;
     ev.text = std::string(e.text);
+    ev.token = e.token;
     l.job->stream->push(ev);
   }
   if (e.finished) {
     ev.kind = StreamEvent::Kind::kChoiceEnd;
     ev.text.clear();
+    ev.token = -1;
     ev.finish_reason = e.finish_reason;
     metrics_.request_finished(e.finish_reason);
     l.job->stream->push(std::move(ev));

@@ -25,7 +25,7 @@ Json usage_json(const Usage& u) {
 }
 
 Json full_response(const ResponseMeta& m, const std::vector<ChoiceResult>& choices,
-                   const Usage& u) {
+                   const Usage& u, bool with_token_ids) {
   Json r = head(m, chat(m) ? "chat.completion" : "text_completion");
   Json list = Json::array();
   for (size_t i = 0; i < choices.size(); ++i) {
@@ -35,6 +35,7 @@ Json full_response(const ResponseMeta& m, const std::vector<ChoiceResult>& choic
     } else {
       c["text"] = choices[i].text;
     }
+    if (with_token_ids) c["token_ids"] = choices[i].token_ids;
     c["logprobs"] = nullptr;
     c["finish_reason"] = finish_reason_name(choices[i].finish_reason);
     list.push_back(std::move(c));
@@ -45,7 +46,8 @@ Json full_response(const ResponseMeta& m, const std::vector<ChoiceResult>& choic
 }
 
 Json stream_chunk(const ResponseMeta& m, uint32_t choice, const std::string& text,
-                  std::optional<FinishReason> finish, bool include_usage) {
+                  std::optional<FinishReason> finish, bool include_usage,
+                  const std::vector<int32_t>* token_ids) {
   Json r = head(m, chat(m) ? "chat.completion.chunk" : "text_completion");
   Json c = {{"index", choice}};
   if (chat(m)) {
@@ -53,6 +55,7 @@ Json stream_chunk(const ResponseMeta& m, uint32_t choice, const std::string& tex
   } else {
     c["text"] = text;
   }
+  if (token_ids != nullptr) c["token_ids"] = *token_ids;
   c["logprobs"] = nullptr;
   c["finish_reason"] = finish ? Json(finish_reason_name(*finish)) : Json(nullptr);
   r["choices"] = Json::array({std::move(c)});

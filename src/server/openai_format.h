@@ -24,18 +24,22 @@ struct ResponseMeta {
 
 struct ChoiceResult {
   std::string text;
+  std::vector<int32_t> token_ids;
   FinishReason finish_reason = FinishReason::kLength;
 };
 
 nlohmann::json usage_json(const Usage& u);
+// with_token_ids: each choice also carries "token_ids" (vLLM's return_token_ids).
 nlohmann::json full_response(const ResponseMeta& m, const std::vector<ChoiceResult>& choices,
-                             const Usage& u);
+                             const Usage& u, bool with_token_ids);
 // One streamed chunk for one choice: text (chat: the delta's content) and, on its last chunk,
 // the finish reason. Chat streams open each choice with a role chunk (delta {"role":
 // "assistant", "content": ""}). include_usage adds "usage": null, as OpenAI does on every
 // chunk but the final usage chunk.
+// token_ids: non-null adds "token_ids" to the choice.
 nlohmann::json stream_chunk(const ResponseMeta& m, uint32_t choice, const std::string& text,
-                            std::optional<FinishReason> finish, bool include_usage);
+                            std::optional<FinishReason> finish, bool include_usage,
+                            const std::vector<int32_t>* token_ids = nullptr);
 nlohmann::json role_chunk(const ResponseMeta& m, uint32_t choice, bool include_usage);
 // The last chunk with stream_options.include_usage: no choices, the usage.
 nlohmann::json usage_chunk(const ResponseMeta& m, const Usage& u);

@@ -231,6 +231,7 @@ ParsedRequest parse_request(std::string_view body, Endpoint endpoint) {
   r.endpoint = endpoint;
   const bool chat = endpoint == Endpoint::kChat;
   SamplingParams& p = r.params;
+  p.temperature = 1.0f;          // OpenAI's default (kvattn's own default is greedy)
   p.max_tokens = chat ? 0 : 16;  // chat: up to the context (prompt_builder), completions: 16
   bool have_prompt = false;
   int64_t best_of = 0;
@@ -277,6 +278,8 @@ ParsedRequest parse_request(std::string_view body, Endpoint endpoint) {
       }
     } else if (key == "ignore_eos") {
       p.ignore_eos = get_bool(v, k);
+    } else if (key == "return_token_ids") {
+      r.return_token_ids = get_bool(v, k);
     } else if (key == "skip_special_tokens") {
       p.skip_special_tokens = get_bool(v, k);
     } else if (key == "user") {

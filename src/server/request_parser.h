@@ -5,8 +5,9 @@
 // Accepted fields (OpenAI's names; null means "not given"):
 //   both:        model, max_tokens, temperature [0, 2], top_p (0, 1], top_k (-1 or 0: off),
 //                min_p [0, 1], seed (integer), stop (string or list of up to 16), n [1, 128],
-//                stream, stream_options.include_usage, user (ignored), ignore_eos and
-//                skip_special_tokens (vLLM's extensions);
+//                stream, stream_options.include_usage, user (ignored), and vLLM's
+//                extensions ignore_eos, skip_special_tokens and return_token_ids (each choice,
+//                or chunk, also carries the generated ids as "token_ids");
 //                presence_penalty / frequency_penalty only at 0, logit_bias only empty,
 //                logprobs only false / 0 (kvattn does not return logprobs);
 //   completions: prompt (string, list of strings, token ids, or list of token-id lists),
@@ -14,6 +15,7 @@
 //   chat:        messages (system / developer / user / assistant; content a string or a list
 //                of {"type": "text", "text": ...} parts), max_completion_tokens,
 //                top_logprobs (0), response_format {"type": "text"}.
+// Defaults are OpenAI's: temperature 1, max_tokens 16 (completions) or up to the context (chat).
 // Any other field is an error ("unknown parameter"), so a typo never silently changes nothing.
 #pragma once
 
@@ -41,6 +43,7 @@ struct ParsedRequest {
   bool seed_given = false;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
+  bool return_token_ids = false;
 };
 
 // Limits on untrusted bodies (beyond them: 400).

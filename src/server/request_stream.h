@@ -28,7 +28,8 @@ struct StreamEvent {
   enum class Kind { kAccepted, kToken, kChoiceEnd, kDone, kError };
   Kind kind = Kind::kToken;
   uint32_t choice = 0;  // kToken, kChoiceEnd: the OpenAI choice index
-  std::string text;     // kToken
+  std::string text;     // kToken (may be empty: held back)
+  int32_t token = -1;   // kToken: the generated id
   FinishReason finish_reason = FinishReason::kLength;  // kChoiceEnd
   Usage usage;                                         // kDone
   std::optional<ApiError> error;                       // kError

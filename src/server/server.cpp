@@ -3,10 +3,12 @@
 #include "kvattn/server/server.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <chrono>
 #include <ctime>
 #include <exception>
+#include <thread>
 
 #include "kvattn/core/error.h"
 #include "server/api_error.h"
@@ -17,6 +19,13 @@ namespace kvattn::server {
 namespace {
 
 using Json = nlohmann::json;
+
+// httplib 0.11 listens with a backlog of 5: a burst of clients (32 streams connecting at once)
+// overflows it and some connections fail. listen() again on the bound socket raises it.
+class HttpServer : public httplib::Server {
+ public:
+  void raise_backlog(int n) { ::listen(svr_sock_, n); }
+};
 
 void send_error(httplib::Response& res, const ApiError& e) {
   res.status = e.status();
@@ -67,7 +76,7 @@ struct Server::Impl {
   Impl(LLM& llm, ServerOptions o)
       : ctx(llm, o, o.model_name.empty() ? std::string("kvattn") : o.model_name) {}
   ServerContext ctx;
-  httplib::Server http;
+  HttpServer http;
   std::mutex stop_mu;
   bool stopped = false;
 };
@@ -151,6 +160,7 @@ int Server::bind() {
   }
   KVATTN_CHECK(port > 0, "serve: cannot listen on ", o.host, ":", o.port,
                " (address in use, or not a local address)");
+  impl_->http.raise_backlog(SOMAXCONN);
   return port;
 }
 
@@ -165,6 +175,12 @@ void Server::shutdown() {
   // The engine first: every open stream gets its last event, so no handler is left waiting
   // when the HTTP server joins its threads.
   ctx.loop.shutdown(std::chrono::duration<double>(ctx.options.drain_seconds));
+  // Let the streams write their last event before httplib stops calling their providers
+  // (bounded: a client that does not read cannot hold the shutdown).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (ctx.open_streams > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
   impl_->http.stop();
 }
 

@@ -31,6 +31,7 @@ struct ServerContext {
   ServerMetrics metrics;
   EngineLoop loop;
   std::atomic<bool> shutting_down{false};
+  std::atomic<int> open_streams{0};  // SSE responses still being written
 
   uint64_t random();  // thread-safe
   std::string new_id(const char* prefix);

@@ -1,0 +1,219 @@
+// The request parser on its own: every accepted field lands in ParsedRequest, every bad field
+// is a 400 ApiError naming it, and random malformed bodies (truncations, wrong types, huge
+// numbers, invalid UTF-8, deep nesting, random bytes) only ever produce ApiError.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+
+#include "server/api_error.h"
+#include "server/request_parser.h"
+
+namespace kvattn::server {
+namespace {
+
+using Json = nlohmann::json;
+
+ParsedRequest parse(const std::string& body, Endpoint e = Endpoint::kCompletions) {
+  return parse_request(body, e);
+}
+
+// The ApiError a body raises (fails the test when it parses).
+ApiError error_of(const std::string& body, Endpoint e = Endpoint::kCompletions) {
+  try {
+    parse_request(body, e);
+  } catch (const ApiError& err) {
+    return err;
+  }
+  ADD_FAILURE() << "expected an error for " << body;
+  return ApiError(0, "");
+}
+
+TEST(RequestParser, CompletionFields) {
+  const ParsedRequest r = parse(R"({"model": "m", "prompt": "hi", "max_tokens": 7,
+      "temperature": 0.5, "top_p": 0.9, "top_k": 40, "min_p": 0.1, "seed": -3,
+      "stop": ["a", "bc"], "n": 2, "stream": true, "stream_options": {"include_usage": true},
+      "ignore_eos": true, "user": "u", "presence_penalty": 0, "logprobs": null, "echo": false,
+      "best_of": 2})");
+  EXPECT_EQ(r.model, "m");
+  ASSERT_EQ(r.text_prompts.size(), 1u);
+  EXPECT_EQ(r.text_prompts[0], "hi");
+  EXPECT_TRUE(r.id_prompts.empty());
+  EXPECT_EQ(r.params.max_tokens, 7);
+  EXPECT_TRUE(r.max_tokens_given);
+  EXPECT_FLOAT_EQ(r.params.temperature, 0.5f);
+  EXPECT_FLOAT_EQ(r.params.top_p, 0.9f);
+  EXPECT_EQ(r.params.top_k, 40);
+  EXPECT_FLOAT_EQ(r.params.min_p, 0.1f);
+  EXPECT_EQ(r.params.seed, static_cast<uint64_t>(int64_t{-3}));
+  EXPECT_TRUE(r.seed_given);
+  EXPECT_EQ(r.params.stop, (std::vector<std::string>{"a", "bc"}));
+  EXPECT_EQ(r.params.n, 2);
+  EXPECT_TRUE(r.stream);
+  EXPECT_TRUE(r.include_usage);
+  EXPECT_TRUE(r.params.ignore_eos);
+}
+
+TEST(RequestParser, Defaults) {
+  const ParsedRequest r = parse(R"({"prompt": [1, 2, 3]})");
+  EXPECT_EQ(r.id_prompts, (std::vector<std::vector<int32_t>>{{1, 2, 3}}));
+  EXPECT_EQ(r.params.max_tokens, 16);  // OpenAI's completions default
+  EXPECT_FALSE(r.max_tokens_given);
+  EXPECT_FLOAT_EQ(r.params.temperature, 1.0f);
+  EXPECT_FALSE(r.seed_given);
+  EXPECT_FALSE(r.stream);
+  EXPECT_EQ(r.params.n, 1);
+  EXPECT_EQ(parse(R"({"prompt": "x", "top_k": -1})").params.top_k, 0);
+}
+
+TEST(RequestParser, PromptForms) {
+  EXPECT_EQ(parse(R"({"prompt": ["a", "b"]})").text_prompts.size(), 2u);
+  EXPECT_EQ(parse(R"({"prompt": [[1], [2, 3]]})").id_prompts,
+            (std::vector<std::vector<int32_t>>{{1}, {2, 3}}));
+  EXPECT_EQ(error_of(R"({"prompt": []})").param(), "prompt");
+  EXPECT_EQ(error_of(R"({"prompt": ["a", [1]]})").param(), "prompt");
+  EXPECT_EQ(error_of(R"({"prompt": [1, "a"]})").param(), "prompt");
+  EXPECT_EQ(error_of(R"({"prompt": [-1]})").param(), "prompt");
+  EXPECT_EQ(error_of(R"({"prompt": [4294967296]})").param(), "prompt");
+  EXPECT_EQ(error_of(R"({"prompt": [1.5]})").param(), "prompt");
+  EXPECT_EQ(error_of(R"({"prompt": 5})").param(), "prompt");
+  EXPECT_EQ(error_of(R"({"prompt": [[]]})").param(), "prompt");
+  std::string many = R"({"prompt": [)";
+  for (int i = 0; i < 65; ++i) many += std::string(i ? "," : "") + "\"p\"";
+  EXPECT_EQ(error_of(many + "]}").param(), "prompt");
+  EXPECT_EQ(error_of(R"({"max_tokens": 3})").code(), "missing_required_parameter");
+}
+
+TEST(RequestParser, ChatMessages) {
+  const ParsedRequest r = parse(R"({"messages": [
+      {"role": "developer", "content": "be brief"},
+      {"role": "user", "content": [{"type": "text", "text": "hel"}, {"type": "text", "text": "lo"}]},
+      {"role": "assistant", "content": null, "name": "bot"},
+      {"role": "user", "content": "again"}], "max_completion_tokens": 5})",
+                                Endpoint::kChat);
+  ASSERT_EQ(r.messages.size(), 4u);
+  EXPECT_EQ(r.messages[0].role, "system");
+  EXPECT_EQ(r.messages[1].content, "hello");
+  EXPECT_EQ(r.messages[2].content, "");
+  EXPECT_EQ(r.params.max_tokens, 5);
+  EXPECT_EQ(r.params.max_tokens, 5);
+  for (const char* bad : {R"({"messages": []})", R"({"messages": "hi"})",
+                          R"({"messages": [{"role": "tool", "content": "x"}]})",
+                          R"({"messages": [{"role": "user"}]})",
+                          R"({"messages": [{"content": "x"}]})",
+                          R"({"messages": [{"role": "user", "content": 3}]})",
+                          R"({"messages": [{"role": "user", "content": null}]})",
+                          R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})",
+                          R"({"messages": [{"role": "user", "content": "x", "tool_calls": []}]})",
+                          R"({"messages": [7]})"}) {
+    const ApiError e = error_of(bad, Endpoint::kChat);
+    EXPECT_EQ(e.status(), 400) << bad;
+    EXPECT_EQ(e.param(), "messages") << bad;
+  }
+  // Fields of the other endpoint are unknown here.
+  EXPECT_EQ(error_of(R"({"messages": [{"role": "user", "content": "x"}], "prompt": "p"})",
+                     Endpoint::kChat)
+                .code(),
+            "unknown_parameter");
+  EXPECT_EQ(error_of(R"({"prompt": "p", "messages": []})").code(), "unknown_parameter");
+}
+
+TEST(RequestParser, BadValuesNameTheirParameter) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"("max_tokens": 0)", "max_tokens"},
+      {R"("max_tokens": "5")", "max_tokens"},
+      {R"("max_tokens": 1e300)", "max_tokens"},
+      {R"("max_tokens": 99999999999999999999999)", "max_tokens"},
+      {R"("temperature": 2.5)", "temperature"},
+      {R"("temperature": -0.1)", "temperature"},
+      {R"("temperature": "hot")", "temperature"},
+      {R"("top_p": 0)", "top_p"},
+      {R"("top_p": 1.01)", "top_p"},
+      {R"("top_k": -2)", "top_k"},
+      {R"("min_p": 2)", "min_p"},
+      {R"("seed": 1.5)", "seed"},
+      {R"("seed": 18446744073709551615)", "seed"},
+      {R"("n": 0)", "n"},
+      {R"("n": 129)", "n"},
+      {R"("stop": 3)", "stop"},
+      {R"("stop": [""])", "stop"},
+      {R"("stop": ["a", 1])", "stop"},
+      {R"("stream": "yes")", "stream"},
+      {R"("stream_options": {"include_usage": true})", "stream_options"},
+      {R"("stream": true, "stream_options": {"bogus": true})", "stream_options"},
+      {R"("ignore_eos": 1)", "ignore_eos"},
+      {R"("presence_penalty": 0.5)", "presence_penalty"},
+      {R"("logprobs": 3)", "logprobs"},
+      {R"("echo": true)", "echo"},
+      {R"("best_of": 3)", "best_of"},
+      {R"("suffix": "x")", "suffix"},
+      {R"("logit_bias": {"1": 5})", "logit_bias"},
+      {R"("frobnicate": 1)", "frobnicate"},
+      {R"("model": 5)", "model"},
+  };
+  for (const auto& [field, param] : cases) {
+    const std::string body = R"({"prompt": "x", )" + field + "}";
+    const ApiError e = error_of(body);
+    EXPECT_EQ(e.status(), 400) << body;
+    EXPECT_EQ(e.param(), param) << body;
+    EXPECT_NE(std::string(e.what()).find(param), std::string::npos) << e.what();
+    const Json j = e.to_json();
+    EXPECT_EQ(j["error"]["type"], "invalid_request_error");
+    EXPECT_EQ(j["error"]["param"], param);
+  }
+}
+
+TEST(RequestParser, MalformedJson) {
+  for (const std::string body :
+       {std::string(""), std::string("{"), std::string("[1, 2]"), std::string("null"),
+        std::string("{\"prompt\": \"a\xff\"}"), std::string("{\"prompt\": \"\\ud800\"}"),
+        std::string(100000, '['), std::string("{\"prompt\": \"x\"} trailing")}) {
+    const ApiError e = error_of(body);
+    EXPECT_EQ(e.status(), 400);
+    EXPECT_EQ(e.code(), "invalid_json") << body.substr(0, 40);
+  }
+}
+
+// Random damage to valid bodies: the parser returns or throws ApiError, nothing else.
+TEST(RequestParser, RandomMalformedBodiesOnlyRaiseApiError) {
+  const std::vector<std::string> valid = {
+      R"({"model": "m", "prompt": "hello", "max_tokens": 5, "temperature": 0.7, "stop": ["x"], "n": 2})",
+      R"({"prompt": [[1, 2], [3]], "stream": true, "stream_options": {"include_usage": true}})",
+      R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}], "seed": 4})",
+  };
+  const std::vector<std::string> junk = {"\xff", "\xc3", "\xed\xa0\x80", "1e999", "-", "null",
+                                         "\"", "{", "]", "99999999999999999999999", "\\u0000",
+                                         "true", "[[[[[[[[", "\x00"};
+  std::mt19937_64 rng(1234);
+  int accepted = 0, rejected = 0;
+  for (int i = 0; i < 20000; ++i) {
+    std::string body = valid[rng() % valid.size()];
+    const int edits = 1 + static_cast<int>(rng() % 4);
+    for (int k = 0; k < edits && !body.empty(); ++k) {
+      const size_t at = rng() % body.size();
+      switch (rng() % 5) {
+        case 0: body.resize(at); break;                                   // truncate
+        case 1: body[at] = static_cast<char>(rng() & 0xff); break;        // flip a byte
+        case 2: body.insert(at, junk[rng() % junk.size()]); break;        // insert junk
+        case 3: body.erase(at, 1 + rng() % 8); break;                     // delete
+        default: body.insert(at, body.substr(at, rng() % 16)); break;     // duplicate
+      }
+    }
+    const Endpoint e = body.find("messages") != std::string::npos ? Endpoint::kChat
+                                                                  : Endpoint::kCompletions;
+    try {
+      (void)parse_request(body, e);
+      ++accepted;
+    } catch (const ApiError& err) {
+      ++rejected;
+      EXPECT_EQ(err.status(), 400);
+      EXPECT_FALSE(std::string(err.what()).empty());
+    }
+  }
+  EXPECT_GT(rejected, 10000);
+  EXPECT_GT(accepted, 0);  // some edits keep a valid body (e.g. a changed letter in a string)
+}
+
+}  // namespace
+}  // namespace kvattn::server

@@ -1,0 +1,485 @@
+// The HTTP server in-process on the tiny Qwen3 checkpoint (no tokenizer: token-id prompts,
+// return_token_ids to read the output), driven by cpp-httplib's client:
+//  - greedy output, streamed and not, equals LLM::generate on its own engine;
+//  - 32 concurrent streaming clients each get what they get alone, and every block is free;
+//  - a client that disconnects after 3 tokens is aborted and its blocks freed;
+//  - every error status (400, 401, 404, 503) with OpenAI's error body; 1,000 random malformed
+//    bodies never crash the server or leak a block;
+//  - shutdown mid-stream ends the stream with an error chunk and leaves the pool idle.
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kvattn/engine/llm.h"
+#include "kvattn/engine/weights.h"
+#include "kvattn/server/server.h"
+
+namespace kvattn::server {
+namespace {
+
+using Json = nlohmann::json;
+using Ids = std::vector<int32_t>;
+constexpr int64_t kBlockBytes = 32768;  // tiny_qwen3: 16 tokens x 2 layers x K,V x 2 x 64 f32
+
+std::unique_ptr<LLM> tiny_llm(int64_t max_num_seqs = 64, int64_t blocks = 512) {
+  LLMOptions o;
+  o.kv_cache_bytes = blocks * kBlockBytes;
+  o.max_num_seqs = max_num_seqs;
+  o.max_num_batched_tokens = 256;
+  o.num_threads = 1;
+  return std::make_unique<LLM>(
+      load_hf_model(std::string(KVATTN_SOURCE_DIR) + "/tests/data/tiny_qwen3"), std::nullopt, o);
+}
+
+Ids random_prompt(std::mt19937_64& rng, size_t n) {
+  std::uniform_int_distribution<int32_t> d(3, 319);
+  Ids p(n);
+  for (auto& t : p) t = d(rng);
+  return p;
+}
+
+// A server on a free port, run() on its own thread.
+class Running {
+ public:
+  explicit Running(ServerOptions o = {}, int64_t max_num_seqs = 64) : llm_(tiny_llm(max_num_seqs)) {
+    o.port = 0;
+    o.model_name = "tiny";
+    o.http_threads = 64;
+    srv_ = std::make_unique<Server>(*llm_, o);
+    port_ = srv_->bind();
+    thread_ = std::thread([this] { srv_->run(); });
+  }
+  ~Running() { stop(); }
+  // Shuts down; the pool must be idle afterwards.
+  void stop() {
+    if (!thread_.joinable()) return;
+    srv_->shutdown();
+    thread_.join();
+    llm_->check_kv_cache_idle();
+  }
+  httplib::Client client() const {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_read_timeout(60, 0);
+    return c;
+  }
+  Server& server() { return *srv_; }
+
+ private:
+  std::unique_ptr<LLM> llm_;
+  std::unique_ptr<Server> srv_;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+Json completion_body(const Ids& prompt, int max_tokens, bool stream) {
+  return {{"model", "tiny"},      {"prompt", prompt},         {"max_tokens", max_tokens},
+          {"temperature", 0},     {"ignore_eos", true},       {"stream", stream},
+          {"return_token_ids", true}};
+}
+
+// The "data: " payloads of an SSE body, in order.
+std::vector<std::string> sse_data(const std::string& body) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while ((pos = body.find("data: ", pos)) != std::string::npos) {
+    const size_t end = body.find("\n\n", pos);
+    out.push_back(body.substr(pos + 6, end - pos - 6));
+    pos = end;
+  }
+  return out;
+}
+
+// Concatenated token_ids per choice of a streamed body (checks the stream's shape).
+std::vector<Ids> streamed_ids(const std::string& body, size_t choices) {
+  std::vector<Ids> ids(choices);
+  const auto data = sse_data(body);
+  EXPECT_FALSE(data.empty());
+  if (data.empty()) return ids;
+  EXPECT_EQ(data.back(), "[DONE]");
+  for (size_t i = 0; i + 1 < data.size(); ++i) {
+    const Json c = Json::parse(data[i]);
+    EXPECT_EQ(c["object"], "text_completion");
+    EXPECT_FALSE(c.contains("error")) << data[i];
+    for (const Json& ch : c["choices"]) {
+      if (!ch.contains("token_ids")) continue;  // the finish chunk
+      for (const Json& t : ch["token_ids"]) {
+        ids.at(ch["index"].get<size_t>()).push_back(t.get<int32_t>());
+      }
+    }
+  }
+  return ids;
+}
+
+Json metrics_of(Running& s) {
+  auto c = s.client();
+  auto r = c.Get("/metrics");
+  EXPECT_TRUE(r);
+  Json m = Json::object();
+  if (!r) return m;
+  std::istringstream in(r->body);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    const size_t sp = line.rfind(' ');
+    m[line.substr(0, sp)] = std::stod(line.substr(sp + 1));
+  }
+  return m;
+}
+
+// Waits (up to 10 s) until /metrics shows no sequence and no used block.
+bool pool_idle(Running& s) {
+  for (int i = 0; i < 1000; ++i) {
+    const Json m = metrics_of(s);
+    if (m["kvattn_kv_cache_blocks_used"] == 0 && m["kvattn_num_requests_running"] == 0 &&
+        m["kvattn_num_requests_waiting"] == 0) {
+      return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+void expect_error(const httplib::Result& r, int status, const std::string& param = "") {
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, status) << r->body;
+  const Json j = Json::parse(r->body, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << r->body;
+  ASSERT_TRUE(j.contains("error")) << r->body;
+  const Json& e = j["error"];
+  EXPECT_TRUE(e["message"].is_string() && !e["message"].get<std::string>().empty());
+  EXPECT_TRUE(e["type"].is_string());
+  EXPECT_TRUE(e.contains("param") && e.contains("code"));
+  if (!param.empty()) EXPECT_EQ(e["param"], param) << r->body;
+}
+
+TEST(Server, GreedyMatchesGenerateStreamedAndNot) {
+  std::mt19937_64 rng(1);
+  const Ids prompt = random_prompt(rng, 37);
+  SamplingParams sp;
+  sp.max_tokens = 20;
+  sp.ignore_eos = true;
+  const Ids expect = tiny_llm()->generate({prompt}, sp)[0].token_ids;
+  ASSERT_EQ(expect.size(), 20u);
+
+  Running s;
+  auto c = s.client();
+  auto r = c.Post("/v1/completions", completion_body(prompt, 20, false).dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const Json j = Json::parse(r->body);
+  EXPECT_EQ(j["object"], "text_completion");
+  EXPECT_EQ(j["model"], "tiny");
+  ASSERT_EQ(j["choices"].size(), 1u);
+  EXPECT_EQ(j["choices"][0]["token_ids"].get<Ids>(), expect);
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(j["usage"]["prompt_tokens"], 37);
+  EXPECT_EQ(j["usage"]["completion_tokens"], 20);
+  EXPECT_EQ(j["usage"]["total_tokens"], 57);
+
+  auto st = c.Post("/v1/completions", completion_body(prompt, 20, true).dump(), "application/json");
+  ASSERT_TRUE(st);
+  ASSERT_EQ(st->status, 200);
+  EXPECT_EQ(st->get_header_value("Content-Type"), "text/event-stream");
+  EXPECT_EQ(streamed_ids(st->body, 1)[0], expect);
+  // The repeated prompt hit the prefix cache: 32 of its 37 tokens (two full blocks).
+  Json again = completion_body(prompt, 2, false);
+  auto hit = c.Post("/v1/completions", again.dump(), "application/json");
+  ASSERT_TRUE(hit);
+  EXPECT_EQ(Json::parse(hit->body)["usage"]["prompt_tokens_details"]["cached_tokens"], 32);
+  s.stop();
+}
+
+TEST(Server, ParallelSamplesAndSeeds) {
+  Running s;
+  auto c = s.client();
+  Json b = completion_body({5, 6, 7, 8}, 12, false);
+  b["n"] = 2;
+  b["temperature"] = 1.0;
+  b["seed"] = 42;
+  auto r1 = c.Post("/v1/completions", b.dump(), "application/json");
+  auto r2 = c.Post("/v1/completions", b.dump(), "application/json");
+  ASSERT_TRUE(r1 && r2);
+  ASSERT_EQ(r1->status, 200) << r1->body;
+  const Json j1 = Json::parse(r1->body), j2 = Json::parse(r2->body);
+  ASSERT_EQ(j1["choices"].size(), 2u);
+  EXPECT_EQ(j1["choices"][0]["index"], 0);
+  EXPECT_EQ(j1["choices"][1]["index"], 1);
+  EXPECT_EQ(j1["choices"], j2["choices"]);  // same seed, same samples
+  EXPECT_NE(j1["choices"][0]["token_ids"], j1["choices"][1]["token_ids"]);
+  EXPECT_EQ(j1["usage"]["completion_tokens"], 24);
+  // Two prompts in one request: choices 0..3, prompt-major.
+  b["prompt"] = {{5, 6, 7, 8}, {9, 10}};
+  auto r3 = c.Post("/v1/completions", b.dump(), "application/json");
+  ASSERT_TRUE(r3);
+  const Json j3 = Json::parse(r3->body);
+  ASSERT_EQ(j3["choices"].size(), 4u);
+  EXPECT_EQ(j3["choices"][0]["token_ids"], j1["choices"][0]["token_ids"]);
+  EXPECT_EQ(j3["usage"]["prompt_tokens"], 6);
+  s.stop();
+}
+
+TEST(Server, ConcurrentStreamsEachEqualAlone) {
+  constexpr int kClients = 32;
+  std::mt19937_64 rng(2);
+  std::vector<Ids> prompts;
+  std::vector<int> lens;
+  for (int i = 0; i < kClients; ++i) {
+    prompts.push_back(random_prompt(rng, 5 + rng() % 80));
+    lens.push_back(8 + static_cast<int>(rng() % 40));
+  }
+  std::vector<Ids> alone;
+  {
+    auto llm = tiny_llm();
+    for (int i = 0; i < kClients; ++i) {
+      SamplingParams sp;
+      sp.max_tokens = lens[i];
+      sp.ignore_eos = true;
+      alone.push_back(llm->generate({prompts[i]}, sp)[0].token_ids);
+    }
+  }
+  Running s;
+  std::vector<std::string> bodies(kClients);
+  std::vector<int> status(kClients, 0);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kClients; ++i) {
+    threads.emplace_back([&, i] {
+      auto c = s.client();
+      httplib::Request req;
+      req.method = "POST";
+      req.path = "/v1/completions";
+      req.body = completion_body(prompts[i], lens[i], true).dump();
+      req.set_header("Content-Type", "application/json");
+      std::string got;
+      req.content_receiver = [&](const char* d, size_t n, uint64_t, uint64_t) {
+        got.append(d, n);
+        return true;
+      };
+      auto r = c.send(req);
+      bodies[i] = got;
+      if (r) {
+        status[i] = r->status;
+      } else {
+        bodies[i] = httplib::to_string(r.error()) + " after: " + got;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < kClients; ++i) {
+    ASSERT_EQ(status[i], 200) << "client " << i << ": " << bodies[i];
+    EXPECT_EQ(streamed_ids(bodies[i], 1)[0], alone[i]) << "client " << i;
+  }
+  const Json m = metrics_of(s);
+  EXPECT_EQ(m["kvattn_kv_cache_blocks_used"], 0);
+  EXPECT_EQ(m["kvattn_kv_cache_blocks_free"], m["kvattn_kv_cache_blocks_total"]);
+  EXPECT_GE(m["kvattn_time_to_first_token_seconds_count"].get<double>(), kClients);
+  EXPECT_GT(m["kvattn_inter_token_latency_seconds_count"].get<double>(), 0);
+  double generated = 0;
+  for (int n : lens) generated += n;
+  EXPECT_EQ(m["kvattn_generation_tokens_total"], generated);
+  s.stop();
+}
+
+TEST(Server, DisconnectAfterThreeTokensFreesBlocks) {
+  Running s;
+  std::mt19937_64 rng(3);
+  const Ids prompt = random_prompt(rng, 200);
+  auto c = s.client();
+  int chunks = 0;
+  std::string got;
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.body = completion_body(prompt, 3800, true).dump();
+  req.set_header("Content-Type", "application/json");
+  req.content_receiver = [&](const char* data, size_t len, uint64_t, uint64_t) {
+    got.append(data, len);
+    chunks = static_cast<int>(sse_data(got).size());
+    return chunks < 3;  // false: the client closes the connection
+  };
+  auto r = c.send(req);
+  EXPECT_GE(chunks, 3);
+  ASSERT_TRUE(pool_idle(s)) << "the aborted request still holds blocks";
+  const Json m = metrics_of(s);
+  EXPECT_EQ(m["kvattn_request_aborted_total"], 1);
+  EXPECT_LT(m["kvattn_generation_tokens_total"].get<double>(), 3800);  // it did not run on
+  // The server still serves.
+  auto ok = s.client().Post("/v1/completions", completion_body({4, 5}, 3, false).dump(),
+                            "application/json");
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200);
+  s.stop();
+}
+
+TEST(Server, ErrorStatusesAndBodies) {
+  ServerOptions o;
+  o.api_key = "sekrit";
+  Running s(o);
+  auto c = s.client();
+  const std::string good = completion_body({5, 6}, 2, false).dump();
+  expect_error(c.Post("/v1/completions", good, "application/json"), 401);
+  c.set_bearer_token_auth("wrong");
+  expect_error(c.Post("/v1/completions", good, "application/json"), 401);
+  expect_error(c.Get("/v1/models"), 401);
+  auto health = c.Get("/health");  // not under /v1: no key needed
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  c.set_bearer_token_auth("sekrit");
+  auto ok = c.Post("/v1/completions", good, "application/json");
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200) << ok->body;
+  auto models = c.Get("/v1/models");
+  ASSERT_TRUE(models);
+  EXPECT_EQ(Json::parse(models->body)["data"][0]["id"], "tiny");
+
+  expect_error(c.Get("/v1/nothing"), 404);
+  expect_error(c.Get("/v1/models/other"), 404, "model");
+  Json b = completion_body({5, 6}, 2, false);
+  b["model"] = "other";
+  expect_error(c.Post("/v1/completions", b.dump(), "application/json"), 404, "model");
+  expect_error(c.Post("/v1/completions", "{not json", "application/json"), 400);
+  b = completion_body({5, 6}, 2, false);
+  b["temperature"] = 7;
+  expect_error(c.Post("/v1/completions", b.dump(), "application/json"), 400, "temperature");
+  b = completion_body({5, 6}, 2, false);
+  b["bogus"] = 1;
+  expect_error(c.Post("/v1/completions", b.dump(), "application/json"), 400, "bogus");
+  b = completion_body({5, 999}, 2, false);  // outside the 320-token vocabulary
+  expect_error(c.Post("/v1/completions", b.dump(), "application/json"), 400, "prompt");
+  b = completion_body(Ids(5000, 7), 2, false);  // the context is 4096
+  auto longp = c.Post("/v1/completions", b.dump(), "application/json");
+  expect_error(longp, 400, "prompt");
+  EXPECT_EQ(Json::parse(longp->body)["error"]["code"], "context_length_exceeded");
+  b = completion_body(Ids(4000, 7), 200, false);
+  expect_error(c.Post("/v1/completions", b.dump(), "application/json"), 400, "max_tokens");
+  b = {{"prompt", "text needs a tokenizer"}};
+  expect_error(c.Post("/v1/completions", b.dump(), "application/json"), 400, "prompt");
+  b = {{"messages", {{{"role", "user"}, {"content", "hi"}}}}};
+  expect_error(c.Post("/v1/chat/completions", b.dump(), "application/json"), 400, "messages");
+  s.stop();
+}
+
+TEST(Server, FullQueueAnswers503) {
+  ServerOptions o;
+  o.max_queue = 1;
+  Running s(o, /*max_num_seqs=*/1);
+  std::mt19937_64 rng(4);
+  // A runs long; B waits behind it (max_num_seqs 1); C finds the queue full.
+  std::atomic<int> stop_after{1 << 30};
+  auto stream_until_told = [&](const Ids& prompt, std::atomic<bool>& started) {
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.body = completion_body(prompt, 3000, true).dump();
+    req.set_header("Content-Type", "application/json");
+    req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
+      started = true;
+      return stop_after.load() > 0;
+    };
+    auto c = s.client();
+    (void)c.send(req);
+  };
+  std::atomic<bool> a_started{false}, b_started{false};
+  std::thread a([&] { stream_until_told(random_prompt(rng, 10), a_started); });
+  while (!a_started) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::thread b([&] { stream_until_told(random_prompt(rng, 10), b_started); });
+  bool waiting = false;
+  for (int i = 0; i < 2000 && !waiting; ++i) {
+    waiting = metrics_of(s)["kvattn_num_requests_waiting"] == 1;
+    if (!waiting) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_TRUE(waiting);
+  auto r = s.client().Post("/v1/completions", completion_body({5}, 2, false).dump(),
+                           "application/json");
+  expect_error(r, 503);
+  EXPECT_EQ(Json::parse(r->body)["error"]["code"], "queue_full");
+  stop_after = 0;  // both clients hang up
+  a.join();
+  b.join();
+  EXPECT_TRUE(pool_idle(s));
+  s.stop();
+}
+
+// 1,000 random malformed bodies over HTTP: each a 400 with OpenAI's body; the server keeps
+// serving and holds no block afterwards.
+TEST(Server, RandomMalformedBodies) {
+  Running s;
+  auto c = s.client();
+  const std::vector<std::string> valid = {
+      completion_body({5, 6, 7}, 3, false).dump(),
+      R"({"model": "tiny", "prompt": [[1, 2], [3]], "n": 2, "max_tokens": 2, "stream": true})",
+      R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})"};
+  const std::vector<std::string> junk = {"\xff\xfe", "\xc3", "\xed\xa0\x80", "1e999", "-1",
+                                         "null", "\"", "{", "]", "99999999999999999999999",
+                                         "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[", "\"\\ud800\"",
+                                         "true", "{\"a\":"};
+  std::mt19937_64 rng(5);
+  int bad = 0;
+  for (int i = 0; i < 1000; ++i) {
+    std::string body = valid[rng() % valid.size()];
+    for (int k = 0, n = 1 + static_cast<int>(rng() % 3); k < n && !body.empty(); ++k) {
+      const size_t at = rng() % body.size();
+      switch (rng() % 4) {
+        case 0: body.resize(at); break;
+        case 1: body[at] = static_cast<char>(rng() & 0xff); break;
+        case 2: body.insert(at, junk[rng() % junk.size()]); break;
+        default: body.erase(at, 1 + rng() % 6); break;
+      }
+    }
+    const char* path = body.find("messages") != std::string::npos ? "/v1/chat/completions"
+                                                                   : "/v1/completions";
+    auto r = c.Post(path, body, "application/json");
+    ASSERT_TRUE(r) << "request " << i << " got no response";
+    if (r->status == 200) continue;  // an edit that kept the body valid
+    ++bad;
+    ASSERT_TRUE(r->status == 400 || r->status == 404) << r->status << " " << r->body;
+    const Json j = Json::parse(r->body, nullptr, false);
+    ASSERT_TRUE(j.is_object() && j.contains("error")) << r->body;
+  }
+  EXPECT_GT(bad, 500);
+  ASSERT_TRUE(pool_idle(s));
+  auto ok = c.Post("/v1/completions", valid[0], "application/json");
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200);
+  s.stop();
+}
+
+TEST(Server, ShutdownEndsStreamsWithAnErrorChunk) {
+  Running s;
+  std::atomic<int> chunks{0};
+  std::string got;
+  std::thread client([&] {
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.body = completion_body(Ids(100, 9), 3900, true).dump();
+    req.set_header("Content-Type", "application/json");
+    req.content_receiver = [&](const char* d, size_t n, uint64_t, uint64_t) {
+      got.append(d, n);
+      ++chunks;
+      return true;
+    };
+    auto c = s.client();
+    (void)c.send(req);
+  });
+  while (chunks < 3) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  s.stop();  // checks the pool is idle
+  client.join();
+  const auto data = sse_data(got);
+  ASSERT_GE(data.size(), 2u);
+  EXPECT_EQ(data.back(), "[DONE]");
+  const Json last = Json::parse(data[data.size() - 2]);
+  ASSERT_TRUE(last.contains("error")) << data[data.size() - 2];
+  EXPECT_EQ(last["error"]["code"], nullptr);
+  EXPECT_NE(last["error"]["message"].get<std::string>().find("shutting down"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kvattn::server
