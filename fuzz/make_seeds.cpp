@@ -18,7 +18,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   const fs::path root = argv[1];
-  for (const char* d : {"gguf", "safetensors", "tokenizer_json", "tokenizer_encode"}) {
+  for (const char* d : {"gguf", "safetensors", "tokenizer_json", "tokenizer_encode",
+                        "request_parser"}) {
     fs::create_directories(root / d);
   }
 
@@ -94,6 +95,21 @@ int main(int argc, char** argv) {
   for (size_t i = 0; i < kTexts.size(); ++i) {
     write_text(root / ("tokenizer_encode/text" + std::to_string(i)),
                std::string(1, static_cast<char>(i % 3)) + kTexts[i]);
+  }
+  // Server request bodies (first byte: 0 completions, 1 chat).
+  const std::vector<std::string> bodies = {
+      std::string(1, '\0') + R"({"model": "m", "prompt": "hello", "max_tokens": 5, "temperature": 0.7,)"
+                              R"( "top_p": 0.9, "top_k": 40, "min_p": 0.05, "seed": 3, "stop": ["x", "y"],)"
+                              R"( "n": 2, "stream": true, "stream_options": {"include_usage": true},)"
+                              R"( "ignore_eos": true, "logprobs": null, "echo": false, "best_of": 2})",
+      std::string(1, '\0') + R"({"prompt": [[1, 2, 3], [4]], "return_token_ids": true, "user": "u"})",
+      std::string(1, '\1') + R"({"messages": [{"role": "system", "content": "be brief"},)"
+                              R"( {"role": "user", "content": [{"type": "text", "text": "hi"}]},)"
+                              R"( {"role": "assistant", "content": null}], "max_completion_tokens": 9,)"
+                              R"( "response_format": {"type": "text"}, "top_logprobs": 0})",
+  };
+  for (size_t i = 0; i < bodies.size(); ++i) {
+    write_text(root / ("request_parser/body" + std::to_string(i)), bodies[i]);
   }
   std::cout << "fuzz seeds written to " << root << "\n";
   return 0;

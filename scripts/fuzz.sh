@@ -23,7 +23,8 @@ mkdir -p "$build/artifacts"
 "$build/fuzz_make_seeds" "$corpus"
 
 # name:max_len
-for target in gguf:65536 safetensors:8192 tokenizer_json:16384 tokenizer_encode:4096; do
+for target in gguf:65536 safetensors:8192 tokenizer_json:16384 tokenizer_encode:4096 \
+              request_parser:8192; do
   name=${target%%:*}
   max_len=${target##*:}
   mkdir -p "$build/work/$name"

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs everything kvattn needs to build and test on a fresh Debian 12 machine, from apt only.
+# Installs everything kvattn needs to build and test on a fresh Debian 12 machine: apt packages,
+# and from PyPI the official `openai` client (the server's tests and load benchmark use it).
 # Running it twice is harmless: installed packages are skipped.
 set -euo pipefail
 
@@ -7,8 +8,8 @@ packages=(
   build-essential cmake ninja-build pkg-config clang
   libgtest-dev libgmock-dev libbenchmark-dev librapidcheck-dev
   libxxhash-dev nlohmann-json3-dev libcli11-dev libfmt-dev
-  libopenblas-dev libpcre2-dev libdlpack-dev
-  python3-dev python3-numpy python3-pytest
+  libopenblas-dev libpcre2-dev libdlpack-dev libcpp-httplib-dev
+  python3-dev python3-numpy python3-pytest python3-pip
 )
 
 missing=()
@@ -27,4 +28,14 @@ if ((${#missing[@]})); then
   fi
 else
   echo "setup: all packages present"
+fi
+
+# The openai client for `python3` of PATH (the interpreter the server tests run). Debian marks
+# its Python as externally managed; the client is a pure-Python wheel, so installing it there
+# is allowed explicitly.
+if python3 -c "import openai" >/dev/null 2>&1; then
+  echo "setup: python openai client present"
+else
+  echo "setup: installing the openai client from PyPI"
+  PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --quiet --disable-pip-version-check "openai>=1.0"
 fi

@@ -1,0 +1,294 @@
+#!/usr/bin/env python3
+"""`kvattn serve` through the official `openai` Python client, on the default model.
+
+Starts `kvattn serve --port 0` (a free port), then checks: chat and completions, streamed and
+not; greedy chat output equals `kvattn generate`; stop strings; n = 2; the same seed gives the
+same text; 32 concurrent streaming clients each get what they get alone and every KV block is
+free afterwards; a client that disconnects after 3 tokens has its blocks freed; the error
+statuses (400, 401, 404) with OpenAI's error body; malformed raw bodies; and that SIGTERM ends
+the server with exit code 0 and no block held.
+
+Exit code 77 (ctest: skipped) when the model file or the openai package is missing.
+  python3 tests/server/openai_client_test.py --kvattn build/kvattn --model models/...gguf
+"""
+import argparse
+import concurrent.futures
+import http.client
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import unittest
+
+ARGS = None
+SERVER = None  # (process, base_url, lines)
+API_KEY = "test-key"
+
+
+def skip(why):
+    print(f"openai_client_test: {why}: skipping")
+    sys.exit(77)
+
+
+def start_server(kvattn, model):
+    cmd = [kvattn, "serve", "--model", model, "--port", "0", "--api-key", API_KEY,
+           "--max-num-seqs", "48", "--max-num-batched-tokens", "1024", "--http-threads", "128",
+           "-q"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    m = re.search(r"listening on (http://[\d.]+:\d+)", line)
+    if not m:
+        proc.kill()
+        raise RuntimeError(f"kvattn serve did not start: {line!r}")
+    lines = []
+    threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()
+    return proc, m.group(1), lines
+
+
+def metrics():
+    host, port = SERVER[1].removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    try:
+        conn.request("GET", "/metrics")
+        body = conn.getresponse().read().decode()
+    finally:
+        conn.close()
+    out = {}
+    for line in body.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            out[name] = float(value)
+    return out
+
+
+def wait_idle(timeout=10.0):
+    end = time.time() + timeout
+    while time.time() < end:
+        m = metrics()
+        if (m["kvattn_kv_cache_blocks_used"] == 0 and m["kvattn_num_requests_running"] == 0
+                and m["kvattn_num_requests_waiting"] == 0):
+            return m
+        time.sleep(0.01)
+    raise AssertionError(f"KV blocks still held after {timeout}s: {metrics()}")
+
+
+def raw_post(path, body, headers=None):
+    host, port = SERVER[1].removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=60)
+    h = {"Content-Type": "application/json", "Authorization": f"Bearer {API_KEY}"}
+    h.update(headers or {})
+    try:
+        conn.request("POST", path, body=body, headers=h)
+        r = conn.getresponse()
+        return r.status, r.read()
+    finally:
+        conn.close()
+
+
+class OpenAIClient(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        import openai
+        cls.openai = openai
+        cls.client = openai.OpenAI(base_url=SERVER[1] + "/v1", api_key=API_KEY, max_retries=0,
+                                   timeout=300)
+        cls.model = cls.client.models.list().data[0].id
+
+    def chat(self, text, **kw):
+        kw.setdefault("temperature", 0)
+        return self.client.chat.completions.create(
+            model=self.model, messages=[{"role": "user", "content": text}], **kw)
+
+    def stream_text(self, stream):
+        texts, finish, usage = {}, {}, None
+        for chunk in stream:
+            if chunk.usage is not None:
+                usage = chunk.usage
+            for c in chunk.choices:
+                piece = c.delta.content if hasattr(c, "delta") else c.text
+                texts[c.index] = texts.get(c.index, "") + (piece or "")
+                if c.finish_reason:
+                    finish[c.index] = c.finish_reason
+        return texts, finish, usage
+
+    def test_models(self):
+        models = self.client.models.list().data
+        self.assertEqual(len(models), 1)
+        self.assertEqual(models[0].id, "SmolLM2-135M-Instruct.Q4_1")
+        self.assertEqual(self.client.models.retrieve(self.model).id, self.model)
+
+    def test_chat_greedy_equals_generate(self):
+        prompt = "What is the capital of France?"
+        r = self.chat(prompt, max_tokens=16)
+        text = r.choices[0].message.content
+        self.assertEqual(r.choices[0].message.role, "assistant")
+        self.assertIn("Paris", text)
+        gen = subprocess.run([ARGS.kvattn, "generate", "--model", ARGS.model, "-q",
+                              "--max-tokens", "16", prompt],
+                             capture_output=True, text=True, check=True).stdout
+        gen_text = gen[:gen.rindex("\nprefill: ")]
+        self.assertEqual(text, gen_text)
+        self.assertGreater(r.usage.prompt_tokens, 0)
+        self.assertEqual(r.usage.total_tokens, r.usage.prompt_tokens + r.usage.completion_tokens)
+
+        texts, finish, usage = self.stream_text(self.chat(
+            prompt, max_tokens=16, stream=True, stream_options={"include_usage": True}))
+        self.assertEqual(texts[0], text)
+        self.assertEqual(finish[0], r.choices[0].finish_reason)
+        self.assertEqual(usage.completion_tokens, r.usage.completion_tokens)
+        # The same prompt again: its full blocks come from the prefix cache.
+        self.assertGreater(usage.prompt_tokens_details.cached_tokens, 0)
+
+    def test_completions_streamed_and_not(self):
+        kw = dict(model=self.model, prompt="The three primary colors are", max_tokens=20,
+                  temperature=0, extra_body={"ignore_eos": True})
+        r = self.client.completions.create(**kw)
+        self.assertEqual(r.object, "text_completion")
+        self.assertEqual(r.choices[0].finish_reason, "length")
+        self.assertEqual(r.usage.completion_tokens, 20)
+        texts, finish, _ = self.stream_text(self.client.completions.create(stream=True, **kw))
+        self.assertEqual(texts[0], r.choices[0].text)
+        self.assertEqual(finish[0], "length")
+        # A token-id prompt.
+        ids = self.client.completions.create(model=self.model, prompt=[504, 3458, 314],
+                                             max_tokens=4, temperature=0)
+        self.assertEqual(ids.usage.prompt_tokens, 3)
+
+    def test_stop_strings(self):
+        full = self.chat("Write a short poem about the sea.", max_tokens=40).choices[0]
+        words = full.message.content.split()
+        self.assertGreater(len(words), 6, full.message.content)
+        stop = " " + words[4]
+        cut = full.message.content[:full.message.content.index(stop)]
+        r = self.chat("Write a short poem about the sea.", max_tokens=40, stop=[stop, "@@@"])
+        self.assertEqual(r.choices[0].message.content, cut)
+        self.assertEqual(r.choices[0].finish_reason, "stop")
+        texts, finish, _ = self.stream_text(self.chat(
+            "Write a short poem about the sea.", max_tokens=40, stop=stop, stream=True))
+        self.assertEqual(texts[0], cut)
+        self.assertEqual(finish[0], "stop")
+
+    def test_n2_and_seed(self):
+        kw = dict(max_tokens=24, temperature=1.0, n=2, seed=1234)
+        a = self.chat("Tell me a fun fact.", **kw)
+        b = self.chat("Tell me a fun fact.", **kw)
+        self.assertEqual([c.index for c in a.choices], [0, 1])
+        self.assertEqual([c.message.content for c in a.choices],
+                         [c.message.content for c in b.choices])
+        self.assertNotEqual(a.choices[0].message.content, a.choices[1].message.content)
+        texts, _, _ = self.stream_text(self.chat("Tell me a fun fact.", stream=True, **kw))
+        self.assertEqual([texts[0], texts[1]], [c.message.content for c in a.choices])
+
+    def test_32_concurrent_streams_equal_alone(self):
+        prompts = [f"Count from {i} to {i + 5}." for i in range(32)]
+        alone = [self.chat(p, max_tokens=12).choices[0].message.content for p in prompts]
+
+        def one(p):
+            return self.stream_text(self.chat(p, max_tokens=12, stream=True))[0][0]
+
+        with concurrent.futures.ThreadPoolExecutor(32) as pool:
+            together = list(pool.map(one, prompts))
+        self.assertEqual(together, alone)
+        m = wait_idle()
+        self.assertEqual(m["kvattn_kv_cache_blocks_free"], m["kvattn_kv_cache_blocks_total"])
+
+    def test_disconnect_after_three_tokens(self):
+        before = metrics()["kvattn_request_aborted_total"]
+        stream = self.client.completions.create(
+            model=self.model, prompt="Once upon a time", max_tokens=2000, temperature=0,
+            stream=True, extra_body={"ignore_eos": True})
+        got = 0
+        for _ in stream:
+            got += 1
+            if got == 3:
+                break
+        stream.close()
+        m = wait_idle(timeout=5.0)
+        self.assertEqual(m["kvattn_request_aborted_total"], before + 1)
+
+    def test_errors(self):
+        o = self.openai
+        with self.assertRaises(o.BadRequestError) as e:
+            self.chat("hi", temperature=5)
+        self.assertEqual(e.exception.status_code, 400)
+        self.assertEqual(e.exception.body["param"], "temperature")
+        with self.assertRaises(o.BadRequestError) as e:
+            self.client.completions.create(model=self.model, prompt=[7] * 9000, max_tokens=1)
+        self.assertEqual(e.exception.body["code"], "context_length_exceeded")
+        with self.assertRaises(o.NotFoundError):
+            self.client.chat.completions.create(
+                model="gpt-nope", messages=[{"role": "user", "content": "hi"}])
+        bad_key = o.OpenAI(base_url=SERVER[1] + "/v1", api_key="wrong", max_retries=0)
+        with self.assertRaises(o.AuthenticationError):
+            bad_key.models.list()
+        status, body = raw_post("/v1/chat/completions", b'{"messages": [')
+        self.assertEqual(status, 400)
+        self.assertEqual(json.loads(body)["error"]["code"], "invalid_json")
+        status, body = raw_post("/v1/embeddings", b"{}")
+        self.assertEqual(status, 404)
+        self.assertIn("error", json.loads(body))
+
+    def test_malformed_bodies_leak_nothing(self):
+        rng = random.Random(9)
+        base = json.dumps({"model": self.model, "messages": [{"role": "user", "content": "hi"}],
+                           "max_tokens": 2, "temperature": 0}).encode()
+        junk = [b"\xff", b"\xc3", b"\xed\xa0\x80", b"1e999", b"null", b"{", b"]", b'"',
+                b"99999999999999999999999", b"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["]
+        for _ in range(200):
+            body = bytearray(base)
+            for _ in range(rng.randint(1, 3)):
+                at = rng.randrange(len(body)) if body else 0
+                k = rng.randrange(4)
+                if k == 0:
+                    del body[at:]
+                elif k == 1 and body:
+                    body[at] = rng.randrange(256)
+                elif k == 2:
+                    body[at:at] = rng.choice(junk)
+                elif body:
+                    del body[at:at + rng.randint(1, 6)]
+            status, resp = raw_post("/v1/chat/completions", bytes(body))
+            self.assertIn(status, (200, 400, 404), resp)
+            if status != 200:
+                self.assertIn("error", json.loads(resp))
+        wait_idle()
+
+
+def main():
+    global ARGS, SERVER
+    p = argparse.ArgumentParser()
+    p.add_argument("--kvattn", required=True)
+    p.add_argument("--model", required=True)
+    ARGS, rest = p.parse_known_args()
+    if not os.path.exists(ARGS.model):
+        skip(f"{ARGS.model} not found (bash scripts/fetch_model.sh)")
+    try:
+        import openai  # noqa: F401
+    except ImportError:
+        skip("the openai package is missing (bash scripts/setup.sh installs it)")
+    SERVER = start_server(ARGS.kvattn, ARGS.model)
+    ok = False
+    try:
+        result = unittest.main(argv=[sys.argv[0]] + rest, exit=False, verbosity=2).result
+        ok = result.wasSuccessful()
+    finally:
+        proc = SERVER[0]
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(timeout=60)
+        proc.stdout.close()
+        time.sleep(0.1)
+        tail = "".join(SERVER[2])
+        print(f"kvattn serve exited with {rc}: {tail.strip()}")
+        if rc != 0 or "KV blocks free" not in tail:
+            ok = False
+            print("FAIL: the server did not exit cleanly with every KV block free")
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
