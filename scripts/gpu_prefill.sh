@@ -54,7 +54,7 @@ fi
 step bench
 timeout 300 build-gpu/bench/gpu_prefill_bench ${BENCH_ARGS:-} >"$OUT/bench.log" 2>&1
 echo "bench rc=$?"
-sed -n '/^shape/,$p' "$OUT/bench.log"
+sed -n '/^bf16 GEMM ceiling/,$p' "$OUT/bench.log"
 
 if [ "${NCU:-0}" != 0 ]; then
   step "ncu (first shape, default kernel)"
