@@ -83,19 +83,15 @@ struct PrefillProducer {
       }
     }
     // K of tile it, then V of tile it - 1: the order the consumers use them in, so a K load
-    // never waits behind the release of a V stage. Paged: the block ids of tile it + 1 are read
-    // while tile it is issued, so the table latency stays off the ring's critical path.
-    Piece piece{0, 0};
-    if constexpr (kPaged) piece = lookup(n_blocks - 1);
+    // never waits behind the release of a V stage.
     Piece prev_piece{0, 0};
     for (int it = 0; it <= n_blocks; ++it) {
       if (it < n_blocks) {
         const int n = n_blocks - 1 - it;
         const int stage = it % Tile::kStages;
-        Piece next_piece{0, 0};
-        if constexpr (kPaged) {
-          if (n > 0) next_piece = lookup(n - 1);
-        }
+        // The block-table read goes before the wait, so its latency hides behind it.
+        Piece piece{0, 0};
+        if constexpr (kPaged) piece = lookup(n);
         // Stage reuse: wait until every consumer warp released it in the previous round.
         if (it >= Tile::kStages) mbar_wait(s.k_empty(stage), (it / Tile::kStages - 1) & 1);
         if (lane == 0) mbar_arrive_expect_tx(s.k_full(stage), Tile::kKVBytes);
@@ -103,7 +99,6 @@ struct PrefillProducer {
         load_tile(&p.tmap_k, s.k(stage), s.k_full(stage), n, piece);
         if (it > 0) load_v(it - 1, n + 1, prev_piece);
         prev_piece = piece;
-        piece = next_piece;
       } else {
         load_v(it - 1, 0, prev_piece);
       }
