@@ -84,7 +84,9 @@ for (B, L, Hq, Hkv, D) in [(8, 2048, 32, 8, 128), (1, 16384, 32, 8, 128), (16, 1
                 r["flashinfer_" + backend] = both(lambda: w.run(q, k, v), tflop)
                 r["flashinfer_" + backend]["maxdiff_vs_kvattn"] = (out.float() - ref).abs().max().item()
             except Exception:  # noqa: BLE001
-                r["flashinfer_" + backend] = {"error": traceback.format_exc()[-300:]}
+                tb = traceback.format_exc()
+                first = [ln for ln in tb.splitlines() if "error" in ln.lower()][:4]
+                r["flashinfer_" + backend] = {"error": tb[-300:], "first_errors": first}
     qb = q.view(B, L, Hq, D).transpose(1, 2)
     kb = k.view(B, L, Hkv, D).transpose(1, 2)
     vb = v.view(B, L, Hkv, D).transpose(1, 2)
