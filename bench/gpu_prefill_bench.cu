@@ -3,8 +3,9 @@
 // "flushed", CUDA events around each launch with the L2 flushed before it (as triton's do_bench
 // does for the peers), median of many repetitions after warm-up; and "graph", 20 back-to-back
 // calls captured in one CUDA graph, replayed, time / 20 (median of replays). The library's
-// default (the Hopper kernel where it applies) is timed beside the sm_80 kernel
-// (CudaTuning::prefill_sm90 = 0) and checked against it; the bf16 GEMM ceiling (cuBLASLt
+// default (the Hopper kernel where it applies, persistent grid) is timed beside the same kernel
+// with one CTA per tile ("grid"), an alternative tile, and the sm_80 kernel
+// (CudaTuning::prefill_sm90 = 0), each checked against the default; the bf16 GEMM ceiling (cuBLASLt
 // 8192^3) is measured in the same run. One JSON line per (shape, variant) on stdout, then a
 // short table. FLOPs = 4 * visible (q, k) pairs * num_heads * head_dim (exact count).
 //
@@ -256,8 +257,8 @@ double gemm_ceiling_tflops() {
 }
 
 // Alternative Hopper tiles timed beside the library's (prefill_sm90_params.h): head_dim 128
-// with a 2-stage ring (160 KB), head_dim 64 with two consumer warpgroups (128 query rows).
-using AltTile128 = cuda::Sm90PrefillTileConfig<128, 2, 2, 128>;
+// with a 3-stage ring (224 KB), head_dim 64 with two consumer warpgroups (128 query rows).
+using AltTile128 = cuda::Sm90PrefillTileConfig<128, 2, 3, 128>;
 using AltTile64 = cuda::Sm90PrefillTileConfig<64, 2, 3, 128>;
 
 void run_alt_tile(const Problem& p, cudaStream_t stream) {
@@ -331,6 +332,11 @@ int main(int argc, char** argv) {
     };
     const std::vector<Variant> variants = {
         {"default", [&] { call(); }},
+        {"grid", [&] {
+           cuda::cuda_tuning().prefill_sm90_persistent = 0;
+           call();
+           cuda::cuda_tuning().prefill_sm90_persistent = 1;
+         }},
         {"alt_tile", [&] { run_alt_tile(p, g_stream); }},
         {"sm80", [&] {
            cuda::cuda_tuning().prefill_sm90 = 0;

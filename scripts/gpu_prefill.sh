@@ -41,6 +41,11 @@ KVATTN_PREFILL_SM90=0 KVATTN_GPU_TEST_QUICK=1 timeout 200 \
   build-gpu/tests/kernels/kernels_prefill_gpu_test >"$OUT/test_sm80.log" 2>&1
 echo "rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/test_sm80.log" | tr '\n' ' ')"
 
+step "prefill gpu tests (Hopper, one CTA per tile, quick)"
+KVATTN_PREFILL_SM90_PERSISTENT=0 KVATTN_GPU_TEST_QUICK=1 timeout 200 \
+  build-gpu/tests/kernels/kernels_prefill_gpu_test >"$OUT/test_grid.log" 2>&1
+echo "rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/test_grid.log" | tr '\n' ' ')"
+
 if [ "${SANITIZE:-1}" != 0 ]; then
   for tool in memcheck racecheck; do
     step "$tool (quick)"

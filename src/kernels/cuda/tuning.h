@@ -11,6 +11,9 @@ struct CudaTuning {
   // Prefill: 1 = the Hopper kernel (wgmma + TMA, hopper/prefill_sm90_*) wherever it applies
   // (prefill_sm90_eligible), 0 = the sm_80 mma.sync kernel everywhere. Env KVATTN_PREFILL_SM90.
   int prefill_sm90 = 1;
+  // Hopper prefill: 1 = a persistent grid (one CTA per SM walking the tile list), 0 = one CTA
+  // per tile. Env KVATTN_PREFILL_SM90_PERSISTENT.
+  int prefill_sm90_persistent = 1;
   // Decode: most KV heads one CTA holds (one warp each). Env KVATTN_DECODE_HEADS_PER_CTA.
   int decode_heads_per_cta = 8;
   // Decode: pipeline stages per warp (0: as many as ~192 KB per CTA of 8 warps allow).

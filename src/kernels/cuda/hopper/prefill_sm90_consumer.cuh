@@ -109,9 +109,11 @@ struct PrefillConsumer {
     }
   }
 
-  // wg: this consumer warpgroup (0 or 1); row0: its first query row within the sequence.
+  // wg: this consumer warpgroup; row0: its first query row within the sequence; kv_base: the
+  // ring slot of the tile's first K/V tile; q_index: tiles with keys this CTA ran before.
   __device__ __forceinline__ void run(const PrefillSm90Params& p, const PrefillSmem<Tile>& s,
-                                      int wg, int row0, int Lk, int causal_offset, int n_blocks) {
+                                      int wg, int row0, int Lk, int causal_offset, int n_blocks,
+                                      uint32_t kv_base, uint32_t q_index) {
     const int lane = threadIdx.x & 31;
     const int warp = (threadIdx.x >> 5) & 3;
     const int mask_row = row0 + warp * 16 + (lane >> 2);
@@ -139,31 +141,38 @@ struct PrefillConsumer {
     if constexpr (kWarpgroups > 1) {
       if (wg == kWarpgroups - 1) named_barrier_arrive(kTurnBarrier0, 256);
     }
-    mbar_wait(s.q_full, 0);
+    mbar_wait(s.q_full, q_index & 1);
     const uint32_t q_rows = s.q + wg * 64 * 128;  // this warpgroup's rows of column block 0
 
     float sc[kNT][4];
     uint32_t pa[BN / 16][4];
     float corr[2];
-    // Tile 0 (ring stage 0, round 0): S, softmax, P.
-    mbar_wait(s.k_full(0), 0);
+    auto slot = [&](int it) { return static_cast<int>((kv_base + it) % Tile::kStages); };
+    auto parity = [&](int it) { return ((kv_base + it) / Tile::kStages) & 1; };
+    // The Q tile is free for the next tile once the last S = Q K^T has completed.
+    auto release_q = [&](int it) {
+      if (it == n_blocks - 1 && lane == 0) mbar_arrive(s.q_empty());
+    };
+    // Key tile 0: S, softmax, P.
+    mbar_wait(s.k_full(slot(0)), parity(0));
     take_turn(wg);
     wgmma_fence();
-    issue_qk(s, q_rows, 0, sc);
+    issue_qk(s, q_rows, slot(0), sc);
     pass_turn(wg, false);
     wgmma_wait<0>();
     fence_operands(sc);
-    if (lane == 0) mbar_arrive(s.k_empty(0));
+    if (lane == 0) mbar_arrive(s.k_empty(slot(0)));
+    release_q(0);
     mask(sc, n_blocks - 1);
     softmax.update(sc, scale_log2, corr);  // O is still 0: nothing to rescale
     pack_p(sc, pa);
 
     for (int it = 1; it < n_blocks; ++it) {
       const int n = n_blocks - 1 - it;
-      const int stage = it % Tile::kStages;
-      const int prev = (it - 1) % Tile::kStages;
-      mbar_wait(s.k_full(stage), static_cast<uint32_t>(it / Tile::kStages) & 1);
-      mbar_wait(s.v_full(prev), static_cast<uint32_t>((it - 1) / Tile::kStages) & 1);
+      const int stage = slot(it);
+      const int prev = slot(it - 1);
+      mbar_wait(s.k_full(stage), parity(it));
+      mbar_wait(s.v_full(prev), parity(it - 1));
       if (it == 1 && zero_tail) zero_v_tail(s, prev, tail_valid);
       take_turn(wg);
       wgmma_fence();
@@ -173,6 +182,7 @@ struct PrefillConsumer {
       wgmma_wait<1>();  // S_it is done; P_{it-1} V_{it-1} may still run
       fence_operands(sc);
       if (lane == 0) mbar_arrive(s.k_empty(stage));
+      release_q(it);
       mask(sc, n);
       softmax.update(sc, scale_log2, corr);
       wgmma_wait<0>();
@@ -182,8 +192,8 @@ struct PrefillConsumer {
       pack_p(sc, pa);
     }
 
-    const int last = (n_blocks - 1) % Tile::kStages;
-    mbar_wait(s.v_full(last), static_cast<uint32_t>((n_blocks - 1) / Tile::kStages) & 1);
+    const int last = slot(n_blocks - 1);
+    mbar_wait(s.v_full(last), parity(n_blocks - 1));
     if (n_blocks == 1 && zero_tail) zero_v_tail(s, last, tail_valid);
     take_turn(wg);
     wgmma_fence();

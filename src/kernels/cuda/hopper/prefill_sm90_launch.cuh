@@ -10,6 +10,8 @@
 #include "kernels/cuda/hopper/prefill_sm90_kernel.cuh"
 #include "kernels/cuda/hopper/prefill_sm90_launch.h"
 #include "kernels/cuda/hopper/tensor_map.h"
+#include "kernels/cuda/device_props.h"
+#include "kernels/cuda/tuning.h"
 #include "kvattn/core/error.h"
 
 namespace kvattn::cuda {
@@ -24,10 +26,6 @@ void launch_prefill_sm90_tile(const PrefillParams& base, cudaStream_t stream) {
   PrefillParams& p = sp.base;
   p.num_m_blocks = (p.max_seqlen_q + Tile::kBlockM - 1) / Tile::kBlockM;
   if (p.num_m_blocks == 0 || p.num_seqs == 0) return;
-  KVATTN_CHECK(p.num_m_blocks <= 65535, "prefill_attention: max_seqlen_q (", p.max_seqlen_q,
-               ") needs ", p.num_m_blocks, " row blocks but the grid allows 65535");
-  KVATTN_CHECK(p.num_seqs <= 65535, "prefill_attention: num_seqs must be <= 65535 but is ",
-               p.num_seqs);
   const uint64_t heads = static_cast<uint64_t>(p.num_heads);
   const uint64_t kv_heads = static_cast<uint64_t>(p.num_heads / p.group);
   sp.tmap_q = make_tensor_map_2byte("q", p.q, {D, heads, static_cast<uint64_t>(p.total_q)},
@@ -75,8 +73,12 @@ void launch_prefill_sm90_tile(const PrefillParams& base, cudaStream_t stream) {
                  " bytes of shared memory) failed: ", cudaGetErrorString(err));
     raised.fetch_or(bit, std::memory_order_relaxed);
   }
-  const dim3 grid(p.num_heads, p.num_seqs, p.num_m_blocks);
-  kernel<<<grid, Tile::kThreads, kSmem, stream>>>(sp);
+  sp.num_tiles = static_cast<int64_t>(p.num_heads) * p.num_seqs * p.num_m_blocks;
+  int64_t grid = sp.num_tiles;
+  if (cuda_tuning().prefill_sm90_persistent != 0 || grid > INT32_MAX) {
+    grid = std::min<int64_t>(grid, sm_count(device));
+  }
+  kernel<<<static_cast<unsigned>(grid), Tile::kThreads, kSmem, stream>>>(sp);
   err = cudaGetLastError();
   KVATTN_CHECK(err == cudaSuccess, "prefill_attention: sm90 kernel launch failed: ",
                cudaGetErrorString(err));

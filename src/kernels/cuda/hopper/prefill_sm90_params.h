@@ -23,6 +23,7 @@ struct PrefillSm90Params {
   CUtensorMap tmap_v;
   PrefillParams base;
   int kv_box_rows = 0;  // keys per TMA box (paged: min(block_size, kBlockN); packed: kBlockN)
+  int64_t num_tiles = 0;  // heads x sequences x row blocks (prefill_sm90_schedule.cuh)
 };
 
 // One CTA: a producer warpgroup (one warp issues the TMA loads) and kConsumerWarpgroups
@@ -43,8 +44,8 @@ struct Sm90PrefillTileConfig {
   static constexpr int kColBlocks = kHeadDim / 64;  // 64-element (128-byte) column blocks
   static constexpr int kQBytes = kBlockM * kHeadDim * 2;
   static constexpr int kKVBytes = kBlockN * kHeadDim * 2;  // one K (or V) stage
-  // Barriers: q_full, then k_full, k_empty, v_full, v_empty (kStages each).
-  static constexpr int kNumBarriers = 1 + 4 * kStages;
+  // Barriers: q_full, q_empty, then k_full, k_empty, v_full, v_empty (kStages each).
+  static constexpr int kNumBarriers = 2 + 4 * kStages;
   static constexpr int kSmemBytes = kQBytes + 2 * kStages * kKVBytes + kNumBarriers * 8;
   static constexpr int kSmemAlloc = kSmemBytes + 1024;  // room to align the base to 1024 bytes
   static_assert(kHeadDim % 64 == 0 && kBlockN % 16 == 0 && kBlockN <= 256);

@@ -73,8 +73,13 @@ struct PrefillProducer {
     }
   }
 
-  __device__ __forceinline__ void run(int q_row0, int h, int n_blocks) const {
+  // One tile: its Q (once the consumers are done with the previous tile's Q: q_index tiles
+  // were loaded before this one), then its n_blocks K/V tiles into ring slots kv_base.. (the
+  // ring counts K/V tiles across all tiles of the CTA).
+  __device__ __forceinline__ void run(int q_row0, int h, int n_blocks, uint32_t kv_base,
+                                      uint32_t q_index) const {
     if (n_blocks == 0) return;
+    if (q_index > 0) mbar_wait(s.q_empty(), (q_index - 1) & 1);
     if (lane == 0) {
       mbar_arrive_expect_tx(s.q_full, Tile::kQBytes);
 #pragma unroll
@@ -88,27 +93,28 @@ struct PrefillProducer {
     for (int it = 0; it <= n_blocks; ++it) {
       if (it < n_blocks) {
         const int n = n_blocks - 1 - it;
-        const int stage = it % Tile::kStages;
+        const uint32_t g = kv_base + it;
+        const int stage = g % Tile::kStages;
         // The block-table read goes before the wait, so its latency hides behind it.
         Piece piece{0, 0};
         if constexpr (kPaged) piece = lookup(n);
-        // Stage reuse: wait until every consumer warp released it in the previous round.
-        if (it >= Tile::kStages) mbar_wait(s.k_empty(stage), (it / Tile::kStages - 1) & 1);
+        // Slot reuse: wait until every consumer warp released it in the previous round.
+        if (g >= Tile::kStages) mbar_wait(s.k_empty(stage), (g / Tile::kStages - 1) & 1);
         if (lane == 0) mbar_arrive_expect_tx(s.k_full(stage), Tile::kKVBytes);
         __syncwarp();
         load_tile(&p.tmap_k, s.k(stage), s.k_full(stage), n, piece);
-        if (it > 0) load_v(it - 1, n + 1, prev_piece);
+        if (it > 0) load_v(g - 1, n + 1, prev_piece);
         prev_piece = piece;
       } else {
-        load_v(it - 1, 0, prev_piece);
+        load_v(kv_base + it - 1, 0, prev_piece);
       }
     }
   }
 
-  // V of the it-th tile processed (key tile n), into ring stage it % kStages.
-  __device__ __forceinline__ void load_v(int it, int n, Piece piece) const {
-    const int stage = it % Tile::kStages;
-    if (it >= Tile::kStages) mbar_wait(s.v_empty(stage), (it / Tile::kStages - 1) & 1);
+  // V of key tile n into ring slot g.
+  __device__ __forceinline__ void load_v(uint32_t g, int n, Piece piece) const {
+    const int stage = g % Tile::kStages;
+    if (g >= Tile::kStages) mbar_wait(s.v_empty(stage), (g / Tile::kStages - 1) & 1);
     if (lane == 0) mbar_arrive_expect_tx(s.v_full(stage), Tile::kKVBytes);
     __syncwarp();
     load_tile(&p.tmap_v, s.v(stage), s.v_full(stage), n, piece);

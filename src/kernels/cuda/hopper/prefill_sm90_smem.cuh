@@ -1,6 +1,7 @@
 // Shared-memory addresses of the Hopper prefill kernel (layout: Sm90PrefillTile), and the
 // mbarrier protocol over them:
-//   q_full        1 arrival (the producer's expect_tx) + the Q bytes;        waited once, parity 0
+//   q_full        1 arrival (the producer's expect_tx) + the Q bytes, once per tile the CTA runs
+//   q_empty       one arrival per consumer warp once its last S = Q K^T of the tile completed
 //   k_full[s]     1 arrival + one K tile's bytes, per round of the ring;      consumers wait
 //   k_empty[s]    one arrival per consumer warp (8) once its S = Q K^T read the stage; producer
 //   v_full/v_empty[s]  the same for V, released after O += P V.
@@ -15,6 +16,7 @@ namespace kvattn::cuda::sm90 {
 template <class Tile>
 struct PrefillSmem {
   static constexpr uint32_t kConsumerWarps = 4 * Tile::kConsumerWarpgroups;
+  static_assert(Tile::kNumBarriers == 2 + 4 * Tile::kStages);
   uint32_t q;     // Q tile
   uint32_t kv;    // K stages, then V stages
   uint32_t bars;  // mbarriers
@@ -31,17 +33,19 @@ struct PrefillSmem {
     return kv + (Tile::kStages + stage) * Tile::kKVBytes;
   }
   __device__ __forceinline__ uint32_t bar(int i) const { return bars + 8 * i; }
-  __device__ __forceinline__ uint32_t k_full(int st) const { return bar(1 + st); }
-  __device__ __forceinline__ uint32_t k_empty(int st) const { return bar(1 + Tile::kStages + st); }
-  __device__ __forceinline__ uint32_t v_full(int st) const { return bar(1 + 2 * Tile::kStages + st); }
+  __device__ __forceinline__ uint32_t q_empty() const { return bar(1); }
+  __device__ __forceinline__ uint32_t k_full(int st) const { return bar(2 + st); }
+  __device__ __forceinline__ uint32_t k_empty(int st) const { return bar(2 + Tile::kStages + st); }
+  __device__ __forceinline__ uint32_t v_full(int st) const { return bar(2 + 2 * Tile::kStages + st); }
   __device__ __forceinline__ uint32_t v_empty(int st) const {
-    return bar(1 + 3 * Tile::kStages + st);
+    return bar(2 + 3 * Tile::kStages + st);
   }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   // One thread, before the CTA-wide barrier that precedes any use.
   __device__ __forceinline__ void init_barriers() const {
     mbar_init(q_full, 1);
+    mbar_init(q_empty(), kConsumerWarps);
     for (int st = 0; st < Tile::kStages; ++st) {
       mbar_init(k_full(st), 1);
       mbar_init(v_full(st), 1);

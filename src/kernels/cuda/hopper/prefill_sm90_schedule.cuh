@@ -1,0 +1,66 @@
+// The tile schedule of the Hopper prefill kernel. A work tile is (query head, sequence, block of
+// kBlockM query rows); tiles are numbered heads fastest, then sequences, then row blocks from the
+// last (the most causal key tiles) to the first, so the heavy tiles come first and the heads of
+// one GQA group, which share K/V tiles in L2, run side by side. CTA i takes tiles i, i + G,
+// i + 2G, ... (G = gridDim.x): with G = the tile count every CTA does one tile; with G = the SM
+// count the grid is persistent and a CTA's producer loads the next tile while its consumers
+// store the last one. Producer and consumers walk the same list and skip the same tiles, so their
+// ring and Q counters stay in step.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cuda/device_faults.cuh"
+#include "kernels/cuda/prefill_params.h"
+
+namespace kvattn::cuda::sm90 {
+
+struct PrefillTileWork {
+  int h = 0;
+  int b = 0;
+  int q_begin = 0;
+  int Lq = 0;
+  int k_begin = 0;
+  int Lk = 0;
+  int m0 = 0;             // first query row of the tile within the sequence
+  int causal_offset = 0;  // query i sees key j iff j < Lk and (causal) j <= i + causal_offset
+  int n_blocks = 0;       // key tiles the tile reads (0: its rows see no key)
+};
+
+// Decodes tile t; false when it has no rows (m0 >= Lq) or its sequence's lengths are bad. Bad
+// lengths are reported once per sequence (by the tile of head 0 and the first row block
+// visited) when `report` is set (one thread of the CTA).
+template <int kBlockM, int kBlockN, bool kCausal, bool kPaged>
+__device__ __forceinline__ bool decode_tile(const PrefillParams& p, int64_t t, bool report,
+                                            PrefillTileWork& w) {
+  w.h = static_cast<int>(t % p.num_heads);
+  t /= p.num_heads;
+  w.b = static_cast<int>(t % p.num_seqs);
+  const int z = static_cast<int>(t / p.num_seqs);
+  report = report && w.h == 0 && z == 0;
+  const int q_end = p.cu_seqlens_q[w.b + 1];
+  const int k_end = p.cu_seqlens_k[w.b + 1];
+  w.q_begin = p.cu_seqlens_q[w.b];
+  w.k_begin = p.cu_seqlens_k[w.b];
+  if (w.q_begin < 0 || q_end < w.q_begin || q_end > p.total_q || w.k_begin < 0 ||
+      k_end < w.k_begin || (!kPaged && k_end > p.total_k)) {
+    if (report) record_fault(p.fault_word, kFaultBadCuSeqlens);
+    return false;
+  }
+  w.Lq = q_end - w.q_begin;
+  w.Lk = k_end - w.k_begin;
+  if constexpr (kPaged) {
+    if (static_cast<int64_t>(w.Lk) > static_cast<int64_t>(p.max_blocks_per_seq) * p.block_size) {
+      if (report) record_fault(p.fault_word, kFaultSeqlenOutOfRange);
+      return false;
+    }
+  }
+  w.m0 = (p.num_m_blocks - 1 - z) * kBlockM;
+  if (w.m0 >= w.Lq) return false;
+  w.causal_offset = w.Lk - w.Lq;
+  const int key_end = kCausal ? min(w.Lk, min(w.m0 + kBlockM, w.Lq) + w.causal_offset) : w.Lk;
+  w.n_blocks = key_end > 0 ? (key_end + kBlockN - 1) / kBlockN : 0;
+  return true;
+}
+
+}  // namespace kvattn::cuda::sm90
