@@ -110,6 +110,10 @@ void EngineLoop::run() {
       } catch (const std::exception& e) {  // the engine aborted every request
         fail_all(500, std::string("the engine failed: ") + e.what());
       }
+      // Never spin on jobs the engine no longer knows (a broken invariant, not a state).
+      if (!llm_.has_unfinished_requests() && !live_.empty()) {
+        fail_all(500, "internal error: the engine dropped a request");
+      }
     }
     publish_snapshot();
   }
