@@ -1,8 +1,8 @@
 // The Hopper (sm_90a) prefill kernel: FlashAttention-3's structure on TMA, mbarriers and wgmma.
 //
-// Work: tiles of (query head, sequence, block of kBlockM query rows), heavy tiles first
-// (prefill_sm90_schedule.cuh); a CTA runs tiles blockIdx.x, + gridDim.x, ...: one tile each, or
-// persistent (grid = SM count) so that one tile's epilogue overlaps the next tile's loads.
+// Work: tiles of (query head, sequence, block of kBlockM query rows), heavy tiles first, dealt
+// to the CTAs in a snake order (prefill_sm90_schedule.cuh): one tile each, or persistent (grid =
+// SM count) so that one tile's epilogue overlaps the next tile's loads.
 // Roles: warpgroup 0 is the producer (one warp issues every TMA load, the registers of the
 // rest are given to the consumers with setmaxnreg); warpgroups 1.. each compute 64 of the
 // kBlockM rows (prefill_sm90_consumer.cuh) and store them (prefill_sm90_epilogue.cuh). K/V tiles
@@ -52,7 +52,9 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   if (warpgroup == 0) {
     sm90::setmaxnreg_dec<Tile::kProducerRegs>();
     if (threadIdx.x >= 32) return;
-    for (int64_t t = blockIdx.x; t < sp.num_tiles; t += gridDim.x) {
+    for (int64_t r = 0; r * gridDim.x < sp.num_tiles; ++r) {
+      const int64_t t = sm90::snake_tile(r, blockIdx.x, gridDim.x);
+      if (t >= sp.num_tiles) continue;
       if (!sm90::decode_tile<BM, BN, kCausal, kPaged>(p, t, false, w) || w.n_blocks == 0) continue;
       const sm90::PrefillProducer<Tile, kPaged> producer{
           sp, smem, static_cast<int>(threadIdx.x), w.h / p.group, w.k_begin, w.Lk,
@@ -64,7 +66,9 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   } else {
     sm90::setmaxnreg_inc<Tile::kConsumerRegs>();
     const int wg = warpgroup - 1;
-    for (int64_t t = blockIdx.x; t < sp.num_tiles; t += gridDim.x) {
+    for (int64_t r = 0; r * gridDim.x < sp.num_tiles; ++r) {
+      const int64_t t = sm90::snake_tile(r, blockIdx.x, gridDim.x);
+      if (t >= sp.num_tiles) continue;
       if (!sm90::decode_tile<BM, BN, kCausal, kPaged>(p, t, threadIdx.x == 128, w)) continue;
       const int row0 = w.m0 + wg * 64;
       sm90::PrefillConsumer<T, Tile, kCausal> consumer;

@@ -15,6 +15,12 @@
 
 namespace kvattn::cuda::sm90 {
 
+// The tile CTA `cta` of `ctas` runs in round `round` (may be >= the tile count in the last
+// round: no tile).
+__device__ __forceinline__ int64_t snake_tile(int64_t round, int cta, int ctas) {
+  return round * ctas + ((round & 1) ? ctas - 1 - cta : cta);
+}
+
 struct PrefillTileWork {
   int h = 0;
   int b = 0;
