@@ -8,37 +8,45 @@
 #include "kernels/cuda/cuda_check.h"
 
 namespace kvattn::cuda {
+namespace {
+
+constexpr int kMaxDevices = 64;
+using DeviceCache = std::array<std::atomic<int>, kMaxDevices>;
+
+// cache[device], computed by read(device) on first use (0 means not yet read; every fact
+// cached here is positive).
+template <typename Read>
+int cached(DeviceCache& cache, int device, const char* what, Read read) {
+  KVATTN_CHECK(device >= 0 && device < kMaxDevices, what, ": device must be in [0, ",
+               kMaxDevices, ") but is ", device);
+  int v = cache[device].load(std::memory_order_relaxed);
+  if (v == 0) {
+    v = read(device);
+    cache[device].store(v, std::memory_order_relaxed);
+  }
+  return v;
+}
+
+}  // namespace
 
 int sm_count(int device) {
-  constexpr int kMaxDevices = 64;
-  static std::array<std::atomic<int>, kMaxDevices> cache{};
-  KVATTN_CHECK(device >= 0 && device < kMaxDevices, "sm_count: device must be in [0, ",
-               kMaxDevices, ") but is ", device);
-  int n = cache[device].load(std::memory_order_relaxed);
-  if (n == 0) {
-    cudaDeviceProp prop{};
-    CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
-    n = prop.multiProcessorCount;
-    cache[device].store(n, std::memory_order_relaxed);
-  }
-  return n;
+  static DeviceCache cache{};
+  return cached(cache, device, "sm_count", [](int d) {
+    int n = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, d));
+    return n;
+  });
 }
 
 int compute_capability(int device) {
-  constexpr int kMaxDevices = 64;
-  static std::array<std::atomic<int>, kMaxDevices> cache{};
-  KVATTN_CHECK(device >= 0 && device < kMaxDevices, "compute_capability: device must be in [0, ",
-               kMaxDevices, ") but is ", device);
-  int cc = cache[device].load(std::memory_order_relaxed);
-  if (cc == 0) {
+  static DeviceCache cache{};
+  return cached(cache, device, "compute_capability", [](int d) {
     int major = 0;
     int minor = 0;
-    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-    CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-    cc = major * 10 + minor;
-    cache[device].store(cc, std::memory_order_relaxed);
-  }
-  return cc;
+    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d));
+    CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, d));
+    return major * 10 + minor;
+  });
 }
 
 }  // namespace kvattn::cuda

@@ -23,6 +23,7 @@
 #include "kernels/cuda/prefill_launch.h"
 #include "kernels/cuda/prefill_params.h"
 #include "kernels/cuda/ptx.cuh"
+#include "kernels/cuda/smem_limit.h"
 #include "kernels/cuda/prefill_softmax.cuh"
 #include "kvattn/core/error.h"
 
@@ -461,21 +462,11 @@ void launch_prefill_tile(PrefillParams p, cudaStream_t stream) {
                p.num_seqs);
   auto kernel = prefill_kernel<T, Tile, kCausal, kPaged>;
   constexpr int kSmem = Tile::kSmemBytes + (kPaged ? Tile::kRowTableBytes : 0);
-  // The dynamic shared-memory limit is raised once per device (bit d of `raised`).
   static std::atomic<uint64_t> raised{0};
-  int device = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  KVATTN_CHECK(err == cudaSuccess, "prefill_attention: cudaGetDevice failed: ",
-               cudaGetErrorString(err));
-  const uint64_t bit = device < 64 ? (uint64_t{1} << device) : 0;
-  if (bit == 0 || (raised.load(std::memory_order_relaxed) & bit) == 0) {
-    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-    KVATTN_CHECK(err == cudaSuccess, "prefill_attention: cudaFuncSetAttribute(", kSmem, " bytes of shared memory) failed: ", cudaGetErrorString(err));
-    raised.fetch_or(bit, std::memory_order_relaxed);
-  }
+  raise_smem_limit_once(kernel, kSmem, raised, "prefill_attention");
   const dim3 grid(p.num_heads, p.num_seqs, p.num_m_blocks);
   kernel<<<grid, Tile::kThreads, kSmem, stream>>>(p);
-  err = cudaGetLastError();
+  const cudaError_t err = cudaGetLastError();
   KVATTN_CHECK(err == cudaSuccess, "prefill_attention: kernel launch failed: ",
                cudaGetErrorString(err));
 }

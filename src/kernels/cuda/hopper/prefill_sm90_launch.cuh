@@ -11,6 +11,7 @@
 #include "kernels/cuda/hopper/prefill_sm90_launch.h"
 #include "kernels/cuda/hopper/tensor_map.h"
 #include "kernels/cuda/device_props.h"
+#include "kernels/cuda/smem_limit.h"
 #include "kernels/cuda/tuning.h"
 #include "kvattn/core/error.h"
 
@@ -60,26 +61,15 @@ void launch_prefill_sm90_tile(const PrefillParams& base, cudaStream_t stream) {
 
   auto kernel = prefill_sm90_kernel<T, Tile, kCausal, kPaged>;
   constexpr int kSmem = Tile::kSmemAlloc;
-  // The dynamic shared-memory limit is raised once per device (bit d of `raised`).
   static std::atomic<uint64_t> raised{0};
-  int device = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  KVATTN_CHECK(err == cudaSuccess, "prefill_attention: cudaGetDevice failed: ",
-               cudaGetErrorString(err));
-  const uint64_t bit = device < 64 ? (uint64_t{1} << device) : 0;
-  if (bit == 0 || (raised.load(std::memory_order_relaxed) & bit) == 0) {
-    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-    KVATTN_CHECK(err == cudaSuccess, "prefill_attention: cudaFuncSetAttribute(", kSmem,
-                 " bytes of shared memory) failed: ", cudaGetErrorString(err));
-    raised.fetch_or(bit, std::memory_order_relaxed);
-  }
+  const int device = raise_smem_limit_once(kernel, kSmem, raised, "prefill_attention");
   sp.num_tiles = static_cast<int64_t>(p.num_heads) * p.num_seqs * p.num_m_blocks;
   int64_t grid = sp.num_tiles;
   if (cuda_tuning().prefill_sm90_persistent != 0 || grid > INT32_MAX) {
     grid = std::min<int64_t>(grid, sm_count(device));
   }
   kernel<<<static_cast<unsigned>(grid), Tile::kThreads, kSmem, stream>>>(sp);
-  err = cudaGetLastError();
+  const cudaError_t err = cudaGetLastError();
   KVATTN_CHECK(err == cudaSuccess, "prefill_attention: sm90 kernel launch failed: ",
                cudaGetErrorString(err));
 }
