@@ -330,7 +330,7 @@ int main(int argc, char** argv) {
       a.stream = Stream{g_stream};
       prefill_attention(a);
     };
-    const std::vector<Variant> variants = {
+    std::vector<Variant> variants = {
         {"default", [&] { call(); }},
         {"grid", [&] {
            cuda::cuda_tuning().prefill_sm90_persistent = 0;
@@ -344,6 +344,13 @@ int main(int argc, char** argv) {
            cuda::cuda_tuning().prefill_sm90 = 1;
          }},
     };
+    if (s.page != 0) {  // the experimental cp.async gather of small pages
+      variants.insert(variants.begin() + 1, Variant{"gather", [&] {
+                                                      cuda::cuda_tuning().prefill_sm90_paged_gather = 1;
+                                                      call();
+                                                      cuda::cuda_tuning().prefill_sm90_paged_gather = 0;
+                                                    }});
+    }
     std::vector<float> ref;
     for (const Variant& var : variants) {
       BENCH_CUDA(cudaMemset(p.out->p, 0xFF, p.out->bytes));

@@ -46,6 +46,12 @@ KVATTN_PREFILL_SM90_PERSISTENT=0 KVATTN_GPU_TEST_QUICK=1 timeout 200 \
   build-gpu/tests/kernels/kernels_prefill_gpu_test >"$OUT/test_grid.log" 2>&1
 echo "rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/test_grid.log" | tr '\n' ' ')"
 
+step "prefill gpu tests (Hopper, experimental cp.async page gather)"
+KVATTN_PREFILL_SM90_PAGED_GATHER=1 timeout 300 \
+  build-gpu/tests/kernels/kernels_prefill_gpu_test >"$OUT/test_gather.log" 2>&1
+echo "rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/test_gather.log" | tr '\n' ' ')"
+grep -E "Failure|Expected|Which is" "$OUT/test_gather.log" | head -10
+
 if [ "${SANITIZE:-1}" != 0 ]; then
   for tool in memcheck racecheck; do
     step "$tool (quick)"
@@ -53,6 +59,10 @@ if [ "${SANITIZE:-1}" != 0 ]; then
       build-gpu/tests/kernels/kernels_prefill_gpu_test --gtest_filter='*TileEdges*:*EdgeCases*:*Bad*' \
       >"$OUT/${tool}.log" 2>&1
     echo "$tool rc=$? $(tail -n 1 "$OUT/${tool}.log")"
+    KVATTN_PREFILL_SM90_PAGED_GATHER=1 KVATTN_GPU_TEST_QUICK=1 timeout 300 compute-sanitizer \
+      --tool $tool --error-exitcode 9 build-gpu/tests/kernels/kernels_prefill_gpu_test \
+      --gtest_filter='*TileEdges*:*EdgeCases*:*Bad*' >"$OUT/${tool}_gather.log" 2>&1
+    echo "$tool (gather) rc=$? $(tail -n 1 "$OUT/${tool}_gather.log")"
   done
 fi
 

@@ -14,6 +14,10 @@ struct CudaTuning {
   // Hopper prefill: 1 = a persistent grid (one CTA per SM walking the tile list), 0 = one CTA
   // per tile. Env KVATTN_PREFILL_SM90_PERSISTENT.
   int prefill_sm90_persistent = 1;
+  // Hopper prefill, paged K/V whose pages are not whole 128-key tiles: 1 = the producer
+  // warpgroup gathers rows with cp.async (hopper/prefill_sm90_gather.cuh; EXPERIMENTAL: not yet
+  // run on a GPU), 0 = one TMA box per page piece. Env KVATTN_PREFILL_SM90_PAGED_GATHER.
+  int prefill_sm90_paged_gather = 0;
   // Decode: most KV heads one CTA holds (one warp each). Env KVATTN_DECODE_HEADS_PER_CTA.
   int decode_heads_per_cta = 8;
   // Decode: pipeline stages per warp (0: as many as ~192 KB per CTA of 8 warps allow).

@@ -14,7 +14,8 @@ bool prefill_sm90_eligible(const PrefillParams& p, bool paged, int device) {
     const int bs = p.block_size;
     const bool whole_tiles = bs % kBlockN == 0;
     const bool whole_pages = bs >= 8 && kBlockN % bs == 0;
-    if (!whole_tiles && !whole_pages) return false;
+    const bool gather = cuda_tuning().prefill_sm90_paged_gather != 0;  // any page size
+    if (!whole_tiles && !whole_pages && !gather) return false;
   }
   return true;
 #else

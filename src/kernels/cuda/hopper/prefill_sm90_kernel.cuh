@@ -17,6 +17,7 @@
 #include "kernels/cuda/device_faults.cuh"
 #include "kernels/cuda/hopper/prefill_sm90_consumer.cuh"
 #include "kernels/cuda/hopper/prefill_sm90_epilogue.cuh"
+#include "kernels/cuda/hopper/prefill_sm90_gather.cuh"
 #include "kernels/cuda/hopper/prefill_sm90_params.h"
 #include "kernels/cuda/hopper/prefill_sm90_producer.cuh"
 #include "kernels/cuda/hopper/prefill_sm90_schedule.cuh"
@@ -39,7 +40,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     sm90::prefetch_tensor_map(&sp.tmap_q);
     sm90::prefetch_tensor_map(&sp.tmap_k);
     sm90::prefetch_tensor_map(&sp.tmap_v);
-    smem.init_barriers();
+    smem.init_barriers(kPaged && sp.kv_gather != 0);
   }
   __syncthreads();
 
@@ -51,6 +52,24 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   const int warpgroup = threadIdx.x / 128;
   if (warpgroup == 0) {
     sm90::setmaxnreg_dec<Tile::kProducerRegs>();
+    if constexpr (kPaged) {
+      if (sp.kv_gather != 0) {  // all four warps gather (prefill_sm90_gather.cuh)
+        for (int64_t r = 0; r * gridDim.x < sp.num_tiles; ++r) {
+          const int64_t t = sm90::snake_tile(r, blockIdx.x, gridDim.x);
+          if (t >= sp.num_tiles) continue;
+          if (!sm90::decode_tile<BM, BN, kCausal, kPaged>(p, t, false, w) || w.n_blocks == 0) {
+            continue;
+          }
+          const sm90::PagedGatherProducer<T, Tile> gather{
+              sp, smem, static_cast<int>(threadIdx.x), w.h / p.group, w.Lk,
+              p.block_table + static_cast<int64_t>(w.b) * p.bt_stride};
+          gather.run(w.q_begin + w.m0, w.h, w.n_blocks, kv_base, q_index);
+          kv_base += w.n_blocks;
+          ++q_index;
+        }
+        return;
+      }
+    }
     if (threadIdx.x >= 32) return;
     for (int64_t r = 0; r * gridDim.x < sp.num_tiles; ++r) {
       const int64_t t = sm90::snake_tile(r, blockIdx.x, gridDim.x);

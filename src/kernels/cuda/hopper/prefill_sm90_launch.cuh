@@ -35,6 +35,9 @@ void launch_prefill_sm90_tile(const PrefillParams& base, cudaStream_t stream) {
   if constexpr (kPaged) {
     const int rows = std::min(p.block_size, Tile::kBlockN);
     sp.kv_box_rows = rows;
+    // Pages that are not whole tiles: gathered by cp.async when switched on (experimental).
+    sp.kv_gather =
+        cuda_tuning().prefill_sm90_paged_gather != 0 && p.block_size % Tile::kBlockN != 0;
     const uint64_t bs = static_cast<uint64_t>(p.block_size);
     const uint64_t nb = static_cast<uint64_t>(std::max(p.num_blocks, 1));
     const uint32_t box_rows = static_cast<uint32_t>(rows);

@@ -11,7 +11,8 @@ namespace kvattn::cuda {
 // True when the sm_90a kernels were compiled in (KVATTN_SM90A), `device` is compute capability
 // 9.0, the switch CudaTuning::prefill_sm90 is on, and the call fits the kernel: packed K/V, or
 // a page size that is a multiple of 128 keys or a divisor of 128 of at least 8 keys (a TMA box
-// is whole 8-row swizzle atoms of one page). Everything else runs on the sm_80 kernel.
+// is whole 8-row swizzle atoms of one page), or any page size with the experimental cp.async
+// gather (CudaTuning::prefill_sm90_paged_gather). Everything else runs on the sm_80 kernel.
 bool prefill_sm90_eligible(const PrefillParams& p, bool paged, int device);
 
 // T: __nv_bfloat16 or __half; kHeadDim: 64 or 128. Builds the tensor maps and launches on the

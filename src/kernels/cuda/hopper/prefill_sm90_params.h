@@ -23,6 +23,7 @@ struct PrefillSm90Params {
   CUtensorMap tmap_v;
   PrefillParams base;
   int kv_box_rows = 0;  // keys per TMA box (paged: min(block_size, kBlockN); packed: kBlockN)
+  int kv_gather = 0;    // paged: 1 = K/V gathered by cp.async (prefill_sm90_gather.cuh), 0 = TMA
   int64_t num_tiles = 0;  // heads x sequences x row blocks (prefill_sm90_schedule.cuh)
 };
 

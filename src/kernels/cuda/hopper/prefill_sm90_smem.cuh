@@ -42,13 +42,15 @@ struct PrefillSmem {
   }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  // One thread, before the CTA-wide barrier that precedes any use.
-  __device__ __forceinline__ void init_barriers() const {
+  // One thread, before the CTA-wide barrier that precedes any use. A full barrier completes on
+  // the producer's one expect_tx arrival plus the TMA bytes, or (gather) on 128 arrivals.
+  __device__ __forceinline__ void init_barriers(bool gather) const {
+    const uint32_t full_arrivals = gather ? 128 : 1;
     mbar_init(q_full, 1);
     mbar_init(q_empty(), kConsumerWarps);
     for (int st = 0; st < Tile::kStages; ++st) {
-      mbar_init(k_full(st), 1);
-      mbar_init(v_full(st), 1);
+      mbar_init(k_full(st), full_arrivals);
+      mbar_init(v_full(st), full_arrivals);
       mbar_init(k_empty(st), kConsumerWarps);
       mbar_init(v_empty(st), kConsumerWarps);
     }
