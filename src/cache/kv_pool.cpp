@@ -22,8 +22,8 @@ void check_spec(const KVCacheSpec& s, const char* fn) {
   KVATTN_CHECK(s.head_dim > 0, fn, ": spec.head_dim must be > 0 but is ", s.head_dim);
   KVATTN_CHECK(s.block_size > 0, fn, ": spec.block_size must be > 0 but is ", s.block_size);
   KVATTN_CHECK(s.dtype == DType::kF32 || s.dtype == DType::kF16 || s.dtype == DType::kBF16 ||
-                   s.dtype == DType::kU8,
-               fn, ": spec.dtype must be float32, float16, bfloat16 or uint8 (fp8) but is ",
+                   s.dtype == DType::kU8 || s.dtype == DType::kF8E4M3,
+               fn, ": spec.dtype must be float32, float16, bfloat16, float8_e4m3 or uint8 but is ",
                s.dtype);
 }
 

@@ -7,6 +7,9 @@
 namespace kvattn {
 namespace {
 
+// DLPack >= 1.1 names this code kDLFloat8_e4m3fn; the installed header may predate it.
+constexpr uint8_t kDLFloat8E4M3FN = 10;
+
 DType dtype_from_dl(DLDataType t) {
   KVATTN_CHECK(t.lanes == 1, "from_dlpack: dtype lanes must be 1 but is ", int(t.lanes));
   if (t.code == kDLFloat && t.bits == 32) return DType::kF32;
@@ -15,8 +18,9 @@ DType dtype_from_dl(DLDataType t) {
   if (t.code == kDLInt && t.bits == 32) return DType::kI32;
   if (t.code == kDLInt && t.bits == 64) return DType::kI64;
   if (t.code == kDLUInt && t.bits == 8) return DType::kU8;
+  if (t.code == kDLFloat8E4M3FN && t.bits == 8) return DType::kF8E4M3;
   KVATTN_FAIL("from_dlpack: dtype (code ", int(t.code), ", bits ", int(t.bits),
-              ") must be one of float32, float16, bfloat16, int32, int64, uint8");
+              ") must be one of float32, float16, bfloat16, int32, int64, uint8, float8_e4m3fn");
 }
 
 }  // namespace
@@ -29,6 +33,7 @@ DLDataType to_dlpack_dtype(DType t) {
     case DType::kI32: return {kDLInt, 32, 1};
     case DType::kI64: return {kDLInt, 64, 1};
     case DType::kU8: return {kDLUInt, 8, 1};
+    case DType::kF8E4M3: return {kDLFloat8E4M3FN, 8, 1};
   }
   return {kDLFloat, 32, 1};
 }

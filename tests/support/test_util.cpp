@@ -28,6 +28,7 @@ void store(DType dt, char* p, float v) {
     case DType::kF32: std::memcpy(p, &v, 4); break;
     case DType::kBF16: { bf16_t b = float_to_bf16(v); std::memcpy(p, &b, 2); break; }
     case DType::kF16: { f16_t h = float_to_f16(v); std::memcpy(p, &h, 2); break; }
+    case DType::kF8E4M3: { *reinterpret_cast<uint8_t*>(p) = float_to_e4m3(v); break; }
     default: std::abort();
   }
 }
@@ -37,6 +38,7 @@ double load(DType dt, const char* p) {
     case DType::kF32: { float f; std::memcpy(&f, p, 4); return f; }
     case DType::kBF16: { bf16_t b; std::memcpy(&b, p, 2); return bf16_to_float(b); }
     case DType::kF16: { f16_t h; std::memcpy(&h, p, 2); return f16_to_float(h); }
+    case DType::kF8E4M3: return e4m3_to_float(*reinterpret_cast<const uint8_t*>(p));
     case DType::kI32: { int32_t v; std::memcpy(&v, p, 4); return v; }
     case DType::kI64: { int64_t v; std::memcpy(&v, p, 8); return static_cast<double>(v); }
     default: std::abort();

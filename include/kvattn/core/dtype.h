@@ -6,9 +6,12 @@
 #include <ostream>
 #include <string_view>
 
+#include "kvattn/core/fp8.h"
+
 namespace kvattn {
 
-enum class DType : uint8_t { kF32, kF16, kBF16, kI32, kI64, kU8 };
+// kF8E4M3: OCP e4m3fn bytes (fp8.h); only a KV cache holds it, read with per-head scales.
+enum class DType : uint8_t { kF32, kF16, kBF16, kI32, kI64, kU8, kF8E4M3 };
 
 constexpr int64_t dtype_size(DType t) {
   switch (t) {
@@ -18,6 +21,7 @@ constexpr int64_t dtype_size(DType t) {
     case DType::kI32: return 4;
     case DType::kI64: return 8;
     case DType::kU8: return 1;
+    case DType::kF8E4M3: return 1;
   }
   return 0;
 }
@@ -30,6 +34,7 @@ constexpr std::string_view dtype_name(DType t) {
     case DType::kI32: return "int32";
     case DType::kI64: return "int64";
     case DType::kU8: return "uint8";
+    case DType::kF8E4M3: return "float8_e4m3";
   }
   return "?";
 }
@@ -73,6 +78,8 @@ template <>
 inline float to_float<bf16_t>(bf16_t v) { return bf16_to_float(v); }
 template <>
 inline float to_float<f16_t>(f16_t v) { return f16_to_float(v); }
+template <>
+inline float to_float<f8e4m3_t>(f8e4m3_t v) { return e4m3_to_float(v.bits); }
 
 template <typename T>
 inline T from_float(float v);
@@ -97,5 +104,7 @@ template <>
 constexpr DType dtype_of<int64_t>() { return DType::kI64; }
 template <>
 constexpr DType dtype_of<uint8_t>() { return DType::kU8; }
+template <>
+constexpr DType dtype_of<f8e4m3_t>() { return DType::kF8E4M3; }
 
 }  // namespace kvattn
