@@ -55,7 +55,8 @@ struct Sm90PrefillTileConfig {
 };
 
 // The tiles the library runs (docs/perf/NOTES.md, Hopper prefill). head_dim 128: 128 x 128
-// tiles, two stages (160 KB; three ran 2% slower). head_dim 64: 192 query rows (three consumer
+// tiles, two stages (160 KB; three: -2% one CTA per tile, and with the persistent grid +1-3% on
+// long sequences but -4% at 16 x 1024). head_dim 64: 192 query rows (three consumer
 // warpgroups) x 128 keys, three stages (+14% over 128 rows).
 template <int kHeadDim>
 struct Sm90PrefillTileFor;

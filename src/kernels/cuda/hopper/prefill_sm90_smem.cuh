@@ -2,7 +2,8 @@
 // mbarrier protocol over them:
 //   q_full        1 arrival (the producer's expect_tx) + the Q bytes, once per tile the CTA runs
 //   q_empty       one arrival per consumer warp once its last S = Q K^T of the tile completed
-//   k_full[s]     1 arrival + one K tile's bytes, per round of the ring;      consumers wait
+//   k_full[s]     1 arrival + one K tile's bytes (TMA), or 128 arrivals (cp.async gather), per
+//                 round of the ring; consumers wait
 //   k_empty[s]    one arrival per consumer warp (8) once its S = Q K^T read the stage; producer
 //   v_full/v_empty[s]  the same for V, released after O += P V.
 #pragma once
