@@ -3,11 +3,11 @@
 // Work: tiles of (query head, sequence, block of kBlockM query rows), heavy tiles first, dealt
 // to the CTAs in a snake order (prefill_sm90_schedule.cuh): one tile each, or persistent (grid =
 // SM count) so that one tile's epilogue overlaps the next tile's loads.
-// Roles: warpgroup 0 is the producer (one warp issues every TMA load, or all four gather
-// small pages with cp.async; its spare registers go to the consumers with setmaxnreg); warpgroups 1.. each compute 64 of the
-// kBlockM rows (prefill_sm90_consumer.cuh) and store them (prefill_sm90_epilogue.cuh). K/V tiles
-// of kBlockN keys flow through a ring of full/empty mbarriers (prefill_sm90_smem.cuh); the tile
-// shapes are in prefill_sm90_params.h.
+// Roles: warpgroup 0 is the producer (one warp issues every TMA load, or all four gather small
+// pages with cp.async; its spare registers go to the consumers with setmaxnreg); warpgroups
+// 1.. each compute 64 of the kBlockM rows (prefill_sm90_consumer.cuh) and store them
+// (prefill_sm90_epilogue.cuh). K/V tiles of kBlockN keys flow through a ring of full/empty
+// mbarriers (prefill_sm90_smem.cuh); the tile shapes are in prefill_sm90_params.h.
 // Semantics are those of the sm_80 kernel (prefill_kernel.cuh): bottom-right causal alignment,
 // untrusted lengths and block ids checked and reported through the fault word.
 #pragma once
