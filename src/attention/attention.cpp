@@ -44,6 +44,19 @@ Attention::Attention(int64_t num_heads, int64_t head_dim, float scale, int64_t n
 }
 
 void Attention::bind_cache(const TensorView& k_cache, const TensorView& v_cache) {
+  bind_cache(k_cache, v_cache, TensorView(), TensorView());
+}
+
+void Attention::bind_cache(const TensorView& k_cache, const TensorView& v_cache,
+                           const TensorView& k_scale, const TensorView& v_scale) {
+  KVATTN_CHECK(!k_cache.defined() || k_cache.dtype != DType::kF8E4M3 ||
+                   k_cache.device.is_cpu(),
+               "Attention::bind_cache: k_cache: float8_e4m3 caches are not supported on CUDA "
+               "yet (k_cache is on ", k_cache.device, ")");
+  KVATTN_CHECK((!k_scale.defined() && !v_scale.defined()) ||
+                   (k_cache.defined() && k_cache.dtype == DType::kF8E4M3),
+               "Attention::bind_cache: k_scale/v_scale apply to float8_e4m3 caches only but "
+               "k_cache dtype is ", k_cache.dtype);
   if (k_cache.defined() && k_cache.numel() > 0) {
     KVATTN_CHECK(k_cache.ndim == 4 && k_cache.size(2) == num_kv_heads_ &&
                      k_cache.size(3) == head_dim_,
@@ -55,6 +68,8 @@ void Attention::bind_cache(const TensorView& k_cache, const TensorView& v_cache)
   }
   k_cache_ = k_cache;
   v_cache_ = v_cache;
+  k_scale_ = k_scale;
+  v_scale_ = v_scale;
 }
 
 void Attention::forward(const TensorView& q_in, const TensorView& k_in, const TensorView& v_in,
@@ -65,7 +80,7 @@ void Attention::forward(const TensorView& q_in, const TensorView& k_in, const Te
   const TensorView out = as_heads(out_in, num_heads_, head_dim_, "out");
 
   if (has_cache()) {
-    store_kv(k, v, k_cache_, v_cache_, ctx.slot_mapping, ctx.stream);
+    store_kv(k, v, k_cache_, v_cache_, ctx.slot_mapping, k_scale_, v_scale_, ctx.stream);
   }
 
   if (ctx.phase == Phase::kPrefill) {
@@ -85,6 +100,8 @@ void Attention::forward(const TensorView& q_in, const TensorView& k_in, const Te
       a.k = k_cache_;
       a.v = v_cache_;
       a.block_table = ctx.block_tables;
+      a.k_scale = k_scale_;
+      a.v_scale = v_scale_;
     } else {
       a.k = k;
       a.v = v;
@@ -106,6 +123,8 @@ void Attention::forward(const TensorView& q_in, const TensorView& k_in, const Te
   a.v_cache = v_cache_;
   a.block_table = ctx.block_tables;
   a.cache_seqlens = ctx.context_lens;
+  a.k_scale = k_scale_;
+  a.v_scale = v_scale_;
   a.q_len = q.size(0) / num_seqs;
   a.softmax_scale = scale_;
   a.causal = true;

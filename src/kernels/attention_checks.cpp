@@ -1,5 +1,6 @@
 #include "attention_checks.h"
 
+#include "kv_cache_checks.h"
 #include "validate.h"
 
 namespace kvattn::detail {
@@ -41,10 +42,11 @@ void check_caches(std::string_view fn, const TensorView& q, const TensorView& k_
                   AttentionShape& shape) {
   check_paged_cache(fn, "k_cache", k_cache);
   check_paged_cache(fn, "v_cache", v_cache);
-  check_dtype(fn, "k_cache", k_cache, q.dtype);
-  check_dtype(fn, "v_cache", v_cache, q.dtype);
   check_device(fn, "k_cache", k_cache, q.device);
   check_device(fn, "v_cache", v_cache, q.device);
+  check_cache_dtype(fn, "k_cache", k_cache, q.dtype, "q");
+  KVATTN_CHECK(v_cache.dtype == k_cache.dtype, fn, ": v_cache dtype must equal k_cache dtype (",
+               k_cache.dtype, ") but is ", v_cache.dtype);
   for (int d = 0; d < 4; ++d) {
     KVATTN_CHECK(v_cache.size(d) == k_cache.size(d), fn, ": v_cache shape ",
                  v_cache.shape_str(), " must equal k_cache shape ", k_cache.shape_str());

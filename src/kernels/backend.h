@@ -27,8 +27,11 @@ struct AttentionShape {
 };
 
 namespace cpu {
+// Caches of key's dtype: a byte copy; float8_e4m3: quantised with k_scale/v_scale (empty =>
+// 1.0); bfloat16 from float32 keys: rounded.
 void store_kv(const TensorView& key, const TensorView& value, const TensorView& k_cache,
-              const TensorView& v_cache, const TensorView& slot_mapping);
+              const TensorView& v_cache, const TensorView& slot_mapping,
+              const TensorView& k_scale, const TensorView& v_scale);
 void prefill_attention(const PrefillArgs& args, const AttentionShape& shape);
 void decode_attention(const DecodeArgs& args, const AttentionShape& shape);
 }  // namespace cpu

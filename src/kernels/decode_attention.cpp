@@ -3,6 +3,7 @@
 
 #include "attention_checks.h"
 #include "backend.h"
+#include "kv_cache_checks.h"
 #include "kvattn/kernels/device_faults.h"
 #include "validate.h"
 
@@ -44,6 +45,8 @@ void decode_attention(const DecodeArgs& a) {
                shape.num_seqs, ") * q_len (", a.q_len, ") = ", shape.num_seqs * a.q_len,
                " but is ", shape.total_q);
   check_caches(kFn, a.q, a.k_cache, a.v_cache, a.block_table, shape.num_seqs, shape);
+  check_kv_scale(kFn, "k_scale", a.k_scale, "k_cache", a.k_cache, shape.num_kv_heads);
+  check_kv_scale(kFn, "v_scale", a.v_scale, "v_cache", a.v_cache, shape.num_kv_heads);
   check_lse(kFn, a.lse, a.q, shape);
   shape.scale = resolve_scale(kFn, a.softmax_scale, shape.head_dim);
 

@@ -3,6 +3,7 @@
 
 #include "attention_checks.h"
 #include "backend.h"
+#include "kv_cache_checks.h"
 #include "validate.h"
 
 namespace kvattn {
@@ -52,7 +53,12 @@ void prefill_attention(const PrefillArgs& a) {
 
   if (a.block_table.defined()) {
     check_caches(kFn, a.q, a.k, a.v, a.block_table, shape.num_seqs, shape);
+    check_kv_scale(kFn, "k_scale", a.k_scale, "k (the paged k_cache)", a.k, shape.num_kv_heads);
+    check_kv_scale(kFn, "v_scale", a.v_scale, "v (the paged v_cache)", a.v, shape.num_kv_heads);
   } else {
+    KVATTN_CHECK(!a.k_scale.defined() && !a.v_scale.defined(), kFn,
+                 ": k_scale and v_scale apply to paged float8_e4m3 caches (block_table given) "
+                 "only but packed k and v were given");
     check_token_major(kFn, "k", a.k);
     check_token_major(kFn, "v", a.v);
     check_dtype(kFn, "k", a.k, a.q.dtype);

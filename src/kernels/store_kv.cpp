@@ -2,12 +2,19 @@
 #include "kvattn/kernels/store_kv.h"
 
 #include "backend.h"
+#include "kv_cache_checks.h"
 #include "validate.h"
 
 namespace kvattn {
 
 void store_kv(const TensorView& key, const TensorView& value, const TensorView& k_cache,
               const TensorView& v_cache, const TensorView& slot_mapping, Stream stream) {
+  store_kv(key, value, k_cache, v_cache, slot_mapping, TensorView(), TensorView(), stream);
+}
+
+void store_kv(const TensorView& key, const TensorView& value, const TensorView& k_cache,
+              const TensorView& v_cache, const TensorView& slot_mapping,
+              const TensorView& k_scale, const TensorView& v_scale, Stream stream) {
   using namespace detail;
   constexpr std::string_view fn = "store_kv";
   check_token_major(fn, "key", key);
@@ -24,8 +31,9 @@ void store_kv(const TensorView& key, const TensorView& value, const TensorView& 
 
   check_dtype_in(fn, "key", key, {DType::kF32, DType::kF16, DType::kBF16});
   check_dtype(fn, "value", value, key.dtype);
-  check_dtype(fn, "k_cache", k_cache, key.dtype);
-  check_dtype(fn, "v_cache", v_cache, key.dtype);
+  check_cache_dtype(fn, "k_cache", k_cache, key.dtype, "key");
+  KVATTN_CHECK(v_cache.dtype == k_cache.dtype, fn, ": v_cache dtype must equal k_cache dtype (",
+               k_cache.dtype, ") but is ", v_cache.dtype);
   check_dtype_in(fn, "slot_mapping", slot_mapping, {DType::kI32, DType::kI64});
 
   const int64_t head_dim = key.size(2);
@@ -41,6 +49,8 @@ void store_kv(const TensorView& key, const TensorView& value, const TensorView& 
     KVATTN_CHECK(v_cache.size(d) == k_cache.size(d), fn, ": v_cache shape ",
                  v_cache.shape_str(), " must equal k_cache shape ", k_cache.shape_str());
   }
+  check_kv_scale(fn, "k_scale", k_scale, "k_cache", k_cache, num_kv_heads);
+  check_kv_scale(fn, "v_scale", v_scale, "v_cache", v_cache, num_kv_heads);
   const int64_t n = slot_mapping.size(0);
   KVATTN_CHECK(n <= key.size(0), fn, ": slot_mapping length must be <= key tokens (",
                key.size(0), ") but is ", n);
@@ -49,7 +59,7 @@ void store_kv(const TensorView& key, const TensorView& value, const TensorView& 
   if (n == 0) return;
 
   if (device.is_cpu()) {
-    cpu::store_kv(key, value, k_cache, v_cache, slot_mapping);
+    cpu::store_kv(key, value, k_cache, v_cache, slot_mapping, k_scale, v_scale);
     return;
   }
 #ifdef KVATTN_WITH_CUDA

@@ -143,6 +143,7 @@ void fill_random(const TensorView& t, std::mt19937_64& rng, float lo, float hi) 
         case DType::kF32: std::memcpy(p, &v, 4); break;
         case DType::kBF16: { const bf16_t b = float_to_bf16(v); std::memcpy(p, &b, 2); break; }
         case DType::kF16: { const f16_t h = float_to_f16(v); std::memcpy(p, &h, 2); break; }
+        case DType::kF8E4M3: *reinterpret_cast<uint8_t*>(p) = float_to_e4m3(v); break;
         default: std::abort();
       }
     }

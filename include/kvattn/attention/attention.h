@@ -19,6 +19,11 @@ class Attention {
   // cache is bound (or when an empty view is bound, e.g. during warm-up before the pool
   // exists) forward skips the store and prefill runs over the packed k/v.
   void bind_cache(const TensorView& k_cache, const TensorView& v_cache);
+  // A float8_e4m3 cache with its static dequantisation scales, float32 [num_kv_heads] each
+  // (empty => 1.0; store_kv.h has the format). The views must outlive the binding. CPU only
+  // for now: binding an fp8 cache on CUDA throws ("not supported on CUDA yet").
+  void bind_cache(const TensorView& k_cache, const TensorView& v_cache,
+                  const TensorView& k_scale, const TensorView& v_scale);
   bool has_cache() const { return k_cache_.defined() && k_cache_.numel() > 0; }
 
   // q: [tokens, num_heads * head_dim] or [tokens, num_heads, head_dim]; k, v likewise with
@@ -40,6 +45,8 @@ class Attention {
   int64_t num_kv_heads_;
   TensorView k_cache_;
   TensorView v_cache_;
+  TensorView k_scale_;  // float8_e4m3 caches only
+  TensorView v_scale_;
 };
 
 }  // namespace kvattn

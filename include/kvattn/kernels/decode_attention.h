@@ -48,6 +48,12 @@ struct DecodeArgs {
   bool causal = true;
   TensorView out;
   TensorView lse;  // optional float32 [num_heads, num_seqs * q_len]
+  // float8_e4m3 caches (CPU only for now; CUDA rejects them): the dequantisation scales,
+  // float32 [num_kv_heads] each (store_kv.h); keys are read as e4m3(stored) * scale with
+  // float32 accumulation. Empty => 1.0. Must be empty for other cache dtypes. On the CPU a
+  // float32 q may also read a bfloat16 cache.
+  TensorView k_scale;
+  TensorView v_scale;
   // GPU: the plan and a workspace of at least plan.workspace_bytes bytes on q's device.
   // plan.num_splits == 0 asks the library to plan and to use a workspace it owns (convenient,
   // but may allocate, so not for graph capture).

@@ -39,6 +39,10 @@ struct PrefillArgs {
   bool causal = true;
   TensorView out;
   TensorView lse;  // optional
+  // Paged form with float8_e4m3 caches (CPU only for now): dequantisation scales, as in
+  // DecodeArgs. Empty => 1.0; must be empty for packed keys and other cache dtypes.
+  TensorView k_scale;
+  TensorView v_scale;
   Stream stream{};
 };
 

@@ -4,7 +4,9 @@
 // items dynamically. Each item runs a blocked online softmax: key tiles of kKeyTile rows
 // are visited once for all query heads of the GQA group and all rows of the tile, so every
 // K/V byte of a (sequence, KV head) is read once per query tile, and no O(L^2) temporary is
-// ever formed. Arithmetic is float32; bf16/f16 tiles are converted once per tile. The tile
+// ever formed. Arithmetic is float32; bf16/f16 tiles are converted once per tile, and a
+// float8_e4m3 cache is dequantised there too (table[code] * scale of the KV head), so the
+// kernel computes on exactly the values e4m3(stored) * scale. The tile
 // loops (scores, exp, weighted sum of V) run AVX2+FMA code when the CPU has it
 // (attention_tile_math.h).
 #include <algorithm>
@@ -21,7 +23,8 @@ namespace {
 constexpr int64_t kKeyTile = 64;
 constexpr int64_t kQueryTile = 16;  // query rows per work item (times the GQA group)
 
-template <typename T>
+// T: q/out element type; KV: the keys' and values' (T, or a cache's bf16 / float8_e4m3).
+template <typename T, typename KV>
 struct Problem {
   const T* q = nullptr;
   int64_t q_stride = 0;  // token stride, elements
@@ -29,8 +32,10 @@ struct Problem {
   int64_t out_stride = 0;
   float* lse = nullptr;  // [num_heads, total_q] or null
   int64_t total_q = 0;
-  const T* k = nullptr;
-  const T* v = nullptr;
+  const KV* k = nullptr;
+  const KV* v = nullptr;
+  const float* k_scale = nullptr;  // float8_e4m3 only: [num_kv_heads], null => 1.0
+  const float* v_scale = nullptr;
   int64_t k_stride = 0;  // packed: token stride; paged: block stride
   int64_t v_stride = 0;
   const int32_t* block_table = nullptr;  // paged only
@@ -60,9 +65,9 @@ struct Scratch {
   std::vector<const float*> k_rows, v_rows;
 };
 
-template <typename T>
-const T* kv_row(const Problem<T>& p, const T* base, int64_t stride, const Sequence& s,
-                int64_t j, int64_t kv_head) {
+template <typename T, typename KV>
+const KV* kv_row(const Problem<T, KV>& p, const KV* base, int64_t stride, const Sequence& s,
+                 int64_t j, int64_t kv_head) {
   const int64_t row = p.num_kv_heads * p.head_dim;
   if (p.block_table == nullptr) {
     return base + (s.k_begin + j) * stride + kv_head * p.head_dim;
@@ -72,15 +77,22 @@ const T* kv_row(const Problem<T>& p, const T* base, int64_t stride, const Sequen
 }
 
 // Points rows[i] at float copies (or, for float inputs, the rows themselves) of keys j0..j1.
-template <typename T>
-void load_tile(const Problem<T>& p, const T* base, int64_t stride, const Sequence& s,
-               int64_t j0, int64_t j1, int64_t kv_head, std::vector<float>& buf,
-               std::vector<const float*>& rows) {
+// An fp8 row is dequantised: e4m3(code) * scale (scale = 1 when none is given).
+template <typename T, typename KV>
+void load_tile(const Problem<T, KV>& p, const KV* base, int64_t stride, const float* scales,
+               const Sequence& s, int64_t j0, int64_t j1, int64_t kv_head,
+               std::vector<float>& buf, std::vector<const float*>& rows) {
   const int64_t d = p.head_dim;
   for (int64_t j = j0; j < j1; ++j) {
-    const T* src = kv_row(p, base, stride, s, j, kv_head);
-    if constexpr (std::is_same_v<T, float>) {
+    const KV* src = kv_row(p, base, stride, s, j, kv_head);
+    if constexpr (std::is_same_v<KV, float>) {
       rows[j - j0] = src;
+    } else if constexpr (std::is_same_v<KV, f8e4m3_t>) {
+      const float* table = e4m3_table();
+      const float scale = scales != nullptr ? scales[kv_head] : 1.0f;
+      float* dst = buf.data() + (j - j0) * d;
+      for (int64_t x = 0; x < d; ++x) dst[x] = table[src[x].bits] * scale;
+      rows[j - j0] = dst;
     } else {
       float* dst = buf.data() + (j - j0) * d;
       for (int64_t x = 0; x < d; ++x) dst[x] = to_float(src[x]);
@@ -92,10 +104,10 @@ void load_tile(const Problem<T>& p, const T* base, int64_t stride, const Sequenc
 // Asks for keys j0..j1 of the next tile ahead of use. Rows of one KV head sit
 // num_kv_heads * head_dim elements apart (often exactly a 4 KiB page), a stride the hardware
 // prefetchers do not follow across pages.
-template <typename T>
-void prefetch_tile(const Problem<T>& p, const T* base, int64_t stride, const Sequence& s,
+template <typename T, typename KV>
+void prefetch_tile(const Problem<T, KV>& p, const KV* base, int64_t stride, const Sequence& s,
                    int64_t j0, int64_t j1, int64_t kv_head) {
-  const int64_t bytes = p.head_dim * static_cast<int64_t>(sizeof(T));
+  const int64_t bytes = p.head_dim * static_cast<int64_t>(sizeof(KV));
   for (int64_t j = j0; j < j1; ++j) {
     const char* row = reinterpret_cast<const char*>(kv_row(p, base, stride, s, j, kv_head));
     for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(row + off, 0, 2);
@@ -108,8 +120,8 @@ inline int64_t key_limit(bool causal, int64_t i, int64_t q_len, int64_t k_len) {
   return std::clamp<int64_t>(i + k_len - q_len + 1, 0, k_len);
 }
 
-template <typename T>
-void run_item(const Problem<T>& p, const Sequence& s, const WorkItem& w, Scratch& sc) {
+template <typename T, typename KV>
+void run_item(const Problem<T, KV>& p, const Sequence& s, const WorkItem& w, Scratch& sc) {
   const TileMath& math = tile_math();
   const int64_t d = p.head_dim, g = p.group;
   const int64_t rows = (w.row_end - w.row_begin) * g;  // (query row, head in group) pairs
@@ -138,8 +150,8 @@ void run_item(const Problem<T>& p, const Sequence& s, const WorkItem& w, Scratch
     const int64_t next_end = std::min(j1 + kKeyTile, k_end);
     prefetch_tile(p, p.k, p.k_stride, s, j1, next_end, w.kv_head);
     prefetch_tile(p, p.v, p.v_stride, s, j1, next_end, w.kv_head);
-    load_tile(p, p.k, p.k_stride, s, j0, j1, w.kv_head, sc.k_tile, sc.k_rows);
-    load_tile(p, p.v, p.v_stride, s, j0, j1, w.kv_head, sc.v_tile, sc.v_rows);
+    load_tile(p, p.k, p.k_stride, p.k_scale, s, j0, j1, w.kv_head, sc.k_tile, sc.k_rows);
+    load_tile(p, p.v, p.v_stride, p.v_scale, s, j0, j1, w.kv_head, sc.v_tile, sc.v_rows);
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t i = w.row_begin + r / g;
       const int64_t jl = std::min(j1, key_limit(p.causal, i, s.q_len, s.k_len));
@@ -174,8 +186,8 @@ void run_item(const Problem<T>& p, const Sequence& s, const WorkItem& w, Scratch
   }
 }
 
-template <typename T>
-void run(const Problem<T>& p, const std::vector<Sequence>& seqs) {
+template <typename T, typename KV>
+void run(const Problem<T, KV>& p, const std::vector<Sequence>& seqs) {
   std::vector<WorkItem> items;
   for (int64_t b = 0; b < static_cast<int64_t>(seqs.size()); ++b) {
     for (int64_t h = 0; h < p.num_kv_heads; ++h) {
@@ -198,19 +210,23 @@ void run(const Problem<T>& p, const std::vector<Sequence>& seqs) {
   }
 }
 
-template <typename T>
-Problem<T> make_problem(const TensorView& q, const TensorView& out, const TensorView& lse,
-                        const TensorView& k, const TensorView& v, const TensorView& block_table,
-                        const AttentionShape& shape, bool causal) {
-  Problem<T> p;
+template <typename T, typename KV>
+Problem<T, KV> make_problem(const TensorView& q, const TensorView& out, const TensorView& lse,
+                            const TensorView& k, const TensorView& v,
+                            const TensorView& block_table, const TensorView& k_scale,
+                            const TensorView& v_scale, const AttentionShape& shape,
+                            bool causal) {
+  Problem<T, KV> p;
   p.q = q.ptr<const T>();
   p.q_stride = q.stride(0);
   p.out = out.ptr<T>();
   p.out_stride = out.stride(0);
   p.lse = lse.defined() ? lse.ptr<float>() : nullptr;
   p.total_q = shape.total_q;
-  p.k = k.ptr<const T>();
-  p.v = v.ptr<const T>();
+  p.k = k.ptr<const KV>();
+  p.v = v.ptr<const KV>();
+  p.k_scale = k_scale.defined() ? k_scale.ptr<const float>() : nullptr;
+  p.v_scale = v_scale.defined() ? v_scale.ptr<const float>() : nullptr;
   p.k_stride = k.stride(0);
   p.v_stride = v.stride(0);
   if (shape.paged) {
@@ -227,13 +243,24 @@ Problem<T> make_problem(const TensorView& q, const TensorView& out, const Tensor
   return p;
 }
 
+// Calls fn(T{}, KV{}) for the (q, keys) dtype pair; the entries admit exactly these pairs:
+// KV == T, KV == float8_e4m3, and float32 queries over a bfloat16 cache.
 template <typename Fn>
-void dispatch_dtype(DType dtype, Fn fn) {
-  switch (dtype) {
-    case DType::kF32: fn(float{}); break;
-    case DType::kBF16: fn(bf16_t{}); break;
-    case DType::kF16: fn(f16_t{}); break;
-    default: KVATTN_FAIL("attention (cpu): unsupported dtype ", dtype);
+void dispatch_dtypes(DType q, DType kv, Fn fn) {
+  auto with_kv = [&](auto t) {
+    using T = decltype(t);
+    if (kv == dtype_of<T>()) return fn(T{}, T{});
+    if (kv == DType::kF8E4M3) return fn(T{}, f8e4m3_t{});
+    if constexpr (std::is_same_v<T, float>) {
+      if (kv == DType::kBF16) return fn(T{}, bf16_t{});
+    }
+    KVATTN_FAIL("attention (cpu): unsupported key dtype ", kv, " for q dtype ", q);
+  };
+  switch (q) {
+    case DType::kF32: with_kv(float{}); break;
+    case DType::kBF16: with_kv(bf16_t{}); break;
+    case DType::kF16: with_kv(f16_t{}); break;
+    default: KVATTN_FAIL("attention (cpu): unsupported dtype ", q);
   }
 }
 
@@ -247,9 +274,12 @@ void prefill_attention(const PrefillArgs& a, const AttentionShape& shape) {
     seqs[b] = {cu_q[b], cu_q[b + 1] - cu_q[b], shape.paged ? 0 : cu_k[b],
                cu_k[b + 1] - cu_k[b], b};
   }
-  dispatch_dtype(a.q.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    run(make_problem<T>(a.q, a.out, a.lse, a.k, a.v, a.block_table, shape, a.causal), seqs);
+  dispatch_dtypes(a.q.dtype, a.k.dtype, [&](auto t, auto kv) {
+    using T = decltype(t);
+    using KV = decltype(kv);
+    run(make_problem<T, KV>(a.q, a.out, a.lse, a.k, a.v, a.block_table, a.k_scale, a.v_scale,
+                            shape, a.causal),
+        seqs);
   });
 }
 
@@ -259,10 +289,11 @@ void decode_attention(const DecodeArgs& a, const AttentionShape& shape) {
   for (int64_t b = 0; b < shape.num_seqs; ++b) {
     seqs[b] = {b * a.q_len, a.q_len, 0, lens[b], b};
   }
-  dispatch_dtype(a.q.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    run(make_problem<T>(a.q, a.out, a.lse, a.k_cache, a.v_cache, a.block_table, shape,
-                        a.causal),
+  dispatch_dtypes(a.q.dtype, a.k_cache.dtype, [&](auto t, auto kv) {
+    using T = decltype(t);
+    using KV = decltype(kv);
+    run(make_problem<T, KV>(a.q, a.out, a.lse, a.k_cache, a.v_cache, a.block_table, a.k_scale,
+                            a.v_scale, shape, a.causal),
         seqs);
   });
 }
