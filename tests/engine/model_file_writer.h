@@ -86,6 +86,12 @@ class GgufBuilder {
     for (int32_t x : items) b.i32(x);
     return kv(k, kArray, b);
   }
+  GgufBuilder& kv_f32s(const std::string& k, const std::vector<float>& items) {
+    Bytes b;
+    b.u32(kF32).u64(items.size());
+    for (float x : items) b.f32(x);
+    return kv(k, kArray, b);
+  }
   GgufBuilder& tensor(const std::string& name, std::vector<uint64_t> ne, uint32_t type,
                       std::vector<uint8_t> data) {
     tensors.push_back({name, std::move(ne), type, std::move(data), std::nullopt});

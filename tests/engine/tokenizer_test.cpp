@@ -216,8 +216,8 @@ TEST(Tokenizer, GgufTokenizerErrorsNameTheKey) {
     g.kvs.erase(g.kvs.begin() + static_cast<long>(index));
     add(g);
   };
-  std::string e = error_with([&](auto& g) { replace(g, 0, [](auto& h) { h.kv_str("tokenizer.ggml.model", "llama"); }); });
-  EXPECT_NE(e.find("tok.gguf: tokenizer.ggml.model is 'llama'"), std::string::npos) << e;
+  std::string e = error_with([&](auto& g) { replace(g, 0, [](auto& h) { h.kv_str("tokenizer.ggml.model", "bert"); }); });
+  EXPECT_NE(e.find("tok.gguf: tokenizer.ggml.model is 'bert'"), std::string::npos) << e;
   e = error_with([&](auto& g) { replace(g, 1, [](auto& h) { h.kv_str("tokenizer.ggml.pre", "mystery"); }); });
   EXPECT_NE(e.find("tokenizer.ggml.pre 'mystery' is not supported"), std::string::npos) << e;
   e = error_with([&](auto& g) { g.kvs.erase(g.kvs.begin() + 2); });

@@ -1,4 +1,5 @@
-// Tokenizer from GGUF metadata (the keys llama.cpp's converter writes).
+// Tokenizer from GGUF metadata (the keys llama.cpp's converter writes). The SentencePiece keys
+// of tokenizer.ggml.model "llama" are read by load_gguf_spm.cpp.
 #include "engine/tokenizer/tokenizer_impl.h"
 
 namespace kvattn {
@@ -6,8 +7,9 @@ namespace kvattn {
 using tokenizer_detail::Impl;
 
 namespace {
-// GGUF token types (llama_token_type).
-constexpr int64_t kUnknown = 2, kControl = 3, kUserDefined = 4;
+constexpr int64_t kUnknown = tokenizer_detail::kTypeUnknown;
+constexpr int64_t kControl = tokenizer_detail::kTypeControl;
+constexpr int64_t kUserDefined = tokenizer_detail::kTypeUserDefined;
 }  // namespace
 
 Tokenizer Tokenizer::from_gguf(const GgufFile& g) {
@@ -15,8 +17,9 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& g) {
   t->name = g.path();
   const std::string& file = t->name;
   const std::string model = g.get_string("tokenizer.ggml.model", "");
-  KVATTN_CHECK(model == "gpt2", file, ": tokenizer.ggml.model is '", model,
-               "' (only byte-level BPE, 'gpt2', is supported)");
+  KVATTN_CHECK(model == "gpt2" || model == "llama", file, ": tokenizer.ggml.model is '", model,
+               "' (supported: 'gpt2', byte-level BPE, and 'llama', SentencePiece BPE)");
+  const bool spm = model == "llama";
   auto key = [&](const char* k) -> const GgufValue& { return g.get(k); };
   auto strings = [&](const char* k) -> const std::vector<std::string>& {
     try {
@@ -44,8 +47,10 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& g) {
         t->added.push_back({t->tokens[i], static_cast<int32_t>(i), type != kUserDefined});
       }
     }
+    if (spm) tokenizer_detail::read_gguf_token_types(*tt, *t);
   }
-  if (g.find("tokenizer.ggml.merges") != nullptr) {
+  if (spm) tokenizer_detail::read_gguf_spm(g, *t);
+  if (!spm && g.find("tokenizer.ggml.merges") != nullptr) {
     const auto& merges = strings("tokenizer.ggml.merges");
     t->merges.reserve(merges.size());
     for (size_t r = 0; r < merges.size(); ++r) {
@@ -56,18 +61,22 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& g) {
       t->merges.emplace_back(m.substr(0, sp), m.substr(sp + 1));
     }
   }
-  t->pre = tokenizer_detail::pretokenizer_for_gguf(g.get_string("tokenizer.ggml.pre", "default"),
-                                                   file, &t->ignore_merges);
-  auto id = [&](const char* k) {
-    const int64_t v = g.get_int(k, -1);
+  if (!spm) {
+    t->pre = tokenizer_detail::pretokenizer_for_gguf(
+        g.get_string("tokenizer.ggml.pre", "default"), file, &t->ignore_merges);
+  }
+  // llama.cpp's SentencePiece defaults: <unk> 0, <s> 1, </s> 2, and BOS is added.
+  const auto n = static_cast<int64_t>(t->tokens.size());
+  auto id = [&](const char* k, int64_t spm_default) {
+    const int64_t v = g.get_int(k, spm && spm_default < n ? spm_default : -1);
     KVATTN_CHECK(v >= -1 && v < static_cast<int64_t>(t->tokens.size()), file, ": ", k, " = ", v,
                  " is outside the vocabulary of ", t->tokens.size());
     return static_cast<int32_t>(v);
   };
-  t->unk = id("tokenizer.ggml.unknown_token_id");
-  t->bos = id("tokenizer.ggml.bos_token_id");
-  t->eos = id("tokenizer.ggml.eos_token_id");
-  t->add_bos = g.get_bool("tokenizer.ggml.add_bos_token", false);
+  t->unk = id("tokenizer.ggml.unknown_token_id", 0);
+  t->bos = id("tokenizer.ggml.bos_token_id", 1);
+  t->eos = id("tokenizer.ggml.eos_token_id", 2);
+  t->add_bos = g.get_bool("tokenizer.ggml.add_bos_token", spm);
   const std::string tmpl = g.get_string("tokenizer.chat_template", "");
   t->chat_template = ChatTemplate::detect(tmpl);
   t->finalize();

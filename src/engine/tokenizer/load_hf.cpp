@@ -1,6 +1,8 @@
 // Tokenizer from HF tokenizer.json (+ tokenizer_config.json). Supported: model BPE over the
 // byte-level alphabet; pre-tokenizers ByteLevel, Split (regex or string; Isolated or Removed),
-// Digits and Sequence of those; normalizer none or NFC (see known gap below).
+// Digits and Sequence of those; normalizer none or NFC (see known gap below). BPE with
+// byte_fallback (SentencePiece-style) reads its normalizer, pre-tokenizer and decoder in
+// load_hf_spm.cpp.
 //
 // Known gap: an NFC normalizer is accepted but not applied (no Unicode normalization library is
 // linked); text that is already NFC -- nearly all text -- encodes identically.
@@ -137,8 +139,7 @@ Tokenizer Tokenizer::from_hf_json_text(std::string_view tokenizer_json,
     const std::string& m = json_string(*type, "model.type", file);
     KVATTN_CHECK(m == "BPE", file, ": model.type '", m, "' is not supported (BPE)");
   }
-  KVATTN_CHECK(!bool_or(model, "byte_fallback", false, file), file,
-               ": BPE byte_fallback (SentencePiece-style) is not supported");
+  const bool byte_fallback = bool_or(model, "byte_fallback", false, file);
   for (const char* k : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     auto it = model.find(k);
     KVATTN_CHECK(it == model.end() || it->is_null() || json_string(*it, k, file).empty(), file,
@@ -199,11 +200,15 @@ Tokenizer Tokenizer::from_hf_json_text(std::string_view tokenizer_json,
     }
   }
 
-  if (auto n = j.find("normalizer"); n != j.end()) check_normalizer(*n, file);
-  bool byte_level = false;
-  if (auto p = j.find("pre_tokenizer"); p != j.end()) add_pre_steps(*p, t->pre, byte_level, file);
-  KVATTN_CHECK(byte_level, file, ": pre_tokenizer has no ByteLevel step (only byte-level BPE is "
-               "supported)");
+  if (byte_fallback) {
+    tokenizer_detail::read_hf_byte_fallback(j, *t);
+  } else {
+    if (auto n = j.find("normalizer"); n != j.end()) check_normalizer(*n, file);
+    bool byte_level = false;
+    if (auto p = j.find("pre_tokenizer"); p != j.end()) add_pre_steps(*p, t->pre, byte_level, file);
+    KVATTN_CHECK(byte_level, file, ": pre_tokenizer has no ByteLevel step (byte-level BPE needs "
+                 "one; SentencePiece-style BPE sets byte_fallback)");
+  }
 
   auto lookup = [&](const std::string& token) -> int32_t {
     for (size_t i = 0; i < t->tokens.size(); ++i) {

@@ -27,12 +27,16 @@ void Impl::finalize() {
   }
   special.assign(tokens.size(), 0);
   bytes.resize(tokens.size());
-  for (int32_t i = 0; i < n; ++i) bytes[i] = byte_level_decode(tokens[i]);
+  const bool byte_level = model == Model::kByteLevelBpe;
+  for (int32_t i = 0; i < n; ++i) {
+    bytes[i] = byte_level ? byte_level_decode(tokens[i]) : spm_token_bytes(i, tokens[i], false);
+  }
   for (const AddedToken& a : added) {
     KVATTN_CHECK(a.id >= 0 && a.id < n, name, ": added token '", a.content, "' has id ", a.id,
                  " outside the vocabulary");
     special[a.id] = a.special;
-    bytes[a.id] = byte_level_decode(a.content);
+    if (byte_level) bytes[a.id] = byte_level_decode(a.content);
+    else if (types.empty()) bytes[a.id] = spm_token_bytes(-1, a.content, false);
     ids.try_emplace(a.content, a.id);
   }
   std::erase_if(added, [](const AddedToken& a) { return a.content.empty(); });
@@ -44,9 +48,13 @@ void Impl::finalize() {
       return added[a].content.size() > added[b].content.size();
     });
   }
-  for (int b = 0; b < 256; ++b) {
-    auto it = ids.find(byte_to_unicode()[b]);
-    byte_ids[b] = it == ids.end() ? -1 : it->second;
+  if (byte_level) {
+    for (int b = 0; b < 256; ++b) {
+      auto it = ids.find(byte_to_unicode()[b]);
+      byte_ids[b] = it == ids.end() ? -1 : it->second;
+    }
+  } else {
+    spm_finalize();
   }
   merge_rank.reserve(merges.size());
   for (size_t r = 0; r < merges.size(); ++r) {
@@ -82,19 +90,27 @@ void Impl::bpe(std::string_view piece, std::vector<int32_t>& out) const {
       return;
     }
   }
+  std::vector<int32_t> ids;
+  ids.reserve(piece.size());
+  for (unsigned char c : piece) {
+    const int32_t id = byte_ids[c] >= 0 ? byte_ids[c] : unk;
+    if (id >= 0) ids.push_back(id);  // else a byte the vocabulary cannot spell (HF drops it)
+  }
+  merge_by_rank(std::move(ids), out);
+}
+
+void Impl::merge_by_rank(std::vector<int32_t> ids, std::vector<int32_t>& out) const {
+  if (ids.empty()) return;
   struct Sym {
     int32_t id;
     int32_t prev, next;
   };
   std::vector<Sym> syms;
-  syms.reserve(piece.size());
-  for (unsigned char c : piece) {
-    const int32_t id = byte_ids[c] >= 0 ? byte_ids[c] : unk;
-    if (id < 0) continue;  // a byte the vocabulary cannot spell (HF drops it without unk)
+  syms.reserve(ids.size());
+  for (int32_t id : ids) {
     const auto i = static_cast<int32_t>(syms.size());
     syms.push_back({id, i - 1, i + 1});
   }
-  if (syms.empty()) return;
   syms.back().next = -1;
 
   struct Cand {
@@ -137,8 +153,12 @@ Tokenizer::Tokenizer(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool parse_special) const {
   const Impl& t = *impl_;
   std::vector<int32_t> out;
-  auto encode_span = [&](std::string_view span) {
+  auto encode_span = [&](std::string_view span, bool at_text_start) {
     if (span.empty()) return;
+    if (t.model != tokenizer_detail::Model::kByteLevelBpe) {
+      t.spm_encode(span, at_text_start, out);
+      return;
+    }
     for (const std::string& piece : t.pre.run(span)) t.bpe(piece, out);
   };
   size_t start = 0;
@@ -155,22 +175,37 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool parse_special
       ++i;
       continue;
     }
-    encode_span(text.substr(start, i - start));
+    encode_span(text.substr(start, i - start), start == 0);
     out.push_back(hit->id);
     i += hit->content.size();
     start = i;
   }
-  encode_span(text.substr(start));
+  encode_span(text.substr(start), start == 0);
   return out;
 }
 
 std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special) const {
+  const Impl& t = *impl_;
   std::string out;
+  bool first = true;
   for (int32_t id : ids) {
     if (skip_special && is_special(id)) continue;
-    out += token_bytes(id);
+    const std::string& bytes = token_bytes(id);  // checks the id
+    if (first && t.spm.first_token_differs) {
+      out += t.spm_token_bytes(id, t.tokens[id], true);
+    } else {
+      out += bytes;
+    }
+    first = false;
   }
-  return out;
+  // HF's Strip decoder (after Fuse) and llama.cpp's add_space_prefix: the space the encoder put
+  // in front of the text is not part of it.
+  int lead = t.spm.strip_leading, trail = t.spm.strip_trailing;
+  if (lead == 0 && trail == 0) return out;
+  size_t b = 0, e = out.size();
+  while (lead-- > 0 && b < e && out[b] == ' ') ++b;
+  while (trail-- > 0 && e > b && out[e - 1] == ' ') --e;
+  return out.substr(b, e - b);
 }
 
 std::string Tokenizer::token_text(int32_t id) const {
