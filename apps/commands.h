@@ -5,9 +5,19 @@
 #include <string>
 #include <vector>
 
+#include "kvattn/engine/llm.h"
 #include "kvattn/engine/sampler.h"
 
 namespace kvattn::cli {
+
+// --kv-cache-dtype and --kv-calibration-prompt, shared by generate, bench and serve.
+struct KvCacheArgs {
+  std::string dtype = "auto";       // auto | bf16 | fp8
+  std::string calibration_prompt;   // fp8: scales from this prompt's amax (empty: 1.0)
+};
+// Sets o.kv_cache_dtype and o.kv_calibration_prompt; refuses fp8 on CUDA (not supported yet)
+// and a calibration prompt without fp8, with a message naming the flag.
+void apply_kv_cache_args(const KvCacheArgs& a, LLMOptions& o);
 
 struct GenerateArgs {
   std::string model;  // empty => the default model (see resolve_model_path)
@@ -21,6 +31,7 @@ struct GenerateArgs {
   int64_t kv_cache_mb = 0;
   int tensor_parallel = 1;
   bool quiet = false;  // no loading progress or stats detail on stderr
+  KvCacheArgs kv;
 };
 
 // `kvattn bench`: nano-vllm's throughput workload (bench.py): num_seqs prompts of random ids
@@ -48,6 +59,7 @@ struct BenchArgs {
   bool no_warmup = false;
   bool progress = false;  // draw the progress bar even when stderr is not a terminal
   std::string json;       // write every figure here
+  KvCacheArgs kv;
 };
 
 // `kvattn serve`: the OpenAI-compatible HTTP server (include/kvattn/server/server.h) with the
@@ -72,6 +84,7 @@ struct ServeArgs {
   double drain_s = 0.0;
   int http_threads = 512;
   bool quiet = false;
+  KvCacheArgs kv;
 };
 
 int run_generate(const GenerateArgs& args);

@@ -55,6 +55,7 @@ int run_generate(const GenerateArgs& args) {
   opt.tensor_parallel = args.tensor_parallel;
   opt.num_threads = args.threads;
   opt.kv_cache_bytes = args.kv_cache_mb << 20;
+  apply_kv_cache_args(args.kv, opt);
   for (WeightFormat f : {WeightFormat::kF32, WeightFormat::kF16, WeightFormat::kBF16,
                          WeightFormat::kQ8}) {
     if (args.weights == weight_format_name(f)) opt.weight_format = f;
@@ -72,6 +73,8 @@ int run_generate(const GenerateArgs& args) {
                  c.architecture.c_str(), static_cast<long long>(c.num_layers),
                  static_cast<long long>(c.hidden_size), static_cast<long long>(c.vocab_size),
                  args.device.c_str(), load_s);
+    std::fprintf(stderr, "KV cache: %s, %lld tokens\n", args.kv.dtype.c_str(),
+                 static_cast<long long>(llm.kv_cache_tokens()));
   }
 
   const bool chat = args.chat || (!args.no_chat && llm.has_chat_template());

@@ -9,6 +9,20 @@
 
 #include "commands.h"
 
+namespace {
+
+void add_kv_cache_options(CLI::App* cmd, kvattn::cli::KvCacheArgs& kv) {
+  cmd->add_option("--kv-cache-dtype", kv.dtype,
+                  "KV cache elements: auto (CPU float32, GPU bf16), bf16, or fp8 (e4m3 with "
+                  "per-layer, per-KV-head scales; ~2x the tokens of bf16; CPU only for now)")
+      ->check(CLI::IsMember({"auto", "bf16", "fp8"}));
+  cmd->add_option("--kv-calibration-prompt", kv.calibration_prompt,
+                  "fp8: compute the KV scales as amax/448 of this prompt's keys and values "
+                  "(one prefill at start); without it the scales are 1.0");
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   // NVLink multicast stays off for NCCL (tensor parallelism) and for any child process.
   setenv("NCCL_NVLS_ENABLE", "0", 1);
@@ -47,6 +61,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "f32", "f16", "bf16", "q8"}));
   gen->add_option("--kv-cache-mb", g.kv_cache_mb, "KV cache size in MiB (0 => automatic)")
       ->default_val(0);
+  add_kv_cache_options(gen, g.kv);
   gen->add_option("--tensor-parallel", g.tensor_parallel,
                   "Ranks of tensor parallelism (GPUs from cuda:0 on; CPU: threads)")
       ->default_val(1)->check(CLI::Range(1, 64));
@@ -77,6 +92,7 @@ int main(int argc, char** argv) {
   bench->add_option("--kv-cache-mb", b.kv_cache_mb,
                     "KV cache size in MiB (0 => GPU: --gpu-memory-utilization; CPU: default)")
       ->default_val(0);
+  add_kv_cache_options(bench, b.kv);
   bench->add_option("--gpu-memory-utilization", b.gpu_memory_utilization,
                     "Fraction of GPU memory for weights, activations and the KV pool")
       ->default_val(0.9);
@@ -114,6 +130,7 @@ int main(int argc, char** argv) {
   serve->add_option("--kv-cache-mb", sv.kv_cache_mb,
                     "KV cache size in MiB (0 => GPU: --gpu-memory-utilization; CPU: default)")
       ->default_val(0)->check(CLI::NonNegativeNumber);
+  add_kv_cache_options(serve, sv.kv);
   serve->add_option("--gpu-memory-utilization", sv.gpu_memory_utilization,
                     "Fraction of GPU memory for weights, activations and the KV pool")
       ->default_val(0.9);

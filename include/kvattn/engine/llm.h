@@ -62,6 +62,14 @@ struct LLMOptions {
   // Tensor parallelism over this many ranks (GPU: devices device.index .. + N - 1, with
   // NCCL; CPU: threads). It must divide num_heads, num_kv_heads and intermediate_size.
   int tensor_parallel = 1;
+  // KV cache element type (model.h). kFP8 (CPU only for now) stores 1-byte e4m3 elements, so
+  // a byte budget holds twice the tokens of bf16 (four times float32's), with static float32
+  // scales per (layer, KV head): 1.0, or, when kv_calibration_prompt is set, amax / 448 of
+  // that prompt's keys and values (plain text, no chat template), measured by one prefill
+  // when the LLM is built; the prefix cache forgets that prefill.
+  KVCacheDType kv_cache_dtype = KVCacheDType::kAuto;
+  std::string kv_calibration_prompt;
+  std::vector<int32_t> kv_calibration_tokens;  // the same as token ids (used when the text is empty)
   LoadProgress on_load_progress;         // fraction of the weights loaded, in [0, 1]
 };
 

@@ -34,6 +34,14 @@ struct ModelInput {
 enum class WeightFormat : uint8_t { kF32, kF16, kBF16, kQ8 };
 std::string_view weight_format_name(WeightFormat f);  // "f32" | "f16" | "bf16" | "q8"
 
+// The KV cache's element type. kAuto: the model's own (float32 on the CPU, bfloat16 on the
+// GPU). kBF16: bfloat16 (on the CPU, float32 K/V are rounded into it). kFP8: float8_e4m3
+// with static float32 scales per (layer, KV head), 1.0 until set_kv_scales(); the cache
+// holds 1-byte elements (store_kv.h has the format). kFP8 is CPU-only for now: creating a
+// CUDA model with it throws.
+enum class KVCacheDType : uint8_t { kAuto, kBF16, kFP8 };
+std::string_view kv_cache_dtype_name(KVCacheDType d);  // "auto" | "bf16" | "fp8"
+
 struct ModelOptions {
   int num_threads = 0;  // CPU: OpenMP threads (GEMMs and attention); 0 => tuned (see below)
   WeightFormat weight_format = WeightFormat::kF32;  // CPU only; the GPU model uses bf16
@@ -50,6 +58,7 @@ struct ModelOptions {
   // all-reduce after o_proj and down_proj). CPU: ranks are threads. It must divide
   // num_heads, num_kv_heads and intermediate_size.
   int tensor_parallel = 1;
+  KVCacheDType kv_cache_dtype = KVCacheDType::kAuto;
 };
 
 // How to draw the token of one logit row on the model's device. The draw is a function of
@@ -82,8 +91,18 @@ class Model {
 
   virtual const ModelConfig& config() const = 0;
   virtual Device device() const = 0;
-  // Element type of the KV cache (float32 on the CPU, bfloat16 on the GPU).
+  // Element type of the KV cache (ModelOptions::kv_cache_dtype resolved for this device).
   virtual DType kv_dtype() const = 0;
+
+  // float8_e4m3 caches (kv_dtype() == kF8E4M3). set_kv_scales: the static dequantisation
+  // scales, [num_layers * num_kv_heads] each (layer-major, this model's KV heads), finite and
+  // > 0; they apply to KV written from now on (the engine sets them before any request).
+  // track_kv_amax(true) clears and starts recording, per (layer, KV head), the largest |k|
+  // and |v| forward() writes into the cache (before quantisation; NaN ignored); kv_amax()
+  // reads them out in the same layout. The defaults throw: a model without fp8 support.
+  virtual void set_kv_scales(std::span<const float> k_scale, std::span<const float> v_scale);
+  virtual void track_kv_amax(bool on);
+  virtual void kv_amax(std::span<float> k_amax, std::span<float> v_amax) const;
   // Bytes one cache block of `block_size` tokens takes over all layers, K and V.
   int64_t kv_block_bytes(int64_t block_size) const;
 

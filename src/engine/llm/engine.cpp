@@ -32,6 +32,7 @@ LLMEngine::LLMEngine(ModelWeights weights, std::optional<Tokenizer> tokenizer,
   mo.cuda_graphs = options.cuda_graphs;
   mo.max_decode_batch = options.max_num_seqs;
   mo.tensor_parallel = options.tensor_parallel;
+  mo.kv_cache_dtype = options.kv_cache_dtype;
   model_ = Model::create(std::move(weights), options.device, mo);
   const ModelConfig& c = model_->config();
   max_model_len_ = c.max_position_embeddings > 0 ? c.max_position_embeddings : (1 << 20);
@@ -65,6 +66,9 @@ LLMEngine::LLMEngine(ModelWeights weights, std::optional<Tokenizer> tokenizer,
   builder_ = std::make_unique<BatchMetadataBuilder>(*blocks_);
   scheduler_ = std::make_unique<Scheduler>(
       *blocks_, SchedulerOptions{options.max_num_seqs, options.max_num_batched_tokens});
+  if (!options.kv_calibration_prompt.empty() || !options.kv_calibration_tokens.empty()) {
+    calibrate_kv_scales(options.kv_calibration_prompt, options.kv_calibration_tokens);
+  }
 }
 
 void LLMEngine::check_request(size_t i, const std::vector<int32_t>& prompt,

@@ -69,6 +69,9 @@ class LLMEngine {
   void fork_samples(Request& r);
   void deliver(Sample& s, const TokenOutcome& o, const TokenCallback& cb);
   void abort_all();
+  // fp8 KV cache: scales := amax / 448 of the prompt's keys and values (kv_calibration.cpp).
+  // The prompt is `text` tokenised, or `tokens` when the text is empty.
+  void calibrate_kv_scales(const std::string& text, std::vector<int32_t> tokens);
 
   LLMOptions options_;
   std::optional<Tokenizer> tokenizer_;

@@ -13,6 +13,7 @@
 
 #include "engine/model/cpu_ops.h"
 #include "engine/model/factories.h"
+#include "engine/model/kv_scales.h"
 #include "engine/model/team_tuner.h"
 #include "engine/model/weight_matrix.h"
 #include "engine/parallel/collective.h"
@@ -66,7 +67,11 @@ struct Layer {
 class CpuModel final : public Model {
  public:
   CpuModel(ModelWeights w, const ModelOptions& options, const RankContext& rank)
-      : cfg_(w.config), rank_(rank), tuner_(default_threads(), options.num_threads) {
+      : cfg_(w.config),
+        rank_(rank),
+        kv_dtype_(cpu_kv_dtype(options.kv_cache_dtype)),
+        kv_scales_(w.config.num_layers, w.config.num_kv_heads),
+        tuner_(default_threads(), options.num_threads) {
     if (rank_.full_vocab == 0) rank_.full_vocab = cfg_.vocab_size;
     KVATTN_CHECK(rank_.size == 1 || rank_.comm != nullptr,
                  "Model: a tensor-parallel rank needs a collective");
@@ -103,17 +108,27 @@ class CpuModel final : public Model {
 
   const ModelConfig& config() const override { return cfg_; }
   Device device() const override { return Device::cpu(); }
-  DType kv_dtype() const override { return DType::kF32; }
+  DType kv_dtype() const override { return kv_dtype_; }
 
   void allocate_kv_cache(int64_t num_blocks, int64_t block_size) override {
     for (auto& l : layers_) l.attn->bind_cache(TensorView(), TensorView());
     pool_.reset();
-    KVCacheSpec spec{cfg_.num_layers, cfg_.num_kv_heads, cfg_.head_dim, DType::kF32, block_size};
+    KVCacheSpec spec{cfg_.num_layers, cfg_.num_kv_heads, cfg_.head_dim, kv_dtype_, block_size};
     pool_ = std::make_unique<KVPool>(spec, num_blocks, Device::cpu());
+    const bool fp8 = kv_dtype_ == DType::kF8E4M3;
     for (int64_t i = 0; i < cfg_.num_layers; ++i) {
-      layers_[i].attn->bind_cache(pool_->k_cache(i), pool_->v_cache(i));
+      layers_[i].attn->bind_cache(pool_->k_cache(i), pool_->v_cache(i),
+                                  fp8 ? kv_scales_.k_scale(i) : TensorView(),
+                                  fp8 ? kv_scales_.v_scale(i) : TensorView());
     }
   }
+  void set_kv_scales(std::span<const float> k, std::span<const float> v) override {
+    KVATTN_CHECK(kv_dtype_ == DType::kF8E4M3, "Model::set_kv_scales: the KV cache is ",
+                 kv_dtype_, ", not float8_e4m3");
+    kv_scales_.set(k, v);
+  }
+  void track_kv_amax(bool on) override { kv_scales_.track(on); }
+  void kv_amax(std::span<float> k, std::span<float> v) const override { kv_scales_.amax(k, v); }
   int64_t num_kv_blocks() const override { return pool_ ? pool_->num_blocks() : 0; }
   int64_t kv_block_size() const override { return pool_ ? pool_->spec().block_size : 0; }
   void copy_kv_blocks(std::span<const BlockCopy> copies) override {
@@ -130,8 +145,19 @@ class CpuModel final : public Model {
   void add_row_parallel(const cpu_model::WeightMatrix& w, const float* in, int64_t in_dim,
                         int64_t tokens);
 
+  static DType cpu_kv_dtype(KVCacheDType d) {
+    switch (d) {
+      case KVCacheDType::kAuto: return DType::kF32;
+      case KVCacheDType::kBF16: return DType::kBF16;
+      case KVCacheDType::kFP8: return DType::kF8E4M3;
+    }
+    return DType::kF32;
+  }
+
   ModelConfig cfg_;  // this rank's shard (sizes divided by the tensor-parallel size)
   RankContext rank_;
+  DType kv_dtype_;
+  cpu_model::KvScales kv_scales_;  // fp8 caches only
   WeightMatrix embed_, lm_head_;  // lm_head_ unset when tied to embed_
   Tensor final_norm_;
   bool tied_ = false;
@@ -227,6 +253,9 @@ void CpuModel::forward(const ModelInput& in, std::span<float> logits) {
     cpu_model::apply_rope(q, qkv_dim, T, nh, D, cfg_.rope_style, cos_.data(), sin_.data());
     cpu_model::apply_rope(k, qkv_dim, T, nkv, D, cfg_.rope_style, cos_.data(), sin_.data());
     const Device cpu = Device::cpu();
+    if (kv_scales_.tracking()) {
+      kv_scales_.record(&l - layers_.data(), k, v, T, qkv_dim, D);
+    }
     l.attn->forward(TensorView(q, DType::kF32, cpu, {T, nh * D}, {qkv_dim, 1}),
                     TensorView(k, DType::kF32, cpu, {T, nkv * D}, {qkv_dim, 1}),
                     TensorView(v, DType::kF32, cpu, {T, nkv * D}, {qkv_dim, 1}), *in.ctx,

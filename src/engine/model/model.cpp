@@ -33,6 +33,11 @@ std::unique_ptr<Model> Model::create(ModelWeights weights, Device device,
   check_model_weights(weights);
   KVATTN_CHECK(options.tensor_parallel >= 1, "Model::create: tensor_parallel must be >= 1 but is ",
                options.tensor_parallel);
+  // No CUDA kernel reads fp8 caches yet (the kernel entries reject them too); say so here,
+  // before any weight reaches the GPU.
+  KVATTN_CHECK(!(device.is_cuda() && options.kv_cache_dtype == KVCacheDType::kFP8),
+               "Model::create: kv_cache_dtype fp8 (float8_e4m3) is not supported on CUDA yet "
+               "(device ", device, "); use auto or bf16 there, or fp8 on the CPU");
   if (options.tensor_parallel > 1) {
     return make_tensor_parallel_model(std::move(weights), device, options);
   }
@@ -53,6 +58,28 @@ std::string_view weight_format_name(WeightFormat f) {
     case WeightFormat::kQ8: return "q8";
   }
   return "?";
+}
+
+std::string_view kv_cache_dtype_name(KVCacheDType d) {
+  switch (d) {
+    case KVCacheDType::kAuto: return "auto";
+    case KVCacheDType::kBF16: return "bf16";
+    case KVCacheDType::kFP8: return "fp8";
+  }
+  return "?";
+}
+
+void Model::set_kv_scales(std::span<const float> /*k_scale*/, std::span<const float> /*v_scale*/) {
+  KVATTN_FAIL("Model::set_kv_scales: this ", device(), " model has no fp8 KV cache support");
+}
+
+void Model::track_kv_amax(bool /*on*/) {
+  KVATTN_FAIL("Model::track_kv_amax: this ", device(),
+              " model cannot calibrate fp8 KV scales (tensor-parallel and CUDA models: not yet)");
+}
+
+void Model::kv_amax(std::span<float> /*k_amax*/, std::span<float> /*v_amax*/) const {
+  KVATTN_FAIL("Model::kv_amax: this ", device(), " model cannot calibrate fp8 KV scales");
 }
 
 void Model::forward_sample(const ModelInput& /*input*/, std::span<const RowSampling> /*rows*/,

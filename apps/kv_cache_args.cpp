@@ -1,0 +1,25 @@
+// --kv-cache-dtype / --kv-calibration-prompt -> LLMOptions.
+#include "commands.h"
+
+namespace kvattn::cli {
+
+void apply_kv_cache_args(const KvCacheArgs& a, LLMOptions& o) {
+  if (a.dtype == "auto") {
+    o.kv_cache_dtype = KVCacheDType::kAuto;
+  } else if (a.dtype == "bf16") {
+    o.kv_cache_dtype = KVCacheDType::kBF16;
+  } else {
+    KVATTN_CHECK(a.dtype == "fp8", "--kv-cache-dtype must be auto, bf16 or fp8 but is '",
+                 a.dtype, "'");
+    o.kv_cache_dtype = KVCacheDType::kFP8;
+  }
+  KVATTN_CHECK(!(o.kv_cache_dtype == KVCacheDType::kFP8 && o.device.is_cuda()),
+               "--kv-cache-dtype fp8 is not supported with --device cuda yet: the fp8 (e4m3) "
+               "KV cache has CPU kernels only; use --kv-cache-dtype auto or bf16 on the GPU");
+  KVATTN_CHECK(a.calibration_prompt.empty() || o.kv_cache_dtype == KVCacheDType::kFP8,
+               "--kv-calibration-prompt needs --kv-cache-dtype fp8 (the scales are fp8's) but "
+               "--kv-cache-dtype is ", a.dtype);
+  o.kv_calibration_prompt = a.calibration_prompt;
+}
+
+}  // namespace kvattn::cli
