@@ -2,10 +2,12 @@
 // small valid files from the same writers the parser tests use.
 #include <filesystem>
 #include <iostream>
+#include <map>
 
 #include "engine/model_file_writer.h"
 
 namespace {
+#include "engine/spm_tokenizer_test_data.inc"
 #include "engine/tokenizer_test_data.inc"
 }
 
@@ -61,6 +63,21 @@ int main(int argc, char** argv) {
     g.kv_str("tokenizer.chat_template", "{{ '<|im_start|>system\\nHi<|im_end|>\\n' }}");
     write_file(root / "gguf/tokenizer.gguf", g.build());
   }
+  {  // SentencePiece-style (tokenizer.ggml.model "llama")
+    std::vector<std::string> tokens;
+    std::vector<float> scores;
+    std::vector<int32_t> types;
+    for (const SpmPiece& p : kSpmPieces) {
+      tokens.push_back(p.text);
+      scores.push_back(p.score);
+      types.push_back(p.type);
+    }
+    GgufBuilder g;
+    g.kv_str("tokenizer.ggml.model", "llama").kv_strs("tokenizer.ggml.tokens", tokens);
+    g.kv_f32s("tokenizer.ggml.scores", scores).kv_i32s("tokenizer.ggml.token_type", types);
+    g.kv_u32("tokenizer.ggml.bos_token_id", 1).kv_bool("tokenizer.ggml.add_space_prefix", true);
+    write_file(root / "gguf/spm_tokenizer.gguf", g.build());
+  }
 
   // safetensors: every float dtype, an int tensor, metadata, an empty tensor.
   write_file(root / "safetensors/mixed.safetensors",
@@ -90,11 +107,23 @@ int main(int argc, char** argv) {
         {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"use_regex", false}}}}};
   seq["model"]["ignore_merges"] = true;
   write_text(root / "tokenizer_json/sequence.json", seq.dump());
+  write_text(root / "tokenizer_json/spm_legacy.json", kSpmTokenizerJson);
+  nlohmann::json meta_json = nlohmann::json::parse(kSpmTokenizerJson);
+  meta_json["normalizer"] = nullptr;
+  meta_json["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\xE2\x96\x81"},
+                                {"prepend_scheme", "first"}, {"split", true}};
+  meta_json["decoder"] = {{"type", "Metaspace"}, {"replacement", "\xE2\x96\x81"},
+                          {"prepend_scheme", "always"}};
+  write_text(root / "tokenizer_json/spm_metaspace.json", meta_json.dump());
 
   // Texts for the encode properties (first byte picks the tokenizer).
   for (size_t i = 0; i < kTexts.size(); ++i) {
     write_text(root / ("tokenizer_encode/text" + std::to_string(i)),
                std::string(1, static_cast<char>(i % 3)) + kTexts[i]);
+  }
+  for (size_t i = 0; i < kSpmTexts.size(); ++i) {  // bytes 3..5 pick the SentencePiece ones
+    write_text(root / ("tokenizer_encode/spm" + std::to_string(i)),
+               std::string(1, static_cast<char>(3 + i % 3)) + kSpmTexts[i]);
   }
   // Server request bodies (first byte: 0 completions, 1 chat).
   const std::vector<std::string> bodies = {
