@@ -16,7 +16,70 @@ _NO_WINDOW = (-1, -1)
 # The smallest normal float32 gives flash-attn's result: every scaled score rounds to 0.
 _TINY_SCALE = 1.1754943508222875e-38
 
-store_kvcache = _C.store_kvcache
+_store = _C.store_kvcache
+
+
+def _fp8_bytes(cache):
+    """A float8_e4m3 cache as the uint8 view kvattn reads (uint8 caches hold e4m3 bytes).
+
+    torch.float8_e4m3fn tensors cross as their bytes; other 8-bit float formats are refused.
+    16- and 32-bit caches (the usual case) return after one attribute read.
+    """
+    dt = getattr(cache, "dtype", None)
+    if getattr(dt, "itemsize", 0) != 1 or not _is_torch(cache):
+        return cache
+    name = str(dt)
+    if name == "torch.float8_e4m3fn":
+        import torch
+
+        return cache.view(torch.uint8)
+    if name.startswith("torch.float8"):
+        raise _C.Error("kvattn: fp8 KV caches must be torch.float8_e4m3fn (OCP e4m3) but are %s"
+                       % name)
+    return cache
+
+
+def _kv_scale(scale, cache, name):
+    """k_scale / v_scale as float32 [num_kv_heads] in the cache's framework and device.
+
+    A Python number or a one-element tensor/array (vLLM's per-layer scale) is broadcast to
+    every KV head; a [num_kv_heads] float32 tensor/array passes through (kvattn checks it).
+    """
+    if scale is None:
+        return None
+    heads = cache.shape[2] if len(cache.shape) == 4 else 1
+    if _is_torch(cache):
+        import torch
+
+        if isinstance(scale, torch.Tensor):
+            if scale.numel() == 1 and heads != 1:
+                return scale.reshape(1).to(torch.float32).repeat(heads)
+            return scale
+        return torch.full((heads,), float(scale), dtype=torch.float32, device=cache.device)
+    import numpy
+
+    if hasattr(scale, "shape"):
+        if getattr(scale, "size", 0) == 1 and heads != 1:
+            return numpy.full((heads,), float(numpy.asarray(scale).reshape(-1)[0]), numpy.float32)
+        return scale
+    return numpy.full((heads,), float(scale), dtype=numpy.float32)
+
+
+def store_kvcache(key, value, k_cache, v_cache, slot_mapping, *, k_scale=None, v_scale=None):
+    """Writes key/value [tokens, kv_heads, dim] into the paged caches at slot_mapping.
+
+    Negative slots are skipped; a slot_mapping shorter than key writes only its tokens. With an
+    fp8 cache (torch.float8_e4m3fn, or a uint8 NumPy/torch array holding e4m3 bytes) each
+    value is stored as e4m3(sat(x / scale)) with the scale of its KV head (k_scale / v_scale:
+    a number, or float32 [num_kv_heads]; None = 1.0), as vLLM's reshape_and_cache_flash does.
+    fp8 caches are CPU-only for now (CUDA raises kvattn.Error).
+    """
+    k_cache = _fp8_bytes(k_cache)
+    v_cache = _fp8_bytes(v_cache)
+    if k_scale is None and v_scale is None:
+        return _store(key, value, k_cache, v_cache, slot_mapping)
+    return _store(key, value, k_cache, v_cache, slot_mapping,
+                  _kv_scale(k_scale, k_cache, "k_scale"), _kv_scale(v_scale, v_cache, "v_scale"))
 
 
 def _unsupported(fn, name, value, hint=""):
@@ -79,6 +142,8 @@ def flash_attn_varlen_func(
     return_softmax_lse=False,
     *,
     out=None,
+    k_scale=None,
+    v_scale=None,
 ):
     """Attention over packed variable-length sequences (flash-attn 2 semantics).
 
@@ -91,6 +156,10 @@ def flash_attn_varlen_func(
     ``(out, lse, None)`` (flash-attn also returns None probabilities without dropout); lse is
     float32 [num_heads, total_q], natural log. ``deterministic`` only concerns flash-attn's
     backward pass; kvattn's forward is deterministic and it has no backward.
+
+    fp8 paged caches (torch.float8_e4m3fn, or uint8 e4m3 bytes) are read as e4m3 * scale with
+    ``k_scale`` / ``v_scale`` (a number or float32 [num_kv_heads]; None = 1.0), float32
+    accumulation; CPU only for now.
     """
     if dropout_p:
         _unsupported("flash_attn_varlen_func", "dropout_p", dropout_p, " (inference only)")
@@ -100,6 +169,11 @@ def flash_attn_varlen_func(
         _unsupported("flash_attn_varlen_func", "softcap", softcap)
     if alibi_slopes is not None:
         _unsupported("flash_attn_varlen_func", "alibi_slopes", alibi_slopes)
+    if block_table is not None:
+        k = _fp8_bytes(k)
+        v = _fp8_bytes(v)
+        k_scale = _kv_scale(k_scale, k, "k_scale")
+        v_scale = _kv_scale(v_scale, v, "v_scale")
     res = _varlen(
         q,
         k,
@@ -113,6 +187,8 @@ def flash_attn_varlen_func(
         block_table,
         out,
         return_attn_probs or return_softmax_lse,
+        k_scale,
+        v_scale,
     )
     if return_attn_probs:
         return res[0], res[1], None
@@ -141,6 +217,8 @@ def flash_attn_with_kvcache(
     return_softmax_lse=False,
     *,
     out=None,
+    k_scale=None,
+    v_scale=None,
 ):
     """Attention of q against the KV cache (flash-attn 2 semantics), usually decode.
 
@@ -156,7 +234,15 @@ def flash_attn_with_kvcache(
     is bottom-right aligned. Returns out [batch, seqlen_q, num_heads, head_dim] in q's dtype,
     and with ``return_softmax_lse`` also lse float32 [batch, num_heads, seqlen_q].
     ``num_splits``: 0 lets kvattn plan the split-KV decode, 1 forbids splitting.
+    fp8 caches (torch.float8_e4m3fn, or uint8 e4m3 bytes; CPU only for now) are read as
+    e4m3 * scale with ``k_scale`` / ``v_scale`` (a number or float32 [num_kv_heads]; None =
+    1.0); new k/v are quantised with the same scales.
     """
+    k_cache = _fp8_bytes(k_cache)
+    v_cache = _fp8_bytes(v_cache)
+    if k_scale is not None or v_scale is not None:
+        k_scale = _kv_scale(k_scale, k_cache, "k_scale")
+        v_scale = _kv_scale(v_scale, v_cache, "v_scale")
     if (
         k is None
         and block_table is not None
@@ -185,6 +271,8 @@ def flash_attn_with_kvcache(
             0,
             out,
             return_softmax_lse,
+            k_scale,
+            v_scale,
         )
         if return_softmax_lse:
             return res[0], _lse_bhs(res[1], q.shape[0], q.shape[1])
@@ -192,14 +280,14 @@ def flash_attn_with_kvcache(
     return _kvcache_general(
         q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
         cache_leftpad, block_table, softmax_scale, causal, window_size, softcap,
-        rotary_interleaved, alibi_slopes, num_splits, return_softmax_lse, out,
+        rotary_interleaved, alibi_slopes, num_splits, return_softmax_lse, out, k_scale, v_scale,
     )
 
 
 def _kvcache_general(
     q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
     cache_leftpad, block_table, softmax_scale, causal, window_size, softcap,
-    rotary_interleaved, alibi_slopes, num_splits, return_softmax_lse, out,
+    rotary_interleaved, alibi_slopes, num_splits, return_softmax_lse, out, k_scale, v_scale,
 ):
     fn = "flash_attn_with_kvcache"
     if rotary_cos is not None or rotary_sin is not None:
@@ -248,18 +336,20 @@ def _kvcache_general(
         seqlen_new = k.shape[1]
         slots = xp.append_slots(cache_seqlens, block_table, block_size, k_cache.shape[0], seqlen_new)
         kv_heads, dim = k.shape[2], k.shape[3]
-        _C.store_kvcache(
+        _store(
             k.reshape(batch * seqlen_new, kv_heads, dim),
             v.reshape(batch * seqlen_new, kv_heads, dim),
             k_cache,
             v_cache,
             slots,
+            k_scale,
+            v_scale,
         )
         cache_seqlens = xp.add_int32(cache_seqlens, seqlen_new)
 
     res = _kvcache(
         q, k_cache, v_cache, block_table, cache_seqlens, _scale(softmax_scale), causal,
-        num_splits, out, return_softmax_lse,
+        num_splits, out, return_softmax_lse, k_scale, v_scale,
     )
     if return_softmax_lse:
         return res[0], _lse_bhs(res[1], q.shape[0], q.shape[1])

@@ -551,26 +551,36 @@ DecodePlan cached_plan(int64_t num_seqs, int64_t num_heads, int64_t num_kv_heads
 // host cost can be timed without a GPU (bench/python_overhead.py --binding-only).
 bool g_dry_run = false;
 
+// A KV cache as kvattn reads it: uint8 caches hold float8_e4m3 bytes (NumPy has no fp8
+// dtype; the package passes torch.float8_e4m3fn caches as their uint8 view), as in vLLM.
+TensorView import_cache(PyObject* obj, const char* name, CallScope& scope) {
+  TensorView t = import_tensor(obj, name, scope);
+  if (t.dtype == DType::kU8) t.dtype = DType::kF8E4M3;
+  return t;
+}
+
 // ---- the ops --------------------------------------------------------------------------------
 
 void store_kvcache(nb::handle key, nb::handle value, nb::handle k_cache, nb::handle v_cache,
-                   nb::handle slot_mapping) {
+                   nb::handle slot_mapping, nb::handle k_scale, nb::handle v_scale) {
   CallScope scope;
   const TypeInfo* info = nullptr;
   const TensorView k = import_tensor(key.ptr(), "key", scope, &info);
   const TensorView v = import_tensor(value.ptr(), "value", scope);
-  const TensorView kc = import_tensor(k_cache.ptr(), "k_cache", scope);
-  const TensorView vc = import_tensor(v_cache.ptr(), "v_cache", scope);
+  const TensorView kc = import_cache(k_cache.ptr(), "k_cache", scope);
+  const TensorView vc = import_cache(v_cache.ptr(), "v_cache", scope);
   const TensorView sm = import_tensor(slot_mapping.ptr(), "slot_mapping", scope);
+  const TensorView ks = import_tensor(k_scale.ptr(), "k_scale", scope);
+  const TensorView vs = import_tensor(v_scale.ptr(), "v_scale", scope);
   const Stream stream = current_stream(info, k.device);
-  if (!g_dry_run) run(k.device, [&] { store_kv(k, v, kc, vc, sm, stream); });
+  if (!g_dry_run) run(k.device, [&] { store_kv(k, v, kc, vc, sm, ks, vs, stream); });
 }
 
 // Returns out, or (out, lse) when want_lse.
 nb::object varlen(nb::handle q, nb::handle k, nb::handle v, nb::handle cu_seqlens_q,
                  nb::handle cu_seqlens_k, nb::handle max_seqlen_q, nb::handle max_seqlen_k,
                  double softmax_scale, bool causal, nb::handle block_table, nb::handle out,
-                 bool want_lse) {
+                 bool want_lse, nb::handle k_scale, nb::handle v_scale) {
   CallScope scope;
   const TypeInfo* info = nullptr;
   PrefillArgs a;
@@ -579,8 +589,11 @@ nb::object varlen(nb::handle q, nb::handle k, nb::handle v, nb::handle cu_seqlen
   check_no_grad(k.ptr(), "k");
   check_no_grad(v.ptr(), "v");
   a.q = import_tensor(q.ptr(), "q", scope, &info);
-  a.k = import_tensor(k.ptr(), "k", scope);
-  a.v = import_tensor(v.ptr(), "v", scope);
+  const bool paged = !block_table.is_none();
+  a.k = paged ? import_cache(k.ptr(), "k", scope) : import_tensor(k.ptr(), "k", scope);
+  a.v = paged ? import_cache(v.ptr(), "v", scope) : import_tensor(v.ptr(), "v", scope);
+  a.k_scale = import_tensor(k_scale.ptr(), "k_scale", scope);
+  a.v_scale = import_tensor(v_scale.ptr(), "v_scale", scope);
   a.cu_seqlens_q = import_tensor(cu_seqlens_q.ptr(), "cu_seqlens_q", scope);
   a.cu_seqlens_k = import_tensor(cu_seqlens_k.ptr(), "cu_seqlens_k", scope);
   a.block_table = import_tensor(block_table.ptr(), "block_table", scope);
@@ -615,15 +628,17 @@ nb::object varlen(nb::handle q, nb::handle k, nb::handle v, nb::handle cu_seqlen
 // when want_lse, lse float32 [heads, batch * seqlen_q] (kvattn's layout; the package reorders it).
 nb::object kvcache(nb::handle q, nb::handle k_cache, nb::handle v_cache, nb::handle block_table,
                   nb::handle cache_seqlens, double softmax_scale, bool causal, int num_splits,
-                  nb::handle out, bool want_lse) {
+                  nb::handle out, bool want_lse, nb::handle k_scale, nb::handle v_scale) {
   CallScope scope;
   const TypeInfo* info = nullptr;
   DecodeArgs a;
   check_no_grad(q.ptr(), "q");
   const TensorView q4 = import_tensor(q.ptr(), "q", scope, &info);
   a.q = collapse01(q4, "q");
-  a.k_cache = import_tensor(k_cache.ptr(), "k_cache", scope);
-  a.v_cache = import_tensor(v_cache.ptr(), "v_cache", scope);
+  a.k_cache = import_cache(k_cache.ptr(), "k_cache", scope);
+  a.v_cache = import_cache(v_cache.ptr(), "v_cache", scope);
+  a.k_scale = import_tensor(k_scale.ptr(), "k_scale", scope);
+  a.v_scale = import_tensor(v_scale.ptr(), "v_scale", scope);
   a.block_table = import_tensor(block_table.ptr(), "block_table", scope);
   a.cache_seqlens = import_tensor(cache_seqlens.ptr(), "cache_seqlens", scope);
   a.q_len = q4.shape[1];
@@ -724,17 +739,21 @@ NB_MODULE(_C, m) {
   // errors inside the binding), so no C++ exception reaches nanobind's translator chain.
 
   m.def("store_kvcache", &Guarded<&store_kvcache>::call, nb::arg("key"), nb::arg("value"), nb::arg("k_cache"),
-        nb::arg("v_cache"), nb::arg("slot_mapping"),
+        nb::arg("v_cache"), nb::arg("slot_mapping"), nb::arg("k_scale").none() = nb::none(),
+        nb::arg("v_scale").none() = nb::none(),
         "Writes key/value [tokens, kv_heads, dim] into the paged caches at slot_mapping "
-        "(negative slots are skipped), on the caller's current stream.");
+        "(negative slots are skipped), on the caller's current stream. uint8 caches hold "
+        "float8_e4m3 bytes, quantised with k_scale/v_scale (float32 [kv_heads]; None: 1.0).");
   // Positional only, as the package calls them; tensor slots accept None (not given).
   m.def("varlen", &Guarded<&varlen>::call, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("cu_seqlens_q"),
         nb::arg("cu_seqlens_k"), nb::arg("max_seqlen_q"), nb::arg("max_seqlen_k"),
         nb::arg("softmax_scale"), nb::arg("causal"), nb::arg("block_table").none(),
-        nb::arg("out").none(), nb::arg("want_lse"));
+        nb::arg("out").none(), nb::arg("want_lse"), nb::arg("k_scale").none() = nb::none(),
+        nb::arg("v_scale").none() = nb::none());
   m.def("kvcache", &Guarded<&kvcache>::call, nb::arg("q"), nb::arg("k_cache"), nb::arg("v_cache"),
         nb::arg("block_table"), nb::arg("cache_seqlens"), nb::arg("softmax_scale"),
-        nb::arg("causal"), nb::arg("num_splits"), nb::arg("out").none(), nb::arg("want_lse"));
+        nb::arg("causal"), nb::arg("num_splits"), nb::arg("out").none(), nb::arg("want_lse"),
+        nb::arg("k_scale").none() = nb::none(), nb::arg("v_scale").none() = nb::none());
   m.def("inspect", &Guarded<&inspect>::call, nb::arg("tensor"));
   m.def("device_faults", &Guarded<&device_faults>::call, nb::arg("device_index"), nb::arg("clear") = true);
   m.def("cuda_available", [] { return kvattn::cuda_available(); });
