@@ -137,11 +137,11 @@ int run_bench(const BenchArgs& a) {
   const int64_t context = c.max_position_embeddings > 0 ? c.max_position_embeddings : (1 << 20);
   const auto max_id = static_cast<int32_t>(std::min<int64_t>(10000, c.vocab_size));
   const std::string name = std::filesystem::path(opt.model).filename().string();
-  std::fprintf(stderr, "loaded %s (%s, %lld layers, hidden %lld) on %s%s in %.1f s; KV pool %lld tokens\n",
+  std::fprintf(stderr, "loaded %s (%s, %lld layers, hidden %lld) on %s%s in %.1f s; KV pool %lld tokens (%s)\n",
                name.c_str(), c.architecture.c_str(), static_cast<long long>(c.num_layers),
                static_cast<long long>(c.hidden_size), a.device.c_str(),
                a.device == "cuda" ? (a.eager ? " (eager)" : " (cuda graphs)") : "", load_s,
-               static_cast<long long>(llm.kv_cache_tokens()));
+               static_cast<long long>(llm.kv_cache_tokens()), a.kv.dtype.c_str());
 
   std::mt19937 rng(a.seed);
   const Workload w = make_workload(a, rng, max_id, context);
@@ -235,6 +235,8 @@ int run_bench(const BenchArgs& a) {
         {"max_num_seqs", a.max_num_seqs},
         {"max_num_batched_tokens", a.max_num_batched_tokens},
         {"kv_cache_tokens", llm.kv_cache_tokens()},
+        {"kv_cache_dtype", a.kv.dtype},
+        {"kv_calibrated", !a.kv.calibration_prompt.empty()},
         {"load_s", load_s},
         {"workload",
          {{"num_seqs", a.num_seqs}, {"min_input", a.min_input}, {"max_input", a.max_input},
