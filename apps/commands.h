@@ -19,6 +19,14 @@ struct KvCacheArgs {
 // and a calibration prompt without fp8, with a message naming the flag.
 void apply_kv_cache_args(const KvCacheArgs& a, LLMOptions& o);
 
+// --threads on generate, bench and serve: 0 (automatic) or 1..kMaxThreads.
+inline constexpr int kMaxThreads = 1024;
+int available_cores();  // the cores this process may run on (its affinity mask)
+// Empty when `value` is a valid --threads value; else the reason, naming the valid range.
+std::string threads_error(const std::string& value);
+// Warns on stderr when `threads` exceeds available_cores() (the run goes on).
+void warn_if_oversubscribed(int threads);
+
 struct GenerateArgs {
   std::string model;  // empty => the default model (see resolve_model_path)
   std::string device = "cpu";
@@ -30,7 +38,9 @@ struct GenerateArgs {
   std::string weights = "auto";  // CPU weight storage: auto | f32 | f16 | bf16 | q8
   int64_t kv_cache_mb = 0;
   int tensor_parallel = 1;
-  bool quiet = false;  // no loading progress or stats detail on stderr
+  bool quiet = false;    // no loading progress or stats detail on stderr
+  bool special = false;  // --special: special tokens (end-of-text...) appear in the text
+  std::string json;      // --json FILE: one JSON object per prompt, one per line ("-": stdout)
   KvCacheArgs kv;
 };
 

@@ -1,12 +1,19 @@
 // `kvattn generate`: loads the model (progress on stderr), applies the chat template when the
 // model has one (unless --no-chat), streams one prompt's tokens to stdout (or prints each
-// completion in turn for several), and ends with "prefill: X tok/s, decode: Y tok/s".
+// completion in turn for several), and ends with "prefill: X tok/s, decode: Y tok/s" on
+// stderr. stdout carries the generated text and nothing else, so it can be redirected; --json
+// writes the token ids, text, finish reason and timings of each prompt for scripts.
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <iostream>
 #include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "commands.h"
 #include "kvattn/core/error.h"
@@ -46,6 +53,82 @@ Device parse_device(const std::string& d) {
   return Device::cuda(0);
 }
 
+// Seconds from the start of generate() to each prompt's first token and to its end.
+struct PromptTimes {
+  using Clock = std::chrono::steady_clock;
+  explicit PromptTimes(size_t n) : first_token(n, -1.0), finished(n, -1.0) {}
+  void on_event(const TokenEvent& e) {
+    const double t = std::chrono::duration<double>(Clock::now() - start).count();
+    if (e.token >= 0 && first_token[e.index] < 0) first_token[e.index] = t;
+    if (e.finished) finished[e.index] = t;
+  }
+  Clock::time_point start = Clock::now();
+  std::vector<double> first_token, finished;
+};
+
+// Writes text to stdout as it comes, remembering whether anything was written and whether it
+// ended a line, so the end adds a newline only after text that lacks one.
+class TextOut {
+ public:
+  void write(std::string_view text) {
+    if (text.empty()) return;
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fflush(stdout);
+    last_ = text.back();
+  }
+  void end_line() {
+    if (last_ != '\0' && last_ != '\n') std::fputc('\n', stdout);
+    last_ = '\0';
+    std::fflush(stdout);
+  }
+
+ private:
+  char last_ = '\0';
+};
+
+using Json = nlohmann::ordered_json;
+
+// One prompt's --json object. Timings: seconds from the start of the generate() call (all
+// prompts run together, so prefill and decode speeds are the whole call's).
+Json prompt_json(size_t i, const std::string& prompt, const std::vector<int32_t>& prompt_ids,
+                 const RequestOutput& o, const PromptTimes& times, const GenerationStats& s,
+                 double load_s) {
+  const auto seconds = [](double t) { return t < 0 ? Json(nullptr) : Json(t); };
+  Json j;
+  j["index"] = i;
+  j["prompt"] = prompt;
+  j["prompt_token_ids"] = prompt_ids;
+  j["token_ids"] = o.token_ids;
+  j["text"] = o.text;
+  j["finish_reason"] = finish_reason_name(o.finish_reason);
+  j["stop_token"] = o.stop_token >= 0 ? Json(o.stop_token) : Json(nullptr);
+  j["num_cached_tokens"] = o.num_cached_tokens;
+  j["timings"] = {{"load_s", load_s},
+                  {"first_token_s", seconds(times.first_token[i])},
+                  {"finished_s", seconds(times.finished[i])},
+                  {"prefill_s", s.prefill_seconds},
+                  {"decode_s", s.decode_seconds},
+                  {"prefill_tokens_per_s", s.prefill_tokens_per_second()},
+                  {"decode_tokens_per_s", s.decode_tokens_per_second()}};
+  return j;
+}
+
+// "prefill: X tok/s, decode: Y tok/s", where a phase that ran no token says "0 tokens"
+// instead of a meaningless 0.0 tok/s.
+void print_speed(const GenerationStats& s) {
+  const auto phase = [](const char* name, int64_t tokens, double tok_s) {
+    if (tokens > 0 && tok_s > 0) {
+      std::fprintf(stderr, "%s: %.1f tok/s", name, tok_s);
+    } else {
+      std::fprintf(stderr, "%s: %lld tokens", name, static_cast<long long>(tokens));
+    }
+  };
+  phase("prefill", s.num_prefill_tokens, s.prefill_tokens_per_second());
+  std::fputs(", ", stderr);
+  phase("decode", s.num_decode_tokens, s.decode_tokens_per_second());
+  std::fputc('\n', stderr);
+}
+
 }  // namespace
 
 int run_generate(const GenerateArgs& args) {
@@ -59,6 +142,13 @@ int run_generate(const GenerateArgs& args) {
   for (WeightFormat f : {WeightFormat::kF32, WeightFormat::kF16, WeightFormat::kBF16,
                          WeightFormat::kQ8}) {
     if (args.weights == weight_format_name(f)) opt.weight_format = f;
+  }
+  // Open the JSON file before the model loads, so a bad path fails at once.
+  std::ofstream json_file;
+  const bool json_stdout = args.json == "-";
+  if (!args.json.empty() && !json_stdout) {
+    json_file.open(args.json);
+    KVATTN_CHECK(json_file.good(), "generate: --json: cannot write '", args.json, "'");
   }
   ProgressLine progress(std::filesystem::path(opt.model).filename().string(), args.quiet);
   opt.on_load_progress = [&](double f) { progress(f); };
@@ -80,29 +170,37 @@ int run_generate(const GenerateArgs& args) {
   const bool chat = args.chat || (!args.no_chat && llm.has_chat_template());
   KVATTN_CHECK(!args.chat || llm.has_chat_template(),
                "generate: --chat was given but the model has no chat template");
-  std::vector<std::string> prompts;
-  for (const auto& p : args.prompts) prompts.push_back(chat ? llm.chat_prompt(p) : p);
+  // Encoded here (as LLM::generate would) so --json reports the ids the model saw.
+  std::vector<std::vector<int32_t>> prompt_ids;
+  for (const auto& p : args.prompts) prompt_ids.push_back(llm.encode(chat ? llm.chat_prompt(p) : p));
 
-  const bool stream = prompts.size() == 1;
-  TokenCallback on_token;
-  if (stream) {
-    on_token = [](const TokenEvent& e) {
-      if (!e.text.empty()) {
-        std::fwrite(e.text.data(), 1, e.text.size(), stdout);
-        std::fflush(stdout);
-      }
-    };
+  SamplingParams sampling = args.sampling;
+  sampling.skip_special_tokens = !args.special;
+  const bool print_text = !json_stdout && sampling.max_tokens > 0;
+  const bool stream = print_text && prompt_ids.size() == 1;
+  TextOut out;
+  PromptTimes times(prompt_ids.size());
+  auto outs = llm.generate(prompt_ids, sampling, [&](const TokenEvent& e) {
+    times.on_event(e);
+    if (stream) out.write(e.text);
+  });
+  if (stream) out.end_line();
+  for (size_t i = 0; print_text && !stream && i < outs.size(); ++i) {
+    std::printf("=== [%zu] %s\n", i, args.prompts[i].c_str());
+    out.write(outs[i].text);
+    out.end_line();
   }
-  auto outs = llm.generate(prompts, args.sampling, on_token);
-  if (stream) {
-    std::fputc('\n', stdout);
-  } else {
-    for (size_t i = 0; i < outs.size(); ++i) {
-      std::printf("=== [%zu] %s\n%s\n", i, args.prompts[i].c_str(), outs[i].text.c_str());
-    }
-  }
-  std::fflush(stdout);
   const GenerationStats& s = llm.last_stats();
+  if (!args.json.empty()) {
+    std::ostream& os = json_stdout ? std::cout : json_file;
+    for (size_t i = 0; i < outs.size(); ++i) {
+      os << prompt_json(i, args.prompts[i], prompt_ids[i], outs[i], times, s, load_s)
+                .dump(-1, ' ', false, Json::error_handler_t::replace)
+         << '\n';
+    }
+    os.flush();
+    KVATTN_CHECK(os.good(), "generate: --json: writing '", args.json, "' failed");
+  }
   if (!args.quiet) {
     int64_t generated = 0;
     for (const auto& o : outs) generated += static_cast<int64_t>(o.token_ids.size());
@@ -115,8 +213,7 @@ int run_generate(const GenerateArgs& args) {
                  s.decode_seconds,
                  outs.empty() ? "-" : std::string(finish_reason_name(outs[0].finish_reason)).c_str());
   }
-  std::printf("prefill: %.1f tok/s, decode: %.1f tok/s\n", s.prefill_tokens_per_second(),
-              s.decode_tokens_per_second());
+  print_speed(s);
   return 0;
 }
 

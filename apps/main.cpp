@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <exception>
+#include <string>
 
 #include "commands.h"
 
@@ -19,6 +20,18 @@ void add_kv_cache_options(CLI::App* cmd, kvattn::cli::KvCacheArgs& kv) {
   cmd->add_option("--kv-calibration-prompt", kv.calibration_prompt,
                   "fp8: compute the KV scales as amax/448 of this prompt's keys and values "
                   "(one prefill at start); without it the scales are 1.0");
+}
+
+// --threads: checked here (a bad value never reaches the engine) and warned about after the
+// parse when it oversubscribes the machine.
+void add_threads_option(CLI::App* cmd, int& threads, const char* automatic) {
+  cmd->add_option("--threads", threads,
+                  std::string("CPU threads: 0 => ") + automatic + ", or 1.." +
+                      std::to_string(kvattn::cli::kMaxThreads) +
+                      "; more than the machine's cores runs with a warning")
+      ->default_val(0)
+      ->check(CLI::Validator(
+          [](std::string& v) { return kvattn::cli::threads_error(v); }, "INT", "threads"));
 }
 
 }  // namespace
@@ -49,12 +62,16 @@ int main(int argc, char** argv) {
   gen->add_option("--top-p", g.sampling.top_p, "1 => off")->default_val(1.0);
   gen->add_option("--min-p", g.sampling.min_p, "0 => off")->default_val(0.0);
   gen->add_option("--seed", g.sampling.seed, "Seed of the sampler")->default_val(0);
-  gen->add_flag("--ignore-eos", g.sampling.ignore_eos, "Keep going past end-of-text tokens");
+  gen->add_flag("--ignore-eos", g.sampling.ignore_eos,
+                "Keep going past end-of-text tokens (they are dropped from the text unless "
+                "--special)");
+  gen->add_flag("--special", g.special,
+                "Print special tokens (end-of-text, <|im_end|>, ...) in the text; without it "
+                "they are dropped silently. The end-of-text token that stops generation is "
+                "never printed");
   gen->add_option("--stop", g.sampling.stop, "Stop string (repeatable); not printed")
       ->allow_extra_args(false);
-  gen->add_option("--threads", g.threads,
-                  "CPU threads (0 => all cores, or one while the machine is oversubscribed)")
-      ->default_val(0);
+  add_threads_option(gen, g.threads, "all cores, or one while the machine is oversubscribed");
   gen->add_option("--weights", g.weights,
                   "CPU weight storage: auto (q8 for GGUF, f32 for HF directories), f32, f16, "
                   "bf16, q8 (int8, one scale per 32)")
@@ -65,7 +82,17 @@ int main(int argc, char** argv) {
   gen->add_option("--tensor-parallel", g.tensor_parallel,
                   "Ranks of tensor parallelism (GPUs from cuda:0 on; CPU: threads)")
       ->default_val(1)->check(CLI::Range(1, 64));
-  gen->add_flag("-q,--quiet", g.quiet, "No loading progress on stderr");
+  gen->add_option("--json", g.json,
+                  "Also write one JSON object per prompt, one per line, to this file (- : to "
+                  "stdout, instead of the text): prompt and prompt_token_ids, token_ids, text, "
+                  "finish_reason, timings");
+  gen->add_flag("-q,--quiet", g.quiet,
+                "No loading progress or detail on stderr (the prefill/decode line stays)");
+  gen->footer(
+      "Output: the generated text alone goes to stdout (several prompts: each after a "
+      "'=== [i] prompt' line); loading progress, warnings and the 'prefill: X tok/s, decode: "
+      "Y tok/s' line go to stderr, so `kvattn generate ... > out.txt` keeps only the text. "
+      "-n 0 prints nothing on stdout.");
 
   kvattn::cli::BenchArgs b;
   auto* bench = app.add_subcommand(
@@ -96,7 +123,7 @@ int main(int argc, char** argv) {
   bench->add_option("--gpu-memory-utilization", b.gpu_memory_utilization,
                     "Fraction of GPU memory for weights, activations and the KV pool")
       ->default_val(0.9);
-  bench->add_option("--threads", b.threads, "CPU threads (0 => automatic)")->default_val(0);
+  add_threads_option(bench, b.threads, "automatic");
   bench->add_option("--weights", b.weights, "CPU weight storage: auto, f32, f16, bf16, q8")
       ->check(CLI::IsMember({"auto", "f32", "f16", "bf16", "q8"}));
   bench->add_option("--single-input", b.single_input, "Prompt of the single-stream run")
@@ -139,7 +166,7 @@ int main(int argc, char** argv) {
       ->default_val(1)->check(CLI::Range(1, 64));
   serve->add_flag("--eager", sv.eager, "No CUDA graphs (eager launches)");
   serve->add_flag("--no-prefix-caching", sv.no_prefix_caching, "Turn the prefix cache off");
-  serve->add_option("--threads", sv.threads, "CPU threads (0 => automatic)")->default_val(0);
+  add_threads_option(serve, sv.threads, "automatic");
   serve->add_option("--weights", sv.weights, "CPU weight storage: auto, f32, f16, bf16, q8")
       ->check(CLI::IsMember({"auto", "f32", "f16", "bf16", "q8"}));
   serve->add_option("--max-queue", sv.max_queue,
@@ -166,10 +193,17 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "kvattn: error: --chat and --no-chat exclude each other\n");
         return 2;
       }
+      kvattn::cli::warn_if_oversubscribed(g.threads);
       return kvattn::cli::run_generate(g);
     }
-    if (*bench) return kvattn::cli::run_bench(b);
-    if (*serve) return kvattn::cli::run_serve(sv);
+    if (*bench) {
+      kvattn::cli::warn_if_oversubscribed(b.threads);
+      return kvattn::cli::run_bench(b);
+    }
+    if (*serve) {
+      kvattn::cli::warn_if_oversubscribed(sv.threads);
+      return kvattn::cli::run_serve(sv);
+    }
     return kvattn::cli::run_info(info_model, info_all);
   } catch (const std::exception& e) {
     std::fflush(stdout);

@@ -1,0 +1,104 @@
+#!/bin/sh
+# kvattn's command-line manners (issue 21), with stdout and stderr captured apart:
+#   cli_manners_test.sh KVATTN MODEL CASE
+# CASE: stdout_text | threads_invalid | threads_warning | zero_tokens | json | special.
+# Exits 77 (ctest: skipped) when MODEL (the default GGUF) or jq is missing; threads_invalid
+# needs no model (the option is refused before one is looked for).
+set -u
+kvattn=$1 model=$2 case=$3
+[ -f "$model" ] || [ "$case" = threads_invalid ] || { echo "skip: $model not fetched (scripts/fetch_model.sh)"; exit 77; }
+dir=$(mktemp -d) || exit 1
+trap 'rm -rf "$dir"' EXIT
+out=$dir/out err=$dir/err
+prompt="What is the capital of France?"
+
+fail() { echo "FAIL ($case): $*"; echo "--- stdout:"; cat "$out"; echo "--- stderr:"; cat "$err"; exit 1; }
+run() { "$kvattn" "$@" >"$out" 2>"$err"; }
+has() { grep -Eq -- "$2" "$1"; }
+
+case $case in
+stdout_text)  # the text alone on stdout; loading and statistics on stderr, with and without -q
+  for q in "" -q; do
+    run generate $q --model "$model" -n 16 "$prompt" || fail "exit $?"
+    has "$out" Paris || fail "no Paris on stdout"
+    [ "$(wc -l <"$out")" -eq 1 ] || fail "stdout is not one line of text"
+    has "$out" "tok/s|loading|prompt tokens" && fail "statistics on stdout"
+    has "$err" "^prefill: [0-9.]+ tok/s, decode: [0-9.]+ tok/s$" || fail "no statistics on stderr"
+    [ -z "$q" ] && { has "$err" "loading .*100%" || fail "no loading progress on stderr"; }
+  done ;;
+threads_invalid)  # rejected before loading, naming the option and the range
+  for t in -1 -8 abc 1.5 100000; do
+    run generate --model "$model" --threads "$t" -n 1 hi && fail "--threads $t accepted"
+    [ -s "$out" ] && fail "--threads $t wrote stdout"
+    has "$err" "^--threads: must be 0 \(automatic\) or a thread count in 1\.\.1024 .*but is '$t'" ||
+      fail "--threads $t: no clear error"
+  done
+  run bench --model "$model" --threads -1 && fail "bench --threads -1 accepted"
+  has "$err" "^--threads: must be 0" || fail "bench: no clear error"
+  run serve --model "$model" --threads -1 && fail "serve --threads -1 accepted"
+  has "$err" "^--threads: must be 0" || fail "serve: no clear error" ;;
+threads_warning)  # more threads than cores: a warning on stderr, and the run goes on
+  cores=$(nproc)
+  run generate -q --model "$model" --threads $((cores + 1)) -n 4 "$prompt" || fail "exit $?"
+  has "$err" "warning: --threads $((cores + 1)) is more than the $cores cores" || fail "no warning"
+  has "$out" warning && fail "warning on stdout"
+  has "$out" "The capital" || fail "no text"
+  run generate -q --model "$model" --threads 1 -n 1 "$prompt" || fail "exit $?"
+  has "$err" warning && fail "warning with --threads 1"
+  run generate -q --model "$model" --threads 0 -n 1 "$prompt" || fail "exit $?"
+  has "$err" warning && fail "warning with --threads 0" ;;
+zero_tokens)  # -n 0: nothing on stdout, exit 0, stderr says 0 tokens
+  for p in "hi" "hi there"; do
+    run generate --model "$model" -n 0 "$p" || fail "exit $?"
+    [ -s "$out" ] && fail "-n 0 wrote stdout"
+    has "$err" "decode: 0 tokens" || fail "stderr does not say 0 tokens"
+    has "$err" "0\.0 tok/s" && fail "0.0 tok/s on stderr"
+  done
+  run generate --model "$model" -n 0 "a" "b" || fail "exit $?"
+  [ -s "$out" ] && fail "-n 0 with two prompts wrote stdout"
+  run generate --model "$model" -n 0 --json "$dir/j" "a" || fail "exit $?"
+  [ "$(jq -c '[.token_ids, .text, .finish_reason]' "$dir/j")" = '[[],"","length"]' ] ||
+    fail "-n 0 json: $(cat "$dir/j")" ;;
+json)  # one object per prompt; its ids agree with the text, the prompt and a one-prompt run
+  command -v jq >/dev/null || { echo "skip: no jq"; exit 77; }
+  run generate -q --model "$model" -n 8 --json "$dir/j" "$prompt" "Say hello." || fail "exit $?"
+  [ "$(wc -l <"$dir/j")" -eq 2 ] || fail "not two JSON lines: $(cat "$dir/j")"
+  # The first answer ends at <|im_end|> (id 2, not among its ids); the second runs to -n.
+  jq -e -s 'length == 2 and .[0].index == 0 and .[1].index == 1
+            and .[1].prompt == "Say hello."
+            and .[0].finish_reason == "stop" and .[0].stop_token == 2
+            and .[0].text == "The capital of France is Paris."
+            and (.[0].token_ids | length) < 8 and (.[0].token_ids | index(2)) == null
+            and .[1].finish_reason == "length" and .[1].stop_token == null
+            and (.[1].token_ids | length) == 8
+            and all(.[]; (.prompt_token_ids | length) > 10
+                     and .prompt_token_ids[0] == 1
+                     and .timings.first_token_s > 0
+                     and .timings.finished_s >= .timings.first_token_s
+                     and .timings.decode_tokens_per_s > 0)' "$dir/j" >/dev/null ||
+    fail "$(cat "$dir/j")"
+  has "$out" "^=== \[1\] Say hello\.$" || fail "no header of the second prompt"
+  # The same prompt alone: the same token ids (greedy), and stdout carries exactly its text.
+  run generate -q --model "$model" -n 8 --json "$dir/one" "$prompt" || fail "exit $?"
+  [ "$(jq -c .token_ids "$dir/one")" = "$(jq -c -s '.[0].token_ids' "$dir/j")" ] ||
+    fail "token ids differ between one and two prompts"
+  [ "$(jq -r .text "$dir/one")" = "$(cat "$out")" ] || fail "stdout is not the JSON's text"
+  # --json -: the objects on stdout instead of the text.
+  run generate -q --model "$model" -n 2 --json - "$prompt" || fail "exit $?"
+  jq -e '.token_ids | length == 2' "$out" >/dev/null || fail "--json - is not JSON on stdout" ;;
+special)  # --special shows end-of-text tokens that --ignore-eos otherwise drops silently
+  command -v jq >/dev/null || { echo "skip: no jq"; exit 77; }
+  run generate -q --model "$model" -n 12 --ignore-eos --special --json "$dir/j" "$prompt" ||
+    fail "exit $?"
+  has "$out" "Paris\.<\|im_end\|>" || fail "no <|im_end|> after Paris"
+  [ "$(jq -r .text "$dir/j")" = "$(cat "$out")" ] || fail "stdout is not the JSON's text"
+  with=$(jq -c .token_ids "$dir/j")
+  run generate -q --model "$model" -n 12 --ignore-eos --json "$dir/j" "$prompt" || fail "exit $?"
+  has "$out" "<\|im_" && fail "special tokens printed without --special"
+  has "$out" Paris || fail "no Paris"
+  [ "$(jq -c .token_ids "$dir/j")" = "$with" ] || fail "--special changed the token ids"
+  run generate -q --model "$model" -n 12 --special "$prompt" || fail "exit $?"
+  has "$out" "<\|im_end\|>" && fail "the stop token was printed" ;;
+*) echo "unknown case $case"; exit 2 ;;
+esac
+echo "ok ($case)"
