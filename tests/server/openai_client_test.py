@@ -129,10 +129,11 @@ class OpenAIClient(unittest.TestCase):
         self.assertEqual(r.choices[0].message.role, "assistant")
         self.assertIn("Paris", text)
         gen = subprocess.run([ARGS.kvattn, "generate", "--model", ARGS.model, "-q",
-                              "--max-tokens", "16", prompt],
+                              "--max-tokens", "16", "--json", "-", prompt],
                              capture_output=True, text=True, check=True).stdout
-        gen_text = gen[:gen.rindex("\nprefill: ")]
-        self.assertEqual(text, gen_text)
+        gen = json.loads(gen)
+        self.assertEqual(text, gen["text"])
+        self.assertEqual(r.usage.completion_tokens, len(gen["token_ids"]))
         self.assertGreater(r.usage.prompt_tokens, 0)
         self.assertEqual(r.usage.total_tokens, r.usage.prompt_tokens + r.usage.completion_tokens)
 
