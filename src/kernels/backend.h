@@ -24,6 +24,10 @@ struct AttentionShape {
   int64_t block_size = 0;    // paged only
   int64_t max_blocks_per_seq = 0;  // paged only
   float scale = 0.0f;        // resolved softmax scale (never 0)
+  // Resolved mask options (mask_options.h): -1 = unbounded; causal is window_right = 0.
+  int64_t window_left = -1;
+  int64_t window_right = -1;
+  float softcap = 0.0f;      // 0 = off
 };
 
 namespace cpu {

@@ -372,6 +372,43 @@ TEST_F(PrefillFixture, BadLseAndScale) {
                        HasSubstr("softmax_scale"));
 }
 
+// window_size and softcap (flash-attn's meanings): out-of-range values name the argument
+// and give the value; on CUDA both are refused before dispatch (CPU only for now).
+TEST_F(PrefillFixture, BadWindowAndSoftcap) {
+  for (const PrefillArgs& base : {a, p}) {
+    EXPECT_PREFILL_ERROR(base, x.window_left = -2, HasSubstr("window_size left"),
+                         HasSubstr(">= -1"), HasSubstr("-2"));
+    EXPECT_PREFILL_ERROR(base, x.window_right = -7, HasSubstr("window_size right"),
+                         HasSubstr(">= -1"), HasSubstr("-7"));
+    EXPECT_PREFILL_ERROR(base, x.softcap = -0.5f, HasSubstr("softcap"), HasSubstr(">= 0"),
+                         HasSubstr("-0.5"));
+    EXPECT_PREFILL_ERROR(base, x.softcap = std::nanf(""), HasSubstr("softcap"),
+                         HasSubstr("finite"));
+    EXPECT_PREFILL_ERROR(base, x.softcap = std::numeric_limits<float>::infinity(),
+                         HasSubstr("softcap"), HasSubstr("finite"));
+  }
+  PrefillArgs ok = a;
+  ok.window_left = 0;
+  ok.window_right = 3;
+  ok.softcap = 20.0f;
+  EXPECT_NO_THROW(prefill_attention(ok));
+}
+
+TEST_F(PrefillFixture, WindowAndSoftcapRefusedOnCuda) {
+  const Device gpu = Device::cuda(0);
+  PrefillArgs g = a;
+  // Views relabelled as bf16 on cuda:0: nothing is read before the option checks refuse.
+  for (TensorView* t : {&g.q, &g.k, &g.v, &g.out}) *t = as(on(*t, gpu), DType::kBF16);
+  for (TensorView* t : {&g.lse, &g.cu_seqlens_q, &g.cu_seqlens_k}) *t = on(*t, gpu);
+  EXPECT_PREFILL_ERROR(g, x.window_left = 4, HasSubstr("window_size"),
+                       HasSubstr("sliding windows are not supported on cuda:0"),
+                       HasSubstr("(4, -1)"));
+  EXPECT_PREFILL_ERROR(g, x.window_right = 0; x.causal = false, HasSubstr("window_size"),
+                       HasSubstr("(-1, 0)"));
+  EXPECT_PREFILL_ERROR(g, x.softcap = 30.0f, HasSubstr("softcap is not supported on cuda:0"),
+                       HasSubstr("30"));
+}
+
 // ---------------- decode_attention ----------------
 
 struct DecodeFixture : ::testing::Test {
@@ -471,6 +508,29 @@ TEST_F(DecodeFixture, WrongShapesDtypesDevicesStrides) {
                       HasSubstr("int32"));
   EXPECT_DECODE_ERROR(x.block_table = TensorView(), HasSubstr("block_table"));
   EXPECT_DECODE_ERROR(x.softmax_scale = -0.5f, HasSubstr("softmax_scale"));
+}
+
+TEST_F(DecodeFixture, BadWindowAndSoftcap) {
+  EXPECT_DECODE_ERROR(x.window_left = -3, HasSubstr("window_size left"), HasSubstr("-3"));
+  EXPECT_DECODE_ERROR(x.window_right = -2, HasSubstr("window_size right"), HasSubstr("-2"));
+  EXPECT_DECODE_ERROR(x.softcap = -1.0f, HasSubstr("softcap"), HasSubstr(">= 0"));
+  EXPECT_DECODE_ERROR(x.softcap = std::nanf(""), HasSubstr("softcap"), HasSubstr("finite"));
+  DecodeArgs g = a;
+  for (TensorView* t : {&g.q, &g.k_cache, &g.v_cache, &g.out}) {
+    *t = as(on(*t, Device::cuda(0)), DType::kBF16);
+  }
+  for (TensorView* t : {&g.block_table, &g.cache_seqlens, &g.lse}) *t = on(*t, Device::cuda(0));
+  const auto on_gpu = [&](auto change) {
+    DecodeArgs x = g;
+    change(x);
+    decode_attention(x);
+  };
+  EXPECT_KVATTN_ERROR(on_gpu([](DecodeArgs& x) { x.window_left = 4096; }),
+                      HasSubstr("decode_attention"), HasSubstr("window_size"),
+                      HasSubstr("not supported on cuda:0"), HasSubstr("(4096, -1)"));
+  EXPECT_KVATTN_ERROR(on_gpu([](DecodeArgs& x) { x.softcap = 50.0f; }),
+                      HasSubstr("decode_attention"), HasSubstr("softcap"),
+                      HasSubstr("not supported on cuda:0"));
 }
 
 TEST(PlanDecode, RejectsBadSizes) {

@@ -45,11 +45,24 @@ RefAttention make_result(int64_t total_q, int64_t heads, int64_t dim) {
 void attention_reference(const double* q, const double* k, const double* v, int64_t lq,
                          int64_t lk, int64_t num_heads, int64_t num_kv_heads, int64_t head_dim,
                          double scale, bool causal, double* out, double* lse,
-                         int64_t lse_stride) {
+                         int64_t lse_stride, const RefMask& mask) {
   const int64_t group = num_heads / num_kv_heads;
   const int64_t D = head_dim;
+  // The definition, one (i, j) pair at a time.
+  const auto sees = [&](int64_t i, int64_t j) {
+    const int64_t diag = i + lk - lq;
+    if (causal && j > diag) return false;
+    if (mask.window_left >= 0 && j < diag - mask.window_left) return false;
+    if (mask.window_right >= 0 && j > diag + mask.window_right) return false;
+    return true;
+  };
   const auto visible = [&](int64_t i) {
-    return causal ? std::clamp<int64_t>(i + lk - lq + 1, 0, lk) : lk;
+    int64_t n = 0;
+    for (int64_t j = 0; j < lk; ++j) n += sees(i, j) ? 1 : 0;
+    return n;
+  };
+  const auto cap = [&](double s) {
+    return mask.softcap > 0.0 ? mask.softcap * std::tanh(s / mask.softcap) : s;
   };
   // Two-pass softmax per (query row, head). The rows of a chunk and the heads of a KV group
   // are handled together so each key row is read once per chunk (memory order only; the
@@ -64,32 +77,40 @@ void attention_reference(const double* q, const double* k, const double* v, int6
       // r = (i - i0) * group + g  <->  query row i, head kh * group + g
       const auto qrow = [&](int64_t r) { return q + ((i0 + r / group) * num_heads + kh * group + r % group) * D; };
       const auto orow = [&](int64_t r) { return out + ((i0 + r / group) * num_heads + kh * group + r % group) * D; };
-      const int64_t jmax = visible(i1 - 1);
-      for (int64_t j = 0; j < jmax; ++j) {
+      // Keys some row of the chunk sees (the others only cost time): [jmin, jmax).
+      int64_t jmin = lk, jmax = 0;
+      for (int64_t i = i0; i < i1; ++i) {
+        for (int64_t j = 0; j < lk; ++j) {
+          if (sees(i, j)) jmin = std::min(jmin, j), jmax = std::max(jmax, j + 1);
+        }
+      }
+      for (int64_t j = jmin; j < jmax; ++j) {
         const double* kr = k + (j * num_kv_heads + kh) * D;
         for (int64_t r = 0; r < rows; ++r) {
           const double* qr = qrow(r);
           double s = 0.0;
 #pragma omp simd reduction(+ : s)
           for (int64_t d = 0; d < D; ++d) s += qr[d] * kr[d];
-          scores[r * lk + j] = s * scale;
+          scores[r * lk + j] = cap(s * scale);
         }
       }
       std::vector<double> m(rows, -std::numeric_limits<double>::infinity()), sum(rows, 0.0);
       for (int64_t r = 0; r < rows; ++r) {
         double* o = orow(r);
         for (int64_t d = 0; d < D; ++d) o[d] = 0.0;
-        const int64_t n = visible(i0 + r / group);
-        for (int64_t j = 0; j < n; ++j) m[r] = std::max(m[r], scores[r * lk + j]);
-        for (int64_t j = 0; j < n; ++j) {
-          scores[r * lk + j] = std::exp(scores[r * lk + j] - m[r]);
+        const int64_t i = i0 + r / group;
+        for (int64_t j = 0; j < lk; ++j) {
+          if (sees(i, j)) m[r] = std::max(m[r], scores[r * lk + j]);
+        }
+        for (int64_t j = 0; j < lk; ++j) {
+          scores[r * lk + j] = sees(i, j) ? std::exp(scores[r * lk + j] - m[r]) : 0.0;
           sum[r] += scores[r * lk + j];
         }
       }
-      for (int64_t j = 0; j < jmax; ++j) {
+      for (int64_t j = jmin; j < jmax; ++j) {
         const double* vr = v + (j * num_kv_heads + kh) * D;
         for (int64_t r = 0; r < rows; ++r) {
-          if (j >= visible(i0 + r / group)) continue;
+          if (!sees(i0 + r / group, j)) continue;
           const double p = scores[r * lk + j];
           double* o = orow(r);
 #pragma omp simd
@@ -160,7 +181,7 @@ std::vector<double> gather_paged(const TensorView& cache, const int64_t* table_r
 
 RefAttention prefill_reference(const TensorView& q, const TensorView& k, const TensorView& v,
                                const std::vector<int64_t>& cu_q, const std::vector<int64_t>& cu_k,
-                               double scale, bool causal) {
+                               double scale, bool causal, const RefMask& mask) {
   const int64_t total_q = q.shape[0], H = q.shape[1], D = q.shape[2], Hkv = k.shape[1];
   RefAttention r = make_result(total_q, H, D);
   for (size_t b = 0; b + 1 < cu_q.size(); ++b) {
@@ -169,7 +190,7 @@ RefAttention prefill_reference(const TensorView& q, const TensorView& k, const T
     const auto ks = gather_rows(k, cu_k[b], cu_k[b + 1]);
     const auto vs = gather_rows(v, cu_k[b], cu_k[b + 1]);
     attention_reference(qs.data(), ks.data(), vs.data(), lq, lk, H, Hkv, D, scale, causal,
-                        r.out.data() + cu_q[b] * H * D, r.lse.data() + cu_q[b], total_q);
+                        r.out.data() + cu_q[b] * H * D, r.lse.data() + cu_q[b], total_q, mask);
   }
   return r;
 }
@@ -178,7 +199,7 @@ RefAttention paged_prefill_reference(const TensorView& q, const TensorView& k_ca
                                      const TensorView& v_cache, const TensorView& block_table,
                                      const std::vector<int64_t>& cu_q,
                                      const std::vector<int64_t>& cu_k, double scale,
-                                     bool causal) {
+                                     bool causal, const RefMask& mask) {
   const int64_t total_q = q.shape[0], H = q.shape[1], D = q.shape[2], Hkv = k_cache.shape[2];
   const auto table = to_int64s(block_table);
   const int64_t width = block_table.shape[1];
@@ -189,7 +210,7 @@ RefAttention paged_prefill_reference(const TensorView& q, const TensorView& k_ca
     const auto ks = gather_paged(k_cache, table.data() + b * width, width, lk);
     const auto vs = gather_paged(v_cache, table.data() + b * width, width, lk);
     attention_reference(qs.data(), ks.data(), vs.data(), lq, lk, H, Hkv, D, scale, causal,
-                        r.out.data() + cu_q[b] * H * D, r.lse.data() + cu_q[b], total_q);
+                        r.out.data() + cu_q[b] * H * D, r.lse.data() + cu_q[b], total_q, mask);
   }
   return r;
 }
@@ -197,14 +218,15 @@ RefAttention paged_prefill_reference(const TensorView& q, const TensorView& k_ca
 RefAttention decode_reference(const TensorView& q, const TensorView& k_cache,
                               const TensorView& v_cache, const TensorView& block_table,
                               const TensorView& cache_seqlens, int64_t q_len, double scale,
-                              bool causal) {
+                              bool causal, const RefMask& mask) {
   const auto lens = to_int64s(cache_seqlens);
   std::vector<int64_t> cu_q(lens.size() + 1, 0), cu_k(lens.size() + 1, 0);
   for (size_t b = 0; b < lens.size(); ++b) {
     cu_q[b + 1] = cu_q[b] + q_len;
     cu_k[b + 1] = cu_k[b] + lens[b];
   }
-  return paged_prefill_reference(q, k_cache, v_cache, block_table, cu_q, cu_k, scale, causal);
+  return paged_prefill_reference(q, k_cache, v_cache, block_table, cu_q, cu_k, scale, causal,
+                                 mask);
 }
 
 void store_kv_reference(const TensorView& key, const TensorView& value, const TensorView& k_cache,

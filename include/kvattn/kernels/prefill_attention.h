@@ -23,6 +23,11 @@ namespace kvattn {
 //
 // Semantics: causal masking is bottom-right aligned: query i of a sequence sees key j iff
 // j <= i + Lk - Lq. A row that sees no key outputs zeros. Lq = 0 writes nothing.
+// Sliding window (flash-attn's window_size = (left, right), -1 = unbounded): query i also
+// needs j >= i + Lk - Lq - left (left >= 0) and j <= i + Lk - Lq + right (right >= 0); causal
+// sets right to 0 (a right bound given with causal is overridden, as in flash-attn). Softcap
+// (> 0): each scaled score s becomes softcap * tanh(s / softcap) before the softmax (lse too).
+// Both are CPU only for now: the CUDA backend rejects them.
 // GQA: query head h reads KV head h / (num_heads / num_kv_heads).
 struct PrefillArgs {
   TensorView q;
@@ -37,6 +42,9 @@ struct PrefillArgs {
   int64_t max_seqlen_k = 0;
   float softmax_scale = 0.0f;  // 0 => 1/sqrt(head_dim)
   bool causal = true;
+  int64_t window_left = -1;   // -1 => unbounded (see Semantics)
+  int64_t window_right = -1;  // -1 => unbounded; causal => 0
+  float softcap = 0.0f;       // 0 => off
   TensorView out;
   TensorView lse;  // optional
   // Paged form with float8_e4m3 caches (CPU only for now): dequantisation scales, as in

@@ -6,7 +6,9 @@
 // K/V byte of a (sequence, KV head) is read once per query tile, and no O(L^2) temporary is
 // ever formed. Arithmetic is float32; bf16/f16 tiles are converted once per tile, and a
 // float8_e4m3 cache is dequantised there too (table[code] * scale of the KV head), so the
-// kernel computes on exactly the values e4m3(stored) * scale. The tile
+// kernel computes on exactly the values e4m3(stored) * scale. Each query row sees one
+// contiguous key range (causal, sliding window: key_range); an item visits only the union of
+// its rows' ranges, so the keys before a sliding window are never read. The tile
 // loops (scores, exp, weighted sum of V) run AVX2+FMA code when the CPU has it
 // (attention_tile_math.h).
 #include <algorithm>
@@ -43,7 +45,8 @@ struct Problem {
   int64_t block_size = 0;
   int64_t num_heads = 0, num_kv_heads = 0, head_dim = 0, group = 0;
   float scale = 1.0f;
-  bool causal = true;
+  int64_t window_left = -1, window_right = -1;  // resolved: causal => window_right = 0
+  float softcap = 0.0f;
 };
 
 struct Sequence {
@@ -114,10 +117,33 @@ void prefetch_tile(const Problem<T, KV>& p, const KV* base, int64_t stride, cons
   }
 }
 
-// Keys visible to query row i: [0, limit(i)).
-inline int64_t key_limit(bool causal, int64_t i, int64_t q_len, int64_t k_len) {
-  if (!causal) return k_len;
-  return std::clamp<int64_t>(i + k_len - q_len + 1, 0, k_len);
+// Keys visible to query row i: [begin, end) (empty when begin >= end). Bottom-right aligned:
+// with offset = k_len - q_len, key j is visible iff i + offset - left <= j <= i + offset +
+// right, each bound only when it is >= 0 (flash-attn's window_size).
+struct KeyRange {
+  int64_t begin, end;
+};
+template <typename P>
+KeyRange key_range(const P& p, int64_t i, int64_t q_len, int64_t k_len) {
+  const int64_t diag = i + k_len - q_len;
+  const int64_t begin =
+      p.window_left >= 0 ? std::clamp<int64_t>(diag - p.window_left, 0, k_len) : 0;
+  const int64_t end =
+      p.window_right >= 0 ? std::clamp<int64_t>(diag + p.window_right + 1, 0, k_len) : k_len;
+  return {begin, end};
+}
+
+// Keys an item reads: the union of its rows' ranges (both bounds grow with the row).
+template <typename P>
+KeyRange item_range(const P& p, const Sequence& s, const WorkItem& w) {
+  return {key_range(p, w.row_begin, s.q_len, s.k_len).begin,
+          key_range(p, w.row_end - 1, s.q_len, s.k_len).end};
+}
+
+// softcap * tanh(s / softcap), in place (softcap > 0).
+inline void apply_softcap(float* s, int64_t n, float softcap) {
+  const float inv = 1.0f / softcap;
+  for (int64_t j = 0; j < n; ++j) s[j] = softcap * std::tanh(s[j] * inv);
 }
 
 template <typename T, typename KV>
@@ -144,8 +170,9 @@ void run_item(const Problem<T, KV>& p, const Sequence& s, const WorkItem& w, Scr
     }
   }
 
-  const int64_t k_end = key_limit(p.causal, w.row_end - 1, s.q_len, s.k_len);
-  for (int64_t j0 = 0; j0 < k_end; j0 += kKeyTile) {
+  const KeyRange keys = item_range(p, s, w);
+  const int64_t k_end = keys.end;
+  for (int64_t j0 = keys.begin; j0 < k_end; j0 += kKeyTile) {
     const int64_t j1 = std::min(j0 + kKeyTile, k_end);
     const int64_t next_end = std::min(j1 + kKeyTile, k_end);
     prefetch_tile(p, p.k, p.k_stride, s, j1, next_end, w.kv_head);
@@ -154,18 +181,21 @@ void run_item(const Problem<T, KV>& p, const Sequence& s, const WorkItem& w, Scr
     load_tile(p, p.v, p.v_stride, p.v_scale, s, j0, j1, w.kv_head, sc.v_tile, sc.v_rows);
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t i = w.row_begin + r / g;
-      const int64_t jl = std::min(j1, key_limit(p.causal, i, s.q_len, s.k_len));
-      if (jl <= j0) continue;
+      const KeyRange row = key_range(p, i, s.q_len, s.k_len);
+      const int64_t jb = std::max(j0, row.begin);
+      const int64_t jl = std::min(j1, row.end);
+      if (jl <= jb) continue;
       const float* qr = sc.q.data() + r * d;
-      const int64_t n = jl - j0;
+      const int64_t n = jl - jb;
       float* scores = sc.scores.data();
-      math.scores(qr, sc.k_rows.data(), n, d, scores);
+      math.scores(qr, sc.k_rows.data() + (jb - j0), n, d, scores);
+      if (p.softcap > 0.0f) apply_softcap(scores, n, p.softcap);
       float tile_max = -std::numeric_limits<float>::infinity();
       for (int64_t j = 0; j < n; ++j) tile_max = std::max(tile_max, scores[j]);
       const float m_new = std::max(sc.m[r], tile_max);
       const float corr = std::exp(sc.m[r] - m_new);  // exp(-inf) = 0 on the first tile
       const float sum = math.softmax(scores, n, m_new);
-      math.axpy(sc.acc.data() + r * d, corr, scores, sc.v_rows.data(), n, d);
+      math.axpy(sc.acc.data() + r * d, corr, scores, sc.v_rows.data() + (jb - j0), n, d);
       sc.l[r] = sc.l[r] * corr + sum;
       sc.m[r] = m_new;
     }
@@ -197,10 +227,12 @@ void run(const Problem<T, KV>& p, const std::vector<Sequence>& seqs) {
     }
   }
   // Longest key ranges first, so the dynamic schedule ends balanced.
-  std::stable_sort(items.begin(), items.end(), [&](const WorkItem& a, const WorkItem& b) {
-    return key_limit(p.causal, a.row_end - 1, seqs[a.seq].q_len, seqs[a.seq].k_len) >
-           key_limit(p.causal, b.row_end - 1, seqs[b.seq].q_len, seqs[b.seq].k_len);
-  });
+  const auto cost = [&](const WorkItem& w) {
+    const KeyRange r = item_range(p, seqs[w.seq], w);
+    return r.end - r.begin;
+  };
+  std::stable_sort(items.begin(), items.end(),
+                   [&](const WorkItem& a, const WorkItem& b) { return cost(a) > cost(b); });
   const auto n = static_cast<int64_t>(items.size());
 #pragma omp parallel
   {
@@ -214,8 +246,7 @@ template <typename T, typename KV>
 Problem<T, KV> make_problem(const TensorView& q, const TensorView& out, const TensorView& lse,
                             const TensorView& k, const TensorView& v,
                             const TensorView& block_table, const TensorView& k_scale,
-                            const TensorView& v_scale, const AttentionShape& shape,
-                            bool causal) {
+                            const TensorView& v_scale, const AttentionShape& shape) {
   Problem<T, KV> p;
   p.q = q.ptr<const T>();
   p.q_stride = q.stride(0);
@@ -239,7 +270,9 @@ Problem<T, KV> make_problem(const TensorView& q, const TensorView& out, const Te
   p.head_dim = shape.head_dim;
   p.group = shape.num_heads / shape.num_kv_heads;
   p.scale = shape.scale;
-  p.causal = causal;
+  p.window_left = shape.window_left;
+  p.window_right = shape.window_right;
+  p.softcap = shape.softcap;
   return p;
 }
 
@@ -278,7 +311,7 @@ void prefill_attention(const PrefillArgs& a, const AttentionShape& shape) {
     using T = decltype(t);
     using KV = decltype(kv);
     run(make_problem<T, KV>(a.q, a.out, a.lse, a.k, a.v, a.block_table, a.k_scale, a.v_scale,
-                            shape, a.causal),
+                            shape),
         seqs);
   });
 }
@@ -293,7 +326,7 @@ void decode_attention(const DecodeArgs& a, const AttentionShape& shape) {
     using T = decltype(t);
     using KV = decltype(kv);
     run(make_problem<T, KV>(a.q, a.out, a.lse, a.k_cache, a.v_cache, a.block_table, a.k_scale,
-                            a.v_scale, shape, a.causal),
+                            a.v_scale, shape),
         seqs);
   });
 }
