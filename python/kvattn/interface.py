@@ -7,6 +7,8 @@ silently ignored. Bad tensors (shape, stride, dtype, device) raise ``kvattn.Erro
 kvattn's message.
 """
 
+import operator
+
 from . import _C
 
 _varlen = _C.varlen
@@ -97,16 +99,28 @@ def _scale(softmax_scale):
     return _TINY_SCALE if s == 0.0 else s
 
 
-def _resolve_window(fn, window_size, causal):
-    """flash-attn's window_size: (-1, -1) is no window; (-1, 0) is the causal mask."""
+def _window(fn, window_size):
+    """flash-attn's window_size (left, right) as two ints; None or (-1, -1) is no window.
+
+    Query i (bottom-right aligned, offset = Lk - Lq) sees key j iff j >= i + offset - left
+    (left >= 0) and j <= i + offset + right (right >= 0); causal sets right to 0. The library
+    checks the values (each >= -1; CPU only for now)."""
     if window_size is None:
-        return causal
-    left, right = window_size
-    if left < 0 and (right < 0 or causal):
-        return causal  # flash-attn sets right = 0 under causal itself
-    if left < 0 and right == 0:
-        return True
-    _unsupported(fn, "window_size", tuple(window_size), " (sliding-window attention)")
+        return -1, -1
+    try:
+        left, right = window_size
+        return operator.index(left), operator.index(right)
+    except (TypeError, ValueError):
+        raise _C.Error("kvattn.%s: window_size must be a pair (left, right) of ints but is %r"
+                       % (fn, window_size)) from None
+
+
+def _softcap(fn, softcap):
+    try:
+        return float(softcap or 0.0)
+    except (TypeError, ValueError):
+        raise _C.Error("kvattn.%s: softcap must be a number (0 = off) but is %r"
+                       % (fn, softcap)) from None
 
 
 def _is_torch(x):
@@ -156,6 +170,10 @@ def flash_attn_varlen_func(
     ``(out, lse, None)`` (flash-attn also returns None probabilities without dropout); lse is
     float32 [num_heads, total_q], natural log. ``deterministic`` only concerns flash-attn's
     backward pass; kvattn's forward is deterministic and it has no backward.
+    ``window_size`` = (left, right) (-1 = unbounded) and ``softcap`` (> 0: each scaled score s
+    becomes softcap * tanh(s / softcap) before the softmax; 0 = off) have flash-attn's meanings,
+    combined with ``causal`` and the bottom-right alignment; CPU only for now (the CUDA backend
+    raises kvattn.Error naming them).
 
     fp8 paged caches (torch.float8_e4m3fn, or uint8 e4m3 bytes) are read as e4m3 * scale with
     ``k_scale`` / ``v_scale`` (a number or float32 [num_kv_heads]; None = 1.0), float32
@@ -163,10 +181,8 @@ def flash_attn_varlen_func(
     """
     if dropout_p:
         _unsupported("flash_attn_varlen_func", "dropout_p", dropout_p, " (inference only)")
-    if window_size != _NO_WINDOW:
-        causal = _resolve_window("flash_attn_varlen_func", window_size, causal)
-    if softcap:
-        _unsupported("flash_attn_varlen_func", "softcap", softcap)
+    left, right = _window("flash_attn_varlen_func", window_size)
+    softcap = _softcap("flash_attn_varlen_func", softcap)
     if alibi_slopes is not None:
         _unsupported("flash_attn_varlen_func", "alibi_slopes", alibi_slopes)
     if block_table is not None:
@@ -189,6 +205,9 @@ def flash_attn_varlen_func(
         return_attn_probs or return_softmax_lse,
         k_scale,
         v_scale,
+        left,
+        right,
+        softcap,
     )
     if return_attn_probs:
         return res[0], res[1], None
@@ -237,6 +256,10 @@ def flash_attn_with_kvcache(
     fp8 caches (torch.float8_e4m3fn, or uint8 e4m3 bytes; CPU only for now) are read as
     e4m3 * scale with ``k_scale`` / ``v_scale`` (a number or float32 [num_kv_heads]; None =
     1.0); new k/v are quantised with the same scales.
+    ``window_size`` = (left, right) (-1 = unbounded) and ``softcap`` (> 0: each scaled score s
+    becomes softcap * tanh(s / softcap) before the softmax; 0 = off) have flash-attn's meanings,
+    combined with ``causal`` and the bottom-right alignment; CPU only for now (the CUDA backend
+    raises kvattn.Error naming them).
     """
     k_cache = _fp8_bytes(k_cache)
     v_cache = _fp8_bytes(v_cache)
@@ -298,14 +321,12 @@ def _kvcache_general(
         _unsupported(fn, "cache_leftpad", cache_leftpad)
     if alibi_slopes is not None:
         _unsupported(fn, "alibi_slopes", alibi_slopes)
-    if softcap:
-        _unsupported(fn, "softcap", softcap)
+    softcap = _softcap(fn, softcap)
     if num_splits not in (0, 1):
         _unsupported(fn, "num_splits", num_splits, " (0: kvattn plans, 1: no split)")
     if (k is None) != (v is None):
         raise ValueError("kvattn.%s: k and v must be given together" % fn)
-    if window_size != _NO_WINDOW:
-        causal = _resolve_window(fn, window_size, causal)
+    left, right = _window(fn, window_size)
     if len(q.shape) != 4:
         raise _C.Error("kvattn: q must have rank 4 ([batch, seqlen_q, num_heads, head_dim]) "
                        "but has shape %s" % (tuple(q.shape),))
@@ -349,7 +370,7 @@ def _kvcache_general(
 
     res = _kvcache(
         q, k_cache, v_cache, block_table, cache_seqlens, _scale(softmax_scale), causal,
-        num_splits, out, return_softmax_lse, k_scale, v_scale,
+        num_splits, out, return_softmax_lse, k_scale, v_scale, left, right, softcap,
     )
     if return_softmax_lse:
         return res[0], _lse_bhs(res[1], q.shape[0], q.shape[1])

@@ -580,10 +580,14 @@ void store_kvcache(nb::handle key, nb::handle value, nb::handle k_cache, nb::han
 nb::object varlen(nb::handle q, nb::handle k, nb::handle v, nb::handle cu_seqlens_q,
                  nb::handle cu_seqlens_k, nb::handle max_seqlen_q, nb::handle max_seqlen_k,
                  double softmax_scale, bool causal, nb::handle block_table, nb::handle out,
-                 bool want_lse, nb::handle k_scale, nb::handle v_scale) {
+                 bool want_lse, nb::handle k_scale, nb::handle v_scale, int64_t window_left,
+                 int64_t window_right, double softcap) {
   CallScope scope;
   const TypeInfo* info = nullptr;
   PrefillArgs a;
+  a.window_left = window_left;
+  a.window_right = window_right;
+  a.softcap = static_cast<float>(softcap);
   // Autograd first: some producers refuse to export tensors that require grad.
   check_no_grad(q.ptr(), "q");
   check_no_grad(k.ptr(), "k");
@@ -628,10 +632,14 @@ nb::object varlen(nb::handle q, nb::handle k, nb::handle v, nb::handle cu_seqlen
 // when want_lse, lse float32 [heads, batch * seqlen_q] (kvattn's layout; the package reorders it).
 nb::object kvcache(nb::handle q, nb::handle k_cache, nb::handle v_cache, nb::handle block_table,
                   nb::handle cache_seqlens, double softmax_scale, bool causal, int num_splits,
-                  nb::handle out, bool want_lse, nb::handle k_scale, nb::handle v_scale) {
+                  nb::handle out, bool want_lse, nb::handle k_scale, nb::handle v_scale,
+                  int64_t window_left, int64_t window_right, double softcap) {
   CallScope scope;
   const TypeInfo* info = nullptr;
   DecodeArgs a;
+  a.window_left = window_left;
+  a.window_right = window_right;
+  a.softcap = static_cast<float>(softcap);
   check_no_grad(q.ptr(), "q");
   const TensorView q4 = import_tensor(q.ptr(), "q", scope, &info);
   a.q = collapse01(q4, "q");
@@ -749,11 +757,13 @@ NB_MODULE(_C, m) {
         nb::arg("cu_seqlens_k"), nb::arg("max_seqlen_q"), nb::arg("max_seqlen_k"),
         nb::arg("softmax_scale"), nb::arg("causal"), nb::arg("block_table").none(),
         nb::arg("out").none(), nb::arg("want_lse"), nb::arg("k_scale").none() = nb::none(),
-        nb::arg("v_scale").none() = nb::none());
+        nb::arg("v_scale").none() = nb::none(), nb::arg("window_left") = -1,
+        nb::arg("window_right") = -1, nb::arg("softcap") = 0.0);
   m.def("kvcache", &Guarded<&kvcache>::call, nb::arg("q"), nb::arg("k_cache"), nb::arg("v_cache"),
         nb::arg("block_table"), nb::arg("cache_seqlens"), nb::arg("softmax_scale"),
         nb::arg("causal"), nb::arg("num_splits"), nb::arg("out").none(), nb::arg("want_lse"),
-        nb::arg("k_scale").none() = nb::none(), nb::arg("v_scale").none() = nb::none());
+        nb::arg("k_scale").none() = nb::none(), nb::arg("v_scale").none() = nb::none(),
+        nb::arg("window_left") = -1, nb::arg("window_right") = -1, nb::arg("softcap") = 0.0);
   m.def("inspect", &Guarded<&inspect>::call, nb::arg("tensor"));
   m.def("device_faults", &Guarded<&device_faults>::call, nb::arg("device_index"), nb::arg("clear") = true);
   m.def("cuda_available", [] { return kvattn::cuda_available(); });

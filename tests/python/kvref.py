@@ -5,11 +5,14 @@ import math
 import numpy as np
 
 
-def attention_ref(q, k, v, causal, scale=None):
+def attention_ref(q, k, v, causal, scale=None, window=(-1, -1), softcap=0.0):
     """One sequence: q [Lq, H, D], k/v [Lk, Hk, D] (float64) -> out [Lq, H, D], lse [H, Lq].
 
     GQA: query head h reads KV head h // (H // Hk). Causal is bottom-right aligned: query i sees
     key j iff j <= i + Lk - Lq. A row that sees no key outputs 0 and has lse -inf.
+    flash-attn's window (left, right), -1 unbounded: query i sees keys
+    [i + Lk - Lq - left, i + Lk - Lq + right] inclusive. softcap > 0: each scaled score s becomes
+    softcap * tanh(s / softcap) before the softmax.
     """
     q = np.asarray(q, np.float64)
     k = np.asarray(k, np.float64)
@@ -22,10 +25,17 @@ def attention_ref(q, k, v, causal, scale=None):
     k = np.repeat(k, g, axis=1)
     v = np.repeat(v, g, axis=1)
     s = np.einsum("qhd,khd->hqk", q, k) * scale
+    if softcap > 0:
+        s = softcap * np.tanh(s / softcap)
+    i = np.arange(lq)[:, None]
+    j = np.arange(lk)[None, :]
+    diag = i + lk - lq
     if causal:
-        i = np.arange(lq)[:, None]
-        j = np.arange(lk)[None, :]
-        s = np.where(j <= i + lk - lq, s, -np.inf)
+        s = np.where(j <= diag, s, -np.inf)
+    if window[0] >= 0:
+        s = np.where(j >= diag - window[0], s, -np.inf)
+    if window[1] >= 0:
+        s = np.where(j <= diag + window[1], s, -np.inf)
     m = s.max(axis=-1, keepdims=True) if lk > 0 else np.full((h, lq, 1), -np.inf)
     m_safe = np.where(np.isfinite(m), m, 0.0)
     p = np.exp(s - m_safe)
@@ -38,7 +48,7 @@ def attention_ref(q, k, v, causal, scale=None):
     return out, lse
 
 
-def varlen_ref(q, k, v, cu_q, cu_k, causal, scale=None):
+def varlen_ref(q, k, v, cu_q, cu_k, causal, scale=None, window=(-1, -1), softcap=0.0):
     """Packed sequences: q [total_q, H, D], k/v [total_k, Hk, D] -> out, lse [H, total_q]."""
     q = np.asarray(q, np.float64)
     out = np.zeros(q.shape)
@@ -47,7 +57,7 @@ def varlen_ref(q, k, v, cu_q, cu_k, causal, scale=None):
         q0, q1, k0, k1 = cu_q[b], cu_q[b + 1], cu_k[b], cu_k[b + 1]
         if q1 == q0:
             continue
-        o, l = attention_ref(q[q0:q1], k[k0:k1], v[k0:k1], causal, scale)
+        o, l = attention_ref(q[q0:q1], k[k0:k1], v[k0:k1], causal, scale, window, softcap)
         out[q0:q1] = o
         lse[:, q0:q1] = l
     return out, lse

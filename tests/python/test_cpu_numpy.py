@@ -249,9 +249,6 @@ def _varlen_args(rng):
     "kwargs,name",
     [
         (dict(dropout_p=0.1), "dropout_p"),
-        (dict(window_size=(4, 0)), "window_size"),
-        (dict(window_size=(-1, 3)), "window_size"),
-        (dict(softcap=30.0), "softcap"),
         (dict(alibi_slopes=np.zeros(2, np.float32)), "alibi_slopes"),
     ],
 )
@@ -269,8 +266,7 @@ def test_varlen_window_equivalents(rng):
 
 
 @pytest.mark.parametrize(
-    "name", ["k", "rotary_cos", "rotary_sin", "cache_leftpad", "alibi_slopes", "softcap",
-             "window_size", "num_splits"]
+    "name", ["k", "rotary_cos", "rotary_sin", "cache_leftpad", "alibi_slopes", "num_splits"]
 )
 def test_kvcache_unsupported(rng, name):
     kc = f32(rng.standard_normal((2, 4, 1, 8)))
@@ -284,8 +280,6 @@ def test_kvcache_unsupported(rng, name):
         "rotary_sin": dict(rotary_sin=np.zeros((8, 4), np.float32)),
         "cache_leftpad": dict(cache_leftpad=np.zeros(1, np.int32)),
         "alibi_slopes": dict(alibi_slopes=np.zeros(1, np.float32)),
-        "softcap": dict(softcap=5.0),
-        "window_size": dict(window_size=(2, 2)),
         "num_splits": dict(num_splits=4),
     }[name]
     exc = ValueError if name == "k" else NotImplementedError
