@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <exception>
+#include <limits>
 #include <string>
 
 #include "commands.h"
@@ -26,12 +27,13 @@ void add_kv_cache_options(CLI::App* cmd, kvattn::cli::KvCacheArgs& kv) {
 // parse when it oversubscribes the machine.
 void add_threads_option(CLI::App* cmd, int& threads, const char* automatic) {
   cmd->add_option("--threads", threads,
-                  std::string("CPU threads: 0 => ") + automatic + ", or 1.." +
-                      std::to_string(kvattn::cli::kMaxThreads) +
-                      "; more than the machine's cores runs with a warning")
+                  std::string("CPU threads, 1..") + std::to_string(kvattn::cli::kMaxThreads) +
+                      " (more than the machine's cores runs, with a warning), or 0 => " +
+                      automatic)
       ->default_val(0)
       ->check(CLI::Validator(
-          [](std::string& v) { return kvattn::cli::threads_error(v); }, "INT", "threads"));
+          [](std::string& v) { return kvattn::cli::threads_error(v); },
+          "0.." + std::to_string(kvattn::cli::kMaxThreads), "threads"));
 }
 
 }  // namespace
@@ -55,8 +57,9 @@ int main(int argc, char** argv) {
                 "Wrap each prompt in the model's chat template (the default when the model "
                 "has one)");
   gen->add_flag("--no-chat", g.no_chat, "Use the prompt as raw text (plain completion)");
-  gen->add_option("-n,--max-tokens", g.sampling.max_tokens, "Tokens to generate at most")
-      ->default_val(256);
+  gen->add_option("-n,--max-tokens", g.sampling.max_tokens,
+                  "Tokens to generate at most (0: none, nothing printed)")
+      ->default_val(256)->check(CLI::Range(0, std::numeric_limits<int>::max()));
   gen->add_option("-t,--temperature", g.sampling.temperature, "0 => greedy")->default_val(0.0);
   gen->add_option("--top-k", g.sampling.top_k, "0 => off")->default_val(0);
   gen->add_option("--top-p", g.sampling.top_p, "1 => off")->default_val(1.0);
@@ -92,7 +95,7 @@ int main(int argc, char** argv) {
       "Output: the generated text alone goes to stdout (several prompts: each after a "
       "'=== [i] prompt' line); loading progress, warnings and the 'prefill: X tok/s, decode: "
       "Y tok/s' line go to stderr, so `kvattn generate ... > out.txt` keeps only the text. "
-      "-n 0 prints nothing on stdout.");
+      "-n 0 prints nothing on stdout.\n");
 
   kvattn::cli::BenchArgs b;
   auto* bench = app.add_subcommand(

@@ -58,7 +58,9 @@ zero_tokens)  # -n 0: nothing on stdout, exit 0, stderr says 0 tokens
   [ -s "$out" ] && fail "-n 0 with two prompts wrote stdout"
   run generate --model "$model" -n 0 --json "$dir/j" "a" || fail "exit $?"
   [ "$(jq -c '[.token_ids, .text, .finish_reason]' "$dir/j")" = '[[],"","length"]' ] ||
-    fail "-n 0 json: $(cat "$dir/j")" ;;
+    fail "-n 0 json: $(cat "$dir/j")"
+  run generate --model "$model" -n -1 hi && fail "-n -1 accepted"
+  has "$err" "^--max-tokens: Value -1 not in range 0 to" || fail "-n -1: no clear error" ;;
 json)  # one object per prompt; its ids agree with the text, the prompt and a one-prompt run
   command -v jq >/dev/null || { echo "skip: no jq"; exit 77; }
   run generate -q --model "$model" -n 8 --json "$dir/j" "$prompt" "Say hello." || fail "exit $?"
