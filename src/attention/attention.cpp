@@ -33,7 +33,20 @@ TensorView as_heads(const TensorView& t, int64_t heads, int64_t dim, std::string
 }  // namespace
 
 Attention::Attention(int64_t num_heads, int64_t head_dim, float scale, int64_t num_kv_heads)
-    : num_heads_(num_heads), head_dim_(head_dim), scale_(scale), num_kv_heads_(num_kv_heads) {
+    : Attention(num_heads, head_dim, scale, num_kv_heads, AttentionMask{}) {}
+
+Attention::Attention(int64_t num_heads, int64_t head_dim, float scale, int64_t num_kv_heads,
+                     AttentionMask mask)
+    : num_heads_(num_heads),
+      head_dim_(head_dim),
+      scale_(scale),
+      num_kv_heads_(num_kv_heads),
+      mask_(mask) {
+  KVATTN_CHECK(mask.window_left >= -1, "Attention: mask.window_left must be >= -1 (-1 = global) "
+               "but is ", mask.window_left);
+  KVATTN_CHECK(std::isfinite(mask.softcap) && mask.softcap >= 0.0f,
+               "Attention: mask.softcap must be finite and >= 0 (0 = off) but is ",
+               mask.softcap);
   KVATTN_CHECK(num_heads > 0 && head_dim > 0 && num_kv_heads > 0,
                "Attention: num_heads, head_dim and num_kv_heads must be > 0 but are ", num_heads,
                ", ", head_dim, ", ", num_kv_heads);
@@ -92,6 +105,8 @@ void Attention::forward(const TensorView& q_in, const TensorView& k_in, const Te
     a.max_seqlen_k = ctx.max_seqlen_k;
     a.softmax_scale = scale_;
     a.causal = true;
+    a.window_left = mask_.window_left;
+    a.softcap = mask_.softcap;
     a.out = out;
     a.stream = ctx.stream;
     if (ctx.block_tables.defined()) {  // prefix hit / chunked prefill: keys from the cache
@@ -128,6 +143,8 @@ void Attention::forward(const TensorView& q_in, const TensorView& k_in, const Te
   a.q_len = q.size(0) / num_seqs;
   a.softmax_scale = scale_;
   a.causal = true;
+  a.window_left = mask_.window_left;
+  a.softcap = mask_.softcap;
   a.out = out;
   a.plan = ctx.decode_plan;
   a.workspace = ctx.decode_workspace;

@@ -10,10 +10,23 @@
 
 namespace kvattn {
 
+// Per-layer masking, so a model can alternate local and global layers (Gemma 2/3, Mistral):
+// window_left >= 0 lets each query see itself and the window_left keys before it (flash-attn's
+// window_size = (window_left, 0) under the layer's causal mask); -1 = global. softcap > 0 caps
+// each scaled score as softcap * tanh(s / softcap) before the softmax (Gemma 2); 0 = off.
+// CPU only for now: a forward on CUDA with either set throws from the kernels.
+struct AttentionMask {
+  int64_t window_left = -1;
+  float softcap = 0.0f;
+};
+
 class Attention {
  public:
   // scale <= 0 => 1/sqrt(head_dim). num_heads must be a multiple of num_kv_heads.
   Attention(int64_t num_heads, int64_t head_dim, float scale, int64_t num_kv_heads);
+  // With a sliding window and/or softcap (window_left >= -1, softcap finite and >= 0).
+  Attention(int64_t num_heads, int64_t head_dim, float scale, int64_t num_kv_heads,
+            AttentionMask mask);
 
   // Binds this layer's caches, [num_blocks, block_size, num_kv_heads, head_dim]. Until a
   // cache is bound (or when an empty view is bound, e.g. during warm-up before the pool
@@ -37,12 +50,14 @@ class Attention {
   int64_t num_kv_heads() const { return num_kv_heads_; }
   int64_t head_dim() const { return head_dim_; }
   float scale() const { return scale_; }
+  const AttentionMask& mask() const { return mask_; }
 
  private:
   int64_t num_heads_;
   int64_t head_dim_;
   float scale_;
   int64_t num_kv_heads_;
+  AttentionMask mask_;
   TensorView k_cache_;
   TensorView v_cache_;
   TensorView k_scale_;  // float8_e4m3 caches only
