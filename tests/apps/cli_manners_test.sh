@@ -43,21 +43,17 @@ threads_warning)  # more threads than cores: a warning on stderr, and the run go
   has "$err" "warning: --threads $((cores + 1)) is more than the $cores cores" || fail "no warning"
   has "$out" warning && fail "warning on stdout"
   has "$out" "The capital" || fail "no text"
-  run generate -q --model "$model" --threads 1 -n 1 "$prompt" || fail "exit $?"
-  has "$err" warning && fail "warning with --threads 1"
   run generate -q --model "$model" --threads 0 -n 1 "$prompt" || fail "exit $?"
-  has "$err" warning && fail "warning with --threads 0" ;;
+  has "$err" warning && fail "warning with --threads 0 (automatic)" ;;
 zero_tokens)  # -n 0: nothing on stdout, exit 0, stderr says 0 tokens
-  for p in "hi" "hi there"; do
-    run generate --model "$model" -n 0 "$p" || fail "exit $?"
-    [ -s "$out" ] && fail "-n 0 wrote stdout"
-    has "$err" "decode: 0 tokens" || fail "stderr does not say 0 tokens"
-    has "$err" "0\.0 tok/s" && fail "0.0 tok/s on stderr"
-  done
-  run generate --model "$model" -n 0 "a" "b" || fail "exit $?"
+  command -v jq >/dev/null || { echo "skip: no jq"; exit 77; }
+  run generate --model "$model" -n 0 "hi" || fail "exit $?"
+  [ -s "$out" ] && fail "-n 0 wrote stdout"
+  has "$err" "decode: 0 tokens" || fail "stderr does not say 0 tokens"
+  has "$err" "0\.0 tok/s" && fail "0.0 tok/s on stderr"
+  run generate --model "$model" -n 0 --json "$dir/j" "a" "b" || fail "exit $?"
   [ -s "$out" ] && fail "-n 0 with two prompts wrote stdout"
-  run generate --model "$model" -n 0 --json "$dir/j" "a" || fail "exit $?"
-  [ "$(jq -c '[.token_ids, .text, .finish_reason]' "$dir/j")" = '[[],"","length"]' ] ||
+  [ "$(jq -c '[.token_ids, .text, .finish_reason]' "$dir/j" | sort -u)" = '[[],"","length"]' ] ||
     fail "-n 0 json: $(cat "$dir/j")"
   run generate --model "$model" -n -1 hi && fail "-n -1 accepted"
   has "$err" "^--max-tokens: Value -1 not in range 0 to" || fail "-n -1: no clear error" ;;
