@@ -10,6 +10,7 @@ packages=(
   libxxhash-dev nlohmann-json3-dev libcli11-dev libfmt-dev
   libopenblas-dev libpcre2-dev libdlpack-dev libcpp-httplib-dev
   python3-dev python3-numpy python3-pytest python3-pip
+  jq
 )
 
 missing=()
