@@ -55,10 +55,7 @@ LLMOptions llm_options(const BenchArgs& a) {
   o.gpu_memory_utilization = a.gpu_memory_utilization;
   o.cuda_graphs = !a.eager;
   o.tensor_parallel = a.tensor_parallel;
-  for (WeightFormat f : {WeightFormat::kF32, WeightFormat::kF16, WeightFormat::kBF16,
-                         WeightFormat::kQ8}) {
-    if (a.weights == weight_format_name(f)) o.weight_format = f;
-  }
+  apply_weights_arg(a.weights, o);
   return o;
 }
 

@@ -19,6 +19,10 @@ struct KvCacheArgs {
 // and a calibration prompt without fp8, with a message naming the flag.
 void apply_kv_cache_args(const KvCacheArgs& a, LLMOptions& o);
 
+// --weights (auto | f32 | f16 | bf16 | q8) on generate, bench and serve: sets o.weight_format
+// for a named format; "auto" leaves the default.
+void apply_weights_arg(const std::string& weights, LLMOptions& o);
+
 // --threads on generate, bench and serve: 0 (automatic) or 1..kMaxThreads.
 inline constexpr int kMaxThreads = 1024;
 int available_cores();  // the cores this process may run on (its affinity mask)

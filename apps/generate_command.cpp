@@ -139,10 +139,7 @@ int run_generate(const GenerateArgs& args) {
   opt.num_threads = args.threads;
   opt.kv_cache_bytes = args.kv_cache_mb << 20;
   apply_kv_cache_args(args.kv, opt);
-  for (WeightFormat f : {WeightFormat::kF32, WeightFormat::kF16, WeightFormat::kBF16,
-                         WeightFormat::kQ8}) {
-    if (args.weights == weight_format_name(f)) opt.weight_format = f;
-  }
+  apply_weights_arg(args.weights, opt);
   // Open the JSON file before the model loads, so a bad path fails at once.
   std::ofstream json_file;
   const bool json_stdout = args.json == "-";

@@ -35,10 +35,7 @@ LLMOptions llm_options(const ServeArgs& a) {
   o.cuda_graphs = !a.eager;
   o.tensor_parallel = a.tensor_parallel;
   o.enable_prefix_caching = !a.no_prefix_caching;
-  for (WeightFormat f : {WeightFormat::kF32, WeightFormat::kF16, WeightFormat::kBF16,
-                         WeightFormat::kQ8}) {
-    if (a.weights == weight_format_name(f)) o.weight_format = f;
-  }
+  apply_weights_arg(a.weights, o);
   return o;
 }
 

@@ -8,6 +8,7 @@
 
 namespace {
 #include "engine/spm_tokenizer_test_data.inc"
+#include "engine/spm_gguf_vocab.inc"
 #include "engine/tokenizer_test_data.inc"
 }
 
@@ -64,17 +65,8 @@ int main(int argc, char** argv) {
     write_file(root / "gguf/tokenizer.gguf", g.build());
   }
   {  // SentencePiece-style (tokenizer.ggml.model "llama")
-    std::vector<std::string> tokens;
-    std::vector<float> scores;
-    std::vector<int32_t> types;
-    for (const SpmPiece& p : kSpmPieces) {
-      tokens.push_back(p.text);
-      scores.push_back(p.score);
-      types.push_back(p.type);
-    }
     GgufBuilder g;
-    g.kv_str("tokenizer.ggml.model", "llama").kv_strs("tokenizer.ggml.tokens", tokens);
-    g.kv_f32s("tokenizer.ggml.scores", scores).kv_i32s("tokenizer.ggml.token_type", types);
+    add_spm_vocab(g);
     g.kv_u32("tokenizer.ggml.bos_token_id", 1).kv_bool("tokenizer.ggml.add_space_prefix", true);
     write_file(root / "gguf/spm_tokenizer.gguf", g.build());
   }

@@ -17,6 +17,7 @@
 
 namespace {
 #include "../tests/engine/spm_tokenizer_test_data.inc"
+#include "../tests/engine/spm_gguf_vocab.inc"
 #include "../tests/engine/tokenizer_test_data.inc"
 
 struct Fixture {
@@ -27,17 +28,8 @@ struct Fixture {
 
 std::vector<Fixture> spm_tokenizers() {
   using kvattn::Tokenizer;
-  std::vector<std::string> tokens;
-  std::vector<float> scores;
-  std::vector<int32_t> types;
-  for (const SpmPiece& p : kSpmPieces) {
-    tokens.push_back(p.text);
-    scores.push_back(p.score);
-    types.push_back(p.type);
-  }
   kvattn::testing::GgufBuilder g;
-  g.kv_str("tokenizer.ggml.model", "llama").kv_strs("tokenizer.ggml.tokens", tokens);
-  g.kv_f32s("tokenizer.ggml.scores", scores).kv_i32s("tokenizer.ggml.token_type", types);
+  add_spm_vocab(g);
   std::vector<Fixture> v;
   v.push_back({Tokenizer::from_gguf(kvattn::GgufFile::from_bytes(g.build(), "spm.gguf")), true, " "});
   v.push_back({Tokenizer::from_hf_json_text(kSpmTokenizerJson), true, " "});

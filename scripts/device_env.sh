@@ -21,3 +21,19 @@ kvattn_pip_install() {
     --no-build-isolation --no-deps -v -Ccmake.define.KVATTN_CUDA_ARCHS=90a \
     -Cbuild-dir=build-wheel/gpu . >"$2" 2>&1
 }
+
+# A heading per step of a GPU script, with the time.
+step() { echo; echo "== $* == ($(date +%T))"; }
+
+# Builds build-gpu (Release, sm_90a, KVATTN_BENCH=$1) for the targets $2..., logging to
+# $OUT/build.log; on failure prints the errors and exits the calling script.
+kvattn_gpu_build() {
+  local bench=$1
+  shift
+  cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVATTN_CUDA_ARCHS=90a \
+    -DKVATTN_BENCH="$bench" >"$OUT/build.log" 2>&1 &&
+    cmake --build build-gpu -j "$(nproc)" --target "$@" >>"$OUT/build.log" 2>&1
+  local rc=$?
+  tail -n 3 "$OUT/build.log"
+  [ $rc -eq 0 ] || { grep -B2 -A12 "error" "$OUT/build.log" | head -80; echo "BUILD FAILED"; exit 1; }
+}

@@ -12,16 +12,9 @@ OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
 source scripts/device_env.sh
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used --format=csv | tee "$OUT/gpu.txt"
-step() { echo; echo "== $* == ($(date +%T))"; }
 
 step build
-cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVATTN_CUDA_ARCHS=90a \
-  -DKVATTN_BENCH=ON >"$OUT/build.log" 2>&1 &&
-  cmake --build build-gpu -j "$(nproc)" --target kernels_prefill_gpu_test gpu_prefill_bench \
-    >>"$OUT/build.log" 2>&1
-rc=$?
-tail -n 3 "$OUT/build.log"
-[ $rc -eq 0 ] || { grep -B2 -A12 "error" "$OUT/build.log" | head -80; echo "BUILD FAILED"; exit 1; }
+kvattn_gpu_build ON kernels_prefill_gpu_test gpu_prefill_bench
 
 step "sass (hd128 bf16)"
 obj=$(find build-gpu -name 'prefill_sm90_inst_hd128_bf16.cu.o' | head -1)

@@ -10,16 +10,9 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
 source scripts/device_env.sh
-step() { echo; echo "== $* == ($(date +%T))"; }
 
 step build
-cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVATTN_CUDA_ARCHS=90a \
-  -DKVATTN_BENCH=OFF >"$OUT/build.log" 2>&1 &&
-  cmake --build build-gpu -j "$(nproc)" --target kernels_prefill_gpu_test kvattn_cli \
-    >>"$OUT/build.log" 2>&1
-rc=$?
-tail -n 2 "$OUT/build.log"
-[ $rc -eq 0 ] || { grep -B2 -A12 "error" "$OUT/build.log" | head -60; echo "BUILD FAILED"; exit 1; }
+kvattn_gpu_build OFF kernels_prefill_gpu_test kvattn_cli
 
 t=build-gpu/tests/kernels/kernels_prefill_gpu_test
 for tool in memcheck racecheck; do

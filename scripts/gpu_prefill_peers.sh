@@ -11,7 +11,6 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
 source scripts/device_env.sh
-step() { echo; echo "== $* == ($(date +%T))"; }
 
 step "pip install kvattn (sm_90a)"
 kvattn_pip_install python3 "$OUT/py_install.log" || { tail -n 30 "$OUT/py_install.log"; exit 1; }

@@ -18,6 +18,7 @@ namespace kvattn {
 namespace {
 
 #include "engine/spm_tokenizer_test_data.inc"
+#include "engine/spm_gguf_vocab.inc"
 
 using nlohmann::json;
 
@@ -33,19 +34,8 @@ std::string error_of(const std::function<void()>& fn) {
 // The vocabulary as llama.cpp's converter writes it. Keys in this order (tests replace by index):
 // 0 model, 1 tokens, 2 scores, 3 token_type, 4 unk, 5 bos, 6 eos, 7 add_bos.
 testing::GgufBuilder spm_gguf() {
-  std::vector<std::string> tokens;
-  std::vector<float> scores;
-  std::vector<int32_t> types;
-  for (const SpmPiece& p : kSpmPieces) {
-    tokens.push_back(p.text);
-    scores.push_back(p.score);
-    types.push_back(p.type);
-  }
   testing::GgufBuilder g;
-  g.kv_str("tokenizer.ggml.model", "llama");
-  g.kv_strs("tokenizer.ggml.tokens", tokens);
-  g.kv_f32s("tokenizer.ggml.scores", scores);
-  g.kv_i32s("tokenizer.ggml.token_type", types);
+  add_spm_vocab(g);
   g.kv_u32("tokenizer.ggml.unknown_token_id", 0);
   g.kv_u32("tokenizer.ggml.bos_token_id", 1);
   g.kv_u32("tokenizer.ggml.eos_token_id", 2);

@@ -93,6 +93,18 @@ double scale_of(const Config& cfg) {
   return cfg.scale > 0 ? cfg.scale : 1.0 / std::sqrt(static_cast<double>(cfg.d));
 }
 
+// The fields PrefillArgs and DecodeArgs share: scale, causal, window, softcap, out and lse.
+template <typename Args>
+void set_mask_and_outputs(const Config& cfg, Result& r, Args& a) {
+  a.softmax_scale = cfg.scale;
+  a.causal = cfg.causal;
+  a.window_left = cfg.left;
+  a.window_right = cfg.right;
+  a.softcap = cfg.softcap;
+  a.out = r.out.view;
+  a.lse = r.lse.view();
+}
+
 // Runs the op of cfg.mode on fresh random inputs and its float64 reference.
 Result run_op(const Config& cfg, std::mt19937_64& rng) {
   const int64_t H = cfg.heads(), D = cfg.d;
@@ -123,13 +135,7 @@ Result run_op(const Config& cfg, std::mt19937_64& rng) {
     a.v = vb.view;
     a.cu_seqlens_q = cu_q_t;
     a.cu_seqlens_k = cu_k_t;
-    a.softmax_scale = cfg.scale;
-    a.causal = cfg.causal;
-    a.window_left = cfg.left;
-    a.window_right = cfg.right;
-    a.softcap = cfg.softcap;
-    a.out = r.out.view;
-    a.lse = r.lse.view();
+    set_mask_and_outputs(cfg, r, a);
     EXPECT_NO_THROW(prefill_attention(a));
     r.ref = test::prefill_reference(qb.view, kb.view, vb.view, cu_q, cu_k, scale, cfg.causal,
                                     mask);
@@ -145,13 +151,7 @@ Result run_op(const Config& cfg, std::mt19937_64& rng) {
     a.block_table = kv.block_table;
     a.cu_seqlens_q = cu_q_t;
     a.cu_seqlens_k = cu_k_t;
-    a.softmax_scale = cfg.scale;
-    a.causal = cfg.causal;
-    a.window_left = cfg.left;
-    a.window_right = cfg.right;
-    a.softcap = cfg.softcap;
-    a.out = r.out.view;
-    a.lse = r.lse.view();
+    set_mask_and_outputs(cfg, r, a);
     EXPECT_NO_THROW(prefill_attention(a));
     r.ref = test::paged_prefill_reference(qb.view, kv.k_cache, kv.v_cache, kv.block_table, cu_q,
                                           cu_k, scale, cfg.causal, mask);
@@ -165,13 +165,7 @@ Result run_op(const Config& cfg, std::mt19937_64& rng) {
   a.block_table = kv.block_table;
   a.cache_seqlens = lens;
   a.q_len = cfg.q_len;
-  a.softmax_scale = cfg.scale;
-  a.causal = cfg.causal;
-  a.window_left = cfg.left;
-  a.window_right = cfg.right;
-  a.softcap = cfg.softcap;
-  a.out = r.out.view;
-  a.lse = r.lse.view();
+  set_mask_and_outputs(cfg, r, a);
   EXPECT_NO_THROW(decode_attention(a));
   r.ref = test::decode_reference(qb.view, kv.k_cache, kv.v_cache, kv.block_table, lens,
                                  cfg.q_len, scale, cfg.causal, mask);

@@ -13,6 +13,7 @@
 
 #include "kernels/cuda/device_faults.cuh"
 #include "kernels/cuda/hopper/prefill_sm90_params.h"
+#include "kernels/cuda/hopper/prefill_sm90_producer.cuh"
 #include "kernels/cuda/hopper/prefill_sm90_smem.cuh"
 #include "kernels/cuda/hopper/sm90_ptx.cuh"
 #include "kernels/cuda/ptx.cuh"
@@ -79,14 +80,7 @@ struct PagedGatherProducer {
   __device__ __forceinline__ void run(int q_row0, int h, int n_blocks, uint32_t kv_base,
                                       uint32_t q_index) const {
     if (n_blocks == 0) return;
-    if (q_index > 0) mbar_wait(s.q_empty(), (q_index - 1) & 1);
-    if (row == 0) {
-      mbar_arrive_expect_tx(s.q_full, Tile::kQBytes);
-#pragma unroll
-      for (int c = 0; c < Tile::kColBlocks; ++c) {
-        tma_load_3d(s.q + c * Tile::kBlockM * 128, &p.tmap_q, s.q_full, c * 64, h, q_row0);
-      }
-    }
+    load_q(p, s, q_row0, h, q_index, row == 0);
     uint32_t pending = 0;  // full barrier of the load still in flight behind the newest
     int64_t prev_v = -1;
     for (int it = 0; it <= n_blocks; ++it) {

@@ -44,61 +44,43 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   }
   __syncthreads();
 
-  // Both roles walk the same tile list (prefill_sm90_schedule.cuh) and count, over the tiles
-  // that read keys, the K/V ring slots and the Q loads used so far.
-  uint32_t kv_base = 0;
-  uint32_t q_index = 0;
-  sm90::PrefillTileWork w;
+  // Both roles walk the same tile list (prefill_sm90_schedule.cuh); the producers skip tiles
+  // whose rows see no key.
   const int warpgroup = threadIdx.x / 128;
   if (warpgroup == 0) {
     sm90::setmaxnreg_dec<Tile::kProducerRegs>();
     if constexpr (kPaged) {
       if (sp.kv_gather != 0) {  // all four warps gather (prefill_sm90_gather.cuh)
-        for (int64_t r = 0; r * gridDim.x < sp.num_tiles; ++r) {
-          const int64_t t = sm90::snake_tile(r, blockIdx.x, gridDim.x);
-          if (t >= sp.num_tiles) continue;
-          if (!sm90::decode_tile<BM, BN, kCausal, kPaged>(p, t, false, w) || w.n_blocks == 0) {
-            continue;
-          }
-          const sm90::PagedGatherProducer<T, Tile> gather{
-              sp, smem, static_cast<int>(threadIdx.x), w.h / p.group, w.Lk,
-              p.block_table + static_cast<int64_t>(w.b) * p.bt_stride};
-          gather.run(w.q_begin + w.m0, w.h, w.n_blocks, kv_base, q_index);
-          kv_base += w.n_blocks;
-          ++q_index;
-        }
+        sm90::for_each_tile<BM, BN, kCausal, kPaged>(
+            p, sp.num_tiles, false, [&](const sm90::PrefillTileWork& w, uint32_t kv, uint32_t qi) {
+              const sm90::PagedGatherProducer<T, Tile> gather{
+                  sp, smem, static_cast<int>(threadIdx.x), w.h / p.group, w.Lk,
+                  p.block_table + static_cast<int64_t>(w.b) * p.bt_stride};
+              gather.run(w.q_begin + w.m0, w.h, w.n_blocks, kv, qi);
+            });
         return;
       }
     }
     if (threadIdx.x >= 32) return;
-    for (int64_t r = 0; r * gridDim.x < sp.num_tiles; ++r) {
-      const int64_t t = sm90::snake_tile(r, blockIdx.x, gridDim.x);
-      if (t >= sp.num_tiles) continue;
-      if (!sm90::decode_tile<BM, BN, kCausal, kPaged>(p, t, false, w) || w.n_blocks == 0) continue;
-      const sm90::PrefillProducer<Tile, kPaged> producer{
-          sp, smem, static_cast<int>(threadIdx.x), w.h / p.group, w.k_begin, w.Lk,
-          kPaged ? p.block_table + static_cast<int64_t>(w.b) * p.bt_stride : nullptr};
-      producer.run(w.q_begin + w.m0, w.h, w.n_blocks, kv_base, q_index);
-      kv_base += w.n_blocks;
-      ++q_index;
-    }
+    sm90::for_each_tile<BM, BN, kCausal, kPaged>(
+        p, sp.num_tiles, false, [&](const sm90::PrefillTileWork& w, uint32_t kv, uint32_t qi) {
+          const sm90::PrefillProducer<Tile, kPaged> producer{
+              sp, smem, static_cast<int>(threadIdx.x), w.h / p.group, w.k_begin, w.Lk,
+              kPaged ? p.block_table + static_cast<int64_t>(w.b) * p.bt_stride : nullptr};
+          producer.run(w.q_begin + w.m0, w.h, w.n_blocks, kv, qi);
+        });
   } else {
     sm90::setmaxnreg_inc<Tile::kConsumerRegs>();
     const int wg = warpgroup - 1;
-    for (int64_t r = 0; r * gridDim.x < sp.num_tiles; ++r) {
-      const int64_t t = sm90::snake_tile(r, blockIdx.x, gridDim.x);
-      if (t >= sp.num_tiles) continue;
-      if (!sm90::decode_tile<BM, BN, kCausal, kPaged>(p, t, threadIdx.x == 128, w)) continue;
-      const int row0 = w.m0 + wg * 64;
-      sm90::PrefillConsumer<T, Tile, kCausal> consumer;
-      consumer.run(sp, smem, wg, row0, w.Lk, w.causal_offset, w.n_blocks, kv_base, q_index);
-      sm90::store_output<T, Tile::kHeadDim>(p, consumer.o, consumer.softmax, w.h, w.q_begin,
-                                            row0, w.Lq);
-      if (w.n_blocks > 0) {
-        kv_base += w.n_blocks;
-        ++q_index;
-      }
-    }
+    sm90::for_each_tile<BM, BN, kCausal, kPaged>(
+        p, sp.num_tiles, threadIdx.x == 128,
+        [&](const sm90::PrefillTileWork& w, uint32_t kv, uint32_t qi) {
+          const int row0 = w.m0 + wg * 64;
+          sm90::PrefillConsumer<T, Tile, kCausal> consumer;
+          consumer.run(sp, smem, wg, row0, w.Lk, w.causal_offset, w.n_blocks, kv, qi);
+          sm90::store_output<T, Tile::kHeadDim>(p, consumer.o, consumer.softmax, w.h,
+                                                w.q_begin, row0, w.Lq);
+        });
   }
 #endif
 }

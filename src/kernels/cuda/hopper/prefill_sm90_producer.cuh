@@ -16,6 +16,21 @@ namespace kvattn::cuda::sm90 {
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
+// The Q tile of the next tile with keys (q_index of them were loaded before): waits until the
+// consumers are done with the previous Q, then `issuer` arms q_full and issues the TMA boxes.
+template <class Tile>
+__device__ __forceinline__ void load_q(const PrefillSm90Params& p, const PrefillSmem<Tile>& s,
+                                       int q_row0, int h, uint32_t q_index, bool issuer) {
+  if (q_index > 0) mbar_wait(s.q_empty(), (q_index - 1) & 1);
+  if (issuer) {
+    mbar_arrive_expect_tx(s.q_full, Tile::kQBytes);
+#pragma unroll
+    for (int c = 0; c < Tile::kColBlocks; ++c) {
+      tma_load_3d(s.q + c * Tile::kBlockM * 128, &p.tmap_q, s.q_full, c * 64, h, q_row0);
+    }
+  }
+}
+
 template <class Tile, bool kPaged>
 struct PrefillProducer {
   static constexpr int BN = Tile::kBlockN;
@@ -79,14 +94,7 @@ struct PrefillProducer {
   __device__ __forceinline__ void run(int q_row0, int h, int n_blocks, uint32_t kv_base,
                                       uint32_t q_index) const {
     if (n_blocks == 0) return;
-    if (q_index > 0) mbar_wait(s.q_empty(), (q_index - 1) & 1);
-    if (lane == 0) {
-      mbar_arrive_expect_tx(s.q_full, Tile::kQBytes);
-#pragma unroll
-      for (int c = 0; c < Tile::kColBlocks; ++c) {
-        tma_load_3d(s.q + c * Tile::kBlockM * 128, &p.tmap_q, s.q_full, c * 64, h, q_row0);
-      }
-    }
+    load_q(p, s, q_row0, h, q_index, lane == 0);
     // K of tile it, then V of tile it - 1: the order the consumers use them in, so a K load
     // never waits behind the release of a V stage.
     Piece prev_piece{0, 0};

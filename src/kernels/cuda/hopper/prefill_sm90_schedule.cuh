@@ -69,4 +69,26 @@ __device__ __forceinline__ bool decode_tile(const PrefillParams& p, int64_t t, b
   return true;
 }
 
+// Calls fn(w, kv_base, q_index) for each tile of this CTA that has rows, in the CTA's order;
+// kv_base and q_index count the K/V ring slots and Q loads of the earlier tiles that read keys
+// (what the producer and the consumers must agree on).
+template <int kBlockM, int kBlockN, bool kCausal, bool kPaged, typename Fn>
+__device__ __forceinline__ void for_each_tile(const PrefillParams& p, int64_t num_tiles,
+                                              bool report, Fn&& fn) {
+  uint32_t kv_base = 0;
+  uint32_t q_index = 0;
+  PrefillTileWork w;
+  for (int64_t r = 0; r * gridDim.x < num_tiles; ++r) {
+    const int64_t t = snake_tile(r, blockIdx.x, gridDim.x);
+    if (t >= num_tiles || !decode_tile<kBlockM, kBlockN, kCausal, kPaged>(p, t, report, w)) {
+      continue;
+    }
+    fn(static_cast<const PrefillTileWork&>(w), kv_base, q_index);
+    if (w.n_blocks > 0) {
+      kv_base += w.n_blocks;
+      ++q_index;
+    }
+  }
+}
+
 }  // namespace kvattn::cuda::sm90

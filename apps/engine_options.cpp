@@ -1,4 +1,4 @@
-// --kv-cache-dtype / --kv-calibration-prompt -> LLMOptions.
+// The engine options shared by generate, bench and serve (--kv-cache-dtype, --kv-calibration-prompt, --weights) -> LLMOptions.
 #include "commands.h"
 
 namespace kvattn::cli {
@@ -20,6 +20,13 @@ void apply_kv_cache_args(const KvCacheArgs& a, LLMOptions& o) {
                "--kv-calibration-prompt needs --kv-cache-dtype fp8 (the scales are fp8's) but "
                "--kv-cache-dtype is ", a.dtype);
   o.kv_calibration_prompt = a.calibration_prompt;
+}
+
+void apply_weights_arg(const std::string& weights, LLMOptions& o) {
+  for (WeightFormat f :
+       {WeightFormat::kF32, WeightFormat::kF16, WeightFormat::kBF16, WeightFormat::kQ8}) {
+    if (weights == weight_format_name(f)) o.weight_format = f;
+  }
 }
 
 }  // namespace kvattn::cli
