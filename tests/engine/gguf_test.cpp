@@ -152,6 +152,12 @@ TEST(Gguf, DequantizeMatchesGgufPyReference) {
        102983.59375, {9.859375, -0.796875, 2.53125, 13.21875, 1.515625, 11.65625, 16.453125}},
       {"Q6_K", 14, 256, 210, {{208, 0.00390625f}}, {0.00390625f}, 65.03125, -442.8359375,
        {-5.58984375, 6.625, 5.859375, -1.37109375, -0.234375, 4.046875, 15.1171875}},
+      {"Q2_K", 10, 256, 84, {{80, 0.0625f}, {82, 0.03125f}}, {0.0625f, 0.03125f}, 748.125,
+       6681.4375, {2.0625, 0.0, 2.625, 0.46875, 0.28125, -0.125, 4.59375}},
+      {"Q3_K", 11, 256, 110, {{108, 0.015625f}}, {0.015625f}, 40.296875, 493.265625,
+       {1.265625, -1.6875, 1.125, 0.03125, 0.65625, 0.9375, 0.46875}},
+      {"Q5_K", 13, 256, 176, {{0, 0.03125f}, {2, 0.015625f}}, {0.03125f, 0.015625f}, 24859.0,
+       224683.34375, {25.359375, -0.796875, -0.09375, 32.71875, 3.390625, 2.65625, 94.640625}},
   };
   for (const QuantCase& c : cases) {
     SCOPED_TRACE(c.name);
@@ -191,7 +197,7 @@ TEST(Gguf, Q4_1LayoutLowNibblesFirst) {
     EXPECT_EQ(y[j + 16], 0.5f * (15 - j) - 1.0f);
   }
   EXPECT_THROW(dequantize_row(GgmlType::kQ4_1, b.v.data(), y, 31), Error);
-  EXPECT_THROW(dequantize_row(GgmlType::kQ2_K, b.v.data(), y, 256), Error);
+  EXPECT_THROW(dequantize_row(GgmlType::kQ8_K, b.v.data(), y, 256), Error);
 }
 
 TEST(Gguf, TypeTraitsAndNames) {
@@ -199,16 +205,16 @@ TEST(Gguf, TypeTraitsAndNames) {
   EXPECT_EQ(ggml_type_name(static_cast<GgmlType>(77)), "type#77");
   EXPECT_FALSE(ggml_type_traits(77).has_value());
   EXPECT_FALSE(ggml_type_traits(3)->name.empty());
-  EXPECT_FALSE(ggml_type_traits(10)->dequantizable);  // Q2_K: sized, not dequantized
+  EXPECT_FALSE(ggml_type_traits(15)->dequantizable);  // Q8_K: sized, not dequantized
 }
 
 TEST(Gguf, UnsupportedTypeParsesButDoesNotDequantize) {
   GgufBuilder g;
-  g.tensor("k2", {256}, 10, std::vector<uint8_t>(84, 1));
+  g.tensor("k8", {256}, 15, std::vector<uint8_t>(292, 1));
   const GgufFile f = parse(g.build());
-  EXPECT_EQ(f.tensors()[0].nbytes, 84u);
+  EXPECT_EQ(f.tensors()[0].nbytes, 292u);
   const std::string e = error_of([&] { f.dequantize(f.tensors()[0]); });
-  EXPECT_NE(e.find("tensor 'k2' has type Q2_K"), std::string::npos) << e;
+  EXPECT_NE(e.find("tensor 'k8' has type Q8_K"), std::string::npos) << e;
 }
 
 TEST(Gguf, EveryTruncationThrows) {

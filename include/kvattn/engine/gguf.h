@@ -41,7 +41,8 @@ std::optional<GgmlTypeTraits> ggml_type_traits(uint32_t type_id);
 std::string ggml_type_name(GgmlType type);
 
 // Dequantizes `n` elements (a multiple of the type's block size) from `src` into `dst`.
-// Supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K. Throws for others.
+// Supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K.
+// Throws for others.
 void dequantize_row(GgmlType type, const uint8_t* src, float* dst, int64_t n);
 
 // One metadata value. Integers of any width are kept as int64 (uint64 beyond INT64_MAX is

@@ -97,6 +97,60 @@ void dequant_q4_k(const uint8_t* b, float* y) {
   }
 }
 
+// Q2_K: {u8 scales[16]; u8 qs[64]; f16 d; f16 dmin}, 256 elements in 16 groups of 16; byte
+// scales[g] holds group g's scale (low nibble) and min (high nibble); element
+// 128h + 32j + i (i < 32) is bits 2j..2j+1 of qs[32h + i]; x = d * sc * q - dmin * mn.
+void dequant_q2_k(const uint8_t* b, float* y) {
+  const uint8_t* scales = b;
+  const uint8_t* qs = b + 16;
+  const float d = half_at(b + 80), dmin = half_at(b + 82);
+  for (int e = 0; e < 256; ++e) {
+    const int g = e / 16, h = e / 128, j = (e / 32) % 4, i = e % 32;
+    const int q = (qs[32 * h + i] >> (2 * j)) & 3;
+    y[e] = d * static_cast<float>(scales[g] & 0x0F) * static_cast<float>(q) -
+           dmin * static_cast<float>(scales[g] >> 4);
+  }
+}
+
+// Q3_K: {u8 hmask[32]; u8 qs[64]; u8 scales[12]; f16 d}, 256 elements in 16 groups of 16.
+// Scales: 6 bits with a bias of 32; the low 4 bits of group g are the low (g < 8) or high
+// nibble of scales[g % 8], the top 2 bits are bits 2(g/4)..2(g/4)+1 of scales[8 + g % 4].
+// Element 128h + 32j + i: 2 low bits as Q2_K, minus 4 unless bit 4h + j of hmask[i] is set;
+// x = d * (sc - 32) * q.
+void dequant_q3_k(const uint8_t* b, float* y) {
+  const uint8_t* hmask = b;
+  const uint8_t* qs = b + 32;
+  const uint8_t* s = b + 96;
+  const float d = half_at(b + 108);
+  for (int e = 0; e < 256; ++e) {
+    const int g = e / 16, h = e / 128, j = (e / 32) % 4, i = e % 32;
+    const int lo_sc = g < 8 ? (s[g] & 0x0F) : (s[g - 8] >> 4);
+    const int sc = (lo_sc | (((s[8 + g % 4] >> (2 * (g / 4))) & 3) << 4)) - 32;
+    const int q = ((qs[32 * h + i] >> (2 * j)) & 3) - (((hmask[i] >> (4 * h + j)) & 1) ? 0 : 4);
+    y[e] = d * static_cast<float>(sc) * static_cast<float>(q);
+  }
+}
+
+// Q5_K: {f16 d; f16 dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]}, 256 elements in 8
+// sub-blocks of 32 with Q4_K's scales and mins; element 32c + i: the low (c even) or high
+// nibble of qs[32(c/2) + i], plus 16 when bit c of qh[i] is set; x = d * sc * q - dmin * mn.
+void dequant_q5_k(const uint8_t* b, float* y) {
+  const float d = half_at(b), dmin = half_at(b + 2);
+  const uint8_t* scales = b + 4;
+  const uint8_t* qh = b + 16;
+  const uint8_t* qs = b + 48;
+  for (int c = 0; c < 8; ++c) {
+    uint8_t sc, mn;
+    scale_min_k4(c, scales, &sc, &mn);
+    const float dl = d * sc, ml = dmin * mn;
+    for (int i = 0; i < 32; ++i) {
+      const uint8_t byte = qs[32 * (c / 2) + i];
+      const int q = ((c % 2 == 0) ? (byte & 0x0F) : (byte >> 4)) + (((qh[i] >> c) & 1) << 4);
+      y[32 * c + i] = dl * static_cast<float>(q) - ml;
+    }
+  }
+}
+
 // Q6_K: {u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d}, 256 elements; x = d * sc * (q - 32).
 void dequant_q6_k(const uint8_t* b, float* y) {
   const uint8_t* ql = b;
@@ -136,10 +190,10 @@ std::optional<GgmlTypeTraits> ggml_type_traits(uint32_t id) {
     case GgmlType::kQ5_1: return GgmlTypeTraits{"Q5_1", 32, 24, true};
     case GgmlType::kQ8_0: return GgmlTypeTraits{"Q8_0", 32, 34, true};
     case GgmlType::kQ8_1: return GgmlTypeTraits{"Q8_1", 32, 36, false};
-    case GgmlType::kQ2_K: return GgmlTypeTraits{"Q2_K", 256, 84, false};
-    case GgmlType::kQ3_K: return GgmlTypeTraits{"Q3_K", 256, 110, false};
+    case GgmlType::kQ2_K: return GgmlTypeTraits{"Q2_K", 256, 84, true};
+    case GgmlType::kQ3_K: return GgmlTypeTraits{"Q3_K", 256, 110, true};
     case GgmlType::kQ4_K: return GgmlTypeTraits{"Q4_K", 256, 144, true};
-    case GgmlType::kQ5_K: return GgmlTypeTraits{"Q5_K", 256, 176, false};
+    case GgmlType::kQ5_K: return GgmlTypeTraits{"Q5_K", 256, 176, true};
     case GgmlType::kQ6_K: return GgmlTypeTraits{"Q6_K", 256, 210, true};
     case GgmlType::kQ8_K: return GgmlTypeTraits{"Q8_K", 256, 292, false};
     case GgmlType::kI8: return GgmlTypeTraits{"I8", 1, 1, false};
@@ -160,7 +214,7 @@ void dequantize_row(GgmlType type, const uint8_t* src, float* dst, int64_t n) {
   auto traits = ggml_type_traits(static_cast<uint32_t>(type));
   KVATTN_CHECK(traits && traits->dequantizable, "dequantize_row: GGML type ",
                ggml_type_name(type), " is not supported (supported: F32, F16, BF16, Q4_0, Q4_1, "
-               "Q5_0, Q5_1, Q8_0, Q4_K, Q6_K)");
+               "Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)");
   KVATTN_CHECK(n >= 0 && n % traits->block_elems == 0, "dequantize_row: element count ", n,
                " is not a multiple of the ", traits->name, " block size ", traits->block_elems);
   switch (type) {
@@ -180,7 +234,10 @@ void dequantize_row(GgmlType type, const uint8_t* src, float* dst, int64_t n) {
     case GgmlType::kQ5_0: return dequant_blocks<dequant_q5_0, 32, 22>(src, dst, n);
     case GgmlType::kQ5_1: return dequant_blocks<dequant_q5_1, 32, 24>(src, dst, n);
     case GgmlType::kQ8_0: return dequant_blocks<dequant_q8_0, 32, 34>(src, dst, n);
+    case GgmlType::kQ2_K: return dequant_blocks<dequant_q2_k, 256, 84>(src, dst, n);
+    case GgmlType::kQ3_K: return dequant_blocks<dequant_q3_k, 256, 110>(src, dst, n);
     case GgmlType::kQ4_K: return dequant_blocks<dequant_q4_k, 256, 144>(src, dst, n);
+    case GgmlType::kQ5_K: return dequant_blocks<dequant_q5_k, 256, 176>(src, dst, n);
     case GgmlType::kQ6_K: return dequant_blocks<dequant_q6_k, 256, 210>(src, dst, n);
     default: break;
   }

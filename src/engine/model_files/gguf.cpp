@@ -298,7 +298,7 @@ Tensor GgufFile::dequantize(const GgufTensorInfo& info) const {
   const auto traits = ggml_type_traits(static_cast<uint32_t>(info.type));
   KVATTN_CHECK(traits && traits->dequantizable, path_, ": tensor '", info.name, "' has type ",
                ggml_type_name(info.type), ", which cannot be dequantized (supported: F32, F16, "
-               "BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K)");
+               "BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)");
   Tensor out = Tensor::empty(info.shape(), DType::kF32);
   const std::span<const uint8_t> src = tensor_data(info);
   const int64_t row = info.ne.empty() ? 1 : info.ne[0];
