@@ -44,6 +44,11 @@ void decode_attention(const DecodeArgs& args, const AttentionShape& shape);
 namespace cuda {
 void store_kv(const TensorView& key, const TensorView& value, const TensorView& k_cache,
               const TensorView& v_cache, const TensorView& slot_mapping, Stream stream);
+// Into float8_e4m3 caches: quantised with k_scale / v_scale (empty => 1.0), bit-exactly as
+// the CPU backend.
+void store_kv_fp8(const TensorView& key, const TensorView& value, const TensorView& k_cache,
+                  const TensorView& v_cache, const TensorView& slot_mapping,
+                  const TensorView& k_scale, const TensorView& v_scale, Stream stream);
 void prefill_attention(const PrefillArgs& args, const AttentionShape& shape);
 // args.plan.num_splits >= 1 here (the entry resolved num_splits == 0 already) and the
 // workspace holds at least args.plan.workspace_bytes.

@@ -11,9 +11,10 @@ void check_cache_dtype(std::string_view fn, std::string_view name, const TensorV
   if (cache.dtype == src) return;
   const bool cpu = cache.device.is_cpu();
   if (cache.dtype == DType::kF8E4M3) {
-    // The CPU kernels are the reference; CUDA kernels for fp8 caches are not written yet.
-    KVATTN_CHECK(cpu, fn, ": ", name, ": float8_e4m3 caches are not supported on CUDA yet (",
-                 name, " is on ", cache.device, "; use a ", src, " cache)");
+    // CUDA: 16-bit sources only (the kernels convert e4m3 to the query's type).
+    KVATTN_CHECK(cpu || src == DType::kBF16 || src == DType::kF16, fn, ": ", name,
+                 ": a float8_e4m3 cache on CUDA needs bfloat16 or float16 ", src_name,
+                 " but ", src_name, " is ", src);
     return;
   }
   if (cpu && cache.dtype == DType::kBF16 && src == DType::kF32) return;

@@ -11,7 +11,7 @@
 namespace kvattn::detail {
 
 // `cache` may hold `src` (the dtype of the key written into it, or of q reading it), or
-// float8_e4m3 (CPU only: "not supported on CUDA yet"), or, on the CPU, bfloat16 for float32
+// float8_e4m3 (on CUDA for bfloat16/float16 src only), or, on the CPU, bfloat16 for float32
 // src. Anything else names `src_name` as the dtype it had to match.
 void check_cache_dtype(std::string_view fn, std::string_view name, const TensorView& cache,
                        DType src, std::string_view src_name);

@@ -63,6 +63,10 @@ void store_kv(const TensorView& key, const TensorView& value, const TensorView& 
     return;
   }
 #ifdef KVATTN_WITH_CUDA
+  if (k_cache.dtype == DType::kF8E4M3) {
+    cuda::store_kv_fp8(key, value, k_cache, v_cache, slot_mapping, k_scale, v_scale, stream);
+    return;
+  }
   cuda::store_kv(key, value, k_cache, v_cache, slot_mapping, stream);
 #else
   (void)stream;

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "kvattn/core/fp8.h"
 #include "kvattn/kernels/decode_attention.h"
 #include "kvattn/kernels/device_faults.h"
 #include "kernels/cuda/tuning.h"
@@ -47,13 +48,19 @@ struct DecodeCase {
   bool with_lse = true;
   float q_range = 1.0f;
   float scale = 0.0f;
+  // float8_e4m3 caches: the 16-bit caches quantised with per-KV-head scales (0: none given,
+  // i.e. 1.0; else random in [fp8_scale / 8, fp8_scale]).
+  bool fp8 = false;
+  float fp8_scale = 0.0f;
 
   std::string describe() const {
     std::ostringstream os;
     os << dt << " d " << d << " bs " << bs << " hkv " << hkv << " group " << group << " q_len "
        << q_len << (causal ? " causal" : " non-causal") << " plan " << plan_mode << "/"
        << forced_splits << (aligned_cache ? " aligned" : " unaligned") << " q_pad " << q_pad
-       << " out_pad " << out_pad << " q_range " << q_range << " lens [";
+       << " out_pad " << out_pad << " q_range " << q_range;
+    if (fp8) os << " fp8 scale<=" << fp8_scale;
+    os << " lens [";
     for (size_t i = 0; i < lens.size() && i < 12; ++i) os << (i ? " " : "") << lens[i];
     if (lens.size() > 12) os << " ... (" << lens.size() << ")";
     os << "]";
@@ -95,8 +102,58 @@ Relaid relayout_aligned(std::mt19937_64& rng, const test::PagedKv& kv) {
   return r;
 }
 
+// The float8_e4m3 form of a 16-bit paged case: the same blocks, quantised with a scale per KV
+// head (store_kv's rule, core/fp8.h), in fresh storage laid out [num_blocks, block_size,
+// Hkv, D] with `pad` bytes after each block (the block stride) and the caches starting
+// `offset` bytes into it (1: not 16-byte aligned, the kernel's byte-load path); plus float32
+// caches holding exactly what the kernel reads, e4m3(code) * scale.
+struct Fp8Caches {
+  Tensor storage, k_scale, v_scale;  // scales undefined when none are given
+  TensorView k, v;
+  Tensor k_ref, v_ref;  // float32, contiguous
+};
+Fp8Caches quantise_caches(std::mt19937_64& rng, const TensorView& k16, const TensorView& v16,
+                          float max_scale, bool aligned) {
+  const int64_t nb = k16.size(0), bs = k16.size(1), hkv = k16.size(2), d = k16.size(3);
+  const int64_t block = bs * hkv * d;
+  const int64_t pad = aligned ? pick(rng, std::vector<int64_t>{0, 16, 64}) : 3;
+  const int64_t stride = block + pad, offset = aligned ? 0 : 1;
+  Fp8Caches c;
+  c.storage = Tensor::empty({offset + 2 * nb * stride}, DType::kU8);
+  std::memset(c.storage.data(), 0x7f, static_cast<size_t>(c.storage.nbytes()));  // NaN codes
+  uint8_t* base = c.storage.ptr<uint8_t>() + offset;
+  const std::vector<int64_t> shape = {nb, bs, hkv, d};
+  const std::vector<int64_t> strides = {stride, hkv * d, d, 1};
+  c.k = TensorView(base, DType::kF8E4M3, Device::cpu(), shape, strides);
+  c.v = TensorView(base + nb * stride, DType::kF8E4M3, Device::cpu(), shape, strides);
+  std::vector<float> ks(static_cast<size_t>(hkv), 1.0f), vs(static_cast<size_t>(hkv), 1.0f);
+  if (max_scale > 0) {
+    std::uniform_real_distribution<float> u(max_scale / 8, max_scale);
+    for (auto& x : ks) x = u(rng);
+    for (auto& x : vs) x = u(rng);
+    c.k_scale = Tensor::empty({hkv}, DType::kF32);
+    c.v_scale = Tensor::empty({hkv}, DType::kF32);
+    std::copy(ks.begin(), ks.end(), c.k_scale.ptr<float>());
+    std::copy(vs.begin(), vs.end(), c.v_scale.ptr<float>());
+  }
+  c.k_ref = Tensor::empty(shape, DType::kF32);
+  c.v_ref = Tensor::empty(shape, DType::kF32);
+  const std::vector<double> k64 = test::to_doubles(k16), v64 = test::to_doubles(v16);
+  for (int64_t i = 0; i < nb * block; ++i) {
+    const int64_t b = i / block, h = (i / d) % hkv;
+    const uint8_t kc = quantize_e4m3(static_cast<float>(k64[static_cast<size_t>(i)]), ks[h]);
+    const uint8_t vc = quantize_e4m3(static_cast<float>(v64[static_cast<size_t>(i)]), vs[h]);
+    base[b * stride + i % block] = kc;
+    base[nb * stride + b * stride + i % block] = vc;
+    c.k_ref.ptr<float>()[i] = e4m3_to_float(kc) * ks[h];
+    c.v_ref.ptr<float>()[i] = e4m3_to_float(vc) * vs[h];
+  }
+  return c;
+}
+
 struct Outcome {
   test::ErrorStats vs_ref, vs_cpu;
+  test::ErrorStats fp8_vs_16bit;  // fp8 cases: against the reference on the 16-bit caches
   test::LseStats lse;
   bool untouched = true;
   uint32_t faults = 0;
@@ -124,8 +181,21 @@ Outcome run_case(const DecodeCase& dc, std::mt19937_64& rng) {
   Tensor lens_t = test::int_tensor(dc.lens);
   const double scale = dc.scale > 0 ? dc.scale : 1.0 / std::sqrt(static_cast<double>(dc.d));
 
-  const test::RefAttention ref = test::decode_reference(qb.view, k_host, v_host, kv.block_table,
-                                                        lens_t, dc.q_len, scale, dc.causal);
+  Fp8Caches f8;
+  std::vector<double> ref16;
+  if (dc.fp8) {
+    f8 = quantise_caches(rng, k_host, v_host, dc.fp8_scale, dc.aligned_cache);
+    ref16 = test::decode_reference(qb.view, k_host, v_host, kv.block_table, lens_t, dc.q_len,
+                                   scale, dc.causal).out;
+    k_host = f8.k;
+    v_host = f8.v;
+    cache_storage = &f8.storage;
+  }
+  const test::RefAttention ref =
+      dc.fp8 ? test::decode_reference(qb.view, f8.k_ref, f8.v_ref, kv.block_table, lens_t,
+                                      dc.q_len, scale, dc.causal)
+             : test::decode_reference(qb.view, k_host, v_host, kv.block_table, lens_t, dc.q_len,
+                                      scale, dc.causal);
 
   // The CPU backend on the same inputs.
   test::RowBuffer cpu_out = test::make_rows(rows, H, dc.d, dc.dt, 0);
@@ -140,6 +210,8 @@ Outcome run_case(const DecodeCase& dc, std::mt19937_64& rng) {
     a.softmax_scale = dc.scale;
     a.causal = dc.causal;
     a.out = cpu_out.view;
+    a.k_scale = f8.k_scale;
+    a.v_scale = f8.v_scale;
     decode_attention(a);
   }
 
@@ -154,8 +226,15 @@ Outcome run_case(const DecodeCase& dc, std::mt19937_64& rng) {
   const TensorView lse_view(lse_host.data(), DType::kF32, Device::cpu(), {H, rows});
   const Mirror lse = Mirror::of(lse_host);
   const Tensor lens_dev = lens_t.to(kGpu);
+  Tensor k_scale_dev, v_scale_dev;
+  if (f8.k_scale.defined()) {
+    k_scale_dev = f8.k_scale.to(kGpu);
+    v_scale_dev = f8.v_scale.to(kGpu);
+  }
 
   DecodeArgs a;
+  a.k_scale = k_scale_dev;
+  a.v_scale = v_scale_dev;
   a.q = q.on_device(qb.view);
   a.k_cache = caches.on_device(k_host);
   a.v_cache = caches.on_device(v_host);
@@ -191,6 +270,7 @@ Outcome run_case(const DecodeCase& dc, std::mt19937_64& rng) {
   const auto got_d = test::to_doubles(got);
   res.vs_ref = test::compare(got_d, ref.out);
   res.vs_cpu = test::compare(got_d, test::to_doubles(cpu_out.view));
+  if (dc.fp8) res.fp8_vs_16bit = test::compare(got_d, ref16);
   res.untouched = test::untouched_outside(out_back, got);
   if (dc.with_lse) {
     const Tensor lse_back = lse.download();
@@ -211,8 +291,11 @@ void check(const DecodeCase& dc, const Outcome& r) {
     EXPECT_LT(r.lse.max_abs, 2e-3) << "LSE max abs error";
   }
   std::ostringstream key;
-  key << "decode gpu " << dc.dt << " d" << dc.d;
+  key << "decode gpu " << dc.dt << (dc.fp8 ? " fp8 cache" : "") << " d" << dc.d;
   test::record_error(key.str(), r.vs_ref, dc.with_lse ? r.lse.max_abs : -1.0);
+  if (dc.fp8) {  // what fp8 costs end to end (printed, not asserted: it depends on the data)
+    test::record_error(key.str() + ", vs the 16-bit cache's reference", r.fp8_vs_16bit);
+  }
 }
 
 std::vector<int64_t> random_lens(std::mt19937_64& rng, int64_t n, int64_t max_len, bool zeros) {
@@ -226,7 +309,7 @@ std::vector<int64_t> random_lens(std::mt19937_64& rng, int64_t n, int64_t max_le
   return lens;
 }
 
-void sweep(int cases) {
+void sweep(int cases, bool fp8 = false) {
   const bool quick = test::quick_mode();
   const std::vector<int64_t> pages = {1, 16, 32, 64, 128, 256};
   for (int c = 0; c < cases; ++c) {
@@ -253,12 +336,20 @@ void sweep(int cases) {
     dc.with_lse = uniform_int(rng, 0, 1) == 1;
     dc.q_range = pick(rng, std::vector<float>{1.0f, 1.0f, 8.0f});
     dc.scale = uniform_int(rng, 0, 4) == 0 ? 0.3f : 0.0f;
+    dc.fp8 = fp8;
+    dc.fp8_scale = pick(rng, std::vector<float>{0.0f, 0.01f, 0.2f});
     SCOPED_TRACE(test::case_note(c, seed, dc.describe()));
     check(dc, run_case(dc, rng));
   }
 }
 
 TEST(DecodeGpu, SweepAgainstReferenceAndCpu) { sweep(test::quick_mode() ? 12 : 96); }
+
+// float8_e4m3 caches: the same sweep (page sizes, GQA, head dims, q_len > 1, plans, unaligned
+// caches) over quantised caches, with and without scales.
+TEST(DecodeGpu, Fp8CacheSweepAgainstReferenceOnStoredBytes) {
+  sweep(test::quick_mode() ? 12 : 96, /*fp8=*/true);
+}
 
 // The kernel variants of cuda_tuning() (heads per CTA, stages, small-batch kernel on/off and
 // its warps per CTA).
@@ -297,6 +388,7 @@ TEST(DecodeGpuVariants, Sweep) {
     SCOPED_TRACE(v.name);
     UseVariant use(v);
     sweep(test::quick_mode() ? 3 : 16);
+    sweep(test::quick_mode() ? 2 : 8, /*fp8=*/true);
   }
 }
 
@@ -364,6 +456,12 @@ void shapes_at_the_edges() {
     list.push_back(dc);
     dc.plan_mode = 2;
     dc.forced_splits = 4;
+    list.push_back(dc);
+  }
+  for (size_t c = 0, n = list.size(); c < n; ++c) {  // each again over a float8_e4m3 cache
+    DecodeCase dc = list[c];
+    dc.fp8 = true;
+    dc.fp8_scale = 0.05f;
     list.push_back(dc);
   }
   for (size_t c = 0; c < list.size(); ++c) {

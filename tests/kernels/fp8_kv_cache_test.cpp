@@ -6,7 +6,8 @@
 //    dequantised STORED bytes (e4m3(code) * scale), so the kernel is checked exactly as it
 //    computes (adversarial shapes: pages 1/16/odd, GQA 1..8, empty rows, q_len > 1);
 //  - the end-to-end error of fp8 against a bf16 cache on random data is printed;
-//  - bad scales and fp8 on CUDA are rejected with messages naming the argument.
+//  - bad scales, and fp8 caches on CUDA for float32 inputs, are rejected with messages
+//    naming the argument.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -408,17 +409,18 @@ TEST(Fp8KvCache, BadScalesAreRejectedNamingTheArgument) {
             std::string::npos);
 }
 
-TEST(Fp8KvCache, CudaEntriesRejectFp8CachesBeforeTouchingMemory) {
-  // Views on cuda:0 that are never dereferenced: the entries must fail in validation.
+TEST(Fp8KvCache, CudaEntriesRejectFp8CachesForFloat32InputsBeforeTouchingMemory) {
+  // Views on cuda:0 that are never dereferenced: the entries must fail in validation (CUDA
+  // reads and writes fp8 caches for bfloat16/float16 keys and queries only).
   alignas(16) static uint8_t fake[4096];
   const Device gpu = Device::cuda(0);
-  TensorView key(fake, DType::kBF16, gpu, {2, 2, 8}), value(fake, DType::kBF16, gpu, {2, 2, 8});
+  TensorView key(fake, DType::kF32, gpu, {2, 2, 8}), value(fake, DType::kF32, gpu, {2, 2, 8});
   TensorView kc(fake, DType::kF8E4M3, gpu, {2, 4, 2, 8}), vc(fake, DType::kF8E4M3, gpu, {2, 4, 2, 8});
   TensorView sm(fake, DType::kI32, gpu, {2});
-  const std::string want = "k_cache: float8_e4m3 caches are not supported on CUDA yet";
+  const std::string want = "k_cache: a float8_e4m3 cache on CUDA needs bfloat16 or float16 ";
   std::string msg = error_of([&] { store_kv(key, value, kc, vc, sm); });
-  EXPECT_NE(msg.find("store_kv: " + want), std::string::npos) << msg;
-  TensorView q(fake, DType::kBF16, gpu, {1, 4, 8}), out(fake, DType::kBF16, gpu, {1, 4, 8});
+  EXPECT_NE(msg.find("store_kv: " + want + "key but key is float32"), std::string::npos) << msg;
+  TensorView q(fake, DType::kF32, gpu, {1, 4, 8}), out(fake, DType::kF32, gpu, {1, 4, 8});
   TensorView bt(fake, DType::kI32, gpu, {1, 2}), lens(fake, DType::kI32, gpu, {1});
   DecodeArgs a;
   a.q = q;
@@ -428,7 +430,8 @@ TEST(Fp8KvCache, CudaEntriesRejectFp8CachesBeforeTouchingMemory) {
   a.block_table = bt;
   a.cache_seqlens = lens;
   msg = error_of([&] { decode_attention(a); });
-  EXPECT_NE(msg.find("decode_attention: " + want), std::string::npos) << msg;
+  const std::string q_want = "q dtype must be bfloat16 or float16 on cuda:0 but is float32";
+  EXPECT_NE(msg.find("decode_attention: " + q_want), std::string::npos) << msg;
   PrefillArgs p;
   p.q = q;
   p.out = out;
@@ -439,7 +442,7 @@ TEST(Fp8KvCache, CudaEntriesRejectFp8CachesBeforeTouchingMemory) {
   p.cu_seqlens_k = TensorView(fake, DType::kI32, gpu, {2});
   p.max_seqlen_q = 1;
   msg = error_of([&] { prefill_attention(p); });
-  EXPECT_NE(msg.find("prefill_attention: " + want), std::string::npos) << msg;
+  EXPECT_NE(msg.find("prefill_attention: " + q_want), std::string::npos) << msg;
 }
 
 }  // namespace

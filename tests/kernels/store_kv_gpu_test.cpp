@@ -1,12 +1,16 @@
 // store_kv on the GPU against the byte-copy reference, bit-exact over whole allocations: the
 // caches, the gaps between blocks (block stride > one block) and guard regions on both sides
-// must end up byte-identical to the reference's result. Out-of-range slots are skipped (the
+// must end up byte-identical to the reference's result. float8_e4m3 caches: against the CPU
+// backend's quantisation (the reference for fp8), also bit-exact, on inputs of random bits
+// (NaN, Inf, huge and subnormal values included), with and without per-head scales. Out-of-range slots are skipped (the
 // other tokens still land) and reported through the device fault word.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <numeric>
+#include <random>
 #include <sstream>
 #include <string>
 
@@ -139,11 +143,28 @@ struct StoreCase {
   int64_t extra;        // extra elements per fused-QKV row
   int64_t slot_stride;  // 1, or 2 for every other entry of a larger tensor
   int64_t num_blocks;
+  bool fp8 = false;     // float8_e4m3 caches (dt: the keys' dtype)
+  bool scales = false;  // fp8: random per-head k_scale / v_scale (else none: 1.0)
 };
+
+Tensor random_scales(std::mt19937_64& rng, int64_t n) {
+  Tensor t = Tensor::empty({n}, DType::kF32);
+  std::uniform_real_distribution<float> u(-8.0f, 4.0f);  // 2^-8 .. 2^4
+  for (int64_t i = 0; i < n; ++i) t.ptr<float>()[i] = std::exp2(u(rng));
+  return t;
+}
 
 // Runs one case on the GPU; `bad` adds out-of-range slots (expected: skipped + fault bit).
 void run_case(int c, const StoreCase& sc, std::mt19937_64& rng, uint64_t seed, int bad) {
-  Caches caches = make_caches(rng, sc.dt, sc.num_blocks, sc.bs, sc.hkv, sc.d, sc.aligned);
+  Caches caches = make_caches(rng, sc.fp8 ? DType::kF8E4M3 : sc.dt, sc.num_blocks, sc.bs, sc.hkv,
+                              sc.d, sc.aligned);
+  Tensor k_scale, v_scale, k_scale_dev, v_scale_dev;
+  if (sc.scales) {
+    k_scale = random_scales(rng, sc.hkv);
+    v_scale = random_scales(rng, sc.hkv);
+    k_scale_dev = k_scale.to(kGpu);
+    v_scale_dev = v_scale.to(kGpu);
+  }
   Inputs in = make_inputs(rng, sc.dt, sc.tokens, sc.heads, sc.hkv, sc.d, sc.extra);
   const int64_t capacity = sc.num_blocks * sc.bs;
   std::vector<int64_t> slots = make_slots(rng, sc.n, capacity, sc.negative_percent);
@@ -172,7 +193,8 @@ void run_case(int c, const StoreCase& sc, std::mt19937_64& rng, uint64_t seed, i
   what << sc.dt << " bs " << sc.bs << " blocks " << sc.num_blocks << " hkv " << sc.hkv << " d "
        << sc.d << " tokens " << sc.tokens << " slots " << sc.n << " " << sc.slot_dt << " stride "
        << sc.slot_stride << " neg% " << sc.negative_percent << " bad " << bad << " extra "
-       << sc.extra << " " << caches.layout;
+       << sc.extra << " " << caches.layout << (sc.fp8 ? " fp8" : "")
+       << (sc.scales ? " scales" : "");
   SCOPED_TRACE(test::case_note(c, seed, what.str()));
 
   // Expected bytes: the reference (valid slots only) on a copy of the whole allocation.
@@ -184,7 +206,11 @@ void run_case(int c, const StoreCase& sc, std::mt19937_64& rng, uint64_t seed, i
              (static_cast<char*>(v.data) - static_cast<char*>(caches.storage.data()));
     return w;
   };
-  test::store_kv_reference(in.key, in.value, shift(caches.k), shift(caches.v), good_view);
+  if (sc.fp8) {  // the CPU backend quantises (fp8.h); it is the reference for fp8
+    store_kv(in.key, in.value, shift(caches.k), shift(caches.v), good_view, k_scale, v_scale);
+  } else {
+    test::store_kv_reference(in.key, in.value, shift(caches.k), shift(caches.v), good_view);
+  }
 
   const Mirror cache_dev = Mirror::of(caches.storage);
   const Mirror in_dev = Mirror::of(in.storage);
@@ -195,7 +221,7 @@ void run_case(int c, const StoreCase& sc, std::mt19937_64& rng, uint64_t seed, i
   ASSERT_EQ(read_device_faults(kGpu), 0u) << "fault word not clean before the case";
   ASSERT_NO_THROW(store_kv(in_dev.on_device(in.key), in_dev.on_device(in.value),
                            cache_dev.on_device(caches.k), cache_dev.on_device(caches.v),
-                           slot_dev_view));
+                           slot_dev_view, k_scale_dev, v_scale_dev));
   const uint32_t faults = read_device_faults(kGpu);
   const Tensor got = cache_dev.download();
   const auto got_bytes = test::bytes_of(got);
@@ -211,7 +237,7 @@ void run_case(int c, const StoreCase& sc, std::mt19937_64& rng, uint64_t seed, i
   }
 }
 
-void sweep(int cases) {
+void sweep(int cases, bool fp8 = false) {
   int ran = 0;
   for (int c = 0; c < cases; ++c) {
     if (!test::case_selected(c)) continue;
@@ -232,13 +258,19 @@ void sweep(int cases) {
     sc.aligned = c % 4 != 3;
     sc.extra = sc.aligned ? pick(rng, std::vector<int64_t>{0, 8}) : pick(rng, std::vector<int64_t>{1, 3});
     sc.slot_stride = uniform_int(rng, 0, 4) == 0 ? 2 : 1;
+    if (fp8) {  // 16-bit keys only on CUDA
+      sc.fp8 = true;
+      if (sc.dt == DType::kF32) sc.dt = DType::kBF16;
+      sc.scales = uniform_int(rng, 0, 2) != 0;
+    }
     run_case(c, sc, rng, seed, /*bad=*/0);
     ++ran;
   }
-  std::printf("store_kv gpu: %d bit-exact cases\n", ran);
+  std::printf("store_kv gpu: %d bit-exact cases%s\n", ran, fp8 ? " (float8_e4m3 caches)" : "");
 }
 
 TEST(StoreKvGpu, BitExactAgainstReference) { sweep(test::quick_mode() ? 24 : 240); }
+TEST(StoreKvGpu, Fp8BitExactAgainstCpuQuantisation) { sweep(test::quick_mode() ? 24 : 120, true); }
 
 // The benchmark's shape, smaller cache: 8 KV heads x 128 bf16, random slots, many tokens.
 void large_batch() {

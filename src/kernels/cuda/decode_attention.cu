@@ -37,6 +37,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/decode_fp8.cuh"
 #include "kernels/cuda/decode_params.h"
 #include "kernels/cuda/device_faults.cuh"
 #include "kernels/cuda/device_props.h"
@@ -114,6 +115,7 @@ struct Tile {
   static constexpr int kRowBytes = D * 2;
   static constexpr int kTileBytes = kDecodeTileKeys * kRowBytes;  // K (or V) of one tile
   static constexpr int kStageBytes = 2 * kTileBytes;
+  static constexpr int kElemsPerChunk = 8;
   static constexpr int kKeyStep = 32 / kChunks;                  // keys between a lane's copies
   static constexpr int kCopies = kDecodeTileKeys / kKeyStep;     // copies per lane per K tile
   static_assert(32 % kChunks == 0 && kDecodeTileKeys % kKeyStep == 0);
@@ -121,6 +123,26 @@ struct Tile {
     return base + key * kRowBytes + ((chunk ^ (key & 7)) << 4);
   }
 };
+
+// The cache element type KV: the query's 16-bit type (Tile) or uint8_t, float8_e4m3 codes
+// (Fp8Tile, decode_fp8.cuh).
+template <typename KV>
+inline constexpr bool kIsFp8 = sizeof(KV) == 1;
+template <typename KV, int D>
+using KvTile = std::conditional_t<kIsFp8<KV>, Fp8Tile<D>, Tile<D>>;
+
+// Sixteen bytes from an address with no alignment guarantee (fp8 caches' slow path).
+__device__ __forceinline__ uint4 load_16_bytes_unaligned(const uint8_t* src) {
+  uint32_t w[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    w[j] = static_cast<uint32_t>(__ldg(src + 4 * j)) |
+           (static_cast<uint32_t>(__ldg(src + 4 * j + 1)) << 8) |
+           (static_cast<uint32_t>(__ldg(src + 4 * j + 2)) << 16) |
+           (static_cast<uint32_t>(__ldg(src + 4 * j + 3)) << 24);
+  }
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
 
 __device__ __forceinline__ int tiles_of(int len) {
   return (len + kDecodeTileKeys - 1) / kDecodeTileKeys;
@@ -135,7 +157,8 @@ __device__ __forceinline__ void cp_async_wait_dyn(int n) {
     case 3: cp_async_wait<3>(); break;
     case 4: cp_async_wait<4>(); break;
     case 5: cp_async_wait<5>(); break;
-    default: cp_async_wait<6>(); break;
+    case 6: cp_async_wait<6>(); break;
+    default: cp_async_wait<7>(); break;
   }
 }
 
@@ -144,16 +167,16 @@ __device__ __forceinline__ void cp_async_wait_dyn(int n) {
 // bad block ids are zero-filled, and a bad id is recorded in the fault word. kHint: the
 // copies carry the L2 cache `policy` (the small kernel: l2_policy(p.kv_evict_first)); the
 // stream kernel copies without one (the hinted form was 3% slower there on the H200).
-template <typename T, int D, bool kAligned16, bool kHint>
+template <typename KV, int D, bool kAligned16, bool kHint>
 __device__ __forceinline__ void issue_tile(const DecodeParams& p, uint32_t kdst, int nid,
                                            int noff, int lane, int kvh, uint64_t policy) {
-  using L = Tile<D>;
-  const T* const k_cache = static_cast<const T*>(p.k_cache);
-  const T* const v_cache = static_cast<const T*>(p.v_cache);
+  using L = KvTile<KV, D>;
+  const KV* const k_cache = static_cast<const KV*>(p.k_cache);
+  const KV* const v_cache = static_cast<const KV*>(p.v_cache);
   const int64_t kv_row = static_cast<int64_t>(p.num_kv_heads) * D;
   const int copy_chunk = lane % L::kChunks;
   const int copy_key0 = lane / L::kChunks;
-  const int64_t head_off = static_cast<int64_t>(kvh) * D + copy_chunk * 8;
+  const int64_t head_off = static_cast<int64_t>(kvh) * D + copy_chunk * L::kElemsPerChunk;
 #pragma unroll
   for (int i = 0; i < L::kCopies; ++i) {
     const int key_local = copy_key0 + i * L::kKeyStep;
@@ -165,8 +188,8 @@ __device__ __forceinline__ void issue_tile(const DecodeParams& p, uint32_t kdst,
     if (in_range && !id_ok) record_fault(p.fault_word, kFaultBlockOutOfRange);
     const bool ok = in_range && id_ok;
     const int64_t row = ok ? static_cast<int64_t>(off) * kv_row + head_off : 0;
-    const T* ksrc = ok ? k_cache + id * p.k_block_stride + row : k_cache;
-    const T* vsrc = ok ? v_cache + id * p.v_block_stride + row : v_cache;
+    const KV* ksrc = ok ? k_cache + id * p.k_block_stride + row : k_cache;
+    const KV* vsrc = ok ? v_cache + id * p.v_block_stride + row : v_cache;
     if constexpr (kAligned16) {
       if constexpr (kHint) {
         cp_async_16_hint(dst, ksrc, ok, policy);
@@ -175,6 +198,9 @@ __device__ __forceinline__ void issue_tile(const DecodeParams& p, uint32_t kdst,
         cp_async_16(dst, ksrc, ok);
         cp_async_16(dst + L::kTileBytes, vsrc, ok);
       }
+    } else if constexpr (kIsFp8<KV>) {  // fp8 caches not 16-byte aligned: byte loads
+      st_shared_16(dst, ok ? load_16_bytes_unaligned(ksrc) : make_uint4(0, 0, 0, 0));
+      st_shared_16(dst + L::kTileBytes, ok ? load_16_bytes_unaligned(vsrc) : make_uint4(0, 0, 0, 0));
     } else {  // caches only 2-byte aligned: stage the 8 elements through registers
       st_shared_16(dst, ok ? load_8_unaligned(ksrc) : make_uint4(0, 0, 0, 0));
       st_shared_16(dst + L::kTileBytes, ok ? load_8_unaligned(vsrc) : make_uint4(0, 0, 0, 0));
@@ -185,12 +211,12 @@ __device__ __forceinline__ void issue_tile(const DecodeParams& p, uint32_t kdst,
 // One warp's step over a landed 16-key tile at kbase (V at kbase + kTileBytes): S = Q K^T,
 // causal mask (key j visible to row hr iff j < limit[hr]), online softmax in the log2 domain
 // (m, l per row; l summed over the lane's own columns only), O = O * alpha + P V.
-template <typename T, int D>
+template <typename T, typename KV, int D>
 __device__ __forceinline__ void attend_tile(uint32_t kbase, const uint32_t (&qf)[D / 16][4],
                                             float (&o)[D / 8][4], float (&m)[2], float (&l)[2],
                                             int key0, const int (&limit)[2], int min_limit,
                                             float scale_log2, int lane) {
-  using L = Tile<D>;
+  using L = KvTile<KV, D>;
   const int t4 = lane & 3;
   const int mrow = lane & 7;
   const int mat = lane >> 3;
@@ -198,16 +224,20 @@ __device__ __forceinline__ void attend_tile(uint32_t kbase, const uint32_t (&qf)
   // S = Q K^T over D in two independent mma chains (even and odd k-steps).
   float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
   float s2[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+  if constexpr (kIsFp8<KV>) {
+    fp8_qk<T, D>(kbase, qf, s, s2, lane);
+  } else {
 #pragma unroll
-  for (int ks = 0; ks < D / 16; ++ks) {
-    uint32_t kb[4];
-    ldmatrix_x4(kb, L::addr(kbase, (mat >> 1) * 8 + mrow, 2 * ks + (mat & 1)));
-    if (ks & 1) {
-      mma_16816<T>(s2[0], qf[ks], kb[0], kb[1]);
-      mma_16816<T>(s2[1], qf[ks], kb[2], kb[3]);
-    } else {
-      mma_16816<T>(s[0], qf[ks], kb[0], kb[1]);
-      mma_16816<T>(s[1], qf[ks], kb[2], kb[3]);
+    for (int ks = 0; ks < D / 16; ++ks) {
+      uint32_t kb[4];
+      ldmatrix_x4(kb, L::addr(kbase, (mat >> 1) * 8 + mrow, 2 * ks + (mat & 1)));
+      if (ks & 1) {
+        mma_16816<T>(s2[0], qf[ks], kb[0], kb[1]);
+        mma_16816<T>(s2[1], qf[ks], kb[2], kb[3]);
+      } else {
+        mma_16816<T>(s[0], qf[ks], kb[0], kb[1]);
+        mma_16816<T>(s[1], qf[ks], kb[2], kb[3]);
+      }
     }
   }
 #pragma unroll
@@ -251,13 +281,34 @@ __device__ __forceinline__ void attend_tile(uint32_t kbase, const uint32_t (&qf)
   }
   const uint32_t pa[4] = {pack2<T>(s[0][0], s[0][1]), pack2<T>(s[0][2], s[0][3]),
                           pack2<T>(s[1][0], s[1][1]), pack2<T>(s[1][2], s[1][3])};
+  if constexpr (kIsFp8<KV>) {
+    fp8_pv<T, D>(vbase, pa, o, lane);
+  } else {
 #pragma unroll
-  for (int dt = 0; dt < D / 16; ++dt) {
-    uint32_t vb[4];
-    ldmatrix_x4_trans(vb, L::addr(vbase, (mat & 1) * 8 + mrow, 2 * dt + (mat >> 1)));
-    mma_16816<T>(o[2 * dt], pa, vb[0], vb[1]);
-    mma_16816<T>(o[2 * dt + 1], pa, vb[2], vb[3]);
+    for (int dt = 0; dt < D / 16; ++dt) {
+      uint32_t vb[4];
+      ldmatrix_x4_trans(vb, L::addr(vbase, (mat & 1) * 8 + mrow, 2 * dt + (mat >> 1)));
+      mma_16816<T>(o[2 * dt], pa, vb[0], vb[1]);
+      mma_16816<T>(o[2 * dt + 1], pa, vb[2], vb[3]);
+    }
   }
+}
+
+// The unit's softmax scale (log2 domain) with an fp8 cache's k_scale folded in, and its
+// v_scale (1 for 16-bit caches or when no scale is given).
+template <typename KV>
+__device__ __forceinline__ float unit_scale_log2(const DecodeParams& p, int kvh) {
+  if constexpr (kIsFp8<KV>) {
+    if (p.k_scale != nullptr) return p.scale_log2 * __ldg(p.k_scale + kvh);
+  }
+  return p.scale_log2;
+}
+template <typename KV>
+__device__ __forceinline__ float unit_v_scale(const DecodeParams& p, int kvh) {
+  if constexpr (kIsFp8<KV>) {
+    if (p.v_scale != nullptr) return __ldg(p.v_scale + kvh);
+  }
+  return 1.0f;
 }
 
 // First index in [0, n] with a[i] >= x (a non-decreasing).
@@ -325,10 +376,10 @@ __device__ __forceinline__ void advance(const DecodeParams& p, const Source& s, 
   seek(p, s, s.stream ? c.b + 1 : c.b + s.parts, c);
 }
 
-template <typename T, int D, bool kAligned16>
+template <typename T, typename KV, int D, bool kAligned16>
 __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     decode_kernel(const __grid_constant__ DecodeParams p) {
-  using L = Tile<D>;
+  using L = KvTile<KV, D>;
   extern __shared__ __align__(128) uint8_t smem[];
   const int tid = threadIdx.x;
   const int warp = tid >> 5;
@@ -409,6 +460,7 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
 
   const int gid = lane >> 2;  // mma row group
   const int t4 = lane & 3;    // mma thread in group
+  const float scale_log2 = unit_scale_log2<KV>(p, kvh);
 
   // Writes a finished piece of sequence b: o, m (log2 domain, scaled), l (summed over the quad)
   // of this warp's rows, to out (+ lse) when the piece is all of b, else to slot part + b.
@@ -505,8 +557,8 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   load_ids(pc, lane >= 16);
 
   auto issue = [&](int stage) {
-    issue_tile<T, D, kAligned16, false>(p, wbase + stage * L::kStageBytes, nid, noff, lane, kvh,
-                                        0);
+    issue_tile<KV, D, kAligned16, false>(p, wbase + stage * L::kStageBytes, nid, noff, lane, kvh,
+                                         0);
   };
   // After issuing ic: ic <- pc, whose ids move to lanes 0-15; pc advances and lanes 16-31
   // load its ids (in flight while the next tiles are computed).
@@ -554,7 +606,7 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
         for (int half = 0; half < 2; ++half) {
           uint32_t v = 0;
           if (valid) {
-            const int d = ks * 16 + half * 8 + 2 * t4;
+            const int d = kIsFp8<KV> ? decode_fp8_q_dim(ks, half, t4) : ks * 16 + half * 8 + 2 * t4;
             v = static_cast<uint32_t>(qrow[d]) | (static_cast<uint32_t>(qrow[d + 1]) << 16);
           }
           qf[ks][hr + 2 * half] = v;
@@ -581,13 +633,14 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
 
     const int key0 = cc.t * kDecodeTileKeys;
     if (key0 < warp_limit) {  // else every key of the tile is masked for every row
-      attend_tile<T, D>(wbase + cstage * L::kStageBytes, qf, o, m, l, key0, limit, min_limit,
-                        p.scale_log2, lane);
+      attend_tile<T, KV, D>(wbase + cstage * L::kStageBytes, qf, o, m, l, key0, limit,
+                            min_limit, scale_log2, lane);
     }
     if (++cstage == stages) cstage = 0;
 
     const bool piece_done = cc.t + 1 == cc.t_end;
     if (piece_done) {
+      if constexpr (kIsFp8<KV>) fp8_restore_o<D>(o, unit_v_scale<KV>(p, kvh), lane);
       float lq[2];
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
@@ -788,10 +841,10 @@ __device__ __forceinline__ bool merge_quad_ll(const DecodeParams& p, int q, int 
   return true;
 }
 
-template <typename T, int D, bool kAligned16>
+template <typename T, typename KV, int D, bool kAligned16>
 __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     decode_small_kernel(const __grid_constant__ DecodeParams p) {
-  using L = Tile<D>;
+  using L = KvTile<KV, D>;
   extern __shared__ __align__(128) uint8_t smem[];
   const long long c0 = clock64();
   const unsigned long long t_entry = p.probe != nullptr ? global_ns() : 0;
@@ -912,8 +965,8 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   const uint64_t kv_policy = l2_policy(p.kv_evict_first != 0);
   int ti = ta;
   auto issue_next = [&](int stage) {
-    issue_tile<T, D, kAligned16, true>(p, wbase + stage * L::kStageBytes, nid, noff, lane, kvh,
-                                       kv_policy);
+    issue_tile<KV, D, kAligned16, true>(p, wbase + stage * L::kStageBytes, nid, noff, lane, kvh,
+                                        kv_policy);
     const int id_hi = __shfl_down_sync(0xffffffffu, nid, 16);
     const int off_hi = __shfl_down_sync(0xffffffffu, noff, 16);
     if (lane < 16) {
@@ -932,12 +985,25 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   cp_async_wait_dyn(stages - 1);
   __syncthreads();
   uint32_t qf[D / 16][4];
-  {
+  if constexpr (kIsFp8<KV>) {  // the fp8 tile's dim order (decode_fp8.cuh)
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+          qf[ks][hr + 2 * half] = *reinterpret_cast<const uint32_t*>(
+              s_q + (gid + 8 * hr) * kQRow + decode_fp8_q_dim(ks, half, t4));
+        }
+      }
+    }
+  } else {
     const int mtx = lane >> 3;
     const uint32_t qbase = smem_u32(s_q + ((mtx & 1) * 8 + (lane & 7)) * kQRow + (mtx >> 1) * 8);
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) ldmatrix_x4(qf[ks], qbase + ks * 32);
   }
+  const float scale_log2 = unit_scale_log2<KV>(p, kvh);
   int cstage = 0, istage = stages - 1;
   for (int t = ta; t < tb; ++t) {
     cp_async_wait_dyn(stages - 2);
@@ -948,12 +1014,13 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     if (++istage == stages) istage = 0;
     const int key0 = t * kDecodeTileKeys;
     if (key0 < warp_limit) {
-      attend_tile<T, D>(wbase + cstage * L::kStageBytes, qf, o, m, l, key0, limit, min_limit,
-                        p.scale_log2, lane);
+      attend_tile<T, KV, D>(wbase + cstage * L::kStageBytes, qf, o, m, l, key0, limit,
+                            min_limit, scale_log2, lane);
     }
     if (++cstage == stages) cstage = 0;
   }
   cp_async_wait<0>();
+  if constexpr (kIsFp8<KV>) fp8_restore_o<D>(o, unit_v_scale<KV>(p, kvh), lane);
   probe_stamp(p, 5, c0);
   float lq[2];
 #pragma unroll
@@ -1177,6 +1244,8 @@ __global__ void __launch_bounds__(256) merge_kernel(const __grid_constant__ Deco
 // ---- host side -----------------------------------------------------------------------------
 constexpr int kMaxDevices = 64;
 
+int kv_bytes_of(DType cache_dtype) { return cache_dtype == DType::kF8E4M3 ? 1 : 2; }
+
 void check_device_index(int device) {
   KVATTN_CHECK(device >= 0 && device < kMaxDevices, "decode_attention: device must be in [0, ",
                kMaxDevices, ") but is ", device);
@@ -1195,7 +1264,7 @@ int max_optin_smem(int device) {
 
 // CTAs per SM of the split kernel (kSmall: the small-batch kernel) at (threads, smem); raises
 // its shared-memory limit once per device. Cached: the planner and every launch ask.
-template <typename T, int D, bool kAligned16, bool kSmall = false>
+template <typename T, typename KV, int D, bool kAligned16, bool kSmall = false>
 int split_occupancy(int device, int threads, int smem) {
   struct Entry {
     int device, threads, smem, ctas;
@@ -1209,7 +1278,8 @@ int split_occupancy(int device, int threads, int smem) {
     if (e.device == device && e.threads == threads && e.smem == smem) return e.ctas;
   }
   DeviceGuard guard(device);
-  const auto kernel = kSmall ? decode_small_kernel<T, D, kAligned16> : decode_kernel<T, D, kAligned16>;
+  const auto kernel = kSmall ? decode_small_kernel<T, KV, D, kAligned16>
+                             : decode_kernel<T, KV, D, kAligned16>;
   if (!raised[device]) {  // dynamic + static shared memory must stay within the opt-in limit
     cudaFuncAttributes attr{};
     CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
@@ -1240,8 +1310,9 @@ struct SmallConfig {
   int stages = 3;
   int smem = 0;
 };
-SmallConfig small_config(int64_t num_kv_heads, int64_t rows, int64_t head_dim, int warps) {
-  const DecodeConfig c = decode_config(num_kv_heads, rows, head_dim);
+SmallConfig small_config(int64_t num_kv_heads, int64_t rows, int64_t head_dim, int kv_bytes,
+                         int warps) {
+  const DecodeConfig c = decode_config(num_kv_heads, rows, head_dim, kv_bytes);
   SmallConfig s;
   s.warps = std::clamp(warps, 1, kDecodeMaxWarps);
   // The stream kernel's stages, as many as fit for this CTA's warps (a knob may ask for more).
@@ -1256,19 +1327,28 @@ SmallConfig small_config(int64_t num_kv_heads, int64_t rows, int64_t head_dim, i
   return s;
 }
 
-// The one dispatch point: dtype x head_dim. Supported: bf16, fp16 x 64, 128.
+// The one dispatch point: q dtype x cache dtype x head_dim. Supported: bf16, fp16 queries over
+// caches of their own dtype or float8_e4m3 (KV = uint8_t), head_dim 64 and 128.
 template <typename Fn>
-void dispatch(DType dtype, int64_t head_dim, Fn&& fn) {
+void dispatch(DType dtype, DType cache_dtype, int64_t head_dim, Fn&& fn) {
   KVATTN_CHECK(dtype == DType::kBF16 || dtype == DType::kF16,
                "decode_attention: unsupported dtype on CUDA: ", dtype, " (bfloat16, float16)");
+  KVATTN_CHECK(cache_dtype == dtype || cache_dtype == DType::kF8E4M3,
+               "decode_attention: unsupported cache dtype on CUDA: ", cache_dtype, " (", dtype,
+               " or float8_e4m3)");
   const bool bf16 = dtype == DType::kBF16;
+  const bool fp8 = cache_dtype == DType::kF8E4M3;
+  auto with_d = [&]<int D>() {
+    if (bf16) {
+      fp8 ? fn.template operator()<__nv_bfloat16, uint8_t, D>()
+          : fn.template operator()<__nv_bfloat16, __nv_bfloat16, D>();
+    } else {
+      fp8 ? fn.template operator()<__half, uint8_t, D>() : fn.template operator()<__half, __half, D>();
+    }
+  };
   switch (head_dim) {
-    case 64:
-      bf16 ? fn.template operator()<__nv_bfloat16, 64>() : fn.template operator()<__half, 64>();
-      return;
-    case 128:
-      bf16 ? fn.template operator()<__nv_bfloat16, 128>() : fn.template operator()<__half, 128>();
-      return;
+    case 64: with_d.template operator()<64>(); return;
+    case 128: with_d.template operator()<128>(); return;
     default:
       KVATTN_FAIL("decode_attention: unsupported head_dim: ", head_dim,
                   " (the CUDA kernel supports 64 and 128)");
@@ -1286,18 +1366,19 @@ struct SmallChoice {
   int warps = 8;
 };
 SmallChoice small_choice(int device, int64_t num_seqs, int64_t num_kv_heads, int64_t rows,
-                         int64_t head_dim) {
+                         int64_t head_dim, DType cache_dtype) {
   const CudaTuning& tuning = cuda_tuning();
   if (!tuning.decode_small || num_seqs <= 0 || num_seqs >= (int64_t{1} << 16)) return {};
   const int64_t units = num_kv_heads * ((rows + kDecodeRows - 1) / kDecodeRows);
   const int forced = tuning.decode_small_warps;
   for (const int warps : {forced > 0 ? forced : 8, forced > 0 ? 0 : 4}) {
     if (warps == 0) break;
-    const SmallConfig sc = small_config(num_kv_heads, rows, head_dim, warps);
+    const SmallConfig sc = small_config(num_kv_heads, rows, head_dim, kv_bytes_of(cache_dtype), warps);
     int ctas = 0;
-    dispatch(DType::kBF16, head_dim, [&]<typename T, int D>() {
-      ctas = split_occupancy<T, D, true, true>(device, sc.warps * 32, sc.smem);
-    });
+    dispatch(DType::kBF16, cache_dtype == DType::kF8E4M3 ? cache_dtype : DType::kBF16, head_dim,
+             [&]<typename T, typename KV, int D>() {
+               ctas = split_occupancy<T, KV, D, true, true>(device, sc.warps * 32, sc.smem);
+             });
     int64_t chunks = int64_t{sm_count(device)} * ctas / (num_seqs * units);
     if (tuning.decode_small_max_chunks > 0) {
       chunks = std::min<int64_t>(chunks, tuning.decode_small_max_chunks);
@@ -1326,19 +1407,21 @@ bool stream_ok(int64_t num_seqs, int64_t capacity) {
          num_seqs * ((capacity + kDecodeTileKeys - 1) / kDecodeTileKeys) < (int64_t{1} << 31);
 }
 
-template <typename T, int D>
+template <typename T, typename KV, int D>
 void launch(DecodeParams p, bool aligned, int64_t ws_bytes, int device, cudaStream_t stream) {
-  const DecodeConfig c = decode_config(p.num_kv_heads, p.rows, D);
+  constexpr int kKvBytes = static_cast<int>(sizeof(KV));
+  const DType cache_dtype = kIsFp8<KV> ? DType::kF8E4M3 : DType::kBF16;
+  const DecodeConfig c = decode_config(p.num_kv_heads, p.rows, D, kKvBytes);
   const int64_t B = p.num_seqs;
   if (p.num_splits > 1) {  // small mode: as many chunks as wanted and the workspace holds
     const int64_t units = static_cast<int64_t>(p.num_kv_heads) * p.row_chunks;
     const int64_t fixed = decode_small_ws_bytes(B, p.num_kv_heads, p.rows, D, 0);
     const int64_t per_chunk = decode_small_ws_bytes(B, p.num_kv_heads, p.rows, D, 1) - fixed;
     const int64_t fit = (ws_bytes - fixed) / per_chunk;
-    const SmallChoice choice = small_choice(device, B, p.num_kv_heads, p.rows, D);
+    const SmallChoice choice = small_choice(device, B, p.num_kv_heads, p.rows, D, cache_dtype);
     const int64_t chunks = std::min<int64_t>(choice.chunks, fit);
     if (chunks >= 2) {
-      const SmallConfig sc = small_config(p.num_kv_heads, p.rows, D, choice.warps);
+      const SmallConfig sc = small_config(p.num_kv_heads, p.rows, D, kKvBytes, choice.warps);
       const int64_t slots = B * chunks;
       p.stages = sc.stages;
       p.parts = static_cast<int>(chunks);
@@ -1350,11 +1433,11 @@ void launch(DecodeParams p, bool aligned, int64_t ws_bytes, int device, cudaStre
       const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(units),
                       static_cast<unsigned>(B));
       if (aligned) {
-        (void)split_occupancy<T, D, true, true>(device, sc.warps * 32, sc.smem);
-        decode_small_kernel<T, D, true><<<grid, sc.warps * 32, sc.smem, stream>>>(p);
+        (void)split_occupancy<T, KV, D, true, true>(device, sc.warps * 32, sc.smem);
+        decode_small_kernel<T, KV, D, true><<<grid, sc.warps * 32, sc.smem, stream>>>(p);
       } else {
-        (void)split_occupancy<T, D, false, true>(device, sc.warps * 32, sc.smem);
-        decode_small_kernel<T, D, false><<<grid, sc.warps * 32, sc.smem, stream>>>(p);
+        (void)split_occupancy<T, KV, D, false, true>(device, sc.warps * 32, sc.smem);
+        decode_small_kernel<T, KV, D, false><<<grid, sc.warps * 32, sc.smem, stream>>>(p);
       }
       CUDA_CHECK_LAUNCH();
       return;
@@ -1375,8 +1458,8 @@ void launch(DecodeParams p, bool aligned, int64_t ws_bytes, int device, cudaStre
   p.prefix_bytes = stream_mode ? prefix_bytes_for(B) : 0;
   const int threads = c.warps * 32;
   const int smem = split_smem(c, p.prefix_bytes);
-  const int ctas = aligned ? split_occupancy<T, D, true>(device, threads, smem)
-                           : split_occupancy<T, D, false>(device, threads, smem);
+  const int ctas = aligned ? split_occupancy<T, KV, D, true>(device, threads, smem)
+                           : split_occupancy<T, KV, D, false>(device, threads, smem);
   const int64_t per_slice = std::max<int64_t>(1, int64_t{sm_count(device)} * ctas / p.slices);
   int64_t pieces_per_seq = 1;
   if (stream_mode) {
@@ -1393,9 +1476,9 @@ void launch(DecodeParams p, bool aligned, int64_t ws_bytes, int device, cudaStre
   p.merge_wpr = pieces_per_seq >= 48 ? 8 : pieces_per_seq >= 12 ? 4 : pieces_per_seq >= 4 ? 2 : 1;
   const auto grid = static_cast<unsigned>(static_cast<int64_t>(p.parts) * p.slices);
   if (aligned) {
-    decode_kernel<T, D, true><<<grid, threads, smem, stream>>>(p);
+    decode_kernel<T, KV, D, true><<<grid, threads, smem, stream>>>(p);
   } else {
-    decode_kernel<T, D, false><<<grid, threads, smem, stream>>>(p);
+    decode_kernel<T, KV, D, false><<<grid, threads, smem, stream>>>(p);
   }
   CUDA_CHECK_LAUNCH();
   if (!stream_mode || cuda_tuning().decode_debug_no_merge) return;
@@ -1409,7 +1492,7 @@ bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u
 
 }  // namespace
 
-DecodeConfig decode_config(int64_t num_kv_heads, int64_t rows, int64_t head_dim) {
+DecodeConfig decode_config(int64_t num_kv_heads, int64_t rows, int64_t head_dim, int kv_bytes) {
   const CudaTuning& tuning = cuda_tuning();
   DecodeConfig c;
   const int64_t rc = (rows + kDecodeRows - 1) / kDecodeRows;
@@ -1425,9 +1508,10 @@ DecodeConfig decode_config(int64_t num_kv_heads, int64_t rows, int64_t head_dim)
   }
   c.head_blocks = static_cast<int>((num_kv_heads + c.heads_per_cta - 1) / c.heads_per_cta);
   c.warps = c.heads_per_cta * c.rc_per_cta;
-  c.stage_bytes = static_cast<int>(2 * kDecodeTileKeys * head_dim * 2);
-  // Default: ~192 KB of stages for a CTA of 8 warps (3 for head_dim 128, 6 for 64); never more
-  // than fits next to the largest prefix sum.
+  c.stage_bytes = static_cast<int>(2 * kDecodeTileKeys * head_dim * kv_bytes);
+  // Default: ~192 KB of stages for a CTA of 8 warps (3 for head_dim 128, 6 for 64; fp8: 6 and
+  // 8), the same bytes in flight whatever the cache dtype; never more than fits next to the
+  // largest prefix sum.
   const int stages = tuning.decode_stages > 0 ? tuning.decode_stages
                                               : (192 << 10) / (kDecodeMaxWarps * c.stage_bytes);
   const int fit = ((227 << 10) - prefix_bytes_for(kDecodeMaxStreamSeqs)) / (c.warps * c.stage_bytes);
@@ -1438,8 +1522,8 @@ DecodeConfig decode_config(int64_t num_kv_heads, int64_t rows, int64_t head_dim)
 int decode_parts(int device, const DecodeConfig& c, int64_t head_dim, int64_t num_seqs) {
   const int smem = split_smem(c, prefix_bytes_for(num_seqs));
   int ctas = 0;
-  dispatch(DType::kBF16, head_dim, [&]<typename T, int D>() {
-    ctas = split_occupancy<T, D, true>(device, c.warps * 32, smem);
+  dispatch(DType::kBF16, DType::kBF16, head_dim, [&]<typename T, typename KV, int D>() {
+    ctas = split_occupancy<T, KV, D, true>(device, c.warps * 32, smem);
   });
   return static_cast<int>(std::max<int64_t>(1, int64_t{sm_count(device)} * ctas /
                                                    (c.head_blocks * c.rc_blocks)));
@@ -1449,7 +1533,7 @@ bool decode_stream_ok(int64_t num_seqs, int64_t capacity) { return stream_ok(num
 
 int decode_small_chunks(int device, int64_t num_seqs, int64_t num_kv_heads, int64_t rows,
                         int64_t head_dim) {
-  return small_choice(device, num_seqs, num_kv_heads, rows, head_dim).chunks;
+  return small_choice(device, num_seqs, num_kv_heads, rows, head_dim, DType::kBF16).chunks;
 }
 
 void decode_attention(const DecodeArgs& args, const AttentionShape& shape) {
@@ -1457,9 +1541,10 @@ void decode_attention(const DecodeArgs& args, const AttentionShape& shape) {
   constexpr std::string_view fn = "decode_attention";
   // 16-byte copies need 16-byte aligned rows; other layouts take a slower register-staged path.
   const int64_t es = dtype_size(args.q.dtype);
+  const int64_t kv_es = dtype_size(args.k_cache.dtype);
   const bool aligned = aligned16(args.k_cache.data) && aligned16(args.v_cache.data) &&
-                       (args.k_cache.stride(0) * es) % 16 == 0 &&
-                       (args.v_cache.stride(0) * es) % 16 == 0;
+                       (args.k_cache.stride(0) * kv_es) % 16 == 0 &&
+                       (args.v_cache.stride(0) * kv_es) % 16 == 0;
   const int64_t capacity = shape.max_blocks_per_seq * shape.block_size;
   KVATTN_CHECK(capacity < (int64_t{1} << 30) && shape.num_blocks < (int64_t{1} << 31) &&
                    shape.num_seqs < (int64_t{1} << 30),
@@ -1472,6 +1557,8 @@ void decode_attention(const DecodeArgs& args, const AttentionShape& shape) {
   p.lse = args.lse.defined() ? static_cast<float*>(args.lse.data) : nullptr;
   p.k_cache = args.k_cache.data;
   p.v_cache = args.v_cache.data;
+  p.k_scale = args.k_scale.defined() ? args.k_scale.ptr<const float>() : nullptr;
+  p.v_scale = args.v_scale.defined() ? args.v_scale.ptr<const float>() : nullptr;
   p.block_table = args.block_table.ptr<const int32_t>();
   p.cache_seqlens = args.cache_seqlens.ptr<const int32_t>();
   p.q_stride = args.q.stride(0);
@@ -1513,8 +1600,8 @@ void decode_attention(const DecodeArgs& args, const AttentionShape& shape) {
   DeviceGuard guard(device);
   p.fault_word = fault_word_ptr(device);
   auto stream = static_cast<cudaStream_t>(args.stream.handle);
-  dispatch(args.q.dtype, shape.head_dim, [&]<typename T, int D>() {
-    launch<T, D>(p, aligned, ws_bytes, device, stream);
+  dispatch(args.q.dtype, args.k_cache.dtype, shape.head_dim, [&]<typename T, typename KV, int D>() {
+    launch<T, KV, D>(p, aligned, ws_bytes, device, stream);
   });
 }
 

@@ -72,6 +72,8 @@ struct DecodeParams {
   float* lse = nullptr;  // nullptr: not requested
   const void* k_cache = nullptr;
   const void* v_cache = nullptr;
+  const float* k_scale = nullptr;        // float8_e4m3 caches: [num_kv_heads], null => 1.0
+  const float* v_scale = nullptr;
   const int32_t* block_table = nullptr;
   const int32_t* cache_seqlens = nullptr;
   float* ws_o = nullptr;
@@ -148,9 +150,11 @@ inline int64_t decode_ws_slots(int64_t bytes, int64_t num_seqs, int64_t rows_tot
   return bytes > meta ? (bytes - meta) / (rows_total * (head_dim + 1) * 4) : 0;
 }
 
-// The CTA shape of the kernel for `num_kv_heads` KV heads of `rows` query rows each
-// (cuda_tuning() may change heads per CTA and stages).
-DecodeConfig decode_config(int64_t num_kv_heads, int64_t rows, int64_t head_dim);
+// The CTA shape of the kernel for `num_kv_heads` KV heads of `rows` query rows each, over a
+// cache of `kv_bytes`-byte elements (2, or 1 for float8_e4m3; cuda_tuning() may change heads
+// per CTA and stages).
+DecodeConfig decode_config(int64_t num_kv_heads, int64_t rows, int64_t head_dim,
+                           int kv_bytes = 2);
 
 // Stream-mode CTAs per slice on `device`: resident CTAs (occupancy) over slices.
 int decode_parts(int device, const DecodeConfig& c, int64_t head_dim, int64_t num_seqs);

@@ -73,6 +73,9 @@ void dispatch_bool(bool v, F&& f) {
 }  // namespace
 
 PrefillParams make_prefill_params(const PrefillArgs& a, const AttentionShape& s) {
+  KVATTN_CHECK(a.k.dtype != DType::kF8E4M3, kFn,
+               ": k (the paged k_cache): float8_e4m3 caches are not supported by the CUDA "
+               "prefill yet (decode and store_kv support them)");
   const int D = static_cast<int>(s.head_dim);
   KVATTN_CHECK(D == 64 || D == 128, kFn, ": unsupported head_dim: ", D,
                " (the CUDA kernels support 64 and 128)");

@@ -134,9 +134,10 @@ struct PrefillConsumer {
         apply_mask<kCausal>(s3, mask_row, n * BN + mask_col, Lk, causal_offset);
       }
     };
-    // The first tile processed (n = n_blocks - 1) is the only one that can reach past Lk.
+    // The first tile processed (n = n_blocks - 1) is the only one that can reach past Lk. TMA
+    // leaves those V rows stale; the cp.async gather producer zero-fills them itself.
     const int tail_valid = Lk - (n_blocks - 1) * BN;
-    const bool zero_tail = tail_valid < BN;
+    const bool zero_tail = tail_valid < BN && p.kv_gather == 0;
 
     if constexpr (kWarpgroups > 1) {
       if (wg == kWarpgroups - 1) named_barrier_arrive(kTurnBarrier0, 256);
