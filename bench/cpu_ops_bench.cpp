@@ -74,11 +74,12 @@ void BM_StoreKv(benchmark::State& state) {
 }
 BENCHMARK(BM_StoreKv)->Arg(256)->Arg(4096)->Arg(65536)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
-// Paged decode: B sequences x L keys, Hq/Hkv heads, head_dim 128, f32, page 16, a shuffled
-// block table. Bytes = the whole KV read once.
+// Paged decode: B sequences x L keys, Hq/Hkv heads, head_dim (the fifth arg), f32, page 16,
+// a shuffled block table. Bytes = the whole KV read once.
 void BM_Decode(benchmark::State& state) {
   const int64_t seqs = state.range(0), len = state.range(1), hq = state.range(2),
-                hkv = state.range(3), dim = 128, block = 16;
+                hkv = state.range(3), block = 16;
+  const int64_t dim = state.range(4);
   const int64_t blocks_per_seq = (len + block - 1) / block;
   const int64_t num_blocks = seqs * blocks_per_seq;
   Tensor kc = Tensor::empty({num_blocks, block, hkv, dim}, DType::kF32);
@@ -106,16 +107,23 @@ void BM_Decode(benchmark::State& state) {
   report(state, 2.0 * seqs * len * hkv * dim * 4);
 }
 BENCHMARK(BM_Decode)
-    ->Args({64, 4096, 32, 8})
-    ->Args({8, 32768, 32, 8})
-    ->Args({256, 1024, 16, 8})
+    ->Args({64, 4096, 32, 8, 128})
+    ->Args({8, 32768, 32, 8, 128})
+    ->Args({256, 1024, 16, 8, 128})
+    ->Args({16, 4096, 32, 8, 64})
+    ->Args({16, 4096, 32, 8, 80})
+    ->Args({16, 4096, 32, 8, 96})
+    ->Args({16, 4096, 32, 8, 128})
+    ->Args({16, 4096, 32, 8, 256})
     ->Unit(benchmark::kMillisecond)
     ->MinTime(0.5)->UseRealTime();
 
-// Causal packed prefill: B x S, Hq/Hkv, head_dim 128, f32. FLOPs = 4 * S*(S+1)/2 * Hq * D.
+// Causal packed prefill: B x S, Hq/Hkv, head_dim (the fifth arg), f32.
+// FLOPs = 4 * S*(S+1)/2 * Hq * D.
 void BM_Prefill(benchmark::State& state) {
   const int64_t seqs = state.range(0), len = state.range(1), hq = state.range(2),
-                hkv = state.range(3), dim = 128;
+                hkv = state.range(3);
+  const int64_t dim = state.range(4);
   const int64_t total = seqs * len;
   Tensor q = Tensor::empty({total, hq, dim}, DType::kF32);
   Tensor k = Tensor::empty({total, hkv, dim}, DType::kF32);
@@ -138,7 +146,15 @@ void BM_Prefill(benchmark::State& state) {
   state.counters["GFLOP/s"] =
       benchmark::Counter(flops * state.iterations() / 1e9, benchmark::Counter::kIsRate);
 }
-BENCHMARK(BM_Prefill)->Args({4, 1024, 32, 8})->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Prefill)
+    ->Args({4, 1024, 32, 8, 128})
+    ->Args({2, 1024, 16, 4, 64})
+    ->Args({2, 1024, 16, 4, 80})
+    ->Args({2, 1024, 16, 4, 96})
+    ->Args({2, 1024, 16, 4, 128})
+    ->Args({2, 1024, 16, 4, 256})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 }  // namespace
 

@@ -51,6 +51,7 @@ void decode_attention(const DecodeArgs& a) {
   check_lse(kFn, a.lse, a.q, shape);
   shape.scale = resolve_scale(kFn, a.softmax_scale, shape.head_dim);
   check_mask_options(kFn, a.window_left, a.window_right, a.softcap, a.causal, device, shape);
+  check_alibi_slopes(kFn, a.alibi_slopes, device, shape);
 
   if (device.is_cpu()) {
     const int32_t* lens = a.cache_seqlens.ptr<const int32_t>();
@@ -58,9 +59,11 @@ void decode_attention(const DecodeArgs& a) {
       KVATTN_CHECK(lens[b] >= 0, kFn, ": cache_seqlens[", b, "] must be >= 0 but is ", lens[b]);
       check_block_row(kFn, a.block_table, b, lens[b], shape, "cache_seqlens");
     }
+    check_cache_leftpad(kFn, a.cache_leftpad, a.cache_seqlens, device, shape.num_seqs);
     cpu::decode_attention(a, shape);
     return;
   }
+  check_cache_leftpad(kFn, a.cache_leftpad, a.cache_seqlens, device, shape.num_seqs);
 #ifdef KVATTN_WITH_CUDA
   DecodeArgs args = a;
   if (args.plan.num_splits == 0) {

@@ -1,5 +1,6 @@
-// Internal: the sliding-window and softcap options shared by the prefill and decode entries
-// (flash-attn's window_size and softcap; DESIGN §8).
+// Internal: the sliding-window, softcap, ALiBi and cache_leftpad options shared by the prefill
+// and decode entries (flash-attn's window_size, softcap, alibi_slopes and cache_leftpad;
+// DESIGN §8).
 #pragma once
 
 #include <string_view>
@@ -13,5 +14,16 @@ namespace kvattn::detail {
 // causal sets the right bound to 0, as flash-attn does.
 void check_mask_options(std::string_view fn, int64_t window_left, int64_t window_right,
                         float softcap, bool causal, Device device, AttentionShape& shape);
+
+// Optional alibi_slopes: float32 [num_heads] or [num_seqs, num_heads], last dim contiguous, on
+// `device`, every value finite (read on the CPU); rejected on CUDA for now. Call after the
+// shape's num_seqs and num_heads are known.
+void check_alibi_slopes(std::string_view fn, const TensorView& slopes, Device device,
+                        const AttentionShape& shape);
+
+// Optional cache_leftpad (decode): int32 [num_seqs], contiguous, on `device`; on the CPU
+// 0 <= cache_leftpad[b] <= cache_seqlens[b]. Rejected on CUDA for now.
+void check_cache_leftpad(std::string_view fn, const TensorView& leftpad,
+                         const TensorView& cache_seqlens, Device device, int64_t num_seqs);
 
 }  // namespace kvattn::detail

@@ -409,6 +409,44 @@ TEST_F(PrefillFixture, WindowAndSoftcapRefusedOnCuda) {
                        HasSubstr("30"));
 }
 
+// alibi_slopes: float32 [num_heads] or [num_seqs, num_heads], finite; refused on CUDA.
+TEST_F(PrefillFixture, BadAlibiSlopes) {
+  const int64_t heads = a.q.size(1), seqs = a.cu_seqlens_q.size(0) - 1;
+  Tensor per_head = Tensor::zeros({heads}, DType::kF32);
+  Tensor per_seq = Tensor::zeros({seqs, heads}, DType::kF32);
+  for (const PrefillArgs& base : {a, p}) {
+    for (const Tensor* ok : {&per_head, &per_seq}) {
+      PrefillArgs x = base;
+      x.alibi_slopes = *ok;
+      EXPECT_NO_THROW(prefill_attention(x));
+    }
+    Tensor short_heads = Tensor::zeros({heads - 1}, DType::kF32);
+    EXPECT_PREFILL_ERROR(base, x.alibi_slopes = short_heads, HasSubstr("alibi_slopes"),
+                         HasSubstr("num_heads"), HasSubstr(std::to_string(heads)),
+                         HasSubstr(std::to_string(heads - 1)));
+    Tensor wrong_seqs = Tensor::zeros({seqs + 1, heads}, DType::kF32);
+    EXPECT_PREFILL_ERROR(base, x.alibi_slopes = wrong_seqs, HasSubstr("alibi_slopes"),
+                         HasSubstr("num_seqs"), HasSubstr(std::to_string(seqs)));
+    Tensor rank3 = Tensor::zeros({1, seqs, heads}, DType::kF32);
+    EXPECT_PREFILL_ERROR(base, x.alibi_slopes = rank3, HasSubstr("alibi_slopes"),
+                         HasSubstr("[num_heads] or [num_seqs, num_heads]"));
+    EXPECT_PREFILL_ERROR(base, x.alibi_slopes = as(per_head, DType::kBF16),
+                         HasSubstr("alibi_slopes"), HasSubstr("float32"), HasSubstr("bfloat16"));
+    EXPECT_PREFILL_ERROR(base, x.alibi_slopes = with(per_seq, {seqs, heads / 2}, {heads, 2}),
+                         HasSubstr("alibi_slopes"));
+    Tensor nan = Tensor::zeros({seqs, heads}, DType::kF32);
+    nan.ptr<float>()[heads + 1] = std::nanf("");
+    EXPECT_PREFILL_ERROR(base, x.alibi_slopes = nan, HasSubstr("alibi_slopes[1][1]"),
+                         HasSubstr("finite"));
+  }
+  const Device gpu = Device::cuda(0);
+  PrefillArgs g = a;
+  for (TensorView* t : {&g.q, &g.k, &g.v, &g.out}) *t = as(on(*t, gpu), DType::kBF16);
+  for (TensorView* t : {&g.lse, &g.cu_seqlens_q, &g.cu_seqlens_k}) *t = on(*t, gpu);
+  EXPECT_PREFILL_ERROR(g, x.alibi_slopes = on(per_head, gpu),
+                       HasSubstr("alibi_slopes is not supported on cuda:0"));
+}
+
 // ---------------- decode_attention ----------------
 
 struct DecodeFixture : ::testing::Test {
@@ -531,6 +569,49 @@ TEST_F(DecodeFixture, BadWindowAndSoftcap) {
   EXPECT_KVATTN_ERROR(on_gpu([](DecodeArgs& x) { x.softcap = 50.0f; }),
                       HasSubstr("decode_attention"), HasSubstr("softcap"),
                       HasSubstr("not supported on cuda:0"));
+}
+
+// alibi_slopes and cache_leftpad on decode: shapes, dtypes, values; both refused on CUDA.
+TEST_F(DecodeFixture, BadAlibiAndLeftpad) {
+  Tensor slopes = Tensor::zeros({3, 8}, DType::kF32);
+  Tensor pad = test::int_tensor({5, 3, 0});
+  EXPECT_NO_THROW(decode_attention(changed([&](DecodeArgs& x) {
+    x.alibi_slopes = slopes;
+    x.cache_leftpad = pad;
+  })));
+  Tensor slopes7 = Tensor::zeros({7}, DType::kF32);
+  EXPECT_DECODE_ERROR(x.alibi_slopes = slopes7, HasSubstr("alibi_slopes"),
+                      HasSubstr("num_heads"), HasSubstr("8"), HasSubstr("7"));
+  Tensor inf = Tensor::zeros({8}, DType::kF32);
+  inf.ptr<float>()[2] = std::numeric_limits<float>::infinity();
+  EXPECT_DECODE_ERROR(x.alibi_slopes = inf, HasSubstr("alibi_slopes[2]"), HasSubstr("finite"));
+  Tensor too_far = test::int_tensor({6, 3, 0});  // cache_seqlens[0] is 5
+  EXPECT_DECODE_ERROR(x.cache_leftpad = too_far, HasSubstr("cache_leftpad[0]"),
+                      HasSubstr("[0, cache_seqlens[0] = 5]"), HasSubstr("6"));
+  Tensor negative = test::int_tensor({0, -1, 0});
+  EXPECT_DECODE_ERROR(x.cache_leftpad = negative, HasSubstr("cache_leftpad[1]"),
+                      HasSubstr("-1"));
+  Tensor two = test::int_tensor({0, 0});
+  EXPECT_DECODE_ERROR(x.cache_leftpad = two, HasSubstr("cache_leftpad"), HasSubstr("num_seqs"),
+                      HasSubstr("3"), HasSubstr("2"));
+  Tensor i64 = test::int_tensor({0, 0, 0}, DType::kI64);
+  EXPECT_DECODE_ERROR(x.cache_leftpad = i64, HasSubstr("cache_leftpad"), HasSubstr("int32"));
+  DecodeArgs g = a;
+  for (TensorView* t : {&g.q, &g.k_cache, &g.v_cache, &g.out}) {
+    *t = as(on(*t, Device::cuda(0)), DType::kBF16);
+  }
+  for (TensorView* t : {&g.block_table, &g.cache_seqlens, &g.lse}) *t = on(*t, Device::cuda(0));
+  const auto on_gpu = [&](auto change) {
+    DecodeArgs x = g;
+    change(x);
+    decode_attention(x);
+  };
+  EXPECT_KVATTN_ERROR(on_gpu([&](DecodeArgs& x) { x.alibi_slopes = on(slopes, Device::cuda(0)); }),
+                      HasSubstr("decode_attention"),
+                      HasSubstr("alibi_slopes is not supported on cuda:0"));
+  EXPECT_KVATTN_ERROR(on_gpu([&](DecodeArgs& x) { x.cache_leftpad = on(pad, Device::cuda(0)); }),
+                      HasSubstr("decode_attention"),
+                      HasSubstr("cache_leftpad is not supported on cuda:0"));
 }
 
 TEST(PlanDecode, RejectsBadSizes) {

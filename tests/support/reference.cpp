@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <stdexcept>
@@ -64,6 +65,11 @@ void attention_reference(const double* q, const double* k, const double* v, int6
   const auto cap = [&](double s) {
     return mask.softcap > 0.0 ? mask.softcap * std::tanh(s / mask.softcap) : s;
   };
+  const auto bias = [&](int64_t i, int64_t j, int64_t h) {
+    if (mask.alibi.empty()) return 0.0;
+    const double slope = mask.alibi[(mask.alibi_per_seq ? mask.seq * num_heads : 0) + h];
+    return -slope * static_cast<double>(std::llabs(i + lk - lq - j));
+  };
   // Two-pass softmax per (query row, head). The rows of a chunk and the heads of a KV group
   // are handled together so each key row is read once per chunk (memory order only; the
   // arithmetic of every row is the plain definition).
@@ -91,7 +97,7 @@ void attention_reference(const double* q, const double* k, const double* v, int6
           double s = 0.0;
 #pragma omp simd reduction(+ : s)
           for (int64_t d = 0; d < D; ++d) s += qr[d] * kr[d];
-          scores[r * lk + j] = cap(s * scale);
+          scores[r * lk + j] = cap(s * scale) + bias(i0 + r / group, j, kh * group + r % group);
         }
       }
       std::vector<double> m(rows, -std::numeric_limits<double>::infinity()), sum(rows, 0.0);
@@ -189,8 +195,10 @@ RefAttention prefill_reference(const TensorView& q, const TensorView& k, const T
     const auto qs = gather_rows(q, cu_q[b], cu_q[b + 1]);
     const auto ks = gather_rows(k, cu_k[b], cu_k[b + 1]);
     const auto vs = gather_rows(v, cu_k[b], cu_k[b + 1]);
+    RefMask m = mask;
+    m.seq = static_cast<int64_t>(b);
     attention_reference(qs.data(), ks.data(), vs.data(), lq, lk, H, Hkv, D, scale, causal,
-                        r.out.data() + cu_q[b] * H * D, r.lse.data() + cu_q[b], total_q, mask);
+                        r.out.data() + cu_q[b] * H * D, r.lse.data() + cu_q[b], total_q, m);
   }
   return r;
 }
@@ -199,7 +207,8 @@ RefAttention paged_prefill_reference(const TensorView& q, const TensorView& k_ca
                                      const TensorView& v_cache, const TensorView& block_table,
                                      const std::vector<int64_t>& cu_q,
                                      const std::vector<int64_t>& cu_k, double scale,
-                                     bool causal, const RefMask& mask) {
+                                     bool causal, const RefMask& mask,
+                                     const std::vector<int64_t>& leftpad) {
   const int64_t total_q = q.shape[0], H = q.shape[1], D = q.shape[2], Hkv = k_cache.shape[2];
   const auto table = to_int64s(block_table);
   const int64_t width = block_table.shape[1];
@@ -207,10 +216,15 @@ RefAttention paged_prefill_reference(const TensorView& q, const TensorView& k_ca
   for (size_t b = 0; b + 1 < cu_q.size(); ++b) {
     const int64_t lq = cu_q[b + 1] - cu_q[b], lk = cu_k[b + 1] - cu_k[b];
     const auto qs = gather_rows(q, cu_q[b], cu_q[b + 1]);
-    const auto ks = gather_paged(k_cache, table.data() + b * width, width, lk);
-    const auto vs = gather_paged(v_cache, table.data() + b * width, width, lk);
-    attention_reference(qs.data(), ks.data(), vs.data(), lq, lk, H, Hkv, D, scale, causal,
-                        r.out.data() + cu_q[b] * H * D, r.lse.data() + cu_q[b], total_q, mask);
+    const int64_t pad = b < leftpad.size() ? leftpad[b] : 0;  // keys start at this position
+    const int64_t row = Hkv * D;
+    const auto ks = gather_paged(k_cache, table.data() + b * width, width, pad + lk);
+    const auto vs = gather_paged(v_cache, table.data() + b * width, width, pad + lk);
+    RefMask m = mask;
+    m.seq = static_cast<int64_t>(b);
+    attention_reference(qs.data(), ks.data() + pad * row, vs.data() + pad * row, lq, lk, H, Hkv,
+                        D, scale, causal, r.out.data() + cu_q[b] * H * D,
+                        r.lse.data() + cu_q[b], total_q, m);
   }
   return r;
 }
@@ -218,15 +232,17 @@ RefAttention paged_prefill_reference(const TensorView& q, const TensorView& k_ca
 RefAttention decode_reference(const TensorView& q, const TensorView& k_cache,
                               const TensorView& v_cache, const TensorView& block_table,
                               const TensorView& cache_seqlens, int64_t q_len, double scale,
-                              bool causal, const RefMask& mask) {
+                              bool causal, const RefMask& mask,
+                              const std::vector<int64_t>& leftpad) {
   const auto lens = to_int64s(cache_seqlens);
   std::vector<int64_t> cu_q(lens.size() + 1, 0), cu_k(lens.size() + 1, 0);
   for (size_t b = 0; b < lens.size(); ++b) {
+    const int64_t pad = b < leftpad.size() ? leftpad[b] : 0;
     cu_q[b + 1] = cu_q[b] + q_len;
-    cu_k[b + 1] = cu_k[b] + lens[b];
+    cu_k[b + 1] = cu_k[b] + lens[b] - pad;
   }
   return paged_prefill_reference(q, k_cache, v_cache, block_table, cu_q, cu_k, scale, causal,
-                                 mask);
+                                 mask, leftpad);
 }
 
 void store_kv_reference(const TensorView& key, const TensorView& value, const TensorView& k_cache,

@@ -21,10 +21,16 @@ struct RefAttention {
 // query i sees key j iff j >= i + offset - window_left (when window_left >= 0) and
 // j <= i + offset + window_right (when window_right >= 0); causal adds j <= i + offset. A
 // positive softcap replaces each scaled score s by softcap * tanh(s / softcap).
+// ALiBi (flash-attn's alibi_slopes): the (capped) score of query i and key j of head h gets
+// -slope * |i + lk - lq - j| added; slope = alibi[h], or alibi[seq * H + h] when alibi_per_seq
+// (the multi-sequence references set `seq`).
 struct RefMask {
   int64_t window_left = -1;
   int64_t window_right = -1;
   double softcap = 0.0;
+  std::vector<double> alibi;  // empty: no ALiBi
+  bool alibi_per_seq = false;
+  int64_t seq = 0;
 };
 
 // Attention of one sequence. q: [lq, H, D]; k, v: [lk, Hkv, D] (dense row-major doubles).
@@ -53,18 +59,22 @@ RefAttention prefill_reference(const TensorView& q, const TensorView& k, const T
                                const std::vector<int64_t>& cu_q, const std::vector<int64_t>& cu_k,
                                double scale, bool causal, const RefMask& mask = {});
 
-// Paged prefill: keys of sequence b are the first cu_k[b+1]-cu_k[b] slots of its block table.
+// Paged prefill: keys of sequence b are the first cu_k[b+1]-cu_k[b] slots of its block table
+// (after leftpad[b] slots, when given).
 RefAttention paged_prefill_reference(const TensorView& q, const TensorView& k_cache,
                                      const TensorView& v_cache, const TensorView& block_table,
                                      const std::vector<int64_t>& cu_q,
                                      const std::vector<int64_t>& cu_k, double scale, bool causal,
-                                     const RefMask& mask = {});
+                                     const RefMask& mask = {},
+                                     const std::vector<int64_t>& leftpad = {});
 
-// Paged decode: q [num_seqs * q_len, H, D]; sequence b has cache_seqlens[b] keys.
+// Paged decode: q [num_seqs * q_len, H, D]; sequence b has cache_seqlens[b] keys, or, with
+// `leftpad`, the keys at cache positions leftpad[b] .. cache_seqlens[b]-1.
 RefAttention decode_reference(const TensorView& q, const TensorView& k_cache,
                               const TensorView& v_cache, const TensorView& block_table,
                               const TensorView& cache_seqlens, int64_t q_len, double scale,
-                              bool causal, const RefMask& mask = {});
+                              bool causal, const RefMask& mask = {},
+                              const std::vector<int64_t>& leftpad = {});
 
 // store_kv by byte copies: token i < len(slot_mapping) with slot s >= 0 goes to block
 // s / block_size, offset s % block_size. Throws std::out_of_range on a slot past the cache.

@@ -35,9 +35,12 @@ DecodePlan plan_decode(int64_t num_seqs, int64_t num_heads, int64_t num_kv_heads
 //   cache_seqlens:  int32 [num_seqs]: keys of each sequence, including this step's tokens.
 //                   0 => the sequence's rows output zeros (CUDA-graph padding).
 // Causal (q_len > 1): query i sees key j iff j <= i + L - q_len (bottom-right aligned).
-// window_left/right and softcap: as in PrefillArgs (prefill_attention.h), with Lq = q_len and
-// Lk = L. A windowed decode reads only the window's keys: the blocks before it are never
-// touched. CPU only for now: the CUDA backend rejects them.
+// window_left/right, softcap and alibi_slopes: as in PrefillArgs (prefill_attention.h), with
+// Lq = q_len and Lk = L - cache_leftpad[b]. A windowed decode reads only the window's keys:
+// the blocks before it are never touched. cache_leftpad (flash-attn's): sequence b's keys are
+// the cache positions cache_leftpad[b] .. L-1, so key j (as the mask and ALiBi count it) lives
+// at position cache_leftpad[b] + j; positions before it are never read. CPU only for now: the
+// CUDA backend rejects all four.
 // Out-of-range block ids or cache_seqlens beyond the table's capacity: the CPU throws; the GPU
 // never reads out of bounds and records a fault in the device fault word.
 struct DecodeArgs {
@@ -52,6 +55,8 @@ struct DecodeArgs {
   int64_t window_left = -1;   // -1 => unbounded
   int64_t window_right = -1;  // -1 => unbounded; causal => 0
   float softcap = 0.0f;       // 0 => off
+  TensorView alibi_slopes;    // optional float32 [num_heads] or [num_seqs, num_heads]
+  TensorView cache_leftpad;   // optional int32 [num_seqs], 0 <= cache_leftpad[b] <= L
   TensorView out;
   TensorView lse;  // optional float32 [num_heads, num_seqs * q_len]
   // float8_e4m3 caches (CPU only for now; CUDA rejects them): the dequantisation scales,

@@ -27,7 +27,10 @@ namespace kvattn {
 // needs j >= i + Lk - Lq - left (left >= 0) and j <= i + Lk - Lq + right (right >= 0); causal
 // sets right to 0 (a right bound given with causal is overridden, as in flash-attn). Softcap
 // (> 0): each scaled score s becomes softcap * tanh(s / softcap) before the softmax (lse too).
-// Both are CPU only for now: the CUDA backend rejects them.
+// ALiBi (flash-attn's alibi_slopes): the score of query i and key j (after softcap) gets
+// -slope[h] * |i + Lk - Lq - j| added, slope[h] the slope of query head h (of sequence b for
+// [num_seqs, num_heads] slopes); the lse includes it.
+// Window, softcap and ALiBi are CPU only for now: the CUDA backend rejects them.
 // GQA: query head h reads KV head h / (num_heads / num_kv_heads).
 struct PrefillArgs {
   TensorView q;
@@ -45,6 +48,8 @@ struct PrefillArgs {
   int64_t window_left = -1;   // -1 => unbounded (see Semantics)
   int64_t window_right = -1;  // -1 => unbounded; causal => 0
   float softcap = 0.0f;       // 0 => off
+  // Optional float32 [num_heads] or [num_seqs, num_heads], last dim contiguous, finite.
+  TensorView alibi_slopes;
   TensorView out;
   TensorView lse;  // optional
   // Paged form with float8_e4m3 caches (CPU only for now): dequantisation scales, as in

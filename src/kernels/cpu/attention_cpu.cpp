@@ -8,11 +8,14 @@
 // float8_e4m3 cache is dequantised there too (table[code] * scale of the KV head), so the
 // kernel computes on exactly the values e4m3(stored) * scale. Each query row sees one
 // contiguous key range (causal, sliding window: key_range); an item visits only the union of
-// its rows' ranges, so the keys before a sliding window are never read. The tile
+// its rows' ranges, so the keys before a sliding window are never read. Softcap and ALiBi
+// change the score tile before the online softmax; a decode's cache_leftpad moves where a
+// sequence's key 0 lives (Sequence::k_begin). The tile
 // loops (scores, exp, weighted sum of V) run AVX2+FMA code when the CPU has it
 // (attention_tile_math.h).
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <vector>
 
@@ -47,12 +50,14 @@ struct Problem {
   float scale = 1.0f;
   int64_t window_left = -1, window_right = -1;  // resolved: causal => window_right = 0
   float softcap = 0.0f;
+  const float* alibi = nullptr;  // slopes [num_heads] (alibi_seq_stride 0) or [seqs, heads]
+  int64_t alibi_seq_stride = 0;
 };
 
 struct Sequence {
   int64_t q_begin = 0;  // first row of q/out
   int64_t q_len = 0;
-  int64_t k_begin = 0;  // first packed key row (packed form only)
+  int64_t k_begin = 0;  // packed: first key row; paged: cache position of key 0 (leftpad)
   int64_t k_len = 0;
   int64_t index = 0;    // row of block_table (paged form)
 };
@@ -75,8 +80,9 @@ const KV* kv_row(const Problem<T, KV>& p, const KV* base, int64_t stride, const 
   if (p.block_table == nullptr) {
     return base + (s.k_begin + j) * stride + kv_head * p.head_dim;
   }
-  const int32_t block = p.block_table[s.index * p.block_table_stride + j / p.block_size];
-  return base + block * stride + (j % p.block_size) * row + kv_head * p.head_dim;
+  const int64_t pos = s.k_begin + j;
+  const int32_t block = p.block_table[s.index * p.block_table_stride + pos / p.block_size];
+  return base + block * stride + (pos % p.block_size) * row + kv_head * p.head_dim;
 }
 
 // Points rows[i] at float copies (or, for float inputs, the rows themselves) of keys j0..j1.
@@ -146,6 +152,14 @@ inline void apply_softcap(float* s, int64_t n, float softcap) {
   for (int64_t j = 0; j < n; ++j) s[j] = softcap * std::tanh(s[j] * inv);
 }
 
+// ALiBi: s[j] -= slope * |diag - (j0 + j)| for the keys j0 .. j0+n-1 of a row whose diagonal
+// (i + Lk - Lq) is diag.
+inline void apply_alibi(float* s, int64_t n, float slope, int64_t diag, int64_t j0) {
+  for (int64_t j = 0; j < n; ++j) {
+    s[j] -= slope * static_cast<float>(std::abs(diag - (j0 + j)));
+  }
+}
+
 template <typename T, typename KV>
 void run_item(const Problem<T, KV>& p, const Sequence& s, const WorkItem& w, Scratch& sc) {
   const TileMath& math = tile_math();
@@ -190,6 +204,10 @@ void run_item(const Problem<T, KV>& p, const Sequence& s, const WorkItem& w, Scr
       float* scores = sc.scores.data();
       math.scores(qr, sc.k_rows.data() + (jb - j0), n, d, scores);
       if (p.softcap > 0.0f) apply_softcap(scores, n, p.softcap);
+      if (p.alibi != nullptr) {
+        const float slope = p.alibi[s.index * p.alibi_seq_stride + w.kv_head * g + r % g];
+        apply_alibi(scores, n, slope, i + s.k_len - s.q_len, jb);
+      }
       float tile_max = -std::numeric_limits<float>::infinity();
       for (int64_t j = 0; j < n; ++j) tile_max = std::max(tile_max, scores[j]);
       const float m_new = std::max(sc.m[r], tile_max);
@@ -246,7 +264,8 @@ template <typename T, typename KV>
 Problem<T, KV> make_problem(const TensorView& q, const TensorView& out, const TensorView& lse,
                             const TensorView& k, const TensorView& v,
                             const TensorView& block_table, const TensorView& k_scale,
-                            const TensorView& v_scale, const AttentionShape& shape) {
+                            const TensorView& v_scale, const TensorView& alibi,
+                            const AttentionShape& shape) {
   Problem<T, KV> p;
   p.q = q.ptr<const T>();
   p.q_stride = q.stride(0);
@@ -273,6 +292,10 @@ Problem<T, KV> make_problem(const TensorView& q, const TensorView& out, const Te
   p.window_left = shape.window_left;
   p.window_right = shape.window_right;
   p.softcap = shape.softcap;
+  if (alibi.defined()) {
+    p.alibi = alibi.ptr<const float>();
+    p.alibi_seq_stride = alibi.ndim == 2 ? alibi.stride(0) : 0;
+  }
   return p;
 }
 
@@ -311,22 +334,25 @@ void prefill_attention(const PrefillArgs& a, const AttentionShape& shape) {
     using T = decltype(t);
     using KV = decltype(kv);
     run(make_problem<T, KV>(a.q, a.out, a.lse, a.k, a.v, a.block_table, a.k_scale, a.v_scale,
-                            shape),
+                            a.alibi_slopes, shape),
         seqs);
   });
 }
 
 void decode_attention(const DecodeArgs& a, const AttentionShape& shape) {
   const int32_t* lens = a.cache_seqlens.ptr<const int32_t>();
+  const int32_t* leftpad =
+      a.cache_leftpad.defined() ? a.cache_leftpad.ptr<const int32_t>() : nullptr;
   std::vector<Sequence> seqs(shape.num_seqs);
   for (int64_t b = 0; b < shape.num_seqs; ++b) {
-    seqs[b] = {b * a.q_len, a.q_len, 0, lens[b], b};
+    const int64_t pad = leftpad != nullptr ? leftpad[b] : 0;
+    seqs[b] = {b * a.q_len, a.q_len, pad, lens[b] - pad, b};
   }
   dispatch_dtypes(a.q.dtype, a.k_cache.dtype, [&](auto t, auto kv) {
     using T = decltype(t);
     using KV = decltype(kv);
     run(make_problem<T, KV>(a.q, a.out, a.lse, a.k_cache, a.v_cache, a.block_table, a.k_scale,
-                            a.v_scale, shape),
+                            a.v_scale, a.alibi_slopes, shape),
         seqs);
   });
 }
