@@ -5,6 +5,11 @@ vLLM's ``return_softmax_lse`` / ``out=`` extensions. Arguments kvattn does not i
 ``NotImplementedError`` naming the argument when they differ from their default; nothing is
 silently ignored. Bad tensors (shape, stride, dtype, device) raise ``kvattn.Error`` with
 kvattn's message.
+
+Autograd: inputs that require grad (with grad mode on) run the forward on detached views (no
+copy); the outputs then carry a grad_fn whose backward raises NotImplementedError (kvattn is
+forward-only). The extension signals such inputs with ``_C.NeedsGrad`` before it runs
+anything, so calls without them pay nothing for this.
 """
 
 import operator
@@ -174,17 +179,30 @@ def flash_attn_varlen_func(
     becomes softcap * tanh(s / softcap) before the softmax; 0 = off) have flash-attn's meanings,
     combined with ``causal`` and the bottom-right alignment; CPU only for now (the CUDA backend
     raises kvattn.Error naming them).
+    ``alibi_slopes``: float32 [num_heads] or [batch, num_heads]; the score of query i and key j
+    gets -slope * |i + Lk - Lq - j| added (after softcap), flash-attn's documented bias; CPU only.
+    head_dim: any on the CPU; 64 and 128 on CUDA.
 
     fp8 paged caches (torch.float8_e4m3fn, or uint8 e4m3 bytes) are read as e4m3 * scale with
     ``k_scale`` / ``v_scale`` (a number or float32 [num_kv_heads]; None = 1.0), float32
     accumulation; CPU only for now.
     """
+    args = (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
+            softmax_scale, causal, window_size, softcap, alibi_slopes, return_attn_probs,
+            block_table, return_softmax_lse, out, k_scale, v_scale)
+    try:
+        return _varlen_impl(*args)
+    except _C.NeedsGrad:
+        return _forward_only("flash_attn_varlen_func", _varlen_impl, args, out)
+
+
+def _varlen_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
+                 softmax_scale, causal, window_size, softcap, alibi_slopes, return_attn_probs,
+                 block_table, return_softmax_lse, out, k_scale, v_scale):
     if dropout_p:
         _unsupported("flash_attn_varlen_func", "dropout_p", dropout_p, " (inference only)")
     left, right = _window("flash_attn_varlen_func", window_size)
     softcap = _softcap("flash_attn_varlen_func", softcap)
-    if alibi_slopes is not None:
-        _unsupported("flash_attn_varlen_func", "alibi_slopes", alibi_slopes)
     if block_table is not None:
         k = _fp8_bytes(k)
         v = _fp8_bytes(v)
@@ -208,6 +226,7 @@ def flash_attn_varlen_func(
         left,
         right,
         softcap,
+        alibi_slopes,
     )
     if return_attn_probs:
         return res[0], res[1], None
@@ -260,7 +279,34 @@ def flash_attn_with_kvcache(
     becomes softcap * tanh(s / softcap) before the softmax; 0 = off) have flash-attn's meanings,
     combined with ``causal`` and the bottom-right alignment; CPU only for now (the CUDA backend
     raises kvattn.Error naming them).
+    ``alibi_slopes``: float32 [num_heads] or [batch, num_heads], flash-attn's bias
+    -slope * |i + Lk - Lq - j| (Lk: the keys attended); CPU only.
+    ``rotary_cos`` / ``rotary_sin`` ([seqlen_ro, rotary_dim / 2], rotary_dim <= head_dim, even;
+    need k and v): the new keys are rotated at positions cache_seqlens[b] + t before they are
+    written, and q at cache_seqlens[b] + t when causal or local (a window), else every query
+    token at cache_seqlens[b], as flash-attn does; ``rotary_interleaved`` pairs dims (0, 1),
+    (2, 3), ... (GPT-J), else (i, i + rotary_dim / 2) (GPT-NeoX); dims past rotary_dim pass
+    through. Computed in float32 by the package (NumPy or torch ops), rounded to q's dtype.
+    ``cache_batch_idx`` (int32 [batch], dense caches only, as in flash-attn): the cache row of
+    each sequence. ``cache_leftpad`` (int32 [batch]): sequence b's keys start at cache position
+    cache_leftpad[b] (the mask and ALiBi count keys from there; rotary positions stay absolute);
+    CPU only, also with a block_table (flash-attn refuses that combination).
     """
+    args = (q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
+            cache_leftpad, block_table, softmax_scale, causal, window_size, softcap,
+            rotary_interleaved, alibi_slopes, num_splits, return_softmax_lse, out, k_scale,
+            v_scale)
+    try:
+        return _kvcache_impl(*args)
+    except _C.NeedsGrad:
+        return _forward_only("flash_attn_with_kvcache", _kvcache_impl, args, out)
+
+
+def _kvcache_impl(
+    q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
+    cache_leftpad, block_table, softmax_scale, causal, window_size, softcap,
+    rotary_interleaved, alibi_slopes, num_splits, return_softmax_lse, out, k_scale, v_scale,
+):
     k_cache = _fp8_bytes(k_cache)
     v_cache = _fp8_bytes(v_cache)
     if k_scale is not None or v_scale is not None:
@@ -313,14 +359,8 @@ def _kvcache_general(
     rotary_interleaved, alibi_slopes, num_splits, return_softmax_lse, out, k_scale, v_scale,
 ):
     fn = "flash_attn_with_kvcache"
-    if rotary_cos is not None or rotary_sin is not None:
-        _unsupported(fn, "rotary_cos" if rotary_cos is not None else "rotary_sin",
-                     rotary_cos if rotary_cos is not None else rotary_sin,
-                     " (apply rotary embeddings to q and k before the call)")
-    if cache_leftpad is not None:
-        _unsupported(fn, "cache_leftpad", cache_leftpad)
-    if alibi_slopes is not None:
-        _unsupported(fn, "alibi_slopes", alibi_slopes)
+    if _needs_grad(q, k, v, k_cache, v_cache, rotary_cos, rotary_sin, alibi_slopes):
+        raise _C.NeedsGrad("kvattn.%s: an input requires grad" % fn)
     softcap = _softcap(fn, softcap)
     if num_splits not in (0, 1):
         _unsupported(fn, "num_splits", num_splits, " (0: kvattn plans, 1: no split)")
@@ -342,9 +382,12 @@ def _kvcache_general(
         if cache_batch_idx is None:
             block_table = xp.arange_column(batch)
         else:
+            _check_index(fn, "cache_batch_idx", cache_batch_idx, batch, 0, k_cache.shape[0] - 1,
+                         "[0, k_cache.shape[0] = %d)" % k_cache.shape[0])
             block_table = xp.as_column(cache_batch_idx)
     elif cache_batch_idx is not None:
-        _unsupported(fn, "cache_batch_idx", cache_batch_idx, " together with block_table")
+        _unsupported(fn, "cache_batch_idx", cache_batch_idx,
+                     " together with block_table (flash-attn refuses it too)")
 
     block_size = k_cache.shape[1]
     capacity = block_table.shape[1] * block_size
@@ -352,6 +395,12 @@ def _kvcache_general(
         cache_seqlens = xp.full_int32(batch, 0 if k is not None else capacity)
     elif isinstance(cache_seqlens, int):
         cache_seqlens = xp.full_int32(batch, cache_seqlens)
+
+    if cache_leftpad is not None:
+        _check_index(fn, "cache_leftpad", cache_leftpad, batch, 0, None, ">= 0")
+    if rotary_cos is not None or rotary_sin is not None:
+        q, k = _rotary(fn, xp, q, k, rotary_cos, rotary_sin, rotary_interleaved, cache_seqlens,
+                       capacity, causal or _is_local(left, right, capacity))
 
     if k is not None:
         seqlen_new = k.shape[1]
@@ -371,10 +420,118 @@ def _kvcache_general(
     res = _kvcache(
         q, k_cache, v_cache, block_table, cache_seqlens, _scale(softmax_scale), causal,
         num_splits, out, return_softmax_lse, k_scale, v_scale, left, right, softcap,
+        alibi_slopes, cache_leftpad,
     )
     if return_softmax_lse:
         return res[0], _lse_bhs(res[1], q.shape[0], q.shape[1])
     return res
+
+
+def _is_local(left, right, seqlen_k):
+    """flash-attn's is_local, which decides the rotary positions of q: a window bound shorter
+    than the cache (mha_fwd_kvcache drops bounds >= seqlen_k, the cache's capacity)."""
+    return 0 <= left < seqlen_k or 0 <= right < seqlen_k
+
+
+def _needs_grad(*xs):
+    """True when a torch tensor among xs requires grad while grad mode is on."""
+    for x in xs:
+        if x is not None and _is_torch(x) and x.requires_grad:
+            import torch
+
+            return torch.is_grad_enabled()
+    return False
+
+
+_forward_only_cls = None
+
+
+def _forward_only(fn, impl, args, out):
+    """Runs impl(*args) on detached views of the inputs that require grad (no copy), under a
+    torch.autograd.Function whose backward raises: the outputs carry a grad_fn, so a backward
+    through them fails with a message naming kvattn instead of silently giving no gradient."""
+    global _forward_only_cls
+    import torch
+
+    if out is not None:
+        raise NotImplementedError(
+            "kvattn.%s: out= cannot be combined with inputs that require grad (kvattn has no "
+            "backward pass); pass out=None, or call under torch.no_grad()" % fn)
+    if _forward_only_cls is None:
+
+        class _ForwardOnly(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, name, run, *inputs):
+                ctx.name = name
+                return run()
+
+            @staticmethod
+            def backward(ctx, *grads):
+                raise NotImplementedError(
+                    "kvattn.%s has no backward pass (kvattn is forward-only): its output was "
+                    "used in a backward; compute gradients with another attention "
+                    "implementation, or detach the output" % ctx.name)
+
+        _forward_only_cls = _ForwardOnly
+    grads = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
+    detached = tuple(a.detach() if isinstance(a, torch.Tensor) and a.requires_grad else a
+                     for a in args)
+    return _forward_only_cls.apply(fn, lambda: impl(*detached), *grads)
+
+
+def _dtype_name(x):
+    return str(getattr(x, "dtype", type(x).__name__)).replace("torch.", "")
+
+
+def _check_index(fn, name, idx, batch, lo, hi, want):
+    """An int32 [batch] index argument; on the CPU its values lie in [lo, hi] (hi None: no
+    upper bound). GPU tensors are not read (no sync): the kernels bound-check them."""
+    shape = tuple(getattr(idx, "shape", ()))
+    if shape != (batch,) or _dtype_name(idx) != "int32":
+        raise _C.Error("kvattn.%s: %s must be int32 [batch] = [%d] but is %s %s"
+                       % (fn, name, batch, _dtype_name(idx), list(shape)))
+    if batch == 0 or (_is_torch(idx) and idx.device.type != "cpu"):
+        return
+    vals = idx.numpy() if _is_torch(idx) else idx
+    bad = (vals < lo) if hi is None else ((vals < lo) | (vals > hi))
+    if bad.any():
+        b = int(bad.nonzero()[0][0])
+        raise _C.Error("kvattn.%s: %s[%d] must be in %s but is %d"
+                       % (fn, name, b, want, int(vals[b])))
+
+
+def _rotary(fn, xp, q, k, cos, sin, interleaved, cache_seqlens, capacity, q_advances):
+    """flash-attn's in-call RoPE: k (the new keys) at positions cache_seqlens[b] + t; q at
+    cache_seqlens[b] + t when q_advances (causal or local), else all at cache_seqlens[b]."""
+    if cos is None or sin is None:
+        raise _C.Error("kvattn.%s: rotary_cos and rotary_sin must be given together but only "
+                       "%s is" % (fn, "rotary_cos" if sin is None else "rotary_sin"))
+    if k is None:
+        raise _C.Error("kvattn.%s: rotary_cos/rotary_sin rotate the new keys: k and v must be "
+                       "given too (as in flash-attn)" % fn)
+    cshape, sshape = tuple(cos.shape), tuple(sin.shape)
+    dim = q.shape[3]
+    if len(cshape) != 2 or cshape != sshape:
+        raise _C.Error("kvattn.%s: rotary_cos and rotary_sin must both be [seqlen_ro, "
+                       "rotary_dim / 2] but are %s and %s" % (fn, list(cshape), list(sshape)))
+    rot = 2 * cshape[1]
+    if not 0 < rot <= dim:
+        raise _C.Error("kvattn.%s: rotary_dim (2 * rotary_cos.shape[1]) must be in [2, head_dim "
+                       "= %d] but is %d" % (fn, dim, rot))
+    seqlen_q, seqlen_new = q.shape[1], k.shape[1]
+    if xp.on_cpu(cache_seqlens):
+        need = xp.max_int(cache_seqlens) + max(seqlen_new, seqlen_q if q_advances else 1)
+        if need > cshape[0]:
+            raise _C.Error("kvattn.%s: rotary_cos has %d positions (seqlen_ro) but positions up "
+                           "to %d (max cache_seqlens + seqlen - 1) are rotated"
+                           % (fn, cshape[0], need - 1))
+    elif cshape[0] < capacity:
+        raise _C.Error("kvattn.%s: rotary_cos seqlen_ro must be >= the cache's seqlen (%d) but "
+                       "is %d" % (fn, capacity, cshape[0]))
+    pos_k = xp.positions(cache_seqlens, seqlen_new, True, cshape[0])
+    pos_q = xp.positions(cache_seqlens, seqlen_q, q_advances, cshape[0])
+    return (xp.rotate(q, cos, sin, pos_q, rot, interleaved),
+            xp.rotate(k, cos, sin, pos_k, rot, interleaved))
 
 
 class _Ops:
@@ -412,6 +569,58 @@ class _Ops:
 
     def as_column(self, idx):
         return idx.reshape(-1, 1)
+
+    def on_cpu(self, x):
+        return not self.torch or x.device.type == "cpu"
+
+    def max_int(self, x):
+        return int(x.max()) if x.shape[0] else 0
+
+    def positions(self, cache_seqlens, n, advance, limit):
+        """int64 [batch, n]: cache_seqlens[b] + t (advance) or cache_seqlens[b], clipped to
+        [0, limit) so the gather never faults (store_kv reports lengths past the cache)."""
+        if self.torch:
+            t = self.t
+            base = cache_seqlens.to(t.int64).reshape(-1, 1)
+            step = t.arange(n, dtype=t.int64, device=self.device)
+            return (base + step if advance else base.expand(-1, n)).clamp(0, limit - 1)
+        np = self.np
+        base = np.asarray(cache_seqlens, dtype=np.int64).reshape(-1, 1)
+        step = np.arange(n, dtype=np.int64) if advance else np.zeros(n, np.int64)
+        return np.clip(base + step, 0, limit - 1)
+
+    def rotate(self, x, cos, sin, pos, rot, interleaved):
+        """x [batch, seqlen, heads, dim] with RoPE at pos [batch, seqlen] on its first rot dims,
+        in float32, returned contiguous in x's dtype."""
+        half = rot // 2
+        if self.torch:
+            t = self.t
+            c = cos.to(device=self.device, dtype=t.float32)[pos].unsqueeze(2)
+            s = sin.to(device=self.device, dtype=t.float32)[pos].unsqueeze(2)
+            xf = x[..., :rot].to(t.float32)
+            if interleaved:
+                x1, x2 = xf[..., 0::2], xf[..., 1::2]
+                r = t.stack((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1).flatten(-2)
+            else:
+                x1, x2 = xf[..., :half], xf[..., half:]
+                r = t.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1)
+            return t.cat((r.to(x.dtype), x[..., rot:]), dim=-1).contiguous()
+        np = self.np
+        c = np.asarray(cos, dtype=np.float32)[pos][:, :, None, :]
+        s = np.asarray(sin, dtype=np.float32)[pos][:, :, None, :]
+        xf = np.asarray(x[..., :rot], dtype=np.float32)
+        r = np.empty_like(xf)
+        if interleaved:
+            x1, x2 = xf[..., 0::2], xf[..., 1::2]
+            r[..., 0::2] = x1 * c - x2 * s
+            r[..., 1::2] = x2 * c + x1 * s
+        else:
+            x1, x2 = xf[..., :half], xf[..., half:]
+            r[..., :half] = x1 * c - x2 * s
+            r[..., half:] = x2 * c + x1 * s
+        out = np.array(x, copy=True, order="C")
+        out[..., :rot] = r.astype(x.dtype)
+        return out
 
     def add_int32(self, lens, n):
         if self.torch:

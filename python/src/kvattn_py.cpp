@@ -40,6 +40,7 @@ namespace {
 // ---- module state (guarded by the GIL) ----------------------------------------------------
 
 PyObject* g_error = nullptr;             // kvattn.Error
+PyObject* g_needs_grad = nullptr;        // kvattn._C.NeedsGrad (a NotImplementedError)
 PyObject* g_fallback_alloc = nullptr;    // f(shape: tuple, dtype: str, like) -> array
 PyObject* g_torch_to_dlpack = nullptr;   // torch._C._to_dlpack (legacy PyTorch)
 PyObject* g_torch_raw_stream = nullptr;  // torch._C._cuda_getCurrentRawStream
@@ -162,7 +163,7 @@ class CallScope {
   }
 
  private:
-  static constexpr int kMax = 12;
+  static constexpr int kMax = 16;
   std::array<PyObject*, kMax> caps_{};
   std::array<DLManagedTensorVersioned*, kMax> managed_{};
   int n_caps_ = 0;
@@ -234,7 +235,10 @@ Stream current_stream(const TypeInfo* info, Device device) {
   return Stream{};  // unknown framework: the legacy default stream
 }
 
-// PyTorch autograd: kvattn has no backward, so refuse inputs that would need one.
+// PyTorch autograd: kvattn has no backward. An input that would need one raises
+// kvattn._C.NeedsGrad (a NotImplementedError) before anything runs; the package catches it
+// and runs the forward on detached views under a torch.autograd.Function whose backward
+// raises (interface.py: _forward_only), so the hot path pays nothing for it.
 void check_no_grad(PyObject* obj, const char* name) {
   if (obj == Py_None || !type_info(Py_TYPE(obj)).torch) return;
   PyObject* rg = PyObject_GetAttr(obj, g_str_requires_grad);
@@ -250,7 +254,7 @@ void check_no_grad(PyObject* obj, const char* name) {
   const bool enabled = en == Py_True;
   Py_DECREF(en);
   if (enabled) {
-    PyErr_Format(PyExc_NotImplementedError,
+    PyErr_Format(g_needs_grad,
                  "kvattn: %s requires grad, but kvattn has no backward pass; run under "
                  "torch.no_grad() or torch.inference_mode(), or pass %s.detach()",
                  name, name);
@@ -581,7 +585,7 @@ nb::object varlen(nb::handle q, nb::handle k, nb::handle v, nb::handle cu_seqlen
                  nb::handle cu_seqlens_k, nb::handle max_seqlen_q, nb::handle max_seqlen_k,
                  double softmax_scale, bool causal, nb::handle block_table, nb::handle out,
                  bool want_lse, nb::handle k_scale, nb::handle v_scale, int64_t window_left,
-                 int64_t window_right, double softcap) {
+                 int64_t window_right, double softcap, nb::handle alibi_slopes) {
   CallScope scope;
   const TypeInfo* info = nullptr;
   PrefillArgs a;
@@ -592,12 +596,14 @@ nb::object varlen(nb::handle q, nb::handle k, nb::handle v, nb::handle cu_seqlen
   check_no_grad(q.ptr(), "q");
   check_no_grad(k.ptr(), "k");
   check_no_grad(v.ptr(), "v");
+  check_no_grad(alibi_slopes.ptr(), "alibi_slopes");
   a.q = import_tensor(q.ptr(), "q", scope, &info);
   const bool paged = !block_table.is_none();
   a.k = paged ? import_cache(k.ptr(), "k", scope) : import_tensor(k.ptr(), "k", scope);
   a.v = paged ? import_cache(v.ptr(), "v", scope) : import_tensor(v.ptr(), "v", scope);
   a.k_scale = import_tensor(k_scale.ptr(), "k_scale", scope);
   a.v_scale = import_tensor(v_scale.ptr(), "v_scale", scope);
+  a.alibi_slopes = import_tensor(alibi_slopes.ptr(), "alibi_slopes", scope);
   a.cu_seqlens_q = import_tensor(cu_seqlens_q.ptr(), "cu_seqlens_q", scope);
   a.cu_seqlens_k = import_tensor(cu_seqlens_k.ptr(), "cu_seqlens_k", scope);
   a.block_table = import_tensor(block_table.ptr(), "block_table", scope);
@@ -633,7 +639,8 @@ nb::object varlen(nb::handle q, nb::handle k, nb::handle v, nb::handle cu_seqlen
 nb::object kvcache(nb::handle q, nb::handle k_cache, nb::handle v_cache, nb::handle block_table,
                   nb::handle cache_seqlens, double softmax_scale, bool causal, int num_splits,
                   nb::handle out, bool want_lse, nb::handle k_scale, nb::handle v_scale,
-                  int64_t window_left, int64_t window_right, double softcap) {
+                  int64_t window_left, int64_t window_right, double softcap,
+                  nb::handle alibi_slopes, nb::handle cache_leftpad) {
   CallScope scope;
   const TypeInfo* info = nullptr;
   DecodeArgs a;
@@ -641,6 +648,9 @@ nb::object kvcache(nb::handle q, nb::handle k_cache, nb::handle v_cache, nb::han
   a.window_right = window_right;
   a.softcap = static_cast<float>(softcap);
   check_no_grad(q.ptr(), "q");
+  check_no_grad(k_cache.ptr(), "k_cache");
+  check_no_grad(v_cache.ptr(), "v_cache");
+  check_no_grad(alibi_slopes.ptr(), "alibi_slopes");
   const TensorView q4 = import_tensor(q.ptr(), "q", scope, &info);
   a.q = collapse01(q4, "q");
   a.k_cache = import_cache(k_cache.ptr(), "k_cache", scope);
@@ -649,6 +659,8 @@ nb::object kvcache(nb::handle q, nb::handle k_cache, nb::handle v_cache, nb::han
   a.v_scale = import_tensor(v_scale.ptr(), "v_scale", scope);
   a.block_table = import_tensor(block_table.ptr(), "block_table", scope);
   a.cache_seqlens = import_tensor(cache_seqlens.ptr(), "cache_seqlens", scope);
+  a.alibi_slopes = import_tensor(alibi_slopes.ptr(), "alibi_slopes", scope);
+  a.cache_leftpad = import_tensor(cache_leftpad.ptr(), "cache_leftpad", scope);
   a.q_len = q4.shape[1];
   a.softmax_scale = static_cast<float>(softmax_scale);
   a.causal = causal;
@@ -740,6 +752,11 @@ NB_MODULE(_C, m) {
       bases, nullptr);
   Py_DECREF(bases);
   m.attr("Error") = nb::borrow(g_error);
+  g_needs_grad = PyErr_NewExceptionWithDoc(
+      "kvattn._C.NeedsGrad",
+      "An input requires grad while grad mode is on (kvattn has no backward pass).",
+      PyExc_NotImplementedError, nullptr);
+  m.attr("NeedsGrad") = nb::borrow(g_needs_grad);
   g_str_dlpack = PyUnicode_InternFromString("__dlpack__");
   g_str_requires_grad = PyUnicode_InternFromString("requires_grad");
 
@@ -758,12 +775,14 @@ NB_MODULE(_C, m) {
         nb::arg("softmax_scale"), nb::arg("causal"), nb::arg("block_table").none(),
         nb::arg("out").none(), nb::arg("want_lse"), nb::arg("k_scale").none() = nb::none(),
         nb::arg("v_scale").none() = nb::none(), nb::arg("window_left") = -1,
-        nb::arg("window_right") = -1, nb::arg("softcap") = 0.0);
+        nb::arg("window_right") = -1, nb::arg("softcap") = 0.0,
+        nb::arg("alibi_slopes").none() = nb::none());
   m.def("kvcache", &Guarded<&kvcache>::call, nb::arg("q"), nb::arg("k_cache"), nb::arg("v_cache"),
         nb::arg("block_table"), nb::arg("cache_seqlens"), nb::arg("softmax_scale"),
         nb::arg("causal"), nb::arg("num_splits"), nb::arg("out").none(), nb::arg("want_lse"),
         nb::arg("k_scale").none() = nb::none(), nb::arg("v_scale").none() = nb::none(),
-        nb::arg("window_left") = -1, nb::arg("window_right") = -1, nb::arg("softcap") = 0.0);
+        nb::arg("window_left") = -1, nb::arg("window_right") = -1, nb::arg("softcap") = 0.0,
+        nb::arg("alibi_slopes").none() = nb::none(), nb::arg("cache_leftpad").none() = nb::none());
   m.def("inspect", &Guarded<&inspect>::call, nb::arg("tensor"));
   m.def("device_faults", &Guarded<&device_faults>::call, nb::arg("device_index"), nb::arg("clear") = true);
   m.def("cuda_available", [] { return kvattn::cuda_available(); });

@@ -5,14 +5,15 @@ import math
 import numpy as np
 
 
-def attention_ref(q, k, v, causal, scale=None, window=(-1, -1), softcap=0.0):
+def attention_ref(q, k, v, causal, scale=None, window=(-1, -1), softcap=0.0, alibi=None):
     """One sequence: q [Lq, H, D], k/v [Lk, Hk, D] (float64) -> out [Lq, H, D], lse [H, Lq].
 
     GQA: query head h reads KV head h // (H // Hk). Causal is bottom-right aligned: query i sees
     key j iff j <= i + Lk - Lq. A row that sees no key outputs 0 and has lse -inf.
     flash-attn's window (left, right), -1 unbounded: query i sees keys
     [i + Lk - Lq - left, i + Lk - Lq + right] inclusive. softcap > 0: each scaled score s becomes
-    softcap * tanh(s / softcap) before the softmax.
+    softcap * tanh(s / softcap) before the softmax. alibi ([H] slopes): flash-attn's bias
+    -slope[h] * |i + Lk - Lq - j| added to the (capped) score.
     """
     q = np.asarray(q, np.float64)
     k = np.asarray(k, np.float64)
@@ -30,6 +31,9 @@ def attention_ref(q, k, v, causal, scale=None, window=(-1, -1), softcap=0.0):
     i = np.arange(lq)[:, None]
     j = np.arange(lk)[None, :]
     diag = i + lk - lq
+    if alibi is not None:
+        slopes = np.asarray(alibi, np.float64).reshape(h, 1, 1)
+        s = s - slopes * np.abs(diag - j)[None].astype(np.float64)
     if causal:
         s = np.where(j <= diag, s, -np.inf)
     if window[0] >= 0:
@@ -48,8 +52,10 @@ def attention_ref(q, k, v, causal, scale=None, window=(-1, -1), softcap=0.0):
     return out, lse
 
 
-def varlen_ref(q, k, v, cu_q, cu_k, causal, scale=None, window=(-1, -1), softcap=0.0):
-    """Packed sequences: q [total_q, H, D], k/v [total_k, Hk, D] -> out, lse [H, total_q]."""
+def varlen_ref(q, k, v, cu_q, cu_k, causal, scale=None, window=(-1, -1), softcap=0.0,
+               alibi=None):
+    """Packed sequences: q [total_q, H, D], k/v [total_k, Hk, D] -> out, lse [H, total_q].
+    alibi: slopes [H] or [batch, H]."""
     q = np.asarray(q, np.float64)
     out = np.zeros(q.shape)
     lse = np.full((q.shape[1], q.shape[0]), -np.inf)
@@ -57,10 +63,30 @@ def varlen_ref(q, k, v, cu_q, cu_k, causal, scale=None, window=(-1, -1), softcap
         q0, q1, k0, k1 = cu_q[b], cu_q[b + 1], cu_k[b], cu_k[b + 1]
         if q1 == q0:
             continue
-        o, l = attention_ref(q[q0:q1], k[k0:k1], v[k0:k1], causal, scale, window, softcap)
+        a = None if alibi is None else (alibi if np.ndim(alibi) == 1 else alibi[b])
+        o, l = attention_ref(q[q0:q1], k[k0:k1], v[k0:k1], causal, scale, window, softcap, a)
         out[q0:q1] = o
         lse[:, q0:q1] = l
     return out, lse
+
+
+def rotary_ref(x, cos, sin, pos, interleaved):
+    """flash-attn's reference RoPE (apply_rotary_emb_torch) in float64: x [S, H, D], pos [S];
+    the first rotary_dim = 2 * cos.shape[1] dims are rotated, the rest pass through."""
+    x = np.asarray(x, np.float64)
+    rd = 2 * cos.shape[1]
+    c = np.asarray(cos, np.float64)[pos]
+    s = np.asarray(sin, np.float64)[pos]
+    xr = x[..., :rd]
+    if interleaved:
+        c, s = np.repeat(c, 2, axis=-1), np.repeat(s, 2, axis=-1)
+        half = np.stack([-xr[..., 1::2], xr[..., 0::2]], axis=-1).reshape(xr.shape)
+    else:
+        c, s = np.concatenate([c, c], -1), np.concatenate([s, s], -1)
+        half = np.concatenate([-xr[..., rd // 2 :], xr[..., : rd // 2]], -1)
+    out = x.copy()
+    out[..., :rd] = xr * c[:, None, :] + half * s[:, None, :]
+    return out
 
 
 def rel_err(out, ref):
