@@ -8,8 +8,17 @@ tests/data/tiny_<arch>/:
   expected.json                    -- fixed token-id prompts, HF's greedy continuation of each,
                                       and HF's float32 logits at every step of that continuation.
 
-Run it in an environment with torch and transformers (CPU is enough):
-  python3 scripts/make_tiny_checkpoints.py [--out tests/data]
+The model families of issue 19 (tiny_llama3: rope_scaling llama3 + tied embeddings; tiny_qwen2:
+q/k/v biases + YaRN; tiny_mistral: sliding window 8) are smaller (2 query / 1 KV head of 64,
+vocab 256), stored as bf16 (the float32 model that makes the logits holds the same bf16-exact
+values), and also written as GGUF with gguf-py under llama.cpp's tensor names and metadata
+keys (model.gguf: Q/K rows permuted for the llama architecture as convert_hf_to_gguf.py does,
+Llama 3's scaling as the rope_freqs tensor). The tiny_llama checkpoint also gets the logits of
+HF with linear and dynamic-NTK rope scaling (expected_rope_{linear,dynamic}.json; the config
+changes are in the file).
+
+Run it in an environment with torch, transformers and gguf (CPU is enough):
+  python3 scripts/make_tiny_checkpoints.py [--out tests/data] [--families llama3 qwen2 ...]
 The weights are drawn with a fixed seed and scaled so activations are O(1) (HF's default
 init, std 0.02, would make every logit nearly equal and the comparison meaningless).
 """
@@ -18,6 +27,7 @@ import json
 import math
 import os
 
+import numpy as np
 import torch
 from transformers import (LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 
@@ -69,39 +79,308 @@ def greedy_with_logits(model, prompt):
     return ids[len(prompt):], steps
 
 
+# ---- issue 19 families ----------------------------------------------------------------------
+
+SMALL_VOCAB = 256
+
+
+def small_kwargs():
+    return dict(vocab_size=SMALL_VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                num_attention_heads=2, num_key_value_heads=1, head_dim=64,
+                max_position_embeddings=4096, rms_norm_eps=1e-6, bos_token_id=1,
+                eos_token_id=2, attn_implementation="eager", torch_dtype=torch.float32)
+
+
+def build_family(name):
+    from transformers import (MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM)
+    if name == "llama3":
+        # Llama 3.2-style: tied embeddings, rope_theta 500000 and llama3 scaling whose
+        # original context (64) is short enough that the blend covers the mid frequencies.
+        cfg = LlamaConfig(rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0,
+                                           "factor": 8.0, "low_freq_factor": 1.0,
+                                           "high_freq_factor": 4.0,
+                                           "original_max_position_embeddings": 64},
+                          tie_word_embeddings=True, **small_kwargs())
+        model, seed = LlamaForCausalLM(cfg), 111
+    elif name == "qwen2":
+        # Qwen2.5-style: q/k/v biases, YaRN with a short original context (32).
+        cfg = Qwen2Config(rope_parameters={"rope_type": "yarn", "rope_theta": 1000000.0,
+                                           "factor": 4.0,
+                                           "original_max_position_embeddings": 32},
+                          tie_word_embeddings=False,
+                          **dict(small_kwargs(), max_position_embeddings=128))
+        model, seed = Qwen2ForCausalLM(cfg), 222
+    elif name == "mistral":
+        cfg = MistralConfig(rope_theta=1000000.0, sliding_window=8, tie_word_embeddings=False,
+                            **small_kwargs())
+        model, seed = MistralForCausalLM(cfg), 333
+    else:
+        raise ValueError(name)
+    gen = torch.Generator().manual_seed(seed)
+    tied = cfg.tie_word_embeddings
+    with torch.no_grad():
+        for pname, p in model.named_parameters():
+            if pname.endswith("norm.weight"):
+                p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=gen))
+                if pname == "model.norm.weight" and tied:
+                    p.mul_(0.3)
+            elif pname.endswith(".bias"):
+                p.copy_(0.5 * torch.randn(p.shape, generator=gen))  # large enough to matter
+            elif p.dim() == 2 and "embed_tokens" in pname:
+                p.copy_(torch.randn(p.shape, generator=gen) * (0.1 if tied else 1.0))
+            else:
+                p.copy_(torch.randn(p.shape, generator=gen) / math.sqrt(p.shape[1]))
+            p.copy_(p.to(torch.bfloat16).float())  # bf16-exact: the files are bf16
+    model.eval()
+    return model
+
+
+def write_config(model, out):
+    model.config.save_pretrained(out)
+    cfg_path = os.path.join(out, "config.json")
+    with open(cfg_path) as f:
+        cfg = json.load(f)
+    cfg.setdefault("rope_theta", cfg.get("rope_parameters", {}).get("rope_theta"))
+    cfg["dtype"] = "bfloat16"
+    cfg["architectures"] = [type(model).__name__]
+    with open(cfg_path, "w") as f:
+        json.dump(cfg, f, indent=2, sort_keys=True)
+    gen_cfg = os.path.join(out, "generation_config.json")
+    if os.path.exists(gen_cfg):
+        os.remove(gen_cfg)
+
+
+def write_safetensors_bf16(model, out):
+    from safetensors.torch import save_file
+    sd = {k: v.detach().to(torch.bfloat16).contiguous() for k, v in model.state_dict().items()}
+    if model.config.tie_word_embeddings:
+        sd.pop("lm_head.weight", None)
+    path = os.path.join(out, "model.safetensors")
+    save_file(sd, path, metadata={"format": "pt"})
+    os.chmod(path, 0o644)
+
+
+def llama3_rope_factors(cfg):
+    """convert_hf_to_gguf.py's LlamaModel.generate_extra_tensors: Llama 3 scaling as factors."""
+    rp = cfg.rope_parameters
+    base, dim = rp["rope_theta"], cfg.head_dim
+    freqs = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
+    factor, low, high = rp["factor"], rp["low_freq_factor"], rp["high_freq_factor"]
+    old = rp["original_max_position_embeddings"]
+    low_wavelen, high_wavelen = old / low, old / high
+    out = []
+    for freq in freqs.tolist():
+        wavelen = 2 * math.pi / freq
+        if wavelen < high_wavelen:
+            out.append(1.0)
+        elif wavelen > low_wavelen:
+            out.append(factor)
+        else:
+            smooth = (old / wavelen - low) / (high - low)
+            out.append(1 / ((1 - smooth) / factor + smooth))
+    return np.array(out, dtype=np.float32)
+
+
+def permute_qk(w, n_head, n_head_kv):
+    """convert_hf_to_gguf.py's LlamaModel.permute (rotate-half rows -> interleaved pairs)."""
+    if n_head_kv is not None and n_head != n_head_kv:
+        n_head = n_head_kv
+    return (w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:])
+            .swapaxes(1, 2).reshape(w.shape))
+
+
+def write_gguf(name, model, out):
+    import gguf
+    cfg = model.config
+    arch = "qwen2" if name == "qwen2" else "llama"
+    w = gguf.GGUFWriter(os.path.join(out, "model.gguf"), arch)
+    w.add_name(f"tiny {name}")
+    w.add_block_count(cfg.num_hidden_layers)
+    w.add_context_length(cfg.max_position_embeddings)
+    w.add_embedding_length(cfg.hidden_size)
+    w.add_feed_forward_length(cfg.intermediate_size)
+    w.add_head_count(cfg.num_attention_heads)
+    w.add_head_count_kv(cfg.num_key_value_heads)
+    w.add_key_length(cfg.head_dim)
+    w.add_value_length(cfg.head_dim)
+    w.add_rope_dimension_count(cfg.head_dim)
+    w.add_rope_freq_base(cfg.rope_parameters["rope_theta"])
+    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    w.add_vocab_size(cfg.vocab_size)
+    w.add_bos_token_id(cfg.bos_token_id)
+    w.add_eos_token_id(cfg.eos_token_id)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_BF16)
+    rp = cfg.rope_parameters
+    if rp.get("rope_type") == "yarn":  # convert_hf_to_gguf.py's Qwen2Model
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        w.add_rope_scaling_factor(rp["factor"])
+        w.add_rope_scaling_orig_ctx_len(rp["original_max_position_embeddings"])
+    if getattr(cfg, "sliding_window", None):
+        w.add_sliding_window(cfg.sliding_window)
+
+    def bf16(t):
+        a = t.detach().float().numpy()
+        return gguf.quants.quantize(a, gguf.GGMLQuantizationType.BF16)  # bytes [rows, 2 cols]
+
+    def put(gname, t, quant=True):
+        if quant and t.dim() == 2:
+            w.add_tensor(gname, bf16(t), raw_dtype=gguf.GGMLQuantizationType.BF16)
+        else:
+            w.add_tensor(gname, t.detach().float().numpy())
+
+    if rp.get("rope_type") == "llama3":
+        w.add_tensor("rope_freqs.weight", llama3_rope_factors(cfg))
+    sd = model.state_dict()
+    put("token_embd.weight", sd["model.embed_tokens.weight"])
+    put("output_norm.weight", sd["model.norm.weight"])
+    if not cfg.tie_word_embeddings:
+        put("output.weight", sd["lm_head.weight"])
+    names = {"input_layernorm.weight": "attn_norm.weight",
+             "self_attn.q_proj.weight": "attn_q.weight", "self_attn.k_proj.weight": "attn_k.weight",
+             "self_attn.v_proj.weight": "attn_v.weight",
+             "self_attn.o_proj.weight": "attn_output.weight",
+             "self_attn.q_proj.bias": "attn_q.bias", "self_attn.k_proj.bias": "attn_k.bias",
+             "self_attn.v_proj.bias": "attn_v.bias",
+             "post_attention_layernorm.weight": "ffn_norm.weight",
+             "mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
+             "mlp.down_proj.weight": "ffn_down.weight"}
+    for i in range(cfg.num_hidden_layers):
+        for hf, g in names.items():
+            key = f"model.layers.{i}.{hf}"
+            if key not in sd:
+                continue
+            t = sd[key]
+            if arch == "llama" and hf == "self_attn.q_proj.weight":
+                t = torch.from_numpy(permute_qk(t.numpy(), cfg.num_attention_heads,
+                                                cfg.num_attention_heads))
+            elif arch == "llama" and hf == "self_attn.k_proj.weight":
+                t = torch.from_numpy(permute_qk(t.numpy(), cfg.num_attention_heads,
+                                                cfg.num_key_value_heads))
+            put(f"blk.{i}.{g}", t)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def greedy_cached(model, prompt):
+    """Greedy with HF's KV cache (one forward per new token): what dynamic-NTK RoPE needs,
+    since its frequencies follow the length at the time each key was computed."""
+    ids = list(prompt)
+    steps = []
+    past = None
+    inp = torch.tensor([ids])
+    with torch.no_grad():
+        for _ in range(NEW_TOKENS):
+            o = model(inp, past_key_values=past, use_cache=True)
+            past = o.past_key_values
+            logits = o.logits[0, -1].float()
+            steps.append([float(x) for x in logits])
+            ids.append(int(torch.argmax(logits)))
+            inp = torch.tensor([[ids[-1]]])
+    return ids[len(prompt):], steps
+
+
+def write_expected(model, path, vocab, seed, greedy=greedy_with_logits, round_logits=True):
+    import transformers
+    gen = torch.Generator().manual_seed(seed)
+    cases = []
+    for n in PROMPT_LENGTHS:
+        prompt = torch.randint(3, vocab, (n,), generator=gen).tolist()
+        tokens, logits = greedy(model, prompt)
+        if round_logits:  # 8 significant digits: float32 precision, half the text
+            logits = [[float(f"{x:.8g}") for x in row] for row in logits]
+        cases.append({"prompt": prompt, "greedy": tokens, "logits": logits})
+    meta = {"transformers": transformers.__version__, "torch": torch.__version__,
+            "new_tokens": NEW_TOKENS, "cases": cases}
+    with open(path, "w") as f:
+        json.dump(meta, f, separators=(",", ":"))
+
+
+def make_family(name, root):
+    model = build_family(name)
+    out = os.path.join(root, f"tiny_{name}")
+    os.makedirs(out, exist_ok=True)
+    write_config(model, out)
+    write_safetensors_bf16(model, out)
+    write_gguf(name, model, out)
+    write_expected(model, os.path.join(out, "expected.json"), SMALL_VOCAB, 42)
+    print(f"wrote {out}: {sum(p.numel() for p in model.parameters())} parameters")
+
+
+def make_llama_rope_variants(root):
+    """HF's logits of tiny_llama's weights under linear and dynamic-NTK scaling."""
+    src = os.path.join(root, "tiny_llama")
+    variants = {
+        "linear": ({"rope_type": "linear", "factor": 4.0}, {}, greedy_with_logits),
+        # max_position_embeddings 16: the 33- and 70-token prompts grow the base.
+        "dynamic": ({"rope_type": "dynamic", "factor": 2.0}, {"max_position_embeddings": 16},
+                    greedy_cached),
+    }
+    for kind, (rope, extra, greedy) in variants.items():
+        cfg = LlamaConfig.from_pretrained(src)
+        cfg.rope_parameters = dict(rope, rope_theta=cfg.rope_parameters["rope_theta"])
+        for k, v in extra.items():
+            setattr(cfg, k, v)
+        cfg._attn_implementation = "eager"
+        model = LlamaForCausalLM.from_pretrained(src, config=cfg, torch_dtype=torch.float32)
+        model.eval()
+        path = os.path.join(src, f"expected_rope_{kind}.json")
+        write_expected(model, path, VOCAB, 7, greedy)
+        with open(path) as f:
+            meta = json.load(f)
+        meta["config"] = dict(extra, rope_parameters=cfg.rope_parameters)
+        with open(path, "w") as f:
+            json.dump(meta, f, separators=(",", ":"))
+        print(f"wrote {path}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "tests", "data"))
+    ap.add_argument("--families", nargs="*",
+                    default=["llama", "qwen3", "llama3", "qwen2", "mistral", "llama_rope"])
     args = ap.parse_args()
     torch.manual_seed(0)
-    for arch in ["llama", "qwen3"]:
-        model = build(arch)
-        out = os.path.join(args.out, f"tiny_{arch}")
-        os.makedirs(out, exist_ok=True)
-        model.save_pretrained(out, safe_serialization=True)
-        # transformers 5 writes rope_theta only inside rope_parameters; add the 4.x top-level
-        # key too so readers of either layout find it.
-        cfg_path = os.path.join(out, "config.json")
-        with open(cfg_path) as f:
-            cfg = json.load(f)
-        cfg.setdefault("rope_theta", cfg.get("rope_parameters", {}).get("rope_theta"))
-        with open(cfg_path, "w") as f:
-            json.dump(cfg, f, indent=2, sort_keys=True)
-        gen_cfg = os.path.join(out, "generation_config.json")
-        if os.path.exists(gen_cfg):
-            os.remove(gen_cfg)
-        gen = torch.Generator().manual_seed(42)
-        cases = []
-        for n in PROMPT_LENGTHS:
-            prompt = torch.randint(3, VOCAB, (n,), generator=gen).tolist()
-            tokens, logits = greedy_with_logits(model, prompt)
-            cases.append({"prompt": prompt, "greedy": tokens, "logits": logits})
-        import transformers
-        meta = {"transformers": transformers.__version__, "torch": torch.__version__,
-                "new_tokens": NEW_TOKENS, "cases": cases}
-        with open(os.path.join(out, "expected.json"), "w") as f:
-            json.dump(meta, f, separators=(",", ":"))
-        print(f"wrote {out}: {sum(p.numel() for p in model.parameters())} parameters")
+    for name in args.families:
+        if name in ("llama3", "qwen2", "mistral"):
+            make_family(name, args.out)
+        elif name == "llama_rope":
+            make_llama_rope_variants(args.out)
+        elif name in ("llama", "qwen3"):
+            make_base(name, args.out)
+        else:
+            raise SystemExit(f"unknown family {name}")
+
+
+def make_base(arch, root):
+    model = build(arch)
+    out = os.path.join(root, f"tiny_{arch}")
+    os.makedirs(out, exist_ok=True)
+    model.save_pretrained(out, safe_serialization=True)
+    # transformers 5 writes rope_theta only inside rope_parameters; add the 4.x top-level
+    # key too so readers of either layout find it.
+    cfg_path = os.path.join(out, "config.json")
+    with open(cfg_path) as f:
+        cfg = json.load(f)
+    cfg.setdefault("rope_theta", cfg.get("rope_parameters", {}).get("rope_theta"))
+    with open(cfg_path, "w") as f:
+        json.dump(cfg, f, indent=2, sort_keys=True)
+    gen_cfg = os.path.join(out, "generation_config.json")
+    if os.path.exists(gen_cfg):
+        os.remove(gen_cfg)
+    gen = torch.Generator().manual_seed(42)
+    cases = []
+    for n in PROMPT_LENGTHS:
+        prompt = torch.randint(3, VOCAB, (n,), generator=gen).tolist()
+        tokens, logits = greedy_with_logits(model, prompt)
+        cases.append({"prompt": prompt, "greedy": tokens, "logits": logits})
+    import transformers
+    meta = {"transformers": transformers.__version__, "torch": torch.__version__,
+            "new_tokens": NEW_TOKENS, "cases": cases}
+    with open(os.path.join(out, "expected.json"), "w") as f:
+        json.dump(meta, f, separators=(",", ":"))
+    print(f"wrote {out}: {sum(p.numel() for p in model.parameters())} parameters")
 
 
 if __name__ == "__main__":

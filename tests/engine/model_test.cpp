@@ -16,102 +16,16 @@
 #include "kvattn/engine/llm.h"
 #include "kvattn/engine/model.h"
 #include "kvattn/engine/weights.h"
+#include "hf_reference.h"
 
 namespace kvattn {
 namespace {
 
-struct Case {
-  std::vector<int32_t> prompt;
-  std::vector<int32_t> greedy;             // HF's greedy continuation
-  std::vector<std::vector<float>> logits;  // HF's logits at each step of it
-};
+using test::Case;
+using test::load_cases;
+using test::teacher_forced_error;
 
-std::string data_dir(const std::string& arch) {
-  return std::string(KVATTN_SOURCE_DIR) + "/tests/data/tiny_" + arch;
-}
-
-std::vector<Case> load_cases(const std::string& arch) {
-  std::ifstream f(data_dir(arch) + "/expected.json");
-  EXPECT_TRUE(f.good()) << "missing " << data_dir(arch) << "/expected.json";
-  const auto j = nlohmann::json::parse(f);
-  std::vector<Case> cases;
-  for (const auto& c : j.at("cases")) {
-    cases.push_back({c.at("prompt").get<std::vector<int32_t>>(),
-                     c.at("greedy").get<std::vector<int32_t>>(),
-                     c.at("logits").get<std::vector<std::vector<float>>>()});
-  }
-  return cases;
-}
-
-// max |out - ref| / max |ref| over one row of logits.
-double max_rel_error(const float* out, const std::vector<float>& ref) {
-  double err = 0, scale = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    if (std::isnan(out[i])) return INFINITY;
-    err = std::max(err, std::abs(static_cast<double>(out[i]) - ref[i]));
-    scale = std::max(scale, std::abs(static_cast<double>(ref[i])));
-  }
-  return err / scale;
-}
-
-// All cases batched: one prefill step (`chunk` tokens per step at most), then decode steps fed
-// with HF's greedy tokens (teacher forcing, so a near-tie cannot desynchronise the
-// comparison). Returns the worst relative logit error over every step.
-double teacher_forced_error(Model& model, const std::vector<Case>& cases, int64_t block_size,
-                            int64_t chunk, double tolerance = 1e-4) {
-  const int64_t vocab = model.config().vocab_size;
-  const int64_t num_blocks = 64 * 1024 / block_size;
-  model.allocate_kv_cache(num_blocks, block_size);
-  BlockManager bm(num_blocks, block_size, /*enable_prefix_caching=*/false);
-  BatchMetadataBuilder builder(bm);
-  std::vector<Sequence> seqs;
-  for (size_t i = 0; i < cases.size(); ++i) {
-    seqs.emplace_back(static_cast<SeqId>(i), cases[i].prompt);
-    bm.allocate(seqs.back());
-  }
-  std::vector<size_t> step(cases.size(), 0);
-  double worst = 0;
-  for (bool busy = true; busy;) {
-    std::vector<ScheduledSequence> batch;
-    std::vector<size_t> who;
-    std::vector<int32_t> rows, sampled;
-    int64_t row = 0;
-    for (size_t i = 0; i < seqs.size(); ++i) {
-      if (step[i] >= cases[i].greedy.size()) continue;
-      const int64_t n = std::min(seqs[i].num_uncomputed_tokens(), chunk);
-      batch.push_back({&seqs[i], n});
-      who.push_back(i);
-      if (seqs[i].num_computed_tokens() + n == seqs[i].num_tokens()) {
-        rows.push_back(static_cast<int32_t>(row + n - 1));
-        sampled.push_back(static_cast<int32_t>(i));
-      }
-      row += n;
-    }
-    busy = !batch.empty();
-    if (!busy) break;
-    const BatchMetadata& meta = builder.build(batch);
-    std::vector<float> logits(rows.size() * vocab, NAN);
-    ModelInput in;
-    in.token_ids = {meta.token_ids.ptr<const int32_t>(), static_cast<size_t>(meta.num_tokens)};
-    in.positions = {meta.positions.ptr<const int32_t>(), static_cast<size_t>(meta.num_tokens)};
-    in.logit_rows = rows;
-    in.ctx = &meta.ctx;
-    model.forward(in, logits);
-    for (size_t b = 0; b < batch.size(); ++b) bm.mark_computed(seqs[who[b]], batch[b].num_new_tokens);
-    for (size_t r = 0; r < sampled.size(); ++r) {
-      const size_t i = sampled[r];
-      const double e = max_rel_error(&logits[r * vocab], cases[i].logits[step[i]]);
-      EXPECT_LT(e, tolerance) << "case " << i << " (prompt " << cases[i].prompt.size()
-                         << " tokens) step " << step[i];
-      worst = std::max(worst, e);
-      seqs[i].append_token(cases[i].greedy[step[i]]);
-      ++step[i];
-      bm.append(seqs[i]);
-    }
-  }
-  for (auto& s : seqs) bm.free(s);
-  return worst;
-}
+std::string data_dir(const std::string& arch) { return test::tiny_dir(arch); }
 
 class TinyModel : public ::testing::TestWithParam<std::string> {};
 

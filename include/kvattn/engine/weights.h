@@ -6,6 +6,8 @@
 //   model.layers.N.self_attn.q_proj.weight        [num_heads * head_dim, hidden]
 //   model.layers.N.self_attn.{k,v}_proj.weight    [num_kv_heads * head_dim, hidden]
 //   model.layers.N.self_attn.o_proj.weight        [hidden, num_heads * head_dim]
+//   model.layers.N.self_attn.{q,k,v}_proj.bias    [rows of the weight]  (qkv_bias only)
+//   model.layers.N.self_attn.o_proj.bias          [hidden]              (o_bias only)
 //   model.layers.N.self_attn.{q,k}_norm.weight    [head_dim]          (qwen3 only)
 //   model.layers.N.post_attention_layernorm.weight [hidden]
 //   model.layers.N.mlp.{gate,up}_proj.weight      [intermediate, hidden]
@@ -39,15 +41,16 @@ struct ModelWeights {
 // `progress` (optional) is called with the fraction of tensor bytes loaded so far, in [0, 1].
 using LoadProgress = std::function<void(double)>;
 
-// GGUF (architectures "llama" and "qwen3"): dequantizes F32/F16/BF16/Q8_0/Q4_0/Q4_1 (and
+// GGUF (architectures "llama", "qwen2" and "qwen3"; llama.cpp's names, biases included; the
+// Llama 3 tensor rope_freqs.weight goes into config.rope_freq_factors): dequantizes F32/F16/BF16/Q8_0/Q4_0/Q4_1 (and
 // Q5_0/Q5_1/Q4_K/Q6_K) to float32 and renames tensors to the HF names above.
 ModelWeights load_gguf_model(const std::string& path, const LoadProgress& progress = {});
 // The same from a GgufFile already open (e.g. shared with Tokenizer::from_gguf).
 ModelWeights load_gguf_model(const GgufFile& gguf, const LoadProgress& progress = {});
 
 // HF directory: config.json plus model.safetensors, or model.safetensors.index.json and the
-// shards it names (bf16/f16/f32 converted to float32). Architectures LlamaForCausalLM and
-// Qwen3ForCausalLM.
+// shards it names (bf16/f16/f32 converted to float32). Architectures LlamaForCausalLM,
+// MistralForCausalLM, Qwen2ForCausalLM and Qwen3ForCausalLM.
 ModelWeights load_hf_model(const std::string& dir, const LoadProgress& progress = {});
 
 // Config only, for `kvattn info` and for tests.

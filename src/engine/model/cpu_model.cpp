@@ -14,6 +14,7 @@
 #include "engine/model/cpu_ops.h"
 #include "engine/model/factories.h"
 #include "engine/model/kv_scales.h"
+#include "engine/model/rope.h"
 #include "engine/model/team_tuner.h"
 #include "engine/model/weight_matrix.h"
 #include "engine/parallel/collective.h"
@@ -58,6 +59,8 @@ struct Layer {
   Tensor input_norm, post_norm;
   WeightMatrix wqkv;      // [(H + 2 KVH) * D, hidden]
   Tensor q_norm, k_norm;  // [D], qwen3 only
+  std::vector<float> qkv_bias;  // [(H + 2 KVH) * D] (q, k, v biases), empty when none
+  std::vector<float> o_bias;    // [hidden], empty when none
   WeightMatrix wo;        // [hidden, H * D]
   WeightMatrix wgate_up;  // [2 * inter, hidden]
   WeightMatrix wdown;     // [hidden, inter]
@@ -82,6 +85,8 @@ class CpuModel final : public Model {
     final_norm_ = take(w, "model.norm.weight");
     tied_ = cfg_.tie_word_embeddings && !w.tensors.count("lm_head.weight");
     if (!tied_) lm_head_ = WeightMatrix(take(w, "lm_head.weight"), wt);
+    inv_freq_ = rope::inv_freq(cfg_);
+    rope_scale_ = rope::attention_factor(cfg_);
     for (int64_t i = 0; i < cfg_.num_layers; ++i) {
       const std::string p = "model.layers." + std::to_string(i) + ".";
       Layer l;
@@ -92,6 +97,17 @@ class CpuModel final : public Model {
                                         take(w, p + "self_attn.v_proj.weight")}),
                             wt);
       l.wo = WeightMatrix(take(w, p + "self_attn.o_proj.weight"), wt);
+      if (cfg_.qkv_bias) {
+        for (const char* b : {"q_proj.bias", "k_proj.bias", "v_proj.bias"}) {
+          const Tensor t = take(w, p + "self_attn." + b);
+          l.qkv_bias.insert(l.qkv_bias.end(), t.ptr<const float>(),
+                            t.ptr<const float>() + t.numel());
+        }
+      }
+      if (cfg_.o_bias) {
+        const Tensor t = take(w, p + "self_attn.o_proj.bias");
+        l.o_bias.assign(t.ptr<const float>(), t.ptr<const float>() + t.numel());
+      }
       if (cfg_.qk_norm) {
         l.q_norm = take(w, p + "self_attn.q_norm.weight");
         l.k_norm = take(w, p + "self_attn.k_norm.weight");
@@ -101,7 +117,8 @@ class CpuModel final : public Model {
           wt);
       l.wdown = WeightMatrix(take(w, p + "mlp.down_proj.weight"), wt);
       l.attn = std::make_unique<Attention>(cfg_.num_heads, cfg_.head_dim, 0.0f,
-                                           cfg_.num_kv_heads);
+                                           cfg_.num_kv_heads,
+                                           AttentionMask{cfg_.window_left(i), 0.0f});
       layers_.push_back(std::move(l));
     }
   }
@@ -141,6 +158,8 @@ class CpuModel final : public Model {
 
  private:
   void reserve(int64_t tokens, int64_t logit_rows);
+  // cos_/sin_ for the step's tokens (dynamic NTK: per sequence, from its length so far).
+  void rope_tables(const ModelInput& in);
   // x += w(in): row-parallel layers (o_proj, down_proj) all-reduce their partial sums first.
   void add_row_parallel(const cpu_model::WeightMatrix& w, const float* in, int64_t in_dim,
                         int64_t tokens);
@@ -162,6 +181,8 @@ class CpuModel final : public Model {
   Tensor final_norm_;
   bool tied_ = false;
   std::vector<Layer> layers_;
+  std::vector<float> inv_freq_;  // RoPE's, [head_dim / 2] (engine/model/rope.h)
+  float rope_scale_ = 1.0f;      // YaRN's cos/sin multiplier
   std::unique_ptr<KVPool> pool_;
   cpu_model::TeamTuner tuner_;
   // Step buffers, grown on demand.
@@ -181,6 +202,30 @@ void CpuModel::add_row_parallel(const WeightMatrix& w, const float* in, int64_t 
   w.apply(in, in_dim, tokens, part_.data(), H);
   rank_.comm->all_reduce_sum(part_.data(), tokens * H);
   for (int64_t i = 0; i < tokens * H; ++i) x_[i] += part_[i];
+}
+
+void CpuModel::rope_tables(const ModelInput& in) {
+  if (!rope::depends_on_length(cfg_)) {
+    cpu_model::rope_tables(in.positions, inv_freq_, rope_scale_, cos_.data(), sin_.data());
+    return;
+  }
+  // Dynamic NTK as HF's dynamic_rope_update in a one-sequence generate: each step's tokens
+  // use the frequencies of the sequence's length after the step (its last position + 1).
+  const TensorView& cu = in.ctx->cu_seqlens_q;
+  KVATTN_CHECK(cu.defined() && cu.device.is_cpu() && cu.dtype == DType::kI32 &&
+                   cu.ndim == 1 && cu.shape[0] >= 1,
+               "Model::forward: dynamic RoPE scaling needs ctx.cu_seqlens_q (int32, on the host)");
+  const auto* b = static_cast<const int32_t*>(cu.data);
+  const int64_t half = cfg_.head_dim / 2, T = static_cast<int64_t>(in.positions.size());
+  for (int64_t s = 0; s + 1 < cu.shape[0]; ++s) {
+    const int64_t begin = b[s], end = b[s + 1];
+    KVATTN_CHECK(begin >= 0 && begin <= end && end <= T, "Model::forward: cu_seqlens_q[", s,
+                 "..", s + 1, "] = [", begin, ", ", end, ") is outside the step's ", T, " tokens");
+    if (begin == end) continue;
+    const std::vector<float> f = rope::inv_freq(cfg_, int64_t{in.positions[end - 1]} + 1);
+    cpu_model::rope_tables(in.positions.subspan(begin, end - begin), f, rope_scale_,
+                           cos_.data() + begin * half, sin_.data() + begin * half);
+  }
 }
 
 void CpuModel::reserve(int64_t tokens, int64_t rows) {
@@ -233,12 +278,13 @@ void CpuModel::forward(const ModelInput& in, std::span<float> logits) {
     }
   }
   if (tp) rank_.comm->all_reduce_sum(x_.data(), T * H);
-  cpu_model::rope_tables(in.positions, D, cfg_.rope_theta, cos_.data(), sin_.data());
+  rope_tables(in);
   const auto eps = static_cast<float>(cfg_.rms_norm_eps);
 
   for (auto& l : layers_) {
     cpu_model::rms_norm(x_.data(), H, T, H, l.input_norm.ptr<float>(), eps, h_.data(), H);
     l.wqkv.apply(h_.data(), H, T, qkv_.data(), qkv_dim);
+    if (!l.qkv_bias.empty()) cpu_model::add_bias(qkv_.data(), qkv_dim, T, l.qkv_bias.data());
     float* q = qkv_.data();
     float* k = q + nh * D;
     float* v = k + nkv * D;
@@ -261,6 +307,7 @@ void CpuModel::forward(const ModelInput& in, std::span<float> logits) {
                     TensorView(v, DType::kF32, cpu, {T, nkv * D}, {qkv_dim, 1}), *in.ctx,
                     TensorView(attn_.data(), DType::kF32, cpu, {T, nh * D}));
     add_row_parallel(l.wo, attn_.data(), nh * D, T);
+    if (!l.o_bias.empty()) cpu_model::add_bias(x_.data(), H, T, l.o_bias.data());
 
     cpu_model::rms_norm(x_.data(), H, T, H, l.post_norm.ptr<float>(), eps, h_.data(), H);
     l.wgate_up.apply(h_.data(), H, T, gate_up_.data(), 2 * inter);

@@ -18,18 +18,15 @@ void rms_norm(const float* x, int64_t ldx, int64_t rows, int64_t dim, const floa
   }
 }
 
-void rope_tables(std::span<const int32_t> positions, int64_t head_dim, double theta,
-                 float* cos_out, float* sin_out) {
-  const int64_t half = head_dim / 2;
+void rope_tables(std::span<const int32_t> positions, std::span<const float> inv_freq,
+                 float scale, float* cos_out, float* sin_out) {
+  const auto half = static_cast<int64_t>(inv_freq.size());
   for (size_t t = 0; t < positions.size(); ++t) {
     const auto pos = static_cast<float>(positions[t]);
     for (int64_t i = 0; i < half; ++i) {
-      const float inv_freq =
-          1.0f / std::pow(static_cast<float>(theta),
-                          static_cast<float>(2 * i) / static_cast<float>(head_dim));
-      const float angle = pos * inv_freq;
-      cos_out[t * half + i] = static_cast<float>(std::cos(static_cast<double>(angle)));
-      sin_out[t * half + i] = static_cast<float>(std::sin(static_cast<double>(angle)));
+      const float angle = pos * inv_freq[i];
+      cos_out[t * half + i] = static_cast<float>(std::cos(static_cast<double>(angle))) * scale;
+      sin_out[t * half + i] = static_cast<float>(std::sin(static_cast<double>(angle))) * scale;
     }
   }
 }
@@ -57,6 +54,15 @@ void apply_rope(float* x, int64_t ld, int64_t tokens, int64_t heads, int64_t hea
         }
       }
     }
+  }
+}
+
+void add_bias(float* x, int64_t ld, int64_t rows, const float* bias) {
+  const int64_t dim = ld;
+  for (int64_t r = 0; r < rows; ++r) {
+    float* xr = x + r * ld;
+#pragma omp simd
+    for (int64_t i = 0; i < dim; ++i) xr[i] += bias[i];
   }
 }
 

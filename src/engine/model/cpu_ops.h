@@ -13,15 +13,19 @@ namespace kvattn::cpu_model {
 void rms_norm(const float* x, int64_t ldx, int64_t rows, int64_t dim, const float* weight,
               float eps, float* out, int64_t ldo);
 
-// cos/sin of position * inv_freq[i] for each token, [tokens, head_dim / 2], computed in
-// float32 as HF does (inv_freq = 1 / theta^(2i / head_dim)).
-void rope_tables(std::span<const int32_t> positions, int64_t head_dim, double theta,
-                 float* cos_out, float* sin_out);
+// cos/sin of position * inv_freq[i] for each token, [tokens, head_dim / 2], each times
+// `scale` (YaRN's attention factor), computed in float32 as HF does. inv_freq has head_dim / 2
+// entries (engine/model/rope.h).
+void rope_tables(std::span<const int32_t> positions, std::span<const float> inv_freq,
+                 float scale, float* cos_out, float* sin_out);
 
 // Rotates `heads` heads of each token in place. Rows are `ld` elements apart; head h of token
 // t starts at x + t * ld + h * head_dim.
 void apply_rope(float* x, int64_t ld, int64_t tokens, int64_t heads, int64_t head_dim,
                 ModelConfig::RopeStyle style, const float* cos_t, const float* sin_t);
+
+// x[r, i] += bias[i] for r < rows, i < ld: bias spans the whole row of ld elements.
+void add_bias(float* x, int64_t ld, int64_t rows, const float* bias);
 
 // out[r, i] = silu(gate_up[r, i]) * gate_up[r, inter + i], gate_up rows are 2 * inter wide.
 void silu_mul(const float* gate_up, int64_t rows, int64_t inter, float* out);

@@ -8,8 +8,10 @@ namespace kvattn {
 
 void check_model_weights(const ModelWeights& w) {
   const ModelConfig& c = w.config;
-  KVATTN_CHECK(c.architecture == "llama" || c.architecture == "qwen3",
-               "Model: architecture must be llama or qwen3 but is '", c.architecture, "'");
+  KVATTN_CHECK(c.architecture == "llama" || c.architecture == "mistral" ||
+                   c.architecture == "qwen2" || c.architecture == "qwen3",
+               "Model: architecture must be llama, mistral, qwen2 or qwen3 but is '",
+               c.architecture, "'");
   KVATTN_CHECK(c.hidden_size > 0 && c.num_layers > 0 && c.num_heads > 0 &&
                    c.num_kv_heads > 0 && c.head_dim > 0 && c.vocab_size > 0 &&
                    c.intermediate_size > 0,
@@ -28,6 +30,26 @@ void check_model_weights(const ModelWeights& w) {
   }
 }
 
+// What the GPU model does not run yet, refused by name before any weight reaches the device
+// (the CPU model runs all of it).
+void check_cuda_architecture(const ModelConfig& c, Device device) {
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    KVATTN_CHECK(c.window_left(l) < 0, "Model::create: sliding_window ", c.sliding_window,
+                 " (layer ", l, ", ", c.architecture,
+                 ") is not supported on ", device,
+                 " yet: the CUDA attention kernels have no sliding window (CPU only)");
+  }
+  KVATTN_CHECK(!c.qkv_bias && !c.o_bias, "Model::create: attention biases (",
+               c.qkv_bias ? "q/k/v" : "", c.qkv_bias && c.o_bias ? " and " : "",
+               c.o_bias ? "o_proj" : "", ", ", c.architecture, ") are not supported on ", device,
+               " yet (CPU only)");
+  KVATTN_CHECK(c.rope_scaling.type == RopeScaling::Type::kNone && c.rope_freq_factors.empty(),
+               "Model::create: rope scaling '",
+               c.rope_freq_factors.empty() ? rope_scaling_name(c.rope_scaling.type)
+                                           : std::string_view("rope_freqs (llama3)"),
+               "' is not supported on ", device, " yet (CPU only)");
+}
+
 std::unique_ptr<Model> Model::create(ModelWeights weights, Device device,
                                      const ModelOptions& options) {
   check_model_weights(weights);
@@ -38,6 +60,7 @@ std::unique_ptr<Model> Model::create(ModelWeights weights, Device device,
   KVATTN_CHECK(!(device.is_cuda() && options.kv_cache_dtype == KVCacheDType::kFP8),
                "Model::create: kv_cache_dtype fp8 (float8_e4m3) is not supported on CUDA yet "
                "(device ", device, "); use auto or bf16 there, or fp8 on the CPU");
+  if (device.is_cuda()) check_cuda_architecture(weights.config, device);
   if (options.tensor_parallel > 1) {
     return make_tensor_parallel_model(std::move(weights), device, options);
   }

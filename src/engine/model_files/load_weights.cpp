@@ -24,6 +24,10 @@ std::string hf_name_for_gguf(const std::string& name) {
       {"attn_k.weight", "self_attn.k_proj.weight"},
       {"attn_v.weight", "self_attn.v_proj.weight"},
       {"attn_output.weight", "self_attn.o_proj.weight"},
+      {"attn_q.bias", "self_attn.q_proj.bias"},
+      {"attn_k.bias", "self_attn.k_proj.bias"},
+      {"attn_v.bias", "self_attn.v_proj.bias"},
+      {"attn_output.bias", "self_attn.o_proj.bias"},
       {"attn_q_norm.weight", "self_attn.q_norm.weight"},
       {"attn_k_norm.weight", "self_attn.k_norm.weight"},
       {"ffn_norm.weight", "post_attention_layernorm.weight"},
@@ -90,6 +94,12 @@ void validate_weights(const ModelWeights& w, const std::string& source) {
     expect(p + "self_attn.k_proj.weight", {kv, h});
     expect(p + "self_attn.v_proj.weight", {kv, h});
     expect(p + "self_attn.o_proj.weight", {h, q});
+    if (c.qkv_bias) {
+      expect(p + "self_attn.q_proj.bias", {q});
+      expect(p + "self_attn.k_proj.bias", {kv});
+      expect(p + "self_attn.v_proj.bias", {kv});
+    }
+    if (c.o_bias) expect(p + "self_attn.o_proj.bias", {h});
     if (c.qk_norm) {
       expect(p + "self_attn.q_norm.weight", {c.head_dim});
       expect(p + "self_attn.k_norm.weight", {c.head_dim});

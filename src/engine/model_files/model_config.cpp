@@ -2,6 +2,7 @@
 #include <filesystem>
 
 #include "engine/model_files/json_util.h"
+#include "engine/model_files/rope_scaling.h"
 #include "kvattn/engine/weights.h"
 
 namespace kvattn {
@@ -35,6 +36,16 @@ void validate_config(const ModelConfig& c, const std::string& file) {
   check_range(file, "bos_token_id", c.bos_token_id, -1, c.vocab_size - 1);
   check_range(file, "eos_token_id", c.eos_token_id, -1, c.vocab_size - 1);
   for (int64_t id : c.extra_eos_ids) check_range(file, "eos_token_id", id, 0, c.vocab_size - 1);
+  validate_rope_scaling(c.rope_scaling, file);
+  KVATTN_CHECK(c.rope_freq_factors.empty() ||
+                   static_cast<int64_t>(c.rope_freq_factors.size()) == c.head_dim / 2,
+               file, ": rope_freq_factors has ", c.rope_freq_factors.size(),
+               " entries but head_dim / 2 is ", c.head_dim / 2);
+  check_range(file, "sliding_window", c.sliding_window, 0, int64_t{1} << 32);
+  KVATTN_CHECK(c.sliding_layers.empty() ||
+                   static_cast<int64_t>(c.sliding_layers.size()) == c.num_layers,
+               file, ": sliding_layers has ", c.sliding_layers.size(), " entries but there are ",
+               c.num_layers, " layers");
 }
 
 }  // namespace
@@ -43,8 +54,10 @@ ModelConfig config_from_gguf(const GgufFile& g) {
   const std::string& file = g.path();
   ModelConfig c;
   c.architecture = g.get_string("general.architecture", "");
-  KVATTN_CHECK(c.architecture == "llama" || c.architecture == "qwen3", file,
-               ": general.architecture is '", c.architecture, "' (supported: llama, qwen3)");
+  KVATTN_CHECK(c.architecture == "llama" || c.architecture == "qwen2" ||
+                   c.architecture == "qwen3",
+               file, ": general.architecture is '", c.architecture,
+               "' (supported: llama, qwen2, qwen3)");
   const std::string a = c.architecture + ".";
   auto need = [&](const std::string& key) {
     KVATTN_CHECK(g.find(key) != nullptr, file, ": metadata key '", key, "' is missing");
@@ -63,9 +76,6 @@ ModelConfig config_from_gguf(const GgufFile& g) {
   const int64_t value_len = g.get_int(a + "attention.value_length", c.head_dim);
   KVATTN_CHECK(value_len == c.head_dim, file, ": ", a, "attention.value_length is ", value_len,
                " but key_length is ", c.head_dim);
-  const std::string scaling = g.get_string(a + "rope.scaling.type", "none");
-  KVATTN_CHECK(scaling == "none", file, ": ", a, "rope.scaling.type '", scaling,
-               "' is not supported");
   c.rms_norm_eps = g.get_float(a + "attention.layer_norm_rms_epsilon", 1e-6);
   c.rope_theta = g.get_float(a + "rope.freq_base", 10000.0);
   c.max_position_embeddings = g.get_int(a + "context_length", 2048);
@@ -78,6 +88,13 @@ ModelConfig config_from_gguf(const GgufFile& g) {
   c.rope_style = c.architecture == "llama" ? ModelConfig::RopeStyle::kInterleaved
                                            : ModelConfig::RopeStyle::kRotateHalf;
   c.qk_norm = c.architecture == "qwen3";
+  c.rope_scaling = rope_scaling_from_gguf(g, c);
+  c.rope_freq_factors = rope_freq_factors_from_gguf(g, c);
+  // Biases are optional tensors in llama.cpp's llama/qwen2/qwen3 graphs; layer 0 decides and
+  // validate_weights then requires them in every layer.
+  c.qkv_bias = g.find_tensor("blk.0.attn_q.bias") != nullptr;
+  c.o_bias = g.find_tensor("blk.0.attn_output.bias") != nullptr;
+  c.sliding_window = g.get_int(a + "attention.sliding_window", 0);
   c.bos_token_id = g.get_int("tokenizer.ggml.bos_token_id", -1);
   c.eos_token_id = g.get_int("tokenizer.ggml.eos_token_id", -1);
   const int64_t eot = g.get_int("tokenizer.ggml.eot_token_id", -1);
@@ -105,9 +122,12 @@ ModelConfig config_from_hf_json(const std::string& path) {
                ": field 'architectures' must be a non-empty array");
   const std::string& arch = json_string(archs[0], "architectures[0]", path);
   if (arch == "LlamaForCausalLM") c.architecture = "llama";
+  else if (arch == "MistralForCausalLM") c.architecture = "mistral";
+  else if (arch == "Qwen2ForCausalLM") c.architecture = "qwen2";
   else if (arch == "Qwen3ForCausalLM") c.architecture = "qwen3";
   else KVATTN_FAIL(path, ": architecture '", arch,
-                   "' is not supported (LlamaForCausalLM, Qwen3ForCausalLM)");
+                   "' is not supported (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
+                   "Qwen3ForCausalLM)");
 
   c.vocab_size = json_int(field("vocab_size"), "vocab_size", path);
   c.hidden_size = json_int(field("hidden_size"), "hidden_size", path);
@@ -120,33 +140,35 @@ ModelConfig config_from_hf_json(const std::string& path) {
   c.rope_theta = num_or("rope_theta", 10000.0);
   // transformers >= 5 writes {"rope_parameters": {"rope_theta": ..., "rope_type": "default"}}
   // instead of the top-level rope_theta / rope_scaling.
+  const nlohmann::json* rope_params = nullptr;
   if (auto rp = j.find("rope_parameters"); rp != j.end() && !rp->is_null()) {
     KVATTN_CHECK(rp->is_object(), path, ": field 'rope_parameters' must be an object");
     if (auto theta = rp->find("rope_theta"); theta != rp->end() && j.find("rope_theta") == j.end()) {
       c.rope_theta = json_number(*theta, "rope_parameters.rope_theta", path);
     }
-    if (auto type = rp->find("rope_type"); type != rp->end()) {
-      const std::string& t = json_string(*type, "rope_parameters.rope_type", path);
-      KVATTN_CHECK(t == "default", path, ": rope_parameters.rope_type '", t, "' is not supported");
-    }
+    rope_params = &*rp;
   }
   c.max_position_embeddings = int_or("max_position_embeddings", 2048);
   auto tie = j.find("tie_word_embeddings");
   c.tie_word_embeddings = tie != j.end() && json_bool(*tie, "tie_word_embeddings", path);
-  if (auto rs = j.find("rope_scaling"); rs != j.end() && !rs->is_null()) {
-    std::string type = "?";
-    if (rs->is_object()) {
-      for (const char* k : {"rope_type", "type"}) {
-        if (auto t = rs->find(k); t != rs->end() && t->is_string()) type = t->get<std::string>();
-      }
-    }
-    KVATTN_CHECK(type == "default", path, ": rope_scaling type '", type, "' is not supported");
+  // transformers 4.x: rope_scaling (it wins over a 5.x rope_parameters in the same file).
+  if (auto rs = j.find("rope_scaling"); rs != j.end() && !rs->is_null()) rope_params = &*rs;
+  if (rope_params != nullptr) {
+    c.rope_scaling = rope_scaling_from_hf(*rope_params, j, c, path);
   }
-  for (const char* k : {"attention_bias", "mlp_bias"}) {
+  auto flag = [&](const char* k) {
     auto it = j.find(k);
-    KVATTN_CHECK(it == j.end() || it->is_null() || !json_bool(*it, k, path), path, ": ", k,
-                 " = true is not supported");
+    return it != j.end() && !it->is_null() && json_bool(*it, k, path);
+  };
+  KVATTN_CHECK(!flag("mlp_bias"), path, ": mlp_bias = true is not supported");
+  // Qwen2 hard-codes q/k/v biases; Llama and Qwen3 put q/k/v/o biases behind attention_bias;
+  // HF's Mistral has none and ignores the flag.
+  if (c.architecture == "qwen2") {
+    c.qkv_bias = true;
+  } else if (c.architecture != "mistral") {
+    c.qkv_bias = c.o_bias = flag("attention_bias");
   }
+  sliding_window_from_hf(j, c, path);
   c.rope_style = ModelConfig::RopeStyle::kRotateHalf;
   c.qk_norm = c.architecture == "qwen3";
   c.bos_token_id = int_or("bos_token_id", -1);

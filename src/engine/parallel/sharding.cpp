@@ -95,6 +95,15 @@ ModelWeights shard_weights(const ModelWeights& full, TensorParallel tp) {
     for (const char* kv : {"self_attn.k_proj.weight", "self_attn.v_proj.weight"}) {
       t[p + kv] = rows(get(full, p + kv), r * kv_heads * d, kv_heads * d);
     }
+    if (c.qkv_bias) {
+      t[p + "self_attn.q_proj.bias"] =
+          rows(get(full, p + "self_attn.q_proj.bias"), r * heads * d, heads * d);
+      for (const char* kv : {"self_attn.k_proj.bias", "self_attn.v_proj.bias"}) {
+        t[p + kv] = rows(get(full, p + kv), r * kv_heads * d, kv_heads * d);
+      }
+    }
+    // Added after the all-reduce, on every rank: replicated.
+    if (c.o_bias) t[p + "self_attn.o_proj.bias"] = copy(get(full, p + "self_attn.o_proj.bias"));
     t[p + "self_attn.o_proj.weight"] =
         cols(get(full, p + "self_attn.o_proj.weight"), r * heads * d, heads * d);
     for (const char* gu : {"mlp.gate_proj.weight", "mlp.up_proj.weight"}) {

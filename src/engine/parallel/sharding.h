@@ -3,6 +3,7 @@
 // Rank r of N holds (HF names, [out, in] projections):
 //   q_proj            rows of heads [r*H/N, (r+1)*H/N)          column-parallel
 //   k_proj, v_proj    rows of KV heads [r*K/N, (r+1)*K/N)        column-parallel
+//                     (their biases: the same rows)
 //   o_proj            the matching input columns                 row-parallel: all-reduce after
 //   gate/up_proj      rows [r*I/N, (r+1)*I/N)                    column-parallel
 //   down_proj         the matching input columns                 row-parallel: all-reduce after
@@ -10,7 +11,8 @@
 //                     A rank looks up only ids in its slice (zeros elsewhere): all-reduce after.
 //   lm_head           the same vocab rows (a tied head shares them): each rank's logits are
 //                     the slice's; gathered in rank order and cut to V.
-//   norms, q/k_norm   replicated.
+//   norms, q/k_norm   replicated; so is o_proj's bias, which every rank adds after the
+//                     all-reduce.
 // The shard's config describes the rank's model: num_heads H/N, num_kv_heads K/N,
 // intermediate I/N, vocab Vs; hidden, head_dim and everything else unchanged. Since every
 // rank holds the same number of KV heads, one BlockManager serves all ranks' pools.
