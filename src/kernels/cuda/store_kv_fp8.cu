@@ -56,8 +56,21 @@ __device__ __forceinline__ float to_f32(T x) {
   }
 }
 
-__device__ __forceinline__ uint8_t quantize(float x, float scale) {
-  if (isnan(x)) return signbit(x) ? 0xffu : 0x7fu;  // the division would drop the sign
+// The sign of a NaN is taken from the element's bits: the GPU's half -> float conversion and
+// division return the canonical (positive) NaN.
+template <typename T>
+__device__ __forceinline__ bool sign_bit(T v) {
+  if constexpr (sizeof(T) == 2) {
+    return (*reinterpret_cast<const uint16_t*>(&v) & 0x8000u) != 0;
+  } else {
+    return (__float_as_uint(v) & 0x80000000u) != 0;
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ uint8_t quantize(T v, float scale) {
+  const float x = to_f32(v);
+  if (isnan(x)) return sign_bit(v) ? 0xffu : 0x7fu;
   return static_cast<uint8_t>(__nv_cvt_float_to_fp8(x / scale, __NV_SATFINITE, __NV_E4M3));
 }
 
@@ -102,14 +115,14 @@ __global__ void __launch_bounds__(256) store_kv_fp8_kernel(const __grid_constant
     uint32_t kq[2] = {0, 0}, vq[2] = {0, 0};
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
-      kq[j / 4] |= static_cast<uint32_t>(quantize(to_f32(kx[j]), ks)) << (8 * (j % 4));
-      vq[j / 4] |= static_cast<uint32_t>(quantize(to_f32(vx[j]), vs)) << (8 * (j % 4));
+      kq[j / 4] |= static_cast<uint32_t>(quantize(kx[j], ks)) << (8 * (j % 4));
+      vq[j / 4] |= static_cast<uint32_t>(quantize(vx[j], vs)) << (8 * (j % 4));
     }
     *reinterpret_cast<uint2*>(p.k_cache + koff + e0) = make_uint2(kq[0], kq[1]);
     *reinterpret_cast<uint2*>(p.v_cache + voff + e0) = make_uint2(vq[0], vq[1]);
   } else {
-    p.k_cache[koff + e0] = quantize(to_f32(*ksrc), ks);
-    p.v_cache[voff + e0] = quantize(to_f32(*vsrc), vs);
+    p.k_cache[koff + e0] = quantize(*ksrc, ks);
+    p.v_cache[voff + e0] = quantize(*vsrc, vs);
   }
 }
 

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Decode on the GPU machine in one call: the store_kv and decode GPU tests (bf16 and fp8
+# caches), then kvattn against cuDNN and FlashInfer in one Python process
+# (bench/decode_peers_same_run.py: graph replay and flushed, bf16 and fp8 caches, read and copy
+# ceilings of the same run). Logs and JSON go to $OUT (or ./out).
+#   here, once: the FlashInfer wheels into .peers/whl (see scripts/gpu_prefill_peers.sh)
+#   run: bash scripts/gpu_decode_peers.sh   (carry .deps .peers)
+#   env: TESTS=0 skips the tests.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/out}
+mkdir -p "$OUT"
+source scripts/device_env.sh
+
+if [ "${TESTS:-1}" != 0 ]; then
+  step build
+  kvattn_gpu_build OFF kernels_store_kv_gpu_test kernels_decode_gpu_test
+  for t in store_kv decode; do
+    step "$t gpu test"
+    timeout 240 build-gpu/tests/kernels/kernels_${t}_gpu_test >"$OUT/test_$t.log" 2>&1
+    echo "rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/test_$t.log" | tr '\n' ' ')"
+    grep -E "Failure|Which is|trace:|case [0-9]+ seed" "$OUT/test_$t.log" | head -12
+  done
+fi
+
+step "pip install kvattn (sm_90a)"
+kvattn_pip_install python3 "$OUT/py_install.log" || { tail -n 30 "$OUT/py_install.log"; exit 1; }
+if ls .peers/whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --target /tmp/peers_site .peers/whl/*.whl &&
+    export PYTHONPATH=/tmp/peers_site
+fi
+step "decode peers, same run"
+# FlashInfer's JIT builds fail with the carried Debian headers in CPATH (gpu_prefill_peers.sh).
+unset CPATH LIBRARY_PATH
+cd /tmp && PYTHONUNBUFFERED=1 OUT="$OUT" MAX_JOBS=$(nproc) FLASHINFER_CUDA_ARCH_LIST=9.0a \
+  timeout "${PEERS_TIMEOUT:-420}" python3 "$OLDPWD/bench/decode_peers_same_run.py" 2>&1 |
+  grep -v Warning | tee "$OUT/decode_peers.log" | tail -n 14
