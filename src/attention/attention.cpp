@@ -53,6 +53,17 @@ Attention::Attention(int64_t num_heads, int64_t head_dim, float scale, int64_t n
   KVATTN_CHECK(num_heads % num_kv_heads == 0, "Attention: num_heads (", num_heads,
                ") must be a multiple of num_kv_heads (", num_kv_heads, ")");
   KVATTN_CHECK(std::isfinite(scale), "Attention: scale must be finite but is ", scale);
+  if (!mask.alibi_slopes.empty()) {
+    KVATTN_CHECK(static_cast<int64_t>(mask.alibi_slopes.size()) == num_heads,
+                 "Attention: mask.alibi_slopes must have num_heads (", num_heads,
+                 ") entries but has ", mask.alibi_slopes.size());
+    alibi_ = Tensor::empty({num_heads}, DType::kF32);
+    for (int64_t h = 0; h < num_heads; ++h) {
+      KVATTN_CHECK(std::isfinite(mask.alibi_slopes[h]), "Attention: mask.alibi_slopes[", h,
+                   "] must be finite but is ", mask.alibi_slopes[h]);
+      alibi_.ptr<float>()[h] = mask.alibi_slopes[h];
+    }
+  }
   if (scale_ <= 0.0f) scale_ = 1.0f / std::sqrt(static_cast<float>(head_dim));
 }
 
@@ -107,6 +118,7 @@ void Attention::forward(const TensorView& q_in, const TensorView& k_in, const Te
     a.causal = true;
     a.window_left = mask_.window_left;
     a.softcap = mask_.softcap;
+    a.alibi_slopes = alibi_.view();
     a.out = out;
     a.stream = ctx.stream;
     if (ctx.block_tables.defined()) {  // prefix hit / chunked prefill: keys from the cache
@@ -145,6 +157,7 @@ void Attention::forward(const TensorView& q_in, const TensorView& k_in, const Te
   a.causal = true;
   a.window_left = mask_.window_left;
   a.softcap = mask_.softcap;
+  a.alibi_slopes = alibi_.view();
   a.out = out;
   a.plan = ctx.decode_plan;
   a.workspace = ctx.decode_workspace;

@@ -29,6 +29,8 @@ void check_mask_options(std::string_view fn, int64_t window_left, int64_t window
 void check_alibi_slopes(std::string_view fn, const TensorView& slopes, Device device,
                         const AttentionShape& shape) {
   if (!slopes.defined()) return;
+  KVATTN_CHECK(device.is_cpu(), fn, ": alibi_slopes is not supported on ", device,
+               " yet (CPU only) but alibi_slopes of shape ", slopes.shape_str(), " was given");
   KVATTN_CHECK(slopes.ndim == 1 || slopes.ndim == 2, fn,
                ": alibi_slopes must be [num_heads] or [num_seqs, num_heads] but has shape ",
                slopes.shape_str());
@@ -41,8 +43,6 @@ void check_alibi_slopes(std::string_view fn, const TensorView& slopes, Device de
   check_dtype(fn, "alibi_slopes", slopes, DType::kF32);
   check_device(fn, "alibi_slopes", slopes, device);
   check_stride(fn, "alibi_slopes", slopes, slopes.ndim - 1, 1, "heads contiguous");
-  KVATTN_CHECK(device.is_cpu(), fn, ": alibi_slopes is not supported on ", device,
-               " yet (CPU only) but alibi_slopes of shape ", slopes.shape_str(), " was given");
   const int64_t rows = slopes.ndim == 2 ? shape.num_seqs : 1;
   const int64_t row_stride = slopes.ndim == 2 ? slopes.stride(0) : 0;
   for (int64_t b = 0; b < rows; ++b) {
@@ -60,13 +60,13 @@ void check_alibi_slopes(std::string_view fn, const TensorView& slopes, Device de
 void check_cache_leftpad(std::string_view fn, const TensorView& leftpad,
                          const TensorView& cache_seqlens, Device device, int64_t num_seqs) {
   if (!leftpad.defined()) return;
+  KVATTN_CHECK(device.is_cpu(), fn, ": cache_leftpad is not supported on ", device,
+               " yet (CPU only)");
   check_rank(fn, "cache_leftpad", leftpad, 1);
   check_dtype(fn, "cache_leftpad", leftpad, DType::kI32);
   check_dim(fn, "cache_leftpad", leftpad, 0, "num_seqs", num_seqs);
   check_device(fn, "cache_leftpad", leftpad, device);
   check_contiguous(fn, "cache_leftpad", leftpad);
-  KVATTN_CHECK(device.is_cpu(), fn, ": cache_leftpad is not supported on ", device,
-               " yet (CPU only)");
   const int32_t* pad = leftpad.ptr<const int32_t>();
   const int32_t* lens = cache_seqlens.ptr<const int32_t>();
   for (int64_t b = 0; b < num_seqs; ++b) {

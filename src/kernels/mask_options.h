@@ -15,14 +15,14 @@ namespace kvattn::detail {
 void check_mask_options(std::string_view fn, int64_t window_left, int64_t window_right,
                         float softcap, bool causal, Device device, AttentionShape& shape);
 
-// Optional alibi_slopes: float32 [num_heads] or [num_seqs, num_heads], last dim contiguous, on
-// `device`, every value finite (read on the CPU); rejected on CUDA for now. Call after the
+// Optional alibi_slopes: rejected on CUDA for now (first, whatever the tensor); on the CPU
+// float32 [num_heads] or [num_seqs, num_heads], last dim contiguous, every value finite. Call after the
 // shape's num_seqs and num_heads are known.
 void check_alibi_slopes(std::string_view fn, const TensorView& slopes, Device device,
                         const AttentionShape& shape);
 
-// Optional cache_leftpad (decode): int32 [num_seqs], contiguous, on `device`; on the CPU
-// 0 <= cache_leftpad[b] <= cache_seqlens[b]. Rejected on CUDA for now.
+// Optional cache_leftpad (decode): rejected on CUDA for now; on the CPU int32 [num_seqs],
+// contiguous, 0 <= cache_leftpad[b] <= cache_seqlens[b].
 void check_cache_leftpad(std::string_view fn, const TensorView& leftpad,
                          const TensorView& cache_seqlens, Device device, int64_t num_seqs);
 

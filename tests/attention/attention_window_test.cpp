@@ -1,7 +1,8 @@
 // The Attention layer with a per-layer sliding window and softcap (AttentionMask), as an
 // engine alternating local and global layers uses it: a packed prefill, a paged prefill over
 // a cached prefix, and decode steps, each through a local and a global layer on the same
-// inputs, checked against the float64 reference with the layer's mask; bad masks are refused.
+// inputs, checked against the float64 reference with the layer's mask (ALiBi slopes too); bad
+// masks are refused.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -30,7 +31,8 @@ struct Layer {
 };
 
 test::RefMask ref_mask(const AttentionMask& m) {
-  return {m.window_left, -1, static_cast<double>(m.softcap)};
+  return {m.window_left, -1, static_cast<double>(m.softcap),
+          std::vector<double>(m.alibi_slopes.begin(), m.alibi_slopes.end()), false, 0};
 }
 
 Tensor random(std::mt19937_64& rng, int64_t tokens, int64_t heads) {
@@ -43,7 +45,8 @@ Tensor random(std::mt19937_64& rng, int64_t tokens, int64_t heads) {
 // prefill chunk of `chunk` tokens reading the cached prefix (paged), then `steps` decodes.
 void run_scenario(const AttentionMask& mask, int64_t prompt, int64_t chunk, int64_t steps) {
   SCOPED_TRACE("window_left " + std::to_string(mask.window_left) + " softcap " +
-               std::to_string(mask.softcap));
+               std::to_string(mask.softcap) + " alibi slopes " +
+               std::to_string(mask.alibi_slopes.size()));
   std::mt19937_64 rng(test::case_seed());
   Layer layer(mask);
   const std::vector<int64_t> blocks = {3, 7, 0, 12, 5, 9, 1};
@@ -112,7 +115,9 @@ void run_scenario(const AttentionMask& mask, int64_t prompt, int64_t chunk, int6
 TEST(AttentionWindow, LocalAndGlobalLayersMatchTheReference) {
   for (const AttentionMask& m : {AttentionMask{}, AttentionMask{0, 0.0f}, AttentionMask{5, 0.0f},
                                  AttentionMask{-1, 30.0f}, AttentionMask{24, 2.0f},
-                                 AttentionMask{500, 0.0f}}) {
+                                 AttentionMask{500, 0.0f},
+                                 AttentionMask{-1, 0.0f, {0.5f, 0.25f, 0.125f, 0.0625f}},
+                                 AttentionMask{6, 20.0f, {1.0f, 0.0f, 0.3f, 2.0f}}}) {
     run_scenario(m, 37, 20, 9);
   }
 }
@@ -161,6 +166,18 @@ TEST(AttentionWindow, BadMasksAreRefused) {
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), HasSubstr("softcap"));
     EXPECT_THAT(e.what(), HasSubstr("finite"));
+  }
+  try {
+    Attention bad(H, D, 0.0f, Hkv, AttentionMask{-1, 0.0f, {0.5f, 0.5f}});
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("alibi_slopes must have num_heads (4) entries but has 2"));
+  }
+  try {
+    Attention bad(H, D, 0.0f, Hkv, AttentionMask{-1, 0.0f, {0.5f, 0.5f, INFINITY, 0.5f}});
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("alibi_slopes[2] must be finite"));
   }
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "kvattn/cache/batch_context.h"
 #include "kvattn/core/tensor.h"
@@ -14,10 +15,13 @@ namespace kvattn {
 // window_left >= 0 lets each query see itself and the window_left keys before it (flash-attn's
 // window_size = (window_left, 0) under the layer's causal mask); -1 = global. softcap > 0 caps
 // each scaled score as softcap * tanh(s / softcap) before the softmax (Gemma 2); 0 = off.
-// CPU only for now: a forward on CUDA with either set throws from the kernels.
+// alibi_slopes (empty = none, else one finite slope per query head): ALiBi (BLOOM, MPT), the
+// bias -slope[h] * |i + Lk - Lq - j| added to each score (flash-attn's alibi_slopes).
+// CPU only for now: a forward on CUDA with any of them set throws from the kernels.
 struct AttentionMask {
   int64_t window_left = -1;
   float softcap = 0.0f;
+  std::vector<float> alibi_slopes = {};
 };
 
 class Attention {
@@ -58,6 +62,7 @@ class Attention {
   float scale_;
   int64_t num_kv_heads_;
   AttentionMask mask_;
+  Tensor alibi_;  // mask_.alibi_slopes as float32 [num_heads] (CPU), or empty
   TensorView k_cache_;
   TensorView v_cache_;
   TensorView k_scale_;  // float8_e4m3 caches only
