@@ -398,6 +398,7 @@ def _kvcache_general(
 
     if cache_leftpad is not None:
         _check_index(fn, "cache_leftpad", cache_leftpad, batch, 0, None, ">= 0")
+        _check_leftpad_fits(fn, xp, cache_leftpad, cache_seqlens, 0 if k is None else k.shape[1])
     if rotary_cos is not None or rotary_sin is not None:
         q, k = _rotary(fn, xp, q, k, rotary_cos, rotary_sin, rotary_interleaved, cache_seqlens,
                        capacity, causal or _is_local(left, right, capacity))
@@ -498,6 +499,20 @@ def _check_index(fn, name, idx, batch, lo, hi, want):
         b = int(bad.nonzero()[0][0])
         raise _C.Error("kvattn.%s: %s[%d] must be in %s but is %d"
                        % (fn, name, b, want, int(vals[b])))
+
+
+def _check_leftpad_fits(fn, xp, pads, cache_seqlens, seqlen_new):
+    """CPU: cache_leftpad[b] <= cache_seqlens[b] + seqlen_new (the keys attended), checked
+    before anything is written (the kernel checks it too, after the append)."""
+    if not (xp.on_cpu(pads) and xp.on_cpu(cache_seqlens)) or pads.shape[0] == 0:
+        return
+    p = pads.numpy() if _is_torch(pads) else pads
+    n = (cache_seqlens.numpy() if _is_torch(cache_seqlens) else cache_seqlens) + seqlen_new
+    bad = p > n
+    if bad.any():
+        b = int(bad.nonzero()[0][0])
+        raise _C.Error("kvattn.%s: cache_leftpad[%d] must be <= cache_seqlens[%d] + seqlen_new "
+                       "= %d but is %d" % (fn, b, b, int(n[b]), int(p[b])))
 
 
 def _rotary(fn, xp, q, k, cos, sin, interleaved, cache_seqlens, capacity, q_advances):

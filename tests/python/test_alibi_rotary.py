@@ -42,9 +42,10 @@ def _slopes(rng, shape):
 
 @pytest.mark.parametrize("per_seq", [False, True])
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("window,softcap", [((-1, -1), 0.0), ((4, 2), 0.0), ((3, -1), 5.0),
-                                            ((500, 500), 0.0)])
-@pytest.mark.parametrize("group,d", [(1, 64), (3, 80), (6, 96), (8, 256)])
+@pytest.mark.parametrize("window,softcap,group,d", [((-1, -1), 0.0, 1, 64), ((4, 2), 0.0, 3, 80),
+                                                    ((3, -1), 5.0, 6, 96),
+                                                    ((500, 500), 0.0, 8, 256),
+                                                    ((0, 0), 1.0, 2, 128)])
 def test_varlen_packed_alibi(rng, per_seq, causal, window, softcap, group, d):
     hk = 1 if group >= 6 else 2
     h = hk * group
@@ -329,13 +330,26 @@ def _kvcache_call(rng, **kwargs):
         (dict(cache_batch_idx=np.array([0, 1], np.int64)), "cache_batch_idx must be int32"),
         (dict(cache_batch_idx=np.array([0], np.int32)), r"cache_batch_idx must be int32 \[batch\]"),
         (dict(cache_leftpad=np.array([0, -1], np.int32)), r"cache_leftpad\[1\] must be in >= 0"),
-        (dict(cache_leftpad=np.array([0, 5], np.int32)), r"cache_leftpad\[1\] must be in \[0, cache_seqlens\[1\] = 4\]"),
+        (dict(cache_leftpad=np.array([0, 5], np.int32)),
+         r"cache_leftpad\[1\] must be <= cache_seqlens\[1\] \+ seqlen_new = 4 but is 5"),
         (dict(cache_leftpad=np.array([0, 1, 2], np.int32)), "cache_leftpad must be int32"),
     ],
 )
 def test_bad_rotary_batch_idx_leftpad(rng, kwargs, match):
     with pytest.raises(kvattn.Error, match=match):
         _kvcache_call(rng, **kwargs)
+
+
+def test_bad_leftpad_writes_nothing(rng):
+    kc = f32(rng.standard_normal((2, 8, 1, 16)))
+    kc0 = kc.copy()
+    q = f32(rng.standard_normal((2, 1, 1, 16)))
+    kn = f32(rng.standard_normal((2, 1, 1, 16)))
+    with pytest.raises(kvattn.Error, match="cache_leftpad"):
+        kvattn.flash_attn_with_kvcache(q, kc, kc.copy(), k=kn, v=kn,
+                                       cache_seqlens=np.array([2, 3], np.int32),
+                                       cache_leftpad=np.array([4, 0], np.int32))
+    assert np.array_equal(kc, kc0)
 
 
 def test_still_unsupported_raise_not_implemented(rng):
