@@ -41,6 +41,37 @@ void print_config(const ModelConfig& c) {
   std::printf("rope:                theta %g, %s pairs\n", c.rope_theta,
               c.rope_style == ModelConfig::RopeStyle::kRotateHalf ? "rotate-half"
                                                                    : "interleaved");
+  const RopeScaling& rs = c.rope_scaling;
+  if (!c.rope_freq_factors.empty()) {
+    std::printf("rope scaling:        rope_freqs factors (llama3, %zu pairs)\n",
+                c.rope_freq_factors.size());
+  } else if (rs.type == RopeScaling::Type::kNone) {
+    std::printf("rope scaling:        none\n");
+  } else {
+    std::printf("rope scaling:        %s, factor %g", std::string(rope_scaling_name(rs.type)).c_str(),
+                rs.factor);
+    if (rs.original_max_position_embeddings > 0) {
+      std::printf(", original context %lld",
+                  static_cast<long long>(rs.original_max_position_embeddings));
+    }
+    if (rs.type == RopeScaling::Type::kLlama3) {
+      std::printf(", low/high freq factor %g/%g", rs.low_freq_factor, rs.high_freq_factor);
+    }
+    if (rs.type == RopeScaling::Type::kYarn) std::printf(", attention factor %g", rs.attention_factor);
+    std::printf("\n");
+  }
+  if (c.sliding_window > 0) {
+    int64_t sliding = 0;
+    for (int64_t l = 0; l < c.num_layers; ++l) sliding += c.window_left(l) >= 0;
+    std::printf("sliding window:      %lld tokens on %lld of %lld layers\n",
+                static_cast<long long>(c.sliding_window), static_cast<long long>(sliding),
+                static_cast<long long>(c.num_layers));
+  } else {
+    std::printf("sliding window:      none\n");
+  }
+  std::printf("attention biases:    %s\n", c.qkv_bias && c.o_bias ? "q/k/v and o"
+                                          : c.qkv_bias          ? "q/k/v"
+                                                                : "none");
   std::printf("rms_norm_eps:        %g\n", c.rms_norm_eps);
   std::printf("qk_norm:             %s\n", c.qk_norm ? "yes" : "no");
   std::printf("tied embeddings:     %s\n", c.tie_word_embeddings ? "yes" : "no");
