@@ -351,6 +351,74 @@ TEST(DecodeGpu, Fp8CacheSweepAgainstReferenceOnStoredBytes) {
   sweep(test::quick_mode() ? 12 : 96, /*fp8=*/true);
 }
 
+// Every finite e4m3 code reads exactly (subnormals and +-448 included): one key per sequence,
+// so the output is that key's V row (softmax of one score is 1), and a one-hot query on dim b
+// makes sequence b's LSE the K code at dim b times the scale (1). 256 codes over the KV heads;
+// the two NaN codes are replaced by zeros of the same sign.
+TEST(DecodeGpu, Fp8CodesReadExactly) {
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    for (int64_t d : {64, 128}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " d " + std::to_string(d));
+      const int64_t hkv = 256 / d, B = d, bs = 16;
+      Tensor caches = Tensor::empty({2 * bs * hkv * d}, DType::kU8);
+      std::memset(caches.data(), 0x7f, static_cast<size_t>(caches.nbytes()));
+      auto code = [&](int64_t h, int64_t e) {
+        const auto c = static_cast<uint8_t>(h * d + e);
+        return (c & 0x7f) == 0x7f ? static_cast<uint8_t>(c & 0x80) : c;
+      };
+      for (int64_t h = 0; h < hkv; ++h) {
+        for (int64_t e = 0; e < d; ++e) {
+          caches.ptr<uint8_t>()[h * d + e] = code(h, e);                            // K, slot 0
+          caches.ptr<uint8_t>()[bs * hkv * d + h * d + e] = code(h, d - 1 - e);     // V, slot 0
+        }
+      }
+      Tensor q = Tensor::empty({B, hkv, d}, dt);
+      const uint16_t one = dt == DType::kBF16 ? 0x3f80 : 0x3c00;
+      for (int64_t b = 0; b < B; ++b) {
+        for (int64_t h = 0; h < hkv; ++h) {
+          for (int64_t e = 0; e < d; ++e) q.ptr<uint16_t>()[(b * hkv + h) * d + e] = e == b ? one : 0;
+        }
+      }
+      const Tensor caches_dev = caches.to(kGpu), q_dev = q.to(kGpu);
+      const std::vector<int64_t> shape = {1, bs, hkv, d};
+      DecodeArgs a;
+      a.q = q_dev;
+      a.k_cache = TensorView(caches_dev.data(), DType::kF8E4M3, kGpu, shape);
+      a.v_cache = TensorView(caches_dev.ptr<uint8_t>() + bs * hkv * d, DType::kF8E4M3, kGpu, shape);
+      const Tensor table = test::int_tensor(std::vector<int64_t>(static_cast<size_t>(B), 0)).to(kGpu);
+      const Tensor lens = test::int_tensor(std::vector<int64_t>(static_cast<size_t>(B), 1)).to(kGpu);
+      a.block_table = TensorView(table.data(), DType::kI32, kGpu, {B, 1});
+      a.cache_seqlens = lens;
+      a.softmax_scale = 1.0f;
+      Tensor out = Tensor::empty({B, hkv, d}, dt, kGpu);
+      Tensor lse = Tensor::empty({hkv, B}, DType::kF32, kGpu);
+      a.out = out;
+      a.lse = lse;
+      decode_attention(a);
+      EXPECT_EQ(read_device_faults(kGpu), 0u);
+      const std::vector<double> got = test::to_doubles(out.to(Device::cpu()).view());
+      const std::vector<double> got_lse = test::to_doubles(lse.to(Device::cpu()).view());
+      int wrong = 0, wrong_lse = 0;
+      for (int64_t b = 0; b < B; ++b) {
+        for (int64_t h = 0; h < hkv; ++h) {
+          for (int64_t e = 0; e < d; ++e) {
+            const double want = e4m3_to_float(code(h, d - 1 - e));
+            const double x = got[static_cast<size_t>((b * hkv + h) * d + e)];
+            if (x != want && wrong++ < 5) ADD_FAILURE() << "V code " << int(code(h, d - 1 - e)) << " read as " << x << ", want " << want;
+          }
+          const double want = e4m3_to_float(code(h, b));
+          const double x = got_lse[static_cast<size_t>(h * B + b)];
+          if (!(std::abs(x - want) <= 1e-6 * std::abs(want)) && wrong_lse++ < 5) {
+            ADD_FAILURE() << "K code " << int(code(h, b)) << ": LSE " << x << ", want " << want;
+          }
+        }
+      }
+      EXPECT_EQ(wrong, 0);
+      EXPECT_EQ(wrong_lse, 0);
+    }
+  }
+}
+
 // The kernel variants of cuda_tuning() (heads per CTA, stages, small-batch kernel on/off and
 // its warps per CTA).
 struct Variant {

@@ -14,6 +14,7 @@
 #include <numeric>
 #include <sstream>
 
+#include "kvattn/core/fp8.h"
 #include "kvattn/kernels/device_faults.h"
 #include "kvattn/kernels/prefill_attention.h"
 #include "kernels/gpu_test_support.h"
@@ -42,12 +43,15 @@ struct PrefillCase {
   bool with_lse = true;
   float scale = 0.0f;
   int64_t windows = 0;  // 0: check every row; else check 64-row windows (long contexts)
+  bool fp8 = false;     // paged: the caches quantised to float8_e4m3
+  bool fp8_scales = false;  // fp8: random per-KV-head k_scale / v_scale (else 1.0)
 
   std::string describe() const {
     std::ostringstream os;
     os << dtype_name(dt) << " d=" << d << " heads=" << hkv * group << "/" << hkv
        << (causal ? " causal" : " non-causal");
     if (paged) os << " paged bs=" << bs << (fused_kv ? " fused-kv" : "");
+    if (fp8) os << " fp8" << (fp8_scales ? " scales" : "");
     os << " q_pad=" << q_pad << " kv_pad=" << kv_pad << " lse=" << with_lse << " (Lq,Lk)=";
     for (size_t b = 0; b < lq.size() && b < 8; ++b) os << "(" << lq[b] << "," << lk[b] << ")";
     if (lq.size() > 8) os << "... x" << lq.size();
@@ -150,6 +154,53 @@ Paged make_paged(std::mt19937_64& rng, const PrefillCase& c) {
   return p;
 }
 
+// The float8_e4m3 form of paged caches: each K and V element quantised with the scale of its
+// KV head (store_kv's rule, core/fp8.h; NaN stays NaN), one byte per element at the same
+// element offsets (so the views keep their strides); every other byte a NaN code.
+struct Fp8Paged {
+  Tensor storage, k_scale, v_scale;  // scales undefined: none given
+  TensorView k, v;
+};
+Fp8Paged quantise_paged(std::mt19937_64& rng, const PrefillCase& c, const Paged& p) {
+  Fp8Paged f;
+  const int64_t es = dtype_size(c.dt);
+  f.storage = Tensor::empty({p.storage.nbytes() / es}, DType::kU8);
+  std::memset(f.storage.data(), 0x7f, static_cast<size_t>(f.storage.nbytes()));
+  std::vector<float> ks(static_cast<size_t>(c.hkv), 1.0f), vs = ks;
+  if (c.fp8_scales) {
+    std::uniform_real_distribution<float> u(0.002f, 0.05f);
+    for (auto& x : ks) x = u(rng);
+    for (auto& x : vs) x = u(rng);
+    f.k_scale = Tensor::empty({c.hkv}, DType::kF32);
+    f.v_scale = Tensor::empty({c.hkv}, DType::kF32);
+    std::copy(ks.begin(), ks.end(), f.k_scale.ptr<float>());
+    std::copy(vs.begin(), vs.end(), f.v_scale.ptr<float>());
+  }
+  auto quantise = [&](const TensorView& src, const std::vector<float>& scale) {
+    const int64_t offset = (static_cast<const char*>(src.data) -
+                            static_cast<const char*>(p.storage.data())) / es;
+    TensorView dst = src;
+    dst.data = f.storage.ptr<uint8_t>() + offset;
+    dst.dtype = DType::kF8E4M3;
+    const std::vector<double> x = test::to_doubles(src);  // row-major over the view
+    size_t i = 0;
+    for (int64_t b = 0; b < src.size(0); ++b) {
+      for (int64_t t = 0; t < src.size(1); ++t) {
+        for (int64_t h = 0; h < src.size(2); ++h) {
+          for (int64_t e = 0; e < src.size(3); ++e, ++i) {
+            static_cast<uint8_t*>(dst.data)[b * src.stride(0) + t * src.stride(1) + h * src.stride(2) + e] =
+                quantize_e4m3(static_cast<float>(x[i]), scale[static_cast<size_t>(h)]);
+          }
+        }
+      }
+    }
+    return dst;
+  };
+  f.k = quantise(p.k, ks);
+  f.v = quantise(p.v, vs);
+  return f;
+}
+
 uint32_t clear_faults() { return read_device_faults(kGpu, true); }
 
 // Runs one case on the GPU and checks it against the CPU backend.
@@ -164,8 +215,10 @@ void run_case(const PrefillCase& c, std::mt19937_64& rng, const std::string& key
   test::fill_random(q.view, rng);
   test::RowBuffer k, v;
   Paged pk;
+  Fp8Paged pk8;
   if (c.paged) {
     pk = make_paged(rng, c);
+    if (c.fp8) pk8 = quantise_paged(rng, c, pk);
   } else {
     k = test::make_rows(total_k, c.hkv, c.d, c.dt, c.kv_pad, 8);
     v = test::make_rows(total_k, c.hkv, c.d, c.dt, c.kv_pad, 16);
@@ -181,7 +234,20 @@ void run_case(const PrefillCase& c, std::mt19937_64& rng, const std::string& key
   Mirror mk, mv, mkv, mt;
   PrefillArgs g;
   g.q = mq.on_device(q.view);
-  if (c.paged) {
+  Tensor k_scale_dev, v_scale_dev;
+  if (c.paged && c.fp8) {
+    mkv = Mirror::of(pk8.storage);
+    mt = Mirror::of(pk.table);
+    g.k = mkv.on_device(pk8.k);
+    g.v = mkv.on_device(pk8.v);
+    g.block_table = mt.on_device(pk.table.view());
+    if (c.fp8_scales) {
+      k_scale_dev = pk8.k_scale.to(kGpu);
+      v_scale_dev = pk8.v_scale.to(kGpu);
+      g.k_scale = k_scale_dev;
+      g.v_scale = v_scale_dev;
+    }
+  } else if (c.paged) {
     mkv = Mirror::of(pk.storage);
     mt = Mirror::of(pk.table);
     g.k = mkv.on_device(pk.k);
@@ -223,7 +289,13 @@ void run_case(const PrefillCase& c, std::mt19937_64& rng, const std::string& key
         c.causal ? std::clamp<int64_t>(a + rows + lkb - c.lq[b], 0, lkb) : lkb;
     PrefillArgs r;
     r.q = q32.view(q.view).slice0(cu_q[b] + a, cu_q[b] + a + rows);
-    if (c.paged) {
+    if (c.paged && c.fp8) {  // the CPU backend reads the same codes (the fp8 reference)
+      r.k = pk8.k;
+      r.v = pk8.v;
+      r.k_scale = pk8.k_scale;
+      r.v_scale = pk8.v_scale;
+      r.block_table = pk.table.view().slice0(b, b + 1);
+    } else if (c.paged) {
       r.k = kv32.view(pk.k);
       r.v = kv32.view(pk.v);
       r.block_table = pk.table.view().slice0(b, b + 1);
@@ -333,6 +405,30 @@ TEST(PrefillGpu, RandomSweep) {
                                  std::string(dtype_name(dt)));
             if (HasFatalFailure()) return;
           }
+        }
+      }
+    }
+  }
+}
+
+// Paged prefill over float8_e4m3 caches (the prefix-hit and chunked-prefill path of an fp8
+// engine), with and without scales, against the CPU backend on the same codes.
+TEST(PrefillGpu, Fp8PagedSweep) {
+  const bool quick = test::quick_mode();
+  int index = 0;
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    for (int64_t d : {64, 128}) {
+      for (bool causal : {true, false}) {
+        for (int i = 0; i < (quick ? 1 : 3); ++i, ++index) {
+          if (!test::case_selected(index)) continue;
+          const uint64_t seed = test::case_seed();
+          std::mt19937_64 rng(seed);
+          PrefillCase c = random_case(rng, dt, d, causal, /*paged=*/true, quick);
+          c.fp8 = true;
+          c.fp8_scales = i % 2 == 0;
+          SCOPED_TRACE(test::case_note(index, seed, c.describe()));
+          run_case(c, rng, std::string("prefill paged fp8 cache ") + std::string(dtype_name(dt)));
+          if (HasFatalFailure()) return;
         }
       }
     }

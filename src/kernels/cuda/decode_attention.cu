@@ -607,7 +607,8 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
           uint32_t v = 0;
           if (valid) {
             const int d = kIsFp8<KV> ? decode_fp8_q_dim(ks, half, t4) : ks * 16 + half * 8 + 2 * t4;
-            v = static_cast<uint32_t>(qrow[d]) | (static_cast<uint32_t>(qrow[d + 1]) << 16);
+            const int d2 = d + (kIsFp8<KV> ? kFp8QPairStep : 1);
+            v = static_cast<uint32_t>(qrow[d]) | (static_cast<uint32_t>(qrow[d2]) << 16);
           }
           qf[ks][hr + 2 * half] = v;
         }
@@ -992,8 +993,9 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
       for (int half = 0; half < 2; ++half) {
 #pragma unroll
         for (int hr = 0; hr < 2; ++hr) {
-          qf[ks][hr + 2 * half] = *reinterpret_cast<const uint32_t*>(
-              s_q + (gid + 8 * hr) * kQRow + decode_fp8_q_dim(ks, half, t4));
+          const uint16_t* row = s_q + (gid + 8 * hr) * kQRow + decode_fp8_q_dim(ks, half, t4);
+          qf[ks][hr + 2 * half] =
+              static_cast<uint32_t>(row[0]) | (static_cast<uint32_t>(row[kFp8QPairStep]) << 16);
         }
       }
     }

@@ -8,11 +8,13 @@
 // scalars: k_scale into the softmax scale of the unit, v_scale into the piece's output.
 //
 // ldmatrix moves 16-bit elements, so the fragments are read with 32-bit shared loads instead,
-// in orders chosen so that each load brings whole fragment registers:
+// in orders chosen so that each load brings whole fragment registers. The conversion takes
+// four codes (one 32-bit word) at a time and pairs bytes (0, 2) and (1, 3) (e4m3x4_to).
 // - S = Q K^T: the reduction runs over head dims in any order, as long as Q and K agree. In
-//   k-step ks the mma k indices {2t, 2t+1, 2t+8, 2t+9} of lane quad-index t stand for dims
-//   16 ks + 4t + {0, 1, 2, 3}: one 32-bit word of key row n = g (lane / 4) gives both B
-//   registers; Q's A registers are read with the same map (decode_fp8_q_dim).
+//   k-step ks the mma k indices {2t, 2t+1} of lane quad-index t stand for dims 16 ks + 4t +
+//   {0, 2} and {2t+8, 2t+9} for 16 ks + 4t + {1, 3}: one 32-bit word of key row n = g
+//   (lane / 4) gives both B registers; Q's A registers are read with the same map
+//   (decode_fp8_q_dim: the first dim of a pair, the second is 2 further).
 // - O = P V: the mma n index (a head dim of O) is free to relabel as long as O is relabelled
 //   back. In 32-dim group c, n-tile j = 4c + jj, n index g stands for dim 32c + 4g + jj: one
 //   word of each of the keys 2t, 2t+1, 2t+8, 2t+9 (dims 32c + 4g ..) holds the B registers
@@ -25,12 +27,12 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-#include <cuda_fp8.h>
 
 #include <cstdint>
 #include <type_traits>
 
 #include "kernels/cuda/decode_params.h"
+#include "kernels/cuda/fp8_convert.cuh"
 #include "kernels/cuda/ptx.cuh"
 
 namespace kvattn::cuda {
@@ -67,37 +69,18 @@ struct Fp8Tile {
   }
 };
 
-// The head dim that the query element (k-step ks, half, lane quad-index t4) of an A fragment
-// stands for in the fp8 S = Q K^T (16-bit tiles: ks*16 + half*8 + 2*t4).
+// The head dims that the query element pair (k-step ks, half, lane quad-index t4) of an A
+// fragment stands for in the fp8 S = Q K^T: this one and the one 2 further (16-bit tiles:
+// ks*16 + half*8 + 2*t4 and the next).
 __device__ __forceinline__ int decode_fp8_q_dim(int ks, int half, int t4) {
-  return ks * 16 + 4 * t4 + 2 * half;
+  return ks * 16 + 4 * t4 + half;
 }
-
-// Two e4m3 codes (low byte first) as a packed pair of T, exactly.
-template <typename T>
-__device__ __forceinline__ uint32_t e4m3x2_to(uint32_t codes) {
-  const __half2_raw h =
-      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(codes & 0xffffu), __NV_E4M3);
-  const uint32_t f16x2 = static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
-  if constexpr (std::is_same_v<T, __half>) {
-    return f16x2;
-  } else {
-    const __half2 v = *reinterpret_cast<const __half2*>(&f16x2);
-    const float2 f = __half22float2(v);
-    return ptx::pack2<__nv_bfloat16>(f.x, f.y);
-  }
-}
+inline constexpr int kFp8QPairStep = 2;
 
 __device__ __forceinline__ uint32_t lds32(uint32_t addr) {
   uint32_t v;
   asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(addr));
   return v;
-}
-
-__device__ __forceinline__ uint32_t byte_perm(uint32_t a, uint32_t b, uint32_t sel) {
-  uint32_t r;
-  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
-  return r;
 }
 
 // S = Q K^T of one fp8 K tile at kbase, in two mma chains (even and odd k-steps), as the
@@ -113,8 +96,8 @@ __device__ __forceinline__ void fp8_qk(uint32_t kbase, const uint32_t (&qf)[D / 
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) {
       const uint32_t w = lds32(L::addr(kbase, nt * 8 + g, ks) + 4 * t4);
-      const uint32_t b0 = e4m3x2_to<T>(w);
-      const uint32_t b1 = e4m3x2_to<T>(w >> 16);
+      uint32_t b0, b1;  // dims 16 ks + 4 t4 + {0, 2} and + {1, 3}
+      e4m3x4_to<T>(w, b0, b1);
       if (ks & 1) {
         ptx::mma_16816<T>(s2[nt], qf[ks], b0, b1);
       } else {
@@ -139,15 +122,15 @@ __device__ __forceinline__ void fp8_pv(uint32_t vbase, const uint32_t (&pa)[4],
     const uint32_t w1 = lds32(L::addr(vbase, 2 * t4 + 1, chunk) + in_chunk);
     const uint32_t w2 = lds32(L::addr(vbase, 2 * t4 + 8, chunk) + in_chunk);
     const uint32_t w3 = lds32(L::addr(vbase, 2 * t4 + 9, chunk) + in_chunk);
-    // Byte k of each word is dim 32c + 4g + k: pair keys (2t, 2t+1) and (2t+8, 2t+9) per dim.
-    const uint32_t lo01 = byte_perm(w0, w1, 0x5140u);  // dims +0, +1
-    const uint32_t hi01 = byte_perm(w0, w1, 0x7362u);  // dims +2, +3
-    const uint32_t lo23 = byte_perm(w2, w3, 0x5140u);
-    const uint32_t hi23 = byte_perm(w2, w3, 0x7362u);
-    ptx::mma_16816<T>(o[4 * c + 0], pa, e4m3x2_to<T>(lo01), e4m3x2_to<T>(lo23));
-    ptx::mma_16816<T>(o[4 * c + 1], pa, e4m3x2_to<T>(lo01 >> 16), e4m3x2_to<T>(lo23 >> 16));
-    ptx::mma_16816<T>(o[4 * c + 2], pa, e4m3x2_to<T>(hi01), e4m3x2_to<T>(hi23));
-    ptx::mma_16816<T>(o[4 * c + 3], pa, e4m3x2_to<T>(hi01 >> 16), e4m3x2_to<T>(hi23 >> 16));
+    // Byte k of each word is dim 32c + 4g + k. [w0.b0, w0.b1, w1.b0, w1.b1]: e4m3x4_to pairs
+    // bytes (0, 2) = dim +0 of keys (2t, 2t+1) and (1, 3) = dim +1; 0x7632: dims +2, +3.
+    uint32_t b[4][2];  // [dim][keys (2t, 2t+1) / (2t+8, 2t+9)]
+    e4m3x4_to<T>(byte_perm(w0, w1, 0x5410u), b[0][0], b[1][0]);
+    e4m3x4_to<T>(byte_perm(w0, w1, 0x7632u), b[2][0], b[3][0]);
+    e4m3x4_to<T>(byte_perm(w2, w3, 0x5410u), b[0][1], b[1][1]);
+    e4m3x4_to<T>(byte_perm(w2, w3, 0x7632u), b[2][1], b[3][1]);
+#pragma unroll
+    for (int jj = 0; jj < 4; ++jj) ptx::mma_16816<T>(o[4 * c + jj], pa, b[jj][0], b[jj][1]);
   }
 }
 

@@ -73,9 +73,6 @@ void dispatch_bool(bool v, F&& f) {
 }  // namespace
 
 PrefillParams make_prefill_params(const PrefillArgs& a, const AttentionShape& s) {
-  KVATTN_CHECK(a.k.dtype != DType::kF8E4M3, kFn,
-               ": k (the paged k_cache): float8_e4m3 caches are not supported by the CUDA "
-               "prefill yet (decode and store_kv support them)");
   const int D = static_cast<int>(s.head_dim);
   KVATTN_CHECK(D == 64 || D == 128, kFn, ": unsupported head_dim: ", D,
                " (the CUDA kernels support 64 and 128)");
@@ -107,6 +104,8 @@ PrefillParams make_prefill_params(const PrefillArgs& a, const AttentionShape& s)
                      s.max_blocks_per_seq <= INT32_MAX,
                  kFn, ": paged cache dimensions must fit in int32");
     p.block_table = a.block_table.ptr<const int32_t>();
+    p.k_scale = a.k_scale.defined() ? a.k_scale.ptr<const float>() : nullptr;
+    p.v_scale = a.v_scale.defined() ? a.v_scale.ptr<const float>() : nullptr;
     p.bt_stride = a.block_table.stride(0);
     p.k_stride = a.k.stride(1);
     p.v_stride = a.v.stride(1);
@@ -138,10 +137,20 @@ void prefill_attention(const PrefillArgs& a, const AttentionShape& s) {
   const bool bf16 = a.q.dtype == DType::kBF16;
   KVATTN_CHECK(bf16 || a.q.dtype == DType::kF16, kFn, ": unsupported dtype on the GPU: ",
                a.q.dtype);
-  const bool sm90 = prefill_sm90_eligible(p, s.paged, a.q.device.index);
+  // float8_e4m3 caches (paged only): the sm_80 kernel's register-staged fp8 copy.
+  const bool fp8 = s.paged && a.k.dtype == DType::kF8E4M3;
+  const bool sm90 = !fp8 && prefill_sm90_eligible(p, s.paged, a.q.device.index);
   auto with_dtype = [&](auto tag) {
     using T = typename decltype(tag)::type;
     dispatch_bool(a.causal, [&](auto causal) {
+      if (fp8) {
+        if (s.head_dim == 64) {
+          launch_prefill<T, 64, causal.value, true, true>(p, stream);
+        } else {
+          launch_prefill<T, 128, causal.value, true, true>(p, stream);
+        }
+        return;
+      }
       dispatch_bool(s.paged, [&](auto paged) {
         if (sm90) {
           if (s.head_dim == 64) {

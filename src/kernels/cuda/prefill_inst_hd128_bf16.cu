@@ -1,4 +1,4 @@
-// Explicit instantiations: prefill kernels for head_dim 128, bf16 (causal x paged).
+// Explicit instantiations: prefill kernels for head_dim 128, bf16 (causal x paged, and paged over float8_e4m3 caches).
 #include "kernels/cuda/prefill_kernel.cuh"
 
 namespace kvattn::cuda {
@@ -7,5 +7,7 @@ template void launch_prefill<__nv_bfloat16, 128, false, false>(const PrefillPara
 template void launch_prefill<__nv_bfloat16, 128, false, true>(const PrefillParams&, cudaStream_t);
 template void launch_prefill<__nv_bfloat16, 128, true, false>(const PrefillParams&, cudaStream_t);
 template void launch_prefill<__nv_bfloat16, 128, true, true>(const PrefillParams&, cudaStream_t);
+template void launch_prefill<__nv_bfloat16, 128, false, true, true>(const PrefillParams&, cudaStream_t);
+template void launch_prefill<__nv_bfloat16, 128, true, true, true>(const PrefillParams&, cudaStream_t);
 
 }  // namespace kvattn::cuda

@@ -18,8 +18,10 @@
 
 #include <atomic>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/device_faults.cuh"
+#include "kernels/cuda/fp8_convert.cuh"
 #include "kernels/cuda/prefill_launch.h"
 #include "kernels/cuda/prefill_params.h"
 #include "kernels/cuda/ptx.cuh"
@@ -80,9 +82,16 @@ struct DefaultPrefillTile<128, kCausal> {
   using type = PrefillTile<128, 128, kCausal ? 64 : 32, 4, 2, kCausal>;
 };
 
-template <typename T, class Tile, bool kCausal, bool kPaged>
+// kFp8 (paged only): the caches hold float8_e4m3 codes. Each thread loads its 8 codes of a
+// row (8 bytes) into registers, converts them exactly to T (decode_fp8.cuh) and stores the
+// 16-byte piece into the same swizzled tile the 16-bit path fills with cp.async; k_scale is
+// folded into the softmax scale, v_scale into the output normalisation. The register-staged
+// copy waits for its loads before the tile's compute (no cp.async overlap): a first version.
+template <typename T, class Tile, bool kCausal, bool kPaged, bool kFp8 = false>
 __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
     prefill_kernel(const __grid_constant__ PrefillParams p) {
+  static_assert(kPaged || !kFp8, "fp8 caches are paged");
+  using KV = std::conditional_t<kFp8, uint8_t, T>;  // the caches' element type
   constexpr int D = Tile::kHeadDim;
   constexpr int BM = Tile::kBlockM;
   constexpr int BN = Tile::kBlockN;
@@ -134,6 +143,15 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
   const int n_blocks = key_end > 0 ? (key_end + BN - 1) / BN : 0;
 
   const int kv_head = h / p.group;
+  float scale = p.scale, scale_log2 = p.scale_log2, v_scale = 1.0f;
+  if constexpr (kFp8) {
+    if (p.k_scale != nullptr) {
+      const float ks = __ldg(p.k_scale + kv_head);
+      scale *= ks;
+      scale_log2 *= ks;
+    }
+    if (p.v_scale != nullptr) v_scale = __ldg(p.v_scale + kv_head);
+  }
   const T* q_ptr = static_cast<const T*>(p.q) + static_cast<int64_t>(q_begin) * p.q_stride +
                    static_cast<int64_t>(h) * D;
   const int32_t* bt_row = kPaged ? p.block_table + static_cast<int64_t>(b) * p.bt_stride : nullptr;
@@ -192,10 +210,10 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
         const int off = p.block_shift >= 0 ? j & (p.block_size - 1) : j % p.block_size;
         if (blk >= 0 && blk < p.num_blocks) {
           e.x = reinterpret_cast<long long>(
-              static_cast<const T*>(p.k) +
+              static_cast<const KV*>(p.k) +
               (static_cast<int64_t>(blk) * p.k_block_stride + static_cast<int64_t>(off) * p.k_stride));
           e.y = reinterpret_cast<long long>(
-              static_cast<const T*>(p.v) +
+              static_cast<const KV*>(p.v) +
               (static_cast<int64_t>(blk) * p.v_block_stride + static_cast<int64_t>(off) * p.v_stride));
         } else {
           record_fault(p.fault_word, kFaultBlockOutOfRange);
@@ -205,6 +223,18 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
     }
   };
 
+  // fp8: this thread's 8 codes at src (or zeros) as 8 T values into the 16 bytes at dst.
+  auto stage_fp8 = [](uint32_t dst, const KV* src, bool ok) {
+    uint2 raw = make_uint2(0, 0);
+    if (ok) raw = __ldg(reinterpret_cast<const uint2*>(src));
+    uint32_t w[4];
+    // e4m3x4_to pairs bytes (0, 2) and (1, 3): permute so that they are (0, 1) and (2, 3).
+    e4m3x4_to<T>(byte_perm(raw.x, 0, 0x3120u), w[0], w[1]);
+    e4m3x4_to<T>(byte_perm(raw.y, 0, 0x3120u), w[2], w[3]);
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst), "r"(w[0]), "r"(w[1]),
+                 "r"(w[2]), "r"(w[3])
+                 : "memory");
+  };
   // K and V rows [n*BN, n*BN + BN) -> stage; keys >= Lk (and bad block ids) are zero-filled.
   auto load_kv = [&](int n, int stage) {
     const uint32_t k_dst = sK + stage * Tile::kKVBytes;
@@ -234,9 +264,14 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
         const longlong2 e = rows[r];
         const bool ok = e.x != 0;
         const uint32_t dst = swizzled(r, ld_chunk);
-        const long long col = static_cast<long long>(kv_col) * static_cast<long long>(sizeof(T));
-        ptx::cp_async_16(k_dst + dst, reinterpret_cast<const T*>(e.x + col), ok);
-        ptx::cp_async_16(v_dst + dst, reinterpret_cast<const T*>(e.y + col), ok);
+        const long long col = static_cast<long long>(kv_col) * static_cast<long long>(sizeof(KV));
+        if constexpr (kFp8) {
+          stage_fp8(k_dst + dst, reinterpret_cast<const KV*>(e.x + col), ok);
+          stage_fp8(v_dst + dst, reinterpret_cast<const KV*>(e.y + col), ok);
+        } else {
+          ptx::cp_async_16(k_dst + dst, reinterpret_cast<const T*>(e.x + col), ok);
+          ptx::cp_async_16(v_dst + dst, reinterpret_cast<const T*>(e.y + col), ok);
+        }
       }
     } else {
       const longlong2* rows = row_table + stage * BN;  // slot == stage
@@ -246,8 +281,13 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
         const longlong2 e = rows[r];
         const bool ok = e.x >= 0;
         const uint32_t dst = swizzled(r, ld_chunk);
-        ptx::cp_async_16(k_dst + dst, static_cast<const T*>(p.k) + e.x + kv_col, ok);
-        ptx::cp_async_16(v_dst + dst, static_cast<const T*>(p.v) + e.y + kv_col, ok);
+        if constexpr (kFp8) {
+          stage_fp8(k_dst + dst, static_cast<const KV*>(p.k) + (ok ? e.x + kv_col : 0), ok);
+          stage_fp8(v_dst + dst, static_cast<const KV*>(p.v) + (ok ? e.y + kv_col : 0), ok);
+        } else {
+          ptx::cp_async_16(k_dst + dst, static_cast<const T*>(p.k) + e.x + kv_col, ok);
+          ptx::cp_async_16(v_dst + dst, static_cast<const T*>(p.v) + e.y + kv_col, ok);
+        }
       }
     }
   };
@@ -372,7 +412,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
     if (need_mask) {
       apply_mask<kCausal>(s, m0 + warp_row + g, n * BN + 2 * t, Lk, causal_offset);
     }
-    softmax.update(s, o, p.scale_log2);
+    softmax.update(s, o, scale_log2);
 
     // O += P V, P taken straight from the S accumulators (C layout == A layout per 16 keys),
     // converted all at once so the f32 scores die before the V loads start.
@@ -406,7 +446,14 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
   // them), then 16-byte coalesced stores; LSE from lane t == 0 of each quad ----
   float inv_sum[kMT][2];
   float lse[kMT][2];
-  softmax.finish(inv_sum, lse, p.scale);
+  softmax.finish(inv_sum, lse, scale);
+  if constexpr (kFp8) {
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) {
+      inv_sum[mt][0] *= v_scale;
+      inv_sum[mt][1] *= v_scale;
+    }
+  }
   __syncwarp();
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt) {
@@ -452,7 +499,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
 }
 
 // Launches one tile configuration on the current device.
-template <typename T, class Tile, bool kCausal, bool kPaged>
+template <typename T, class Tile, bool kCausal, bool kPaged, bool kFp8 = false>
 void launch_prefill_tile(PrefillParams p, cudaStream_t stream) {
   p.num_m_blocks = (p.max_seqlen_q + Tile::kBlockM - 1) / Tile::kBlockM;
   if (p.num_m_blocks == 0 || p.num_seqs == 0) return;
@@ -460,7 +507,7 @@ void launch_prefill_tile(PrefillParams p, cudaStream_t stream) {
                ") needs ", p.num_m_blocks, " row blocks but the grid allows 65535");
   KVATTN_CHECK(p.num_seqs <= 65535, "prefill_attention: num_seqs must be <= 65535 but is ",
                p.num_seqs);
-  auto kernel = prefill_kernel<T, Tile, kCausal, kPaged>;
+  auto kernel = prefill_kernel<T, Tile, kCausal, kPaged, kFp8>;
   constexpr int kSmem = Tile::kSmemBytes + (kPaged ? Tile::kRowTableBytes : 0);
   static std::atomic<uint64_t> raised{0};
   raise_smem_limit_once(kernel, kSmem, raised, "prefill_attention");
@@ -471,10 +518,10 @@ void launch_prefill_tile(PrefillParams p, cudaStream_t stream) {
                cudaGetErrorString(err));
 }
 
-template <typename T, int kHeadDim, bool kCausal, bool kPaged>
+template <typename T, int kHeadDim, bool kCausal, bool kPaged, bool kFp8>
 void launch_prefill(const PrefillParams& p, cudaStream_t stream) {
-  launch_prefill_tile<T, typename DefaultPrefillTile<kHeadDim, kCausal>::type, kCausal, kPaged>(p,
-                                                                                        stream);
+  launch_prefill_tile<T, typename DefaultPrefillTile<kHeadDim, kCausal>::type, kCausal, kPaged,
+                      kFp8>(p, stream);
 }
 
 }  // namespace kvattn::cuda

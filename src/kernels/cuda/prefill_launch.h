@@ -15,8 +15,9 @@ namespace kvattn::cuda {
 // strides not multiples of 16 bytes). num_m_blocks is left for the launcher.
 PrefillParams make_prefill_params(const PrefillArgs& args, const AttentionShape& shape);
 
-// T: __nv_bfloat16 or __half. kHeadDim: 64 or 128. Launches on the current device.
-template <typename T, int kHeadDim, bool kCausal, bool kPaged>
+// T: __nv_bfloat16 or __half. kHeadDim: 64 or 128. kFp8 (paged only): float8_e4m3 caches.
+// Launches on the current device.
+template <typename T, int kHeadDim, bool kCausal, bool kPaged, bool kFp8 = false>
 void launch_prefill(const PrefillParams& p, cudaStream_t stream);
 
 }  // namespace kvattn::cuda

@@ -28,6 +28,8 @@ struct PrefillParams {
   const int32_t* cu_seqlens_q = nullptr;
   const int32_t* cu_seqlens_k = nullptr;
   const int32_t* block_table = nullptr;  // paged only
+  const float* k_scale = nullptr;        // paged float8_e4m3 caches: [num_kv_heads] or null (1.0)
+  const float* v_scale = nullptr;
   uint32_t* fault_word = nullptr;
 
   int64_t q_stride = 0;    // token stride of q

@@ -1,0 +1,53 @@
+// float8_e4m3 codes to the 16-bit mma operand types on the GPU, exactly, with integer
+// operations: shared by the decode (decode_fp8.cuh) and prefill (prefill_kernel.cuh) kernels
+// that read fp8 KV caches.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+namespace kvattn::cuda {
+
+__device__ __forceinline__ uint32_t byte_perm(uint32_t a, uint32_t b, uint32_t sel) {
+  uint32_t r;
+  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
+  return r;
+}
+
+// Four e4m3 codes (bytes 0-3 of q) as two packed pairs of T: lo = (byte 0, byte 2), hi =
+// (byte 1, byte 3), exactly for every finite code. Integer operations only, plus one
+// multiply: the GPU's conversion instructions run at a quarter of the integer rate, and four
+// of them per pair held the first version of this kernel to ~2 TB/s (docs/perf/NOTES.md).
+// A code s.eeee.mmm placed with its sign at bit 15 of a 16-bit half and e.m at bits
+// [14 - k, 8 - k] (k = 4 for bf16's 8 exponent bits, 1 for f16's 5) reads as
+// e4m3 * 2^(7 - bias(T)); multiplying by 2^(bias(T) - 7) is exact, subnormal codes included
+// (they become subnormal T operands of the multiply). The NaN codes 0x7f / 0xff read as
+// +-480 (the CPU backend reads NaN); store_kv writes them only for NaN inputs.
+template <typename T>
+__device__ __forceinline__ void e4m3x4_to(uint32_t q, uint32_t& lo, uint32_t& hi) {
+  constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
+  constexpr int kShift = kBf16 ? 4 : 1;
+  constexpr uint32_t kEm = (0x7f00u >> kShift) * 0x10001u;
+  const uint32_t q8 = q << 8;
+  const uint32_t h = (q & 0x80008000u) | ((q >> kShift) & kEm);
+  const uint32_t l = (q8 & 0x80008000u) | ((q8 >> kShift) & kEm);
+  if constexpr (kBf16) {
+    const __nv_bfloat162 rebias = __halves2bfloat162(__ushort_as_bfloat16(0x7b80u),   // 2^120
+                                                     __ushort_as_bfloat16(0x7b80u));
+    const __nv_bfloat162 a = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&l), rebias);
+    const __nv_bfloat162 b = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&h), rebias);
+    lo = *reinterpret_cast<const uint32_t*>(&a);
+    hi = *reinterpret_cast<const uint32_t*>(&b);
+  } else {
+    const __half2 rebias = __halves2half2(__ushort_as_half(0x5c00u), __ushort_as_half(0x5c00u));  // 2^8
+    const __half2 a = __hmul2(*reinterpret_cast<const __half2*>(&l), rebias);
+    const __half2 b = __hmul2(*reinterpret_cast<const __half2*>(&h), rebias);
+    lo = *reinterpret_cast<const uint32_t*>(&a);
+    hi = *reinterpret_cast<const uint32_t*>(&b);
+  }
+}
+
+}  // namespace kvattn::cuda
