@@ -79,14 +79,22 @@ def store_kvcache(key, value, k_cache, v_cache, slot_mapping, *, k_scale=None, v
     fp8 cache (torch.float8_e4m3fn, or a uint8 NumPy/torch array holding e4m3 bytes) each
     value is stored as e4m3(sat(x / scale)) with the scale of its KV head (k_scale / v_scale:
     a number, or float32 [num_kv_heads]; None = 1.0), as vLLM's reshape_and_cache_flash does.
-    fp8 caches are CPU-only for now (CUDA raises kvattn.Error).
+    fp8 caches are CPU-only for now (CUDA raises kvattn.Error). Tensors that require grad are
+    written through detached views (no copy): a cache write has no gradient, in flash-attn's
+    in-place cache update either.
     """
     k_cache = _fp8_bytes(k_cache)
     v_cache = _fp8_bytes(v_cache)
-    if k_scale is None and v_scale is None:
-        return _store(key, value, k_cache, v_cache, slot_mapping)
-    return _store(key, value, k_cache, v_cache, slot_mapping,
-                  _kv_scale(k_scale, k_cache, "k_scale"), _kv_scale(v_scale, v_cache, "v_scale"))
+    try:
+        if k_scale is None and v_scale is None:
+            return _store(key, value, k_cache, v_cache, slot_mapping)
+        return _store(key, value, k_cache, v_cache, slot_mapping,
+                      _kv_scale(k_scale, k_cache, "k_scale"),
+                      _kv_scale(v_scale, v_cache, "v_scale"))
+    except _C.NeedsGrad:
+        key, value, k_cache, v_cache = (x.detach() for x in (key, value, k_cache, v_cache))
+        return store_kvcache(key, value, k_cache, v_cache, slot_mapping, k_scale=k_scale,
+                             v_scale=v_scale)
 
 
 def _unsupported(fn, name, value, hint=""):

@@ -569,6 +569,10 @@ void store_kvcache(nb::handle key, nb::handle value, nb::handle k_cache, nb::han
                    nb::handle slot_mapping, nb::handle k_scale, nb::handle v_scale) {
   CallScope scope;
   const TypeInfo* info = nullptr;
+  check_no_grad(key.ptr(), "key");
+  check_no_grad(value.ptr(), "value");
+  check_no_grad(k_cache.ptr(), "k_cache");
+  check_no_grad(v_cache.ptr(), "v_cache");
   const TensorView k = import_tensor(key.ptr(), "key", scope, &info);
   const TensorView v = import_tensor(value.ptr(), "value", scope);
   const TensorView kc = import_cache(k_cache.ptr(), "k_cache", scope);

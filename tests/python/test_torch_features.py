@@ -82,6 +82,16 @@ def test_kvcache_append_requires_grad_and_out_refused(rng):
         out.sum().backward()
 
 
+def test_store_kvcache_requires_grad_writes_detached(rng):
+    key = T(rng.standard_normal((3, 2, 16))).requires_grad_()
+    kc = torch.zeros(2, 4, 2, 16)
+    vc = torch.zeros(2, 4, 2, 16)
+    kvattn.store_kvcache(key, key * 2, kc, vc, torch.tensor([5, -1, 0], dtype=torch.int32))
+    assert torch.equal(kc[1, 1], key[0].detach()) and torch.equal(kc[0, 0], key[2].detach())
+    assert torch.equal(vc[1, 1], 2 * key[0].detach())
+    assert not kc.requires_grad
+
+
 # ---- rotary, ALiBi, leftpad with torch tensors ------------------------------------------------
 
 
