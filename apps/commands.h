@@ -19,7 +19,7 @@ struct KvCacheArgs {
 // and a calibration prompt without fp8, with a message naming the flag.
 void apply_kv_cache_args(const KvCacheArgs& a, LLMOptions& o);
 
-// --weights (auto | f32 | f16 | bf16 | q8) on generate, bench and serve: sets o.weight_format
+// --weights (auto | gguf | f32 | f16 | bf16 | q8) on generate, bench and serve: sets o.weight_format
 // for a named format; "auto" leaves the default.
 void apply_weights_arg(const std::string& weights, LLMOptions& o);
 
@@ -39,7 +39,7 @@ struct GenerateArgs {
   std::vector<std::string> prompts;
   SamplingParams sampling;
   int threads = 0;
-  std::string weights = "auto";  // CPU weight storage: auto | f32 | f16 | bf16 | q8
+  std::string weights = "auto";  // CPU weight storage: auto | gguf | f32 | f16 | bf16 | q8
   int64_t kv_cache_mb = 0;
   int tensor_parallel = 1;
   bool quiet = false;    // no loading progress or stats detail on stderr

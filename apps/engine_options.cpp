@@ -24,7 +24,8 @@ void apply_kv_cache_args(const KvCacheArgs& a, LLMOptions& o) {
 
 void apply_weights_arg(const std::string& weights, LLMOptions& o) {
   for (WeightFormat f :
-       {WeightFormat::kF32, WeightFormat::kF16, WeightFormat::kBF16, WeightFormat::kQ8}) {
+       {WeightFormat::kF32, WeightFormat::kF16, WeightFormat::kBF16, WeightFormat::kQ8,
+        WeightFormat::kGguf}) {
     if (weights == weight_format_name(f)) o.weight_format = f;
   }
 }

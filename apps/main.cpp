@@ -76,9 +76,10 @@ int main(int argc, char** argv) {
       ->allow_extra_args(false);
   add_threads_option(gen, g.threads, "all cores, or one while the machine is oversubscribed");
   gen->add_option("--weights", g.weights,
-                  "CPU weight storage: auto (q8 for GGUF, f32 for HF directories), f32, f16, "
-                  "bf16, q8 (int8, one scale per 32)")
-      ->check(CLI::IsMember({"auto", "f32", "f16", "bf16", "q8"}));
+                  "CPU weight storage: auto (gguf for GGUF files, f32 for HF directories), "
+                  "gguf (the file's quantized blocks, computed on in place), f32, f16, bf16, "
+                  "q8 (int8, one scale per 32)")
+      ->check(CLI::IsMember({"auto", "gguf", "f32", "f16", "bf16", "q8"}));
   gen->add_option("--kv-cache-mb", g.kv_cache_mb, "KV cache size in MiB (0 => automatic)")
       ->default_val(0);
   add_kv_cache_options(gen, g.kv);
@@ -127,8 +128,8 @@ int main(int argc, char** argv) {
                     "Fraction of GPU memory for weights, activations and the KV pool")
       ->default_val(0.9);
   add_threads_option(bench, b.threads, "automatic");
-  bench->add_option("--weights", b.weights, "CPU weight storage: auto, f32, f16, bf16, q8")
-      ->check(CLI::IsMember({"auto", "f32", "f16", "bf16", "q8"}));
+  bench->add_option("--weights", b.weights, "CPU weight storage: auto, gguf, f32, f16, bf16, q8")
+      ->check(CLI::IsMember({"auto", "gguf", "f32", "f16", "bf16", "q8"}));
   bench->add_option("--single-input", b.single_input, "Prompt of the single-stream run")
       ->default_val(128);
   bench->add_option("--single-output", b.single_output, "Tokens of the single-stream run")
@@ -170,8 +171,8 @@ int main(int argc, char** argv) {
   serve->add_flag("--eager", sv.eager, "No CUDA graphs (eager launches)");
   serve->add_flag("--no-prefix-caching", sv.no_prefix_caching, "Turn the prefix cache off");
   add_threads_option(serve, sv.threads, "automatic");
-  serve->add_option("--weights", sv.weights, "CPU weight storage: auto, f32, f16, bf16, q8")
-      ->check(CLI::IsMember({"auto", "f32", "f16", "bf16", "q8"}));
+  serve->add_option("--weights", sv.weights, "CPU weight storage: auto, gguf, f32, f16, bf16, q8")
+      ->check(CLI::IsMember({"auto", "gguf", "f32", "f16", "bf16", "q8"}));
   serve->add_option("--max-queue", sv.max_queue,
                     "Answer 503 while this many sequences wait for admission")
       ->default_val(1024)->check(CLI::PositiveNumber);

@@ -8,11 +8,12 @@
 //
 // Tolerance of a kernel: its integer sums are exact, so its only errors are the float32
 // steps: per block one product of scales, one conversion and one product (K types: two more
-// for the min term), then one add per block into an accumulator (the 16 lanes of a 32-block
-// row, or one running sum for 256-blocks) and a 4-level tree. A float32 sum of k rounded
-// terms is off by at most about k * 2^-24 times the sum of the terms' magnitudes, so the
-// bound is (blocks + 8) * 2^-24 * S, S = sum over elements of (|scale part| + |min part|) *
-// |activation|; the test takes twice that.
+// for the min term), then one add per block (two for 32-blocks: the int8 part and its
+// residual) into an accumulator (the 16 lanes of a 32-block row, or one running sum for
+// 256-blocks) and a 4-level tree. A float32 sum of k rounded terms is off by at most about
+// k * 2^-24 times the sum of the terms' magnitudes, so the bound is (2 * blocks + 8) * 2^-24
+// * S, S = sum over elements of (|scale part| + |min part|) * (|int8 part| + |residual
+// part|) of the activation; the test takes twice that.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -231,10 +232,11 @@ void reference(GgmlType t, const uint8_t* w, const ActRow& x, int64_t n, double*
     decode64(t, w + b * bb, e.data());
     for (int64_t i = 0; i < be; ++i) {
       const int64_t k = b * be + i;
-      const double xv = be == 32 ? x.q32[k] * static_cast<double>(x.d32[k / 32])
+      const double x1 = be == 32 ? x.q32[k] * static_cast<double>(x.d32[k / 32])
                                  : x.qk[k] * static_cast<double>(x.dk[k / 256]);
-      s += (e[i].a + e[i].c) * xv;
-      m += (std::fabs(e[i].a) + std::fabs(e[i].c)) * std::fabs(xv);
+      const double x2 = be == 32 ? x.r32[k] * static_cast<double>(x.e32[k / 32]) : 0.0;
+      s += (e[i].a + e[i].c) * (x1 + x2);
+      m += (std::fabs(e[i].a) + std::fabs(e[i].c)) * (std::fabs(x1) + std::fabs(x2));
     }
   }
   *ref = s;
@@ -283,6 +285,11 @@ TEST(Qdot, ActivationQuantization) {
     for (int64_t i = 0; i < n; ++i) {
       EXPECT_LE(std::fabs(r.q32[i] * static_cast<double>(r.d32[i / 32]) - x[i]),
                 0.5001 * r.d32[i / 32] + 1e-30);
+      // With the residual: within half a residual step (plus float32's rounding of x - q*d).
+      const double two = r.q32[i] * static_cast<double>(r.d32[i / 32]) +
+                         r.r32[i] * static_cast<double>(r.e32[i / 32]);
+      EXPECT_LE(std::fabs(two - x[i]), 0.5001 * r.e32[i / 32] + 1e-7 * std::fabs(x[i]) + 1e-30);
+      EXPECT_LE(r.e32[i / 32], 0.5001 * r.d32[i / 32] / 127 + 1e-30);
       EXPECT_LE(std::fabs(r.qk[i] * static_cast<double>(r.dk[i / 256]) - x[i]),
                 0.5001 * r.dk[i / 256] + 1e-30);
       EXPECT_LE(std::abs(int{r.q32[i]}), 127);
@@ -293,9 +300,12 @@ TEST(Qdot, ActivationQuantization) {
       EXPECT_EQ(r.bsum16[g], s);
     }
     for (int64_t b = 0; b < n / 32; ++b) {
-      int s = 0;
-      for (int i = 0; i < 32; ++i) s += r.q32[32 * b + i];
-      EXPECT_EQ(r.s32[b], r.d32[b] * static_cast<float>(s));
+      int s = 0, sr = 0;
+      for (int i = 0; i < 32; ++i) {
+        s += r.q32[32 * b + i];
+        sr += r.r32[32 * b + i];
+      }
+      EXPECT_EQ(r.s32[b], r.d32[b] * static_cast<float>(s) + r.e32[b] * static_cast<float>(sr));
     }
   }
   // A NaN or Inf in a block makes its scale NaN, so the dot products come out NaN.
@@ -338,10 +348,10 @@ TEST(Qdot, EveryTypeAndIsaMatchesFloat64) {
           for (int r = 0; r < rows; ++r) {
             double ref, mag;
             reference(t, w.data(), ar[r], n, &ref, &mag);
-            const double tol = 2 * (blocks + 8) * std::ldexp(mag, -24) + 1e-40;
+            const double tol = 2 * (2 * blocks + 8) * std::ldexp(mag, -24) + 1e-40;
             ASSERT_TRUE(std::isfinite(portable[r * 3])) << "row " << r;
             ASSERT_NEAR(portable[r * 3], ref, tol) << "row " << r;
-            if (mag > 0) worst = std::max(worst, std::fabs(portable[r * 3] - ref) / (std::ldexp(mag, -24) * (blocks + 8)));
+            if (mag > 0) worst = std::max(worst, std::fabs(portable[r * 3] - ref) / (std::ldexp(mag, -24) * (2 * blocks + 8)));
           }
           for (Isa isa : isas) {
             std::fill(got.begin(), got.end(), std::nanf(""));
@@ -357,8 +367,40 @@ TEST(Qdot, EveryTypeAndIsaMatchesFloat64) {
         }
       }
     }
-    std::printf("qdot %-5s: worst |err| = %.3f of the bound's unit (blocks+8) * 2^-24 * S\n",
+    std::printf("qdot %-5s: worst |err| = %.3f of the bound's unit (2 blocks + 8) * 2^-24 * S\n",
                 std::string(ggml_type_name(t)).c_str(), worst);
+  }
+}
+
+// The multi-row kernels (several weight rows, one activation row) give the per-row bits.
+TEST(Qdot, RowsKernelsMatchThePerRowKernel) {
+  std::mt19937 rng(4);
+  for (GgmlType t : kTypes) {
+    for (Isa isa : available_isas()) {
+      const RowsKernel rk = rows_kernel(t, isa);
+      if (rk == nullptr) continue;
+      for (int64_t blocks : {int64_t{1}, int64_t{3}, int64_t{18}}) {
+        const int64_t n = blocks * block_elems(t), rb = blocks * block_bytes(t);
+        for (int w = 1; w <= kMaxWeightRows; ++w) {
+          SCOPED_TRACE(::testing::Message() << ggml_type_name(t) << " " << isa_name(isa)
+                                            << " n=" << n << " w=" << w);
+          const std::vector<uint8_t> m = make_row(t, blocks * w, Scales::kRandom, rng);
+          const std::vector<float> x = make_acts(n, rng, w % 3);
+          ActRows a;
+          a.quantize(x.data(), n, 1, n, true, false);
+          const ActRow ar = a.row(0);
+          float got[kMaxWeightRows], want;
+          rk(m.data(), rb, w, ar, n, got);
+          for (int i = 0; i < w; ++i) {
+            dot_with(Isa::kScalar, t, m.data() + i * rb, &ar, 1, n, &want, 1);
+            uint32_t ga, wa;
+            std::memcpy(&ga, &got[i], 4);
+            std::memcpy(&wa, &want, 4);
+            ASSERT_EQ(ga, wa) << "weight row " << i << ": " << got[i] << " vs " << want;
+          }
+        }
+      }
+    }
   }
 }
 

@@ -125,6 +125,8 @@ class GgufFile {
   std::span<const uint8_t> tensor_data(const GgufTensorInfo& info) const;
   // A float32 host tensor with the row-major shape, dequantized from any supported type.
   Tensor dequantize(const GgufTensorInfo& info) const;
+  // The mapping itself (tensor_data() spans stay valid while a copy of it lives).
+  std::shared_ptr<const void> mapping() const { return file_; }
 
  private:
   void parse();

@@ -41,8 +41,9 @@ struct LLMOptions {
   std::string model;              // a .gguf file, or an HF directory (config.json + safetensors)
   Device device = Device::cpu();
   int num_threads = 0;            // CPU threads (OpenMP); 0 => all cores
-  // CPU weight storage. Unset: kQ8 for GGUF files (their weights are quantized already, and
-  // decode is bound by weight bytes), kF32 otherwise (exact HF checkpoints).
+  // CPU weight storage. Unset: kGguf for GGUF files (dot products on the file's own blocks,
+  // read in place from the mapping; types without CPU kernels become kQ8), kF32 otherwise
+  // (exact HF checkpoints).
   std::optional<WeightFormat> weight_format;
   int64_t block_size = 16;        // tokens per KV block
   // KV pool size. 0 => the model's device budget (GPU: gpu_memory_utilization, measured

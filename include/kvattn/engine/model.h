@@ -30,9 +30,12 @@ struct ModelInput {
 // How the CPU model stores its projection and embedding matrices. Activations and
 // accumulation are float32 in every case; decode streams every weight once per step, so its
 // time follows the bytes: kF16/kBF16 halve it, kQ8 (int8 with one float32 scale per 32
-// weights, 8.5 bits a weight) nearly quarters it.
-enum class WeightFormat : uint8_t { kF32, kF16, kBF16, kQ8 };
-std::string_view weight_format_name(WeightFormat f);  // "f32" | "f16" | "bf16" | "q8"
+// weights, 8.5 bits a weight) nearly quarters it. kGguf keeps a GGUF file's quantized
+// blocks where the CPU has dot products for their type (Q4_0, Q4_1, Q8_0, Q2_K..Q6_K, given
+// as ModelWeights::quantized and read in place from the mapping; Q4_1 is 5 bits a weight),
+// with int8-quantized activations in decode steps; other tensors are stored as kQ8.
+enum class WeightFormat : uint8_t { kF32, kF16, kBF16, kQ8, kGguf };
+std::string_view weight_format_name(WeightFormat f);  // "f32" | "f16" | "bf16" | "q8" | "gguf"
 
 // The KV cache's element type. kAuto: the model's own (float32 on the CPU, bfloat16 on the
 // GPU). kBF16: bfloat16 (on the CPU, float32 K/V are rounded into it). kFP8: float8_e4m3

@@ -25,6 +25,8 @@
 
 #include <functional>
 #include <map>
+#include <memory>
+#include <span>
 #include <string>
 
 #include "kvattn/core/tensor.h"
@@ -33,9 +35,33 @@
 
 namespace kvattn {
 
+// A GGUF tensor left in its file's quantized blocks (see load_gguf_model's keep_quantized):
+// row-major [rows, cols], each row cols / block_elems blocks, read in place from the mapping
+// `owner` keeps alive.
+struct QuantizedWeight {
+  GgmlType type = GgmlType::kF32;
+  std::vector<int64_t> shape;          // [rows, cols]
+  std::span<const uint8_t> bytes;      // rows * row_bytes
+  std::shared_ptr<const void> owner;   // the file mapping
+  int64_t row_bytes() const;
+  Tensor dequantize() const;           // float32 [rows, cols]
+};
+
 struct ModelWeights {
   ModelConfig config;
   std::map<std::string, Tensor> tensors;
+  // Projection and embedding matrices kept quantized (GGUF with keep_quantized): a name is
+  // in `tensors` or here, never both. Models that need float32 call dequantize_all().
+  std::map<std::string, QuantizedWeight> quantized;
+};
+
+// Moves every `quantized` entry into `tensors` as float32.
+void dequantize_all(ModelWeights& weights);
+
+struct GgufLoadOptions {
+  // Keep 2-D quantized tensors (Q4_0, Q4_1, Q8_0, K types, ...) in the file's blocks
+  // (ModelWeights::quantized) instead of dequantizing them: the CPU model computes on them.
+  bool keep_quantized = false;
 };
 
 // `progress` (optional) is called with the fraction of tensor bytes loaded so far, in [0, 1].
@@ -44,9 +70,11 @@ using LoadProgress = std::function<void(double)>;
 // GGUF (architectures "llama", "qwen2" and "qwen3"; llama.cpp's names, biases included; the
 // Llama 3 tensor rope_freqs.weight goes into config.rope_freq_factors): dequantizes F32/F16/BF16/Q8_0/Q4_0/Q4_1 (and
 // Q5_0/Q5_1/Q4_K/Q6_K) to float32 and renames tensors to the HF names above.
-ModelWeights load_gguf_model(const std::string& path, const LoadProgress& progress = {});
+ModelWeights load_gguf_model(const std::string& path, const LoadProgress& progress = {},
+                             const GgufLoadOptions& options = {});
 // The same from a GgufFile already open (e.g. shared with Tokenizer::from_gguf).
-ModelWeights load_gguf_model(const GgufFile& gguf, const LoadProgress& progress = {});
+ModelWeights load_gguf_model(const GgufFile& gguf, const LoadProgress& progress = {},
+                             const GgufLoadOptions& options = {});
 
 // HF directory: config.json plus model.safetensors, or model.safetensors.index.json and the
 // shards it names (bf16/f16/f32 converted to float32). Architectures LlamaForCausalLM,

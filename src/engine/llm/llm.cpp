@@ -28,8 +28,12 @@ std::unique_ptr<LLMEngine> load(LLMOptions options) {
     }
     return std::make_unique<LLMEngine>(std::move(w), std::move(tok), options);
   }
-  if (!options.weight_format) options.weight_format = WeightFormat::kQ8;
-  ModelWeights w = load_gguf_model(options.model, options.on_load_progress);
+  if (!options.weight_format) options.weight_format = WeightFormat::kGguf;
+  // Only a single-rank CPU model computes on the file's blocks; the others start from float32.
+  GgufLoadOptions load;
+  load.keep_quantized = options.weight_format == WeightFormat::kGguf &&
+                        options.device.is_cpu() && options.tensor_parallel == 1;
+  ModelWeights w = load_gguf_model(options.model, options.on_load_progress, load);
   std::optional<Tokenizer> tok = Tokenizer::from_gguf(GgufFile::open(options.model));
   return std::make_unique<LLMEngine>(std::move(w), std::move(tok), options);
 }

@@ -40,21 +40,6 @@ Tensor take(ModelWeights& w, const std::string& name) {
   return t;
 }
 
-// Rows of several [rows_i, cols] tensors stacked into one [sum rows_i, cols] tensor.
-Tensor stack_rows(std::vector<Tensor> parts) {
-  int64_t rows = 0;
-  const int64_t cols = parts.front().size(1);
-  for (const auto& p : parts) rows += p.size(0);
-  Tensor out = Tensor::empty({rows, cols}, DType::kF32);
-  auto* dst = out.ptr<char>();
-  for (auto& p : parts) {
-    std::memcpy(dst, p.data(), p.nbytes());
-    dst += p.nbytes();
-    p = Tensor();  // free as we go: peak memory stays near one copy of the weights
-  }
-  return out;
-}
-
 struct Layer {
   Tensor input_norm, post_norm;
   WeightMatrix wqkv;      // [(H + 2 KVH) * D, hidden]
@@ -81,10 +66,11 @@ class CpuModel final : public Model {
     // One thread pool (OpenMP's): BLAS runs single-threaded inside it.
     openblas_set_num_threads(1);
     const WeightFormat wt = options.weight_format;
-    embed_ = WeightMatrix(take(w, "model.embed_tokens.weight"), wt);
+    embed_ = WeightMatrix(w, {"model.embed_tokens.weight"}, wt);
     final_norm_ = take(w, "model.norm.weight");
-    tied_ = cfg_.tie_word_embeddings && !w.tensors.count("lm_head.weight");
-    if (!tied_) lm_head_ = WeightMatrix(take(w, "lm_head.weight"), wt);
+    tied_ = cfg_.tie_word_embeddings && !w.tensors.count("lm_head.weight") &&
+            !w.quantized.count("lm_head.weight");
+    if (!tied_) lm_head_ = WeightMatrix(w, {"lm_head.weight"}, wt);
     inv_freq_ = rope::inv_freq(cfg_);
     rope_scale_ = rope::attention_factor(cfg_);
     for (int64_t i = 0; i < cfg_.num_layers; ++i) {
@@ -92,11 +78,9 @@ class CpuModel final : public Model {
       Layer l;
       l.input_norm = take(w, p + "input_layernorm.weight");
       l.post_norm = take(w, p + "post_attention_layernorm.weight");
-      l.wqkv = WeightMatrix(stack_rows({take(w, p + "self_attn.q_proj.weight"),
-                                        take(w, p + "self_attn.k_proj.weight"),
-                                        take(w, p + "self_attn.v_proj.weight")}),
-                            wt);
-      l.wo = WeightMatrix(take(w, p + "self_attn.o_proj.weight"), wt);
+      l.wqkv = WeightMatrix(w, {p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight",
+                                p + "self_attn.v_proj.weight"}, wt);
+      l.wo = WeightMatrix(w, {p + "self_attn.o_proj.weight"}, wt);
       if (cfg_.qkv_bias) {
         for (const char* b : {"q_proj.bias", "k_proj.bias", "v_proj.bias"}) {
           const Tensor t = take(w, p + "self_attn." + b);
@@ -112,10 +96,8 @@ class CpuModel final : public Model {
         l.q_norm = take(w, p + "self_attn.q_norm.weight");
         l.k_norm = take(w, p + "self_attn.k_norm.weight");
       }
-      l.wgate_up = WeightMatrix(
-          stack_rows({take(w, p + "mlp.gate_proj.weight"), take(w, p + "mlp.up_proj.weight")}),
-          wt);
-      l.wdown = WeightMatrix(take(w, p + "mlp.down_proj.weight"), wt);
+      l.wgate_up = WeightMatrix(w, {p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"}, wt);
+      l.wdown = WeightMatrix(w, {p + "mlp.down_proj.weight"}, wt);
       l.attn = std::make_unique<Attention>(cfg_.num_heads, cfg_.head_dim, 0.0f,
                                            cfg_.num_kv_heads,
                                            AttentionMask{cfg_.window_left(i), 0.0f});

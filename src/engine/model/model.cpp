@@ -61,6 +61,8 @@ std::unique_ptr<Model> Model::create(ModelWeights weights, Device device,
                "Model::create: kv_cache_dtype fp8 (float8_e4m3) is not supported on CUDA yet "
                "(device ", device, "); use auto or bf16 there, or fp8 on the CPU");
   if (device.is_cuda()) check_cuda_architecture(weights.config, device);
+  // Only the CPU model computes on quantized blocks; shards and GPU uploads start from float32.
+  if (device.is_cuda() || options.tensor_parallel > 1) dequantize_all(weights);
   if (options.tensor_parallel > 1) {
     return make_tensor_parallel_model(std::move(weights), device, options);
   }
@@ -79,6 +81,7 @@ std::string_view weight_format_name(WeightFormat f) {
     case WeightFormat::kF16: return "f16";
     case WeightFormat::kBF16: return "bf16";
     case WeightFormat::kQ8: return "q8";
+    case WeightFormat::kGguf: return "gguf";
   }
   return "?";
 }

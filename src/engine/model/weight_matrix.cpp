@@ -7,7 +7,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
+#include <string>
 #include <type_traits>
+
+#include "engine/model/qdot/qdot.h"
 
 namespace kvattn::cpu_model {
 namespace {
@@ -301,7 +305,144 @@ void apply_typed(W w, int64_t out, int64_t in, const float* x, int64_t ldx, int6
   }
 }
 
+// ---- kGguf: rows as GGUF blocks ----
+
+struct Gguf {
+  const std::vector<WeightMatrix::Segment>* segs;
+};
+
+void rows_to_f32(Gguf w, int64_t in, int64_t n0, int64_t rows, float* out) {
+  for (const auto& s : *w.segs) {
+    const int64_t a = std::max(n0, s.row0), b = std::min(n0 + rows, s.row0 + s.rows);
+    for (int64_t n = a; n < b; ++n) {
+      dequantize_row(s.type, s.data + (n - s.row0) * s.row_bytes, out + (n - n0) * in, in);
+    }
+  }
+}
+
+// apply_gguf streams small steps itself (quantized activations); apply_typed only panels.
+void stream(Gguf, int64_t, int64_t, int64_t, const float*, int64_t, int64_t, float*, int64_t,
+            float) {
+  KVATTN_FAIL("WeightMatrix: kGguf steps of few rows go through apply_gguf");
+}
+
+// Several [rows_i, cols] float32 tensors stacked by rows into one.
+Tensor stack_f32(std::vector<Tensor> parts) {
+  if (parts.size() == 1) return std::move(parts.front());
+  int64_t rows = 0;
+  const int64_t cols = parts.front().size(1);
+  for (const auto& p : parts) rows += p.size(0);
+  Tensor out = Tensor::empty({rows, cols}, DType::kF32);
+  auto* dst = out.ptr<char>();
+  for (auto& p : parts) {
+    std::memcpy(dst, p.data(), p.nbytes());
+    dst += p.nbytes();
+    p = Tensor();  // free as we go: peak memory stays near one copy of the weights
+  }
+  return out;
+}
+
 }  // namespace
+
+WeightMatrix::WeightMatrix(ModelWeights& w, const std::vector<std::string>& names,
+                           WeightFormat format) {
+  KVATTN_CHECK(!names.empty(), "WeightMatrix: no tensor named");
+  bool direct = format == WeightFormat::kGguf;
+  for (const auto& name : names) {
+    auto q = w.quantized.find(name);
+    direct = direct && q != w.quantized.end() && qdot::supports(q->second.type) &&
+             q->second.shape.size() == 2 && q->second.shape[1] % qdot::block_elems(q->second.type) == 0;
+  }
+  if (direct) {
+    format_ = WeightFormat::kGguf;
+    for (const auto& name : names) {
+      auto it = w.quantized.find(name);
+      const QuantizedWeight& q = it->second;
+      KVATTN_CHECK(out_ == 0 || q.shape[1] == in_, "WeightMatrix: '", name, "' has ",
+                   q.shape[1], " columns but the matrices stacked with it have ", in_);
+      in_ = q.shape[1];
+      const int64_t rb = q.row_bytes();
+      KVATTN_CHECK(static_cast<int64_t>(q.bytes.size()) == rb * q.shape[0], "WeightMatrix: '",
+                   name, "' holds ", q.bytes.size(), " bytes but ", q.shape[0], " rows of ",
+                   ggml_type_name(q.type), " need ", rb * q.shape[0]);
+      segments_.push_back(Segment{q.type, out_, q.shape[0], rb, q.bytes.data()});
+      owners_.push_back(q.owner);
+      (qdot::block_elems(q.type) == 32 ? want32_ : want256_) = true;
+      out_ += q.shape[0];
+      w.quantized.erase(it);
+    }
+    return;
+  }
+  std::vector<Tensor> parts;
+  for (const auto& name : names) {
+    if (auto q = w.quantized.find(name); q != w.quantized.end()) {
+      parts.push_back(q->second.dequantize());
+      w.quantized.erase(q);
+      continue;
+    }
+    auto it = w.tensors.find(name);
+    KVATTN_CHECK(it != w.tensors.end(), "Model: tensor '", name, "' is missing");
+    parts.push_back(std::move(it->second));
+    w.tensors.erase(it);
+  }
+  *this = WeightMatrix(stack_f32(std::move(parts)),
+                       format == WeightFormat::kGguf ? WeightFormat::kQ8 : format);
+}
+
+int64_t WeightMatrix::mapped_bytes() const {
+  int64_t n = 0;
+  for (const auto& s : segments_) n += s.rows * s.row_bytes;
+  return n;
+}
+
+void WeightMatrix::apply_gguf(const float* x, int64_t ldx, int64_t rows, float* y, int64_t ldy,
+                              float beta) const {
+  if (rows > kStreamingMaxRows) {
+    return apply_typed(Gguf{&segments_}, out_, in_, x, ldx, rows, y, ldy, beta);
+  }
+  thread_local qdot::ActRows acts;
+  acts.quantize(x, ldx, rows, in_, want32_, want256_);
+  qdot::ActRow ar[qdot::kMaxRows];
+  for (int64_t r = 0; r < rows; ++r) ar[r] = acts.row(r);
+  const qdot::Isa isa = qdot::active_isa();
+  qdot::Kernel kern[4];
+  qdot::RowsKernel rows_kern[4];  // one activation row: several weight rows per call
+  const auto nseg = static_cast<int64_t>(segments_.size());
+  KVATTN_CHECK(nseg <= 4, "WeightMatrix: at most 4 stacked parts");
+  for (int64_t i = 0; i < nseg; ++i) {
+    kern[i] = qdot::kernel(segments_[i].type, isa);
+    rows_kern[i] = rows == 1 ? qdot::rows_kernel(segments_[i].type, isa) : nullptr;
+  }
+  const int nt = omp_get_max_threads();
+  const int r = static_cast<int>(rows);
+#pragma omp parallel num_threads(nt)
+  {
+    const int team = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t per = (out_ + team - 1) / team;
+    const int64_t n0 = std::min(out_, t * per), n1 = std::min(out_, n0 + per);
+    for (int64_t i = 0; i < nseg; ++i) {
+      const Segment& s = segments_[i];
+      const int64_t a = std::max(n0, s.row0), b = std::min(n1, s.row0 + s.rows);
+      if (rows_kern[i] != nullptr) {
+        for (int64_t n = a; n < b; n += qdot::kMaxWeightRows) {
+          const int w = static_cast<int>(std::min<int64_t>(qdot::kMaxWeightRows, b - n));
+          float v[qdot::kMaxWeightRows];
+          rows_kern[i](s.data + (n - s.row0) * s.row_bytes, s.row_bytes, w, ar[0], in_, v);
+          for (int k = 0; k < w; ++k) y[n + k] = beta == 0.0f ? v[k] : v[k] + beta * y[n + k];
+        }
+        continue;
+      }
+      for (int64_t n = a; n < b; ++n) {
+        float v[qdot::kMaxRows];
+        kern[i](s.data + (n - s.row0) * s.row_bytes, ar, r, in_, v, 1);
+        for (int k = 0; k < r; ++k) {
+          float& out = y[k * ldy + n];
+          out = beta == 0.0f ? v[k] : v[k] + beta * out;
+        }
+      }
+    }
+  }
+}
 
 WeightMatrix::WeightMatrix(const Tensor& f32, WeightFormat format) : format_(format) {
   KVATTN_CHECK(f32.dtype() == DType::kF32 && f32.view().ndim == 2,
@@ -309,6 +450,7 @@ WeightMatrix::WeightMatrix(const Tensor& f32, WeightFormat format) : format_(for
                f32.view().shape_str());
   out_ = f32.size(0);
   in_ = f32.size(1);
+  if (format_ == WeightFormat::kGguf) format_ = WeightFormat::kQ8;  // no blocks to keep
   if (format_ == WeightFormat::kQ8 && in_ % kQ8Block != 0) format_ = WeightFormat::kF16;
   switch (format_) {
     case WeightFormat::kF32:
@@ -327,6 +469,8 @@ WeightMatrix::WeightMatrix(const Tensor& f32, WeightFormat format) : format_(for
       scales_ = Tensor::empty({out_, in_ / kQ8Block}, DType::kF32);
       quantize_q8(f32.ptr<float>(), out_, in_, data_.ptr<int8_t>(), scales_.ptr<float>());
       break;
+    case WeightFormat::kGguf:
+      break;
   }
 }
 
@@ -343,6 +487,8 @@ void WeightMatrix::apply(const float* x, int64_t ldx, int64_t rows, float* y, in
     case WeightFormat::kQ8:
       return apply_typed(Q8{data_.ptr<const int8_t>(), scales_.ptr<const float>()}, out_, in_, x,
                          ldx, rows, y, ldy, beta);
+    case WeightFormat::kGguf:
+      return apply_gguf(x, ldx, rows, y, ldy, beta);
   }
 }
 
@@ -357,6 +503,8 @@ void WeightMatrix::row(int64_t i, float* out) const {
       return convert_to_f32(data_.ptr<bf16_t>() + i * in_, out, in_);
     case WeightFormat::kQ8:
       return dequant_q8_row(Q8{data_.ptr<const int8_t>(), scales_.ptr<const float>()}, in_, i, out);
+    case WeightFormat::kGguf:
+      return rows_to_f32(Gguf{&segments_}, in_, i, 1, out);
   }
 }
 

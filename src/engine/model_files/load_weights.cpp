@@ -50,6 +50,13 @@ std::string hf_name_for_gguf(const std::string& name) {
   return {};
 }
 
+// Block-quantized GGML types the loader can keep as they are (the model dequantizes what it
+// cannot compute on).
+bool is_block_type(GgmlType t) {
+  const auto traits = ggml_type_traits(static_cast<uint32_t>(t));
+  return traits && traits->dequantizable && traits->block_elems > 1;
+}
+
 bool is_float_dtype(const std::string& d) { return d == "F32" || d == "F16" || d == "BF16"; }
 
 // The shard file names of an index.json, checked to stay inside the model directory.
@@ -71,17 +78,44 @@ std::map<std::string, std::string> read_index(const fs::path& index_path) {
 
 }  // namespace
 
+int64_t QuantizedWeight::row_bytes() const {
+  const auto traits = ggml_type_traits(static_cast<uint32_t>(type));
+  KVATTN_CHECK(traits && shape.size() == 2, "QuantizedWeight: bad type or shape");
+  return shape[1] / traits->block_elems * traits->block_bytes;
+}
+
+Tensor QuantizedWeight::dequantize() const {
+  Tensor out = Tensor::empty(shape, DType::kF32);
+  const int64_t rb = row_bytes();
+#pragma omp parallel for schedule(static) if (shape[0] * shape[1] > (1 << 16))
+  for (int64_t i = 0; i < shape[0]; ++i) {
+    dequantize_row(type, bytes.data() + i * rb, out.ptr<float>() + i * shape[1], shape[1]);
+  }
+  return out;
+}
+
+void dequantize_all(ModelWeights& w) {
+  for (auto& [name, q] : w.quantized) w.tensors.emplace(name, q.dequantize());
+  w.quantized.clear();
+}
+
 void validate_weights(const ModelWeights& w, const std::string& source) {
   const ModelConfig& c = w.config;
   auto expect = [&](const std::string& name, std::vector<int64_t> shape) {
     auto it = w.tensors.find(name);
-    KVATTN_CHECK(it != w.tensors.end(), source, ": tensor '", name, "' is missing");
-    const TensorView& v = it->second.view();
-    bool same = v.ndim == static_cast<int>(shape.size());
-    for (int d = 0; same && d < v.ndim; ++d) same = v.shape[d] == shape[d];
+    std::vector<int64_t> have;
+    if (it != w.tensors.end()) {
+      const TensorView& v = it->second.view();
+      have.assign(v.shape.begin(), v.shape.begin() + v.ndim);
+    } else {
+      auto q = w.quantized.find(name);
+      KVATTN_CHECK(q != w.quantized.end(), source, ": tensor '", name, "' is missing");
+      have = q->second.shape;
+    }
     TensorView want(nullptr, DType::kF32, Device::cpu(), shape);
-    KVATTN_CHECK(same, source, ": tensor '", name, "' has shape ", v.shape_str(), " but the config ",
-                 "needs ", want.shape_str());
+    TensorView got(nullptr, DType::kF32, Device::cpu(), have);
+    KVATTN_CHECK(have == shape, source, ": tensor '", name, "' has shape ", got.shape_str(),
+                 " but the config needs ", want.shape_str());
   };
   const int64_t h = c.hidden_size, q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim;
   expect("model.embed_tokens.weight", {c.vocab_size, h});
@@ -111,11 +145,13 @@ void validate_weights(const ModelWeights& w, const std::string& source) {
   }
 }
 
-ModelWeights load_gguf_model(const std::string& path, const LoadProgress& progress) {
-  return load_gguf_model(GgufFile::open(path), progress);
+ModelWeights load_gguf_model(const std::string& path, const LoadProgress& progress,
+                             const GgufLoadOptions& options) {
+  return load_gguf_model(GgufFile::open(path), progress, options);
 }
 
-ModelWeights load_gguf_model(const GgufFile& g, const LoadProgress& progress) {
+ModelWeights load_gguf_model(const GgufFile& g, const LoadProgress& progress,
+                             const GgufLoadOptions& options) {
   ModelWeights w;
   w.config = config_from_gguf(g);
   uint64_t total = 0, done = 0;
@@ -123,7 +159,10 @@ ModelWeights load_gguf_model(const GgufFile& g, const LoadProgress& progress) {
   if (progress) progress(0.0);
   for (const auto& t : g.tensors()) {
     const std::string name = hf_name_for_gguf(t.name);
-    if (!name.empty()) {
+    if (!name.empty() && options.keep_quantized && t.ne.size() == 2 && is_block_type(t.type)) {
+      const auto d = g.tensor_data(t);
+      w.quantized.emplace(name, QuantizedWeight{t.type, t.shape(), d, g.mapping()});
+    } else if (!name.empty()) {
       w.tensors.emplace(name, g.dequantize(t));
     }
     done += t.nbytes;

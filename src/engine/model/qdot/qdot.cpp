@@ -49,12 +49,17 @@ void dot32(const uint8_t* w, const ActRow* x, int rows, int64_t n, float* out, i
       float d, m;
       decode(blk, wq, &d, &m);
       const int8_t* xq = x[r].q32 + b * 32;
-      const float s = d * x[r].d32[b];
+      const int8_t* xr = x[r].r32 + b * 32;
+      const float s = d * x[r].d32[b], se = d * x[r].e32[b];
       for (int l = 0; l < 8; ++l) {
-        int32_t lane = 0;
-        for (int k = 0; k < 4; ++k) lane += wq[4 * l + k] * xq[4 * l + k];
+        int32_t lane = 0, lane_r = 0;
+        for (int k = 0; k < 4; ++k) {
+          lane += wq[4 * l + k] * xq[4 * l + k];
+          lane_r += wq[4 * l + k] * xr[4 * l + k];
+        }
         float& a = acc[8 * (b & 1) + l];
         a = a + static_cast<float>(lane) * s;
+        a = a + static_cast<float>(lane_r) * se;
       }
       mins = mins + m * x[r].s32[b];
     }
@@ -257,7 +262,8 @@ const Table& scalar_table() {
   static const Table t{{scalar_q4_0, scalar_q4_1, scalar_q8_0,
                         scalar_k<kBytesQ2_K, dec_q2_k>, scalar_k<kBytesQ3_K, dec_q3_k>,
                         scalar_k<kBytesQ4_K, dec_q4_k>, scalar_k<kBytesQ5_K, dec_q5_k>,
-                        scalar_k<kBytesQ6_K, dec_q6_k>}};
+                        scalar_k<kBytesQ6_K, dec_q6_k>},
+                       {}};
   return t;
 }
 }  // namespace detail
@@ -322,26 +328,40 @@ int64_t block_bytes(GgmlType t) {
   return kBytes[kind_of(t)];
 }
 
-void quantize_row_32(const float* x, int64_t n, int8_t* q, float* d, float* s) {
+namespace {
+// One block of 32 to int8: d = amax / 127, q = rne(x / d); a NaN/Inf block gets d = NaN.
+float quantize_block_32(const float* xb, int8_t* q, int32_t* sum) {
+  float amax = 0.0f;
+  bool bad = false;
+  for (int i = 0; i < 32; ++i) {
+    amax = std::max(amax, std::fabs(xb[i]));
+    bad |= !std::isfinite(xb[i]);
+  }
+  if (bad) amax = std::numeric_limits<float>::quiet_NaN();  // NaN out, as float math gives
+  const float id = amax > 0.0f && !bad ? 127.0f / amax : 0.0f;
+  *sum = 0;
+  for (int i = 0; i < 32; ++i) {
+    const float v = std::nearbyint(xb[i] * id);
+    const int qi = static_cast<int>(std::clamp(v, -127.0f, 127.0f));
+    q[i] = static_cast<int8_t>(qi);
+    *sum += qi;
+  }
+  return amax / 127.0f;
+}
+}  // namespace
+
+void quantize_row_32(const float* x, int64_t n, int8_t* q, float* d, int8_t* r, float* e,
+                     float* s) {
   for (int64_t b = 0; b < n / 32; ++b) {
     const float* xb = x + b * 32;
-    float amax = 0.0f;
-    bool bad = false;
+    int32_t sq, sr;
+    d[b] = quantize_block_32(xb, q + b * 32, &sq);
+    float res[32];
     for (int i = 0; i < 32; ++i) {
-      amax = std::max(amax, std::fabs(xb[i]));
-      bad |= !std::isfinite(xb[i]);
+      res[i] = std::isfinite(d[b]) ? xb[i] - static_cast<float>(q[b * 32 + i]) * d[b] : 0.0f;
     }
-    if (bad) amax = std::numeric_limits<float>::quiet_NaN();  // NaN out, as float math gives
-    const float id = amax > 0.0f && !bad ? 127.0f / amax : 0.0f;
-    int32_t sum = 0;
-    for (int i = 0; i < 32; ++i) {
-      const float v = std::nearbyint(xb[i] * id);
-      const int qi = static_cast<int>(std::clamp(v, -127.0f, 127.0f));
-      q[b * 32 + i] = static_cast<int8_t>(qi);
-      sum += qi;
-    }
-    d[b] = amax / 127.0f;
-    s[b] = d[b] * static_cast<float>(sum);
+    e[b] = quantize_block_32(res, r + b * 32, &sr);
+    s[b] = d[b] * static_cast<float>(sq) + e[b] * static_cast<float>(sr);
   }
 }
 
@@ -377,10 +397,13 @@ void ActRows::quantize(const float* x, int64_t ldx, int64_t rows, int64_t n, boo
   if (want32) {
     KVATTN_CHECK(n % 32 == 0, "qdot::ActRows: n = ", n, " is not a multiple of 32");
     q32_.resize(rows * n);
+    r32_.resize(rows * n);
     d32_.resize(rows * n / 32);
+    e32_.resize(rows * n / 32);
     s32_.resize(rows * n / 32);
     for (int64_t r = 0; r < rows; ++r) {
-      quantize_row_32(x + r * ldx, n, &q32_[r * n], &d32_[r * n / 32], &s32_[r * n / 32]);
+      quantize_row_32(x + r * ldx, n, &q32_[r * n], &d32_[r * n / 32], &r32_[r * n],
+                      &e32_[r * n / 32], &s32_[r * n / 32]);
     }
   }
   if (want256) {
@@ -399,6 +422,8 @@ ActRow ActRows::row(int64_t r) const {
   if (!q32_.empty()) {
     a.q32 = &q32_[r * n_];
     a.d32 = &d32_[r * n_ / 32];
+    a.r32 = &r32_[r * n_];
+    a.e32 = &e32_[r * n_ / 32];
     a.s32 = &s32_[r * n_ / 32];
   }
   if (!qk_.empty()) {
@@ -410,6 +435,14 @@ ActRow ActRows::row(int64_t r) const {
 }
 
 Kernel kernel(GgmlType type, Isa isa) { return kernel_of(isa, kind_of(type)); }
+
+RowsKernel rows_kernel(GgmlType type, Isa isa) {
+  const Kind kind = kind_of(type);
+  for (int i = static_cast<int>(isa); i >= 0; --i) {
+    if (RowsKernel f = table_for(static_cast<Isa>(i)).rows_fn[kind]) return f;
+  }
+  return nullptr;
+}
 
 void dot_with(Isa isa, GgmlType type, const uint8_t* w, const ActRow* x, int rows, int64_t n,
               float* out, int64_t ldo) {

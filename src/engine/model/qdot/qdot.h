@@ -5,13 +5,18 @@
 //
 // Activations (ActRows): each row of n floats is quantized twice, as the weight types need:
 //   q32: blocks of 32, d = amax/127, q = rne(x * 127/amax) (llama.cpp's Q8_0, with a float32
-//        d), plus s32 = d * sum(q) per block (Q4_1's min term);
+//        d), and the residual x - q*d quantized the same way into (r32, e32): x ~ q*d + r*e
+//        to about 2^-16 of the block's amax, so the 32-block types (Q4_0, Q4_1, Q8_0) come
+//        out as close to float32 activations as makes no difference to greedy tokens (one
+//        int8 level alone flipped near-ties of the default model that float32 keeps); plus
+//        s32 = d * sum(q) + e * sum(r) per block (Q4_1's min term);
 //   qk:  blocks of 256, the same rule per 256 (llama.cpp's Q8_K), plus bsum16 = sum(q) per 16.
 // Every integer partial sum is exact; the float steps run in one fixed order, the same in
 // every ISA path, so the scalar, AVX2 and AVX-512 kernels return bit-identical floats
 // (the files are built with -ffp-contract=off so no compiler fuses a mul+add in one path only):
-//   32-blocks: lane l (0..7) of block b is the int sum over its elements 4l..4l+3; float
-//     accumulator [8*(b%2) + l] += float(lane) * (d_w * d_x); Q4_1 adds m_w * s32 in block
+//   32-blocks: lane l (0..7) of block b is the int sum over its elements 4l..4l+3 of w*q,
+//     lane' the same of w*r; float accumulator [8*(b%2) + l] += float(lane) * (d_w * d_x),
+//     then += float(lane') * (d_w * e_x); Q4_1 adds m_w * s32 in block
 //     order into a separate sum; the 16 accumulators reduce as a[i]+a[i+8], a[i]+a[i+4],
 //     a[i]+a[i+2], a[0]+a[1], then + the min sum.
 //   256-blocks: per super-block, the exact int32 sums sumi (weights x activations with the
@@ -50,7 +55,9 @@ int64_t block_bytes(GgmlType type);
 struct ActRow {
   const int8_t* q32;     // n
   const float* d32;      // n / 32
-  const float* s32;      // n / 32: d32 * sum of the block's q32
+  const int8_t* r32;     // n: the residual's int8 values
+  const float* e32;      // n / 32: the residual's scale
+  const float* s32;      // n / 32: d32 * sum(q32) + e32 * sum(r32) of the block
   const int8_t* qk;      // n (only when n % 256 == 0 and K types were asked for)
   const float* dk;       // n / 256
   const int16_t* bsum16; // n / 16
@@ -68,13 +75,14 @@ class ActRows {
 
  private:
   int64_t rows_ = 0, n_ = 0;
-  std::vector<int8_t> q32_, qk_;
-  std::vector<float> d32_, s32_, dk_;
+  std::vector<int8_t> q32_, r32_, qk_;
+  std::vector<float> d32_, e32_, s32_, dk_;
   std::vector<int16_t> bsum16_;
 };
 
 // Quantizes one row the same way (tests use it to build the reference's inputs).
-void quantize_row_32(const float* x, int64_t n, int8_t* q, float* d, float* s);
+void quantize_row_32(const float* x, int64_t n, int8_t* q, float* d, int8_t* r, float* e,
+                     float* s);
 void quantize_row_256(const float* x, int64_t n, int8_t* q, float* d, int16_t* bsum16);
 
 // Most activation rows one call takes (decode: one per sequence in the step).
@@ -86,6 +94,15 @@ using Kernel = void (*)(const uint8_t* w, const ActRow* x, int rows, int64_t n, 
                         int64_t ldo);
 // The kernel `isa` uses for `type` (a lower ISA's where it has none of its own).
 Kernel kernel(GgmlType type, Isa isa);
+
+// A kernel over several weight rows (up to kMaxWeightRows, `stride` bytes apart) against one
+// activation row: out[i] = dot(weight row i, x). The same floats as Kernel per row; it
+// interleaves the rows' independent chains (single-sequence decode is latency-bound).
+inline constexpr int kMaxWeightRows = 4;
+using RowsKernel = void (*)(const uint8_t* w, int64_t stride, int rows, const ActRow& x,
+                            int64_t n, float* out);
+// Null where `isa` (and the ISAs below it) has no multi-row kernel for `type`.
+RowsKernel rows_kernel(GgmlType type, Isa isa);
 
 // out[r * ldo] = dot(weight row `w` (n elements of `type`, n a multiple of its block),
 // activation row r) for r < rows (1..kMaxRows), with the active ISA's kernel.

@@ -71,14 +71,64 @@ KVATTN_QDOT_AVX2 void dot32(const uint8_t* w, const ActRow* x, int64_t n, float*
     }
     for (int r = 0; r < R; ++r) {
       const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[r].q32 + b * 32));
+      const __m256i xr = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[r].r32 + b * 32));
       const __m256i l = lanes4<K != kQ4_1>(wv, xv);
-      const __m256 s = _mm256_set1_ps(d * x[r].d32[b]);
+      const __m256i lr = lanes4<K != kQ4_1>(wv, xr);
       __m256& a = acc[r][b & 1];
-      a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_cvtepi32_ps(l), s));
+      a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_cvtepi32_ps(l), _mm256_set1_ps(d * x[r].d32[b])));
+      a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_cvtepi32_ps(lr), _mm256_set1_ps(d * x[r].e32[b])));
       if constexpr (K == kQ4_1) mins[r] = mins[r] + half(blk + 2) * x[r].s32[b];
     }
   }
   for (int r = 0; r < R; ++r) out[r * ldo] = reduce_pair(acc[r][0], acc[r][1]) + mins[r];
+}
+
+// `W` weight rows, `stride` bytes apart, against one activation row.
+template <Kind K, int W>
+KVATTN_QDOT_AVX2 void dot32_rows(const uint8_t* w, int64_t stride, const ActRow& x, int64_t n,
+                                 float* out) {
+  constexpr int64_t kBytes = K == kQ4_0 ? kBytesQ4_0 : K == kQ4_1 ? kBytesQ4_1 : kBytesQ8_0;
+  const int64_t nb = n / 32;
+  __m256 acc[W][2];
+  float mins[W];
+  for (int i = 0; i < W; ++i) {
+    acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+    mins[i] = 0.0f;
+  }
+  for (int64_t b = 0; b < nb; ++b) {
+    const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q32 + b * 32));
+    const __m256i xr = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.r32 + b * 32));
+    const float dx = x.d32[b], ex = x.e32[b];
+    for (int i = 0; i < W; ++i) {
+      const uint8_t* blk = w + i * stride + b * kBytes;
+      __m256i wv;
+      if constexpr (K == kQ4_0) {
+        wv = _mm256_sub_epi8(nibbles(blk + 2), _mm256_set1_epi8(8));
+      } else if constexpr (K == kQ4_1) {
+        wv = nibbles(blk + 4);
+      } else {
+        wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
+      }
+      const __m256i l = lanes4<K != kQ4_1>(wv, xv);
+      const __m256i lr = lanes4<K != kQ4_1>(wv, xr);
+      const float d = half(blk);
+      __m256& a = acc[i][b & 1];
+      a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_cvtepi32_ps(l), _mm256_set1_ps(d * dx)));
+      a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_cvtepi32_ps(lr), _mm256_set1_ps(d * ex)));
+      if constexpr (K == kQ4_1) mins[i] = mins[i] + half(blk + 2) * x.s32[b];
+    }
+  }
+  for (int i = 0; i < W; ++i) out[i] = reduce_pair(acc[i][0], acc[i][1]) + mins[i];
+}
+
+template <Kind K>
+void rows32(const uint8_t* w, int64_t stride, int rows, const ActRow& x, int64_t n, float* out) {
+  switch (rows) {
+    case 1: return dot32_rows<K, 1>(w, stride, x, n, out);
+    case 2: return dot32_rows<K, 2>(w, stride, x, n, out);
+    case 3: return dot32_rows<K, 3>(w, stride, x, n, out);
+    default: return dot32_rows<K, 4>(w, stride, x, n, out);
+  }
 }
 
 // ---- K super-blocks ----
@@ -233,7 +283,8 @@ struct D256 {
 const Table& avx2_table() {
   static const Table t{{Rows<D32, kQ4_0>::run, Rows<D32, kQ4_1>::run, Rows<D32, kQ8_0>::run,
                         Rows<D256, kQ2_K>::run, Rows<D256, kQ3_K>::run, Rows<D256, kQ4_K>::run,
-                        Rows<D256, kQ5_K>::run, Rows<D256, kQ6_K>::run}};
+                        Rows<D256, kQ5_K>::run, Rows<D256, kQ6_K>::run},
+                       {rows32<kQ4_0>, rows32<kQ4_1>, rows32<kQ8_0>}};
   return t;
 }
 

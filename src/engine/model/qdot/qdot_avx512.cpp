@@ -35,8 +35,10 @@ constexpr bool kVnni = true;
 
 const Table& avx512_table(bool use_vnni) {
   static const Table plain_table{
-      {plain::run<kQ4_0>, plain::run<kQ4_1>, plain::run<kQ8_0>}};
-  static const Table vnni_table{{vnni::run<kQ4_0>, vnni::run<kQ4_1>, vnni::run<kQ8_0>}};
+      {plain::run<kQ4_0>, plain::run<kQ4_1>, plain::run<kQ8_0>},
+      {plain::rows32<kQ4_0>, plain::rows32<kQ4_1>, plain::rows32<kQ8_0>}};
+  static const Table vnni_table{{vnni::run<kQ4_0>, vnni::run<kQ4_1>, vnni::run<kQ8_0>},
+                                {vnni::rows32<kQ4_0>, vnni::rows32<kQ4_1>, vnni::rows32<kQ8_0>}};
   return use_vnni ? vnni_table : plain_table;
 }
 

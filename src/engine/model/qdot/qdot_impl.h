@@ -17,6 +17,7 @@ enum Kind : int { kQ4_0, kQ4_1, kQ8_0, kQ2_K, kQ3_K, kQ4_K, kQ5_K, kQ6_K, kNumKi
 using DotFn = Kernel;
 struct Table {
   DotFn fn[kNumKinds];
+  RowsKernel rows_fn[kNumKinds];
 };
 
 const Table& scalar_table();
