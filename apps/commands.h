@@ -41,6 +41,7 @@ struct GenerateArgs {
   int threads = 0;
   std::string weights = "auto";  // CPU weight storage: auto | gguf | f32 | f16 | bf16 | q8
   int64_t kv_cache_mb = 0;
+  int64_t ctx_size = 0;  // --ctx-size: LLMOptions::ctx_size (0: automatic)
   int tensor_parallel = 1;
   bool quiet = false;    // no loading progress or stats detail on stderr
   bool special = false;  // --special: special tokens (end-of-text...) appear in the text
@@ -65,6 +66,7 @@ struct BenchArgs {
   int64_t max_num_seqs = 256;
   int64_t max_num_batched_tokens = 16384;
   int64_t kv_cache_mb = 0;
+  int64_t ctx_size = 0;
   double gpu_memory_utilization = 0.9;
   int threads = 0;
   std::string weights = "auto";
@@ -88,6 +90,7 @@ struct ServeArgs {
   int64_t max_num_seqs = 256;
   int64_t max_num_batched_tokens = 16384;
   int64_t kv_cache_mb = 0;
+  int64_t ctx_size = 0;
   double gpu_memory_utilization = 0.9;
   int tensor_parallel = 1;
   bool eager = false;

@@ -5,6 +5,7 @@
 // writes the token ids, text, finish reason and timings of each prompt for scripts.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -138,6 +139,9 @@ int run_generate(const GenerateArgs& args) {
   opt.tensor_parallel = args.tensor_parallel;
   opt.num_threads = args.threads;
   opt.kv_cache_bytes = args.kv_cache_mb << 20;
+  opt.ctx_size = args.ctx_size;
+  // The prompts run as one batch: the default CPU pool then holds their contexts, not more.
+  opt.max_num_seqs = std::max<int64_t>(1, static_cast<int64_t>(args.prompts.size()));
   apply_kv_cache_args(args.kv, opt);
   apply_weights_arg(args.weights, opt);
   // Open the JSON file before the model loads, so a bad path fails at once.

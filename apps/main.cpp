@@ -82,6 +82,11 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "gguf", "f32", "f16", "bf16", "q8"}));
   gen->add_option("--kv-cache-mb", g.kv_cache_mb, "KV cache size in MiB (0 => automatic)")
       ->default_val(0);
+  gen->add_option("--ctx-size", g.ctx_size,
+                  "Context length: tokens one sequence may hold, prompt and output (0 => the "
+                  "model's; on the CPU at most 4096, and the KV pool is sized for it when "
+                  "--kv-cache-mb is 0)")
+      ->default_val(0)->check(CLI::NonNegativeNumber);
   add_kv_cache_options(gen, g.kv);
   gen->add_option("--tensor-parallel", g.tensor_parallel,
                   "Ranks of tensor parallelism (GPUs from cuda:0 on; CPU: threads)")
@@ -123,6 +128,11 @@ int main(int argc, char** argv) {
   bench->add_option("--kv-cache-mb", b.kv_cache_mb,
                     "KV cache size in MiB (0 => GPU: --gpu-memory-utilization; CPU: default)")
       ->default_val(0);
+  bench->add_option("--ctx-size", b.ctx_size,
+                    "Context length: tokens one sequence may hold, prompt and output (0 => "
+                    "the model's; on the CPU at most 4096, and the KV pool is sized for it "
+                    "when --kv-cache-mb is 0)")
+      ->default_val(0)->check(CLI::NonNegativeNumber);
   add_kv_cache_options(bench, b.kv);
   bench->add_option("--gpu-memory-utilization", b.gpu_memory_utilization,
                     "Fraction of GPU memory for weights, activations and the KV pool")
@@ -160,6 +170,11 @@ int main(int argc, char** argv) {
       ->default_val(16384)->check(CLI::PositiveNumber);
   serve->add_option("--kv-cache-mb", sv.kv_cache_mb,
                     "KV cache size in MiB (0 => GPU: --gpu-memory-utilization; CPU: default)")
+      ->default_val(0)->check(CLI::NonNegativeNumber);
+  serve->add_option("--ctx-size", sv.ctx_size,
+                    "Context length: tokens one sequence may hold, prompt and output (0 => "
+                    "the model's; on the CPU at most 4096, and the KV pool is sized for it "
+                    "when --kv-cache-mb is 0)")
       ->default_val(0)->check(CLI::NonNegativeNumber);
   add_kv_cache_options(serve, sv.kv);
   serve->add_option("--gpu-memory-utilization", sv.gpu_memory_utilization,

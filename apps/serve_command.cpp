@@ -28,6 +28,7 @@ LLMOptions llm_options(const ServeArgs& a) {
   o.device = a.device == "cuda" ? Device::cuda(0) : Device::cpu();
   o.num_threads = a.threads;
   o.kv_cache_bytes = a.kv_cache_mb << 20;
+  o.ctx_size = a.ctx_size;
   apply_kv_cache_args(a.kv, o);
   o.max_num_seqs = a.max_num_seqs;
   o.max_num_batched_tokens = a.max_num_batched_tokens;

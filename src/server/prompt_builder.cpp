@@ -9,10 +9,7 @@
 namespace kvattn::server {
 namespace {
 
-int64_t context_of(const LLM& llm) {
-  const int64_t c = llm.config().max_position_embeddings;
-  return c > 0 ? c : int64_t{1} << 20;
-}
+int64_t context_of(const LLM& llm) { return llm.max_model_len(); }
 
 std::vector<int32_t> encode(const LLM& llm, const std::string& text, const char* param) {
   if (llm.tokenizer() == nullptr) {

@@ -51,7 +51,7 @@ Json model_card(const ServerContext& ctx) {
           {"object", "model"},
           {"created", ctx.created},
           {"owned_by", "kvattn"},
-          {"max_model_len", ctx.llm.config().max_position_embeddings}};
+          {"max_model_len", ctx.llm.max_model_len()}};
 }
 
 }  // namespace

@@ -48,8 +48,13 @@ struct LLMOptions {
   int64_t block_size = 16;        // tokens per KV block
   // KV pool size. 0 => the model's device budget (GPU: gpu_memory_utilization, measured
   // after a warm-up); where it has none (CPU), the smaller of kv_cache_bytes_default() and
-  // what max_num_seqs sequences of the model's full context need.
+  // what max_num_seqs sequences of ctx_size tokens need.
   int64_t kv_cache_bytes = 0;
+  // Context length, llama.cpp's --ctx-size: the tokens one sequence may hold (prompt and
+  // output), at most the model's context. 0 => the model's context on the GPU, and on the
+  // CPU min(model's context, 4096), where it also sizes the default pool: max_num_seqs
+  // sequences of this many tokens (at most kv_cache_bytes_default()), not more.
+  int64_t ctx_size = 0;
   int64_t max_num_seqs = 64;             // running sequences at most (each sample counts)
   // Query tokens per step: one per decoding sequence, the rest for prompt chunks (longer
   // prompts are split over several steps). Keep it >= max_num_seqs, or some decoding
@@ -208,6 +213,7 @@ class LLM {
   // and the BlockManager's invariants hold. True when idle after any sequence of calls.
   void check_kv_cache_idle() const;
   int64_t kv_cache_tokens() const;  // pool capacity in tokens
+  int64_t max_model_len() const;    // the context one sequence may use (ctx_size resolved)
 
   static int64_t kv_cache_bytes_default(Device device);
 

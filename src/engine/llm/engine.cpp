@@ -35,7 +35,13 @@ LLMEngine::LLMEngine(ModelWeights weights, std::optional<Tokenizer> tokenizer,
   mo.kv_cache_dtype = options.kv_cache_dtype;
   model_ = Model::create(std::move(weights), options.device, mo);
   const ModelConfig& c = model_->config();
-  max_model_len_ = c.max_position_embeddings > 0 ? c.max_position_embeddings : (1 << 20);
+  const int64_t model_len = c.max_position_embeddings > 0 ? c.max_position_embeddings : (1 << 20);
+  KVATTN_CHECK(options.ctx_size >= 0, "LLM: ctx_size must be >= 0 (0: automatic) but is ",
+               options.ctx_size);
+  // The CPU's default context is capped: its pool is host memory, and a 128k-context model
+  // would otherwise size it for contexts nobody asked for.
+  const int64_t default_len = options.device.is_cpu() ? std::min<int64_t>(model_len, 4096) : model_len;
+  max_model_len_ = options.ctx_size > 0 ? std::min(options.ctx_size, model_len) : default_len;
 
   if (c.eos_token_id >= 0) eos_ids_.push_back(static_cast<int32_t>(c.eos_token_id));
   for (int64_t id : c.extra_eos_ids) eos_ids_.push_back(static_cast<int32_t>(id));
@@ -56,7 +62,7 @@ LLMEngine::LLMEngine(ModelWeights weights, std::optional<Tokenizer> tokenizer,
   }
   if (budget == 0) {
     const int64_t full =
-        options.max_num_seqs * ceil_div(std::min<int64_t>(max_model_len_, 32768), bs);
+        options.max_num_seqs * ceil_div(std::min<int64_t>(max_model_len_, 32768), bs);  // blocks
     budget = std::min(LLM::kv_cache_bytes_default(options.device), full * per_block);
   }
   int64_t num_blocks = std::max<int64_t>(1, budget / per_block);
@@ -85,7 +91,7 @@ void LLMEngine::check_request(size_t i, const std::vector<int32_t>& prompt,
   }
   const auto n = static_cast<int64_t>(prompt.size());
   KVATTN_CHECK(n <= max_model_len_, "LLM: prompt ", i, " has ", n,
-               " tokens but the model's context is ", max_model_len_);
+               " tokens but the context (ctx_size) is ", max_model_len_);
   KVATTN_CHECK(n <= kv_cache_tokens(), "LLM: prompt ", i, " has ", n,
                " tokens but the KV cache holds only ", kv_cache_tokens(),
                " (raise LLMOptions::kv_cache_bytes)");

@@ -125,5 +125,6 @@ const Tokenizer* LLM::tokenizer() const { return engine_->tokenizer(); }
 const GenerationStats& LLM::last_stats() const { return engine_->stats(); }
 BlockManagerStats LLM::cache_stats() const { return engine_->cache_stats(); }
 int64_t LLM::kv_cache_tokens() const { return engine_->kv_cache_tokens(); }
+int64_t LLM::max_model_len() const { return engine_->max_model_len(); }
 
 }  // namespace kvattn
