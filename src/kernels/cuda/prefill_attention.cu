@@ -21,16 +21,17 @@ namespace {
 
 constexpr const char* kFn = "prefill_attention";
 
-// The kernels move rows in 16-byte pieces: every base pointer and token/block stride must be a
-// multiple of 16 bytes (8 elements). Views cut from a fused QKV buffer satisfy this whenever
-// head_dim does.
+// The kernels move rows in pieces of 8 elements (16 bytes; 8 bytes from a float8_e4m3 cache):
+// every base pointer and token/block stride must be a multiple of that. Views cut from a fused
+// QKV buffer satisfy this whenever head_dim does.
 void check_aligned(const char* name, const TensorView& t, int token_dim) {
   const auto addr = reinterpret_cast<std::uintptr_t>(t.data);
-  KVATTN_CHECK(addr % 16 == 0, kFn, ": ", name,
-               " data must be 16-byte aligned on the GPU but its address ends in ", addr % 16);
+  const std::uintptr_t align = 8 * static_cast<std::uintptr_t>(dtype_size(t.dtype));
+  KVATTN_CHECK(addr % align == 0, kFn, ": ", name, " data must be ", align,
+               "-byte aligned on the GPU but its address ends in ", addr % 16);
   for (int d = 0; d <= token_dim; ++d) {
     KVATTN_CHECK(t.stride(d) % 8 == 0, kFn, ": ", name, " stride(", d,
-                 ") must be a multiple of 8 elements (16 bytes) on the GPU but is ", t.stride(d));
+                 ") must be a multiple of 8 elements on the GPU but is ", t.stride(d));
   }
 }
 
