@@ -92,7 +92,8 @@ def store_kvcache(key, value, k_cache, v_cache, slot_mapping, *, k_scale=None, v
                       _kv_scale(k_scale, k_cache, "k_scale"),
                       _kv_scale(v_scale, v_cache, "v_scale"))
     except _C.NeedsGrad:
-        key, value, k_cache, v_cache = (x.detach() for x in (key, value, k_cache, v_cache))
+        key, value, k_cache, v_cache = (x.detach() if _is_torch(x) else x
+                                        for x in (key, value, k_cache, v_cache))
         return store_kvcache(key, value, k_cache, v_cache, slot_mapping, k_scale=k_scale,
                              v_scale=v_scale)
 
