@@ -194,7 +194,7 @@ def flash_attn_varlen_func(
 
     fp8 paged caches (torch.float8_e4m3fn, or uint8 e4m3 bytes) are read as e4m3 * scale with
     ``k_scale`` / ``v_scale`` (a number or float32 [num_kv_heads]; None = 1.0), float32
-    accumulation; CPU only for now.
+    accumulation; on CUDA with bfloat16/float16 q only.
     """
     args = (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
             softmax_scale, causal, window_size, softcap, alibi_slopes, return_attn_probs,
@@ -281,7 +281,7 @@ def flash_attn_with_kvcache(
     is bottom-right aligned. Returns out [batch, seqlen_q, num_heads, head_dim] in q's dtype,
     and with ``return_softmax_lse`` also lse float32 [batch, num_heads, seqlen_q].
     ``num_splits``: 0 lets kvattn plan the split-KV decode, 1 forbids splitting.
-    fp8 caches (torch.float8_e4m3fn, or uint8 e4m3 bytes; CPU only for now) are read as
+    fp8 caches (torch.float8_e4m3fn, or uint8 e4m3 bytes; on CUDA for 16-bit q) are read as
     e4m3 * scale with ``k_scale`` / ``v_scale`` (a number or float32 [num_kv_heads]; None =
     1.0); new k/v are quantised with the same scales.
     ``window_size`` = (left, right) (-1 = unbounded) and ``softcap`` (> 0: each scaled score s
