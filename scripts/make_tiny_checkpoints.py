@@ -13,7 +13,12 @@ q/k/v biases + YaRN; tiny_mistral: sliding window 8) are smaller (2 query / 1 KV
 vocab 256), stored as bf16 (the float32 model that makes the logits holds the same bf16-exact
 values), and also written as GGUF with gguf-py under llama.cpp's tensor names and metadata
 keys (model.gguf: Q/K rows permuted for the llama architecture as convert_hf_to_gguf.py does,
-Llama 3's scaling as the rope_freqs tensor). The tiny_llama checkpoint also gets the logits of
+Llama 3's scaling as the rope_freqs tensor). tiny_gemma2 / tiny_gemma3 (Gemma2ForCausalLM,
+Gemma3ForCausalLM: hidden 32, 2 query / 1 KV head of 256, GeGLU, sandwich norms stored as w
+(GGUF: w + 1, as convert_hf_to_gguf.py writes them), tied embeddings, window 8 on the sliding
+layers; gemma2 with attention and final logit soft-capping and query_pre_attn_scalar 64,
+gemma3 with q/k norms, a local RoPE base and linear scaling on its global layer) follow the
+same pattern. The tiny_llama checkpoint also gets the logits of
 HF with linear and dynamic-NTK rope scaling (expected_rope_{linear,dynamic}.json; the config
 changes are in the file).
 
@@ -135,12 +140,139 @@ def build_family(name):
     return model
 
 
+def build_gemma(name):
+    """Gemma 2 / Gemma 3 (text): the values are chosen to matter at these sizes: a window of 8,
+    query_pre_attn_scalar 64 (not head_dim), soft caps near the score and logit ranges."""
+    common = dict(vocab_size=SMALL_VOCAB, hidden_size=32, intermediate_size=64,
+                  num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                  head_dim=256, max_position_embeddings=4096, rms_norm_eps=1e-6,
+                  bos_token_id=2, eos_token_id=1, pad_token_id=0, query_pre_attn_scalar=64,
+                  sliding_window=8, tie_word_embeddings=True,
+                  hidden_activation="gelu_pytorch_tanh", attn_implementation="eager",
+                  torch_dtype=torch.float32)
+    if name == "gemma2":
+        from transformers import Gemma2Config, Gemma2ForCausalLM
+        cfg = Gemma2Config(rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+                           attn_logit_softcapping=5.0, final_logit_softcapping=2.0, **common)
+        model, seed = Gemma2ForCausalLM(cfg), 444
+    elif name == "gemma3":
+        from transformers import Gemma3TextConfig, Gemma3ForCausalLM
+        cfg = Gemma3TextConfig(
+            rope_parameters={"full_attention": {"rope_type": "linear", "factor": 8.0,
+                                                "rope_theta": 1000000.0},
+                             "sliding_attention": {"rope_type": "default",
+                                                   "rope_theta": 10000.0}},
+            layer_types=["sliding_attention", "full_attention"], **common)
+        model, seed = Gemma3ForCausalLM(cfg), 555
+    else:
+        raise ValueError(name)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for pname, p in model.named_parameters():
+            if pname.endswith("norm.weight"):  # Gemma's RMSNorm scales by (1 + w)
+                p.copy_(0.2 * torch.randn(p.shape, generator=gen))
+                if pname == "model.norm.weight":
+                    p.copy_(3.5 * (1 + p) - 1)  # tied lm_head: logits O(1), soft-capped
+            elif p.dim() == 2 and "embed_tokens" in pname:
+                # Small: scaled by sqrt(hidden) on input, it would otherwise dominate the
+                # residual stream and greedy would repeat the last token.
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.05)
+            else:
+                p.copy_(torch.randn(p.shape, generator=gen) / math.sqrt(p.shape[1]))
+            p.copy_(p.to(torch.bfloat16).float())
+    model.eval()
+    return model
+
+
+def write_gguf_gemma(name, model, out):
+    """convert_hf_to_gguf.py's Gemma2Model / Gemma3Model: norms + 1, no lm_head (tied), NeoX
+    RoPE (no Q/K permutation). Two keys llama.cpp's gemma loaders do not read, written because
+    this file is not a real Gemma size: attention.scale (llama.cpp derives it from the layer
+    count, 27B or not) and, for gemma3, attention.sliding_window_pattern (llama.cpp assumes
+    every 6th layer global)."""
+    import gguf
+    cfg = model.config
+    w = gguf.GGUFWriter(os.path.join(out, "model.gguf"), name)
+    w.add_name(f"tiny {name}")
+    w.add_block_count(cfg.num_hidden_layers)
+    w.add_context_length(cfg.max_position_embeddings)
+    w.add_embedding_length(cfg.hidden_size)
+    w.add_feed_forward_length(cfg.intermediate_size)
+    w.add_head_count(cfg.num_attention_heads)
+    w.add_head_count_kv(cfg.num_key_value_heads)
+    w.add_key_length(cfg.head_dim)
+    w.add_value_length(cfg.head_dim)
+    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    w.add_bos_token_id(cfg.bos_token_id)
+    w.add_eos_token_id(cfg.eos_token_id)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_BF16)
+    w.add_sliding_window(cfg.sliding_window)
+    w.add_attention_scale(cfg.query_pre_attn_scalar ** -0.5)
+    if name == "gemma2":
+        w.add_attn_logit_softcapping(cfg.attn_logit_softcapping)
+        w.add_final_logit_softcapping(cfg.final_logit_softcapping)
+    else:
+        full = cfg.rope_parameters["full_attention"]
+        w.add_rope_freq_base(full["rope_theta"])
+        if full.get("rope_type") == "linear":
+            w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+            w.add_rope_scaling_factor(full["factor"])
+        w.add_sliding_window_pattern([t == "sliding_attention" for t in cfg.layer_types])
+
+    def put(gname, t):
+        if t.dim() == 2:
+            a = t.detach().float().numpy()
+            w.add_tensor(gname, gguf.quants.quantize(a, gguf.GGMLQuantizationType.BF16),
+                         raw_dtype=gguf.GGMLQuantizationType.BF16)
+        else:
+            w.add_tensor(gname, t.detach().float().numpy())
+
+    sd = model.state_dict()
+    names = {"input_layernorm.weight": "attn_norm.weight",
+             "self_attn.q_proj.weight": "attn_q.weight", "self_attn.k_proj.weight": "attn_k.weight",
+             "self_attn.v_proj.weight": "attn_v.weight",
+             "self_attn.o_proj.weight": "attn_output.weight",
+             "self_attn.q_norm.weight": "attn_q_norm.weight",
+             "self_attn.k_norm.weight": "attn_k_norm.weight",
+             "post_attention_layernorm.weight": "post_attention_norm.weight",
+             "pre_feedforward_layernorm.weight": "ffn_norm.weight",
+             "post_feedforward_layernorm.weight": "post_ffw_norm.weight",
+             "mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
+             "mlp.down_proj.weight": "ffn_down.weight"}
+    put("token_embd.weight", sd["model.embed_tokens.weight"])
+    put("output_norm.weight", sd["model.norm.weight"] + 1)
+    for i in range(cfg.num_hidden_layers):
+        for hf, g in names.items():
+            key = f"model.layers.{i}.{hf}"
+            if key in sd:
+                t = sd[key]
+                put(f"blk.{i}.{g}", t + 1 if hf.endswith("norm.weight") else t)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def make_gemma(name, root):
+    model = build_gemma(name)
+    out = os.path.join(root, f"tiny_{name}")
+    os.makedirs(out, exist_ok=True)
+    write_config(model, out)
+    write_safetensors_bf16(model, out)
+    write_gguf_gemma(name, model, out)
+    write_expected(model, os.path.join(out, "expected.json"), SMALL_VOCAB, 43)
+    print(f"wrote {out}: {sum(p.numel() for p in model.parameters())} parameters")
+
+
 def write_config(model, out):
     model.config.save_pretrained(out)
     cfg_path = os.path.join(out, "config.json")
     with open(cfg_path) as f:
         cfg = json.load(f)
     cfg.setdefault("rope_theta", cfg.get("rope_parameters", {}).get("rope_theta"))
+    if cfg["rope_theta"] is None:  # per-layer-type rope_parameters (Gemma 3)
+        del cfg["rope_theta"]
+    cfg.pop("_sliding_window_pattern", None)  # private; layer_types says it
     cfg["dtype"] = "bfloat16"
     cfg["architectures"] = [type(model).__name__]
     with open(cfg_path, "w") as f:
@@ -339,12 +471,15 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "tests", "data"))
     ap.add_argument("--families", nargs="*",
-                    default=["llama", "qwen3", "llama3", "qwen2", "mistral", "llama_rope"])
+                    default=["llama", "qwen3", "llama3", "qwen2", "mistral", "llama_rope",
+                             "gemma2", "gemma3"])
     args = ap.parse_args()
     torch.manual_seed(0)
     for name in args.families:
         if name in ("llama3", "qwen2", "mistral"):
             make_family(name, args.out)
+        elif name in ("gemma2", "gemma3"):
+            make_gemma(name, args.out)
         elif name == "llama_rope":
             make_llama_rope_variants(args.out)
         elif name in ("llama", "qwen3"):
