@@ -1,6 +1,9 @@
-// `kvattn bench`: nano-vllm's throughput benchmark (bench.py) on kvattn's engine, then a
-// single stream's decode speed and a long prompt's time to first token. Prints one summary
-// (and JSON with --json); fails when a KV block is still held after the runs.
+// `kvattn bench`: a throughput workload (bench_workload.h; nano-vllm's bench.py by default) on
+// kvattn's engine, then a single stream's decode speed and a long prompt's time to first
+// token. The prefix workload runs a second time with the prefix cache off, so one call gives
+// both throughputs. Prints one summary with each step's time split into attention, GEMMs,
+// other model work and host (and JSON with --json); fails when a KV block is still held
+// after the runs.
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,10 +12,12 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "bench_workload.h"
 #include "commands.h"
 #include "kvattn/core/error.h"
 #include "kvattn/engine/llm.h"
@@ -28,20 +33,32 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
+double ratio(double a, double b) { return b > 0 ? a / b : 0.0; }
+
 void check_args(const BenchArgs& a) {
-  KVATTN_CHECK(a.num_seqs >= 1, "bench: --num-seqs must be >= 1 but is ", a.num_seqs);
-  KVATTN_CHECK(a.min_input >= 1 && a.min_input <= a.max_input,
-               "bench: input lengths need 1 <= --min-input <= --max-input but are ",
-               a.min_input, " and ", a.max_input);
-  KVATTN_CHECK(a.min_output >= 1 && a.min_output <= a.max_output,
-               "bench: output lengths need 1 <= --min-output <= --max-output but are ",
-               a.min_output, " and ", a.max_output);
   KVATTN_CHECK(a.single_input >= 1 && a.single_output >= 1 && a.ttft_input >= 1,
                "bench: --single-input, --single-output and --ttft-input must be >= 1 but are ",
                a.single_input, ", ", a.single_output, " and ", a.ttft_input);
 }
 
-LLMOptions llm_options(const BenchArgs& a) {
+// The workload's sizes, then the flags given (>= 0), then --scale.
+WorkloadSpec resolve_spec(const BenchArgs& a) {
+  WorkloadSpec s = default_spec(parse_workload(a.workload));
+  const auto set = [](int64_t given, int64_t& field) {
+    if (given >= 0) field = given;
+  };
+  set(a.num_seqs, s.num_seqs);
+  set(a.prefix_len, s.prefix_tokens);
+  set(a.min_input, s.min_input);
+  set(a.max_input, s.max_input);
+  set(a.min_output, s.min_output);
+  set(a.max_output, s.max_output);
+  s = scaled(s, a.scale);
+  check_spec(s);
+  return s;
+}
+
+LLMOptions llm_options(const BenchArgs& a, const WorkloadSpec& spec) {
   LLMOptions o;
   o.model = resolve_model_path(a.model);
   KVATTN_CHECK(a.device == "cpu" || a.device == "cuda",
@@ -50,54 +67,20 @@ LLMOptions llm_options(const BenchArgs& a) {
   o.num_threads = a.threads;
   o.kv_cache_bytes = a.kv_cache_mb << 20;
   o.ctx_size = a.ctx_size;
+  // The CPU's default context (4096) would cut the long workload's prompts: size it for the
+  // longest request instead (the LLM caps it at the model's context).
+  if (o.ctx_size == 0 && o.device.is_cpu() && spec.longest() > 4096) o.ctx_size = spec.longest();
   apply_kv_cache_args(a.kv, o);
   o.max_num_seqs = a.max_num_seqs;
   o.max_num_batched_tokens = a.max_num_batched_tokens;
   o.gpu_memory_utilization = a.gpu_memory_utilization;
   o.cuda_graphs = !a.eager;
   o.tensor_parallel = a.tensor_parallel;
+  o.enable_prefix_caching = !a.no_prefix_caching;
+  // Cheap on the CPU; elsewhere only when asked for (it may change how steps run).
+  o.phase_timing = o.device.is_cpu() || a.breakdown;
   apply_weights_arg(a.weights, o);
   return o;
-}
-
-struct Workload {
-  std::vector<std::vector<int32_t>> prompts;
-  std::vector<SamplingParams> params;
-  int64_t input_tokens = 0, output_tokens = 0;
-};
-
-// nano-vllm's draw order: every prompt (its length, then its ids), then every output length.
-// Lengths are capped so prompt + output fits the model's context.
-Workload make_workload(const BenchArgs& a, std::mt19937& rng, int32_t max_id, int64_t context) {
-  Workload w;
-  std::uniform_int_distribution<int32_t> id(0, max_id - 1);
-  for (int64_t i = 0; i < a.num_seqs; ++i) {
-    int64_t n = std::uniform_int_distribution<int64_t>(a.min_input, a.max_input)(rng);
-    n = std::min(n, context - 1);
-    std::vector<int32_t> p(static_cast<size_t>(n));
-    for (auto& t : p) t = id(rng);
-    w.input_tokens += n;
-    w.prompts.push_back(std::move(p));
-  }
-  for (int64_t i = 0; i < a.num_seqs; ++i) {
-    SamplingParams sp;
-    sp.temperature = static_cast<float>(a.temperature);
-    sp.ignore_eos = true;
-    sp.detokenize = false;
-    const int64_t out = std::uniform_int_distribution<int64_t>(a.min_output, a.max_output)(rng);
-    sp.max_tokens = static_cast<int>(
-        std::min<int64_t>(out, context - static_cast<int64_t>(w.prompts[i].size())));
-    w.output_tokens += sp.max_tokens;
-    w.params.push_back(sp);
-  }
-  return w;
-}
-
-std::vector<int32_t> random_prompt(std::mt19937& rng, int32_t max_id, int64_t n) {
-  std::uniform_int_distribution<int32_t> id(0, max_id - 1);
-  std::vector<int32_t> p(static_cast<size_t>(n));
-  for (auto& t : p) t = id(rng);
-  return p;
 }
 
 int64_t output_tokens(const std::vector<RequestOutput>& outs) {
@@ -106,6 +89,83 @@ int64_t output_tokens(const std::vector<RequestOutput>& outs) {
     for (const auto& s : o.samples) n += static_cast<int64_t>(s.token_ids.size());
   }
   return n;
+}
+
+// One generate() of the whole workload.
+struct Run {
+  int64_t output_tokens = 0;
+  double wall = 0.0;
+  GenerationStats stats;
+  double tok_per_s() const { return ratio(static_cast<double>(output_tokens), wall); }
+};
+
+Run run_workload(LLM& llm, const Workload& w, bool progress) {
+  const bool tty = isatty(STDERR_FILENO) != 0;
+  const bool show = progress || tty;
+  ProgressBar bar(w.output_tokens, static_cast<int64_t>(w.prompts.size()), tty);
+  TokenCallback cb;
+  if (show) cb = [&bar](const TokenEvent& e) { bar.on_event(e); };
+  const auto t = Clock::now();
+  const auto outs = llm.generate(w.prompts, w.params, cb);
+  Run r;
+  r.wall = seconds_since(t);
+  if (show) bar.finish();
+  r.stats = llm.last_stats();
+  r.output_tokens = output_tokens(outs);
+  return r;
+}
+
+// "attention 21.0%, GEMMs 55.1%, other 22.9%, host 1.0%" of s (model/host when not timed).
+std::string split_text(const StepTimeSplit& s, bool timed) {
+  const double total = s.seconds();
+  char buf[256];
+  if (timed) {
+    std::snprintf(buf, sizeof buf, "attention %.1f%%, GEMMs %.1f%%, other %.1f%%, host %.1f%%",
+                  100 * ratio(s.attention_seconds, total), 100 * ratio(s.gemm_seconds, total),
+                  100 * ratio(s.other_seconds, total), 100 * ratio(s.host_seconds, total));
+  } else {
+    std::snprintf(buf, sizeof buf, "model %.1f%%, host %.1f%% (no per-phase times here)",
+                  100 * ratio(s.model_seconds, total), 100 * ratio(s.host_seconds, total));
+  }
+  return buf;
+}
+
+void print_breakdown(const GenerationStats& st) {
+  const auto line = [&](const char* what, const StepTimeSplit& s) {
+    std::printf("  %-14s %6lld steps, %8.2f ms/step: %s\n", what, static_cast<long long>(s.steps),
+                1e3 * ratio(s.seconds(), static_cast<double>(s.steps)),
+                split_text(s, st.phases_timed).c_str());
+  };
+  std::printf("step time breakdown:\n");
+  line("all steps", st.all_steps());
+  line("prefill steps", st.prefill_steps);
+  line("decode steps", st.decode_steps);
+}
+
+Json split_json(const StepTimeSplit& s, bool timed) {
+  const double total = s.seconds();
+  Json j = {{"steps", s.steps},
+            {"seconds", total},
+            {"ms_per_step", 1e3 * ratio(total, static_cast<double>(s.steps))},
+            {"model_s", s.model_seconds},
+            {"host_s", s.host_seconds},
+            {"host_share", ratio(s.host_seconds, total)}};
+  if (timed) {
+    j["attention_s"] = s.attention_seconds;
+    j["gemm_s"] = s.gemm_seconds;
+    j["other_s"] = s.other_seconds;
+    j["attention_share"] = ratio(s.attention_seconds, total);
+    j["gemm_share"] = ratio(s.gemm_seconds, total);
+    j["other_share"] = ratio(s.other_seconds, total);
+  }
+  return j;
+}
+
+Json breakdown_json(const GenerationStats& st) {
+  return {{"timed", st.phases_timed},
+          {"all_steps", split_json(st.all_steps(), st.phases_timed)},
+          {"prefill_steps", split_json(st.prefill_steps, st.phases_timed)},
+          {"decode_steps", split_json(st.decode_steps, st.phases_timed)}};
 }
 
 Json stats_json(const GenerationStats& s) {
@@ -123,26 +183,41 @@ Json stats_json(const GenerationStats& s) {
           {"host_s", s.host_seconds}};
 }
 
+Json run_json(const Run& r, int64_t prompt_tokens) {
+  const GenerationStats& s = r.stats;
+  const double step_s = s.model_seconds + s.host_seconds;
+  const double model_share = ratio(s.model_seconds, step_s);
+  return {{"output_tokens", r.output_tokens},
+          {"wall_s", r.wall},
+          {"output_tok_per_s", r.tok_per_s()},
+          {"total_tok_per_s", ratio(static_cast<double>(r.output_tokens + prompt_tokens), r.wall)},
+          {"model_share", model_share},
+          {"host_share", 1.0 - model_share},
+          {"prefix_hit_rate", s.prefix_hit_rate()},
+          {"stats", stats_json(s)},
+          {"breakdown", breakdown_json(s)}};
+}
+
 }  // namespace
 
 int run_bench(const BenchArgs& a) {
   check_args(a);
-  const LLMOptions opt = llm_options(a);
+  const WorkloadSpec spec = resolve_spec(a);
+  const LLMOptions opt = llm_options(a, spec);
   const auto t_load = Clock::now();
   LLM llm(opt);
   const double load_s = seconds_since(t_load);
   const ModelConfig& c = llm.config();
-  const int64_t context = c.max_position_embeddings > 0 ? c.max_position_embeddings : (1 << 20);
+  const int64_t context = llm.max_model_len();
   const auto max_id = static_cast<int32_t>(std::min<int64_t>(10000, c.vocab_size));
   const std::string name = std::filesystem::path(opt.model).filename().string();
+  const char* mode = a.device == "cuda" ? (a.eager ? " (eager)" : " (cuda graphs)") : "";
   std::fprintf(stderr, "loaded %s (%s, %lld layers, hidden %lld) on %s%s in %.1f s; KV pool %lld tokens (%s)\n",
                name.c_str(), c.architecture.c_str(), static_cast<long long>(c.num_layers),
-               static_cast<long long>(c.hidden_size), a.device.c_str(),
-               a.device == "cuda" ? (a.eager ? " (eager)" : " (cuda graphs)") : "", load_s,
+               static_cast<long long>(c.hidden_size), a.device.c_str(), mode, load_s,
                static_cast<long long>(llm.kv_cache_tokens()), a.kv.dtype.c_str());
 
-  std::mt19937 rng(a.seed);
-  const Workload w = make_workload(a, rng, max_id, context);
+  const Workload w = make_workload(spec, a.seed, a.temperature, max_id, context);
   if (!a.no_warmup) {  // first-call costs (allocations, kernels, graphs) stay out of the figures
     SamplingParams sp;
     sp.max_tokens = 8;
@@ -152,31 +227,44 @@ int run_bench(const BenchArgs& a) {
     llm.generate({random_prompt(warm, max_id, std::min<int64_t>(64, context - 8))}, sp);
   }
 
-  // Main run.
-  const bool show = a.progress || isatty(STDERR_FILENO) != 0;
-  ProgressBar bar(w.output_tokens, a.num_seqs, isatty(STDERR_FILENO) != 0);
-  TokenCallback cb;
-  if (show) cb = [&bar](const TokenEvent& e) { bar.on_event(e); };
-  const auto t_run = Clock::now();
-  const auto outs = llm.generate(w.prompts, w.params, cb);
-  const double wall = seconds_since(t_run);
-  if (show) bar.finish();
-  const GenerationStats main_stats = llm.last_stats();
-  const int64_t out_tokens = output_tokens(outs);
+  // Every block must be free after each run; set_prefix_caching() starts a fresh block
+  // manager, so the check comes before it.
+  std::string leak;
+  const auto check_idle = [&] {
+    try {
+      llm.check_kv_cache_idle();
+    } catch (const Error& e) {
+      if (leak.empty()) leak = e.what();
+    }
+  };
+  const Run main_run = run_workload(llm, w, a.progress);
+  const GenerationStats& main_stats = main_run.stats;
+  // The prefix workload again with the prefix cache off: the cache's own speedup.
+  std::optional<Run> off_run;
+  if (spec.kind == WorkloadKind::kPrefix && opt.enable_prefix_caching && !a.no_compare) {
+    check_idle();
+    llm.set_prefix_caching(false);
+    off_run = run_workload(llm, w, a.progress);
+    check_idle();
+    llm.set_prefix_caching(true);
+  }
   const double step_s = main_stats.model_seconds + main_stats.host_seconds;
-  const double model_share = step_s > 0 ? main_stats.model_seconds / step_s : 0.0;
+  const double model_share = ratio(main_stats.model_seconds, step_s);
 
   // Single stream: one prompt decoding alone.
+  std::mt19937 rng(a.seed + 2);
   SamplingParams one;
   one.temperature = static_cast<float>(a.temperature);
   one.ignore_eos = true;
   one.detokenize = false;
   const int64_t single_in = std::min(a.single_input, context - 1);
-  one.max_tokens = static_cast<int>(std::min(a.single_output, context - single_in));
+  const int64_t single_out = std::min(a.single_output, context - single_in);
+  one.max_tokens = static_cast<int>(single_out);
   const auto t_single = Clock::now();
   llm.generate({random_prompt(rng, max_id, single_in)}, one);
   const double single_wall = seconds_since(t_single);
-  const double single_decode = llm.last_stats().decode_tokens_per_second();
+  const GenerationStats single_stats = llm.last_stats();
+  const double single_decode = single_stats.decode_tokens_per_second();
 
   // Time to first token of one long prompt (fresh ids: no prefix-cache hit).
   const int64_t ttft_in =
@@ -189,23 +277,22 @@ int run_bench(const BenchArgs& a) {
   });
 
   const BlockManagerStats cache = llm.cache_stats();
-  std::string leak;
-  try {
-    llm.check_kv_cache_idle();
-  } catch (const Error& e) {
-    leak = e.what();
-  }
+  check_idle();
 
-  std::printf("kvattn bench: %s on %s%s\n", name.c_str(), a.device.c_str(),
-              a.device == "cuda" ? (a.eager ? " (eager)" : " (cuda graphs)") : "");
-  std::printf("workload: %lld seqs, input [%lld, %lld], output [%lld, %lld], seed %u: "
+  std::printf("kvattn bench: %s on %s%s\n", name.c_str(), a.device.c_str(), mode);
+  std::printf("workload %s: %lld seqs, ", std::string(workload_name(spec.kind)).c_str(),
+              static_cast<long long>(spec.num_seqs));
+  if (w.prefix_tokens > 0) {
+    std::printf("shared prefix %lld + ", static_cast<long long>(w.prefix_tokens));
+  }
+  std::printf("input [%lld, %lld], output [%lld, %lld], seed %u: "
               "%lld prompt tokens, %lld output tokens\n",
-              static_cast<long long>(a.num_seqs), static_cast<long long>(a.min_input),
-              static_cast<long long>(a.max_input), static_cast<long long>(a.min_output),
-              static_cast<long long>(a.max_output), a.seed,
-              static_cast<long long>(w.input_tokens), static_cast<long long>(w.output_tokens));
+              static_cast<long long>(spec.min_input), static_cast<long long>(spec.max_input),
+              static_cast<long long>(spec.min_output), static_cast<long long>(spec.max_output),
+              a.seed, static_cast<long long>(w.input_tokens),
+              static_cast<long long>(w.output_tokens));
   std::printf("Total: %lldtok, Time: %.2fs, Throughput: %.2ftok/s\n",
-              static_cast<long long>(out_tokens), wall, out_tokens / wall);
+              static_cast<long long>(main_run.output_tokens), main_run.wall, main_run.tok_per_s());
   std::printf("time split: model %.1f%%, host %.1f%% (%lld steps, %lld mixed, %lld preemptions, "
               "%lld prompt tokens from the prefix cache)\n",
               100.0 * model_share, 100.0 * (1.0 - model_share),
@@ -213,8 +300,19 @@ int run_bench(const BenchArgs& a) {
               static_cast<long long>(main_stats.num_mixed_steps),
               static_cast<long long>(main_stats.num_preemptions),
               static_cast<long long>(main_stats.num_cached_tokens));
-  std::printf("single stream: %lld-token prompt, %d new tokens: decode %.1f tok/s (%.2f s)\n",
-              static_cast<long long>(single_in), static_cast<int>(std::min(a.single_output, context - single_in)),
+  print_breakdown(main_stats);
+  std::printf("prefix cache %s: hit rate %.1f%% (%lld of %lld prompt tokens from the cache)\n",
+              opt.enable_prefix_caching ? "on" : "off", 100.0 * main_stats.prefix_hit_rate(),
+              static_cast<long long>(main_stats.num_cached_tokens),
+              static_cast<long long>(main_stats.num_prompt_tokens));
+  if (off_run) {
+    std::printf("prefix cache off: Total: %lldtok, Time: %.2fs, Throughput: %.2ftok/s; "
+                "cache on/off: %.2fx\n",
+                static_cast<long long>(off_run->output_tokens), off_run->wall,
+                off_run->tok_per_s(), ratio(main_run.tok_per_s(), off_run->tok_per_s()));
+  }
+  std::printf("single stream: %lld-token prompt, %lld new tokens: decode %.1f tok/s (%.2f s)\n",
+              static_cast<long long>(single_in), static_cast<long long>(single_out),
               single_decode, single_wall);
   std::printf("time to first token: %lld-token prompt: %.1f ms (%.0f prompt tok/s)\n",
               static_cast<long long>(ttft_in), ttft * 1e3, ttft > 0 ? ttft_in / ttft : 0.0);
@@ -232,22 +330,31 @@ int run_bench(const BenchArgs& a) {
         {"cuda_graphs", a.device == "cuda" && !a.eager},
         {"max_num_seqs", a.max_num_seqs},
         {"max_num_batched_tokens", a.max_num_batched_tokens},
+        {"ctx_size", context},
         {"kv_cache_tokens", llm.kv_cache_tokens()},
         {"kv_cache_dtype", a.kv.dtype},
         {"kv_calibrated", !a.kv.calibration_prompt.empty()},
         {"load_s", load_s},
         {"workload",
-         {{"num_seqs", a.num_seqs}, {"min_input", a.min_input}, {"max_input", a.max_input},
-          {"min_output", a.min_output}, {"max_output", a.max_output}, {"seed", a.seed},
+         {{"name", workload_name(spec.kind)}, {"num_seqs", spec.num_seqs},
+          {"prefix_tokens", w.prefix_tokens}, {"min_input", spec.min_input},
+          {"max_input", spec.max_input}, {"min_output", spec.min_output},
+          {"max_output", spec.max_output}, {"scale", a.scale}, {"seed", a.seed},
           {"temperature", a.temperature}, {"prompt_tokens", w.input_tokens},
           {"output_tokens", w.output_tokens}}},
-        {"throughput",
-         {{"output_tokens", out_tokens}, {"wall_s", wall}, {"output_tok_per_s", out_tokens / wall},
-          {"total_tok_per_s", (out_tokens + w.input_tokens) / wall}, {"model_share", model_share},
-          {"host_share", 1.0 - model_share}, {"stats", stats_json(main_stats)}}},
+        {"throughput", run_json(main_run, w.input_tokens)},
+        {"breakdown", breakdown_json(main_stats)},
+        {"prefix_cache",
+         {{"enabled", opt.enable_prefix_caching},
+          {"hit_rate", main_stats.prefix_hit_rate()},
+          {"cached_tokens", main_stats.num_cached_tokens},
+          {"prompt_tokens", main_stats.num_prompt_tokens},
+          {"off", off_run ? run_json(*off_run, w.input_tokens) : Json()},
+          {"speedup", off_run ? Json(ratio(main_run.tok_per_s(), off_run->tok_per_s())) : Json()}}},
         {"single_stream",
-         {{"prompt_tokens", single_in}, {"new_tokens", std::min(a.single_output, context - single_in)},
-          {"decode_tok_per_s", single_decode}, {"wall_s", single_wall}}},
+         {{"prompt_tokens", single_in}, {"new_tokens", single_out},
+          {"decode_tok_per_s", single_decode}, {"wall_s", single_wall},
+          {"breakdown", breakdown_json(single_stats)}}},
         {"ttft", {{"prompt_tokens", ttft_in}, {"seconds", ttft}}},
         {"kv_cache",
          {{"blocks", cache.num_blocks}, {"free_blocks_after", cache.num_free_blocks},

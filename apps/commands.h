@@ -49,19 +49,28 @@ struct GenerateArgs {
   KvCacheArgs kv;
 };
 
-// `kvattn bench`: nano-vllm's throughput workload (bench.py): num_seqs prompts of random ids
-// in [0, min(10000, vocab)), lengths uniform in [min_input, max_input], each generating a
-// length uniform in [min_output, max_output] with ignore_eos; then one stream's decode speed
-// and one long prompt's time to first token. All draws come from std::mt19937(seed).
+// `kvattn bench`: a throughput workload (bench_workload.h: nano-vllm's bench.py by default,
+// or the shared-prefix or long-prompt one), then one stream's decode speed and one long
+// prompt's time to first token, with each step's wall time split into attention, GEMMs,
+// other model work and host. Sizes left at -1 take the workload's; --scale multiplies them.
+// All draws come from std::mt19937(seed).
 struct BenchArgs {
   std::string model;  // empty => the default model
   std::string device = "cpu";
-  int64_t num_seqs = 256;
-  int64_t min_input = 100, max_input = 1024;
-  int64_t min_output = 100, max_output = 1024;
+  std::string workload = "nano-vllm";  // nano-vllm | prefix | long
+  int64_t num_seqs = -1;
+  int64_t prefix_len = -1;  // the shared prompt (prefix: 2,000 tokens; others: none)
+  int64_t min_input = -1, max_input = -1;
+  int64_t min_output = -1, max_output = -1;
+  double scale = 1.0;
   uint32_t seed = 0;
   double temperature = 0.6;  // nano-vllm's bench samples at 0.6
   bool eager = false;        // no CUDA graphs
+  bool no_prefix_caching = false;  // the main run without the prefix cache
+  bool no_compare = false;         // prefix workload: no second run with the cache off
+  // Per-phase step times on models that need a slower mode for them (CUDA, not yet
+  // implemented); the CPU model always times its phases in bench.
+  bool breakdown = false;
   int tensor_parallel = 1;
   int64_t max_num_seqs = 256;
   int64_t max_num_batched_tokens = 16384;

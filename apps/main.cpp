@@ -105,15 +105,37 @@ int main(int argc, char** argv) {
 
   kvattn::cli::BenchArgs b;
   auto* bench = app.add_subcommand(
-      "bench", "Throughput benchmark: nano-vllm's workload (random prompts, ignore_eos), then "
-               "single-stream decode and time to first token");
+      "bench", "Throughput benchmark: a workload of random prompts (ignore_eos; nano-vllm's by "
+               "default), then single-stream decode and time to first token, with each step's "
+               "time split into attention, GEMMs, other and host");
   bench->add_option("-m,--model", b.model, "A .gguf file or an HF directory (default: as generate)");
   bench->add_option("--device", b.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
-  bench->add_option("--num-seqs", b.num_seqs, "Prompts in the main run")->default_val(256);
-  bench->add_option("--min-input", b.min_input, "Shortest prompt")->default_val(100);
-  bench->add_option("--max-input", b.max_input, "Longest prompt")->default_val(1024);
-  bench->add_option("--min-output", b.min_output, "Fewest tokens generated")->default_val(100);
-  bench->add_option("--max-output", b.max_output, "Most tokens generated")->default_val(1024);
+  bench->add_option("--workload", b.workload,
+                    "nano-vllm (256 prompts of 100-1024 tokens, 100-1024 output tokens), prefix "
+                    "(the same behind one shared 2000-token system prompt; also run with the "
+                    "prefix cache off) or long (32 prompts of 8192-16384 tokens, 512 output "
+                    "tokens)")
+      ->check(CLI::IsMember({"nano-vllm", "prefix", "long"}))->default_val("nano-vllm");
+  const auto size = [&](const char* flag, int64_t& field, const char* what) {
+    bench->add_option(flag, field, std::string(what) + " (default: the workload's)")
+        ->check(CLI::NonNegativeNumber);
+  };
+  size("--num-seqs", b.num_seqs, "Prompts in the main run");
+  size("--prefix-len", b.prefix_len, "Tokens of the shared system prompt");
+  size("--min-input", b.min_input, "Shortest prompt (after the shared one)");
+  size("--max-input", b.max_input, "Longest prompt (after the shared one)");
+  size("--min-output", b.min_output, "Fewest tokens generated");
+  size("--max-output", b.max_output, "Most tokens generated");
+  bench->add_option("--scale", b.scale,
+                    "Multiplies the workload's counts and lengths (e.g. 0.05 for a small CPU run)")
+      ->default_val(1.0)->check(CLI::PositiveNumber);
+  bench->add_flag("--no-prefix-caching", b.no_prefix_caching,
+                  "Turn the prefix cache off (the prefix workload then runs once)");
+  bench->add_flag("--no-compare", b.no_compare,
+                  "Prefix workload: skip the second run with the prefix cache off");
+  bench->add_flag("--breakdown", b.breakdown,
+                  "Per-phase step times where they cost a slower mode (CUDA: not implemented "
+                  "yet); the CPU model always times its phases");
   bench->add_option("--seed", b.seed, "Seed of the workload (std::mt19937)")->default_val(0);
   bench->add_option("-t,--temperature", b.temperature, "Sampling temperature (0 => greedy)")
       ->default_val(0.6);

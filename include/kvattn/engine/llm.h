@@ -73,6 +73,9 @@ struct LLMOptions {
   // scales per (layer, KV head): 1.0, or, when kv_calibration_prompt is set, amax / 448 of
   // that prompt's keys and values (plain text, no chat template), measured by one prefill
   // when the LLM is built; the prefix cache forgets that prefill.
+  // Time each step's model work by phase (attention, GEMMs, other; GenerationStats's step
+  // splits) where the model can (Model::set_phase_timing: the CPU model; cheap there).
+  bool phase_timing = false;
   KVCacheDType kv_cache_dtype = KVCacheDType::kAuto;
   std::string kv_calibration_prompt;
   std::vector<int32_t> kv_calibration_tokens;  // the same as token ids (used when the text is empty)
@@ -106,6 +109,20 @@ struct RequestOutput {
   std::vector<CompletionOutput> samples;
 };
 
+// Where the wall time of a set of steps went. model_seconds is the model's forward calls;
+// with phase timing (LLMOptions::phase_timing, on a model that supports it) it splits into
+// attention, GEMMs and other model work (other: what the model's phase clock charged to
+// neither, plus the call's own overhead), so attention + gemm + other == model. host_seconds
+// is the rest of the step loop (scheduling, metadata, host sampling, callbacks).
+struct StepTimeSplit {
+  int64_t steps = 0;
+  double model_seconds = 0.0;
+  double attention_seconds = 0.0, gemm_seconds = 0.0, other_seconds = 0.0;
+  double host_seconds = 0.0;
+  double seconds() const { return model_seconds + host_seconds; }
+  StepTimeSplit& operator+=(const StepTimeSplit& o);
+};
+
 struct GenerationStats {
   int64_t num_prompt_tokens = 0;   // over every prompt
   int64_t num_cached_tokens = 0;   // prompt tokens the prefix cache served
@@ -127,6 +144,16 @@ struct GenerationStats {
   // the rest of the step loop (scheduling, metadata, sampling on the host, callbacks).
   double model_seconds = 0.0;
   double host_seconds = 0.0;
+  // The same time per kind of step: steps that computed prompt tokens (mixed ones too), and
+  // decode-only steps (which also take the host time of loop turns that ran no batch).
+  // phases_timed: their attention/gemm/other fields are measured (else zero).
+  bool phases_timed = false;
+  StepTimeSplit prefill_steps, decode_steps;
+  StepTimeSplit all_steps() const {
+    StepTimeSplit s = prefill_steps;
+    s += decode_steps;
+    return s;
+  }
   double prefill_tokens_per_second() const {
     return prefill_seconds > 0 ? num_prefill_tokens / prefill_seconds : 0.0;
   }
@@ -212,6 +239,9 @@ class LLM {
   // Throws kvattn::Error unless every KV block is free (no request holds one, none leaked)
   // and the BlockManager's invariants hold. True when idle after any sequence of calls.
   void check_kv_cache_idle() const;
+  // Turns the prefix cache on or off between runs (LLMOptions::enable_prefix_caching); the
+  // cached prefixes are dropped either way. Throws while requests are unfinished.
+  void set_prefix_caching(bool on);
   int64_t kv_cache_tokens() const;  // pool capacity in tokens
   int64_t max_model_len() const;    // the context one sequence may use (ctx_size resolved)
 

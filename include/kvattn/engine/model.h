@@ -82,6 +82,15 @@ struct RowSampling {
   uint64_t step = 0;    // how many tokens that sequence has generated before this one
 };
 
+// Where one forward() spent its wall time (Model::set_phase_timing). The three add up to the
+// forward's wall time as the model measured it.
+struct PhaseTimes {
+  double attention_s = 0.0;  // KV writes and attention
+  double gemm_s = 0.0;       // the projections, the MLP and the lm_head (matmuls, with any
+                             // tensor-parallel all-reduce after them)
+  double other_s = 0.0;      // everything else: embedding rows, norms, RoPE, activations
+};
+
 class Model {
  public:
   virtual ~Model() = default;
@@ -126,6 +135,16 @@ class Model {
   virtual bool samples_on_device() const { return false; }
   virtual void forward_sample(const ModelInput& input, std::span<const RowSampling> rows,
                               std::span<int32_t> tokens);
+
+  // Per-phase timing of forward() and forward_sample(). set_phase_timing(true) returns false
+  // when this model cannot time its phases (last_phase_times() then stays zero). The CPU
+  // model reads a clock at each phase boundary on the calling thread (about ten reads a
+  // layer, cheap enough to leave on).
+  virtual bool set_phase_timing(bool on) {
+    (void)on;
+    return false;
+  }
+  virtual PhaseTimes last_phase_times() const { return {}; }
 
   // Fork's copy-on-write: block dst := block src in every layer's K and V (BlockManager::fork
   // returns the copies). Must run before the next forward() reads those blocks. Ids must be in

@@ -34,6 +34,7 @@ LLMEngine::LLMEngine(ModelWeights weights, std::optional<Tokenizer> tokenizer,
   mo.tensor_parallel = options.tensor_parallel;
   mo.kv_cache_dtype = options.kv_cache_dtype;
   model_ = Model::create(std::move(weights), options.device, mo);
+  phase_timing_ = options.phase_timing && model_->set_phase_timing(true);
   const ModelConfig& c = model_->config();
   const int64_t model_len = c.max_position_embeddings > 0 ? c.max_position_embeddings : (1 << 20);
   KVATTN_CHECK(options.ctx_size >= 0, "LLM: ctx_size must be >= 0 (0: automatic) but is ",
@@ -68,10 +69,7 @@ LLMEngine::LLMEngine(ModelWeights weights, std::optional<Tokenizer> tokenizer,
   int64_t num_blocks = std::max<int64_t>(1, budget / per_block);
   num_blocks = std::min(num_blocks, ((int64_t{1} << 31) - 1) / bs);
   model_->allocate_kv_cache(num_blocks, bs);
-  blocks_ = std::make_unique<BlockManager>(num_blocks, bs, options.enable_prefix_caching);
-  builder_ = std::make_unique<BatchMetadataBuilder>(*blocks_);
-  scheduler_ = std::make_unique<Scheduler>(
-      *blocks_, SchedulerOptions{options.max_num_seqs, options.max_num_batched_tokens});
+  reset_blocks(num_blocks, bs);
   if (!options.kv_calibration_prompt.empty() || !options.kv_calibration_tokens.empty()) {
     calibrate_kv_scales(options.kv_calibration_prompt, options.kv_calibration_tokens);
   }
@@ -206,6 +204,20 @@ void LLMEngine::abort_all() {
   requests_.clear();
   by_seq_.clear();
   ending_.clear();
+}
+
+void LLMEngine::reset_blocks(int64_t num_blocks, int64_t block_size) {
+  blocks_ = std::make_unique<BlockManager>(num_blocks, block_size, options_.enable_prefix_caching);
+  builder_ = std::make_unique<BatchMetadataBuilder>(*blocks_);
+  scheduler_ = std::make_unique<Scheduler>(
+      *blocks_, SchedulerOptions{options_.max_num_seqs, options_.max_num_batched_tokens});
+}
+
+void LLMEngine::set_prefix_caching(bool on) {
+  KVATTN_CHECK(!has_unfinished(), "LLM::set_prefix_caching: ", requests_.size(),
+               " requests are unfinished; finish or abort them first");
+  options_.enable_prefix_caching = on;
+  reset_blocks(blocks_->num_blocks(), blocks_->block_size());
 }
 
 void LLMEngine::check_kv_cache_idle() const {

@@ -46,6 +46,7 @@ class LLMEngine {
   const GenerationStats& stats() const { return stats_; }
   BlockManagerStats cache_stats() const { return blocks_->stats(); }
   void check_kv_cache_idle() const;
+  void set_prefix_caching(bool on);
   int64_t kv_cache_tokens() const { return blocks_->num_blocks() * blocks_->block_size(); }
   int64_t max_model_len() const { return max_model_len_; }
 
@@ -66,12 +67,17 @@ class LLMEngine {
   // tokens_ := one draw per logit row (on the device or on the host); returns the seconds
   // spent inside the model.
   double sample_rows(const ModelInput& in);
+  // Charges one step (or a loop turn without a batch: model_seconds 0, counted false) to
+  // stats_'s prefill or decode split.
+  void account_step(bool prefill, double seconds, double model_seconds, bool counted);
   void fork_samples(Request& r);
   void deliver(Sample& s, const TokenOutcome& o, const TokenCallback& cb);
   void abort_all();
   // fp8 KV cache: scales := amax / 448 of the prompt's keys and values (kv_calibration.cpp).
   // The prompt is `text` tokenised, or `tokens` when the text is empty.
   void calibrate_kv_scales(const std::string& text, std::vector<int32_t> tokens);
+  // A fresh block manager (no cached prefix) of num_blocks, with its builder and scheduler.
+  void reset_blocks(int64_t num_blocks, int64_t block_size);
 
   LLMOptions options_;
   std::optional<Tokenizer> tokenizer_;
@@ -80,6 +86,7 @@ class LLMEngine {
   std::unique_ptr<BatchMetadataBuilder> builder_;
   std::unique_ptr<Scheduler> scheduler_;
   int64_t max_model_len_ = 0;
+  bool phase_timing_ = false;  // the model times its phases (LLMOptions::phase_timing)
   std::vector<int32_t> eos_ids_;  // the model's end tokens (ignored with ignore_eos)
   SeqId next_seq_id_ = 0;
   uint64_t next_request_id_ = 0;

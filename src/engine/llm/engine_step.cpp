@@ -47,7 +47,9 @@ void LLMEngine::run_step(const TokenCallback& cb) {
   stats_.num_preemptions += static_cast<int64_t>(st.preempted.size());
   if (st.batch.empty()) {
     scheduler_->complete_step();
-    stats_.host_seconds += seconds_since(t0);
+    const double dt = seconds_since(t0);
+    stats_.host_seconds += dt;
+    account_step(/*prefill=*/false, dt, 0.0, /*counted=*/false);
     return;
   }
 
@@ -81,12 +83,28 @@ void LLMEngine::run_step(const TokenCallback& cb) {
   stats_.num_generated_tokens += static_cast<int64_t>(targets_.size());
   stats_.model_seconds += model_seconds;
   stats_.host_seconds += std::max(0.0, dt - model_seconds);
+  account_step(prefill, dt, model_seconds, /*counted=*/true);
   if (prefill) {
     stats_.prefill_seconds += dt;
   } else {
     stats_.decode_seconds += dt;
     stats_.num_decode_tokens += static_cast<int64_t>(targets_.size());
   }
+}
+
+void LLMEngine::account_step(bool prefill, double seconds, double model_seconds, bool counted) {
+  StepTimeSplit& split = prefill ? stats_.prefill_steps : stats_.decode_steps;
+  split.steps += counted ? 1 : 0;
+  split.model_seconds += model_seconds;
+  split.host_seconds += std::max(0.0, seconds - model_seconds);
+  stats_.phases_timed = phase_timing_;
+  if (!phase_timing_ || !counted) return;
+  // The model's clock runs inside the engine's: what it charged to no phase (the call's
+  // overhead, device sampling outside forward) is "other".
+  const PhaseTimes p = model_->last_phase_times();
+  split.attention_seconds += p.attention_s;
+  split.gemm_seconds += p.gemm_s;
+  split.other_seconds += std::max(0.0, model_seconds - p.attention_s - p.gemm_s);
 }
 
 void LLMEngine::plan_rows(const SchedulerStep& st) {

@@ -36,11 +36,7 @@ void LLMEngine::calibrate_kv_scales(const std::string& text, std::vector<int32_t
   model_->kv_amax(k_amax, v_amax);
   model_->set_kv_scales(cpu_model::scales_from_amax(k_amax), cpu_model::scales_from_amax(v_amax));
 
-  blocks_ = std::make_unique<BlockManager>(blocks_->num_blocks(), blocks_->block_size(),
-                                           options_.enable_prefix_caching);
-  builder_ = std::make_unique<BatchMetadataBuilder>(*blocks_);
-  scheduler_ = std::make_unique<Scheduler>(
-      *blocks_, SchedulerOptions{options_.max_num_seqs, options_.max_num_batched_tokens});
+  reset_blocks(blocks_->num_blocks(), blocks_->block_size());
   stats_ = {};
 }
 

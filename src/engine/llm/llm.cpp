@@ -109,6 +109,17 @@ bool LLM::abort_request(uint64_t request_id) { return engine_->abort_request(req
 int64_t LLM::num_running_seqs() const { return engine_->num_running_seqs(); }
 int64_t LLM::num_waiting_seqs() const { return engine_->num_waiting_seqs(); }
 void LLM::check_kv_cache_idle() const { engine_->check_kv_cache_idle(); }
+void LLM::set_prefix_caching(bool on) { engine_->set_prefix_caching(on); }
+
+StepTimeSplit& StepTimeSplit::operator+=(const StepTimeSplit& o) {
+  steps += o.steps;
+  model_seconds += o.model_seconds;
+  attention_seconds += o.attention_seconds;
+  gemm_seconds += o.gemm_seconds;
+  other_seconds += o.other_seconds;
+  host_seconds += o.host_seconds;
+  return *this;
+}
 
 bool LLM::has_chat_template() const {
   return tokenizer() != nullptr && tokenizer()->chat_template().has_value();

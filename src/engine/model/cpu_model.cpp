@@ -40,6 +40,31 @@ Tensor take(ModelWeights& w, const std::string& name) {
   return t;
 }
 
+// Model::set_phase_timing on the CPU: lap(phase) charges the time since the previous lap to
+// `phase`, so the laps of one forward add up to its wall time. OpenMP regions have joined
+// before each lap, so the calling thread's clock is the step's.
+class PhaseClock {
+ public:
+  bool on = false;
+  void start() {
+    times = {};
+    if (on) last_ = std::chrono::steady_clock::now();
+  }
+  void lap(double PhaseTimes::*phase) {
+    if (!on) return;
+    const auto now = std::chrono::steady_clock::now();
+    times.*phase += std::chrono::duration<double>(now - last_).count();
+    last_ = now;
+  }
+  PhaseTimes times;
+
+ private:
+  std::chrono::steady_clock::time_point last_;
+};
+constexpr double PhaseTimes::*kAttention = &PhaseTimes::attention_s;
+constexpr double PhaseTimes::*kGemm = &PhaseTimes::gemm_s;
+constexpr double PhaseTimes::*kOther = &PhaseTimes::other_s;
+
 struct Layer {
   Tensor input_norm, post_norm;
   WeightMatrix wqkv;      // [(H + 2 KVH) * D, hidden]
@@ -137,6 +162,11 @@ class CpuModel final : public Model {
   }
 
   void forward(const ModelInput& in, std::span<float> logits) override;
+  bool set_phase_timing(bool on) override {
+    clock_.on = on;
+    return true;
+  }
+  PhaseTimes last_phase_times() const override { return clock_.times; }
 
  private:
   void reserve(int64_t tokens, int64_t logit_rows);
@@ -167,6 +197,7 @@ class CpuModel final : public Model {
   float rope_scale_ = 1.0f;      // YaRN's cos/sin multiplier
   std::unique_ptr<KVPool> pool_;
   cpu_model::TeamTuner tuner_;
+  PhaseClock clock_;
   // Step buffers, grown on demand.
   int64_t cap_tokens_ = 0;
   std::vector<float> x_, h_, qkv_, attn_, gate_up_, act_, cos_, sin_, final_;
@@ -246,6 +277,7 @@ void CpuModel::forward(const ModelInput& in, std::span<float> logits) {
   reserve(T, R);
   omp_set_num_threads(tuner_.begin(T));
   const auto t0 = std::chrono::steady_clock::now();
+  clock_.start();
 
   for (int64_t t = 0; t < T; ++t) {
     const int32_t id = in.token_ids[t];
@@ -262,10 +294,13 @@ void CpuModel::forward(const ModelInput& in, std::span<float> logits) {
   if (tp) rank_.comm->all_reduce_sum(x_.data(), T * H);
   rope_tables(in);
   const auto eps = static_cast<float>(cfg_.rms_norm_eps);
+  clock_.lap(kOther);
 
   for (auto& l : layers_) {
     cpu_model::rms_norm(x_.data(), H, T, H, l.input_norm.ptr<float>(), eps, h_.data(), H);
+    clock_.lap(kOther);
     l.wqkv.apply(h_.data(), H, T, qkv_.data(), qkv_dim);
+    clock_.lap(kGemm);
     if (!l.qkv_bias.empty()) cpu_model::add_bias(qkv_.data(), qkv_dim, T, l.qkv_bias.data());
     float* q = qkv_.data();
     float* k = q + nh * D;
@@ -284,17 +319,24 @@ void CpuModel::forward(const ModelInput& in, std::span<float> logits) {
     if (kv_scales_.tracking()) {
       kv_scales_.record(&l - layers_.data(), k, v, T, qkv_dim, D);
     }
+    clock_.lap(kOther);
     l.attn->forward(TensorView(q, DType::kF32, cpu, {T, nh * D}, {qkv_dim, 1}),
                     TensorView(k, DType::kF32, cpu, {T, nkv * D}, {qkv_dim, 1}),
                     TensorView(v, DType::kF32, cpu, {T, nkv * D}, {qkv_dim, 1}), *in.ctx,
                     TensorView(attn_.data(), DType::kF32, cpu, {T, nh * D}));
+    clock_.lap(kAttention);
     add_row_parallel(l.wo, attn_.data(), nh * D, T);
+    clock_.lap(kGemm);
     if (!l.o_bias.empty()) cpu_model::add_bias(x_.data(), H, T, l.o_bias.data());
 
     cpu_model::rms_norm(x_.data(), H, T, H, l.post_norm.ptr<float>(), eps, h_.data(), H);
+    clock_.lap(kOther);
     l.wgate_up.apply(h_.data(), H, T, gate_up_.data(), 2 * inter);
+    clock_.lap(kGemm);
     cpu_model::silu_mul(gate_up_.data(), T, inter, act_.data());
+    clock_.lap(kOther);
     add_row_parallel(l.wdown, act_.data(), inter, T);
+    clock_.lap(kGemm);
   }
 
   for (int64_t r = 0; r < R; ++r) {
@@ -304,6 +346,7 @@ void CpuModel::forward(const ModelInput& in, std::span<float> logits) {
     cpu_model::rms_norm(&x_[row * H], H, 1, H, final_norm_.ptr<float>(), eps, &final_[r * H], H);
   }
   const WeightMatrix& head = tied_ ? embed_ : lm_head_;
+  clock_.lap(kOther);
   if (!tp) {
     head.apply(final_.data(), H, R, logits.data(), V);
   } else {
@@ -320,6 +363,7 @@ void CpuModel::forward(const ModelInput& in, std::span<float> logits) {
       }
     }
   }
+  clock_.lap(kGemm);
   tuner_.end(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
 
