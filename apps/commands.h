@@ -15,7 +15,8 @@ struct KvCacheArgs {
   std::string dtype = "auto";       // auto | bf16 | fp8
   std::string calibration_prompt;   // fp8: scales from this prompt's amax (empty: 1.0)
 };
-// Sets o.kv_cache_dtype and o.kv_calibration_prompt; refuses fp8 on CUDA (not supported yet)
+// Sets o.kv_cache_dtype and o.kv_calibration_prompt; refuses a calibration prompt on CUDA
+// (not supported yet)
 // and a calibration prompt without fp8, with a message naming the flag.
 void apply_kv_cache_args(const KvCacheArgs& a, LLMOptions& o);
 

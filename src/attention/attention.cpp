@@ -73,10 +73,6 @@ void Attention::bind_cache(const TensorView& k_cache, const TensorView& v_cache)
 
 void Attention::bind_cache(const TensorView& k_cache, const TensorView& v_cache,
                            const TensorView& k_scale, const TensorView& v_scale) {
-  KVATTN_CHECK(!k_cache.defined() || k_cache.dtype != DType::kF8E4M3 ||
-                   k_cache.device.is_cpu(),
-               "Attention::bind_cache: k_cache: float8_e4m3 caches are not supported on CUDA "
-               "yet (k_cache is on ", k_cache.device, ")");
   KVATTN_CHECK((!k_scale.defined() && !v_scale.defined()) ||
                    (k_cache.defined() && k_cache.dtype == DType::kF8E4M3),
                "Attention::bind_cache: k_scale/v_scale apply to float8_e4m3 caches only but "

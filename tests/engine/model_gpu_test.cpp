@@ -75,6 +75,42 @@ TEST_P(TinyGpu, PrefixHitGivesTheSameTokensAsNoCache) {
   EXPECT_EQ(llm.last_stats().num_cached_tokens, 992);
 }
 
+// An fp8 (e4m3) KV cache on the GPU: the same byte budget holds twice the blocks of bf16, and
+// greedy decoding follows the bf16 cache's tokens (random tiny weights: near-ties make later
+// divergence expected; the agreement is printed and must cover most tokens). A second round of
+// the same prompts hits the prefix cache, so the paged prefill reads fp8 blocks too.
+TEST_P(TinyGpu, Fp8CacheHoldsTwiceTheBlocksAndFollowsBf16) {
+  std::ifstream f(data_dir(GetParam()) + "/expected.json");
+  const auto j = nlohmann::json::parse(f);
+  std::vector<std::vector<int32_t>> prompts;
+  for (const auto& c : j.at("cases")) prompts.push_back(c.at("prompt").get<std::vector<int32_t>>());
+  SamplingParams sp;
+  sp.max_tokens = 16;
+  sp.ignore_eos = true;
+  LLM bf16(load_hf_model(data_dir(GetParam())), std::nullopt, gpu_options());
+  LLMOptions o = gpu_options();
+  o.kv_cache_dtype = KVCacheDType::kFP8;
+  LLM fp8(load_hf_model(data_dir(GetParam())), std::nullopt, o);
+  EXPECT_EQ(fp8.cache_stats().num_blocks, 2 * bf16.cache_stats().num_blocks);
+  const auto want = bf16.generate(prompts, sp);
+  for (int round = 0; round < 2; ++round) {
+    const auto got = fp8.generate(prompts, sp);
+    size_t agree = 0, total = 0;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      ASSERT_EQ(got[i].token_ids.size(), 16u);
+      size_t same = 0;
+      while (same < 16 && got[i].token_ids[same] == want[i].token_ids[same]) ++same;
+      agree += same;
+      total += 16;
+    }
+    std::printf("[%s] fp8 cache, round %d: %zu of %zu tokens before the first divergence from "
+                "bf16\n", GetParam().c_str(), round, agree, total);
+    EXPECT_GT(agree, total / 2);
+  }
+  EXPECT_GT(fp8.cache_stats().hit_tokens, 0);
+  EXPECT_EQ(fp8.cache_stats().num_used_blocks, 0);
+}
+
 INSTANTIATE_TEST_SUITE_P(HF, TinyGpu, ::testing::Values("llama", "qwen3"));
 
 }  // namespace

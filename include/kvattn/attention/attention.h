@@ -37,8 +37,8 @@ class Attention {
   // exists) forward skips the store and prefill runs over the packed k/v.
   void bind_cache(const TensorView& k_cache, const TensorView& v_cache);
   // A float8_e4m3 cache with its static dequantisation scales, float32 [num_kv_heads] each
-  // (empty => 1.0; store_kv.h has the format). The views must outlive the binding. CPU only
-  // for now: binding an fp8 cache on CUDA throws ("not supported on CUDA yet").
+  // (empty => 1.0; store_kv.h has the format), on the cache's device. The views must outlive
+  // the binding. On CUDA q/k/v must be bfloat16 or float16 (the kernels' rule).
   void bind_cache(const TensorView& k_cache, const TensorView& v_cache,
                   const TensorView& k_scale, const TensorView& v_scale);
   bool has_cache() const { return k_cache_.defined() && k_cache_.numel() > 0; }

@@ -66,6 +66,7 @@ std::vector<int64_t> decode_graph_ladder(int64_t max_decode_batch) {
 #include "engine/model/cuda_sampling.h"
 #include "engine/model/factories.h"
 #include "engine/model/kv_copy.h"
+#include "engine/model/kv_scales.h"
 #include "engine/parallel/nccl_comm.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kvattn/attention/attention.h"
@@ -181,7 +182,7 @@ class CudaModel final : public Model {
 
   const ModelConfig& config() const override { return cfg_; }
   Device device() const override { return device_; }
-  DType kv_dtype() const override { return DType::kBF16; }
+  DType kv_dtype() const override { return kv_dtype_; }
   int64_t num_kv_blocks() const override { return pool_ ? pool_->num_blocks() : 0; }
   int64_t kv_block_size() const override { return pool_ ? pool_->spec().block_size : 0; }
 
@@ -192,6 +193,7 @@ class CudaModel final : public Model {
                       std::span<int32_t> tokens) override;
   void copy_kv_blocks(std::span<const BlockCopy> copies) override;
   int64_t kv_cache_budget(int64_t max_num_batched_tokens, double memory_fraction) override;
+  void set_kv_scales(std::span<const float> k, std::span<const float> v) override;
 
   CudaModelStats stats() const;
 
@@ -268,6 +270,12 @@ class CudaModel final : public Model {
   Tensor embed_, final_norm_, lm_head_;
   std::vector<Layer> layers_;
   std::unique_ptr<KVPool> pool_;
+  // float8_e4m3 caches: the scales, float32 [2][num_layers][num_kv_heads] on the device (K then
+  // V; 1.0 until set_kv_scales), bound by each layer's Attention as views, so new values need no
+  // rebinding and the captured graphs keep their pointers. kv_scales_host_ validates them.
+  DType kv_dtype_ = DType::kBF16;
+  cpu_model::KvScales kv_scales_host_;
+  Tensor kv_scales_dev_;
   k::KVBlockCopier copier_;
   Activations act_;
   Fixed fx_;
@@ -282,11 +290,18 @@ CudaModel::CudaModel(ModelWeights w, Device device, const ModelOptions& options,
                      const RankContext& rank)
     : cfg_(w.config), device_(device), options_(options), rank_(rank),
       full_vocab_(rank.full_vocab > 0 ? rank.full_vocab : w.config.vocab_size),
-      gemm_(device.index) {
+      gemm_(device.index),
+      kv_dtype_(options.kv_cache_dtype == KVCacheDType::kFP8 ? DType::kF8E4M3 : DType::kBF16),
+      kv_scales_host_(w.config.num_layers, w.config.num_kv_heads) {
   KVATTN_CHECK(rank_.size == 1 || rank_.nccl != nullptr,
                "Model: a CUDA tensor-parallel rank needs an NCCL communicator");
   cuda::DeviceGuard guard(device.index);
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  if (kv_dtype_ == DType::kF8E4M3) {
+    Tensor ones = Tensor::empty({2, cfg_.num_layers, cfg_.num_kv_heads}, DType::kF32);
+    std::fill_n(ones.ptr<float>(), ones.numel(), 1.0f);
+    kv_scales_dev_ = ones.to(device);
+  }
   embed_ = to_device_bf16({take(w, "model.embed_tokens.weight")}, device);
   final_norm_ = to_device_bf16({take(w, "model.norm.weight")}, device);
   const bool tied = cfg_.tie_word_embeddings && !w.tensors.count("lm_head.weight");
@@ -394,8 +409,29 @@ void CudaModel::reset_pool(std::unique_ptr<KVPool> pool) {
   pool_ = std::move(pool);
   if (pool_ == nullptr) return;
   for (int64_t i = 0; i < cfg_.num_layers; ++i) {
-    layers_[i].attn->bind_cache(pool_->k_cache(i), pool_->v_cache(i));
+    if (kv_dtype_ == DType::kF8E4M3) {
+      const int64_t H = cfg_.num_kv_heads;
+      float* scales = kv_scales_dev_.ptr<float>();
+      layers_[i].attn->bind_cache(
+          pool_->k_cache(i), pool_->v_cache(i),
+          TensorView(scales + i * H, DType::kF32, device_, {H}),
+          TensorView(scales + (cfg_.num_layers + i) * H, DType::kF32, device_, {H}));
+    } else {
+      layers_[i].attn->bind_cache(pool_->k_cache(i), pool_->v_cache(i));
+    }
   }
+}
+
+void CudaModel::set_kv_scales(std::span<const float> k, std::span<const float> v) {
+  KVATTN_CHECK(kv_dtype_ == DType::kF8E4M3, "Model::set_kv_scales: the KV cache is ", kv_dtype_,
+               ", not float8_e4m3");
+  kv_scales_host_.set(k, v);  // validates (sizes, finite, > 0) before anything changes
+  cuda::DeviceGuard guard(device_.index);
+  CUDA_CHECK(cudaStreamSynchronize(stream_));  // no step in flight reads the old values
+  const size_t bytes = static_cast<size_t>(cfg_.num_layers * cfg_.num_kv_heads) * sizeof(float);
+  CUDA_CHECK(cudaMemcpy(kv_scales_dev_.data(), k.data(), bytes, cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpy(kv_scales_dev_.ptr<float>() + cfg_.num_layers * cfg_.num_kv_heads,
+                        v.data(), bytes, cudaMemcpyHostToDevice));
 }
 
 int64_t CudaModel::pool_table_width() const {
@@ -557,7 +593,7 @@ void CudaModel::allocate_kv_cache(int64_t num_blocks, int64_t block_size) {
   cuda::DeviceGuard guard(device_.index);
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   reset_pool(nullptr);
-  KVCacheSpec spec{cfg_.num_layers, cfg_.num_kv_heads, cfg_.head_dim, DType::kBF16, block_size};
+  KVCacheSpec spec{cfg_.num_layers, cfg_.num_kv_heads, cfg_.head_dim, kv_dtype_, block_size};
   reset_pool(std::make_unique<KVPool>(spec, num_blocks, device_));
   if (planned_ && options_.max_decode_batch > 0) {
     setup_fixed(pool_table_width(), block_size);
@@ -617,7 +653,7 @@ int64_t CudaModel::kv_cache_budget(int64_t max_num_batched_tokens, double memory
   //    reserved at the measured size of this one.
   int64_t graph_bytes = 0, pool_bytes = 0;
   if (B > 0) {
-    KVCacheSpec spec{cfg_.num_layers, cfg_.num_kv_heads, cfg_.head_dim, DType::kBF16,
+    KVCacheSpec spec{cfg_.num_layers, cfg_.num_kv_heads, cfg_.head_dim, kv_dtype_,
                      kPlanBlockSize};
     reset_pool(std::make_unique<KVPool>(spec, 1, device_));
     pool_bytes = pool_->storage().nbytes();
