@@ -1,5 +1,6 @@
 // `kvattn info`: the model's config, its tensors' shapes and stored dtypes (without loading
 // the weights), and the tokenizer facts when the file carries them.
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -72,6 +73,22 @@ void print_config(const ModelConfig& c) {
   std::printf("attention biases:    %s\n", c.qkv_bias && c.o_bias ? "q/k/v and o"
                                           : c.qkv_bias          ? "q/k/v"
                                                                 : "none");
+  if (c.rope_local_theta > 0) {
+    std::printf("local rope:          theta %g on the sliding layers (no scaling)\n",
+                c.rope_local_theta);
+  }
+  if (c.sandwich_norms || c.activation != ModelConfig::Activation::kSilu) {  // Gemma 2/3
+    std::printf("mlp / norms:         %s, %s%s\n",
+                c.activation == ModelConfig::Activation::kGeluTanh ? "GeGLU (gelu tanh)" : "SwiGLU",
+                c.sandwich_norms ? "pre/post norms around attention and MLP" : "pre-norms",
+                c.norm_weight_offset ? ", RMSNorm (1 + w)" : "");
+    std::printf("attention scale:     %g%s\n",
+                c.attention_scale > 0 ? c.attention_scale : 1.0 / std::sqrt(double(c.head_dim)),
+                c.attention_scale > 0 ? "" : " (1/sqrt(head_dim))");
+    std::printf("logit soft-capping:  attention %g, final %g (0 = off)\n", c.attn_logit_softcap,
+                c.final_logit_softcap);
+    std::printf("embedding scale:     %g\n", c.embedding_scale);
+  }
   std::printf("rms_norm_eps:        %g\n", c.rms_norm_eps);
   std::printf("qk_norm:             %s\n", c.qk_norm ? "yes" : "no");
   std::printf("tied embeddings:     %s\n", c.tie_word_embeddings ? "yes" : "no");

@@ -2,7 +2,12 @@
 //   tiny_llama3  -- rope_scaling llama3 (GGUF: llama.cpp's rope_freqs tensor), tied embeddings;
 //   tiny_qwen2   -- q/k/v biases, YaRN (GGUF arch qwen2, attn_q.bias, rope.scaling.* keys);
 //   tiny_mistral -- sliding window 8 on every layer (GGUF arch llama, attention.sliding_window);
-//   tiny_llama with linear and dynamic-NTK scaling (HF logits in expected_rope_*.json).
+//   tiny_llama with linear and dynamic-NTK scaling (HF logits in expected_rope_*.json);
+//   tiny_gemma2  -- head_dim 256, query_pre_attn_scalar 64, attention and final logit
+//                   soft-capping, sliding/global layers, sandwich norms (1 + w), GeGLU,
+//                   embedding scale, tied (GGUF arch gemma2);
+//   tiny_gemma3  -- q/k norms, a local RoPE base on the sliding layer, linear scaling on the
+//                   global one (GGUF arch gemma3, attention.sliding_window_pattern).
 // The checkpoints, GGUF files and HF logits come from scripts/make_tiny_checkpoints.py. Each
 // feature is also switched off once to show the reference depends on it.
 #include <gtest/gtest.h>
@@ -119,7 +124,8 @@ TEST_P(Family, LLMGreedyTokensMatchHF) {
 }
 
 INSTANTIATE_TEST_SUITE_P(HF, Family,
-                         ::testing::Combine(::testing::Values("llama3", "qwen2", "mistral"),
+                         ::testing::Combine(::testing::Values("llama3", "qwen2", "mistral",
+                                                              "gemma2", "gemma3"),
                                             ::testing::Values("safetensors", "gguf")),
                          [](const auto& info) {
                            return std::get<0>(info.param) + "_" + std::get<1>(info.param);
@@ -376,8 +382,8 @@ TEST(FamilyConfig, BadHFConfigsNameTheField) {
                  }),
       "layer_types[1] is 'chunked_attention'");
   has(error_with("llama3", [](auto& c) { c["mlp_bias"] = true; }), "mlp_bias = true");
-  has(error_with("llama3", [](auto& c) { c["architectures"] = {"Gemma2ForCausalLM"}; }),
-      "architecture 'Gemma2ForCausalLM' is not supported");
+  has(error_with("llama3", [](auto& c) { c["architectures"] = {"Phi3ForCausalLM"}; }),
+      "architecture 'Phi3ForCausalLM' is not supported");
 }
 
 TEST(FamilyConfig, QwenSlidingLayersFollowMaxWindowLayersOrLayerTypes) {

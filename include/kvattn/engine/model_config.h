@@ -1,4 +1,4 @@
-// ModelConfig: the shape of a Llama-family decoder (Llama 2/3.x, Mistral, Qwen2/2.5, Qwen3), read
+// ModelConfig: the shape of a Llama-family decoder (Llama 2/3.x, Mistral, Qwen2/2.5, Qwen3, Gemma 2/3), read
 // from GGUF metadata or from an HF config.json (see weights.h). Everything the forward pass needs
 // to interpret the weights.
 #pragma once
@@ -27,7 +27,7 @@ struct RopeScaling {
 std::string_view rope_scaling_name(RopeScaling::Type t);  // "none" | "linear" | ...
 
 struct ModelConfig {
-  std::string architecture;  // "llama" | "mistral" | "qwen2" | "qwen3"
+  std::string architecture;  // "llama" | "mistral" | "qwen2" | "qwen3" | "gemma2" | "gemma3"
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
@@ -66,6 +66,31 @@ struct ModelConfig {
                            sliding_layers[static_cast<size_t>(layer)] != 0));
     return sliding ? sliding_window - 1 : -1;
   }
+
+  // ---- Gemma 2 / Gemma 3 (all neutral by default) ----
+  // The MLP's gate activation: SiLU (SwiGLU) or GELU's tanh approximation (GeGLU,
+  // HF's gelu_pytorch_tanh).
+  enum class Activation : uint8_t { kSilu, kGeluTanh } activation = Activation::kSilu;
+  // "Sandwich" norms: post_attention_layernorm normalizes the attention output before the
+  // residual add, pre_feedforward_layernorm is the MLP's input norm and
+  // post_feedforward_layernorm normalizes its output (weights.h has the tensor names).
+  bool sandwich_norms = false;
+  // Every RMSNorm weight (layers, final, q/k norms) is stored as w and applied as (1 + w)
+  // (HF's Gemma checkpoints); llama.cpp's converter already added the 1, so GGUF files say no.
+  bool norm_weight_offset = false;
+  // The softmax scale; 0 => 1 / sqrt(head_dim). Gemma: query_pre_attn_scalar ** -0.5.
+  double attention_scale = 0.0;
+  // softcap * tanh(x / softcap) on the attention scores / the final logits; 0 => off.
+  double attn_logit_softcap = 0.0;
+  double final_logit_softcap = 0.0;
+  // The embedding rows are multiplied by this (Gemma: sqrt(hidden_size)); 0 => not at all.
+  // Kept in double: each model rounds it to the dtype it computes in, as HF rounds it to the
+  // weights' dtype (the float32 CPU model: float32; a bf16 model would see 55.5 for 3072).
+  double embedding_scale = 0.0;
+  // Gemma 3: the sliding layers rotate with this base and no scaling (rope_local_base_freq);
+  // rope_theta, rope_scaling apply to the global layers only. 0 => every layer alike.
+  double rope_local_theta = 0.0;
+
   int64_t bos_token_id = -1;
   int64_t eos_token_id = -1;
   std::vector<int64_t> extra_eos_ids;  // further ids that end generation (HF eos lists)

@@ -9,7 +9,10 @@
 //   model.layers.N.self_attn.{q,k,v}_proj.bias    [rows of the weight]  (qkv_bias only)
 //   model.layers.N.self_attn.o_proj.bias          [hidden]              (o_bias only)
 //   model.layers.N.self_attn.{q,k}_norm.weight    [head_dim]          (qwen3 only)
-//   model.layers.N.post_attention_layernorm.weight [hidden]
+//   model.layers.N.post_attention_layernorm.weight [hidden]  (the MLP's input norm; with
+//                                                  sandwich_norms (Gemma) the attention
+//                                                  output's norm)
+//   model.layers.N.{pre,post}_feedforward_layernorm.weight [hidden]  (sandwich_norms only)
 //   model.layers.N.mlp.{gate,up}_proj.weight      [intermediate, hidden]
 //   model.layers.N.mlp.down_proj.weight           [hidden, intermediate]
 //   model.norm.weight                             [hidden]
@@ -67,7 +70,7 @@ struct GgufLoadOptions {
 // `progress` (optional) is called with the fraction of tensor bytes loaded so far, in [0, 1].
 using LoadProgress = std::function<void(double)>;
 
-// GGUF (architectures "llama", "qwen2" and "qwen3"; llama.cpp's names, biases included; the
+// GGUF (architectures "llama", "qwen2", "qwen3", "gemma2" and "gemma3"; llama.cpp's names, biases included; the
 // Llama 3 tensor rope_freqs.weight goes into config.rope_freq_factors): dequantizes F32/F16/BF16/Q8_0/Q4_0/Q4_1 (and
 // Q5_0/Q5_1/Q4_K/Q6_K) to float32 and renames tensors to the HF names above.
 ModelWeights load_gguf_model(const std::string& path, const LoadProgress& progress = {},
@@ -78,7 +81,9 @@ ModelWeights load_gguf_model(const GgufFile& gguf, const LoadProgress& progress 
 
 // HF directory: config.json plus model.safetensors, or model.safetensors.index.json and the
 // shards it names (bf16/f16/f32 converted to float32). Architectures LlamaForCausalLM,
-// MistralForCausalLM, Qwen2ForCausalLM and Qwen3ForCausalLM.
+// MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Gemma2ForCausalLM and
+// Gemma3ForCausalLM (text-only). Gemma's norm weights stay as the file has them (w; the model
+// applies 1 + w, config.norm_weight_offset).
 ModelWeights load_hf_model(const std::string& dir, const LoadProgress& progress = {});
 
 // Config only, for `kvattn info` and for tests.

@@ -1,7 +1,8 @@
 // The CPU model: float32 activations, weights stored as ModelOptions::weight_format (see
 // weight_matrix.h). Q/K/V and gate/up are fused at load into one weight each, so a layer is
-// four GEMMs; o_proj and down_proj accumulate straight into the residual stream (beta = 1). Step buffers grow to the largest step seen and are
-// reused, so decode allocates nothing.
+// four GEMMs; o_proj and down_proj accumulate straight into the residual stream (beta = 1), or,
+// with Gemma's sandwich norms, are normalized first. Step buffers grow to the largest step seen
+// and are reused, so decode allocates nothing.
 #include <cblas.h>
 #include <omp.h>
 
@@ -66,7 +67,9 @@ constexpr double PhaseTimes::*kGemm = &PhaseTimes::gemm_s;
 constexpr double PhaseTimes::*kOther = &PhaseTimes::other_s;
 
 struct Layer {
-  Tensor input_norm, post_norm;
+  Tensor input_norm, post_norm;  // post_norm: the MLP's input norm
+  Tensor attn_out_norm, ffn_out_norm;  // Gemma's sandwich norms, undefined otherwise
+  bool local_rope = false;             // Gemma 3's sliding layers: the local RoPE tables
   WeightMatrix wqkv;      // [(H + 2 KVH) * D, hidden]
   Tensor q_norm, k_norm;  // [D], qwen3 only
   std::vector<float> qkv_bias;  // [(H + 2 KVH) * D] (q, k, v biases), empty when none
@@ -97,12 +100,23 @@ class CpuModel final : public Model {
             !w.quantized.count("lm_head.weight");
     if (!tied_) lm_head_ = WeightMatrix(w, {"lm_head.weight"}, wt);
     inv_freq_ = rope::inv_freq(cfg_);
+    inv_freq_local_ = rope::local_inv_freq(cfg_);
     rope_scale_ = rope::attention_factor(cfg_);
+    embed_scale_ = static_cast<float>(cfg_.embedding_scale);  // HF: rounded to the model's dtype
+    final_softcap_ = static_cast<float>(cfg_.final_logit_softcap);
+    final_norm_ = norm_weight(std::move(final_norm_));
     for (int64_t i = 0; i < cfg_.num_layers; ++i) {
       const std::string p = "model.layers." + std::to_string(i) + ".";
       Layer l;
-      l.input_norm = take(w, p + "input_layernorm.weight");
-      l.post_norm = take(w, p + "post_attention_layernorm.weight");
+      l.input_norm = norm_weight(take(w, p + "input_layernorm.weight"));
+      if (cfg_.sandwich_norms) {
+        l.attn_out_norm = norm_weight(take(w, p + "post_attention_layernorm.weight"));
+        l.post_norm = norm_weight(take(w, p + "pre_feedforward_layernorm.weight"));
+        l.ffn_out_norm = norm_weight(take(w, p + "post_feedforward_layernorm.weight"));
+      } else {
+        l.post_norm = take(w, p + "post_attention_layernorm.weight");
+      }
+      l.local_rope = !inv_freq_local_.empty() && cfg_.window_left(i) >= 0;
       l.wqkv = WeightMatrix(w, {p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight",
                                 p + "self_attn.v_proj.weight"}, wt);
       l.wo = WeightMatrix(w, {p + "self_attn.o_proj.weight"}, wt);
@@ -118,14 +132,15 @@ class CpuModel final : public Model {
         l.o_bias.assign(t.ptr<const float>(), t.ptr<const float>() + t.numel());
       }
       if (cfg_.qk_norm) {
-        l.q_norm = take(w, p + "self_attn.q_norm.weight");
-        l.k_norm = take(w, p + "self_attn.k_norm.weight");
+        l.q_norm = norm_weight(take(w, p + "self_attn.q_norm.weight"));
+        l.k_norm = norm_weight(take(w, p + "self_attn.k_norm.weight"));
       }
       l.wgate_up = WeightMatrix(w, {p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"}, wt);
       l.wdown = WeightMatrix(w, {p + "mlp.down_proj.weight"}, wt);
-      l.attn = std::make_unique<Attention>(cfg_.num_heads, cfg_.head_dim, 0.0f,
-                                           cfg_.num_kv_heads,
-                                           AttentionMask{cfg_.window_left(i), 0.0f});
+      l.attn = std::make_unique<Attention>(
+          cfg_.num_heads, cfg_.head_dim, static_cast<float>(cfg_.attention_scale),
+          cfg_.num_kv_heads,
+          AttentionMask{cfg_.window_left(i), static_cast<float>(cfg_.attn_logit_softcap)});
       layers_.push_back(std::move(l));
     }
   }
@@ -172,9 +187,19 @@ class CpuModel final : public Model {
   void reserve(int64_t tokens, int64_t logit_rows);
   // cos_/sin_ for the step's tokens (dynamic NTK: per sequence, from its length so far).
   void rope_tables(const ModelInput& in);
-  // x += w(in): row-parallel layers (o_proj, down_proj) all-reduce their partial sums first.
+  // x += w(in) + bias, or x += rms_norm(w(in) + bias) with `out_norm` (Gemma): row-parallel
+  // layers (o_proj, down_proj) all-reduce their partial sums first. bias may be null,
+  // out_norm undefined.
   void add_row_parallel(const cpu_model::WeightMatrix& w, const float* in, int64_t in_dim,
-                        int64_t tokens);
+                        int64_t tokens, const float* bias, const Tensor& out_norm);
+  // Gemma's HF norms hold w and scale by (1 + w): added once here, in float32 as HF does.
+  Tensor norm_weight(Tensor t) const {
+    if (cfg_.norm_weight_offset) {
+      float* p = t.ptr<float>();
+      for (int64_t i = 0; i < t.numel(); ++i) p[i] = 1.0f + p[i];
+    }
+    return t;
+  }
 
   static DType cpu_kv_dtype(KVCacheDType d) {
     switch (d) {
@@ -194,30 +219,50 @@ class CpuModel final : public Model {
   bool tied_ = false;
   std::vector<Layer> layers_;
   std::vector<float> inv_freq_;  // RoPE's, [head_dim / 2] (engine/model/rope.h)
+  std::vector<float> inv_freq_local_;  // Gemma 3's sliding layers; empty otherwise
   float rope_scale_ = 1.0f;      // YaRN's cos/sin multiplier
+  float embed_scale_ = 0.0f;     // 0 => none
+  float final_softcap_ = 0.0f;   // 0 => none
   std::unique_ptr<KVPool> pool_;
   cpu_model::TeamTuner tuner_;
   PhaseClock clock_;
   // Step buffers, grown on demand.
   int64_t cap_tokens_ = 0;
   std::vector<float> x_, h_, qkv_, attn_, gate_up_, act_, cos_, sin_, final_;
+  std::vector<float> cos_local_, sin_local_;  // Gemma 3 only
   std::vector<float> part_, shard_logits_, gathered_;  // tensor parallel only
 };
 
 void CpuModel::add_row_parallel(const WeightMatrix& w, const float* in, int64_t in_dim,
-                                int64_t tokens) {
+                                int64_t tokens, const float* bias, const Tensor& out_norm) {
   const int64_t H = cfg_.hidden_size;
-  if (rank_.size == 1) {  // straight into the residual stream
+  const bool normed = out_norm.defined();
+  if (rank_.size == 1 && !normed) {  // straight into the residual stream
     w.apply(in, in_dim, tokens, x_.data(), H, 1.0f);
+    if (bias != nullptr) cpu_model::add_bias(x_.data(), H, tokens, bias);
     return;
   }
+  // h_ is free here (its normed input was consumed by the layer's first GEMM).
+  float* y = rank_.size == 1 ? h_.data() : part_.data();
+  w.apply(in, in_dim, tokens, y, H);
   // A partial sum of the output over this rank's inputs: the ranks' parts add up to it.
-  w.apply(in, in_dim, tokens, part_.data(), H);
-  rank_.comm->all_reduce_sum(part_.data(), tokens * H);
-  for (int64_t i = 0; i < tokens * H; ++i) x_[i] += part_[i];
+  if (rank_.size > 1) rank_.comm->all_reduce_sum(y, tokens * H);
+  if (!normed) {
+    for (int64_t i = 0; i < tokens * H; ++i) x_[i] += y[i];
+    if (bias != nullptr) cpu_model::add_bias(x_.data(), H, tokens, bias);
+    return;
+  }
+  if (bias != nullptr) cpu_model::add_bias(y, H, tokens, bias);
+  cpu_model::rms_norm(y, H, tokens, H, out_norm.ptr<float>(),
+                      static_cast<float>(cfg_.rms_norm_eps), y, H);
+  for (int64_t i = 0; i < tokens * H; ++i) x_[i] += y[i];
 }
 
 void CpuModel::rope_tables(const ModelInput& in) {
+  if (!inv_freq_local_.empty()) {
+    cpu_model::rope_tables(in.positions, inv_freq_local_, 1.0f, cos_local_.data(),
+                           sin_local_.data());
+  }
   if (!rope::depends_on_length(cfg_)) {
     cpu_model::rope_tables(in.positions, inv_freq_, rope_scale_, cos_.data(), sin_.data());
     return;
@@ -257,6 +302,10 @@ void CpuModel::reserve(int64_t tokens, int64_t rows) {
   act_.resize(tokens * cfg_.intermediate_size);
   cos_.resize(tokens * hd / 2);
   sin_.resize(tokens * hd / 2);
+  if (!inv_freq_local_.empty()) {
+    cos_local_.resize(tokens * hd / 2);
+    sin_local_.resize(tokens * hd / 2);
+  }
   cap_tokens_ = tokens;
 }
 
@@ -292,6 +341,9 @@ void CpuModel::forward(const ModelInput& in, std::span<float> logits) {
     }
   }
   if (tp) rank_.comm->all_reduce_sum(x_.data(), T * H);
+  if (embed_scale_ != 0.0f) {
+    for (int64_t i = 0; i < T * H; ++i) x_[i] *= embed_scale_;
+  }
   rope_tables(in);
   const auto eps = static_cast<float>(cfg_.rms_norm_eps);
   clock_.lap(kOther);
@@ -313,8 +365,10 @@ void CpuModel::forward(const ModelInput& in, std::span<float> logits) {
                             k + t * qkv_dim, D);
       }
     }
-    cpu_model::apply_rope(q, qkv_dim, T, nh, D, cfg_.rope_style, cos_.data(), sin_.data());
-    cpu_model::apply_rope(k, qkv_dim, T, nkv, D, cfg_.rope_style, cos_.data(), sin_.data());
+    const float* cos_t = l.local_rope ? cos_local_.data() : cos_.data();
+    const float* sin_t = l.local_rope ? sin_local_.data() : sin_.data();
+    cpu_model::apply_rope(q, qkv_dim, T, nh, D, cfg_.rope_style, cos_t, sin_t);
+    cpu_model::apply_rope(k, qkv_dim, T, nkv, D, cfg_.rope_style, cos_t, sin_t);
     const Device cpu = Device::cpu();
     if (kv_scales_.tracking()) {
       kv_scales_.record(&l - layers_.data(), k, v, T, qkv_dim, D);
@@ -325,17 +379,21 @@ void CpuModel::forward(const ModelInput& in, std::span<float> logits) {
                     TensorView(v, DType::kF32, cpu, {T, nkv * D}, {qkv_dim, 1}), *in.ctx,
                     TensorView(attn_.data(), DType::kF32, cpu, {T, nh * D}));
     clock_.lap(kAttention);
-    add_row_parallel(l.wo, attn_.data(), nh * D, T);
+    add_row_parallel(l.wo, attn_.data(), nh * D, T, l.o_bias.empty() ? nullptr : l.o_bias.data(),
+                     l.attn_out_norm);
     clock_.lap(kGemm);
-    if (!l.o_bias.empty()) cpu_model::add_bias(x_.data(), H, T, l.o_bias.data());
 
     cpu_model::rms_norm(x_.data(), H, T, H, l.post_norm.ptr<float>(), eps, h_.data(), H);
     clock_.lap(kOther);
     l.wgate_up.apply(h_.data(), H, T, gate_up_.data(), 2 * inter);
     clock_.lap(kGemm);
-    cpu_model::silu_mul(gate_up_.data(), T, inter, act_.data());
+    if (cfg_.activation == ModelConfig::Activation::kGeluTanh) {
+      cpu_model::gelu_tanh_mul(gate_up_.data(), T, inter, act_.data());
+    } else {
+      cpu_model::silu_mul(gate_up_.data(), T, inter, act_.data());
+    }
     clock_.lap(kOther);
-    add_row_parallel(l.wdown, act_.data(), inter, T);
+    add_row_parallel(l.wdown, act_.data(), inter, T, nullptr, l.ffn_out_norm);
     clock_.lap(kGemm);
   }
 
@@ -363,6 +421,7 @@ void CpuModel::forward(const ModelInput& in, std::span<float> logits) {
       }
     }
   }
+  if (final_softcap_ > 0.0f) cpu_model::softcap(logits.data(), R * V, final_softcap_);
   clock_.lap(kGemm);
   tuner_.end(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }

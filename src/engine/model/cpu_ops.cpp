@@ -75,4 +75,24 @@ void silu_mul(const float* gate_up, int64_t rows, int64_t inter, float* out) {
   }
 }
 
+void gelu_tanh_mul(const float* gate_up, int64_t rows, int64_t inter, float* out) {
+  // PyTorch's GeluType::Tanh: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+  constexpr float kBeta = static_cast<float>(M_SQRT2 * M_2_SQRTPI * 0.5);
+  constexpr float kKappa = 0.044715f;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* g = gate_up + r * 2 * inter;
+    const float* u = g + inter;
+    float* o = out + r * inter;
+    for (int64_t i = 0; i < inter; ++i) {
+      const float x = g[i];
+      const float inner = kBeta * (x + kKappa * (x * x * x));
+      o[i] = 0.5f * x * (1.0f + std::tanh(inner)) * u[i];
+    }
+  }
+}
+
+void softcap(float* x, int64_t n, float cap) {
+  for (int64_t i = 0; i < n; ++i) x[i] = std::tanh(x[i] / cap) * cap;
+}
+
 }  // namespace kvattn::cpu_model

@@ -30,4 +30,11 @@ void add_bias(float* x, int64_t ld, int64_t rows, const float* bias);
 // out[r, i] = silu(gate_up[r, i]) * gate_up[r, inter + i], gate_up rows are 2 * inter wide.
 void silu_mul(const float* gate_up, int64_t rows, int64_t inter, float* out);
 
+// out[r, i] = gelu_tanh(gate_up[r, i]) * gate_up[r, inter + i] (GeGLU; HF's
+// gelu_pytorch_tanh, in float32 as PyTorch computes it).
+void gelu_tanh_mul(const float* gate_up, int64_t rows, int64_t inter, float* out);
+
+// x = cap * tanh(x / cap) for n floats (Gemma's logit soft-capping).
+void softcap(float* x, int64_t n, float cap);
+
 }  // namespace kvattn::cpu_model

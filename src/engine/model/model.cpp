@@ -9,9 +9,10 @@ namespace kvattn {
 void check_model_weights(const ModelWeights& w) {
   const ModelConfig& c = w.config;
   KVATTN_CHECK(c.architecture == "llama" || c.architecture == "mistral" ||
-                   c.architecture == "qwen2" || c.architecture == "qwen3",
-               "Model: architecture must be llama, mistral, qwen2 or qwen3 but is '",
-               c.architecture, "'");
+                   c.architecture == "qwen2" || c.architecture == "qwen3" ||
+                   c.architecture == "gemma2" || c.architecture == "gemma3",
+               "Model: architecture must be llama, mistral, qwen2, qwen3, gemma2 or gemma3 but "
+               "is '", c.architecture, "'");
   KVATTN_CHECK(c.hidden_size > 0 && c.num_layers > 0 && c.num_heads > 0 &&
                    c.num_kv_heads > 0 && c.head_dim > 0 && c.vocab_size > 0 &&
                    c.intermediate_size > 0,
@@ -33,6 +34,21 @@ void check_model_weights(const ModelWeights& w) {
 // What the GPU model does not run yet, refused by name before any weight reaches the device
 // (the CPU model runs all of it).
 void check_cuda_architecture(const ModelConfig& c, Device device) {
+  // Gemma 2/3 first, every missing feature at once (their windows would be named below too).
+  std::string gemma;
+  auto need = [&](bool present, const std::string& what) {
+    if (present) gemma += (gemma.empty() ? "" : ", ") + what;
+  };
+  need(c.activation != ModelConfig::Activation::kSilu, "GeGLU (gelu_pytorch_tanh)");
+  need(c.sandwich_norms, "post-attention/pre- and post-feedforward norms");
+  need(c.norm_weight_offset, "RMSNorm (1 + weight)");
+  need(c.embedding_scale != 0, "the embedding scale");
+  need(c.attention_scale != 0, "query_pre_attn_scalar (attention scale)");
+  need(c.attn_logit_softcap != 0, "attention logit softcap " + std::to_string(c.attn_logit_softcap));
+  need(c.final_logit_softcap != 0, "final logit softcap " + std::to_string(c.final_logit_softcap));
+  need(c.rope_local_theta != 0, "a local RoPE base (rope_local_base_freq)");
+  KVATTN_CHECK(gemma.empty(), "Model::create: ", c.architecture, " needs ", gemma,
+               ", not supported on ", device, " yet (CPU only)");
   for (int64_t l = 0; l < c.num_layers; ++l) {
     KVATTN_CHECK(c.window_left(l) < 0, "Model::create: sliding_window ", c.sliding_window,
                  " (layer ", l, ", ", c.architecture,

@@ -104,6 +104,11 @@ std::vector<float> inv_freq(const ModelConfig& c, int64_t seq_len) {
   return f;
 }
 
+std::vector<float> local_inv_freq(const ModelConfig& c) {
+  if (c.rope_local_theta <= 0) return {};
+  return default_inv_freq(static_cast<float>(c.rope_local_theta), c.head_dim);
+}
+
 float attention_factor(const ModelConfig& c) {
   return c.rope_scaling.type == RopeScaling::Type::kYarn
              ? static_cast<float>(c.rope_scaling.attention_factor)

@@ -16,6 +16,10 @@ namespace kvattn::rope {
 // far (its last position + 1); at or below max_position_embeddings it is the plain RoPE.
 std::vector<float> inv_freq(const ModelConfig& c, int64_t seq_len = 0);
 
+// Gemma 3's sliding layers: plain RoPE at c.rope_local_theta (no scaling, no freq factors).
+// Empty when c.rope_local_theta is 0 (every layer uses inv_freq()).
+std::vector<float> local_inv_freq(const ModelConfig& c);
+
 // The multiplier of cos and sin (YaRN's attention factor; 1 for the others).
 float attention_factor(const ModelConfig& c);
 

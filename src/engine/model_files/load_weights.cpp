@@ -12,8 +12,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// GGUF tensor name -> HF name. Per-layer names are "blk.N.<suffix>".
-std::string hf_name_for_gguf(const std::string& name) {
+// GGUF tensor name -> HF name. Per-layer names are "blk.N.<suffix>". llama.cpp's ffn_norm is
+// the MLP's input norm: Llama's post_attention_layernorm, Gemma's pre_feedforward_layernorm
+// (Gemma's post_attention_layernorm is GGUF's post_attention_norm).
+std::string hf_name_for_gguf(const std::string& name, bool sandwich_norms) {
   static const std::pair<const char*, const char*> kGlobal[] = {
       {"token_embd.weight", "model.embed_tokens.weight"},
       {"output_norm.weight", "model.norm.weight"},
@@ -30,7 +32,8 @@ std::string hf_name_for_gguf(const std::string& name) {
       {"attn_output.bias", "self_attn.o_proj.bias"},
       {"attn_q_norm.weight", "self_attn.q_norm.weight"},
       {"attn_k_norm.weight", "self_attn.k_norm.weight"},
-      {"ffn_norm.weight", "post_attention_layernorm.weight"},
+      {"post_attention_norm.weight", "post_attention_layernorm.weight"},
+      {"post_ffw_norm.weight", "post_feedforward_layernorm.weight"},
       {"ffn_gate.weight", "mlp.gate_proj.weight"},
       {"ffn_up.weight", "mlp.up_proj.weight"},
       {"ffn_down.weight", "mlp.down_proj.weight"}};
@@ -42,6 +45,12 @@ std::string hf_name_for_gguf(const std::string& name) {
     if (dot != std::string::npos && dot > 4) {
       const std::string layer = name.substr(4, dot - 4);
       const std::string suffix = name.substr(dot + 1);
+      if (suffix == "ffn_norm.weight") {
+        return "model.layers." + layer + "." +
+               (sandwich_norms ? "pre_feedforward_layernorm.weight"
+                               : "post_attention_layernorm.weight");
+      }
+      if (!sandwich_norms && suffix.starts_with("post_")) return {};
       for (const auto& [g, h] : kLayer) {
         if (suffix == g) return "model.layers." + layer + "." + h;
       }
@@ -139,6 +148,10 @@ void validate_weights(const ModelWeights& w, const std::string& source) {
       expect(p + "self_attn.k_norm.weight", {c.head_dim});
     }
     expect(p + "post_attention_layernorm.weight", {h});
+    if (c.sandwich_norms) {
+      expect(p + "pre_feedforward_layernorm.weight", {h});
+      expect(p + "post_feedforward_layernorm.weight", {h});
+    }
     expect(p + "mlp.gate_proj.weight", {c.intermediate_size, h});
     expect(p + "mlp.up_proj.weight", {c.intermediate_size, h});
     expect(p + "mlp.down_proj.weight", {h, c.intermediate_size});
@@ -158,7 +171,7 @@ ModelWeights load_gguf_model(const GgufFile& g, const LoadProgress& progress,
   for (const auto& t : g.tensors()) total += t.nbytes;
   if (progress) progress(0.0);
   for (const auto& t : g.tensors()) {
-    const std::string name = hf_name_for_gguf(t.name);
+    const std::string name = hf_name_for_gguf(t.name, w.config.sandwich_norms);
     if (!name.empty() && options.keep_quantized && t.ne.size() == 2 && is_block_type(t.type)) {
       const auto d = g.tensor_data(t);
       w.quantized.emplace(name, QuantizedWeight{t.type, t.shape(), d, g.mapping()});

@@ -1,6 +1,8 @@
 // ModelConfig from GGUF metadata ("<arch>.embedding_length", ...) or from an HF config.json.
+#include <cmath>
 #include <filesystem>
 
+#include "engine/model_files/gemma_config.h"
 #include "engine/model_files/json_util.h"
 #include "engine/model_files/rope_scaling.h"
 #include "kvattn/engine/weights.h"
@@ -46,6 +48,14 @@ void validate_config(const ModelConfig& c, const std::string& file) {
                    static_cast<int64_t>(c.sliding_layers.size()) == c.num_layers,
                file, ": sliding_layers has ", c.sliding_layers.size(), " entries but there are ",
                c.num_layers, " layers");
+  for (auto [name, v] : {std::pair{"attention scale", c.attention_scale},
+                         {"attention logit softcap", c.attn_logit_softcap},
+                         {"final logit softcap", c.final_logit_softcap},
+                         {"embedding scale", c.embedding_scale},
+                         {"local rope_theta", c.rope_local_theta}}) {
+    KVATTN_CHECK(std::isfinite(v) && v >= 0, file, ": ", name,
+                 " must be finite and >= 0 (0 = off) but is ", v);
+  }
 }
 
 }  // namespace
@@ -55,9 +65,9 @@ ModelConfig config_from_gguf(const GgufFile& g) {
   ModelConfig c;
   c.architecture = g.get_string("general.architecture", "");
   KVATTN_CHECK(c.architecture == "llama" || c.architecture == "qwen2" ||
-                   c.architecture == "qwen3",
+                   c.architecture == "qwen3" || is_gemma(c),
                file, ": general.architecture is '", c.architecture,
-               "' (supported: llama, qwen2, qwen3)");
+               "' (supported: llama, qwen2, qwen3, gemma2, gemma3)");
   const std::string a = c.architecture + ".";
   auto need = [&](const std::string& key) {
     KVATTN_CHECK(g.find(key) != nullptr, file, ": metadata key '", key, "' is missing");
@@ -95,6 +105,7 @@ ModelConfig config_from_gguf(const GgufFile& g) {
   c.qkv_bias = g.find_tensor("blk.0.attn_q.bias") != nullptr;
   c.o_bias = g.find_tensor("blk.0.attn_output.bias") != nullptr;
   c.sliding_window = g.get_int(a + "attention.sliding_window", 0);
+  if (is_gemma(c)) gemma_from_gguf(g, c);
   c.bos_token_id = g.get_int("tokenizer.ggml.bos_token_id", -1);
   c.eos_token_id = g.get_int("tokenizer.ggml.eos_token_id", -1);
   const int64_t eot = g.get_int("tokenizer.ggml.eot_token_id", -1);
@@ -125,9 +136,11 @@ ModelConfig config_from_hf_json(const std::string& path) {
   else if (arch == "MistralForCausalLM") c.architecture = "mistral";
   else if (arch == "Qwen2ForCausalLM") c.architecture = "qwen2";
   else if (arch == "Qwen3ForCausalLM") c.architecture = "qwen3";
+  else if (arch == "Gemma2ForCausalLM") c.architecture = "gemma2";
+  else if (arch == "Gemma3ForCausalLM") c.architecture = "gemma3";  // text-only (gemma3_text)
   else KVATTN_FAIL(path, ": architecture '", arch,
                    "' is not supported (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
-                   "Qwen3ForCausalLM)");
+                   "Qwen3ForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM)");
 
   c.vocab_size = json_int(field("vocab_size"), "vocab_size", path);
   c.hidden_size = json_int(field("hidden_size"), "hidden_size", path);
@@ -153,7 +166,7 @@ ModelConfig config_from_hf_json(const std::string& path) {
   c.tie_word_embeddings = tie != j.end() && json_bool(*tie, "tie_word_embeddings", path);
   // transformers 4.x: rope_scaling (it wins over a 5.x rope_parameters in the same file).
   if (auto rs = j.find("rope_scaling"); rs != j.end() && !rs->is_null()) rope_params = &*rs;
-  if (rope_params != nullptr) {
+  if (rope_params != nullptr && c.architecture != "gemma3") {  // gemma3: per layer type
     c.rope_scaling = rope_scaling_from_hf(*rope_params, j, c, path);
   }
   auto flag = [&](const char* k) {
@@ -171,6 +184,7 @@ ModelConfig config_from_hf_json(const std::string& path) {
   sliding_window_from_hf(j, c, path);
   c.rope_style = ModelConfig::RopeStyle::kRotateHalf;
   c.qk_norm = c.architecture == "qwen3";
+  if (is_gemma(c)) gemma_from_hf(j, c, path);
   c.bos_token_id = int_or("bos_token_id", -1);
   if (auto eos = j.find("eos_token_id"); eos != j.end() && !eos->is_null()) {
     if (eos->is_array()) {

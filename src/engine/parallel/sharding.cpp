@@ -87,7 +87,9 @@ ModelWeights shard_weights(const ModelWeights& full, TensorParallel tp) {
   for (int64_t i = 0; i < c.num_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
     for (const char* norm : {"input_layernorm.weight", "post_attention_layernorm.weight",
-                             "self_attn.q_norm.weight", "self_attn.k_norm.weight"}) {
+                             "pre_feedforward_layernorm.weight",
+                             "post_feedforward_layernorm.weight", "self_attn.q_norm.weight",
+                             "self_attn.k_norm.weight"}) {
       if (full.tensors.count(p + norm) != 0) t[p + norm] = copy(get(full, p + norm));
     }
     t[p + "self_attn.q_proj.weight"] =

@@ -1,0 +1,384 @@
+// Gemma 2 / Gemma 3 on the CPU (issue 19) beyond the HF parity of model_families_test.cpp:
+// what each format's config says, each feature switched off misses HF, the transformers 4.x
+// config layouts give the same logits, tensor parallelism, the CUDA refusal and malformed
+// configs / metadata. The checkpoints come from scripts/make_tiny_checkpoints.py.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+#include "engine/model/rope.h"
+#include "engine/model_file_writer.h"
+#include "hf_reference.h"
+#include "kvattn/engine/model.h"
+#include "kvattn/engine/weights.h"
+
+namespace kvattn {
+namespace {
+
+namespace fs = std::filesystem;
+using test::load_cases;
+using test::teacher_forced_error;
+using test::tiny_dir;
+
+class TempDir {
+ public:
+  TempDir() {
+    path_ = fs::temp_directory_path() /
+            ("kvattn_gemma_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++));
+    fs::create_directories(path_);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  const fs::path& path() const { return path_; }
+
+ private:
+  static inline int counter_ = 0;
+  fs::path path_;
+};
+
+std::string error_of(auto&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+#define EXPECT_ERROR_HAS(stmt, text)                                        \
+  do {                                                                      \
+    const std::string msg_ = error_of([&] { stmt; });                       \
+    EXPECT_NE(msg_.find(text), std::string::npos) << "error was: " << msg_; \
+  } while (0)
+
+// A copy of tests/data/tiny_<arch> whose config.json is `edit`ed.
+template <typename Edit>
+void edited_checkpoint(const std::string& arch, const fs::path& dir, Edit edit) {
+  fs::copy_file(tiny_dir(arch) + "/model.safetensors", dir / "model.safetensors");
+  std::ifstream f(tiny_dir(arch) + "/config.json");
+  nlohmann::json cfg = nlohmann::json::parse(f);
+  edit(cfg);
+  std::ofstream(dir / "config.json") << cfg.dump(2);
+}
+
+ModelConfig hf_config(const std::string& arch) {
+  return config_from_hf_json(tiny_dir(arch) + "/config.json");
+}
+ModelConfig gguf_config(const std::string& arch) {
+  return config_from_gguf(GgufFile::open(tiny_dir(arch) + "/model.gguf"));
+}
+
+// ---- what each format's config says ------------------------------------------------------
+
+TEST(GemmaConfig, Gemma2FromBothFormats) {
+  const ModelConfig hf = hf_config("gemma2"), gg = gguf_config("gemma2");
+  for (const ModelConfig* c : {&hf, &gg}) {
+    EXPECT_EQ(c->architecture, "gemma2");
+    EXPECT_EQ(c->head_dim, 256);
+    EXPECT_EQ(c->activation, ModelConfig::Activation::kGeluTanh);
+    EXPECT_TRUE(c->sandwich_norms);
+    EXPECT_FALSE(c->qk_norm);
+    EXPECT_TRUE(c->tie_word_embeddings);
+    EXPECT_NEAR(c->attention_scale, 0.125, 1e-9);  // query_pre_attn_scalar 64
+    EXPECT_NEAR(c->attn_logit_softcap, 5.0, 1e-6);
+    EXPECT_NEAR(c->final_logit_softcap, 2.0, 1e-6);
+    EXPECT_DOUBLE_EQ(c->embedding_scale, std::sqrt(32.0));
+    EXPECT_EQ(c->rope_style, ModelConfig::RopeStyle::kRotateHalf);
+    EXPECT_EQ(c->rope_local_theta, 0.0);
+    EXPECT_EQ(c->window_left(0), 7);  // sliding, window 8
+    EXPECT_EQ(c->window_left(1), -1);  // global
+  }
+  EXPECT_TRUE(hf.norm_weight_offset);   // HF stores w, applies 1 + w
+  EXPECT_FALSE(gg.norm_weight_offset);  // the converter stored 1 + w
+}
+
+TEST(GemmaConfig, Gemma3FromBothFormats) {
+  const ModelConfig hf = hf_config("gemma3"), gg = gguf_config("gemma3");
+  for (const ModelConfig* c : {&hf, &gg}) {
+    EXPECT_EQ(c->architecture, "gemma3");
+    EXPECT_TRUE(c->qk_norm);
+    EXPECT_TRUE(c->sandwich_norms);
+    EXPECT_EQ(c->attn_logit_softcap, 0.0);
+    EXPECT_EQ(c->final_logit_softcap, 0.0);
+    EXPECT_EQ(c->rope_theta, 1e6);
+    EXPECT_EQ(c->rope_local_theta, 1e4);
+    EXPECT_EQ(c->rope_scaling.type, RopeScaling::Type::kLinear);
+    EXPECT_EQ(c->rope_scaling.factor, 8.0);
+    EXPECT_EQ(c->window_left(0), 7);
+    EXPECT_EQ(c->window_left(1), -1);
+  }
+  // The local table is plain RoPE at 10000; the global one is scaled.
+  const std::vector<float> local = rope::local_inv_freq(hf), global = rope::inv_freq(hf);
+  EXPECT_EQ(local, rope::inv_freq(ModelConfig{.head_dim = 256, .rope_theta = 1e4}));
+  EXPECT_NEAR(global[0], 1.0f / 8.0f, 1e-7);
+}
+
+// transformers 4.x wrote no layer_types and Gemma 3's RoPE as rope_theta, rope_local_base_freq
+// and a rope_scaling of the global layers; the same model must come out.
+TEST(GemmaConfig, Transformers4LayoutsGiveTheSameLogits) {
+  TempDir g2, g3;
+  edited_checkpoint("gemma2", g2.path(), [](nlohmann::json& c) {
+    c.erase("layer_types");  // Gemma 2 alternates, sliding first
+    c.erase("rope_parameters");
+    c["rope_theta"] = 10000.0;
+  });
+  edited_checkpoint("gemma3", g3.path(), [](nlohmann::json& c) {
+    c.erase("layer_types");
+    c.erase("rope_parameters");
+    c["sliding_window_pattern"] = 2;
+    c["rope_theta"] = 1e6;
+    c["rope_local_base_freq"] = 1e4;
+    c["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 8.0}};
+  });
+  for (auto [arch, dir] : {std::pair{"gemma2", &g2}, {"gemma3", &g3}}) {
+    SCOPED_TRACE(arch);
+    ModelWeights w = load_hf_model(dir->path().string());
+    EXPECT_EQ(w.config.window_left(0), 7);
+    EXPECT_EQ(w.config.window_left(1), -1);
+    auto model = Model::create(std::move(w), Device::cpu());
+    teacher_forced_error(*model, load_cases(arch), 16, 4096);
+  }
+  // Gemma 3's default period is 6: two layers are both sliding.
+  TempDir d;
+  edited_checkpoint("gemma3", d.path(), [](nlohmann::json& c) { c.erase("layer_types"); });
+  const ModelConfig c = config_from_hf_json((d.path() / "config.json").string());
+  EXPECT_EQ(c.window_left(1), 7);
+}
+
+// ---- each feature matters: switched off, the HF reference is missed ------------------------
+
+double error_without(const std::string& arch, const std::string& format, auto&& edit) {
+  ModelWeights w = format == "gguf" ? load_gguf_model(tiny_dir(arch) + "/model.gguf")
+                                    : load_hf_model(tiny_dir(arch));
+  edit(w.config);
+  auto model = Model::create(std::move(w), Device::cpu());
+  return teacher_forced_error(*model, load_cases(arch), 16, 4096, /*tolerance=*/INFINITY);
+}
+
+TEST(GemmaFeatures, EachFeatureChangesTheLogits) {
+  using C = ModelConfig;
+  const std::vector<std::pair<std::string, std::function<void(C&)>>> g2 = {
+      {"attention softcap", [](C& c) { c.attn_logit_softcap = 0; }},
+      {"final softcap", [](C& c) { c.final_logit_softcap = 0; }},
+      {"query_pre_attn_scalar", [](C& c) { c.attention_scale = 0; }},
+      {"window", [](C& c) { c.sliding_window = 0; }},
+      {"embedding scale", [](C& c) { c.embedding_scale = 0; }},
+      {"GeGLU", [](C& c) { c.activation = C::Activation::kSilu; }},
+  };
+  for (const auto& [what, edit] : g2) {
+    const double e = error_without("gemma2", "safetensors", edit);
+    std::printf("[gemma2] without %s: %.3g\n", what.c_str(), e);
+    EXPECT_GT(e, 1e-2) << what;
+  }
+  EXPECT_GT(error_without("gemma2", "safetensors", [](C& c) { c.norm_weight_offset = false; }),
+            1e-2);
+  // GGUF: the 1 is in the file; adding it again misses.
+  EXPECT_GT(error_without("gemma2", "gguf", [](C& c) { c.norm_weight_offset = true; }), 1e-2);
+  const std::vector<std::pair<std::string, std::function<void(C&)>>> g3 = {
+      {"local rope base", [](C& c) { c.rope_local_theta = 0; }},
+      {"global rope scaling", [](C& c) { c.rope_scaling = {}; }},
+      {"window", [](C& c) { c.sliding_window = 0; }},
+      {"query_pre_attn_scalar", [](C& c) { c.attention_scale = 0; }},
+  };
+  for (const auto& [what, edit] : g3) {
+    const double e = error_without("gemma3", "gguf", edit);
+    std::printf("[gemma3] without %s: %.3g\n", what.c_str(), e);
+    EXPECT_GT(e, 1e-2) << what;
+  }
+}
+
+// ---- tensor parallelism ---------------------------------------------------------------------
+
+// tiny_gemma2 with its one KV head duplicated (two identical KV heads, group 1: the same
+// attention), split over two ranks: the sandwich norms, the embedding scale and the final
+// soft-cap under tensor parallelism still give HF's logits.
+TEST(GemmaParallel, TwoRanksMatchHF) {
+  ModelWeights w = load_hf_model(tiny_dir("gemma2"));
+  for (int64_t l = 0; l < w.config.num_layers; ++l) {
+    for (const char* kv : {"k_proj.weight", "v_proj.weight"}) {
+      const std::string name = "model.layers." + std::to_string(l) + ".self_attn." + kv;
+      const Tensor& t = w.tensors.at(name);
+      Tensor twice = Tensor::empty({2 * t.size(0), t.size(1)}, DType::kF32);
+      std::memcpy(twice.ptr<float>(), t.ptr<const float>(), t.numel() * sizeof(float));
+      std::memcpy(twice.ptr<float>() + t.numel(), t.ptr<const float>(), t.numel() * sizeof(float));
+      w.tensors[name] = std::move(twice);
+    }
+  }
+  w.config.num_kv_heads = 2;
+  ModelOptions tp;
+  tp.tensor_parallel = 2;
+  tp.num_threads = 1;
+  auto model = Model::create(std::move(w), Device::cpu(), tp);
+  auto cases = load_cases("gemma2");
+  cases.resize(3);
+  teacher_forced_error(*model, cases, 16, 4096);
+}
+
+// ---- the GPU model refuses Gemma by name ------------------------------------------------------
+
+TEST(GemmaCuda, RefusedByName) {
+  EXPECT_ERROR_HAS(Model::create(load_hf_model(tiny_dir("gemma2")), Device::cuda(0)),
+                   "Model::create: gemma2 needs GeGLU (gelu_pytorch_tanh), "
+                   "post-attention/pre- and post-feedforward norms, RMSNorm (1 + weight)");
+  EXPECT_ERROR_HAS(Model::create(load_hf_model(tiny_dir("gemma2")), Device::cuda(0)),
+                   "attention logit softcap 5");
+  EXPECT_ERROR_HAS(
+      Model::create(load_gguf_model(tiny_dir("gemma3") + "/model.gguf"), Device::cuda(0)),
+      "a local RoPE base (rope_local_base_freq), not supported on cuda:0 yet (CPU only)");
+}
+
+// ---- malformed configs and metadata name the field ---------------------------------------
+
+TEST(GemmaConfig, BadHFConfigsNameTheField) {
+  auto error_with = [](const std::string& arch, auto edit) {
+    TempDir dir;
+    edited_checkpoint(arch, dir.path(), edit);
+    return error_of([&] { config_from_hf_json((dir.path() / "config.json").string()); });
+  };
+  auto has = [](const std::string& msg, const std::string& text) {
+    EXPECT_NE(msg.find(text), std::string::npos) << "error was: " << msg;
+  };
+  has(error_with("gemma2", [](auto& c) { c["hidden_activation"] = "gelu"; }),
+      "hidden_activation 'gelu' is not supported");
+  has(error_with("gemma2", [](auto& c) { c["query_pre_attn_scalar"] = 0; }),
+      "query_pre_attn_scalar must be finite and > 0 but is 0");
+  has(error_with("gemma2", [](auto& c) { c["attn_logit_softcapping"] = 0.0; }),
+      "attn_logit_softcapping must be finite and > 0 (or null) but is 0");
+  has(error_with("gemma2", [](auto& c) { c["final_logit_softcapping"] = -1.0; }),
+      "final_logit_softcapping must be finite and > 0 (or null) but is -1");
+  has(error_with("gemma2", [](auto& c) { c["sliding_window"] = nullptr; }),
+      "sliding_window is null but layer_types has sliding_attention layers");
+  has(error_with("gemma2", [](auto& c) { c["sliding_window"] = 0; }),
+      "sliding_window must lie in [1");
+  has(error_with("gemma3",
+                 [](auto& c) {
+                   c.erase("layer_types");
+                   c["sliding_window_pattern"] = 0;
+                 }),
+      "sliding_window_pattern must lie in [1, 2^20] but is 0");
+  has(error_with("gemma3", [](auto& c) { c["layer_types"] = {"sliding_attention"}; }),
+      "layer_types must be an array of num_hidden_layers (2)");
+  has(error_with("gemma3",
+                 [](auto& c) {
+                   c["rope_parameters"]["sliding_attention"] = {{"rope_type", "linear"},
+                                                                {"factor", 2.0}};
+                 }),
+      "rope_parameters.sliding_attention has rope scaling 'linear'");
+  has(error_with("gemma3", [](auto& c) { c["rope_parameters"]["chunked_attention"] = {}; }),
+      "rope_parameters.chunked_attention is not a layer type");
+  has(error_with("gemma3",
+                 [](auto& c) {
+                   c["rope_parameters"]["full_attention"] = {{"rope_type", "longrope"}};
+                 }),
+      "rope scaling type 'longrope' is not supported");
+  has(error_with("gemma3", [](auto& c) { c["use_bidirectional_attention"] = true; }),
+      "use_bidirectional_attention = true (EmbeddingGemma) is not supported");
+  has(error_with("gemma3",
+                 [](auto& c) { c["architectures"] = {"Gemma3ForConditionalGeneration"}; }),
+      "architecture 'Gemma3ForConditionalGeneration' is not supported");
+  has(error_with("gemma3", [](auto& c) { c["num_hidden_layers"] = int64_t{1} << 40; }),
+      "num_layers is 1099511627776 but must lie in [1, 4096]");
+  // A tied Gemma without the flag is tied (both configs' default); lm_head is not needed.
+  TempDir dir;
+  edited_checkpoint("gemma2", dir.path(), [](auto& c) { c.erase("tie_word_embeddings"); });
+  EXPECT_TRUE(load_hf_model(dir.path().string()).config.tie_word_embeddings);
+}
+
+// A metadata-only gemma GGUF (hidden 8, 2 heads, vocab 4) with `layers` blocks.
+testing::GgufBuilder gemma_gguf(const std::string& arch, uint32_t layers) {
+  testing::GgufBuilder g;
+  g.kv_str("general.architecture", arch)
+      .kv_u32(arch + ".embedding_length", 8)
+      .kv_u32(arch + ".feed_forward_length", 16)
+      .kv_u32(arch + ".block_count", layers)
+      .kv_u32(arch + ".attention.head_count", 2)
+      .kv_u32(arch + ".attention.head_count_kv", 1)
+      .kv_u32(arch + ".attention.key_length", 4)
+      .kv_u32(arch + ".attention.value_length", 4)
+      .kv_u32(arch + ".attention.sliding_window", 4);
+  g.tensor("token_embd.weight", {8, 4}, 0, testing::f32_bytes(std::vector<float>(32, 0.5f)));
+  return g;
+}
+
+TEST(GemmaConfig, GgufDefaultsAndBadValues) {
+  auto open = [](const testing::GgufBuilder& g) {
+    TempDir dir;
+    const auto path = (dir.path() / "m.gguf").string();
+    testing::write_file(path, g.build());
+    return config_from_gguf(GgufFile::open(path));
+  };
+  // llama.cpp's defaults: gemma2 soft-caps 50 / 30, every other layer sliding; the 27B
+  // (46 layers) scales by 1/sqrt(hidden / heads), the others by 1/sqrt(head_dim).
+  const ModelConfig g2 = open(gemma_gguf("gemma2", 46));
+  EXPECT_EQ(g2.attn_logit_softcap, 50.0);
+  EXPECT_EQ(g2.final_logit_softcap, 30.0);
+  EXPECT_DOUBLE_EQ(g2.attention_scale, 0.5);  // 1/sqrt(8 / 2)
+  EXPECT_EQ(g2.window_left(0), 3);
+  EXPECT_EQ(g2.window_left(1), -1);
+  EXPECT_EQ(g2.window_left(44), 3);
+  EXPECT_EQ(open(gemma_gguf("gemma2", 4)).attention_scale, 0.0);
+  // gemma3: every 6th layer global, local base 10000, no soft-caps.
+  const ModelConfig g3 = open(gemma_gguf("gemma3", 12));
+  EXPECT_EQ(g3.attn_logit_softcap, 0.0);
+  for (int64_t l = 0; l < 12; ++l) EXPECT_EQ(g3.window_left(l) < 0, l % 6 == 5) << l;
+  EXPECT_EQ(g3.rope_local_theta, 10000.0);
+  EXPECT_TRUE(g3.qk_norm);
+  auto period = gemma_gguf("gemma3", 4);
+  period.kv_u32("gemma3.attention.sliding_window_pattern", 2)
+      .kv_f32("gemma3.rope.freq_base_swa", 500.0f);
+  const ModelConfig p = open(period);
+  EXPECT_EQ(p.window_left(1), -1);
+  EXPECT_EQ(p.window_left(2), 3);
+  EXPECT_EQ(p.rope_local_theta, 500.0);
+
+  auto bad_len = gemma_gguf("gemma3", 4);
+  bad_len.kv_i32s("gemma3.attention.sliding_window_pattern", {1, 0, 1});
+  EXPECT_ERROR_HAS(open(bad_len), "attention.sliding_window_pattern must be a period or an array "
+                                  "of block_count (4) bools");
+  auto strings = gemma_gguf("gemma3", 2);
+  strings.kv_strs("gemma3.attention.sliding_window_pattern", {"a", "b"});
+  EXPECT_ERROR_HAS(open(strings), "sliding_window_pattern must be a period or an array");
+  auto scale = gemma_gguf("gemma2", 2);
+  scale.kv_f32("gemma2.attention.scale", -1.0f);
+  EXPECT_ERROR_HAS(open(scale), "gemma2.attention.scale must be finite and > 0 but is -1");
+  auto cap = gemma_gguf("gemma2", 2);
+  cap.kv_f32("gemma2.final_logit_softcapping", NAN);
+  EXPECT_ERROR_HAS(open(cap), "gemma2.final_logit_softcapping must be finite and >= 0");
+  auto huge = gemma_gguf("gemma2", 2);
+  huge.kvs.clear();
+  huge.kv_str("general.architecture", "gemma2")
+      .kv_u32("gemma2.embedding_length", 8)
+      .kv_u32("gemma2.feed_forward_length", 16)
+      .kv_u32("gemma2.block_count", 1u << 31)
+      .kv_u32("gemma2.attention.head_count", 2);
+  EXPECT_ERROR_HAS(open(huge), "num_layers is 2147483648 but must lie in [1, 4096]");
+}
+
+// GGUF's tensor names: ffn_norm is Gemma's pre-feedforward norm, post_attention_norm and
+// post_ffw_norm the sandwich; a missing one is named with its HF name.
+TEST(GemmaWeights, GgufSandwichNormsAreMappedAndChecked) {
+  ModelWeights w = load_gguf_model(tiny_dir("gemma2") + "/model.gguf");
+  const ModelWeights hf = load_hf_model(tiny_dir("gemma2"));
+  for (const char* n : {"post_attention_layernorm.weight", "pre_feedforward_layernorm.weight",
+                        "post_feedforward_layernorm.weight", "input_layernorm.weight"}) {
+    const std::string name = std::string("model.layers.1.") + n;
+    const Tensor& a = w.tensors.at(name);
+    const Tensor& b = hf.tensors.at(name);
+    for (int64_t i = 0; i < a.numel(); ++i) {
+      ASSERT_EQ(a.ptr<const float>()[i], 1.0f + b.ptr<const float>()[i]) << name << " " << i;
+    }
+  }
+  w.tensors.erase("model.layers.1.post_feedforward_layernorm.weight");
+  EXPECT_ERROR_HAS(validate_weights(w, "x"),
+                   "tensor 'model.layers.1.post_feedforward_layernorm.weight' is missing");
+}
+
+}  // namespace
+}  // namespace kvattn
