@@ -11,11 +11,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 
 #include "engine/model/kv_scales.h"
 #include "engine_test_util.h"
 #include "kvattn/cache/batch_builder.h"
+#include "kvattn/engine/llm.h"
 #include "kvattn/engine/model.h"
 #include "kvattn/engine/weights.h"
 #include "support/test_util.h"
@@ -182,6 +185,42 @@ TEST(Fp8KvCacheEngine, PoolHoldsTwiceTheBf16TokensAndGenerateRuns) {
   std::printf("[fp8 engine] LLM generate: %d/%d tokens before the first divergence from bf16\n",
               agree, total);
   EXPECT_GT(agree, total / 2);
+}
+
+// The reference for the GPU test of the same name (model_gpu_test.cpp): greedy tokens of an fp8
+// cache (scales 1.0) against a bf16 cache on the CPU, a first round whose prompts are
+// prefilled from their own bf16 K/V, and a second one that hits the prefix cache, so the
+// prompt attention reads fp8 blocks. Printed per round.
+TEST(Fp8KvCacheEngine, PrefixHitsReadTheFp8Cache) {
+  for (const char* arch : {"llama", "qwen3"}) {
+    std::ifstream f(test::checkpoint(std::string("tiny_") + arch) + "/expected.json");
+    const auto j = nlohmann::json::parse(f);
+    std::vector<std::vector<int32_t>> prompts;
+    for (const auto& c : j.at("cases")) prompts.push_back(c.at("prompt").get<std::vector<int32_t>>());
+    SamplingParams sp;
+    sp.max_tokens = 16;
+    sp.ignore_eos = true;
+    LLMOptions o;
+    o.kv_cache_bytes = 4 << 20;
+    o.kv_cache_dtype = KVCacheDType::kBF16;
+    LLM bf16(load_hf_model(test::checkpoint(std::string("tiny_") + arch)), std::nullopt, o);
+    o.kv_cache_dtype = KVCacheDType::kFP8;
+    LLM fp8(load_hf_model(test::checkpoint(std::string("tiny_") + arch)), std::nullopt, o);
+    const auto want = bf16.generate(prompts, sp);
+    for (int round = 0; round < 2; ++round) {
+      const auto got = fp8.generate(prompts, sp);
+      size_t agree = 0, total = 0;
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        size_t same = 0;
+        while (same < 16 && got[i].token_ids[same] == want[i].token_ids[same]) ++same;
+        agree += same;
+        total += 16;
+      }
+      std::printf("[%s] cpu fp8 cache, round %d: %zu of %zu tokens before the first divergence "
+                  "from bf16\n", arch, round, agree, total);
+    }
+    EXPECT_GT(fp8.cache_stats().hit_tokens, 0);
+  }
 }
 
 TEST(Fp8KvCacheEngine, CalibrationNeedsFp8) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -78,7 +79,10 @@ TEST_P(TinyGpu, PrefixHitGivesTheSameTokensAsNoCache) {
 // An fp8 (e4m3) KV cache on the GPU: the same byte budget holds twice the blocks of bf16, and
 // greedy decoding follows the bf16 cache's tokens (random tiny weights: near-ties make later
 // divergence expected; the agreement is printed and must cover most tokens). A second round of
-// the same prompts hits the prefix cache, so the paged prefill reads fp8 blocks too.
+// the same prompts hits the prefix cache, so the paged prefill reads fp8 blocks too. On the
+// H200 (session 7) round 1 FAILED: 32/64 (llama) and 4/64 (qwen3) against the CPU reference's
+// 61/64 and 25/64 (Fp8KvCacheEngine.PrefixHitsReadTheFp8Cache): the reason the engine path is
+// opt-in; to be investigated.
 TEST_P(TinyGpu, Fp8CacheHoldsTwiceTheBlocksAndFollowsBf16) {
   std::ifstream f(data_dir(GetParam()) + "/expected.json");
   const auto j = nlohmann::json::parse(f);
@@ -90,6 +94,7 @@ TEST_P(TinyGpu, Fp8CacheHoldsTwiceTheBlocksAndFollowsBf16) {
   LLM bf16(load_hf_model(data_dir(GetParam())), std::nullopt, gpu_options());
   LLMOptions o = gpu_options();
   o.kv_cache_dtype = KVCacheDType::kFP8;
+  setenv("KVATTN_EXPERIMENTAL_CUDA_FP8_KV", "1", 1);  // the engine path is opt-in (model.cpp)
   LLM fp8(load_hf_model(data_dir(GetParam())), std::nullopt, o);
   EXPECT_EQ(fp8.cache_stats().num_blocks, 2 * bf16.cache_stats().num_blocks);
   const auto want = bf16.generate(prompts, sp);
