@@ -86,6 +86,57 @@ std::vector<std::vector<std::vector<float>>> teacher_forced(
   return out;
 }
 
+// The last prompt token's logits computed in one prefill step of the whole prompt and in a
+// decode-sized step after the rest (what a prefix-cache hit does): every weight format
+// computes a token differently in steps of different sizes (sgemm panels vs streaming
+// kernels), so these differ by float32 rounding; printed per format.
+std::vector<float> last_logits(Model& m, const std::vector<int32_t>& p, bool split) {
+  const int64_t vocab = m.config().vocab_size, bs = 16, num_blocks = 64;
+  m.allocate_kv_cache(num_blocks, bs);
+  BlockManager bm(num_blocks, bs, /*enable_prefix_caching=*/false);
+  BatchMetadataBuilder builder(bm);
+  std::vector<Sequence> seqs;
+  seqs.emplace_back(SeqId{0}, split ? std::vector<int32_t>(p.begin(), p.end() - 1) : p);
+  Sequence& s = seqs.back();
+  bm.allocate(s);
+  std::vector<float> out(vocab);
+  auto step = [&](int64_t n) {
+    std::vector<ScheduledSequence> batch{{&s, n}};
+    const BatchMetadata& meta = builder.build(batch);
+    ModelInput in;
+    in.token_ids = {meta.token_ids.ptr<const int32_t>(), static_cast<size_t>(meta.num_tokens)};
+    in.positions = {meta.positions.ptr<const int32_t>(), static_cast<size_t>(meta.num_tokens)};
+    const std::vector<int32_t> rows{static_cast<int32_t>(meta.num_tokens - 1)};
+    in.logit_rows = rows;
+    in.ctx = &meta.ctx;
+    m.forward(in, out);
+    bm.mark_computed(s, n);
+  };
+  step(s.num_uncomputed_tokens());
+  if (split) {
+    s.append_token(p.back());
+    bm.append(s);
+    step(1);
+  }
+  bm.free(s);
+  return out;
+}
+
+TEST(DefaultModelQuant, StepSizeChangesLogitsByRoundingOnly) {
+  const Tokenizer tok = Tokenizer::from_gguf(GgufFile::open(kModel));
+  const std::vector<int32_t> p = tok.encode(
+      tok.apply_chat_template({ChatMessage{"user", "Tell me a fun fact."}}, true), true);
+  for (WeightFormat f : {WeightFormat::kF32, WeightFormat::kQ8, WeightFormat::kGguf}) {
+    auto m = make_model(f);
+    const auto a = last_logits(*m, p, false), b = last_logits(*m, p, true);
+    double d = 0;
+    for (size_t i = 0; i < a.size(); ++i) d = std::max(d, double{std::fabs(a[i] - b[i])});
+    std::printf("[default model] %s: last prompt token, whole-prompt step vs decode-sized step: "
+                "max |logit diff| %.3g\n", std::string(weight_format_name(f)).c_str(), d);
+    EXPECT_LT(d, 0.05) << weight_format_name(f);
+  }
+}
+
 TEST(DefaultModelQuant, GreedyTokensAgreeWithFloat32ExceptNearTies) {
   const Tokenizer tok = Tokenizer::from_gguf(GgufFile::open(kModel));
   std::vector<std::vector<int32_t>> prompts;

@@ -8,12 +8,12 @@
 //
 // Tolerance of a kernel: its integer sums are exact, so its only errors are the float32
 // steps: per block one product of scales, one conversion and one product (K types: two more
-// for the min term), then one add per block (two for 32-blocks: the int8 part and its
-// residual) into an accumulator (the 16 lanes of a 32-block row, or one running sum for
+// for the min term; a 32-block lane of up to 2^30 is rounded once when converted), then one
+// add per block into an accumulator (the 16 lanes of a 32-block row, or one running sum for
 // 256-blocks) and a 4-level tree. A float32 sum of k rounded terms is off by at most about
 // k * 2^-24 times the sum of the terms' magnitudes, so the bound is (2 * blocks + 8) * 2^-24
-// * S, S = sum over elements of (|scale part| + |min part|) * (|int8 part| + |residual
-// part|) of the activation; the test takes twice that.
+// * S, S = sum over elements of (|scale part| + |min part|) * |activation as quantized|; the
+// test takes twice that.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -232,11 +232,11 @@ void reference(GgmlType t, const uint8_t* w, const ActRow& x, int64_t n, double*
     decode64(t, w + b * bb, e.data());
     for (int64_t i = 0; i < be; ++i) {
       const int64_t k = b * be + i;
-      const double x1 = be == 32 ? x.q32[k] * static_cast<double>(x.d32[k / 32])
-                                 : x.qk[k] * static_cast<double>(x.dk[k / 256]);
-      const double x2 = be == 32 ? x.r32[k] * static_cast<double>(x.e32[k / 32]) : 0.0;
-      s += (e[i].a + e[i].c) * (x1 + x2);
-      m += (std::fabs(e[i].a) + std::fabs(e[i].c)) * (std::fabs(x1) + std::fabs(x2));
+      const double xv =
+          be == 32 ? (16384.0 * x.q32[k] + 128.0 * x.r32[k] + x.t32[k]) * (x.d32[k / 32] / 16384.0)
+                   : x.qk[k] * static_cast<double>(x.dk[k / 256]);
+      s += (e[i].a + e[i].c) * xv;
+      m += (std::fabs(e[i].a) + std::fabs(e[i].c)) * std::fabs(xv);
     }
   }
   *ref = s;
@@ -285,11 +285,12 @@ TEST(Qdot, ActivationQuantization) {
     for (int64_t i = 0; i < n; ++i) {
       EXPECT_LE(std::fabs(r.q32[i] * static_cast<double>(r.d32[i / 32]) - x[i]),
                 0.5001 * r.d32[i / 32] + 1e-30);
-      // With the residual: within half a residual step (plus float32's rounding of x - q*d).
-      const double two = r.q32[i] * static_cast<double>(r.d32[i / 32]) +
-                         r.r32[i] * static_cast<double>(r.e32[i / 32]);
-      EXPECT_LE(std::fabs(two - x[i]), 0.5001 * r.e32[i / 32] + 1e-7 * std::fabs(x[i]) + 1e-30);
-      EXPECT_LE(r.e32[i / 32], 0.5001 * r.d32[i / 32] / 127 + 1e-30);
+      // With the two remainders: within half of d / 16384, and each remainder within +-65.
+      const double full = (16384.0 * r.q32[i] + 128.0 * r.r32[i] + r.t32[i]) *
+                          (static_cast<double>(r.d32[i / 32]) / 16384);
+      EXPECT_LE(std::fabs(full - x[i]), 0.5001 * r.d32[i / 32] / 16384 + 1e-30);
+      EXPECT_LE(std::abs(int{r.r32[i]}), 65);
+      EXPECT_LE(std::abs(int{r.t32[i]}), 65);
       EXPECT_LE(std::fabs(r.qk[i] * static_cast<double>(r.dk[i / 256]) - x[i]),
                 0.5001 * r.dk[i / 256] + 1e-30);
       EXPECT_LE(std::abs(int{r.q32[i]}), 127);
@@ -300,12 +301,9 @@ TEST(Qdot, ActivationQuantization) {
       EXPECT_EQ(r.bsum16[g], s);
     }
     for (int64_t b = 0; b < n / 32; ++b) {
-      int s = 0, sr = 0;
-      for (int i = 0; i < 32; ++i) {
-        s += r.q32[32 * b + i];
-        sr += r.r32[32 * b + i];
-      }
-      EXPECT_EQ(r.s32[b], r.d32[b] * static_cast<float>(s) + r.e32[b] * static_cast<float>(sr));
+      int s = 0;
+      for (int i = 32 * b; i < 32 * b + 32; ++i) s += 16384 * r.q32[i] + 128 * r.r32[i] + r.t32[i];
+      EXPECT_EQ(r.s32[b], (r.d32[b] * 0x1p-14f) * static_cast<float>(s));
     }
   }
   // A NaN or Inf in a block makes its scale NaN, so the dot products come out NaN.
@@ -400,6 +398,21 @@ TEST(Qdot, RowsKernelsMatchThePerRowKernel) {
           }
         }
       }
+    }
+  }
+}
+
+// Prefill's panels: qdot::dequantize gives dequantize_row's floats (AVX2 for 32-blocks).
+TEST(Qdot, DequantizeMatchesDequantizeRow) {
+  std::mt19937 rng(5);
+  for (GgmlType t : kTypes) {
+    for (Scales kind : {Scales::kRandom, Scales::kMaxAll, Scales::kNegMax}) {
+      const int64_t blocks = 5, n = blocks * block_elems(t);
+      const std::vector<uint8_t> w = make_row(t, blocks, kind, rng);
+      std::vector<float> a(n), b(n);
+      dequantize(t, w.data(), a.data(), n);
+      dequantize_row(t, w.data(), b.data(), n);
+      ASSERT_EQ(0, std::memcmp(a.data(), b.data(), n * sizeof(float))) << ggml_type_name(t);
     }
   }
 }

@@ -76,25 +76,26 @@ void check(const std::vector<Part>& parts, int64_t in, std::mt19937& rng) {
       const std::vector<float> y0 = y;
       m.apply(x.data(), ldx, rows, y.data(), ldy, beta);
       for (int64_t r = 0; r < rows; ++r) {
-        // Decode-sized steps see x as quantized to int8 (qdot's rule); larger ones see float32.
+        // Decode-sized steps see x as qdot quantizes it (22-bit for 32-blocks, int8 per 256
+        // for K types); prefill-sized ones see it as float32 (32-blocks) or the same int8 (K).
         std::vector<double> xs(in);
-        const bool quantized = rows <= kStreamingMaxRows;
+        const bool quantized = rows <= kStreamingMaxRows || qdot::block_elems(parts[0].type) == 256;
         for (int64_t k = 0; k < in; ++k) xs[k] = x[r * ldx + k];
         if (quantized) {
           // Each part's type decides the activation blocks; these tests use one block size.
           const int64_t be = qdot::block_elems(parts[0].type);
-          std::vector<int8_t> q(in), rq(in);
-          std::vector<float> d(in / 32), e(in / 32), s(in / 32);
+          std::vector<int8_t> q(in), rq(in), tq(in);
+          std::vector<float> d(in / 32), s(in / 32);
           std::vector<int16_t> bs(in / 16);
           if (be == 32) {
-            qdot::quantize_row_32(&x[r * ldx], in, q.data(), d.data(), rq.data(), e.data(),
+            qdot::quantize_row_32(&x[r * ldx], in, q.data(), rq.data(), tq.data(), d.data(),
                                   s.data());
           } else {
             qdot::quantize_row_256(&x[r * ldx], in, q.data(), d.data(), bs.data());
           }
           for (int64_t k = 0; k < in; ++k) {
-            xs[k] = q[k] * static_cast<double>(d[k / be]);
-            if (be == 32) xs[k] += rq[k] * static_cast<double>(e[k / 32]);
+            xs[k] = be == 32 ? (16384.0 * q[k] + 128.0 * rq[k] + tq[k]) * (d[k / 32] / 16384.0)
+                             : q[k] * static_cast<double>(d[k / be]);
           }
         }
         double worst = 0, scale = 0;
@@ -125,6 +126,36 @@ TEST(WeightMatrixGguf, StackedPartsMatchFloat64) {
   check({{GgmlType::kQ4_0, 5}, {GgmlType::kQ8_0, 11}}, 64, rng);
   check({{GgmlType::kQ4_K, 40}, {GgmlType::kQ6_K, 9}}, 512, rng);
   check({{GgmlType::kQ2_K, 17}, {GgmlType::kQ3_K, 6}, {GgmlType::kQ5_K, 8}}, 256, rng);
+}
+
+// A token's output does not depend on the step it is in (decode-sized or prefill-sized)
+// beyond float32 summation order: prefix-cache hits and batching change step sizes.
+TEST(WeightMatrixGguf, DecodeAndPrefillStepsAgree) {
+  std::mt19937 rng(9);
+  for (GgmlType t : {GgmlType::kQ4_1, GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ6_K}) {
+    ModelWeights w;
+    const int64_t in = 512, out = 96;
+    w.quantized.emplace("w", random_weight(t, out, in, rng));
+    WeightMatrix m(w, {"w"}, WeightFormat::kGguf);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> x(9 * in), y9(9 * out), y1(out);
+    for (auto& v : x) v = normal(rng);
+    for (int64_t r = 0; r < 9; ++r) x[r * in + 7 * r] = 300.0f;  // an outlier, as LLMs have
+    m.apply(x.data(), in, 9, y9.data(), out);
+    double worst = 0;
+    for (int64_t r = 0; r < 9; ++r) {
+      m.apply(&x[r * in], in, 1, y1.data(), out);
+      double scale = 0;
+      for (int64_t n = 0; n < out; ++n) scale = std::max(scale, std::fabs(double{y9[r * out + n]}));
+      for (int64_t n = 0; n < out; ++n) {
+        worst = std::max(worst, std::fabs(double{y1[n]} - y9[r * out + n]) / scale);
+      }
+    }
+    std::printf("%s: decode vs prefill step, worst difference %.3g of the row's largest output\n",
+                std::string(ggml_type_name(t)).c_str(), worst);
+    // 32-blocks: decode's 22-bit activations vs float32 x; K types: the same int8 x both ways.
+    EXPECT_LT(worst, 1e-5) << ggml_type_name(t);
+  }
 }
 
 TEST(WeightMatrixGguf, FallsBackToQ8) {

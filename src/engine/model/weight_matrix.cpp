@@ -315,7 +315,7 @@ void rows_to_f32(Gguf w, int64_t in, int64_t n0, int64_t rows, float* out) {
   for (const auto& s : *w.segs) {
     const int64_t a = std::max(n0, s.row0), b = std::min(n0 + rows, s.row0 + s.rows);
     for (int64_t n = a; n < b; ++n) {
-      dequantize_row(s.type, s.data + (n - s.row0) * s.row_bytes, out + (n - n0) * in, in);
+      qdot::dequantize(s.type, s.data + (n - s.row0) * s.row_bytes, out + (n - n0) * in, in);
     }
   }
 }
@@ -397,10 +397,34 @@ int64_t WeightMatrix::mapped_bytes() const {
 
 void WeightMatrix::apply_gguf(const float* x, int64_t ldx, int64_t rows, float* y, int64_t ldy,
                               float beta) const {
-  if (rows > kStreamingMaxRows) {
-    return apply_typed(Gguf{&segments_}, out_, in_, x, ldx, rows, y, ldy, beta);
-  }
   thread_local qdot::ActRows acts;
+  if (rows > kStreamingMaxRows) {
+    // Panels + sgemm. The 32-block types take x as it is: decode's 22-bit activations
+    // (qdot.h) are within 2^-21 of a block's amax of it, so a token's result differs between
+    // a prefill-sized and a decode-sized step by about float32 rounding, as with the float
+    // formats. The K types take x as their decode kernels quantize it (int8 per 256, llama.cpp's
+    // Q8_K), so the two steps agree up to rounding unless a rounding flips an int8 level.
+    thread_local std::vector<float> x256;
+    if (want256_) {
+      acts.quantize(x, ldx, rows, in_, false, true);
+      x256.resize(rows * in_);
+      for (int64_t r = 0; r < rows; ++r) {
+        const qdot::ActRow a = acts.row(r);
+        for (int64_t k = 0; k < in_; ++k) {
+          x256[r * in_ + k] = static_cast<float>(a.qk[k]) * a.dk[k / 256];
+        }
+      }
+    }
+    for (const Segment& seg : segments_) {
+      const std::vector<Segment> one{Segment{seg.type, 0, seg.rows, seg.row_bytes, seg.data}};
+      if (qdot::block_elems(seg.type) == 32) {
+        apply_typed(Gguf{&one}, seg.rows, in_, x, ldx, rows, y + seg.row0, ldy, beta);
+      } else {
+        apply_typed(Gguf{&one}, seg.rows, in_, x256.data(), in_, rows, y + seg.row0, ldy, beta);
+      }
+    }
+    return;
+  }
   acts.quantize(x, ldx, rows, in_, want32_, want256_);
   qdot::ActRow ar[qdot::kMaxRows];
   for (int64_t r = 0; r < rows; ++r) ar[r] = acts.row(r);

@@ -50,16 +50,17 @@ void dot32(const uint8_t* w, const ActRow* x, int rows, int64_t n, float* out, i
       decode(blk, wq, &d, &m);
       const int8_t* xq = x[r].q32 + b * 32;
       const int8_t* xr = x[r].r32 + b * 32;
-      const float s = d * x[r].d32[b], se = d * x[r].e32[b];
+      const int8_t* xt = x[r].t32 + b * 32;
+      const float sc = d * (x[r].d32[b] * 0x1p-14f);
       for (int l = 0; l < 8; ++l) {
-        int32_t lane = 0, lane_r = 0;
+        int32_t lq = 0, lr = 0, lt = 0;
         for (int k = 0; k < 4; ++k) {
-          lane += wq[4 * l + k] * xq[4 * l + k];
-          lane_r += wq[4 * l + k] * xr[4 * l + k];
+          lq += wq[4 * l + k] * xq[4 * l + k];
+          lr += wq[4 * l + k] * xr[4 * l + k];
+          lt += wq[4 * l + k] * xt[4 * l + k];
         }
         float& a = acc[8 * (b & 1) + l];
-        a = a + static_cast<float>(lane) * s;
-        a = a + static_cast<float>(lane_r) * se;
+        a = a + static_cast<float>(lq * 16384 + lr * 128 + lt) * sc;
       }
       mins = mins + m * x[r].s32[b];
     }
@@ -328,40 +329,39 @@ int64_t block_bytes(GgmlType t) {
   return kBytes[kind_of(t)];
 }
 
-namespace {
-// One block of 32 to int8: d = amax / 127, q = rne(x / d); a NaN/Inf block gets d = NaN.
-float quantize_block_32(const float* xb, int8_t* q, int32_t* sum) {
-  float amax = 0.0f;
-  bool bad = false;
-  for (int i = 0; i < 32; ++i) {
-    amax = std::max(amax, std::fabs(xb[i]));
-    bad |= !std::isfinite(xb[i]);
-  }
-  if (bad) amax = std::numeric_limits<float>::quiet_NaN();  // NaN out, as float math gives
-  const float id = amax > 0.0f && !bad ? 127.0f / amax : 0.0f;
-  *sum = 0;
-  for (int i = 0; i < 32; ++i) {
-    const float v = std::nearbyint(xb[i] * id);
-    const int qi = static_cast<int>(std::clamp(v, -127.0f, 127.0f));
-    q[i] = static_cast<int8_t>(qi);
-    *sum += qi;
-  }
-  return amax / 127.0f;
-}
-}  // namespace
-
-void quantize_row_32(const float* x, int64_t n, int8_t* q, float* d, int8_t* r, float* e,
+void quantize_row_32(const float* x, int64_t n, int8_t* q, int8_t* r, int8_t* t, float* d,
                      float* s) {
+  auto level = [](double v) {  // |v| <= 64.5 by construction, except for NaN/Inf blocks
+    return static_cast<int8_t>(std::clamp(std::nearbyint(v), -127.0, 127.0));
+  };
   for (int64_t b = 0; b < n / 32; ++b) {
     const float* xb = x + b * 32;
-    int32_t sq, sr;
-    d[b] = quantize_block_32(xb, q + b * 32, &sq);
-    float res[32];
+    float amax = 0.0f;
+    bool bad = false;
     for (int i = 0; i < 32; ++i) {
-      res[i] = std::isfinite(d[b]) ? xb[i] - static_cast<float>(q[b * 32 + i]) * d[b] : 0.0f;
+      amax = std::max(amax, std::fabs(xb[i]));
+      bad |= !std::isfinite(xb[i]);
     }
-    e[b] = quantize_block_32(res, r + b * 32, &sr);
-    s[b] = d[b] * static_cast<float>(sq) + e[b] * static_cast<float>(sr);
+    // A NaN or Inf block gets d = NaN and zero ints: its products come out NaN, as float
+    // math would give.
+    d[b] = bad ? std::numeric_limits<float>::quiet_NaN() : amax / 127.0f;
+    const double step = d[b];
+    int32_t sum = 0;
+    for (int i = 0; i < 32; ++i) {
+      int8_t qi = 0, ri = 0, ti = 0;
+      if (!bad && amax > 0.0f) {
+        const double v = xb[i];
+        qi = level(v / step);
+        const double rem = v - qi * step;
+        ri = level(rem * 128.0 / step);
+        ti = level((rem - ri * step / 128.0) * 16384.0 / step);
+      }
+      q[b * 32 + i] = qi;
+      r[b * 32 + i] = ri;
+      t[b * 32 + i] = ti;
+      sum += 16384 * qi + 128 * ri + ti;
+    }
+    s[b] = (d[b] * 0x1p-14f) * static_cast<float>(sum);
   }
 }
 
@@ -379,7 +379,7 @@ void quantize_row_256(const float* x, int64_t n, int8_t* q, float* d, int16_t* b
     for (int g = 0; g < 16; ++g) {
       int32_t sum = 0;
       for (int i = 16 * g; i < 16 * g + 16; ++i) {
-        const float v = std::nearbyint(xb[i] * id);
+        const float v = bad ? 0.0f : std::nearbyint(xb[i] * id);
         const int qi = static_cast<int>(std::clamp(v, -127.0f, 127.0f));
         q[b * 256 + i] = static_cast<int8_t>(qi);
         sum += qi;
@@ -398,12 +398,12 @@ void ActRows::quantize(const float* x, int64_t ldx, int64_t rows, int64_t n, boo
     KVATTN_CHECK(n % 32 == 0, "qdot::ActRows: n = ", n, " is not a multiple of 32");
     q32_.resize(rows * n);
     r32_.resize(rows * n);
+    t32_.resize(rows * n);
     d32_.resize(rows * n / 32);
-    e32_.resize(rows * n / 32);
     s32_.resize(rows * n / 32);
     for (int64_t r = 0; r < rows; ++r) {
-      quantize_row_32(x + r * ldx, n, &q32_[r * n], &d32_[r * n / 32], &r32_[r * n],
-                      &e32_[r * n / 32], &s32_[r * n / 32]);
+      quantize_row_32(x + r * ldx, n, &q32_[r * n], &r32_[r * n], &t32_[r * n],
+                      &d32_[r * n / 32], &s32_[r * n / 32]);
     }
   }
   if (want256) {
@@ -423,7 +423,7 @@ ActRow ActRows::row(int64_t r) const {
     a.q32 = &q32_[r * n_];
     a.d32 = &d32_[r * n_ / 32];
     a.r32 = &r32_[r * n_];
-    a.e32 = &e32_[r * n_ / 32];
+    a.t32 = &t32_[r * n_];
     a.s32 = &s32_[r * n_ / 32];
   }
   if (!qk_.empty()) {
@@ -442,6 +442,11 @@ RowsKernel rows_kernel(GgmlType type, Isa isa) {
     if (RowsKernel f = table_for(static_cast<Isa>(i)).rows_fn[kind]) return f;
   }
   return nullptr;
+}
+
+void dequantize(GgmlType type, const uint8_t* src, float* dst, int64_t n) {
+  if (active_isa() >= Isa::kAvx2 && dequantize_avx2(type, src, dst, n)) return;
+  dequantize_row(type, src, dst, n);
 }
 
 void dot_with(Isa isa, GgmlType type, const uint8_t* w, const ActRow* x, int rows, int64_t n,

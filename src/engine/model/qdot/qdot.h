@@ -4,21 +4,22 @@
 // quantized once per GEMV.
 //
 // Activations (ActRows): each row of n floats is quantized twice, as the weight types need:
-//   q32: blocks of 32, d = amax/127, q = rne(x * 127/amax) (llama.cpp's Q8_0, with a float32
-//        d), and the residual x - q*d quantized the same way into (r32, e32): x ~ q*d + r*e
-//        to about 2^-16 of the block's amax, so the 32-block types (Q4_0, Q4_1, Q8_0) come
-//        out as close to float32 activations as makes no difference to greedy tokens (one
-//        int8 level alone flipped near-ties of the default model that float32 keeps); plus
-//        s32 = d * sum(q) + e * sum(r) per block (Q4_1's min term);
+//   q32: blocks of 32, d = amax/127, q = rne(x * 127/amax) (llama.cpp's Q8_0 with a float32
+//        d), then the remainder twice more at 1/128 of the step: r = rne((x - q d) * 128/d),
+//        t = rne((x - q d - r d/128) * 16384/d), all int8. X = 16384 q + 128 r + t is a
+//        22-bit integer activation with step d/16384 (2^-21 of the block's amax): decode then
+//        sees float32-grade activations, and a token's result moves with the step it is in
+//        only by float32 rounding, as with the float formats (one int8 level alone flipped the
+//        default model's chat answer at a 0.08-logit near-tie, and it turned every tiny
+//        upstream difference into a whole quantization step); s32 = (d/16384) * sum(X)
+//        per block (Q4_1's min term);
 //   qk:  blocks of 256, the same rule per 256 (llama.cpp's Q8_K), plus bsum16 = sum(q) per 16.
 // Every integer partial sum is exact; the float steps run in one fixed order, the same in
 // every ISA path, so the scalar, AVX2 and AVX-512 kernels return bit-identical floats
 // (the files are built with -ffp-contract=off so no compiler fuses a mul+add in one path only):
-//   32-blocks: lane l (0..7) of block b is the int sum over its elements 4l..4l+3 of w*q,
-//     lane' the same of w*r; float accumulator [8*(b%2) + l] += float(lane) * (d_w * d_x),
-//     then += float(lane') * (d_w * e_x); Q4_1 adds m_w * s32 in block
-//     order into a separate sum; the 16 accumulators reduce as a[i]+a[i+8], a[i]+a[i+4],
-//     a[i]+a[i+2], a[0]+a[1], then + the min sum.
+//   32-blocks: lane l (0..7) of block b is the exact int32 sum over its elements 4l..4l+3 of
+//     w * X (16384 Lq + 128 Lr + Lt, at most 2^30); float accumulator [8*(b%2) + l] +=
+//     float(lane) * (d_w * (d_x / 16384)); Q4_1 adds m_w * s32 in block
 //   256-blocks: per super-block, the exact int32 sums sumi (weights x activations with the
 //     sub-block scales) and summ (mins x bsums); r += (d * d_x) * float(sumi), then
 //     r -= (dmin * d_x) * float(summ), super-block after super-block.
@@ -53,11 +54,11 @@ int64_t block_bytes(GgmlType type);
 
 // One quantized activation row; pointers into an ActRows.
 struct ActRow {
-  const int8_t* q32;     // n
-  const float* d32;      // n / 32
-  const int8_t* r32;     // n: the residual's int8 values
-  const float* e32;      // n / 32: the residual's scale
-  const float* s32;      // n / 32: d32 * sum(q32) + e32 * sum(r32) of the block
+  const int8_t* q32;     // n: the int8 value
+  const int8_t* r32;     // n: the remainder at 1/128 of the step
+  const int8_t* t32;     // n: the remainder at 1/16384 of the step
+  const float* d32;      // n / 32: the step d
+  const float* s32;      // n / 32: (d / 16384) * sum of 16384 q + 128 r + t over the block
   const int8_t* qk;      // n (only when n % 256 == 0 and K types were asked for)
   const float* dk;       // n / 256
   const int16_t* bsum16; // n / 16
@@ -75,13 +76,13 @@ class ActRows {
 
  private:
   int64_t rows_ = 0, n_ = 0;
-  std::vector<int8_t> q32_, r32_, qk_;
-  std::vector<float> d32_, e32_, s32_, dk_;
+  std::vector<int8_t> q32_, r32_, t32_, qk_;
+  std::vector<float> d32_, s32_, dk_;
   std::vector<int16_t> bsum16_;
 };
 
 // Quantizes one row the same way (tests use it to build the reference's inputs).
-void quantize_row_32(const float* x, int64_t n, int8_t* q, float* d, int8_t* r, float* e,
+void quantize_row_32(const float* x, int64_t n, int8_t* q, int8_t* r, int8_t* t, float* d,
                      float* s);
 void quantize_row_256(const float* x, int64_t n, int8_t* q, float* d, int16_t* bsum16);
 
@@ -103,6 +104,10 @@ using RowsKernel = void (*)(const uint8_t* w, int64_t stride, int rows, const Ac
                             int64_t n, float* out);
 // Null where `isa` (and the ISAs below it) has no multi-row kernel for `type`.
 RowsKernel rows_kernel(GgmlType type, Isa isa);
+
+// Dequantizes n elements of `type` to float32 (prefill's panels): the same floats as
+// kvattn::dequantize_row, with AVX2 for the 32-element block types.
+void dequantize(GgmlType type, const uint8_t* src, float* dst, int64_t n);
 
 // out[r * ldo] = dot(weight row `w` (n elements of `type`, n a multiple of its block),
 // activation row r) for r < rows (1..kMaxRows), with the active ISA's kernel.

@@ -47,6 +47,16 @@ KVATTN_QDOT_AVX2 inline __m256i lanes4(__m256i w, __m256i x) {
   return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
 }
 
+// The exact int32 lanes of w . X, X = 16384 q + 128 r + t (qdot.h), from three int8 dots.
+template <bool kSigned>
+KVATTN_QDOT_AVX2 inline __m256i lanes22(__m256i w, const int8_t* q, const int8_t* r,
+                                        const int8_t* t) {
+  const __m256i lq = lanes4<kSigned>(w, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)));
+  const __m256i lr = lanes4<kSigned>(w, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r)));
+  const __m256i lt = lanes4<kSigned>(w, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(t)));
+  return _mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(lq, 14), _mm256_slli_epi32(lr, 7)), lt);
+}
+
 template <Kind K, int R>
 KVATTN_QDOT_AVX2 void dot32(const uint8_t* w, const ActRow* x, int64_t n, float* out,
                             int64_t ldo) {
@@ -70,13 +80,11 @@ KVATTN_QDOT_AVX2 void dot32(const uint8_t* w, const ActRow* x, int64_t n, float*
       wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
     }
     for (int r = 0; r < R; ++r) {
-      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[r].q32 + b * 32));
-      const __m256i xr = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[r].r32 + b * 32));
-      const __m256i l = lanes4<K != kQ4_1>(wv, xv);
-      const __m256i lr = lanes4<K != kQ4_1>(wv, xr);
+      const int64_t o = b * 32;
+      const __m256i l = lanes22<K != kQ4_1>(wv, x[r].q32 + o, x[r].r32 + o, x[r].t32 + o);
       __m256& a = acc[r][b & 1];
-      a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_cvtepi32_ps(l), _mm256_set1_ps(d * x[r].d32[b])));
-      a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_cvtepi32_ps(lr), _mm256_set1_ps(d * x[r].e32[b])));
+      a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_cvtepi32_ps(l),
+                                         _mm256_set1_ps(d * (x[r].d32[b] * 0x1p-14f))));
       if constexpr (K == kQ4_1) mins[r] = mins[r] + half(blk + 2) * x[r].s32[b];
     }
   }
@@ -96,9 +104,8 @@ KVATTN_QDOT_AVX2 void dot32_rows(const uint8_t* w, int64_t stride, const ActRow&
     mins[i] = 0.0f;
   }
   for (int64_t b = 0; b < nb; ++b) {
-    const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q32 + b * 32));
-    const __m256i xr = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.r32 + b * 32));
-    const float dx = x.d32[b], ex = x.e32[b];
+    const int64_t o = b * 32;
+    const float dx = x.d32[b] * 0x1p-14f;
     for (int i = 0; i < W; ++i) {
       const uint8_t* blk = w + i * stride + b * kBytes;
       __m256i wv;
@@ -109,12 +116,9 @@ KVATTN_QDOT_AVX2 void dot32_rows(const uint8_t* w, int64_t stride, const ActRow&
       } else {
         wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
       }
-      const __m256i l = lanes4<K != kQ4_1>(wv, xv);
-      const __m256i lr = lanes4<K != kQ4_1>(wv, xr);
-      const float d = half(blk);
+      const __m256i l = lanes22<K != kQ4_1>(wv, x.q32 + o, x.r32 + o, x.t32 + o);
       __m256& a = acc[i][b & 1];
-      a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_cvtepi32_ps(l), _mm256_set1_ps(d * dx)));
-      a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_cvtepi32_ps(lr), _mm256_set1_ps(d * ex)));
+      a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_cvtepi32_ps(l), _mm256_set1_ps(half(blk) * dx)));
       if constexpr (K == kQ4_1) mins[i] = mins[i] + half(blk + 2) * x.s32[b];
     }
   }
@@ -278,7 +282,41 @@ struct D256 {
   }
 };
 
+// x = q * d (+ m): a product then a sum, as dequantize_row's float32 code (no fused FMA).
+template <Kind K>
+KVATTN_QDOT_AVX2 void dequant32(const uint8_t* src, float* dst, int64_t n) {
+  constexpr int64_t kBytes = K == kQ4_0 ? kBytesQ4_0 : K == kQ4_1 ? kBytesQ4_1 : kBytesQ8_0;
+  for (int64_t b = 0; b < n / 32; ++b) {
+    const uint8_t* blk = src + b * kBytes;
+    const __m256 d = _mm256_set1_ps(half(blk));
+    __m256i q;
+    if constexpr (K == kQ4_0) {
+      q = _mm256_sub_epi8(nibbles(blk + 2), _mm256_set1_epi8(8));
+    } else if constexpr (K == kQ4_1) {
+      q = nibbles(blk + 4);
+    } else {
+      q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
+    }
+    const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
+    const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+    for (int k = 0; k < 4; ++k) {
+      __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(parts[k])), d);
+      if constexpr (K == kQ4_1) v = _mm256_add_ps(v, _mm256_set1_ps(half(blk + 2)));
+      _mm256_storeu_ps(dst + b * 32 + 8 * k, v);
+    }
+  }
+}
+
 }  // namespace
+
+bool dequantize_avx2(GgmlType type, const uint8_t* src, float* dst, int64_t n) {
+  switch (type) {
+    case GgmlType::kQ4_0: dequant32<kQ4_0>(src, dst, n); return true;
+    case GgmlType::kQ4_1: dequant32<kQ4_1>(src, dst, n); return true;
+    case GgmlType::kQ8_0: dequant32<kQ8_0>(src, dst, n); return true;
+    default: return false;
+  }
+}
 
 const Table& avx2_table() {
   static const Table t{{Rows<D32, kQ4_0>::run, Rows<D32, kQ4_1>::run, Rows<D32, kQ8_0>::run,

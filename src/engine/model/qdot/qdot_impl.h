@@ -21,6 +21,8 @@ struct Table {
 };
 
 const Table& scalar_table();
+// AVX2 dequantization of Q4_0 / Q4_1 / Q8_0 rows (false for other types).
+bool dequantize_avx2(GgmlType type, const uint8_t* src, float* dst, int64_t n);
 const Table& avx2_table();          // only called when the CPU has AVX2+FMA+F16C
 const Table& avx512_table(bool vnni);  // AVX-512 F/BW/VL (+ VNNI); null entries fall back
 
