@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -58,6 +59,11 @@ WorkloadSpec resolve_spec(const BenchArgs& a) {
   return s;
 }
 
+int64_t step_tokens(const BenchArgs& a) {
+  if (a.max_num_batched_tokens > 0) return a.max_num_batched_tokens;
+  return std::max<int64_t>(16, std::llround(16384 * a.scale));
+}
+
 LLMOptions llm_options(const BenchArgs& a, const WorkloadSpec& spec) {
   LLMOptions o;
   o.model = resolve_model_path(a.model);
@@ -72,7 +78,7 @@ LLMOptions llm_options(const BenchArgs& a, const WorkloadSpec& spec) {
   if (o.ctx_size == 0 && o.device.is_cpu() && spec.longest() > 4096) o.ctx_size = spec.longest();
   apply_kv_cache_args(a.kv, o);
   o.max_num_seqs = a.max_num_seqs;
-  o.max_num_batched_tokens = a.max_num_batched_tokens;
+  o.max_num_batched_tokens = step_tokens(a);
   o.gpu_memory_utilization = a.gpu_memory_utilization;
   o.cuda_graphs = !a.eager;
   o.tensor_parallel = a.tensor_parallel;
@@ -329,7 +335,7 @@ int run_bench(const BenchArgs& a) {
         {"device", a.device},
         {"cuda_graphs", a.device == "cuda" && !a.eager},
         {"max_num_seqs", a.max_num_seqs},
-        {"max_num_batched_tokens", a.max_num_batched_tokens},
+        {"max_num_batched_tokens", opt.max_num_batched_tokens},
         {"ctx_size", context},
         {"kv_cache_tokens", llm.kv_cache_tokens()},
         {"kv_cache_dtype", a.kv.dtype},

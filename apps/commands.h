@@ -74,7 +74,10 @@ struct BenchArgs {
   bool breakdown = false;
   int tensor_parallel = 1;
   int64_t max_num_seqs = 256;
-  int64_t max_num_batched_tokens = 16384;
+  // -1: 16384 times --scale (at least 16), so a scaled run splits its prompts over steps
+  // as the full one does (the prefix cache serves only prompts admitted after the step
+  // that computed the prefix).
+  int64_t max_num_batched_tokens = -1;
   int64_t kv_cache_mb = 0;
   int64_t ctx_size = 0;
   double gpu_memory_utilization = 0.9;

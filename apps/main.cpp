@@ -145,8 +145,9 @@ int main(int argc, char** argv) {
       ->default_val(1)->check(CLI::Range(1, 64));
   bench->add_option("--max-num-seqs", b.max_num_seqs, "Running sequences at most")
       ->default_val(256);
-  bench->add_option("--max-num-batched-tokens", b.max_num_batched_tokens, "Tokens per step")
-      ->default_val(16384);
+  bench->add_option("--max-num-batched-tokens", b.max_num_batched_tokens,
+                    "Tokens per step (default: 16384 times --scale, at least 16)")
+      ->check(CLI::PositiveNumber);
   bench->add_option("--kv-cache-mb", b.kv_cache_mb,
                     "KV cache size in MiB (0 => GPU: --gpu-memory-utilization; CPU: default)")
       ->default_val(0);

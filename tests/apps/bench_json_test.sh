@@ -35,6 +35,7 @@ long)  # one request of 164-328 prompt tokens and 10 new ones
   check '.workload.name == "long" and .workload.num_seqs == 1 and .workload.min_input == 164
          and .workload.max_input == 328 and .workload.output_tokens == 10'
   check '.prefix_cache.off == null and .prefix_cache.speedup == null'
+  check '.max_num_batched_tokens == 328'  # 16384 x --scale
   ;;
 *) fail "unknown workload" ;;
 esac
