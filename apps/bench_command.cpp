@@ -217,7 +217,12 @@ int run_bench(const BenchArgs& a) {
   const int64_t context = llm.max_model_len();
   const auto max_id = static_cast<int32_t>(std::min<int64_t>(10000, c.vocab_size));
   const std::string name = std::filesystem::path(opt.model).filename().string();
-  const char* mode = a.device == "cuda" ? (a.eager ? " (eager)" : " (cuda graphs)") : "";
+  // Phase timing on CUDA runs every step eagerly (cuda_phase_events.h).
+  const bool graphs = a.device == "cuda" && !a.eager && !a.breakdown;
+  const char* mode = a.device != "cuda" ? ""
+                     : graphs          ? " (cuda graphs)"
+                     : a.breakdown     ? " (eager: --breakdown)"
+                                       : " (eager)";
   std::fprintf(stderr, "loaded %s (%s, %lld layers, hidden %lld) on %s%s in %.1f s; KV pool %lld tokens (%s)\n",
                name.c_str(), c.architecture.c_str(), static_cast<long long>(c.num_layers),
                static_cast<long long>(c.hidden_size), a.device.c_str(), mode, load_s,
@@ -333,7 +338,7 @@ int run_bench(const BenchArgs& a) {
     Json j = {
         {"model", opt.model},
         {"device", a.device},
-        {"cuda_graphs", a.device == "cuda" && !a.eager},
+        {"cuda_graphs", graphs},
         {"max_num_seqs", a.max_num_seqs},
         {"max_num_batched_tokens", opt.max_num_batched_tokens},
         {"ctx_size", context},

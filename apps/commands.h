@@ -69,8 +69,8 @@ struct BenchArgs {
   bool eager = false;        // no CUDA graphs
   bool no_prefix_caching = false;  // the main run without the prefix cache
   bool no_compare = false;         // prefix workload: no second run with the cache off
-  // Per-phase step times on models that need a slower mode for them (CUDA, not yet
-  // implemented); the CPU model always times its phases in bench.
+  // CUDA: per-phase step times from events, every step eager (no graphs); the CPU model
+  // always times its phases in bench.
   bool breakdown = false;
   int tensor_parallel = 1;
   int64_t max_num_seqs = 256;

@@ -134,8 +134,8 @@ int main(int argc, char** argv) {
   bench->add_flag("--no-compare", b.no_compare,
                   "Prefix workload: skip the second run with the prefix cache off");
   bench->add_flag("--breakdown", b.breakdown,
-                  "Per-phase step times where they cost a slower mode (CUDA: not implemented "
-                  "yet); the CPU model always times its phases");
+                  "CUDA: time each step's phases (attention, GEMMs, other) with events; steps "
+                  "then run eagerly, without CUDA graphs. The CPU always times its phases");
   bench->add_option("--seed", b.seed, "Seed of the workload (std::mt19937)")->default_val(0);
   bench->add_option("-t,--temperature", b.temperature, "Sampling temperature (0 => greedy)")
       ->default_val(0.6);

@@ -63,6 +63,7 @@ std::vector<int64_t> decode_graph_ladder(int64_t max_decode_batch) {
 
 #include "engine/model/cuda_gemm.h"
 #include "engine/model/cuda_kernels.h"
+#include "engine/model/cuda_phase_events.h"
 #include "engine/model/cuda_sampling.h"
 #include "engine/model/factories.h"
 #include "engine/model/kv_copy.h"
@@ -194,6 +195,13 @@ class CudaModel final : public Model {
   void copy_kv_blocks(std::span<const BlockCopy> copies) override;
   int64_t kv_cache_budget(int64_t max_num_batched_tokens, double memory_fraction) override;
   void set_kv_scales(std::span<const float> k, std::span<const float> v) override;
+  // Per-phase times (cuda_phase_events.h): while on, decode steps run eagerly (no graph
+  // capture or replay); the figures are eager steps'. Not yet run on a GPU.
+  bool set_phase_timing(bool on) override {
+    phase_.on = on;
+    return true;
+  }
+  PhaseTimes last_phase_times() const override { return phase_.times(); }
 
   CudaModelStats stats() const;
 
@@ -284,6 +292,7 @@ class CudaModel final : public Model {
   std::vector<SampleParams> params_;
   bool planned_ = false;  // kv_cache_budget ran: capture the whole ladder at allocate_kv_cache
   CudaModelStats stats_;
+  k::PhaseEvents phase_;
 };
 
 CudaModel::CudaModel(ModelWeights w, Device device, const ModelOptions& options,
@@ -562,6 +571,7 @@ void CudaModel::run_fixed_body(size_t rung) {
 }
 
 void CudaModel::capture(size_t rung) {
+  phase_.cancel();  // no event may be recorded into the capture
   // Warm-up on pad rows (writes nothing): first-use work (GEMM plans, kernel attributes,
   // occupancy queries) happens here, outside the capture.
   write_pad_header();
@@ -753,6 +763,7 @@ bool CudaModel::fixed_eligible(const ModelInput& in) const {
 }
 
 void CudaModel::step(const ModelInput& in, const Out& out) {
+  phase_.cancel();  // a step that threw may have left one open
   check_input(in, out);
   cuda::DeviceGuard guard(device_.index);
   if (fixed_eligible(in)) {
@@ -763,6 +774,7 @@ void CudaModel::step(const ModelInput& in, const Out& out) {
   } else {
     step_general(in, out);
   }
+  phase_.end();  // both paths have synchronised the stream
 }
 
 void CudaModel::step_fixed(const ModelInput& in, const Out& out) {
@@ -770,7 +782,8 @@ void CudaModel::step_fixed(const ModelInput& in, const Out& out) {
   const auto R = static_cast<int64_t>(in.logit_rows.size());
   const size_t rung = rung_for(n);
   const int64_t b = fx_.ladder[rung];
-  if (options_.cuda_graphs && fx_.graphs[rung] == nullptr) capture(rung);
+  const bool graphs = options_.cuda_graphs && !phase_.on;  // phase timing runs eagerly
+  if (graphs && fx_.graphs[rung] == nullptr) capture(rung);
 
   const BatchContext& hc = *in.ctx;
   const auto slots = host_span(hc.slot_mapping);
@@ -794,10 +807,11 @@ void CudaModel::step_fixed(const ModelInput& in, const Out& out) {
   const size_t table_bytes = static_cast<size_t>(n * w) * sizeof(int32_t);
   if (table_bytes > 0) std::memcpy(hh.compact, table.data(), table_bytes);
   upload_header(table_bytes);
-  if (options_.cuda_graphs) {
+  if (graphs) {
     CUDA_CHECK(cudaGraphLaunch(fx_.graphs[rung], stream_));
     ++stats_.graph_replays;
   } else {
+    phase_.begin(stream_);
     run_fixed_body(rung);
     ++stats_.fixed_eager_steps;
   }
@@ -865,6 +879,7 @@ void CudaModel::step_general(const ModelInput& in, const Out& out) {
     void* ws = workspace_.ensure(ctx.decode_plan.workspace_bytes, device_);
     ctx.decode_workspace = TensorView(ws, DType::kU8, device_, {ctx.decode_plan.workspace_bytes});
   }
+  phase_.begin(stream_);
   run_layers(T, R, reinterpret_cast<const int32_t*>(dp + off[0]),
              reinterpret_cast<const int32_t*>(dp + off[1]),
              reinterpret_cast<const int32_t*>(dp + off[2]), ctx);
@@ -916,31 +931,47 @@ void CudaModel::run_layers(int64_t T, int64_t R, const int32_t* ids, const int32
   void* fin = act_.fin.data();
   void* lg = act_.logits.data();
 
+  // Phase boundaries (PhaseEvents; no-ops unless this eager step is timed): as the CPU model's.
+  const auto lap = [this](double PhaseTimes::*phase) { phase_.lap(phase, stream_); };
+  constexpr double PhaseTimes::*kAttention = &PhaseTimes::attention_s;
+  constexpr double PhaseTimes::*kGemm = &PhaseTimes::gemm_s;
+  constexpr double PhaseTimes::*kOther = &PhaseTimes::other_s;
   k::embed(embed_.data(), ids, T, H, rank_.rank * V, V, x, stream_);
   all_reduce(x, T * H);
   for (size_t i = 0; i < layers_.size(); ++i) {
     Layer& l = layers_[i];
     k::add_rmsnorm(x, i == 0 ? nullptr : o, l.input_norm.data(), eps, h, nullptr, T, H, stream_);
+    lap(kOther);
     gemm_.run(h, H, T, l.wqkv.data(), qkv_dim, H, qkv, qkv_dim, stream_);
+    lap(kGemm);
     k::qk_norm_rope(qkv, qkv_dim, T, nh, nkv, D, cfg_.qk_norm ? l.q_norm.data() : nullptr,
                     cfg_.qk_norm ? l.k_norm.data() : nullptr, eps, pos,
                     static_cast<float>(cfg_.rope_theta),
                     cfg_.rope_style == ModelConfig::RopeStyle::kInterleaved, stream_);
+    lap(kOther);
     l.attn->forward(TensorView(qkv, DType::kBF16, device_, {T, nh * D}, {qkv_dim, 1}),
                     TensorView(qkv + nh * D, DType::kBF16, device_, {T, nkv * D}, {qkv_dim, 1}),
                     TensorView(qkv + (nh + nkv) * D, DType::kBF16, device_, {T, nkv * D},
                                {qkv_dim, 1}),
                     ctx, TensorView(attn, DType::kBF16, device_, {T, nh * D}));
+    lap(kAttention);
     gemm_.run(attn, nh * D, T, l.wo.data(), H, nh * D, o, H, stream_);
     all_reduce(o, T * H);
+    lap(kGemm);
     k::add_rmsnorm(x, o, l.post_norm.data(), eps, h, nullptr, T, H, stream_);
+    lap(kOther);
     gemm_.run(h, H, T, l.wgate_up.data(), 2 * inter, H, gate_up, 2 * inter, stream_);
+    lap(kGemm);
     k::silu_mul(gate_up, T, inter, act, stream_);
+    lap(kOther);
     gemm_.run(act, inter, T, l.wdown.data(), H, inter, o, H, stream_);
     all_reduce(o, T * H);
+    lap(kGemm);
   }
   k::add_rmsnorm(x, o, final_norm_.data(), eps, fin, rows, R, H, stream_);
+  lap(kOther);
   gemm_.run(fin, H, R, lm_head_.data(), V, H, lg, V, stream_);
+  lap(kGemm);
   if (tensor_parallel() && R > 0 && !skip_collectives()) {
 #ifdef KVATTN_WITH_NCCL
     // Every rank's slice [size, R, V], then each slice into its columns of [R, size * V].
