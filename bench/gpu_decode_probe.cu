@@ -24,7 +24,7 @@
 
 #include "bench_util.cuh"
 #include "paged_decode_case.cuh"
-#include "kernels/cuda/decode_params.h"
+#include "kernels/cuda/decode/decode_params.h"
 #include "kernels/cuda/tuning.h"
 #include "kvattn/core/device.h"
 #include "kvattn/core/tensor.h"

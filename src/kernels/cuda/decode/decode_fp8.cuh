@@ -31,7 +31,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "kernels/cuda/decode_params.h"
+#include "kernels/cuda/decode/decode_params.h"
 #include "kernels/cuda/fp8_convert.cuh"
 #include "kernels/cuda/ptx.cuh"
 

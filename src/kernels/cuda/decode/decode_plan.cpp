@@ -14,7 +14,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/decode_params.h"
+#include "kernels/cuda/decode/decode_params.h"
 #include "kernels/cuda/device_props.h"
 
 namespace kvattn::cuda {

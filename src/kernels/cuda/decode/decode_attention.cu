@@ -1,0 +1,420 @@
+// Paged decode attention on the GPU: split-KV flash-decoding with tensor cores.
+//
+// Decode reads every cached K and V byte once and does ~2 FLOPs per byte, so it is bound by
+// memory bandwidth. The kernel (decode_params.h has the work decomposition) keeps HBM busy:
+// - a CTA holds up to 8 KV heads, one warp each (the GQA group x q_len tokens as the 16 rows
+//   of one mma tile, so each KV byte is read once); the warps walk the same keys, so every
+//   token's K/V row of the CTA's heads (contiguous in the cache) is read at once;
+// - each warp runs its own 16-byte cp.async pipeline of 16-key K+V tiles (3 stages at head_dim
+//   128, ~192 KB per CTA of 8 warps): no CTA-wide barrier in the loop; block-table entries are
+//   loaded two tiles ahead; keys past the end or behind a bad block id are zero-filled;
+// - QK^T and PV are mma.sync m16n8k16 (bf16/fp16 in, fp32 accumulate) on ldmatrix fragments of
+//   an XOR-swizzled tile (conflict-free); online softmax in the log2 domain, P in registers;
+// - stream-K: the CTAs cut the concatenated tiles of the whole batch into equal ranges, so long
+//   and short sequences alike spread over every SM; a merge kernel combines the pieces of the
+//   sequences a range boundary cut;
+// - small batches (few sequences x KV heads; decode_params.h "small mode") take a second kernel
+//   instead: one KV head per CTA, its warps split a chunk of one sequence's keys and combine
+//   on chip; the last chunk's CTA merges the others' pieces, which it polls as tagged LL words
+//   (no fence, no flag, no merge kernel); its K/V copies are marked evict-first in L2 (read
+//   once). On the H200 it streams 8 x 32768 at 4.25-4.3 TB/s (the stream kernel: 3.99) and a
+//   lone 8192-key sequence in 19.2-20.1 us after do_bench's memset flush (17.2-17.8 with a
+//   clean L2; docs/perf/NOTES.md, session 4).
+// No host sync and no allocation: capturable in a CUDA graph given the plan and workspace.
+//
+// Files (src/kernels/cuda/decode/): decode_params.h (parameters, work decomposition),
+// decode_common.cuh (building blocks, tile layout), decode_fp8.cuh (the fp8 tile),
+// decode_warp_tile.cuh (one warp's tile: copy and attend), decode_split_kernel.cuh,
+// decode_small_kernel.cuh, decode_merge_kernel.cuh; this file: the host side (configuration,
+// occupancy, dispatch, launch) and the entry.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <mutex>
+#include <random>
+#include <type_traits>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/decode/decode_merge_kernel.cuh"
+#include "kernels/cuda/decode/decode_params.h"
+#include "kernels/cuda/decode/decode_small_kernel.cuh"
+#include "kernels/cuda/decode/decode_split_kernel.cuh"
+#include "kernels/cuda/device_props.h"
+#include "kernels/cuda/tuning.h"
+
+namespace kvattn::cuda {
+namespace {
+
+// ---- host side -----------------------------------------------------------------------------
+constexpr int kMaxDevices = 64;
+
+int kv_bytes_of(DType cache_dtype) { return cache_dtype == DType::kF8E4M3 ? 1 : 2; }
+
+void check_device_index(int device) {
+  KVATTN_CHECK(device >= 0 && device < kMaxDevices, "decode_attention: device must be in [0, ",
+               kMaxDevices, ") but is ", device);
+}
+
+int max_optin_smem(int device) {
+  static std::array<std::atomic<int>, kMaxDevices> cache{};
+  check_device_index(device);
+  int n = cache[device].load(std::memory_order_relaxed);
+  if (n == 0) {
+    CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    cache[device].store(n, std::memory_order_relaxed);
+  }
+  return n;
+}
+
+// CTAs per SM of the split kernel (kSmall: the small-batch kernel) at (threads, smem); raises
+// its shared-memory limit once per device. Cached: the planner and every launch ask.
+template <typename T, typename KV, int D, bool kAligned16, bool kSmall = false>
+int split_occupancy(int device, int threads, int smem) {
+  struct Entry {
+    int device, threads, smem, ctas;
+  };
+  static std::mutex mu;
+  static std::vector<Entry> cache;
+  static std::array<bool, kMaxDevices> raised{};
+  check_device_index(device);
+  std::lock_guard<std::mutex> lock(mu);
+  for (const Entry& e : cache) {
+    if (e.device == device && e.threads == threads && e.smem == smem) return e.ctas;
+  }
+  DeviceGuard guard(device);
+  const auto kernel = kSmall ? decode_small_kernel<T, KV, D, kAligned16>
+                             : decode_kernel<T, KV, D, kAligned16>;
+  if (!raised[device]) {  // dynamic + static shared memory must stay within the opt-in limit
+    cudaFuncAttributes attr{};
+    CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    max_optin_smem(device) - static_cast<int>(attr.sharedSizeBytes)));
+    raised[device] = true;
+  }
+  int n = 0;
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem));
+  KVATTN_CHECK(n > 0, "decode_attention: a CTA of ", threads, " threads and ", smem,
+               " bytes of shared memory does not fit on an SM");
+  cache.push_back(Entry{device, threads, smem, n});
+  return n;
+}
+
+int prefix_bytes_for(int64_t num_seqs) {
+  return static_cast<int>(((num_seqs + 1 + 8) * 4 + 127) / 128 * 128);
+}
+
+int split_smem(const DecodeConfig& c, int prefix_bytes) {
+  return prefix_bytes + c.warps * c.stages * c.stage_bytes;
+}
+
+// The small-batch kernel's CTA of `warps` warps: stages as the stream kernel's, shared memory
+// for the tiles or the warps' combine, whichever is larger.
+struct SmallConfig {
+  int warps = 8;
+  int stages = 3;
+  int smem = 0;
+};
+SmallConfig small_config(int64_t num_kv_heads, int64_t rows, int64_t head_dim, int kv_bytes,
+                         int warps) {
+  const DecodeConfig c = decode_config(num_kv_heads, rows, head_dim, kv_bytes);
+  SmallConfig s;
+  s.warps = std::clamp(warps, 1, kDecodeMaxWarps);
+  // The stream kernel's stages, as many as fit for this CTA's warps (a knob may ask for more).
+  // (8 KB of the opt-in limit stay for the kernel's static shared memory: the query tile.)
+  s.stages = std::clamp(std::min(c.stages, ((227 << 10) - 8192) / (s.warps * c.stage_bytes)), 2,
+                        kDecodeMaxStages);
+  const int tiles = s.warps * s.stages * c.stage_bytes;
+  // The warps' states, then the merger's own piece (float32 rows and LSEs).
+  const int combine = s.warps * (kDecodeRows * static_cast<int>(head_dim + 4) + 2 * kDecodeRows) * 4 +
+                      kDecodeRows * static_cast<int>(head_dim + 1) * 4;
+  s.smem = std::max(tiles, combine);
+  return s;
+}
+
+// The one dispatch point: q dtype x cache dtype x head_dim. Supported: bf16, fp16 queries over
+// caches of their own dtype or float8_e4m3 (KV = uint8_t), head_dim 64 and 128.
+template <typename Fn>
+void dispatch(DType dtype, DType cache_dtype, int64_t head_dim, Fn&& fn) {
+  KVATTN_CHECK(dtype == DType::kBF16 || dtype == DType::kF16,
+               "decode_attention: unsupported dtype on CUDA: ", dtype, " (bfloat16, float16)");
+  KVATTN_CHECK(cache_dtype == dtype || cache_dtype == DType::kF8E4M3,
+               "decode_attention: unsupported cache dtype on CUDA: ", cache_dtype, " (", dtype,
+               " or float8_e4m3)");
+  const bool bf16 = dtype == DType::kBF16;
+  const bool fp8 = cache_dtype == DType::kF8E4M3;
+  auto with_d = [&]<int D>() {
+    if (bf16) {
+      fp8 ? fn.template operator()<__nv_bfloat16, uint8_t, D>()
+          : fn.template operator()<__nv_bfloat16, __nv_bfloat16, D>();
+    } else {
+      fp8 ? fn.template operator()<__half, uint8_t, D>() : fn.template operator()<__half, __half, D>();
+    }
+  };
+  switch (head_dim) {
+    case 64: with_d.template operator()<64>(); return;
+    case 128: with_d.template operator()<128>(); return;
+    default:
+      KVATTN_FAIL("decode_attention: unsupported head_dim: ", head_dim,
+                  " (the CUDA kernel supports 64 and 128)");
+  }
+}
+
+// Small mode's chunks per (sequence, unit) and warps per CTA; chunks 0: use the stream kernel.
+// Worth it only when the batch's units are few for the GPU (4+ chunks each). Warps: 8 when
+// that gives 4+ chunks, else 4 (2 CTAs per SM, twice the chunks): measured on the H200
+// (docs/perf/NOTES.md, round 3), 8 warps for 1-4 x 8192 (4 warps: 33 chunks of 1-2 tiles
+// per warp, +25%), 4 warps for 8 x 32768 (C = 4: 4.35 TB/s vs the stream kernel's 3.99).
+// cuda_tuning().decode_small_warps > 0 forces one count; decode_small_max_chunks caps C.
+struct SmallChoice {
+  int chunks = 0;
+  int warps = 8;
+};
+SmallChoice small_choice(int device, int64_t num_seqs, int64_t num_kv_heads, int64_t rows,
+                         int64_t head_dim, DType cache_dtype) {
+  const CudaTuning& tuning = cuda_tuning();
+  if (!tuning.decode_small || num_seqs <= 0 || num_seqs >= (int64_t{1} << 16)) return {};
+  const int64_t units = num_kv_heads * ((rows + kDecodeRows - 1) / kDecodeRows);
+  const int forced = tuning.decode_small_warps;
+  for (const int warps : {forced > 0 ? forced : 8, forced > 0 ? 0 : 4}) {
+    if (warps == 0) break;
+    const SmallConfig sc = small_config(num_kv_heads, rows, head_dim, kv_bytes_of(cache_dtype), warps);
+    int ctas = 0;
+    dispatch(DType::kBF16, cache_dtype == DType::kF8E4M3 ? cache_dtype : DType::kBF16, head_dim,
+             [&]<typename T, typename KV, int D>() {
+               ctas = split_occupancy<T, KV, D, true, true>(device, sc.warps * 32, sc.smem);
+             });
+    int64_t chunks = int64_t{sm_count(device)} * ctas / (num_seqs * units);
+    if (tuning.decode_small_max_chunks > 0) {
+      chunks = std::min<int64_t>(chunks, tuning.decode_small_max_chunks);
+    }
+    if (chunks >= 4) return {static_cast<int>(std::min<int64_t>(chunks, kSmallMaxChunks)), sc.warps};
+  }
+  return {};
+}
+
+// A fresh tag per launch for the small kernel's LL words (never 0, the cleared tag, and never
+// all ones: a zeroed or 0xFF-poisoned workspace word is never mistaken for this launch's).
+uint32_t next_epoch() {
+  static std::atomic<uint32_t> counter{[] {
+    std::random_device rd;
+    return static_cast<uint32_t>(rd());
+  }()};
+  for (;;) {
+    const uint32_t e = counter.fetch_add(1, std::memory_order_relaxed) * 2654435761u;
+    if (e != 0u && e != 0xffffffffu) return e;
+  }
+}
+
+// Stream mode is possible: few enough sequences for the shared prefix sum, 32-bit tile indices.
+bool stream_ok(int64_t num_seqs, int64_t capacity) {
+  return num_seqs <= kDecodeMaxStreamSeqs &&
+         num_seqs * ((capacity + kDecodeTileKeys - 1) / kDecodeTileKeys) < (int64_t{1} << 31);
+}
+
+template <typename T, typename KV, int D>
+void launch(DecodeParams p, bool aligned, int64_t ws_bytes, int device, cudaStream_t stream) {
+  constexpr int kKvBytes = static_cast<int>(sizeof(KV));
+  const DType cache_dtype = kIsFp8<KV> ? DType::kF8E4M3 : DType::kBF16;
+  const DecodeConfig c = decode_config(p.num_kv_heads, p.rows, D, kKvBytes);
+  const int64_t B = p.num_seqs;
+  if (p.num_splits > 1) {  // small mode: as many chunks as wanted and the workspace holds
+    const int64_t units = static_cast<int64_t>(p.num_kv_heads) * p.row_chunks;
+    const int64_t fixed = decode_small_ws_bytes(B, p.num_kv_heads, p.rows, D, 0);
+    const int64_t per_chunk = decode_small_ws_bytes(B, p.num_kv_heads, p.rows, D, 1) - fixed;
+    const int64_t fit = (ws_bytes - fixed) / per_chunk;
+    const SmallChoice choice = small_choice(device, B, p.num_kv_heads, p.rows, D, cache_dtype);
+    const int64_t chunks = std::min<int64_t>(choice.chunks, fit);
+    if (chunks >= 2) {
+      const SmallConfig sc = small_config(p.num_kv_heads, p.rows, D, kKvBytes, choice.warps);
+      const int64_t slots = B * chunks;
+      p.stages = sc.stages;
+      p.parts = static_cast<int>(chunks);
+      p.ws_ll = reinterpret_cast<uint64_t*>(p.ws_o);
+      p.ws_ll_lse = p.ws_ll + slots * p.num_kv_heads * p.rows * (D / 2);
+      p.ws_gen = reinterpret_cast<uint32_t*>(p.ws_ll_lse + slots * p.num_kv_heads * p.rows);
+      p.epoch = next_epoch();
+      p.probe = cuda_tuning().decode_probe;
+      const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(units),
+                      static_cast<unsigned>(B));
+      if (aligned) {
+        (void)split_occupancy<T, KV, D, true, true>(device, sc.warps * 32, sc.smem);
+        decode_small_kernel<T, KV, D, true><<<grid, sc.warps * 32, sc.smem, stream>>>(p);
+      } else {
+        (void)split_occupancy<T, KV, D, false, true>(device, sc.warps * 32, sc.smem);
+        decode_small_kernel<T, KV, D, false><<<grid, sc.warps * 32, sc.smem, stream>>>(p);
+      }
+      CUDA_CHECK_LAUNCH();
+      return;
+    }
+  }
+  bool stream_mode = p.num_splits > 1 && stream_ok(B, p.capacity);
+  int64_t slots = 0;
+  if (stream_mode) {
+    slots = decode_ws_slots(ws_bytes, B, static_cast<int64_t>(p.num_heads) * p.q_len, D);
+    stream_mode = slots - B + 1 >= 1;
+  }
+  p.heads_per_cta = c.heads_per_cta;
+  p.rc_per_cta = c.rc_per_cta;
+  p.head_blocks = c.head_blocks;
+  p.slices = c.head_blocks * c.rc_blocks;
+  p.stages = c.stages;
+  p.stream = stream_mode ? 1 : 0;
+  p.prefix_bytes = stream_mode ? prefix_bytes_for(B) : 0;
+  const int threads = c.warps * 32;
+  const int smem = split_smem(c, p.prefix_bytes);
+  const int ctas = aligned ? split_occupancy<T, KV, D, true>(device, threads, smem)
+                           : split_occupancy<T, KV, D, false>(device, threads, smem);
+  const int64_t per_slice = std::max<int64_t>(1, int64_t{sm_count(device)} * ctas / p.slices);
+  int64_t pieces_per_seq = 1;
+  if (stream_mode) {
+    const int64_t rows_total = static_cast<int64_t>(p.num_kv_heads) * p.rows;
+    p.ws_lse = p.ws_o + slots * rows_total * D;
+    p.ws_meta = reinterpret_cast<int32_t*>(p.ws_lse + slots * rows_total);
+    p.parts = static_cast<int>(per_slice);
+    p.part_cap = static_cast<int>(std::min<int64_t>(slots - B + 1, 1 << 30));
+    const int64_t ranges = std::min<int64_t>(p.parts, p.part_cap);
+    pieces_per_seq = std::min<int64_t>(ranges, (ranges + B - 1) / B + 1);
+  } else {
+    p.parts = static_cast<int>(std::min<int64_t>(B, per_slice));
+  }
+  p.merge_wpr = pieces_per_seq >= 48 ? 8 : pieces_per_seq >= 12 ? 4 : pieces_per_seq >= 4 ? 2 : 1;
+  const auto grid = static_cast<unsigned>(static_cast<int64_t>(p.parts) * p.slices);
+  if (aligned) {
+    decode_kernel<T, KV, D, true><<<grid, threads, smem, stream>>>(p);
+  } else {
+    decode_kernel<T, KV, D, false><<<grid, threads, smem, stream>>>(p);
+  }
+  CUDA_CHECK_LAUNCH();
+  if (!stream_mode || cuda_tuning().decode_debug_no_merge) return;
+  const int64_t rows = B * p.q_len * p.num_heads;
+  const int64_t rows_per_block = 8 / p.merge_wpr;
+  merge_kernel<T, D><<<static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block), 256, 0, stream>>>(p);
+  CUDA_CHECK_LAUNCH();
+}
+
+bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
+
+}  // namespace
+
+DecodeConfig decode_config(int64_t num_kv_heads, int64_t rows, int64_t head_dim, int kv_bytes) {
+  const CudaTuning& tuning = cuda_tuning();
+  DecodeConfig c;
+  const int64_t rc = (rows + kDecodeRows - 1) / kDecodeRows;
+  const int64_t hc_max = std::clamp(tuning.decode_heads_per_cta, 1, kDecodeMaxWarps);
+  if (rc <= kDecodeMaxWarps) {
+    c.rc_per_cta = static_cast<int>(rc);
+    c.rc_blocks = 1;
+    c.heads_per_cta = static_cast<int>(std::min<int64_t>(num_kv_heads, std::max<int64_t>(1, hc_max / rc)));
+  } else {
+    c.rc_per_cta = kDecodeMaxWarps;
+    c.rc_blocks = static_cast<int>((rc + kDecodeMaxWarps - 1) / kDecodeMaxWarps);
+    c.heads_per_cta = 1;
+  }
+  c.head_blocks = static_cast<int>((num_kv_heads + c.heads_per_cta - 1) / c.heads_per_cta);
+  c.warps = c.heads_per_cta * c.rc_per_cta;
+  c.stage_bytes = static_cast<int>(2 * kDecodeTileKeys * head_dim * kv_bytes);
+  // Default: ~192 KB of stages for a CTA of 8 warps (3 for head_dim 128, 6 for 64; fp8: 6 and
+  // 8), the same bytes in flight whatever the cache dtype; never more than fits next to the
+  // largest prefix sum.
+  const int stages = tuning.decode_stages > 0 ? tuning.decode_stages
+                                              : (192 << 10) / (kDecodeMaxWarps * c.stage_bytes);
+  const int fit = ((227 << 10) - prefix_bytes_for(kDecodeMaxStreamSeqs)) / (c.warps * c.stage_bytes);
+  c.stages = std::clamp(std::min(stages, fit), 2, kDecodeMaxStages);
+  return c;
+}
+
+int decode_parts(int device, const DecodeConfig& c, int64_t head_dim, int64_t num_seqs) {
+  const int smem = split_smem(c, prefix_bytes_for(num_seqs));
+  int ctas = 0;
+  dispatch(DType::kBF16, DType::kBF16, head_dim, [&]<typename T, typename KV, int D>() {
+    ctas = split_occupancy<T, KV, D, true>(device, c.warps * 32, smem);
+  });
+  return static_cast<int>(std::max<int64_t>(1, int64_t{sm_count(device)} * ctas /
+                                                   (c.head_blocks * c.rc_blocks)));
+}
+
+bool decode_stream_ok(int64_t num_seqs, int64_t capacity) { return stream_ok(num_seqs, capacity); }
+
+int decode_small_chunks(int device, int64_t num_seqs, int64_t num_kv_heads, int64_t rows,
+                        int64_t head_dim) {
+  return small_choice(device, num_seqs, num_kv_heads, rows, head_dim, DType::kBF16).chunks;
+}
+
+void decode_attention(const DecodeArgs& args, const AttentionShape& shape) {
+  if (shape.num_seqs == 0) return;
+  constexpr std::string_view fn = "decode_attention";
+  // 16-byte copies need 16-byte aligned rows; other layouts take a slower register-staged path.
+  const int64_t es = dtype_size(args.q.dtype);
+  const int64_t kv_es = dtype_size(args.k_cache.dtype);
+  const bool aligned = aligned16(args.k_cache.data) && aligned16(args.v_cache.data) &&
+                       (args.k_cache.stride(0) * kv_es) % 16 == 0 &&
+                       (args.v_cache.stride(0) * kv_es) % 16 == 0;
+  const int64_t capacity = shape.max_blocks_per_seq * shape.block_size;
+  KVATTN_CHECK(capacity < (int64_t{1} << 30) && shape.num_blocks < (int64_t{1} << 31) &&
+                   shape.num_seqs < (int64_t{1} << 30),
+               fn, ": sizes past the CUDA kernel's 32-bit indexing (capacity ", capacity,
+               ", num_blocks ", shape.num_blocks, ")");
+
+  DecodeParams p;
+  p.q = args.q.data;
+  p.out = args.out.data;
+  p.lse = args.lse.defined() ? static_cast<float*>(args.lse.data) : nullptr;
+  p.k_cache = args.k_cache.data;
+  p.v_cache = args.v_cache.data;
+  p.k_scale = args.k_scale.defined() ? args.k_scale.ptr<const float>() : nullptr;
+  p.v_scale = args.v_scale.defined() ? args.v_scale.ptr<const float>() : nullptr;
+  p.block_table = args.block_table.ptr<const int32_t>();
+  p.cache_seqlens = args.cache_seqlens.ptr<const int32_t>();
+  p.q_stride = args.q.stride(0);
+  p.out_stride = args.out.stride(0);
+  p.k_block_stride = args.k_cache.stride(0);
+  p.v_block_stride = args.v_cache.stride(0);
+  p.bt_stride = args.block_table.stride(0);
+  p.lse_head_stride = p.lse != nullptr ? args.lse.stride(0) : 0;
+  p.num_seqs = static_cast<int>(shape.num_seqs);
+  p.num_heads = static_cast<int>(shape.num_heads);
+  p.num_kv_heads = static_cast<int>(shape.num_kv_heads);
+  p.group = static_cast<int>(shape.num_heads / shape.num_kv_heads);
+  p.q_len = static_cast<int>(args.q_len);
+  p.rows = p.group * p.q_len;
+  p.row_chunks = (p.rows + kDecodeRows - 1) / kDecodeRows;
+  p.block_size = static_cast<int>(shape.block_size);
+  p.num_blocks = static_cast<int>(shape.num_blocks);
+  p.capacity = static_cast<int>(capacity);
+  p.len_hint = static_cast<int>(
+      args.plan.max_seqlen_k > 0 ? std::min(args.plan.max_seqlen_k, capacity) : capacity);
+  p.num_splits = args.plan.num_splits;
+  p.scale_log2 = shape.scale * 1.4426950408889634f;
+  p.causal = args.causal ? 1 : 0;
+  p.out_aligned4 = (reinterpret_cast<uintptr_t>(args.out.data) & 3u) == 0 && p.out_stride % 2 == 0;
+  p.q_aligned16 = aligned16(args.q.data) && (p.q_stride * es) % 16 == 0;
+  p.kv_evict_first = cuda_tuning().decode_kv_evict_first;
+  int64_t ws_bytes = 0;
+  if (p.num_splits > 1) {
+    const int64_t need = decode_workspace_bytes(shape.num_seqs, shape.num_heads, shape.head_dim,
+                                                args.q_len, p.num_splits);
+    ws_bytes = args.workspace.defined() ? args.workspace.nbytes() : 0;
+    KVATTN_CHECK(args.workspace.defined() && ws_bytes >= need, fn, ": a plan of ", p.num_splits,
+                 " splits needs a workspace of ", need, " bytes but got ", ws_bytes);
+    KVATTN_CHECK(aligned16(args.workspace.data), fn, ": workspace must be 16-byte aligned");
+    p.ws_o = static_cast<float*>(args.workspace.data);
+  }
+
+  const int device = args.q.device.index;
+  DeviceGuard guard(device);
+  p.fault_word = fault_word_ptr(device);
+  auto stream = static_cast<cudaStream_t>(args.stream.handle);
+  dispatch(args.q.dtype, args.k_cache.dtype, shape.head_dim, [&]<typename T, typename KV, int D>() {
+    launch<T, KV, D>(p, aligned, ws_bytes, device, stream);
+  });
+}
+
+}  // namespace kvattn::cuda

@@ -1,0 +1,117 @@
+// The merge kernel of the split kernel's stream mode: combines the pieces of each sequence
+// that a range boundary cut (normalized partials + log2-LSE in the workspace).
+#pragma once
+
+#include "kernels/cuda/decode/decode_common.cuh"
+
+namespace kvattn::cuda {
+namespace {
+
+// ---- merge of the pieces: wpr warps per output row -------------------------------------------
+template <typename T, int D>
+__global__ void __launch_bounds__(256) merge_kernel(const __grid_constant__ DecodeParams p) {
+  constexpr int kPer = D / 32;  // floats per lane
+  __shared__ float red[8][D + 4];
+  const int warp = threadIdx.x >> 5;
+  const int lane = threadIdx.x & 31;
+  const int wpr = p.merge_wpr;
+  const int sub = warp % wpr;
+  const int64_t row_id = static_cast<int64_t>(blockIdx.x) * (8 / wpr) + warp / wpr;
+  const int64_t total = static_cast<int64_t>(p.num_seqs) * p.q_len * p.num_heads;
+  int n = 0, slot0 = 0, head = 0, kvh = 0, r = 0;
+  int64_t token = 0;
+  if (row_id < total) {
+    head = static_cast<int>(row_id % p.num_heads);
+    token = row_id / p.num_heads;
+    const int b = static_cast<int>(token / p.q_len);
+    const int i = static_cast<int>(token - static_cast<int64_t>(b) * p.q_len);
+    slot0 = p.ws_meta[2 * b];
+    n = p.ws_meta[2 * b + 1];
+    kvh = head / p.group;
+    r = i * p.group + (head - kvh * p.group);
+  }
+  // Pieces sub, sub + wpr, ... of this row: their max LSE, then the weighted sum.
+  const int64_t wi0 = (static_cast<int64_t>(slot0) * p.num_kv_heads + kvh) * p.rows + r;
+  const int64_t wstep = static_cast<int64_t>(p.num_kv_heads) * p.rows;
+  float mx = kNegInf;
+  if (n >= 2) {
+    for (int j = sub + wpr * lane; j < n; j += wpr * 32) mx = fmaxf(mx, p.ws_lse[wi0 + j * wstep]);
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+  float acc[kPer];
+#pragma unroll
+  for (int e = 0; e < kPer; ++e) acc[e] = 0.0f;
+  float wsum = 0.0f;
+  if (n >= 2 && mx != kNegInf) {
+    constexpr int kUnroll = 8;  // loads in flight per warp
+    for (int j0 = sub; j0 < n; j0 += kUnroll * wpr) {
+      float f[kUnroll];
+      float x[kUnroll][kPer];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int j = j0 + u * wpr;
+        f[u] = 0.0f;
+#pragma unroll
+        for (int e = 0; e < kPer; ++e) x[u][e] = 0.0f;
+        if (j < n) {
+          const int64_t wi = wi0 + j * wstep;
+          f[u] = fast_exp2(p.ws_lse[wi] - mx);
+          const float* src = p.ws_o + wi * D + lane * kPer;
+          if constexpr (kPer == 4) {
+            const float4 v = *reinterpret_cast<const float4*>(src);
+            x[u][0] = v.x; x[u][1] = v.y; x[u][2] = v.z; x[u][3] = v.w;
+          } else {
+            const float2 v = *reinterpret_cast<const float2*>(src);
+            x[u][0] = v.x; x[u][1] = v.y;
+          }
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        wsum += f[u];
+#pragma unroll
+        for (int e = 0; e < kPer; ++e) acc[e] += f[u] * x[u][e];
+      }
+    }
+  }
+  if (wpr > 1) {  // combine the row's warps through shared memory
+    if (lane == 0) {
+      red[warp][D] = mx;
+      red[warp][D + 1] = wsum;
+    }
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) red[warp][lane * kPer + e] = acc[e];
+    __syncthreads();
+    if (sub == 0) {
+      float gm = kNegInf;
+      for (int w = 0; w < wpr; ++w) gm = fmaxf(gm, red[warp + w][D]);
+      wsum = 0.0f;
+#pragma unroll
+      for (int e = 0; e < kPer; ++e) acc[e] = 0.0f;
+      if (gm != kNegInf) {
+        for (int w = 0; w < wpr; ++w) {
+          const float wm = red[warp + w][D];
+          const float f = wm == kNegInf ? 0.0f : fast_exp2(wm - gm);
+          wsum += f * red[warp + w][D + 1];
+#pragma unroll
+          for (int e = 0; e < kPer; ++e) acc[e] += f * red[warp + w][lane * kPer + e];
+        }
+      }
+      mx = gm;
+    }
+  }
+  if (sub != 0 || n < 2) return;
+  const float inv = wsum > 0.0f ? 1.0f / wsum : 0.0f;
+  uint16_t* dst = static_cast<uint16_t*>(p.out) + token * p.out_stride +
+                  static_cast<int64_t>(head) * D + lane * kPer;
+#pragma unroll
+  for (int e = 0; e < kPer; ++e) dst[e] = to_bits<T>(acc[e] * inv);
+  if (p.lse != nullptr && lane == 0) {
+    p.lse[head * p.lse_head_stride + token] =
+        wsum > 0.0f ? (mx + __log2f(wsum)) * 0.69314718055994531f : kNegInf;
+  }
+}
+
+}  // namespace
+}  // namespace kvattn::cuda

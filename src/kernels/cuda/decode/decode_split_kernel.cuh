@@ -1,0 +1,360 @@
+// The split kernel (decode_params.h): CTAs of several KV heads, one cp.async pipeline per warp,
+// stream-K ranges over the batch's concatenated tiles (or whole sequences per CTA); pieces cut
+// by a range boundary go to the workspace for merge_kernel (decode_merge_kernel.cuh).
+#pragma once
+
+#include "kernels/cuda/decode/decode_warp_tile.cuh"
+
+namespace kvattn::cuda {
+namespace {
+
+// ---- the split kernel: multi-head CTAs, one pipeline per warp, stream-K ranges -------------
+
+// First index in [0, n] with a[i] >= x (a non-decreasing).
+__device__ __forceinline__ int lower_bound_smem(const int* a, int n, int x) {
+  int lo = 0, hi = n;
+  while (lo < hi) {
+    const int mid = (lo + hi) >> 1;
+    if (a[mid] < x) lo = mid + 1; else hi = mid;
+  }
+  return lo;
+}
+
+// A position in a CTA's stream of tiles: tile t of sequence b, inside the segment
+// [t0, t_end) of b's tiles that this CTA computes.
+struct Cursor {
+  int b;
+  int t;
+  int t0;
+  int t_end;
+  int len;
+  bool done;
+};
+
+// Where a CTA's tiles come from: a range [g0, g1) of the concatenated tiles (stream mode,
+// prefix = tile prefix sum in shared memory) or sequences part, part + parts, ... (whole mode).
+struct Source {
+  const int* prefix;
+  int g0, g1;
+  int part, parts;
+  bool stream;
+};
+
+// Moves c to the first non-empty segment of sequence `b` or a later one.
+__device__ __forceinline__ void seek(const DecodeParams& p, const Source& s, int b, Cursor& c) {
+  if (s.stream) {
+    while (b < p.num_seqs && s.prefix[b + 1] == s.prefix[b]) ++b;
+    if (b >= p.num_seqs || s.prefix[b] >= s.g1) {
+      c.done = true;
+      return;
+    }
+    const int base = s.prefix[b];
+    c.b = b;
+    c.t0 = c.t = max(s.g0 - base, 0);
+    c.t_end = min(s.prefix[b + 1], s.g1) - base;
+    c.len = seq_len(p, b, false);
+    c.done = false;
+  } else {
+    int len = 0;
+    while (b < p.num_seqs && (len = seq_len(p, b, false)) == 0) b += s.parts;
+    if (b >= p.num_seqs) {
+      c.done = true;
+      return;
+    }
+    c.b = b;
+    c.t0 = c.t = 0;
+    c.t_end = tiles_of(len);
+    c.len = len;
+    c.done = false;
+  }
+}
+
+__device__ __forceinline__ void advance(const DecodeParams& p, const Source& s, Cursor& c) {
+  if (c.done) return;
+  if (++c.t < c.t_end) return;
+  seek(p, s, s.stream ? c.b + 1 : c.b + s.parts, c);
+}
+
+template <typename T, typename KV, int D, bool kAligned16>
+__global__ void __launch_bounds__(kDecodeMaxWarps * 32)
+    decode_kernel(const __grid_constant__ DecodeParams p) {
+  using L = KvTile<KV, D>;
+  extern __shared__ __align__(128) uint8_t smem[];
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5;
+  const int lane = tid & 31;
+  const int slice = blockIdx.x % p.slices;
+  const int part = blockIdx.x / p.slices;
+  const int kvh = (slice % p.head_blocks) * p.heads_per_cta + warp / p.rc_per_cta;
+  const int rc = (slice / p.head_blocks) * p.rc_per_cta + warp % p.rc_per_cta;
+  const bool unit_ok = kvh < p.num_kv_heads && rc < p.row_chunks;
+  const int B = p.num_seqs;
+
+  Source src;
+  src.prefix = reinterpret_cast<const int*>(smem);
+  src.part = part;
+  src.parts = p.parts;
+  src.stream = p.stream != 0;
+  src.g0 = src.g1 = 0;
+  int b_lo = 0, b_hi = 0, total = 0;
+  if (src.stream) {
+    // Exclusive prefix sum of the sequences' tile counts: prefix[0..B], warp sums after it.
+    int* prefix = reinterpret_cast<int*>(smem);
+    int* wsum = prefix + B + 1;
+    const int per = (B + blockDim.x - 1) / blockDim.x;
+    const int lo = min(B, tid * per);
+    const int hi = min(B, lo + per);
+    int sum = 0;
+    for (int b = lo; b < hi; ++b) {
+      const int t = tiles_of(seq_len(p, b, blockIdx.x == 0));
+      prefix[b + 1] = t;
+      sum += t;
+    }
+    int incl = sum;
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+      const int v = __shfl_up_sync(0xffffffffu, incl, off);
+      if (lane >= off) incl += v;
+    }
+    if (lane == 31) wsum[warp] = incl;
+    if (tid == 0) prefix[0] = 0;
+    __syncthreads();
+    int run = incl - sum;
+    for (int w = 0; w < warp; ++w) run += wsum[w];
+    for (int b = lo; b < hi; ++b) {
+      run += prefix[b + 1];
+      prefix[b + 1] = run;
+    }
+    __syncthreads();
+    total = prefix[B];
+    const int nparts = max(1, min(p.parts, min(total, p.part_cap)));
+    if (part >= nparts) return;  // CTA-uniform
+    src.parts = nparts;
+    src.g0 = static_cast<int>(static_cast<int64_t>(part) * total / nparts);
+    src.g1 = static_cast<int>(static_cast<int64_t>(part + 1) * total / nparts);
+    // This range owns the sequences whose first tile lies in it (the last range also those
+    // starting at the end): it writes their meta, and zeros for the empty ones.
+    b_lo = lower_bound_smem(prefix, B, src.g0);
+    b_hi = part == nparts - 1 ? B : lower_bound_smem(prefix, B, src.g1);
+    if (slice == 0 && warp == 0) {
+      for (int b = b_lo + lane; b < b_hi; b += 32) {
+        const int first = prefix[b];
+        const int n = prefix[b + 1] - first;
+        int pieces = 0;
+        if (n > 0) {
+          const int last_part =
+              static_cast<int>((static_cast<int64_t>(first + n) * nparts - 1) / total);
+          pieces = last_part - part + 1;
+        }
+        p.ws_meta[2 * b] = part + b;
+        p.ws_meta[2 * b + 1] = pieces;
+      }
+    }
+  } else {
+    if (slice == 0 && tid == 0) {
+      for (int b = part; b < B; b += p.parts) (void)seq_len(p, b, true);  // report bad lengths
+    }
+  }
+  if (!unit_ok) return;  // no CTA-wide barrier below
+
+  const int gid = lane >> 2;  // mma row group
+  const int t4 = lane & 3;    // mma thread in group
+  const float scale_log2 = unit_scale_log2<KV>(p, kvh);
+
+  // Writes a finished piece of sequence b: o, m (log2 domain, scaled), l (summed over the quad)
+  // of this warp's rows, to out (+ lse) when the piece is all of b, else to slot part + b.
+  auto write_piece = [&](int b, bool direct, const float (&o)[D / 8][4], const float (&m)[2],
+                         const float (&l)[2]) {
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int r = rc * kDecodeRows + gid + 8 * hr;
+      if (r >= p.rows) continue;
+      const int i = r / p.group;
+      const int head = kvh * p.group + (r - i * p.group);
+      const int64_t token = static_cast<int64_t>(b) * p.q_len + i;
+      const float inv = l[hr] > 0.0f ? 1.0f / l[hr] : 0.0f;
+      const float lse2 = l[hr] > 0.0f ? m[hr] + __log2f(l[hr]) : kNegInf;
+      if (direct) {
+        uint16_t* dst = static_cast<uint16_t*>(p.out) + token * p.out_stride +
+                        static_cast<int64_t>(head) * D + 2 * t4;
+#pragma unroll
+        for (int nt = 0; nt < D / 8; ++nt) {
+          const uint16_t lo = to_bits<T>(o[nt][2 * hr] * inv);
+          const uint16_t hi = to_bits<T>(o[nt][2 * hr + 1] * inv);
+          if (p.out_aligned4) {
+            *reinterpret_cast<uint32_t*>(dst + nt * 8) = lo | (static_cast<uint32_t>(hi) << 16);
+          } else {
+            dst[nt * 8] = lo;
+            dst[nt * 8 + 1] = hi;
+          }
+        }
+        if (p.lse != nullptr && t4 == 0) {
+          p.lse[head * p.lse_head_stride + token] = lse2 * 0.69314718055994531f;
+        }
+      } else {
+        const int64_t wi =
+            (static_cast<int64_t>(part + b) * p.num_kv_heads + kvh) * p.rows + r;
+        float* dst = p.ws_o + wi * D + 2 * t4;
+#pragma unroll
+        for (int nt = 0; nt < D / 8; ++nt) {
+          *reinterpret_cast<float2*>(dst + nt * 8) =
+              make_float2(o[nt][2 * hr] * inv, o[nt][2 * hr + 1] * inv);
+        }
+        if (t4 == 0) p.ws_lse[wi] = lse2;
+      }
+    }
+  };
+
+  float o[D / 8][4];
+  float m[2];
+  float l[2];
+  auto reset_state = [&]() {
+#pragma unroll
+    for (int nt = 0; nt < D / 8; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.0f;
+    m[0] = m[1] = kNegInf;
+    l[0] = l[1] = 0.0f;
+  };
+
+  // Empty sequences this CTA owns: zeros (and lse -inf) for this warp's rows.
+  reset_state();
+  if (src.stream) {
+    for (int b = b_lo; b < b_hi; ++b) {
+      if (src.prefix[b + 1] == src.prefix[b]) write_piece(b, true, o, m, l);
+    }
+  } else {
+    for (int b = part; b < B; b += p.parts) {
+      if (seq_len(p, b, false) == 0) write_piece(b, true, o, m, l);
+    }
+  }
+
+  // ---- the tile pipeline of this warp ----
+  const int stages = p.stages;
+  uint8_t* const tiles = smem + p.prefix_bytes;
+  const uint32_t wbase = smem_u32(tiles) + static_cast<uint32_t>(warp * stages * L::kStageBytes);
+
+  Cursor cc;  // the tile computed next
+  seek(p, src, src.stream ? lower_bound_smem(src.prefix, B, src.g0 + 1) - 1 : part, cc);
+  Cursor ic = cc;  // the tile issued next
+  Cursor pc = ic;  // the one after it
+  advance(p, src, pc);
+  // Block id and in-block offset of key (lane & 15) of ic's tile (lanes 0-15) and of pc's
+  // tile (lanes 16-31); offset -1: past the sequence's end.
+  int nid = 0, noff = -1;
+  auto load_ids = [&](const Cursor& c, bool mine) {
+    if (!mine) return;
+    nid = 0;
+    noff = -1;
+    if (c.done) return;
+    const int key = c.t * kDecodeTileKeys + (lane & 15);
+    if (key < c.len) {
+      const int page = key / p.block_size;
+      nid = __ldg(p.block_table + static_cast<int64_t>(c.b) * p.bt_stride + page);
+      noff = key - page * p.block_size;
+    }
+  };
+  load_ids(ic, lane < 16);
+  load_ids(pc, lane >= 16);
+
+  auto issue = [&](int stage) {
+    issue_tile<KV, D, kAligned16, false>(p, wbase + stage * L::kStageBytes, nid, noff, lane, kvh,
+                                         0);
+  };
+  // After issuing ic: ic <- pc, whose ids move to lanes 0-15; pc advances and lanes 16-31
+  // load its ids (in flight while the next tiles are computed).
+  auto step_issue = [&]() {
+    const int id_hi = __shfl_down_sync(0xffffffffu, nid, 16);
+    const int off_hi = __shfl_down_sync(0xffffffffu, noff, 16);
+    if (lane < 16) {
+      nid = id_hi;
+      noff = off_hi;
+    }
+    ic = pc;
+    advance(p, src, pc);
+    load_ids(pc, lane >= 16);
+  };
+
+  for (int st = 0; st < stages - 1; ++st) {
+    if (!ic.done) {
+      issue(st);
+      step_issue();
+    }
+    cp_async_commit();
+  }
+
+  // Query fragments of the piece starting at c (rows past `rows` are zero), its causal limits
+  // (key j is visible to row r iff j < limit[r]) and a fresh softmax state.
+  uint32_t qf[D / 16][4];
+  int limit[2] = {0, 0};
+  int min_limit = 0, warp_limit = 0;
+  auto begin_piece = [&](const Cursor& c) {
+    const int len = c.len;
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int r = rc * kDecodeRows + gid + 8 * hr;
+      const bool valid = r < p.rows;
+      const int i = r / p.group;
+      const uint16_t* qrow = nullptr;
+      if (valid) {
+        const int64_t token = static_cast<int64_t>(c.b) * p.q_len + i;
+        const int head = kvh * p.group + (r - i * p.group);
+        qrow = static_cast<const uint16_t*>(p.q) + token * p.q_stride + static_cast<int64_t>(head) * D;
+      }
+#pragma unroll
+      for (int ks = 0; ks < D / 16; ++ks) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          uint32_t v = 0;
+          if (valid) {
+            const int d = kIsFp8<KV> ? decode_fp8_q_dim(ks, half, t4) : ks * 16 + half * 8 + 2 * t4;
+            const int d2 = d + (kIsFp8<KV> ? kFp8QPairStep : 1);
+            v = static_cast<uint32_t>(qrow[d]) | (static_cast<uint32_t>(qrow[d2]) << 16);
+          }
+          qf[ks][hr + 2 * half] = v;
+        }
+      }
+      limit[hr] = p.causal ? min(len, i + len - p.q_len + 1) : len;
+    }
+    min_limit = min(limit[0], limit[1]);
+    warp_limit = __reduce_max_sync(0xffffffffu, max(limit[0], limit[1]));
+    reset_state();
+  };
+  if (!cc.done) begin_piece(cc);  // its loads overlap the first tiles' latency
+
+  int cstage = 0, istage = stages - 1;
+  while (!cc.done) {
+    cp_async_wait_dyn(stages - 2);
+    __syncwarp();  // this tile landed for every lane; the stage refilled below is free
+    if (!ic.done) {
+      issue(istage);
+      step_issue();
+    }
+    cp_async_commit();
+    if (++istage == stages) istage = 0;
+
+    const int key0 = cc.t * kDecodeTileKeys;
+    if (key0 < warp_limit) {  // else every key of the tile is masked for every row
+      attend_tile<T, KV, D>(wbase + cstage * L::kStageBytes, qf, o, m, l, key0, limit,
+                            min_limit, scale_log2, lane);
+    }
+    if (++cstage == stages) cstage = 0;
+
+    const bool piece_done = cc.t + 1 == cc.t_end;
+    if (piece_done) {
+      if constexpr (kIsFp8<KV>) fp8_restore_o<D>(o, unit_v_scale<KV>(p, kvh), lane);
+      float lq[2];
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        lq[hr] = l[hr] + __shfl_xor_sync(0xffffffffu, l[hr], 1);
+        lq[hr] += __shfl_xor_sync(0xffffffffu, lq[hr], 2);
+      }
+      const bool direct = cc.t0 == 0 && cc.t_end == tiles_of(cc.len);
+      write_piece(cc.b, direct, o, m, lq);
+    }
+    advance(p, src, cc);
+    if (piece_done && !cc.done) begin_piece(cc);
+  }
+  cp_async_wait<0>();
+}
+
+}  // namespace
+}  // namespace kvattn::cuda

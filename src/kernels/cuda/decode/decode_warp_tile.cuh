@@ -1,0 +1,161 @@
+// One warp's work on one 16-key tile of the decode kernels: the copy of its K and V rows into
+// a pipeline stage (issue_tile) and S = Q K^T, online softmax, O += P V over a landed stage
+// (attend_tile), for 16-bit and float8_e4m3 caches.
+#pragma once
+
+#include "kernels/cuda/decode/decode_common.cuh"
+
+namespace kvattn::cuda {
+namespace {
+
+// Copies one warp's K and V tile (kDecodeTileKeys keys of KV head kvh) into the stage at kdst.
+// Key k's block id and in-block offset are lane k's (nid, noff); offset -1 (past the end) and
+// bad block ids are zero-filled, and a bad id is recorded in the fault word. kHint: the
+// copies carry the L2 cache `policy` (the small kernel: l2_policy(p.kv_evict_first)); the
+// stream kernel copies without one (the hinted form was 3% slower there on the H200).
+template <typename KV, int D, bool kAligned16, bool kHint>
+__device__ __forceinline__ void issue_tile(const DecodeParams& p, uint32_t kdst, int nid,
+                                           int noff, int lane, int kvh, uint64_t policy) {
+  using L = KvTile<KV, D>;
+  const KV* const k_cache = static_cast<const KV*>(p.k_cache);
+  const KV* const v_cache = static_cast<const KV*>(p.v_cache);
+  const int64_t kv_row = static_cast<int64_t>(p.num_kv_heads) * D;
+  const int copy_chunk = lane % L::kChunks;
+  const int copy_key0 = lane / L::kChunks;
+  const int64_t head_off = static_cast<int64_t>(kvh) * D + copy_chunk * L::kElemsPerChunk;
+#pragma unroll
+  for (int i = 0; i < L::kCopies; ++i) {
+    const int key_local = copy_key0 + i * L::kKeyStep;
+    const int id = __shfl_sync(0xffffffffu, nid, key_local);
+    const int off = __shfl_sync(0xffffffffu, noff, key_local);
+    const uint32_t dst = L::addr(kdst, key_local, copy_chunk);
+    const bool in_range = off >= 0;
+    const bool id_ok = static_cast<unsigned>(id) < static_cast<unsigned>(p.num_blocks);
+    if (in_range && !id_ok) record_fault(p.fault_word, kFaultBlockOutOfRange);
+    const bool ok = in_range && id_ok;
+    const int64_t row = ok ? static_cast<int64_t>(off) * kv_row + head_off : 0;
+    const KV* ksrc = ok ? k_cache + id * p.k_block_stride + row : k_cache;
+    const KV* vsrc = ok ? v_cache + id * p.v_block_stride + row : v_cache;
+    if constexpr (kAligned16) {
+      if constexpr (kHint) {
+        cp_async_16_hint(dst, ksrc, ok, policy);
+        cp_async_16_hint(dst + L::kTileBytes, vsrc, ok, policy);
+      } else {
+        cp_async_16(dst, ksrc, ok);
+        cp_async_16(dst + L::kTileBytes, vsrc, ok);
+      }
+    } else if constexpr (kIsFp8<KV>) {  // fp8 caches not 16-byte aligned: byte loads
+      st_shared_16(dst, ok ? load_16_bytes_unaligned(ksrc) : make_uint4(0, 0, 0, 0));
+      st_shared_16(dst + L::kTileBytes, ok ? load_16_bytes_unaligned(vsrc) : make_uint4(0, 0, 0, 0));
+    } else {  // caches only 2-byte aligned: stage the 8 elements through registers
+      st_shared_16(dst, ok ? load_8_unaligned(ksrc) : make_uint4(0, 0, 0, 0));
+      st_shared_16(dst + L::kTileBytes, ok ? load_8_unaligned(vsrc) : make_uint4(0, 0, 0, 0));
+    }
+  }
+}
+
+// One warp's step over a landed 16-key tile at kbase (V at kbase + kTileBytes): S = Q K^T,
+// causal mask (key j visible to row hr iff j < limit[hr]), online softmax in the log2 domain
+// (m, l per row; l summed over the lane's own columns only), O = O * alpha + P V.
+template <typename T, typename KV, int D>
+__device__ __forceinline__ void attend_tile(uint32_t kbase, const uint32_t (&qf)[D / 16][4],
+                                            float (&o)[D / 8][4], float (&m)[2], float (&l)[2],
+                                            int key0, const int (&limit)[2], int min_limit,
+                                            float scale_log2, int lane) {
+  using L = KvTile<KV, D>;
+  const int t4 = lane & 3;
+  const int mrow = lane & 7;
+  const int mat = lane >> 3;
+  const uint32_t vbase = kbase + L::kTileBytes;
+  // S = Q K^T over D in two independent mma chains (even and odd k-steps).
+  float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+  float s2[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+  if constexpr (kIsFp8<KV>) {
+    fp8_qk<T, D>(kbase, qf, s, s2, lane);
+  } else {
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+      uint32_t kb[4];
+      ldmatrix_x4(kb, L::addr(kbase, (mat >> 1) * 8 + mrow, 2 * ks + (mat & 1)));
+      if (ks & 1) {
+        mma_16816<T>(s2[0], qf[ks], kb[0], kb[1]);
+        mma_16816<T>(s2[1], qf[ks], kb[2], kb[3]);
+      } else {
+        mma_16816<T>(s[0], qf[ks], kb[0], kb[1]);
+        mma_16816<T>(s[1], qf[ks], kb[2], kb[3]);
+      }
+    }
+  }
+#pragma unroll
+  for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[nt][e] = (s[nt][e] + s2[nt][e]) * scale_log2;
+  }
+  if (key0 + kDecodeTileKeys > min_limit) {
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = key0 + nt * 8 + 2 * t4 + (e & 1);
+        if (key >= limit[e >> 1]) s[nt][e] = kNegInf;
+      }
+    }
+  }
+  // Online softmax (log2 domain) for rows g (hr 0) and g+8 (hr 1).
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    float mx = fmaxf(fmaxf(s[0][2 * hr], s[0][2 * hr + 1]), fmaxf(s[1][2 * hr], s[1][2 * hr + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float m_new = fmaxf(m[hr], mx);
+    const float base = m_new == kNegInf ? 0.0f : m_new;
+    const float alpha = fast_exp2(m[hr] - base);
+    m[hr] = m_new;
+    float sum = 0.0f;
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+      s[nt][2 * hr] = fast_exp2(s[nt][2 * hr] - base);
+      s[nt][2 * hr + 1] = fast_exp2(s[nt][2 * hr + 1] - base);
+      sum += s[nt][2 * hr] + s[nt][2 * hr + 1];
+    }
+    l[hr] = l[hr] * alpha + sum;
+#pragma unroll
+    for (int nt = 0; nt < D / 8; ++nt) {
+      o[nt][2 * hr] *= alpha;
+      o[nt][2 * hr + 1] *= alpha;
+    }
+  }
+  const uint32_t pa[4] = {pack2<T>(s[0][0], s[0][1]), pack2<T>(s[0][2], s[0][3]),
+                          pack2<T>(s[1][0], s[1][1]), pack2<T>(s[1][2], s[1][3])};
+  if constexpr (kIsFp8<KV>) {
+    fp8_pv<T, D>(vbase, pa, o, lane);
+  } else {
+#pragma unroll
+    for (int dt = 0; dt < D / 16; ++dt) {
+      uint32_t vb[4];
+      ldmatrix_x4_trans(vb, L::addr(vbase, (mat & 1) * 8 + mrow, 2 * dt + (mat >> 1)));
+      mma_16816<T>(o[2 * dt], pa, vb[0], vb[1]);
+      mma_16816<T>(o[2 * dt + 1], pa, vb[2], vb[3]);
+    }
+  }
+}
+
+// The unit's softmax scale (log2 domain) with an fp8 cache's k_scale folded in, and its
+// v_scale (1 for 16-bit caches or when no scale is given).
+template <typename KV>
+__device__ __forceinline__ float unit_scale_log2(const DecodeParams& p, int kvh) {
+  if constexpr (kIsFp8<KV>) {
+    if (p.k_scale != nullptr) return p.scale_log2 * __ldg(p.k_scale + kvh);
+  }
+  return p.scale_log2;
+}
+template <typename KV>
+__device__ __forceinline__ float unit_v_scale(const DecodeParams& p, int kvh) {
+  if constexpr (kIsFp8<KV>) {
+    if (p.v_scale != nullptr) return __ldg(p.v_scale + kvh);
+  }
+  return 1.0f;
+}
+
+}  // namespace
+}  // namespace kvattn::cuda
