@@ -30,15 +30,4 @@ if [ "${TESTS:-1}" != 0 ]; then
   done
 fi
 
-step "pip install kvattn (sm_90a)"
-kvattn_pip_install python3 "$OUT/py_install.log" || { tail -n 30 "$OUT/py_install.log"; exit 1; }
-if ls .peers/whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --target /tmp/peers_site .peers/whl/*.whl &&
-    export PYTHONPATH=/tmp/peers_site
-fi
-step "decode peers, same run"
-# FlashInfer's JIT builds fail with the carried Debian headers in CPATH (gpu_prefill_peers.sh).
-unset CPATH LIBRARY_PATH
-cd /tmp && PYTHONUNBUFFERED=1 OUT="$OUT" MAX_JOBS=$(nproc) FLASHINFER_CUDA_ARCH_LIST=9.0a \
-  timeout "${PEERS_TIMEOUT:-420}" python3 "$OLDPWD/bench/decode_peers_same_run.py" 2>&1 |
-  grep -v Warning | tee "$OUT/decode_peers.log" | tail -n 14
+kvattn_run_peers bench/decode_peers_same_run.py decode_peers.log 14
