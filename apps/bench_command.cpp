@@ -54,6 +54,7 @@ WorkloadSpec resolve_spec(const BenchArgs& a) {
   set(a.max_input, s.max_input);
   set(a.min_output, s.min_output);
   set(a.max_output, s.max_output);
+  check_spec(s);  // before scaling, which rounds 0 up to 1
   s = scaled(s, a.scale);
   check_spec(s);
   return s;
