@@ -34,6 +34,23 @@ int main(int argc, char** argv) {
   TinyShape qwen = small;
   qwen.arch = "qwen3", qwen.tied = false;
   write_file(root / "gguf/qwen3.gguf", tiny_gguf(qwen, nullptr).build());
+  // Gemma 3 metadata: soft-caps, scale, window, a per-layer sliding_window_pattern.
+  GgufBuilder gemma;
+  gemma.kv_str("general.architecture", "gemma3")
+      .kv_u32("gemma3.embedding_length", 8)
+      .kv_u32("gemma3.feed_forward_length", 16)
+      .kv_u32("gemma3.block_count", 3)
+      .kv_u32("gemma3.attention.head_count", 2)
+      .kv_u32("gemma3.attention.head_count_kv", 1)
+      .kv_u32("gemma3.attention.key_length", 8)
+      .kv_u32("gemma3.attention.value_length", 8)
+      .kv_u32("gemma3.attention.sliding_window", 4)
+      .kv_i32s("gemma3.attention.sliding_window_pattern", {1, 1, 0})
+      .kv_f32("gemma3.attention.scale", 0.25f)
+      .kv_f32("gemma3.final_logit_softcapping", 30.0f)
+      .kv_f32("gemma3.rope.freq_base_swa", 10000.0f);
+  gemma.tensor("token_embd.weight", {8, 4}, 0, std::vector<uint8_t>(128, 0));
+  write_file(root / "gguf/gemma3.gguf", gemma.build());
   GgufBuilder meta;
   meta.version = 2;
   meta.kv("u8", kU8, Bytes().u8(7)).kv("f64", kF64, Bytes().put<double>(1.5)).kv_bool("b", true);

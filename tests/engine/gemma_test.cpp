@@ -152,6 +152,69 @@ TEST(GemmaConfig, Transformers4LayoutsGiveTheSameLogits) {
   EXPECT_EQ(c.window_left(1), 7);
 }
 
+// Configs shaped like the Hub's gemma-2-2b-it and gemma-3-1b-it (transformers 4.4x/4.5x).
+TEST(GemmaConfig, HubShapedConfigs) {
+  auto parse = [](const nlohmann::json& j) {
+    TempDir dir;
+    std::ofstream(dir.path() / "config.json") << j.dump();
+    return config_from_hf_json((dir.path() / "config.json").string());
+  };
+  const ModelConfig g2 = parse({{"architectures", {"Gemma2ForCausalLM"}},
+                                {"attn_logit_softcapping", 50.0},
+                                {"final_logit_softcapping", 30.0},
+                                {"eos_token_id", {1, 107}},
+                                {"bos_token_id", 2},
+                                {"head_dim", 256},
+                                {"hidden_act", "gelu_pytorch_tanh"},
+                                {"hidden_activation", "gelu_pytorch_tanh"},
+                                {"hidden_size", 2304},
+                                {"intermediate_size", 9216},
+                                {"max_position_embeddings", 8192},
+                                {"num_attention_heads", 8},
+                                {"num_hidden_layers", 26},
+                                {"num_key_value_heads", 4},
+                                {"query_pre_attn_scalar", 256},
+                                {"rms_norm_eps", 1e-6},
+                                {"rope_theta", 10000.0},
+                                {"sliding_window", 4096},
+                                {"vocab_size", 256000}});
+  EXPECT_DOUBLE_EQ(g2.attention_scale, 1.0 / 16);
+  EXPECT_EQ(g2.window_left(0), 4095);
+  EXPECT_EQ(g2.window_left(25), -1);
+  EXPECT_TRUE(g2.tie_word_embeddings);
+  EXPECT_EQ(g2.extra_eos_ids, std::vector<int64_t>{107});
+  const ModelConfig g3 = parse({{"architectures", {"Gemma3ForCausalLM"}},
+                                {"attn_logit_softcapping", nullptr},
+                                {"final_logit_softcapping", nullptr},
+                                {"eos_token_id", {1, 106}},
+                                {"head_dim", 256},
+                                {"hidden_activation", "gelu_pytorch_tanh"},
+                                {"hidden_size", 1152},
+                                {"intermediate_size", 6912},
+                                {"max_position_embeddings", 32768},
+                                {"model_type", "gemma3_text"},
+                                {"num_attention_heads", 4},
+                                {"num_hidden_layers", 26},
+                                {"num_key_value_heads", 1},
+                                {"query_pre_attn_scalar", 256},
+                                {"rope_local_base_freq", 10000},
+                                {"rope_scaling", nullptr},
+                                {"rope_theta", 1000000},
+                                {"sliding_window", 512},
+                                {"sliding_window_pattern", 6},
+                                {"vocab_size", 262144}});
+  EXPECT_EQ(g3.attn_logit_softcap, 0.0);
+  EXPECT_EQ(g3.final_logit_softcap, 0.0);
+  EXPECT_EQ(g3.rope_scaling.type, RopeScaling::Type::kNone);
+  EXPECT_EQ(g3.rope_theta, 1e6);
+  EXPECT_EQ(g3.rope_local_theta, 1e4);
+  int64_t global = 0;
+  for (int64_t l = 0; l < 26; ++l) global += g3.window_left(l) < 0;
+  EXPECT_EQ(global, 4);  // layers 5, 11, 17, 23
+  EXPECT_EQ(g3.window_left(5), -1);
+  EXPECT_EQ(g3.window_left(25), 511);
+}
+
 // ---- each feature matters: switched off, the HF reference is missed ------------------------
 
 double error_without(const std::string& arch, const std::string& format, auto&& edit) {

@@ -194,15 +194,13 @@ void gemma_from_gguf(const GgufFile& g, ModelConfig& c) {
   c.sliding_layers.clear();
   const std::string pkey = a + "attention.sliding_window_pattern";
   if (const GgufValue* p = g.find(pkey); p != nullptr && p->is_array()) {
-    const std::vector<int64_t>* flags = nullptr;
-    try {
-      flags = &p->as_ints();
-    } catch (const Error&) {
-    }
-    KVATTN_CHECK(flags != nullptr && static_cast<int64_t>(flags->size()) == c.num_layers, file,
-                 ": ", pkey, " must be a period or an array of block_count (", c.num_layers,
+    using T = GgufValue::Type;
+    const T et = p->elem_type();
+    const bool flags = et != T::kString && et != T::kF32 && et != T::kF64 && et != T::kArray;
+    KVATTN_CHECK(flags && static_cast<int64_t>(p->array_size()) == c.num_layers, file, ": ",
+                 pkey, " must be a period or an array of block_count (", c.num_layers,
                  ") bools but is ", p->to_string());
-    for (int64_t f : *flags) c.sliding_layers.push_back(f != 0 ? 1 : 0);
+    for (int64_t f : p->as_ints()) c.sliding_layers.push_back(f != 0 ? 1 : 0);
   } else {
     const int64_t pattern = g.get_int(pkey, g2 ? 2 : 6);
     KVATTN_CHECK(pattern >= 0 && pattern <= (int64_t{1} << 20), file, ": ", pkey,
