@@ -1,7 +1,7 @@
 // The default model (SmolLM2-135M-Instruct, Q4_1 GGUF with a Q8_0 embedding) computed on its
 // own blocks (WeightFormat::kGguf, qdot's int8 dot products) against the same file
 // dequantized to float32 and against the former int8 re-quantization (kQ8): teacher-forced
-// greedy decoding (5 chat prompts one at a time, a prefill then 16 decode steps, every model fed the
+// greedy decoding (3 chat prompts one at a time, a prefill then 16 decode steps, every model fed the
 // float32 model's argmax so one near-tie cannot desynchronise the rest). Every step where a
 // model's argmax differs from float32's prints float32's top-2 margin there; the test
 // requires agreement except at near-ties (margin below 1.0 logit), and "Paris". Exits 77
@@ -141,8 +141,6 @@ TEST(DefaultModelQuant, GreedyTokensAgreeWithFloat32ExceptNearTies) {
   const Tokenizer tok = Tokenizer::from_gguf(GgufFile::open(kModel));
   std::vector<std::vector<int32_t>> prompts;
   for (const char* p : {"What is the capital of France?", "Write a haiku about the sea.",
-                        "Explain how a CPU cache works in two sentences.",
-                        "List three prime numbers and say why they are prime.",
                         "Tell me a short story about a robot who learns to paint."}) {
     std::vector<int32_t> ids = tok.encode(
         tok.apply_chat_template({ChatMessage{"user", p}}, /*add_generation_prompt=*/true),

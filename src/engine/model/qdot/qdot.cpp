@@ -394,6 +394,8 @@ void ActRows::quantize(const float* x, int64_t ldx, int64_t rows, int64_t n, boo
                        bool want256) {
   rows_ = rows;
   n_ = n;
+  if (!want32) q32_.clear();  // row() hands out only the forms built by this call
+  if (!want256) qk_.clear();
   if (want32) {
     KVATTN_CHECK(n % 32 == 0, "qdot::ActRows: n = ", n, " is not a multiple of 32");
     q32_.resize(rows * n);
