@@ -307,6 +307,11 @@ TEST(Gguf, CorruptTensorInfosNameTheTensor) {
   expect_error(one_tensor(2, {32, 2}, 3, 8, 48), "offset 8 is not a multiple of the alignment");
   expect_error(one_tensor(2, {32, 2}, 3, 0, 39), "lies past the end of the file");
   expect_error(one_tensor(2, {32, 2}, 3, ~0ull - 31, 40), "lies past the end of the file");
+  // A zero dim makes numel 0, but the other dims still size shapes and rows (a fuzzer find:
+  // ne = [7e18, 0] overflowed the row stride in dequantize).
+  expect_error(one_tensor(3, {1ull << 62, 0, 1ull << 3}, 0, 0, 4), "element count overflows");
+  const GgufFile empty = parse(one_tensor(2, {1ull << 62, 0}, 0, 0, 0));
+  EXPECT_EQ(empty.dequantize(empty.tensors()[0]).numel(), 0);
 
   GgufBuilder dup;
   dup.tensor("x", {1}, 0, testing::f32_bytes({1})).tensor("x", {1}, 0, testing::f32_bytes({1}));

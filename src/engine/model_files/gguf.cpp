@@ -5,6 +5,7 @@
 //   padding to general.alignment (default 32), then the data section.
 // Counts are checked against the bytes left before anything is reserved, so a forged count can
 // not trigger a huge allocation.
+#include <algorithm>
 #include <unordered_set>
 
 #include "engine/model_files/mapped_file.h"
@@ -196,14 +197,17 @@ void GgufFile::parse() {
     const uint32_t n_dims = r.read<uint32_t>(field + " n_dims");
     KVATTN_CHECK(n_dims <= kMaxGgufDims, file, ": ", field, " has ", n_dims,
                  " dimensions (at most ", kMaxGgufDims, ")");
-    int64_t numel = 1;
+    // The product of the nonzero dims is bounded too: with a zero dim (numel 0) the others
+    // still size shapes and row strides, which must not overflow in any order.
+    int64_t numel = 1, nonzero = 1;
     for (uint32_t d = 0; d < n_dims; ++d) {
       const uint64_t ne = r.read<uint64_t>(field + " ne[" + std::to_string(d) + "]");
       KVATTN_CHECK(ne <= static_cast<uint64_t>(INT64_MAX), file, ": ", field, " ne[", d,
                    "] = ", ne, " is out of range");
       t.ne.push_back(static_cast<int64_t>(ne));
-      KVATTN_CHECK(checked_mul(numel, t.ne.back(), &numel), file, ": ", field,
-                   " element count overflows (dims ", ne, "...)");
+      KVATTN_CHECK(checked_mul(numel, t.ne.back(), &numel) &&
+                       checked_mul(nonzero, std::max<int64_t>(t.ne.back(), 1), &nonzero),
+                   file, ": ", field, " element count overflows (dims ", ne, "...)");
     }
     t.numel = numel;
     const uint32_t type_id = r.read<uint32_t>(field + " type");
@@ -303,7 +307,7 @@ Tensor GgufFile::dequantize(const GgufTensorInfo& info) const {
   const std::span<const uint8_t> src = tensor_data(info);
   const int64_t row = info.ne.empty() ? 1 : info.ne[0];
   const int64_t rows = row == 0 ? 0 : info.numel / row;
-  const int64_t row_bytes = row / traits->block_elems * traits->block_bytes;
+  const int64_t row_bytes = rows == 0 ? 0 : row / traits->block_elems * traits->block_bytes;
   float* dst = out.ptr<float>();
 #pragma omp parallel for schedule(static) if (info.numel > (1 << 16))
   for (int64_t i = 0; i < rows; ++i) {
