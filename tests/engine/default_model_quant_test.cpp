@@ -16,6 +16,7 @@
 #include "kvattn/cache/batch_builder.h"
 #include "kvattn/engine/gguf.h"
 #include "kvattn/engine/model.h"
+#include "teacher_forced.h"
 #include "kvattn/engine/tokenizer.h"
 #include "kvattn/engine/weights.h"
 
@@ -34,57 +35,8 @@ std::unique_ptr<Model> make_model(WeightFormat f) {
   return Model::create(load_gguf_model(kModel, {}, load), Device::cpu(), o);
 }
 
-int32_t argmax(const float* l, int64_t n) {
-  return static_cast<int32_t>(std::max_element(l, l + n) - l);
-}
-float margin(const float* l, int64_t n) {
-  std::vector<float> v(l, l + n);
-  std::partial_sort(v.begin(), v.begin() + 2, v.end(), std::greater<>());
-  return v[0] - v[1];
-}
-
-// logits[model][step][prompt][vocab], every sequence fed models[0]'s argmax.
-std::vector<std::vector<std::vector<float>>> teacher_forced(
-    const std::vector<Model*>& models, const std::vector<std::vector<int32_t>>& prompts) {
-  const int64_t vocab = models[0]->config().vocab_size, bs = 16, num_blocks = 64;
-  for (Model* m : models) m->allocate_kv_cache(num_blocks, bs);
-  BlockManager bm(num_blocks, bs, /*enable_prefix_caching=*/false);
-  BatchMetadataBuilder builder(bm);
-  std::vector<Sequence> seqs;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    seqs.emplace_back(static_cast<SeqId>(i), prompts[i]);
-    bm.allocate(seqs.back());
-  }
-  std::vector<std::vector<std::vector<float>>> out(models.size());
-  for (int step = 0; step <= kSteps; ++step) {
-    std::vector<ScheduledSequence> batch;
-    std::vector<int32_t> rows;
-    int64_t row = 0;
-    for (auto& s : seqs) {
-      const int64_t n = s.num_uncomputed_tokens();
-      batch.push_back({&s, n});
-      row += n;
-      rows.push_back(static_cast<int32_t>(row - 1));
-    }
-    const BatchMetadata& meta = builder.build(batch);
-    ModelInput in;
-    in.token_ids = {meta.token_ids.ptr<const int32_t>(), static_cast<size_t>(meta.num_tokens)};
-    in.positions = {meta.positions.ptr<const int32_t>(), static_cast<size_t>(meta.num_tokens)};
-    in.logit_rows = rows;
-    in.ctx = &meta.ctx;
-    for (size_t m = 0; m < models.size(); ++m) {
-      out[m].emplace_back(rows.size() * vocab);
-      models[m]->forward(in, out[m].back());
-    }
-    for (size_t i = 0; i < seqs.size(); ++i) {
-      bm.mark_computed(seqs[i], batch[i].num_new_tokens);
-      seqs[i].append_token(argmax(&out[0].back()[i * vocab], vocab));
-      bm.append(seqs[i]);
-    }
-  }
-  for (auto& s : seqs) bm.free(s);
-  return out;
-}
+using test::argmax;
+using test::margin;
 
 // The last prompt token's logits computed in one prefill step of the whole prompt and in a
 // decode-sized step after the rest (what a prefix-cache hit does): every weight format
@@ -154,7 +106,7 @@ TEST(DefaultModelQuant, GreedyTokensAgreeWithFloat32ExceptNearTies) {
   // kStreamingMaxRows rows dequantize panels for sgemm, as prefill does).
   std::vector<std::vector<std::vector<float>>> logits(3);
   for (const auto& p : prompts) {
-    const auto one = teacher_forced({f32.get(), gguf.get(), q8.get()}, {p});
+    const auto one = test::teacher_forced({f32.get(), gguf.get(), q8.get()}, {p}, kSteps);
     for (int m = 0; m < 3; ++m) logits[m].insert(logits[m].end(), one[m].begin(), one[m].end());
   }
   const int64_t vocab = f32->config().vocab_size;

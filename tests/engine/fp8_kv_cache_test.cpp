@@ -20,6 +20,7 @@
 #include "kvattn/cache/batch_builder.h"
 #include "kvattn/engine/llm.h"
 #include "kvattn/engine/model.h"
+#include "teacher_forced.h"
 #include "kvattn/engine/weights.h"
 #include "support/test_util.h"
 
@@ -34,58 +35,8 @@ std::unique_ptr<Model> make_model(KVCacheDType d) {
   return Model::create(load_hf_model(test::checkpoint("tiny_qwen3")), Device::cpu(), o);
 }
 
-int32_t argmax(const float* l, int64_t n) { return static_cast<int32_t>(std::max_element(l, l + n) - l); }
-
-// Top-1 minus top-2 logit.
-float margin(const float* l, int64_t n) {
-  std::vector<float> v(l, l + n);
-  std::partial_sort(v.begin(), v.begin() + 2, v.end(), std::greater<>());
-  return v[0] - v[1];
-}
-
-// Runs every model on the same steps (one prefill of all prompts, then kSteps decode steps),
-// feeding each sequence the argmax of models[0]. Returns logits[model][step][prompt][vocab].
-std::vector<std::vector<std::vector<float>>> teacher_forced(
-    const std::vector<Model*>& models, const std::vector<std::vector<int32_t>>& prompts) {
-  const int64_t vocab = models[0]->config().vocab_size, bs = 16, num_blocks = 64;
-  for (Model* m : models) m->allocate_kv_cache(num_blocks, bs);
-  BlockManager bm(num_blocks, bs, /*enable_prefix_caching=*/false);
-  BatchMetadataBuilder builder(bm);
-  std::vector<Sequence> seqs;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    seqs.emplace_back(static_cast<SeqId>(i), prompts[i]);
-    bm.allocate(seqs.back());
-  }
-  std::vector<std::vector<std::vector<float>>> out(models.size());
-  for (int step = 0; step <= kSteps; ++step) {
-    std::vector<ScheduledSequence> batch;
-    std::vector<int32_t> rows;
-    int64_t row = 0;
-    for (auto& s : seqs) {
-      const int64_t n = s.num_uncomputed_tokens();
-      batch.push_back({&s, n});
-      row += n;
-      rows.push_back(static_cast<int32_t>(row - 1));
-    }
-    const BatchMetadata& meta = builder.build(batch);
-    ModelInput in;
-    in.token_ids = {meta.token_ids.ptr<const int32_t>(), static_cast<size_t>(meta.num_tokens)};
-    in.positions = {meta.positions.ptr<const int32_t>(), static_cast<size_t>(meta.num_tokens)};
-    in.logit_rows = rows;
-    in.ctx = &meta.ctx;
-    for (size_t m = 0; m < models.size(); ++m) {
-      out[m].emplace_back(rows.size() * vocab);
-      models[m]->forward(in, out[m].back());
-    }
-    for (size_t i = 0; i < seqs.size(); ++i) {
-      bm.mark_computed(seqs[i], batch[i].num_new_tokens);
-      seqs[i].append_token(argmax(&out[0].back()[i * vocab], vocab));
-      bm.append(seqs[i]);
-    }
-  }
-  for (auto& s : seqs) bm.free(s);
-  return out;
-}
+using test::argmax;
+using test::margin;
 
 std::vector<std::vector<int32_t>> prompts_of(uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -110,7 +61,7 @@ TEST(Fp8KvCacheEngine, GreedyTokensAgreeWithTheBf16CacheExceptNearTies) {
   // Calibrate fp8_cal on the prompts themselves: amax over one prefill, then amax / 448.
   {
     fp8_cal->track_kv_amax(true);
-    teacher_forced({fp8_cal.get()}, prompts);
+    test::teacher_forced({fp8_cal.get()}, prompts, kSteps);
     fp8_cal->track_kv_amax(false);
     const ModelConfig& c = fp8_cal->config();
     std::vector<float> ka(c.num_layers * c.num_kv_heads), va(ka.size());
@@ -122,7 +73,7 @@ TEST(Fp8KvCacheEngine, GreedyTokensAgreeWithTheBf16CacheExceptNearTies) {
   }
 
   const auto logits =
-      teacher_forced({bf16.get(), f32.get(), fp8.get(), fp8_cal.get()}, prompts);
+      test::teacher_forced({bf16.get(), f32.get(), fp8.get(), fp8_cal.get()}, prompts, kSteps);
   const int64_t vocab = bf16->config().vocab_size;
   const char* names[] = {"bf16", "float32", "fp8 (scales 1.0)", "fp8 (calibrated)"};
   for (size_t m = 1; m < logits.size(); ++m) {

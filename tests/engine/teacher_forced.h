@@ -1,0 +1,72 @@
+// Teacher-forced greedy comparison of models on the CPU engine path, shared by the engine tests
+// that compare a model variant (weight format, KV-cache dtype) against a reference model.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "kvattn/cache/batch_builder.h"
+#include "kvattn/cache/block_manager.h"
+#include "kvattn/engine/model.h"
+
+namespace kvattn::test {
+
+inline int32_t argmax(const float* l, int64_t n) {
+  return static_cast<int32_t>(std::max_element(l, l + n) - l);
+}
+
+// Top-1 minus top-2 logit.
+inline float margin(const float* l, int64_t n) {
+  std::vector<float> v(l, l + n);
+  std::partial_sort(v.begin(), v.begin() + 2, v.end(), std::greater<>());
+  return v[0] - v[1];
+}
+
+// Runs every model on the same steps (one prefill of all prompts, then `steps` decode steps),
+// feeding each sequence the argmax of models[0]. Returns logits[model][step][prompt][vocab].
+inline std::vector<std::vector<std::vector<float>>> teacher_forced(
+    const std::vector<Model*>& models, const std::vector<std::vector<int32_t>>& prompts,
+    int steps) {
+  const int64_t vocab = models[0]->config().vocab_size, bs = 16, num_blocks = 64;
+  for (Model* m : models) m->allocate_kv_cache(num_blocks, bs);
+  BlockManager bm(num_blocks, bs, /*enable_prefix_caching=*/false);
+  BatchMetadataBuilder builder(bm);
+  std::vector<Sequence> seqs;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    seqs.emplace_back(static_cast<SeqId>(i), prompts[i]);
+    bm.allocate(seqs.back());
+  }
+  std::vector<std::vector<std::vector<float>>> out(models.size());
+  for (int step = 0; step <= steps; ++step) {
+    std::vector<ScheduledSequence> batch;
+    std::vector<int32_t> rows;
+    int64_t row = 0;
+    for (auto& s : seqs) {
+      const int64_t n = s.num_uncomputed_tokens();
+      batch.push_back({&s, n});
+      row += n;
+      rows.push_back(static_cast<int32_t>(row - 1));
+    }
+    const BatchMetadata& meta = builder.build(batch);
+    ModelInput in;
+    in.token_ids = {meta.token_ids.ptr<const int32_t>(), static_cast<size_t>(meta.num_tokens)};
+    in.positions = {meta.positions.ptr<const int32_t>(), static_cast<size_t>(meta.num_tokens)};
+    in.logit_rows = rows;
+    in.ctx = &meta.ctx;
+    for (size_t m = 0; m < models.size(); ++m) {
+      out[m].emplace_back(rows.size() * vocab);
+      models[m]->forward(in, out[m].back());
+    }
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      bm.mark_computed(seqs[i], batch[i].num_new_tokens);
+      seqs[i].append_token(argmax(&out[0].back()[i * vocab], vocab));
+      bm.append(seqs[i]);
+    }
+  }
+  for (auto& s : seqs) bm.free(s);
+  return out;
+}
+
+}  // namespace kvattn::test
