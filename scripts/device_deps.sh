@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Run here (not on the GPU machine): downloads the Debian packages the GPU machine lacks into
 # the git-ignored .deps/ folder, which `run` carries; scripts/device_env.sh unpacks them there.
-# cpp-httplib (and what its pkg-config file requires) for `kvattn serve`, jq for the CLI tests;
-# not yet tried on the GPU machine (session 7 added them).
+# cpp-httplib (and what its pkg-config file requires) for `kvattn serve` (it builds there), jq
+# for the CLI tests; then the Python wheels of scripts/serve_load.py (.deps/wheels, below).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 grep -qx "/.deps/" .git/info/exclude 2>/dev/null || echo "/.deps/" >> .git/info/exclude
@@ -14,3 +14,21 @@ apt-get download libxxhash-dev libxxhash0 libdlpack-dev librapidcheck-dev \
   nlohmann-json3-dev libcli11-dev libfmt-dev libfmt9 \
   libcpp-httplib-dev libcpp-httplib0.11 libbrotli-dev libbrotli1 libssl-dev libssl3 \
   zlib1g-dev jq libjq1 libonig5
+# The `openai` client and its dependencies for scripts/serve_load.py (scripts/gpu_serve.sh
+# installs them with pip --no-index): wheels only, for the image's Python (3.12) and its
+# neighbours, 11 MB. matplotlib (+15 MB without NumPy and Pillow, which it also needs) only
+# with KVATTN_DEPS_PLOT=1; without it the plot is drawn here from the JSON (--plot-from).
+cd ..
+mkdir -p wheels
+for py in 3.11 3.12 3.13; do
+  python3 -m pip download -q --only-binary=:all: --python-version "$py" --implementation cp \
+    --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
+    --platform manylinux_2_28_x86_64 -d wheels openai
+  if [ "${KVATTN_DEPS_PLOT:-0}" = 1 ]; then
+    python3 -m pip download -q --only-binary=:all: --python-version "$py" --implementation cp \
+      --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
+      --platform manylinux_2_28_x86_64 --no-deps -d wheels matplotlib contourpy cycler \
+      fonttools kiwisolver pyparsing python-dateutil six packaging
+  fi
+done
+du -sh .
