@@ -7,7 +7,8 @@
 namespace kvattn::detail {
 
 void check_mask_options(std::string_view fn, int64_t window_left, int64_t window_right,
-                        float softcap, bool causal, Device device, AttentionShape& shape) {
+                        float softcap, bool causal, Device device, AttentionShape& shape,
+                        bool cuda_ok) {
   KVATTN_CHECK(window_left >= -1, fn, ": window_size left must be >= -1 (-1 = unbounded) but is ",
                window_left);
   KVATTN_CHECK(window_right >= -1, fn,
@@ -15,7 +16,7 @@ void check_mask_options(std::string_view fn, int64_t window_left, int64_t window
   KVATTN_CHECK(std::isfinite(softcap) && softcap >= 0.0f, fn,
                ": softcap must be finite and >= 0 (0 = off) but is ", softcap);
   const bool windowed = window_left >= 0 || window_right >= 0;
-  if (!device.is_cpu()) {
+  if (!device.is_cpu() && !cuda_ok) {
     KVATTN_CHECK(!windowed, fn, ": window_size: sliding windows are not supported on ", device,
                  " yet (CPU only) but window_size is (", window_left, ", ", window_right, ")");
     KVATTN_CHECK(softcap == 0.0f, fn, ": softcap is not supported on ", device,
@@ -27,9 +28,9 @@ void check_mask_options(std::string_view fn, int64_t window_left, int64_t window
 }
 
 void check_alibi_slopes(std::string_view fn, const TensorView& slopes, Device device,
-                        const AttentionShape& shape) {
+                        const AttentionShape& shape, bool cuda_ok) {
   if (!slopes.defined()) return;
-  KVATTN_CHECK(device.is_cpu(), fn, ": alibi_slopes is not supported on ", device,
+  KVATTN_CHECK(device.is_cpu() || cuda_ok, fn, ": alibi_slopes is not supported on ", device,
                " yet (CPU only) but alibi_slopes of shape ", slopes.shape_str(), " was given");
   KVATTN_CHECK(slopes.ndim == 1 || slopes.ndim == 2, fn,
                ": alibi_slopes must be [num_heads] or [num_seqs, num_heads] but has shape ",
@@ -43,6 +44,7 @@ void check_alibi_slopes(std::string_view fn, const TensorView& slopes, Device de
   check_dtype(fn, "alibi_slopes", slopes, DType::kF32);
   check_device(fn, "alibi_slopes", slopes, device);
   check_stride(fn, "alibi_slopes", slopes, slopes.ndim - 1, 1, "heads contiguous");
+  if (!device.is_cpu()) return;  // values on the GPU: not read here
   const int64_t rows = slopes.ndim == 2 ? shape.num_seqs : 1;
   const int64_t row_stride = slopes.ndim == 2 ? slopes.stride(0) : 0;
   for (int64_t b = 0; b < rows; ++b) {

@@ -9,17 +9,19 @@
 
 namespace kvattn::detail {
 
-// Checks window_left/right (each >= -1) and softcap (finite, >= 0), rejects them on backends
-// that do not implement them (CUDA, for now) and stores the resolved values in `shape`:
-// causal sets the right bound to 0, as flash-attn does.
+// Checks window_left/right (each >= -1) and softcap (finite, >= 0), rejects them on CUDA
+// unless `cuda_ok` (the op's CUDA backend implements them: prefill does, decode not yet) and
+// stores the resolved values in `shape`: causal sets the right bound to 0, as flash-attn does.
 void check_mask_options(std::string_view fn, int64_t window_left, int64_t window_right,
-                        float softcap, bool causal, Device device, AttentionShape& shape);
+                        float softcap, bool causal, Device device, AttentionShape& shape,
+                        bool cuda_ok = false);
 
-// Optional alibi_slopes: rejected on CUDA for now (first, whatever the tensor); on the CPU
-// float32 [num_heads] or [num_seqs, num_heads], last dim contiguous, every value finite. Call after the
-// shape's num_seqs and num_heads are known.
+// Optional alibi_slopes: on CUDA rejected first, whatever the tensor, unless `cuda_ok`.
+// float32 [num_heads] or [num_seqs, num_heads] on q's device, last dim contiguous; on the CPU
+// every value finite (on the GPU the values are not read on the host: that would sync). Call
+// after the shape's num_seqs and num_heads are known.
 void check_alibi_slopes(std::string_view fn, const TensorView& slopes, Device device,
-                        const AttentionShape& shape);
+                        const AttentionShape& shape, bool cuda_ok = false);
 
 // Optional cache_leftpad (decode): rejected on CUDA for now; on the CPU int32 [num_seqs],
 // contiguous, 0 <= cache_leftpad[b] <= cache_seqlens[b].

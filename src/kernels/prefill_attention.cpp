@@ -73,8 +73,9 @@ void prefill_attention(const PrefillArgs& a) {
   }
   check_lse(kFn, a.lse, a.q, shape);
   shape.scale = resolve_scale(kFn, a.softmax_scale, shape.head_dim);
-  check_mask_options(kFn, a.window_left, a.window_right, a.softcap, a.causal, device, shape);
-  check_alibi_slopes(kFn, a.alibi_slopes, device, shape);
+  check_mask_options(kFn, a.window_left, a.window_right, a.softcap, a.causal, device, shape,
+                     /*cuda_ok=*/true);
+  check_alibi_slopes(kFn, a.alibi_slopes, device, shape, /*cuda_ok=*/true);
   KVATTN_CHECK(a.max_seqlen_q >= 0 && a.max_seqlen_k >= 0, kFn,
                ": max_seqlen_q and max_seqlen_k must be >= 0 but are ", a.max_seqlen_q, " and ",
                a.max_seqlen_k);

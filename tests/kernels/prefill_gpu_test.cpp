@@ -6,6 +6,8 @@
 // K and V in one allocation, NaN in every cache byte no sequence owns, poisoned outputs and
 // guard checks around them. Plus a 32k context (checked on row windows), a batch of 256, bad
 // block ids / lengths / cu_seqlens caught by the fault word, and the unsupported head_dim error.
+// The PrefillGpuFeatures tests (issue 18) add sliding windows, softcap and ALiBi ([num_heads]
+// and [num_seqs, num_heads]) over head_dim 64/80/96/128/256, with the same case discipline.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -45,6 +47,9 @@ struct PrefillCase {
   int64_t windows = 0;  // 0: check every row; else check 64-row windows (long contexts)
   bool fp8 = false;     // paged: the caches quantised to float8_e4m3
   bool fp8_scales = false;  // fp8: random per-KV-head k_scale / v_scale (else 1.0)
+  int64_t window_left = -1, window_right = -1;  // flash-attn's window_size
+  float softcap = 0.0f;
+  int alibi = 0;  // 0: none; 1: slopes [num_heads]; 2: [num_seqs, num_heads]
 
   std::string describe() const {
     std::ostringstream os;
@@ -52,6 +57,12 @@ struct PrefillCase {
        << (causal ? " causal" : " non-causal");
     if (paged) os << " paged bs=" << bs << (fused_kv ? " fused-kv" : "");
     if (fp8) os << " fp8" << (fp8_scales ? " scales" : "");
+    if (window_left >= 0 || window_right >= 0) {
+      os << " window=(" << window_left << "," << window_right << ")";
+    }
+    if (softcap > 0.0f) os << " softcap=" << softcap;
+    if (alibi != 0) os << (alibi == 1 ? " alibi[H]" : " alibi[B,H]");
+    if (scale != 0.0f) os << " scale=" << scale;
     os << " q_pad=" << q_pad << " kv_pad=" << kv_pad << " lse=" << with_lse << " (Lq,Lk)=";
     for (size_t b = 0; b < lq.size() && b < 8; ++b) os << "(" << lq[b] << "," << lk[b] << ")";
     if (lq.size() > 8) os << "... x" << lq.size();
@@ -228,6 +239,19 @@ void run_case(const PrefillCase& c, std::mt19937_64& rng, const std::string& key
   test::RowBuffer out = test::make_rows(total_q, hq, c.d, c.dt, c.q_pad, 24);  // poisoned
   Tensor lse_host = Tensor::empty({hq, total_q}, DType::kF32);
   std::memset(lse_host.data(), 0xFF, static_cast<size_t>(lse_host.nbytes()));
+  // ALiBi slopes, positive, in the range of the usual 2^(-8 i / H) sequence.
+  Tensor slopes;
+  if (c.alibi != 0) {
+    slopes = c.alibi == 1 ? Tensor::empty({hq}, DType::kF32)
+                          : Tensor::empty({std::max<int64_t>(n, 1), hq}, DType::kF32);
+    std::uniform_real_distribution<float> u(0.004f, 0.5f);
+    for (int64_t i = 0; i < slopes.numel(); ++i) slopes.ptr<float>()[i] = u(rng);
+  }
+  // The reference of rows [a, a + rows) of a window case keeps its alignment only when keys
+  // past the diagonal are invisible (causal): row windows are for causal cases.
+  ASSERT_TRUE(c.windows == 0 || c.causal ||
+              (c.window_left < 0 && c.window_right < 0 && c.alibi == 0))
+      << "row-window checking needs a causal case";
 
   // GPU run.
   const Mirror mq = Mirror::of(q.storage), mo = Mirror::of(out.storage);
@@ -266,6 +290,11 @@ void run_case(const PrefillCase& c, std::mt19937_64& rng, const std::string& key
   g.max_seqlen_k = *std::max_element(c.lk.begin(), c.lk.end());
   g.softmax_scale = c.scale;
   g.causal = c.causal;
+  g.window_left = c.window_left;
+  g.window_right = c.window_right;
+  g.softcap = c.softcap;
+  const Tensor slopes_dev = c.alibi != 0 ? slopes.to(kGpu) : Tensor();
+  if (c.alibi != 0) g.alibi_slopes = slopes_dev.view();
   g.out = mo.on_device(out.view);
   const Mirror ml = Mirror::of(lse_host);
   if (c.with_lse) g.lse = ml.on_device(lse_host.view());
@@ -308,6 +337,11 @@ void run_case(const PrefillCase& c, std::mt19937_64& rng, const std::string& key
     r.cu_seqlens_k = ck.view();
     r.softmax_scale = c.scale;
     r.causal = c.causal;
+    r.window_left = c.window_left;
+    r.window_right = c.window_right;
+    r.softcap = c.softcap;
+    if (c.alibi == 1) r.alibi_slopes = slopes.view();
+    if (c.alibi == 2) r.alibi_slopes = slopes.view().slice0(b, b + 1);  // [1, num_heads]
     Tensor o = Tensor::empty({rows, hq, c.d}, DType::kF32);
     Tensor l = Tensor::empty({hq, rows}, DType::kF32);
     r.out = o.view();
@@ -674,10 +708,11 @@ TEST(PrefillGpu, BadLengthsAreSkippedAndReported) {
   }
 }
 
+// head_dim 80/96/256 run since issue 18; 192 is still refused.
 TEST(PrefillGpu, UnsupportedHeadDimIsAReadableError) {
-  Tensor q = Tensor::zeros({4, 2, 96}, DType::kBF16, kGpu);
-  Tensor k = Tensor::zeros({4, 2, 96}, DType::kBF16, kGpu);
-  Tensor out = Tensor::zeros({4, 2, 96}, DType::kBF16, kGpu);
+  Tensor q = Tensor::zeros({4, 2, 192}, DType::kBF16, kGpu);
+  Tensor k = Tensor::zeros({4, 2, 192}, DType::kBF16, kGpu);
+  Tensor out = Tensor::zeros({4, 2, 192}, DType::kBF16, kGpu);
   const Tensor cu = test::int_tensor({0, 4}).to(kGpu);
   PrefillArgs a;
   a.q = q.view();
@@ -690,11 +725,220 @@ TEST(PrefillGpu, UnsupportedHeadDimIsAReadableError) {
   a.out = out.view();
   try {
     prefill_attention(a);
-    FAIL() << "head_dim 96 must be rejected on the GPU";
+    FAIL() << "head_dim 192 must be rejected on the GPU";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("unsupported head_dim: 96"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("unsupported head_dim: 192"), std::string::npos)
         << e.what();
   }
+}
+
+// ---- issue 18: window, softcap, ALiBi, head_dim 80/96/256 (the extended kernels) ----
+
+const std::vector<int64_t> kFeatureHeadDims = {64, 80, 96, 128, 256};
+
+// A random window / softcap / ALiBi on top of a random_case: window kinds left only, both
+// sides, right only, (0, 0), wider than every sequence, none; softcap sometimes with scale 1
+// (large scores, so the cap bites); ALiBi off, [num_heads] or [num_seqs, num_heads].
+void add_random_features(std::mt19937_64& rng, PrefillCase& c) {
+  const int64_t w = pick(rng, std::vector<int64_t>{0, 1, 15, 64, 97, uniform_int(rng, 2, 400)});
+  switch (uniform_int(rng, 0, 5)) {
+    case 0: c.window_left = w; break;
+    case 1: c.window_left = w; c.window_right = pick(rng, std::vector<int64_t>{0, 1, 33, w}); break;
+    case 2: c.window_right = w; break;
+    case 3: c.window_left = 0; c.window_right = 0; break;
+    case 4: c.window_left = 5000; c.window_right = 5000; break;
+    default: break;
+  }
+  if (uniform_int(rng, 0, 2) == 0) {
+    c.softcap = pick(rng, std::vector<float>{5.0f, 20.0f, 50.0f});
+    if (uniform_int(rng, 0, 1) == 0) c.scale = 1.0f;
+  }
+  c.alibi = static_cast<int>(uniform_int(rng, 0, 2));
+}
+
+TEST(PrefillGpuFeatures, RandomSweep) {
+  const bool quick = test::quick_mode();
+  const int per_combo = quick ? 1 : 2;
+  int index = 0;
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    for (int64_t d : kFeatureHeadDims) {
+      for (bool causal : {true, false}) {
+        for (bool paged : {false, true}) {
+          for (int i = 0; i < per_combo; ++i, ++index) {
+            if (!test::case_selected(index)) continue;
+            const uint64_t seed = test::case_seed();
+            std::mt19937_64 rng(seed);
+            PrefillCase c = random_case(rng, dt, d, causal, paged, quick);
+            add_random_features(rng, c);
+            SCOPED_TRACE(test::case_note(index, seed, c.describe()));
+            run_case(c, rng, std::string("prefill features ") + (paged ? "paged " : "packed ") +
+                                 std::string(dtype_name(dt)));
+            if (HasFatalFailure()) return;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Windows around the tile sizes of the extended kernels (64 or 128 query rows, 32 or 64 keys)
+// over lengths at the tile edges, packed and paged with pages 1/16/256, each head_dim, causal
+// or not, GQA 1..8; every third case with softcap and ALiBi too.
+TEST(PrefillGpuFeatures, WindowTileEdges) {
+  const std::vector<int64_t> lengths = {1, 31, 32, 33, 63, 64, 65, 127, 128, 129, 300};
+  const std::vector<int64_t> windows = {0, 1, 31, 32, 33, 63, 64, 65, 127, 128, 129, 1000};
+  const std::vector<int64_t> pages = {1, 16, 256};
+  const bool quick = test::quick_mode();
+  int index = 0;
+  for (int64_t d : kFeatureHeadDims) {
+    for (bool causal : {true, false}) {
+      for (int layout = 0; layout < 3; ++layout) {  // packed, paged, paged with a prefix
+        for (int rep = 0; rep < (quick ? 1 : 2); ++rep, ++index) {
+          if (!test::case_selected(index)) continue;
+          const uint64_t seed = test::case_seed();
+          std::mt19937_64 rng(seed);
+          PrefillCase c;
+          c.dt = index % 2 == 0 ? DType::kBF16 : DType::kF16;
+          c.d = d;
+          c.causal = causal;
+          c.paged = layout > 0;
+          c.bs = pages[static_cast<size_t>(index) % pages.size()];
+          c.group = 1 + index % 8;
+          c.hkv = 1 + index % 2;
+          c.lq = lengths;
+          c.lk = lengths;
+          if (layout == 2) {
+            for (int64_t& lk : c.lk) lk += pick(rng, std::vector<int64_t>{1, 32, 64, 129, 300});
+          }
+          c.window_left = pick(rng, windows);
+          if (!causal) c.window_right = pick(rng, std::vector<int64_t>{-1, 0, 1, 32, 65});
+          if (index % 3 == 0) {
+            c.softcap = 30.0f;
+            c.alibi = 1 + index % 2;
+          }
+          SCOPED_TRACE(test::case_note(index, seed, c.describe()));
+          run_case(c, rng, "prefill features tile edges");
+          if (HasFatalFailure()) return;
+        }
+      }
+    }
+  }
+}
+
+// Softcap and ALiBi alone and together, without a window, causal and not: both slope
+// shapes, every head_dim, packed and paged, a batch of 3 and of 17.
+TEST(PrefillGpuFeatures, SoftcapAndAlibi) {
+  const bool quick = test::quick_mode();
+  int index = 0;
+  for (int64_t d : kFeatureHeadDims) {
+    for (int kind = 0; kind < 4; ++kind) {  // softcap, alibi [H], alibi [B,H], both
+      if (quick && kind % 2 == 1) continue;
+      if (!test::case_selected(index)) {
+        ++index;
+        continue;
+      }
+      const uint64_t seed = test::case_seed();
+      std::mt19937_64 rng(seed);
+      PrefillCase c = random_case(rng, kind % 2 == 0 ? DType::kBF16 : DType::kF16, d,
+                                  /*causal=*/kind != 1, /*paged=*/kind >= 2, quick);
+      c.softcap = kind == 0 || kind == 3 ? 10.0f : 0.0f;
+      if (kind == 0) c.scale = 1.0f;  // raw scores in the tens: the cap matters
+      c.alibi = kind == 0 ? 0 : (kind == 1 ? 1 : 2);
+      if (kind == 3) c.alibi = 1 + static_cast<int>(index % 2);
+      SCOPED_TRACE(test::case_note(index++, seed, c.describe()));
+      run_case(c, rng, "prefill softcap alibi");
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
+// Issue 18's shape: a 4096-key window over a 32k causal prefill (paged, page 16, and a 4k
+// prefix-hit chunk over 32k packed keys), head_dim 128 and 256, checked on 64-row windows.
+TEST(PrefillGpuFeatures, LongWindow32k) {
+  if (test::quick_mode()) GTEST_SKIP() << "quick mode";
+  int index = 0;
+  for (int64_t d : {128, 256}) {
+    for (bool paged : {true, false}) {
+      const uint64_t seed = test::case_seed();
+      std::mt19937_64 rng(seed);
+      PrefillCase c;
+      c.dt = DType::kBF16;
+      c.d = d;
+      c.hkv = 1;
+      c.group = 4;
+      c.paged = paged;
+      c.bs = 16;
+      c.lq = {paged ? 32768 : 4096};
+      c.lk = {32768};
+      c.window_left = 4095;
+      c.softcap = d == 256 ? 50.0f : 0.0f;
+      c.windows = 3;
+      SCOPED_TRACE(test::case_note(index++, seed, c.describe()));
+      run_case(c, rng, "prefill long window");
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
+// Key tiles entirely left of every row's window are never read: their block-table entries
+// are bad ids, which would raise kFaultBlockOutOfRange if they were looked up.
+TEST(PrefillGpuFeatures, WindowSkipsTilesBeforeIt) {
+  const uint64_t seed = test::case_seed();
+  std::mt19937_64 rng(seed);
+  SCOPED_TRACE(test::case_note(0, seed, "window skips tiles"));
+  for (int64_t d : {128, 256}) {
+    FaultSetup f;
+    f.c.d = d;
+    // Every sequence: 64 queries over 200 keys, so rows see keys >= 136 - 40 = 96 at most
+    // 40 back; blocks 0..4 (keys 0..79) hold bad ids.
+    std::vector<int64_t> edits;
+    for (int64_t b = 0; b < 3; ++b) {
+      for (int64_t blk = 0; blk < 5; ++blk) edits.insert(edits.end(), {b, blk, blk % 2 ? -3 : (1 << 28)});
+    }
+    build_fault_setup(f, rng, edits, {0, 64, 128, 192}, {0, 200, 400, 600});
+    f.args.window_left = 40;
+    f.args.softcap = 30.0f;
+    ASSERT_EQ(clear_faults(), 0u);
+    prefill_attention(f.args);
+    EXPECT_EQ(clear_faults(), 0u) << "a key tile left of the window was read";
+    const Tensor dl = f.mo.download();
+    const TensorView got = f.mo.in(dl, f.out.view);
+    EXPECT_TRUE(test::untouched_outside(dl, got)) << "bytes outside out's rows changed";
+    const std::vector<double> all = test::to_doubles(got);
+    EXPECT_EQ(std::count_if(all.begin(), all.end(), [](double x) { return !std::isfinite(x); }), 0);
+    // Without the window the same table is read and reported.
+    f.args.window_left = -1;
+    prefill_attention(f.args);
+    EXPECT_EQ(clear_faults(), static_cast<uint32_t>(kFaultBlockOutOfRange));
+  }
+}
+
+// float8_e4m3 caches with a window (or softcap, ALiBi, head_dim 80/96/256) are refused, by
+// name, before any launch.
+TEST(PrefillGpuFeatures, Fp8WithFeaturesIsAReadableError) {
+  const uint64_t seed = test::case_seed();
+  std::mt19937_64 rng(seed);
+  FaultSetup f;
+  build_fault_setup(f, rng, {}, {0, 64, 128, 192}, {0, 200, 400, 600});
+  Tensor cache8 = Tensor::zeros({f.pk.storage.nbytes() / 2}, DType::kU8, kGpu);
+  TensorView k8 = f.args.k, v8 = f.args.v;
+  for (TensorView* t : {&k8, &v8}) {
+    const int64_t off = static_cast<const char*>(t->data) - static_cast<const char*>(f.mkv.device.data());
+    t->data = static_cast<char*>(cache8.data()) + off / 2;
+    t->dtype = DType::kF8E4M3;
+  }
+  f.args.k = k8;
+  f.args.v = v8;
+  f.args.window_left = 16;
+  try {
+    prefill_attention(f.args);
+    FAIL() << "fp8 caches with a window must be refused on the GPU";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("float8_e4m3 caches are not supported on the GPU together with"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(clear_faults(), 0u);
 }
 
 }  // namespace

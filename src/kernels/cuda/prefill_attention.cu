@@ -3,10 +3,14 @@
 // x dtype (bf16, fp16) x head_dim (64, 128) x causal x paged. The sm_80 kernels live in
 // prefill_kernel.cuh, instantiated by prefill_inst_*.cu; the Hopper ones in
 // hopper/prefill_sm90_*.
+// Calls with a window, softcap, ALiBi or head_dim 80/96/256 take the sm_80 kernel's extended
+// form (kExt, prefill_ext_inst_*.cu) on every architecture: the Hopper kernel does not have
+// them yet. Float8 caches with those options are refused.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -75,8 +79,9 @@ void dispatch_bool(bool v, F&& f) {
 
 PrefillParams make_prefill_params(const PrefillArgs& a, const AttentionShape& s) {
   const int D = static_cast<int>(s.head_dim);
-  KVATTN_CHECK(D == 64 || D == 128, kFn, ": unsupported head_dim: ", D,
-               " (the CUDA kernels support 64 and 128)");
+  KVATTN_CHECK(D == 64 || D == 80 || D == 96 || D == 128 || D == 256, kFn,
+               ": unsupported head_dim: ", D,
+               " (the CUDA kernels support 64, 80, 96, 128 and 256)");
   check_aligned("q", a.q, 0);
   check_aligned("out", a.out, 0);
   check_aligned(s.paged ? "k_cache" : "k", a.k, s.paged ? 1 : 0);
@@ -127,6 +132,19 @@ PrefillParams make_prefill_params(const PrefillArgs& a, const AttentionShape& s)
   p.max_seqlen_q = static_cast<int>(a.max_seqlen_q);
   p.scale = s.scale;
   p.scale_log2 = static_cast<float>(static_cast<double>(s.scale) * 1.4426950408889634);
+  p.head_dim = D;
+  // Resolved by the entry (causal => right 0); a bound past INT32_MAX is as good as none.
+  auto clamp_window = [](int64_t w) { return static_cast<int>(std::min<int64_t>(w, INT32_MAX)); };
+  p.window_left = clamp_window(s.window_left);
+  p.window_right = clamp_window(s.window_right);
+  if (s.softcap > 0.0f) {
+    p.softcap_in = static_cast<float>(2.0 * 1.4426950408889634 * s.scale / s.softcap);
+    p.softcap_out = s.softcap / s.scale;
+  }
+  if (a.alibi_slopes.defined()) {
+    p.alibi_slopes = a.alibi_slopes.ptr<const float>();
+    p.alibi_seq_stride = a.alibi_slopes.ndim == 2 ? a.alibi_slopes.stride(0) : 0;
+  }
   return p;
 }
 
@@ -140,9 +158,28 @@ void prefill_attention(const PrefillArgs& a, const AttentionShape& s) {
                a.q.dtype);
   // float8_e4m3 caches (paged only): the sm_80 kernel's register-staged fp8 copy.
   const bool fp8 = s.paged && a.k.dtype == DType::kF8E4M3;
-  const bool sm90 = !fp8 && prefill_sm90_eligible(p, s.paged, a.q.device.index);
+  // Window, softcap, ALiBi, head_dim 80/96/256: the extended sm_80 kernels.
+  const bool ext = s.window_left >= 0 || (s.window_right >= 0 && !a.causal) ||
+                   s.softcap > 0.0f || a.alibi_slopes.defined() ||
+                   (s.head_dim != 64 && s.head_dim != 128);
+  KVATTN_CHECK(!(ext && fp8), kFn,
+               ": float8_e4m3 caches are not supported on the GPU together with window_size, "
+               "softcap, alibi_slopes or head_dim ", s.head_dim, " yet");
+  const bool sm90 = !fp8 && !ext && prefill_sm90_eligible(p, s.paged, a.q.device.index);
   auto with_dtype = [&](auto tag) {
     using T = typename decltype(tag)::type;
+    if (ext) {
+      dispatch_bool(s.paged, [&](auto paged) {
+        if (s.head_dim == 64) {
+          launch_prefill_ext<T, 64, paged.value>(p, stream);
+        } else if (s.head_dim == 256) {
+          launch_prefill_ext<T, 256, paged.value>(p, stream);
+        } else {  // 80, 96, 128 (zero-padded to the 128-wide tile)
+          launch_prefill_ext<T, 128, paged.value>(p, stream);
+        }
+      });
+      return;
+    }
     dispatch_bool(a.causal, [&](auto causal) {
       if (fp8) {
         if (s.head_dim == 64) {

@@ -12,6 +12,14 @@
 // Paged keys: each 16-byte piece of a K/V row resolves its block through the block table; when
 // block_size is a multiple of kBlockN a whole tile lies in one block and is resolved once.
 // Block ids outside [0, num_blocks) are zero-filled and reported (kFaultBlockOutOfRange).
+//
+// kExt (the "extended" kernels, ExtPrefillTile): sliding window, softcap and ALiBi
+// (prefill_mask.cuh), causal as the window's right bound 0, and the tensors' head_dim read at
+// run time: 80 and 96 run on the 128-wide tile with the missing 16-byte pieces of Q, K and V
+// zero-filled (so they add 0 to Q K^T, and the padded output columns are not stored), 256 on
+// its own tile. A CTA visits only the key tiles some of its rows can see (a window's left edge
+// moves the first tile, not just the mask). The plain kernels (kExt = false) compile exactly
+// as before: the window and padding code is behind `if constexpr`.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -23,6 +31,7 @@
 #include "kernels/cuda/device_faults.cuh"
 #include "kernels/cuda/fp8_convert.cuh"
 #include "kernels/cuda/prefill_launch.h"
+#include "kernels/cuda/prefill_mask.cuh"
 #include "kernels/cuda/prefill_params.h"
 #include "kernels/cuda/ptx.cuh"
 #include "kernels/cuda/smem_limit.h"
@@ -82,15 +91,35 @@ struct DefaultPrefillTile<128, kCausal> {
   using type = PrefillTile<128, 128, kCausal ? 64 : 32, 4, 2, kCausal>;
 };
 
+// The kExt tiles, by the tile's head_dim (64; 128 also runs 80 and 96; 256). 128: the 32-key
+// tile (spill-free without the prefetching table). 256: 16 rows per warp (the output alone is
+// 128 registers per thread), 64 x 32 tiles: Q 32 KB + two stages of K and V 64 KB = 96 KB, so
+// two CTAs fit an SM's 227 KB.
+template <int kTileDim>
+struct ExtPrefillTile;
+template <>
+struct ExtPrefillTile<64> {
+  using type = PrefillTile<64, 128, 64, 4, 2>;
+};
+template <>
+struct ExtPrefillTile<128> {
+  using type = PrefillTile<128, 128, 32, 4, 2>;
+};
+template <>
+struct ExtPrefillTile<256> {
+  using type = PrefillTile<256, 64, 32, 4, 2>;
+};
+
 // kFp8 (paged only): the caches hold float8_e4m3 codes. Each thread loads its 8 codes of a
 // row (8 bytes) into registers, converts them exactly to T (decode_fp8.cuh) and stores the
 // 16-byte piece into the same swizzled tile the 16-bit path fills with cp.async; k_scale is
 // folded into the softmax scale, v_scale into the output normalisation. The register-staged
 // copy waits for its loads before the tile's compute (no cp.async overlap): a first version.
-template <typename T, class Tile, bool kCausal, bool kPaged, bool kFp8 = false>
+template <typename T, class Tile, bool kCausal, bool kPaged, bool kFp8 = false, bool kExt = false>
 __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
     prefill_kernel(const __grid_constant__ PrefillParams p) {
   static_assert(kPaged || !kFp8, "fp8 caches are paged");
+  static_assert(!kExt || (!kCausal && !kFp8), "kExt: causal is the window's right bound");
   using KV = std::conditional_t<kFp8, uint8_t, T>;  // the caches' element type
   constexpr int D = Tile::kHeadDim;
   constexpr int BM = Tile::kBlockM;
@@ -139,8 +168,30 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
 
   // Query i sees key j iff j < Lk and (causal) j <= i + causal_offset.
   const int causal_offset = Lk - Lq;
+  // Key tiles n_first .. n_first + n_blocks - 1 (n_first = 0 but with a window's left edge).
   const int key_end = kCausal ? min(Lk, min(m0 + BM, Lq) + causal_offset) : Lk;
-  const int n_blocks = key_end > 0 ? (key_end + BN - 1) / BN : 0;
+  int n_blocks = key_end > 0 ? (key_end + BN - 1) / BN : 0;
+  int n_first = 0;
+  ScoreMods mods;
+  if constexpr (kExt) {
+    const KeyTiles tiles = prefill_key_tiles<BN>(p, m0, min(m0 + BM, Lq), Lq, Lk);
+    n_first = tiles.first;
+    n_blocks = tiles.count;
+    mods.init<BN>(p, b, h, m0, min(m0 + BM, Lq), Lq, Lk);
+  }
+  // The k-th tile visited (from the last key tile down). Spelled without n_first when it is 0:
+  // the plain kernels then compile to exactly the code they had before kExt (ptxas -v).
+  auto tile_at = [&](int k) {
+    if constexpr (kExt) {
+      return n_first + n_blocks - 1 - k;
+    } else {
+      return n_blocks - 1 - k;
+    }
+  };
+  // The tensors' head_dim (the head stride of q, k, v and out) and its 16-byte pieces; kExt
+  // zero-fills pieces >= hd_chunks of the kHeadDim-wide tile.
+  const int hd = kExt ? p.head_dim : D;
+  const int hd_chunks = kExt ? hd / 8 : kChunks;
 
   const int kv_head = h / p.group;
   float scale = p.scale, scale_log2 = p.scale_log2, v_scale = 1.0f;
@@ -153,7 +204,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
     if (p.v_scale != nullptr) v_scale = __ldg(p.v_scale + kv_head);
   }
   const T* q_ptr = static_cast<const T*>(p.q) + static_cast<int64_t>(q_begin) * p.q_stride +
-                   static_cast<int64_t>(h) * D;
+                   static_cast<int64_t>(h) * hd;
   const int32_t* bt_row = kPaged ? p.block_table + static_cast<int64_t>(b) * p.bt_stride : nullptr;
 
   // This thread's 16-byte piece of each row it copies, and its swizzled place in a row.
@@ -161,7 +212,8 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
   const int ld_row = tid / kChunks;
   // Element column of that piece in a K/V row, and (packed) the first key row it copies. K/V
   // pointers are rebuilt from these per tile rather than kept live (register pressure).
-  const int kv_col = kv_head * D + ld_chunk * 8;
+  const int kv_col = kv_head * hd + ld_chunk * 8;
+  const bool ld_chunk_ok = !kExt || ld_chunk < hd_chunks;  // kExt: a piece of the real head_dim
   const int k_row0 = kPaged ? 0 : k_begin + ld_row;
   auto swizzled = [](int row, int chunk) -> uint32_t {
     return static_cast<uint32_t>(row * kRowBytes + ((chunk ^ (row & 7)) << 4));
@@ -249,7 +301,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
 #pragma unroll
       for (int i = 0; i < BN / kRowsPerPass; ++i) {
         const int r = ld_row + i * kRowsPerPass;
-        const bool ok = j0 + i * kRowsPerPass < Lk;
+        const bool ok = j0 + i * kRowsPerPass < Lk && ld_chunk_ok;
         const uint32_t dst = swizzled(r, ld_chunk);
         ptx::cp_async_16(k_dst + dst, k_src, ok);
         ptx::cp_async_16(v_dst + dst, v_src, ok);
@@ -262,7 +314,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
       for (int i = 0; i < BN / kRowsPerPass; ++i) {
         const int r = ld_row + i * kRowsPerPass;
         const longlong2 e = rows[r];
-        const bool ok = e.x != 0;
+        const bool ok = e.x != 0 && ld_chunk_ok;
         const uint32_t dst = swizzled(r, ld_chunk);
         const long long col = static_cast<long long>(kv_col) * static_cast<long long>(sizeof(KV));
         if constexpr (kFp8) {
@@ -279,7 +331,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
       for (int i = 0; i < BN / kRowsPerPass; ++i) {
         const int r = ld_row + i * kRowsPerPass;
         const longlong2 e = rows[r];
-        const bool ok = e.x >= 0;
+        const bool ok = e.x >= 0 && ld_chunk_ok;
         const uint32_t dst = swizzled(r, ld_chunk);
         if constexpr (kFp8) {
           stage_fp8(k_dst + dst, static_cast<const KV*>(p.k) + (ok ? e.x + kv_col : 0), ok);
@@ -294,28 +346,28 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
 
   if (n_blocks > 0) {
     if constexpr (kPaged && Tile::kPrefetchTable) {
-      fetch_ids(n_blocks - 1, 0);
-      if (n_blocks > 1) fetch_ids(n_blocks - 2, 1);
+      fetch_ids(tile_at(0), 0);
+      if (n_blocks > 1) fetch_ids(tile_at(1), 1);
       ptx::cp_async_commit();
       ptx::cp_async_wait<0>();
-      resolve_ptrs(n_blocks - 1, 0, 0);
-      if (n_blocks > 1) resolve_ptrs(n_blocks - 2, 1, 1);
-      if (n_blocks > 2) fetch_ids(n_blocks - 3, 0);  // lands with the first tile
+      resolve_ptrs(tile_at(0), 0, 0);
+      if (n_blocks > 1) resolve_ptrs(tile_at(1), 1, 1);
+      if (n_blocks > 2) fetch_ids(tile_at(2), 0);  // lands with the first tile
       __syncthreads();
     } else if constexpr (kPaged) {
-      resolve_rows(n_blocks - 1, 0);
-      if (n_blocks > 1) resolve_rows(n_blocks - 2, 1);
+      resolve_rows(tile_at(0), 0);
+      if (n_blocks > 1) resolve_rows(tile_at(1), 1);
       __syncthreads();
     }
 #pragma unroll
     for (int i = 0; i < BM / kRowsPerPass; ++i) {
       const int r = ld_row + i * kRowsPerPass;
-      const bool ok = m0 + r < Lq;
+      const bool ok = m0 + r < Lq && ld_chunk_ok;
       ptx::cp_async_16(sQ + swizzled(r, ld_chunk),
                        q_ptr + static_cast<int64_t>(m0 + r) * p.q_stride + ld_chunk * 8,
                        ok);
     }
-    load_kv(n_blocks - 1, 0);
+    load_kv(tile_at(0), 0);
     ptx::cp_async_commit();
   }
 
@@ -356,7 +408,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
   softmax.init();
 
   for (int it = 0; it < n_blocks; ++it) {
-    const int n = n_blocks - 1 - it;
+    const int n = tile_at(it);
     const int stage = it & 1;
     ptx::cp_async_wait<0>();
     __syncthreads();  // tile `it` visible to all; everyone is done with the other stage
@@ -407,10 +459,15 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
       }
     }
 
-    const bool need_mask =
-        (n + 1) * BN > Lk || (kCausal && (n + 1) * BN - 1 > m0 + causal_offset);
-    if (need_mask) {
-      apply_mask<kCausal>(s, m0 + warp_row + g, n * BN + 2 * t, Lk, causal_offset);
+    if constexpr (kExt) {
+      mods.apply_bias(s, m0 + warp_row + g, n * BN + 2 * t);
+      if (mods.tile_needs_mask(n)) mods.apply_mask(s, m0 + warp_row + g, n * BN + 2 * t);
+    } else {
+      const bool need_mask =
+          (n + 1) * BN > Lk || (kCausal && (n + 1) * BN - 1 > m0 + causal_offset);
+      if (need_mask) {
+        apply_mask<kCausal>(s, m0 + warp_row + g, n * BN + 2 * t, Lk, causal_offset);
+      }
     }
     softmax.update(s, o, scale_log2);
 
@@ -473,13 +530,13 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
   const int q_first = *static_cast<const volatile int32_t*>(p.cu_seqlens_q + b);
   const int rows_left = *static_cast<const volatile int32_t*>(p.cu_seqlens_q + b + 1) - q_first - m0;
   T* o_ptr = static_cast<T*>(p.out) + static_cast<int64_t>(q_first + m0) * p.o_stride +
-             static_cast<int64_t>(h) * D;
+             static_cast<int64_t>(h) * hd;
 #pragma unroll
   for (int i = 0; i < Tile::kWarpRows * kChunks / 32; ++i) {
     const int idx = lane + i * 32;
     const int row = warp_row + idx / kChunks;
     const int chunk = idx % kChunks;
-    if (row < rows_left) {
+    if (row < rows_left && (!kExt || chunk < hd_chunks)) {
       const uint4 v = *reinterpret_cast<const uint4*>(smem + swizzled(row, chunk));
       *reinterpret_cast<uint4*>(o_ptr + static_cast<int64_t>(row) * p.o_stride + chunk * 8) = v;
     }
@@ -499,7 +556,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
 }
 
 // Launches one tile configuration on the current device.
-template <typename T, class Tile, bool kCausal, bool kPaged, bool kFp8 = false>
+template <typename T, class Tile, bool kCausal, bool kPaged, bool kFp8 = false, bool kExt = false>
 void launch_prefill_tile(PrefillParams p, cudaStream_t stream) {
   p.num_m_blocks = (p.max_seqlen_q + Tile::kBlockM - 1) / Tile::kBlockM;
   if (p.num_m_blocks == 0 || p.num_seqs == 0) return;
@@ -507,7 +564,7 @@ void launch_prefill_tile(PrefillParams p, cudaStream_t stream) {
                ") needs ", p.num_m_blocks, " row blocks but the grid allows 65535");
   KVATTN_CHECK(p.num_seqs <= 65535, "prefill_attention: num_seqs must be <= 65535 but is ",
                p.num_seqs);
-  auto kernel = prefill_kernel<T, Tile, kCausal, kPaged, kFp8>;
+  auto kernel = prefill_kernel<T, Tile, kCausal, kPaged, kFp8, kExt>;
   constexpr int kSmem = Tile::kSmemBytes + (kPaged ? Tile::kRowTableBytes : 0);
   static std::atomic<uint64_t> raised{0};
   raise_smem_limit_once(kernel, kSmem, raised, "prefill_attention");
@@ -522,6 +579,12 @@ template <typename T, int kHeadDim, bool kCausal, bool kPaged, bool kFp8>
 void launch_prefill(const PrefillParams& p, cudaStream_t stream) {
   launch_prefill_tile<T, typename DefaultPrefillTile<kHeadDim, kCausal>::type, kCausal, kPaged,
                       kFp8>(p, stream);
+}
+
+template <typename T, int kTileDim, bool kPaged>
+void launch_prefill_ext(const PrefillParams& p, cudaStream_t stream) {
+  launch_prefill_tile<T, typename ExtPrefillTile<kTileDim>::type, false, kPaged, false, true>(
+      p, stream);
 }
 
 }  // namespace kvattn::cuda

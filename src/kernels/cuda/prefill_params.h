@@ -11,6 +11,11 @@
 // Every base pointer and token/block stride is a multiple of 16 bytes (checked on the host), so
 // each row can be moved in 16-byte pieces.
 //
+//   alibi_slopes float32 [num_heads] (alibi_seq_stride 0) or [num_seqs, num_heads]: the slope of
+//            sequence b, query head h at  b * alibi_seq_stride + h  (nullptr: no ALiBi)
+// Window, softcap, ALiBi and head_dim 80/96/256 are read only by the kExt kernels
+// (prefill_kernel.cuh, prefill_mask.cuh); the other kernels ignore those fields.
+//
 // Index VALUES (cu_seqlens, block ids) are untrusted: the kernel bound-checks them, skips the
 // bad work and ORs a DeviceFault bit into *fault_word.
 #pragma once
@@ -55,6 +60,15 @@ struct PrefillParams {
 
   float scale = 1.0f;       // softmax scale (natural units), for the LSE
   float scale_log2 = 1.0f;  // scale * log2(e): scores are exponentiated with exp2
+
+  // The extended kernels only (kExt), after the fields every kernel reads.
+  const float* alibi_slopes = nullptr;
+  int64_t alibi_seq_stride = 0;
+  int head_dim = 0;       // the tensors' head_dim (kExt: may be less than the tile's, zero-padded)
+  int window_left = -1;   // flash-attn's window_size, -1 = unbounded, clamped to INT32_MAX
+  int window_right = -1;  // causal: 0
+  float softcap_in = 0.0f;   // softcap > 0: 2 * log2(e) * scale / softcap
+  float softcap_out = 0.0f;  // softcap > 0: softcap / scale; 0 = off
 };
 
 }  // namespace kvattn::cuda
