@@ -107,6 +107,33 @@ TEST(Fp8KvCacheEngine, GreedyTokensAgreeWithTheBf16CacheExceptNearTies) {
   }
 }
 
+// The same comparison with the prefill split in two, so that its second half reads the first
+// from the paged fp8 cache (the prefix-hit / chunked-prefill path of the CPU backend).
+TEST(Fp8KvCacheEngine, SplitPrefillReadsTheFp8CacheLikeTheBf16Cache) {
+  auto bf16 = make_model(KVCacheDType::kBF16);
+  auto fp8 = make_model(KVCacheDType::kFP8);
+  const auto logits = test::teacher_forced({bf16.get(), fp8.get()}, prompts_of(3), 8,
+                                           /*split_prefill=*/true);
+  const int64_t vocab = bf16->config().vocab_size;
+  int agree = 0, total = 0;
+  double max_logit_diff = 0.0;
+  for (size_t step = 0; step < logits[0].size(); ++step) {
+    for (int i = 0; i < kPrompts; ++i) {
+      const float* ref = &logits[0][step][i * vocab];
+      const float* got = &logits[1][step][i * vocab];
+      for (int64_t x = 0; x < vocab; ++x) {
+        max_logit_diff = std::max(max_logit_diff, static_cast<double>(std::fabs(ref[x] - got[x])));
+      }
+      ++total;
+      agree += argmax(ref, vocab) == argmax(got, vocab);
+    }
+  }
+  std::printf("[fp8 engine] split prefill: %d/%d greedy tokens agree, max logit diff %.4f\n",
+              agree, total, max_logit_diff);
+  EXPECT_GE(agree, total * 85 / 100);
+  EXPECT_LT(max_logit_diff, 0.5);
+}
+
 TEST(Fp8KvCacheEngine, PoolHoldsTwiceTheBf16TokensAndGenerateRuns) {
   int64_t tokens[3] = {};
   const KVCacheDType dts[3] = {KVCacheDType::kAuto, KVCacheDType::kBF16, KVCacheDType::kFP8};

@@ -15,6 +15,7 @@
 #include "kvattn/engine/llm.h"
 #include "kvattn/engine/model.h"
 #include "engine_test_util.h"
+#include "teacher_forced.h"
 
 namespace kvattn {
 namespace {
@@ -76,14 +77,15 @@ TEST_P(TinyGpu, PrefixHitGivesTheSameTokensAsNoCache) {
   EXPECT_EQ(llm.last_stats().num_cached_tokens, 992);
 }
 
-// An fp8 (e4m3) KV cache on the GPU: the same byte budget holds twice the blocks of bf16, and
-// greedy decoding follows the bf16 cache's tokens (random tiny weights: near-ties make later
-// divergence expected; the agreement is printed and must cover most tokens). A second round of
-// the same prompts hits the prefix cache, so the paged prefill reads fp8 blocks too. On the
-// H200 (session 7) round 1 FAILED: 32/64 (llama) and 4/64 (qwen3) against the CPU reference's
-// 61/64 and 25/64 (Fp8KvCacheEngine.PrefixHitsReadTheFp8Cache): the reason the engine path is
-// opt-in; to be investigated.
-TEST_P(TinyGpu, Fp8CacheHoldsTwiceTheBlocksAndFollowsBf16) {
+// An fp8 (e4m3) KV cache on the GPU, through the LLM front end: the same byte budget holds
+// twice the blocks of bf16, a second round of the same prompts hits the prefix cache (so the
+// paged prefill reads fp8 blocks), and every block is free afterwards. The tokens' agreement
+// with the bf16 cache is printed, not asserted: the tiny random models' logits are near-flat
+// (top-2 margins ~0.01), so free-running greedy decoding diverges at the first flipped
+// near-tie and the count measures chaos, not correctness (session 7 read 32/64 and 4/64 here
+// as a failure; the CPU reference drops the same way, 48 -> 25 for qwen3). Correctness is
+// Fp8TeacherForcedMatchesTheCpuModel's job.
+TEST_P(TinyGpu, Fp8CacheHoldsTwiceTheBlocksAndServesPrefixHits) {
   std::ifstream f(data_dir(GetParam()) + "/expected.json");
   const auto j = nlohmann::json::parse(f);
   std::vector<std::vector<int32_t>> prompts;
@@ -109,11 +111,116 @@ TEST_P(TinyGpu, Fp8CacheHoldsTwiceTheBlocksAndFollowsBf16) {
       total += 16;
     }
     std::printf("[%s] fp8 cache, round %d: %zu of %zu tokens before the first divergence from "
-                "bf16\n", GetParam().c_str(), round, agree, total);
-    EXPECT_GT(agree, total / 2);
+                "bf16 (informational)\n", GetParam().c_str(), round, agree, total);
   }
   EXPECT_GT(fp8.cache_stats().hit_tokens, 0);
   EXPECT_EQ(fp8.cache_stats().num_used_blocks, 0);
+}
+
+// The GPU model with an fp8 cache against the CPU model with an fp8 cache (the CPU reference
+// of the same quantisation: store_kv is bit-exact between them), teacher-forced on the GPU bf16
+// model's tokens, with the prefill split in two so that its second half reads the first from
+// the paged fp8 cache (the prefix-hit path). The GPU-vs-CPU logit gap of the fp8 models must
+// be of the size of the bf16 models' gap (bf16 activations on the GPU, float32 on the CPU; an
+// fp8 rounding step flipped by that noise is 1/16 of a value, hence the factor); the fp8 GPU
+// model's argmax agrees with the bf16 GPU model's at most steps, every disagreement's margin
+// printed. KVATTN_FP8_TEACHER_CHECKPOINT names an extra checkpoint (the random Qwen3-0.6B of
+// the GPU scripts) to run the same comparison on, GPU models only.
+double max_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double d = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, static_cast<double>(std::fabs(a[i] - b[i])));
+  return d;
+}
+
+struct Agreement {
+  int agree = 0, total = 0;
+  float worst_margin = 0.0f;  // the largest reference margin at which the argmax differed
+  double max_logit_diff = 0.0;
+};
+
+Agreement compare(const std::vector<std::vector<float>>& ref,
+                  const std::vector<std::vector<float>>& got, int64_t vocab, const char* what) {
+  Agreement a;
+  for (size_t step = 0; step < ref.size(); ++step) {
+    a.max_logit_diff = std::max(a.max_logit_diff, max_diff(ref[step], got[step]));
+    const auto rows = static_cast<int64_t>(ref[step].size()) / vocab;
+    for (int64_t i = 0; i < rows; ++i) {
+      const float* r = &ref[step][i * vocab];
+      const float* g = &got[step][i * vocab];
+      ++a.total;
+      if (test::argmax(r, vocab) == test::argmax(g, vocab)) {
+        ++a.agree;
+      } else {
+        a.worst_margin = std::max(a.worst_margin, test::margin(r, vocab));
+        std::printf("  %s: differs at prompt %lld step %zu: reference margin %.4f, margin %.4f\n",
+                    what, static_cast<long long>(i), step, test::margin(r, vocab),
+                    test::margin(g, vocab));
+      }
+    }
+  }
+  std::printf("%s: %d/%d argmax agree (%.1f%%), max logit diff %.4f, largest reference margin at "
+              "a disagreement %.4f\n", what, a.agree, a.total, 100.0 * a.agree / a.total,
+              a.max_logit_diff, a.worst_margin);
+  return a;
+}
+
+std::vector<std::vector<int32_t>> teacher_prompts(int64_t vocab) {
+  std::mt19937_64 rng(11);
+  std::vector<std::vector<int32_t>> p;
+  for (int i = 0; i < 8; ++i) {
+    auto t = test::random_tokens(rng, 5 + 37 * i % 150);
+    for (auto& x : t) x %= static_cast<int32_t>(vocab);
+    p.push_back(t);
+  }
+  return p;
+}
+
+std::unique_ptr<Model> make_model(const std::string& dir, Device d, KVCacheDType kv) {
+  setenv("KVATTN_EXPERIMENTAL_CUDA_FP8_KV", "1", 1);  // the engine path is opt-in (model.cpp)
+  ModelOptions o;
+  o.kv_cache_dtype = kv;
+  return Model::create(load_hf_model(dir), d, o);
+}
+
+TEST_P(TinyGpu, Fp8TeacherForcedMatchesTheCpuModel) {
+  const std::string dir = data_dir(GetParam());
+  auto gpu_bf16 = make_model(dir, Device::cuda(0), KVCacheDType::kBF16);
+  auto gpu_fp8 = make_model(dir, Device::cuda(0), KVCacheDType::kFP8);
+  auto cpu_bf16 = make_model(dir, Device::cpu(), KVCacheDType::kBF16);
+  auto cpu_fp8 = make_model(dir, Device::cpu(), KVCacheDType::kFP8);
+  ASSERT_EQ(gpu_fp8->kv_dtype(), DType::kF8E4M3);
+  const int64_t vocab = gpu_bf16->config().vocab_size;
+  const auto logits = test::teacher_forced({gpu_bf16.get(), gpu_fp8.get(), cpu_bf16.get(),
+                                            cpu_fp8.get()},
+                                           teacher_prompts(vocab), 32, /*split_prefill=*/true);
+  std::printf("[%s] teacher-forced, 8 prompts x (split prefill + 32 decode steps):\n",
+              GetParam().c_str());
+  const Agreement fp8 = compare(logits[0], logits[1], vocab, "gpu fp8 vs gpu bf16");
+  const Agreement cpu = compare(logits[2], logits[3], vocab, "cpu fp8 vs cpu bf16");
+  const Agreement noise = compare(logits[2], logits[0], vocab, "gpu bf16 vs cpu bf16");
+  const Agreement same = compare(logits[3], logits[1], vocab, "gpu fp8 vs cpu fp8");
+  // The prefix-hit step alone (step 0: the second prefill chunk over the paged fp8 cache).
+  const double step0 = max_diff(logits[3][0], logits[1][0]);
+  const double step0_noise = max_diff(logits[2][0], logits[0][0]);
+  std::printf("split-prefill step: gpu fp8 vs cpu fp8 max logit diff %.4f, gpu bf16 vs cpu bf16 "
+              "%.4f\n", step0, step0_noise);
+  EXPECT_GE(fp8.agree, fp8.total * 85 / 100);
+  EXPECT_LT(fp8.max_logit_diff, std::max(4.0 * cpu.max_logit_diff, 0.1));
+  EXPECT_LE(same.max_logit_diff, std::max(3.0 * noise.max_logit_diff, 0.05));
+  EXPECT_LE(step0, std::max(3.0 * step0_noise, 0.05));
+}
+
+TEST(Fp8Gpu, TeacherForcedOnAnExtraCheckpoint) {
+  const char* dir = std::getenv("KVATTN_FP8_TEACHER_CHECKPOINT");
+  if (dir == nullptr) GTEST_SKIP() << "KVATTN_FP8_TEACHER_CHECKPOINT not set";
+  auto gpu_bf16 = make_model(dir, Device::cuda(0), KVCacheDType::kBF16);
+  auto gpu_fp8 = make_model(dir, Device::cuda(0), KVCacheDType::kFP8);
+  const int64_t vocab = gpu_bf16->config().vocab_size;
+  const auto logits = test::teacher_forced({gpu_bf16.get(), gpu_fp8.get()},
+                                           teacher_prompts(vocab), 32, /*split_prefill=*/true);
+  std::printf("[%s] teacher-forced, 8 prompts x (split prefill + 32 decode steps):\n", dir);
+  const Agreement fp8 = compare(logits[0], logits[1], vocab, "gpu fp8 vs gpu bf16");
+  EXPECT_GE(fp8.agree, fp8.total * 85 / 100);
 }
 
 INSTANTIATE_TEST_SUITE_P(HF, TinyGpu, ::testing::Values("llama", "qwen3"));

@@ -26,9 +26,13 @@ inline float margin(const float* l, int64_t n) {
 
 // Runs every model on the same steps (one prefill of all prompts, then `steps` decode steps),
 // feeding each sequence the argmax of models[0]. Returns logits[model][step][prompt][vocab].
+// split_prefill: the prefill runs as two chunks, the first half of each prompt (at least one
+// token) and then the rest, so the second chunk reads the first from the paged cache through
+// the block tables (the prefix-hit / chunked-prefill path); only the second chunk's logits are
+// returned (step 0). Prompts need at least 2 tokens then.
 inline std::vector<std::vector<std::vector<float>>> teacher_forced(
     const std::vector<Model*>& models, const std::vector<std::vector<int32_t>>& prompts,
-    int steps) {
+    int steps, bool split_prefill = false) {
   const int64_t vocab = models[0]->config().vocab_size, bs = 16, num_blocks = 64;
   for (Model* m : models) m->allocate_kv_cache(num_blocks, bs);
   BlockManager bm(num_blocks, bs, /*enable_prefix_caching=*/false);
@@ -39,12 +43,13 @@ inline std::vector<std::vector<std::vector<float>>> teacher_forced(
     bm.allocate(seqs.back());
   }
   std::vector<std::vector<std::vector<float>>> out(models.size());
-  for (int step = 0; step <= steps; ++step) {
+  for (int step = split_prefill ? -1 : 0; step <= steps; ++step) {
     std::vector<ScheduledSequence> batch;
     std::vector<int32_t> rows;
     int64_t row = 0;
     for (auto& s : seqs) {
-      const int64_t n = s.num_uncomputed_tokens();
+      const int64_t left = s.num_uncomputed_tokens();
+      const int64_t n = step < 0 ? std::max<int64_t>(1, left / 2) : left;
       batch.push_back({&s, n});
       row += n;
       rows.push_back(static_cast<int32_t>(row - 1));
@@ -55,12 +60,15 @@ inline std::vector<std::vector<std::vector<float>>> teacher_forced(
     in.positions = {meta.positions.ptr<const int32_t>(), static_cast<size_t>(meta.num_tokens)};
     in.logit_rows = rows;
     in.ctx = &meta.ctx;
+    std::vector<float> first_chunk;  // the first chunk's logits: computed, not returned
     for (size_t m = 0; m < models.size(); ++m) {
-      out[m].emplace_back(rows.size() * vocab);
-      models[m]->forward(in, out[m].back());
+      std::vector<float>& logits = step < 0 ? first_chunk : out[m].emplace_back();
+      logits.assign(rows.size() * vocab, 0.0f);
+      models[m]->forward(in, logits);
     }
     for (size_t i = 0; i < seqs.size(); ++i) {
       bm.mark_computed(seqs[i], batch[i].num_new_tokens);
+      if (step < 0) continue;  // mid-prompt: no token appended
       seqs[i].append_token(argmax(&out[0].back()[i * vocab], vocab));
       bm.append(seqs[i]);
     }

@@ -101,16 +101,35 @@ __device__ __forceinline__ void attend_tile(uint32_t kbase, const uint32_t (&qf)
       }
     }
   }
-  // Online softmax (log2 domain) for rows g (hr 0) and g+8 (hr 1).
+  // Online softmax (log2 domain) for rows g (hr 0) and g+8 (hr 1). The rescale of O and l by
+  // alpha = 2^(m_old - m_new) runs only when some row of the warp has a new maximum: otherwise
+  // alpha is exactly 1 and skipping it changes no bit. After the first tiles a running
+  // maximum rarely grows, and the rescale (D/4 multiplies per lane) was a third of a 16-bit
+  // tile's instructions.
+  float mx[2];
 #pragma unroll
   for (int hr = 0; hr < 2; ++hr) {
-    float mx = fmaxf(fmaxf(s[0][2 * hr], s[0][2 * hr + 1]), fmaxf(s[1][2 * hr], s[1][2 * hr + 1]));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    const float m_new = fmaxf(m[hr], mx);
-    const float base = m_new == kNegInf ? 0.0f : m_new;
-    const float alpha = fast_exp2(m[hr] - base);
-    m[hr] = m_new;
+    mx[hr] = fmaxf(fmaxf(s[0][2 * hr], s[0][2 * hr + 1]), fmaxf(s[1][2 * hr], s[1][2 * hr + 1]));
+    mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 1));
+    mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
+  }
+  if (__any_sync(0xffffffffu, mx[0] > m[0] || mx[1] > m[1])) {
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const float m_new = fmaxf(m[hr], mx[hr]);
+      const float alpha = fast_exp2(m[hr] - (m_new == kNegInf ? 0.0f : m_new));
+      m[hr] = m_new;
+      l[hr] *= alpha;
+#pragma unroll
+      for (int nt = 0; nt < D / 8; ++nt) {
+        o[nt][2 * hr] *= alpha;
+        o[nt][2 * hr + 1] *= alpha;
+      }
+    }
+  }
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const float base = m[hr] == kNegInf ? 0.0f : m[hr];
     float sum = 0.0f;
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) {
@@ -118,12 +137,7 @@ __device__ __forceinline__ void attend_tile(uint32_t kbase, const uint32_t (&qf)
       s[nt][2 * hr + 1] = fast_exp2(s[nt][2 * hr + 1] - base);
       sum += s[nt][2 * hr] + s[nt][2 * hr + 1];
     }
-    l[hr] = l[hr] * alpha + sum;
-#pragma unroll
-    for (int nt = 0; nt < D / 8; ++nt) {
-      o[nt][2 * hr] *= alpha;
-      o[nt][2 * hr + 1] *= alpha;
-    }
+    l[hr] += sum;
   }
   const uint32_t pa[4] = {pack2<T>(s[0][0], s[0][1]), pack2<T>(s[0][2], s[0][3]),
                           pack2<T>(s[1][0], s[1][1]), pack2<T>(s[1][2], s[1][3])};
