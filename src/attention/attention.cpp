@@ -1,4 +1,5 @@
-// The Attention layer: store the step's K/V, then prefill (packed or paged) or decode.
+// The Attention layer: store the step's K/V (unless the caller has: ctx.kv_stored), then
+// prefill (packed or paged) or decode.
 #include "kvattn/attention/attention.h"
 
 #include <cmath>
@@ -99,7 +100,7 @@ void Attention::forward(const TensorView& q_in, const TensorView& k_in, const Te
   const TensorView v = as_heads(v_in, num_kv_heads_, head_dim_, "v");
   const TensorView out = as_heads(out_in, num_heads_, head_dim_, "out");
 
-  if (has_cache()) {
+  if (has_cache() && !ctx.kv_stored) {
     store_kv(k, v, k_cache_, v_cache_, ctx.slot_mapping, k_scale_, v_scale_, ctx.stream);
   }
 

@@ -2,8 +2,10 @@
 // allocation: prefill 3 sequences, 20 decode steps (with a CUDA-graph style padding row),
 // then new requests that hit a cached prefix and read it through block tables, then more
 // decode. Every output is checked against dense float64 attention over the full history.
-// Also: an unbound or empty cache skips the store; fused-QKV views; output shape; errors.
+// Also: an unbound or empty cache skips the store; ctx.kv_stored leaves it to the caller;
+// fused-QKV views; output shape; errors.
 #include "kvattn/attention/attention.h"
+#include "kvattn/kernels/store_kv.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -412,6 +414,84 @@ TEST(AttentionLayer, UnboundOrEmptyCacheSkipsTheStore) {
   EXPECT_EQ(out3.view().ndim, 2);
   test::expect_attention_close(ref, out3.view().reshape({cu.back(), 8, 64}), TensorView(),
                                "layer float32", "no cache, 3-D inputs");
+}
+
+// ctx.kv_stored: the caller (a model's fused RoPE + KV-write kernel) has written the step's K/V,
+// so forward must not store them. Without the caller's write the cache stays byte for byte as
+// it was; with it (store_kv by hand) the output and the cache equal a plain forward's.
+TEST(AttentionLayer, KvStoredLeavesTheStoreToTheCaller) {
+  const uint64_t seed = test::case_seed();
+  SCOPED_TRACE(test::case_note(0, seed, "kv_stored"));
+  std::mt19937_64 rng(seed);
+  const LayerConfig c{DType::kF32, 4, 2, 16, 4, 0.0f};
+  const int64_t blocks = 8;
+  auto random_cache = [&] {
+    Tensor t = Tensor::empty({blocks, c.block_size, c.kv_heads, c.head_dim}, c.dt);
+    test::fill_random(t.view(), rng);
+    return t;
+  };
+  auto copy_of = [](const Tensor& t) {
+    Tensor u = Tensor::empty({t.numel()}, t.dtype());
+    std::memcpy(u.data(), t.data(), t.nbytes());
+    return u;
+  };
+  auto same_bytes = [](const Tensor& a, const Tensor& b) {
+    return a.nbytes() == b.nbytes() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
+  };
+  Tensor ka = random_cache(), va = random_cache();
+  Tensor kb = Tensor::empty({blocks, c.block_size, c.kv_heads, c.head_dim}, c.dt);
+  Tensor vb = Tensor::empty({blocks, c.block_size, c.kv_heads, c.head_dim}, c.dt);
+  std::memcpy(kb.data(), ka.data(), ka.nbytes());
+  std::memcpy(vb.data(), va.data(), va.nbytes());
+  Attention plain(c.heads, c.head_dim, c.scale, c.kv_heads);
+  Attention stored(c.heads, c.head_dim, c.scale, c.kv_heads);
+  plain.bind_cache(ka, va);
+  stored.bind_cache(kb, vb);
+
+  // Decode: sequences of 5, 9 and 1 keys (this step's token last) and a pad row.
+  const std::vector<int64_t> lens = {5, 9, 1, 0};
+  const std::vector<int64_t> table = {0, 1, -1, 2, 3, 4, 5, -1, -1, -1, -1, -1};
+  std::vector<int64_t> slots;
+  for (size_t b = 0; b < lens.size(); ++b) {
+    const int64_t p = lens[b] - 1;
+    slots.push_back(p < 0 ? -1 : table[b * 3 + p / c.block_size] * c.block_size + p % c.block_size);
+  }
+  Tensor slot_t = test::int_tensor(slots), lens_t = test::int_tensor(lens);
+  Tensor table_t = test::int_tensor_2d(table, 4, 3);
+  StepInputs in = make_step(c, 4, rng);
+  BatchContext ctx;
+  ctx.phase = Phase::kDecode;
+  ctx.slot_mapping = slot_t;
+  ctx.context_lens = lens_t;
+  ctx.block_tables = table_t;
+  ctx.max_seqlen_q = 1;
+  ctx.max_seqlen_k = 9;
+  const Tensor out_plain = plain.forward(in.q, in.k, in.v, ctx);
+
+  ctx.kv_stored = true;
+  const Tensor kb0 = copy_of(kb), vb0 = copy_of(vb);
+  ASSERT_NO_THROW(stored.forward(in.q, in.k, in.v, ctx));
+  EXPECT_TRUE(same_bytes(copy_of(kb), kb0) && same_bytes(copy_of(vb), vb0))
+      << "forward with kv_stored wrote the cache";
+  store_kv(in.k3, in.v3, kb, vb, slot_t);  // the caller's write
+  const Tensor out_stored = stored.forward(in.q, in.k, in.v, ctx);
+  EXPECT_TRUE(same_bytes(out_stored, out_plain));
+  EXPECT_TRUE(same_bytes(copy_of(kb), copy_of(ka)) && same_bytes(copy_of(vb), copy_of(va)));
+
+  // A packed prefill (no block tables) still reads k and v, and stores nothing.
+  BatchContext pre;
+  pre.phase = Phase::kPrefill;
+  pre.kv_stored = true;
+  Tensor cu = test::int_tensor({0, 4});
+  Tensor pre_slots = test::int_tensor({0, 1, 2, 3});
+  pre.slot_mapping = pre_slots;
+  pre.cu_seqlens_q = pre.cu_seqlens_k = cu;
+  pre.max_seqlen_q = pre.max_seqlen_k = 4;
+  const Tensor kb1 = copy_of(kb);
+  const Tensor pre_stored = stored.forward(in.q, in.k, in.v, pre);
+  EXPECT_TRUE(same_bytes(copy_of(kb), kb1)) << "a kv_stored prefill wrote the cache";
+  pre.kv_stored = false;
+  EXPECT_TRUE(same_bytes(pre_stored, plain.forward(in.q, in.k, in.v, pre)));
 }
 
 TEST(AttentionLayer, BadConstructionAndContexts) {

@@ -45,6 +45,8 @@ class Attention {
 
   // q: [tokens, num_heads * head_dim] or [tokens, num_heads, head_dim]; k, v likewise with
   // num_kv_heads. Last dim contiguous; any token stride. out: [tokens, num_heads * head_dim].
+  // Stores k and v into the bound caches at ctx.slot_mapping first, unless ctx.kv_stored says
+  // the caller already has (then k and v are only read by a prefill without block_tables).
   void forward(const TensorView& q, const TensorView& k, const TensorView& v,
                const BatchContext& ctx, const TensorView& out) const;
   Tensor forward(const TensorView& q, const TensorView& k, const TensorView& v,

@@ -14,6 +14,10 @@ enum class Phase : uint8_t { kPrefill, kDecode };
 struct BatchContext {
   Phase phase = Phase::kPrefill;
   TensorView slot_mapping;   // int32/int64 [num_tokens]; -1 => skip (padding)
+  // The caller has already written this step's K/V into the layer's bound caches at
+  // slot_mapping (a model's fused RoPE + KV-write kernel), so Attention::forward must not
+  // store them again; k and v are still read when a prefill has no block_tables.
+  bool kv_stored = false;
   // Prefill: packed varlen description. cu_seqlens_k counts all keys of each sequence
   // (cached prefix + new tokens).
   TensorView cu_seqlens_q;   // int32 [num_seqs + 1]

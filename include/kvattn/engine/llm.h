@@ -65,6 +65,7 @@ struct LLMOptions {
   // what the model needs after a warm-up of the largest step (Model::kv_cache_budget).
   double gpu_memory_utilization = 0.9;
   bool cuda_graphs = true;  // GPU: replay decode steps from CUDA graphs (false: eager)
+  bool fused_kernels = true;  // GPU: ModelOptions::fused_kernels (KVATTN_UNFUSED=1: off)
   // Tensor parallelism over this many ranks (GPU: devices device.index .. + N - 1, with
   // NCCL; CPU: threads). It must divide num_heads, num_kv_heads and intermediate_size.
   int tensor_parallel = 1;

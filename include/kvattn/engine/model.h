@@ -57,6 +57,10 @@ struct ModelOptions {
   // without padding.
   bool cuda_graphs = true;
   int64_t max_decode_batch = 256;  // the largest padded decode batch (and graph)
+  // GPU only: fused per-layer kernels (q/k norm + RoPE + the KV cache write in one kernel, so
+  // Attention skips its store_kv). false, or the environment variable KVATTN_UNFUSED=1, runs
+  // the unfused kernels: the reference the fused path's greedy tokens must equal.
+  bool fused_kernels = true;
   // Megatron-style tensor parallelism over this many ranks (heads, MLP width and vocab split;
   // all-reduce after o_proj and down_proj). CPU: ranks are threads. It must divide
   // num_heads, num_kv_heads and intermediate_size.

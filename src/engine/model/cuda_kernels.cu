@@ -50,6 +50,32 @@ __global__ void embed_kernel(const bf16* __restrict__ table, const int32_t* __re
   for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) out[t * hidden + i] = src[i];
 }
 
+// embed_kernel + add_rmsnorm_kernel (add = null, rows = null) in one: the same loops and the
+// same block size, so x and out are bit-identical to the two launches'.
+__global__ void embed_rmsnorm_kernel(const bf16* __restrict__ table,
+                                     const int32_t* __restrict__ ids, int64_t hidden,
+                                     int64_t first_id, int64_t num_ids,
+                                     const bf16* __restrict__ w, float eps,
+                                     bf16* __restrict__ x, bf16* __restrict__ out) {
+  const int64_t t = blockIdx.x;
+  const int64_t local = static_cast<int64_t>(ids[t]) - first_id;
+  const bf16* src = local < 0 || local >= num_ids ? nullptr : table + local * hidden;
+  bf16* xr = x + t * hidden;
+  float ss = 0.0f;
+  for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) {
+    const bf16 e = src != nullptr ? src[i] : bf16(0.0f);
+    xr[i] = e;
+    float v = f(e);
+    ss += v * v;
+  }
+  const float inv = rsqrtf(block_sum(ss) / static_cast<float>(hidden) + eps);
+  bf16* o = out + t * hidden;
+  for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) {
+    float v = f(src != nullptr ? src[i] : bf16(0.0f));
+    o[i] = b(f(w[i]) * r(v * inv));
+  }
+}
+
 __global__ void add_rmsnorm_kernel(bf16* __restrict__ x, const bf16* __restrict__ add,
                                    const bf16* __restrict__ w, float eps,
                                    bf16* __restrict__ out, const int32_t* __restrict__ rows,
@@ -74,50 +100,6 @@ __global__ void add_rmsnorm_kernel(bf16* __restrict__ x, const bf16* __restrict_
     float v = f(xr[i]);
     if (ar != nullptr && !write_back) v = r(v + f(ar[i]));
     o[i] = b(f(w[i]) * r(v * inv));
-  }
-}
-
-// One warp per (token, head); heads [0, num_heads) are q, the next num_kv_heads are k.
-template <int kMaxDim>
-__global__ void qk_norm_rope_kernel(bf16* __restrict__ qkv, int64_t ld, int64_t tokens,
-                                    int num_heads, int num_kv_heads, int head_dim,
-                                    const bf16* __restrict__ q_norm,
-                                    const bf16* __restrict__ k_norm, float eps,
-                                    const int32_t* __restrict__ positions, float theta,
-                                    bool interleaved) {
-  __shared__ float buf[4][kMaxDim];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int64_t item = static_cast<int64_t>(blockIdx.x) * 4 + warp;
-  const int heads = num_heads + num_kv_heads;
-  if (item >= tokens * heads) return;
-  const int64_t t = item / heads;
-  const int h = static_cast<int>(item % heads);
-  bf16* v = qkv + t * ld + static_cast<int64_t>(h) * head_dim;
-  const bf16* nw = h < num_heads ? q_norm : k_norm;
-  float* s = buf[warp];
-
-  float ss = 0.0f;
-  for (int i = lane; i < head_dim; i += 32) {
-    s[i] = f(v[i]);
-    ss += s[i] * s[i];
-  }
-  if (nw != nullptr) {
-    const float inv = rsqrtf(warp_sum(ss) / static_cast<float>(head_dim) + eps);
-    for (int i = lane; i < head_dim; i += 32) s[i] = r(f(nw[i]) * r(s[i] * inv));
-  }
-  __syncwarp();
-  const int half = head_dim / 2;
-  const float pos = static_cast<float>(positions[t]);
-  for (int i = lane; i < half; i += 32) {
-    const float inv_freq =
-        1.0f / powf(theta, static_cast<float>(2 * i) / static_cast<float>(head_dim));
-    const float angle = pos * inv_freq;
-    const float c = r(cosf(angle)), sn = r(sinf(angle));
-    const int ia = interleaved ? 2 * i : i;
-    const int ib = interleaved ? 2 * i + 1 : i + half;
-    const float a = s[ia], bb = s[ib];
-    v[ia] = b(r(a * c) + r(-bb * sn));
-    v[ib] = b(r(bb * c) + r(a * sn));
   }
 }
 
@@ -161,29 +143,22 @@ void embed(const void* table, const int32_t* ids, int64_t tokens, int64_t hidden
   CUDA_CHECK_LAUNCH();
 }
 
+void embed_rmsnorm(const void* table, const int32_t* ids, int64_t tokens, int64_t hidden,
+                   int64_t first_id, int64_t num_ids, const void* w, float eps, void* x,
+                   void* out, cudaStream_t stream) {
+  if (tokens == 0) return;
+  embed_rmsnorm_kernel<<<static_cast<unsigned>(tokens), 256, 0, stream>>>(
+      static_cast<const bf16*>(table), ids, hidden, first_id, num_ids,
+      static_cast<const bf16*>(w), eps, static_cast<bf16*>(x), static_cast<bf16*>(out));
+  CUDA_CHECK_LAUNCH();
+}
+
 void add_rmsnorm(void* x, const void* add, const void* w, float eps, void* out,
                  const int32_t* rows, int64_t num_rows, int64_t hidden, cudaStream_t stream) {
   if (num_rows == 0) return;
   add_rmsnorm_kernel<<<static_cast<unsigned>(num_rows), 256, 0, stream>>>(
       static_cast<bf16*>(x), static_cast<const bf16*>(add), static_cast<const bf16*>(w), eps,
       static_cast<bf16*>(out), rows, hidden);
-  CUDA_CHECK_LAUNCH();
-}
-
-void qk_norm_rope(void* qkv, int64_t ld, int64_t tokens, int64_t num_heads,
-                  int64_t num_kv_heads, int64_t head_dim, const void* q_norm, const void* k_norm,
-                  float eps, const int32_t* positions, float theta, bool interleaved,
-                  cudaStream_t stream) {
-  constexpr int kMaxDim = 256;
-  KVATTN_CHECK(head_dim <= kMaxDim && head_dim % 2 == 0,
-               "cuda model: head_dim must be even and <= ", kMaxDim, " but is ", head_dim);
-  const int64_t items = tokens * (num_heads + num_kv_heads);
-  if (items == 0) return;
-  qk_norm_rope_kernel<kMaxDim><<<static_cast<unsigned>((items + 3) / 4), 128, 0, stream>>>(
-      static_cast<bf16*>(qkv), ld, tokens, static_cast<int>(num_heads),
-      static_cast<int>(num_kv_heads), static_cast<int>(head_dim),
-      static_cast<const bf16*>(q_norm), static_cast<const bf16*>(k_norm), eps, positions, theta,
-      interleaved);
   CUDA_CHECK_LAUNCH();
 }
 

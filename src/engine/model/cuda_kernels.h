@@ -1,7 +1,7 @@
 // Internal: the GPU model's elementwise kernels (bf16 activations, float32 math). Each one
 // rounds where HF transformers rounds in a bf16 model, so greedy tokens stay comparable:
-// RMSNorm is weight * bf16(x * rsqrt(mean(x^2) + eps)), the residual add rounds once, RoPE
-// uses bf16 cos/sin and rounds each product, SiLU rounds before the multiply by up.
+// RMSNorm is weight * bf16(x * rsqrt(mean(x^2) + eps)), the residual add rounds once, SiLU
+// rounds before the multiply by up (RoPE: cuda_rope_kv.h).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -16,6 +16,13 @@ namespace kvattn::cuda_model {
 void embed(const void* table, const int32_t* ids, int64_t tokens, int64_t hidden,
            int64_t first_id, int64_t num_ids, void* out, cudaStream_t stream);
 
+// embed, then add_rmsnorm(x, add = null, w, eps, out, rows = null) over the same tokens, in
+// one launch: x and out bit-identical to the two calls' (the first layer's input norm; not
+// for a tensor-parallel rank, whose embedding rows need the all-reduce before the norm).
+void embed_rmsnorm(const void* table, const int32_t* ids, int64_t tokens, int64_t hidden,
+                   int64_t first_id, int64_t num_ids, const void* w, float eps, void* x,
+                   void* out, cudaStream_t stream);
+
 // rows == null: for every row t < num_rows, when add != null x[t] = bf16(x[t] + add[t])
 // (written back), then out[t] = rmsnorm(x[t]) * w.
 // rows != null (the final norm of the logit rows): out[r] = rmsnorm(bf16(x[rows[r]] +
@@ -23,13 +30,7 @@ void embed(const void* table, const int32_t* ids, int64_t tokens, int64_t hidden
 void add_rmsnorm(void* x, const void* add, const void* w, float eps, void* out,
                  const int32_t* rows, int64_t num_rows, int64_t hidden, cudaStream_t stream);
 
-// In place on the fused qkv rows (row stride ld elements): optional per-head RMSNorm of q and
-// k (q_norm/k_norm non-null, qwen3), then RoPE on q and k at positions[t].
-// interleaved: pairs (2i, 2i+1); else rotate-half pairs (i, i + d/2).
-void qk_norm_rope(void* qkv, int64_t ld, int64_t tokens, int64_t num_heads,
-                  int64_t num_kv_heads, int64_t head_dim, const void* q_norm, const void* k_norm,
-                  float eps, const int32_t* positions, float theta, bool interleaved,
-                  cudaStream_t stream);
+// q/k norm + RoPE (and its fusion with the KV cache write): cuda_rope_kv.h.
 
 // out[t, i] = bf16(bf16(silu(gate_up[t, i])) * gate_up[t, inter + i]).
 void silu_mul(const void* gate_up, int64_t tokens, int64_t inter, void* out,

@@ -2,6 +2,13 @@
 // and SiLU*up kernels, attention through kvattn's Attention layer over a bf16 KVPool, token
 // sampling on the device (cuda_sampling.h).
 //
+// Fused kernels (ModelOptions::fused_kernels, on unless KVATTN_UNFUSED=1): once a pool is
+// bound, each layer's q/k norm + RoPE kernel also writes the step's K and V into the paged
+// cache (cuda_rope_kv.h) and the Attention layer is told so (BatchContext::kv_stored), so it
+// does not launch store_kv; and the embedding gather also computes the first layer's input
+// norm (one rank only). The unfused path (embed, add_rmsnorm; qk_norm_rope, then Attention's
+// store_kv) writes the same bytes: greedy tokens are equal either way.
+//
 // Two kinds of step:
 // - Fixed decode steps: phase decode, one token per sequence, at most max_decode_batch
 //   sequences, a block table no wider than the fixed width W. The batch is padded to the next
@@ -64,6 +71,7 @@ std::vector<int64_t> decode_graph_ladder(int64_t max_decode_batch) {
 #include "engine/model/cuda_gemm.h"
 #include "engine/model/cuda_kernels.h"
 #include "engine/model/cuda_phase_events.h"
+#include "engine/model/cuda_rope_kv.h"
 #include "engine/model/cuda_sampling.h"
 #include "engine/model/factories.h"
 #include "engine/model/kv_copy.h"
@@ -108,6 +116,7 @@ Tensor take(ModelWeights& w, const std::string& name) {
 struct Layer {
   Tensor input_norm, post_norm, wqkv, q_norm, k_norm, wo, wgate_up, wdown;  // bf16, device
   std::unique_ptr<Attention> attn;
+  k::KVWrite kv;  // the caches attn is bound to (and their scales); slot_mapping set per step
 };
 
 // A device buffer that only grows (not used by graphs).
@@ -149,6 +158,12 @@ class Pinned {
 };
 
 size_t align16(size_t x) { return (x + 15) / 16 * 16; }
+
+// KVATTN_UNFUSED=1 turns ModelOptions::fused_kernels off (bench and tests compare the paths).
+bool unfused_by_env() {
+  const char* e = std::getenv("KVATTN_UNFUSED");
+  return e != nullptr && e[0] == '1';
+}
 
 // KVATTN_TP_SKIP_COMM=1 (timing experiments only: the outputs are then wrong) leaves out every
 // collective, so a run with and without it gives the share of step time spent in NCCL.
@@ -291,6 +306,7 @@ class CudaModel final : public Model {
   Pinned pinned_meta_, pinned_logits_, pinned_tokens_;
   std::vector<SampleParams> params_;
   bool planned_ = false;  // kv_cache_budget ran: capture the whole ladder at allocate_kv_cache
+  bool fused_ = true;     // options_.fused_kernels && !KVATTN_UNFUSED (read at construction)
   CudaModelStats stats_;
   k::PhaseEvents phase_;
 };
@@ -301,7 +317,8 @@ CudaModel::CudaModel(ModelWeights w, Device device, const ModelOptions& options,
       full_vocab_(rank.full_vocab > 0 ? rank.full_vocab : w.config.vocab_size),
       gemm_(device.index),
       kv_dtype_(options.kv_cache_dtype == KVCacheDType::kFP8 ? DType::kF8E4M3 : DType::kBF16),
-      kv_scales_host_(w.config.num_layers, w.config.num_kv_heads) {
+      kv_scales_host_(w.config.num_layers, w.config.num_kv_heads),
+      fused_(options.fused_kernels && !unfused_by_env()) {
   KVATTN_CHECK(rank_.size == 1 || rank_.nccl != nullptr,
                "Model: a CUDA tensor-parallel rank needs an NCCL communicator");
   cuda::DeviceGuard guard(device.index);
@@ -356,6 +373,7 @@ CudaModelStats CudaModel::stats() const {
   s.activation_tokens = act_.tokens;
   s.activation_rows = act_.rows;
   s.decode_table_width = fx_.ready ? fx_.width : 0;
+  s.fused_kernels = fused_;
   return s;
 }
 
@@ -414,20 +432,23 @@ void CudaModel::ensure_activations(int64_t tokens, int64_t rows) {
 
 void CudaModel::reset_pool(std::unique_ptr<KVPool> pool) {
   release_fixed();  // graphs and the fixed table are tied to the old pool
-  for (auto& l : layers_) l.attn->bind_cache(TensorView(), TensorView());
+  for (auto& l : layers_) {
+    l.attn->bind_cache(TensorView(), TensorView());
+    l.kv = k::KVWrite{};
+  }
   pool_ = std::move(pool);
   if (pool_ == nullptr) return;
   for (int64_t i = 0; i < cfg_.num_layers; ++i) {
+    k::KVWrite& kv = layers_[i].kv;
+    kv.k_cache = pool_->k_cache(i);
+    kv.v_cache = pool_->v_cache(i);
     if (kv_dtype_ == DType::kF8E4M3) {
       const int64_t H = cfg_.num_kv_heads;
       float* scales = kv_scales_dev_.ptr<float>();
-      layers_[i].attn->bind_cache(
-          pool_->k_cache(i), pool_->v_cache(i),
-          TensorView(scales + i * H, DType::kF32, device_, {H}),
-          TensorView(scales + (cfg_.num_layers + i) * H, DType::kF32, device_, {H}));
-    } else {
-      layers_[i].attn->bind_cache(pool_->k_cache(i), pool_->v_cache(i));
+      kv.k_scale = TensorView(scales + i * H, DType::kF32, device_, {H});
+      kv.v_scale = TensorView(scales + (cfg_.num_layers + i) * H, DType::kF32, device_, {H});
     }
+    layers_[i].attn->bind_cache(kv.k_cache, kv.v_cache, kv.k_scale, kv.v_scale);
   }
 }
 
@@ -916,7 +937,7 @@ void CudaModel::finish(int64_t R, const Out& out, const int32_t* dev_tokens) {
 }
 
 void CudaModel::run_layers(int64_t T, int64_t R, const int32_t* ids, const int32_t* pos,
-                           const int32_t* rows, const BatchContext& ctx) {
+                           const int32_t* rows, const BatchContext& step_ctx) {
   const int64_t H = cfg_.hidden_size, V = cfg_.vocab_size, D = cfg_.head_dim;
   const int64_t nh = cfg_.num_heads, nkv = cfg_.num_kv_heads, inter = cfg_.intermediate_size;
   const int64_t qkv_dim = (nh + 2 * nkv) * D;
@@ -930,24 +951,55 @@ void CudaModel::run_layers(int64_t T, int64_t R, const int32_t* ids, const int32
   void* act = act_.act.data();
   void* fin = act_.fin.data();
   void* lg = act_.logits.data();
+  // Fused KV write once a pool is bound (before, e.g. in kv_cache_budget's warm-up prefill,
+  // there is no cache and Attention stores nothing either).
+  const bool fuse_kv = fused_ && pool_ != nullptr && pool_->num_blocks() > 0;
+  BatchContext ctx = step_ctx;
+  ctx.kv_stored = fuse_kv;
+  k::QkNormRope rope;
+  rope.qkv = qkv;
+  rope.ld = qkv_dim;
+  rope.tokens = T;
+  rope.num_heads = nh;
+  rope.num_kv_heads = nkv;
+  rope.head_dim = D;
+  rope.eps = eps;
+  rope.positions = pos;
+  rope.theta = static_cast<float>(cfg_.rope_theta);
+  rope.interleaved = cfg_.rope_style == ModelConfig::RopeStyle::kInterleaved;
 
   // Phase boundaries (PhaseEvents; no-ops unless this eager step is timed): as the CPU model's.
   const auto lap = [this](double PhaseTimes::*phase) { phase_.lap(phase, stream_); };
   constexpr double PhaseTimes::*kAttention = &PhaseTimes::attention_s;
   constexpr double PhaseTimes::*kGemm = &PhaseTimes::gemm_s;
   constexpr double PhaseTimes::*kOther = &PhaseTimes::other_s;
-  k::embed(embed_.data(), ids, T, H, rank_.rank * V, V, x, stream_);
-  all_reduce(x, T * H);
+  // Fused: the embedding rows and the first input norm in one launch (one rank only: a
+  // tensor-parallel rank's rows are complete only after the all-reduce).
+  const bool fuse_embed = fused_ && !tensor_parallel() && !layers_.empty();
+  if (fuse_embed) {
+    k::embed_rmsnorm(embed_.data(), ids, T, H, 0, V, layers_[0].input_norm.data(), eps, x, h,
+                     stream_);
+  } else {
+    k::embed(embed_.data(), ids, T, H, rank_.rank * V, V, x, stream_);
+    all_reduce(x, T * H);
+  }
   for (size_t i = 0; i < layers_.size(); ++i) {
     Layer& l = layers_[i];
-    k::add_rmsnorm(x, i == 0 ? nullptr : o, l.input_norm.data(), eps, h, nullptr, T, H, stream_);
+    if (i > 0 || !fuse_embed) {
+      k::add_rmsnorm(x, i == 0 ? nullptr : o, l.input_norm.data(), eps, h, nullptr, T, H,
+                     stream_);
+    }
     lap(kOther);
     gemm_.run(h, H, T, l.wqkv.data(), qkv_dim, H, qkv, qkv_dim, stream_);
     lap(kGemm);
-    k::qk_norm_rope(qkv, qkv_dim, T, nh, nkv, D, cfg_.qk_norm ? l.q_norm.data() : nullptr,
-                    cfg_.qk_norm ? l.k_norm.data() : nullptr, eps, pos,
-                    static_cast<float>(cfg_.rope_theta),
-                    cfg_.rope_style == ModelConfig::RopeStyle::kInterleaved, stream_);
+    rope.q_norm = cfg_.qk_norm ? l.q_norm.data() : nullptr;
+    rope.k_norm = cfg_.qk_norm ? l.k_norm.data() : nullptr;
+    if (fuse_kv) {
+      l.kv.slot_mapping = ctx.slot_mapping;
+      k::qk_norm_rope_store_kv(rope, l.kv, stream_);  // fused: the KV write counts as other
+    } else {
+      k::qk_norm_rope(rope, stream_);
+    }
     lap(kOther);
     l.attn->forward(TensorView(qkv, DType::kBF16, device_, {T, nh * D}, {qkv_dim, 1}),
                     TensorView(qkv + nh * D, DType::kBF16, device_, {T, nkv * D}, {qkv_dim, 1}),

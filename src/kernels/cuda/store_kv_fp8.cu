@@ -1,8 +1,6 @@
 // store_kv into a float8_e4m3 cache on the GPU: each element of a new token's K and V row is
-// quantised with the scale of its KV head, stored = e4m3(sat(x / scale)), bit-exactly as the
-// CPU backend's quantize_e4m3 (core/fp8.h): x / scale is the IEEE-rounded float32 division,
-// the conversion rounds to nearest even and saturates (+-Inf and |x| > 448 to +-448), NaN
-// stays NaN with its sign, -0 stays -0.
+// quantised with the scale of its KV head by quantize_e4m3 (fp8_quantize.cuh: bit-exactly as
+// the CPU backend's quantize_e4m3; the engine's fused KV write uses the same function).
 //
 // One thread per group of 8 elements of a row (one 16-byte load of bf16/fp16, one 8-byte
 // store) when every address and stride allows it and head_dim is a multiple of 8; otherwise
@@ -20,6 +18,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_faults.cuh"
 #include "kernels/cuda/device_props.h"
+#include "kernels/cuda/fp8_quantize.cuh"
 
 namespace kvattn::cuda {
 namespace {
@@ -44,35 +43,6 @@ struct StoreFp8Params {
   int row_elems;         // num_kv_heads * head_dim
   uint32_t* fault_word;
 };
-
-template <typename T>
-__device__ __forceinline__ float to_f32(T x) {
-  if constexpr (std::is_same_v<T, float>) {
-    return x;
-  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    return __bfloat162float(x);
-  } else {
-    return __half2float(x);
-  }
-}
-
-// The sign of a NaN is taken from the element's bits: the GPU's half -> float conversion and
-// division return the canonical (positive) NaN.
-template <typename T>
-__device__ __forceinline__ bool sign_bit(T v) {
-  if constexpr (sizeof(T) == 2) {
-    return (*reinterpret_cast<const uint16_t*>(&v) & 0x8000u) != 0;
-  } else {
-    return (__float_as_uint(v) & 0x80000000u) != 0;
-  }
-}
-
-template <typename T>
-__device__ __forceinline__ uint8_t quantize(T v, float scale) {
-  const float x = to_f32(v);
-  if (isnan(x)) return sign_bit(v) ? 0xffu : 0x7fu;
-  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(x / scale, __NV_SATFINITE, __NV_E4M3));
-}
 
 // Byte offset of the slot's row in k_cache (v_offset: in v_cache); -1 to skip it.
 template <typename Slot>
@@ -115,14 +85,14 @@ __global__ void __launch_bounds__(256) store_kv_fp8_kernel(const __grid_constant
     uint32_t kq[2] = {0, 0}, vq[2] = {0, 0};
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
-      kq[j / 4] |= static_cast<uint32_t>(quantize(kx[j], ks)) << (8 * (j % 4));
-      vq[j / 4] |= static_cast<uint32_t>(quantize(vx[j], vs)) << (8 * (j % 4));
+      kq[j / 4] |= static_cast<uint32_t>(quantize_e4m3(kx[j], ks)) << (8 * (j % 4));
+      vq[j / 4] |= static_cast<uint32_t>(quantize_e4m3(vx[j], vs)) << (8 * (j % 4));
     }
     *reinterpret_cast<uint2*>(p.k_cache + koff + e0) = make_uint2(kq[0], kq[1]);
     *reinterpret_cast<uint2*>(p.v_cache + voff + e0) = make_uint2(vq[0], vq[1]);
   } else {
-    p.k_cache[koff + e0] = quantize(*ksrc, ks);
-    p.v_cache[voff + e0] = quantize(*vsrc, vs);
+    p.k_cache[koff + e0] = quantize_e4m3(*ksrc, ks);
+    p.v_cache[voff + e0] = quantize_e4m3(*vsrc, vs);
   }
 }
 

@@ -1,0 +1,276 @@
+// q/k RMSNorm (qwen3) + RoPE on the fused qkv rows, alone or fused with the paged KV write.
+//
+// One warp per (token, head) over the q and k heads, four per CTA: the head's row goes to
+// shared memory as float32 (normed when the model has q/k norms), then each lane rotates its
+// pairs and writes them back to qkv as bf16. The fused form also writes, from the warp of each
+// (token, kv head), the rotated K elements as they are written back into the token's slot of
+// the K cache, and the token's V head into the V cache: a byte copy for a bf16 cache, or
+// quantize_e4m3 (store_kv_fp8.cu's function) with the kv head's scale for an e4m3 cache.
+//
+// Why: a decode layer launched qk_norm_rope, then Attention's store_kv, back to back on the
+// same rows. Fused, it launches one kernel, and K is not read back from memory (V still is).
+// Bytes per token and layer (Qwen3-0.6B, 16 q + 8 kv heads of 128, bf16 cache): unfused
+// 6 KiB read + 6 KiB written by qk_norm_rope, then 4 + 4 KiB by store_kv; fused 8 KiB read
+// (q, k, v) + 10 KiB written (q and k back to qkv, K and V to the cache).
+//
+// Exactness: both forms run norm_head and rope_pair, the only arithmetic, with the sum of
+// squares written as an explicit fmaf (what nvcc contracts `ss += x * x` to anyway), so q and
+// k are bit-identical between them and the cache bytes equal store_kv's after qk_norm_rope.
+// Slots follow store_kv.cu: < 0 pad rows (qkv is still rotated; nothing goes to the caches),
+// >= num_slots skipped and recorded in the fault word. No allocation and no sync: graph-safe.
+#include "engine/model/cuda_rope_kv.h"
+
+#include <cuda_bf16.h>
+
+#include <type_traits>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_faults.cuh"
+#include "kernels/cuda/fp8_quantize.cuh"
+
+namespace kvattn::cuda_model {
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+__device__ __forceinline__ float f(bf16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ bf16 b(float v) { return __float2bfloat16(v); }  // round to nearest even
+__device__ __forceinline__ float r(float v) { return f(b(v)); }              // round through bf16
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Layouts in cuda_rope_kv.h (QkNormRope); the same values, typed.
+struct RopeParams {
+  bf16* qkv;
+  int64_t ld;
+  int64_t tokens;
+  int num_heads, num_kv_heads, head_dim;
+  const bf16* q_norm;
+  const bf16* k_norm;
+  float eps;
+  const int32_t* positions;
+  float theta;
+  int interleaved;
+};
+
+// The fused form's caches: [num_blocks, block_size, num_kv_heads, head_dim] each, a block's rows
+// contiguous; slot s's row at cache + (s / block_size) * block_stride + (s % block_size) *
+// num_kv_heads * head_dim (elements of the cache's type).
+struct CacheParams {
+  void* k_cache;
+  void* v_cache;
+  int64_t k_block_stride, v_block_stride;  // elements
+  int64_t block_size;
+  int64_t num_slots;  // num_blocks * block_size
+  const float* k_scale;  // e4m3: [num_kv_heads] or null (1.0)
+  const float* v_scale;
+  const int32_t* slots;  // [tokens]
+  uint32_t* fault_word;
+};
+
+// s[0, head_dim) = the head's row as float32, RMS-normed with weight nw when nw != null (one
+// warp; s is visible to the whole warp on return).
+__device__ __forceinline__ void norm_head(const bf16* v, const bf16* nw, float eps, int head_dim,
+                                          float* s, int lane) {
+  float ss = 0.0f;
+  for (int i = lane; i < head_dim; i += 32) {
+    s[i] = f(v[i]);
+    ss = fmaf(s[i], s[i], ss);
+  }
+  if (nw != nullptr) {
+    const float inv = rsqrtf(warp_sum(ss) / static_cast<float>(head_dim) + eps);
+    for (int i = lane; i < head_dim; i += 32) s[i] = r(f(nw[i]) * r(s[i] * inv));
+  }
+  __syncwarp();
+}
+
+// Pair i (< head_dim / 2) of the rotation at position pos: elements ia and ib of the head.
+__device__ __forceinline__ void rope_pair(const float* s, int i, int head_dim, float pos,
+                                          float theta, bool interleaved, int& ia, int& ib,
+                                          bf16& oa, bf16& ob) {
+  const int half = head_dim / 2;
+  const float inv_freq =
+      1.0f / powf(theta, static_cast<float>(2 * i) / static_cast<float>(head_dim));
+  const float angle = pos * inv_freq;
+  const float c = r(cosf(angle)), sn = r(sinf(angle));
+  ia = interleaved ? 2 * i : i;
+  ib = interleaved ? 2 * i + 1 : i + half;
+  const float a = s[ia], bb = s[ib];
+  oa = b(r(a * c) + r(-bb * sn));
+  ob = b(r(bb * c) + r(a * sn));
+}
+
+template <typename Cache>
+__device__ __forceinline__ Cache to_cache(bf16 x, float scale) {
+  if constexpr (std::is_same_v<Cache, bf16>) {
+    return x;
+  } else {
+    return cuda::quantize_e4m3(x, scale);
+  }
+}
+
+// Cache: void (qk_norm_rope alone), bf16, or uint8_t (e4m3 codes).
+template <int kMaxDim, typename Cache>
+__global__ void __launch_bounds__(128)
+    qk_norm_rope_kernel(const __grid_constant__ RopeParams p, const __grid_constant__ CacheParams c) {
+  constexpr bool kStore = !std::is_void_v<Cache>;
+  using Dst = std::conditional_t<kStore, Cache, uint8_t>;  // a type for the unused pointers
+  __shared__ float buf[4][kMaxDim];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t item = static_cast<int64_t>(blockIdx.x) * 4 + warp;
+  const int heads = p.num_heads + p.num_kv_heads;
+  if (item >= p.tokens * heads) return;
+  const int64_t t = item / heads;
+  const int h = static_cast<int>(item % heads);
+  const int D = p.head_dim;
+  bf16* v = p.qkv + t * p.ld + static_cast<int64_t>(h) * D;
+  const bool is_k = h >= p.num_heads;
+
+  // The cache rows of this (token, kv head): null for q heads, pad rows and faults.
+  Dst* kd = nullptr;
+  Dst* vd = nullptr;
+  float ks = 1.0f, vs = 1.0f;
+  if constexpr (kStore) {
+    if (is_k) {
+      const int kvh = h - p.num_heads;
+      const int64_t slot = c.slots[t];
+      if (slot >= c.num_slots) {
+        if (kvh == 0 && lane == 0) cuda::record_fault(c.fault_word, kFaultSlotOutOfRange);
+      } else if (slot >= 0) {
+        const int64_t block = slot / c.block_size;
+        const int64_t row = (slot - block * c.block_size) * p.num_kv_heads * D +
+                            static_cast<int64_t>(kvh) * D;
+        kd = static_cast<Dst*>(c.k_cache) + block * c.k_block_stride + row;
+        vd = static_cast<Dst*>(c.v_cache) + block * c.v_block_stride + row;
+        if constexpr (!std::is_same_v<Cache, bf16>) {
+          if (c.k_scale != nullptr) ks = __ldg(c.k_scale + kvh);
+          if (c.v_scale != nullptr) vs = __ldg(c.v_scale + kvh);
+        }
+      }
+    }
+  }
+
+  float* s = buf[warp];
+  norm_head(v, is_k ? p.k_norm : p.q_norm, p.eps, D, s, lane);
+  const float pos = static_cast<float>(p.positions[t]);
+  for (int i = lane; i < D / 2; i += 32) {
+    int ia, ib;
+    bf16 oa, ob;
+    rope_pair(s, i, D, pos, p.theta, p.interleaved != 0, ia, ib, oa, ob);
+    v[ia] = oa;
+    v[ib] = ob;
+    if constexpr (kStore) {
+      if (kd != nullptr) {
+        kd[ia] = to_cache<Cache>(oa, ks);
+        kd[ib] = to_cache<Cache>(ob, ks);
+      }
+    }
+  }
+  if constexpr (kStore) {
+    if (vd == nullptr) return;
+    // V head kvh of the token, two elements a lane-step (D even, 4-byte aligned: host checks).
+    const auto* src = reinterpret_cast<const __nv_bfloat162*>(
+        p.qkv + t * p.ld + static_cast<int64_t>(heads + (h - p.num_heads)) * D);
+    for (int w = lane; w < D / 2; w += 32) {
+      const __nv_bfloat162 x = src[w];
+      if constexpr (std::is_same_v<Cache, bf16>) {
+        reinterpret_cast<__nv_bfloat162*>(vd)[w] = x;
+      } else {
+        reinterpret_cast<uint16_t*>(vd)[w] = static_cast<uint16_t>(
+            to_cache<Cache>(x.x, vs) | (static_cast<uint32_t>(to_cache<Cache>(x.y, vs)) << 8));
+      }
+    }
+  }
+}
+
+constexpr int kMaxDim = 256;
+
+RopeParams rope_params(const QkNormRope& q) {
+  KVATTN_CHECK(q.head_dim > 0 && q.head_dim <= kMaxDim && q.head_dim % 2 == 0,
+               "cuda model: head_dim must be even and <= ", kMaxDim, " but is ", q.head_dim);
+  KVATTN_CHECK((q.q_norm == nullptr) == (q.k_norm == nullptr),
+               "cuda model: q_norm and k_norm must be given together");
+  return RopeParams{static_cast<bf16*>(q.qkv), q.ld, q.tokens, static_cast<int>(q.num_heads),
+                    static_cast<int>(q.num_kv_heads), static_cast<int>(q.head_dim),
+                    static_cast<const bf16*>(q.q_norm), static_cast<const bf16*>(q.k_norm),
+                    q.eps, q.positions, q.theta, q.interleaved ? 1 : 0};
+}
+
+template <typename Cache>
+void launch(const RopeParams& p, const CacheParams& c, cudaStream_t stream) {
+  const int64_t items = p.tokens * (p.num_heads + p.num_kv_heads);
+  if (items == 0) return;
+  const int64_t blocks = (items + 3) / 4;
+  KVATTN_CHECK(blocks <= 0x7fffffff, "cuda model: ", p.tokens, " tokens exceed one launch");
+  qk_norm_rope_kernel<kMaxDim, Cache><<<static_cast<unsigned>(blocks), 128, 0, stream>>>(p, c);
+  CUDA_CHECK_LAUNCH();
+}
+
+bool aligned4(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 4 == 0; }
+
+}  // namespace
+
+void qk_norm_rope(const QkNormRope& q, cudaStream_t stream) {
+  launch<void>(rope_params(q), CacheParams{}, stream);
+}
+
+void qk_norm_rope_store_kv(const QkNormRope& q, const KVWrite& kv, cudaStream_t stream) {
+  constexpr std::string_view kFn = "qk_norm_rope_store_kv";
+  const RopeParams p = rope_params(q);
+  const TensorView& kc = kv.k_cache;
+  const TensorView& vc = kv.v_cache;
+  const int64_t nkv = q.num_kv_heads, D = q.head_dim;
+  KVATTN_CHECK(kc.defined() && kc.ndim == 4 && kc.size(2) == nkv && kc.size(3) == D, kFn,
+               ": k_cache must be [num_blocks, block_size, ", nkv, ", ", D, "] but is ",
+               kc.shape_str());
+  KVATTN_CHECK(vc.defined() && vc.ndim == 4 && vc.shape == kc.shape && vc.dtype == kc.dtype,
+               kFn, ": v_cache ", vc.shape_str(), " ", vc.dtype, " must equal k_cache ",
+               kc.shape_str(), " ", kc.dtype);
+  for (const TensorView* t : {&kc, &vc}) {
+    KVATTN_CHECK(t->stride(3) == 1 && t->stride(2) == D && t->stride(1) == nkv * D &&
+                     t->stride(0) % 2 == 0 && aligned4(t->data),
+                 kFn, ": a cache's block must hold contiguous rows, 4-byte aligned, with an ",
+                 "even block stride, but its strides are [", t->stride(0), ", ", t->stride(1),
+                 ", ", t->stride(2), ", ", t->stride(3), "]");
+  }
+  KVATTN_CHECK(kc.dtype == DType::kBF16 || kc.dtype == DType::kF8E4M3, kFn,
+               ": the caches must be bfloat16 or float8_e4m3 but are ", kc.dtype);
+  KVATTN_CHECK(kc.dtype == DType::kF8E4M3 || (!kv.k_scale.defined() && !kv.v_scale.defined()),
+               kFn, ": k_scale/v_scale apply to float8_e4m3 caches only");
+  for (const TensorView* s : {&kv.k_scale, &kv.v_scale}) {
+    KVATTN_CHECK(!s->defined() || (s->dtype == DType::kF32 && s->numel() == nkv &&
+                                   s->is_contiguous()),
+                 kFn, ": k_scale/v_scale must be contiguous float32 [", nkv, "] but one is ",
+                 s->dtype, " ", s->shape_str());
+  }
+  const TensorView& sm = kv.slot_mapping;
+  KVATTN_CHECK(sm.defined() && sm.dtype == DType::kI32 && sm.ndim == 1 &&
+                   sm.size(0) >= q.tokens && (sm.stride(0) == 1 || sm.size(0) <= 1),
+               kFn, ": slot_mapping must be contiguous int32 [>= ", q.tokens, "] but is ",
+               sm.dtype, " ", sm.shape_str());
+  KVATTN_CHECK(aligned4(q.qkv) && q.ld % 2 == 0, kFn,
+               ": qkv must be 4-byte aligned with an even row stride but its stride is ", q.ld);
+
+  CacheParams c{};
+  c.k_cache = kc.data;
+  c.v_cache = vc.data;
+  c.k_block_stride = kc.stride(0);
+  c.v_block_stride = vc.stride(0);
+  c.block_size = kc.size(1);
+  c.num_slots = kc.size(0) * kc.size(1);
+  c.k_scale = kv.k_scale.defined() ? kv.k_scale.ptr<const float>() : nullptr;
+  c.v_scale = kv.v_scale.defined() ? kv.v_scale.ptr<const float>() : nullptr;
+  c.slots = sm.ptr<const int32_t>();
+  c.fault_word = cuda::fault_word_ptr(kc.device.index);
+  if (kc.dtype == DType::kBF16) {
+    launch<bf16>(p, c, stream);
+  } else {
+    launch<uint8_t>(p, c, stream);
+  }
+}
+
+}  // namespace kvattn::cuda_model

@@ -1,0 +1,49 @@
+// Internal: the GPU model's q/k-norm + RoPE kernel, alone or fused with the paged KV write.
+// Rounding as in cuda_kernels.h (HF transformers' bf16 model): the per-head RMSNorm is
+// bf16(w * bf16(x * rsqrt(mean(x^2) + eps))), RoPE uses bf16 cos/sin and rounds each product.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "kvattn/core/tensor.h"
+
+namespace kvattn::cuda_model {
+
+// The fused qkv rows of a step: token t's row at qkv + t * ld (bf16 elements), holding
+// num_heads q heads, then num_kv_heads k heads, then num_kv_heads v heads of head_dim each.
+struct QkNormRope {
+  void* qkv = nullptr;
+  int64_t ld = 0;  // row stride, elements (even)
+  int64_t tokens = 0;
+  int64_t num_heads = 0, num_kv_heads = 0, head_dim = 0;  // head_dim even, <= 256
+  const void* q_norm = nullptr;  // qwen3's per-head RMSNorm weights, bf16 [head_dim]; or both
+  const void* k_norm = nullptr;  // null (no q/k norm)
+  float eps = 1e-6f;
+  const int32_t* positions = nullptr;  // [tokens], on the device
+  float theta = 10000.0f;
+  bool interleaved = false;  // RoPE pairs (2i, 2i+1); else rotate-half pairs (i, i + d/2)
+};
+
+// In place on the q and k heads: the optional per-head RMSNorm, then RoPE at positions[t].
+void qk_norm_rope(const QkNormRope& p, cudaStream_t stream);
+
+// One layer's paged caches and the step's slots, as Attention holds them (bind_cache) and as
+// BatchContext::slot_mapping gives them.
+struct KVWrite {
+  TensorView k_cache, v_cache;  // [num_blocks, block_size, num_kv_heads, head_dim], bfloat16 or
+                                // float8_e4m3; a block's rows contiguous, any block stride
+  TensorView k_scale, v_scale;  // float8_e4m3: float32 [num_kv_heads] or empty (1.0)
+  TensorView slot_mapping;      // int32 [>= tokens], contiguous, on the caches' device
+};
+
+// qk_norm_rope, and in the same launch this step's K (normed and rotated, exactly as left in
+// qkv) and V written into the paged caches at slot_mapping[t]: the bytes Attention's store_kv
+// would write (store_kv.cu's copy for bf16, store_kv_fp8.cu's quantisation for e4m3). Slot < 0:
+// a pad row, nothing written to the caches; slot >= num_blocks * block_size: skipped and
+// recorded in the device fault word (kFaultSlotOutOfRange), as store_kv does. Call Attention
+// with BatchContext::kv_stored set afterwards, so the layer does not store them again.
+void qk_norm_rope_store_kv(const QkNormRope& p, const KVWrite& kv, cudaStream_t stream);
+
+}  // namespace kvattn::cuda_model
