@@ -23,10 +23,6 @@ struct CudaTuning {
   // Decode: pipeline stages per warp (0: as many as ~192 KB per CTA of 8 warps allow).
   // Env KVATTN_DECODE_STAGES.
   int decode_stages = 0;
-  // Decode, the stream kernel on sm_90+: 1 = each warp fills a stage with one bulk copy per
-  // cached row (cp.async.bulk on an mbarrier, 32 per tile), 0 = 16-byte cp.async per lane
-  // and chunk (the sm_80 form). Env KVATTN_DECODE_BULK.
-  int decode_bulk = 1;
   // Decode, small batches (few sequences x KV heads for the SMs): 1 = each CTA holds one KV
   // head and its warps split a chunk of one sequence's keys, combined on chip; the last CTA
   // of a (sequence, head) merges the chunks (no merge kernel). 0 = the stream-K kernel for

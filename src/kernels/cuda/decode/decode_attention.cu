@@ -76,7 +76,7 @@ int max_optin_smem(int device) {
 
 // CTAs per SM of the split kernel (kSmall: the small-batch kernel) at (threads, smem); raises
 // its shared-memory limit once per device. Cached: the planner and every launch ask.
-template <typename T, typename KV, int D, int kCopy, bool kSmall = false>
+template <typename T, typename KV, int D, bool kAligned16, bool kSmall = false>
 int split_occupancy(int device, int threads, int smem) {
   struct Entry {
     int device, threads, smem, ctas;
@@ -90,8 +90,8 @@ int split_occupancy(int device, int threads, int smem) {
     if (e.device == device && e.threads == threads && e.smem == smem) return e.ctas;
   }
   DeviceGuard guard(device);
-  const auto kernel = kSmall ? decode_small_kernel<T, KV, D, kCopy != kCopyStaged>
-                             : decode_kernel<T, KV, D, kCopy>;
+  const auto kernel = kSmall ? decode_small_kernel<T, KV, D, kAligned16>
+                             : decode_kernel<T, KV, D, kAligned16>;
   if (!raised[device]) {  // dynamic + static shared memory must stay within the opt-in limit
     cudaFuncAttributes attr{};
     CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
@@ -111,16 +111,8 @@ int prefix_bytes_for(int64_t num_seqs) {
   return static_cast<int>(((num_seqs + 1 + 8) * 4 + 127) / 128 * 128);
 }
 
-// The prefix sum, the warps' stages, then their stage barriers (bulk copies; 8 bytes each).
 int split_smem(const DecodeConfig& c, int prefix_bytes) {
-  return prefix_bytes + c.warps * c.stages * (c.stage_bytes + 8);
-}
-
-// The split kernel's copy form for these caches on this device (kCopy of decode_kernel).
-int copy_form(bool aligned, int device) {
-  if (!aligned) return kCopyStaged;
-  return cuda_tuning().decode_bulk != 0 && compute_capability(device) >= 90 ? kCopyBulk
-                                                                             : kCopyAsync;
+  return prefix_bytes + c.warps * c.stages * c.stage_bytes;
 }
 
 // The small-batch kernel's CTA of `warps` warps: stages as the stream kernel's, shared memory
@@ -197,7 +189,7 @@ SmallChoice small_choice(int device, int64_t num_seqs, int64_t num_kv_heads, int
     int ctas = 0;
     dispatch(DType::kBF16, cache_dtype == DType::kF8E4M3 ? cache_dtype : DType::kBF16, head_dim,
              [&]<typename T, typename KV, int D>() {
-               ctas = split_occupancy<T, KV, D, kCopyAsync, true>(device, sc.warps * 32, sc.smem);
+               ctas = split_occupancy<T, KV, D, true, true>(device, sc.warps * 32, sc.smem);
              });
     int64_t chunks = int64_t{sm_count(device)} * ctas / (num_seqs * units);
     if (tuning.decode_small_max_chunks > 0) {
@@ -253,10 +245,10 @@ void launch(DecodeParams p, bool aligned, int64_t ws_bytes, int device, cudaStre
       const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(units),
                       static_cast<unsigned>(B));
       if (aligned) {
-        (void)split_occupancy<T, KV, D, kCopyAsync, true>(device, sc.warps * 32, sc.smem);
+        (void)split_occupancy<T, KV, D, true, true>(device, sc.warps * 32, sc.smem);
         decode_small_kernel<T, KV, D, true><<<grid, sc.warps * 32, sc.smem, stream>>>(p);
       } else {
-        (void)split_occupancy<T, KV, D, kCopyStaged, true>(device, sc.warps * 32, sc.smem);
+        (void)split_occupancy<T, KV, D, false, true>(device, sc.warps * 32, sc.smem);
         decode_small_kernel<T, KV, D, false><<<grid, sc.warps * 32, sc.smem, stream>>>(p);
       }
       CUDA_CHECK_LAUNCH();
@@ -278,10 +270,8 @@ void launch(DecodeParams p, bool aligned, int64_t ws_bytes, int device, cudaStre
   p.prefix_bytes = stream_mode ? prefix_bytes_for(B) : 0;
   const int threads = c.warps * 32;
   const int smem = split_smem(c, p.prefix_bytes);
-  const int copy = copy_form(aligned, device);
-  const int ctas = copy == kCopyBulk    ? split_occupancy<T, KV, D, kCopyBulk>(device, threads, smem)
-                   : copy == kCopyAsync ? split_occupancy<T, KV, D, kCopyAsync>(device, threads, smem)
-                                        : split_occupancy<T, KV, D, kCopyStaged>(device, threads, smem);
+  const int ctas = aligned ? split_occupancy<T, KV, D, true>(device, threads, smem)
+                           : split_occupancy<T, KV, D, false>(device, threads, smem);
   const int64_t per_slice = std::max<int64_t>(1, int64_t{sm_count(device)} * ctas / p.slices);
   int64_t pieces_per_seq = 1;
   if (stream_mode) {
@@ -297,12 +287,10 @@ void launch(DecodeParams p, bool aligned, int64_t ws_bytes, int device, cudaStre
   }
   p.merge_wpr = pieces_per_seq >= 48 ? 8 : pieces_per_seq >= 12 ? 4 : pieces_per_seq >= 4 ? 2 : 1;
   const auto grid = static_cast<unsigned>(static_cast<int64_t>(p.parts) * p.slices);
-  if (copy == kCopyBulk) {
-    decode_kernel<T, KV, D, kCopyBulk><<<grid, threads, smem, stream>>>(p);
-  } else if (copy == kCopyAsync) {
-    decode_kernel<T, KV, D, kCopyAsync><<<grid, threads, smem, stream>>>(p);
+  if (aligned) {
+    decode_kernel<T, KV, D, true><<<grid, threads, smem, stream>>>(p);
   } else {
-    decode_kernel<T, KV, D, kCopyStaged><<<grid, threads, smem, stream>>>(p);
+    decode_kernel<T, KV, D, false><<<grid, threads, smem, stream>>>(p);
   }
   CUDA_CHECK_LAUNCH();
   if (!stream_mode || cuda_tuning().decode_debug_no_merge) return;
@@ -332,16 +320,13 @@ DecodeConfig decode_config(int64_t num_kv_heads, int64_t rows, int64_t head_dim,
   }
   c.head_blocks = static_cast<int>((num_kv_heads + c.heads_per_cta - 1) / c.heads_per_cta);
   c.warps = c.heads_per_cta * c.rc_per_cta;
-  // A stage: K and V rows of kDecodeTileKeys keys at the tile pitch (a row + 16 bytes).
-  const int row_bytes = static_cast<int>(head_dim * kv_bytes);
-  c.stage_bytes = 2 * kDecodeTileKeys * (row_bytes + 16);
-  // Default: ~192 KB of cached bytes in flight for a CTA of 8 warps (3 stages for head_dim
-  // 128, 6 for 64; fp8: 6 and 8), whatever the cache dtype; never more than fits next to the
+  c.stage_bytes = static_cast<int>(2 * kDecodeTileKeys * head_dim * kv_bytes);
+  // Default: ~192 KB of stages for a CTA of 8 warps (3 for head_dim 128, 6 for 64; fp8: 6 and
+  // 8), the same bytes in flight whatever the cache dtype; never more than fits next to the
   // largest prefix sum.
-  const int stages = tuning.decode_stages > 0
-                         ? tuning.decode_stages
-                         : (192 << 10) / (kDecodeMaxWarps * 2 * kDecodeTileKeys * row_bytes);
-  const int fit = ((227 << 10) - prefix_bytes_for(kDecodeMaxStreamSeqs)) / (c.warps * (c.stage_bytes + 8));
+  const int stages = tuning.decode_stages > 0 ? tuning.decode_stages
+                                              : (192 << 10) / (kDecodeMaxWarps * c.stage_bytes);
+  const int fit = ((227 << 10) - prefix_bytes_for(kDecodeMaxStreamSeqs)) / (c.warps * c.stage_bytes);
   c.stages = std::clamp(std::min(stages, fit), 2, kDecodeMaxStages);
   return c;
 }
@@ -350,7 +335,7 @@ int decode_parts(int device, const DecodeConfig& c, int64_t head_dim, int64_t nu
   const int smem = split_smem(c, prefix_bytes_for(num_seqs));
   int ctas = 0;
   dispatch(DType::kBF16, DType::kBF16, head_dim, [&]<typename T, typename KV, int D>() {
-    ctas = split_occupancy<T, KV, D, kCopyAsync>(device, c.warps * 32, smem);
+    ctas = split_occupancy<T, KV, D, true>(device, c.warps * 32, smem);
   });
   return static_cast<int>(std::max<int64_t>(1, int64_t{sm_count(device)} * ctas /
                                                    (c.head_blocks * c.rc_blocks)));

@@ -60,10 +60,6 @@ __device__ __forceinline__ uint16_t to_bits(float x) {
 }
 
 constexpr float kNegInf = -INFINITY;
-// How the split kernel fills its stages (decode_kernel's kCopy).
-constexpr int kCopyStaged = 0;  // through registers: caches that are not 16-byte aligned
-constexpr int kCopyAsync = 1;   // 16-byte cp.async per lane and chunk
-constexpr int kCopyBulk = 2;    // sm_90: one bulk copy per cached row
 // Most chunks per (sequence, unit) in small mode (bounds the merger's serial work).
 constexpr int kSmallMaxChunks = 1024;
 
@@ -83,22 +79,19 @@ __device__ __forceinline__ int seq_len(const DecodeParams& p, int b, bool report
 
 
 // One warp's stage: the K tile, then the V tile, of kDecodeTileKeys keys; rows of D*2 bytes
-// at a pitch of one more 16-byte chunk (kPitch), so the eight rows an ldmatrix phase reads
-// start 4 banks apart: conflict-free without a swizzle, which lets a bulk copy (one
-// instruction per row, decode_warp_tile.cuh) fill a row as it lies in the cache.
+// whose 16-byte chunks are XOR-swizzled by key, so ldmatrix is free of bank conflicts.
 template <int D>
 struct Tile {
   static constexpr int kChunks = D / 8;                          // 16-byte chunks per row
   static constexpr int kRowBytes = D * 2;
-  static constexpr int kPitch = kRowBytes + 16;
-  static constexpr int kTileBytes = kDecodeTileKeys * kPitch;    // K (or V) of one tile
+  static constexpr int kTileBytes = kDecodeTileKeys * kRowBytes;  // K (or V) of one tile
   static constexpr int kStageBytes = 2 * kTileBytes;
   static constexpr int kElemsPerChunk = 8;
   static constexpr int kKeyStep = 32 / kChunks;                  // keys between a lane's copies
   static constexpr int kCopies = kDecodeTileKeys / kKeyStep;     // copies per lane per K tile
   static_assert(32 % kChunks == 0 && kDecodeTileKeys % kKeyStep == 0);
   __device__ __forceinline__ static uint32_t addr(uint32_t base, int key, int chunk) {
-    return base + key * kPitch + (chunk << 4);
+    return base + key * kRowBytes + ((chunk ^ (key & 7)) << 4);
   }
 };
 
@@ -124,60 +117,6 @@ __device__ __forceinline__ uint4 load_16_bytes_unaligned(const uint8_t* src) {
 
 __device__ __forceinline__ int tiles_of(int len) {
   return (len + kDecodeTileKeys - 1) / kDecodeTileKeys;
-}
-
-// ---- bulk copies (sm_90): one instruction per cached row, completing on an mbarrier ----
-// kArchBulk: this device pass has them (the host picks the bulk kernel only on sm_90+; an
-// older pass compiles that kernel's cp.async form instead).
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-inline constexpr bool kArchBulk = true;
-#else
-inline constexpr bool kArchBulk = false;
-#endif
-
-// Zeros a bulk copy reads for keys past the end or behind a bad block id (a bulk copy cannot
-// zero-fill); as long as the longest row (head_dim 128 x 2 bytes).
-__device__ __align__(128) const uint8_t kDecodeZeroRow[256] = {};
-
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-// Makes initialised barriers visible to the async proxy.
-__device__ __forceinline__ void fence_mbar_init() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
-               : "memory");
-#endif
-}
-// Blocks until the phase of parity `parity` of the barrier at bar has completed.
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile(
-      "{\n"
-      ".reg .pred done;\n"
-      "WAIT:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT;\n"
-      "}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-#endif
-}
-// bytes (a multiple of 16; src and dst 16-byte aligned) from global src to shared dst,
-// counted on the barrier at bar.
-__device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, uint32_t bytes,
-                                          uint32_t bar) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
-      ::"r"(dst), "l"(src), "r"(bytes), "r"(bar)
-      : "memory");
-#endif
 }
 
 // Waits until at most n of this thread's cp.async groups are pending (n run-time, < 8).

@@ -75,16 +75,10 @@ __device__ __forceinline__ void advance(const DecodeParams& p, const Source& s, 
   seek(p, s, s.stream ? c.b + 1 : c.b + s.parts, c);
 }
 
-// kCopy: how the warps fill their stages: kCopyStaged (caches not 16-byte aligned: through
-// registers), kCopyAsync (16-byte cp.async per lane and chunk), kCopyBulk (sm_90: one bulk
-// copy per row, 32 per tile, completing on the stage's mbarrier; on an older device pass this
-// form compiles as kCopyAsync).
-template <typename T, typename KV, int D, int kCopy>
+template <typename T, typename KV, int D, bool kAligned16>
 __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     decode_kernel(const __grid_constant__ DecodeParams p) {
   using L = KvTile<KV, D>;
-  constexpr bool kAligned16 = kCopy != kCopyStaged;
-  constexpr bool kBulk = kCopy == kCopyBulk && kArchBulk;
   extern __shared__ __align__(128) uint8_t smem[];
   const int tid = threadIdx.x;
   const int warp = tid >> 5;
@@ -237,16 +231,6 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   const int stages = p.stages;
   uint8_t* const tiles = smem + p.prefix_bytes;
   const uint32_t wbase = smem_u32(tiles) + static_cast<uint32_t>(warp * stages * L::kStageBytes);
-  // Bulk copies: this warp's stage barriers (8 bytes each) after every warp's tiles; bit s of
-  // `phases` is the parity the next wait on stage s's barrier expects.
-  const uint32_t bars = smem_u32(tiles) + static_cast<uint32_t>(
-      (blockDim.x >> 5) * stages * L::kStageBytes + warp * stages * 8);
-  uint32_t phases = 0;
-  if constexpr (kBulk) {
-    if (lane < stages) mbar_init(bars + 8 * lane, 1);
-    fence_mbar_init();
-    __syncwarp();
-  }
 
   Cursor cc;  // the tile computed next
   seek(p, src, src.stream ? lower_bound_smem(src.prefix, B, src.g0 + 1) - 1 : part, cc);
@@ -272,13 +256,8 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   load_ids(pc, lane >= 16);
 
   auto issue = [&](int stage) {
-    if constexpr (kBulk) {
-      issue_tile_bulk<KV, D>(p, wbase + stage * L::kStageBytes, bars + 8 * stage, nid, noff,
-                             lane, kvh);
-    } else {
-      issue_tile<KV, D, kAligned16, false>(p, wbase + stage * L::kStageBytes, nid, noff, lane,
-                                           kvh, 0);
-    }
+    issue_tile<KV, D, kAligned16, false>(p, wbase + stage * L::kStageBytes, nid, noff, lane, kvh,
+                                         0);
   };
   // After issuing ic: ic <- pc, whose ids move to lanes 0-15; pc advances and lanes 16-31
   // load its ids (in flight while the next tiles are computed).
@@ -299,7 +278,7 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
       issue(st);
       step_issue();
     }
-    if constexpr (!kBulk) cp_async_commit();
+    cp_async_commit();
   }
 
   // Query fragments of the piece starting at c (rows past `rows` are zero), its causal limits
@@ -343,18 +322,13 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
 
   int cstage = 0, istage = stages - 1;
   while (!cc.done) {
-    if constexpr (kBulk) {
-      mbar_wait(bars + 8 * cstage, (phases >> cstage) & 1u);
-      phases ^= 1u << cstage;
-    } else {
-      cp_async_wait_dyn(stages - 2);
-    }
+    cp_async_wait_dyn(stages - 2);
     __syncwarp();  // this tile landed for every lane; the stage refilled below is free
     if (!ic.done) {
       issue(istage);
       step_issue();
     }
-    if constexpr (!kBulk) cp_async_commit();
+    cp_async_commit();
     if (++istage == stages) istage = 0;
 
     const int key0 = cc.t * kDecodeTileKeys;

@@ -54,32 +54,6 @@ __device__ __forceinline__ void issue_tile(const DecodeParams& p, uint32_t kdst,
   }
 }
 
-// The bulk form of issue_tile (sm_90, 16-byte aligned caches): lane k < 16 copies key k's K
-// row, lane 16 + k its V row, one instruction each, all 32 counted on the stage's barrier at
-// bar (lane 0 arms it with the tile's bytes). Keys past the end and bad block ids read the
-// zero row (a bad id is recorded in the fault word).
-template <typename KV, int D>
-__device__ __forceinline__ void issue_tile_bulk(const DecodeParams& p, uint32_t kdst, uint32_t bar,
-                                                int nid, int noff, int lane, int kvh) {
-  using L = KvTile<KV, D>;
-  const int key = lane & (kDecodeTileKeys - 1);
-  const int id = __shfl_sync(0xffffffffu, nid, key);
-  const int off = __shfl_sync(0xffffffffu, noff, key);
-  const bool in_range = off >= 0;
-  const bool id_ok = static_cast<unsigned>(id) < static_cast<unsigned>(p.num_blocks);
-  if (lane < kDecodeTileKeys && in_range && !id_ok) record_fault(p.fault_word, kFaultBlockOutOfRange);
-  const bool is_v = lane >= kDecodeTileKeys;
-  const void* src = kDecodeZeroRow;
-  if (in_range && id_ok) {
-    const KV* cache = static_cast<const KV*>(is_v ? p.v_cache : p.k_cache);
-    const int64_t block_stride = is_v ? p.v_block_stride : p.k_block_stride;
-    src = cache + id * block_stride +
-          (static_cast<int64_t>(off) * p.num_kv_heads + kvh) * D;
-  }
-  if (lane == 0) mbar_arrive_expect_tx(bar, 2 * kDecodeTileKeys * L::kRowBytes);
-  bulk_copy(kdst + (is_v ? L::kTileBytes : 0) + key * L::kPitch, src, L::kRowBytes, bar);
-}
-
 // One warp's step over a landed 16-key tile at kbase (V at kbase + kTileBytes): S = Q K^T,
 // causal mask (key j visible to row hr iff j < limit[hr]), online softmax in the log2 domain
 // (m, l per row; l summed over the lane's own columns only), O = O * alpha + P V.
