@@ -38,7 +38,7 @@ grep -E "^\[|argmax agree|split-prefill|round" "$OUT/engine_fp8.log" | grep -v "
 
 step "kvattn bench, nano-vllm workload: bf16 vs fp8 cache"
 for dt in bf16 fp8; do
-  KVATTN_EXPERIMENTAL_CUDA_FP8_KV=1 timeout 200 build-gpu/kvattn bench --model /tmp/q06 \
+  timeout 200 build-gpu/kvattn bench --model /tmp/q06 \
     --device cuda --kv-cache-dtype "$dt" --json "$OUT/bench_$dt.json" 2>&1 | tr '\r' '\n' |
     grep -E "Throughput|kv cache|KV|tokens|rror" | head -8
 done

@@ -96,7 +96,6 @@ TEST_P(TinyGpu, Fp8CacheHoldsTwiceTheBlocksAndServesPrefixHits) {
   LLM bf16(load_hf_model(data_dir(GetParam())), std::nullopt, gpu_options());
   LLMOptions o = gpu_options();
   o.kv_cache_dtype = KVCacheDType::kFP8;
-  setenv("KVATTN_EXPERIMENTAL_CUDA_FP8_KV", "1", 1);  // the engine path is opt-in (model.cpp)
   LLM fp8(load_hf_model(data_dir(GetParam())), std::nullopt, o);
   EXPECT_EQ(fp8.cache_stats().num_blocks, 2 * bf16.cache_stats().num_blocks);
   const auto want = bf16.generate(prompts, sp);
@@ -176,7 +175,6 @@ std::vector<std::vector<int32_t>> teacher_prompts(int64_t vocab) {
 }
 
 std::unique_ptr<Model> make_model(const std::string& dir, Device d, KVCacheDType kv) {
-  setenv("KVATTN_EXPERIMENTAL_CUDA_FP8_KV", "1", 1);  // the engine path is opt-in (model.cpp)
   ModelOptions o;
   o.kv_cache_dtype = kv;
   return Model::create(load_hf_model(dir), d, o);

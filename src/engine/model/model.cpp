@@ -74,16 +74,6 @@ std::unique_ptr<Model> Model::create(ModelWeights weights, Device device,
   check_model_weights(weights);
   KVATTN_CHECK(options.tensor_parallel >= 1, "Model::create: tensor_parallel must be >= 1 but is ",
                options.tensor_parallel);
-  // The fp8 KV cache on CUDA: the kernels are tested, the engine path is not validated yet (on
-  // the H200, greedy tokens after prefix-cache hits followed the bf16 cache less than the CPU
-  // reference does: docs/notes/fp8-kv-cache.md). Opt in with KVATTN_EXPERIMENTAL_CUDA_FP8_KV=1.
-  if (device.is_cuda() && options.kv_cache_dtype == KVCacheDType::kFP8) {
-    const char* opt_in = std::getenv("KVATTN_EXPERIMENTAL_CUDA_FP8_KV");
-    KVATTN_CHECK(opt_in != nullptr && std::string_view(opt_in) == "1",
-                 "Model::create: kv_cache_dtype fp8 (float8_e4m3) on CUDA (device ", device,
-                 ") is experimental: set KVATTN_EXPERIMENTAL_CUDA_FP8_KV=1 to use it, or use "
-                 "auto or bf16 there, or fp8 on the CPU");
-  }
   if (device.is_cuda()) check_cuda_architecture(weights.config, device);
   // Only the CPU model computes on quantized blocks; shards and GPU uploads start from float32.
   if (device.is_cuda() || options.tensor_parallel > 1) dequantize_all(weights);

@@ -320,12 +320,14 @@ DecodeConfig decode_config(int64_t num_kv_heads, int64_t rows, int64_t head_dim,
   }
   c.head_blocks = static_cast<int>((num_kv_heads + c.heads_per_cta - 1) / c.heads_per_cta);
   c.warps = c.heads_per_cta * c.rc_per_cta;
-  c.stage_bytes = static_cast<int>(2 * kDecodeTileKeys * head_dim * kv_bytes);
-  // Default: ~192 KB of stages for a CTA of 8 warps (3 for head_dim 128, 6 for 64; fp8: 6 and
-  // 8), the same bytes in flight whatever the cache dtype; never more than fits next to the
+  c.stage_bytes = 2 * kDecodeTileKeys * decode_tile_pitch(static_cast<int>(head_dim), kv_bytes);
+  // Default: ~192 KB of cached bytes in flight for a CTA of 8 warps (3 stages for head_dim
+  // 128, 6 for 64; fp8: 6 and 8), whatever the cache dtype; never more than fits next to the
   // largest prefix sum.
-  const int stages = tuning.decode_stages > 0 ? tuning.decode_stages
-                                              : (192 << 10) / (kDecodeMaxWarps * c.stage_bytes);
+  const int stages =
+      tuning.decode_stages > 0
+          ? tuning.decode_stages
+          : (192 << 10) / (kDecodeMaxWarps * 2 * kDecodeTileKeys * static_cast<int>(head_dim) * kv_bytes);
   const int fit = ((227 << 10) - prefix_bytes_for(kDecodeMaxStreamSeqs)) / (c.warps * c.stage_bytes);
   c.stages = std::clamp(std::min(stages, fit), 2, kDecodeMaxStages);
   return c;

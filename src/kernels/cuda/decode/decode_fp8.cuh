@@ -20,9 +20,9 @@
 //   word of each of the keys 2t, 2t+1, 2t+8, 2t+9 (dims 32c + 4g ..) holds the B registers
 //   of all four n-tiles of the group (byte permutes pair the keys). After the last tile the
 //   accumulators are moved back to the mma layout inside each lane quad (fp8_restore_o).
-// Layout: the 16 rows of a K (or V) tile are packed into 128-byte lines (one row per line at
-// head_dim 128, two at 64) of eight 16-byte chunks, XOR-swizzled per line so that both read
-// patterns above are free of bank conflicts (fp8_line_swizzle).
+// Layout: rows of D bytes at a pitch of D + 16 (decode_tile_pitch): the S reads (eight keys, one
+// word of one chunk each) and the P V reads (keys 2t.. at chunks 2c + g/4) land on 32
+// different banks at head_dim 64 and 128 alike.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -37,35 +37,20 @@
 
 namespace kvattn::cuda {
 
-// Swizzle of the 16-byte chunks of 128-byte line `line`. Head_dim 128: the line is one key,
-// swizzle key & 7. Head_dim 64: a line holds keys 2i (chunks 0-3) and 2i + 1 (chunks 4-7);
-// the values {0, 3, 5, 6} differ in their low two bits (the S reads: eight keys, one chunk
-// index) and in their high two bits (the P V reads: four even keys, two adjacent chunks).
-template <int D>
-__device__ __forceinline__ uint32_t fp8_line_swizzle(int line) {
-  if constexpr (D == 128) {
-    return static_cast<uint32_t>(line & 7);
-  } else {
-    return (0x6530u >> (4 * (line & 3))) & 0xfu;
-  }
-}
-
 template <int D>
 struct Fp8Tile {
   static_assert(D == 64 || D == 128, "fp8 decode tiles: head_dim 64 or 128");
   static constexpr int kChunks = D / 16;                          // 16-byte chunks per row
   static constexpr int kRowBytes = D;
-  static constexpr int kKeysPerLine = 128 / kRowBytes;
-  static constexpr int kTileBytes = kDecodeTileKeys * kRowBytes;  // K (or V) of one tile
+  static constexpr int kPitch = decode_tile_pitch(D, 1);
+  static constexpr int kTileBytes = kDecodeTileKeys * kPitch;     // K (or V) of one tile
   static constexpr int kStageBytes = 2 * kTileBytes;
   static constexpr int kElemsPerChunk = 16;
   static constexpr int kKeyStep = 32 / kChunks;                  // keys between a lane's copies
   static constexpr int kCopies = kDecodeTileKeys / kKeyStep;     // copies per lane per K tile
   static_assert(32 % kChunks == 0 && kDecodeTileKeys % kKeyStep == 0);
   __device__ __forceinline__ static uint32_t addr(uint32_t base, int key, int chunk) {
-    const int line = key / kKeysPerLine;
-    const uint32_t pos = static_cast<uint32_t>((key % kKeysPerLine) * kChunks + chunk);
-    return base + line * 128 + ((pos ^ fp8_line_swizzle<D>(line)) << 4);
+    return base + key * kPitch + (chunk << 4);
   }
 };
 
