@@ -39,18 +39,8 @@ namespace {
 
 #ifdef KVATTN_WITH_CUDA
 
-float bf2f(uint16_t b) {
-  const uint32_t u = uint32_t{b} << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-uint16_t f2bf(float f) {  // round to nearest even (finite inputs)
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
+float bf2f(uint16_t b) { return bf16_to_float(bf16_t{b}); }
+uint16_t f2bf(float f) { return float_to_bf16(f).bits; }  // round to nearest even
 
 struct Case {
   int64_t tokens, heads, kv_heads, head_dim, block_size;

@@ -3,22 +3,11 @@
 #include <algorithm>
 
 #include "engine/model/cuda_kernels.h"
+#include "engine/model/cuda_bf16_math.cuh"
 #include "kernels/cuda/cuda_check.h"
 
 namespace kvattn::cuda_model {
 namespace {
-
-using bf16 = __nv_bfloat16;
-
-__device__ __forceinline__ float f(bf16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ bf16 b(float v) { return __float2bfloat16(v); }  // round to nearest even
-__device__ __forceinline__ float r(float v) { return f(b(v)); }              // round through bf16
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 
 // Block-wide sum (blockDim.x a multiple of 32, <= 1024).
 __device__ float block_sum(float v) {

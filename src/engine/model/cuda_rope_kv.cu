@@ -24,24 +24,13 @@
 
 #include <type_traits>
 
+#include "engine/model/cuda_bf16_math.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_faults.cuh"
 #include "kernels/cuda/fp8_quantize.cuh"
 
 namespace kvattn::cuda_model {
 namespace {
-
-using bf16 = __nv_bfloat16;
-
-__device__ __forceinline__ float f(bf16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ bf16 b(float v) { return __float2bfloat16(v); }  // round to nearest even
-__device__ __forceinline__ float r(float v) { return f(b(v)); }              // round through bf16
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 
 // Layouts in cuda_rope_kv.h (QkNormRope); the same values, typed.
 struct RopeParams {
