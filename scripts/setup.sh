@@ -8,7 +8,7 @@ packages=(
   build-essential cmake ninja-build pkg-config clang
   libgtest-dev libgmock-dev libbenchmark-dev librapidcheck-dev
   libxxhash-dev nlohmann-json3-dev libcli11-dev libfmt-dev
-  libopenblas-dev libpcre2-dev libdlpack-dev libcpp-httplib-dev
+  libopenblas-dev libpcre2-dev libutf8proc-dev libdlpack-dev libcpp-httplib-dev
   python3-dev python3-numpy python3-pytest python3-pip
   jq
 )

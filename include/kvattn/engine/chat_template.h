@@ -1,11 +1,25 @@
 // Chat templates. Model files ship Jinja sources; kvattn does not run Jinja. Instead it
-// recognises the template family from the source and renders it natively:
-//   kChatML (SmolLM2, Qwen2/3): "<|im_start|>{role}\n{content}<|im_end|>\n" per message and
-//     "<|im_start|>assistant\n" as the generation prompt. SmolLM2's template inserts a default
-//     system message when the conversation has none; that text is read from the template source.
-//     Qwen3's template drops the <think>...</think> part of earlier assistant turns.
-//   kLlama3: "<|start_header_id|>{role}<|end_header_id|>\n\n{content}<|eot_id|>" after
-//     "<|begin_of_text|>"; generation prompt "<|start_header_id|>assistant<|end_header_id|>\n\n".
+// recognises the template family from the source and renders it natively, byte for byte as HF's
+// apply_chat_template renders the published templates (tests/engine/chat_template_test.cpp
+// checks that against renderings made with transformers):
+//   kChatML (SmolLM2, Qwen2/2.5/3): "<|im_start|>{role}\n{content}<|im_end|>\n" per message and
+//     "<|im_start|>assistant\n" as the generation prompt. SmolLM2's and Qwen2/2.5's templates
+//     insert a default system message when the conversation has none; that text is read from
+//     the template source. Qwen3's template drops the <think>...</think> part of earlier
+//     assistant turns.
+//   kLlama3: bos, then "<|start_header_id|>{role}<|end_header_id|>\n\n{content|trim}<|eot_id|>";
+//     generation prompt "<|start_header_id|>assistant<|end_header_id|>\n\n". Llama 3.1/3.2/3.3
+//     always open with a system turn "Cutting Knowledge Date: ...\nToday Date: {date}\n\n"
+//     followed by the (trimmed) system message; the date is the template's literal (3.1, 3.3)
+//     or today's (3.2 calls strftime_now) unless `date_string` is set.
+//   kGemma: bos, "<start_of_turn>{user|model}\n{content|trim}<end_of_turn>\n", generation prompt
+//     "<start_of_turn>model\n". Gemma 3 folds the system message into the first user turn
+//     ("{system}\n\n{user}"); Gemma 2 refuses it. Roles must alternate.
+//   kMistral: bos, "[INST]" user turns and "{content}{eos}" assistant turns; the variants differ
+//     in the spaces around [INST]/[/INST], in the assistant's leading space/trim and in where
+//     the system message goes (first user turn: v0.1/v0.2 "v1"; last user turn: v0.3, Nemo;
+//     refused: the original v0.1). Roles must alternate after the system message.
+// Tools, tool calls and multimodal content parts are not rendered.
 #pragma once
 
 #include <optional>
@@ -21,14 +35,32 @@ struct ChatMessage {
 };
 
 struct ChatTemplate {
-  enum class Style { kChatML, kLlama3 } style = Style::kChatML;
-  std::string default_system_prompt;  // used when the first message is not "system"; "" = none
+  enum class Style { kChatML, kLlama3, kGemma, kMistral } style = Style::kChatML;
+  std::string default_system_prompt;  // kChatML: used when the first message is not "system"
   // Qwen3: assistant turns before the last user turn keep only the text after "</think>".
   bool strip_history_reasoning = false;
+  // The template's bos_token / eos_token (set by the tokenizer loaders from the vocabulary).
+  std::string bos_token = "<s>", eos_token = "</s>";
 
+  // kLlama3 (3.1+): the system turn with the knowledge cutoff and the date.
+  bool llama3_dated_system = false;
+  std::string knowledge_date;   // "December 2023"
+  std::string default_date;     // the template's literal date ("26 Jul 2024")
+  bool date_is_today = false;   // the template calls strftime_now("%d %b %Y")
+  std::string date_string;      // set: used instead of the above (as HF's date_string kwarg)
+
+  // kGemma / kMistral: where a leading system message goes.
+  enum class System { kRefused, kFirstUser, kLastUser } system = System::kRefused;
+  // kMistral: "[INST] " (v0.3), " [INST] " (v1) or "[INST]" (Nemo); "[/INST]" or " [/INST]".
+  std::string inst_open = "[INST] ", inst_close = "[/INST]";
+  std::string assistant_prefix;  // " " (v1, v0.3) or ""
+  bool assistant_trim = false;   // v0.3 trims assistant content
+
+  // Throws kvattn::Error with the template's own message where the Jinja source raises (a
+  // system message it refuses, roles that do not alternate).
   std::string render(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const;
 
-  // Recognises a Jinja template source; nullopt when it is neither family.
+  // Recognises a Jinja template source; nullopt when it is none of the families.
   static std::optional<ChatTemplate> detect(std::string_view jinja_source);
 };
 

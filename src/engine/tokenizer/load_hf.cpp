@@ -1,11 +1,8 @@
 // Tokenizer from HF tokenizer.json (+ tokenizer_config.json). Supported: model BPE over the
 // byte-level alphabet; pre-tokenizers ByteLevel, Split (regex or string; Isolated or Removed),
-// Digits and Sequence of those; normalizer none or NFC (see known gap below). BPE with
-// byte_fallback (SentencePiece-style) reads its normalizer, pre-tokenizer and decoder in
-// load_hf_spm.cpp.
-//
-// Known gap: an NFC normalizer is accepted but not applied (no Unicode normalization library is
-// linked); text that is already NFC -- nearly all text -- encodes identically.
+// Digits and Sequence of those; normalizers NFC, NFD, NFKC, NFKD (utf8proc) and Sequence of
+// those (Qwen2/2.5/3 declare NFC). BPE with byte_fallback (SentencePiece-style) reads its
+// normalizer, pre-tokenizer and decoder in load_hf_spm.cpp.
 #include <unordered_set>
 
 #include "engine/model_files/json_util.h"
@@ -80,16 +77,20 @@ void add_pre_steps(const json& node, PreTokenizer& pre, bool& byte_level, const 
   }
 }
 
-void check_normalizer(const json& node, const std::string& file) {
+void add_normalizer(const json& node, std::vector<tokenizer_detail::UnicodeForm>& forms,
+                    const std::string& file) {
   if (node.is_null()) return;
   const std::string type = type_of(node, "normalizer", file);
   if (type == "Sequence") {
     const json& list = json_field(node, "normalizers", file);
     KVATTN_CHECK(list.is_array(), file, ": normalizer.normalizers must be an array");
-    for (const json& sub : list) check_normalizer(sub, file);
+    for (const json& sub : list) add_normalizer(sub, forms, file);
     return;
   }
-  KVATTN_CHECK(type == "NFC", file, ": normalizer '", type, "' is not supported (NFC)");
+  const auto form = tokenizer_detail::unicode_form(type);
+  KVATTN_CHECK(form.has_value(), file, ": normalizer '", type,
+               "' is not supported with byte-level BPE (NFC, NFD, NFKC, NFKD, Sequence)");
+  forms.push_back(*form);
 }
 
 // "bos_token": "<s>" or {"content": "<s>", ...}.
@@ -203,7 +204,7 @@ Tokenizer Tokenizer::from_hf_json_text(std::string_view tokenizer_json,
   if (byte_fallback) {
     tokenizer_detail::read_hf_byte_fallback(j, *t);
   } else {
-    if (auto n = j.find("normalizer"); n != j.end()) check_normalizer(*n, file);
+    if (auto n = j.find("normalizer"); n != j.end()) add_normalizer(*n, t->unicode_forms, file);
     bool byte_level = false;
     if (auto p = j.find("pre_tokenizer"); p != j.end()) add_pre_steps(*p, t->pre, byte_level, file);
     KVATTN_CHECK(byte_level, file, ": pre_tokenizer has no ByteLevel step (byte-level BPE needs "

@@ -1,8 +1,8 @@
 // tokenizer.json BPE with byte_fallback (Llama 2, Mistral, Gemma as converted by transformers).
-// Supported: normalizers Prepend, Replace (string pattern), NFC (accepted, not applied: see
-// load_hf.cpp) and Sequence of those; pre-tokenizer none or Metaspace; decoders Replace (string),
-// ByteFallback, Metaspace, Fuse and Strip after Fuse, alone or in a Sequence. NFKC and other
-// steps are rejected by name.
+// Supported: normalizers Prepend, Replace (string pattern), NFC/NFD/NFKC/NFKD (utf8proc) and
+// Sequence of those; pre-tokenizer none or Metaspace; decoders Replace (string), ByteFallback,
+// Metaspace, Fuse and Strip after Fuse, alone or in a Sequence. Other steps (Lowercase, Strip,
+// Precompiled, ...) are rejected by name.
 #include "engine/model_files/json_util.h"
 #include "engine/tokenizer/tokenizer_impl.h"
 
@@ -67,9 +67,11 @@ void add_normalizer(const Ctx& c, const json& node, SpmConfig& spm) {
     spm.rules.push_back({SpmTextRule::Kind::kReplace, c.pattern(node, "normalizer Replace"),
                          c.str(node, "content", "Replace")});
   } else {
-    KVATTN_CHECK(type == "NFC", c.file, ": normalizer '", type,
-                 "' is not supported with byte_fallback BPE (Prepend, Replace, NFC; NFKC needs a "
-                 "Unicode library kvattn does not link)");
+    const auto form = unicode_form(type);
+    KVATTN_CHECK(form.has_value(), c.file, ": normalizer '", type,
+                 "' is not supported with byte_fallback BPE (Prepend, Replace, NFC, NFD, NFKC, "
+                 "NFKD, Sequence)");
+    spm.rules.push_back({SpmTextRule::Kind::kUnicode, "", "", *form});
   }
 }
 

@@ -57,6 +57,8 @@ void Impl::spm_encode(std::string_view span, bool at_text_start, std::vector<int
   for (const SpmTextRule& r : spm.rules) {
     if (r.kind == SpmTextRule::Kind::kReplace) {
       replace_all(text, r.from, r.to);
+    } else if (r.kind == SpmTextRule::Kind::kUnicode) {
+      text = normalize_unicode(text, r.form);
     } else if (!text.empty()) {
       text.insert(0, r.from);
     }

@@ -13,16 +13,19 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/tokenizer/normalizer.h"
+
 namespace kvattn::tokenizer_detail {
 
 inline constexpr std::string_view kSpmSpace = "\xE2\x96\x81";  // "▁" U+2581
 
 // How the text between added tokens is spelled before the model sees it. HF normalizers
-// (Prepend, Replace) run first, in order, then the Metaspace pre-tokenizer when there is one.
+// (Prepend, Replace, NFC/NFKC/...) run first, in order, then the Metaspace pre-tokenizer when there is one.
 struct SpmTextRule {
-  enum class Kind { kPrepend, kReplace } kind;
+  enum class Kind { kPrepend, kReplace, kUnicode } kind;
   std::string from;  // kReplace: the literal to find (non-empty); kPrepend: the text prepended
   std::string to;    // kReplace: its replacement
+  UnicodeForm form = UnicodeForm::kNFC;  // kUnicode
 };
 
 struct SpmMetaspace {

@@ -20,6 +20,10 @@ void Impl::finalize() {
   check_id(unk, "unknown token id");
   check_id(bos, "bos token id");
   check_id(eos, "eos token id");
+  if (chat_template) {  // the template's bos_token / eos_token are the vocabulary's
+    if (bos >= 0 && !tokens[bos].empty()) chat_template->bos_token = tokens[bos];
+    if (eos >= 0 && !tokens[eos].empty()) chat_template->eos_token = tokens[eos];
+  }
   const auto n = static_cast<int32_t>(tokens.size());
   ids.reserve(tokens.size());
   for (int32_t i = 0; i < n; ++i) {
@@ -159,7 +163,13 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool parse_special
       t.spm_encode(span, at_text_start, out);
       return;
     }
-    for (const std::string& piece : t.pre.run(span)) t.bpe(piece, out);
+    if (t.unicode_forms.empty()) {
+      for (const std::string& piece : t.pre.run(span)) t.bpe(piece, out);
+      return;
+    }
+    std::string text(span);
+    for (tokenizer_detail::UnicodeForm f : t.unicode_forms) text = normalize_unicode(text, f);
+    for (const std::string& piece : t.pre.run(text)) t.bpe(piece, out);
   };
   size_t start = 0;
   for (size_t i = 0; i < text.size();) {

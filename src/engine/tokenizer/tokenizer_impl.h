@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine/tokenizer/normalizer.h"
 #include "engine/tokenizer/pretokenizer.h"
 #include "engine/tokenizer/spm.h"
 #include "kvattn/engine/tokenizer.h"
@@ -41,6 +42,7 @@ struct Impl {
   std::vector<std::string> tokens;          // vocabulary text, byte-level spelling; id = index
   std::vector<std::pair<std::string, std::string>> merges;  // by rank
   std::vector<AddedToken> added;
+  std::vector<UnicodeForm> unicode_forms;  // byte-level BPE: HF normalizers, in order
   PreTokenizer pre;
   bool ignore_merges = false;  // a piece that is itself a token skips BPE (Llama-3)
   int32_t unk = -1, bos = -1, eos = -1;
