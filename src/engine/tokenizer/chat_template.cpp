@@ -222,7 +222,7 @@ std::optional<ChatTemplate> detect_mistral(std::string_view src) {
     if (open == std::string_view::npos) continue;
     const std::string_view expr = src.substr(open, at - open);
     if (!contains(expr, "content")) continue;
-    t.assistant_prefix = has_literal(expr, " ") ? " " : "";
+    t.assistant_prefix.assign(has_literal(expr, " ") ? 1 : 0, ' ');
     t.assistant_trim = contains(expr, "|trim") || contains(expr, "| trim");
     return t;
   }
