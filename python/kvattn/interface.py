@@ -118,7 +118,7 @@ def _window(fn, window_size):
 
     Query i (bottom-right aligned, offset = Lk - Lq) sees key j iff j >= i + offset - left
     (left >= 0) and j <= i + offset + right (right >= 0); causal sets right to 0. The library
-    checks the values (each >= -1; CPU only for now)."""
+    checks the values (each >= -1)."""
     if window_size is None:
         return -1, -1
     try:
@@ -186,11 +186,11 @@ def flash_attn_varlen_func(
     backward pass; kvattn's forward is deterministic and it has no backward.
     ``window_size`` = (left, right) (-1 = unbounded) and ``softcap`` (> 0: each scaled score s
     becomes softcap * tanh(s / softcap) before the softmax; 0 = off) have flash-attn's meanings,
-    combined with ``causal`` and the bottom-right alignment; CPU only for now (the CUDA backend
-    raises kvattn.Error naming them).
+    combined with ``causal`` and the bottom-right alignment.
     ``alibi_slopes``: float32 [num_heads] or [batch, num_heads]; the score of query i and key j
-    gets -slope * |i + Lk - Lq - j| added (after softcap), flash-attn's documented bias; CPU only.
-    head_dim: any on the CPU; 64 and 128 on CUDA.
+    gets -slope * |i + Lk - Lq - j| added (after softcap), flash-attn's documented bias.
+    head_dim: any on the CPU; 64, 80, 96, 128 and 256 on CUDA. On CUDA, fp8 caches take none of
+    window_size, softcap, alibi_slopes or head_dim 80/96/256 (kvattn.Error naming them).
 
     fp8 paged caches (torch.float8_e4m3fn, or uint8 e4m3 bytes) are read as e4m3 * scale with
     ``k_scale`` / ``v_scale`` (a number or float32 [num_kv_heads]; None = 1.0), float32
@@ -286,10 +286,11 @@ def flash_attn_with_kvcache(
     1.0); new k/v are quantised with the same scales.
     ``window_size`` = (left, right) (-1 = unbounded) and ``softcap`` (> 0: each scaled score s
     becomes softcap * tanh(s / softcap) before the softmax; 0 = off) have flash-attn's meanings,
-    combined with ``causal`` and the bottom-right alignment; CPU only for now (the CUDA backend
-    raises kvattn.Error naming them).
+    combined with ``causal`` and the bottom-right alignment; a windowed decode reads only the
+    window's pages.
     ``alibi_slopes``: float32 [num_heads] or [batch, num_heads], flash-attn's bias
-    -slope * |i + Lk - Lq - j| (Lk: the keys attended); CPU only.
+    -slope * |i + Lk - Lq - j| (Lk: the keys attended).
+    head_dim: any on the CPU; 64 and 128 on CUDA.
     ``rotary_cos`` / ``rotary_sin`` ([seqlen_ro, rotary_dim / 2], rotary_dim <= head_dim, even;
     need k and v): the new keys are rotated at positions cache_seqlens[b] + t before they are
     written, and q at cache_seqlens[b] + t when causal or local (a window), else every query

@@ -50,8 +50,9 @@ void decode_attention(const DecodeArgs& a) {
   check_kv_scale(kFn, "v_scale", a.v_scale, "v_cache", a.v_cache, shape.num_kv_heads);
   check_lse(kFn, a.lse, a.q, shape);
   shape.scale = resolve_scale(kFn, a.softmax_scale, shape.head_dim);
-  check_mask_options(kFn, a.window_left, a.window_right, a.softcap, a.causal, device, shape);
-  check_alibi_slopes(kFn, a.alibi_slopes, device, shape);
+  check_mask_options(kFn, a.window_left, a.window_right, a.softcap, a.causal, device, shape,
+                     /*cuda_ok=*/true);
+  check_alibi_slopes(kFn, a.alibi_slopes, device, shape, /*cuda_ok=*/true);
 
   if (device.is_cpu()) {
     const int32_t* lens = a.cache_seqlens.ptr<const int32_t>();

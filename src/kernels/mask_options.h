@@ -10,7 +10,7 @@
 namespace kvattn::detail {
 
 // Checks window_left/right (each >= -1) and softcap (finite, >= 0), rejects them on CUDA
-// unless `cuda_ok` (the op's CUDA backend implements them: prefill does, decode not yet) and
+// unless `cuda_ok` (the op's CUDA backend implements them: prefill and decode do) and
 // stores the resolved values in `shape`: causal sets the right bound to 0, as flash-attn does.
 void check_mask_options(std::string_view fn, int64_t window_left, int64_t window_right,
                         float softcap, bool causal, Device device, AttentionShape& shape,

@@ -52,6 +52,14 @@ struct DecodeCase {
   // i.e. 1.0; else random in [fp8_scale / 8, fp8_scale]).
   bool fp8 = false;
   float fp8_scale = 0.0f;
+  // Issue 18's options (the extended kernels): window_size, softcap, ALiBi (0: none, 1:
+  // [num_heads], 2: [num_seqs, num_heads]); poison_left >= 0: the block-table entries of the
+  // pages entirely before key len - q_len - poison_left of each sequence hold bad ids on the
+  // GPU (the CPU and the references see the good table).
+  int64_t window_left = -1, window_right = -1;
+  float softcap = 0.0f;
+  int alibi = 0;
+  int64_t poison_left = -1;
 
   std::string describe() const {
     std::ostringstream os;
@@ -60,6 +68,10 @@ struct DecodeCase {
        << forced_splits << (aligned_cache ? " aligned" : " unaligned") << " q_pad " << q_pad
        << " out_pad " << out_pad << " q_range " << q_range;
     if (fp8) os << " fp8 scale<=" << fp8_scale;
+    if (window_left >= 0 || window_right >= 0) os << " window (" << window_left << ", " << window_right << ")";
+    if (softcap > 0) os << " softcap " << softcap;
+    if (alibi) os << (alibi == 1 ? " alibi [H]" : " alibi [B, H]");
+    if (poison_left >= 0) os << " poison before " << poison_left;
     os << " lens [";
     for (size_t i = 0; i < lens.size() && i < 12; ++i) os << (i ? " " : "") << lens[i];
     if (lens.size() > 12) os << " ... (" << lens.size() << ")";
@@ -180,22 +192,38 @@ Outcome run_case(const DecodeCase& dc, std::mt19937_64& rng) {
   test::fill_uniform(qb.view, rng, -dc.q_range, dc.q_range);
   Tensor lens_t = test::int_tensor(dc.lens);
   const double scale = dc.scale > 0 ? dc.scale : 1.0 / std::sqrt(static_cast<double>(dc.d));
+  test::RefMask mask;
+  mask.window_left = dc.window_left;
+  mask.window_right = dc.window_right;
+  mask.softcap = dc.softcap;
+  Tensor slopes;
+  if (dc.alibi) {
+    // Slopes of real models (2^-k) and larger ones, some zero; per sequence when alibi == 2.
+    slopes = Tensor::empty(dc.alibi == 1 ? std::vector<int64_t>{H} : std::vector<int64_t>{B, H},
+                           DType::kF32);
+    for (int64_t x = 0; x < slopes.numel(); ++x) {
+      const float v = pick(rng, std::vector<float>{0.0f, 0.0625f, 0.25f, 0.5f, 0.01f, 1.0f / 256});
+      slopes.ptr<float>()[x] = v;
+      mask.alibi.push_back(v);
+    }
+    mask.alibi_per_seq = dc.alibi == 2;
+  }
 
   Fp8Caches f8;
   std::vector<double> ref16;
   if (dc.fp8) {
     f8 = quantise_caches(rng, k_host, v_host, dc.fp8_scale, dc.aligned_cache);
     ref16 = test::decode_reference(qb.view, k_host, v_host, kv.block_table, lens_t, dc.q_len,
-                                   scale, dc.causal).out;
+                                   scale, dc.causal, mask).out;
     k_host = f8.k;
     v_host = f8.v;
     cache_storage = &f8.storage;
   }
   const test::RefAttention ref =
       dc.fp8 ? test::decode_reference(qb.view, f8.k_ref, f8.v_ref, kv.block_table, lens_t,
-                                      dc.q_len, scale, dc.causal)
+                                      dc.q_len, scale, dc.causal, mask)
              : test::decode_reference(qb.view, k_host, v_host, kv.block_table, lens_t, dc.q_len,
-                                      scale, dc.causal);
+                                      scale, dc.causal, mask);
 
   // The CPU backend on the same inputs.
   test::RowBuffer cpu_out = test::make_rows(rows, H, dc.d, dc.dt, 0);
@@ -212,7 +240,19 @@ Outcome run_case(const DecodeCase& dc, std::mt19937_64& rng) {
     a.out = cpu_out.view;
     a.k_scale = f8.k_scale;
     a.v_scale = f8.v_scale;
+    a.window_left = dc.window_left;
+    a.window_right = dc.window_right;
+    a.softcap = dc.softcap;
+    a.alibi_slopes = slopes;
     decode_attention(a);
+  }
+  if (dc.poison_left >= 0) {  // bad ids where no window row may look (GPU only)
+    const TensorView& bt = kv.block_table;
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t first = std::max<int64_t>(0, dc.lens[b] - dc.q_len - dc.poison_left);
+      int32_t* row = bt.ptr<int32_t>() + b * bt.stride(0);
+      for (int64_t pg = 0; (pg + 1) * dc.bs <= first; ++pg) row[pg] = pg % 2 ? -3 : (1 << 28);
+    }
   }
 
   // The GPU run.
@@ -245,6 +285,14 @@ Outcome run_case(const DecodeCase& dc, std::mt19937_64& rng) {
   a.causal = dc.causal;
   a.out = out.on_device(ob.view);
   if (dc.with_lse) a.lse = lse.on_device(lse_view);
+  a.window_left = dc.window_left;
+  a.window_right = dc.window_right;
+  a.softcap = dc.softcap;
+  Tensor slopes_dev;
+  if (dc.alibi) {
+    slopes_dev = slopes.to(kGpu);
+    a.alibi_slopes = slopes_dev;
+  }
   Tensor workspace;
   if (dc.plan_mode == 1 || dc.plan_mode == 3 || dc.plan_mode == 4) {
     const int64_t longest = *std::max_element(dc.lens.begin(), dc.lens.end());
@@ -639,7 +687,8 @@ TEST(DecodeGpu, BadIndicesAreCaughtByTheFaultWord) { bad_indices(); }
 // change (each at most its first value; the stream kernel's ranges move) read the new
 // lengths. `plan_bound` 0: the plan is made for the table's capacity.
 void graph_capture_and_replay(std::vector<int64_t> lens = {3000, 17, 0, 1200, 640},
-                              int64_t plan_bound = 0) {
+                              int64_t plan_bound = 0, int64_t window_left = -1,
+                              float softcap = 0.0f) {
   const uint64_t seed = test::case_seed();
   std::mt19937_64 rng(seed);
   SCOPED_TRACE(test::case_note(0, seed, "graph capture"));
@@ -669,6 +718,11 @@ void graph_capture_and_replay(std::vector<int64_t> lens = {3000, 17, 0, 1200, 64
   a.out = out;
   a.lse = lse;
   a.stream = Stream{stream};
+  a.window_left = window_left;
+  a.softcap = softcap;
+  test::RefMask mask;
+  mask.window_left = window_left;
+  mask.softcap = softcap;
   a.plan = plan_decode(B, H, hkv, d, 1, plan_bound > 0 ? plan_bound : kv.block_table.size(1) * bs,
                        kGpu);
   EXPECT_GT(a.plan.num_splits, 1) << "the case should exercise split + merge";
@@ -698,7 +752,8 @@ void graph_capture_and_replay(std::vector<int64_t> lens = {3000, 17, 0, 1200, 64
       copy_bytes(lens_dev.view(), lens_t.view());
     }
     const test::RefAttention ref = test::decode_reference(qb.view, r.k, r.v, kv.block_table,
-                                                          lens_t, 1, 1 / std::sqrt(128.0), true);
+                                                          lens_t, 1, 1 / std::sqrt(128.0), true,
+                                                          mask);
     CUDA_OK(cudaMemsetAsync(out.data(), 0xFF, static_cast<size_t>(out.nbytes()), stream));
     CUDA_OK(cudaMemsetAsync(lse.data(), 0xFF, static_cast<size_t>(lse.nbytes()), stream));
     CUDA_OK(cudaGraphLaunch(exec, stream));
@@ -726,6 +781,199 @@ TEST(DecodeGpu, CudaGraphCaptureAndReplay) {
   UseVariant use(kVariants[4]);
   graph_capture_and_replay();
   graph_capture_and_replay({700, 2900, 31, 0, 1500, 900, 2200, 64, 1800, 333});
+}
+
+// ---- issue 18: window, softcap, ALiBi (the extended kernels) ----
+
+// A random case of the extended kernels: window kind x causal x GQA 1-8 (3 and 6 included) x
+// pages 1/16/256 x q_len 1 and > 1 x plan (whole, stream, small, forced splits), with softcap
+// and ALiBi ([H] or [B, H]) on some cases; c picks dtype, page size, group and q_len in turn.
+DecodeCase feature_case(int c, std::mt19937_64& rng, bool fp8) {
+  const bool quick = test::quick_mode();
+  DecodeCase dc;
+  dc.dt = c % 2 ? DType::kBF16 : DType::kF16;
+  dc.d = (c / 2) % 2 ? 128 : 64;
+  dc.bs = std::vector<int64_t>{1, 16, 256}[(c / 4) % 3];
+  dc.group = std::vector<int64_t>{1, 2, 3, 4, 6, 8}[(c / 12) % 6];
+  dc.hkv = pick(rng, std::vector<int64_t>{1, 2, 3});
+  const int64_t B = pick(rng, std::vector<int64_t>{1, 3, 17});
+  dc.lens = random_lens(rng, B, quick ? 300 : 1300, true);
+  if (c % 3 != 0) dc.q_len = pick(rng, std::vector<int64_t>{2, 3, 5});
+  dc.causal = uniform_int(rng, 0, 3) != 0;
+  // Windows at and around the 16-key tile edges, shorter and longer than the sequences.
+  dc.window_left = pick(rng, std::vector<int64_t>{-1, 0, 1, 15, 16, 17, 31, 100, 255, 1000,
+                                                  uniform_int(rng, 0, 1500)});
+  if (!dc.causal) dc.window_right = pick(rng, std::vector<int64_t>{-1, -1, 0, 1, 2, 40});
+  if (uniform_int(rng, 0, 2) == 0) dc.softcap = pick(rng, std::vector<float>{1.0f, 5.0f, 30.0f});
+  dc.alibi = static_cast<int>(uniform_int(rng, 0, 2));
+  if (dc.window_left < 0 && dc.window_right < 0 && dc.softcap == 0 && dc.alibi == 0) {
+    dc.window_left = 7;  // every case runs the extended kernels
+  }
+  dc.plan_mode = c % 5;
+  dc.forced_splits = static_cast<int>(pick(rng, std::vector<int64_t>{1, 2, 3, 7}));
+  dc.aligned_cache = c % 7 != 6;
+  dc.q_pad = pick(rng, std::vector<int64_t>{0, 0, 8});
+  dc.with_lse = uniform_int(rng, 0, 1) == 1;
+  dc.q_range = pick(rng, std::vector<float>{1.0f, 4.0f, 8.0f});  // large scores to cap
+  dc.scale = uniform_int(rng, 0, 3) == 0 ? 1.0f : 0.0f;
+  dc.fp8 = fp8;
+  dc.fp8_scale = pick(rng, std::vector<float>{0.0f, 0.01f, 0.2f});
+  return dc;
+}
+
+void feature_sweep(int cases, bool fp8) {
+  for (int c = 0; c < cases; ++c) {
+    if (!test::case_selected(c)) continue;
+    const uint64_t seed = test::case_seed();
+    std::mt19937_64 rng(seed);
+    const DecodeCase dc = feature_case(c, rng, fp8);
+    SCOPED_TRACE(test::case_note(c, seed, dc.describe()));
+    check(dc, run_case(dc, rng));
+  }
+}
+
+TEST(DecodeGpuFeatures, RandomSweep) { feature_sweep(test::quick_mode() ? 24 : 144, false); }
+
+TEST(DecodeGpuFeatures, Fp8CacheRandomSweep) { feature_sweep(test::quick_mode() ? 12 : 72, true); }
+
+// The stream kernel and the small kernel's variants compute the same.
+TEST(DecodeGpuFeatures, Variants) {
+  for (const Variant& v : kVariants) {
+    SCOPED_TRACE(v.name);
+    UseVariant use(v);
+    feature_sweep(test::quick_mode() ? 3 : 12, false);
+    feature_sweep(test::quick_mode() ? 2 : 6, true);
+  }
+}
+
+// Windows at the tile edges (0, 1, 15, 16, 17, 31, 32, 33, 1000) over lengths at the tile
+// edges, q_len 1 and 4, causal or not, GQA 3 and 8, every plan; softcap and ALiBi alone.
+TEST(DecodeGpuFeatures, WindowTileEdges) {
+  const uint64_t seed = test::case_seed();
+  std::mt19937_64 rng(seed);
+  int c = 0;
+  for (int64_t left : {0, 1, 15, 16, 17, 31, 32, 33, 1000}) {
+    for (int64_t q_len : {1, 4}) {
+      DecodeCase dc;
+      dc.window_left = left;
+      dc.q_len = q_len;
+      dc.causal = (left + q_len) % 3 != 0;
+      dc.group = left % 2 ? 3 : 8;
+      dc.hkv = 2;
+      dc.bs = std::vector<int64_t>{1, 16, 256}[c % 3];
+      dc.lens = {1, 15, 16, 17, 31, 32, 33, 48, 63, 64, 65, 200};
+      dc.plan_mode = c % 5;
+      dc.forced_splits = 3;
+      dc.dt = c % 2 ? DType::kBF16 : DType::kF16;
+      SCOPED_TRACE(test::case_note(c, seed, dc.describe()));
+      check(dc, run_case(dc, rng));
+      ++c;
+    }
+  }
+  for (int alibi : {1, 2}) {
+    DecodeCase dc;
+    dc.alibi = alibi;
+    dc.q_len = 3;
+    dc.lens = {1, 100, 1000};
+    SCOPED_TRACE(test::case_note(c++, seed, dc.describe()));
+    check(dc, run_case(dc, rng));
+  }
+  for (float cap : {0.5f, 50.0f}) {
+    DecodeCase dc;
+    dc.softcap = cap;
+    dc.scale = 1.0f;
+    dc.q_range = 8.0f;
+    dc.lens = {1, 100, 1000};
+    SCOPED_TRACE(test::case_note(c++, seed, dc.describe()));
+    check(dc, run_case(dc, rng));
+  }
+}
+
+// A 4096-key window over a 32k context (3000 / 1000 in quick mode), pages 16 and 256, GQA 4
+// and 8, q_len 1 and 2, small and stream kernels, with softcap and ALiBi on some.
+TEST(DecodeGpuFeatures, LongWindow32k) {
+  const bool quick = test::quick_mode();
+  const uint64_t seed = test::case_seed();
+  std::mt19937_64 rng(seed);
+  int c = 0;
+  for (const int small : {1, 0}) {
+    Variant v = kVariants[0];
+    v.stages = 0;
+    v.small = small;
+    UseVariant use(v);
+    for (int64_t bs : {16, 256}) {
+      DecodeCase dc;
+      dc.lens = {quick ? 3000 : 32768};
+      if (c % 2) dc.lens.push_back(quick ? 2000 : 20000);
+      dc.window_left = quick ? 999 : 4095;
+      dc.bs = bs;
+      dc.group = c % 2 ? 8 : 4;
+      dc.q_len = c % 2 ? 2 : 1;
+      dc.softcap = c == 2 ? 30.0f : 0.0f;
+      dc.alibi = c == 3 ? 2 : 0;
+      dc.poison_left = dc.window_left;
+      SCOPED_TRACE(test::case_note(c, seed, std::string(small ? "small " : "stream ") + dc.describe()));
+      check(dc, run_case(dc, rng));
+      ++c;
+    }
+  }
+}
+
+// The pages entirely before a window are never read: bad ids there raise no fault and change
+// nothing (the references read the good table), in every kernel and plan, pages 1/16/256,
+// q_len 1 and 3; without the window the same table is read and reported.
+TEST(DecodeGpuFeatures, WindowSkipsBlocksBeforeIt) {
+  const uint64_t seed = test::case_seed();
+  std::mt19937_64 rng(seed);
+  int c = 0;
+  for (const Variant& v : {kVariants[0], kVariants[4]}) {  // small on / off
+    UseVariant use(v);
+    for (int64_t bs : {1, 16, 256}) {
+      for (int64_t q_len : {1, 3}) {
+        DecodeCase dc;
+        dc.bs = bs;
+        dc.q_len = q_len;
+        dc.lens = {600, 1000, 97, 0, 700};
+        dc.window_left = bs == 256 ? 40 : 100;
+        dc.poison_left = dc.window_left;
+        dc.group = 6;
+        dc.hkv = 1;
+        dc.softcap = 20.0f;
+        dc.plan_mode = c % 5;
+        dc.forced_splits = 7;
+        SCOPED_TRACE(test::case_note(c, seed, std::string(v.name) + " " + dc.describe()));
+        check(dc, run_case(dc, rng));
+        DecodeCase control = dc;  // no window: the bad ids are read and reported
+        control.window_left = -1;
+        control.softcap = 0.0f;
+        const Outcome r = run_case(control, rng);
+        EXPECT_EQ(r.faults & kFaultBlockOutOfRange, static_cast<uint32_t>(kFaultBlockOutOfRange))
+            << "control without the window: faults " << r.faults;
+        ++c;
+      }
+    }
+  }
+}
+
+// A windowed decode with softcap captured in a graph: replays with new queries and new
+// lengths (the window's first tile moves on the device) read them, in both kernels.
+TEST(DecodeGpuFeatures, CudaGraphCaptureAndReplay) {
+  graph_capture_and_replay({3000, 17, 0, 1200, 640}, 0, 300, 20.0f);
+  SCOPED_TRACE("nosmall: stream kernel + merge kernel");
+  UseVariant use(kVariants[4]);
+  graph_capture_and_replay({700, 2900, 31, 0, 1500, 900, 2200, 64, 1800, 333}, 0, 500, 0.0f);
+}
+
+// A window wider than every context runs the extended kernels with nothing cut.
+TEST(DecodeGpuFeatures, WindowWiderThanTheContext) {
+  const uint64_t seed = test::case_seed();
+  std::mt19937_64 rng(seed);
+  DecodeCase dc;
+  dc.lens = {5, 300, 1200};
+  dc.q_len = 2;
+  dc.window_left = 1 << 20;
+  SCOPED_TRACE(test::case_note(0, seed, dc.describe()));
+  check(dc, run_case(dc, rng));
 }
 
 TEST(DecodeGpu, UnsupportedHeadDimIsAReadableError) {

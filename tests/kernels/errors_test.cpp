@@ -572,15 +572,25 @@ TEST_F(DecodeFixture, BadWindowAndSoftcap) {
     change(x);
     decode_attention(x);
   };
+  // CUDA decode takes window and softcap (issue 18): bad values are still refused there.
+  EXPECT_KVATTN_ERROR(on_gpu([](DecodeArgs& x) { x.window_left = -2; }),
+                      HasSubstr("decode_attention"), HasSubstr("window_size left"),
+                      HasSubstr("-2"));
+  EXPECT_KVATTN_ERROR(on_gpu([](DecodeArgs& x) { x.softcap = -1.0f; }),
+                      HasSubstr("decode_attention"), HasSubstr("softcap"), HasSubstr(">= 0"));
+#ifndef KVATTN_WITH_CUDA
+  // Valid options pass the checks and reach the (missing) CUDA backend.
   EXPECT_KVATTN_ERROR(on_gpu([](DecodeArgs& x) { x.window_left = 4096; }),
-                      HasSubstr("decode_attention"), HasSubstr("window_size"),
-                      HasSubstr("not supported on cuda:0"), HasSubstr("(4096, -1)"));
+                      HasSubstr("no CUDA backend"));
+  EXPECT_KVATTN_ERROR(on_gpu([](DecodeArgs& x) { x.window_right = 0; x.causal = false; }),
+                      HasSubstr("no CUDA backend"));
   EXPECT_KVATTN_ERROR(on_gpu([](DecodeArgs& x) { x.softcap = 50.0f; }),
-                      HasSubstr("decode_attention"), HasSubstr("softcap"),
-                      HasSubstr("not supported on cuda:0"));
+                      HasSubstr("no CUDA backend"));
+#endif
 }
 
-// alibi_slopes and cache_leftpad on decode: shapes, dtypes, values; both refused on CUDA.
+// alibi_slopes and cache_leftpad on decode: shapes, dtypes, values; on CUDA alibi_slopes is
+// checked (shape, dtype, device; values not read) and cache_leftpad refused.
 TEST_F(DecodeFixture, BadAlibiAndLeftpad) {
   Tensor slopes = Tensor::zeros({3, 8}, DType::kF32);
   Tensor pad = test::int_tensor({5, 3, 0});
@@ -615,9 +625,15 @@ TEST_F(DecodeFixture, BadAlibiAndLeftpad) {
     change(x);
     decode_attention(x);
   };
+  EXPECT_KVATTN_ERROR(on_gpu([&](DecodeArgs& x) { x.alibi_slopes = on(slopes7, Device::cuda(0)); }),
+                      HasSubstr("decode_attention"), HasSubstr("alibi_slopes"),
+                      HasSubstr("num_heads"));
+  EXPECT_KVATTN_ERROR(on_gpu([&](DecodeArgs& x) { x.alibi_slopes = slopes; }),
+                      HasSubstr("decode_attention"), HasSubstr("alibi_slopes"), HasSubstr("cpu"));
+#ifndef KVATTN_WITH_CUDA
   EXPECT_KVATTN_ERROR(on_gpu([&](DecodeArgs& x) { x.alibi_slopes = on(slopes, Device::cuda(0)); }),
-                      HasSubstr("decode_attention"),
-                      HasSubstr("alibi_slopes is not supported on cuda:0"));
+                      HasSubstr("no CUDA backend"));
+#endif
   EXPECT_KVATTN_ERROR(on_gpu([&](DecodeArgs& x) { x.cache_leftpad = on(pad, Device::cuda(0)); }),
                       HasSubstr("decode_attention"),
                       HasSubstr("cache_leftpad is not supported on cuda:0"));

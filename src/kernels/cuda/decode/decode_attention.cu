@@ -21,10 +21,16 @@
 //   lone 8192-key sequence in 19.2-20.1 us after do_bench's memset flush (17.2-17.8 with a
 //   clean L2; docs/perf/NOTES.md, session 4).
 // No host sync and no allocation: capturable in a CUDA graph given the plan and workspace.
+// Issue 18's window_size, softcap and alibi_slopes run the same kernels' extended form
+// (template flag kExt, decode_mask.cuh): a sequence's tiles are counted and visited from its
+// window's first tile on (the stream prefix sum, whole sequences, small mode's chunks), so a
+// 4096-key window over 32k reads 4096 keys; only tiles at a window edge run the mask. The
+// plain instantiations compile to the same PTX as before the flag (names aside).
 //
 // Files (src/kernels/cuda/decode/): decode_params.h (parameters, work decomposition),
 // decode_common.cuh (building blocks, tile layout), decode_fp8.cuh (the fp8 tile),
-// decode_warp_tile.cuh (one warp's tile: copy and attend), decode_split_kernel.cuh,
+// decode_warp_tile.cuh (one warp's tile: copy and attend), decode_mask.cuh (window, softcap,
+// ALiBi), decode_split_kernel.cuh,
 // decode_small_kernel.cuh, decode_merge_kernel.cuh; this file: the host side (configuration,
 // occupancy, dispatch, launch) and the entry.
 #include <cuda_bf16.h>
@@ -74,9 +80,10 @@ int max_optin_smem(int device) {
   return n;
 }
 
-// CTAs per SM of the split kernel (kSmall: the small-batch kernel) at (threads, smem); raises
-// its shared-memory limit once per device. Cached: the planner and every launch ask.
-template <typename T, typename KV, int D, bool kAligned16, bool kSmall = false>
+// CTAs per SM of the split kernel (kSmall: the small-batch kernel; kExt: their extended form)
+// at (threads, smem); raises its shared-memory limit once per device. Cached: the planner and
+// every launch ask.
+template <typename T, typename KV, int D, bool kAligned16, bool kSmall = false, bool kExt = false>
 int split_occupancy(int device, int threads, int smem) {
   struct Entry {
     int device, threads, smem, ctas;
@@ -90,8 +97,8 @@ int split_occupancy(int device, int threads, int smem) {
     if (e.device == device && e.threads == threads && e.smem == smem) return e.ctas;
   }
   DeviceGuard guard(device);
-  const auto kernel = kSmall ? decode_small_kernel<T, KV, D, kAligned16>
-                             : decode_kernel<T, KV, D, kAligned16>;
+  const auto kernel = kSmall ? decode_small_kernel<T, KV, D, kAligned16, kExt>
+                             : decode_kernel<T, KV, D, kAligned16, kExt>;
   if (!raised[device]) {  // dynamic + static shared memory must stay within the opt-in limit
     cudaFuncAttributes attr{};
     CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
@@ -219,7 +226,9 @@ bool stream_ok(int64_t num_seqs, int64_t capacity) {
          num_seqs * ((capacity + kDecodeTileKeys - 1) / kDecodeTileKeys) < (int64_t{1} << 31);
 }
 
-template <typename T, typename KV, int D>
+// kExt: the extended kernels (window, softcap, ALiBi; decode_mask.cuh), with the plain ones'
+// configuration (same tiles, stages and work decomposition).
+template <typename T, typename KV, int D, bool kExt>
 void launch(DecodeParams p, bool aligned, int64_t ws_bytes, int device, cudaStream_t stream) {
   constexpr int kKvBytes = static_cast<int>(sizeof(KV));
   const DType cache_dtype = kIsFp8<KV> ? DType::kF8E4M3 : DType::kBF16;
@@ -245,11 +254,11 @@ void launch(DecodeParams p, bool aligned, int64_t ws_bytes, int device, cudaStre
       const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(units),
                       static_cast<unsigned>(B));
       if (aligned) {
-        (void)split_occupancy<T, KV, D, true, true>(device, sc.warps * 32, sc.smem);
-        decode_small_kernel<T, KV, D, true><<<grid, sc.warps * 32, sc.smem, stream>>>(p);
+        (void)split_occupancy<T, KV, D, true, true, kExt>(device, sc.warps * 32, sc.smem);
+        decode_small_kernel<T, KV, D, true, kExt><<<grid, sc.warps * 32, sc.smem, stream>>>(p);
       } else {
-        (void)split_occupancy<T, KV, D, false, true>(device, sc.warps * 32, sc.smem);
-        decode_small_kernel<T, KV, D, false><<<grid, sc.warps * 32, sc.smem, stream>>>(p);
+        (void)split_occupancy<T, KV, D, false, true, kExt>(device, sc.warps * 32, sc.smem);
+        decode_small_kernel<T, KV, D, false, kExt><<<grid, sc.warps * 32, sc.smem, stream>>>(p);
       }
       CUDA_CHECK_LAUNCH();
       return;
@@ -270,8 +279,8 @@ void launch(DecodeParams p, bool aligned, int64_t ws_bytes, int device, cudaStre
   p.prefix_bytes = stream_mode ? prefix_bytes_for(B) : 0;
   const int threads = c.warps * 32;
   const int smem = split_smem(c, p.prefix_bytes);
-  const int ctas = aligned ? split_occupancy<T, KV, D, true>(device, threads, smem)
-                           : split_occupancy<T, KV, D, false>(device, threads, smem);
+  const int ctas = aligned ? split_occupancy<T, KV, D, true, false, kExt>(device, threads, smem)
+                           : split_occupancy<T, KV, D, false, false, kExt>(device, threads, smem);
   const int64_t per_slice = std::max<int64_t>(1, int64_t{sm_count(device)} * ctas / p.slices);
   int64_t pieces_per_seq = 1;
   if (stream_mode) {
@@ -288,9 +297,9 @@ void launch(DecodeParams p, bool aligned, int64_t ws_bytes, int device, cudaStre
   p.merge_wpr = pieces_per_seq >= 48 ? 8 : pieces_per_seq >= 12 ? 4 : pieces_per_seq >= 4 ? 2 : 1;
   const auto grid = static_cast<unsigned>(static_cast<int64_t>(p.parts) * p.slices);
   if (aligned) {
-    decode_kernel<T, KV, D, true><<<grid, threads, smem, stream>>>(p);
+    decode_kernel<T, KV, D, true, kExt><<<grid, threads, smem, stream>>>(p);
   } else {
-    decode_kernel<T, KV, D, false><<<grid, threads, smem, stream>>>(p);
+    decode_kernel<T, KV, D, false, kExt><<<grid, threads, smem, stream>>>(p);
   }
   CUDA_CHECK_LAUNCH();
   if (!stream_mode || cuda_tuning().decode_debug_no_merge) return;
@@ -410,12 +419,38 @@ void decode_attention(const DecodeArgs& args, const AttentionShape& shape) {
     p.ws_o = static_cast<float*>(args.workspace.data);
   }
 
+  // Window, softcap, ALiBi: the extended kernels. A bound that cuts no key becomes -1 here,
+  // which also keeps the kernels' int arithmetic in range: left >= capacity (row i's first
+  // visible key is max(0, i + Lk - Lq - left), and i + Lk - Lq < capacity), right >= q_len - 1
+  // (row i's last is min(Lk - 1, i + Lk - Lq + right) = Lk - 1 once right >= q_len - 1 - i).
+  // A causal call's right bound 0 alone is the plain kernels' causal mask.
+  const bool ext = shape.window_left >= 0 || (!args.causal && shape.window_right >= 0) ||
+                   shape.softcap > 0.0f || args.alibi_slopes.defined();
+  if (ext) {
+    p.window_left = shape.window_left >= 0 && shape.window_left < capacity
+                        ? static_cast<int>(shape.window_left) : -1;
+    p.window_right = shape.window_right >= 0 && shape.window_right < args.q_len - 1
+                         ? static_cast<int>(shape.window_right) : -1;
+    if (shape.softcap > 0.0f) {
+      p.softcap_in = 2.0f / shape.softcap;
+      p.softcap_out = shape.softcap * 1.4426950408889634f;
+    }
+    if (args.alibi_slopes.defined()) {
+      p.alibi_slopes = args.alibi_slopes.ptr<const float>();
+      p.alibi_seq_stride = args.alibi_slopes.ndim == 2 ? args.alibi_slopes.stride(0) : 0;
+    }
+  }
+
   const int device = args.q.device.index;
   DeviceGuard guard(device);
   p.fault_word = fault_word_ptr(device);
   auto stream = static_cast<cudaStream_t>(args.stream.handle);
   dispatch(args.q.dtype, args.k_cache.dtype, shape.head_dim, [&]<typename T, typename KV, int D>() {
-    launch<T, KV, D>(p, aligned, ws_bytes, device, stream);
+    if (ext) {
+      launch<T, KV, D, true>(p, aligned, ws_bytes, device, stream);
+    } else {
+      launch<T, KV, D, false>(p, aligned, ws_bytes, device, stream);
+    }
   });
 }
 

@@ -52,6 +52,9 @@
 //              Small mode: piece (slot b*C + c, kvh, row r) at wi as above; values in
 //              ws_ll[wi*D/2 .. wi*D/2 + D/2) (two per word), LSE in ws_ll_lse[wi]; then
 //              ws_gen: uint32 [num_seqs][units], the last tag of each (sequence, unit).
+// Extended form (kExt: a window, softcap or ALiBi; decode_mask.cuh): sequence b's tiles are
+// counted and visited from window_first_tile(len) on, everywhere above (the stream prefix sum,
+// whole sequences, small mode's chunk split); the tiles before it are never issued.
 // Index VALUES (block ids, cache_seqlens) are untrusted: out-of-range ones are never used to
 // address memory; the kernel zero-fills or clamps and ORs a DeviceFault bit into *fault_word.
 #pragma once
@@ -130,6 +133,15 @@ struct DecodeParams {
   int prefix_bytes = 0;  // shared memory before the tile buffers (stream mode prefix sum)
   int merge_wpr = 1;     // merge kernel: warps per output row
   int num_splits = 1;    // the plan's
+
+  // The extended kernels (template flag kExt, decode_mask.cuh) only: flash-attn's window,
+  // softcap and ALiBi. (Last, so the plain kernels' parameter offsets stay as they were.)
+  int window_left = -1;   // -1: unbounded (also for a window wider than the capacity)
+  int window_right = -1;  // resolved: causal is 0
+  float softcap_in = 0.0f;   // 2 / softcap
+  float softcap_out = 0.0f;  // softcap * log2(e); 0: off
+  const float* alibi_slopes = nullptr;  // float32 [num_heads] or [num_seqs, num_heads]; null: off
+  int64_t alibi_seq_stride = 0;         // 0 for [num_heads]
 };
 
 // The CTA shape for a head count, rows per KV head and head_dim (see above).

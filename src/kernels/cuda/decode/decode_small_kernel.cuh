@@ -193,7 +193,8 @@ __device__ __forceinline__ bool merge_quad_ll(const DecodeParams& p, int q, int 
   return true;
 }
 
-template <typename T, typename KV, int D, bool kAligned16>
+// kExt: window, softcap, ALiBi (decode_mask.cuh); the chunks split the window's tiles only.
+template <typename T, typename KV, int D, bool kAligned16, bool kExt = false>
 __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     decode_small_kernel(const __grid_constant__ DecodeParams p) {
   using L = KvTile<KV, D>;
@@ -233,6 +234,12 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     ta = ct0 + part_begin(len_c, nw, warp);
     tb = ct0 + part_begin(len_c, nw, warp + 1);
   };
+  // kExt: the tiles [first, n) (from the window's first tile) split the same way.
+  auto split_from = [&](int first, int n) {
+    split(n - first);
+    ta += first;
+    tb += first;
+  };
   // Lanes 0-15: (block id, offset) of key (lane & 15) of tile ti; lanes 16-31: of tile ti + 1.
   // Ids are read for any key inside the table row (the row holds p.capacity keys); whether
   // the key is below the length is decided when its tile is issued (offset -1 past the end).
@@ -251,7 +258,12 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   };
   // The first two tiles' ids from the guessed length, in flight together with the length.
   const int guess_tiles = tiles_of(p.len_hint);
-  split(guess_tiles);
+  const int guess_first = first_tile<kExt>(p, p.len_hint);
+  if constexpr (kExt) {
+    split_from(guess_first, guess_tiles);
+  } else {
+    split(guess_tiles);
+  }
   load_ids(ta, lane < 16);
   load_ids(ta + 1, lane >= 16);
 
@@ -290,20 +302,39 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
 
   const int len = clamp_len(p, len_raw, c == 0 && unit == 0 && tid == 0);
   const int ntiles = tiles_of(len);
-  if (ntiles != guess_tiles) {  // wrong guess: this warp's range and its ids again
-    split(ntiles);
-    load_ids(ta, lane < 16);
-    load_ids(ta + 1, lane >= 16);
+  if constexpr (kExt) {
+    const int first = first_tile<kExt>(p, len);
+    if (ntiles != guess_tiles || first != guess_first) {  // wrong guess: range and ids again
+      split_from(first, ntiles);
+      load_ids(ta, lane < 16);
+      load_ids(ta + 1, lane >= 16);
+    }
+    // Keys before the window (in its first tile only) are zero-filled, never read; the
+    // later tiles issued below start past it.
+    const int key = (lane < 16 ? ta : ta + 1) * kDecodeTileKeys + (lane & 15);
+    if (key >= len || key < window_first_key(p, len)) noff = -1;
+  } else {
+    if (ntiles != guess_tiles) {  // wrong guess: this warp's range and its ids again
+      split(ntiles);
+      load_ids(ta, lane < 16);
+      load_ids(ta + 1, lane >= 16);
+    }
+    if ((lane < 16 ? ta : ta + 1) * kDecodeTileKeys + (lane & 15) >= len) noff = -1;
   }
-  if ((lane < 16 ? ta : ta + 1) * kDecodeTileKeys + (lane & 15) >= len) noff = -1;
   probe_stamp(p, 3, c0);
-  int limit[2];
+  int limit[2] = {0, 0};
+  int min_limit = 0, warp_limit = 0;
+  DecodeMods mods;
+  if constexpr (kExt) {
+    mods.init(p, b, len, kvh, rc, gid);
+  } else {
 #pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {
-    limit[hr] = p.causal ? min(len, row_i[hr] + len - p.q_len + 1) : len;
+    for (int hr = 0; hr < 2; ++hr) {
+      limit[hr] = p.causal ? min(len, row_i[hr] + len - p.q_len + 1) : len;
+    }
+    min_limit = min(limit[0], limit[1]);
+    warp_limit = __reduce_max_sync(0xffffffffu, max(limit[0], limit[1]));
   }
-  const int min_limit = min(limit[0], limit[1]);
-  const int warp_limit = __reduce_max_sync(0xffffffffu, max(limit[0], limit[1]));
 
   float o[D / 8][4];
 #pragma unroll
@@ -366,9 +397,9 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     cp_async_commit();
     if (++istage == stages) istage = 0;
     const int key0 = t * kDecodeTileKeys;
-    if (key0 < warp_limit) {
-      attend_tile<T, KV, D>(wbase + cstage * L::kStageBytes, qf, o, m, l, key0, limit,
-                            min_limit, scale_log2, lane);
+    if (kExt ? mods.tile_has_work(key0) : key0 < warp_limit) {
+      attend_tile<T, KV, D, kExt>(wbase + cstage * L::kStageBytes, qf, o, m, l, key0, limit,
+                                  min_limit, scale_log2, lane, p, mods);
     }
     if (++cstage == stages) cstage = 0;
   }

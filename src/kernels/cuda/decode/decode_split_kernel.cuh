@@ -21,7 +21,8 @@ __device__ __forceinline__ int lower_bound_smem(const int* a, int n, int x) {
 }
 
 // A position in a CTA's stream of tiles: tile t of sequence b, inside the segment
-// [t0, t_end) of b's tiles that this CTA computes.
+// [t0, t_end) of b's tiles that this CTA computes (absolute tile indices: kExt's sequences
+// start at their window's first tile, first_tile<kExt>).
 struct Cursor {
   int b;
   int t;
@@ -41,6 +42,7 @@ struct Source {
 };
 
 // Moves c to the first non-empty segment of sequence `b` or a later one.
+template <bool kExt>
 __device__ __forceinline__ void seek(const DecodeParams& p, const Source& s, int b, Cursor& c) {
   if (s.stream) {
     while (b < p.num_seqs && s.prefix[b + 1] == s.prefix[b]) ++b;
@@ -50,9 +52,16 @@ __device__ __forceinline__ void seek(const DecodeParams& p, const Source& s, int
     }
     const int base = s.prefix[b];
     c.b = b;
-    c.t0 = c.t = max(s.g0 - base, 0);
-    c.t_end = min(s.prefix[b + 1], s.g1) - base;
-    c.len = seq_len(p, b, false);
+    if constexpr (kExt) {  // prefix counts the visited tiles, from the window's first one
+      c.len = seq_len(p, b, false);
+      const int first = first_tile<kExt>(p, c.len);
+      c.t0 = c.t = first + max(s.g0 - base, 0);
+      c.t_end = first + min(s.prefix[b + 1], s.g1) - base;
+    } else {
+      c.t0 = c.t = max(s.g0 - base, 0);
+      c.t_end = min(s.prefix[b + 1], s.g1) - base;
+      c.len = seq_len(p, b, false);
+    }
     c.done = false;
   } else {
     int len = 0;
@@ -62,20 +71,22 @@ __device__ __forceinline__ void seek(const DecodeParams& p, const Source& s, int
       return;
     }
     c.b = b;
-    c.t0 = c.t = 0;
+    c.t0 = c.t = first_tile<kExt>(p, len);
     c.t_end = tiles_of(len);
     c.len = len;
     c.done = false;
   }
 }
 
+template <bool kExt>
 __device__ __forceinline__ void advance(const DecodeParams& p, const Source& s, Cursor& c) {
   if (c.done) return;
   if (++c.t < c.t_end) return;
-  seek(p, s, s.stream ? c.b + 1 : c.b + s.parts, c);
+  seek<kExt>(p, s, s.stream ? c.b + 1 : c.b + s.parts, c);
 }
 
-template <typename T, typename KV, int D, bool kAligned16>
+// kExt: window, softcap, ALiBi (decode_mask.cuh); without it, the plain causal kernel.
+template <typename T, typename KV, int D, bool kAligned16, bool kExt = false>
 __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     decode_kernel(const __grid_constant__ DecodeParams p) {
   using L = KvTile<KV, D>;
@@ -106,7 +117,7 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     const int hi = min(B, lo + per);
     int sum = 0;
     for (int b = lo; b < hi; ++b) {
-      const int t = tiles_of(seq_len(p, b, blockIdx.x == 0));
+      const int t = visited_tiles<kExt>(p, seq_len(p, b, blockIdx.x == 0));
       prefix[b + 1] = t;
       sum += t;
     }
@@ -233,10 +244,10 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   const uint32_t wbase = smem_u32(tiles) + static_cast<uint32_t>(warp * stages * L::kStageBytes);
 
   Cursor cc;  // the tile computed next
-  seek(p, src, src.stream ? lower_bound_smem(src.prefix, B, src.g0 + 1) - 1 : part, cc);
+  seek<kExt>(p, src, src.stream ? lower_bound_smem(src.prefix, B, src.g0 + 1) - 1 : part, cc);
   Cursor ic = cc;  // the tile issued next
   Cursor pc = ic;  // the one after it
-  advance(p, src, pc);
+  advance<kExt>(p, src, pc);
   // Block id and in-block offset of key (lane & 15) of ic's tile (lanes 0-15) and of pc's
   // tile (lanes 16-31); offset -1: past the sequence's end.
   int nid = 0, noff = -1;
@@ -246,7 +257,9 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     noff = -1;
     if (c.done) return;
     const int key = c.t * kDecodeTileKeys + (lane & 15);
-    if (key < c.len) {
+    bool visited = key < c.len;
+    if constexpr (kExt) visited = visited && key >= window_first_key(p, c.len);  // else zeros
+    if (visited) {
       const int page = key / p.block_size;
       nid = __ldg(p.block_table + static_cast<int64_t>(c.b) * p.bt_stride + page);
       noff = key - page * p.block_size;
@@ -269,7 +282,7 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
       noff = off_hi;
     }
     ic = pc;
-    advance(p, src, pc);
+    advance<kExt>(p, src, pc);
     load_ids(pc, lane >= 16);
   };
 
@@ -286,6 +299,7 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   uint32_t qf[D / 16][4];
   int limit[2] = {0, 0};
   int min_limit = 0, warp_limit = 0;
+  DecodeMods mods;  // kExt only
   auto begin_piece = [&](const Cursor& c) {
     const int len = c.len;
 #pragma unroll
@@ -312,10 +326,14 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
           qf[ks][hr + 2 * half] = v;
         }
       }
-      limit[hr] = p.causal ? min(len, i + len - p.q_len + 1) : len;
+      if constexpr (!kExt) limit[hr] = p.causal ? min(len, i + len - p.q_len + 1) : len;
     }
-    min_limit = min(limit[0], limit[1]);
-    warp_limit = __reduce_max_sync(0xffffffffu, max(limit[0], limit[1]));
+    if constexpr (kExt) {
+      mods.init(p, c.b, len, kvh, rc, gid);
+    } else {
+      min_limit = min(limit[0], limit[1]);
+      warp_limit = __reduce_max_sync(0xffffffffu, max(limit[0], limit[1]));
+    }
     reset_state();
   };
   if (!cc.done) begin_piece(cc);  // its loads overlap the first tiles' latency
@@ -332,9 +350,10 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     if (++istage == stages) istage = 0;
 
     const int key0 = cc.t * kDecodeTileKeys;
-    if (key0 < warp_limit) {  // else every key of the tile is masked for every row
-      attend_tile<T, KV, D>(wbase + cstage * L::kStageBytes, qf, o, m, l, key0, limit,
-                            min_limit, scale_log2, lane);
+    // Else every key of the tile is masked for every row.
+    if (kExt ? mods.tile_has_work(key0) : key0 < warp_limit) {
+      attend_tile<T, KV, D, kExt>(wbase + cstage * L::kStageBytes, qf, o, m, l, key0, limit,
+                                  min_limit, scale_log2, lane, p, mods);
     }
     if (++cstage == stages) cstage = 0;
 
@@ -347,10 +366,10 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
         lq[hr] = l[hr] + __shfl_xor_sync(0xffffffffu, l[hr], 1);
         lq[hr] += __shfl_xor_sync(0xffffffffu, lq[hr], 2);
       }
-      const bool direct = cc.t0 == 0 && cc.t_end == tiles_of(cc.len);
+      const bool direct = cc.t0 == first_tile<kExt>(p, cc.len) && cc.t_end == tiles_of(cc.len);
       write_piece(cc.b, direct, o, m, lq);
     }
-    advance(p, src, cc);
+    advance<kExt>(p, src, cc);
     if (piece_done && !cc.done) begin_piece(cc);
   }
   cp_async_wait<0>();

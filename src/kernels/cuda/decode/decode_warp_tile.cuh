@@ -4,6 +4,7 @@
 #pragma once
 
 #include "kernels/cuda/decode/decode_common.cuh"
+#include "kernels/cuda/decode/decode_mask.cuh"
 
 namespace kvattn::cuda {
 namespace {
@@ -57,11 +58,14 @@ __device__ __forceinline__ void issue_tile(const DecodeParams& p, uint32_t kdst,
 // One warp's step over a landed 16-key tile at kbase (V at kbase + kTileBytes): S = Q K^T,
 // causal mask (key j visible to row hr iff j < limit[hr]), online softmax in the log2 domain
 // (m, l per row; l summed over the lane's own columns only), O = O * alpha + P V.
-template <typename T, typename KV, int D>
+// kExt: softcap, ALiBi and the window mask of `mods` (decode_mask.cuh) instead of the causal
+// mask (limit and min_limit unused); without it `mods` is never touched.
+template <typename T, typename KV, int D, bool kExt = false>
 __device__ __forceinline__ void attend_tile(uint32_t kbase, const uint32_t (&qf)[D / 16][4],
                                             float (&o)[D / 8][4], float (&m)[2], float (&l)[2],
                                             int key0, const int (&limit)[2], int min_limit,
-                                            float scale_log2, int lane) {
+                                            float scale_log2, int lane, const DecodeParams& p,
+                                            const DecodeMods& mods) {
   using L = KvTile<KV, D>;
   const int t4 = lane & 3;
   const int mrow = lane & 7;
@@ -91,7 +95,9 @@ __device__ __forceinline__ void attend_tile(uint32_t kbase, const uint32_t (&qf)
 #pragma unroll
     for (int e = 0; e < 4; ++e) s[nt][e] = (s[nt][e] + s2[nt][e]) * scale_log2;
   }
-  if (key0 + kDecodeTileKeys > min_limit) {
+  if constexpr (kExt) {
+    mods.apply(p, s, key0, t4);
+  } else if (key0 + kDecodeTileKeys > min_limit) {
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) {
 #pragma unroll
