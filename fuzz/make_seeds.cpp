@@ -2,6 +2,7 @@
 // small valid files from the same writers the parser tests use.
 #include <filesystem>
 #include <iostream>
+#include <iterator>
 #include <map>
 
 #include "engine/model_file_writer.h"
@@ -116,6 +117,23 @@ int main(int argc, char** argv) {
         {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"use_regex", false}}}}};
   seq["model"]["ignore_merges"] = true;
   write_text(root / "tokenizer_json/sequence.json", seq.dump());
+  nlohmann::json nfkc = nlohmann::json::parse(json);
+  nfkc["normalizer"] = {{"type", "Sequence"},
+                        {"normalizers", {{{"type", "NFKD"}}, {{"type", "NFKC"}}, {{"type", "NFD"}}}}};
+  write_text(root / "tokenizer_json/nfkc.json", nfkc.dump());
+  // Chat templates of each family (their markers and the variant snippets detection reads).
+  const char* templates[] = {
+      R"({"chat_template":"{{ bos_token }}<|start_header_id|>Cutting Knowledge Date: December 2023\n{%- set date_string = "26 Jul 2024" %}strftime_now"})",
+      R"({"chat_template":"{{ bos_token }}{{'<start_of_turn>' + first_user_prefix + message['content'] | trim}}"})",
+      R"({"chat_template":"{%- if loop.last and system_message is defined %}{{- '[INST] ' + system_message + message['content'] + '[/INST]' }}{{- ' ' + message['content']|trim + eos_token}}"})",
+      R"({"chat_template":"{%- if loop.first and system_message %}{{- ' [INST] ' + m + ' [/INST]' }}{{- ' ' + message['content'] + eos_token}}"})",
+      R"({"chat_template":"'<|im_start|>system
+You are Qwen.<|im_end|>
+' </think>"})"};
+  for (size_t i = 0; i < std::size(templates); ++i) {
+    write_text(root / ("tokenizer_json/template" + std::to_string(i) + ".json"),
+               json + std::string(1, '\0') + templates[i]);
+  }
   write_text(root / "tokenizer_json/spm_legacy.json", kSpmTokenizerJson);
   nlohmann::json meta_json = nlohmann::json::parse(kSpmTokenizerJson);
   meta_json["normalizer"] = nullptr;

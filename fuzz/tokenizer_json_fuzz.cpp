@@ -1,5 +1,6 @@
 // tokenizer.json (+ tokenizer_config.json after a NUL byte): load, then encode fixed strings and
-// the rest of the input; every id is in range and decoding never fails.
+// the rest of the input; every id is in range and decoding never fails. The chat template (and
+// the config text taken as a template source) is detected and rendered for a few conversations.
 #include <cstdint>
 #include <string_view>
 
@@ -27,6 +28,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     if (tok.chat_template()) (void)tok.apply_chat_template({{"user", "x"}}, true);
   } catch (const Error&) {
+  }
+  if (auto t = ChatTemplate::detect(config.empty() ? json : config)) {
+    const std::vector<std::vector<ChatMessage>> conversations = {
+        {{"user", " x\xe3\x80\x80"}},
+        {{"system", "s"}, {"user", "u"}, {"assistant", "<think>a</think>b \xff"}, {"user", "v"}},
+        {{"user", "u"}, {"user", "v"}},
+        {{"system", "s"}},
+        {}};
+    for (const auto& c : conversations) {
+      for (bool gen : {true, false}) {
+        try {
+          (void)t->render(c, gen);
+        } catch (const Error&) {
+        }
+      }
+    }
   }
   return 0;
 }
