@@ -35,8 +35,8 @@ class Tokenizer {
   // tokenizer.ggml.{scores, add_space_prefix, unknown_token_id}.
   static Tokenizer from_gguf(const GgufFile& gguf);
   // HF tokenizer.json (model.type "BPE": byte-level, or with byte_fallback and the Prepend /
-  // Replace / Metaspace steps SentencePiece conversions use); tokenizer_config.json (optional) supplies
-  // bos/eos, add_bos_token and chat_template.
+  // Replace / Metaspace steps SentencePiece conversions use; NFC/NFD/NFKC/NFKD normalizers, via
+  // utf8proc); tokenizer_config.json (optional) supplies bos/eos, add_bos_token and chat_template.
   static Tokenizer from_hf_json(const std::string& tokenizer_json_path,
                                 const std::string& tokenizer_config_path = "");
   // Same as from_hf_json on in-memory JSON text (used by tests and fuzzers).
