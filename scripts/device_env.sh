@@ -56,3 +56,13 @@ kvattn_run_peers() {
      timeout "${PEERS_TIMEOUT:-420}" python3 "$OLDPWD/$harness" 2>&1 | grep -v Warning |
      tee "$OUT/$log" | tail -n "$tail_lines")
 }
+
+# Runs a test binary under a time limit, its log to $OUT/$name.log; prints the exit code, the
+# gtest verdict and the first failure lines.   run_test NAME SECONDS BINARY [ARGS...]
+run_test() {
+  local name=$1 limit=$2 bin=$3
+  shift 3
+  timeout "$limit" "$bin" "$@" >"$OUT/$name.log" 2>&1
+  echo "$name: rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/$name.log" | tr '\n' ' ')"
+  grep -E "Failure|Which is|differs|case [0-9]+ seed|worst|skipping|round" "$OUT/$name.log" | head -12
+}

@@ -15,13 +15,6 @@ step build
 kvattn_gpu_build OFF kernels_decode_gpu_test kernels_store_kv_gpu_test kernels_prefill_gpu_test \
   engine_model_gpu_test kvattn_cli
 
-run_test() {  # name, timeout, binary, extra args...
-  local name=$1 limit=$2 bin=$3
-  shift 3
-  timeout "$limit" "$bin" "$@" >"$OUT/$name.log" 2>&1
-  echo "$name: rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/$name.log" | tr '\n' ' ')"
-  grep -E "Failure|Which is|case [0-9]+ seed" "$OUT/$name.log" | head -8
-}
 step "kernel GPU suites"
 run_test decode 240 build-gpu/tests/kernels/kernels_decode_gpu_test
 KVATTN_GPU_TEST_QUICK=1 run_test store_kv 120 build-gpu/tests/kernels/kernels_store_kv_gpu_test

@@ -19,13 +19,6 @@ what=${1:-all}
 step build
 kvattn_gpu_build OFF engine_fused_rope_kv_gpu_test engine_fused_kernels_gpu_test kvattn_cli
 
-run_test() {  # name, timeout, binary, extra args...
-  local name=$1 limit=$2 bin=$3
-  shift 3
-  timeout "$limit" "$bin" "$@" >"$OUT/$name.log" 2>&1
-  echo "$name: rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/$name.log" | tr '\n' ' ')"
-  grep -E "Failure|Which is|differs|case [0-9]+ seed|worst|skipping" "$OUT/$name.log" | head -12
-}
 
 if [ "$what" = all ] || [ "$what" = tests ]; then
   step "fused kernel vs unfused kernels (bf16 and e4m3 caches)"

@@ -18,13 +18,6 @@ kvattn_gpu_build OFF kernels_decode_gpu_test kernels_prefill_gpu_test engine_mod
 (PYTHONUNBUFFERED=1 timeout 200 python3 scripts/make_random_qwen3.py --shape 0.6b --out /tmp/q06 \
   >"$OUT/checkpoint.log" 2>&1 &)
 
-run_test() {  # name, timeout, binary, extra args...
-  local name=$1 limit=$2 bin=$3
-  shift 3
-  timeout "$limit" "$bin" "$@" >"$OUT/$name.log" 2>&1
-  echo "$name: rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/$name.log" | tr '\n' ' ')"
-  grep -E "Failure|Which is|differs|case [0-9]+ seed|^\[  FAILED" "$OUT/$name.log" | head -12
-}
 export KVATTN_GPU_TEST_QUICK=1
 step "decode (quick)"
 run_test decode 90 build-gpu/tests/kernels/kernels_decode_gpu_test

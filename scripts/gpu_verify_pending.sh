@@ -18,22 +18,15 @@ kvattn_gpu_build OFF kernels_decode_gpu_test kernels_store_kv_gpu_test kernels_p
 grep -q "cpp-httplib not found" "$OUT/build.log" && echo "kvattn serve: cpp-httplib NOT found"
 [ -x build-gpu/kvattn ] && build-gpu/kvattn serve --help >/dev/null 2>&1 && echo "kvattn serve: built"
 
-run_test() {  # name, binary, extra args...
-  local name=$1 bin=$2
-  shift 2
-  timeout 300 "$bin" "$@" >"$OUT/$name.log" 2>&1
-  echo "$name: rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/$name.log" | tr '\n' ' ')"
-  grep -E "Failure|Which is|case [0-9]+ seed|round" "$OUT/$name.log" | head -10
-}
 step "kernel GPU suites (decode after the move, store_kv, prefill)"
-run_test decode build-gpu/tests/kernels/kernels_decode_gpu_test
-run_test store_kv build-gpu/tests/kernels/kernels_store_kv_gpu_test
-run_test prefill build-gpu/tests/kernels/kernels_prefill_gpu_test
+run_test decode 300 build-gpu/tests/kernels/kernels_decode_gpu_test
+run_test store_kv 300 build-gpu/tests/kernels/kernels_store_kv_gpu_test
+run_test prefill 300 build-gpu/tests/kernels/kernels_prefill_gpu_test
 step "racecheck: Hopper prefill gather (quick)"
 KVATTN_PREFILL_SM90_PAGED_GATHER=1 KVATTN_GPU_TEST_QUICK=1 timeout 300 compute-sanitizer \
   --tool racecheck --error-exitcode 9 build-gpu/tests/kernels/kernels_prefill_gpu_test \
   --gtest_filter='*TileEdges*:*EdgeCases*' >"$OUT/racecheck_gather.log" 2>&1
 echo "racecheck (gather) rc=$? $(tail -n 1 "$OUT/racecheck_gather.log")"
 step "engine: fp8 cache (experimental), phase timing"
-run_test engine_fp8 build-gpu/tests/engine/engine_model_gpu_test --gtest_filter='*Fp8*'
-run_test phase_timing build-gpu/tests/engine/engine_phase_timing_gpu_test
+run_test engine_fp8 300 build-gpu/tests/engine/engine_model_gpu_test --gtest_filter='*Fp8*'
+run_test phase_timing 300 build-gpu/tests/engine/engine_phase_timing_gpu_test

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <string>
 
 #include "engine/model/kv_scales.h"
 #include "engine_test_util.h"
@@ -35,8 +36,6 @@ std::unique_ptr<Model> make_model(KVCacheDType d) {
   return Model::create(load_hf_model(test::checkpoint("tiny_qwen3")), Device::cpu(), o);
 }
 
-using test::argmax;
-using test::margin;
 
 std::vector<std::vector<int32_t>> prompts_of(uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -77,33 +76,11 @@ TEST(Fp8KvCacheEngine, GreedyTokensAgreeWithTheBf16CacheExceptNearTies) {
   const int64_t vocab = bf16->config().vocab_size;
   const char* names[] = {"bf16", "float32", "fp8 (scales 1.0)", "fp8 (calibrated)"};
   for (size_t m = 1; m < logits.size(); ++m) {
-    int agree = 0, total = 0;
-    float worst_margin = 0.0f;  // the largest bf16 margin at which the argmax differed
-    double max_logit_diff = 0.0;
-    for (int step = 0; step <= kSteps; ++step) {
-      for (int i = 0; i < kPrompts; ++i) {
-        const float* ref = &logits[0][step][i * vocab];
-        const float* got = &logits[m][step][i * vocab];
-        for (int64_t x = 0; x < vocab; ++x) {
-          max_logit_diff = std::max(max_logit_diff, static_cast<double>(std::fabs(ref[x] - got[x])));
-        }
-        ++total;
-        if (argmax(ref, vocab) == argmax(got, vocab)) {
-          ++agree;
-        } else {
-          worst_margin = std::max(worst_margin, margin(ref, vocab));
-          std::printf("[fp8 engine] %s differs from bf16 at prompt %d step %d: bf16 margin "
-                      "%.4f, %s margin %.4f\n", names[m], i, step, margin(ref, vocab), names[m],
-                      margin(got, vocab));
-        }
-      }
-    }
-    std::printf("[fp8 engine] %s vs bf16 cache: %d/%d greedy tokens agree (%.1f%%), max logit "
-                "diff %.4f, largest bf16 margin at a disagreement %.4f\n",
-                names[m], agree, total, 100.0 * agree / total, max_logit_diff, worst_margin);
+    const std::string what = std::string("[fp8 engine] ") + names[m] + " vs bf16 cache";
+    const test::Agreement a = test::compare(logits[0], logits[m], vocab, what.c_str());
     // Loose: fp8 may flip near-ties, never most tokens.
-    EXPECT_GE(agree, total * 85 / 100) << names[m];
-    EXPECT_LT(max_logit_diff, 0.5) << names[m];
+    EXPECT_GE(a.agree, a.total * 85 / 100) << names[m];
+    EXPECT_LT(a.max_logit_diff, 0.5) << names[m];
   }
 }
 
@@ -114,24 +91,10 @@ TEST(Fp8KvCacheEngine, SplitPrefillReadsTheFp8CacheLikeTheBf16Cache) {
   auto fp8 = make_model(KVCacheDType::kFP8);
   const auto logits = test::teacher_forced({bf16.get(), fp8.get()}, prompts_of(3), 8,
                                            /*split_prefill=*/true);
-  const int64_t vocab = bf16->config().vocab_size;
-  int agree = 0, total = 0;
-  double max_logit_diff = 0.0;
-  for (size_t step = 0; step < logits[0].size(); ++step) {
-    for (int i = 0; i < kPrompts; ++i) {
-      const float* ref = &logits[0][step][i * vocab];
-      const float* got = &logits[1][step][i * vocab];
-      for (int64_t x = 0; x < vocab; ++x) {
-        max_logit_diff = std::max(max_logit_diff, static_cast<double>(std::fabs(ref[x] - got[x])));
-      }
-      ++total;
-      agree += argmax(ref, vocab) == argmax(got, vocab);
-    }
-  }
-  std::printf("[fp8 engine] split prefill: %d/%d greedy tokens agree, max logit diff %.4f\n",
-              agree, total, max_logit_diff);
-  EXPECT_GE(agree, total * 85 / 100);
-  EXPECT_LT(max_logit_diff, 0.5);
+  const test::Agreement a = test::compare(logits[0], logits[1], bf16->config().vocab_size,
+                                          "[fp8 engine] split prefill, fp8 vs bf16 cache");
+  EXPECT_GE(a.agree, a.total * 85 / 100);
+  EXPECT_LT(a.max_logit_diff, 0.5);
 }
 
 TEST(Fp8KvCacheEngine, PoolHoldsTwiceTheBf16TokensAndGenerateRuns) {

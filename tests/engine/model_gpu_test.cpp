@@ -125,44 +125,6 @@ TEST_P(TinyGpu, Fp8CacheHoldsTwiceTheBlocksAndServesPrefixHits) {
 // model's argmax agrees with the bf16 GPU model's at most steps, every disagreement's margin
 // printed. KVATTN_FP8_TEACHER_CHECKPOINT names an extra checkpoint (the random Qwen3-0.6B of
 // the GPU scripts) to run the same comparison on, GPU models only.
-double max_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  double d = 0.0;
-  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, static_cast<double>(std::fabs(a[i] - b[i])));
-  return d;
-}
-
-struct Agreement {
-  int agree = 0, total = 0;
-  float worst_margin = 0.0f;  // the largest reference margin at which the argmax differed
-  double max_logit_diff = 0.0;
-};
-
-Agreement compare(const std::vector<std::vector<float>>& ref,
-                  const std::vector<std::vector<float>>& got, int64_t vocab, const char* what) {
-  Agreement a;
-  for (size_t step = 0; step < ref.size(); ++step) {
-    a.max_logit_diff = std::max(a.max_logit_diff, max_diff(ref[step], got[step]));
-    const auto rows = static_cast<int64_t>(ref[step].size()) / vocab;
-    for (int64_t i = 0; i < rows; ++i) {
-      const float* r = &ref[step][i * vocab];
-      const float* g = &got[step][i * vocab];
-      ++a.total;
-      if (test::argmax(r, vocab) == test::argmax(g, vocab)) {
-        ++a.agree;
-      } else {
-        a.worst_margin = std::max(a.worst_margin, test::margin(r, vocab));
-        std::printf("  %s: differs at prompt %lld step %zu: reference margin %.4f, margin %.4f\n",
-                    what, static_cast<long long>(i), step, test::margin(r, vocab),
-                    test::margin(g, vocab));
-      }
-    }
-  }
-  std::printf("%s: %d/%d argmax agree (%.1f%%), max logit diff %.4f, largest reference margin at "
-              "a disagreement %.4f\n", what, a.agree, a.total, 100.0 * a.agree / a.total,
-              a.max_logit_diff, a.worst_margin);
-  return a;
-}
-
 std::vector<std::vector<int32_t>> teacher_prompts(int64_t vocab) {
   std::mt19937_64 rng(11);
   std::vector<std::vector<int32_t>> p;
@@ -193,13 +155,13 @@ TEST_P(TinyGpu, Fp8TeacherForcedMatchesTheCpuModel) {
                                            teacher_prompts(vocab), 32, /*split_prefill=*/true);
   std::printf("[%s] teacher-forced, 8 prompts x (split prefill + 32 decode steps):\n",
               GetParam().c_str());
-  const Agreement fp8 = compare(logits[0], logits[1], vocab, "gpu fp8 vs gpu bf16");
-  const Agreement cpu = compare(logits[2], logits[3], vocab, "cpu fp8 vs cpu bf16");
-  const Agreement noise = compare(logits[2], logits[0], vocab, "gpu bf16 vs cpu bf16");
-  const Agreement same = compare(logits[3], logits[1], vocab, "gpu fp8 vs cpu fp8");
+  const test::Agreement fp8 = test::compare(logits[0], logits[1], vocab, "gpu fp8 vs gpu bf16");
+  const test::Agreement cpu = test::compare(logits[2], logits[3], vocab, "cpu fp8 vs cpu bf16");
+  const test::Agreement noise = test::compare(logits[2], logits[0], vocab, "gpu bf16 vs cpu bf16");
+  const test::Agreement same = test::compare(logits[3], logits[1], vocab, "gpu fp8 vs cpu fp8");
   // The prefix-hit step alone (step 0: the second prefill chunk over the paged fp8 cache).
-  const double step0 = max_diff(logits[3][0], logits[1][0]);
-  const double step0_noise = max_diff(logits[2][0], logits[0][0]);
+  const double step0 = test::max_diff(logits[3][0], logits[1][0]);
+  const double step0_noise = test::max_diff(logits[2][0], logits[0][0]);
   std::printf("split-prefill step: gpu fp8 vs cpu fp8 max logit diff %.4f, gpu bf16 vs cpu bf16 "
               "%.4f\n", step0, step0_noise);
   EXPECT_GE(fp8.agree, fp8.total * 85 / 100);
@@ -217,7 +179,7 @@ TEST(Fp8Gpu, TeacherForcedOnAnExtraCheckpoint) {
   const auto logits = test::teacher_forced({gpu_bf16.get(), gpu_fp8.get()},
                                            teacher_prompts(vocab), 32, /*split_prefill=*/true);
   std::printf("[%s] teacher-forced, 8 prompts x (split prefill + 32 decode steps):\n", dir);
-  const Agreement fp8 = compare(logits[0], logits[1], vocab, "gpu fp8 vs gpu bf16");
+  const test::Agreement fp8 = test::compare(logits[0], logits[1], vocab, "gpu fp8 vs gpu bf16");
   EXPECT_GE(fp8.agree, fp8.total * 85 / 100);
 }
 

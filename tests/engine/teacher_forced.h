@@ -3,6 +3,8 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <cstdint>
 #include <functional>
 #include <vector>
@@ -75,6 +77,48 @@ inline std::vector<std::vector<std::vector<float>>> teacher_forced(
   }
   for (auto& s : seqs) bm.free(s);
   return out;
+}
+
+// Largest |a[i] - b[i]|.
+inline double max_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double d = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, static_cast<double>(std::fabs(a[i] - b[i])));
+  return d;
+}
+
+struct Agreement {
+  int agree = 0, total = 0;
+  float worst_margin = 0.0f;  // the largest reference margin at which the argmax differed
+  double max_logit_diff = 0.0;
+};
+
+// Compares two models' teacher-forced logits (logits[model] of teacher_forced) step by step and
+// row by row: argmax agreement, the largest logit difference, and each disagreement printed
+// with both margins under the label `what`; then a summary line.
+inline Agreement compare(const std::vector<std::vector<float>>& ref,
+                  const std::vector<std::vector<float>>& got, int64_t vocab, const char* what) {
+  Agreement a;
+  for (size_t step = 0; step < ref.size(); ++step) {
+    a.max_logit_diff = std::max(a.max_logit_diff, max_diff(ref[step], got[step]));
+    const auto rows = static_cast<int64_t>(ref[step].size()) / vocab;
+    for (int64_t i = 0; i < rows; ++i) {
+      const float* r = &ref[step][i * vocab];
+      const float* g = &got[step][i * vocab];
+      ++a.total;
+      if (argmax(r, vocab) == argmax(g, vocab)) {
+        ++a.agree;
+      } else {
+        a.worst_margin = std::max(a.worst_margin, margin(r, vocab));
+        std::printf("  %s: differs at prompt %lld step %zu: reference margin %.4f, margin %.4f\n",
+                    what, static_cast<long long>(i), step, margin(r, vocab),
+                    margin(g, vocab));
+      }
+    }
+  }
+  std::printf("%s: %d/%d argmax agree (%.1f%%), max logit diff %.4f, largest reference margin at "
+              "a disagreement %.4f\n", what, a.agree, a.total, 100.0 * a.agree / a.total,
+              a.max_logit_diff, a.worst_margin);
+  return a;
 }
 
 }  // namespace kvattn::test
