@@ -185,6 +185,7 @@ struct DecodeVariant {
   int no_merge = 0; // diagnostics: stream kernel without its merge (wrong output)
   int max_chunks = 0;  // small kernel: most chunks per unit (0: the library's choice)
   int evict = -1;      // K/V copies evict-first in L2: 1 / 0; -1: the library's default
+  int swap = 0;        // the stream kernel's swapped tile (decode_swap_tile.cuh)
 };
 // The default first: the others' outputs are compared with its. "diag" rows are diagnostics
 // (not candidates): the split kernel alone, to price the merge launch.
@@ -193,6 +194,9 @@ const DecodeVariant kDecodeVariants[] = {
     {"h4 s2", 4, 2},           {"nosmall", 8, 0, 0},  {"small w4", 8, 0, 1, 4},
     {"diag nomerge", 8, 0, 0, 0, 1}, {"small c8", 8, 0, 1, 0, 0, 8},
     {"evict-first", 8, 0, 1, 0, 0, 0, 1}, {"evict-normal", 8, 0, 1, 0, 0, 0, 0},
+    {"swap", 8, 0, 1, 0, 0, 0, -1, 1}, {"swap s2", 8, 2, 1, 0, 0, 0, -1, 1},
+    {"swap h4", 4, 0, 1, 0, 0, 0, -1, 1}, {"swap h4 s2", 4, 2, 1, 0, 0, 0, -1, 1},
+    {"swap h2 s2", 2, 2, 1, 0, 0, 0, -1, 1},
     {"default again", 8, 0},  // the default once more, last: is the first timing of a shape off?
 };
 
@@ -217,13 +221,15 @@ double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
   return std::isfinite(num) ? std::sqrt(num / std::max(den, 1e-30)) : 1e30;
 }
 
-// Decode: one query per sequence, GQA, bf16, head_dim 128, random non-identity block tables.
+// Decode: one query per sequence, GQA, bf16, head_dim d, random non-identity block tables.
 void bench_decode(const std::string& name, const std::vector<int64_t>& lens, int64_t hq,
-                  int64_t hkv, int64_t block_size, std::mt19937_64& rng) {
-  const int64_t d = PagedDecodeCase::kHeadDim, B = static_cast<int64_t>(lens.size());
-  const PagedDecodeCase pc = make_paged_decode_case(lens, hq, hkv, block_size, rng);
+                  int64_t hkv, int64_t block_size, std::mt19937_64& rng,
+                  int64_t d = PagedDecodeCase::kHeadDim) {
+  const int64_t B = static_cast<int64_t>(lens.size());
+  const PagedDecodeCase pc = make_paged_decode_case(lens, hq, hkv, block_size, rng, d);
   const double bytes = pc.kv_bytes;
   const std::string shape = name + " " + std::to_string(hq) + "/" + std::to_string(hkv) +
+                            (d == PagedDecodeCase::kHeadDim ? "" : " d" + std::to_string(d)) +
                             " page " + std::to_string(block_size);
 
   CudaTuning& tuning = kvattn::cuda::cuda_tuning();
@@ -239,6 +245,7 @@ void bench_decode(const std::string& name, const std::vector<int64_t>& lens, int
     tuning.decode_debug_no_merge = v.no_merge;
     tuning.decode_small_max_chunks = v.max_chunks;
     if (v.evict >= 0) tuning.decode_kv_evict_first = v.evict;
+    tuning.decode_swap = v.swap;
   };
   auto plan = [&] { return kvattn::plan_decode(B, hq, hkv, d, 1, pc.width * block_size, kGpu); };
   int64_t ws_bytes = 16;
@@ -323,6 +330,8 @@ int main(int argc, char** argv) {
       bench_decode("64x4096", std::vector<int64_t>(64, 4096), 32, 8, page, rng);
       bench_decode("8x32768", std::vector<int64_t>(8, 32768), 32, 8, page, rng);
       bench_decode("256x1024", std::vector<int64_t>(256, 1024), 16, 8, page, rng);
+      bench_decode("96x4096", std::vector<int64_t>(96, 4096), 9, 3, page, rng, 64);
+      bench_decode("256x1024", std::vector<int64_t>(256, 1024), 8, 8, page, rng, 64);
       std::vector<int64_t> skew(4, 16384);
       skew.resize(64, 512);
       bench_decode("skewed 4x16384+60x512", skew, 32, 8, page, rng);

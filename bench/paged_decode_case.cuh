@@ -1,5 +1,5 @@
 // A paged decode problem for the CUDA benchmarks (bench/gpu_decode_bench.cu,
-// bench/gpu_decode_probe.cu): bf16 caches of head_dim 128 filled with a fixed pattern, one
+// bench/gpu_decode_probe.cu): bf16 caches of head_dim 128 (or another) filled with a fixed pattern, one
 // query per sequence, and a block table whose ids are a random permutation (no sequence reads
 // contiguous blocks).
 #pragma once
@@ -25,7 +25,8 @@ inline void fill_bf16(const kvattn::Tensor& t, uint32_t seed) {
 }
 
 struct PagedDecodeCase {
-  static constexpr int64_t kHeadDim = 128;
+  static constexpr int64_t kHeadDim = 128;  // the default
+  int64_t head_dim = kHeadDim;
   int64_t num_heads = 0, num_kv_heads = 0, block_size = 0, width = 0;
   double kv_bytes = 0;  // every sequence's cached K and V, read once
   kvattn::Tensor k_cache, v_cache, q, out, block_table, cache_seqlens;
@@ -44,15 +45,17 @@ struct PagedDecodeCase {
   }
 };
 
-// Sequences of `lens` keys, `hq` query heads over `hkv` KV heads, pages of `block_size`.
+// Sequences of `lens` keys, `hq` query heads over `hkv` KV heads of `d` dims, pages of
+// `block_size`.
 inline PagedDecodeCase make_paged_decode_case(const std::vector<int64_t>& lens, int64_t hq,
                                               int64_t hkv, int64_t block_size,
-                                              std::mt19937_64& rng) {
+                                              std::mt19937_64& rng,
+                                              int64_t d = PagedDecodeCase::kHeadDim) {
   using kvattn::DType;
   using kvattn::Tensor;
   const kvattn::Device gpu = kvattn::Device::cuda(0);
-  constexpr int64_t d = PagedDecodeCase::kHeadDim;
   PagedDecodeCase c;
+  c.head_dim = d;
   c.num_heads = hq;
   c.num_kv_heads = hkv;
   c.block_size = block_size;

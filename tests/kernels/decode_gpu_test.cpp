@@ -468,18 +468,22 @@ TEST(DecodeGpu, Fp8CodesReadExactly) {
 }
 
 // The kernel variants of cuda_tuning() (heads per CTA, stages, small-batch kernel on/off and
-// its warps per CTA).
+// its warps per CTA, the swapped tile on/off).
 struct Variant {
   const char* name;
   int heads, stages;
   int small = 1, small_warps = 0;  // 0: the library's choice
   int evict_first = -1;            // K/V copies evict-first in L2 (-1: the library's default)
+  int swap = -1;                   // the swapped tile (-1: the library's default)
 };
 const Variant kVariants[] = {{"s2", 8, 2},          {"h4", 4, 0},
                              {"h4 s2", 4, 2},       {"h2 s2", 2, 2},
                              {"nosmall", 8, 0, 0},  {"small w4 s2", 8, 2, 1, 4},
                              {"evict-first", 8, 0, 1, 0, 1},
-                             {"evict-normal nosmall", 8, 0, 0, 0, 0}};
+                             {"evict-normal nosmall", 8, 0, 0, 0, 0},
+                             {"swap nosmall", 8, 0, 0, 0, -1, 1},
+                             {"swap h4 s2", 4, 2, 1, 0, -1, 1},
+                             {"noswap nosmall", 8, 0, 0, 0, -1, 0}};
 
 // Sets a variant for the scope, restores the previous tuning after.
 class UseVariant {
@@ -491,6 +495,7 @@ class UseVariant {
     t.decode_small = v.small;
     t.decode_small_warps = v.small_warps;
     if (v.evict_first >= 0) t.decode_kv_evict_first = v.evict_first;
+    if (v.swap >= 0) t.decode_swap = v.swap;
   }
   ~UseVariant() { cuda::cuda_tuning() = saved_; }
 
@@ -592,6 +597,16 @@ void shapes_at_the_edges() {
 }
 
 TEST(DecodeGpu, ShapesAtTheEdges) { shapes_at_the_edges(); }
+
+// The same edges with the swapped tile on and off (whichever the default is), small mode off so
+// that the stream and whole-sequence kernels take every batch.
+TEST(DecodeGpu, ShapesAtTheEdgesBothTiles) {
+  for (const int swap : {0, 1}) {
+    SCOPED_TRACE(swap ? "swapped tile" : "16-row tile");
+    UseVariant use(Variant{"", 8, 0, 0, 0, -1, swap});
+    shapes_at_the_edges();
+  }
+}
 
 // Bad block ids and lengths: the kernel never touches memory outside the cache (memcheck
 // proves it), records the fault bits, and the healthy sequences still come out right.

@@ -101,6 +101,15 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4],
   }
 }
 
+// Transposes an 8x8 matrix of 16-bit values held in the fragment layout above (lane 4g + t
+// holds row g, columns 2t..2t+1): afterwards the lane holds row g of the transpose, i.e.
+// (rows 2t..2t+1, column g) of the original (sm_75+).
+__device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {
+  uint32_t y;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
+  return y;
+}
+
 // Two floats -> one register of two 16-bit values (lo in the low half), round to nearest.
 template <typename T>
 __device__ __forceinline__ uint32_t pack2(float lo, float hi) {

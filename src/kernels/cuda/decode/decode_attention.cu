@@ -83,7 +83,8 @@ int max_optin_smem(int device) {
 // CTAs per SM of the split kernel (kSmall: the small-batch kernel; kExt: their extended form)
 // at (threads, smem); raises its shared-memory limit once per device. Cached: the planner and
 // every launch ask.
-template <typename T, typename KV, int D, bool kAligned16, bool kSmall = false, bool kExt = false>
+template <typename T, typename KV, int D, bool kAligned16, bool kSmall = false, bool kExt = false,
+          bool kSwap = false>
 int split_occupancy(int device, int threads, int smem) {
   struct Entry {
     int device, threads, smem, ctas;
@@ -98,7 +99,7 @@ int split_occupancy(int device, int threads, int smem) {
   }
   DeviceGuard guard(device);
   const auto kernel = kSmall ? decode_small_kernel<T, KV, D, kAligned16, kExt>
-                             : decode_kernel<T, KV, D, kAligned16, kExt>;
+                             : decode_kernel<T, KV, D, kAligned16, kExt, kSwap>;
   if (!raised[device]) {  // dynamic + static shared memory must stay within the opt-in limit
     cudaFuncAttributes attr{};
     CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
@@ -279,8 +280,20 @@ void launch(DecodeParams p, bool aligned, int64_t ws_bytes, int device, cudaStre
   p.prefix_bytes = stream_mode ? prefix_bytes_for(B) : 0;
   const int threads = c.warps * 32;
   const int smem = split_smem(c, p.prefix_bytes);
-  const int ctas = aligned ? split_occupancy<T, KV, D, true, false, kExt>(device, threads, smem)
-                           : split_occupancy<T, KV, D, false, false, kExt>(device, threads, smem);
+  // The swapped tile (decode_swap_tile.cuh) for units of <= 8 rows over 16-bit caches.
+  constexpr bool kCanSwap = !kExt && !kIsFp8<KV>;
+  const bool swap = kCanSwap && cuda_tuning().decode_swap != 0 && p.rows <= kSwapRows;
+  auto occupancy = [&]<bool kAl, bool kSw>() {
+    if constexpr (kSw && !kCanSwap) {
+      return 0;
+    } else {
+      return split_occupancy<T, KV, D, kAl, false, kExt, kSw>(device, threads, smem);
+    }
+  };
+  const int ctas = aligned ? (swap ? occupancy.template operator()<true, true>()
+                                   : occupancy.template operator()<true, false>())
+                           : (swap ? occupancy.template operator()<false, true>()
+                                   : occupancy.template operator()<false, false>());
   const int64_t per_slice = std::max<int64_t>(1, int64_t{sm_count(device)} * ctas / p.slices);
   int64_t pieces_per_seq = 1;
   if (stream_mode) {
@@ -296,10 +309,21 @@ void launch(DecodeParams p, bool aligned, int64_t ws_bytes, int device, cudaStre
   }
   p.merge_wpr = pieces_per_seq >= 48 ? 8 : pieces_per_seq >= 12 ? 4 : pieces_per_seq >= 4 ? 2 : 1;
   const auto grid = static_cast<unsigned>(static_cast<int64_t>(p.parts) * p.slices);
-  if (aligned) {
-    decode_kernel<T, KV, D, true, kExt><<<grid, threads, smem, stream>>>(p);
-  } else {
-    decode_kernel<T, KV, D, false, kExt><<<grid, threads, smem, stream>>>(p);
+  if constexpr (kCanSwap) {
+    if (swap) {
+      if (aligned) {
+        decode_kernel<T, KV, D, true, kExt, true><<<grid, threads, smem, stream>>>(p);
+      } else {
+        decode_kernel<T, KV, D, false, kExt, true><<<grid, threads, smem, stream>>>(p);
+      }
+    }
+  }
+  if (!swap) {
+    if (aligned) {
+      decode_kernel<T, KV, D, true, kExt><<<grid, threads, smem, stream>>>(p);
+    } else {
+      decode_kernel<T, KV, D, false, kExt><<<grid, threads, smem, stream>>>(p);
+    }
   }
   CUDA_CHECK_LAUNCH();
   if (!stream_mode || cuda_tuning().decode_debug_no_merge) return;

@@ -3,6 +3,7 @@
 // by a range boundary go to the workspace for merge_kernel (decode_merge_kernel.cuh).
 #pragma once
 
+#include "kernels/cuda/decode/decode_swap_tile.cuh"
 #include "kernels/cuda/decode/decode_warp_tile.cuh"
 
 namespace kvattn::cuda {
@@ -86,10 +87,14 @@ __device__ __forceinline__ void advance(const DecodeParams& p, const Source& s, 
 }
 
 // kExt: window, softcap, ALiBi (decode_mask.cuh); without it, the plain causal kernel.
-template <typename T, typename KV, int D, bool kAligned16, bool kExt = false>
+// kSwap: the swapped tile (decode_swap_tile.cuh): 16-bit caches, no kExt, p.rows <= 8 only.
+template <typename T, typename KV, int D, bool kAligned16, bool kExt = false, bool kSwap = false>
 __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     decode_kernel(const __grid_constant__ DecodeParams p) {
+  static_assert(!kSwap || (!kExt && !kIsFp8<KV>), "the swapped tile: 16-bit caches, no kExt");
   using L = KvTile<KV, D>;
+  // Output fragments per lane: O (D/8 n-tiles of 16 rows) or O^T (D/16 m-tiles of 8 rows).
+  constexpr int kOT = kSwap ? D / 16 : D / 8;
   extern __shared__ __align__(128) uint8_t smem[];
   const int tid = threadIdx.x;
   const int warp = tid >> 5;
@@ -172,13 +177,15 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   const int t4 = lane & 3;    // mma thread in group
   const float scale_log2 = unit_scale_log2<KV>(p, kvh);
 
-  // Writes a finished piece of sequence b: o, m (log2 domain, scaled), l (summed over the quad)
-  // of this warp's rows, to out (+ lse) when the piece is all of b, else to slot part + b.
-  auto write_piece = [&](int b, bool direct, const float (&o)[D / 8][4], const float (&m)[2],
+  // Writes a finished piece of sequence b: o, m (log2 domain, scaled), l (summed over the
+  // lanes of a row) of this warp's rows, to out (+ lse) when the piece is all of b, else to
+  // slot part + b. A lane's rows hr = 0, 1: gid and gid + 8 (O), or 2 t4 and 2 t4 + 1 (O^T).
+  auto write_piece = [&](int b, bool direct, const float (&o)[kOT][4], const float (&m)[2],
                          const float (&l)[2]) {
+    const bool lse_lane = kSwap ? gid == 0 : t4 == 0;
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
-      const int r = rc * kDecodeRows + gid + 8 * hr;
+      const int r = kSwap ? 2 * t4 + hr : rc * kDecodeRows + gid + 8 * hr;
       if (r >= p.rows) continue;
       const int i = r / p.group;
       const int head = kvh * p.group + (r - i * p.group);
@@ -186,42 +193,59 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
       const float inv = l[hr] > 0.0f ? 1.0f / l[hr] : 0.0f;
       const float lse2 = l[hr] > 0.0f ? m[hr] + __log2f(l[hr]) : kNegInf;
       if (direct) {
-        uint16_t* dst = static_cast<uint16_t*>(p.out) + token * p.out_stride +
-                        static_cast<int64_t>(head) * D + 2 * t4;
+        uint16_t* const row_out =
+            static_cast<uint16_t*>(p.out) + token * p.out_stride + static_cast<int64_t>(head) * D;
+        if constexpr (kSwap) {  // dims 16 mt + gid (+ 8)
 #pragma unroll
-        for (int nt = 0; nt < D / 8; ++nt) {
-          const uint16_t lo = to_bits<T>(o[nt][2 * hr] * inv);
-          const uint16_t hi = to_bits<T>(o[nt][2 * hr + 1] * inv);
-          if (p.out_aligned4) {
-            *reinterpret_cast<uint32_t*>(dst + nt * 8) = lo | (static_cast<uint32_t>(hi) << 16);
-          } else {
-            dst[nt * 8] = lo;
-            dst[nt * 8 + 1] = hi;
+          for (int mt = 0; mt < kOT; ++mt) {
+            row_out[mt * 16 + gid] = to_bits<T>(o[mt][hr] * inv);
+            row_out[mt * 16 + gid + 8] = to_bits<T>(o[mt][hr + 2] * inv);
+          }
+        } else {  // dims 8 nt + 2 t4 (+ 1)
+          uint16_t* dst = row_out + 2 * t4;
+#pragma unroll
+          for (int nt = 0; nt < kOT; ++nt) {
+            const uint16_t lo = to_bits<T>(o[nt][2 * hr] * inv);
+            const uint16_t hi = to_bits<T>(o[nt][2 * hr + 1] * inv);
+            if (p.out_aligned4) {
+              *reinterpret_cast<uint32_t*>(dst + nt * 8) = lo | (static_cast<uint32_t>(hi) << 16);
+            } else {
+              dst[nt * 8] = lo;
+              dst[nt * 8 + 1] = hi;
+            }
           }
         }
-        if (p.lse != nullptr && t4 == 0) {
+        if (p.lse != nullptr && lse_lane) {
           p.lse[head * p.lse_head_stride + token] = lse2 * 0.69314718055994531f;
         }
       } else {
         const int64_t wi =
             (static_cast<int64_t>(part + b) * p.num_kv_heads + kvh) * p.rows + r;
-        float* dst = p.ws_o + wi * D + 2 * t4;
+        float* const row_ws = p.ws_o + wi * D;
+        if constexpr (kSwap) {
 #pragma unroll
-        for (int nt = 0; nt < D / 8; ++nt) {
-          *reinterpret_cast<float2*>(dst + nt * 8) =
-              make_float2(o[nt][2 * hr] * inv, o[nt][2 * hr + 1] * inv);
+          for (int mt = 0; mt < kOT; ++mt) {
+            row_ws[mt * 16 + gid] = o[mt][hr] * inv;
+            row_ws[mt * 16 + gid + 8] = o[mt][hr + 2] * inv;
+          }
+        } else {
+#pragma unroll
+          for (int nt = 0; nt < kOT; ++nt) {
+            *reinterpret_cast<float2*>(row_ws + nt * 8 + 2 * t4) =
+                make_float2(o[nt][2 * hr] * inv, o[nt][2 * hr + 1] * inv);
+          }
         }
-        if (t4 == 0) p.ws_lse[wi] = lse2;
+        if (lse_lane) p.ws_lse[wi] = lse2;
       }
     }
   };
 
-  float o[D / 8][4];
+  float o[kOT][4];
   float m[2];
   float l[2];
   auto reset_state = [&]() {
 #pragma unroll
-    for (int nt = 0; nt < D / 8; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.0f;
+    for (int nt = 0; nt < kOT; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.0f;
     m[0] = m[1] = kNegInf;
     l[0] = l[1] = 0.0f;
   };
@@ -296,37 +320,50 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
 
   // Query fragments of the piece starting at c (rows past `rows` are zero), its causal limits
   // (key j is visible to row r iff j < limit[r]) and a fresh softmax state.
-  uint32_t qf[D / 16][4];
+  uint32_t qf[D / 16][kSwap ? 2 : 4];
   int limit[2] = {0, 0};
   int min_limit = 0, warp_limit = 0;
   DecodeMods mods;  // kExt only
   auto begin_piece = [&](const Cursor& c) {
     const int len = c.len;
-#pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      const int r = rc * kDecodeRows + gid + 8 * hr;
-      const bool valid = r < p.rows;
+    // The query row of row r of the unit for sequence c.b (null past p.rows).
+    auto q_row = [&](int r) -> const uint16_t* {
+      if (r >= p.rows) return nullptr;
       const int i = r / p.group;
-      const uint16_t* qrow = nullptr;
-      if (valid) {
-        const int64_t token = static_cast<int64_t>(c.b) * p.q_len + i;
-        const int head = kvh * p.group + (r - i * p.group);
-        qrow = static_cast<const uint16_t*>(p.q) + token * p.q_stride + static_cast<int64_t>(head) * D;
+      const int64_t token = static_cast<int64_t>(c.b) * p.q_len + i;
+      const int head = kvh * p.group + (r - i * p.group);
+      return static_cast<const uint16_t*>(p.q) + token * p.q_stride + static_cast<int64_t>(head) * D;
+    };
+    if constexpr (kSwap) {  // Q^T: row gid; limits of rows 2 t4, 2 t4 + 1
+      const uint16_t* qrow = q_row(gid);
+      load_q_swap<D>(qf, qrow, qrow != nullptr, t4);
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const int i = (2 * t4 + hr) / p.group;
+        limit[hr] = p.causal ? min(len, i + len - p.q_len + 1) : len;
       }
+    } else {
 #pragma unroll
-      for (int ks = 0; ks < D / 16; ++ks) {
+      for (int hr = 0; hr < 2; ++hr) {
+        const int r = rc * kDecodeRows + gid + 8 * hr;
+        const uint16_t* qrow = q_row(r);
+        const bool valid = qrow != nullptr;
+        const int i = r / p.group;
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          uint32_t v = 0;
-          if (valid) {
-            const int d = kIsFp8<KV> ? decode_fp8_q_dim(ks, half, t4) : ks * 16 + half * 8 + 2 * t4;
-            const int d2 = d + (kIsFp8<KV> ? kFp8QPairStep : 1);
-            v = static_cast<uint32_t>(qrow[d]) | (static_cast<uint32_t>(qrow[d2]) << 16);
+        for (int ks = 0; ks < D / 16; ++ks) {
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            uint32_t v = 0;
+            if (valid) {
+              const int d = kIsFp8<KV> ? decode_fp8_q_dim(ks, half, t4) : ks * 16 + half * 8 + 2 * t4;
+              const int d2 = d + (kIsFp8<KV> ? kFp8QPairStep : 1);
+              v = static_cast<uint32_t>(qrow[d]) | (static_cast<uint32_t>(qrow[d2]) << 16);
+            }
+            qf[ks][hr + 2 * half] = v;
           }
-          qf[ks][hr + 2 * half] = v;
         }
+        if constexpr (!kExt) limit[hr] = p.causal ? min(len, i + len - p.q_len + 1) : len;
       }
-      if constexpr (!kExt) limit[hr] = p.causal ? min(len, i + len - p.q_len + 1) : len;
     }
     if constexpr (kExt) {
       mods.init(p, c.b, len, kvh, rc, gid);
@@ -352,8 +389,13 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     const int key0 = cc.t * kDecodeTileKeys;
     // Else every key of the tile is masked for every row.
     if (kExt ? mods.tile_has_work(key0) : key0 < warp_limit) {
-      attend_tile<T, KV, D, kExt>(wbase + cstage * L::kStageBytes, qf, o, m, l, key0, limit,
-                                  min_limit, scale_log2, lane, p, mods);
+      if constexpr (kSwap) {
+        attend_tile_swap<T, D>(wbase + cstage * L::kStageBytes, qf, o, m, l, key0, limit,
+                               min_limit, scale_log2, lane);
+      } else {
+        attend_tile<T, KV, D, kExt>(wbase + cstage * L::kStageBytes, qf, o, m, l, key0, limit,
+                                    min_limit, scale_log2, lane, p, mods);
+      }
     }
     if (++cstage == stages) cstage = 0;
 
@@ -361,10 +403,14 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     if (piece_done) {
       if constexpr (kIsFp8<KV>) fp8_restore_o<D>(o, unit_v_scale<KV>(p, kvh), lane);
       float lq[2];
+      if constexpr (kSwap) {
+        reduce_l_swap(l, lq);
+      } else {
 #pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        lq[hr] = l[hr] + __shfl_xor_sync(0xffffffffu, l[hr], 1);
-        lq[hr] += __shfl_xor_sync(0xffffffffu, lq[hr], 2);
+        for (int hr = 0; hr < 2; ++hr) {
+          lq[hr] = l[hr] + __shfl_xor_sync(0xffffffffu, l[hr], 1);
+          lq[hr] += __shfl_xor_sync(0xffffffffu, lq[hr], 2);
+        }
       }
       const bool direct = cc.t0 == first_tile<kExt>(p, cc.len) && cc.t_end == tiles_of(cc.len);
       write_piece(cc.b, direct, o, m, lq);

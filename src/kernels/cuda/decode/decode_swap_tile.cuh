@@ -1,0 +1,136 @@
+// The swapped warp tile of the split kernel ("swap AB", docs/notes/decode-next.md): for units
+// of at most 8 query rows over 16-bit caches, a warp computes S^T = K Q^T and O^T += V^T P^T,
+// so the keys (and, for PV, the head dims) fill the 16-row M side of m16n8k16 and the query
+// rows its N = 8 side. Against attend_tile (decode_warp_tile.cuh), whose 16 M rows are mostly
+// padding at a GQA group of 1-8 and q_len 1, a 16-key tile takes half the mma instructions,
+// and a lane holds half the output (O^T: D/16 x 4 floats) and half the query (Q^T: D/16 x 2
+// registers), so the kernel needs fewer registers.
+//
+// Lane 4g + t (g = lane / 4, t = lane % 4) holds:
+//   S^T tile   s[e]: key key0 + g + 8 (e / 2), query row 2t + (e % 2);
+//   O^T        o[mt][e]: head dim 16 mt + g + 8 (e / 2), query row 2t + (e % 2);
+//   Q^T        qb[ks][h]: row g, dims 16 ks + 8 h + 2t, +1 (the mma's B operand);
+//   m[j], l[j] of query row 2t + j (l summed over the lane's own keys only).
+// P^T reaches the PV mma's B layout (keys 2t..2t+1 of row g) through one movmatrix.trans per
+// 8-key half.
+#pragma once
+
+#include "kernels/cuda/decode/decode_common.cuh"
+
+namespace kvattn::cuda {
+namespace {
+
+using ptx::movmatrix_trans;
+
+// Query rows per unit in the swapped tile: the mma's N.
+inline constexpr int kSwapRows = 8;
+
+// Loads row `r` (lane row g) of the unit's queries as Q^T B fragments; zeros when !valid.
+template <int D>
+__device__ __forceinline__ void load_q_swap(uint32_t (&qb)[D / 16][2], const uint16_t* qrow,
+                                            bool valid, int t4) {
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ++ks) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      uint32_t v = 0;
+      if (valid) {
+        const int d = ks * 16 + h * 8 + 2 * t4;
+        v = static_cast<uint32_t>(qrow[d]) | (static_cast<uint32_t>(qrow[d + 1]) << 16);
+      }
+      qb[ks][h] = v;
+    }
+  }
+}
+
+// One warp's step over a landed 16-key tile at kbase (V at kbase + kTileBytes): S^T = K Q^T,
+// causal mask (key j visible to row 2t + j' iff j < limit[j']), online softmax in the log2
+// domain, O^T = O^T * alpha + V^T P^T.
+template <typename T, int D>
+__device__ __forceinline__ void attend_tile_swap(uint32_t kbase, const uint32_t (&qb)[D / 16][2],
+                                                 float (&o)[D / 16][4], float (&m)[2],
+                                                 float (&l)[2], int key0, const int (&limit)[2],
+                                                 int min_limit, float scale_log2, int lane) {
+  using L = Tile<D>;
+  const int gid = lane >> 2;
+  const int mrow = lane & 7;
+  const int mat = lane >> 3;
+  const uint32_t vbase = kbase + L::kTileBytes;
+  // S^T over D in two independent mma chains (even and odd k-steps). K rows are the A
+  // operand: matrices (keys 0-7 | 8-15) x (dims 0-7 | 8-15) of the k-step.
+  float s[4] = {0.f, 0.f, 0.f, 0.f};
+  float s2[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ++ks) {
+    uint32_t ka[4];
+    ldmatrix_x4(ka, L::addr(kbase, (mat & 1) * 8 + mrow, 2 * ks + (mat >> 1)));
+    if (ks & 1) {
+      mma_16816<T>(s2, ka, qb[ks][0], qb[ks][1]);
+    } else {
+      mma_16816<T>(s, ka, qb[ks][0], qb[ks][1]);
+    }
+  }
+#pragma unroll
+  for (int e = 0; e < 4; ++e) s[e] = (s[e] + s2[e]) * scale_log2;
+  if (key0 + kDecodeTileKeys > min_limit) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      if (key0 + gid + 8 * (e >> 1) >= limit[e & 1]) s[e] = kNegInf;
+    }
+  }
+  // Online softmax of rows 2t and 2t + 1: a row's keys sit in the 8 lanes of one t (xor 4, 8,
+  // 16). The rescale runs only when some row of the warp has a new maximum (attend_tile says
+  // why that changes no bit).
+  float mx[2];
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    mx[j] = fmaxf(s[j], s[j + 2]);
+    mx[j] = fmaxf(mx[j], __shfl_xor_sync(0xffffffffu, mx[j], 4));
+    mx[j] = fmaxf(mx[j], __shfl_xor_sync(0xffffffffu, mx[j], 8));
+    mx[j] = fmaxf(mx[j], __shfl_xor_sync(0xffffffffu, mx[j], 16));
+  }
+  if (__any_sync(0xffffffffu, mx[0] > m[0] || mx[1] > m[1])) {
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const float m_new = fmaxf(m[j], mx[j]);
+      const float alpha = fast_exp2(m[j] - (m_new == kNegInf ? 0.0f : m_new));
+      m[j] = m_new;
+      l[j] *= alpha;
+#pragma unroll
+      for (int mt = 0; mt < D / 16; ++mt) {
+        o[mt][j] *= alpha;
+        o[mt][j + 2] *= alpha;
+      }
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    const float base = m[j] == kNegInf ? 0.0f : m[j];
+    s[j] = fast_exp2(s[j] - base);
+    s[j + 2] = fast_exp2(s[j + 2] - base);
+    l[j] += s[j] + s[j + 2];
+  }
+  // P^T as the B operand: keys 2t..2t+1 (then 8 + 2t..) of row g.
+  const uint32_t pb0 = movmatrix_trans(pack2<T>(s[0], s[1]));
+  const uint32_t pb1 = movmatrix_trans(pack2<T>(s[2], s[3]));
+  // V^T as the A operand: transposed matrices (keys 0-7 | 8-15) x (dims 0-7 | 8-15).
+#pragma unroll
+  for (int mt = 0; mt < D / 16; ++mt) {
+    uint32_t va[4];
+    ldmatrix_x4_trans(va, L::addr(vbase, (mat >> 1) * 8 + mrow, 2 * mt + (mat & 1)));
+    mma_16816<T>(o[mt], va, pb0, pb1);
+  }
+}
+
+// l of rows 2t and 2t + 1 summed over the 8 lanes that hold their keys.
+__device__ __forceinline__ void reduce_l_swap(const float (&l)[2], float (&lq)[2]) {
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    lq[j] = l[j] + __shfl_xor_sync(0xffffffffu, l[j], 4);
+    lq[j] += __shfl_xor_sync(0xffffffffu, lq[j], 8);
+    lq[j] += __shfl_xor_sync(0xffffffffu, lq[j], 16);
+  }
+}
+
+}  // namespace
+}  // namespace kvattn::cuda
