@@ -108,6 +108,7 @@ KVATTN_QDOT_AVX2 void dot32_rows(const uint8_t* w, int64_t stride, const ActRow&
     const float dx = x.d32[b] * 0x1p-14f;
     for (int i = 0; i < W; ++i) {
       const uint8_t* blk = w + i * stride + b * kBytes;
+      _mm_prefetch(reinterpret_cast<const char*>(blk + kPrefetchRows * stride), _MM_HINT_T0);
       __m256i wv;
       if constexpr (K == kQ4_0) {
         wv = _mm256_sub_epi8(nibbles(blk + 2), _mm256_set1_epi8(8));
