@@ -104,6 +104,17 @@ __global__ void silu_mul_kernel(const bf16* __restrict__ gate_up, int64_t tokens
   }
 }
 
+__global__ void add_bias_kernel(bf16* __restrict__ x, int64_t ld, int64_t rows, int64_t n,
+                                const bf16* __restrict__ bias) {
+  const int64_t total = rows * n;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = i / n, j = i % n;
+    bf16& v = x[t * ld + j];
+    v = b(f(v) + f(bias[j]));
+  }
+}
+
 __global__ void scatter_block_table_kernel(const int32_t* __restrict__ compact,
                                            const int32_t* __restrict__ meta,
                                            int32_t* __restrict__ table, int64_t width) {
@@ -148,6 +159,16 @@ void add_rmsnorm(void* x, const void* add, const void* w, float eps, void* out,
   add_rmsnorm_kernel<<<static_cast<unsigned>(num_rows), 256, 0, stream>>>(
       static_cast<bf16*>(x), static_cast<const bf16*>(add), static_cast<const bf16*>(w), eps,
       static_cast<bf16*>(out), rows, hidden);
+  CUDA_CHECK_LAUNCH();
+}
+
+void add_bias(void* x, int64_t ld, int64_t rows, int64_t n, const void* bias,
+              cudaStream_t stream) {
+  const int64_t total = rows * n;
+  if (total == 0) return;
+  const auto blocks = static_cast<unsigned>(std::min<int64_t>((total + 255) / 256, 65535));
+  add_bias_kernel<<<blocks, 256, 0, stream>>>(static_cast<bf16*>(x), ld, rows, n,
+                                              static_cast<const bf16*>(bias));
   CUDA_CHECK_LAUNCH();
 }
 

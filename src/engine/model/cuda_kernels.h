@@ -30,6 +30,13 @@ void embed_rmsnorm(const void* table, const int32_t* ids, int64_t tokens, int64_
 void add_rmsnorm(void* x, const void* add, const void* w, float eps, void* out,
                  const int32_t* rows, int64_t num_rows, int64_t hidden, cudaStream_t stream);
 
+// x[t, i] = bf16(x[t, i] + bias[i]) for t < rows, i < n, rows `ld` elements apart: the q/k/v
+// biases after the fused QKV GEMM (Qwen2, attention_bias), the o_proj bias after o_proj (and
+// its all-reduce). HF's bf16 Linear adds the bias inside the GEMM and rounds once; this rounds
+// the GEMM's output, then the sum (one more bf16 rounding, within the model's error).
+void add_bias(void* x, int64_t ld, int64_t rows, int64_t n, const void* bias,
+              cudaStream_t stream);
+
 // q/k norm + RoPE (and its fusion with the KV cache write): cuda_rope_kv.h.
 
 // out[t, i] = bf16(bf16(silu(gate_up[t, i])) * gate_up[t, inter + i]).

@@ -1,6 +1,9 @@
 // The GPU model: bf16 weights and activations, cuBLASLt GEMMs, fused add+RMSNorm, q/k-norm+RoPE
 // and SiLU*up kernels, attention through kvattn's Attention layer over a bf16 KVPool, token
-// sampling on the device (cuda_sampling.h).
+// sampling on the device (cuda_sampling.h). The families' features as the CPU model has them:
+// RoPE from rope.h's frequency table (scaling, YaRN's multiplier, dynamic NTK per token:
+// cuda_rope_kv.h), q/k/v biases added after the QKV GEMM and the o_proj bias after o_proj's
+// all-reduce (add_bias), each layer's sliding window handed to its Attention.
 //
 // Fused kernels (ModelOptions::fused_kernels, on unless KVATTN_UNFUSED=1): once a pool is
 // bound, each layer's q/k norm + RoPE kernel also writes the step's K and V into the paged
@@ -76,6 +79,7 @@ std::vector<int64_t> decode_graph_ladder(int64_t max_decode_batch) {
 #include "engine/model/factories.h"
 #include "engine/model/kv_copy.h"
 #include "engine/model/kv_scales.h"
+#include "engine/model/rope.h"
 #include "engine/parallel/nccl_comm.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kvattn/attention/attention.h"
@@ -115,6 +119,7 @@ Tensor take(ModelWeights& w, const std::string& name) {
 
 struct Layer {
   Tensor input_norm, post_norm, wqkv, q_norm, k_norm, wo, wgate_up, wdown;  // bf16, device
+  Tensor qkv_bias, o_bias;  // bf16 [(H + 2 KVH) * D] and [hidden], or undefined (no biases)
   std::unique_ptr<Attention> attn;
   k::KVWrite kv;  // the caches attn is bound to (and their scales); slot_mapping set per step
 };
@@ -255,8 +260,11 @@ class CudaModel final : public Model {
   void step_fixed(const ModelInput& in, const Out& out);
   void step_general(const ModelInput& in, const Out& out);
   void finish(int64_t R, const Out& out, const int32_t* dev_tokens);
+  // rope_lens: dynamic NTK's sequence length per token, or null (position + 1).
   void run_layers(int64_t T, int64_t R, const int32_t* ids, const int32_t* pos,
-                  const int32_t* rows, const BatchContext& ctx);
+                  const int32_t* rows, const int32_t* rope_lens, const BatchContext& ctx);
+  // Dynamic NTK: each token's sequence length after this step (rope.h), from cu_seqlens_q.
+  void rope_lengths(const ModelInput& in, std::vector<int32_t>& lens) const;
   // Tensor parallel: sums a row-parallel partial result over the ranks (in place).
   void all_reduce(void* buf, int64_t count);
   // The logits of every vocab id for the step's rows, and their row stride (elements).
@@ -291,6 +299,7 @@ class CudaModel final : public Model {
   cudaStream_t stream_ = nullptr;
   k::Gemm gemm_;
   Tensor embed_, final_norm_, lm_head_;
+  Tensor inv_freq_;  // RoPE's frequencies with their scaling, float32 [head_dim / 2] (rope.h)
   std::vector<Layer> layers_;
   std::unique_ptr<KVPool> pool_;
   // float8_e4m3 caches: the scales, float32 [2][num_layers][num_kv_heads] on the device (K then
@@ -305,6 +314,7 @@ class CudaModel final : public Model {
   Buffer meta_, workspace_, gen_tokens_;
   Pinned pinned_meta_, pinned_logits_, pinned_tokens_;
   std::vector<SampleParams> params_;
+  std::vector<int32_t> rope_lens_;  // dynamic NTK only
   bool planned_ = false;  // kv_cache_budget ran: capture the whole ladder at allocate_kv_cache
   bool fused_ = true;     // options_.fused_kernels && !KVATTN_UNFUSED (read at construction)
   CudaModelStats stats_;
@@ -332,6 +342,12 @@ CudaModel::CudaModel(ModelWeights w, Device device, const ModelOptions& options,
   final_norm_ = to_device_bf16({take(w, "model.norm.weight")}, device);
   const bool tied = cfg_.tie_word_embeddings && !w.tensors.count("lm_head.weight");
   lm_head_ = tied ? embed_ : to_device_bf16({take(w, "lm_head.weight")}, device);
+  {
+    const std::vector<float> f = rope::inv_freq(cfg_);  // the CPU model's float32 values
+    Tensor host = Tensor::empty({static_cast<int64_t>(f.size())}, DType::kF32);
+    std::copy(f.begin(), f.end(), host.ptr<float>());
+    inv_freq_ = host.to(device);
+  }
   for (int64_t i = 0; i < cfg_.num_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
     Layer l;
@@ -346,10 +362,23 @@ CudaModel::CudaModel(ModelWeights w, Device device, const ModelOptions& options,
       l.k_norm = to_device_bf16({take(w, p + "self_attn.k_norm.weight")}, device);
     }
     l.wo = to_device_bf16({take(w, p + "self_attn.o_proj.weight")}, device);
+    if (cfg_.qkv_bias) {  // sharded with their heads on a tensor-parallel rank (sharding.cpp)
+      l.qkv_bias = to_device_bf16({take(w, p + "self_attn.q_proj.bias"),
+                                   take(w, p + "self_attn.k_proj.bias"),
+                                   take(w, p + "self_attn.v_proj.bias")},
+                                  device);
+    }
+    if (cfg_.o_bias) {  // replicated: added once after the all-reduce
+      l.o_bias = to_device_bf16({take(w, p + "self_attn.o_proj.bias")}, device);
+    }
     l.wgate_up = to_device_bf16(
         {take(w, p + "mlp.gate_proj.weight"), take(w, p + "mlp.up_proj.weight")}, device);
     l.wdown = to_device_bf16({take(w, p + "mlp.down_proj.weight")}, device);
-    l.attn = std::make_unique<Attention>(cfg_.num_heads, cfg_.head_dim, 0.0f, cfg_.num_kv_heads);
+    // The layer's sliding window (Mistral, Qwen2's use_sliding_window layers), as the CPU
+    // model passes it; attention_scale 0 => 1/sqrt(head_dim).
+    l.attn = std::make_unique<Attention>(
+        cfg_.num_heads, cfg_.head_dim, static_cast<float>(cfg_.attention_scale),
+        cfg_.num_kv_heads, AttentionMask{cfg_.window_left(i), 0.0f});
     layers_.push_back(std::move(l));
   }
   stats_.ladder = decode_graph_ladder(options_.max_decode_batch);
@@ -583,9 +612,10 @@ void CudaModel::run_fixed_body(size_t rung) {
   k::scatter_block_table(reinterpret_cast<const int32_t*>(d + fx_.off_compact),
                          reinterpret_cast<const int32_t*>(d + fx_.off_meta),
                          reinterpret_cast<int32_t*>(d + fx_.off_table), fx_.width, b, stream_);
+  // One token per sequence: dynamic NTK's length is the position + 1 (rope_lens null).
   run_layers(b, b, reinterpret_cast<const int32_t*>(d + fx_.off_tokens),
              reinterpret_cast<const int32_t*>(d + fx_.off_pos),
-             reinterpret_cast<const int32_t*>(d + fx_.off_rows), ctx);
+             reinterpret_cast<const int32_t*>(d + fx_.off_rows), nullptr, ctx);
   k::sample_rows(full_logits(), full_logits_ld(), b, full_vocab_,
                  reinterpret_cast<const SampleParams*>(d + fx_.off_params),
                  reinterpret_cast<int32_t*>(d + fx_.off_out), stream_);
@@ -848,26 +878,27 @@ void CudaModel::step_general(const ModelInput& in, const Out& out) {
     params_[r] = k::make_sample_params(out.rows[r], static_cast<size_t>(r));
   }
   ensure_activations(T, std::max<int64_t>(R, 1));
+  rope_lengths(in, rope_lens_);
 
   // Every input in one pinned block, 16-byte aligned parts, one copy.
-  const std::array<std::span<const int32_t>, 8> ints = {
+  const std::array<std::span<const int32_t>, 9> ints = {
       in.token_ids, in.positions, in.logit_rows, host_span(hc.slot_mapping),
       host_span(hc.cu_seqlens_q), host_span(hc.cu_seqlens_k), host_span(hc.context_lens),
-      host_span(hc.block_tables)};
-  std::array<size_t, 9> off{};
+      host_span(hc.block_tables), rope_lens_};
+  std::array<size_t, 10> off{};
   size_t total = 0;
   for (size_t i = 0; i < ints.size(); ++i) {
     off[i] = total;
     total = align16(total + ints[i].size() * sizeof(int32_t));
   }
-  off[8] = total;
+  off[9] = total;
   total = align16(total + params_.size() * sizeof(SampleParams));
   char* hp = static_cast<char*>(pinned_meta_.ensure(total));  // the last step has synced
   char* dp = static_cast<char*>(meta_.ensure(static_cast<int64_t>(total), device_));
   for (size_t i = 0; i < ints.size(); ++i) {
     if (!ints[i].empty()) std::memcpy(hp + off[i], ints[i].data(), ints[i].size() * sizeof(int32_t));
   }
-  if (!params_.empty()) std::memcpy(hp + off[8], params_.data(), params_.size() * sizeof(SampleParams));
+  if (!params_.empty()) std::memcpy(hp + off[9], params_.data(), params_.size() * sizeof(SampleParams));
   CUDA_CHECK(cudaMemcpyAsync(dp, hp, total, cudaMemcpyHostToDevice, stream_));
   auto dev_i32 = [&](size_t i, const TensorView& host) {
     if (!host.defined()) return TensorView();
@@ -903,12 +934,13 @@ void CudaModel::step_general(const ModelInput& in, const Out& out) {
   phase_.begin(stream_);
   run_layers(T, R, reinterpret_cast<const int32_t*>(dp + off[0]),
              reinterpret_cast<const int32_t*>(dp + off[1]),
-             reinterpret_cast<const int32_t*>(dp + off[2]), ctx);
+             reinterpret_cast<const int32_t*>(dp + off[2]),
+             rope_lens_.empty() ? nullptr : reinterpret_cast<const int32_t*>(dp + off[8]), ctx);
   int32_t* dev_tokens = nullptr;
   if (out.sample && R > 0) {
     dev_tokens = static_cast<int32_t*>(gen_tokens_.ensure(R * static_cast<int64_t>(sizeof(int32_t)), device_));
     k::sample_rows(full_logits(), full_logits_ld(), R, full_vocab_,
-                   reinterpret_cast<const SampleParams*>(dp + off[8]), dev_tokens, stream_);
+                   reinterpret_cast<const SampleParams*>(dp + off[9]), dev_tokens, stream_);
   }
   ++stats_.general_steps;
   finish(R, out, dev_tokens);
@@ -936,8 +968,38 @@ void CudaModel::finish(int64_t R, const Out& out, const int32_t* dev_tokens) {
   for (int64_t i = 0; i < R * V; ++i) out.logits[i] = bf16_to_float(host[i]);
 }
 
+void CudaModel::rope_lengths(const ModelInput& in, std::vector<int32_t>& lens) const {
+  lens.clear();
+  if (!rope::depends_on_length(cfg_)) return;
+  const auto T = static_cast<int64_t>(in.token_ids.size());
+  const TensorView& cu = in.ctx->cu_seqlens_q;
+  if (!cu.defined()) {
+    // Without cu_seqlens_q only one token per sequence is unambiguous (position + 1).
+    const TensorView& cl = in.ctx->context_lens;
+    KVATTN_CHECK(in.ctx->phase == Phase::kDecode && cl.defined() && cl.numel() == T,
+                 "Model::forward: dynamic RoPE scaling needs ctx.cu_seqlens_q (int32, on the "
+                 "host) unless every sequence has one token");
+    return;
+  }
+  const auto b = host_span(cu);
+  KVATTN_CHECK(!b.empty(), "Model::forward: dynamic RoPE scaling needs a non-empty ",
+               "ctx.cu_seqlens_q");
+  lens.assign(static_cast<size_t>(T), 0);
+  for (size_t s = 0; s + 1 < b.size(); ++s) {
+    const int64_t begin = b[s], end = b[s + 1];
+    KVATTN_CHECK(begin >= 0 && begin <= end && end <= T, "Model::forward: cu_seqlens_q[", s,
+                 "..", s + 1, "] = [", begin, ", ", end, ") is outside the step's ", T,
+                 " tokens");
+    if (begin == end) continue;
+    // As the CPU model: every token of the step uses its sequence's length after the step.
+    const int32_t len = in.positions[end - 1] + 1;
+    std::fill(lens.begin() + begin, lens.begin() + end, len);
+  }
+}
+
 void CudaModel::run_layers(int64_t T, int64_t R, const int32_t* ids, const int32_t* pos,
-                           const int32_t* rows, const BatchContext& step_ctx) {
+                           const int32_t* rows, const int32_t* rope_lens,
+                           const BatchContext& step_ctx) {
   const int64_t H = cfg_.hidden_size, V = cfg_.vocab_size, D = cfg_.head_dim;
   const int64_t nh = cfg_.num_heads, nkv = cfg_.num_kv_heads, inter = cfg_.intermediate_size;
   const int64_t qkv_dim = (nh + 2 * nkv) * D;
@@ -965,7 +1027,17 @@ void CudaModel::run_layers(int64_t T, int64_t R, const int32_t* ids, const int32
   rope.head_dim = D;
   rope.eps = eps;
   rope.positions = pos;
+  rope.inv_freq = inv_freq_.ptr<const float>();
   rope.theta = static_cast<float>(cfg_.rope_theta);
+  rope.attention_factor = rope::attention_factor(cfg_);
+  if (rope::depends_on_length(cfg_)) {  // rope.cpp's dynamic NTK, per token on the device
+    const RopeScaling& sc = cfg_.rope_scaling;
+    rope.dynamic.factor = static_cast<float>(sc.factor);
+    rope.dynamic.factor_minus_one = static_cast<float>(sc.factor - 1);
+    rope.dynamic.exponent = static_cast<float>(static_cast<double>(D) / (D - 2));
+    rope.dynamic.max_position = cfg_.max_position_embeddings;
+    rope.seq_lens = rope_lens;
+  }
   rope.interleaved = cfg_.rope_style == ModelConfig::RopeStyle::kInterleaved;
 
   // Phase boundaries (PhaseEvents; no-ops unless this eager step is timed): as the CPU model's.
@@ -992,6 +1064,7 @@ void CudaModel::run_layers(int64_t T, int64_t R, const int32_t* ids, const int32
     lap(kOther);
     gemm_.run(h, H, T, l.wqkv.data(), qkv_dim, H, qkv, qkv_dim, stream_);
     lap(kGemm);
+    if (l.qkv_bias.defined()) k::add_bias(qkv, qkv_dim, T, qkv_dim, l.qkv_bias.data(), stream_);
     rope.q_norm = cfg_.qk_norm ? l.q_norm.data() : nullptr;
     rope.k_norm = cfg_.qk_norm ? l.k_norm.data() : nullptr;
     if (fuse_kv) {
@@ -1010,6 +1083,7 @@ void CudaModel::run_layers(int64_t T, int64_t R, const int32_t* ids, const int32
     gemm_.run(attn, nh * D, T, l.wo.data(), H, nh * D, o, H, stream_);
     all_reduce(o, T * H);
     lap(kGemm);
+    if (l.o_bias.defined()) k::add_bias(o, H, T, H, l.o_bias.data(), stream_);
     k::add_rmsnorm(x, o, l.post_norm.data(), eps, h, nullptr, T, H, stream_);
     lap(kOther);
     gemm_.run(h, H, T, l.wgate_up.data(), 2 * inter, H, gate_up, 2 * inter, stream_);

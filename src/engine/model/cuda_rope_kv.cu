@@ -13,6 +13,11 @@
 // 6 KiB read + 6 KiB written by qk_norm_rope, then 4 + 4 KiB by store_kv; fused 8 KiB read
 // (q, k, v) + 10 KiB written (q and k back to qkv, K and V to the cache).
 //
+// Frequencies: the model uploads rope.h's float32 inv_freq table (the CPU model's values, with
+// linear / llama3 / YaRN scaling and llama.cpp's rope_freqs factors already in them) and YaRN's
+// cos/sin multiplier; dynamic NTK, whose base depends on the sequence's length, grows the base
+// per token here from that length (read on the device, so the decode graphs replay it).
+//
 // Exactness: both forms run norm_head and rope_pair, the only arithmetic, with the sum of
 // squares written as an explicit fmaf (what nvcc contracts `ss += x * x` to anyway), so q and
 // k are bit-identical between them and the cache bytes equal store_kv's after qk_norm_rope.
@@ -22,6 +27,7 @@
 
 #include <cuda_bf16.h>
 
+#include <cmath>
 #include <type_traits>
 
 #include "engine/model/cuda_bf16_math.cuh"
@@ -42,7 +48,12 @@ struct RopeParams {
   const bf16* k_norm;
   float eps;
   const int32_t* positions;
+  const float* inv_freq;  // [head_dim / 2] or null (plain RoPE at theta)
   float theta;
+  float attention_factor;
+  float dyn_factor, dyn_factor_minus_one, dyn_exponent;  // dyn_factor 0: no dynamic NTK
+  int64_t dyn_max_position;
+  const int32_t* seq_lens;  // dynamic NTK's lengths, or null (positions[t] + 1)
   int interleaved;
 };
 
@@ -77,15 +88,35 @@ __device__ __forceinline__ void norm_head(const bf16* v, const bf16* nw, float e
   __syncwarp();
 }
 
+// The base whose plain frequencies token t uses, or 0 when it uses the table p.inv_freq:
+// theta without a table, dynamic NTK's grown base past max_position (rope.cpp's float32
+// formula: growth = factor * L / max_position - (factor - 1), base = theta * growth^exponent).
+__device__ __forceinline__ float rope_base(const RopeParams& p, int64_t t) {
+  if (p.dyn_factor > 0.0f) {
+    const int64_t len = p.seq_lens != nullptr ? p.seq_lens[t] : int64_t{p.positions[t]} + 1;
+    if (len > p.dyn_max_position) {
+      const float growth = p.dyn_factor * static_cast<float>(len) /
+                               static_cast<float>(p.dyn_max_position) -
+                           p.dyn_factor_minus_one;
+      return p.theta * powf(growth, p.dyn_exponent);
+    }
+  }
+  return p.inv_freq == nullptr ? p.theta : 0.0f;
+}
+
 // Pair i (< head_dim / 2) of the rotation at position pos: elements ia and ib of the head.
+// Its frequency: 1 / base^(2i / head_dim) when base != 0, else inv_freq[i]; cos and sin are
+// scaled by `scale` in float32, then rounded to bf16 (HF: (cos * attention_scaling).to(bf16)).
 __device__ __forceinline__ void rope_pair(const float* s, int i, int head_dim, float pos,
-                                          float theta, bool interleaved, int& ia, int& ib,
-                                          bf16& oa, bf16& ob) {
+                                          float base, const float* inv_freq, float scale,
+                                          bool interleaved, int& ia, int& ib, bf16& oa,
+                                          bf16& ob) {
   const int half = head_dim / 2;
-  const float inv_freq =
-      1.0f / powf(theta, static_cast<float>(2 * i) / static_cast<float>(head_dim));
-  const float angle = pos * inv_freq;
-  const float c = r(cosf(angle)), sn = r(sinf(angle));
+  const float freq = base != 0.0f
+                         ? 1.0f / powf(base, static_cast<float>(2 * i) / static_cast<float>(head_dim))
+                         : __ldg(inv_freq + i);
+  const float angle = pos * freq;
+  const float c = r(cosf(angle) * scale), sn = r(sinf(angle) * scale);
   ia = interleaved ? 2 * i : i;
   ib = interleaved ? 2 * i + 1 : i + half;
   const float a = s[ia], bb = s[ib];
@@ -146,10 +177,12 @@ __global__ void __launch_bounds__(128)
   float* s = buf[warp];
   norm_head(v, is_k ? p.k_norm : p.q_norm, p.eps, D, s, lane);
   const float pos = static_cast<float>(p.positions[t]);
+  const float base = rope_base(p, t);
   for (int i = lane; i < D / 2; i += 32) {
     int ia, ib;
     bf16 oa, ob;
-    rope_pair(s, i, D, pos, p.theta, p.interleaved != 0, ia, ib, oa, ob);
+    rope_pair(s, i, D, pos, base, p.inv_freq, p.attention_factor, p.interleaved != 0, ia, ib,
+              oa, ob);
     v[ia] = oa;
     v[ib] = ob;
     if constexpr (kStore) {
@@ -183,10 +216,23 @@ RopeParams rope_params(const QkNormRope& q) {
                "cuda model: head_dim must be even and <= ", kMaxDim, " but is ", q.head_dim);
   KVATTN_CHECK((q.q_norm == nullptr) == (q.k_norm == nullptr),
                "cuda model: q_norm and k_norm must be given together");
+  KVATTN_CHECK(std::isfinite(q.attention_factor) && q.attention_factor > 0.0f,
+               "cuda model: the RoPE attention factor must be finite and > 0 but is ",
+               q.attention_factor);
+  const auto& d = q.dynamic;
+  KVATTN_CHECK(d.factor == 0.0f || (d.factor > 0.0f && d.max_position > 0 && q.theta > 0.0f &&
+                                    d.exponent > 0.0f),
+               "cuda model: dynamic RoPE needs factor > 0, max_position > 0, theta > 0 and an ",
+               "exponent > 0 but has factor ", d.factor, ", max_position ", d.max_position,
+               ", theta ", q.theta, ", exponent ", d.exponent);
+  KVATTN_CHECK(q.inv_freq != nullptr || q.theta > 0.0f,
+               "cuda model: RoPE needs an inv_freq table or theta > 0 but theta is ", q.theta);
   return RopeParams{static_cast<bf16*>(q.qkv), q.ld, q.tokens, static_cast<int>(q.num_heads),
                     static_cast<int>(q.num_kv_heads), static_cast<int>(q.head_dim),
                     static_cast<const bf16*>(q.q_norm), static_cast<const bf16*>(q.k_norm),
-                    q.eps, q.positions, q.theta, q.interleaved ? 1 : 0};
+                    q.eps, q.positions, q.inv_freq, q.theta, q.attention_factor, d.factor,
+                    d.factor_minus_one, d.exponent, d.max_position, q.seq_lens,
+                    q.interleaved ? 1 : 0};
 }
 
 template <typename Cache>

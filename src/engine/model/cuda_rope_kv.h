@@ -22,11 +22,32 @@ struct QkNormRope {
   const void* k_norm = nullptr;  // null (no q/k norm)
   float eps = 1e-6f;
   const int32_t* positions = nullptr;  // [tokens], on the device
+  // RoPE's frequencies: pair i at position p turns by p * inv_freq[i], float32 [head_dim / 2]
+  // on the device (engine/model/rope.h computes them with their scaling: linear, llama3,
+  // YaRN, llama.cpp's rope_freqs). Null: plain RoPE, inv_freq[i] = 1 / theta^(2i / head_dim)
+  // computed in the kernel.
+  const float* inv_freq = nullptr;
   float theta = 10000.0f;
+  // cos and sin are multiplied by it before they round to bf16 (YaRN's attention factor), as
+  // HF's rotary embedding does; 1 leaves them as they are.
+  float attention_factor = 1.0f;
+  // Dynamic NTK (HF's dynamic_rope_update), off while factor is 0: a token of a sequence whose
+  // length after this step, L, exceeds max_position turns at base theta * (factor * L /
+  // max_position - (factor - 1))^(head_dim / (head_dim - 2)) instead of inv_freq (rope.cpp's
+  // float32 formula). L is seq_lens[t], or positions[t] + 1 when seq_lens is null (one token
+  // per sequence, e.g. decode). Graph-safe: everything is read on the device.
+  struct Dynamic {
+    float factor = 0.0f;            // 0: off
+    float factor_minus_one = 0.0f;  // float(factor - 1), computed in double as rope.cpp does
+    float exponent = 0.0f;          // float(head_dim / (head_dim - 2.0))
+    int64_t max_position = 0;       // max_position_embeddings
+  } dynamic;
+  const int32_t* seq_lens = nullptr;  // [tokens], on the device, or null
   bool interleaved = false;  // RoPE pairs (2i, 2i+1); else rotate-half pairs (i, i + d/2)
 };
 
 // In place on the q and k heads: the optional per-head RMSNorm, then RoPE at positions[t].
+// Throws when dynamic.factor is set without theta or max_position, or head_dim is odd / > 256.
 void qk_norm_rope(const QkNormRope& p, cudaStream_t stream);
 
 // One layer's paged caches and the step's slots, as Attention holds them (bind_cache) and as

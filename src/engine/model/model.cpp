@@ -1,6 +1,7 @@
 #include "kvattn/engine/model.h"
 
 #include <cstdlib>
+#include <string>
 #include <string_view>
 
 #include "engine/model/factories.h"
@@ -35,9 +36,10 @@ void check_model_weights(const ModelWeights& w) {
 }
 
 // What the GPU model does not run yet, refused by name before any weight reaches the device
-// (the CPU model runs all of it).
-void check_cuda_architecture(const ModelConfig& c, Device device) {
-  // Gemma 2/3 first, every missing feature at once (their windows would be named below too).
+// (the CPU model runs all of it). Runs on CUDA: RoPE scaling (linear, dynamic NTK, llama3,
+// YaRN, rope_freqs: cuda_rope_kv.h), q/k/v and o_proj biases, per-layer sliding windows.
+void check_cuda_architecture(const ModelConfig& c, Device device, const ModelOptions& options) {
+  // Gemma 2/3: every missing feature at once.
   std::string gemma;
   auto need = [&](bool present, const std::string& what) {
     if (present) gemma += (gemma.empty() ? "" : ", ") + what;
@@ -49,24 +51,28 @@ void check_cuda_architecture(const ModelConfig& c, Device device) {
   need(c.attention_scale != 0, "query_pre_attn_scalar (attention scale)");
   need(c.attn_logit_softcap != 0, "attention logit softcap " + std::to_string(c.attn_logit_softcap));
   need(c.final_logit_softcap != 0, "final logit softcap " + std::to_string(c.final_logit_softcap));
+  // The CUDA decode kernel has no head_dim 256 (prefill has).
+  need(c.head_dim != 64 && c.head_dim != 128 && !gemma.empty(),
+       "head_dim " + std::to_string(c.head_dim) + " in the CUDA decode kernel");
   need(c.rope_local_theta != 0, "a local RoPE base (rope_local_base_freq)");
   KVATTN_CHECK(gemma.empty(), "Model::create: ", c.architecture, " needs ", gemma,
                ", not supported on ", device, " yet (CPU only)");
-  for (int64_t l = 0; l < c.num_layers; ++l) {
-    KVATTN_CHECK(c.window_left(l) < 0, "Model::create: sliding_window ", c.sliding_window,
-                 " (layer ", l, ", ", c.architecture,
-                 ") is not supported on ", device,
-                 " yet: the CUDA attention kernels have no sliding window (CPU only)");
+  // Dynamic NTK grows the base on the device; llama.cpp's rope_freqs divisors are not applied
+  // there (GGUF has no dynamic type, so no file combines them).
+  KVATTN_CHECK(c.rope_scaling.type != RopeScaling::Type::kDynamic || c.rope_freq_factors.empty(),
+               "Model::create: rope scaling 'dynamic' together with rope_freqs factors is not "
+               "supported on ", device, " (CPU only)");
+  // The paged prefill kernels (prefix hits, chunked prefill) refuse float8_e4m3 caches with a
+  // window; refused here, before serving, rather than at the first chunked prompt.
+  if (options.kv_cache_dtype == KVCacheDType::kFP8) {
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+      KVATTN_CHECK(c.window_left(l) < 0, "Model::create: kv_cache_dtype fp8 with sliding_window ",
+                   c.sliding_window, " (layer ", l, ", ", c.architecture,
+                   ") is not supported on ", device,
+                   ": the CUDA paged prefill has no window over float8_e4m3 caches "
+                   "(use kv_cache_dtype bf16, or the CPU)");
+    }
   }
-  KVATTN_CHECK(!c.qkv_bias && !c.o_bias, "Model::create: attention biases (",
-               c.qkv_bias ? "q/k/v" : "", c.qkv_bias && c.o_bias ? " and " : "",
-               c.o_bias ? "o_proj" : "", ", ", c.architecture, ") are not supported on ", device,
-               " yet (CPU only)");
-  KVATTN_CHECK(c.rope_scaling.type == RopeScaling::Type::kNone && c.rope_freq_factors.empty(),
-               "Model::create: rope scaling '",
-               c.rope_freq_factors.empty() ? rope_scaling_name(c.rope_scaling.type)
-                                           : std::string_view("rope_freqs (llama3)"),
-               "' is not supported on ", device, " yet (CPU only)");
 }
 
 std::unique_ptr<Model> Model::create(ModelWeights weights, Device device,
@@ -74,7 +80,7 @@ std::unique_ptr<Model> Model::create(ModelWeights weights, Device device,
   check_model_weights(weights);
   KVATTN_CHECK(options.tensor_parallel >= 1, "Model::create: tensor_parallel must be >= 1 but is ",
                options.tensor_parallel);
-  if (device.is_cuda()) check_cuda_architecture(weights.config, device);
+  if (device.is_cuda()) check_cuda_architecture(weights.config, device, options);
   // Only the CPU model computes on quantized blocks; shards and GPU uploads start from float32.
   if (device.is_cuda() || options.tensor_parallel > 1) dequantize_all(weights);
   if (options.tensor_parallel > 1) {
