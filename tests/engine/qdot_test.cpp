@@ -316,6 +316,48 @@ TEST(Qdot, ActivationQuantization) {
   EXPECT_EQ(a.row(0).d32[1], 1.0f / 127.0f);
 }
 
+// The AVX-512 activation quantizer (ActRows with an AVX-512 ISA active) writes the portable
+// quantizer's bytes and floats: random rows, exact ties (x.5 steps), zero, subnormal, huge,
+// NaN and Inf blocks.
+TEST(Qdot, ActivationQuantizationIsTheSameOnEveryIsa) {
+  if (best_isa() < Isa::kAvx512) GTEST_SKIP() << "no AVX-512 on this CPU";
+  std::mt19937 rng(5);
+  const int64_t n = 32 * 24;
+  std::vector<float> x;
+  for (int variant = 0; variant < 3; ++variant) {
+    const std::vector<float> v = make_acts(n, rng, variant);
+    x.insert(x.end(), v.begin(), v.end());
+  }
+  std::vector<float> special(n, 0.0f);  // block 0: all zeros
+  for (int i = 0; i < 32; ++i) {
+    special[32 + i] = (i - 15.5f) / 8;  // with amax 15.875 (below): d = 1/8, ties x.5 steps
+    special[64 + i] = std::numeric_limits<float>::denorm_min() * (i + 1);  // subnormal step
+    special[96 + i] = std::numeric_limits<float>::max() * (i % 3 - 1);     // huge, exact
+    special[128 + i] = -0.0f;
+    special[160 + i] = 1e-30f * static_cast<float>(i);
+  }
+  special[32] = 127.0f / 8;
+  special[192 + 5] = std::numeric_limits<float>::quiet_NaN();
+  special[224 + 9] = -std::numeric_limits<float>::infinity();
+  for (int i = 256; i < n; ++i) special[i] = static_cast<float>(i % 64) / 16.0f - 2.0f;
+  x.insert(x.end(), special.begin(), special.end());
+  const int64_t rows = static_cast<int64_t>(x.size()) / n;
+  const Isa best = best_isa();
+  ActRows want, got;
+  set_active_isa(Isa::kScalar);
+  want.quantize(x.data(), n, rows, n, true, false);
+  set_active_isa(best);
+  got.quantize(x.data(), n, rows, n, true, false);
+  for (int64_t r = 0; r < rows; ++r) {
+    const ActRow a = want.row(r), b = got.row(r);
+    EXPECT_EQ(std::memcmp(a.q32, b.q32, n), 0) << "row " << r;
+    EXPECT_EQ(std::memcmp(a.r32, b.r32, n), 0) << "row " << r;
+    EXPECT_EQ(std::memcmp(a.t32, b.t32, n), 0) << "row " << r;
+    EXPECT_EQ(std::memcmp(a.d32, b.d32, n / 32 * sizeof(float)), 0) << "row " << r;
+    EXPECT_EQ(std::memcmp(a.s32, b.s32, n / 32 * sizeof(float)), 0) << "row " << r;
+  }
+}
+
 // Every type x every ISA x rows 1..4 x scale kinds x lengths, against float64, and every
 // ISA bit-identical to the portable kernel.
 TEST(Qdot, EveryTypeAndIsaMatchesFloat64) {

@@ -25,6 +25,9 @@ const Table& scalar_table();
 bool dequantize_avx2(GgmlType type, const uint8_t* src, float* dst, int64_t n);
 const Table& avx2_table();          // only called when the CPU has AVX2+FMA+F16C
 const Table& avx512_table(bool vnni);  // AVX-512 F/BW/VL (+ VNNI); null entries fall back
+// quantize_row_32 with AVX-512 F/BW/VL/DQ: the same bytes and floats (the CPU must have them).
+void quantize_row_32_avx512(const float* x, int64_t n, int8_t* q, int8_t* r, int8_t* t,
+                            float* d, float* s);
 
 // The multi-row kernels (single-sequence decode) prefetch the weights this many rows ahead of
 // the rows they read, two calls of kMaxWeightRows ahead in one thread's slice. The four rows'
