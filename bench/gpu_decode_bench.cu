@@ -185,7 +185,7 @@ struct DecodeVariant {
   int no_merge = 0; // diagnostics: stream kernel without its merge (wrong output)
   int max_chunks = 0;  // small kernel: most chunks per unit (0: the library's choice)
   int evict = -1;      // K/V copies evict-first in L2: 1 / 0; -1: the library's default
-  int swap = 0;        // the stream kernel's swapped tile (decode_swap_tile.cuh)
+  int swap = -1;       // the stream kernel's swapped tile (decode_swap_tile.cuh): -1 default
 };
 // The default first: the others' outputs are compared with its. "diag" rows are diagnostics
 // (not candidates): the split kernel alone, to price the merge launch.
@@ -194,9 +194,9 @@ const DecodeVariant kDecodeVariants[] = {
     {"h4 s2", 4, 2},           {"nosmall", 8, 0, 0},  {"small w4", 8, 0, 1, 4},
     {"diag nomerge", 8, 0, 0, 0, 1}, {"small c8", 8, 0, 1, 0, 0, 8},
     {"evict-first", 8, 0, 1, 0, 0, 0, 1}, {"evict-normal", 8, 0, 1, 0, 0, 0, 0},
-    {"swap", 8, 0, 1, 0, 0, 0, -1, 1}, {"swap s2", 8, 2, 1, 0, 0, 0, -1, 1},
+    {"swap", 8, 0, 1, 0, 0, 0, -1, 1}, {"noswap", 8, 0, 1, 0, 0, 0, -1, 0},
+    {"s3", 8, 3},  {"s4", 8, 4}, {"s6", 8, 6}, {"swap s3", 8, 3, 1, 0, 0, 0, -1, 1},
     {"swap h4", 4, 0, 1, 0, 0, 0, -1, 1}, {"swap h4 s2", 4, 2, 1, 0, 0, 0, -1, 1},
-    {"swap h2 s2", 2, 2, 1, 0, 0, 0, -1, 1},
     {"default again", 8, 0},  // the default once more, last: is the first timing of a shape off?
 };
 
@@ -332,6 +332,8 @@ int main(int argc, char** argv) {
       bench_decode("256x1024", std::vector<int64_t>(256, 1024), 16, 8, page, rng);
       bench_decode("96x4096", std::vector<int64_t>(96, 4096), 9, 3, page, rng, 64);
       bench_decode("256x1024", std::vector<int64_t>(256, 1024), 8, 8, page, rng, 64);
+      bench_decode("1x8192", std::vector<int64_t>(1, 8192), 9, 3, page, rng, 64);
+      bench_decode("8x32768", std::vector<int64_t>(8, 32768), 9, 3, page, rng, 64);
       std::vector<int64_t> skew(4, 16384);
       skew.resize(64, 512);
       bench_decode("skewed 4x16384+60x512", skew, 32, 8, page, rng);

@@ -21,7 +21,7 @@ CudaTuning& cuda_tuning() {
     from_env("KVATTN_DECODE_HEADS_PER_CTA", t.decode_heads_per_cta, 1, 8);
     from_env("KVATTN_DECODE_STAGES", t.decode_stages, 0, 8);
     from_env("KVATTN_DECODE_SMALL", t.decode_small, 0, 1);
-    from_env("KVATTN_DECODE_SWAP", t.decode_swap, 0, 1);
+    from_env("KVATTN_DECODE_SWAP", t.decode_swap, -1, 1);
     from_env("KVATTN_DECODE_SMALL_WARPS", t.decode_small_warps, 0, 8);
     from_env("KVATTN_DECODE_SMALL_MAX_CHUNKS", t.decode_small_max_chunks, 0, 1024);
     from_env("KVATTN_DECODE_KV_EVICT_FIRST", t.decode_kv_evict_first, 0, 1);

@@ -23,10 +23,11 @@ struct CudaTuning {
   // Decode: pipeline stages per warp (0: as many as ~192 KB per CTA of 8 warps allow).
   // Env KVATTN_DECODE_STAGES.
   int decode_stages = 0;
-  // Decode, stream/whole-sequence kernel: 1 = the swapped tile (S^T = K Q^T,
-  // decode_swap_tile.cuh) for units of <= 8 query rows over 16-bit caches without window,
-  // softcap or ALiBi; 0 = the 16-row tile everywhere. Env KVATTN_DECODE_SWAP.
-  int decode_swap = 0;
+  // Decode, stream/whole-sequence kernel: the swapped tile (S^T = K Q^T, decode_swap_tile.cuh)
+  // for units of <= 8 query rows over 16-bit caches without window, softcap or ALiBi. -1 = at
+  // head_dim 128 (measured 2-4% faster there on the H200, and no faster at 64: docs/perf/
+  // NOTES.md, session 9), 1 = at every head_dim, 0 = never. Env KVATTN_DECODE_SWAP.
+  int decode_swap = -1;
   // Decode, small batches (few sequences x KV heads for the SMs): 1 = each CTA holds one KV
   // head and its warps split a chunk of one sequence's keys, combined on chip; the last CTA
   // of a (sequence, head) merges the chunks (no merge kernel). 0 = the stream-K kernel for

@@ -282,7 +282,8 @@ void launch(DecodeParams p, bool aligned, int64_t ws_bytes, int device, cudaStre
   const int smem = split_smem(c, p.prefix_bytes);
   // The swapped tile (decode_swap_tile.cuh) for units of <= 8 rows over 16-bit caches.
   constexpr bool kCanSwap = !kExt && !kIsFp8<KV>;
-  const bool swap = kCanSwap && cuda_tuning().decode_swap != 0 && p.rows <= kSwapRows;
+  const int swap_knob = cuda_tuning().decode_swap;
+  const bool swap = kCanSwap && p.rows <= kSwapRows && (swap_knob == 1 || (swap_knob < 0 && D == 128));
   auto occupancy = [&]<bool kAl, bool kSw>() {
     if constexpr (kSw && !kCanSwap) {
       return 0;
@@ -355,12 +356,15 @@ DecodeConfig decode_config(int64_t num_kv_heads, int64_t rows, int64_t head_dim,
   c.warps = c.heads_per_cta * c.rc_per_cta;
   c.stage_bytes = 2 * kDecodeTileKeys * decode_tile_pitch(static_cast<int>(head_dim), kv_bytes);
   // Default: ~192 KB of cached bytes in flight for a CTA of 8 warps (3 stages for head_dim
-  // 128, 6 for 64; fp8: 6 and 8), whatever the cache dtype; never more than fits next to the
-  // largest prefix sum.
-  const int stages =
-      tuning.decode_stages > 0
-          ? tuning.decode_stages
-          : (192 << 10) / (kDecodeMaxWarps * 2 * kDecodeTileKeys * static_cast<int>(head_dim) * kv_bytes);
+  // 128; fp8: 6 and 8 for 128 and 64), whatever the cache dtype; never more than fits next to
+  // the largest prefix sum. 16-bit head_dim 64 takes 2 stages: there more resident CTAs beat
+  // deeper pipelines (H200, session 9: 96 x 4096 9/3 87.7 vs 107.0 us at 6 stages, 256 x 1024
+  // 8/8 139.3 vs 184.0; docs/perf/NOTES.md).
+  const int bytes_rule =
+      (192 << 10) / (kDecodeMaxWarps * 2 * kDecodeTileKeys * static_cast<int>(head_dim) * kv_bytes);
+  const int stages = tuning.decode_stages > 0            ? tuning.decode_stages
+                     : head_dim == 64 && kv_bytes == 2 ? 2
+                                                       : bytes_rule;
   const int fit = ((227 << 10) - prefix_bytes_for(kDecodeMaxStreamSeqs)) / (c.warps * c.stage_bytes);
   c.stages = std::clamp(std::min(stages, fit), 2, kDecodeMaxStages);
   return c;
