@@ -374,11 +374,13 @@ CudaModel::CudaModel(ModelWeights w, Device device, const ModelOptions& options,
     l.wgate_up = to_device_bf16(
         {take(w, p + "mlp.gate_proj.weight"), take(w, p + "mlp.up_proj.weight")}, device);
     l.wdown = to_device_bf16({take(w, p + "mlp.down_proj.weight")}, device);
-    // The layer's sliding window (Mistral, Qwen2's use_sliding_window layers), as the CPU
-    // model passes it; attention_scale 0 => 1/sqrt(head_dim).
+    // The layer's mask as the CPU model builds it: its sliding window (Mistral, Qwen2's
+    // use_sliding_window layers); attention_scale and the soft-cap are Gemma's (refused on
+    // CUDA, so 0 here: 1/sqrt(head_dim), no cap).
     l.attn = std::make_unique<Attention>(
         cfg_.num_heads, cfg_.head_dim, static_cast<float>(cfg_.attention_scale),
-        cfg_.num_kv_heads, AttentionMask{cfg_.window_left(i), 0.0f});
+        cfg_.num_kv_heads,
+        AttentionMask{cfg_.window_left(i), static_cast<float>(cfg_.attn_logit_softcap)});
     layers_.push_back(std::move(l));
   }
   stats_.ladder = decode_graph_ladder(options_.max_decode_batch);
