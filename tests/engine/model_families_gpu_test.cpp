@@ -16,7 +16,8 @@
 //   - Against the CPU model (float32) on longer random prompts (2..150 tokens), teacher-forced
 //     with the prefill split in two (the second half reads the first through the paged cache:
 //     paged prefill with the window, chunked dynamic NTK lengths), then 16 decode steps: max
-//     |diff| / max |logit| below 0.1, argmax agreement printed.
+//     |diff| / max |logit| below 0.1, argmax agreement printed; also tiny_llama with random
+//     q/k/v and o_proj biases (the o_proj bias has no HF checkpoint here).
 //   - The LLM's greedy tokens on CUDA (CUDA-graph decode) equal HF's, or diverge only at a
 //     step whose HF margin is within twice the teacher-forced logit error there (a near-tie).
 // Exits 77 without a CUDA device.
@@ -264,6 +265,28 @@ void expect_gpu_matches_cpu(const std::function<ModelWeights()>& load_weights,
 
 ModelWeights rope_variant(const std::string& kind);
 
+// tiny_llama with random q/k/v and o_proj biases (Llama's attention_bias; no tiny checkpoint
+// has an o_proj bias), as model_families_test's tensor-parallel case builds it.
+ModelWeights llama_with_biases() {
+  ModelWeights w = load_hf_model(tiny_dir("llama"));
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 0.5f);
+  const ModelConfig& c = w.config;
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".self_attn.";
+    for (auto [name, n] : {std::pair{"q_proj.bias", c.num_heads * c.head_dim},
+                           {"k_proj.bias", c.num_kv_heads * c.head_dim},
+                           {"v_proj.bias", c.num_kv_heads * c.head_dim},
+                           {"o_proj.bias", c.hidden_size}}) {
+      Tensor t = Tensor::empty({n}, DType::kF32);
+      for (int64_t i = 0; i < n; ++i) t.ptr<float>()[i] = nd(rng);
+      w.tensors[p + name] = t;
+    }
+  }
+  w.config.qkv_bias = w.config.o_bias = true;
+  return w;
+}
+
 TEST(FamilyGpuVsCpu, TeacherForcedWithSplitPrefill) {
   for (const std::string arch : {"llama3", "qwen2", "mistral"}) {
     expect_gpu_matches_cpu([&] { return load(arch, "safetensors"); }, arch + "/safetensors");
@@ -272,6 +295,7 @@ TEST(FamilyGpuVsCpu, TeacherForcedWithSplitPrefill) {
   for (const std::string kind : {"linear", "dynamic"}) {
     expect_gpu_matches_cpu([&] { return rope_variant(kind); }, "llama " + kind);
   }
+  expect_gpu_matches_cpu(llama_with_biases, "llama with q/k/v/o biases");
 }
 
 // ---- linear and dynamic-NTK scaling on tiny_llama's weights --------------------------------
