@@ -94,10 +94,13 @@ def case(name, lens, Hq, Hkv, D, P=16):
     call8 = lambda: kvattn.flash_attn_with_kvcache(q.unsqueeze(1), kc8, vc8, cache_seqlens=sl,
                                                     block_table=bt, k_scale=ks, v_scale=vs)
     ref16 = call16()[:, 0].float()
-    out8 = call8()[:, 0].float()
     r["kvattn"] = both(call16)
-    r["kvattn_fp8"] = both(call8)
-    r["kvattn_fp8"]["rel_l2_vs_bf16"] = ((out8 - ref16).norm() / ref16.norm()).item()
+    try:  # head_dim 256: no fp8 cache on CUDA (a kvattn.Error)
+        out8 = call8()[:, 0].float()
+        r["kvattn_fp8"] = both(call8)
+        r["kvattn_fp8"]["rel_l2_vs_bf16"] = ((out8 - ref16).norm() / ref16.norm()).item()
+    except Exception:
+        r["kvattn_fp8"] = {"error": traceback.format_exc()[-300:]}
     if flashinfer is not None:
         ip = torch.tensor(indptr, dtype=torch.int32, device=dev)
         last = torch.tensor([l - (n - 1) * P for l, n in zip(lens, pages)], dtype=torch.int32,
@@ -150,7 +153,7 @@ for args in [("64x4096", [4096] * 64, 32, 8, 128), ("256x1024", [1024] * 256, 16
              ("8x32768", [32768] * 8, 32, 8, 128), ("96x4096", [4096] * 96, 9, 3, 64),
              ("256x1024", [1024] * 256, 8, 8, 64), ("1x8192", [8192], 32, 8, 128),
              ("skewed 4x16384+60x512", [16384] * 4 + [512] * 60, 32, 8, 128),
-             ("ragged 64x[1,8192]", ragged, 32, 8, 128)]:
+             ("ragged 64x[1,8192]", ragged, 32, 8, 128), ("64x4096", [4096] * 64, 16, 8, 256)]:
     case(*args)
 case("64x4096", [4096] * 64, 32, 8, 128, P=256)
 

@@ -2,8 +2,9 @@
 # The swapped decode tile (decode_swap_tile.cuh, cuda_tuning().decode_swap) in one GPU call:
 # builds the decode GPU suite and bench/gpu_decode_bench, runs the tests that cover the
 # swapped tile (every edge shape with the tile on and off, the variant sweep with swap
-# variants, the default sweep), memcheck on a quick run of the edge shapes, then times every
-# decode variant side by side on the issue's shapes (page 16; bf16 d128 and d64; --quick).
+# variants, the default sweep with head_dim 256, the feature tests with head_dim 256 on the
+# swapped tile), memcheck on quick runs of the edge shapes and the feature sweep, then times
+# every decode variant side by side on the issue's shapes (page 16; bf16 d64/128/256; --quick).
 # About 5 minutes. Logs to $OUT.
 #   run: bash scripts/gpu_decode_swap.sh   (carry .deps)
 set -uo pipefail
@@ -18,12 +19,13 @@ T=build-gpu/tests/kernels/kernels_decode_gpu_test
 
 step "decode tests: both tiles"
 run_test decode_swap 240 "$T" \
-  --gtest_filter='DecodeGpu.ShapesAtTheEdgesBothTiles:DecodeGpuVariants.*:DecodeGpu.SweepAgainstReferenceAndCpu:DecodeGpu.CudaGraph*:DecodeGpu.BadIndices*'
+  --gtest_filter='DecodeGpu.ShapesAtTheEdgesBothTiles:DecodeGpuVariants.*:DecodeGpu.SweepAgainstReferenceAndCpu:DecodeGpu.CudaGraph*:DecodeGpu.BadIndices*:DecodeGpuFeatures.RandomSweep:DecodeGpuFeatures.Variants:DecodeGpu.Unsupported*'
+grep -E "decode gpu .* d256|Failure|Which is" "$OUT/decode_swap.log" | head -12
 grep -E "^\[ +(OK|FAILED) +\]" "$OUT/decode_swap.log" | head -20
 
-step "memcheck: edge shapes, both tiles (quick)"
+step "memcheck: edge shapes with both tiles, sweeps with head_dim 256 (quick)"
 KVATTN_GPU_TEST_QUICK=1 timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 \
-  "$T" --gtest_filter='DecodeGpu.ShapesAtTheEdgesBothTiles' >"$OUT/memcheck_swap.log" 2>&1
+  "$T" --gtest_filter='DecodeGpu.ShapesAtTheEdgesBothTiles:DecodeGpu.SweepAgainstReferenceAndCpu:DecodeGpuFeatures.RandomSweep' >"$OUT/memcheck_swap.log" 2>&1
 echo "memcheck rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_swap.log" | tail -n 1)"
 
 step "timing: every variant, page 16"

@@ -367,6 +367,7 @@ void sweep(int cases, bool fp8 = false) {
     DecodeCase dc;
     dc.dt = c % 2 ? DType::kBF16 : DType::kF16;
     dc.d = (c / 2) % 2 ? 128 : 64;
+    if (!fp8 && (c / 2) % 3 == 2) dc.d = 256;  // 16-bit caches only (the swapped tile)
     dc.bs = pages[(c / 4) % pages.size()];
     dc.group = std::vector<int64_t>{1, 2, 4, 8}[(c / 24) % 4];
     dc.hkv = pick(rng, std::vector<int64_t>{1, 2, 3});
@@ -808,6 +809,7 @@ DecodeCase feature_case(int c, std::mt19937_64& rng, bool fp8) {
   DecodeCase dc;
   dc.dt = c % 2 ? DType::kBF16 : DType::kF16;
   dc.d = (c / 2) % 2 ? 128 : 64;
+  if (!fp8 && (c / 2) % 3 == 2) dc.d = 256;  // 16-bit caches only (the swapped tile)
   dc.bs = std::vector<int64_t>{1, 16, 256}[(c / 4) % 3];
   dc.group = std::vector<int64_t>{1, 2, 3, 4, 6, 8}[(c / 12) % 6];
   dc.hkv = pick(rng, std::vector<int64_t>{1, 2, 3});

@@ -98,8 +98,13 @@ int split_occupancy(int device, int threads, int smem) {
     if (e.device == device && e.threads == threads && e.smem == smem) return e.ctas;
   }
   DeviceGuard guard(device);
-  const auto kernel = kSmall ? decode_small_kernel<T, KV, D, kAligned16, kExt>
-                             : decode_kernel<T, KV, D, kAligned16, kExt, kSwap>;
+  const auto kernel = [] {
+    if constexpr (kSmall) {
+      return decode_small_kernel<T, KV, D, kAligned16, kExt>;
+    } else {
+      return decode_kernel<T, KV, D, kAligned16, kExt, kSwap>;
+    }
+  }();
   if (!raised[device]) {  // dynamic + static shared memory must stay within the opt-in limit
     cudaFuncAttributes attr{};
     CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
@@ -148,7 +153,8 @@ SmallConfig small_config(int64_t num_kv_heads, int64_t rows, int64_t head_dim, i
 }
 
 // The one dispatch point: q dtype x cache dtype x head_dim. Supported: bf16, fp16 queries over
-// caches of their own dtype or float8_e4m3 (KV = uint8_t), head_dim 64 and 128.
+// caches of their own dtype or float8_e4m3 (KV = uint8_t), head_dim 64 and 128; head_dim 256
+// over 16-bit caches (the swapped tile of the stream kernel only: no small-batch kernel).
 template <typename Fn>
 void dispatch(DType dtype, DType cache_dtype, int64_t head_dim, Fn&& fn) {
   KVATTN_CHECK(dtype == DType::kBF16 || dtype == DType::kF16,
@@ -159,7 +165,12 @@ void dispatch(DType dtype, DType cache_dtype, int64_t head_dim, Fn&& fn) {
   const bool bf16 = dtype == DType::kBF16;
   const bool fp8 = cache_dtype == DType::kF8E4M3;
   auto with_d = [&]<int D>() {
-    if (bf16) {
+    if constexpr (D == 256) {
+      KVATTN_CHECK(!fp8, "decode_attention: head_dim 256 over a float8_e4m3 cache is not "
+                         "supported on CUDA (16-bit caches only)");
+      bf16 ? fn.template operator()<__nv_bfloat16, __nv_bfloat16, D>()
+           : fn.template operator()<__half, __half, D>();
+    } else if (bf16) {
       fp8 ? fn.template operator()<__nv_bfloat16, uint8_t, D>()
           : fn.template operator()<__nv_bfloat16, __nv_bfloat16, D>();
     } else {
@@ -169,9 +180,10 @@ void dispatch(DType dtype, DType cache_dtype, int64_t head_dim, Fn&& fn) {
   switch (head_dim) {
     case 64: with_d.template operator()<64>(); return;
     case 128: with_d.template operator()<128>(); return;
+    case 256: with_d.template operator()<256>(); return;
     default:
       KVATTN_FAIL("decode_attention: unsupported head_dim: ", head_dim,
-                  " (the CUDA kernel supports 64 and 128)");
+                  " (the CUDA kernel supports 64, 128 and 256)");
   }
 }
 
@@ -189,6 +201,7 @@ SmallChoice small_choice(int device, int64_t num_seqs, int64_t num_kv_heads, int
                          int64_t head_dim, DType cache_dtype) {
   const CudaTuning& tuning = cuda_tuning();
   if (!tuning.decode_small || num_seqs <= 0 || num_seqs >= (int64_t{1} << 16)) return {};
+  if (head_dim == 256) return {};  // the swapped stream kernel only
   const int64_t units = num_kv_heads * ((rows + kDecodeRows - 1) / kDecodeRows);
   const int forced = tuning.decode_small_warps;
   for (const int warps : {forced > 0 ? forced : 8, forced > 0 ? 0 : 4}) {
@@ -197,7 +210,9 @@ SmallChoice small_choice(int device, int64_t num_seqs, int64_t num_kv_heads, int
     int ctas = 0;
     dispatch(DType::kBF16, cache_dtype == DType::kF8E4M3 ? cache_dtype : DType::kBF16, head_dim,
              [&]<typename T, typename KV, int D>() {
-               ctas = split_occupancy<T, KV, D, true, true>(device, sc.warps * 32, sc.smem);
+               if constexpr (D != 256) {
+                 ctas = split_occupancy<T, KV, D, true, true>(device, sc.warps * 32, sc.smem);
+               }
              });
     int64_t chunks = int64_t{sm_count(device)} * ctas / (num_seqs * units);
     if (tuning.decode_small_max_chunks > 0) {
@@ -233,9 +248,18 @@ template <typename T, typename KV, int D, bool kExt>
 void launch(DecodeParams p, bool aligned, int64_t ws_bytes, int device, cudaStream_t stream) {
   constexpr int kKvBytes = static_cast<int>(sizeof(KV));
   const DType cache_dtype = kIsFp8<KV> ? DType::kF8E4M3 : DType::kBF16;
-  const DecodeConfig c = decode_config(p.num_kv_heads, p.rows, D, kKvBytes);
+  // The swapped tile (decode_swap_tile.cuh): head_dim 256 always; head_dim 128 (or any, by the
+  // knob) for plain units of <= 8 rows over 16-bit caches.
+  constexpr bool kCanSwap = !kIsFp8<KV>;
+  constexpr bool kOnlySwap = D == 256;
+  const int swap_knob = cuda_tuning().decode_swap;
+  const bool swap = kOnlySwap || (kCanSwap && !kExt && p.rows <= kSwapRows &&
+                                  (swap_knob == 1 || (swap_knob < 0 && D == 128)));
+  const int unit_rows = swap ? kSwapRows : kDecodeRows;
+  p.row_chunks = (p.rows + unit_rows - 1) / unit_rows;
+  const DecodeConfig c = decode_config(p.num_kv_heads, p.rows, D, kKvBytes, unit_rows);
   const int64_t B = p.num_seqs;
-  if (p.num_splits > 1) {  // small mode: as many chunks as wanted and the workspace holds
+  if (!kOnlySwap && p.num_splits > 1) {  // small mode: as many chunks as wanted and the workspace holds
     const int64_t units = static_cast<int64_t>(p.num_kv_heads) * p.row_chunks;
     const int64_t fixed = decode_small_ws_bytes(B, p.num_kv_heads, p.rows, D, 0);
     const int64_t per_chunk = decode_small_ws_bytes(B, p.num_kv_heads, p.rows, D, 1) - fixed;
@@ -254,15 +278,17 @@ void launch(DecodeParams p, bool aligned, int64_t ws_bytes, int device, cudaStre
       p.probe = cuda_tuning().decode_probe;
       const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(units),
                       static_cast<unsigned>(B));
-      if (aligned) {
-        (void)split_occupancy<T, KV, D, true, true, kExt>(device, sc.warps * 32, sc.smem);
-        decode_small_kernel<T, KV, D, true, kExt><<<grid, sc.warps * 32, sc.smem, stream>>>(p);
-      } else {
-        (void)split_occupancy<T, KV, D, false, true, kExt>(device, sc.warps * 32, sc.smem);
-        decode_small_kernel<T, KV, D, false, kExt><<<grid, sc.warps * 32, sc.smem, stream>>>(p);
+      if constexpr (!kOnlySwap) {
+        if (aligned) {
+          (void)split_occupancy<T, KV, D, true, true, kExt>(device, sc.warps * 32, sc.smem);
+          decode_small_kernel<T, KV, D, true, kExt><<<grid, sc.warps * 32, sc.smem, stream>>>(p);
+        } else {
+          (void)split_occupancy<T, KV, D, false, true, kExt>(device, sc.warps * 32, sc.smem);
+          decode_small_kernel<T, KV, D, false, kExt><<<grid, sc.warps * 32, sc.smem, stream>>>(p);
+        }
+        CUDA_CHECK_LAUNCH();
+        return;
       }
-      CUDA_CHECK_LAUNCH();
-      return;
     }
   }
   bool stream_mode = p.num_splits > 1 && stream_ok(B, p.capacity);
@@ -280,12 +306,8 @@ void launch(DecodeParams p, bool aligned, int64_t ws_bytes, int device, cudaStre
   p.prefix_bytes = stream_mode ? prefix_bytes_for(B) : 0;
   const int threads = c.warps * 32;
   const int smem = split_smem(c, p.prefix_bytes);
-  // The swapped tile (decode_swap_tile.cuh) for units of <= 8 rows over 16-bit caches.
-  constexpr bool kCanSwap = !kExt && !kIsFp8<KV>;
-  const int swap_knob = cuda_tuning().decode_swap;
-  const bool swap = kCanSwap && p.rows <= kSwapRows && (swap_knob == 1 || (swap_knob < 0 && D == 128));
   auto occupancy = [&]<bool kAl, bool kSw>() {
-    if constexpr (kSw && !kCanSwap) {
+    if constexpr ((kSw && !kCanSwap) || (!kSw && kOnlySwap)) {
       return 0;
     } else {
       return split_occupancy<T, KV, D, kAl, false, kExt, kSw>(device, threads, smem);
@@ -319,11 +341,13 @@ void launch(DecodeParams p, bool aligned, int64_t ws_bytes, int device, cudaStre
       }
     }
   }
-  if (!swap) {
-    if (aligned) {
-      decode_kernel<T, KV, D, true, kExt><<<grid, threads, smem, stream>>>(p);
-    } else {
-      decode_kernel<T, KV, D, false, kExt><<<grid, threads, smem, stream>>>(p);
+  if constexpr (!kOnlySwap) {
+    if (!swap) {
+      if (aligned) {
+        decode_kernel<T, KV, D, true, kExt><<<grid, threads, smem, stream>>>(p);
+      } else {
+        decode_kernel<T, KV, D, false, kExt><<<grid, threads, smem, stream>>>(p);
+      }
     }
   }
   CUDA_CHECK_LAUNCH();
@@ -338,34 +362,39 @@ bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u
 
 }  // namespace
 
-DecodeConfig decode_config(int64_t num_kv_heads, int64_t rows, int64_t head_dim, int kv_bytes) {
+DecodeConfig decode_config(int64_t num_kv_heads, int64_t rows, int64_t head_dim, int kv_bytes,
+                           int unit_rows) {
   const CudaTuning& tuning = cuda_tuning();
   DecodeConfig c;
-  const int64_t rc = (rows + kDecodeRows - 1) / kDecodeRows;
-  const int64_t hc_max = std::clamp(tuning.decode_heads_per_cta, 1, kDecodeMaxWarps);
-  if (rc <= kDecodeMaxWarps) {
+  c.stage_bytes = 2 * kDecodeTileKeys * decode_tile_pitch(static_cast<int>(head_dim), kv_bytes);
+  // Tiles fit next to the largest prefix sum; a CTA holds as many warps as 2 stages each fit
+  // (8, or 6 at head_dim 256).
+  const int budget = (227 << 10) - prefix_bytes_for(kDecodeMaxStreamSeqs);
+  const int max_warps = std::clamp(budget / (2 * c.stage_bytes), 1, kDecodeMaxWarps);
+  const int64_t rc = (rows + unit_rows - 1) / unit_rows;
+  const int64_t hc_max = std::clamp(tuning.decode_heads_per_cta, 1, max_warps);
+  if (rc <= max_warps) {
     c.rc_per_cta = static_cast<int>(rc);
     c.rc_blocks = 1;
     c.heads_per_cta = static_cast<int>(std::min<int64_t>(num_kv_heads, std::max<int64_t>(1, hc_max / rc)));
   } else {
-    c.rc_per_cta = kDecodeMaxWarps;
-    c.rc_blocks = static_cast<int>((rc + kDecodeMaxWarps - 1) / kDecodeMaxWarps);
+    c.rc_per_cta = max_warps;
+    c.rc_blocks = static_cast<int>((rc + max_warps - 1) / max_warps);
     c.heads_per_cta = 1;
   }
   c.head_blocks = static_cast<int>((num_kv_heads + c.heads_per_cta - 1) / c.heads_per_cta);
   c.warps = c.heads_per_cta * c.rc_per_cta;
-  c.stage_bytes = 2 * kDecodeTileKeys * decode_tile_pitch(static_cast<int>(head_dim), kv_bytes);
   // Default: ~192 KB of cached bytes in flight for a CTA of 8 warps (3 stages for head_dim
-  // 128; fp8: 6 and 8 for 128 and 64), whatever the cache dtype; never more than fits next to
-  // the largest prefix sum. 16-bit head_dim 64 takes 2 stages: there more resident CTAs beat
-  // deeper pipelines (H200, session 9: 96 x 4096 9/3 87.7 vs 107.0 us at 6 stages, 256 x 1024
-  // 8/8 139.3 vs 184.0; docs/perf/NOTES.md).
+  // 128; fp8: 6 and 8 for 128 and 64), whatever the cache dtype; never more than fits. 16-bit
+  // head_dim 64 takes 2 stages: there more resident CTAs beat deeper pipelines (H200, session
+  // 9: 96 x 4096 9/3 87.7 vs 107.0 us at 6 stages, 256 x 1024 8/8 139.3 vs 184.0;
+  // docs/perf/NOTES.md).
   const int bytes_rule =
       (192 << 10) / (kDecodeMaxWarps * 2 * kDecodeTileKeys * static_cast<int>(head_dim) * kv_bytes);
   const int stages = tuning.decode_stages > 0            ? tuning.decode_stages
                      : head_dim == 64 && kv_bytes == 2 ? 2
                                                        : bytes_rule;
-  const int fit = ((227 << 10) - prefix_bytes_for(kDecodeMaxStreamSeqs)) / (c.warps * c.stage_bytes);
+  const int fit = budget / (c.warps * c.stage_bytes);
   c.stages = std::clamp(std::min(stages, fit), 2, kDecodeMaxStages);
   return c;
 }
@@ -374,7 +403,7 @@ int decode_parts(int device, const DecodeConfig& c, int64_t head_dim, int64_t nu
   const int smem = split_smem(c, prefix_bytes_for(num_seqs));
   int ctas = 0;
   dispatch(DType::kBF16, DType::kBF16, head_dim, [&]<typename T, typename KV, int D>() {
-    ctas = split_occupancy<T, KV, D, true>(device, c.warps * 32, smem);
+    ctas = split_occupancy<T, KV, D, true, false, false, D == 256>(device, c.warps * 32, smem);
   });
   return static_cast<int>(std::max<int64_t>(1, int64_t{sm_count(device)} * ctas /
                                                    (c.head_blocks * c.rc_blocks)));

@@ -1,6 +1,8 @@
 // The score modifiers of the decode kernels' extended form (template flag kExt): flash-attn's
 // window_size, softcap and alibi_slopes (semantics in kvattn/kernels/decode_attention.h), on
-// one warp's 16-row x 16-key C fragment (lane: rows gid and gid + 8, keys 8 nt + 2 t4 + {0, 1}).
+// one warp's 16-row x 16-key C fragment (lane: rows gid and gid + 8, keys 8 nt + 2 t4 + {0, 1}),
+// or the swapped tile's 16-key x 8-row S^T fragment (lane: keys gid and gid + 8, rows 2 t4 and
+// 2 t4 + 1; decode_swap_tile.cuh).
 //
 // Units: the decode kernels' scores are already in the log2 domain (raw * scale * log2 e, with
 // an fp8 cache's k_scale folded in), so softcap becomes (softcap log2 e) tanh(s / (softcap
@@ -55,14 +57,20 @@ struct DecodeMods {
   int warp_lo = 0;   // no row of the warp sees a key outside [warp_lo, warp_hi)
   int warp_hi = 0;
 
-  // Rows of unit (kvh, row chunk rc), lane row group gid, sequence b of `len` keys. The
-  // padding rows past p.rows take the last real row's bounds (their output is never stored),
-  // so they widen nothing.
+  // Rows of unit (kvh, row chunk rc), lane row group gid, sequence b of `len` keys.
   __device__ __forceinline__ void init(const DecodeParams& p, int b, int len, int kvh, int rc,
                                        int gid) {
+    init_rows(p, b, len, kvh, rc * kDecodeRows + gid, rc * kDecodeRows + gid + 8);
+  }
+
+  // The lane's two rows r0, r1 of KV head kvh (unit-wide row indices), sequence b of `len`
+  // keys. The padding rows past p.rows take the last real row's bounds (their output is never
+  // stored), so they widen nothing.
+  __device__ __forceinline__ void init_rows(const DecodeParams& p, int b, int len, int kvh,
+                                            int r0, int r1) {
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
-      const int r = min(rc * kDecodeRows + gid + 8 * hr, p.rows - 1);
+      const int r = min(hr == 0 ? r0 : r1, p.rows - 1);
       const int i = r / p.group;
       const int head = kvh * p.group + (r - i * p.group);
       diag[hr] = i + len - p.q_len;
@@ -116,6 +124,32 @@ struct DecodeMods {
           const int key = key0 + nt * 8 + 2 * t4 + (e & 1);
           if (key < lo[e >> 1] || key >= hi[e >> 1]) s[nt][e] = kNegInf;
         }
+      }
+    }
+  }
+
+  // The same on the swapped tile's S^T: s[e] is key key0 + gid + 8 (e / 2) of row hr = e % 2.
+  __device__ __forceinline__ void apply_swap(const DecodeParams& p, float (&s)[4], int key0,
+                                             int gid) const {
+    if (p.softcap_out > 0.0f) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float x = fast_exp2(s[e] * p.softcap_in);
+        s[e] = p.softcap_out * (1.0f - __fdividef(2.0f, x + 1.0f));
+      }
+    }
+    if (p.alibi_slopes != nullptr) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = key0 + gid + 8 * (e >> 1);
+        s[e] = fmaf(-slope[e & 1], static_cast<float>(abs(diag[e & 1] - key)), s[e]);
+      }
+    }
+    if (key0 < max_lo || key0 + kDecodeTileKeys > min_hi) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = key0 + gid + 8 * (e >> 1);
+        if (key < lo[e & 1] || key >= hi[e & 1]) s[e] = kNegInf;
       }
     }
   }

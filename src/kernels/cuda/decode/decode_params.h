@@ -65,6 +65,7 @@ namespace kvattn::cuda {
 
 inline constexpr int kDecodeTileKeys = 16;        // keys per pipeline stage of one warp
 inline constexpr int kDecodeRows = 16;            // query rows per unit: one mma M tile
+inline constexpr int kDecodeSwapRows = 8;         // ... in the swapped tile: one mma N tile
 inline constexpr int kDecodeMaxWarps = 8;         // units (warps) per CTA
 inline constexpr int kDecodeMaxStreamSeqs = 2048; // stream mode keeps a tile prefix sum in smem
 inline constexpr int kDecodeMaxStages = 8;
@@ -169,11 +170,18 @@ inline int64_t decode_ws_slots(int64_t bytes, int64_t num_seqs, int64_t rows_tot
   return bytes > meta ? (bytes - meta) / (rows_total * (head_dim + 1) * 4) : 0;
 }
 
-// The CTA shape of the kernel for `num_kv_heads` KV heads of `rows` query rows each, over a
-// cache of `kv_bytes`-byte elements (2, or 1 for float8_e4m3; cuda_tuning() may change heads
-// per CTA and stages).
+// The CTA shape of the kernel for `num_kv_heads` KV heads of `rows` query rows each in units
+// of `unit_rows` (kDecodeRows, or kDecodeSwapRows for the swapped tile), over a cache of
+// `kv_bytes`-byte elements (2, or 1 for float8_e4m3; cuda_tuning() may change heads per CTA
+// and stages). A CTA holds as many warps as two stages each fit (head_dim 256: 6).
 DecodeConfig decode_config(int64_t num_kv_heads, int64_t rows, int64_t head_dim,
-                           int kv_bytes = 2);
+                           int kv_bytes = 2, int unit_rows = kDecodeRows);
+
+// Query rows per unit the stream kernel uses at `head_dim` whatever the tuning: head_dim 256
+// runs on the swapped tile only (kDecodeSwapRows); others plan with kDecodeRows.
+inline int decode_plan_unit_rows(int64_t head_dim) {
+  return head_dim == 256 ? kDecodeSwapRows : kDecodeRows;
+}
 
 // Stream-mode CTAs per slice on `device`: resident CTAs (occupancy) over slices.
 int decode_parts(int device, const DecodeConfig& c, int64_t head_dim, int64_t num_seqs);

@@ -22,7 +22,8 @@ namespace kvattn::cuda {
 DecodePlan plan_decode(int64_t num_seqs, int64_t num_heads, int64_t num_kv_heads,
                        int64_t head_dim, int64_t q_len, int64_t max_seqlen_k, int device) {
   const int64_t group = num_heads / num_kv_heads;
-  const DecodeConfig c = decode_config(num_kv_heads, group * q_len, head_dim);
+  const DecodeConfig c =
+      decode_config(num_kv_heads, group * q_len, head_dim, 2, decode_plan_unit_rows(head_dim));
   const int64_t parts = decode_parts(device, c, head_dim, std::max<int64_t>(num_seqs, 1));
   if (num_seqs <= 0 || max_seqlen_k <= kDecodeTileKeys || !decode_stream_ok(num_seqs, max_seqlen_k)) {
     return DecodePlan{1, 0};

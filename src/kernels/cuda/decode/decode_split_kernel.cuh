@@ -87,14 +87,16 @@ __device__ __forceinline__ void advance(const DecodeParams& p, const Source& s, 
 }
 
 // kExt: window, softcap, ALiBi (decode_mask.cuh); without it, the plain causal kernel.
-// kSwap: the swapped tile (decode_swap_tile.cuh): 16-bit caches, no kExt, p.rows <= 8 only.
+// kSwap: the swapped tile (decode_swap_tile.cuh; 16-bit caches): units of kSwapRows rows (the
+// host sets p.row_chunks and the CTA shape for them), else of kDecodeRows.
 template <typename T, typename KV, int D, bool kAligned16, bool kExt = false, bool kSwap = false>
 __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     decode_kernel(const __grid_constant__ DecodeParams p) {
-  static_assert(!kSwap || (!kExt && !kIsFp8<KV>), "the swapped tile: 16-bit caches, no kExt");
+  static_assert(!kSwap || !kIsFp8<KV>, "the swapped tile reads 16-bit caches");
   using L = KvTile<KV, D>;
   // Output fragments per lane: O (D/8 n-tiles of 16 rows) or O^T (D/16 m-tiles of 8 rows).
   constexpr int kOT = kSwap ? D / 16 : D / 8;
+  constexpr int kUnitRows = kSwap ? kSwapRows : kDecodeRows;
   extern __shared__ __align__(128) uint8_t smem[];
   const int tid = threadIdx.x;
   const int warp = tid >> 5;
@@ -185,7 +187,7 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     const bool lse_lane = kSwap ? gid == 0 : t4 == 0;
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
-      const int r = kSwap ? 2 * t4 + hr : rc * kDecodeRows + gid + 8 * hr;
+      const int r = rc * kUnitRows + (kSwap ? 2 * t4 + hr : gid + 8 * hr);
       if (r >= p.rows) continue;
       const int i = r / p.group;
       const int head = kvh * p.group + (r - i * p.group);
@@ -335,12 +337,14 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
       return static_cast<const uint16_t*>(p.q) + token * p.q_stride + static_cast<int64_t>(head) * D;
     };
     if constexpr (kSwap) {  // Q^T: row gid; limits of rows 2 t4, 2 t4 + 1
-      const uint16_t* qrow = q_row(gid);
+      const uint16_t* qrow = q_row(rc * kSwapRows + gid);
       load_q_swap<D>(qf, qrow, qrow != nullptr, t4);
+      if constexpr (!kExt) {
 #pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        const int i = (2 * t4 + hr) / p.group;
-        limit[hr] = p.causal ? min(len, i + len - p.q_len + 1) : len;
+        for (int hr = 0; hr < 2; ++hr) {
+          const int i = (rc * kSwapRows + 2 * t4 + hr) / p.group;
+          limit[hr] = p.causal ? min(len, i + len - p.q_len + 1) : len;
+        }
       }
     } else {
 #pragma unroll
@@ -365,7 +369,9 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
         if constexpr (!kExt) limit[hr] = p.causal ? min(len, i + len - p.q_len + 1) : len;
       }
     }
-    if constexpr (kExt) {
+    if constexpr (kExt && kSwap) {
+      mods.init_rows(p, c.b, len, kvh, rc * kSwapRows + 2 * t4, rc * kSwapRows + 2 * t4 + 1);
+    } else if constexpr (kExt) {
       mods.init(p, c.b, len, kvh, rc, gid);
     } else {
       min_limit = min(limit[0], limit[1]);
@@ -390,8 +396,8 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     // Else every key of the tile is masked for every row.
     if (kExt ? mods.tile_has_work(key0) : key0 < warp_limit) {
       if constexpr (kSwap) {
-        attend_tile_swap<T, D>(wbase + cstage * L::kStageBytes, qf, o, m, l, key0, limit,
-                               min_limit, scale_log2, lane);
+        attend_tile_swap<T, D, kExt>(wbase + cstage * L::kStageBytes, qf, o, m, l, key0, limit,
+                                     min_limit, scale_log2, lane, p, mods);
       } else {
         attend_tile<T, KV, D, kExt>(wbase + cstage * L::kStageBytes, qf, o, m, l, key0, limit,
                                     min_limit, scale_log2, lane, p, mods);

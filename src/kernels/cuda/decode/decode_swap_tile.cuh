@@ -1,10 +1,10 @@
 // The swapped warp tile of the split kernel ("swap AB", docs/notes/decode-next.md): for units
-// of at most 8 query rows over 16-bit caches, a warp computes S^T = K Q^T and O^T += V^T P^T,
+// of 8 query rows over 16-bit caches, a warp computes S^T = K Q^T and O^T += V^T P^T,
 // so the keys (and, for PV, the head dims) fill the 16-row M side of m16n8k16 and the query
 // rows its N = 8 side. Against attend_tile (decode_warp_tile.cuh), whose 16 M rows are mostly
 // padding at a GQA group of 1-8 and q_len 1, a 16-key tile takes half the mma instructions,
 // and a lane holds half the output (O^T: D/16 x 4 floats) and half the query (Q^T: D/16 x 2
-// registers), so the kernel needs fewer registers.
+// registers), so the kernel needs fewer registers; head_dim 256 runs on this tile only.
 //
 // Lane 4g + t (g = lane / 4, t = lane % 4) holds:
 //   S^T tile   s[e]: key key0 + g + 8 (e / 2), query row 2t + (e % 2);
@@ -16,6 +16,7 @@
 #pragma once
 
 #include "kernels/cuda/decode/decode_common.cuh"
+#include "kernels/cuda/decode/decode_mask.cuh"
 
 namespace kvattn::cuda {
 namespace {
@@ -23,7 +24,7 @@ namespace {
 using ptx::movmatrix_trans;
 
 // Query rows per unit in the swapped tile: the mma's N.
-inline constexpr int kSwapRows = 8;
+inline constexpr int kSwapRows = kDecodeSwapRows;
 
 // Loads row `r` (lane row g) of the unit's queries as Q^T B fragments; zeros when !valid.
 template <int D>
@@ -45,12 +46,14 @@ __device__ __forceinline__ void load_q_swap(uint32_t (&qb)[D / 16][2], const uin
 
 // One warp's step over a landed 16-key tile at kbase (V at kbase + kTileBytes): S^T = K Q^T,
 // causal mask (key j visible to row 2t + j' iff j < limit[j']), online softmax in the log2
-// domain, O^T = O^T * alpha + V^T P^T.
-template <typename T, int D>
+// domain, O^T = O^T * alpha + V^T P^T. kExt: softcap, ALiBi and the window of `mods`
+// (DecodeMods::apply_swap) instead of the causal mask.
+template <typename T, int D, bool kExt = false>
 __device__ __forceinline__ void attend_tile_swap(uint32_t kbase, const uint32_t (&qb)[D / 16][2],
                                                  float (&o)[D / 16][4], float (&m)[2],
                                                  float (&l)[2], int key0, const int (&limit)[2],
-                                                 int min_limit, float scale_log2, int lane) {
+                                                 int min_limit, float scale_log2, int lane,
+                                                 const DecodeParams& p, const DecodeMods& mods) {
   using L = Tile<D>;
   const int gid = lane >> 2;
   const int mrow = lane & 7;
@@ -72,7 +75,9 @@ __device__ __forceinline__ void attend_tile_swap(uint32_t kbase, const uint32_t 
   }
 #pragma unroll
   for (int e = 0; e < 4; ++e) s[e] = (s[e] + s2[e]) * scale_log2;
-  if (key0 + kDecodeTileKeys > min_limit) {
+  if constexpr (kExt) {
+    mods.apply_swap(p, s, key0, gid);
+  } else if (key0 + kDecodeTileKeys > min_limit) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       if (key0 + gid + 8 * (e >> 1) >= limit[e & 1]) s[e] = kNegInf;
