@@ -70,6 +70,8 @@ KVATTN_QDOT_AVX2 void dot32(const uint8_t* w, const ActRow* x, int64_t n, float*
   }
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = w + b * kBytes;
+    // rows are nb * kBytes apart and read one after another (see kPrefetchRows)
+    _mm_prefetch(reinterpret_cast<const char*>(blk + kPrefetchRows * nb * kBytes), _MM_HINT_T0);
     const float d = half(blk);
     __m256i wv;
     if constexpr (K == kQ4_0) {
