@@ -377,6 +377,10 @@ DecodeConfig decode_config(int64_t num_kv_heads, int64_t rows, int64_t head_dim,
     c.rc_per_cta = static_cast<int>(rc);
     c.rc_blocks = 1;
     c.heads_per_cta = static_cast<int>(std::min<int64_t>(num_kv_heads, std::max<int64_t>(1, hc_max / rc)));
+    // Head blocks of equal size (8 KV heads at most 6 per CTA: 4 + 4, not 6 + 2; H200,
+    // session 9: 64 x 4096 16/8 d256 646.9 vs 726.2 us).
+    const int64_t blocks = (num_kv_heads + c.heads_per_cta - 1) / c.heads_per_cta;
+    c.heads_per_cta = static_cast<int>((num_kv_heads + blocks - 1) / blocks);
   } else {
     c.rc_per_cta = max_warps;
     c.rc_blocks = static_cast<int>((rc + max_warps - 1) / max_warps);

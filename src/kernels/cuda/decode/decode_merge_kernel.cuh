@@ -58,12 +58,20 @@ __global__ void __launch_bounds__(256) merge_kernel(const __grid_constant__ Deco
           const int64_t wi = wi0 + j * wstep;
           f[u] = fast_exp2(p.ws_lse[wi] - mx);
           const float* src = p.ws_o + wi * D + lane * kPer;
-          if constexpr (kPer == 4) {
-            const float4 v = *reinterpret_cast<const float4*>(src);
-            x[u][0] = v.x; x[u][1] = v.y; x[u][2] = v.z; x[u][3] = v.w;
-          } else {
+          if constexpr (kPer % 4 == 0) {  // head_dim 128, 256
+#pragma unroll
+            for (int q4 = 0; q4 < kPer / 4; ++q4) {
+              const float4 v = *reinterpret_cast<const float4*>(src + 4 * q4);
+              x[u][4 * q4] = v.x;
+              x[u][4 * q4 + 1] = v.y;
+              x[u][4 * q4 + 2] = v.z;
+              x[u][4 * q4 + 3] = v.w;
+            }
+          } else {  // head_dim 64
+            static_assert(kPer == 2, "merge_kernel: head_dim 64, 128 or 256");
             const float2 v = *reinterpret_cast<const float2*>(src);
-            x[u][0] = v.x; x[u][1] = v.y;
+            x[u][0] = v.x;
+            x[u][1] = v.y;
           }
         }
       }
