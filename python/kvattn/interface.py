@@ -290,7 +290,8 @@ def flash_attn_with_kvcache(
     window's pages.
     ``alibi_slopes``: float32 [num_heads] or [batch, num_heads], flash-attn's bias
     -slope * |i + Lk - Lq - j| (Lk: the keys attended).
-    head_dim: any on the CPU; 64, 128 and 256 on CUDA (256: bf16/fp16 caches, not fp8).
+    head_dim: any on the CPU; 64, 80, 96, 128 and 256 on CUDA (80, 96, 256: bf16/fp16 caches,
+    not fp8).
     ``rotary_cos`` / ``rotary_sin`` ([seqlen_ro, rotary_dim / 2], rotary_dim <= head_dim, even;
     need k and v): the new keys are rotated at positions cache_seqlens[b] + t before they are
     written, and q at cache_seqlens[b] + t when causal or local (a window), else every query

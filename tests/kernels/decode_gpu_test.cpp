@@ -367,7 +367,8 @@ void sweep(int cases, bool fp8 = false) {
     DecodeCase dc;
     dc.dt = c % 2 ? DType::kBF16 : DType::kF16;
     dc.d = (c / 2) % 2 ? 128 : 64;
-    if (!fp8 && (c / 2) % 3 == 2) dc.d = 256;  // 16-bit caches only (the swapped tile)
+    // 16-bit caches only: 256 (the swapped tile), 80 and 96 (padded 128 tiles).
+    if (!fp8 && (c / 2) % 3 == 2) dc.d = std::vector<int64_t>{256, 80, 96}[(c / 6) % 3];
     dc.bs = pages[(c / 4) % pages.size()];
     dc.group = std::vector<int64_t>{1, 2, 4, 8}[(c / 24) % 4];
     dc.hkv = pick(rng, std::vector<int64_t>{1, 2, 3});
@@ -809,7 +810,8 @@ DecodeCase feature_case(int c, std::mt19937_64& rng, bool fp8) {
   DecodeCase dc;
   dc.dt = c % 2 ? DType::kBF16 : DType::kF16;
   dc.d = (c / 2) % 2 ? 128 : 64;
-  if (!fp8 && (c / 2) % 3 == 2) dc.d = 256;  // 16-bit caches only (the swapped tile)
+  // 16-bit caches only: 256 (the swapped tile), 80 and 96 (padded 128 tiles).
+  if (!fp8 && (c / 2) % 3 == 2) dc.d = std::vector<int64_t>{256, 80, 96}[(c / 6) % 3];
   dc.bs = std::vector<int64_t>{1, 16, 256}[(c / 4) % 3];
   dc.group = std::vector<int64_t>{1, 2, 3, 4, 6, 8}[(c / 12) % 6];
   dc.hkv = pick(rng, std::vector<int64_t>{1, 2, 3});
@@ -996,11 +998,11 @@ TEST(DecodeGpuFeatures, WindowWiderThanTheContext) {
 TEST(DecodeGpu, UnsupportedHeadDimIsAReadableError) {
   std::mt19937_64 rng(test::case_seed());
   const std::vector<int64_t> lens = {10};
-  test::PagedKv kv = test::make_paged_kv(rng, DType::kBF16, 1, 96, 16, lens);
+  test::PagedKv kv = test::make_paged_kv(rng, DType::kBF16, 1, 72, 16, lens);
   const Mirror caches = Mirror::of(kv.storage);
   const Mirror tbl = Mirror::of(kv.table_storage);
-  const Tensor q = Tensor::zeros({1, 1, 96}, DType::kBF16, kGpu);
-  const Tensor out = Tensor::empty({1, 1, 96}, DType::kBF16, kGpu);
+  const Tensor q = Tensor::zeros({1, 1, 72}, DType::kBF16, kGpu);
+  const Tensor out = Tensor::empty({1, 1, 72}, DType::kBF16, kGpu);
   const Tensor lens_dev = test::int_tensor(lens).to(kGpu);
   DecodeArgs a;
   a.q = q;
@@ -1012,9 +1014,9 @@ TEST(DecodeGpu, UnsupportedHeadDimIsAReadableError) {
   a.plan = DecodePlan{1, 0};
   try {
     decode_attention(a);
-    ADD_FAILURE() << "no error for head_dim 96";
+    ADD_FAILURE() << "no error for head_dim 72";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("unsupported head_dim: 96"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("unsupported head_dim: 72"), std::string::npos) << e.what();
   }
 }
 

@@ -154,7 +154,8 @@ SmallConfig small_config(int64_t num_kv_heads, int64_t rows, int64_t head_dim, i
 
 // The one dispatch point: q dtype x cache dtype x head_dim. Supported: bf16, fp16 queries over
 // caches of their own dtype or float8_e4m3 (KV = uint8_t), head_dim 64 and 128; head_dim 256
-// over 16-bit caches (the swapped tile of the stream kernel only: no small-batch kernel).
+// over 16-bit caches (the swapped tile of the stream kernel only: no small-batch kernel);
+// head_dim 80 and 96 over 16-bit caches on the 128 tiles (decode_tile_dim; stream kernel).
 template <typename Fn>
 void dispatch(DType dtype, DType cache_dtype, int64_t head_dim, Fn&& fn) {
   KVATTN_CHECK(dtype == DType::kBF16 || dtype == DType::kF16,
@@ -178,12 +179,18 @@ void dispatch(DType dtype, DType cache_dtype, int64_t head_dim, Fn&& fn) {
     }
   };
   switch (head_dim) {
+    case 80:
+    case 96:
+      KVATTN_CHECK(!fp8, "decode_attention: head_dim ", head_dim, " over a float8_e4m3 cache is "
+                         "not supported on CUDA (16-bit caches only)");
+      with_d.template operator()<128>();
+      return;
     case 64: with_d.template operator()<64>(); return;
     case 128: with_d.template operator()<128>(); return;
     case 256: with_d.template operator()<256>(); return;
     default:
       KVATTN_FAIL("decode_attention: unsupported head_dim: ", head_dim,
-                  " (the CUDA kernel supports 64, 128 and 256)");
+                  " (the CUDA kernel supports 64, 80, 96, 128 and 256)");
   }
 }
 
@@ -201,7 +208,7 @@ SmallChoice small_choice(int device, int64_t num_seqs, int64_t num_kv_heads, int
                          int64_t head_dim, DType cache_dtype) {
   const CudaTuning& tuning = cuda_tuning();
   if (!tuning.decode_small || num_seqs <= 0 || num_seqs >= (int64_t{1} << 16)) return {};
-  if (head_dim == 256) return {};  // the swapped stream kernel only
+  if (head_dim != 64 && head_dim != 128) return {};  // 80, 96, 256: the stream kernel only
   const int64_t units = num_kv_heads * ((rows + kDecodeRows - 1) / kDecodeRows);
   const int forced = tuning.decode_small_warps;
   for (const int warps : {forced > 0 ? forced : 8, forced > 0 ? 0 : 4}) {
@@ -259,7 +266,8 @@ void launch(DecodeParams p, bool aligned, int64_t ws_bytes, int device, cudaStre
   p.row_chunks = (p.rows + unit_rows - 1) / unit_rows;
   const DecodeConfig c = decode_config(p.num_kv_heads, p.rows, D, kKvBytes, unit_rows);
   const int64_t B = p.num_seqs;
-  if (!kOnlySwap && p.num_splits > 1) {  // small mode: as many chunks as wanted and the workspace holds
+  // Small mode: as many chunks as wanted and the workspace holds (not for padded tiles).
+  if (!kOnlySwap && p.head_dim == D && p.num_splits > 1) {
     const int64_t units = static_cast<int64_t>(p.num_kv_heads) * p.row_chunks;
     const int64_t fixed = decode_small_ws_bytes(B, p.num_kv_heads, p.rows, D, 0);
     const int64_t per_chunk = decode_small_ws_bytes(B, p.num_kv_heads, p.rows, D, 1) - fixed;
@@ -454,6 +462,7 @@ void decode_attention(const DecodeArgs& args, const AttentionShape& shape) {
   p.num_seqs = static_cast<int>(shape.num_seqs);
   p.num_heads = static_cast<int>(shape.num_heads);
   p.num_kv_heads = static_cast<int>(shape.num_kv_heads);
+  p.head_dim = static_cast<int>(shape.head_dim);
   p.group = static_cast<int>(shape.num_heads / shape.num_kv_heads);
   p.q_len = static_cast<int>(args.q_len);
   p.rows = p.group * p.q_len;
@@ -471,7 +480,8 @@ void decode_attention(const DecodeArgs& args, const AttentionShape& shape) {
   p.kv_evict_first = cuda_tuning().decode_kv_evict_first;
   int64_t ws_bytes = 0;
   if (p.num_splits > 1) {
-    const int64_t need = decode_workspace_bytes(shape.num_seqs, shape.num_heads, shape.head_dim,
+    const int64_t need = decode_workspace_bytes(shape.num_seqs, shape.num_heads,
+                                                decode_tile_dim(shape.head_dim),
                                                 args.q_len, p.num_splits);
     ws_bytes = args.workspace.defined() ? args.workspace.nbytes() : 0;
     KVATTN_CHECK(args.workspace.defined() && ws_bytes >= need, fn, ": a plan of ", p.num_splits,

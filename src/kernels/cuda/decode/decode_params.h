@@ -143,7 +143,17 @@ struct DecodeParams {
   float softcap_out = 0.0f;  // softcap * log2(e); 0: off
   const float* alibi_slopes = nullptr;  // float32 [num_heads] or [num_seqs, num_heads]; null: off
   int64_t alibi_seq_stride = 0;         // 0 for [num_heads]
+
+  // The tensors' head_dim: the kernels' tile dim D, or less for a padded tile (head_dim 80 and
+  // 96 run on D = 128: the dims past head_dim are zero-filled in shared memory and in Q, never
+  // read or written in memory; decode_tile_dim). The workspace keeps D floats per row.
+  int head_dim = 0;
 };
+
+// The tile dim the kernels run a head_dim on: 80 and 96 on the 128 tiles, others as they are.
+inline int decode_tile_dim(int64_t head_dim) {
+  return head_dim == 80 || head_dim == 96 ? 128 : static_cast<int>(head_dim);
+}
 
 // The CTA shape for a head count, rows per KV head and head_dim (see above).
 struct DecodeConfig {
@@ -177,10 +187,10 @@ inline int64_t decode_ws_slots(int64_t bytes, int64_t num_seqs, int64_t rows_tot
 DecodeConfig decode_config(int64_t num_kv_heads, int64_t rows, int64_t head_dim,
                            int kv_bytes = 2, int unit_rows = kDecodeRows);
 
-// Query rows per unit the stream kernel uses at `head_dim` whatever the tuning: head_dim 256
+// Query rows per unit the stream kernel uses at tile dim `tile_dim` whatever the tuning: 256
 // runs on the swapped tile only (kDecodeSwapRows); others plan with kDecodeRows.
-inline int decode_plan_unit_rows(int64_t head_dim) {
-  return head_dim == 256 ? kDecodeSwapRows : kDecodeRows;
+inline int decode_plan_unit_rows(int64_t tile_dim) {
+  return tile_dim == 256 ? kDecodeSwapRows : kDecodeRows;
 }
 
 // Stream-mode CTAs per slice on `device`: resident CTAs (occupancy) over slices.

@@ -22,9 +22,10 @@ namespace kvattn::cuda {
 DecodePlan plan_decode(int64_t num_seqs, int64_t num_heads, int64_t num_kv_heads,
                        int64_t head_dim, int64_t q_len, int64_t max_seqlen_k, int device) {
   const int64_t group = num_heads / num_kv_heads;
+  const int64_t tile_dim = decode_tile_dim(head_dim);  // the workspace holds tile_dim floats a row
   const DecodeConfig c =
-      decode_config(num_kv_heads, group * q_len, head_dim, 2, decode_plan_unit_rows(head_dim));
-  const int64_t parts = decode_parts(device, c, head_dim, std::max<int64_t>(num_seqs, 1));
+      decode_config(num_kv_heads, group * q_len, tile_dim, 2, decode_plan_unit_rows(tile_dim));
+  const int64_t parts = decode_parts(device, c, tile_dim, std::max<int64_t>(num_seqs, 1));
   if (num_seqs <= 0 || max_seqlen_k <= kDecodeTileKeys || !decode_stream_ok(num_seqs, max_seqlen_k)) {
     return DecodePlan{1, 0};
   }
@@ -32,15 +33,15 @@ DecodePlan plan_decode(int64_t num_seqs, int64_t num_heads, int64_t num_kv_heads
   // unit); the smallest split count whose workspace holds its LL pieces and gen words.
   const int64_t chunks = decode_small_chunks(device, num_seqs, num_kv_heads, group * q_len, head_dim);
   if (chunks >= 2) {
-    const int64_t need = decode_small_ws_bytes(num_seqs, num_kv_heads, group * q_len, head_dim, chunks);
+    const int64_t need = decode_small_ws_bytes(num_seqs, num_kv_heads, group * q_len, tile_dim, chunks);
     for (int64_t s = chunks;; ++s) {
-      const int64_t bytes = decode_workspace_bytes(num_seqs, num_heads, head_dim, q_len, s);
+      const int64_t bytes = decode_workspace_bytes(num_seqs, num_heads, tile_dim, q_len, s);
       if (bytes >= need) return DecodePlan{static_cast<int>(s), bytes, max_seqlen_k};
     }
   }
   for (int64_t s = 2;; ++s) {
-    const int64_t bytes = decode_workspace_bytes(num_seqs, num_heads, head_dim, q_len, s);
-    const int64_t slots = decode_ws_slots(bytes, num_seqs, num_heads * q_len, head_dim);
+    const int64_t bytes = decode_workspace_bytes(num_seqs, num_heads, tile_dim, q_len, s);
+    const int64_t slots = decode_ws_slots(bytes, num_seqs, num_heads * q_len, tile_dim);
     if (slots - num_seqs + 1 >= parts) return DecodePlan{static_cast<int>(s), bytes, max_seqlen_k};
   }
 }

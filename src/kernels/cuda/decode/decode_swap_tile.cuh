@@ -26,17 +26,18 @@ using ptx::movmatrix_trans;
 // Query rows per unit in the swapped tile: the mma's N.
 inline constexpr int kSwapRows = kDecodeSwapRows;
 
-// Loads row `r` (lane row g) of the unit's queries as Q^T B fragments; zeros when !valid.
+// Loads row `r` (lane row g) of the unit's queries as Q^T B fragments; zeros when !valid and
+// for the dims from head_dim on (a padded tile).
 template <int D>
 __device__ __forceinline__ void load_q_swap(uint32_t (&qb)[D / 16][2], const uint16_t* qrow,
-                                            bool valid, int t4) {
+                                            bool valid, int t4, int head_dim) {
 #pragma unroll
   for (int ks = 0; ks < D / 16; ++ks) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       uint32_t v = 0;
-      if (valid) {
-        const int d = ks * 16 + h * 8 + 2 * t4;
+      const int d = ks * 16 + h * 8 + 2 * t4;
+      if (valid && d < head_dim) {
         v = static_cast<uint32_t>(qrow[d]) | (static_cast<uint32_t>(qrow[d + 1]) << 16);
       }
       qb[ks][h] = v;

@@ -11,7 +11,8 @@ namespace {
 
 // Copies one warp's K and V tile (kDecodeTileKeys keys of KV head kvh) into the stage at kdst.
 // Key k's block id and in-block offset are lane k's (nid, noff); offset -1 (past the end) and
-// bad block ids are zero-filled, and a bad id is recorded in the fault word. kHint: the
+// bad block ids are zero-filled, and a bad id is recorded in the fault word; so are the chunks
+// past p.head_dim of a padded tile (never read). kHint: the
 // copies carry the L2 cache `policy` (the small kernel: l2_policy(p.kv_evict_first)); the
 // stream kernel copies without one (the hinted form was 3% slower there on the H200).
 template <typename KV, int D, bool kAligned16, bool kHint>
@@ -20,10 +21,11 @@ __device__ __forceinline__ void issue_tile(const DecodeParams& p, uint32_t kdst,
   using L = KvTile<KV, D>;
   const KV* const k_cache = static_cast<const KV*>(p.k_cache);
   const KV* const v_cache = static_cast<const KV*>(p.v_cache);
-  const int64_t kv_row = static_cast<int64_t>(p.num_kv_heads) * D;
+  const int64_t kv_row = static_cast<int64_t>(p.num_kv_heads) * p.head_dim;
   const int copy_chunk = lane % L::kChunks;
   const int copy_key0 = lane / L::kChunks;
-  const int64_t head_off = static_cast<int64_t>(kvh) * D + copy_chunk * L::kElemsPerChunk;
+  const int64_t head_off = static_cast<int64_t>(kvh) * p.head_dim + copy_chunk * L::kElemsPerChunk;
+  const bool chunk_real = copy_chunk * L::kElemsPerChunk < p.head_dim;
 #pragma unroll
   for (int i = 0; i < L::kCopies; ++i) {
     const int key_local = copy_key0 + i * L::kKeyStep;
@@ -33,7 +35,7 @@ __device__ __forceinline__ void issue_tile(const DecodeParams& p, uint32_t kdst,
     const bool in_range = off >= 0;
     const bool id_ok = static_cast<unsigned>(id) < static_cast<unsigned>(p.num_blocks);
     if (in_range && !id_ok) record_fault(p.fault_word, kFaultBlockOutOfRange);
-    const bool ok = in_range && id_ok;
+    const bool ok = in_range && id_ok && chunk_real;
     const int64_t row = ok ? static_cast<int64_t>(off) * kv_row + head_off : 0;
     const KV* ksrc = ok ? k_cache + id * p.k_block_stride + row : k_cache;
     const KV* vsrc = ok ? v_cache + id * p.v_block_stride + row : v_cache;
