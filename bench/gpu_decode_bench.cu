@@ -336,6 +336,8 @@ int main(int argc, char** argv) {
       bench_decode("8x32768", std::vector<int64_t>(8, 32768), 9, 3, page, rng, 64);
       bench_decode("64x4096", std::vector<int64_t>(64, 4096), 16, 8, page, rng, 256);
       bench_decode("16x8192", std::vector<int64_t>(16, 8192), 16, 8, page, rng, 256);
+      bench_decode("64x4096", std::vector<int64_t>(64, 4096), 32, 8, page, rng, 96);
+      bench_decode("64x4096", std::vector<int64_t>(64, 4096), 32, 8, page, rng, 80);
       std::vector<int64_t> skew(4, 16384);
       skew.resize(64, 512);
       bench_decode("skewed 4x16384+60x512", skew, 32, 8, page, rng);
