@@ -51,9 +51,6 @@ void check_cuda_architecture(const ModelConfig& c, Device device, const ModelOpt
   need(c.attention_scale != 0, "query_pre_attn_scalar (attention scale)");
   need(c.attn_logit_softcap != 0, "attention logit softcap " + std::to_string(c.attn_logit_softcap));
   need(c.final_logit_softcap != 0, "final logit softcap " + std::to_string(c.final_logit_softcap));
-  // The CUDA decode kernel has no head_dim 256 (prefill has).
-  need(c.head_dim != 64 && c.head_dim != 128 && !gemma.empty(),
-       "head_dim " + std::to_string(c.head_dim) + " in the CUDA decode kernel");
   need(c.rope_local_theta != 0, "a local RoPE base (rope_local_base_freq)");
   KVATTN_CHECK(gemma.empty(), "Model::create: ", c.architecture, " needs ", gemma,
                ", not supported on ", device, " yet (CPU only)");
