@@ -412,6 +412,61 @@ TEST(Qdot, EveryTypeAndIsaMatchesFloat64) {
   }
 }
 
+// The K types with AVX-512 kernels of their own (not the AVX2 fallback) are bit-equal to the
+// portable one also at the integer extremes: every quant at its top, every sub-scale at its
+// largest, activations all +-127.
+TEST(Qdot, KTypesAvx512KernelsAtTheExtremes) {
+  if (best_isa() < Isa::kAvx512) GTEST_SKIP() << "no AVX-512 on this CPU";
+  std::mt19937 rng(5);
+  for (GgmlType t : {GgmlType::kQ4_K}) {
+    for (Isa isa : available_isas()) {
+      if (isa < Isa::kAvx512) continue;
+      EXPECT_NE(kernel(t, isa), kernel(t, Isa::kAvx2)) << ggml_type_name(t) << " " << isa_name(isa);
+    }
+    const int64_t blocks = 5, n = blocks * 256;
+    for (int sub : {0xFF, 0x80, 0x7F, 0x00}) {
+      for (Scales kind : {Scales::kMaxAll, Scales::kNegMax, Scales::kRandom}) {
+        std::vector<uint8_t> w = make_row(t, blocks, kind, rng);
+        for (int64_t b = 0; b < blocks; ++b) {
+          uint8_t* blk = w.data() + b * block_bytes(t);
+          if (t == GgmlType::kQ6_K) {
+            std::memset(blk, 0xFF, 192);      // every quant 63 (31 after the offset)
+            std::memset(blk + 192, sub, 16);  // int8 sub-scales
+          } else {
+            std::memset(blk + 4, sub, 12);  // 6-bit scales and mins
+            std::memset(blk + 16, 0xFF, block_bytes(t) - 16);
+          }
+        }
+        for (int variant = 0; variant < 3; ++variant) {
+          SCOPED_TRACE(::testing::Message() << ggml_type_name(t) << " sub=" << sub << " scales="
+                                            << static_cast<int>(kind) << " acts=" << variant);
+          std::vector<float> x;
+          for (int r = 0; r < kMaxRows; ++r) {
+            const std::vector<float> xr = make_acts(n, rng, (variant + r) % 3);
+            x.insert(x.end(), xr.begin(), xr.end());
+          }
+          ActRows a;
+          a.quantize(x.data(), n, kMaxRows, n, false, true);
+          std::vector<ActRow> ar;
+          for (int r = 0; r < kMaxRows; ++r) ar.push_back(a.row(r));
+          float want[kMaxRows], got[kMaxRows];
+          dot_with(Isa::kScalar, t, w.data(), ar.data(), kMaxRows, n, want, 1);
+          for (Isa isa : available_isas()) {
+            dot_with(isa, t, w.data(), ar.data(), kMaxRows, n, got, 1);
+            for (int r = 0; r < kMaxRows; ++r) {
+              uint32_t ga, wa;
+              std::memcpy(&ga, &got[r], 4);
+              std::memcpy(&wa, &want[r], 4);
+              ASSERT_EQ(ga, wa) << isa_name(isa) << " row " << r << ": " << got[r] << " vs "
+                                << want[r];
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // The multi-row kernels (several weight rows, one activation row) give the per-row bits.
 TEST(Qdot, RowsKernelsMatchThePerRowKernel) {
   std::mt19937 rng(4);
