@@ -412,13 +412,13 @@ TEST(Qdot, EveryTypeAndIsaMatchesFloat64) {
   }
 }
 
-// Q4_K and Q6_K have AVX-512 kernels of their own (not the AVX2 fallback), bit-equal to
+// Q4_K, Q5_K and Q6_K have AVX-512 kernels of their own (not the AVX2 fallback), bit-equal to
 // the portable one also at the integer extremes: every quant at its top, every sub-scale at
 // its largest magnitude (Q6_K's int8 -128 and +127 as well as 0xFF), activations all +-127.
 TEST(Qdot, KTypesAvx512KernelsAtTheExtremes) {
   if (best_isa() < Isa::kAvx512) GTEST_SKIP() << "no AVX-512 on this CPU";
   std::mt19937 rng(5);
-  for (GgmlType t : {GgmlType::kQ4_K, GgmlType::kQ6_K}) {
+  for (GgmlType t : {GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K}) {
     for (Isa isa : available_isas()) {
       if (isa < Isa::kAvx512) continue;
       EXPECT_NE(kernel(t, isa), kernel(t, Isa::kAvx2)) << ggml_type_name(t) << " " << isa_name(isa);

@@ -1,8 +1,9 @@
 // AVX-512 (F, BW, VL; VNNI where the CPU has it) kernels for the 32-element block types:
 // two blocks per 512-bit vector, lanes 0..7 the even block and 8..15 the odd one, exactly
 // the accumulator layout of qdot.h's fixed order. VNNI turns maddubs + madd into one
-// vpdpbusd. Q4_K and Q6_K: two 32-element chunks per vector (qdot_avx512.inc, "K
-// super-blocks"); Q2_K, Q3_K and Q5_K take the AVX2 kernels (null entries here).
+// vpdpbusd. Q4_K, Q5_K and Q6_K: two 32-element chunks per vector (qdot_avx512.inc, "K
+// super-blocks"; vs AVX2, one thread: bench/qdot_k_bench, docs/notes/cpu-quantized.md);
+// Q2_K and Q3_K take the AVX2 kernels (null entries here).
 #include <immintrin.h>
 
 #include <limits>
@@ -97,14 +98,14 @@ void quantize_row_32_avx512(const float* x, int64_t n, int8_t* q, int8_t* r, int
 }
 
 const Table& avx512_table(bool use_vnni) {
-  // Q2_K, Q3_K, Q5_K: null, the AVX2 kernels
+  // Q2_K / Q3_K: null, the AVX2 kernels
   static const Table plain_table{
       {plain::run<kQ4_0>, plain::run<kQ4_1>, plain::run<kQ8_0>, nullptr, nullptr,
-       plain::run256<kQ4_K>, nullptr, plain::run256<kQ6_K>},
+       plain::run256<kQ4_K>, plain::run256<kQ5_K>, plain::run256<kQ6_K>},
       {plain::rows32<kQ4_0>, plain::rows32<kQ4_1>, plain::rows32<kQ8_0>}};
   static const Table vnni_table{
       {vnni::run<kQ4_0>, vnni::run<kQ4_1>, vnni::run<kQ8_0>, nullptr, nullptr,
-       vnni::run256<kQ4_K>, nullptr, vnni::run256<kQ6_K>},
+       vnni::run256<kQ4_K>, vnni::run256<kQ5_K>, vnni::run256<kQ6_K>},
       {vnni::rows32<kQ4_0>, vnni::rows32<kQ4_1>, vnni::rows32<kQ8_0>}};
   return use_vnni ? vnni_table : plain_table;
 }
