@@ -300,7 +300,9 @@ Outcome run_case(const DecodeCase& dc, std::mt19937_64& rng) {
                                             : (dc.plan_mode == 3 ? longest : longest / 2 + 1);
     a.plan = plan_decode(B, H, dc.hkv, dc.d, dc.q_len, bound, kGpu);
   } else if (dc.plan_mode == 2) {
-    const int64_t bytes = static_cast<int64_t>(dc.forced_splits) * B * H * dc.q_len * (dc.d + 1) * 4;
+    // DecodePlan's contract for a hand-made plan: rows of the kernels' tile dim.
+    const int64_t tile_dim = dc.d == 80 || dc.d == 96 ? 128 : dc.d;
+    const int64_t bytes = static_cast<int64_t>(dc.forced_splits) * B * H * dc.q_len * (tile_dim + 1) * 4;
     a.plan = DecodePlan{dc.forced_splits, dc.forced_splits > 1 ? bytes : 0};
   }
   if (a.plan.workspace_bytes > 0) {

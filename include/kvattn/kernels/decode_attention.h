@@ -15,6 +15,10 @@ namespace kvattn {
 // device (different streams) need separate workspaces.
 struct DecodePlan {
   int num_splits = 1;          // 1 => no split, no workspace
+  // Take it from plan_decode. A plan made by hand with num_splits > 1 needs num_splits *
+  // num_seqs * num_heads * q_len * (tile_dim + 1) * 4 bytes on the GPU, tile_dim = 128 for
+  // head_dim 80 and 96 (they run on the 128 kernels) and head_dim otherwise; a smaller
+  // workspace is refused with an error naming both sizes.
   int64_t workspace_bytes = 0;
   // The bound the plan was made for (0: unknown). A lone or uniform batch whose lengths equal
   // it starts reading keys one memory round trip earlier on the GPU (the kernel guesses each
