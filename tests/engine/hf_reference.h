@@ -10,12 +10,15 @@
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kvattn/cache/batch_builder.h"
 #include "kvattn/cache/block_manager.h"
 #include "kvattn/engine/model.h"
+#include "kvattn/engine/weights.h"
 
 namespace kvattn::test {
 
@@ -27,6 +30,28 @@ struct Case {
 
 inline std::string tiny_dir(const std::string& arch) {
   return std::string(KVATTN_SOURCE_DIR) + "/tests/data/tiny_" + arch;
+}
+
+// tiny_llama with random q/k/v and o_proj biases (Llama's attention_bias; no tiny checkpoint
+// has an o_proj bias), the same weights every call.
+inline ModelWeights llama_with_biases() {
+  ModelWeights w = load_hf_model(tiny_dir("llama"));
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 0.5f);
+  const ModelConfig& c = w.config;
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".self_attn.";
+    for (auto [name, n] : {std::pair{"q_proj.bias", c.num_heads * c.head_dim},
+                           {"k_proj.bias", c.num_kv_heads * c.head_dim},
+                           {"v_proj.bias", c.num_kv_heads * c.head_dim},
+                           {"o_proj.bias", c.hidden_size}}) {
+      Tensor t = Tensor::empty({n}, DType::kF32);
+      for (int64_t i = 0; i < n; ++i) t.ptr<float>()[i] = nd(rng);
+      w.tensors[p + name] = t;
+    }
+  }
+  w.config.qkv_bias = w.config.o_bias = true;
+  return w;
 }
 
 // tests/data/tiny_<arch>/<file>.

@@ -51,6 +51,7 @@ namespace {
 namespace fs = std::filesystem;
 using test::Case;
 using test::load_cases;
+using test::llama_with_biases;
 using test::tiny_dir;
 
 constexpr double kMeanRelL2 = 5e-2;  // hf_parity_gpu_test's bound for bf16
@@ -265,27 +266,6 @@ void expect_gpu_matches_cpu(const std::function<ModelWeights()>& load_weights,
 
 ModelWeights rope_variant(const std::string& kind);
 
-// tiny_llama with random q/k/v and o_proj biases (Llama's attention_bias; no tiny checkpoint
-// has an o_proj bias), as model_families_test's tensor-parallel case builds it.
-ModelWeights llama_with_biases() {
-  ModelWeights w = load_hf_model(tiny_dir("llama"));
-  std::mt19937 rng(7);
-  std::normal_distribution<float> nd(0.0f, 0.5f);
-  const ModelConfig& c = w.config;
-  for (int64_t l = 0; l < c.num_layers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".self_attn.";
-    for (auto [name, n] : {std::pair{"q_proj.bias", c.num_heads * c.head_dim},
-                           {"k_proj.bias", c.num_kv_heads * c.head_dim},
-                           {"v_proj.bias", c.num_kv_heads * c.head_dim},
-                           {"o_proj.bias", c.hidden_size}}) {
-      Tensor t = Tensor::empty({n}, DType::kF32);
-      for (int64_t i = 0; i < n; ++i) t.ptr<float>()[i] = nd(rng);
-      w.tensors[p + name] = t;
-    }
-  }
-  w.config.qkv_bias = w.config.o_bias = true;
-  return w;
-}
 
 TEST(FamilyGpuVsCpu, TeacherForcedWithSplitPrefill) {
   for (const std::string arch : {"llama3", "qwen2", "mistral"}) {

@@ -258,25 +258,7 @@ TEST(RopeScaling, DynamicNtkMatchesHFsCachedGenerate) {
 // the q/k/v biases with their heads and add the replicated o_proj bias after the all-reduce,
 // give the logits of one.
 TEST(Biases, TensorParallelSplitsThem) {
-  auto with_biases = [] {
-    ModelWeights w = load_hf_model(tiny_dir("llama"));
-    std::mt19937 rng(7);
-    std::normal_distribution<float> nd(0.0f, 0.5f);
-    const ModelConfig& c = w.config;
-    for (int64_t l = 0; l < c.num_layers; ++l) {
-      const std::string p = "model.layers." + std::to_string(l) + ".self_attn.";
-      for (auto [name, n] : {std::pair{"q_proj.bias", c.num_heads * c.head_dim},
-                             {"k_proj.bias", c.num_kv_heads * c.head_dim},
-                             {"v_proj.bias", c.num_kv_heads * c.head_dim},
-                             {"o_proj.bias", c.hidden_size}}) {
-        Tensor t = Tensor::empty({n}, DType::kF32);
-        for (int64_t i = 0; i < n; ++i) t.ptr<float>()[i] = nd(rng);
-        w.tensors[p + name] = t;
-      }
-    }
-    w.config.qkv_bias = w.config.o_bias = true;
-    return w;
-  };
+  auto with_biases = [] { return test::llama_with_biases(); };
   auto one = Model::create(with_biases(), Device::cpu());
   ModelOptions tp;
   tp.tensor_parallel = 2;
