@@ -17,7 +17,8 @@ namespace kvattn {
 // each scaled score as softcap * tanh(s / softcap) before the softmax (Gemma 2); 0 = off.
 // alibi_slopes (empty = none, else one finite slope per query head): ALiBi (BLOOM, MPT), the
 // bias -slope[h] * |i + Lk - Lq - j| added to each score (flash-attn's alibi_slopes).
-// CPU only for now: a forward on CUDA with any of them set throws from the kernels.
+// CPU and CUDA; on CUDA a paged prefill over a float8_e4m3 cache refuses them (the kernels
+// throw, naming them).
 struct AttentionMask {
   int64_t window_left = -1;
   float softcap = 0.0f;
