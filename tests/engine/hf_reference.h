@@ -81,11 +81,12 @@ inline double max_rel_error(const float* out, const std::vector<float>& ref) {
   return err / scale;
 }
 
-// All cases batched: one prefill step (`chunk` tokens per step at most), then decode steps fed
+// All cases batched: prompts in steps of at most `chunk` tokens each, then decode steps fed
 // with HF's greedy tokens (teacher forcing, so a near-tie cannot desynchronise the
-// comparison). Returns the worst relative logit error over every step.
-inline double teacher_forced_error(Model& model, const std::vector<Case>& cases, int64_t block_size,
-                            int64_t chunk, double tolerance = 1e-4) {
+// comparison). Calls on_logits(case, step, logits row) for every row the model samples.
+template <typename OnLogits>
+void teacher_forced_steps(Model& model, const std::vector<Case>& cases, int64_t block_size,
+                          int64_t chunk, OnLogits&& on_logits) {
   const int64_t vocab = model.config().vocab_size;
   const int64_t num_blocks = 64 * 1024 / block_size;
   model.allocate_kv_cache(num_blocks, block_size);
@@ -97,8 +98,7 @@ inline double teacher_forced_error(Model& model, const std::vector<Case>& cases,
     bm.allocate(seqs.back());
   }
   std::vector<size_t> step(cases.size(), 0);
-  double worst = 0;
-  for (bool busy = true; busy;) {
+  for (;;) {
     std::vector<ScheduledSequence> batch;
     std::vector<size_t> who;
     std::vector<int32_t> rows, sampled;
@@ -114,8 +114,7 @@ inline double teacher_forced_error(Model& model, const std::vector<Case>& cases,
       }
       row += n;
     }
-    busy = !batch.empty();
-    if (!busy) break;
+    if (batch.empty()) break;
     const BatchMetadata& meta = builder.build(batch);
     std::vector<float> logits(rows.size() * vocab, NAN);
     ModelInput in;
@@ -127,16 +126,28 @@ inline double teacher_forced_error(Model& model, const std::vector<Case>& cases,
     for (size_t b = 0; b < batch.size(); ++b) bm.mark_computed(seqs[who[b]], batch[b].num_new_tokens);
     for (size_t r = 0; r < sampled.size(); ++r) {
       const size_t i = sampled[r];
-      const double e = max_rel_error(&logits[r * vocab], cases[i].logits[step[i]]);
-      EXPECT_LT(e, tolerance) << "case " << i << " (prompt " << cases[i].prompt.size()
-                         << " tokens) step " << step[i];
-      worst = std::max(worst, e);
+      on_logits(i, step[i], &logits[r * vocab]);
       seqs[i].append_token(cases[i].greedy[step[i]]);
       ++step[i];
       bm.append(seqs[i]);
     }
   }
   for (auto& s : seqs) bm.free(s);
+}
+
+// The worst relative logit error over every step of teacher_forced_steps (each below
+// `tolerance`).
+inline double teacher_forced_error(Model& model, const std::vector<Case>& cases, int64_t block_size,
+                                   int64_t chunk, double tolerance = 1e-4) {
+  double worst = 0;
+  teacher_forced_steps(model, cases, block_size, chunk,
+                       [&](size_t i, size_t step, const float* logits) {
+                         const double e = max_rel_error(logits, cases[i].logits[step]);
+                         EXPECT_LT(e, tolerance) << "case " << i << " (prompt "
+                                                 << cases[i].prompt.size() << " tokens) step "
+                                                 << step;
+                         worst = std::max(worst, e);
+                       });
   return worst;
 }
 

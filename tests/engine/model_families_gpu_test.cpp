@@ -69,74 +69,30 @@ struct Errors {
   std::vector<std::vector<double>> max_abs;
 };
 
-// hf_reference.h's teacher_forced_error, keeping every step's errors: all cases batched, at
+// hf_reference.h's teacher_forced_steps, keeping every step's errors: all cases batched, at
 // most `chunk` prompt tokens per step, then decode steps fed HF's greedy tokens.
 Errors versus_hf(Model& model, const std::vector<Case>& cases, int64_t block_size,
-                      int64_t chunk) {
+                 int64_t chunk) {
   const int64_t vocab = model.config().vocab_size;
-  const int64_t num_blocks = 64 * 1024 / block_size;
-  model.allocate_kv_cache(num_blocks, block_size);
-  BlockManager bm(num_blocks, block_size, /*enable_prefix_caching=*/false);
-  BatchMetadataBuilder builder(bm);
-  std::vector<Sequence> seqs;
   Errors e;
-  for (size_t i = 0; i < cases.size(); ++i) {
-    seqs.emplace_back(static_cast<SeqId>(i), cases[i].prompt);
-    bm.allocate(seqs.back());
-    e.max_abs.emplace_back(cases[i].greedy.size(), 0.0);
-  }
-  std::vector<size_t> step(cases.size(), 0);
+  for (const Case& c : cases) e.max_abs.emplace_back(c.greedy.size(), 0.0);
   int64_t rows_seen = 0;
-  for (;;) {
-    std::vector<ScheduledSequence> batch;
-    std::vector<size_t> who;
-    std::vector<int32_t> rows, sampled;
-    int64_t row = 0;
-    for (size_t i = 0; i < seqs.size(); ++i) {
-      if (step[i] >= cases[i].greedy.size()) continue;
-      const int64_t n = std::min(seqs[i].num_uncomputed_tokens(), chunk);
-      batch.push_back({&seqs[i], n});
-      who.push_back(i);
-      if (seqs[i].num_computed_tokens() + n == seqs[i].num_tokens()) {
-        rows.push_back(static_cast<int32_t>(row + n - 1));
-        sampled.push_back(static_cast<int32_t>(i));
-      }
-      row += n;
+  test::teacher_forced_steps(model, cases, block_size, chunk,
+                             [&](size_t i, size_t step, const float* got) {
+    const std::vector<float>& ref = cases[i].logits[step];
+    double err = 0, scale = 0, d2 = 0, r2 = 0;
+    for (int64_t v = 0; v < vocab; ++v) {
+      const double d = static_cast<double>(got[v]) - ref[v];
+      err = std::max(err, std::isnan(d) ? INFINITY : std::abs(d));
+      scale = std::max(scale, std::abs(static_cast<double>(ref[v])));
+      d2 += d * d;
+      r2 += static_cast<double>(ref[v]) * ref[v];
     }
-    if (batch.empty()) break;
-    const BatchMetadata& meta = builder.build(batch);
-    std::vector<float> logits(rows.size() * vocab, NAN);
-    ModelInput in;
-    in.token_ids = {meta.token_ids.ptr<const int32_t>(), static_cast<size_t>(meta.num_tokens)};
-    in.positions = {meta.positions.ptr<const int32_t>(), static_cast<size_t>(meta.num_tokens)};
-    in.logit_rows = rows;
-    in.ctx = &meta.ctx;
-    model.forward(in, logits);
-    for (size_t b = 0; b < batch.size(); ++b) {
-      bm.mark_computed(seqs[who[b]], batch[b].num_new_tokens);
-    }
-    for (size_t r = 0; r < sampled.size(); ++r) {
-      const size_t i = sampled[r];
-      const float* got = &logits[r * vocab];
-      const std::vector<float>& ref = cases[i].logits[step[i]];
-      double err = 0, scale = 0, d2 = 0, r2 = 0;
-      for (int64_t v = 0; v < vocab; ++v) {
-        const double d = static_cast<double>(got[v]) - ref[v];
-        err = std::max(err, std::isnan(d) ? INFINITY : std::abs(d));
-        scale = std::max(scale, std::abs(static_cast<double>(ref[v])));
-        d2 += d * d;
-        r2 += static_cast<double>(ref[v]) * ref[v];
-      }
-      e.max_abs[i][step[i]] = err;
-      e.worst_max_rel = std::max(e.worst_max_rel, err / scale);
-      e.mean_rel_l2 += std::isnan(d2) ? INFINITY : std::sqrt(d2 / r2);
-      ++rows_seen;
-      seqs[i].append_token(cases[i].greedy[step[i]]);
-      ++step[i];
-      bm.append(seqs[i]);
-    }
-  }
-  for (auto& s : seqs) bm.free(s);
+    e.max_abs[i][step] = err;
+    e.worst_max_rel = std::max(e.worst_max_rel, err / scale);
+    e.mean_rel_l2 += std::isnan(d2) ? INFINITY : std::sqrt(d2 / r2);
+    ++rows_seen;
+  });
   e.mean_rel_l2 /= static_cast<double>(std::max<int64_t>(rows_seen, 1));
   return e;
 }
