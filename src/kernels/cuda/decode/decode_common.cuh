@@ -115,6 +115,18 @@ __device__ __forceinline__ uint4 load_16_bytes_unaligned(const uint8_t* src) {
   return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
+// The tensors' head_dim for kernels of tile dim D over a cache of element size kKvBytes: D
+// itself, known at compile time, except where D = 128 hosts the padded head dims 80 and 96
+// (decode_tile_dim; 16-bit caches only): p.head_dim there.
+template <int D, int kKvBytes = 2>
+__device__ __forceinline__ int mem_head_dim(const DecodeParams& p) {
+  if constexpr (D == 128 && kKvBytes == 2) {
+    return p.head_dim;
+  } else {
+    return D;
+  }
+}
+
 __device__ __forceinline__ int tiles_of(int len) {
   return (len + kDecodeTileKeys - 1) / kDecodeTileKeys;
 }

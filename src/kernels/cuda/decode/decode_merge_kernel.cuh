@@ -112,10 +112,10 @@ __global__ void __launch_bounds__(256) merge_kernel(const __grid_constant__ Deco
   if (sub != 0 || n < 2) return;
   const float inv = wsum > 0.0f ? 1.0f / wsum : 0.0f;
   uint16_t* dst = static_cast<uint16_t*>(p.out) + token * p.out_stride +
-                  static_cast<int64_t>(head) * p.head_dim + lane * kPer;
+                  static_cast<int64_t>(head) * mem_head_dim<D>(p) + lane * kPer;
 #pragma unroll
   for (int e = 0; e < kPer; ++e) {
-    if (lane * kPer + e < p.head_dim) dst[e] = to_bits<T>(acc[e] * inv);  // a padded tile's dims
+    if (lane * kPer + e < mem_head_dim<D>(p)) dst[e] = to_bits<T>(acc[e] * inv);  // padded tiles
   }
   if (p.lse != nullptr && lane == 0) {
     p.lse[head * p.lse_head_stride + token] =

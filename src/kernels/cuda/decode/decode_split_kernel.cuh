@@ -97,6 +97,7 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   // Output fragments per lane: O (D/8 n-tiles of 16 rows) or O^T (D/16 m-tiles of 8 rows).
   constexpr int kOT = kSwap ? D / 16 : D / 8;
   constexpr int kUnitRows = kSwap ? kSwapRows : kDecodeRows;
+  const int hd = mem_head_dim<D, static_cast<int>(sizeof(KV))>(p);  // < D: a padded tile
   extern __shared__ __align__(128) uint8_t smem[];
   const int tid = threadIdx.x;
   const int warp = tid >> 5;
@@ -197,12 +198,12 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
       if (direct) {
         uint16_t* const row_out =
             static_cast<uint16_t*>(p.out) + token * p.out_stride +
-            static_cast<int64_t>(head) * p.head_dim;
-        // A padded tile (p.head_dim < D) stores its first p.head_dim dims (a multiple of 16).
+            static_cast<int64_t>(head) * hd;
+        // A padded tile (hd < D) stores its first hd dims (a multiple of 16).
         if constexpr (kSwap) {  // dims 16 mt + gid (+ 8)
 #pragma unroll
           for (int mt = 0; mt < kOT; ++mt) {
-            if (mt * 16 >= p.head_dim) break;
+            if (mt * 16 >= hd) break;
             row_out[mt * 16 + gid] = to_bits<T>(o[mt][hr] * inv);
             row_out[mt * 16 + gid + 8] = to_bits<T>(o[mt][hr + 2] * inv);
           }
@@ -210,7 +211,7 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
           uint16_t* dst = row_out + 2 * t4;
 #pragma unroll
           for (int nt = 0; nt < kOT; ++nt) {
-            if (nt * 8 >= p.head_dim) break;
+            if (nt * 8 >= hd) break;
             const uint16_t lo = to_bits<T>(o[nt][2 * hr] * inv);
             const uint16_t hi = to_bits<T>(o[nt][2 * hr + 1] * inv);
             if (p.out_aligned4) {
@@ -339,11 +340,11 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
       const int64_t token = static_cast<int64_t>(c.b) * p.q_len + i;
       const int head = kvh * p.group + (r - i * p.group);
       return static_cast<const uint16_t*>(p.q) + token * p.q_stride +
-             static_cast<int64_t>(head) * p.head_dim;
+             static_cast<int64_t>(head) * hd;
     };
     if constexpr (kSwap) {  // Q^T: row gid; limits of rows 2 t4, 2 t4 + 1
       const uint16_t* qrow = q_row(rc * kSwapRows + gid);
-      load_q_swap<D>(qf, qrow, qrow != nullptr, t4, p.head_dim);
+      load_q_swap<D>(qf, qrow, qrow != nullptr, t4, hd);
       if constexpr (!kExt) {
 #pragma unroll
         for (int hr = 0; hr < 2; ++hr) {
@@ -363,7 +364,7 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
 #pragma unroll
           for (int half = 0; half < 2; ++half) {
             uint32_t v = 0;
-            if (valid && ks * 16 < p.head_dim) {  // a padded tile's dims past head_dim: 0
+            if (valid && ks * 16 < hd) {  // a padded tile's dims past head_dim: 0
               const int d = kIsFp8<KV> ? decode_fp8_q_dim(ks, half, t4) : ks * 16 + half * 8 + 2 * t4;
               const int d2 = d + (kIsFp8<KV> ? kFp8QPairStep : 1);
               v = static_cast<uint32_t>(qrow[d]) | (static_cast<uint32_t>(qrow[d2]) << 16);

@@ -21,11 +21,12 @@ __device__ __forceinline__ void issue_tile(const DecodeParams& p, uint32_t kdst,
   using L = KvTile<KV, D>;
   const KV* const k_cache = static_cast<const KV*>(p.k_cache);
   const KV* const v_cache = static_cast<const KV*>(p.v_cache);
-  const int64_t kv_row = static_cast<int64_t>(p.num_kv_heads) * p.head_dim;
+  const int hd = mem_head_dim<D, static_cast<int>(sizeof(KV))>(p);
+  const int64_t kv_row = static_cast<int64_t>(p.num_kv_heads) * hd;
   const int copy_chunk = lane % L::kChunks;
   const int copy_key0 = lane / L::kChunks;
-  const int64_t head_off = static_cast<int64_t>(kvh) * p.head_dim + copy_chunk * L::kElemsPerChunk;
-  const bool chunk_real = copy_chunk * L::kElemsPerChunk < p.head_dim;
+  const int64_t head_off = static_cast<int64_t>(kvh) * hd + copy_chunk * L::kElemsPerChunk;
+  const bool chunk_real = copy_chunk * L::kElemsPerChunk < hd;
 #pragma unroll
   for (int i = 0; i < L::kCopies; ++i) {
     const int key_local = copy_key0 + i * L::kKeyStep;
