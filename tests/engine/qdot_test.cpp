@@ -316,11 +316,10 @@ TEST(Qdot, ActivationQuantization) {
   EXPECT_EQ(a.row(0).d32[1], 1.0f / 127.0f);
 }
 
-// The AVX-512 activation quantizer (ActRows with an AVX-512 ISA active) writes the portable
-// quantizer's bytes and floats: random rows, exact ties (x.5 steps), zero, subnormal, huge,
-// NaN and Inf blocks.
+// The activation quantizer of the best ISA this CPU has (AVX-512's own, where present) writes
+// the portable quantizer's bytes and floats: random rows, exact ties (x.5 steps), zero,
+// subnormal, huge, NaN and Inf blocks.
 TEST(Qdot, ActivationQuantizationIsTheSameOnEveryIsa) {
-  if (best_isa() < Isa::kAvx512) GTEST_SKIP() << "no AVX-512 on this CPU";
   std::mt19937 rng(5);
   const int64_t n = 32 * 24;
   std::vector<float> x;
@@ -412,11 +411,11 @@ TEST(Qdot, EveryTypeAndIsaMatchesFloat64) {
   }
 }
 
-// Q4_K, Q5_K and Q6_K have AVX-512 kernels of their own (not the AVX2 fallback), bit-equal to
-// the portable one also at the integer extremes: every quant at its top, every sub-scale at
-// its largest magnitude (Q6_K's int8 -128 and +127 as well as 0xFF), activations all +-127.
+// Q4_K, Q5_K and Q6_K: every ISA kernel this CPU runs is bit-equal to the portable one also
+// at the integer extremes: every quant at its top, every sub-scale at its largest magnitude
+// (Q6_K's int8 -128 and +127 as well as 0xFF), activations all +-127; on AVX-512 CPUs their
+// AVX-512 kernels are their own (not the AVX2 fallback).
 TEST(Qdot, KTypesAvx512KernelsAtTheExtremes) {
-  if (best_isa() < Isa::kAvx512) GTEST_SKIP() << "no AVX-512 on this CPU";
   std::mt19937 rng(5);
   for (GgmlType t : {GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K}) {
     for (Isa isa : available_isas()) {
