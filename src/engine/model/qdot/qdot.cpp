@@ -405,9 +405,9 @@ void ActRows::quantize(const float* x, int64_t ldx, int64_t rows, int64_t n, boo
     s32_.resize(rows * n / 32);
     // The AVX-512 quantizer gives the same bytes: decode quantizes one row per GEMV on one
     // thread, 5-7% of a single-sequence step with the scalar divisions and nearbyint calls.
-    const auto quant = active_isa() >= Isa::kAvx512 && __builtin_cpu_supports("avx512dq")
-                           ? detail::quantize_row_32_avx512
-                           : quantize_row_32;
+    static const bool has_dq = __builtin_cpu_supports("avx512dq");  // asked once
+    const auto quant = active_isa() >= Isa::kAvx512 && has_dq ? detail::quantize_row_32_avx512
+                                                              : quantize_row_32;
     for (int64_t r = 0; r < rows; ++r) {
       quant(x + r * ldx, n, &q32_[r * n], &r32_[r * n], &t32_[r * n], &d32_[r * n / 32],
             &s32_[r * n / 32]);
