@@ -257,10 +257,11 @@ void launch(DecodeParams p, bool aligned, int64_t ws_bytes, int device, cudaStre
   const DType cache_dtype = kIsFp8<KV> ? DType::kF8E4M3 : DType::kBF16;
   // The swapped tile (decode_swap_tile.cuh): head_dim 256 always; head_dim 128 (or any, by the
   // knob) for plain units of <= 8 rows over 16-bit caches.
-  constexpr bool kCanSwap = !kIsFp8<KV>;
+  // (The extended form takes the swapped tile only at 256: no other instantiation of it.)
   constexpr bool kOnlySwap = D == 256;
+  constexpr bool kCanSwap = !kIsFp8<KV> && (!kExt || kOnlySwap);
   const int swap_knob = cuda_tuning().decode_swap;
-  const bool swap = kOnlySwap || (kCanSwap && !kExt && p.rows <= kSwapRows &&
+  const bool swap = kOnlySwap || (kCanSwap && p.rows <= kSwapRows &&
                                   (swap_knob == 1 || (swap_knob < 0 && D == 128)));
   const int unit_rows = swap ? kSwapRows : kDecodeRows;
   p.row_chunks = (p.rows + unit_rows - 1) / unit_rows;
