@@ -3,9 +3,10 @@
 // x dtype (bf16, fp16) x head_dim (64, 128) x causal x paged. The sm_80 kernels live in
 // prefill_kernel.cuh, instantiated by prefill_inst_*.cu; the Hopper ones in
 // hopper/prefill_sm90_*.
-// Calls with a window, softcap, ALiBi or head_dim 80/96/256 take the sm_80 kernel's extended
-// form (kExt, prefill_ext_inst_*.cu) on every architecture: the Hopper kernel does not have
-// them yet. Float8 caches with those options are refused.
+// Calls with a window, softcap or ALiBi at head_dim 64/128 take the Hopper kernel's kMods form
+// (launch_prefill_sm90_mods) where prefill_sm90_eligible, else the sm_80 kernel's extended
+// form (kExt, prefill_ext_inst_*.cu), which also runs head_dim 80/96/256. Float8 caches with
+// those options are refused.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -165,9 +166,19 @@ void prefill_attention(const PrefillArgs& a, const AttentionShape& s) {
   KVATTN_CHECK(!(ext && fp8), kFn,
                ": float8_e4m3 caches are not supported on the GPU together with window_size, "
                "softcap, alibi_slopes or head_dim ", s.head_dim, " yet");
-  const bool sm90 = !fp8 && !ext && prefill_sm90_eligible(p, s.paged, a.q.device.index);
+  const bool sm90 = !fp8 && prefill_sm90_eligible(p, s.paged, a.q.device.index, ext);
   auto with_dtype = [&](auto tag) {
     using T = typename decltype(tag)::type;
+    if (ext && sm90) {  // window / softcap / ALiBi at head_dim 64 or 128 on the Hopper kernel
+      dispatch_bool(s.paged, [&](auto paged) {
+        if (s.head_dim == 64) {
+          launch_prefill_sm90_mods<T, 64, paged.value>(p, stream);
+        } else {
+          launch_prefill_sm90_mods<T, 128, paged.value>(p, stream);
+        }
+      });
+      return;
+    }
     if (ext) {
       dispatch_bool(s.paged, [&](auto paged) {
         if (s.head_dim == 64) {

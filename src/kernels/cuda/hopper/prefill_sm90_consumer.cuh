@@ -17,13 +17,21 @@
 // Keys past Lk inside the last tile are whatever the page (or the next sequence) holds, maybe
 // NaN: their scores are masked to -inf, and the V rows are zeroed in shared memory before the
 // P V GEMM reads them (0 * NaN would poison the row).
+//
+// kMods (window, softcap, ALiBi; prefill_mask.cuh's ScoreMods, exactly the ext kernel's
+// arithmetic): the key tiles are n_first .. n_first + n_blocks - 1; every score gets softcap
+// and ALiBi before the softmax, and the tiles that cross a window edge or Lk for this
+// warpgroup's 64 rows are masked (kCausal is false: causal is the window's right bound 0).
 #pragma once
+
+#include <type_traits>
 
 #include "kernels/cuda/hopper/prefill_sm90_params.h"
 #include "kernels/cuda/hopper/prefill_sm90_smem.cuh"
 #include "kernels/cuda/hopper/prefill_sm90_softmax.cuh"
 #include "kernels/cuda/hopper/sm90_ptx.cuh"
 #include "kernels/cuda/hopper/wgmma_ops.cuh"
+#include "kernels/cuda/prefill_mask.cuh"
 #include "kernels/cuda/prefill_softmax.cuh"
 #include "kernels/cuda/ptx.cuh"
 
@@ -31,8 +39,11 @@ namespace kvattn::cuda::sm90 {
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
-template <typename T, class Tile, bool kCausal>
+struct NoMods {};  // the plain kernels' stand-in for ScoreMods (no state, no code)
+
+template <typename T, class Tile, bool kCausal, bool kMods = false>
 struct PrefillConsumer {
+  static_assert(!(kCausal && kMods), "kMods: causal is the window's right bound 0");
   static constexpr int D = Tile::kHeadDim;
   static constexpr int BN = Tile::kBlockN;
   static constexpr int kNT = BN / 8;
@@ -111,9 +122,11 @@ struct PrefillConsumer {
 
   // wg: this consumer warpgroup; row0: its first query row within the sequence; kv_base: the
   // ring slot of the tile's first K/V tile; q_index: tiles with keys this CTA ran before.
+  // kMods only: n_first (the first key tile), the sequence b, query head h and Lq.
   __device__ __forceinline__ void run(const PrefillSm90Params& p, const PrefillSmem<Tile>& s,
                                       int wg, int row0, int Lk, int causal_offset, int n_blocks,
-                                      uint32_t kv_base, uint32_t q_index) {
+                                      uint32_t kv_base, uint32_t q_index, int n_first = 0,
+                                      int b = 0, int h = 0, int Lq = 0) {
     const int lane = threadIdx.x & 31;
     const int warp = (threadIdx.x >> 5) & 3;
     const int mask_row = row0 + warp * 16 + (lane >> 2);
@@ -127,16 +140,32 @@ struct PrefillConsumer {
     softmax.init();
     if (n_blocks == 0) return;
 
+    // kMods: this warpgroup's rows [row0, row0 + 64) (all of them when the sequence ends
+    // before: those rows are not stored, the mask only has to stay finite-or--inf for them).
+    [[maybe_unused]] std::conditional_t<kMods, ScoreMods, NoMods> mods;
+    if constexpr (kMods) {
+      const int m_end = min(row0 + 64, Lq);
+      mods.template init<BN>(p.base, b, h, row0, m_end > row0 ? m_end : row0 + 64, Lq, Lk);
+    }
     auto mask = [&](float(&sc)[kNT][4], int n) {
-      const bool need = (n + 1) * BN > Lk || (kCausal && (n + 1) * BN - 1 > row0 + causal_offset);
-      if (need) {
+      if constexpr (kMods) {
         float(&s3)[1][kNT][4] = reinterpret_cast<float(&)[1][kNT][4]>(sc);
-        apply_mask<kCausal>(s3, mask_row, n * BN + mask_col, Lk, causal_offset);
+        mods.apply_bias(s3, mask_row, n * BN + mask_col);
+        if (mods.tile_needs_mask(n)) mods.apply_mask(s3, mask_row, n * BN + mask_col);
+      } else {
+        const bool need =
+            (n + 1) * BN > Lk || (kCausal && (n + 1) * BN - 1 > row0 + causal_offset);
+        if (need) {
+          float(&s3)[1][kNT][4] = reinterpret_cast<float(&)[1][kNT][4]>(sc);
+          apply_mask<kCausal>(s3, mask_row, n * BN + mask_col, Lk, causal_offset);
+        }
       }
     };
-    // The first tile processed (n = n_blocks - 1) is the only one that can reach past Lk. TMA
-    // leaves those V rows stale; the cp.async gather producer zero-fills them itself.
-    const int tail_valid = Lk - (n_blocks - 1) * BN;
+    // The first tile processed (the last key tile: n_blocks - 1, kMods n_first + n_blocks - 1)
+    // is the only one that can reach past Lk. TMA leaves those V rows stale; the cp.async
+    // gather producer zero-fills them itself. (Spelled out per form: the plain kernels then
+    // compile to exactly the code they had before kMods.)
+    const int tail_valid = kMods ? Lk - (n_first + n_blocks - 1) * BN : Lk - (n_blocks - 1) * BN;
     const bool zero_tail = tail_valid < BN && p.kv_gather == 0;
 
     if constexpr (kWarpgroups > 1) {
@@ -164,12 +193,12 @@ struct PrefillConsumer {
     fence_operands(sc);
     if (lane == 0) mbar_arrive(s.k_empty(slot(0)));
     release_q(0);
-    mask(sc, n_blocks - 1);
+    mask(sc, kMods ? n_first + n_blocks - 1 : n_blocks - 1);  // the last key tile
     softmax.update(sc, scale_log2, corr);  // O is still 0: nothing to rescale
     pack_p(sc, pa);
 
     for (int it = 1; it < n_blocks; ++it) {
-      const int n = n_blocks - 1 - it;
+      const int n = kMods ? n_first + n_blocks - 1 - it : n_blocks - 1 - it;
       const int stage = slot(it);
       const int prev = slot(it - 1);
       mbar_wait(s.k_full(stage), parity(it));

@@ -5,16 +5,18 @@
 
 namespace kvattn::cuda {
 
-bool prefill_sm90_eligible(const PrefillParams& p, bool paged, int device) {
+bool prefill_sm90_eligible(const PrefillParams& p, bool paged, int device, bool mods) {
 #if defined(KVATTN_SM90A)
   if (cuda_tuning().prefill_sm90 == 0 || compute_capability(device) != 90) return false;
+  if (p.head_dim != 64 && p.head_dim != 128) return false;
   if (paged) {
     constexpr int kBlockN = Sm90PrefillTile<64>::kBlockN;
     static_assert(kBlockN == Sm90PrefillTile<128>::kBlockN);
     const int bs = p.block_size;
     const bool whole_tiles = bs % kBlockN == 0;
     const bool whole_pages = bs >= 8 && kBlockN % bs == 0;
-    const bool gather = cuda_tuning().prefill_sm90_paged_gather != 0;  // any page size
+    // The experimental gather takes any page size, but not with window / softcap / ALiBi.
+    const bool gather = !mods && cuda_tuning().prefill_sm90_paged_gather != 0;
     if (!whole_tiles && !whole_pages && !gather) return false;
   }
   return true;
@@ -22,6 +24,7 @@ bool prefill_sm90_eligible(const PrefillParams& p, bool paged, int device) {
   (void)p;
   (void)paged;
   (void)device;
+  (void)mods;
   return false;
 #endif
 }

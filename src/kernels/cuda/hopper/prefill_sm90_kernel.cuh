@@ -10,6 +10,10 @@
 // mbarriers (prefill_sm90_smem.cuh); the tile shapes are in prefill_sm90_params.h.
 // Semantics are those of the sm_80 kernel (prefill_kernel.cuh): bottom-right causal alignment,
 // untrusted lengths and block ids checked and reported through the fault word.
+// kMods: window, softcap and ALiBi with the ext kernel's semantics (prefill_mask.cuh; causal is
+// the window's right bound 0, so kCausal is false): producer and consumers take the same key
+// tile range per tile from the schedule (decode_tile). The plain kernels (kMods = false) keep
+// their code: everything kMods adds is behind `if constexpr`.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -26,7 +30,7 @@
 
 namespace kvattn::cuda {
 
-template <typename T, class Tile, bool kCausal, bool kPaged>
+template <typename T, class Tile, bool kCausal, bool kPaged, bool kMods = false>
 __global__ void __launch_bounds__(Tile::kThreads, 1)
     prefill_sm90_kernel(const __grid_constant__ PrefillSm90Params sp) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -49,9 +53,11 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   const int warpgroup = threadIdx.x / 128;
   if (warpgroup == 0) {
     sm90::setmaxnreg_dec<Tile::kProducerRegs>();
-    if constexpr (kPaged) {
+    // The experimental cp.async gather is not built with kMods (its 32-register warps would
+    // spill at head_dim 64); the launcher never asks for it there.
+    if constexpr (kPaged && !kMods) {
       if (sp.kv_gather != 0) {  // all four warps gather (prefill_sm90_gather.cuh)
-        sm90::for_each_tile<BM, BN, kCausal, kPaged>(
+        sm90::for_each_tile<BM, BN, kCausal, kPaged, false>(
             p, sp.num_tiles, false, [&](const sm90::PrefillTileWork& w, uint32_t kv, uint32_t qi) {
               const sm90::PagedGatherProducer<T, Tile> gather{
                   sp, smem, static_cast<int>(threadIdx.x), w.h / p.group, w.Lk,
@@ -62,22 +68,32 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       }
     }
     if (threadIdx.x >= 32) return;
-    sm90::for_each_tile<BM, BN, kCausal, kPaged>(
+    sm90::for_each_tile<BM, BN, kCausal, kPaged, kMods>(
         p, sp.num_tiles, false, [&](const sm90::PrefillTileWork& w, uint32_t kv, uint32_t qi) {
-          const sm90::PrefillProducer<Tile, kPaged> producer{
+          sm90::PrefillProducer<Tile, kPaged, kMods> producer{
               sp, smem, static_cast<int>(threadIdx.x), w.h / p.group, w.k_begin, w.Lk,
               kPaged ? p.block_table + static_cast<int64_t>(w.b) * p.bt_stride : nullptr};
+          if constexpr (kMods) {
+            producer.n_first = w.n_first;
+            producer.lo_key = w.key_lo;
+            producer.hi_key = w.key_hi;
+          }
           producer.run(w.q_begin + w.m0, w.h, w.n_blocks, kv, qi);
         });
   } else {
     sm90::setmaxnreg_inc<Tile::kConsumerRegs>();
     const int wg = warpgroup - 1;
-    sm90::for_each_tile<BM, BN, kCausal, kPaged>(
+    sm90::for_each_tile<BM, BN, kCausal, kPaged, kMods>(
         p, sp.num_tiles, threadIdx.x == 128,
         [&](const sm90::PrefillTileWork& w, uint32_t kv, uint32_t qi) {
           const int row0 = w.m0 + wg * 64;
-          sm90::PrefillConsumer<T, Tile, kCausal> consumer;
-          consumer.run(sp, smem, wg, row0, w.Lk, w.causal_offset, w.n_blocks, kv, qi);
+          sm90::PrefillConsumer<T, Tile, kCausal, kMods> consumer;
+          if constexpr (kMods) {
+            consumer.run(sp, smem, wg, row0, w.Lk, w.causal_offset, w.n_blocks, kv, qi,
+                         w.n_first, w.b, w.h, w.Lq);
+          } else {
+            consumer.run(sp, smem, wg, row0, w.Lk, w.causal_offset, w.n_blocks, kv, qi);
+          }
           sm90::store_output<T, Tile::kHeadDim>(p, consumer.o, consumer.softmax, w.h,
                                                 w.q_begin, row0, w.Lq);
         });

@@ -17,8 +17,9 @@
 
 namespace kvattn::cuda {
 
-// Launches one tile configuration (Sm90PrefillTileConfig) on the current device.
-template <typename T, class Tile, bool kCausal, bool kPaged>
+// Launches one tile configuration (Sm90PrefillTileConfig) on the current device; kMods: the
+// window / softcap / ALiBi form (kCausal false: causal is p.window_right = 0).
+template <typename T, class Tile, bool kCausal, bool kPaged, bool kMods = false>
 void launch_prefill_sm90_tile(const PrefillParams& base, cudaStream_t stream) {
   constexpr uint64_t D = Tile::kHeadDim;
   constexpr uint64_t kElem = 2;
@@ -36,8 +37,9 @@ void launch_prefill_sm90_tile(const PrefillParams& base, cudaStream_t stream) {
     const int rows = std::min(p.block_size, Tile::kBlockN);
     sp.kv_box_rows = rows;
     // Pages that are not whole tiles: gathered by cp.async when switched on (experimental).
-    sp.kv_gather =
-        cuda_tuning().prefill_sm90_paged_gather != 0 && p.block_size % Tile::kBlockN != 0;
+    // Not with kMods (prefill_sm90_eligible sends those pages to the sm_80 ext kernel).
+    sp.kv_gather = !kMods && cuda_tuning().prefill_sm90_paged_gather != 0 &&
+                   p.block_size % Tile::kBlockN != 0;
     const uint64_t bs = static_cast<uint64_t>(p.block_size);
     const uint64_t nb = static_cast<uint64_t>(std::max(p.num_blocks, 1));
     const uint32_t box_rows = static_cast<uint32_t>(rows);
@@ -62,7 +64,7 @@ void launch_prefill_sm90_tile(const PrefillParams& base, cudaStream_t stream) {
                                       {64, 1, Tile::kBlockN});
   }
 
-  auto kernel = prefill_sm90_kernel<T, Tile, kCausal, kPaged>;
+  auto kernel = prefill_sm90_kernel<T, Tile, kCausal, kPaged, kMods>;
   constexpr int kSmem = Tile::kSmemAlloc;
   static std::atomic<uint64_t> raised{0};
   const int device = raise_smem_limit_once(kernel, kSmem, raised, "prefill_attention");
@@ -80,6 +82,11 @@ void launch_prefill_sm90_tile(const PrefillParams& base, cudaStream_t stream) {
 template <typename T, int kHeadDim, bool kCausal, bool kPaged>
 void launch_prefill_sm90(const PrefillParams& p, cudaStream_t stream) {
   launch_prefill_sm90_tile<T, Sm90PrefillTile<kHeadDim>, kCausal, kPaged>(p, stream);
+}
+
+template <typename T, int kHeadDim, bool kPaged>
+void launch_prefill_sm90_mods(const PrefillParams& p, cudaStream_t stream) {
+  launch_prefill_sm90_tile<T, Sm90PrefillTile<kHeadDim>, false, kPaged, true>(p, stream);
 }
 
 }  // namespace kvattn::cuda

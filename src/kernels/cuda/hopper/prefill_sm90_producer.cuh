@@ -5,6 +5,9 @@
 // i-th page piece of the tile (kv_box_rows keys), so a tile of 16-key pages is 8 lanes issuing
 // in parallel; a page outside the sequence is not looked up and a bad block id is reported
 // (kFaultBlockOutOfRange): both load as zeros (a block coordinate past the tensor).
+// kMods (window, softcap, ALiBi): the key tiles n_first .. n_first + n_blocks - 1, and a page
+// piece wholly outside the keys [lo_key, hi_key) some row of the tile sees is not looked up
+// either (zeros; the consumers mask those keys), so pages outside a window are never read.
 #pragma once
 
 #include "kernels/cuda/device_faults.cuh"
@@ -31,7 +34,7 @@ __device__ __forceinline__ void load_q(const PrefillSm90Params& p, const Prefill
   }
 }
 
-template <class Tile, bool kPaged>
+template <class Tile, bool kPaged, bool kMods = false>
 struct PrefillProducer {
   static constexpr int BN = Tile::kBlockN;
 
@@ -42,6 +45,10 @@ struct PrefillProducer {
   int k_begin;  // packed: first key row of the sequence
   int Lk;
   const int32_t* bt_row;  // paged: the sequence's block-table row
+  // kMods only: the first key tile, and the keys some row of the tile sees.
+  int n_first = 0;
+  int lo_key = 0;
+  int hi_key = 0;
 
   // Paged: the block and in-block offset of this lane's piece of tile n (block = num_blocks,
   // past the tensor, for a piece outside the sequence or a bad id: TMA zero-fills it).
@@ -53,7 +60,7 @@ struct PrefillProducer {
     Piece piece{p.base.num_blocks, 0};
     const int rows = p.kv_box_rows;
     const int j0 = n * BN + lane * rows;  // first key of this lane's piece
-    if (lane < BN / rows && j0 < Lk) {
+    if (lane < BN / rows && (kMods ? j0 < hi_key && j0 + rows > lo_key : j0 < Lk)) {
       const int idx = j0 / p.base.block_size;
       piece.offset = j0 - idx * p.base.block_size;
       const int id = __ldg(bt_row + idx);
@@ -100,7 +107,7 @@ struct PrefillProducer {
     Piece prev_piece{0, 0};
     for (int it = 0; it <= n_blocks; ++it) {
       if (it < n_blocks) {
-        const int n = n_blocks - 1 - it;
+        const int n = kMods ? n_first + n_blocks - 1 - it : n_blocks - 1 - it;
         const uint32_t g = kv_base + it;
         const int stage = g % Tile::kStages;
         // The block-table read goes before the wait, so its latency hides behind it.
@@ -114,7 +121,7 @@ struct PrefillProducer {
         if (it > 0) load_v(g - 1, n + 1, prev_piece);
         prev_piece = piece;
       } else {
-        load_v(kv_base + it - 1, 0, prev_piece);
+        load_v(kv_base + it - 1, kMods ? n_first : 0, prev_piece);
       }
     }
   }

@@ -6,11 +6,15 @@
 // count the grid is persistent and a CTA's producer loads the next tile while its consumers
 // store the last one. Producer and consumers walk the same list and skip the same tiles, so their
 // ring and Q counters stay in step.
+// kMods (window, softcap, ALiBi; causal is the window's right bound 0): a tile visits only the
+// key tiles [n_first, n_first + n_blocks) some of its rows can see (prefill_key_tiles, the ext
+// kernel's rule), and keys [key_lo, key_hi) bound what any of its rows sees.
 #pragma once
 
 #include <cstdint>
 
 #include "kernels/cuda/device_faults.cuh"
+#include "kernels/cuda/prefill_mask.cuh"
 #include "kernels/cuda/prefill_params.h"
 
 namespace kvattn::cuda::sm90 {
@@ -31,12 +35,17 @@ struct PrefillTileWork {
   int m0 = 0;             // first query row of the tile within the sequence
   int causal_offset = 0;  // query i sees key j iff j < Lk and (causal) j <= i + causal_offset
   int n_blocks = 0;       // key tiles the tile reads (0: its rows see no key)
+  // kMods only: the first key tile read, and the keys [key_lo, key_hi) some row of the tile
+  // sees (the plain kernels read tiles 0 .. n_blocks - 1).
+  int n_first = 0;
+  int key_lo = 0;
+  int key_hi = 0;
 };
 
 // Decodes tile t; false when it has no rows (m0 >= Lq) or its sequence's lengths are bad. Bad
 // lengths are reported once per sequence (by the tile of head 0 and the first row block
 // visited) when `report` is set (one thread of the CTA).
-template <int kBlockM, int kBlockN, bool kCausal, bool kPaged>
+template <int kBlockM, int kBlockN, bool kCausal, bool kPaged, bool kMods = false>
 __device__ __forceinline__ bool decode_tile(const PrefillParams& p, int64_t t, bool report,
                                             PrefillTileWork& w) {
   w.h = static_cast<int>(t % p.num_heads);
@@ -64,15 +73,31 @@ __device__ __forceinline__ bool decode_tile(const PrefillParams& p, int64_t t, b
   w.m0 = (p.num_m_blocks - 1 - z) * kBlockM;
   if (w.m0 >= w.Lq) return false;
   w.causal_offset = w.Lk - w.Lq;
-  const int key_end = kCausal ? min(w.Lk, min(w.m0 + kBlockM, w.Lq) + w.causal_offset) : w.Lk;
-  w.n_blocks = key_end > 0 ? (key_end + kBlockN - 1) / kBlockN : 0;
+  if constexpr (kMods) {
+    static_assert(!kCausal, "kMods: causal is the window's right bound 0");
+    // The union of the rows' visible keys (prefill_key_tiles, as the ext kernel).
+    const long long offset = w.causal_offset;
+    const long long lo = key_lo(w.m0 + offset, p.window_left);
+    const long long hi = key_hi(min(w.m0 + kBlockM, w.Lq) - 1 + offset, p.window_right, w.Lk);
+    if (hi > lo) {
+      w.key_lo = static_cast<int>(lo);
+      w.key_hi = static_cast<int>(hi);
+      w.n_first = w.key_lo / kBlockN;
+      w.n_blocks = (w.key_hi + kBlockN - 1) / kBlockN - w.n_first;
+    } else {
+      w.key_lo = w.key_hi = w.n_first = w.n_blocks = 0;
+    }
+  } else {
+    const int key_end = kCausal ? min(w.Lk, min(w.m0 + kBlockM, w.Lq) + w.causal_offset) : w.Lk;
+    w.n_blocks = key_end > 0 ? (key_end + kBlockN - 1) / kBlockN : 0;
+  }
   return true;
 }
 
 // Calls fn(w, kv_base, q_index) for each tile of this CTA that has rows, in the CTA's order;
 // kv_base and q_index count the K/V ring slots and Q loads of the earlier tiles that read keys
 // (what the producer and the consumers must agree on).
-template <int kBlockM, int kBlockN, bool kCausal, bool kPaged, typename Fn>
+template <int kBlockM, int kBlockN, bool kCausal, bool kPaged, bool kMods, typename Fn>
 __device__ __forceinline__ void for_each_tile(const PrefillParams& p, int64_t num_tiles,
                                               bool report, Fn&& fn) {
   uint32_t kv_base = 0;
@@ -80,7 +105,7 @@ __device__ __forceinline__ void for_each_tile(const PrefillParams& p, int64_t nu
   PrefillTileWork w;
   for (int64_t r = 0; r * gridDim.x < num_tiles; ++r) {
     const int64_t t = snake_tile(r, blockIdx.x, gridDim.x);
-    if (t >= num_tiles || !decode_tile<kBlockM, kBlockN, kCausal, kPaged>(p, t, report, w)) {
+    if (t >= num_tiles || !decode_tile<kBlockM, kBlockN, kCausal, kPaged, kMods>(p, t, report, w)) {
       continue;
     }
     fn(static_cast<const PrefillTileWork&>(w), kv_base, q_index);
