@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Issue 19 on the GPU machine (written without a GPU; not yet run): the CUDA model on Llama 3.x
 # (llama3 RoPE scaling, GGUF rope_freqs), Qwen2 (q/k/v biases, YaRN) and Mistral (sliding
-# window), and tiny_llama with linear / dynamic-NTK scaling. About 4-5 minutes on an H200
+# window), tiny_llama with linear / dynamic-NTK scaling, and Gemma 2 / Gemma 3 (head_dim 256,
+# soft-caps, local/global layers, sandwich norms, GeGLU, embedding scale, Gemma 3's q/k norms
+# and local RoPE base: cuda_gemma.h; written without a GPU). About 4-5 minutes on an H200
 # with 16 cores, most of it the build. Logs under $OUT.
 #   1. build: the new GPU test, the CPU families test, the fused-kernel and tiny-model GPU
 #      tests, the default-model GPU test and the command line (build-gpu, Release, sm_90a);
@@ -10,13 +12,16 @@
 #      blocks 16 one-step prefill and blocks 1 with chunks of 5), each feature switched off
 #      misses HF by more than twice (the GPU applies it), the GPU model vs the CPU model on
 #      2..150-token prompts with a split prefill, greedy tokens through the LLM (CUDA graphs)
-#      equal HF's or diverge at a near-tie; look for "teacher-forced vs HF", "without" and
-#      "gpu vs cpu" (all should read ~1e-2 or less; "without" figures ~0.1..0.6);
+#      equal HF's or diverge at a near-tie, CUDA graphs on == off (tokens); each family also
+#      as gemma2_* / gemma3_* (and FamilyGpuFeatures.EachGemmaFeatureIsApplied); look for
+#      "teacher-forced vs HF", "without" and "gpu vs cpu" (all should read ~1e-2 or less;
+#      "without" figures ~0.1..1.7);
 #   3. the same teacher-forced cases with KVATTN_UNFUSED=1 (the unfused RoPE kernel + store_kv);
 #   4. regressions of the RoPE kernel change: the fused-kernel byte test, the tiny llama/qwen3
 #      GPU tests, the default model (answers Paris; rc=77 when models/ holds no SmolLM2 GGUF:
 #      98 MB, over the carry limit), and the CPU families test on this machine (it creates the
-#      three families on cuda:0 and checks the fp8 + window refusal);
+#      three families on cuda:0 and checks the fp8 + window refusal) and the CPU Gemma test
+#      (creates both Gemmas on cuda:0 from both formats);
 #   5. `kvattn generate` greedy, 16 tokens, of a 72-byte prompt (past the window of 8, llama3's
 #      original context of 64, YaRN's 32) on each HF checkpoint with a
 #      byte-level tokenizer added (ids = bytes; the tiny vocab is 256), --device cuda and cpu:
@@ -31,13 +36,14 @@ source scripts/device_env.sh
 
 step build
 kvattn_gpu_build OFF engine_model_families_gpu_test engine_model_families_test \
-  engine_fused_rope_kv_gpu_test engine_model_gpu_test engine_default_model_gpu_test kvattn_cli
+  engine_fused_rope_kv_gpu_test engine_model_gpu_test engine_default_model_gpu_test kvattn_cli \
+  engine_gemma_test
 
 bin=build-gpu/tests/engine
 step "families on CUDA vs HF (teacher-forced, features off, greedy through the LLM)"
-run_test model_families_gpu 240 $bin/engine_model_families_gpu_test
+run_test model_families_gpu 420 $bin/engine_model_families_gpu_test
 grep -E "teacher-forced vs HF|without|gpu vs cpu|argmax agree|tokens equal HF|HF margin" \
-  "$OUT/model_families_gpu.log" | head -80
+  "$OUT/model_families_gpu.log" | head -140
 
 step "families on CUDA, unfused RoPE (KVATTN_UNFUSED=1), teacher-forced"
 KVATTN_UNFUSED=1 run_test model_families_gpu_unfused 120 $bin/engine_model_families_gpu_test \
@@ -49,6 +55,7 @@ run_test fused_rope_kv 120 $bin/engine_fused_rope_kv_gpu_test
 run_test model_gpu 180 $bin/engine_model_gpu_test
 run_test default_model_gpu 180 $bin/engine_default_model_gpu_test
 run_test model_families_cpu 120 $bin/engine_model_families_test
+run_test gemma_cpu 120 $bin/engine_gemma_test
 
 step "kvattn generate: cuda vs cpu, greedy 16 tokens"
 tok=/tmp/families_tok
@@ -69,7 +76,7 @@ json.dump({"version": "1.0", "added_tokens": [], "normalizer": None, "pre_tokeni
                      "vocab": vocab, "merges": []}}, open(sys.argv[1], "w"))
 EOF
 prompt="The quick brown fox jumps over the lazy dog again and again by the river"
-for arch in llama3 qwen2 mistral; do
+for arch in llama3 qwen2 mistral gemma2 gemma3; do
   dir=/tmp/families_$arch
   rm -rf "$dir" && mkdir -p "$dir"
   cp tests/data/tiny_$arch/config.json tests/data/tiny_$arch/model.safetensors "$tok/tokenizer.json" "$dir/"

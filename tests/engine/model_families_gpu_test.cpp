@@ -1,7 +1,11 @@
 // Issue 19 on the GPU: the CUDA model (bf16) runs the tiny Llama 3 (llama3 RoPE scaling; GGUF:
 // rope_freqs), Qwen2 (q/k/v biases, YaRN) and Mistral (sliding window 8 on every layer) from
 // safetensors and GGUF, and tiny_llama with linear and dynamic-NTK scaling, against HF's
-// float32 logits and greedy tokens (tests/data, scripts/make_tiny_checkpoints.py).
+// float32 logits and greedy tokens (tests/data, scripts/make_tiny_checkpoints.py); and the
+// tiny Gemma 2 (head_dim 256, attention soft-cap 5, final soft-cap 2, window 8 on layer 0,
+// query_pre_attn_scalar 64, GeGLU, sandwich norms, RMSNorm (1 + w), embedding scale) and
+// Gemma 3 (q/k norms, local RoPE base 10000 on the sliding layer 0, rope_theta 1e6 with linear
+// factor 8 on the global layer 1) from both formats (cuda_gemma.h), through the same checks.
 //   - Teacher-forced on HF's tokens through the paged cache, the BlockManager and the batch
 //     builder (blocks 16 with one-step prefill; blocks 1 with chunks of 5, so the window and
 //     the scaled RoPE also go through the paged prefill): mean relative L2 below 5e-2 (the HF
@@ -20,6 +24,8 @@
 //     q/k/v and o_proj biases (the o_proj bias has no HF checkpoint here).
 //   - The LLM's greedy tokens on CUDA (CUDA-graph decode) equal HF's, or diverge only at a
 //     step whose HF margin is within twice the teacher-forced logit error there (a near-tie).
+//   - CUDA graphs on and off give the same tokens (the same kernels on the same buffers; the
+//     final soft-cap is inside the captured graph).
 // Exits 77 without a CUDA device.
 #include <gtest/gtest.h>
 
@@ -33,6 +39,7 @@
 #include <random>
 #include <string>
 #include <unistd.h>
+#include <utility>
 #include <vector>
 
 #include "engine_test_util.h"
@@ -157,9 +164,30 @@ TEST_P(FamilyGpu, GreedyTokensMatchHFOrANearTie) {
   EXPECT_EQ(llm.cache_stats().num_used_blocks, 0);
 }
 
+// The fixed decode path replayed from CUDA graphs and launched eagerly: the same tokens.
+TEST_P(FamilyGpu, CudaGraphsOnEqualsOff) {
+  const auto cases = load_cases(arch());
+  std::vector<std::vector<int32_t>> prompts;
+  for (const auto& c : cases) prompts.push_back(c.prompt);
+  SamplingParams sp;
+  sp.max_tokens = 16;
+  sp.ignore_eos = true;
+  std::vector<std::vector<int32_t>> tokens[2];
+  for (const bool graphs : {true, false}) {
+    LLMOptions o = test::gpu_options();
+    o.cuda_graphs = graphs;
+    LLM llm(load(arch(), format()), std::nullopt, o);
+    for (const auto& out : llm.generate(prompts, sp)) tokens[graphs].push_back(out.token_ids);
+  }
+  for (size_t c = 0; c < prompts.size(); ++c) {
+    EXPECT_EQ(tokens[1][c], tokens[0][c]) << label() << " prompt " << c;
+  }
+  EXPECT_EQ(read_device_faults(Device::cuda(0), true), 0u);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     HF, FamilyGpu,
-    ::testing::Combine(::testing::Values("llama3", "qwen2", "mistral"),
+    ::testing::Combine(::testing::Values("llama3", "qwen2", "mistral", "gemma2", "gemma3"),
                        ::testing::Values("safetensors", "gguf")),
     [](const auto& info) { return std::get<0>(info.param) + "_" + std::get<1>(info.param); });
 
@@ -193,6 +221,36 @@ TEST(FamilyGpuFeatures, EachFeatureIsApplied) {
                          [](ModelWeights& w) { w.config.sliding_window = 0; });
 }
 
+// Gemma's features (the float32 CPU model misses HF without them by gemma_test's figures:
+// gemma2 attention soft-cap 0.43, final soft-cap 1.0, query_pre_attn_scalar 0.99, window 1.7,
+// embedding scale 1.1, GeGLU as SwiGLU 0.74; gemma3 local base 1.4, global scaling 0.78,
+// window 1.75, scale 1.4).
+TEST(FamilyGpuFeatures, EachGemmaFeatureIsApplied) {
+  using C = ModelConfig;
+  const std::vector<std::pair<std::string, std::function<void(C&)>>> g2 = {
+      {"the attention soft-cap", [](C& c) { c.attn_logit_softcap = 0; }},
+      {"the final soft-cap", [](C& c) { c.final_logit_softcap = 0; }},
+      {"query_pre_attn_scalar", [](C& c) { c.attention_scale = 0; }},
+      {"the window", [](C& c) { c.sliding_window = 0; }},
+      {"the embedding scale", [](C& c) { c.embedding_scale = 0; }},
+      {"GeGLU", [](C& c) { c.activation = C::Activation::kSilu; }},
+      {"RMSNorm (1 + w)", [](C& c) { c.norm_weight_offset = false; }},
+  };
+  for (const auto& [what, edit] : g2) {
+    expect_feature_matters("gemma2", what, [&](ModelWeights& w) { edit(w.config); });
+  }
+  const std::vector<std::pair<std::string, std::function<void(C&)>>> g3 = {
+      {"the local RoPE base", [](C& c) { c.rope_local_theta = 0; }},
+      {"the global RoPE scaling", [](C& c) { c.rope_scaling = {}; }},
+      {"the window", [](C& c) { c.sliding_window = 0; }},
+      {"query_pre_attn_scalar", [](C& c) { c.attention_scale = 0; }},
+      {"RMSNorm (1 + w), q/k norms too", [](C& c) { c.norm_weight_offset = false; }},
+  };
+  for (const auto& [what, edit] : g3) {
+    expect_feature_matters("gemma3", what, [&](ModelWeights& w) { edit(w.config); });
+  }
+}
+
 // ---- the GPU model against the CPU model on longer prompts, split prefill --------------------
 
 void expect_gpu_matches_cpu(const std::function<ModelWeights()>& load_weights,
@@ -224,9 +282,10 @@ ModelWeights rope_variant(const std::string& kind);
 
 
 TEST(FamilyGpuVsCpu, TeacherForcedWithSplitPrefill) {
-  for (const std::string arch : {"llama3", "qwen2", "mistral"}) {
+  for (const std::string arch : {"llama3", "qwen2", "mistral", "gemma2", "gemma3"}) {
     expect_gpu_matches_cpu([&] { return load(arch, "safetensors"); }, arch + "/safetensors");
   }
+  expect_gpu_matches_cpu([] { return load("gemma3", "gguf"); }, "gemma3/gguf");
   expect_gpu_matches_cpu([] { return load("llama3", "gguf"); }, "llama3/gguf (rope_freqs)");
   for (const std::string kind : {"linear", "dynamic"}) {
     expect_gpu_matches_cpu([&] { return rope_variant(kind); }, "llama " + kind);

@@ -5,6 +5,16 @@
 // cuda_rope_kv.h), q/k/v biases added after the QKV GEMM and the o_proj bias after o_proj's
 // all-reduce (add_bias), each layer's sliding window handed to its Attention.
 //
+// Gemma 2 / Gemma 3 (ModelConfig::sandwich_norms; kernels in cuda_gemma.h) as the CPU model
+// runs them: the embedding rows times bf16(sqrt(hidden)) (HF's bf16 normalizer), Gemma's
+// RMSNorm (float32 math, float32 weights with the (1 + w) fold done at load as the CPU model
+// does; rounded once), the sandwich norms fused with the residual add and the next norm,
+// GeGLU, q/k norms (Gemma 3, the q/k-norm + RoPE kernel with (1 + w) folded into its bf16
+// weights), the local RoPE table on Gemma 3's sliding layers (plain RoPE at
+// rope_local_theta: no scaling, no YaRN factor, no dynamic NTK), the attention scale and
+// logit soft-cap in each layer's Attention, and the final logit soft-cap on the logit rows
+// before sampling (after the tensor-parallel gather), so graphs replay it too.
+//
 // Fused kernels (ModelOptions::fused_kernels, on unless KVATTN_UNFUSED=1): once a pool is
 // bound, each layer's q/k norm + RoPE kernel also writes the step's K and V into the paged
 // cache (cuda_rope_kv.h) and the Attention layer is told so (BatchContext::kv_stored), so it
@@ -72,6 +82,7 @@ std::vector<int64_t> decode_graph_ladder(int64_t max_decode_batch) {
 #include <vector>
 
 #include "engine/model/cuda_gemm.h"
+#include "engine/model/cuda_gemma.h"
 #include "engine/model/cuda_kernels.h"
 #include "engine/model/cuda_phase_events.h"
 #include "engine/model/cuda_rope_kv.h"
@@ -117,9 +128,25 @@ Tensor take(ModelWeights& w, const std::string& name) {
   return t;
 }
 
+// A norm weight (float32 on the host) with Gemma's (1 + w) added in float32 when `offset`
+// (HF's Gemma checkpoints; GGUF files hold 1 + w already), as the CPU model does.
+Tensor with_offset(Tensor t, bool offset) {
+  if (offset) {
+    float* p = t.ptr<float>();
+    for (int64_t i = 0; i < t.numel(); ++i) p[i] = 1.0f + p[i];
+  }
+  return t;
+}
+
 struct Layer {
-  Tensor input_norm, post_norm, wqkv, q_norm, k_norm, wo, wgate_up, wdown;  // bf16, device
+  // bf16 on the device; with Gemma's sandwich norms the four norms (input_norm, post_norm =
+  // pre_feedforward_layernorm, attn_out_norm = post_attention_layernorm, ffn_out_norm =
+  // post_feedforward_layernorm) are float32 (cuda_gemma.h), otherwise attn/ffn_out_norm are
+  // undefined and post_norm is post_attention_layernorm.
+  Tensor input_norm, post_norm, wqkv, q_norm, k_norm, wo, wgate_up, wdown;
+  Tensor attn_out_norm, ffn_out_norm;
   Tensor qkv_bias, o_bias;  // bf16 [(H + 2 KVH) * D] and [hidden], or undefined (no biases)
+  bool local_rope = false;  // Gemma 3's sliding layers: inv_freq_local_
   std::unique_ptr<Attention> attn;
   k::KVWrite kv;  // the caches attn is bound to (and their scales); slot_mapping set per step
 };
@@ -300,6 +327,10 @@ class CudaModel final : public Model {
   k::Gemm gemm_;
   Tensor embed_, final_norm_, lm_head_;
   Tensor inv_freq_;  // RoPE's frequencies with their scaling, float32 [head_dim / 2] (rope.h)
+  Tensor inv_freq_local_;  // Gemma 3's sliding layers (rope::local_inv_freq), or undefined
+  bool gemma_ = false;         // cfg_.sandwich_norms: the Gemma layer (cuda_gemma.h)
+  float embed_scale_ = 0.0f;   // bf16(embedding_scale) as a float; 0 => none
+  float final_softcap_ = 0.0f;  // 0 => none
   std::vector<Layer> layers_;
   std::unique_ptr<KVPool> pool_;
   // float8_e4m3 caches: the scales, float32 [2][num_layers][num_kv_heads] on the device (K then
@@ -338,8 +369,21 @@ CudaModel::CudaModel(ModelWeights w, Device device, const ModelOptions& options,
     std::fill_n(ones.ptr<float>(), ones.numel(), 1.0f);
     kv_scales_dev_ = ones.to(device);
   }
+  gemma_ = cfg_.sandwich_norms;
+  // HF's bf16 Gemma multiplies by torch.tensor(sqrt(hidden), dtype=bfloat16) (55.5 for 3072;
+  // the CPU model and HF's float32 model use float32(sqrt(hidden))).
+  embed_scale_ = cfg_.embedding_scale != 0
+                     ? bf16_to_float(float_to_bf16(static_cast<float>(cfg_.embedding_scale)))
+                     : 0.0f;
+  final_softcap_ = static_cast<float>(cfg_.final_logit_softcap);
+  const bool offset = cfg_.norm_weight_offset;
+  // A layer or final norm: float32 for the Gemma kernels, bf16 for add_rmsnorm.
+  auto norm = [&](const std::string& name) {
+    Tensor t = with_offset(take(w, name), offset);
+    return gemma_ ? t.to(device) : to_device_bf16({std::move(t)}, device);
+  };
   embed_ = to_device_bf16({take(w, "model.embed_tokens.weight")}, device);
-  final_norm_ = to_device_bf16({take(w, "model.norm.weight")}, device);
+  final_norm_ = norm("model.norm.weight");
   const bool tied = cfg_.tie_word_embeddings && !w.tensors.count("lm_head.weight");
   lm_head_ = tied ? embed_ : to_device_bf16({take(w, "lm_head.weight")}, device);
   {
@@ -347,19 +391,35 @@ CudaModel::CudaModel(ModelWeights w, Device device, const ModelOptions& options,
     Tensor host = Tensor::empty({static_cast<int64_t>(f.size())}, DType::kF32);
     std::copy(f.begin(), f.end(), host.ptr<float>());
     inv_freq_ = host.to(device);
+    const std::vector<float> lf = rope::local_inv_freq(cfg_);  // empty unless Gemma 3
+    if (!lf.empty()) {
+      Tensor lh = Tensor::empty({static_cast<int64_t>(lf.size())}, DType::kF32);
+      std::copy(lf.begin(), lf.end(), lh.ptr<float>());
+      inv_freq_local_ = lh.to(device);
+    }
   }
   for (int64_t i = 0; i < cfg_.num_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
     Layer l;
-    l.input_norm = to_device_bf16({take(w, p + "input_layernorm.weight")}, device);
-    l.post_norm = to_device_bf16({take(w, p + "post_attention_layernorm.weight")}, device);
+    l.input_norm = norm(p + "input_layernorm.weight");
+    if (gemma_) {
+      l.attn_out_norm = norm(p + "post_attention_layernorm.weight");
+      l.post_norm = norm(p + "pre_feedforward_layernorm.weight");
+      l.ffn_out_norm = norm(p + "post_feedforward_layernorm.weight");
+    } else {
+      l.post_norm = norm(p + "post_attention_layernorm.weight");
+    }
+    l.local_rope = inv_freq_local_.defined() && cfg_.window_left(i) >= 0;
     l.wqkv = to_device_bf16({take(w, p + "self_attn.q_proj.weight"),
                              take(w, p + "self_attn.k_proj.weight"),
                              take(w, p + "self_attn.v_proj.weight")},
                             device);
     if (cfg_.qk_norm) {
-      l.q_norm = to_device_bf16({take(w, p + "self_attn.q_norm.weight")}, device);
-      l.k_norm = to_device_bf16({take(w, p + "self_attn.k_norm.weight")}, device);
+      // The q/k-norm + RoPE kernel's bf16 weights; Gemma 3's (1 + w) folded in first.
+      l.q_norm = to_device_bf16({with_offset(take(w, p + "self_attn.q_norm.weight"), offset)},
+                                device);
+      l.k_norm = to_device_bf16({with_offset(take(w, p + "self_attn.k_norm.weight"), offset)},
+                                device);
     }
     l.wo = to_device_bf16({take(w, p + "self_attn.o_proj.weight")}, device);
     if (cfg_.qkv_bias) {  // sharded with their heads on a tensor-parallel rank (sharding.cpp)
@@ -375,8 +435,8 @@ CudaModel::CudaModel(ModelWeights w, Device device, const ModelOptions& options,
         {take(w, p + "mlp.gate_proj.weight"), take(w, p + "mlp.up_proj.weight")}, device);
     l.wdown = to_device_bf16({take(w, p + "mlp.down_proj.weight")}, device);
     // The layer's mask as the CPU model builds it: its sliding window (Mistral, Qwen2's
-    // use_sliding_window layers); attention_scale and the soft-cap are Gemma's (refused on
-    // CUDA, so 0 here: 1/sqrt(head_dim), no cap).
+    // use_sliding_window layers, Gemma's local layers); Gemma's attention scale
+    // (query_pre_attn_scalar ** -0.5; 0 => 1/sqrt(head_dim)) and attention logit soft-cap.
     l.attn = std::make_unique<Attention>(
         cfg_.num_heads, cfg_.head_dim, static_cast<float>(cfg_.attention_scale),
         cfg_.num_kv_heads,
@@ -1041,6 +1101,13 @@ void CudaModel::run_layers(int64_t T, int64_t R, const int32_t* ids, const int32
     rope.seq_lens = rope_lens;
   }
   rope.interleaved = cfg_.rope_style == ModelConfig::RopeStyle::kInterleaved;
+  const k::QkNormRope global_rope = rope;
+  // Gemma 3's sliding layers: plain RoPE from the local table (rope.cpp's local_inv_freq).
+  k::QkNormRope local_rope = rope;
+  local_rope.inv_freq = inv_freq_local_.defined() ? inv_freq_local_.ptr<const float>() : nullptr;
+  local_rope.attention_factor = 1.0f;
+  local_rope.dynamic = {};
+  local_rope.seq_lens = nullptr;
 
   // Phase boundaries (PhaseEvents; no-ops unless this eager step is timed): as the CPU model's.
   const auto lap = [this](double PhaseTimes::*phase) { phase_.lap(phase, stream_); };
@@ -1049,7 +1116,8 @@ void CudaModel::run_layers(int64_t T, int64_t R, const int32_t* ids, const int32
   constexpr double PhaseTimes::*kOther = &PhaseTimes::other_s;
   // Fused: the embedding rows and the first input norm in one launch (one rank only: a
   // tensor-parallel rank's rows are complete only after the all-reduce).
-  const bool fuse_embed = fused_ && !tensor_parallel() && !layers_.empty();
+  // Gemma: the embedding scale and the first input norm (Gemma's) after the gather.
+  const bool fuse_embed = fused_ && !tensor_parallel() && !layers_.empty() && !gemma_;
   if (fuse_embed) {
     k::embed_rmsnorm(embed_.data(), ids, T, H, 0, V, layers_[0].input_norm.data(), eps, x, h,
                      stream_);
@@ -1057,9 +1125,15 @@ void CudaModel::run_layers(int64_t T, int64_t R, const int32_t* ids, const int32
     k::embed(embed_.data(), ids, T, H, rank_.rank * V, V, x, stream_);
     all_reduce(x, T * H);
   }
+  if (gemma_) {
+    // embed_scale_ 0 (no scale) multiplies by 1.
+    k::gemma_scale_rmsnorm(x, embed_scale_ != 0.0f ? embed_scale_ : 1.0f,
+                           layers_[0].input_norm.ptr<const float>(), eps, h, T, H, stream_);
+  }
   for (size_t i = 0; i < layers_.size(); ++i) {
     Layer& l = layers_[i];
-    if (i > 0 || !fuse_embed) {
+    // Gemma: the previous layer's MLP output was added (and this norm applied) at its end.
+    if (!gemma_ && (i > 0 || !fuse_embed)) {
       k::add_rmsnorm(x, i == 0 ? nullptr : o, l.input_norm.data(), eps, h, nullptr, T, H,
                      stream_);
     }
@@ -1067,6 +1141,7 @@ void CudaModel::run_layers(int64_t T, int64_t R, const int32_t* ids, const int32
     gemm_.run(h, H, T, l.wqkv.data(), qkv_dim, H, qkv, qkv_dim, stream_);
     lap(kGemm);
     if (l.qkv_bias.defined()) k::add_bias(qkv, qkv_dim, T, qkv_dim, l.qkv_bias.data(), stream_);
+    rope = l.local_rope ? local_rope : global_rope;
     rope.q_norm = cfg_.qk_norm ? l.q_norm.data() : nullptr;
     rope.k_norm = cfg_.qk_norm ? l.k_norm.data() : nullptr;
     if (fuse_kv) {
@@ -1086,17 +1161,37 @@ void CudaModel::run_layers(int64_t T, int64_t R, const int32_t* ids, const int32
     all_reduce(o, T * H);
     lap(kGemm);
     if (l.o_bias.defined()) k::add_bias(o, H, T, H, l.o_bias.data(), stream_);
-    k::add_rmsnorm(x, o, l.post_norm.data(), eps, h, nullptr, T, H, stream_);
+    if (gemma_) {  // x += post_attention_norm(o); h = pre_feedforward_norm(x)
+      k::gemma_norm_add_rmsnorm(x, o, l.attn_out_norm.ptr<const float>(),
+                                l.post_norm.ptr<const float>(), eps, h, nullptr, T, H, stream_);
+    } else {
+      k::add_rmsnorm(x, o, l.post_norm.data(), eps, h, nullptr, T, H, stream_);
+    }
     lap(kOther);
     gemm_.run(h, H, T, l.wgate_up.data(), 2 * inter, H, gate_up, 2 * inter, stream_);
     lap(kGemm);
-    k::silu_mul(gate_up, T, inter, act, stream_);
+    if (cfg_.activation == ModelConfig::Activation::kGeluTanh) {
+      k::gelu_tanh_mul(gate_up, T, inter, act, stream_);
+    } else {
+      k::silu_mul(gate_up, T, inter, act, stream_);
+    }
     lap(kOther);
     gemm_.run(act, inter, T, l.wdown.data(), H, inter, o, H, stream_);
     all_reduce(o, T * H);
     lap(kGemm);
+    if (gemma_ && i + 1 < layers_.size()) {
+      // x += post_feedforward_norm(o); h = the next layer's input norm of x.
+      k::gemma_norm_add_rmsnorm(x, o, l.ffn_out_norm.ptr<const float>(),
+                                layers_[i + 1].input_norm.ptr<const float>(), eps, h, nullptr,
+                                T, H, stream_);
+    }
   }
-  k::add_rmsnorm(x, o, final_norm_.data(), eps, fin, rows, R, H, stream_);
+  if (gemma_) {  // the last MLP output and the final norm, on the logit rows only
+    k::gemma_norm_add_rmsnorm(x, o, layers_.back().ffn_out_norm.ptr<const float>(),
+                              final_norm_.ptr<const float>(), eps, fin, rows, R, H, stream_);
+  } else {
+    k::add_rmsnorm(x, o, final_norm_.data(), eps, fin, rows, R, H, stream_);
+  }
   lap(kOther);
   gemm_.run(fin, H, R, lm_head_.data(), V, H, lg, V, stream_);
   lap(kGemm);
@@ -1113,6 +1208,13 @@ void CudaModel::run_layers(int64_t T, int64_t R, const int32_t* ids, const int32
                                    row_bytes, row_bytes, R, cudaMemcpyDeviceToDevice, stream_));
     }
 #endif
+  }
+  // Gemma's final logit soft-cap on every vocab id of the rows, before sampling or the copy
+  // to the host (the fixed decode path's pad rows too: harmless).
+  if (final_softcap_ > 0.0f) {
+    void* full = tensor_parallel() ? act_.full_logits.data() : act_.logits.data();
+    k::softcap_logits(full, full_logits_ld(), R, full_vocab_, final_softcap_, stream_);
+    lap(kOther);
   }
 }
 

@@ -37,23 +37,15 @@ void check_model_weights(const ModelWeights& w) {
 
 // What the GPU model does not run yet, refused by name before any weight reaches the device
 // (the CPU model runs all of it). Runs on CUDA: RoPE scaling (linear, dynamic NTK, llama3,
-// YaRN, rope_freqs: cuda_rope_kv.h), q/k/v and o_proj biases, per-layer sliding windows.
+// YaRN, rope_freqs: cuda_rope_kv.h), q/k/v and o_proj biases, per-layer sliding windows, and
+// Gemma 2 / Gemma 3 (GeGLU, the sandwich norms, RMSNorm (1 + w), the embedding scale, the
+// attention scale and soft-caps, Gemma 3's local RoPE base: cuda_gemma.h).
 void check_cuda_architecture(const ModelConfig& c, Device device, const ModelOptions& options) {
-  // Gemma 2/3: every missing feature at once.
-  std::string gemma;
-  auto need = [&](bool present, const std::string& what) {
-    if (present) gemma += (gemma.empty() ? "" : ", ") + what;
-  };
-  need(c.activation != ModelConfig::Activation::kSilu, "GeGLU (gelu_pytorch_tanh)");
-  need(c.sandwich_norms, "post-attention/pre- and post-feedforward norms");
-  need(c.norm_weight_offset, "RMSNorm (1 + weight)");
-  need(c.embedding_scale != 0, "the embedding scale");
-  need(c.attention_scale != 0, "query_pre_attn_scalar (attention scale)");
-  need(c.attn_logit_softcap != 0, "attention logit softcap " + std::to_string(c.attn_logit_softcap));
-  need(c.final_logit_softcap != 0, "final logit softcap " + std::to_string(c.final_logit_softcap));
-  need(c.rope_local_theta != 0, "a local RoPE base (rope_local_base_freq)");
-  KVATTN_CHECK(gemma.empty(), "Model::create: ", c.architecture, " needs ", gemma,
-               ", not supported on ", device, " yet (CPU only)");
+  // The CUDA model scales the embedding only in its Gemma layer (the one with the sandwich
+  // norms); no family has the scale without them.
+  KVATTN_CHECK(c.embedding_scale == 0 || c.sandwich_norms, "Model::create: ", c.architecture,
+               " has the embedding scale ", c.embedding_scale,
+               " without Gemma's sandwich norms, not supported on ", device, " (CPU only)");
   // Dynamic NTK grows the base on the device; llama.cpp's rope_freqs divisors are not applied
   // there (GGUF has no dynamic type, so no file combines them).
   KVATTN_CHECK(c.rope_scaling.type != RopeScaling::Type::kDynamic || c.rope_freq_factors.empty(),
