@@ -8,8 +8,12 @@
 // (CudaTuning::prefill_sm90 = 0), each checked against the default; the bf16 GEMM ceiling (cuBLASLt
 // 8192^3) is measured in the same run. One JSON line per (shape, variant) on stdout, then a
 // short table. FLOPs = 4 * visible (q, k) pairs * num_heads * head_dim (exact count).
+// Feature shapes (issue 18: sliding window, softcap, ALiBi) time the library's default (the
+// Hopper kernel's kMods form on an H200) beside "plain" (the same shape without the features:
+// the plain Hopper kernel, its own FLOPs) and "sm80" (the sm_80 ext kernel, checked against the
+// default).
 //
-//   gpu_prefill_bench [--reps N] [--quick]
+//   gpu_prefill_bench [--reps N] [--quick] [--features]   (--features: the feature shapes only)
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -67,18 +71,33 @@ struct Shape {
   std::string name;
   int64_t batch, lq, lk, hq, hkv, d;
   int64_t page;  // 0: packed keys
+  // Issue 18's features (causal stays on): window_size left (-1: none), softcap (0: off),
+  // ALiBi slopes [hq] (2^(-8 (h + 1) / hq)).
+  int64_t window_left = -1;
+  float softcap = 0.0f;
+  bool alibi = false;
+  bool features() const { return window_left >= 0 || softcap > 0.0f || alibi; }
 };
 
-double visible_pairs(const Shape& s) {  // causal, bottom-right aligned, lq <= lk
-  const double lq = static_cast<double>(s.lq), lk = static_cast<double>(s.lk);
-  return s.batch * (lq * (lk - lq) + lq * (lq + 1) / 2);
+// Causal, bottom-right aligned, with the left window when given.
+double visible_pairs(const Shape& s, bool with_window = true) {
+  const int64_t wl = with_window ? s.window_left : -1;
+  double pairs = 0;
+  for (int64_t i = 0; i < s.lq; ++i) {
+    const int64_t diag = i + s.lk - s.lq;
+    const int64_t hi = std::min(s.lk, diag + 1);
+    const int64_t lo = wl >= 0 ? std::max<int64_t>(0, diag - wl) : 0;
+    pairs += static_cast<double>(std::max<int64_t>(0, hi - lo));
+  }
+  return s.batch * pairs;
 }
 
 // The inputs of one shape on the device, and the PrefillArgs over them.
 struct Problem {
   Shape s;
-  std::unique_ptr<DeviceBuffer> q, k, v, out, cuq, cuk, table;
+  std::unique_ptr<DeviceBuffer> q, k, v, out, cuq, cuk, table, slopes;
   PrefillArgs args;
+  PrefillArgs plain_args;  // the same call without the features
   AttentionShape shape;
 
   explicit Problem(const Shape& sh, uint64_t seed) : s(sh) {
@@ -135,6 +154,16 @@ struct Problem {
       shape.num_blocks = blocks;
       shape.block_size = s.page;
       shape.max_blocks_per_seq = per_seq;
+    }
+    plain_args = args;
+    args.window_left = s.window_left;
+    args.softcap = s.softcap;
+    if (s.alibi) {
+      std::vector<float> sl(s.hq);
+      for (int64_t h = 0; h < s.hq; ++h) sl[h] = std::exp2(-8.0f * (h + 1) / s.hq);
+      slopes = std::make_unique<DeviceBuffer>(4 * s.hq);
+      BENCH_CUDA(cudaMemcpy(slopes->p, sl.data(), slopes->bytes, cudaMemcpyHostToDevice));
+      args.alibi_slopes = TensorView(slopes->p, DType::kF32, dev, {s.hq});
     }
   }
 };
@@ -288,9 +317,11 @@ struct Row {
 int main(int argc, char** argv) {
   int reps = 50;
   bool quick = false;
+  bool features_only = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::atoi(argv[++i]);
     if (!std::strcmp(argv[i], "--quick")) quick = true;
+    if (!std::strcmp(argv[i], "--features")) features_only = true;
   }
   if (!cuda_available()) {
     std::printf("{\"bench\":\"prefill\",\"skipped\":\"no CUDA device\"}\n");
@@ -311,7 +342,22 @@ int main(int argc, char** argv) {
       {"4x4096 9/3 d64", 4, 4096, 4096, 9, 3, 64, 0},
       {"8x2048 32/8 d64", 8, 2048, 2048, 32, 8, 64, 0},
   };
-  if (quick) shapes.resize(1);
+  // Issue 18's features on the shapes above (bf16, causal).
+  const std::vector<Shape> feature_shapes = {
+      {"8x2048 32/8 softcap50", 8, 2048, 2048, 32, 8, 128, 0, -1, 50.0f, false},
+      {"8x2048 32/8 alibi", 8, 2048, 2048, 32, 8, 128, 0, -1, 0.0f, true},
+      {"8x2048 32/8 win1024", 8, 2048, 2048, 32, 8, 128, 0, 1023, 0.0f, false},
+      {"1x16384 32/8 win4096", 1, 16384, 16384, 32, 8, 128, 0, 4095, 0.0f, false},
+      {"1x16384 32/8 win4096 softcap alibi", 1, 16384, 16384, 32, 8, 128, 0, 4095, 50.0f, true},
+      {"prefix 8x(512/4096) page16 win1024", 8, 512, 4096, 32, 8, 128, 16, 1023, 0.0f, false},
+      {"prefix 8x(512/4096) page256 softcap", 8, 512, 4096, 32, 8, 128, 256, -1, 30.0f, false},
+      {"4x4096 9/3 d64 win1024 alibi", 4, 4096, 4096, 9, 3, 64, 0, 1023, 0.0f, true},
+      {"8x2048 32/8 d64 softcap50", 8, 2048, 2048, 32, 8, 64, 0, -1, 50.0f, false},
+  };
+  if (features_only) shapes.clear();
+  if (quick) shapes.resize(std::min<size_t>(shapes.size(), 1));
+  shapes.insert(shapes.end(), feature_shapes.begin(),
+                feature_shapes.begin() + (quick ? 1 : feature_shapes.size()));
   const double ceiling = gemm_ceiling_tflops();
   std::printf("{\"bench\":\"prefill\",\"ceiling\":\"cublas bf16 gemm 8192^3\",\"tflops\":%.1f}\n",
               ceiling);
@@ -324,6 +370,8 @@ int main(int argc, char** argv) {
     struct Variant {
       const char* name;
       std::function<void()> run;
+      double flops;          // 0: the shape's
+      bool compare = true;  // checked against the default (false: another problem)
     };
     auto call = [&] {
       PrefillArgs a = p.args;
@@ -331,25 +379,35 @@ int main(int argc, char** argv) {
       prefill_attention(a);
     };
     std::vector<Variant> variants = {
-        {"default", [&] { call(); }},
+        {"default", [&] { call(); }, 0.0},
         {"grid", [&] {
            cuda::cuda_tuning().prefill_sm90_persistent = 0;
            call();
            cuda::cuda_tuning().prefill_sm90_persistent = 1;
-         }},
-        {"alt_tile", [&] { run_alt_tile(p, g_stream); }},
+         }, 0.0},
+        {"alt_tile", [&] { run_alt_tile(p, g_stream); }, 0.0},
         {"sm80", [&] {
            cuda::cuda_tuning().prefill_sm90 = 0;
            call();
            cuda::cuda_tuning().prefill_sm90 = 1;
-         }},
+         }, 0.0},
     };
-    if (s.page != 0) {  // the experimental cp.async gather of small pages
+    if (s.features()) {  // default (kMods), the plain kernel on the same shape, the ext kernel
+      variants.erase(variants.begin() + 1, variants.begin() + 3);
+      variants.insert(variants.begin() + 1,
+                      Variant{"plain",
+                              [&] {
+                                PrefillArgs a = p.plain_args;
+                                a.stream = Stream{g_stream};
+                                prefill_attention(a);
+                              },
+                              4.0 * visible_pairs(s, false) * s.hq * s.d, false});
+    } else if (s.page != 0) {  // the experimental cp.async gather of small pages
       variants.insert(variants.begin() + 1, Variant{"gather", [&] {
                                                       cuda::cuda_tuning().prefill_sm90_paged_gather = 1;
                                                       call();
                                                       cuda::cuda_tuning().prefill_sm90_paged_gather = 0;
-                                                    }});
+                                                    }, 0.0});
     }
     std::vector<float> ref;
     for (const Variant& var : variants) {
@@ -359,7 +417,9 @@ int main(int argc, char** argv) {
       const uint32_t faults = read_device_faults(Device::cuda(0));
       std::vector<float> got = download_out(p);
       double err = 0.0;
-      if (ref.empty()) {
+      if (!var.compare) {
+        err = NAN;  // another problem: not compared
+      } else if (ref.empty()) {
         ref = std::move(got);
         for (float x : ref) {
           if (!std::isfinite(x)) {
@@ -370,17 +430,18 @@ int main(int argc, char** argv) {
       } else {
         err = rel_l2(got, ref);
       }
+      const double vflops = var.flops > 0.0 ? var.flops : flops;
       const double ms = time_ms(var.run, reps, flush);
-      const double tflops = flops / (ms * 1e-3) / 1e12;
+      const double tflops = vflops / (ms * 1e-3) / 1e12;
       const double gms = graph_ms(var.run, std::max(5, reps / 5));
-      const double gtflops = flops / (gms * 1e-3) / 1e12;
+      const double gtflops = vflops / (gms * 1e-3) / 1e12;
       std::printf(
           "{\"bench\":\"prefill\",\"shape\":\"%s\",\"variant\":\"%s\",\"batch\":%lld,\"lq\":%lld,"
           "\"lk\":%lld,\"hq\":%lld,\"hkv\":%lld,\"d\":%lld,\"page\":%lld,\"flops\":%.6e,"
           "\"ms\":%.5f,\"tflops\":%.2f,\"graph_ms\":%.5f,\"graph_tflops\":%.2f,"
           "\"rel_l2_vs_default\":%.3e,\"faults\":%u}\n",
           s.name.c_str(), var.name, (long long)s.batch, (long long)s.lq, (long long)s.lk,
-          (long long)s.hq, (long long)s.hkv, (long long)s.d, (long long)s.page, flops, ms, tflops,
+          (long long)s.hq, (long long)s.hkv, (long long)s.d, (long long)s.page, vflops, ms, tflops,
           gms, gtflops, err, faults);
       std::fflush(stdout);
       rows.push_back({s.name, var.name, ms, tflops, gms, gtflops, err});

@@ -19,6 +19,7 @@
 #include "kvattn/core/fp8.h"
 #include "kvattn/kernels/device_faults.h"
 #include "kvattn/kernels/prefill_attention.h"
+#include "kernels/cuda/tuning.h"
 #include "kernels/gpu_test_support.h"
 #include "support/case_util.h"
 #include "support/reference.h"
@@ -50,6 +51,7 @@ struct PrefillCase {
   int64_t window_left = -1, window_right = -1;  // flash-attn's window_size
   float softcap = 0.0f;
   int alibi = 0;  // 0: none; 1: slopes [num_heads]; 2: [num_seqs, num_heads]
+  bool f64_reference = false;  // the float64 reference (support/reference.h), not the CPU backend
 
   std::string describe() const {
     std::ostringstream os;
@@ -316,6 +318,28 @@ void run_case(const PrefillCase& c, std::mt19937_64& rng, const std::string& key
     const int64_t lkb = c.lk[b];
     const int64_t lk_sub =
         c.causal ? std::clamp<int64_t>(a + rows + lkb - c.lq[b], 0, lkb) : lkb;
+    if (c.f64_reference && !c.fp8) {  // float64, on the same 16-bit values
+      test::RefMask m;
+      m.window_left = c.window_left;
+      m.window_right = c.window_right;
+      m.softcap = c.softcap;
+      if (c.alibi != 0) {
+        const float* sl = slopes.ptr<float>() + (c.alibi == 2 ? b * hq : 0);
+        m.alibi.assign(sl, sl + hq);
+      }
+      const double scale = c.scale != 0.0f ? static_cast<double>(c.scale)
+                                           : 1.0 / std::sqrt(static_cast<double>(c.d));
+      const TensorView qv = q.view.slice0(cu_q[b] + a, cu_q[b] + a + rows);
+      if (c.paged) {
+        ref = test::paged_prefill_reference(qv, pk.k, pk.v, pk.table.view().slice0(b, b + 1),
+                                            {0, rows}, {0, lk_sub}, scale, c.causal, m);
+      } else {
+        ref = test::prefill_reference(qv, k.view.slice0(cu_k[b], cu_k[b] + lk_sub),
+                                      v.view.slice0(cu_k[b], cu_k[b] + lk_sub), {0, rows},
+                                      {0, lk_sub}, scale, c.causal, m);
+      }
+      return;
+    }
     PrefillArgs r;
     r.q = q32.view(q.view).slice0(cu_q[b] + a, cu_q[b] + a + rows);
     if (c.paged && c.fp8) {  // the CPU backend reads the same codes (the fp8 reference)
@@ -818,6 +842,125 @@ TEST(PrefillGpuFeatures, WindowTileEdges) {
           }
           SCOPED_TRACE(test::case_note(index, seed, c.describe()));
           run_case(c, rng, "prefill features tile edges");
+          if (HasFatalFailure()) return;
+        }
+      }
+    }
+  }
+}
+
+// ---- both kernels of a feature call: the Hopper kernel (kMods) and the sm_80 ext kernel ----
+
+// Sets CudaTuning::prefill_sm90 for the scope (1: the Hopper kernel wherever
+// prefill_sm90_eligible, 0: the sm_80 kernels everywhere), restoring the tuning after.
+class UsePrefillPath {
+ public:
+  explicit UsePrefillPath(bool sm90) : saved_(cuda::cuda_tuning()) {
+    cuda::cuda_tuning().prefill_sm90 = sm90 ? 1 : 0;
+  }
+  ~UsePrefillPath() { cuda::cuda_tuning() = saved_; }
+  UsePrefillPath(const UsePrefillPath&) = delete;
+  UsePrefillPath& operator=(const UsePrefillPath&) = delete;
+
+ private:
+  cuda::CudaTuning saved_;
+};
+
+// The features at the Hopper kernel's tile edges (128 or 192 query rows, 64 per consumer
+// warpgroup, 128 keys), once on each kernel (sm90: the Hopper kernel's kMods form on an H100/
+// H200, the ext kernel elsewhere; sm80: the ext kernel), against the float64 reference:
+// lengths 1, 63, 64, 65, 127, 128, 129 in one batch with Lk = Lq, a prefix, or fewer keys
+// (rows that see nothing); packed and pages 16 and 256; windows smaller and larger than a key
+// tile, both sides when not causal; GQA 1..8; head_dim 64 and 128; bf16 and fp16. Features by
+// index: window; window + softcap (scale 1 every other time, so the cap bites); ALiBi [H]
+// alone; window + softcap + ALiBi [B,H].
+TEST(PrefillGpuFeatures, BothPathsTileEdges) {
+  const std::vector<int64_t> lengths = {1, 63, 64, 65, 127, 128, 129};
+  const std::vector<int64_t> windows = {0,   1,   15,  63,  64,  65,  127,
+                                        128, 129, 191, 192, 193, 300, 5000};
+  const bool quick = test::quick_mode();
+  int index = 0;
+  for (bool sm90 : {true, false}) {
+    const UsePrefillPath path(sm90);
+    for (int64_t d : {64, 128}) {
+      for (bool causal : {true, false}) {
+        // packed, page 16, page 256, page 16 + prefix, packed + prefix, page 256 + fewer keys
+        for (int layout = 0; layout < 6; ++layout, ++index) {
+          if (quick && layout % 2 == 1) continue;
+          if (!test::case_selected(index)) continue;
+          const uint64_t seed = test::case_seed();
+          std::mt19937_64 rng(seed);
+          PrefillCase c;
+          c.f64_reference = true;
+          c.dt = index % 2 == 0 ? DType::kBF16 : DType::kF16;
+          c.d = d;
+          c.causal = causal;
+          c.paged = layout == 1 || layout == 2 || layout == 3 || layout == 5;
+          c.bs = layout == 2 || layout == 5 ? 256 : 16;
+          c.group = 1 + index % 8;
+          c.hkv = c.group > 4 ? 1 : 1 + (index / 8) % 2;
+          c.lq = lengths;
+          c.lk = lengths;
+          if (layout == 3 || layout == 4) {
+            for (int64_t& lk : c.lk) lk += pick(rng, std::vector<int64_t>{1, 63, 128, 129, 300});
+          }
+          if (layout == 5) {
+            for (int64_t& lk : c.lk) lk = std::max<int64_t>(0, lk - pick(rng, std::vector<int64_t>{1, 64, 65}));
+          }
+          const int kind = index % 4;
+          if (kind != 2) {
+            c.window_left = pick(rng, windows);
+            if (!causal) c.window_right = pick(rng, std::vector<int64_t>{-1, 0, 1, 65, 129, 300});
+          }
+          if (kind == 1 || kind == 3) {
+            c.softcap = kind == 1 ? 5.0f : 30.0f;
+            if (kind == 1 && (index / 4) % 2 == 0) c.scale = 1.0f;
+          }
+          if (kind == 2) c.alibi = 1;
+          if (kind == 3) c.alibi = 2;
+          SCOPED_TRACE(test::case_note(index, seed, std::string(sm90 ? "sm90 " : "sm80 ") +
+                                                        c.describe()));
+          run_case(c, rng, std::string("prefill features both paths ") +
+                               (sm90 ? "sm90" : "sm80"));
+          if (HasFatalFailure()) return;
+        }
+      }
+    }
+  }
+}
+
+// 4097 query rows (one past a multiple of the 128 and 192-row tiles) over 4097 and 4097 + 300
+// keys, causal, with windows of 100, 1000 and 4096 keys, softcap and ALiBi, packed and pages 16
+// and 256, head_dim 64 and 128, on each kernel; float64 reference on 64-row windows.
+TEST(PrefillGpuFeatures, BothPathsLong) {
+  const bool quick = test::quick_mode();
+  int index = 0;
+  for (bool sm90 : {true, false}) {
+    const UsePrefillPath path(sm90);
+    for (int layout = 0; layout < 3; ++layout) {  // packed, page 16, page 256
+      for (int64_t d : {64, 128}) {
+        for (int rep = 0; rep < (quick ? 1 : 2); ++rep, ++index) {
+          if (!test::case_selected(index)) continue;
+          const uint64_t seed = test::case_seed();
+          std::mt19937_64 rng(seed);
+          PrefillCase c;
+          c.f64_reference = true;
+          c.dt = rep == 0 ? DType::kBF16 : DType::kF16;
+          c.d = d;
+          c.hkv = 1;
+          c.group = 1 + index % 8;
+          c.paged = layout > 0;
+          c.bs = layout == 2 ? 256 : 16;
+          c.lq = {4097, 129};
+          c.lk = {4097 + (rep == 0 ? 0 : 300), 129};
+          c.window_left = std::vector<int64_t>{100, 1000, 4096}[static_cast<size_t>(index) % 3];
+          c.softcap = index % 2 == 0 ? 30.0f : 0.0f;
+          c.alibi = index % 3 == 0 ? 0 : 1 + index % 2;
+          c.windows = 3;
+          SCOPED_TRACE(test::case_note(index, seed, std::string(sm90 ? "sm90 " : "sm80 ") +
+                                                        c.describe()));
+          run_case(c, rng, std::string("prefill features both paths long ") +
+                               (sm90 ? "sm90" : "sm80"));
           if (HasFatalFailure()) return;
         }
       }

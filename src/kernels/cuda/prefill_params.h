@@ -14,7 +14,8 @@
 //   alibi_slopes float32 [num_heads] (alibi_seq_stride 0) or [num_seqs, num_heads]: the slope of
 //            sequence b, query head h at  b * alibi_seq_stride + h  (nullptr: no ALiBi)
 // Window, softcap, ALiBi and head_dim 80/96/256 are read only by the kExt kernels
-// (prefill_kernel.cuh, prefill_mask.cuh); the other kernels ignore those fields.
+// (prefill_kernel.cuh, prefill_mask.cuh) and, window/softcap/ALiBi, by the Hopper kernel's kMods
+// form (hopper/prefill_sm90_*); the other kernels ignore those fields.
 //
 // Index VALUES (cu_seqlens, block ids) are untrusted: the kernel bound-checks them, skips the
 // bad work and ORs a DeviceFault bit into *fault_word.
