@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "kvattn/core/dtype.h"
 #include "kvattn/engine/gguf.h"
 #include "kvattn/engine/safetensors.h"
 #include "kvattn/engine/tokenizer.h"
@@ -87,7 +88,12 @@ void print_config(const ModelConfig& c) {
                 c.attention_scale > 0 ? "" : " (1/sqrt(head_dim))");
     std::printf("logit soft-capping:  attention %g, final %g (0 = off)\n", c.attn_logit_softcap,
                 c.final_logit_softcap);
-    std::printf("embedding scale:     %g\n", c.embedding_scale);
+    // The CPU model multiplies by float32(scale); the CUDA model (bf16) by bf16(scale), as HF's
+    // bf16 model does.
+    std::printf("embedding scale:     %g (cuda: bf16 %g)\n", c.embedding_scale,
+                c.embedding_scale != 0
+                    ? bf16_to_float(float_to_bf16(static_cast<float>(c.embedding_scale)))
+                    : 0.0);
   }
   std::printf("rms_norm_eps:        %g\n", c.rms_norm_eps);
   std::printf("qk_norm:             %s\n", c.qk_norm ? "yes" : "no");
