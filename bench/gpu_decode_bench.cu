@@ -197,9 +197,11 @@ const DecodeVariant kDecodeVariants[] = {
     {"swap", 8, 0, 1, 0, 0, 0, -1, 1}, {"noswap", 8, 0, 1, 0, 0, 0, -1, 0},
     {"s3", 8, 3},  {"s4", 8, 4}, {"s6", 8, 6}, {"swap s3", 8, 3, 1, 0, 0, 0, -1, 1},
     {"swap h4", 4, 0, 1, 0, 0, 0, -1, 1}, {"swap h4 s2", 4, 2, 1, 0, 0, 0, -1, 1},
-    // head_dim 256 (swapped tile only): bytes in flight per SM at 4 / 2 heads per CTA.
+    // head_dim 256 and the padded 80/96: warps per SM (heads per CTA x stages); "swap h4 s2"
+    // is d256's default before session 10, "s3" d80/96's.
     {"swap h4 s3", 4, 3, 1, 0, 0, 0, -1, 1}, {"swap h2", 2, 0, 1, 0, 0, 0, -1, 1},
-    {"swap h2 s3", 2, 3, 1, 0, 0, 0, -1, 1},
+    {"swap h2 s3", 2, 3, 1, 0, 0, 0, -1, 1}, {"swap h1", 1, 0, 1, 0, 0, 0, -1, 1},
+    {"swap h2 s2", 2, 2, 1, 0, 0, 0, -1, 1}, {"swap h1 s2", 1, 2, 1, 0, 0, 0, -1, 1},
     {"default again", 8, 0},  // the default once more, last: is the first timing of a shape off?
 };
 

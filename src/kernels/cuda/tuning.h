@@ -18,7 +18,9 @@ struct CudaTuning {
   // warpgroup gathers rows with cp.async (hopper/prefill_sm90_gather.cuh; EXPERIMENTAL: not yet
   // run on a GPU), 0 = one TMA box per page piece. Env KVATTN_PREFILL_SM90_PAGED_GATHER.
   int prefill_sm90_paged_gather = 0;
-  // Decode: most KV heads one CTA holds (one warp each). Env KVATTN_DECODE_HEADS_PER_CTA.
+  // Decode: most KV heads one CTA holds (one warp each). Env KVATTN_DECODE_HEADS_PER_CTA. At
+  // 8 (no cap), head_dim 256 and the padded 80/96 take the count that keeps the most warps
+  // busy (decode_config); a lower value is taken as the cap, as for the other head dims.
   int decode_heads_per_cta = 8;
   // Decode: pipeline stages per warp (0: as many as ~192 KB per CTA of 8 warps allow).
   // Env KVATTN_DECODE_STAGES.

@@ -265,7 +265,8 @@ void launch(DecodeParams p, bool aligned, int64_t ws_bytes, int device, cudaStre
                                   (swap_knob == 1 || (swap_knob < 0 && D == 128)));
   const int unit_rows = swap ? kSwapRows : kDecodeRows;
   p.row_chunks = (p.rows + unit_rows - 1) / unit_rows;
-  const DecodeConfig c = decode_config(p.num_kv_heads, p.rows, D, kKvBytes, unit_rows);
+  const DecodeConfig c =
+      decode_config(p.num_kv_heads, p.rows, D, kKvBytes, unit_rows, p.head_dim != D);
   const int64_t B = p.num_seqs;
   // Small mode: as many chunks as wanted and the workspace holds (not for padded tiles).
   if (!kOnlySwap && p.head_dim == D && p.num_splits > 1) {
@@ -371,25 +372,65 @@ bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u
 
 }  // namespace
 
+namespace {
+
+// Warps an SM holds of CTAs of `warps` warps and `cta_bytes` of dynamic shared memory (228 KB
+// an SM, 1 KB of it reserved per CTA); registers and the thread limit are not the bound here.
+int resident_warps(int warps, int cta_bytes) {
+  constexpr int kSmemPerSm = 228 << 10;
+  constexpr int kReservedPerCta = 1 << 10;
+  return kSmemPerSm / (cta_bytes + kReservedPerCta) * warps;
+}
+
+}  // namespace
+
 DecodeConfig decode_config(int64_t num_kv_heads, int64_t rows, int64_t head_dim, int kv_bytes,
-                           int unit_rows) {
+                           int unit_rows, bool padded) {
   const CudaTuning& tuning = cuda_tuning();
   DecodeConfig c;
   c.stage_bytes = 2 * kDecodeTileKeys * decode_tile_pitch(static_cast<int>(head_dim), kv_bytes);
   // Tiles fit next to the largest prefix sum; a CTA holds as many warps as 2 stages each fit
   // (8, or 6 at head_dim 256).
-  const int budget = (227 << 10) - prefix_bytes_for(kDecodeMaxStreamSeqs);
+  const int prefix = prefix_bytes_for(kDecodeMaxStreamSeqs);
+  const int budget = (227 << 10) - prefix;
   const int max_warps = std::clamp(budget / (2 * c.stage_bytes), 1, kDecodeMaxWarps);
   const int64_t rc = (rows + unit_rows - 1) / unit_rows;
   const int64_t hc_max = std::clamp(tuning.decode_heads_per_cta, 1, max_warps);
+  // Tiles whose warps are bound by their own issue rate rather than by the bytes in flight
+  // (head_dim 256; 80 and 96 padded to 128) want the most warps on an SM: 2 stages, and the
+  // heads per CTA that leave the most of them busy. H200, session 10 (docs/perf/NOTES.md):
+  // 64 x 4096 16/8 d256 649 -> 514 us at 2 heads per CTA (6 warps an SM instead of 4);
+  // d80 245 -> 202 and d96 246 -> 228 us at 4 heads of 2 stages (12 warps instead of 8).
+  const bool warp_bound = head_dim == 256 || padded;
+  const int stages_wanted = tuning.decode_stages > 0 ? tuning.decode_stages : warp_bound ? 2 : 0;
+  // Heads per CTA among those rc row chunks fit: all of them, in equal blocks (8 KV heads at
+  // most 6 per CTA: 4 + 4, not 6 + 2; H200, session 9: 64 x 4096 16/8 d256 646.9 vs 726.2
+  // us); for a warp-bound tile, unless the tuning caps the heads per CTA, the count with the
+  // most busy warps an SM (resident warps times the share of a block's warps that have a
+  // head), ties to the larger.
+  auto balanced = [&](int64_t most) {
+    const int64_t h = std::min<int64_t>(num_kv_heads, std::max<int64_t>(1, most));
+    const int64_t blocks = (num_kv_heads + h - 1) / h;
+    return static_cast<int>((num_kv_heads + blocks - 1) / blocks);
+  };
   if (rc <= max_warps) {
     c.rc_per_cta = static_cast<int>(rc);
     c.rc_blocks = 1;
-    c.heads_per_cta = static_cast<int>(std::min<int64_t>(num_kv_heads, std::max<int64_t>(1, hc_max / rc)));
-    // Head blocks of equal size (8 KV heads at most 6 per CTA: 4 + 4, not 6 + 2; H200,
-    // session 9: 64 x 4096 16/8 d256 646.9 vs 726.2 us).
-    const int64_t blocks = (num_kv_heads + c.heads_per_cta - 1) / c.heads_per_cta;
-    c.heads_per_cta = static_cast<int>((num_kv_heads + blocks - 1) / blocks);
+    c.heads_per_cta = balanced(hc_max / rc);
+    if (warp_bound && tuning.decode_heads_per_cta >= kDecodeMaxWarps) {
+      double best = -1.0;
+      for (int64_t most = hc_max / rc; most >= 1; --most) {
+        const int h = balanced(most);
+        const int warps = h * c.rc_per_cta;
+        const int64_t blocks = (num_kv_heads + h - 1) / h;
+        const double busy = resident_warps(warps, prefix + warps * stages_wanted * c.stage_bytes) *
+                            static_cast<double>(num_kv_heads) / static_cast<double>(blocks * h);
+        if (busy > best) {
+          best = busy;
+          c.heads_per_cta = h;
+        }
+      }
+    }
   } else {
     c.rc_per_cta = max_warps;
     c.rc_blocks = static_cast<int>((rc + max_warps - 1) / max_warps);
@@ -401,10 +442,10 @@ DecodeConfig decode_config(int64_t num_kv_heads, int64_t rows, int64_t head_dim,
   // 128; fp8: 6 and 8 for 128 and 64), whatever the cache dtype; never more than fits. 16-bit
   // head_dim 64 takes 2 stages: there more resident CTAs beat deeper pipelines (H200, session
   // 9: 96 x 4096 9/3 87.7 vs 107.0 us at 6 stages, 256 x 1024 8/8 139.3 vs 184.0;
-  // docs/perf/NOTES.md).
+  // docs/perf/NOTES.md); warp-bound tiles too (above).
   const int bytes_rule =
       (192 << 10) / (kDecodeMaxWarps * 2 * kDecodeTileKeys * static_cast<int>(head_dim) * kv_bytes);
-  const int stages = tuning.decode_stages > 0            ? tuning.decode_stages
+  const int stages = stages_wanted > 0                   ? stages_wanted
                      : head_dim == 64 && kv_bytes == 2 ? 2
                                                        : bytes_rule;
   const int fit = budget / (c.warps * c.stage_bytes);

@@ -183,9 +183,10 @@ inline int64_t decode_ws_slots(int64_t bytes, int64_t num_seqs, int64_t rows_tot
 // The CTA shape of the kernel for `num_kv_heads` KV heads of `rows` query rows each in units
 // of `unit_rows` (kDecodeRows, or kDecodeSwapRows for the swapped tile), over a cache of
 // `kv_bytes`-byte elements (2, or 1 for float8_e4m3; cuda_tuning() may change heads per CTA
-// and stages). A CTA holds as many warps as two stages each fit (head_dim 256: 6).
+// and stages). A CTA holds as many warps as two stages each fit (head_dim 256: 6). `padded`:
+// the tensors' head_dim is less than the tile's (80 and 96 on the 128 tile).
 DecodeConfig decode_config(int64_t num_kv_heads, int64_t rows, int64_t head_dim,
-                           int kv_bytes = 2, int unit_rows = kDecodeRows);
+                           int kv_bytes = 2, int unit_rows = kDecodeRows, bool padded = false);
 
 // Query rows per unit the stream kernel uses at tile dim `tile_dim` whatever the tuning: 256
 // runs on the swapped tile only (kDecodeSwapRows); others plan with kDecodeRows.

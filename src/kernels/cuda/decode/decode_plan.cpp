@@ -24,7 +24,8 @@ DecodePlan plan_decode(int64_t num_seqs, int64_t num_heads, int64_t num_kv_heads
   const int64_t group = num_heads / num_kv_heads;
   const int64_t tile_dim = decode_tile_dim(head_dim);  // the workspace holds tile_dim floats a row
   const DecodeConfig c =
-      decode_config(num_kv_heads, group * q_len, tile_dim, 2, decode_plan_unit_rows(tile_dim));
+      decode_config(num_kv_heads, group * q_len, tile_dim, 2, decode_plan_unit_rows(tile_dim),
+                    tile_dim != head_dim);
   const int64_t parts = decode_parts(device, c, tile_dim, std::max<int64_t>(num_seqs, 1));
   if (num_seqs <= 0 || max_seqlen_k <= kDecodeTileKeys || !decode_stream_ok(num_seqs, max_seqlen_k)) {
     return DecodePlan{1, 0};
