@@ -7,6 +7,8 @@
 # with 16 cores, most of it the build. Logs under $OUT.
 #   1. build: the new GPU test, the CPU families test, the fused-kernel and tiny-model GPU
 #      tests, the default-model GPU test and the command line (build-gpu, Release, sm_90a);
+#      then engine_cuda_gemma_gpu_test: the Gemma kernels against a host float32 reference
+#      (within 2-3 bf16 ulps; the logit-rows form of the sandwich norm bit-identical);
 #   2. engine_model_families_gpu_test: every family from safetensors and GGUF, teacher-forced
 #      against HF's float32 logits (bf16 bounds: mean relative L2 < 5e-2, max rel < 0.1;
 #      blocks 16 one-step prefill and blocks 1 with chunks of 5), each feature switched off
@@ -37,9 +39,13 @@ source scripts/device_env.sh
 step build
 kvattn_gpu_build OFF engine_model_families_gpu_test engine_model_families_test \
   engine_fused_rope_kv_gpu_test engine_model_gpu_test engine_default_model_gpu_test kvattn_cli \
-  engine_gemma_test
+  engine_gemma_test engine_cuda_gemma_gpu_test
 
 bin=build-gpu/tests/engine
+step "Gemma kernels (cuda_gemma.h) vs a host reference"
+run_test cuda_gemma 60 $bin/engine_cuda_gemma_gpu_test
+grep -E "bf16 ulps" "$OUT/cuda_gemma.log" | head -20
+
 step "families on CUDA vs HF (teacher-forced, features off, greedy through the LLM)"
 run_test model_families_gpu 420 $bin/engine_model_families_gpu_test
 grep -E "teacher-forced vs HF|without|gpu vs cpu|argmax agree|tokens equal HF|HF margin" \
