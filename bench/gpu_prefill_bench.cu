@@ -13,7 +13,12 @@
 // the plain Hopper kernel, its own FLOPs) and "sm80" (the sm_80 ext kernel, checked against the
 // default).
 //
-//   gpu_prefill_bench [--reps N] [--quick] [--features]   (--features: the feature shapes only)
+// head_dim 256 runs on the Hopper kernel (128 x 64 tiles) and on the sm_80 ext kernel ("sm80");
+// no alternative tile there (128 x 80 spills).
+//
+//   gpu_prefill_bench [--reps N] [--quick] [--features | --d256]
+//     default: the plain shapes; --features: the feature shapes (head_dim 64/128/256);
+//     --d256: the plain head_dim 256 shapes
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -318,10 +323,12 @@ int main(int argc, char** argv) {
   int reps = 50;
   bool quick = false;
   bool features_only = false;
+  bool d256_only = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::atoi(argv[++i]);
     if (!std::strcmp(argv[i], "--quick")) quick = true;
     if (!std::strcmp(argv[i], "--features")) features_only = true;
+    if (!std::strcmp(argv[i], "--d256")) d256_only = true;
   }
   if (!cuda_available()) {
     std::printf("{\"bench\":\"prefill\",\"skipped\":\"no CUDA device\"}\n");
@@ -341,6 +348,11 @@ int main(int argc, char** argv) {
       {"prefix 8x(512/4096) 32/8 page256", 8, 512, 4096, 32, 8, 128, 256},
       {"4x4096 9/3 d64", 4, 4096, 4096, 9, 3, 64, 0},
       {"8x2048 32/8 d64", 8, 2048, 2048, 32, 8, 64, 0},
+      // head_dim 256 (Gemma 2/3: 16 query / 8 KV heads at 9B)
+      {"8x2048 16/8 d256", 8, 2048, 2048, 16, 8, 256, 0},
+      {"1x16384 16/8 d256", 1, 16384, 16384, 16, 8, 256, 0},
+      {"prefix 8x(512/4096) 16/8 d256 page16", 8, 512, 4096, 16, 8, 256, 16},
+      {"prefix 8x(512/4096) 16/8 d256 page256", 8, 512, 4096, 16, 8, 256, 256},
   };
   // Issue 18's features on the shapes above (bf16, causal).
   const std::vector<Shape> feature_shapes = {
@@ -353,11 +365,19 @@ int main(int argc, char** argv) {
       {"prefix 8x(512/4096) page256 softcap", 8, 512, 4096, 32, 8, 128, 256, -1, 30.0f, false},
       {"4x4096 9/3 d64 win1024 alibi", 4, 4096, 4096, 9, 3, 64, 0, 1023, 0.0f, true},
       {"8x2048 32/8 d64 softcap50", 8, 2048, 2048, 32, 8, 64, 0, -1, 50.0f, false},
+      // Gemma 2: softcap 50 everywhere, a 4096-key window on the local layers
+      {"8x2048 16/8 d256 softcap50", 8, 2048, 2048, 16, 8, 256, 0, -1, 50.0f, false},
+      {"1x16384 16/8 d256 win4096 softcap50", 1, 16384, 16384, 16, 8, 256, 0, 4095, 50.0f, false},
+      {"prefix 8x(512/4096) 16/8 d256 page16 win1024", 8, 512, 4096, 16, 8, 256, 16, 1023, 0.0f,
+       false},
   };
-  if (features_only) shapes.clear();
+  // Default: the shapes above without head_dim 256; --features: the feature shapes; --d256:
+  // the plain head_dim 256 shapes.
+  shapes.erase(std::remove_if(shapes.begin(), shapes.end(),
+                              [&](const Shape& s) { return (s.d == 256) != d256_only; }),
+               shapes.end());
+  if (features_only) shapes = feature_shapes;
   if (quick) shapes.resize(std::min<size_t>(shapes.size(), 1));
-  shapes.insert(shapes.end(), feature_shapes.begin(),
-                feature_shapes.begin() + (quick ? 1 : feature_shapes.size()));
   const double ceiling = gemm_ceiling_tflops();
   std::printf("{\"bench\":\"prefill\",\"ceiling\":\"cublas bf16 gemm 8192^3\",\"tflops\":%.1f}\n",
               ceiling);
@@ -402,7 +422,10 @@ int main(int argc, char** argv) {
                                 prefill_attention(a);
                               },
                               4.0 * visible_pairs(s, false) * s.hq * s.d, false});
-    } else if (s.page != 0) {  // the experimental cp.async gather of small pages
+    } else if (s.d == 256) {  // no alternative tile at head_dim 256
+      variants.erase(variants.begin() + 2);
+    }
+    if (!s.features() && s.page != 0 && s.d != 256) {  // the experimental cp.async gather
       variants.insert(variants.begin() + 1, Variant{"gather", [&] {
                                                       cuda::cuda_tuning().prefill_sm90_paged_gather = 1;
                                                       call();

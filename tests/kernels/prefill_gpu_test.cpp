@@ -867,13 +867,14 @@ class UsePrefillPath {
 };
 
 // The features at the Hopper kernel's tile edges (128 or 192 query rows, 64 per consumer
-// warpgroup, 128 keys), once on each kernel (sm90: the Hopper kernel's kMods form on an H100/
-// H200, the ext kernel elsewhere; sm80: the ext kernel), against the float64 reference:
-// lengths 1, 63, 64, 65, 127, 128, 129 in one batch with Lk = Lq, a prefix, or fewer keys
-// (rows that see nothing); packed and pages 16 and 256; windows smaller and larger than a key
-// tile, both sides when not causal; GQA 1..8; head_dim 64 and 128; bf16 and fp16. Features by
-// index: window; window + softcap (scale 1 every other time, so the cap bites); ALiBi [H]
-// alone; window + softcap + ALiBi [B,H].
+// warpgroup; 128 keys, 64 at head_dim 256), once on each kernel (sm90: the Hopper kernel's
+// kMods form on an H100/H200, the ext kernel elsewhere; sm80: the ext kernel), against the
+// float64 reference: lengths 1, 63, 64, 65, 127, 128, 129 in one batch with Lk = Lq, a prefix,
+// or fewer keys (rows that see nothing); packed and pages 16 and 256; windows smaller and
+// larger than a key tile, both sides when not causal; GQA 1..8; head_dim 64, 128 and 256;
+// bf16 and fp16. Features by index: window; window + softcap (scale 1 every other time, so the
+// cap bites); ALiBi [H] alone; window + softcap + ALiBi [B,H]; none (the plain kernels, head_dim
+// 256 included).
 TEST(PrefillGpuFeatures, BothPathsTileEdges) {
   const std::vector<int64_t> lengths = {1, 63, 64, 65, 127, 128, 129};
   const std::vector<int64_t> windows = {0,   1,   15,  63,  64,  65,  127,
@@ -882,11 +883,11 @@ TEST(PrefillGpuFeatures, BothPathsTileEdges) {
   int index = 0;
   for (bool sm90 : {true, false}) {
     const UsePrefillPath path(sm90);
-    for (int64_t d : {64, 128}) {
+    for (int64_t d : {64, 128, 256}) {
       for (bool causal : {true, false}) {
         // packed, page 16, page 256, page 16 + prefix, packed + prefix, page 256 + fewer keys
         for (int layout = 0; layout < 6; ++layout, ++index) {
-          if (quick && layout % 2 == 1) continue;
+          if (quick && layout != 1 && layout != 4 && layout != 5) continue;
           if (!test::case_selected(index)) continue;
           const uint64_t seed = test::case_seed();
           std::mt19937_64 rng(seed);
@@ -907,8 +908,8 @@ TEST(PrefillGpuFeatures, BothPathsTileEdges) {
           if (layout == 5) {
             for (int64_t& lk : c.lk) lk = std::max<int64_t>(0, lk - pick(rng, std::vector<int64_t>{1, 64, 65}));
           }
-          const int kind = index % 4;
-          if (kind != 2) {
+          const int kind = index % 5;
+          if (kind < 2 || kind == 3) {
             c.window_left = pick(rng, windows);
             if (!causal) c.window_right = pick(rng, std::vector<int64_t>{-1, 0, 1, 65, 129, 300});
           }
@@ -929,40 +930,42 @@ TEST(PrefillGpuFeatures, BothPathsTileEdges) {
   }
 }
 
-// 4097 query rows (one past a multiple of the 128 and 192-row tiles) over 4097 and 4097 + 300
+// 4097 query rows (one past a multiple of the 128 and 192-row tiles) over 4097 or 4097 + 300
 // keys, causal, with windows of 100, 1000 and 4096 keys, softcap and ALiBi, packed and pages 16
-// and 256, head_dim 64 and 128, on each kernel; float64 reference on 64-row windows.
+// and 256, head_dim 64, 128 and 256, bf16 or fp16, on each kernel; float64 reference on 64-row
+// windows. Quick mode: paged only.
 TEST(PrefillGpuFeatures, BothPathsLong) {
   const bool quick = test::quick_mode();
   int index = 0;
   for (bool sm90 : {true, false}) {
     const UsePrefillPath path(sm90);
     for (int layout = 0; layout < 3; ++layout) {  // packed, page 16, page 256
-      for (int64_t d : {64, 128}) {
-        for (int rep = 0; rep < (quick ? 1 : 2); ++rep, ++index) {
-          if (!test::case_selected(index)) continue;
-          const uint64_t seed = test::case_seed();
-          std::mt19937_64 rng(seed);
-          PrefillCase c;
-          c.f64_reference = true;
-          c.dt = rep == 0 ? DType::kBF16 : DType::kF16;
-          c.d = d;
-          c.hkv = 1;
-          c.group = 1 + index % 8;
-          c.paged = layout > 0;
-          c.bs = layout == 2 ? 256 : 16;
-          c.lq = {4097, 129};
-          c.lk = {4097 + (rep == 0 ? 0 : 300), 129};
-          c.window_left = std::vector<int64_t>{100, 1000, 4096}[static_cast<size_t>(index) % 3];
-          c.softcap = index % 2 == 0 ? 30.0f : 0.0f;
-          c.alibi = index % 3 == 0 ? 0 : 1 + index % 2;
-          c.windows = 3;
-          SCOPED_TRACE(test::case_note(index, seed, std::string(sm90 ? "sm90 " : "sm80 ") +
-                                                        c.describe()));
-          run_case(c, rng, std::string("prefill features both paths long ") +
-                               (sm90 ? "sm90" : "sm80"));
-          if (HasFatalFailure()) return;
-        }
+      for (int64_t d : {64, 128, 256}) {
+        const int i = index++;
+        if (quick && layout == 0) continue;
+        if (!test::case_selected(i)) continue;
+        const uint64_t seed = test::case_seed();
+        std::mt19937_64 rng(seed);
+        PrefillCase c;
+        c.f64_reference = true;
+        c.dt = i % 2 == 0 ? DType::kBF16 : DType::kF16;
+        c.d = d;
+        c.hkv = 1;
+        c.group = 1 + i % 8;
+        c.paged = layout > 0;
+        c.bs = layout == 2 ? 256 : 16;
+        c.lq = {4097, 129};
+        c.lk = {4097 + (i % 4 < 2 ? 0 : 300), 129};
+        const int mix = (i + i / 3) % 3;  // varies with head_dim and layout
+        c.window_left = std::vector<int64_t>{100, 1000, 4096}[static_cast<size_t>(mix)];
+        c.softcap = i % 2 == 0 ? 30.0f : 0.0f;
+        c.alibi = mix == 1 ? 0 : 1 + i % 2;
+        c.windows = 3;
+        SCOPED_TRACE(test::case_note(i, seed, std::string(sm90 ? "sm90 " : "sm80 ") +
+                                                  c.describe()));
+        run_case(c, rng, std::string("prefill features both paths long ") +
+                             (sm90 ? "sm90" : "sm80"));
+        if (HasFatalFailure()) return;
       }
     }
   }

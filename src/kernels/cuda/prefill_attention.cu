@@ -1,12 +1,12 @@
 // CUDA prefill_attention: builds the one PrefillParams block and dispatches, in one place, on
 // architecture (the Hopper kernel in hopper/ where prefill_sm90_eligible, else the sm_80 one)
-// x dtype (bf16, fp16) x head_dim (64, 128) x causal x paged. The sm_80 kernels live in
-// prefill_kernel.cuh, instantiated by prefill_inst_*.cu; the Hopper ones in
-// hopper/prefill_sm90_*.
-// Calls with a window, softcap or ALiBi at head_dim 64/128 take the Hopper kernel's kMods form
-// (launch_prefill_sm90_mods) where prefill_sm90_eligible, else the sm_80 kernel's extended
-// form (kExt, prefill_ext_inst_*.cu), which also runs head_dim 80/96/256. Float8 caches with
-// those options are refused.
+// x dtype (bf16, fp16) x head_dim (64, 128; the Hopper kernel also 256) x causal x paged. The
+// sm_80 kernels live in prefill_kernel.cuh, instantiated by prefill_inst_*.cu; the Hopper ones
+// in hopper/prefill_sm90_*.
+// Calls with a window, softcap or ALiBi take the Hopper kernel's kMods form
+// (launch_prefill_sm90_mods, head_dim 64/128/256) where prefill_sm90_eligible, else the sm_80
+// kernel's extended form (kExt, prefill_ext_inst_*.cu), which also runs head_dim 80/96, and 256
+// where the Hopper kernel does not. Float8 caches with those options are refused.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -159,23 +159,34 @@ void prefill_attention(const PrefillArgs& a, const AttentionShape& s) {
                a.q.dtype);
   // float8_e4m3 caches (paged only): the sm_80 kernel's register-staged fp8 copy.
   const bool fp8 = s.paged && a.k.dtype == DType::kF8E4M3;
-  // Window, softcap, ALiBi, head_dim 80/96/256: the extended sm_80 kernels.
-  const bool ext = s.window_left >= 0 || (s.window_right >= 0 && !a.causal) ||
-                   s.softcap > 0.0f || a.alibi_slopes.defined() ||
-                   (s.head_dim != 64 && s.head_dim != 128);
+  // Window, softcap, ALiBi: the Hopper kernel's kMods form where eligible (head_dim 64, 128,
+  // 256), else the extended sm_80 kernels, which also run head_dim 80/96 and, off Hopper, 256.
+  const bool features = s.window_left >= 0 || (s.window_right >= 0 && !a.causal) ||
+                        s.softcap > 0.0f || a.alibi_slopes.defined();
+  const bool ext = features || (s.head_dim != 64 && s.head_dim != 128);
   KVATTN_CHECK(!(ext && fp8), kFn,
                ": float8_e4m3 caches are not supported on the GPU together with window_size, "
                "softcap, alibi_slopes or head_dim ", s.head_dim, " yet");
-  const bool sm90 = !fp8 && prefill_sm90_eligible(p, s.paged, a.q.device.index, ext);
+  const bool sm90 = !fp8 && prefill_sm90_eligible(p, s.paged, a.q.device.index, features);
   auto with_dtype = [&](auto tag) {
     using T = typename decltype(tag)::type;
-    if (ext && sm90) {  // window / softcap / ALiBi at head_dim 64 or 128 on the Hopper kernel
+    if (sm90 && features) {  // window / softcap / ALiBi on the Hopper kernel
       dispatch_bool(s.paged, [&](auto paged) {
         if (s.head_dim == 64) {
           launch_prefill_sm90_mods<T, 64, paged.value>(p, stream);
+        } else if (s.head_dim == 256) {
+          launch_prefill_sm90_mods<T, 256, paged.value>(p, stream);
         } else {
           launch_prefill_sm90_mods<T, 128, paged.value>(p, stream);
         }
+      });
+      return;
+    }
+    if (sm90 && s.head_dim == 256) {  // plain head_dim 256 on the Hopper kernel
+      dispatch_bool(a.causal, [&](auto causal) {
+        dispatch_bool(s.paged, [&](auto paged) {
+          launch_prefill_sm90<T, 256, causal.value, paged.value>(p, stream);
+        });
       });
       return;
     }

@@ -8,15 +8,17 @@ namespace kvattn::cuda {
 bool prefill_sm90_eligible(const PrefillParams& p, bool paged, int device, bool mods) {
 #if defined(KVATTN_SM90A)
   if (cuda_tuning().prefill_sm90 == 0 || compute_capability(device) != 90) return false;
-  if (p.head_dim != 64 && p.head_dim != 128) return false;
+  if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256) return false;
   if (paged) {
-    constexpr int kBlockN = Sm90PrefillTile<64>::kBlockN;
-    static_assert(kBlockN == Sm90PrefillTile<128>::kBlockN);
+    static_assert(Sm90PrefillTile<64>::kBlockN == Sm90PrefillTile<128>::kBlockN);
+    const int kBlockN =
+        p.head_dim == 256 ? Sm90PrefillTile<256>::kBlockN : Sm90PrefillTile<128>::kBlockN;
     const int bs = p.block_size;
     const bool whole_tiles = bs % kBlockN == 0;
     const bool whole_pages = bs >= 8 && kBlockN % bs == 0;
-    // The experimental gather takes any page size, but not with window / softcap / ALiBi.
-    const bool gather = !mods && cuda_tuning().prefill_sm90_paged_gather != 0;
+    // The experimental gather takes any page size, but only for the 128-key tiles and not with
+    // window / softcap / ALiBi.
+    const bool gather = !mods && kBlockN == 128 && cuda_tuning().prefill_sm90_paged_gather != 0;
     if (!whole_tiles && !whole_pages && !gather) return false;
   }
   return true;

@@ -54,8 +54,9 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   if (warpgroup == 0) {
     sm90::setmaxnreg_dec<Tile::kProducerRegs>();
     // The experimental cp.async gather is not built with kMods (its 32-register warps would
-    // spill at head_dim 64); the launcher never asks for it there.
-    if constexpr (kPaged && !kMods) {
+    // spill at head_dim 64) nor for tiles other than 128 keys (head_dim 256); the launcher
+    // never asks for it there.
+    if constexpr (kPaged && !kMods && BN == 128) {
       if (sp.kv_gather != 0) {  // all four warps gather (prefill_sm90_gather.cuh)
         sm90::for_each_tile<BM, BN, kCausal, kPaged, false>(
             p, sp.num_tiles, false, [&](const sm90::PrefillTileWork& w, uint32_t kv, uint32_t qi) {

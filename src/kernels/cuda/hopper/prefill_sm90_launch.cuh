@@ -37,8 +37,8 @@ void launch_prefill_sm90_tile(const PrefillParams& base, cudaStream_t stream) {
     const int rows = std::min(p.block_size, Tile::kBlockN);
     sp.kv_box_rows = rows;
     // Pages that are not whole tiles: gathered by cp.async when switched on (experimental).
-    // Not with kMods (prefill_sm90_eligible sends those pages to the sm_80 ext kernel).
-    sp.kv_gather = !kMods && cuda_tuning().prefill_sm90_paged_gather != 0 &&
+    // Not with kMods or head_dim 256 (prefill_sm90_eligible sends those pages to sm_80).
+    sp.kv_gather = !kMods && Tile::kBlockN == 128 && cuda_tuning().prefill_sm90_paged_gather != 0 &&
                    p.block_size % Tile::kBlockN != 0;
     const uint64_t bs = static_cast<uint64_t>(p.block_size);
     const uint64_t nb = static_cast<uint64_t>(std::max(p.num_blocks, 1));

@@ -9,16 +9,17 @@
 namespace kvattn::cuda {
 
 // True when the sm_90a kernels were compiled in (KVATTN_SM90A), `device` is compute capability
-// 9.0, the switch CudaTuning::prefill_sm90 is on, p.head_dim is 64 or 128, and the call fits
-// the kernel: packed K/V, or a page size that is a multiple of 128 keys or a divisor of 128 of
-// at least 8 keys (a TMA box is whole 8-row swizzle atoms of one page), or any page size with
-// the experimental cp.async gather (CudaTuning::prefill_sm90_paged_gather; not with `mods`).
+// 9.0, the switch CudaTuning::prefill_sm90 is on, p.head_dim is 64, 128 or 256, and the call
+// fits the kernel: packed K/V, or a page size that is a multiple of the key tile (128 keys; 64
+// at head_dim 256) or a divisor of it of at least 8 keys (a TMA box is whole 8-row swizzle
+// atoms of one page), or any page size with the experimental cp.async gather
+// (CudaTuning::prefill_sm90_paged_gather; 128-key tiles only, not with `mods`).
 // `mods`: the call has a window, softcap or ALiBi (launch_prefill_sm90_mods). Everything else
 // runs on the sm_80 kernels.
 bool prefill_sm90_eligible(const PrefillParams& p, bool paged, int device, bool mods = false);
 
-// T: __nv_bfloat16 or __half; kHeadDim: 64 or 128. Builds the tensor maps and launches on the
-// current device. Instantiated in prefill_sm90_inst_*.cu.
+// T: __nv_bfloat16 or __half; kHeadDim: 64, 128 or 256. Builds the tensor maps and launches on
+// the current device. Instantiated in prefill_sm90_inst_*.cu.
 template <typename T, int kHeadDim, bool kCausal, bool kPaged>
 void launch_prefill_sm90(const PrefillParams& p, cudaStream_t stream);
 

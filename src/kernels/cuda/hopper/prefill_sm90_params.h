@@ -40,8 +40,10 @@ struct Sm90PrefillTileConfig {
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = kStages_;
   static constexpr int kThreads = 128 * (1 + kConsumerWarpgroups);
-  static constexpr int kProducerRegs = kConsumerWarpgroups == 2 ? 40 : 32;
-  static constexpr int kConsumerRegs = kConsumerWarpgroups == 2 ? 232 : 160;
+  // head_dim 256 (O alone is 128 registers a thread): FlashAttention-3's 24 / 240.
+  static constexpr int kProducerRegs = kHeadDim == 256 ? 24 : (kConsumerWarpgroups == 2 ? 40 : 32);
+  static constexpr int kConsumerRegs =
+      kHeadDim == 256 ? 240 : (kConsumerWarpgroups == 2 ? 232 : 160);
   static constexpr int kColBlocks = kHeadDim / 64;  // 64-element (128-byte) column blocks
   static constexpr int kQBytes = kBlockM * kHeadDim * 2;
   static constexpr int kKVBytes = kBlockN * kHeadDim * 2;  // one K (or V) stage
@@ -67,6 +69,12 @@ struct Sm90PrefillTileFor<128> {
 template <>
 struct Sm90PrefillTileFor<64> {
   using type = Sm90PrefillTileConfig<64, 3, 3, 128>;
+};
+// head_dim 256 (FlashAttention-3's shape): 128 query rows (two consumer warpgroups, O in
+// registers: 128 f32 per thread) x 64 keys, two stages: Q 64 KB + 2 x (K + V) 128 KB.
+template <>
+struct Sm90PrefillTileFor<256> {
+  using type = Sm90PrefillTileConfig<256, 2, 2, 64>;
 };
 template <int kHeadDim>
 using Sm90PrefillTile = typename Sm90PrefillTileFor<kHeadDim>::type;
