@@ -23,8 +23,9 @@ void check_mask_options(std::string_view fn, int64_t window_left, int64_t window
 void check_alibi_slopes(std::string_view fn, const TensorView& slopes, Device device,
                         const AttentionShape& shape, bool cuda_ok = false);
 
-// Optional cache_leftpad (decode): rejected on CUDA for now; on the CPU int32 [num_seqs],
-// contiguous, 0 <= cache_leftpad[b] <= cache_seqlens[b].
+// Optional cache_leftpad (decode): int32 [num_seqs], contiguous, on q's device; on the CPU
+// also 0 <= cache_leftpad[b] <= cache_seqlens[b] (on a GPU the values are not read on the
+// host: the kernel clamps a bad one and records kFaultLeftpadOutOfRange).
 void check_cache_leftpad(std::string_view fn, const TensorView& leftpad,
                          const TensorView& cache_seqlens, Device device, int64_t num_seqs);
 

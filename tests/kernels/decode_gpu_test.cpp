@@ -60,6 +60,14 @@ struct DecodeCase {
   float softcap = 0.0f;
   int alibi = 0;
   int64_t poison_left = -1;
+  // cache_leftpad (empty: none): sequence b's keys start at cache position leftpad[b].
+  // poison_pad: the block-table entries of the pages entirely before each pad hold bad ids on
+  // the GPU. bad_pad >= 0: the GPU sees cache_leftpad[bad_pad] = len + 7 (out of range; the
+  // kernel clamps it to len and records kFaultLeftpadOutOfRange), the CPU and the references
+  // the clamped value.
+  std::vector<int64_t> leftpad;
+  bool poison_pad = false;
+  int bad_pad = -1;
 
   std::string describe() const {
     std::ostringstream os;
@@ -72,6 +80,12 @@ struct DecodeCase {
     if (softcap > 0) os << " softcap " << softcap;
     if (alibi) os << (alibi == 1 ? " alibi [H]" : " alibi [B, H]");
     if (poison_left >= 0) os << " poison before " << poison_left;
+    if (!leftpad.empty()) {
+      os << " leftpad [";
+      for (size_t i = 0; i < leftpad.size() && i < 12; ++i) os << (i ? " " : "") << leftpad[i];
+      os << "]" << (poison_pad ? " poisoned" : "");
+      if (bad_pad >= 0) os << " bad pad at " << bad_pad;
+    }
     os << " lens [";
     for (size_t i = 0; i < lens.size() && i < 12; ++i) os << (i ? " " : "") << lens[i];
     if (lens.size() > 12) os << " ... (" << lens.size() << ")";
@@ -214,16 +228,18 @@ Outcome run_case(const DecodeCase& dc, std::mt19937_64& rng) {
   if (dc.fp8) {
     f8 = quantise_caches(rng, k_host, v_host, dc.fp8_scale, dc.aligned_cache);
     ref16 = test::decode_reference(qb.view, k_host, v_host, kv.block_table, lens_t, dc.q_len,
-                                   scale, dc.causal, mask).out;
+                                   scale, dc.causal, mask, dc.leftpad).out;
     k_host = f8.k;
     v_host = f8.v;
     cache_storage = &f8.storage;
   }
   const test::RefAttention ref =
       dc.fp8 ? test::decode_reference(qb.view, f8.k_ref, f8.v_ref, kv.block_table, lens_t,
-                                      dc.q_len, scale, dc.causal, mask)
+                                      dc.q_len, scale, dc.causal, mask, dc.leftpad)
              : test::decode_reference(qb.view, k_host, v_host, kv.block_table, lens_t, dc.q_len,
-                                      scale, dc.causal, mask);
+                                      scale, dc.causal, mask, dc.leftpad);
+  Tensor pad_t;
+  if (!dc.leftpad.empty()) pad_t = test::int_tensor(dc.leftpad);
 
   // The CPU backend on the same inputs.
   test::RowBuffer cpu_out = test::make_rows(rows, H, dc.d, dc.dt, 0);
@@ -244,6 +260,7 @@ Outcome run_case(const DecodeCase& dc, std::mt19937_64& rng) {
     a.window_right = dc.window_right;
     a.softcap = dc.softcap;
     a.alibi_slopes = slopes;
+    a.cache_leftpad = pad_t;
     decode_attention(a);
   }
   if (dc.poison_left >= 0) {  // bad ids where no window row may look (GPU only)
@@ -252,6 +269,13 @@ Outcome run_case(const DecodeCase& dc, std::mt19937_64& rng) {
       const int64_t first = std::max<int64_t>(0, dc.lens[b] - dc.q_len - dc.poison_left);
       int32_t* row = bt.ptr<int32_t>() + b * bt.stride(0);
       for (int64_t pg = 0; (pg + 1) * dc.bs <= first; ++pg) row[pg] = pg % 2 ? -3 : (1 << 28);
+    }
+  }
+  if (dc.poison_pad) {  // bad ids in the pages before each pad (GPU only)
+    const TensorView& bt = kv.block_table;
+    for (int64_t b = 0; b < B; ++b) {
+      int32_t* row = bt.ptr<int32_t>() + b * bt.stride(0);
+      for (int64_t pg = 0; (pg + 1) * dc.bs <= dc.leftpad[b]; ++pg) row[pg] = pg % 2 ? -5 : (1 << 29);
     }
   }
 
@@ -292,6 +316,13 @@ Outcome run_case(const DecodeCase& dc, std::mt19937_64& rng) {
   if (dc.alibi) {
     slopes_dev = slopes.to(kGpu);
     a.alibi_slopes = slopes_dev;
+  }
+  Tensor pad_dev;
+  if (pad_t.defined()) {
+    Tensor gpu_pad = test::int_tensor(dc.leftpad);
+    if (dc.bad_pad >= 0) gpu_pad.ptr<int32_t>()[dc.bad_pad] = static_cast<int32_t>(dc.lens[dc.bad_pad] + 7);
+    pad_dev = gpu_pad.to(kGpu);
+    a.cache_leftpad = pad_dev;
   }
   Tensor workspace;
   if (dc.plan_mode == 1 || dc.plan_mode == 3 || dc.plan_mode == 4) {
@@ -335,7 +366,7 @@ void check(const DecodeCase& dc, const Outcome& r) {
   EXPECT_LT(r.vs_ref.rel_l2, tol) << "vs float64 reference, max abs " << r.vs_ref.max_abs;
   EXPECT_LT(r.vs_cpu.rel_l2, tol) << "vs CPU backend, max abs " << r.vs_cpu.max_abs;
   EXPECT_TRUE(r.untouched) << "bytes of the out buffer outside the view changed";
-  EXPECT_EQ(r.faults, 0u);
+  EXPECT_EQ(r.faults, dc.bad_pad >= 0 ? static_cast<uint32_t>(kFaultLeftpadOutOfRange) : 0u);
   if (dc.with_lse) {
     EXPECT_TRUE(r.lse.ok) << "LSE NaN or -inf mismatch";
     EXPECT_LT(r.lse.max_abs, 2e-3) << "LSE max abs error";
@@ -839,6 +870,14 @@ DecodeCase feature_case(int c, std::mt19937_64& rng, bool fp8) {
   dc.scale = uniform_int(rng, 0, 3) == 0 ? 1.0f : 0.0f;
   dc.fp8 = fp8;
   dc.fp8_scale = pick(rng, std::vector<float>{0.0f, 0.01f, 0.2f});
+  if (uniform_int(rng, 0, 2) == 0) {  // cache_leftpad on a third, pages before it poisoned
+    for (int64_t len : dc.lens) {
+      dc.leftpad.push_back(std::clamp<int64_t>(
+          pick(rng, std::vector<int64_t>{0, 1, 15, 16, 17, len - 1, len, uniform_int(rng, 0, len)}),
+          0, len));
+    }
+    dc.poison_pad = true;
+  }
   return dc;
 }
 
@@ -994,6 +1033,46 @@ TEST(DecodeGpuFeatures, WindowWiderThanTheContext) {
   dc.q_len = 2;
   dc.window_left = 1 << 20;
   SCOPED_TRACE(test::case_note(0, seed, dc.describe()));
+  check(dc, run_case(dc, rng));
+}
+
+// cache_leftpad at the tile edges (pads 0, 1, 15, 16, 17, len - 1, len over lengths at the
+// edges), alone and with a window, q_len 1 and 3, GQA 3 and 8, head_dim 64/128/256/96, every
+// plan, both kernels; the pages before each pad hold bad ids on the GPU (never read: no fault).
+// Last, a pad past its sequence's length: clamped to the length (no key) and reported.
+TEST(DecodeGpuFeatures, LeftpadTileEdges) {
+  const uint64_t seed = test::case_seed();
+  std::mt19937_64 rng(seed);
+  int c = 0;
+  for (const Variant& v : {kVariants[0], kVariants[4]}) {  // small on / off
+    UseVariant use(v);
+    for (int64_t q_len : {1, 3}) {
+      for (int64_t left : {-1, 20}) {
+        DecodeCase dc;
+        dc.q_len = q_len;
+        dc.window_left = left;
+        dc.group = c % 2 ? 3 : 8;
+        dc.hkv = 2;
+        dc.d = std::vector<int64_t>{128, 64, 256, 96}[c % 4];
+        dc.bs = std::vector<int64_t>{1, 16, 256}[c % 3];
+        dc.lens = {1, 15, 16, 17, 31, 32, 33, 64, 65, 200, 1000, 1000, 1000, 1000, 0};
+        dc.leftpad = {0, 15, 1, 16, 17, 16, 32, 63, 64, 199, 0, 1, 500, 1000, 0};
+        dc.poison_pad = true;
+        dc.plan_mode = c % 5;
+        dc.forced_splits = 3;
+        dc.dt = c % 2 ? DType::kBF16 : DType::kF16;
+        SCOPED_TRACE(test::case_note(c, seed, std::string(v.name) + " " + dc.describe()));
+        check(dc, run_case(dc, rng));
+        ++c;
+      }
+    }
+  }
+  DecodeCase dc;
+  dc.lens = {300, 40, 1000};
+  dc.leftpad = {10, 40, 0};  // the GPU sees 47 for sequence 1
+  dc.bad_pad = 1;
+  dc.q_len = 2;
+  SCOPED_TRACE(test::case_note(c, seed, dc.describe()));
   check(dc, run_case(dc, rng));
 }
 

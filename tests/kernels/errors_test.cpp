@@ -589,8 +589,8 @@ TEST_F(DecodeFixture, BadWindowAndSoftcap) {
 #endif
 }
 
-// alibi_slopes and cache_leftpad on decode: shapes, dtypes, values; on CUDA alibi_slopes is
-// checked (shape, dtype, device; values not read) and cache_leftpad refused.
+// alibi_slopes and cache_leftpad on decode: shapes, dtypes, values; on CUDA both are checked
+// (shape, dtype, device; values not read on the host).
 TEST_F(DecodeFixture, BadAlibiAndLeftpad) {
   Tensor slopes = Tensor::zeros({3, 8}, DType::kF32);
   Tensor pad = test::int_tensor({5, 3, 0});
@@ -634,9 +634,20 @@ TEST_F(DecodeFixture, BadAlibiAndLeftpad) {
   EXPECT_KVATTN_ERROR(on_gpu([&](DecodeArgs& x) { x.alibi_slopes = on(slopes, Device::cuda(0)); }),
                       HasSubstr("no CUDA backend"));
 #endif
-  EXPECT_KVATTN_ERROR(on_gpu([&](DecodeArgs& x) { x.cache_leftpad = on(pad, Device::cuda(0)); }),
-                      HasSubstr("decode_attention"),
-                      HasSubstr("cache_leftpad is not supported on cuda:0"));
+  // cache_leftpad on CUDA: shape, dtype and device checked; its values are not read on the host
+  // (the kernel clamps a bad one and records kFaultLeftpadOutOfRange: decode_gpu_test).
+  EXPECT_KVATTN_ERROR(on_gpu([&](DecodeArgs& x) { x.cache_leftpad = pad; }),
+                      HasSubstr("decode_attention"), HasSubstr("cache_leftpad"), HasSubstr("cpu"));
+  EXPECT_KVATTN_ERROR(on_gpu([&](DecodeArgs& x) { x.cache_leftpad = on(two, Device::cuda(0)); }),
+                      HasSubstr("decode_attention"), HasSubstr("cache_leftpad"),
+                      HasSubstr("num_seqs"));
+  EXPECT_KVATTN_ERROR(on_gpu([&](DecodeArgs& x) { x.cache_leftpad = on(i64, Device::cuda(0)); }),
+                      HasSubstr("decode_attention"), HasSubstr("cache_leftpad"),
+                      HasSubstr("int32"));
+#ifndef KVATTN_WITH_CUDA
+  EXPECT_KVATTN_ERROR(on_gpu([&](DecodeArgs& x) { x.cache_leftpad = on(too_far, Device::cuda(0)); }),
+                      HasSubstr("no CUDA backend"));
+#endif
 }
 
 TEST(PlanDecode, RejectsBadSizes) {

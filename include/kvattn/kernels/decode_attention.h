@@ -43,11 +43,11 @@ DecodePlan plan_decode(int64_t num_seqs, int64_t num_heads, int64_t num_kv_heads
 // Lq = q_len and Lk = L - cache_leftpad[b]. A windowed decode reads only the window's keys:
 // the blocks before it are never touched. cache_leftpad (flash-attn's): sequence b's keys are
 // the cache positions cache_leftpad[b] .. L-1, so key j (as the mask and ALiBi count it) lives
-// at position cache_leftpad[b] + j; positions before it are never read. CUDA: window, softcap
-// and alibi_slopes (head_dim 64/128, 16-bit and fp8 caches); cache_leftpad is CPU only (the
-// CUDA backend rejects it by name).
-// Out-of-range block ids or cache_seqlens beyond the table's capacity: the CPU throws; the GPU
-// never reads out of bounds and records a fault in the device fault word.
+// at position cache_leftpad[b] + j; positions before it are never read. CUDA: window, softcap,
+// alibi_slopes and cache_leftpad at every head_dim over 16-bit caches, 64/128 over fp8 caches.
+// Out-of-range block ids, cache_seqlens beyond the table's capacity or a cache_leftpad[b]
+// outside [0, L]: the CPU throws; the GPU never reads out of bounds, clamps, and records a
+// fault in the device fault word.
 struct DecodeArgs {
   TensorView q;
   TensorView k_cache;

@@ -15,6 +15,7 @@ enum DeviceFault : uint32_t {
   kFaultSeqlenOutOfRange = 1u << 2,   // cache_seqlens / Lk beyond the block table's capacity
   kFaultBadCuSeqlens = 1u << 3,       // cu_seqlens not non-decreasing or past the tensor
   kFaultDecodeMergeStalled = 1u << 4, // decode: a split's piece never reached its merger
+  kFaultLeftpadOutOfRange = 1u << 5,  // decode: cache_leftpad[b] outside [0, cache_seqlens[b]]
 };
 
 // Reads (and by default clears) the fault word of `device`. Synchronizes that device.

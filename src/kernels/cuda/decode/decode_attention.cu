@@ -538,8 +538,10 @@ void decode_attention(const DecodeArgs& args, const AttentionShape& shape) {
   // (row i's last is min(Lk - 1, i + Lk - Lq + right) = Lk - 1 once right >= q_len - 1 - i).
   // A causal call's right bound 0 alone is the plain kernels' causal mask.
   const bool ext = shape.window_left >= 0 || (!args.causal && shape.window_right >= 0) ||
-                   shape.softcap > 0.0f || args.alibi_slopes.defined();
+                   shape.softcap > 0.0f || args.alibi_slopes.defined() ||
+                   args.cache_leftpad.defined();
   if (ext) {
+    if (args.cache_leftpad.defined()) p.cache_leftpad = args.cache_leftpad.ptr<const int32_t>();
     p.window_left = shape.window_left >= 0 && shape.window_left < capacity
                         ? static_cast<int>(shape.window_left) : -1;
     p.window_right = shape.window_right >= 0 && shape.window_right < args.q_len - 1

@@ -9,11 +9,13 @@
 // log2 e)), i.e. tanh's exponent 2 s / softcap, and ALiBi subtracts (slope log2 e) |diag - j|.
 // The order is the CPU backend's: scale, softcap, ALiBi, mask.
 //
-// Work: the tiles before the window's first key (of the sequence's first query row) are never
-// issued: the kernels' tile ranges start at window_first_tile, and the keys of that tile
-// before the window are zero-filled without reading their block ids' pages. Only tiles that
-// cross a row's window edge or its upper bound run the mask; softcap and ALiBi touch every
-// score (they are part of it).
+// Work: the tiles before a sequence's first key (its cache_leftpad, or the window's edge for
+// its first query row, whichever is later) are never issued: the kernels' tile ranges start
+// at first_tile, and the keys of that tile before it are zero-filled without reading their
+// block ids' pages. Only tiles that cross a row's window edge or its upper bound run the mask;
+// softcap and ALiBi touch every score (they are part of it).
+// cache_leftpad only raises every row's lower bound: bottom-right alignment, the window and
+// ALiBi's distance are the same in cache positions as counted from the pad.
 #pragma once
 
 #include "kernels/cuda/decode/decode_common.cuh"
@@ -23,27 +25,39 @@ namespace {
 
 constexpr float kLog2e = 1.4426950408889634f;
 
-// The first key that any query row of a sequence of `len` keys sees (row 0's window edge,
-// bottom-right aligned); 0 without a left bound. < len whenever len > 0.
-__device__ __forceinline__ int window_first_key(const DecodeParams& p, int len) {
-  return p.window_left >= 0 ? max(0, len - p.q_len - p.window_left) : 0;
-}
-__device__ __forceinline__ int window_first_tile(const DecodeParams& p, int len) {
-  return window_first_key(p, len) / kDecodeTileKeys;
+// Sequence b's cache_leftpad for a length of `len` keys: 0 without one; a value outside
+// [0, len] is clamped, and recorded when `report`.
+__device__ __forceinline__ int seq_pad(const DecodeParams& p, int b, int len, bool report = false) {
+  if (p.cache_leftpad == nullptr) return 0;
+  const int pad = __ldg(p.cache_leftpad + b);
+  if (pad < 0 || pad > len) {
+    if (report) record_fault(p.fault_word, kFaultLeftpadOutOfRange);
+    return pad < 0 ? 0 : len;
+  }
+  return pad;
 }
 
-// The key tiles of a sequence of `len` keys that the kernels visit: [first tile, tiles_of(len)).
+// The first key that any query row of sequence b (`len` keys) sees: its pad, or row 0's
+// window edge (bottom-right aligned) when later. May be len (no key; keys from it are read).
+__device__ __forceinline__ int first_key(const DecodeParams& p, int b, int len) {
+  const int pad = seq_pad(p, b, len);
+  return p.window_left >= 0 ? max(pad, len - p.q_len - p.window_left) : pad;
+}
+
+// The key tiles of sequence b (`len` keys) that the kernels visit: [first tile, tiles_of(len)),
+// at least one when len > 0 (a sequence whose pad is len then runs one tile of masked keys,
+// none read, so every row gets its zeros and -inf LSE the usual way).
 template <bool kExt>
-__device__ __forceinline__ int first_tile(const DecodeParams& p, int len) {
+__device__ __forceinline__ int first_tile(const DecodeParams& p, int b, int len) {
   if constexpr (kExt) {
-    return window_first_tile(p, len);
+    return min(first_key(p, b, len), max(len - 1, 0)) / kDecodeTileKeys;
   } else {
     return 0;
   }
 }
 template <bool kExt>
-__device__ __forceinline__ int visited_tiles(const DecodeParams& p, int len) {
-  return tiles_of(len) - first_tile<kExt>(p, len);
+__device__ __forceinline__ int visited_tiles(const DecodeParams& p, int b, int len) {
+  return tiles_of(len) - first_tile<kExt>(p, b, len);
 }
 
 // One warp's rows of one sequence: their visible key ranges, ALiBi slopes and the warp-wide
@@ -68,13 +82,14 @@ struct DecodeMods {
   // stored), so they widen nothing.
   __device__ __forceinline__ void init_rows(const DecodeParams& p, int b, int len, int kvh,
                                             int r0, int r1) {
+    const int pad = seq_pad(p, b, len);
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
       const int r = min(hr == 0 ? r0 : r1, p.rows - 1);
       const int i = r / p.group;
       const int head = kvh * p.group + (r - i * p.group);
       diag[hr] = i + len - p.q_len;
-      lo[hr] = p.window_left >= 0 ? max(0, diag[hr] - p.window_left) : 0;
+      lo[hr] = p.window_left >= 0 ? max(pad, diag[hr] - p.window_left) : pad;
       hi[hr] = p.window_right >= 0 ? min(len, diag[hr] + p.window_right + 1) : len;
       slope[hr] = p.alibi_slopes != nullptr
                       ? __ldg(p.alibi_slopes + static_cast<int64_t>(b) * p.alibi_seq_stride + head) *

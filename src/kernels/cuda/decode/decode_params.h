@@ -143,6 +143,11 @@ struct DecodeParams {
   float softcap_out = 0.0f;  // softcap * log2(e); 0: off
   const float* alibi_slopes = nullptr;  // float32 [num_heads] or [num_seqs, num_heads]; null: off
   int64_t alibi_seq_stride = 0;         // 0 for [num_heads]
+  // int32 [num_seqs] or null: sequence b's keys are the cache positions cache_leftpad[b] ..
+  // len - 1 (flash-attn's cache_leftpad); the mask, window and ALiBi are unchanged in cache
+  // positions, the positions before it are never read. A value outside [0, len] is clamped
+  // and recorded (kFaultLeftpadOutOfRange).
+  const int32_t* cache_leftpad = nullptr;
 
   // The tensors' head_dim: the kernels' tile dim D, or less for a padded tile (head_dim 80 and
   // 96 run on D = 128: the dims past head_dim are zero-filled in shared memory and in Q, never

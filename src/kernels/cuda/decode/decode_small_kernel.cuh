@@ -258,7 +258,7 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   };
   // The first two tiles' ids from the guessed length, in flight together with the length.
   const int guess_tiles = tiles_of(p.len_hint);
-  const int guess_first = first_tile<kExt>(p, p.len_hint);
+  const int guess_first = first_tile<kExt>(p, b, p.len_hint);
   if constexpr (kExt) {
     split_from(guess_first, guess_tiles);
   } else {
@@ -303,7 +303,8 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   const int len = clamp_len(p, len_raw, c == 0 && unit == 0 && tid == 0);
   const int ntiles = tiles_of(len);
   if constexpr (kExt) {
-    const int first = first_tile<kExt>(p, len);
+    if (c == 0 && unit == 0 && tid == 0) (void)seq_pad(p, b, len, true);  // report a bad pad
+    const int first = first_tile<kExt>(p, b, len);
     if (ntiles != guess_tiles || first != guess_first) {  // wrong guess: range and ids again
       split_from(first, ntiles);
       load_ids(ta, lane < 16);
@@ -312,7 +313,7 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     // Keys before the window (in its first tile only) are zero-filled, never read; the
     // later tiles issued below start past it.
     const int key = (lane < 16 ? ta : ta + 1) * kDecodeTileKeys + (lane & 15);
-    if (key >= len || key < window_first_key(p, len)) noff = -1;
+    if (key >= len || key < first_key(p, b, len)) noff = -1;
   } else {
     if (ntiles != guess_tiles) {  // wrong guess: this warp's range and its ids again
       split(ntiles);

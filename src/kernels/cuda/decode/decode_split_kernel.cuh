@@ -55,7 +55,7 @@ __device__ __forceinline__ void seek(const DecodeParams& p, const Source& s, int
     c.b = b;
     if constexpr (kExt) {  // prefix counts the visited tiles, from the window's first one
       c.len = seq_len(p, b, false);
-      const int first = first_tile<kExt>(p, c.len);
+      const int first = first_tile<kExt>(p, b, c.len);
       c.t0 = c.t = first + max(s.g0 - base, 0);
       c.t_end = first + min(s.prefix[b + 1], s.g1) - base;
     } else {
@@ -67,12 +67,13 @@ __device__ __forceinline__ void seek(const DecodeParams& p, const Source& s, int
   } else {
     int len = 0;
     while (b < p.num_seqs && (len = seq_len(p, b, false)) == 0) b += s.parts;
+    // (A sequence of len > 0 has a visited tile even when its pad is len: first_tile.)
     if (b >= p.num_seqs) {
       c.done = true;
       return;
     }
     c.b = b;
-    c.t0 = c.t = first_tile<kExt>(p, len);
+    c.t0 = c.t = first_tile<kExt>(p, b, len);
     c.t_end = tiles_of(len);
     c.len = len;
     c.done = false;
@@ -125,7 +126,9 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     const int hi = min(B, lo + per);
     int sum = 0;
     for (int b = lo; b < hi; ++b) {
-      const int t = visited_tiles<kExt>(p, seq_len(p, b, blockIdx.x == 0));
+      const int len = seq_len(p, b, blockIdx.x == 0);
+      if constexpr (kExt) (void)seq_pad(p, b, len, blockIdx.x == 0);  // report a bad pad
+      const int t = visited_tiles<kExt>(p, b, len);
       prefix[b + 1] = t;
       sum += t;
     }
@@ -171,7 +174,10 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     }
   } else {
     if (slice == 0 && tid == 0) {
-      for (int b = part; b < B; b += p.parts) (void)seq_len(p, b, true);  // report bad lengths
+      for (int b = part; b < B; b += p.parts) {  // report bad lengths (and pads)
+        const int len = seq_len(p, b, true);
+        if constexpr (kExt) (void)seq_pad(p, b, len, true);
+      }
     }
   }
   if (!unit_ok) return;  // no CTA-wide barrier below
@@ -289,7 +295,7 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     if (c.done) return;
     const int key = c.t * kDecodeTileKeys + (lane & 15);
     bool visited = key < c.len;
-    if constexpr (kExt) visited = visited && key >= window_first_key(p, c.len);  // else zeros
+    if constexpr (kExt) visited = visited && key >= first_key(p, c.b, c.len);  // else zeros
     if (visited) {
       const int page = key / p.block_size;
       nid = __ldg(p.block_table + static_cast<int64_t>(c.b) * p.bt_stride + page);
@@ -424,7 +430,7 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
           lq[hr] += __shfl_xor_sync(0xffffffffu, lq[hr], 2);
         }
       }
-      const bool direct = cc.t0 == first_tile<kExt>(p, cc.len) && cc.t_end == tiles_of(cc.len);
+      const bool direct = cc.t0 == first_tile<kExt>(p, cc.b, cc.len) && cc.t_end == tiles_of(cc.len);
       write_piece(cc.b, direct, o, m, lq);
     }
     advance<kExt>(p, src, cc);
