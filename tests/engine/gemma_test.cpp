@@ -301,6 +301,23 @@ TEST(GemmaCuda, PassesTheCudaChecks) {
   }
 }
 
+// fp8 KV caches: the CUDA paged prefill has no window, no soft-cap and no head_dim 256 over
+// them; each refused up front by name (Gemma 2's window first: layer 0 slides).
+TEST(GemmaCuda, Fp8CachesAreRefusedByName) {
+  ModelOptions fp8;
+  fp8.kv_cache_dtype = KVCacheDType::kFP8;
+  EXPECT_ERROR_HAS(Model::create(load_hf_model(tiny_dir("gemma2")), Device::cuda(0), fp8),
+                   "kv_cache_dtype fp8 with sliding_window 8 (layer 0, gemma2)");
+  ModelWeights global2 = load_hf_model(tiny_dir("gemma2"));
+  global2.config.sliding_window = 0;
+  EXPECT_ERROR_HAS(Model::create(std::move(global2), Device::cuda(0), fp8),
+                   "kv_cache_dtype fp8 with attention logit softcap 5 (gemma2)");
+  ModelWeights global3 = load_gguf_model(tiny_dir("gemma3") + "/model.gguf");
+  global3.config.sliding_window = 0;
+  EXPECT_ERROR_HAS(Model::create(std::move(global3), Device::cuda(0), fp8),
+                   "kv_cache_dtype fp8 with head_dim 256 (gemma3) is not supported on cuda:0");
+}
+
 TEST(GemmaCuda, EmbeddingScaleWithoutSandwichNormsIsRefusedByName) {
   ModelWeights w = load_hf_model(tiny_dir("llama"));
   w.config.embedding_scale = 8.0;

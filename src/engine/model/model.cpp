@@ -61,6 +61,17 @@ void check_cuda_architecture(const ModelConfig& c, Device device, const ModelOpt
                    ": the CUDA paged prefill has no window over float8_e4m3 caches "
                    "(use kv_cache_dtype bf16, or the CPU)");
     }
+    // The same kernel's limits that Gemma reaches without a window (e.g. Gemma 3 with every
+    // layer global): no soft-cap, and head_dim 64 or 128 only, over float8_e4m3 caches.
+    KVATTN_CHECK(c.attn_logit_softcap == 0, "Model::create: kv_cache_dtype fp8 with attention "
+                 "logit softcap ", c.attn_logit_softcap, " (", c.architecture,
+                 ") is not supported on ", device,
+                 ": the CUDA paged prefill has no soft-cap over float8_e4m3 caches "
+                 "(use kv_cache_dtype bf16, or the CPU)");
+    KVATTN_CHECK(c.head_dim == 64 || c.head_dim == 128, "Model::create: kv_cache_dtype fp8 "
+                 "with head_dim ", c.head_dim, " (", c.architecture, ") is not supported on ",
+                 device, ": the CUDA paged prefill reads float8_e4m3 caches at head_dim 64 "
+                 "and 128 only (use kv_cache_dtype bf16, or the CPU)");
   }
 }
 
