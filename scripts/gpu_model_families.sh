@@ -24,6 +24,8 @@
 #      98 MB, over the carry limit), and the CPU families test on this machine (it creates the
 #      three families on cuda:0 and checks the fp8 + window refusal) and the CPU Gemma test
 #      (creates both Gemmas on cuda:0 from both formats);
+#   4b. Gemma 2/3 through the tensor-parallel path with one rank (NCCL): bit-identical logits
+#      to the plain model, eager and from CUDA graphs;
 #   5. `kvattn generate` greedy, 16 tokens, of a 72-byte prompt (past the window of 8, llama3's
 #      original context of 64, YaRN's 32) on each HF checkpoint with a
 #      byte-level tokenizer added (ids = bytes; the tiny vocab is 256), --device cuda and cpu:
@@ -39,7 +41,7 @@ source scripts/device_env.sh
 step build
 kvattn_gpu_build OFF engine_model_families_gpu_test engine_model_families_test \
   engine_fused_rope_kv_gpu_test engine_model_gpu_test engine_default_model_gpu_test kvattn_cli \
-  engine_gemma_test engine_cuda_gemma_gpu_test
+  engine_gemma_test engine_cuda_gemma_gpu_test engine_tensor_parallel_gpu_test
 
 bin=build-gpu/tests/engine
 step "Gemma kernels (cuda_gemma.h) vs a host reference"
@@ -62,6 +64,10 @@ run_test model_gpu 180 $bin/engine_model_gpu_test
 run_test default_model_gpu 180 $bin/engine_default_model_gpu_test
 run_test model_families_cpu 120 $bin/engine_model_families_test
 run_test gemma_cpu 120 $bin/engine_gemma_test
+
+step "Gemma through the tensor-parallel path, one rank (NCCL; rc=77 without NCCL in the build)"
+NCCL_NVLS_ENABLE=0 run_test tp_gemma 180 $bin/engine_tensor_parallel_gpu_test \
+  --gtest_filter='TensorParallelGpu.*Gemma*'
 
 step "kvattn generate: cuda vs cpu, greedy 16 tokens"
 tok=/tmp/families_tok

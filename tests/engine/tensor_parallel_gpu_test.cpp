@@ -5,6 +5,7 @@
 // Exits 77 without a CUDA device or without NCCL in the build.
 #include <cstdio>
 #include <cstring>
+#include <string>
 
 #include "engine/parallel/tp_model.h"
 #include "kvattn/core/device.h"
@@ -56,6 +57,36 @@ TEST(TensorParallelGpu, OneRankIsBitIdenticalToThePlainModel) {
     tp->forward_sample(in, rows, token);
     EXPECT_EQ(token[0], want.argmax[0][2]);
     bm.free(seq);
+  }
+}
+
+// Gemma 2 / Gemma 3 through the same one-rank path (cuda_gemma.h; written without a GPU): the
+// embedding all-reduce before the embedding scale, the o_proj / down_proj all-reduces before
+// the sandwich norms, the final soft-cap after the logits gather; prompts past the window of
+// 8 (the local layers, Gemma 3's local RoPE table).
+TEST(TensorParallelGpu, GemmaOneRankIsBitIdenticalToThePlainModel) {
+  for (const std::string arch : {"gemma2", "gemma3"}) {
+    for (bool graphs : {false, true}) {
+      SCOPED_TRACE(arch + (graphs ? " cuda graphs" : " eager"));
+      const std::string dir = test::checkpoint("tiny_" + arch);
+      ModelOptions mo;
+      mo.cuda_graphs = graphs;
+      mo.max_decode_batch = 8;
+      auto plain = Model::create(load_hf_model(dir), Device::cuda(0), mo);
+      mo.tensor_parallel = 1;
+      auto tp = make_tensor_parallel_model(load_hf_model(dir), Device::cuda(0), mo);
+      const auto prompts = tp_test::random_prompts(graphs ? 5 : 6, plain->config().vocab_size);
+      const auto want = tp_test::run_steps(*plain, prompts, 8);
+      const auto got = tp_test::run_steps(*tp, prompts, 8, want.argmax);
+      for (size_t s = 0; s < want.logits.size(); ++s) {
+        for (size_t i = 0; i < prompts.size(); ++i) {
+          ASSERT_EQ(std::memcmp(got.logits[s][i].data(), want.logits[s][i].data(),
+                                want.logits[s][i].size() * sizeof(float)),
+                    0)
+              << "step " << s << " sequence " << i;
+        }
+      }
+    }
   }
 }
 
