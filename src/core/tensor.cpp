@@ -107,6 +107,16 @@ Tensor Tensor::zeros(const std::vector<int64_t>& shape, DType dtype, Device devi
   return t;
 }
 
+Tensor Tensor::wrap(const TensorView& view, std::shared_ptr<void> owner) {
+  KVATTN_CHECK(view.is_contiguous(), "Tensor::wrap: view of shape ", view.shape_str(),
+               " must be contiguous");
+  KVATTN_CHECK(owner != nullptr, "Tensor::wrap: owner must not be null");
+  Tensor t;
+  t.view_ = view;
+  t.storage_ = std::move(owner);
+  return t;
+}
+
 Tensor Tensor::to(Device device) const {
   KVATTN_CHECK(view_.is_contiguous(), "Tensor::to: tensor of shape ", view_.shape_str(),
                " must be contiguous");

@@ -66,6 +66,10 @@ class Tensor {
                       Device device = Device::cpu());
   static Tensor zeros(const std::vector<int64_t>& shape, DType dtype,
                       Device device = Device::cpu());
+  // A contiguous view of memory that `owner` keeps alive (e.g. a tensor read in place from a
+  // memory-mapped model file); nothing is copied. The memory may be read-only: callers that
+  // got such a tensor must not write through it.
+  static Tensor wrap(const TensorView& view, std::shared_ptr<void> owner);
 
   const TensorView& view() const { return view_; }
   operator const TensorView&() const { return view_; }  // NOLINT: views are the currency

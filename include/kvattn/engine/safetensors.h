@@ -43,6 +43,11 @@ class SafetensorsFile {
   std::span<const uint8_t> tensor_data(const SafetensorsTensorInfo& info) const;
   // A float32 host tensor converted from F32, F16 or BF16; throws for other dtypes.
   Tensor to_f32(const SafetensorsTensorInfo& info) const;
+  // The tensor in its file dtype (F32, F16 or BF16 as kF32, kF16, kBF16), read in place from
+  // the mapping, which the tensor keeps alive (it outlives this SafetensorsFile); copied only
+  // when the bytes are not aligned to the element size. Read-only: never write through it.
+  // Throws for other dtypes.
+  Tensor tensor_in_place(const SafetensorsTensorInfo& info) const;
 
  private:
   void parse();

@@ -1,4 +1,5 @@
-// Model weights as float32 host tensors under Hugging Face names, plus the config that shapes them.
+// Model weights as host tensors under Hugging Face names (float32; bf16/f16 when an HF checkpoint
+// is loaded with HfLoadOptions::keep_16bit), plus the config that shapes them.
 //
 // Tensor names and shapes (row-major, [out, in] for projections as in HF):
 //   model.embed_tokens.weight                     [vocab, hidden]
@@ -52,6 +53,8 @@ struct QuantizedWeight {
 
 struct ModelWeights {
   ModelConfig config;
+  // Host tensors, float32 unless loaded with HfLoadOptions::keep_16bit (then bf16/f16 ones
+  // may be read in place from the file mapping: read-only, see widen_to_f32).
   std::map<std::string, Tensor> tensors;
   // Projection and embedding matrices kept quantized (GGUF with keep_quantized): a name is
   // in `tensors` or here, never both. Models that need float32 call dequantize_all().
@@ -60,6 +63,13 @@ struct ModelWeights {
 
 // Moves every `quantized` entry into `tensors` as float32.
 void dequantize_all(ModelWeights& weights);
+
+// Replaces every bf16/f16 entry of `tensors` by its float32 values (exact); float32 ones are
+// left as they are. The CPU model and anything that needs float32 call it.
+void widen_to_f32(ModelWeights& weights);
+// One host tensor as float32: `t` itself when float32, else a new float32 copy of a bf16/f16
+// tensor (never written through `t`, which may be a read-only file mapping).
+Tensor widen_to_f32(const Tensor& t);
 
 struct GgufLoadOptions {
   // Keep 2-D quantized tensors (Q4_0, Q4_1, Q8_0, K types, ...) in the file's blocks
@@ -79,12 +89,21 @@ ModelWeights load_gguf_model(const std::string& path, const LoadProgress& progre
 ModelWeights load_gguf_model(const GgufFile& gguf, const LoadProgress& progress = {},
                              const GgufLoadOptions& options = {});
 
+struct HfLoadOptions {
+  // Keep BF16 and F16 tensors in their file dtype (kBF16 / kF16 host tensors read in place
+  // from the file mapping, which they keep alive; read-only) instead of converting them to
+  // float32: the CUDA model uploads bf16 as it is, without a float32 round trip. F32 tensors
+  // are float32 either way. Model::create widens to float32 where it needs it (the CPU model).
+  bool keep_16bit = false;
+};
+
 // HF directory: config.json plus model.safetensors, or model.safetensors.index.json and the
-// shards it names (bf16/f16/f32 converted to float32). Architectures LlamaForCausalLM,
-// MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Gemma2ForCausalLM and
-// Gemma3ForCausalLM (text-only). Gemma's norm weights stay as the file has them (w; the model
-// applies 1 + w, config.norm_weight_offset).
-ModelWeights load_hf_model(const std::string& dir, const LoadProgress& progress = {});
+// shards it names (bf16/f16/f32 converted to float32 unless options.keep_16bit).
+// Architectures LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM,
+// Gemma2ForCausalLM and Gemma3ForCausalLM (text-only). Gemma's norm weights stay as the file
+// has them (w; the model applies 1 + w, config.norm_weight_offset).
+ModelWeights load_hf_model(const std::string& dir, const LoadProgress& progress = {},
+                           const HfLoadOptions& options = {});
 
 // Config only, for `kvattn info` and for tests.
 ModelConfig config_from_gguf(const GgufFile& gguf);

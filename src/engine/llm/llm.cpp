@@ -1,6 +1,7 @@
 #include "kvattn/engine/llm.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 
 #include "engine/llm/engine.h"
@@ -19,7 +20,12 @@ std::unique_ptr<LLMEngine> load(LLMOptions options) {
                "must be given");
   KVATTN_CHECK(fs::exists(path), "LLM: model path '", options.model, "' does not exist");
   if (fs::is_directory(path)) {
-    ModelWeights w = load_hf_model(options.model, options.on_load_progress);
+    // The CUDA model uploads bf16 tensors as the file has them (no float32 round trip);
+    // KVATTN_LOAD_F32=1 loads float32 as before (timing comparisons: scripts/gpu_load_time.sh).
+    HfLoadOptions hf;
+    const char* f32 = std::getenv("KVATTN_LOAD_F32");
+    hf.keep_16bit = options.device.is_cuda() && !(f32 != nullptr && f32[0] == '1');
+    ModelWeights w = load_hf_model(options.model, options.on_load_progress, hf);
     std::optional<Tokenizer> tok;
     if (fs::exists(path / "tokenizer.json")) {
       const fs::path cfg = path / "tokenizer_config.json";

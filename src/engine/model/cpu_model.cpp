@@ -430,6 +430,7 @@ void CpuModel::forward(const ModelInput& in, std::span<float> logits) {
 
 std::unique_ptr<Model> make_cpu_model(ModelWeights weights, const ModelOptions& options,
                                       const RankContext& rank) {
+  widen_to_f32(weights);  // bf16/f16 kept from the file (HfLoadOptions::keep_16bit)
   return std::make_unique<CpuModel>(std::move(weights), options, rank);
 }
 

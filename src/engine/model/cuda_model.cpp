@@ -103,22 +103,125 @@ namespace {
 namespace k = cuda_model;
 using k::SampleParams;
 
-// float32 host tensors (stacked by rows) as one bf16 tensor on `device`; the sources are freed.
-Tensor to_device_bf16(std::vector<Tensor> parts, Device device) {
-  int64_t rows = 0;
-  const int64_t cols = parts.front().view().ndim == 2 ? parts.front().size(1) : 1;
-  for (const auto& p : parts) rows += p.view().ndim == 2 ? p.size(0) : p.numel();
-  Tensor host = Tensor::empty(parts.front().view().ndim == 2 ? std::vector<int64_t>{rows, cols}
-                                                             : std::vector<int64_t>{rows},
-                              DType::kBF16);
-  auto* dst = host.ptr<bf16_t>();
-  for (auto& p : parts) {
-    const float* src = p.ptr<float>();
-    for (int64_t i = 0; i < p.numel(); ++i) *dst++ = float_to_bf16(src[i]);
-    p = Tensor();
+// Host weights (float32, or bf16/f16 read in place from the file: HfLoadOptions::keep_16bit)
+// go up as bf16 through two pinned staging buffers: while one buffer copies to the device on
+// `stream`, the next chunk fills the other (a memcpy from bf16 sources, float_to_bf16 from
+// float32 ones, f16 through float32). bf16 -> float32 -> bf16 is exact, so the device weights
+// are bit-identical whichever way the file was loaded. The sources are released as they go.
+class WeightUploader {
+ public:
+  WeightUploader(Device device, cudaStream_t stream) : device_(device), stream_(stream) {
+    try {
+      for (int i = 0; i < 2; ++i) {
+        void* p = nullptr;
+        CUDA_CHECK(cudaMallocHost(&p, kStageElems * sizeof(bf16_t)));
+        stage_[i] = static_cast<bf16_t*>(p);
+        CUDA_CHECK(cudaEventCreateWithFlags(&done_[i], cudaEventDisableTiming));
+      }
+    } catch (...) {
+      release();
+      throw;
+    }
   }
-  return host.to(device);
-}
+  ~WeightUploader() { release(); }
+  WeightUploader(const WeightUploader&) = delete;
+  WeightUploader& operator=(const WeightUploader&) = delete;
+
+  // `parts` stacked by rows (2-D [rows_i, cols], or 1-D) as one bf16 tensor on the device.
+  Tensor bf16(std::vector<Tensor> parts) {
+    int64_t rows = 0;
+    const bool two_d = parts.front().view().ndim == 2;
+    const int64_t cols = two_d ? parts.front().size(1) : 1;
+    for (const auto& p : parts) rows += two_d ? p.size(0) : p.numel();
+    Tensor out = Tensor::empty(two_d ? std::vector<int64_t>{rows, cols} : std::vector<int64_t>{rows},
+                               DType::kBF16, device_);
+    auto* dst = static_cast<bf16_t*>(out.data());
+    for (auto& p : parts) {
+      KVATTN_CHECK(p.device().is_cpu() && p.view().is_contiguous() &&
+                       (p.dtype() == DType::kF32 || p.dtype() == DType::kBF16 ||
+                        p.dtype() == DType::kF16),
+                   "Model: weights must be contiguous float32, bf16 or f16 host tensors but one "
+                   "is ", p.dtype(), " on ", p.device());
+      const int64_t n = p.numel();
+      for (int64_t b = 0; b < n;) {
+        if (fill_ == kStageElems) flush();
+        if (fill_ == 0) pending_ = dst;
+        const int64_t m = std::min(n - b, kStageElems - fill_);
+        convert(p, b, m, stage_[cur_] + fill_);
+        fill_ += m;
+        dst += m;
+        b += m;
+      }
+      p = Tensor();
+    }
+    flush();
+    bytes_ += out.nbytes();
+    return out;
+  }
+
+  // Waits for the last copy.
+  void finish() { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+  int64_t bytes() const { return bytes_; }
+
+ private:
+  static constexpr int64_t kStageElems = int64_t{32} << 20;  // 64 MiB of bf16 per buffer
+  static constexpr int64_t kPiece = int64_t{1} << 18;        // elements per OpenMP piece
+
+  // Elements [begin, begin + count) of `src` as bf16 into `out`.
+  static void convert(const Tensor& src, int64_t begin, int64_t count, bf16_t* out) {
+    const DType dt = src.dtype();
+    const auto* base = static_cast<const uint8_t*>(src.data());
+    const int64_t pieces = (count + kPiece - 1) / kPiece;
+#pragma omp parallel for schedule(static) if (pieces > 1)
+    for (int64_t c = 0; c < pieces; ++c) {
+      const int64_t b = c * kPiece, m = std::min(count, b + kPiece) - b;
+      bf16_t* o = out + b;
+      if (dt == DType::kBF16) {
+        std::memcpy(o, base + (begin + b) * 2, static_cast<size_t>(m) * 2);
+      } else if (dt == DType::kF32) {
+        const float* f = reinterpret_cast<const float*>(base) + begin + b;
+        for (int64_t i = 0; i < m; ++i) o[i] = float_to_bf16(f[i]);
+      } else {  // f16: through float32, as the float32 loader converts it
+        float tmp[1024];
+        for (int64_t i = 0; i < m; i += 1024) {
+          const int64_t k = std::min<int64_t>(1024, m - i);
+          dequantize_row(GgmlType::kF16, base + (begin + b + i) * 2, tmp, k);
+          for (int64_t j = 0; j < k; ++j) o[i + j] = float_to_bf16(tmp[j]);
+        }
+      }
+    }
+  }
+
+  void release() noexcept {
+    cudaStreamSynchronize(stream_);
+    for (int i = 0; i < 2; ++i) {
+      if (stage_[i] != nullptr) cudaFreeHost(stage_[i]);
+      if (done_[i] != nullptr) cudaEventDestroy(done_[i]);
+      stage_[i] = nullptr;
+      done_[i] = nullptr;
+    }
+  }
+
+  // Sends the filled buffer, then waits until the other one's last copy is done.
+  void flush() {
+    if (fill_ == 0) return;
+    CUDA_CHECK(cudaMemcpyAsync(pending_, stage_[cur_], static_cast<size_t>(fill_) * 2,
+                               cudaMemcpyHostToDevice, stream_));
+    CUDA_CHECK(cudaEventRecord(done_[cur_], stream_));
+    cur_ ^= 1;
+    fill_ = 0;
+    CUDA_CHECK(cudaEventSynchronize(done_[cur_]));
+  }
+
+  Device device_;
+  cudaStream_t stream_;
+  bf16_t* stage_[2] = {nullptr, nullptr};
+  cudaEvent_t done_[2] = {nullptr, nullptr};
+  int cur_ = 0;
+  int64_t fill_ = 0;           // elements in stage_[cur_]
+  bf16_t* pending_ = nullptr;  // where stage_[cur_] goes on the device
+  int64_t bytes_ = 0;
+};
 
 Tensor take(ModelWeights& w, const std::string& name) {
   auto it = w.tensors.find(name);
@@ -128,9 +231,12 @@ Tensor take(ModelWeights& w, const std::string& name) {
   return t;
 }
 
-// A norm weight (float32 on the host) with Gemma's (1 + w) added in float32 when `offset`
-// (HF's Gemma checkpoints; GGUF files hold 1 + w already), as the CPU model does.
+// A norm weight as float32 on the host (widened from bf16/f16 when the file's dtype was kept:
+// never written in place, it may be the read-only file mapping) with Gemma's (1 + w) added in
+// float32 when `offset` (HF's Gemma checkpoints; GGUF files hold 1 + w already), as the CPU
+// model does.
 Tensor with_offset(Tensor t, bool offset) {
+  t = widen_to_f32(t);
   if (offset) {
     float* p = t.ptr<float>();
     for (int64_t i = 0; i < t.numel(); ++i) p[i] = 1.0f + p[i];
@@ -378,6 +484,11 @@ CudaModel::CudaModel(ModelWeights w, Device device, const ModelOptions& options,
   final_softcap_ = static_cast<float>(cfg_.final_logit_softcap);
   const bool offset = cfg_.norm_weight_offset;
   // A layer or final norm: float32 for the Gemma kernels, bf16 for add_rmsnorm.
+  WeightUploader up(device, stream_);
+  // Every bf16 weight goes up through `up` (pinned, chunked, overlapped; see WeightUploader).
+  auto to_device_bf16 = [&](std::vector<Tensor> parts, Device) {
+    return up.bf16(std::move(parts));
+  };
   auto norm = [&](const std::string& name) {
     Tensor t = with_offset(take(w, name), offset);
     return gemma_ ? t.to(device) : to_device_bf16({std::move(t)}, device);
@@ -443,6 +554,7 @@ CudaModel::CudaModel(ModelWeights w, Device device, const ModelOptions& options,
         AttentionMask{cfg_.window_left(i), static_cast<float>(cfg_.attn_logit_softcap)});
     layers_.push_back(std::move(l));
   }
+  up.finish();
   stats_.ladder = decode_graph_ladder(options_.max_decode_batch);
 }
 

@@ -30,8 +30,11 @@ void check_model_weights(const ModelWeights& w) {
                c.head_dim);
   validate_weights(w, "Model");
   for (const auto& [name, t] : w.tensors) {
-    KVATTN_CHECK(t.dtype() == DType::kF32 && t.device().is_cpu(), "Model: tensor '", name,
-                 "' must be float32 on the host but is ", t.dtype(), " on ", t.device());
+    const DType d = t.dtype();
+    KVATTN_CHECK((d == DType::kF32 || d == DType::kBF16 || d == DType::kF16) &&
+                     t.device().is_cpu() && t.view().is_contiguous(),
+                 "Model: tensor '", name, "' must be contiguous float32 (or bf16/f16) on the "
+                 "host but is ", t.dtype(), " on ", t.device());
   }
 }
 
@@ -83,6 +86,9 @@ std::unique_ptr<Model> Model::create(ModelWeights weights, Device device,
   if (device.is_cuda()) check_cuda_architecture(weights.config, device, options);
   // Only the CPU model computes on quantized blocks; shards and GPU uploads start from float32.
   if (device.is_cuda() || options.tensor_parallel > 1) dequantize_all(weights);
+  // bf16/f16 tensors (HfLoadOptions::keep_16bit) go to the CUDA model (and its shards) as
+  // they are; the CPU model computes from float32 (bf16 -> float32 is exact).
+  if (device.is_cpu()) widen_to_f32(weights);
   if (options.tensor_parallel > 1) {
     return make_tensor_parallel_model(std::move(weights), device, options);
   }

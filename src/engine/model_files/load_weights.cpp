@@ -1,4 +1,5 @@
-// load_gguf_model / load_hf_model: every tensor becomes a float32 host tensor under its HF name.
+// load_gguf_model / load_hf_model: every tensor becomes a host tensor under its HF name (float32,
+// or bf16/f16 read in place with HfLoadOptions::keep_16bit).
 #include <algorithm>
 #include <filesystem>
 #include <set>
@@ -108,6 +109,33 @@ void dequantize_all(ModelWeights& w) {
   w.quantized.clear();
 }
 
+Tensor widen_to_f32(const Tensor& t) {
+  if (t.dtype() == DType::kF32) return t;
+  KVATTN_CHECK((t.dtype() == DType::kBF16 || t.dtype() == DType::kF16) && t.device().is_cpu() &&
+                   t.view().is_contiguous(),
+               "widen_to_f32: tensor must be contiguous bf16/f16/float32 on the host but is ",
+               t.dtype(), " on ", t.device());
+  const TensorView& v = t.view();
+  Tensor out = Tensor::empty(std::vector<int64_t>(v.shape.begin(), v.shape.begin() + v.ndim),
+                             DType::kF32);
+  const GgmlType type = t.dtype() == DType::kBF16 ? GgmlType::kBF16 : GgmlType::kF16;
+  const int64_t n = t.numel();
+  constexpr int64_t kChunk = int64_t{1} << 16;
+  const auto* src = static_cast<const uint8_t*>(t.data());
+#pragma omp parallel for schedule(static) if (n > 4 * kChunk)
+  for (int64_t c = 0; c < (n + kChunk - 1) / kChunk; ++c) {
+    const int64_t b = c * kChunk, e = std::min(n, b + kChunk);
+    dequantize_row(type, src + b * 2, out.ptr<float>() + b, e - b);
+  }
+  return out;
+}
+
+void widen_to_f32(ModelWeights& w) {
+  for (auto& [name, t] : w.tensors) {
+    if (t.dtype() != DType::kF32) t = widen_to_f32(t);
+  }
+}
+
 void validate_weights(const ModelWeights& w, const std::string& source) {
   const ModelConfig& c = w.config;
   auto expect = [&](const std::string& name, std::vector<int64_t> shape) {
@@ -185,7 +213,8 @@ ModelWeights load_gguf_model(const GgufFile& g, const LoadProgress& progress,
   return w;
 }
 
-ModelWeights load_hf_model(const std::string& dir, const LoadProgress& progress) {
+ModelWeights load_hf_model(const std::string& dir, const LoadProgress& progress,
+                           const HfLoadOptions& options) {
   const fs::path root(dir);
   ModelWeights w;
   w.config = config_from_hf_json((root / "config.json").string());
@@ -237,7 +266,8 @@ ModelWeights load_hf_model(const std::string& dir, const LoadProgress& progress)
       if (!is_float_dtype(t.dtype)) continue;
       KVATTN_CHECK(w.tensors.count(t.name) == 0, files[i].path(), ": tensor '", t.name,
                    "' also appears in another shard");
-      w.tensors.emplace(t.name, files[i].to_f32(t));
+      const bool keep = options.keep_16bit && (t.dtype == "BF16" || t.dtype == "F16");
+      w.tensors.emplace(t.name, keep ? files[i].tensor_in_place(t) : files[i].to_f32(t));
       if (progress && total > 0) progress(static_cast<double>(done) / static_cast<double>(total));
     }
   }

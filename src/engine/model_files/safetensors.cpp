@@ -1,6 +1,7 @@
 #include "kvattn/engine/safetensors.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "engine/model_files/json_util.h"
 #include "engine/model_files/mapped_file.h"
@@ -125,6 +126,24 @@ Tensor SafetensorsFile::to_f32(const SafetensorsTensorInfo& info) const {
   Tensor out = Tensor::empty(info.shape, DType::kF32);
   dequantize_row(type, tensor_data(info).data(), out.ptr<float>(), info.numel);
   return out;
+}
+
+Tensor SafetensorsFile::tensor_in_place(const SafetensorsTensorInfo& info) const {
+  DType dtype;
+  if (info.dtype == "F32") dtype = DType::kF32;
+  else if (info.dtype == "F16") dtype = DType::kF16;
+  else if (info.dtype == "BF16") dtype = DType::kBF16;
+  else KVATTN_FAIL(path_, ": tensor '", info.name, "' has dtype ", info.dtype,
+                   " (only F32, F16 and BF16 tensors are read in place)");
+  const std::span<const uint8_t> bytes = tensor_data(info);
+  if (reinterpret_cast<uintptr_t>(bytes.data()) % static_cast<uintptr_t>(info.elem_size) != 0) {
+    Tensor out = Tensor::empty(info.shape, dtype);
+    if (!bytes.empty()) std::memcpy(out.data(), bytes.data(), bytes.size());
+    return out;
+  }
+  void* data = const_cast<uint8_t*>(bytes.data());
+  return Tensor::wrap(TensorView(data, dtype, Device::cpu(), info.shape),
+                      std::const_pointer_cast<MappedFile>(file_));
 }
 
 }  // namespace kvattn

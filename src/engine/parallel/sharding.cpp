@@ -12,35 +12,40 @@ namespace {
 const Tensor& get(const ModelWeights& w, const std::string& name) {
   auto it = w.tensors.find(name);
   KVATTN_CHECK(it != w.tensors.end(), "shard_weights: tensor '", name, "' is missing");
-  KVATTN_CHECK(it->second.dtype() == DType::kF32 && it->second.device().is_cpu() &&
-                   it->second.view().is_contiguous(),
-               "shard_weights: tensor '", name, "' must be contiguous float32 on the host");
+  const DType d = it->second.dtype();
+  KVATTN_CHECK((d == DType::kF32 || d == DType::kBF16 || d == DType::kF16) &&
+                   it->second.device().is_cpu() && it->second.view().is_contiguous(),
+               "shard_weights: tensor '", name,
+               "' must be contiguous float32 (or bf16/f16) on the host");
   return it->second;
 }
 
-// Rows [begin, begin + count) of a 2-D (or 1-D) tensor; rows at or past the tensor's end are
-// zero.
+// Rows [begin, begin + count) of a 2-D (or 1-D) tensor, in its dtype (float32, or bf16/f16
+// kept from the file); rows at or past the tensor's end are zero.
 Tensor rows(const Tensor& t, int64_t begin, int64_t count) {
   const int64_t n = t.size(0);
   const int64_t cols = t.view().ndim == 2 ? t.size(1) : 1;
+  const int64_t es = dtype_size(t.dtype());
   std::vector<int64_t> shape = {count};
   if (t.view().ndim == 2) shape.push_back(cols);
-  Tensor out = Tensor::zeros(shape, DType::kF32);
+  Tensor out = Tensor::zeros(shape, t.dtype());
   const int64_t have = std::clamp<int64_t>(n - begin, 0, count);
   if (have > 0) {
-    std::memcpy(out.ptr<float>(), t.ptr<const float>() + begin * cols,
-                static_cast<size_t>(have * cols) * sizeof(float));
+    std::memcpy(out.data(), static_cast<const char*>(t.data()) + begin * cols * es,
+                static_cast<size_t>(have * cols * es));
   }
   return out;
 }
 
-// Columns [begin, begin + count) of a 2-D tensor.
+// Columns [begin, begin + count) of a 2-D tensor, in its dtype.
 Tensor cols(const Tensor& t, int64_t begin, int64_t count) {
   const int64_t n = t.size(0), c = t.size(1);
-  Tensor out = Tensor::empty({n, count}, DType::kF32);
+  const int64_t es = dtype_size(t.dtype());
+  Tensor out = Tensor::empty({n, count}, t.dtype());
   for (int64_t i = 0; i < n; ++i) {
-    std::memcpy(out.ptr<float>() + i * count, t.ptr<const float>() + i * c + begin,
-                static_cast<size_t>(count) * sizeof(float));
+    std::memcpy(static_cast<char*>(out.data()) + i * count * es,
+                static_cast<const char*>(t.data()) + (i * c + begin) * es,
+                static_cast<size_t>(count * es));
   }
   return out;
 }

@@ -36,8 +36,8 @@ void check_tensor_parallel(const ModelConfig& config, TensorParallel tp);
 // Vocab rows per rank: ceil(vocab / size).
 int64_t vocab_shard_rows(int64_t vocab_size, int size);
 
-// The rank's weights (float32 host tensors, copied: `full` is unchanged). With size 1 the
-// result equals `full`.
+// The rank's weights (host tensors in `full`'s dtypes: float32, or bf16/f16 kept from the
+// file; copied: `full` is unchanged). With size 1 the result equals `full`.
 ModelWeights shard_weights(const ModelWeights& full, TensorParallel tp);
 
 }  // namespace kvattn
