@@ -31,6 +31,7 @@ LLMEngine::LLMEngine(ModelWeights weights, std::optional<Tokenizer> tokenizer,
   mo.weight_format = options.weight_format.value_or(WeightFormat::kF32);
   mo.cuda_graphs = options.cuda_graphs;
   mo.fused_kernels = options.fused_kernels;
+  mo.pdl = options.pdl;
   mo.max_decode_batch = options.max_num_seqs;
   mo.tensor_parallel = options.tensor_parallel;
   mo.kv_cache_dtype = options.kv_cache_dtype;

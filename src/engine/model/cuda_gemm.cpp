@@ -65,15 +65,15 @@ const Gemm::Plan& Gemm::plan(const Key& key) {
 }
 
 void Gemm::run(const void* x, int64_t ldx, int64_t rows, const void* w, int64_t n, int64_t k,
-               void* y, int64_t ldy, cudaStream_t stream) {
+               void* y, int64_t ldy, Launch on) {
   if (rows == 0) return;
   const bool gemv = gemv_mode_ == Gemv::Mode::kAll ||
                     (gemv_mode_ == Gemv::Mode::kAuto && Gemv::preferred(rows, n, k));
-  if (gemv && rows <= Gemv::kMaxRows && gemv_.run(x, ldx, rows, w, n, k, y, ldy, stream)) return;
+  if (gemv && rows <= Gemv::kMaxRows && gemv_.run(x, ldx, rows, w, n, k, y, ldy, on)) return;
   const Plan& p = plan({rows, n, k, ldx, ldy});
   const float alpha = 1.0f, beta = 0.0f;
   CUBLASLT_CHECK(cublasLtMatmul(handle_, p.op, &alpha, w, p.a, x, p.b, &beta, y, p.c, y, p.c,
-                                &p.algo, workspace_.data(), kWorkspaceBytes, stream));
+                                &p.algo, workspace_.data(), kWorkspaceBytes, on.stream));
 }
 
 }  // namespace kvattn::cuda_model

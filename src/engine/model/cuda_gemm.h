@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "engine/model/cuda_gemv.h"
+#include "engine/model/cuda_launch.h"
 #include "kvattn/core/tensor.h"
 
 namespace kvattn::cuda_model {
@@ -27,8 +28,9 @@ class Gemm {
   // y[r, 0:n] = x[r, 0:k] w^T for r < rows. w is [n, k] row-major; ldx/ldy are row strides in
   // elements. All bf16 on this device. rows <= 8 go to the bandwidth-bound Gemv kernel where
   // it applies and the mode picks it (see cuda_gemv.h; KVATTN_GEMV), the rest to cuBLASLt.
+  // on.pdl reaches the Gemv kernel only; cuBLASLt launches as it does (cuda_launch.h).
   void run(const void* x, int64_t ldx, int64_t rows, const void* w, int64_t n, int64_t k,
-           void* y, int64_t ldy, cudaStream_t stream);
+           void* y, int64_t ldy, Launch on);
 
   // Which small-rows cases go to the Gemv kernel (tests, benchmarks); starts as
   // Gemv::env_mode(). use_gemv(true) is kAll, use_gemv(false) kOff.

@@ -31,6 +31,7 @@ __device__ float gemma_block_sum(float v) {
 __global__ void gemma_scale_rmsnorm_kernel(bf16* __restrict__ x, float scale,
                                            const float* __restrict__ w, float eps,
                                            bf16* __restrict__ out, int64_t hidden) {
+  pdl_enter();
   bf16* xr = x + blockIdx.x * hidden;
   float ss = 0.0f;
   for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) {
@@ -49,6 +50,7 @@ __global__ void gemma_norm_add_rmsnorm_kernel(bf16* __restrict__ x, const bf16* 
                                               const float* __restrict__ w_out, float eps,
                                               bf16* __restrict__ out,
                                               const int32_t* __restrict__ rows, int64_t hidden) {
+  pdl_enter();
   const int64_t r_out = blockIdx.x;
   const int64_t row = rows != nullptr ? rows[r_out] : r_out;
   bf16* xr = x + row * hidden;
@@ -83,6 +85,7 @@ __global__ void gemma_norm_add_rmsnorm_kernel(bf16* __restrict__ x, const bf16* 
 
 __global__ void gelu_tanh_mul_kernel(const bf16* __restrict__ gate_up, int64_t tokens,
                                      int64_t inter, bf16* __restrict__ out) {
+  pdl_enter();
   // PyTorch's GeluType::Tanh: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
   constexpr float kBeta = 0.7978845608028654f;
   constexpr float kKappa = 0.044715f;
@@ -99,6 +102,7 @@ __global__ void gelu_tanh_mul_kernel(const bf16* __restrict__ gate_up, int64_t t
 
 __global__ void softcap_kernel(bf16* __restrict__ logits, int64_t ld, int64_t rows, int64_t cols,
                                float cap) {
+  pdl_enter();
   const int64_t n = rows * cols;
   const float inv_cap = 1.0f / cap;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
@@ -115,39 +119,34 @@ unsigned grid_for(int64_t n) {
 }  // namespace
 
 void gemma_scale_rmsnorm(void* x, float scale, const float* w, float eps, void* out,
-                         int64_t tokens, int64_t hidden, cudaStream_t stream) {
+                         int64_t tokens, int64_t hidden, Launch on) {
   if (tokens == 0) return;
-  gemma_scale_rmsnorm_kernel<<<static_cast<unsigned>(tokens), kNormThreads, 0, stream>>>(
-      static_cast<bf16*>(x), scale, w, eps, static_cast<bf16*>(out), hidden);
-  CUDA_CHECK_LAUNCH();
+  launch_kernel(gemma_scale_rmsnorm_kernel, static_cast<unsigned>(tokens), kNormThreads, 0, on,
+                static_cast<bf16*>(x), scale, w, eps, static_cast<bf16*>(out), hidden);
 }
 
 void gemma_norm_add_rmsnorm(void* x, const void* add, const float* w_add, const float* w_out,
                             float eps, void* out, const int32_t* rows, int64_t num_rows,
-                            int64_t hidden, cudaStream_t stream) {
+                            int64_t hidden, Launch on) {
   if (num_rows == 0) return;
-  gemma_norm_add_rmsnorm_kernel<<<static_cast<unsigned>(num_rows), kNormThreads, 0, stream>>>(
-      static_cast<bf16*>(x), static_cast<const bf16*>(add), w_add, w_out, eps,
-      static_cast<bf16*>(out), rows, hidden);
-  CUDA_CHECK_LAUNCH();
+  launch_kernel(gemma_norm_add_rmsnorm_kernel, static_cast<unsigned>(num_rows), kNormThreads, 0,
+                on, static_cast<bf16*>(x), static_cast<const bf16*>(add), w_add, w_out, eps,
+                static_cast<bf16*>(out), rows, hidden);
 }
 
-void gelu_tanh_mul(const void* gate_up, int64_t tokens, int64_t inter, void* out,
-                   cudaStream_t stream) {
+void gelu_tanh_mul(const void* gate_up, int64_t tokens, int64_t inter, void* out, Launch on) {
   const int64_t n = tokens * inter;
   if (n == 0) return;
-  gelu_tanh_mul_kernel<<<grid_for(n), 256, 0, stream>>>(static_cast<const bf16*>(gate_up),
-                                                        tokens, inter, static_cast<bf16*>(out));
-  CUDA_CHECK_LAUNCH();
+  launch_kernel(gelu_tanh_mul_kernel, grid_for(n), 256, 0, on,
+                static_cast<const bf16*>(gate_up), tokens, inter, static_cast<bf16*>(out));
 }
 
 void softcap_logits(void* logits, int64_t ld, int64_t rows, int64_t cols, float cap,
-                    cudaStream_t stream) {
+                    Launch on) {
   const int64_t n = rows * cols;
   if (n == 0) return;
-  softcap_kernel<<<grid_for(n), 256, 0, stream>>>(static_cast<bf16*>(logits), ld, rows, cols,
-                                                  cap);
-  CUDA_CHECK_LAUNCH();
+  launch_kernel(softcap_kernel, grid_for(n), 256, 0, on, static_cast<bf16*>(logits), ld, rows,
+                cols, cap);
 }
 
 }  // namespace kvattn::cuda_model

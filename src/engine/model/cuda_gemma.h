@@ -17,12 +17,14 @@
 
 #include <cstdint>
 
+#include "engine/model/cuda_launch.h"
+
 namespace kvattn::cuda_model {
 
 // For t < tokens: x[t] = bf16(x[t] * scale) (written back), out[t] = gemma_rmsnorm(x[t]) * w.
 // The embedding scale and the first layer's input norm. w: float32 [hidden].
 void gemma_scale_rmsnorm(void* x, float scale, const float* w, float eps, void* out,
-                         int64_t tokens, int64_t hidden, cudaStream_t stream);
+                         int64_t tokens, int64_t hidden, Launch on);
 
 // A sandwich norm, the residual add and the next norm, per row:
 //   y = bf16(gemma_rmsnorm(add[row]) * w_add); s = bf16(x[row] + y); out = bf16(rmsnorm(s) * w_out)
@@ -31,14 +33,14 @@ void gemma_scale_rmsnorm(void* x, float scale, const float* w, float eps, void* 
 // rows[r] for r < num_rows, out[r] written, x not written. Weights float32 [hidden].
 void gemma_norm_add_rmsnorm(void* x, const void* add, const float* w_add, const float* w_out,
                             float eps, void* out, const int32_t* rows, int64_t num_rows,
-                            int64_t hidden, cudaStream_t stream);
+                            int64_t hidden, Launch on);
 
 // out[t, i] = bf16(bf16(gelu_tanh(gate_up[t, i])) * gate_up[t, inter + i]).
 void gelu_tanh_mul(const void* gate_up, int64_t tokens, int64_t inter, void* out,
-                   cudaStream_t stream);
+                   Launch on);
 
 // logits[r * ld + c] = bf16(cap * tanh(logits[r * ld + c] / cap)) for r < rows, c < cols.
 void softcap_logits(void* logits, int64_t ld, int64_t rows, int64_t cols, float cap,
-                    cudaStream_t stream);
+                    Launch on);
 
 }  // namespace kvattn::cuda_model

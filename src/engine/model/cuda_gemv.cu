@@ -109,6 +109,7 @@ __global__ void __launch_bounds__(kThreads, 2)
                 int64_t ldy, int ks, int tiles) {
   using S = Shape<M>;
   constexpr int U = S::kUnroll;
+  pdl_enter();
   extern __shared__ uint4 smem[];
   const int C = k >> 3;  // 16-byte chunks per row
   uint4* xs = smem;
@@ -240,7 +241,7 @@ bool Gemv::preferred(int64_t rows, int64_t n, int64_t /*k*/) {
 }
 
 bool Gemv::run(const void* x, int64_t ldx, int64_t rows, const void* w, int64_t n, int64_t k,
-               void* y, int64_t ldy, cudaStream_t stream) const {
+               void* y, int64_t ldy, Launch on) const {
   if (rows < 1 || rows > kMaxRows || n < 1 || k < 8 || k % 8 != 0 || ldx % 8 != 0) return false;
   if (n > (int64_t{1} << 30) || k > (int64_t{1} << 30)) return false;
   if (reinterpret_cast<uintptr_t>(x) % 16 != 0 || reinterpret_cast<uintptr_t>(w) % 16 != 0)
@@ -266,11 +267,10 @@ bool Gemv::run(const void* x, int64_t ldx, int64_t rows, const void* w, int64_t 
   per_sm = std::max(per_sm, 1);
   const int64_t grid = std::min<int64_t>(tiles, int64_t{sms_} * per_sm);
 
-  kKernels[rows - 1]<<<static_cast<unsigned>(grid), kThreads, smem, stream>>>(
-      static_cast<const __nv_bfloat16*>(x), ldx, static_cast<const __nv_bfloat16*>(w),
-      static_cast<int>(n), static_cast<int>(k), static_cast<__nv_bfloat16*>(y), ldy, ks,
-      static_cast<int>(tiles));
-  CUDA_CHECK_LAUNCH();
+  launch_kernel(kKernels[rows - 1], static_cast<unsigned>(grid), kThreads, smem, on,
+                static_cast<const __nv_bfloat16*>(x), ldx, static_cast<const __nv_bfloat16*>(w),
+                static_cast<int>(n), static_cast<int>(k), static_cast<__nv_bfloat16*>(y), ldy,
+                ks, static_cast<int>(tiles));
   return true;
 }
 

@@ -13,6 +13,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "engine/model/cuda_launch.h"
+
 namespace kvattn::cuda_model {
 
 class Gemv {
@@ -28,7 +30,7 @@ class Gemv {
   // launches nothing when the case is not supported: rows not in [1, 8], k % 8 != 0, x/w not
   // 16-byte aligned, ldx % 8 != 0, or x's rows do not fit in shared memory.
   bool run(const void* x, int64_t ldx, int64_t rows, const void* w, int64_t n, int64_t k,
-           void* y, int64_t ldy, cudaStream_t stream) const;
+           void* y, int64_t ldy, Launch on) const;
 
   // Which eligible cases Gemm sends here. kAuto: only the shapes where the H200 measurement
   // (docs/perf/NOTES.md, "GEMV for small-batch decode") found the GEMV faster than cuBLASLt,

@@ -29,6 +29,7 @@ __device__ float block_sum(float v) {
 __global__ void embed_kernel(const bf16* __restrict__ table, const int32_t* __restrict__ ids,
                              int64_t hidden, int64_t first_id, int64_t num_ids,
                              bf16* __restrict__ out) {
+  pdl_enter();
   const int64_t t = blockIdx.x;
   const int64_t local = static_cast<int64_t>(ids[t]) - first_id;
   if (local < 0 || local >= num_ids) {
@@ -46,6 +47,7 @@ __global__ void embed_rmsnorm_kernel(const bf16* __restrict__ table,
                                      int64_t first_id, int64_t num_ids,
                                      const bf16* __restrict__ w, float eps,
                                      bf16* __restrict__ x, bf16* __restrict__ out) {
+  pdl_enter();
   const int64_t t = blockIdx.x;
   const int64_t local = static_cast<int64_t>(ids[t]) - first_id;
   const bf16* src = local < 0 || local >= num_ids ? nullptr : table + local * hidden;
@@ -69,6 +71,7 @@ __global__ void add_rmsnorm_kernel(bf16* __restrict__ x, const bf16* __restrict_
                                    const bf16* __restrict__ w, float eps,
                                    bf16* __restrict__ out, const int32_t* __restrict__ rows,
                                    int64_t hidden) {
+  pdl_enter();
   const int64_t r_out = blockIdx.x;
   const int64_t row = rows != nullptr ? rows[r_out] : r_out;
   bf16* xr = x + row * hidden;
@@ -94,6 +97,7 @@ __global__ void add_rmsnorm_kernel(bf16* __restrict__ x, const bf16* __restrict_
 
 __global__ void silu_mul_kernel(const bf16* __restrict__ gate_up, int64_t tokens,
                                 int64_t inter, bf16* __restrict__ out) {
+  pdl_enter();
   const int64_t n = tokens * inter;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -106,6 +110,7 @@ __global__ void silu_mul_kernel(const bf16* __restrict__ gate_up, int64_t tokens
 
 __global__ void add_bias_kernel(bf16* __restrict__ x, int64_t ld, int64_t rows, int64_t n,
                                 const bf16* __restrict__ bias) {
+  pdl_enter();
   const int64_t total = rows * n;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -118,6 +123,7 @@ __global__ void add_bias_kernel(bf16* __restrict__ x, int64_t ld, int64_t rows, 
 __global__ void scatter_block_table_kernel(const int32_t* __restrict__ compact,
                                            const int32_t* __restrict__ meta,
                                            int32_t* __restrict__ table, int64_t width) {
+  pdl_enter();
   const int64_t r = blockIdx.x;
   const int64_t n = meta[0];
   const int64_t w = min(static_cast<int64_t>(meta[1]), width);
@@ -128,58 +134,52 @@ __global__ void scatter_block_table_kernel(const int32_t* __restrict__ compact,
 }  // namespace
 
 void scatter_block_table(const int32_t* compact, const int32_t* meta, int32_t* table,
-                         int64_t width, int64_t rows, cudaStream_t stream) {
+                         int64_t width, int64_t rows, Launch on) {
   if (rows == 0) return;
-  scatter_block_table_kernel<<<static_cast<unsigned>(rows), 128, 0, stream>>>(compact, meta,
-                                                                              table, width);
-  CUDA_CHECK_LAUNCH();
+  launch_kernel(scatter_block_table_kernel, static_cast<unsigned>(rows), 128, 0, on, compact,
+                meta, table, width);
 }
 
 void embed(const void* table, const int32_t* ids, int64_t tokens, int64_t hidden,
-           int64_t first_id, int64_t num_ids, void* out, cudaStream_t stream) {
+           int64_t first_id, int64_t num_ids, void* out, Launch on) {
   if (tokens == 0) return;
-  embed_kernel<<<static_cast<unsigned>(tokens), 128, 0, stream>>>(
-      static_cast<const bf16*>(table), ids, hidden, first_id, num_ids, static_cast<bf16*>(out));
-  CUDA_CHECK_LAUNCH();
+  launch_kernel(embed_kernel, static_cast<unsigned>(tokens), 128, 0, on,
+                static_cast<const bf16*>(table), ids, hidden, first_id, num_ids,
+                static_cast<bf16*>(out));
 }
 
 void embed_rmsnorm(const void* table, const int32_t* ids, int64_t tokens, int64_t hidden,
                    int64_t first_id, int64_t num_ids, const void* w, float eps, void* x,
-                   void* out, cudaStream_t stream) {
+                   void* out, Launch on) {
   if (tokens == 0) return;
-  embed_rmsnorm_kernel<<<static_cast<unsigned>(tokens), 256, 0, stream>>>(
-      static_cast<const bf16*>(table), ids, hidden, first_id, num_ids,
-      static_cast<const bf16*>(w), eps, static_cast<bf16*>(x), static_cast<bf16*>(out));
-  CUDA_CHECK_LAUNCH();
+  launch_kernel(embed_rmsnorm_kernel, static_cast<unsigned>(tokens), 256, 0, on,
+                static_cast<const bf16*>(table), ids, hidden, first_id, num_ids,
+                static_cast<const bf16*>(w), eps, static_cast<bf16*>(x),
+                static_cast<bf16*>(out));
 }
 
 void add_rmsnorm(void* x, const void* add, const void* w, float eps, void* out,
-                 const int32_t* rows, int64_t num_rows, int64_t hidden, cudaStream_t stream) {
+                 const int32_t* rows, int64_t num_rows, int64_t hidden, Launch on) {
   if (num_rows == 0) return;
-  add_rmsnorm_kernel<<<static_cast<unsigned>(num_rows), 256, 0, stream>>>(
-      static_cast<bf16*>(x), static_cast<const bf16*>(add), static_cast<const bf16*>(w), eps,
-      static_cast<bf16*>(out), rows, hidden);
-  CUDA_CHECK_LAUNCH();
+  launch_kernel(add_rmsnorm_kernel, static_cast<unsigned>(num_rows), 256, 0, on,
+                static_cast<bf16*>(x), static_cast<const bf16*>(add),
+                static_cast<const bf16*>(w), eps, static_cast<bf16*>(out), rows, hidden);
 }
 
-void add_bias(void* x, int64_t ld, int64_t rows, int64_t n, const void* bias,
-              cudaStream_t stream) {
+void add_bias(void* x, int64_t ld, int64_t rows, int64_t n, const void* bias, Launch on) {
   const int64_t total = rows * n;
   if (total == 0) return;
   const auto blocks = static_cast<unsigned>(std::min<int64_t>((total + 255) / 256, 65535));
-  add_bias_kernel<<<blocks, 256, 0, stream>>>(static_cast<bf16*>(x), ld, rows, n,
-                                              static_cast<const bf16*>(bias));
-  CUDA_CHECK_LAUNCH();
+  launch_kernel(add_bias_kernel, blocks, 256, 0, on, static_cast<bf16*>(x), ld, rows, n,
+                static_cast<const bf16*>(bias));
 }
 
-void silu_mul(const void* gate_up, int64_t tokens, int64_t inter, void* out,
-              cudaStream_t stream) {
+void silu_mul(const void* gate_up, int64_t tokens, int64_t inter, void* out, Launch on) {
   const int64_t n = tokens * inter;
   if (n == 0) return;
   const auto blocks = static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 65535));
-  silu_mul_kernel<<<blocks, 256, 0, stream>>>(static_cast<const bf16*>(gate_up), tokens, inter,
-                                              static_cast<bf16*>(out));
-  CUDA_CHECK_LAUNCH();
+  launch_kernel(silu_mul_kernel, blocks, 256, 0, on, static_cast<const bf16*>(gate_up), tokens,
+                inter, static_cast<bf16*>(out));
 }
 
 }  // namespace kvattn::cuda_model

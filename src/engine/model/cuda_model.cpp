@@ -22,6 +22,13 @@
 // norm (one rank only). The unfused path (embed, add_rmsnorm; qk_norm_rope, then Attention's
 // store_kv) writes the same bytes: greedy tokens are equal either way.
 //
+// Programmatic dependent launch (ModelOptions::pdl, on unless KVATTN_PDL=0, sm_90+ and CUDA
+// 12.3+ only): every kernel of ours (norms, embedding, q/k norm + RoPE, SiLU/GeLU, biases,
+// the GEMV, sampling, the block-table scatter) goes through cuda_launch.h's launch_kernel with
+// the programmatic-stream-serialization attribute, in graphs and eagerly; each waits for its
+// predecessor's completion before touching memory, so the results are the same bytes. cuBLASLt,
+// attention and NCCL keep their plain launches (cuda_launch.h says why that stays correct).
+//
 // Two kinds of step:
 // - Fixed decode steps: phase decode, one token per sequence, at most max_decode_batch
 //   sequences, a block table no wider than the fixed width W. The batch is padded to the next
@@ -454,6 +461,9 @@ class CudaModel final : public Model {
   std::vector<int32_t> rope_lens_;  // dynamic NTK only
   bool planned_ = false;  // kv_cache_budget ran: capture the whole ladder at allocate_kv_cache
   bool fused_ = true;     // options_.fused_kernels && !KVATTN_UNFUSED (read at construction)
+  // Our kernels launched with programmatic dependent launch (cuda_launch.h): options_.pdl, not
+  // KVATTN_PDL=0, and the device and toolkit support it (read at construction).
+  bool pdl_ = false;
   CudaModelStats stats_;
   k::PhaseEvents phase_;
 };
@@ -465,7 +475,8 @@ CudaModel::CudaModel(ModelWeights w, Device device, const ModelOptions& options,
       gemm_(device.index),
       kv_dtype_(options.kv_cache_dtype == KVCacheDType::kFP8 ? DType::kF8E4M3 : DType::kBF16),
       kv_scales_host_(w.config.num_layers, w.config.num_kv_heads),
-      fused_(options.fused_kernels && !unfused_by_env()) {
+      fused_(options.fused_kernels && !unfused_by_env()),
+      pdl_(options.pdl && !k::pdl_off_by_env() && k::pdl_supported(device.index)) {
   KVATTN_CHECK(rank_.size == 1 || rank_.nccl != nullptr,
                "Model: a CUDA tensor-parallel rank needs an NCCL communicator");
   cuda::DeviceGuard guard(device.index);
@@ -577,6 +588,7 @@ CudaModelStats CudaModel::stats() const {
   s.activation_rows = act_.rows;
   s.decode_table_width = fx_.ready ? fx_.width : 0;
   s.fused_kernels = fused_;
+  s.pdl = pdl_;
   return s;
 }
 
@@ -785,14 +797,15 @@ void CudaModel::run_fixed_body(size_t rung) {
   ctx.stream = Stream{stream_};
   k::scatter_block_table(reinterpret_cast<const int32_t*>(d + fx_.off_compact),
                          reinterpret_cast<const int32_t*>(d + fx_.off_meta),
-                         reinterpret_cast<int32_t*>(d + fx_.off_table), fx_.width, b, stream_);
+                         reinterpret_cast<int32_t*>(d + fx_.off_table), fx_.width, b,
+                         k::Launch{stream_, pdl_});
   // One token per sequence: dynamic NTK's length is the position + 1 (rope_lens null).
   run_layers(b, b, reinterpret_cast<const int32_t*>(d + fx_.off_tokens),
              reinterpret_cast<const int32_t*>(d + fx_.off_pos),
              reinterpret_cast<const int32_t*>(d + fx_.off_rows), nullptr, ctx);
   k::sample_rows(full_logits(), full_logits_ld(), b, full_vocab_,
                  reinterpret_cast<const SampleParams*>(d + fx_.off_params),
-                 reinterpret_cast<int32_t*>(d + fx_.off_out), stream_);
+                 reinterpret_cast<int32_t*>(d + fx_.off_out), k::Launch{stream_, pdl_});
 }
 
 void CudaModel::capture(size_t rung) {
@@ -1114,7 +1127,8 @@ void CudaModel::step_general(const ModelInput& in, const Out& out) {
   if (out.sample && R > 0) {
     dev_tokens = static_cast<int32_t*>(gen_tokens_.ensure(R * static_cast<int64_t>(sizeof(int32_t)), device_));
     k::sample_rows(full_logits(), full_logits_ld(), R, full_vocab_,
-                   reinterpret_cast<const SampleParams*>(dp + off[9]), dev_tokens, stream_);
+                   reinterpret_cast<const SampleParams*>(dp + off[9]), dev_tokens,
+                   k::Launch{stream_, pdl_});
   }
   ++stats_.general_steps;
   finish(R, out, dev_tokens);
@@ -1174,6 +1188,7 @@ void CudaModel::rope_lengths(const ModelInput& in, std::vector<int32_t>& lens) c
 void CudaModel::run_layers(int64_t T, int64_t R, const int32_t* ids, const int32_t* pos,
                            const int32_t* rows, const int32_t* rope_lens,
                            const BatchContext& step_ctx) {
+  const k::Launch on{stream_, pdl_};  // our kernels (cuda_launch.h)
   const int64_t H = cfg_.hidden_size, V = cfg_.vocab_size, D = cfg_.head_dim;
   const int64_t nh = cfg_.num_heads, nkv = cfg_.num_kv_heads, inter = cfg_.intermediate_size;
   const int64_t qkv_dim = (nh + 2 * nkv) * D;
@@ -1232,35 +1247,35 @@ void CudaModel::run_layers(int64_t T, int64_t R, const int32_t* ids, const int32
   const bool fuse_embed = fused_ && !tensor_parallel() && !layers_.empty() && !gemma_;
   if (fuse_embed) {
     k::embed_rmsnorm(embed_.data(), ids, T, H, 0, V, layers_[0].input_norm.data(), eps, x, h,
-                     stream_);
+                     on);
   } else {
-    k::embed(embed_.data(), ids, T, H, rank_.rank * V, V, x, stream_);
+    k::embed(embed_.data(), ids, T, H, rank_.rank * V, V, x, on);
     all_reduce(x, T * H);
   }
   if (gemma_) {
     // embed_scale_ 0 (no scale) multiplies by 1.
     k::gemma_scale_rmsnorm(x, embed_scale_ != 0.0f ? embed_scale_ : 1.0f,
-                           layers_[0].input_norm.ptr<const float>(), eps, h, T, H, stream_);
+                           layers_[0].input_norm.ptr<const float>(), eps, h, T, H, on);
   }
   for (size_t i = 0; i < layers_.size(); ++i) {
     Layer& l = layers_[i];
     // Gemma: the previous layer's MLP output was added (and this norm applied) at its end.
     if (!gemma_ && (i > 0 || !fuse_embed)) {
       k::add_rmsnorm(x, i == 0 ? nullptr : o, l.input_norm.data(), eps, h, nullptr, T, H,
-                     stream_);
+                     on);
     }
     lap(kOther);
-    gemm_.run(h, H, T, l.wqkv.data(), qkv_dim, H, qkv, qkv_dim, stream_);
+    gemm_.run(h, H, T, l.wqkv.data(), qkv_dim, H, qkv, qkv_dim, on);
     lap(kGemm);
-    if (l.qkv_bias.defined()) k::add_bias(qkv, qkv_dim, T, qkv_dim, l.qkv_bias.data(), stream_);
+    if (l.qkv_bias.defined()) k::add_bias(qkv, qkv_dim, T, qkv_dim, l.qkv_bias.data(), on);
     rope = l.local_rope ? local_rope : global_rope;
     rope.q_norm = cfg_.qk_norm ? l.q_norm.data() : nullptr;
     rope.k_norm = cfg_.qk_norm ? l.k_norm.data() : nullptr;
     if (fuse_kv) {
       l.kv.slot_mapping = ctx.slot_mapping;
-      k::qk_norm_rope_store_kv(rope, l.kv, stream_);  // fused: the KV write counts as other
+      k::qk_norm_rope_store_kv(rope, l.kv, on);  // fused: the KV write counts as other
     } else {
-      k::qk_norm_rope(rope, stream_);
+      k::qk_norm_rope(rope, on);
     }
     lap(kOther);
     l.attn->forward(TensorView(qkv, DType::kBF16, device_, {T, nh * D}, {qkv_dim, 1}),
@@ -1269,43 +1284,43 @@ void CudaModel::run_layers(int64_t T, int64_t R, const int32_t* ids, const int32
                                {qkv_dim, 1}),
                     ctx, TensorView(attn, DType::kBF16, device_, {T, nh * D}));
     lap(kAttention);
-    gemm_.run(attn, nh * D, T, l.wo.data(), H, nh * D, o, H, stream_);
+    gemm_.run(attn, nh * D, T, l.wo.data(), H, nh * D, o, H, on);
     all_reduce(o, T * H);
     lap(kGemm);
-    if (l.o_bias.defined()) k::add_bias(o, H, T, H, l.o_bias.data(), stream_);
+    if (l.o_bias.defined()) k::add_bias(o, H, T, H, l.o_bias.data(), on);
     if (gemma_) {  // x += post_attention_norm(o); h = pre_feedforward_norm(x)
       k::gemma_norm_add_rmsnorm(x, o, l.attn_out_norm.ptr<const float>(),
-                                l.post_norm.ptr<const float>(), eps, h, nullptr, T, H, stream_);
+                                l.post_norm.ptr<const float>(), eps, h, nullptr, T, H, on);
     } else {
-      k::add_rmsnorm(x, o, l.post_norm.data(), eps, h, nullptr, T, H, stream_);
+      k::add_rmsnorm(x, o, l.post_norm.data(), eps, h, nullptr, T, H, on);
     }
     lap(kOther);
-    gemm_.run(h, H, T, l.wgate_up.data(), 2 * inter, H, gate_up, 2 * inter, stream_);
+    gemm_.run(h, H, T, l.wgate_up.data(), 2 * inter, H, gate_up, 2 * inter, on);
     lap(kGemm);
     if (cfg_.activation == ModelConfig::Activation::kGeluTanh) {
-      k::gelu_tanh_mul(gate_up, T, inter, act, stream_);
+      k::gelu_tanh_mul(gate_up, T, inter, act, on);
     } else {
-      k::silu_mul(gate_up, T, inter, act, stream_);
+      k::silu_mul(gate_up, T, inter, act, on);
     }
     lap(kOther);
-    gemm_.run(act, inter, T, l.wdown.data(), H, inter, o, H, stream_);
+    gemm_.run(act, inter, T, l.wdown.data(), H, inter, o, H, on);
     all_reduce(o, T * H);
     lap(kGemm);
     if (gemma_ && i + 1 < layers_.size()) {
       // x += post_feedforward_norm(o); h = the next layer's input norm of x.
       k::gemma_norm_add_rmsnorm(x, o, l.ffn_out_norm.ptr<const float>(),
                                 layers_[i + 1].input_norm.ptr<const float>(), eps, h, nullptr,
-                                T, H, stream_);
+                                T, H, on);
     }
   }
   if (gemma_) {  // the last MLP output and the final norm, on the logit rows only
     k::gemma_norm_add_rmsnorm(x, o, layers_.back().ffn_out_norm.ptr<const float>(),
-                              final_norm_.ptr<const float>(), eps, fin, rows, R, H, stream_);
+                              final_norm_.ptr<const float>(), eps, fin, rows, R, H, on);
   } else {
-    k::add_rmsnorm(x, o, final_norm_.data(), eps, fin, rows, R, H, stream_);
+    k::add_rmsnorm(x, o, final_norm_.data(), eps, fin, rows, R, H, on);
   }
   lap(kOther);
-  gemm_.run(fin, H, R, lm_head_.data(), V, H, lg, V, stream_);
+  gemm_.run(fin, H, R, lm_head_.data(), V, H, lg, V, on);
   lap(kGemm);
   if (tensor_parallel() && R > 0 && !skip_collectives()) {
 #ifdef KVATTN_WITH_NCCL
@@ -1325,7 +1340,7 @@ void CudaModel::run_layers(int64_t T, int64_t R, const int32_t* ids, const int32
   // to the host (the fixed decode path's pad rows too: harmless).
   if (final_softcap_ > 0.0f) {
     void* full = tensor_parallel() ? act_.full_logits.data() : act_.logits.data();
-    k::softcap_logits(full, full_logits_ld(), R, full_vocab_, final_softcap_, stream_);
+    k::softcap_logits(full, full_logits_ld(), R, full_vocab_, final_softcap_, on);
     lap(kOther);
   }
 }

@@ -18,6 +18,7 @@ struct CudaModelStats {
   int64_t activation_rows = 0;    // logit rows they hold
   int64_t decode_table_width = 0; // fixed block-table width of the graph path (0: not set up)
   bool fused_kernels = false;     // ModelOptions::fused_kernels after KVATTN_UNFUSED
+  bool pdl = false;  // ModelOptions::pdl after KVATTN_PDL=0 and the device's support
   std::vector<int64_t> ladder;    // padded decode batch sizes
 };
 

@@ -137,6 +137,7 @@ __device__ __forceinline__ Cache to_cache(bf16 x, float scale) {
 template <int kMaxDim, typename Cache>
 __global__ void __launch_bounds__(128)
     qk_norm_rope_kernel(const __grid_constant__ RopeParams p, const __grid_constant__ CacheParams c) {
+  pdl_enter();
   constexpr bool kStore = !std::is_void_v<Cache>;
   using Dst = std::conditional_t<kStore, Cache, uint8_t>;  // a type for the unused pointers
   __shared__ float buf[4][kMaxDim];
@@ -236,24 +237,24 @@ RopeParams rope_params(const QkNormRope& q) {
 }
 
 template <typename Cache>
-void launch(const RopeParams& p, const CacheParams& c, cudaStream_t stream) {
+void launch(const RopeParams& p, const CacheParams& c, Launch on) {
   const int64_t items = p.tokens * (p.num_heads + p.num_kv_heads);
   if (items == 0) return;
   const int64_t blocks = (items + 3) / 4;
   KVATTN_CHECK(blocks <= 0x7fffffff, "cuda model: ", p.tokens, " tokens exceed one launch");
-  qk_norm_rope_kernel<kMaxDim, Cache><<<static_cast<unsigned>(blocks), 128, 0, stream>>>(p, c);
-  CUDA_CHECK_LAUNCH();
+  launch_kernel(qk_norm_rope_kernel<kMaxDim, Cache>, static_cast<unsigned>(blocks), 128, 0, on,
+                p, c);
 }
 
 bool aligned4(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 4 == 0; }
 
 }  // namespace
 
-void qk_norm_rope(const QkNormRope& q, cudaStream_t stream) {
-  launch<void>(rope_params(q), CacheParams{}, stream);
+void qk_norm_rope(const QkNormRope& q, Launch on) {
+  launch<void>(rope_params(q), CacheParams{}, on);
 }
 
-void qk_norm_rope_store_kv(const QkNormRope& q, const KVWrite& kv, cudaStream_t stream) {
+void qk_norm_rope_store_kv(const QkNormRope& q, const KVWrite& kv, Launch on) {
   constexpr std::string_view kFn = "qk_norm_rope_store_kv";
   const RopeParams p = rope_params(q);
   const TensorView& kc = kv.k_cache;
@@ -302,9 +303,9 @@ void qk_norm_rope_store_kv(const QkNormRope& q, const KVWrite& kv, cudaStream_t 
   c.slots = sm.ptr<const int32_t>();
   c.fault_word = cuda::fault_word_ptr(kc.device.index);
   if (kc.dtype == DType::kBF16) {
-    launch<bf16>(p, c, stream);
+    launch<bf16>(p, c, on);
   } else {
-    launch<uint8_t>(p, c, stream);
+    launch<uint8_t>(p, c, on);
   }
 }
 

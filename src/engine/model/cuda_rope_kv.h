@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "engine/model/cuda_launch.h"
 #include "kvattn/core/tensor.h"
 
 namespace kvattn::cuda_model {
@@ -48,7 +49,7 @@ struct QkNormRope {
 
 // In place on the q and k heads: the optional per-head RMSNorm, then RoPE at positions[t].
 // Throws when dynamic.factor is set without theta or max_position, or head_dim is odd / > 256.
-void qk_norm_rope(const QkNormRope& p, cudaStream_t stream);
+void qk_norm_rope(const QkNormRope& p, Launch on);
 
 // One layer's paged caches and the step's slots, as Attention holds them (bind_cache) and as
 // BatchContext::slot_mapping gives them.
@@ -65,6 +66,6 @@ struct KVWrite {
 // a pad row, nothing written to the caches; slot >= num_blocks * block_size: skipped and
 // recorded in the device fault word (kFaultSlotOutOfRange), as store_kv does. Call Attention
 // with BatchContext::kv_stored set afterwards, so the layer does not store them again.
-void qk_norm_rope_store_kv(const QkNormRope& p, const KVWrite& kv, cudaStream_t stream);
+void qk_norm_rope_store_kv(const QkNormRope& p, const KVWrite& kv, Launch on);
 
 }  // namespace kvattn::cuda_model

@@ -305,6 +305,7 @@ __device__ uint64_t radix_select(const Row& row, Shared& s, unsigned rank, float
 __global__ void __launch_bounds__(kThreads)
     sample_kernel(const bf16* __restrict__ logits, int64_t ld, int vocab, bool vec,
                   const SampleParams* __restrict__ params, int32_t* __restrict__ tokens) {
+  pdl_enter();
   __shared__ Shared s;
   const int r = static_cast<int>(blockIdx.x);
   const SampleParams P = params[r];
@@ -414,14 +415,14 @@ SampleParams make_sample_params(const RowSampling& r, size_t row_index) {
 }
 
 void sample_rows(const void* logits, int64_t ld, int64_t rows, int64_t vocab,
-                 const SampleParams* params, int32_t* tokens, cudaStream_t stream) {
+                 const SampleParams* params, int32_t* tokens, Launch on) {
   if (rows == 0) return;
   KVATTN_CHECK(vocab > 0 && vocab < (int64_t{1} << 30) && rows < (int64_t{1} << 31) && ld >= 0,
                "sample_rows: vocab ", vocab, ", rows ", rows, " or ld ", ld, " out of range");
   const bool vec = ld % 4 == 0 && (reinterpret_cast<uintptr_t>(logits) & 7u) == 0;
-  sample_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
-      static_cast<const bf16*>(logits), ld, static_cast<int>(vocab), vec, params, tokens);
-  CUDA_CHECK_LAUNCH();
+  launch_kernel(sample_kernel, static_cast<unsigned>(rows), kThreads, 0, on,
+                static_cast<const bf16*>(logits), ld, static_cast<int>(vocab), vec, params,
+                tokens);
 }
 
 std::vector<int32_t> sample_on_device(int device, std::span<const float> logits, int64_t vocab,

@@ -33,6 +33,7 @@
 #include <span>
 #include <vector>
 
+#include "engine/model/cuda_launch.h"
 #include "kvattn/engine/model.h"
 
 namespace kvattn::cuda_model {
@@ -61,7 +62,7 @@ SampleParams make_sample_params(const RowSampling& r, size_t row_index);
 // bf16, row r at logits + r * ld (ld == 0: every row reads the same logits). No host sync, no
 // allocation: graph-capturable.
 void sample_rows(const void* logits, int64_t ld, int64_t rows, int64_t vocab,
-                 const SampleParams* params, int32_t* tokens, cudaStream_t stream);
+                 const SampleParams* params, int32_t* tokens, Launch on);
 
 // For tests: samples rows.size() rows of `logits` (float32, rounded to bf16 on the way to
 // the device), which holds either one row shared by every draw or rows.size() rows of

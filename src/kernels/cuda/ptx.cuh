@@ -129,4 +129,23 @@ __device__ __forceinline__ float exp2_approx(float x) {
   return y;
 }
 
+// Programmatic dependent launch (sm_90+; no-ops on older targets and when the kernel was not
+// launched with cudaLaunchAttributeProgrammaticStreamSerialization).
+// grid_dependency_wait: blocks until every prerequisite grid has completed and its memory
+// operations are visible (full completion, whatever the prerequisite did about triggering).
+// grid_launch_dependents: this CTA's consent that the dependent grid may be scheduled; it is
+// scheduled once every CTA of this grid has consented or exited. Correctness never rests on
+// it: the dependent still waits for this grid's completion before reading its results.
+__device__ __forceinline__ void grid_dependency_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void grid_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
 }  // namespace kvattn::cuda::ptx

@@ -1,0 +1,122 @@
+// Internal: how the GPU model launches its own kernels, plainly or with programmatic dependent
+// launch (PDL, sm_90+), so that one kernel's launch, CTA scheduling and prologue overlap the
+// previous kernel's tail instead of following its drain (issue 20: ~256 small dependent
+// kernels per decode token). Every wrapper of cuda_kernels.h, cuda_gemma.h, cuda_rope_kv.h,
+// cuda_sampling.h and cuda_gemv.h takes a Launch; a bare cudaStream_t converts to a plain one,
+// so callers that do not care (tests, tools) read as before.
+//
+// The contract, for every kernel launched through launch_kernel:
+// - It calls pdl_enter() first, before any global read or write and before any early return:
+//   griddepcontrol.wait, then griddepcontrol.launch_dependents. The wait blocks until the
+//   previous grid in the stream has *completed* and its writes are visible (not merely
+//   triggered), so reads of its output and writes to buffers it still reads are both safe;
+//   without the attribute it returns at once. The wait is unconditional, so a PDL kernel never
+//   completes before its predecessor has, and the guarantee chains: the kernel after it that
+//   waits on its completion also sees everything before it.
+// - The trigger right after the wait (our rule): the dependent grid may be scheduled as soon as
+//   every CTA of this grid has started running (after its own wait). Nothing the dependent
+//   reads is promised by the trigger, only its scheduling: the dependent's CTAs take SM slots
+//   that this grid no longer needs (all its CTAs are resident or done) and sit at their own
+//   wait. Triggering after the wait, not before, keeps at most two grids in flight, the
+//   running one and the next, never a chain of waiting grids holding SMs.
+// Kernels we do not own (decode attention, prefill, cuBLASLt's GEMMs, NCCL) keep their plain
+// launches: a plain launch waits for full completion of what precedes it, and a PDL kernel of
+// ours after one of them still waits in pdl_enter (a grid that never triggers lets the
+// dependent start at its completion), so every mix is correct; the overlap only happens on the
+// edges between two of ours (GEMV -> norm, norm -> ..., SiLU -> GEMV).
+//
+// CUDA graphs: captured PDL launches become programmatic edges (CUDA 12.3+); with an older
+// toolkit launch_kernel always launches plainly and pdl_supported() is false. A PDL launch
+// whose predecessor in the stream is not a kernel (a copy, an event) has an ordinary
+// dependency on it. Default: on where pdl_supported(), off with KVATTN_PDL=0 or
+// ModelOptions::pdl = false (CudaModelStats::pdl reports it).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#ifdef __CUDACC__
+#include <cuda_runtime.h>
+
+#include <utility>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/ptx.cuh"
+#endif
+
+// CUDA 12.3 first captures PDL launches into graphs as programmatic edges.
+#if defined(CUDART_VERSION) && CUDART_VERSION >= 12030
+#define KVATTN_PDL_AVAILABLE 1
+#else
+#define KVATTN_PDL_AVAILABLE 0
+#endif
+
+namespace kvattn::cuda_model {
+
+// The stream a wrapper launches on, and whether its kernel gets the PDL attribute.
+struct Launch {
+  Launch(cudaStream_t s, bool programmatic = false)  // NOLINT: a stream is a plain Launch
+      : stream(s), pdl(programmatic) {}
+  cudaStream_t stream;
+  bool pdl;
+};
+
+// Whether `device` can take PDL launches: built with CUDA 12.3+, a 12.3+ driver, compute
+// capability 9.0+.
+inline bool pdl_supported(int device) {
+  if (!KVATTN_PDL_AVAILABLE) return false;
+  int driver = 0, major = 0;
+  if (cudaDriverGetVersion(&driver) != cudaSuccess || driver < 12030) return false;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return major >= 9;
+}
+
+// KVATTN_PDL=0 turns PDL off (bench and tests compare the two).
+inline bool pdl_off_by_env() {
+  const char* e = std::getenv("KVATTN_PDL");
+  return e != nullptr && std::strcmp(e, "0") == 0;
+}
+
+#ifdef __CUDACC__
+
+// The first statement of every kernel launched through launch_kernel (the contract above).
+__device__ __forceinline__ void pdl_enter() {
+  cuda::ptx::grid_dependency_wait();
+  cuda::ptx::grid_launch_dependents();
+}
+
+// kernel<<<grid, block, smem, on.stream>>>(args...), with the programmatic-stream-serialization
+// attribute when on.pdl (and the toolkit has it). Launch errors throw, as CUDA_CHECK_LAUNCH.
+template <typename... Params, typename... Args>
+void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, Launch on,
+                   Args&&... args) {
+#if KVATTN_PDL_AVAILABLE
+  if (on.pdl) {
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = on.stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+    (void)cudaGetLastError();  // reported here, not by the next CUDA_CHECK_LAUNCH
+    CUDA_CHECK(e);
+    return;
+  }
+#endif
+  kernel<<<grid, block, smem, on.stream>>>(std::forward<Args>(args)...);
+  CUDA_CHECK_LAUNCH();
+}
+
+#endif  // __CUDACC__
+
+}  // namespace kvattn::cuda_model
