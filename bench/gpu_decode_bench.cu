@@ -11,7 +11,11 @@
 // then a full table and, last, a summary with the default's and the best variant's figures.
 // Bytes: store_kv counts K and V read + written plus the slots (as the seed peer does);
 // decode counts the cached K and V of every sequence read once.
-//   gpu_decode_bench [--reps N] [--quick] [--only store|decode] [--store-rounds N]
+// fp8 rows (" fp8" in the shape): the same shapes over float8_e4m3 caches of random finite
+// codes (bytes counted at 1 per element), timed with the variants that pick the fp8 tile
+// ("swap": the swapped fp8 tile, "noswap": the 16-row one) beside the default; `--only fp8`
+// times just them and their bf16 twins, side by side.
+//   gpu_decode_bench [--reps N] [--quick] [--only store|decode|fp8] [--store-rounds N]
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -205,6 +209,30 @@ const DecodeVariant kDecodeVariants[] = {
     {"default again", 8, 0},  // the default once more, last: is the first timing of a shape off?
 };
 
+// The variants timed on fp8 rows: the default first, the two tiles, and the swapped tile's
+// stage and heads-per-CTA neighbours (decode_config: 3 stages at d128, 4 at d64).
+bool fp8_variant(const DecodeVariant& v) {
+  static const char* const kNames[] = {"default", "noswap", "swap", "swap s2", "swap s3",
+                                       "swap s4", "swap s6", "swap h4", "nosmall", "s3",
+                                       "default again"};
+  for (const char* n : kNames) {
+    if (std::strcmp(v.name, n) == 0) return true;
+  }
+  return false;
+}
+
+// Random finite e4m3 codes (no NaN: exponent field <= 0b0110, both signs), |x| < 1.
+__global__ void fill_random_e4m3(uint8_t* p, int64_t n, uint32_t seed) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    uint32_t x = static_cast<uint32_t>(i) * 2654435761u ^ seed ^ static_cast<uint32_t>(i >> 32);
+    x ^= x >> 15;
+    x *= 2246822519u;
+    x ^= x >> 13;
+    p[i] = static_cast<uint8_t>(x & 0xb7u);
+  }
+}
+
 std::vector<float> to_floats(const Tensor& t) {
   std::vector<uint16_t> bits(static_cast<size_t>(t.numel()));
   BENCH_CUDA(cudaMemcpy(bits.data(), t.data(), bits.size() * 2, cudaMemcpyDeviceToHost));
@@ -227,15 +255,26 @@ double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 // Decode: one query per sequence, GQA, bf16, head_dim d, random non-identity block tables.
+// fp8: over float8_e4m3 caches of the same shape (scales 1), with the fp8 variants only.
 void bench_decode(const std::string& name, const std::vector<int64_t>& lens, int64_t hq,
                   int64_t hkv, int64_t block_size, std::mt19937_64& rng,
-                  int64_t d = PagedDecodeCase::kHeadDim) {
+                  int64_t d = PagedDecodeCase::kHeadDim, bool fp8 = false) {
   const int64_t B = static_cast<int64_t>(lens.size());
   const PagedDecodeCase pc = make_paged_decode_case(lens, hq, hkv, block_size, rng, d);
-  const double bytes = pc.kv_bytes;
+  Tensor k8, v8;
+  if (fp8) {
+    const std::vector<int64_t> cshape = {pc.k_cache.size(0), pc.k_cache.size(1),
+                                         pc.k_cache.size(2), pc.k_cache.size(3)};
+    k8 = Tensor::empty(cshape, DType::kF8E4M3, kGpu);
+    v8 = Tensor::empty(cshape, DType::kF8E4M3, kGpu);
+    fill_random_e4m3<<<1024, 256>>>(static_cast<uint8_t*>(k8.data()), k8.numel(), 13);
+    fill_random_e4m3<<<1024, 256>>>(static_cast<uint8_t*>(v8.data()), v8.numel(), 14);
+    BENCH_CUDA(cudaGetLastError());
+  }
+  const double bytes = fp8 ? pc.kv_bytes / 2 : pc.kv_bytes;
   const std::string shape = name + " " + std::to_string(hq) + "/" + std::to_string(hkv) +
                             (d == PagedDecodeCase::kHeadDim ? "" : " d" + std::to_string(d)) +
-                            " page " + std::to_string(block_size);
+                            " page " + std::to_string(block_size) + (fp8 ? " fp8" : "");
 
   CudaTuning& tuning = kvattn::cuda::cuda_tuning();
   const CudaTuning saved = tuning;
@@ -255,16 +294,22 @@ void bench_decode(const std::string& name, const std::vector<int64_t>& lens, int
   auto plan = [&] { return kvattn::plan_decode(B, hq, hkv, d, 1, pc.width * block_size, kGpu); };
   int64_t ws_bytes = 16;
   for (const DecodeVariant& v : kDecodeVariants) {
+    if (fp8 && !fp8_variant(v)) continue;
     use(v);
     ws_bytes = std::max<int64_t>(ws_bytes, plan().workspace_bytes);
   }
   const Tensor ws = Tensor::empty({ws_bytes}, DType::kU8, kGpu);
   std::vector<float> ref;
   for (const DecodeVariant& v : kDecodeVariants) {
+    if (fp8 && !fp8_variant(v)) continue;
     use(v);
     const bool diag = std::strncmp(v.name, "diag", 4) == 0;
     try {
       kvattn::DecodeArgs a = pc.args();
+      if (fp8) {
+        a.k_cache = k8;
+        a.v_cache = v8;
+      }
       a.plan = plan();
       if (a.plan.workspace_bytes > 0) a.workspace = ws;
       BENCH_CUDA(cudaMemset(pc.out.data(), 0xFF, static_cast<size_t>(pc.out.nbytes())));
@@ -328,6 +373,24 @@ int main(int argc, char** argv) {
         }
       }
       if (quick) break;
+    }
+  }
+  // fp8 caches (issue 16: >= 1.7x the bf16 decode), page 16; with `--only fp8` each beside its
+  // bf16 twin (the decode run times the twins below).
+  if (only.empty() || only == "decode" || only == "fp8") {
+    const bool twins = only == "fp8";
+    struct Fp8Shape {
+      const char* name;
+      int64_t batch, len, hq, hkv, d;
+    };
+    const Fp8Shape fp8_shapes[] = {{"64x4096", 64, 4096, 32, 8, 128},
+                                   {"96x4096", 96, 4096, 9, 3, 64},
+                                   {"256x1024", 256, 1024, 16, 8, 128},
+                                   {"8x32768", 8, 32768, 32, 8, 128}};
+    for (const Fp8Shape& f : fp8_shapes) {
+      const std::vector<int64_t> lens(static_cast<size_t>(f.batch), f.len);
+      if (twins) bench_decode(f.name, lens, f.hq, f.hkv, 16, rng, f.d);
+      bench_decode(f.name, lens, f.hq, f.hkv, 16, rng, f.d, true);
     }
   }
   if (only.empty() || only == "decode") {

@@ -438,7 +438,7 @@ TEST(DecodeGpu, Fp8CacheSweepAgainstReferenceOnStoredBytes) {
 // so the output is that key's V row (softmax of one score is 1), and a one-hot query on dim b
 // makes sequence b's LSE the K code at dim b times the scale (1). 256 codes over the KV heads;
 // the two NaN codes are replaced by zeros of the same sign.
-TEST(DecodeGpu, Fp8CodesReadExactly) {
+void fp8_codes_read_exactly() {
   for (DType dt : {DType::kBF16, DType::kF16}) {
     for (int64_t d : {64, 128}) {
       SCOPED_TRACE(std::string(dtype_name(dt)) + " d " + std::to_string(d));
@@ -502,8 +502,13 @@ TEST(DecodeGpu, Fp8CodesReadExactly) {
   }
 }
 
+TEST(DecodeGpu, Fp8CodesReadExactly) { fp8_codes_read_exactly(); }
+
 // The kernel variants of cuda_tuning() (heads per CTA, stages, small-batch kernel on/off and
-// its warps per CTA, the swapped tile on/off).
+// its warps per CTA, the swapped tile on/off). swap 1 also puts fp8 caches on the swapped fp8
+// tile (head_dim 64/128, units of <= 8 rows; decode_use_swap), which is not their default, so
+// the fp8 sweeps below cover both fp8 tiles: "swap nosmall" and "swap h4 s2" the swapped one,
+// "noswap nosmall" and the rest the 16-row one.
 struct Variant {
   const char* name;
   int heads, stages;
@@ -546,6 +551,19 @@ TEST(DecodeGpuVariants, Sweep) {
     sweep(test::quick_mode() ? 3 : 16);
     sweep(test::quick_mode() ? 2 : 8, /*fp8=*/true);
   }
+}
+
+// Every code, and every output dim in its place (fp8_swap_o_dim), on the swapped fp8 tile.
+TEST(DecodeGpu, Fp8CodesReadExactlySwappedTile) {
+  UseVariant use(Variant{"swap nosmall", 8, 0, 0, 0, -1, 1});
+  fp8_codes_read_exactly();
+}
+
+// The fp8 sweep again on the swapped fp8 tile (decode_swap 1; small mode off, so the stream and
+// whole-sequence kernels take every batch; units of more than 8 rows keep the 16-row tile).
+TEST(DecodeGpu, Fp8CacheSweepSwappedTile) {
+  UseVariant use(Variant{"swap nosmall", 8, 0, 0, 0, -1, 1});
+  sweep(test::quick_mode() ? 12 : 96, /*fp8=*/true);
 }
 
 // Long contexts, a batch of 256, many query rows (GQA 8 x q_len 3: two row tiles), q_len
@@ -895,6 +913,13 @@ void feature_sweep(int cases, bool fp8) {
 TEST(DecodeGpuFeatures, RandomSweep) { feature_sweep(test::quick_mode() ? 24 : 144, false); }
 
 TEST(DecodeGpuFeatures, Fp8CacheRandomSweep) { feature_sweep(test::quick_mode() ? 12 : 72, true); }
+
+// The same on the swapped fp8 tile's extended form (window, softcap, ALiBi, leftpad through
+// DecodeMods::apply_swap): decode_swap 1, small mode off.
+TEST(DecodeGpuFeatures, Fp8CacheRandomSweepSwappedTile) {
+  UseVariant use(Variant{"swap nosmall", 8, 0, 0, 0, -1, 1});
+  feature_sweep(test::quick_mode() ? 12 : 72, true);
+}
 
 // The stream kernel and the small kernel's variants compute the same.
 TEST(DecodeGpuFeatures, Variants) {

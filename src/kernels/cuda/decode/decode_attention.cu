@@ -255,14 +255,14 @@ template <typename T, typename KV, int D, bool kExt>
 void launch(DecodeParams p, bool aligned, int64_t ws_bytes, int device, cudaStream_t stream) {
   constexpr int kKvBytes = static_cast<int>(sizeof(KV));
   const DType cache_dtype = kIsFp8<KV> ? DType::kF8E4M3 : DType::kBF16;
-  // The swapped tile (decode_swap_tile.cuh): head_dim 256 always; head_dim 128 (or any, by the
-  // knob) for plain units of <= 8 rows over 16-bit caches.
-  // (The extended form takes the swapped tile only at 256: no other instantiation of it.)
+  // The swapped tile (decode_swap_tile.cuh; decode_use_swap): head_dim 256 always; head_dim
+  // 128 (or any, by the knob) for plain units of <= 8 rows over 16-bit caches; fp8 caches at 64
+  // and 128, plain and extended, by the knob (kDecodeFp8SwapDefault). (16-bit caches take the
+  // extended form of the swapped tile only at 256: no other instantiation of it.)
   constexpr bool kOnlySwap = D == 256;
-  constexpr bool kCanSwap = !kIsFp8<KV> && (!kExt || kOnlySwap);
-  const int swap_knob = cuda_tuning().decode_swap;
-  const bool swap = kOnlySwap || (kCanSwap && p.rows <= kSwapRows &&
-                                  (swap_knob == 1 || (swap_knob < 0 && D == 128)));
+  constexpr bool kCanSwap = kIsFp8<KV> ? (D == 64 || D == 128) : (!kExt || kOnlySwap);
+  const bool swap =
+      kCanSwap && decode_use_swap(cuda_tuning().decode_swap, p.rows, D, kIsFp8<KV>, kExt);
   const int unit_rows = swap ? kSwapRows : kDecodeRows;
   p.row_chunks = (p.rows + unit_rows - 1) / unit_rows;
   const DecodeConfig c =
@@ -445,7 +445,14 @@ DecodeConfig decode_config(int64_t num_kv_heads, int64_t rows, int64_t head_dim,
   // docs/perf/NOTES.md); warp-bound tiles too (above).
   const int bytes_rule =
       (192 << 10) / (kDecodeMaxWarps * 2 * kDecodeTileKeys * static_cast<int>(head_dim) * kv_bytes);
+  // fp8 on the swapped tile (kv_bytes 1, units of kDecodeSwapRows): half the stages of the
+  // 16-row fp8 tile (3 at head_dim 128, 4 at 64), so that two CTAs of 8 warps share an SM: the
+  // swapped tile's registers allow it (the 16-row fp8 tile's ~220 leave one CTA), and the SM
+  // keeps the bytes in flight of the 16-row tile's one CTA with twice the warps (decode is
+  // bound by warps per SM there: docs/perf/NOTES.md, session 10).
+  const bool fp8_swap = kv_bytes == 1 && unit_rows == kDecodeSwapRows;
   const int stages = stages_wanted > 0                   ? stages_wanted
+                     : fp8_swap                          ? std::max(2, std::min(bytes_rule, kDecodeMaxStages) / 2)
                      : head_dim == 64 && kv_bytes == 2 ? 2
                                                        : bytes_rule;
   const int fit = budget / (c.warps * c.stage_bytes);
@@ -453,12 +460,23 @@ DecodeConfig decode_config(int64_t num_kv_heads, int64_t rows, int64_t head_dim,
   return c;
 }
 
-int decode_parts(int device, const DecodeConfig& c, int64_t head_dim, int64_t num_seqs) {
+int decode_parts(int device, const DecodeConfig& c, int64_t head_dim, int64_t num_seqs,
+                 bool fp8_swap) {
   const int smem = split_smem(c, prefix_bytes_for(num_seqs));
   int ctas = 0;
-  dispatch(DType::kBF16, DType::kBF16, head_dim, [&]<typename T, typename KV, int D>() {
-    ctas = split_occupancy<T, KV, D, true, false, false, D == 256>(device, c.warps * 32, smem);
-  });
+  if (fp8_swap) {
+    KVATTN_CHECK(head_dim == 64 || head_dim == 128, "decode_parts: the fp8 swapped tile runs "
+                 "head_dim 64 and 128, not ", head_dim);
+    dispatch(DType::kBF16, DType::kF8E4M3, head_dim, [&]<typename T, typename KV, int D>() {
+      if constexpr (D == 64 || D == 128) {
+        ctas = split_occupancy<T, KV, D, true, false, false, true>(device, c.warps * 32, smem);
+      }
+    });
+  } else {
+    dispatch(DType::kBF16, DType::kBF16, head_dim, [&]<typename T, typename KV, int D>() {
+      ctas = split_occupancy<T, KV, D, true, false, false, D == 256>(device, c.warps * 32, smem);
+    });
+  }
   return static_cast<int>(std::max<int64_t>(1, int64_t{sm_count(device)} * ctas /
                                                    (c.head_blocks * c.rc_blocks)));
 }

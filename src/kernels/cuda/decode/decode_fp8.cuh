@@ -23,6 +23,18 @@
 // Layout: rows of D bytes at a pitch of D + 16 (decode_tile_pitch): the S reads (eight keys, one
 // word of one chunk each) and the P V reads (keys 2t.. at chunks 2c + g/4) land on 32
 // different banks at head_dim 64 and 128 alike.
+//
+// The swapped tile (decode_swap_tile.cuh: S^T = K Q^T, O^T += V^T P^T, units of 8 query rows)
+// reads the same layout with the same two relabellings:
+// - S^T = K Q^T: K is the A operand (rows = keys g and g + 8). Its registers a0 / a2 (key g,
+//   k indices 2t.. / 2t+8..) are fp8_qk's two B registers of key g: one word at dims 16 ks +
+//   4t; a1 / a3 likewise from key g + 8. Q^T (B: row g) uses decode_fp8_q_dim as Q does.
+// - O^T += V^T P^T: V^T is the A operand (rows = head dims, k = keys). In 32-dim group c, row
+//   g (+ 8) of m-tile 2c + h stands for dim 32c + 4g + 2h (+ 1): the four words of keys 2t,
+//   2t+1, 2t+8, 2t+9 at dims 32c + 4g (the loads of fp8_pv) give the A registers of both
+//   m-tiles after the same byte permutes. So lane 4g + t ends holding dims 32c + 4g .. + 3 of
+//   query rows 2t, 2t + 1 (fp8_swap_o_dim): whole 4-dim runs, written as they are (no
+//   restore step).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -161,6 +173,68 @@ __device__ __forceinline__ void fp8_restore_o(float (&o)[D / 8][4], float v_scal
       }
     }
   }
+}
+
+// ---- the swapped tile (decode_swap_tile.cuh) ----
+
+// S^T = K Q^T of one fp8 K tile at kbase, in two mma chains (even and odd k-steps); qb holds
+// Q^T in the decode_fp8_q_dim order (B registers of row g: dims 16 ks + 4t + {h, h + 2}).
+template <typename T, int D>
+__device__ __forceinline__ void fp8_qk_swap(uint32_t kbase, const uint32_t (&qb)[D / 16][2],
+                                            float (&s)[4], float (&s2)[4], int lane) {
+  using L = Fp8Tile<D>;
+  const int g = lane >> 2;
+  const int t4 = lane & 3;
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ++ks) {
+    const uint32_t w0 = lds32(L::addr(kbase, g, ks) + 4 * t4);
+    const uint32_t w1 = lds32(L::addr(kbase, g + 8, ks) + 4 * t4);
+    uint32_t ka[4];  // keys g / g + 8 x dims 16 ks + 4t + {0, 2} / {1, 3}
+    e4m3x4_to<T>(w0, ka[0], ka[2]);
+    e4m3x4_to<T>(w1, ka[1], ka[3]);
+    if (ks & 1) {
+      ptx::mma_16816<T>(s2, ka, qb[ks][0], qb[ks][1]);
+    } else {
+      ptx::mma_16816<T>(s, ka, qb[ks][0], qb[ks][1]);
+    }
+  }
+}
+
+// O^T += V^T P^T of one fp8 V tile at vbase; pb0 / pb1: P^T's B registers (keys 2t.. / 2t+8..
+// of query row g); o in the relabelled order (see the top: fp8_swap_o_dim).
+template <typename T, int D>
+__device__ __forceinline__ void fp8_pv_swap(uint32_t vbase, uint32_t pb0, uint32_t pb1,
+                                            float (&o)[D / 16][4], int lane) {
+  using L = Fp8Tile<D>;
+  const int g = lane >> 2;
+  const int t4 = lane & 3;
+#pragma unroll
+  for (int c = 0; c < D / 32; ++c) {
+    const int chunk = 2 * c + (g >> 2);
+    const uint32_t in_chunk = 4 * (g & 3);
+    const uint32_t w0 = lds32(L::addr(vbase, 2 * t4, chunk) + in_chunk);
+    const uint32_t w1 = lds32(L::addr(vbase, 2 * t4 + 1, chunk) + in_chunk);
+    const uint32_t w2 = lds32(L::addr(vbase, 2 * t4 + 8, chunk) + in_chunk);
+    const uint32_t w3 = lds32(L::addr(vbase, 2 * t4 + 9, chunk) + in_chunk);
+    uint32_t b[4][2];  // [dim 32c + 4g + k][keys (2t, 2t+1) / (2t+8, 2t+9)], as in fp8_pv
+    e4m3x4_to<T>(byte_perm(w0, w1, 0x5410u), b[0][0], b[1][0]);
+    e4m3x4_to<T>(byte_perm(w0, w1, 0x7632u), b[2][0], b[3][0]);
+    e4m3x4_to<T>(byte_perm(w2, w3, 0x5410u), b[0][1], b[1][1]);
+    e4m3x4_to<T>(byte_perm(w2, w3, 0x7632u), b[2][1], b[3][1]);
+    // m-tile 2c + h: row g = dim + 2h, row g + 8 = dim + 2h + 1; a0 / a1 keys 2t.., a2 / a3
+    // keys 2t+8...
+    const uint32_t a0[4] = {b[0][0], b[1][0], b[0][1], b[1][1]};
+    const uint32_t a1[4] = {b[2][0], b[3][0], b[2][1], b[3][1]};
+    ptx::mma_16816<T>(o[2 * c], a0, pb0, pb1);
+    ptx::mma_16816<T>(o[2 * c + 1], a1, pb0, pb1);
+  }
+}
+
+// The head dim that o[mt][e] of fp8_pv_swap stands for in lane 4g + t (query row 2t + (e & 1)):
+// 32 (mt / 2) + 4g + 2 (mt % 2) + e / 2. Lane g's dims 32c + 4g + k (k = 0..3) of query row
+// 2t + j are o[2c][j], o[2c][j + 2], o[2c + 1][j], o[2c + 1][j + 2].
+__host__ __device__ constexpr int fp8_swap_o_dim(int mt, int e, int g) {
+  return 32 * (mt >> 1) + 4 * g + 2 * (mt & 1) + (e >> 1);
 }
 
 }  // namespace kvattn::cuda

@@ -199,8 +199,30 @@ inline int decode_plan_unit_rows(int64_t tile_dim) {
   return tile_dim == 256 ? kDecodeSwapRows : kDecodeRows;
 }
 
-// Stream-mode CTAs per slice on `device`: resident CTAs (occupancy) over slices.
-int decode_parts(int device, const DecodeConfig& c, int64_t head_dim, int64_t num_seqs);
+// The fp8 swapped tile's default (decode_fp8.cuh, decode_swap_tile.cuh): off until it is
+// timed; cuda_tuning().decode_swap = 1 turns it on.
+inline constexpr bool kDecodeFp8SwapDefault = false;
+
+// Whether the stream kernel runs the swapped tile (units of kDecodeSwapRows rows) for `rows`
+// query rows per KV head at tile dim `tile_dim` over a 16-bit or fp8 cache, extended (window,
+// softcap, ALiBi, leftpad) or not, given the knob cuda_tuning().decode_swap (-1 default, 0
+// never, 1 wherever the tile exists). head_dim 256: always. 16-bit caches: plain units of <= 8
+// rows, by default at tile dim 128 (80 and 96 included). fp8 caches: units of <= 8 rows at 64
+// and 128, plain and extended, by default where kDecodeFp8SwapDefault says.
+inline bool decode_use_swap(int knob, int64_t rows, int64_t tile_dim, bool fp8, bool ext) {
+  if (tile_dim == 256) return true;
+  if (rows > kDecodeSwapRows) return false;
+  if (fp8) {
+    return (tile_dim == 64 || tile_dim == 128) && (knob == 1 || (knob < 0 && kDecodeFp8SwapDefault));
+  }
+  return !ext && (knob == 1 || (knob < 0 && tile_dim == 128));
+}
+
+// Stream-mode CTAs per slice on `device`: resident CTAs (occupancy) over slices. fp8_swap: of
+// the fp8 swapped tile's kernel (c from decode_config with kv_bytes 1, kDecodeSwapRows),
+// else of the 16-bit 16-row kernel (256: the swapped one).
+int decode_parts(int device, const DecodeConfig& c, int64_t head_dim, int64_t num_seqs,
+                 bool fp8_swap = false);
 
 // Whether stream mode can serve `num_seqs` sequences of at most `capacity` keys.
 bool decode_stream_ok(int64_t num_seqs, int64_t capacity);

@@ -16,6 +16,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/decode/decode_params.h"
 #include "kernels/cuda/device_props.h"
+#include "kernels/cuda/tuning.h"
 
 namespace kvattn::cuda {
 
@@ -26,7 +27,17 @@ DecodePlan plan_decode(int64_t num_seqs, int64_t num_heads, int64_t num_kv_heads
   const DecodeConfig c =
       decode_config(num_kv_heads, group * q_len, tile_dim, 2, decode_plan_unit_rows(tile_dim),
                     tile_dim != head_dim);
-  const int64_t parts = decode_parts(device, c, tile_dim, std::max<int64_t>(num_seqs, 1));
+  int64_t parts = decode_parts(device, c, tile_dim, std::max<int64_t>(num_seqs, 1));
+  // The plan does not know the cache dtype: where an fp8 cache would take the swapped tile
+  // (decode_use_swap; its CTAs of fewer stages may share an SM), the workspace holds ranges for
+  // the larger count too, so that its ranges are not capped (part_cap) below one per CTA.
+  const int64_t rows = group * q_len;
+  if (tile_dim == head_dim &&
+      decode_use_swap(cuda_tuning().decode_swap, rows, tile_dim, /*fp8=*/true, /*ext=*/false)) {
+    const DecodeConfig c8 = decode_config(num_kv_heads, rows, tile_dim, 1, kDecodeSwapRows);
+    parts = std::max<int64_t>(
+        parts, decode_parts(device, c8, tile_dim, std::max<int64_t>(num_seqs, 1), /*fp8_swap=*/true));
+  }
   if (num_seqs <= 0 || max_seqlen_k <= kDecodeTileKeys || !decode_stream_ok(num_seqs, max_seqlen_k)) {
     return DecodePlan{1, 0};
   }

@@ -88,12 +88,13 @@ __device__ __forceinline__ void advance(const DecodeParams& p, const Source& s, 
 }
 
 // kExt: window, softcap, ALiBi (decode_mask.cuh); without it, the plain causal kernel.
-// kSwap: the swapped tile (decode_swap_tile.cuh; 16-bit caches): units of kSwapRows rows (the
-// host sets p.row_chunks and the CTA shape for them), else of kDecodeRows.
+// kSwap: the swapped tile (decode_swap_tile.cuh; 16-bit caches, and fp8 ones at head_dim 64 and
+// 128): units of kSwapRows rows (the host sets p.row_chunks and the CTA shape for them), else
+// of kDecodeRows.
 template <typename T, typename KV, int D, bool kAligned16, bool kExt = false, bool kSwap = false>
 __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     decode_kernel(const __grid_constant__ DecodeParams p) {
-  static_assert(!kSwap || !kIsFp8<KV>, "the swapped tile reads 16-bit caches");
+  static_assert(!kSwap || !kIsFp8<KV> || D == 64 || D == 128, "fp8 swapped tile: d64 / d128");
   using L = KvTile<KV, D>;
   // Output fragments per lane: O (D/8 n-tiles of 16 rows) or O^T (D/16 m-tiles of 8 rows).
   constexpr int kOT = kSwap ? D / 16 : D / 8;
@@ -206,7 +207,25 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
             static_cast<uint16_t*>(p.out) + token * p.out_stride +
             static_cast<int64_t>(head) * hd;
         // A padded tile (hd < D) stores its first hd dims (a multiple of 16).
-        if constexpr (kSwap) {  // dims 16 mt + gid (+ 8)
+        if constexpr (kSwap && kIsFp8<KV>) {  // dims 32 c + 4 gid .. + 3 (fp8_swap_o_dim)
+#pragma unroll
+          for (int c = 0; c < kOT / 2; ++c) {
+            uint16_t* dst = row_out + 32 * c + 4 * gid;
+            const uint16_t v0 = to_bits<T>(o[2 * c][hr] * inv);
+            const uint16_t v1 = to_bits<T>(o[2 * c][hr + 2] * inv);
+            const uint16_t v2 = to_bits<T>(o[2 * c + 1][hr] * inv);
+            const uint16_t v3 = to_bits<T>(o[2 * c + 1][hr + 2] * inv);
+            if (p.out_aligned4) {
+              reinterpret_cast<uint32_t*>(dst)[0] = v0 | (static_cast<uint32_t>(v1) << 16);
+              reinterpret_cast<uint32_t*>(dst)[1] = v2 | (static_cast<uint32_t>(v3) << 16);
+            } else {
+              dst[0] = v0;
+              dst[1] = v1;
+              dst[2] = v2;
+              dst[3] = v3;
+            }
+          }
+        } else if constexpr (kSwap) {  // dims 16 mt + gid (+ 8)
 #pragma unroll
           for (int mt = 0; mt < kOT; ++mt) {
             if (mt * 16 >= hd) break;
@@ -235,7 +254,14 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
         const int64_t wi =
             (static_cast<int64_t>(part + b) * p.num_kv_heads + kvh) * p.rows + r;
         float* const row_ws = p.ws_o + wi * D;
-        if constexpr (kSwap) {
+        if constexpr (kSwap && kIsFp8<KV>) {  // dims 32 c + 4 gid .. + 3
+#pragma unroll
+          for (int c = 0; c < kOT / 2; ++c) {
+            *reinterpret_cast<float4*>(row_ws + 32 * c + 4 * gid) =
+                make_float4(o[2 * c][hr] * inv, o[2 * c][hr + 2] * inv, o[2 * c + 1][hr] * inv,
+                            o[2 * c + 1][hr + 2] * inv);
+          }
+        } else if constexpr (kSwap) {
 #pragma unroll
           for (int mt = 0; mt < kOT; ++mt) {
             row_ws[mt * 16 + gid] = o[mt][hr] * inv;
@@ -350,7 +376,7 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     };
     if constexpr (kSwap) {  // Q^T: row gid; limits of rows 2 t4, 2 t4 + 1
       const uint16_t* qrow = q_row(rc * kSwapRows + gid);
-      load_q_swap<D>(qf, qrow, qrow != nullptr, t4, hd);
+      load_q_swap<D, kIsFp8<KV>>(qf, qrow, qrow != nullptr, t4, hd);
       if constexpr (!kExt) {
 #pragma unroll
         for (int hr = 0; hr < 2; ++hr) {
@@ -408,7 +434,7 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     // Else every key of the tile is masked for every row.
     if (kExt ? mods.tile_has_work(key0) : key0 < warp_limit) {
       if constexpr (kSwap) {
-        attend_tile_swap<T, D, kExt>(wbase + cstage * L::kStageBytes, qf, o, m, l, key0, limit,
+        attend_tile_swap<T, KV, D, kExt>(wbase + cstage * L::kStageBytes, qf, o, m, l, key0, limit,
                                      min_limit, scale_log2, lane, p, mods);
       } else {
         attend_tile<T, KV, D, kExt>(wbase + cstage * L::kStageBytes, qf, o, m, l, key0, limit,
@@ -419,7 +445,16 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
 
     const bool piece_done = cc.t + 1 == cc.t_end;
     if (piece_done) {
-      if constexpr (kIsFp8<KV>) fp8_restore_o<D>(o, unit_v_scale<KV>(p, kvh), lane);
+      if constexpr (kIsFp8<KV> && kSwap) {  // O^T stays in fp8_swap_o_dim's order
+        const float v_scale = unit_v_scale<KV>(p, kvh);
+#pragma unroll
+        for (int mt = 0; mt < kOT; ++mt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) o[mt][e] *= v_scale;
+        }
+      } else if constexpr (kIsFp8<KV>) {
+        fp8_restore_o<D>(o, unit_v_scale<KV>(p, kvh), lane);
+      }
       float lq[2];
       if constexpr (kSwap) {
         reduce_l_swap(l, lq);

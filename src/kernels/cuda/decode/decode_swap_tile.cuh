@@ -13,6 +13,9 @@
 //   m[j], l[j] of query row 2t + j (l summed over the lane's own keys only).
 // P^T reaches the PV mma's B layout (keys 2t..2t+1 of row g) through one movmatrix.trans per
 // 8-key half.
+// float8_e4m3 caches (KV = uint8_t) read the fp8 layout (decode_fp8.cuh: fp8_qk_swap,
+// fp8_pv_swap): Q^T's dims are relabelled as decode_fp8_q_dim says, and O^T's rows stand for
+// the dims of fp8_swap_o_dim (not 16 mt + g + 8 (e / 2)); the kernel writes them there.
 #pragma once
 
 #include "kernels/cuda/decode/decode_common.cuh"
@@ -27,8 +30,9 @@ using ptx::movmatrix_trans;
 inline constexpr int kSwapRows = kDecodeSwapRows;
 
 // Loads row `r` (lane row g) of the unit's queries as Q^T B fragments; zeros when !valid and
-// for the dims from head_dim on (a padded tile).
-template <int D>
+// for the dims from head_dim on (a padded tile). fp8 caches (kFp8): the dims of
+// decode_fp8_q_dim (no padded tiles there).
+template <int D, bool kFp8 = false>
 __device__ __forceinline__ void load_q_swap(uint32_t (&qb)[D / 16][2], const uint16_t* qrow,
                                             bool valid, int t4, int head_dim) {
 #pragma unroll
@@ -36,9 +40,10 @@ __device__ __forceinline__ void load_q_swap(uint32_t (&qb)[D / 16][2], const uin
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       uint32_t v = 0;
-      const int d = ks * 16 + h * 8 + 2 * t4;
-      if (valid && d < head_dim) {
-        v = static_cast<uint32_t>(qrow[d]) | (static_cast<uint32_t>(qrow[d + 1]) << 16);
+      const int d = kFp8 ? decode_fp8_q_dim(ks, h, t4) : ks * 16 + h * 8 + 2 * t4;
+      const int d2 = d + (kFp8 ? kFp8QPairStep : 1);
+      if (valid && (kFp8 || d < head_dim)) {
+        v = static_cast<uint32_t>(qrow[d]) | (static_cast<uint32_t>(qrow[d2]) << 16);
       }
       qb[ks][h] = v;
     }
@@ -48,30 +53,34 @@ __device__ __forceinline__ void load_q_swap(uint32_t (&qb)[D / 16][2], const uin
 // One warp's step over a landed 16-key tile at kbase (V at kbase + kTileBytes): S^T = K Q^T,
 // causal mask (key j visible to row 2t + j' iff j < limit[j']), online softmax in the log2
 // domain, O^T = O^T * alpha + V^T P^T. kExt: softcap, ALiBi and the window of `mods`
-// (DecodeMods::apply_swap) instead of the causal mask.
-template <typename T, int D, bool kExt = false>
+// (DecodeMods::apply_swap) instead of the causal mask. KV: the cache element (uint8_t: fp8).
+template <typename T, typename KV, int D, bool kExt = false>
 __device__ __forceinline__ void attend_tile_swap(uint32_t kbase, const uint32_t (&qb)[D / 16][2],
                                                  float (&o)[D / 16][4], float (&m)[2],
                                                  float (&l)[2], int key0, const int (&limit)[2],
                                                  int min_limit, float scale_log2, int lane,
                                                  const DecodeParams& p, const DecodeMods& mods) {
-  using L = Tile<D>;
+  using L = KvTile<KV, D>;
   const int gid = lane >> 2;
-  const int mrow = lane & 7;
-  const int mat = lane >> 3;
+  [[maybe_unused]] const int mrow = lane & 7;  // ldmatrix rows (16-bit caches)
+  [[maybe_unused]] const int mat = lane >> 3;
   const uint32_t vbase = kbase + L::kTileBytes;
   // S^T over D in two independent mma chains (even and odd k-steps). K rows are the A
   // operand: matrices (keys 0-7 | 8-15) x (dims 0-7 | 8-15) of the k-step.
   float s[4] = {0.f, 0.f, 0.f, 0.f};
   float s2[4] = {0.f, 0.f, 0.f, 0.f};
+  if constexpr (kIsFp8<KV>) {
+    fp8_qk_swap<T, D>(kbase, qb, s, s2, lane);
+  } else {
 #pragma unroll
-  for (int ks = 0; ks < D / 16; ++ks) {
-    uint32_t ka[4];
-    ldmatrix_x4(ka, L::addr(kbase, (mat & 1) * 8 + mrow, 2 * ks + (mat >> 1)));
-    if (ks & 1) {
-      mma_16816<T>(s2, ka, qb[ks][0], qb[ks][1]);
-    } else {
-      mma_16816<T>(s, ka, qb[ks][0], qb[ks][1]);
+    for (int ks = 0; ks < D / 16; ++ks) {
+      uint32_t ka[4];
+      ldmatrix_x4(ka, L::addr(kbase, (mat & 1) * 8 + mrow, 2 * ks + (mat >> 1)));
+      if (ks & 1) {
+        mma_16816<T>(s2, ka, qb[ks][0], qb[ks][1]);
+      } else {
+        mma_16816<T>(s, ka, qb[ks][0], qb[ks][1]);
+      }
     }
   }
 #pragma unroll
@@ -119,12 +128,16 @@ __device__ __forceinline__ void attend_tile_swap(uint32_t kbase, const uint32_t 
   // P^T as the B operand: keys 2t..2t+1 (then 8 + 2t..) of row g.
   const uint32_t pb0 = movmatrix_trans(pack2<T>(s[0], s[1]));
   const uint32_t pb1 = movmatrix_trans(pack2<T>(s[2], s[3]));
-  // V^T as the A operand: transposed matrices (keys 0-7 | 8-15) x (dims 0-7 | 8-15).
+  if constexpr (kIsFp8<KV>) {
+    fp8_pv_swap<T, D>(vbase, pb0, pb1, o, lane);
+  } else {
+    // V^T as the A operand: transposed matrices (keys 0-7 | 8-15) x (dims 0-7 | 8-15).
 #pragma unroll
-  for (int mt = 0; mt < D / 16; ++mt) {
-    uint32_t va[4];
-    ldmatrix_x4_trans(va, L::addr(vbase, (mat >> 1) * 8 + mrow, 2 * mt + (mat & 1)));
-    mma_16816<T>(o[mt], va, pb0, pb1);
+    for (int mt = 0; mt < D / 16; ++mt) {
+      uint32_t va[4];
+      ldmatrix_x4_trans(va, L::addr(vbase, (mat >> 1) * 8 + mrow, 2 * mt + (mat & 1)));
+      mma_16816<T>(o[mt], va, pb0, pb1);
+    }
   }
 }
 
