@@ -210,15 +210,26 @@ const DecodeVariant kDecodeVariants[] = {
 };
 
 // The variants timed on fp8 rows: the default first, the two tiles, and the swapped tile's
-// stage and heads-per-CTA neighbours (decode_config: 3 stages at d128, 4 at d64).
-bool fp8_variant(const DecodeVariant& v) {
-  static const char* const kNames[] = {"default", "noswap", "swap", "swap s2", "swap s3",
-                                       "swap s4", "swap s6", "swap h4", "nosmall", "s3",
-                                       "default again"};
-  for (const char* n : kNames) {
-    if (std::strcmp(v.name, n) == 0) return true;
+// stage and heads-per-CTA neighbours (decode_config: 3 stages at d128, 4 at d64), the swapped
+// tile with small mode off (the stream kernel where small mode would take the batch), and the
+// default again last.
+std::vector<DecodeVariant> variants_for(bool fp8) {
+  std::vector<DecodeVariant> out;
+  if (!fp8) {
+    for (const DecodeVariant& v : kDecodeVariants) out.push_back(v);
+    return out;
   }
-  return false;
+  static const char* const kNames[] = {"default", "noswap", "swap", "swap s2", "swap s3",
+                                       "swap s4", "swap s6", "swap h4", "nosmall", "s3"};
+  for (const char* n : kNames) {
+    for (const DecodeVariant& v : kDecodeVariants) {
+      if (std::strcmp(v.name, n) == 0) out.push_back(v);
+    }
+  }
+  out.push_back({"swap s5", 8, 5, 1, 0, 0, 0, -1, 1});
+  out.push_back({"swap nosmall", 8, 0, 0, 0, 0, 0, -1, 1});
+  out.push_back({"default again", 8, 0});
+  return out;
 }
 
 // Random finite e4m3 codes (no NaN: exponent field <= 0b0110, both signs), |x| < 1.
@@ -292,16 +303,15 @@ void bench_decode(const std::string& name, const std::vector<int64_t>& lens, int
     tuning.decode_swap = v.swap;
   };
   auto plan = [&] { return kvattn::plan_decode(B, hq, hkv, d, 1, pc.width * block_size, kGpu); };
+  const std::vector<DecodeVariant> variants = variants_for(fp8);
   int64_t ws_bytes = 16;
-  for (const DecodeVariant& v : kDecodeVariants) {
-    if (fp8 && !fp8_variant(v)) continue;
+  for (const DecodeVariant& v : variants) {
     use(v);
     ws_bytes = std::max<int64_t>(ws_bytes, plan().workspace_bytes);
   }
   const Tensor ws = Tensor::empty({ws_bytes}, DType::kU8, kGpu);
   std::vector<float> ref;
-  for (const DecodeVariant& v : kDecodeVariants) {
-    if (fp8 && !fp8_variant(v)) continue;
+  for (const DecodeVariant& v : variants) {
     use(v);
     const bool diag = std::strncmp(v.name, "diag", 4) == 0;
     try {
