@@ -60,6 +60,30 @@ __device__ __forceinline__ uint4 ld_stream(const uint4* p) {
   return r;
 }
 
+// Asks L2 for the 128-byte line at p (no register written, nothing waited for).
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
+// Under PDL (prefetch != 0): the CTA's first tile of weight rows is requested into L2 before
+// the grid-dependency wait, while the previous kernel finishes. The weights are written by no
+// kernel of a step, so touching them before the wait is safe (cuda_launch.h's contract
+// concerns data a previous kernel produces); x, which the previous kernel writes, is read
+// only after pdl_enter.
+__device__ __forceinline__ void prefetch_first_tile(const __nv_bfloat16* w, int n, int k,
+                                                    int ks, int tiles) {
+  const int tile = blockIdx.x;
+  if (tile >= tiles) return;
+  const int rows_per_tile = (kWarps / ks) * kRowsPerWarp;
+  const int r0 = tile * rows_per_tile;
+  const int rows = min(rows_per_tile, n - r0);
+  const int lines = (k * 2 + 127) / 128;  // a row's 128-byte lines (k % 8 == 0)
+  for (int i = threadIdx.x; i < rows * lines; i += kThreads) {
+    const int r = i / lines;
+    prefetch_l2(w + int64_t{r0 + r} * k + int64_t{i - r * lines} * 64);
+  }
+}
+
 // bf16 pair in a 32-bit word -> two floats (exact).
 __device__ __forceinline__ float lo_f(uint32_t u) { return __uint_as_float(u << 16); }
 __device__ __forceinline__ float hi_f(uint32_t u) { return __uint_as_float(u & 0xffff0000u); }
@@ -106,9 +130,10 @@ template <int M>
 __global__ void __launch_bounds__(kThreads, 2)
     gemv_kernel(const __nv_bfloat16* __restrict__ x, int64_t ldx,
                 const __nv_bfloat16* __restrict__ w, int n, int k, __nv_bfloat16* __restrict__ y,
-                int64_t ldy, int ks, int tiles) {
+                int64_t ldy, int ks, int tiles, int prefetch) {
   using S = Shape<M>;
   constexpr int U = S::kUnroll;
+  if (prefetch != 0) prefetch_first_tile(w, n, k, ks, tiles);
   pdl_enter();
   extern __shared__ uint4 smem[];
   const int C = k >> 3;  // 16-byte chunks per row
@@ -202,7 +227,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 }
 
 using Kernel = void (*)(const __nv_bfloat16*, int64_t, const __nv_bfloat16*, int, int,
-                        __nv_bfloat16*, int64_t, int, int);
+                        __nv_bfloat16*, int64_t, int, int, int);
 
 constexpr Kernel kKernels[Gemv::kMaxRows] = {gemv_kernel<1>, gemv_kernel<2>, gemv_kernel<3>,
                                              gemv_kernel<4>, gemv_kernel<5>, gemv_kernel<6>,
@@ -270,7 +295,7 @@ bool Gemv::run(const void* x, int64_t ldx, int64_t rows, const void* w, int64_t 
   launch_kernel(kKernels[rows - 1], static_cast<unsigned>(grid), kThreads, smem, on,
                 static_cast<const __nv_bfloat16*>(x), ldx, static_cast<const __nv_bfloat16*>(w),
                 static_cast<int>(n), static_cast<int>(k), static_cast<__nv_bfloat16*>(y), ldy,
-                ks, static_cast<int>(tiles));
+                ks, static_cast<int>(tiles), on.pdl ? 1 : 0);
   return true;
 }
 

@@ -28,7 +28,9 @@ class Gemv {
   // y[r, 0:n] = x[r, 0:k] w^T for r < rows; w is [n, k] row-major, ldx/ldy row strides in
   // elements, all bf16. Launches one kernel on `stream` and returns true; returns false and
   // launches nothing when the case is not supported: rows not in [1, 8], k % 8 != 0, x/w not
-  // 16-byte aligned, ldx % 8 != 0, or x's rows do not fit in shared memory.
+  // 16-byte aligned, ldx % 8 != 0, or x's rows do not fit in shared memory. With on.pdl
+  // (cuda_launch.h) each CTA asks L2 for its first tile of w before it waits for the previous
+  // kernel, so w must be written by no kernel still in flight before this one (weights).
   bool run(const void* x, int64_t ldx, int64_t rows, const void* w, int64_t n, int64_t k,
            void* y, int64_t ldy, Launch on) const;
 
