@@ -406,6 +406,11 @@ int main(int argc, char** argv) {
            cuda::cuda_tuning().prefill_sm90_persistent = 1;
          }, 0.0},
         {"alt_tile", [&] { run_alt_tile(p, g_stream); }, 0.0},
+        {"turns", [&] {  // GEMM turns across tiles (experimental, tuning.h)
+           cuda::cuda_tuning().prefill_sm90_turns = 1;
+           call();
+           cuda::cuda_tuning().prefill_sm90_turns = 0;
+         }, 0.0},
         {"sm80", [&] {
            cuda::cuda_tuning().prefill_sm90 = 0;
            call();

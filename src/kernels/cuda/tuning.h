@@ -18,6 +18,12 @@ struct CudaTuning {
   // warpgroup gathers rows with cp.async (hopper/prefill_sm90_gather.cuh; EXPERIMENTAL: not yet
   // run on a GPU), 0 = one TMA box per page piece. Env KVATTN_PREFILL_SM90_PAGED_GATHER.
   int prefill_sm90_paged_gather = 0;
+  // Hopper prefill: 1 = the consumer warpgroups' turns to issue GEMMs run on across tiles
+  // (primed once per CTA, FlashAttention-3's order), so one warpgroup starts the next tile
+  // while the last one is still in its epilogue; 0 = the turns restart with every tile (the
+  // last warpgroup re-primes after its epilogue). EXPERIMENTAL: not yet run on a GPU.
+  // Env KVATTN_PREFILL_SM90_TURNS.
+  int prefill_sm90_turns = 0;
   // Decode: most KV heads one CTA holds (one warp each). Env KVATTN_DECODE_HEADS_PER_CTA. At
   // 8 (no cap), head_dim 256 and the padded 80/96 take the count that keeps the most warps
   // busy (decode_config); a lower value is taken as the cap, as for the other head dims.

@@ -107,16 +107,32 @@ struct PrefillConsumer {
 
   // Turn-taking: warpgroup w waits for its turn (barrier 2 + w, completed by the previous
   // warpgroup's arrival), issues, then hands the turn on. Each warpgroup issues n_blocks + 1
-  // times; the last warpgroup primes barrier 2 once and skips its final hand-over, so every
-  // barrier sees as many arrivals as waits.
+  // times per tile, every warpgroup the same tiles. Per tile (turns_across_tiles == 0): the
+  // last warpgroup primes barrier 2 at the tile's start and skips its final hand-over, so
+  // every barrier sees as many arrivals as waits within the tile; warpgroup 0 then waits for
+  // the last one's epilogue before the next tile. Across tiles (turns_across_tiles): primed
+  // once per CTA and every hand-over made, so warpgroup 0's first GEMM of the next tile follows the last
+  // warpgroup's final GEMM (FlashAttention-3's order), not its epilogue; the final hand-over
+  // of the CTA's last tile is an arrival nobody waits for (as in FA3).
   __device__ __forceinline__ static void take_turn(int wg) {
     if constexpr (kWarpgroups > 1) named_barrier_sync(kTurnBarrier0 + wg, 256);  // this warpgroup + the arriving one
   }
-  __device__ __forceinline__ static void pass_turn(int wg, bool final_turn) {
+  __device__ __forceinline__ static void pass_turn(int wg, bool skip_final) {
     if constexpr (kWarpgroups > 1) {
-      if (!(final_turn && wg == kWarpgroups - 1)) {
+      if (!(skip_final && wg == kWarpgroups - 1)) {
         named_barrier_arrive(kTurnBarrier0 + (wg + 1) % kWarpgroups, 256);
       }
+    }
+  }
+  // prime_turns: the first hand-over to warpgroup 0, per tile or once per CTA. Across tiles
+  // only with two consumer warpgroups (head_dim 128/256): at three (head_dim 64, 128
+  // registers a thread) the mode's extra live state spilled the kMods kernels.
+  __device__ __forceinline__ static bool turns_across_tiles(const PrefillSm90Params& p) {
+    return kWarpgroups == 2 && p.turns_across_tiles != 0;
+  }
+  __device__ __forceinline__ static void prime_turns(int wg) {
+    if constexpr (kWarpgroups > 1) {
+      if (wg == kWarpgroups - 1) named_barrier_arrive(kTurnBarrier0, 256);
     }
   }
 
@@ -168,9 +184,7 @@ struct PrefillConsumer {
     const int tail_valid = kMods ? Lk - (n_first + n_blocks - 1) * BN : Lk - (n_blocks - 1) * BN;
     const bool zero_tail = tail_valid < BN && p.kv_gather == 0;
 
-    if constexpr (kWarpgroups > 1) {
-      if (wg == kWarpgroups - 1) named_barrier_arrive(kTurnBarrier0, 256);
-    }
+    if (!turns_across_tiles(p)) prime_turns(wg);
     mbar_wait(s.q_full, q_index & 1);
     const uint32_t q_rows = s.q + wg * 64 * 128;  // this warpgroup's rows of column block 0
 
@@ -228,7 +242,7 @@ struct PrefillConsumer {
     take_turn(wg);
     wgmma_fence();
     issue_pv(s, last, pa);
-    pass_turn(wg, true);
+    pass_turn(wg, !turns_across_tiles(p));
     wgmma_wait<0>();
     fence_operands(o);
     if (lane == 0) mbar_arrive(s.v_empty(last));

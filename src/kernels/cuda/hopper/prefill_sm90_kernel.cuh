@@ -84,6 +84,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   } else {
     sm90::setmaxnreg_inc<Tile::kConsumerRegs>();
     const int wg = warpgroup - 1;
+    using Consumer = sm90::PrefillConsumer<T, Tile, kCausal, kMods>;
+    if (Consumer::turns_across_tiles(sp)) Consumer::prime_turns(wg);  // once per CTA
     sm90::for_each_tile<BM, BN, kCausal, kPaged, kMods>(
         p, sp.num_tiles, threadIdx.x == 128,
         [&](const sm90::PrefillTileWork& w, uint32_t kv, uint32_t qi) {

@@ -69,6 +69,7 @@ void launch_prefill_sm90_tile(const PrefillParams& base, cudaStream_t stream) {
   static std::atomic<uint64_t> raised{0};
   const int device = raise_smem_limit_once(kernel, kSmem, raised, "prefill_attention");
   sp.num_tiles = static_cast<int64_t>(p.num_heads) * p.num_seqs * p.num_m_blocks;
+  sp.turns_across_tiles = cuda_tuning().prefill_sm90_turns != 0 ? 1 : 0;
   int64_t grid = sp.num_tiles;
   if (cuda_tuning().prefill_sm90_persistent != 0 || grid > INT32_MAX) {
     grid = std::min<int64_t>(grid, sm_count(device));

@@ -24,6 +24,7 @@ struct PrefillSm90Params {
   PrefillParams base;
   int kv_box_rows = 0;  // keys per TMA box (paged: min(block_size, kBlockN); packed: kBlockN)
   int kv_gather = 0;    // paged: 1 = K/V gathered by cp.async (prefill_sm90_gather.cuh), 0 = TMA
+  int turns_across_tiles = 0;  // 1: GEMM turns primed once per CTA (prefill_sm90_consumer.cuh)
   int64_t num_tiles = 0;  // heads x sequences x row blocks (prefill_sm90_schedule.cuh)
 };
 
