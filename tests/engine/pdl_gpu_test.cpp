@@ -8,6 +8,8 @@
 // - teacher-forced logits of a prefill and six decode steps bit-equal, PDL on (graphs and
 //   eager) vs off, fused and unfused kernels, on the tiny llama, qwen2 (biases), qwen3 (q/k
 //   norms), gemma2 and gemma3 (the Gemma kernels, soft-caps) checkpoints;
+// - the kernels alone: 24 rounds of norm -> GEMV -> SiLU -> GEMV at Qwen3-0.6B's widths,
+//   rows 1, 3 and 8, graph and eager, PDL vs plain bit-equal;
 // - the option and KVATTN_PDL reach the model (CudaModelStats::pdl).
 // The equality tests skip where the device cannot take PDL launches (before sm_90, or a CUDA
 // older than 12.3): there both settings launch plainly. Exits 77 without a CUDA device.
@@ -30,6 +32,10 @@
 #include "teacher_forced.h"
 
 #ifdef KVATTN_WITH_CUDA
+#include <cuda_runtime_api.h>
+
+#include "engine/model/cuda_gemm.h"
+#include "engine/model/cuda_kernels.h"
 #include "engine/model/cuda_launch.h"
 #include "engine/model/cuda_model.h"
 #endif
@@ -148,6 +154,84 @@ INSTANTIATE_TEST_SUITE_P(Tiny, PdlLogits,
                            return std::get<0>(info.param) +
                                   (std::get<1>(info.param) ? "_fused" : "_unfused");
                          });
+
+// The kernels alone, at Qwen3-0.6B's widths: 24 rounds of h = rmsnorm(x += o) -> gate_up =
+// GEMV(h) -> act = silu_mul(gate_up) -> o = GEMV(act), every edge between two kernels of ours
+// (the overlapping kind), in a captured graph and eagerly, PDL on vs off: x, h and o
+// bit-equal. A kernel that read its predecessor's output before its wait would read a stale
+// or half-written row here (each round changes every value).
+std::vector<uint16_t> mlp_chain(int64_t m, bool pdl, bool graph) {
+  constexpr int64_t H = 1024, I = 1024, kRounds = 24;
+  std::mt19937_64 rng(4000 + m);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  auto bf = [](float f) { return float_to_bf16(f).bits; };
+  std::vector<uint16_t> x(m * H), wn(H), wgu(2 * I * H), wd(H * I);
+  for (auto& v : x) v = bf(u(rng));
+  for (auto& v : wn) v = bf(1.0f + 0.1f * u(rng));
+  for (auto& v : wgu) v = bf(0.05f * u(rng));
+  for (auto& v : wd) v = bf(0.05f * u(rng));
+  void *dx, *dwn, *dwgu, *dwd, *dh, *dgu, *dact, *dout;
+  auto up = [](void** d, const std::vector<uint16_t>& h) {
+    EXPECT_EQ(cudaMalloc(d, h.size() * 2), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(*d, h.data(), h.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+  };
+  up(&dx, x);
+  up(&dwn, wn);
+  up(&dwgu, wgu);
+  up(&dwd, wd);
+  up(&dh, std::vector<uint16_t>(m * H, 0));
+  up(&dgu, std::vector<uint16_t>(m * 2 * I, 0));
+  up(&dact, std::vector<uint16_t>(m * I, 0));
+  up(&dout, std::vector<uint16_t>(m * H, 0));  // o: zero, so round 0's add is x + 0
+  cudaStream_t st = nullptr;
+  EXPECT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
+  cuda_model::Gemm gemm(0);
+  gemm.use_gemv(true);
+  const cuda_model::Launch on{st, pdl};
+  auto body = [&] {
+    for (int r = 0; r < kRounds; ++r) {
+      cuda_model::add_rmsnorm(dx, dout, dwn, 1e-6f, dh, nullptr, m, H, on);
+      gemm.run(dh, H, m, dwgu, 2 * I, H, dgu, 2 * I, on);
+      cuda_model::silu_mul(dgu, m, I, dact, on);
+      gemm.run(dact, I, m, dwd, H, I, dout, H, on);
+    }
+  };
+  if (graph) {
+    cudaGraph_t g = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    EXPECT_EQ(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    body();
+    EXPECT_EQ(cudaStreamEndCapture(st, &g), cudaSuccess);
+    EXPECT_EQ(cudaGraphInstantiate(&exec, g, 0), cudaSuccess);
+    EXPECT_EQ(cudaGraphLaunch(exec, st), cudaSuccess);
+    EXPECT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(g);
+  } else {
+    body();
+  }
+  EXPECT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+  std::vector<uint16_t> out(m * H * 3);
+  EXPECT_EQ(cudaMemcpy(out.data(), dx, m * H * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(out.data() + m * H, dh, m * H * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(out.data() + 2 * m * H, dout, m * H * 2, cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  for (void* d : {dx, dwn, dwgu, dwd, dh, dgu, dact, dout}) cudaFree(d);
+  cudaStreamDestroy(st);
+  return out;
+}
+
+TEST(Pdl, KernelChainBitEqualAtQwen3Widths) {
+  SKIP_WITHOUT_PDL();
+  for (int64_t m : {1, 3, 8}) {
+    const auto want = mlp_chain(m, false, false);
+    for (bool graph : {false, true}) {
+      EXPECT_TRUE(mlp_chain(m, false, graph) == want) << "plain, rows " << m;
+      EXPECT_TRUE(mlp_chain(m, true, graph) == want)
+          << "PDL " << (graph ? "graph" : "eager") << ", rows " << m << " differs from plain";
+    }
+  }
+}
 
 TEST(Pdl, TheOptionAndKVATTN_PDLReachTheModel) {
   auto pdl_of = [](bool option) {
