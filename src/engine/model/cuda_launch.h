@@ -12,7 +12,9 @@
 //   triggered), so reads of its output and writes to buffers it still reads are both safe;
 //   without the attribute it returns at once. The wait is unconditional, so a PDL kernel never
 //   completes before its predecessor has, and the guarantee chains: the kernel after it that
-//   waits on its completion also sees everything before it.
+//   waits on its completion also sees everything before it. The one exception: memory that no
+//   kernel of a step writes (weights) may be touched before the wait; the GEMV asks L2 for its
+//   first weight tile there (cuda_gemv.h).
 // - The trigger right after the wait (our rule): the dependent grid may be scheduled as soon as
 //   every CTA of this grid has started running (after its own wait). Nothing the dependent
 //   reads is promised by the trigger, only its scheduling: the dependent's CTAs take SM slots
