@@ -494,12 +494,12 @@ CudaModel::CudaModel(ModelWeights w, Device device, const ModelOptions& options,
                      : 0.0f;
   final_softcap_ = static_cast<float>(cfg_.final_logit_softcap);
   const bool offset = cfg_.norm_weight_offset;
-  // A layer or final norm: float32 for the Gemma kernels, bf16 for add_rmsnorm.
-  WeightUploader up(device, stream_);
   // Every bf16 weight goes up through `up` (pinned, chunked, overlapped; see WeightUploader).
+  WeightUploader up(device, stream_);
   auto to_device_bf16 = [&](std::vector<Tensor> parts, Device) {
     return up.bf16(std::move(parts));
   };
+  // A layer or final norm: float32 for the Gemma kernels, bf16 for add_rmsnorm.
   auto norm = [&](const std::string& name) {
     Tensor t = with_offset(take(w, name), offset);
     return gemma_ ? t.to(device) : to_device_bf16({std::move(t)}, device);
