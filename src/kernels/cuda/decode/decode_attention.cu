@@ -451,8 +451,9 @@ DecodeConfig decode_config(int64_t num_kv_heads, int64_t rows, int64_t head_dim,
   // keeps the bytes in flight of the 16-row tile's one CTA with twice the warps (decode is
   // bound by warps per SM there: docs/perf/NOTES.md, session 10).
   const bool fp8_swap = kv_bytes == 1 && unit_rows == kDecodeSwapRows;
+  const int fp8_swap_stages = std::max(2, std::min(bytes_rule, kDecodeMaxStages) / 2);
   const int stages = stages_wanted > 0                   ? stages_wanted
-                     : fp8_swap                          ? std::max(2, std::min(bytes_rule, kDecodeMaxStages) / 2)
+                     : fp8_swap                          ? fp8_swap_stages
                      : head_dim == 64 && kv_bytes == 2 ? 2
                                                        : bytes_rule;
   const int fit = budget / (c.warps * c.stage_bytes);

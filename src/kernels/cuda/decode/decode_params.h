@@ -213,7 +213,8 @@ inline bool decode_use_swap(int knob, int64_t rows, int64_t tile_dim, bool fp8, 
   if (tile_dim == 256) return true;
   if (rows > kDecodeSwapRows) return false;
   if (fp8) {
-    return (tile_dim == 64 || tile_dim == 128) && (knob == 1 || (knob < 0 && kDecodeFp8SwapDefault));
+    const bool on = knob == 1 || (knob < 0 && kDecodeFp8SwapDefault);
+    return on && (tile_dim == 64 || tile_dim == 128);
   }
   return !ext && (knob == 1 || (knob < 0 && tile_dim == 128));
 }

@@ -35,8 +35,9 @@ DecodePlan plan_decode(int64_t num_seqs, int64_t num_heads, int64_t num_kv_heads
   if (tile_dim == head_dim &&
       decode_use_swap(cuda_tuning().decode_swap, rows, tile_dim, /*fp8=*/true, /*ext=*/false)) {
     const DecodeConfig c8 = decode_config(num_kv_heads, rows, tile_dim, 1, kDecodeSwapRows);
-    parts = std::max<int64_t>(
-        parts, decode_parts(device, c8, tile_dim, std::max<int64_t>(num_seqs, 1), /*fp8_swap=*/true));
+    const int64_t parts8 =
+        decode_parts(device, c8, tile_dim, std::max<int64_t>(num_seqs, 1), /*fp8_swap=*/true);
+    parts = std::max(parts, parts8);
   }
   if (num_seqs <= 0 || max_seqlen_k <= kDecodeTileKeys || !decode_stream_ok(num_seqs, max_seqlen_k)) {
     return DecodePlan{1, 0};

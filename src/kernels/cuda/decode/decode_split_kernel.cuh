@@ -90,7 +90,11 @@ __device__ __forceinline__ void advance(const DecodeParams& p, const Source& s, 
 // kExt: window, softcap, ALiBi (decode_mask.cuh); without it, the plain causal kernel.
 // kSwap: the swapped tile (decode_swap_tile.cuh; 16-bit caches, and fp8 ones at head_dim 64 and
 // 128): units of kSwapRows rows (the host sets p.row_chunks and the CTA shape for them), else
-// of kDecodeRows.
+// of kDecodeRows. The fp8 swapped tile must stay within 128 registers (sm_90a: 120 plain, 128
+// extended at head_dim 128; ~100 at 64) for two CTAs of 8 warps to share an SM
+// (decode_config). (A minimum-blocks bound here would do it, but any second
+// __launch_bounds__ argument, 1 included, changes ptxas's register choice for every
+// instantiation: 16-bit d256 170 -> 207, the 16-row fp8 d128 216 -> 230.)
 template <typename T, typename KV, int D, bool kAligned16, bool kExt = false, bool kSwap = false>
 __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     decode_kernel(const __grid_constant__ DecodeParams p) {
@@ -434,8 +438,8 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     // Else every key of the tile is masked for every row.
     if (kExt ? mods.tile_has_work(key0) : key0 < warp_limit) {
       if constexpr (kSwap) {
-        attend_tile_swap<T, KV, D, kExt>(wbase + cstage * L::kStageBytes, qf, o, m, l, key0, limit,
-                                     min_limit, scale_log2, lane, p, mods);
+        attend_tile_swap<T, KV, D, kExt>(wbase + cstage * L::kStageBytes, qf, o, m, l, key0,
+                                         limit, min_limit, scale_log2, lane, p, mods);
       } else {
         attend_tile<T, KV, D, kExt>(wbase + cstage * L::kStageBytes, qf, o, m, l, key0, limit,
                                     min_limit, scale_log2, lane, p, mods);
