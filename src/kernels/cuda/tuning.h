@@ -32,9 +32,11 @@ struct CudaTuning {
   // Env KVATTN_DECODE_STAGES.
   int decode_stages = 0;
   // Decode, stream/whole-sequence kernel: the swapped tile (S^T = K Q^T, decode_swap_tile.cuh)
-  // for units of <= 8 query rows over 16-bit caches without window, softcap or ALiBi. -1 = at
-  // head_dim 128 (measured 2-4% faster there on the H200, and no faster at 64: docs/perf/
-  // NOTES.md, session 9), 1 = at every head_dim, 0 = never. Env KVATTN_DECODE_SWAP.
+  // for units of <= 8 query rows over 16-bit caches without window, softcap or ALiBi, and over
+  // float8_e4m3 caches at head_dim 64/128 with or without them (decode_use_swap). -1 = 16-bit
+  // caches at head_dim 128 (measured 2-4% faster there on the H200, and no faster at 64:
+  // docs/perf/NOTES.md, session 9), fp8 caches per kDecodeFp8SwapDefault (off: not yet timed);
+  // 1 = at every head_dim and for fp8 caches; 0 = never. Env KVATTN_DECODE_SWAP.
   int decode_swap = -1;
   // Decode, small batches (few sequences x KV heads for the SMs): 1 = each CTA holds one KV
   // head and its warps split a chunk of one sequence's keys, combined on chip; the last CTA

@@ -28,8 +28,9 @@
 // plain instantiations compile to the same PTX as before the flag (names aside).
 //
 // Files (src/kernels/cuda/decode/): decode_params.h (parameters, work decomposition),
-// decode_common.cuh (building blocks, tile layout), decode_fp8.cuh (the fp8 tile),
-// decode_warp_tile.cuh (one warp's tile: copy and attend), decode_mask.cuh (window, softcap,
+// decode_common.cuh (building blocks, tile layout), decode_fp8.cuh (the fp8 tile, both forms),
+// decode_warp_tile.cuh (one warp's tile: copy and attend), decode_swap_tile.cuh (the swapped
+// tile: S^T = K Q^T for units of 8 rows; 16-bit and fp8), decode_mask.cuh (window, softcap,
 // ALiBi), decode_split_kernel.cuh,
 // decode_small_kernel.cuh, decode_merge_kernel.cuh; this file: the host side (configuration,
 // occupancy, dispatch, launch) and the entry.
