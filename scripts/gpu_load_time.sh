@@ -52,7 +52,7 @@ fi
 bin=build-gpu/tests/engine
 
 step "loader option on the CPU (dtypes kept, values, mapping lifetime, CPU logits)"
-run_test load_16bit 300 $bin/engine_load_16bit_test || status=1
+run_test load_16bit 300 $bin/engine_load_16bit_test
 
 step "equality: CUDA logits from the float32 load == from the bf16 load (tiny families)"
 run_test load_16bit_gpu 300 $bin/engine_load_16bit_gpu_test \
@@ -106,6 +106,13 @@ except Exception as e: print("n/a", e)' "$log.json")"
 fi
 
 step "summary"
+for t in load_16bit load_16bit_gpu load_time load_8b_equal; do
+  if grep -q "^\[  PASSED  \]" "$OUT/$t.log" 2>/dev/null && ! grep -q "^\[  FAILED  \]" "$OUT/$t.log"; then
+    echo "$t: passed"
+  else
+    echo "$t: FAILED or did not run"; status=1
+  fi
+done
 grep -E "^load time" "$OUT/load_time.log"
 grep -hE "logits differ" "$OUT/load_16bit_gpu.log" "$OUT/load_8b_equal.log" | tail -3
 exit $status
