@@ -1,7 +1,8 @@
 // Internal: the GPU model's elementwise kernels (bf16 activations, float32 math). Each one
 // rounds where HF transformers rounds in a bf16 model, so greedy tokens stay comparable:
 // RMSNorm is weight * bf16(x * rsqrt(mean(x^2) + eps)), the residual add rounds once, SiLU
-// rounds before the multiply by up (RoPE: cuda_rope_kv.h).
+// rounds before the multiply by up (RoPE: cuda_rope_kv.h). Each wrapper launches on
+// `on.stream`, with programmatic dependent launch when `on.pdl` (cuda_launch.h's contract).
 #pragma once
 
 #include <cuda_runtime_api.h>
