@@ -66,7 +66,7 @@ struct LLMOptions {
   double gpu_memory_utilization = 0.9;
   bool cuda_graphs = true;  // GPU: replay decode steps from CUDA graphs (false: eager)
   bool fused_kernels = true;  // GPU: ModelOptions::fused_kernels (KVATTN_UNFUSED=1: off)
-  bool pdl = true;  // GPU: ModelOptions::pdl, programmatic dependent launch (KVATTN_PDL=0: off)
+  bool pdl = false;  // GPU: ModelOptions::pdl, programmatic dependent launch (KVATTN_PDL=1/0 overrides)
   // Tensor parallelism over this many ranks (GPU: devices device.index .. + N - 1, with
   // NCCL; CPU: threads). It must divide num_heads, num_kv_heads and intermediate_size.
   int tensor_parallel = 1;

@@ -63,9 +63,10 @@ struct ModelOptions {
   bool fused_kernels = true;
   // GPU only: the model's own kernels (norms, q/k norm + RoPE, SiLU, GEMV, sampling) launched
   // with programmatic dependent launch, so each one's launch and prologue overlap the previous
-  // kernel's tail (sm_90+ and CUDA 12.3+ only; ignored elsewhere). false, or the environment
-  // variable KVATTN_PDL=0, launches them plainly; tokens and logits are the same either way.
-  bool pdl = true;
+  // kernel's tail (sm_90+ and CUDA 12.3+ only; ignored elsewhere). Off by default until it has
+  // run on a GPU (written without one in session 10); the environment variable KVATTN_PDL=1
+  // or =0 overrides this either way; tokens and logits are the same either way.
+  bool pdl = false;
   // Megatron-style tensor parallelism over this many ranks (heads, MLP width and vocab split;
   // all-reduce after o_proj and down_proj). CPU: ranks are threads. It must divide
   // num_heads, num_kv_heads and intermediate_size.

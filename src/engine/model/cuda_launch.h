@@ -30,8 +30,9 @@
 // CUDA graphs: captured PDL launches become programmatic edges (CUDA 12.3+); with an older
 // toolkit launch_kernel always launches plainly and pdl_supported() is false. A PDL launch
 // whose predecessor in the stream is not a kernel (a copy, an event) has an ordinary
-// dependency on it. Default: on where pdl_supported(), off with KVATTN_PDL=0 or
-// ModelOptions::pdl = false (CudaModelStats::pdl reports it).
+// dependency on it. Default: off until it has run on a GPU (session 10 wrote it without one);
+// ModelOptions::pdl = true or KVATTN_PDL=1 turns it on where pdl_supported(), KVATTN_PDL=0
+// off (CudaModelStats::pdl reports it).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -78,10 +79,13 @@ inline bool pdl_supported(int device) {
   return major >= 9;
 }
 
-// KVATTN_PDL=0 turns PDL off (bench and tests compare the two).
-inline bool pdl_off_by_env() {
+// KVATTN_PDL=1 / =0 overrides the option either way (bench and tests compare the two);
+// unset or any other value: the option decides.
+inline bool pdl_wanted(bool option) {
   const char* e = std::getenv("KVATTN_PDL");
-  return e != nullptr && std::strcmp(e, "0") == 0;
+  if (e != nullptr && std::strcmp(e, "0") == 0) return false;
+  if (e != nullptr && std::strcmp(e, "1") == 0) return true;
+  return option;
 }
 
 #ifdef __CUDACC__

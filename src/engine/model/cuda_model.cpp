@@ -22,8 +22,8 @@
 // norm (one rank only). The unfused path (embed, add_rmsnorm; qk_norm_rope, then Attention's
 // store_kv) writes the same bytes: greedy tokens are equal either way.
 //
-// Programmatic dependent launch (ModelOptions::pdl, on unless KVATTN_PDL=0, sm_90+ and CUDA
-// 12.3+ only): every kernel of ours (norms, embedding, q/k norm + RoPE, SiLU/GeLU, biases,
+// Programmatic dependent launch (ModelOptions::pdl or KVATTN_PDL=1; off by default until it
+// has run on a GPU; sm_90+ and CUDA 12.3+ only): every kernel of ours (norms, embedding, q/k norm + RoPE, SiLU/GeLU, biases,
 // the GEMV, sampling, the block-table scatter) goes through cuda_launch.h's launch_kernel with
 // the programmatic-stream-serialization attribute, in graphs and eagerly; each waits for its
 // predecessor's completion before touching memory, so the results are the same bytes. cuBLASLt,
@@ -461,8 +461,8 @@ class CudaModel final : public Model {
   std::vector<int32_t> rope_lens_;  // dynamic NTK only
   bool planned_ = false;  // kv_cache_budget ran: capture the whole ladder at allocate_kv_cache
   bool fused_ = true;     // options_.fused_kernels && !KVATTN_UNFUSED (read at construction)
-  // Our kernels launched with programmatic dependent launch (cuda_launch.h): options_.pdl, not
-  // KVATTN_PDL=0, and the device and toolkit support it (read at construction).
+  // Our kernels launched with programmatic dependent launch (cuda_launch.h): options_.pdl or
+  // KVATTN_PDL (pdl_wanted), and the device and toolkit support it (read at construction).
   bool pdl_ = false;
   CudaModelStats stats_;
   k::PhaseEvents phase_;
@@ -476,7 +476,7 @@ CudaModel::CudaModel(ModelWeights w, Device device, const ModelOptions& options,
       kv_dtype_(options.kv_cache_dtype == KVCacheDType::kFP8 ? DType::kF8E4M3 : DType::kBF16),
       kv_scales_host_(w.config.num_layers, w.config.num_kv_heads),
       fused_(options.fused_kernels && !unfused_by_env()),
-      pdl_(options.pdl && !k::pdl_off_by_env() && k::pdl_supported(device.index)) {
+      pdl_(k::pdl_wanted(options.pdl) && k::pdl_supported(device.index)) {
   KVATTN_CHECK(rank_.size == 1 || rank_.nccl != nullptr,
                "Model: a CUDA tensor-parallel rank needs an NCCL communicator");
   cuda::DeviceGuard guard(device.index);
