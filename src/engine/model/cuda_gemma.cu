@@ -11,23 +11,6 @@ namespace {
 
 constexpr int kNormThreads = 256;
 
-// Block-wide sum (blockDim.x a multiple of 32, <= 1024), as cuda_kernels.cu's.
-__device__ float gemma_block_sum(float v) {
-  __shared__ float partial[32];
-  v = warp_sum(v);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (lane == 0) partial[warp] = v;
-  __syncthreads();
-  const int warps = blockDim.x >> 5;
-  v = lane < warps ? partial[lane] : 0.0f;
-  if (warp == 0) v = warp_sum(v);
-  if (threadIdx.x == 0) partial[0] = v;
-  __syncthreads();
-  const float total = partial[0];
-  __syncthreads();  // partial is reused by the next call
-  return total;
-}
-
 __global__ void gemma_scale_rmsnorm_kernel(bf16* __restrict__ x, float scale,
                                            const float* __restrict__ w, float eps,
                                            bf16* __restrict__ out, int64_t hidden) {
@@ -39,7 +22,7 @@ __global__ void gemma_scale_rmsnorm_kernel(bf16* __restrict__ x, float scale,
     xr[i] = b(v);
     ss += v * v;
   }
-  const float inv = rsqrtf(gemma_block_sum(ss) / static_cast<float>(hidden) + eps);
+  const float inv = rsqrtf(block_sum(ss) / static_cast<float>(hidden) + eps);
   bf16* o = out + blockIdx.x * hidden;
   // Each thread reads back the elements it wrote.
   for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) o[i] = b(f(xr[i]) * inv * w[i]);
@@ -61,7 +44,7 @@ __global__ void gemma_norm_add_rmsnorm_kernel(bf16* __restrict__ x, const bf16* 
     const float v = f(ar[i]);
     ss += v * v;
   }
-  const float inv_a = rsqrtf(gemma_block_sum(ss) / static_cast<float>(hidden) + eps);
+  const float inv_a = rsqrtf(block_sum(ss) / static_cast<float>(hidden) + eps);
   ss = 0.0f;
   for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) {
     const float y = r(f(ar[i]) * inv_a * w_add[i]);
@@ -70,7 +53,7 @@ __global__ void gemma_norm_add_rmsnorm_kernel(bf16* __restrict__ x, const bf16* 
     ss += s * s;
   }
   if (out == nullptr || w_out == nullptr) return;  // uniform over the block
-  const float inv = rsqrtf(gemma_block_sum(ss) / static_cast<float>(hidden) + eps);
+  const float inv = rsqrtf(block_sum(ss) / static_cast<float>(hidden) + eps);
   bf16* o = out + r_out * hidden;
   for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) {
     float s;

@@ -9,23 +9,6 @@
 namespace kvattn::cuda_model {
 namespace {
 
-// Block-wide sum (blockDim.x a multiple of 32, <= 1024).
-__device__ float block_sum(float v) {
-  __shared__ float partial[32];
-  v = warp_sum(v);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (lane == 0) partial[warp] = v;
-  __syncthreads();
-  const int warps = blockDim.x >> 5;
-  v = lane < warps ? partial[lane] : 0.0f;
-  if (warp == 0) v = warp_sum(v);
-  if (threadIdx.x == 0) partial[0] = v;
-  __syncthreads();
-  const float total = partial[0];
-  __syncthreads();  // partial is reused by the next call
-  return total;
-}
-
 __global__ void embed_kernel(const bf16* __restrict__ table, const int32_t* __restrict__ ids,
                              int64_t hidden, int64_t first_id, int64_t num_ids,
                              bf16* __restrict__ out) {
