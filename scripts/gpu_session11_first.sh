@@ -8,9 +8,11 @@
 #   2. Hopper prefill with the GEMM turns across tiles (KVATTN_PREFILL_SM90_TURNS=1; off by
 #      default): the full prefill suite and the feature suite with it on, racecheck and
 #      memcheck on a quick list; then `gpu_prefill_bench` (variant "turns" beside "default");
-#   3. the engine: PDL (issue 20; on by default on sm_90: KVATTN_PDL=0 turns it off) and the
-#      16-bit weight load (issue 19): engine_pdl_gpu_test, engine_load_16bit_gpu_test (logits
-#      bit-identical either way), the tiny-model and fused-kernel tests as regressions.
+#   0. first, the engine: the 16-bit weight load (issue 19; the LLM's default on CUDA, and its
+#      uploader serves both load paths, so it is on the default path untested):
+#      engine_load_16bit_gpu_test (logits bit-identical either way), the tiny-model and
+#      fused-kernel tests as regressions; then PDL (issue 20; off by default, KVATTN_PDL=1):
+#      engine_pdl_gpu_test.
 # Per-test logs stay on the machine (/tmp/t); the verdicts and figures go to stdout, so run it
 # as   bash scripts/gpu_session11_first.sh > $OUT/summary.txt 2>&1; tail -n 120 $OUT/summary.txt
 # (a call cut at its limit still brings summary.txt back). About 8-9 minutes on a 16-core H200.
@@ -43,6 +45,12 @@ D=build-gpu/tests/kernels/kernels_decode_gpu_test
 P=build-gpu/tests/kernels/kernels_prefill_gpu_test
 E=build-gpu/tests/engine
 
+step "0. engine first (the 16-bit load and its uploader are on the default CUDA path): 16-bit load == float32 load, regressions, PDL == plain"
+t load16 120 $E/engine_load_16bit_gpu_test --gtest_filter='-*LoadTime*'
+t model 120 $E/engine_model_gpu_test
+t fused 90 $E/engine_fused_kernels_gpu_test
+t pdl 200 $E/engine_pdl_gpu_test
+
 step "1. decode: fp8 on both tiles, variant sweeps"
 t decode_fp8 200 "$D" --gtest_filter='DecodeGpu.Fp8*:DecodeGpuFeatures.Fp8*:DecodeGpuVariants.*:DecodeGpuFeatures.Variants'
 step "1. decode: the rest of the suite (quick)"
@@ -63,12 +71,6 @@ KVATTN_PREFILL_SM90_TURNS=1 KVATTN_GPU_TEST_QUICK=1 timeout 60 compute-sanitizer
   --error-exitcode 9 "$P" --gtest_filter='PrefillGpu.TileEdges' >"$T/memcheck_prefill.log" 2>&1
 echo "memcheck rc=$? $(grep -E 'ERROR SUMMARY' "$T/memcheck_prefill.log" | tail -n 1)"
 
-step "3. engine: PDL == plain, 16-bit load == float32 load, regressions"
-t pdl 200 $E/engine_pdl_gpu_test
-t load16 120 $E/engine_load_16bit_gpu_test --gtest_filter='-*LoadTime*'
-t model 120 $E/engine_model_gpu_test
-t fused 90 $E/engine_fused_kernels_gpu_test
-
 step "4. timing: decode fp8, old vs swapped tile (and the bf16 twins)"
 timeout 150 build-gpu/bench/gpu_decode_bench --only fp8 --reps 40 >"$T/fp8_bench.log" 2>&1
 echo "rc=$?"
@@ -79,6 +81,6 @@ for l in sys.stdin:
     if "us" in r and "flush: read" not in r.get("note", ""):
         print(f"{r[\"shape\"]:34s} {r[\"op\"]:22s} {r[\"us\"]:8.2f} us {r[\"TBps\"]:5.2f} TB/s")'
 step "4. timing: prefill, turns across tiles (variant turns) beside the default"
-timeout 100 build-gpu/bench/gpu_prefill_bench --reps 20 >"$T/prefill_bench.log" 2>&1
+timeout 150 build-gpu/bench/gpu_prefill_bench --reps 20 >"$T/prefill_bench.log" 2>&1
 echo "rc=$?"; grep -v '^{' "$T/prefill_bench.log" | tail -n 45
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
