@@ -15,10 +15,11 @@
 #      CUDA logits of the two loads bit-identical, and the LLM with KVATTN_LOAD_F32=1 vs
 #      without giving the same tokens;
 #   3. the checkpoint's files read once (cat > /dev/null: page cache warm), then
-#      Load16BitGpu.LoadTime: old and new alternately, ROUNDS (2) each: seconds to the host
+#      bench/gpu_load_time_bench: old and new alternately, ROUNDS (2) each: seconds to the host
 #      tensors, to upload them (Model::create, synchronized), in all, and GB/s of safetensors;
-#   4. the 8B-shaped checkpoint's CUDA logits through both loads bit-identical (4 decode steps);
-#   5. (BENCH=1, the default) `kvattn bench` (one 16-token prompt, 1 output token, --eager)
+#      then the 8B-shaped checkpoint's CUDA logits through both loads bit-identical (4 decode
+#      steps; exit 1 otherwise);
+#   4. (BENCH=1, the default) `kvattn bench` (one 16-token prompt, 1 output token, --eager)
 #      with KVATTN_LOAD_F32=1 and without, ROUNDS each: its load_s (the whole LLM
 #      construction: weights, KV pool, warm-up).
 # About 7-9 minutes on an H200 machine with 16 cores (the build dominates); logs under $OUT.
@@ -47,7 +48,7 @@ fi
 
 if [ "${SKIP_BUILD:-0}" != 1 ] || [ ! -x build-gpu/tests/engine/engine_load_16bit_gpu_test ]; then
   step build
-  kvattn_gpu_build OFF engine_load_16bit_gpu_test engine_load_16bit_test kvattn_cli
+  kvattn_gpu_build ON engine_load_16bit_gpu_test engine_load_16bit_test kvattn_cli gpu_load_time_bench
 fi
 bin=build-gpu/tests/engine
 
@@ -71,15 +72,10 @@ cat "$CKPT"/*.safetensors >/dev/null
 echo "read in $(( ($(date +%s%N) - t0) / 1000000 )) ms"
 free -g | head -2
 
-step "load time: old (float32 round trip) vs new (bf16 kept), $ROUNDS rounds each"
-KVATTN_LOAD_TIME_CHECKPOINT="$CKPT" KVATTN_LOAD_TIME_ROUNDS="$ROUNDS" \
-  run_test load_time 400 $bin/engine_load_16bit_gpu_test --gtest_filter='Load16BitGpu.LoadTime'
-grep -E "^load time" "$OUT/load_time.log" || status=1
-
-step "equality on the 8B-shaped checkpoint (float32 load vs bf16 load, CUDA logits)"
-KVATTN_LOAD_16BIT_CHECKPOINT="$CKPT" run_test load_8b_equal 300 \
-  $bin/engine_load_16bit_gpu_test --gtest_filter='Load16BitGpu.ExtraCheckpoint*'
-grep -E "logits differ" "$OUT/load_8b_equal.log" || status=1
+step "load time: old (float32 round trip) vs new (bf16 kept), $ROUNDS rounds each; then both loads' CUDA logits bit for bit"
+timeout 500 build-gpu/bench/gpu_load_time_bench "$CKPT" --rounds "$ROUNDS" --steps 4 \
+  >"$OUT/load_time.log" 2>&1 || status=1
+grep -E "^load time|logits differ" "$OUT/load_time.log" || status=1
 
 if [ "${BENCH:-1}" = 1 ]; then
   step "kvattn bench load_s (LLM construction), KVATTN_LOAD_F32=1 vs default"
@@ -106,7 +102,7 @@ except Exception as e: print("n/a", e)' "$log.json")"
 fi
 
 step "summary"
-for t in load_16bit load_16bit_gpu load_time load_8b_equal; do
+for t in load_16bit load_16bit_gpu; do
   if grep -q "^\[  PASSED  \]" "$OUT/$t.log" 2>/dev/null && ! grep -q "^\[  FAILED  \]" "$OUT/$t.log"; then
     echo "$t: passed"
   else
@@ -114,5 +110,5 @@ for t in load_16bit load_16bit_gpu load_time load_8b_equal; do
   fi
 done
 grep -E "^load time" "$OUT/load_time.log"
-grep -hE "logits differ" "$OUT/load_16bit_gpu.log" "$OUT/load_8b_equal.log" | tail -3
+grep -hE "logits differ" "$OUT/load_16bit_gpu.log" "$OUT/load_time.log" | tail -3
 exit $status

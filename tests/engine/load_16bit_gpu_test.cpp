@@ -2,15 +2,13 @@
 // (the loader widens BF16/F16, the upload rounds back to bf16: exact) or kept in the file's
 // dtype (HfLoadOptions::keep_16bit: BF16 copied as it is, F16 through float32). Checked bit for
 // bit on the logits of every tiny family rewritten in BF16/F16 (teacher-forced, split prefill
-// and decode steps), through the LLM (KVATTN_LOAD_F32=1 vs the default bf16 load), and on
-// KVATTN_LOAD_16BIT_CHECKPOINT (a bf16 directory, e.g. the random Qwen3 of
-// scripts/gpu_load_time.sh) when set; LoadTime times both loads (scripts/gpu_load_time.sh).
+// and decode steps) and through the LLM (KVATTN_LOAD_F32=1 vs the default bf16 load). Large
+// checkpoints (timing, and the same bit check past one staging chunk):
+// bench/gpu_load_time_bench.cu.
 // Exits 77 without a CUDA device.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -102,50 +100,6 @@ TEST(Load16BitGpu, LlmLoadSwitchGivesTheSameTokens) {
     return test::tokens_of(llm.generate(prompts(llm.config().vocab_size), test::greedy(16)));
   };
   EXPECT_EQ(run(true), run(false));
-}
-
-TEST(Load16BitGpu, ExtraCheckpointFromTheEnvironment) {
-  const char* dir = std::getenv("KVATTN_LOAD_16BIT_CHECKPOINT");
-  if (dir == nullptr || dir[0] == '\0') GTEST_SKIP() << "KVATTN_LOAD_16BIT_CHECKPOINT not set";
-  expect_bit_identical(dir, dir, 4);
-}
-
-// scripts/gpu_load_time.sh: KVATTN_LOAD_TIME_CHECKPOINT (an HF directory, its files in the
-// page cache) loaded onto cuda:0 the old way (float32 host tensors, then bf16) and the new way
-// (bf16 kept from the file), alternately, KVATTN_LOAD_TIME_ROUNDS times (default 2): seconds
-// to read the host tensors, to upload them (Model::create, which ends synchronized), in all,
-// and the file's tensor bytes per second.
-TEST(Load16BitGpu, LoadTime) {
-  const char* dir = std::getenv("KVATTN_LOAD_TIME_CHECKPOINT");
-  if (dir == nullptr || dir[0] == '\0') GTEST_SKIP() << "KVATTN_LOAD_TIME_CHECKPOINT not set";
-  const char* r = std::getenv("KVATTN_LOAD_TIME_ROUNDS");
-  const int rounds = r != nullptr ? std::max(1, std::atoi(r)) : 2;
-  double file_bytes = 0;
-  for (const auto& e : fs::directory_iterator(dir)) {
-    if (e.path().extension() == ".safetensors") file_bytes += static_cast<double>(e.file_size());
-  }
-  using Clock = std::chrono::steady_clock;
-  auto secs = [](Clock::time_point a, Clock::time_point b) {
-    return std::chrono::duration<double>(b - a).count();
-  };
-  for (int round = 1; round <= rounds; ++round) {
-    for (bool keep : {false, true}) {
-      HfLoadOptions o;
-      o.keep_16bit = keep;
-      const auto t0 = Clock::now();
-      ModelWeights w = load_hf_model(dir, {}, o);
-      const auto t1 = Clock::now();
-      auto m = Model::create(std::move(w), Device::cuda(0), ModelOptions{});
-      const auto t2 = Clock::now();
-      m.reset();
-      const double total = secs(t0, t2);
-      std::printf("load time: %-28s round %d: host tensors %6.2f s, upload %6.2f s, total %6.2f s, "
-                  "%5.2f GB/s (%.2f GB of safetensors)\n",
-                  keep ? "bf16 kept (new)" : "float32 round trip (old)", round, secs(t0, t1),
-                  secs(t1, t2), total, file_bytes / 1e9 / total, file_bytes / 1e9);
-      std::fflush(stdout);
-    }
-  }
 }
 
 }  // namespace
