@@ -9,6 +9,7 @@
 #include "engine/model_file_writer.h"
 #include "kvattn/engine/gguf.h"
 #include "kvattn/engine/weights.h"
+#include "temp_dir.h"
 
 namespace kvattn {
 namespace {
@@ -342,20 +343,7 @@ TEST(Gguf, ByteFlipsNeverCrash) {
   EXPECT_GT(rejected, 0u);
 }
 
-class TempDir {
- public:
-  TempDir() {
-    path_ = std::filesystem::temp_directory_path() /
-            ("kvattn_gguf_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++));
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  static inline int counter_ = 0;
-  std::filesystem::path path_;
-};
+using test::TempDir;
 
 TEST(Gguf, OpenFromDiskAndMissingFile) {
   TempDir dir;

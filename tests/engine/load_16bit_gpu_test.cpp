@@ -20,27 +20,14 @@
 #include "kvattn/engine/llm.h"
 #include "kvattn/engine/model.h"
 #include "teacher_forced.h"
+#include "temp_dir.h"
 
 namespace kvattn {
 namespace {
 
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  TempDir() {
-    path_ = fs::temp_directory_path() /
-            ("kvattn_16bit_gpu_test_" + std::to_string(::getpid()) + "_" +
-             std::to_string(counter_++));
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-
- private:
-  static inline int counter_ = 0;
-  fs::path path_;
-};
+using test::TempDir;
 
 std::vector<std::vector<int32_t>> prompts(int64_t vocab) {
   std::mt19937_64 rng(5);

@@ -19,6 +19,7 @@
 #include "kvattn/engine/safetensors.h"
 #include "kvattn/engine/weights.h"
 #include "teacher_forced.h"
+#include "temp_dir.h"
 
 namespace kvattn {
 namespace {
@@ -26,20 +27,7 @@ namespace {
 namespace fs = std::filesystem;
 using testing::StTensor;
 
-class TempDir {
- public:
-  TempDir() {
-    path_ = fs::temp_directory_path() /
-            ("kvattn_16bit_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++));
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-
- private:
-  static inline int counter_ = 0;
-  fs::path path_;
-};
+using test::TempDir;
 
 bool same_bytes(const Tensor& a, const Tensor& b) {
   return a.dtype() == b.dtype() && a.view().shape_str() == b.view().shape_str() &&

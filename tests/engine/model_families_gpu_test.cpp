@@ -51,6 +51,7 @@
 #include "kvattn/engine/model.h"
 #include "kvattn/engine/weights.h"
 #include "kvattn/kernels/device_faults.h"
+#include "temp_dir.h"
 
 namespace kvattn {
 namespace {
@@ -295,20 +296,7 @@ TEST(FamilyGpuVsCpu, TeacherForcedWithSplitPrefill) {
 
 // ---- linear and dynamic-NTK scaling on tiny_llama's weights --------------------------------
 
-class TempDir {
- public:
-  TempDir() {
-    path_ = fs::temp_directory_path() / ("kvattn_families_gpu_" + std::to_string(::getpid()) +
-                                         "_" + std::to_string(counter_++));
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-
- private:
-  static inline int counter_ = 0;
-  fs::path path_;
-};
+using test::TempDir;
 
 // tiny_llama with the config changes recorded in expected_rope_<kind>.json.
 ModelWeights rope_variant(const std::string& kind) {

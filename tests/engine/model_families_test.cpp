@@ -27,6 +27,7 @@
 #include "kvattn/engine/llm.h"
 #include "kvattn/engine/model.h"
 #include "kvattn/engine/weights.h"
+#include "temp_dir.h"
 
 namespace kvattn {
 namespace {
@@ -36,20 +37,7 @@ using test::load_cases;
 using test::teacher_forced_error;
 using test::tiny_dir;
 
-class TempDir {
- public:
-  TempDir() {
-    path_ = fs::temp_directory_path() /
-            ("kvattn_families_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++));
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-
- private:
-  static inline int counter_ = 0;
-  fs::path path_;
-};
+using test::TempDir;
 
 nlohmann::json read_json(const fs::path& p) {
   std::ifstream f(p);

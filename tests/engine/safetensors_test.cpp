@@ -8,6 +8,7 @@
 #include "engine/model_file_writer.h"
 #include "kvattn/engine/safetensors.h"
 #include "kvattn/engine/weights.h"
+#include "temp_dir.h"
 
 namespace kvattn {
 namespace {
@@ -155,20 +156,7 @@ TEST(Safetensors, ByteFlipsNeverCrash) {
   EXPECT_GT(rejected, 0u);
 }
 
-class TempDir {
- public:
-  TempDir() {
-    path_ = fs::temp_directory_path() /
-            ("kvattn_st_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++));
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-
- private:
-  static inline int counter_ = 0;
-  fs::path path_;
-};
+using test::TempDir;
 
 void expect_weights_equal(const ModelWeights& w,
                           const std::map<std::string, std::vector<float>>& values) {
