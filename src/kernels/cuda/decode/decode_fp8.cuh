@@ -104,28 +104,37 @@ __device__ __forceinline__ void fp8_qk(uint32_t kbase, const uint32_t (&qf)[D / 
   }
 }
 
+// Lane (g, t4)'s V values of 32-dim group c of the fp8 V tile at vbase, converted to T pairs:
+// b[k][0] = dim 32c + 4g + k of keys (2t, 2t+1), b[k][1] = of keys (2t+8, 2t+9). Byte k of
+// each 32-bit word read is dim 32c + 4g + k; [w0.b0, w0.b1, w1.b0, w1.b1]: e4m3x4_to pairs
+// bytes (0, 2) = dim +0 of keys (2t, 2t+1) and (1, 3) = dim +1; 0x7632: dims +2, +3.
+// (fp8_pv uses them as B registers, fp8_pv_swap as A registers.)
+template <typename T, int D>
+__device__ __forceinline__ void fp8_v_pairs(uint32_t vbase, int c, int g, int t4,
+                                            uint32_t (&b)[4][2]) {
+  using L = Fp8Tile<D>;
+  const int chunk = 2 * c + (g >> 2);
+  const uint32_t in_chunk = 4 * (g & 3);
+  const uint32_t w0 = lds32(L::addr(vbase, 2 * t4, chunk) + in_chunk);
+  const uint32_t w1 = lds32(L::addr(vbase, 2 * t4 + 1, chunk) + in_chunk);
+  const uint32_t w2 = lds32(L::addr(vbase, 2 * t4 + 8, chunk) + in_chunk);
+  const uint32_t w3 = lds32(L::addr(vbase, 2 * t4 + 9, chunk) + in_chunk);
+  e4m3x4_to<T>(byte_perm(w0, w1, 0x5410u), b[0][0], b[1][0]);
+  e4m3x4_to<T>(byte_perm(w0, w1, 0x7632u), b[2][0], b[3][0]);
+  e4m3x4_to<T>(byte_perm(w2, w3, 0x5410u), b[0][1], b[1][1]);
+  e4m3x4_to<T>(byte_perm(w2, w3, 0x7632u), b[2][1], b[3][1]);
+}
+
 // O += P V of one fp8 V tile at vbase; o in the relabelled order (see the top).
 template <typename T, int D>
 __device__ __forceinline__ void fp8_pv(uint32_t vbase, const uint32_t (&pa)[4],
                                        float (&o)[D / 8][4], int lane) {
-  using L = Fp8Tile<D>;
   const int g = lane >> 2;
   const int t4 = lane & 3;
 #pragma unroll
   for (int c = 0; c < D / 32; ++c) {
-    const int chunk = 2 * c + (g >> 2);
-    const uint32_t in_chunk = 4 * (g & 3);
-    const uint32_t w0 = lds32(L::addr(vbase, 2 * t4, chunk) + in_chunk);
-    const uint32_t w1 = lds32(L::addr(vbase, 2 * t4 + 1, chunk) + in_chunk);
-    const uint32_t w2 = lds32(L::addr(vbase, 2 * t4 + 8, chunk) + in_chunk);
-    const uint32_t w3 = lds32(L::addr(vbase, 2 * t4 + 9, chunk) + in_chunk);
-    // Byte k of each word is dim 32c + 4g + k. [w0.b0, w0.b1, w1.b0, w1.b1]: e4m3x4_to pairs
-    // bytes (0, 2) = dim +0 of keys (2t, 2t+1) and (1, 3) = dim +1; 0x7632: dims +2, +3.
-    uint32_t b[4][2];  // [dim][keys (2t, 2t+1) / (2t+8, 2t+9)]
-    e4m3x4_to<T>(byte_perm(w0, w1, 0x5410u), b[0][0], b[1][0]);
-    e4m3x4_to<T>(byte_perm(w0, w1, 0x7632u), b[2][0], b[3][0]);
-    e4m3x4_to<T>(byte_perm(w2, w3, 0x5410u), b[0][1], b[1][1]);
-    e4m3x4_to<T>(byte_perm(w2, w3, 0x7632u), b[2][1], b[3][1]);
+    uint32_t b[4][2];  // [dim 32c + 4g + k][keys (2t, 2t+1) / (2t+8, 2t+9)]
+    fp8_v_pairs<T, D>(vbase, c, g, t4, b);
 #pragma unroll
     for (int jj = 0; jj < 4; ++jj) ptx::mma_16816<T>(o[4 * c + jj], pa, b[jj][0], b[jj][1]);
   }
@@ -205,22 +214,12 @@ __device__ __forceinline__ void fp8_qk_swap(uint32_t kbase, const uint32_t (&qb)
 template <typename T, int D>
 __device__ __forceinline__ void fp8_pv_swap(uint32_t vbase, uint32_t pb0, uint32_t pb1,
                                             float (&o)[D / 16][4], int lane) {
-  using L = Fp8Tile<D>;
   const int g = lane >> 2;
   const int t4 = lane & 3;
 #pragma unroll
   for (int c = 0; c < D / 32; ++c) {
-    const int chunk = 2 * c + (g >> 2);
-    const uint32_t in_chunk = 4 * (g & 3);
-    const uint32_t w0 = lds32(L::addr(vbase, 2 * t4, chunk) + in_chunk);
-    const uint32_t w1 = lds32(L::addr(vbase, 2 * t4 + 1, chunk) + in_chunk);
-    const uint32_t w2 = lds32(L::addr(vbase, 2 * t4 + 8, chunk) + in_chunk);
-    const uint32_t w3 = lds32(L::addr(vbase, 2 * t4 + 9, chunk) + in_chunk);
-    uint32_t b[4][2];  // [dim 32c + 4g + k][keys (2t, 2t+1) / (2t+8, 2t+9)], as in fp8_pv
-    e4m3x4_to<T>(byte_perm(w0, w1, 0x5410u), b[0][0], b[1][0]);
-    e4m3x4_to<T>(byte_perm(w0, w1, 0x7632u), b[2][0], b[3][0]);
-    e4m3x4_to<T>(byte_perm(w2, w3, 0x5410u), b[0][1], b[1][1]);
-    e4m3x4_to<T>(byte_perm(w2, w3, 0x7632u), b[2][1], b[3][1]);
+    uint32_t b[4][2];  // [dim 32c + 4g + k][keys (2t, 2t+1) / (2t+8, 2t+9)]
+    fp8_v_pairs<T, D>(vbase, c, g, t4, b);
     // m-tile 2c + h: row g = dim + 2h, row g + 8 = dim + 2h + 1; a0 / a1 keys 2t.., a2 / a3
     // keys 2t+8...
     const uint32_t a0[4] = {b[0][0], b[1][0], b[0][1], b[1][1]};
