@@ -21,9 +21,10 @@ struct CudaTuning {
   // Hopper prefill: 1 = the consumer warpgroups' turns to issue GEMMs run on across tiles
   // (primed once per CTA, FlashAttention-3's order), so one warpgroup starts the next tile
   // while the last one is still in its epilogue; 0 = the turns restart with every tile (the
-  // last warpgroup re-primes after its epilogue). EXPERIMENTAL: not yet run on a GPU.
-  // Env KVATTN_PREFILL_SM90_TURNS.
-  int prefill_sm90_turns = 0;
+  // last warpgroup re-primes after its epilogue). On by default since session 11 (H200,
+  // docs/perf/NOTES.md: flushed 1x16384 +11%, 16x1024 +3.5%, the rest within noise; racecheck
+  // and memcheck clean). Env KVATTN_PREFILL_SM90_TURNS.
+  int prefill_sm90_turns = 1;
   // Decode: most KV heads one CTA holds (one warp each). Env KVATTN_DECODE_HEADS_PER_CTA. At
   // 8 (no cap), head_dim 256 and the padded 80/96 take the count that keeps the most warps
   // busy (decode_config); a lower value is taken as the cap, as for the other head dims.
@@ -35,7 +36,8 @@ struct CudaTuning {
   // for units of <= 8 query rows over 16-bit caches without window, softcap or ALiBi, and over
   // float8_e4m3 caches at head_dim 64/128 with or without them (decode_use_swap). -1 = 16-bit
   // caches at head_dim 128 (measured 2-4% faster there on the H200, and no faster at 64:
-  // docs/perf/NOTES.md, session 9), fp8 caches per kDecodeFp8SwapDefault (off: not yet timed);
+  // docs/perf/NOTES.md, session 9), fp8 caches per kDecodeFp8SwapDefault (on: 1.45x the
+  // 16-row fp8 tile at 64 x 4096 d128, session 11);
   // 1 = at every head_dim and for fp8 caches; 0 = never. Env KVATTN_DECODE_SWAP.
   int decode_swap = -1;
   // Decode, small batches (few sequences x KV heads for the SMs): 1 = each CTA holds one KV

@@ -269,8 +269,10 @@ void launch(DecodeParams p, bool aligned, int64_t ws_bytes, int device, cudaStre
   const DecodeConfig c =
       decode_config(p.num_kv_heads, p.rows, D, kKvBytes, unit_rows, p.head_dim != D);
   const int64_t B = p.num_seqs;
-  // Small mode: as many chunks as wanted and the workspace holds (not for padded tiles).
-  if (!kOnlySwap && p.head_dim == D && p.num_splits > 1) {
+  // Small mode: as many chunks as wanted and the workspace holds (not for padded tiles, nor for
+  // fp8 caches on the swapped tile: the small kernel has only the 16-row tile, slower there).
+  const bool fp8_swap = kIsFp8<KV> && swap;
+  if (!kOnlySwap && !fp8_swap && p.head_dim == D && p.num_splits > 1) {
     const int64_t units = static_cast<int64_t>(p.num_kv_heads) * p.row_chunks;
     const int64_t fixed = decode_small_ws_bytes(B, p.num_kv_heads, p.rows, D, 0);
     const int64_t per_chunk = decode_small_ws_bytes(B, p.num_kv_heads, p.rows, D, 1) - fixed;

@@ -199,23 +199,26 @@ inline int decode_plan_unit_rows(int64_t tile_dim) {
   return tile_dim == 256 ? kDecodeSwapRows : kDecodeRows;
 }
 
-// The fp8 swapped tile's default (decode_fp8.cuh, decode_swap_tile.cuh): off until it is
-// timed; cuda_tuning().decode_swap = 1 turns it on.
-inline constexpr bool kDecodeFp8SwapDefault = false;
+// The fp8 swapped tile's default (decode_fp8.cuh, decode_swap_tile.cuh): on. H200, session 11
+// (docs/perf/NOTES.md): 64 x 4096 32/8 d128 252.6 -> 172.5 us, 256 x 1024 16/8 252.6 -> 171.0,
+// 96 x 4096 9/3 d64 104.9 -> 79.7, over the 16-row fp8 tile; cuda_tuning().decode_swap = 0
+// turns it off. Batches that take it skip the small-batch kernel (which has only the 16-row
+// tile; 8 x 32768: 223 us there, 171 in stream mode on the swapped tile).
+inline constexpr bool kDecodeFp8SwapDefault = true;
 
 // Whether the stream kernel runs the swapped tile (units of kDecodeSwapRows rows) for `rows`
 // query rows per KV head at tile dim `tile_dim` over a 16-bit or fp8 cache, extended (window,
 // softcap, ALiBi, leftpad) or not, given the knob cuda_tuning().decode_swap (-1 default, 0
-// never, 1 wherever the tile exists). head_dim 256: always. 16-bit caches: plain units of <= 8
+// never, 1 wherever the tile exists). 16-bit caches: head_dim 256 always; plain units of <= 8
 // rows, by default at tile dim 128 (80 and 96 included). fp8 caches: units of <= 8 rows at 64
 // and 128, plain and extended, by default where kDecodeFp8SwapDefault says.
 inline bool decode_use_swap(int knob, int64_t rows, int64_t tile_dim, bool fp8, bool ext) {
+  if (fp8) {  // fp8 caches: the swapped tile exists at head_dim 64 and 128 only
+    const bool on = knob == 1 || (knob < 0 && kDecodeFp8SwapDefault);
+    return on && rows <= kDecodeSwapRows && (tile_dim == 64 || tile_dim == 128);
+  }
   if (tile_dim == 256) return true;
   if (rows > kDecodeSwapRows) return false;
-  if (fp8) {
-    const bool on = knob == 1 || (knob < 0 && kDecodeFp8SwapDefault);
-    return on && (tile_dim == 64 || tile_dim == 128);
-  }
   return !ext && (knob == 1 || (knob < 0 && tile_dim == 128));
 }
 

@@ -30,10 +30,14 @@ DecodePlan plan_decode(int64_t num_seqs, int64_t num_heads, int64_t num_kv_heads
   int64_t parts = decode_parts(device, c, tile_dim, std::max<int64_t>(num_seqs, 1));
   // The plan does not know the cache dtype: where an fp8 cache would take the swapped tile
   // (decode_use_swap; its CTAs of fewer stages may share an SM), the workspace holds ranges for
-  // the larger count too, so that its ranges are not capped (part_cap) below one per CTA.
+  // the larger count too, so that its ranges are not capped (part_cap) below one per CTA; and
+  // as such a batch skips the small-batch kernel, the stream ranges are sized even where a
+  // 16-bit cache would take the small kernel.
   const int64_t rows = group * q_len;
-  if (tile_dim == head_dim &&
-      decode_use_swap(cuda_tuning().decode_swap, rows, tile_dim, /*fp8=*/true, /*ext=*/false)) {
+  const bool fp8_swap_possible =
+      tile_dim == head_dim &&
+      decode_use_swap(cuda_tuning().decode_swap, rows, tile_dim, /*fp8=*/true, /*ext=*/false);
+  if (fp8_swap_possible) {
     const DecodeConfig c8 = decode_config(num_kv_heads, rows, tile_dim, 1, kDecodeSwapRows);
     const int64_t parts8 =
         decode_parts(device, c8, tile_dim, std::max<int64_t>(num_seqs, 1), /*fp8_swap=*/true);
@@ -42,21 +46,32 @@ DecodePlan plan_decode(int64_t num_seqs, int64_t num_heads, int64_t num_kv_heads
   if (num_seqs <= 0 || max_seqlen_k <= kDecodeTileKeys || !decode_stream_ok(num_seqs, max_seqlen_k)) {
     return DecodePlan{1, 0};
   }
+  // Stream mode: the smallest split count whose workspace holds `parts` ranges.
+  int64_t stream_splits = 2;
+  for (;; ++stream_splits) {
+    const int64_t bytes = decode_workspace_bytes(num_seqs, num_heads, tile_dim, q_len, stream_splits);
+    const int64_t slots = decode_ws_slots(bytes, num_seqs, num_heads * q_len, tile_dim);
+    if (slots - num_seqs + 1 >= parts) break;
+  }
   // Few sequences x KV heads for the SMs: the small-batch kernel, C chunks per (sequence,
-  // unit); the smallest split count whose workspace holds its LL pieces and gen words.
-  const int64_t chunks = decode_small_chunks(device, num_seqs, num_kv_heads, group * q_len, head_dim);
+  // unit); the smallest split count whose workspace holds its LL pieces and gen words (and,
+  // where an fp8 cache would run in stream mode instead, the stream ranges too).
+  const int64_t chunks = decode_small_chunks(device, num_seqs, num_kv_heads, rows, head_dim);
   if (chunks >= 2) {
-    const int64_t need = decode_small_ws_bytes(num_seqs, num_kv_heads, group * q_len, tile_dim, chunks);
+    const int64_t need = decode_small_ws_bytes(num_seqs, num_kv_heads, rows, tile_dim, chunks);
     for (int64_t s = chunks;; ++s) {
       const int64_t bytes = decode_workspace_bytes(num_seqs, num_heads, tile_dim, q_len, s);
-      if (bytes >= need) return DecodePlan{static_cast<int>(s), bytes, max_seqlen_k};
+      if (bytes >= need) {
+        const int64_t splits = fp8_swap_possible ? std::max(s, stream_splits) : s;
+        return DecodePlan{static_cast<int>(splits),
+                          decode_workspace_bytes(num_seqs, num_heads, tile_dim, q_len, splits),
+                          max_seqlen_k};
+      }
     }
   }
-  for (int64_t s = 2;; ++s) {
-    const int64_t bytes = decode_workspace_bytes(num_seqs, num_heads, tile_dim, q_len, s);
-    const int64_t slots = decode_ws_slots(bytes, num_seqs, num_heads * q_len, tile_dim);
-    if (slots - num_seqs + 1 >= parts) return DecodePlan{static_cast<int>(s), bytes, max_seqlen_k};
-  }
+  return DecodePlan{static_cast<int>(stream_splits),
+                    decode_workspace_bytes(num_seqs, num_heads, tile_dim, q_len, stream_splits),
+                    max_seqlen_k};
 }
 
 TensorView scratch_workspace(int device, int64_t bytes) {
