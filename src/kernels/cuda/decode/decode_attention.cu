@@ -270,9 +270,14 @@ void launch(DecodeParams p, bool aligned, int64_t ws_bytes, int device, cudaStre
       decode_config(p.num_kv_heads, p.rows, D, kKvBytes, unit_rows, p.head_dim != D);
   const int64_t B = p.num_seqs;
   // Small mode: as many chunks as wanted and the workspace holds (not for padded tiles, nor for
-  // fp8 caches on the swapped tile: the small kernel has only the 16-row tile, slower there).
-  const bool fp8_swap = kIsFp8<KV> && swap;
-  if (!kOnlySwap && !fp8_swap && p.head_dim == D && p.num_splits > 1) {
+  // fp8 caches on the swapped tile above 2^24 cached elements: the small kernel has only the
+  // 16-row tile, faster for little work, slower for more; H200, session 11, graph replay,
+  // 16-row small kernel / swapped stream: 1 x 8192 32/8 d128 16.6 / 19.9 us, 2 x 8192 24.0 /
+  // 23.5, 4 x 8192 37.9 / 34.7, 8 x 32768 223 / 176; docs/perf/NOTES.md).
+  const int64_t key_bound = p.len_hint > 0 ? p.len_hint : p.capacity;
+  const bool fp8_stream = kIsFp8<KV> && swap &&
+                          B * key_bound * p.num_kv_heads * int64_t{D} >= (int64_t{1} << 24);
+  if (!kOnlySwap && !fp8_stream && p.head_dim == D && p.num_splits > 1) {
     const int64_t units = static_cast<int64_t>(p.num_kv_heads) * p.row_chunks;
     const int64_t fixed = decode_small_ws_bytes(B, p.num_kv_heads, p.rows, D, 0);
     const int64_t per_chunk = decode_small_ws_bytes(B, p.num_kv_heads, p.rows, D, 1) - fixed;
