@@ -81,8 +81,9 @@ struct GgufLoadOptions {
 using LoadProgress = std::function<void(double)>;
 
 // GGUF (architectures "llama", "qwen2", "qwen3", "gemma2" and "gemma3"; llama.cpp's names, biases included; the
-// Llama 3 tensor rope_freqs.weight goes into config.rope_freq_factors): dequantizes F32/F16/BF16/Q8_0/Q4_0/Q4_1 (and
-// Q5_0/Q5_1/Q4_K/Q6_K) to float32 and renames tensors to the HF names above.
+// Llama 3 tensor rope_freqs.weight goes into config.rope_freq_factors): dequantizes F32/F16/BF16/Q8_0/Q4_0/Q4_1/
+// Q5_0/Q5_1 and Q2_K/Q3_K/Q4_K/Q5_K/Q6_K to float32 (unless keep_quantized) and renames tensors to the HF names
+// above.
 ModelWeights load_gguf_model(const std::string& path, const LoadProgress& progress = {},
                              const GgufLoadOptions& options = {});
 // The same from a GgufFile already open (e.g. shared with Tokenizer::from_gguf).
