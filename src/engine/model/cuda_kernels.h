@@ -13,6 +13,14 @@
 
 namespace kvattn::cuda_model {
 
+// The row kernels before issue 20's rewrite for bandwidth (one CTA of 2-byte loads per row;
+// cuda_kernels.cu says what changed), kept as the reference the rewrite is bit-identical to:
+// every wrapper here and in cuda_rope_kv.h launches them instead while this is on. Off unless
+// KVATTN_LEGACY_KERNELS=1 (read once) or set_legacy_kernels(true) (tests, benches; not while
+// another thread launches). Shapes the new kernels do not take use the legacy ones anyway.
+bool legacy_kernels();
+void set_legacy_kernels(bool on);
+
 // out[t] = table[ids[t] - first_id], rows of `hidden` bf16, for ids in [first_id, first_id +
 // num_ids); zeros for other ids (a tensor-parallel rank's vocab slice: the all-reduce over the
 // ranks completes the row). One rank: first_id 0, num_ids the vocabulary.
