@@ -67,6 +67,12 @@ struct ModelOptions {
   // run on a GPU (written without one in session 10); the environment variable KVATTN_PDL=1
   // or =0 overrides this either way; tokens and logits are the same either way.
   bool pdl = false;
+  // GPU only: decode steps of at most 8 rows (one rank, not Gemma, SiLU MLP) run each
+  // layer's input norm inside the qkv GEMV and the post-attention norm and SiLU * up inside
+  // the gate_up GEMV (cuda_gemv.h's fused entries): 6 kernels a layer instead of 9. Off by
+  // default until it has been timed on a GPU; the environment variable KVATTN_FUSED_GEMV=1 or
+  // =0 overrides this either way.
+  bool fused_gemv = false;
   // Megatron-style tensor parallelism over this many ranks (heads, MLP width and vocab split;
   // all-reduce after o_proj and down_proj). CPU: ranks are threads. It must divide
   // num_heads, num_kv_heads and intermediate_size.

@@ -37,6 +37,10 @@ class Gemm {
   void set_gemv_mode(Gemv::Mode mode) { gemv_mode_ = mode; }
   void use_gemv(bool on) { gemv_mode_ = on ? Gemv::Mode::kAll : Gemv::Mode::kOff; }
   Gemv::Mode gemv_mode() const { return gemv_mode_; }
+  // The GEMV itself: its fused entries (norm prologue, SiLU epilogue) for the decode path,
+  // used by the model whatever gemv_mode() says (KVATTN_FUSED_GEMV; cuda_model.cpp).
+  const Gemv& gemv() const { return gemv_; }
+  Gemv& gemv() { return gemv_; }
 
  private:
   struct Plan {

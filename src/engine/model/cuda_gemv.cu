@@ -6,8 +6,10 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #include "kernels/cuda/cuda_check.h"
 
@@ -28,7 +30,6 @@ namespace {
 
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
-constexpr int kRowsPerWarp = 4;
 
 constexpr int pow2_ceil(int v) {
   int p = 1;
@@ -41,12 +42,14 @@ constexpr int log2_exact(int v) {
   return l;
 }
 
-template <int M>
+// M rows of x, R weight rows per warp.
+template <int M, int R>
 struct Shape {
-  static constexpr int kV = kRowsPerWarp * M;      // sums per thread
+  static constexpr int kV = R * M;                  // sums per thread
   static constexpr int kVP = pow2_ceil(kV);         // padded to a power of two (<= 32)
   static constexpr int kLog = log2_exact(kVP);
-  static constexpr int kUnroll = M <= 2 ? 4 : 2;   // chunks per row in flight
+  // Chunks per row in flight: R * kUnroll loads per thread (8-16 at M <= 2, 4-8 above).
+  static constexpr int kUnroll = (M <= 2 ? 4 : 2) * (4 / R);
 };
 
 // Reduction buffer for K-split CTAs: one kVP-vector per warp (floats), after x.
@@ -63,25 +66,6 @@ __device__ __forceinline__ uint4 ld_stream(const uint4* p) {
 // Asks L2 for the 128-byte line at p (no register written, nothing waited for).
 __device__ __forceinline__ void prefetch_l2(const void* p) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-}
-
-// Under PDL (prefetch != 0): the CTA's first tile of weight rows is requested into L2 before
-// the grid-dependency wait, while the previous kernel finishes. The weights are written by no
-// kernel of a step, so touching them before the wait is safe (cuda_launch.h's contract
-// concerns data a previous kernel produces); x, which the previous kernel writes, is read
-// only after pdl_enter.
-__device__ __forceinline__ void prefetch_first_tile(const __nv_bfloat16* w, int n, int k,
-                                                    int ks, int tiles) {
-  const int tile = blockIdx.x;
-  if (tile >= tiles) return;
-  const int rows_per_tile = (kWarps / ks) * kRowsPerWarp;
-  const int r0 = tile * rows_per_tile;
-  const int rows = min(rows_per_tile, n - r0);
-  const int lines = (k * 2 + 127) / 128;  // a row's 128-byte lines (k % 8 == 0)
-  for (int i = threadIdx.x; i < rows * lines; i += kThreads) {
-    const int r = i / lines;
-    prefetch_l2(w + int64_t{r0 + r} * k + int64_t{i - r * lines} * 64);
-  }
 }
 
 // bf16 pair in a 32-bit word -> two floats (exact).
@@ -126,73 +110,225 @@ __device__ __forceinline__ float reduce_scatter(float (&a)[VP], int lane) {
   return v;
 }
 
+// What a kernel does besides y = x w^T (Gemv::Variant): kPlain stages x as given; kNorm
+// stages rmsnorm(x [+ add]) (norm_stage); kNormSilu also pairs each warp's gate and up rows
+// and writes bf16(bf16(silu(g)) * u) instead of y.
+constexpr int kPlain = 0, kNorm = 1, kNormSilu = 2;
+
+// One params struct for the three variants (fields a variant does not use are ignored).
+struct Params {
+  const __nv_bfloat16* x;  // kPlain: x [rows, ldx]; kNorm*: the residual [rows, k]
+  int64_t ldx;
+  const __nv_bfloat16* add;     // kNorm*: added to x first, or null
+  const __nv_bfloat16* norm_w;  // kNorm*: the norm's weight [k]
+  float eps;
+  __nv_bfloat16* x_out;  // kNorm*: bf16(x + add) written by CTA 0, or null
+  __nv_bfloat16* h_out;  // kNorm*: the normalised rows written by CTA 0, or null
+  const __nv_bfloat16* w;  // [n, k]; kNormSilu: gate rows [0, n/2), up rows [n/2, n)
+  int n, k;
+  __nv_bfloat16* y;  // [rows, ldy]: y, or kNormSilu's act [rows, n/2]
+  int64_t ldy;
+  int ks, tiles, prefetch;
+};
+
+// The weight row a warp's r-th row is, for tile `tile` and row group g. Plain: R consecutive
+// rows. Paired (kNormSilu): R/2 consecutive features j0.., rows j (gate) then n/2 + j (up).
+// Returns -1 past the end.
+template <int R, bool Pair>
+__device__ __forceinline__ int weight_row(const Params& p, int tile, int g, int r) {
+  const int groups = kWarps / p.ks;
+  if constexpr (Pair) {
+    constexpr int P = R / 2;
+    const int half = p.n >> 1;
+    const int j = tile * groups * P + g * P + (r % P);
+    if (j >= half) return -1;
+    return r < P ? j : half + j;
+  } else {
+    const int row = tile * groups * R + g * R + r;
+    return row < p.n ? row : -1;
+  }
+}
+
+// Under PDL (prefetch != 0): the CTA's first tile of weight rows is requested into L2 before
+// the grid-dependency wait, while the previous kernel finishes. The weights are written by no
+// kernel of a step, so touching them before the wait is safe (cuda_launch.h's contract
+// concerns data a previous kernel produces); x, which the previous kernel writes, is read
+// only after pdl_enter.
+template <int R, bool Pair>
+__device__ __forceinline__ void prefetch_first_tile(const Params& p) {
+  const int tile = blockIdx.x;
+  if (tile >= p.tiles) return;
+  const int rows_per_tile = (kWarps / p.ks) * R;
+  const int lines = (p.k * 2 + 127) / 128;  // a row's 128-byte lines (k % 8 == 0)
+  for (int i = threadIdx.x; i < rows_per_tile * lines; i += kThreads) {
+    const int q = i / lines;
+    const int row = weight_row<R, Pair>(p, tile, q / R, q % R);
+    if (row >= 0) prefetch_l2(p.w + int64_t{row} * p.k + int64_t{i - q * lines} * 64);
+  }
+}
+
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+__device__ __forceinline__ uint4 pack8(const float (&f)[8]) {
+  return make_uint4(pack2(f[0], f[1]), pack2(f[2], f[3]), pack2(f[4], f[5]), pack2(f[6], f[7]));
+}
+__device__ __forceinline__ float round_bf16(float v) {
+  return __bfloat162float(__float2bfloat16(v));
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// kNorm*: xs[m] = rmsnorm(x[m] (+ add[m])) * norm_w for m < M, as add_rmsnorm_kernel
+// (cuda_kernels.cu, 256 threads) computes it, bit for bit: v = bf16(x + add) per element;
+// thread t sums v * v over elements t, t + 256, ... in order (the same fma); the warp sum
+// (xor 16 .. 1) and the block sum of the 8 warp sums (block_sum: lanes 0-7 of one warp, zeros
+// above, xor 16 .. 1); inv = rsqrt(ss / hidden + eps); out = bf16(w * bf16(v * inv)). `red`
+// holds the M x 8 warp sums and the M inverses.
 template <int M>
-__global__ void __launch_bounds__(kThreads, 2)
-    gemv_kernel(const __nv_bfloat16* __restrict__ x, int64_t ldx,
-                const __nv_bfloat16* __restrict__ w, int n, int k, __nv_bfloat16* __restrict__ y,
-                int64_t ldy, int ks, int tiles, int prefetch) {
-  using S = Shape<M>;
+__device__ __forceinline__ void norm_stage(const Params& p, uint4* xs, float* red) {
+  const int C = p.k >> 3;
+  const bool writer = blockIdx.x == 0;
+  for (int i = threadIdx.x; i < M * C; i += kThreads) {
+    const int m = i / C;
+    const int c = i - m * C;
+    const int64_t off = int64_t{m} * p.k + int64_t{c} * 8;
+    uint4 v = *reinterpret_cast<const uint4*>(p.x + off);
+    if (p.add != nullptr) {
+      float a[8], b[8];
+      to_f8(v, a);
+      to_f8(*reinterpret_cast<const uint4*>(p.add + off), b);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) a[e] = a[e] + b[e];
+      v = pack8(a);  // bf16(x + add), rounded once as add_rmsnorm's r(v + add)
+      if (writer && p.x_out != nullptr) *reinterpret_cast<uint4*>(p.x_out + off) = v;
+    }
+    xs[i] = v;
+  }
+  __syncthreads();
+  const __nv_bfloat16* xh = reinterpret_cast<const __nv_bfloat16*>(xs);
+  const int warp = threadIdx.x >> 5;
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < p.k; i += kThreads) {
+      const float v = __bfloat162float(xh[m * p.k + i]);
+      ss += v * v;
+    }
+    ss = warp_sum(ss);
+    if (lane == 0) red[m * kWarps + warp] = ss;
+  }
+  __syncthreads();
+  if (warp < M) {
+    float v = lane < kWarps ? red[warp * kWarps + lane] : 0.0f;
+    v = warp_sum(v);
+    if (lane == 0) red[M * kWarps + warp] = rsqrtf(v / static_cast<float>(p.k) + p.eps);
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < M * C; i += kThreads) {
+    const int m = i / C;
+    const int c = i - m * C;
+    const float inv = red[M * kWarps + m];
+    float v[8], g[8];
+    to_f8(xs[i], v);
+    to_f8(*reinterpret_cast<const uint4*>(p.norm_w + int64_t{c} * 8), g);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) v[e] = g[e] * round_bf16(v[e] * inv);
+    const uint4 h = pack8(v);
+    xs[i] = h;
+    if (writer && p.h_out != nullptr)
+      *reinterpret_cast<uint4*>(p.h_out + int64_t{m} * p.k + int64_t{c} * 8) = h;
+  }
+  __syncthreads();  // red is reused by the K-split reduction
+}
+
+// k::silu_mul's formula on the bf16-rounded GEMM outputs.
+__device__ __forceinline__ __nv_bfloat16 silu_mul(float gate_sum, float up_sum) {
+  const float g = round_bf16(gate_sum);
+  const float u = round_bf16(up_sum);
+  return __float2bfloat16(round_bf16(g / (1.0f + expf(-g))) * u);
+}
+
+template <int M, int R, int V>
+__global__ void __launch_bounds__(kThreads, 2) gemv_kernel(const __grid_constant__ Params p) {
+  using S = Shape<M, R>;
   constexpr int U = S::kUnroll;
-  if (prefetch != 0) prefetch_first_tile(w, n, k, ks, tiles);
+  constexpr bool kPair = V == kNormSilu;
+  constexpr int P = kPair ? R / 2 : R;  // outputs per warp and row of x
+  if (p.prefetch != 0) prefetch_first_tile<R, kPair>(p);
   pdl_enter();
   extern __shared__ uint4 smem[];
+  const int n = p.n, k = p.k, ks = p.ks;
   const int C = k >> 3;  // 16-byte chunks per row
   uint4* xs = smem;
   float* red = reinterpret_cast<float*>(smem + M * C);
 
-  for (int i = threadIdx.x; i < M * C; i += kThreads) {
-    const int m = i / C;
-    const int c = i - m * C;
-    xs[i] = *reinterpret_cast<const uint4*>(x + m * ldx + int64_t{c} * 8);
+  if constexpr (V == kPlain) {
+    for (int i = threadIdx.x; i < M * C; i += kThreads) {
+      const int m = i / C;
+      const int c = i - m * C;
+      xs[i] = *reinterpret_cast<const uint4*>(p.x + m * p.ldx + int64_t{c} * 8);
+    }
+    __syncthreads();
+  } else {
+    norm_stage<M>(p, xs, red);
   }
-  __syncthreads();
 
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
   const int s = warp % ks;  // k slice
   const int g = warp / ks;  // row group
-  const int rows_per_tile = (kWarps / ks) * kRowsPerWarp;
+  const int groups = kWarps / ks;
   const int stride = 32 * ks;
   const int c0 = s * 32 + lane;
   const int owner_shift = 5 - S::kLog;
   const int idx = lane >> owner_shift;  // the sum this lane ends with
   const bool owner = (lane & ((1 << owner_shift) - 1)) == 0 && idx < S::kV;
 
-  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-    const int r0 = tile * rows_per_tile + g * kRowsPerWarp;
-    const uint4* wr[kRowsPerWarp];
+  for (int tile = blockIdx.x; tile < p.tiles; tile += gridDim.x) {
+    const uint4* wr[R];
 #pragma unroll
-    for (int r = 0; r < kRowsPerWarp; ++r)
-      wr[r] = reinterpret_cast<const uint4*>(w + int64_t{min(r0 + r, n - 1)} * k);
+    for (int r = 0; r < R; ++r) {
+      const int row = weight_row<R, kPair>(p, tile, g, r);
+      // Past the end: a valid row (its sums are dropped), so the loads stay in bounds.
+      const int safe = row >= 0 ? row : (kPair ? (r < R / 2 ? 0 : n >> 1) : n - 1);
+      wr[r] = reinterpret_cast<const uint4*>(p.w + int64_t{safe} * k);
+    }
 
-    float acc[kRowsPerWarp][M];
+    float acc[R][M];
 #pragma unroll
-    for (int r = 0; r < kRowsPerWarp; ++r)
+    for (int r = 0; r < R; ++r)
 #pragma unroll
       for (int m = 0; m < M; ++m) acc[r][m] = 0.0f;
 
     for (int c = c0; c < C; c += U * stride) {
-      uint4 wv[U][kRowsPerWarp];
+      uint4 wv[U][R];
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const int cc = c + u * stride;
 #pragma unroll
-        for (int r = 0; r < kRowsPerWarp; ++r)
+        for (int r = 0; r < R; ++r)
           wv[u][r] = cc < C ? ld_stream(wr[r] + cc) : make_uint4(0, 0, 0, 0);
       }
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const int cc = c + u * stride;
         if (cc < C) {
-          float wf[kRowsPerWarp][8];
+          float wf[R][8];
 #pragma unroll
-          for (int r = 0; r < kRowsPerWarp; ++r) to_f8(wv[u][r], wf[r]);
+          for (int r = 0; r < R; ++r) to_f8(wv[u][r], wf[r]);
 #pragma unroll
           for (int m = 0; m < M; ++m) {
             float xf[8];
             to_f8(xs[m * C + cc], xf);
 #pragma unroll
-            for (int r = 0; r < kRowsPerWarp; ++r)
+            for (int r = 0; r < R; ++r)
 #pragma unroll
               for (int e = 0; e < 8; ++e) acc[r][m] = fmaf(wf[r][e], xf[e], acc[r][m]);
           }
@@ -206,32 +342,61 @@ __global__ void __launch_bounds__(kThreads, 2)
     const float sum = reduce_scatter<S::kVP>(a, lane);
 
     if (ks == 1) {
-      const int row = r0 + idx / M;
-      if (owner && row < n) y[(idx % M) * ldy + row] = __float2bfloat16_rn(sum);
+      const int r = idx / M, m = idx % M;
+      if constexpr (kPair) {
+        // The up sum of the same feature and row of x: index idx + P * M, on another lane.
+        const int src = min(idx + P * M, S::kVP - 1) << owner_shift;
+        const float up = __shfl_sync(0xffffffffu, sum, src);
+        const int row = weight_row<R, true>(p, tile, g, r);
+        if (owner && r < P && row >= 0) p.y[m * p.ldy + row] = silu_mul(sum, up);
+      } else {
+        const int row = weight_row<R, false>(p, tile, g, r);
+        if (owner && row >= 0) p.y[m * p.ldy + row] = __float2bfloat16_rn(sum);
+      }
     } else {
       if (owner) red[warp * S::kVP + idx] = sum;
       __syncthreads();
-      const int groups = kWarps / ks;
-      for (int t = threadIdx.x; t < groups * S::kVP; t += kThreads) {
-        const int gg = t / S::kVP;
-        const int i = t - gg * S::kVP;
-        if (i >= S::kV) continue;
+      for (int t = threadIdx.x; t < groups * P * M; t += kThreads) {
+        const int gg = t / (P * M);
+        const int i = t - gg * (P * M);  // r * M + m, r < P
         float total = 0.0f;
         for (int ss = 0; ss < ks; ++ss) total += red[(gg * ks + ss) * S::kVP + i];
-        const int row = tile * rows_per_tile + gg * kRowsPerWarp + i / M;
-        if (row < n) y[(i % M) * ldy + row] = __float2bfloat16_rn(total);
+        const int row = weight_row<R, kPair>(p, tile, gg, i / M);
+        if (row < 0) continue;
+        if constexpr (kPair) {
+          float up = 0.0f;
+          for (int ss = 0; ss < ks; ++ss) up += red[(gg * ks + ss) * S::kVP + i + P * M];
+          p.y[(i % M) * p.ldy + row] = silu_mul(total, up);
+        } else {
+          p.y[(i % M) * p.ldy + row] = __float2bfloat16_rn(total);
+        }
       }
       __syncthreads();  // red is reused by the next tile
     }
   }
 }
 
-using Kernel = void (*)(const __nv_bfloat16*, int64_t, const __nv_bfloat16*, int, int,
-                        __nv_bfloat16*, int64_t, int, int, int);
+using Kernel = void (*)(const Params);
 
-constexpr Kernel kKernels[Gemv::kMaxRows] = {gemv_kernel<1>, gemv_kernel<2>, gemv_kernel<3>,
-                                             gemv_kernel<4>, gemv_kernel<5>, gemv_kernel<6>,
-                                             gemv_kernel<7>, gemv_kernel<8>};
+template <int V, int R, int... Ms>
+constexpr std::array<Kernel, Gemv::kMaxRows> row_kernels(std::integer_sequence<int, Ms...>) {
+  return {gemv_kernel<Ms + 1, R, V>...};
+}
+template <int V, int R>
+constexpr auto kRowKernels = row_kernels<V, R>(std::make_integer_sequence<int, Gemv::kMaxRows>{});
+
+// [variant][rows per warp 2 or 4][rows - 1]
+Kernel kernel_for(int v, int R, int64_t rows) {
+  const size_t m = static_cast<size_t>(rows - 1);
+  switch (v * 2 + (R == 4 ? 1 : 0)) {
+    case 0: return kRowKernels<kPlain, 2>[m];
+    case 1: return kRowKernels<kPlain, 4>[m];
+    case 2: return kRowKernels<kNorm, 2>[m];
+    case 3: return kRowKernels<kNorm, 4>[m];
+    case 4: return kRowKernels<kNormSilu, 2>[m];
+    default: return kRowKernels<kNormSilu, 4>[m];
+  }
+}
 
 }  // namespace
 
@@ -242,12 +407,17 @@ Gemv::Gemv(int device) {
   sms_ = prop.multiProcessorCount;
   smem_optin_ = prop.sharedMemPerBlockOptin;
   smem_per_sm_ = prop.sharedMemPerMultiprocessor;
-  for (int m = 0; m < kMaxRows; ++m) {
-    CUDA_CHECK(cudaFuncSetAttribute(kKernels[m], cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    static_cast<int>(smem_optin_)));
-    cudaFuncAttributes attr{};
-    CUDA_CHECK(cudaFuncGetAttributes(&attr, kKernels[m]));
-    regs_[m] = std::max(attr.numRegs, 1);
+  for (int v = 0; v < kVariants; ++v) {
+    for (int ri = 0; ri < 2; ++ri) {
+      for (int m = 0; m < kMaxRows; ++m) {
+        const Kernel kern = kernel_for(v, ri == 0 ? 2 : 4, m + 1);
+        CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(smem_optin_)));
+        cudaFuncAttributes attr{};
+        CUDA_CHECK(cudaFuncGetAttributes(&attr, kern));
+        regs_[v][ri][m] = std::max(attr.numRegs, 1);
+      }
+    }
   }
 }
 
@@ -265,38 +435,117 @@ bool Gemv::preferred(int64_t rows, int64_t n, int64_t /*k*/) {
   return rows >= 1 && rows <= kMaxRows && (n <= 2048 || (n >= 65536 && rows <= 4));
 }
 
+Gemv::Split Gemv::split(int64_t n, int64_t k) const {
+  // K split: the fewest warps per row group that still gives two CTAs per SM with 4 rows per
+  // warp, as long as each warp gets at least one 16-byte chunk of each row per lane.
+  const int64_t chunks = k / 8;
+  int ks = 1;
+  auto tiles_for = [&](int s) {
+    const int64_t per = (kWarps / s) * 4;
+    return (n + per - 1) / per;
+  };
+  while (ks < kWarps && tiles_for(ks) < 2 * sms_ && chunks >= 32 * (ks * 2)) ks *= 2;
+  if (ks > 1 && rule_ == SplitRule::kDefault && (n + 15) / 16 >= sms_) return {2, 1};
+  return {4, ks};
+}
+
 bool Gemv::run(const void* x, int64_t ldx, int64_t rows, const void* w, int64_t n, int64_t k,
                void* y, int64_t ldy, Launch on) const {
   if (rows < 1 || rows > kMaxRows || n < 1 || k < 8 || k % 8 != 0 || ldx % 8 != 0) return false;
   if (n > (int64_t{1} << 30) || k > (int64_t{1} << 30)) return false;
   if (reinterpret_cast<uintptr_t>(x) % 16 != 0 || reinterpret_cast<uintptr_t>(w) % 16 != 0)
     return false;
-  const size_t smem = static_cast<size_t>(rows * k) * 2 + kRedBytes;
-  if (smem > smem_optin_) return false;
+  if (static_cast<size_t>(rows * k) * 2 + kRedBytes > smem_optin_) return false;
+  launch(kPlain, NormInput{}, x, ldx, rows, w, n, k, y, ldy, on);
+  return true;
+}
 
-  // K split: the fewest warps per row group that still gives two CTAs per SM, as long as each
-  // warp gets at least one 16-byte chunk of each row per lane.
-  const int64_t chunks = k / 8;
-  int ks = 1;
-  auto tiles_for = [&](int s) {
-    const int64_t per = (kWarps / s) * kRowsPerWarp;
-    return (n + per - 1) / per;
-  };
-  while (ks < kWarps && tiles_for(ks) < 2 * sms_ && chunks >= 32 * (ks * 2)) ks *= 2;
-  const int64_t tiles = tiles_for(ks);
+bool Gemv::fused_supported(int64_t rows, int64_t hidden) const {
+  return rows >= 1 && rows <= kMaxRows && hidden >= 8 && hidden % 8 == 0 &&
+         hidden <= (int64_t{1} << 24) &&
+         static_cast<size_t>(rows * hidden) * 2 + kRedBytes <= smem_optin_;
+}
+
+namespace {
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// The fused entries' argument checks (kvattn::Error naming the argument).
+void check_fused(const char* who, const Gemv& gemv, const Gemv::NormInput& in, int64_t rows,
+                 int64_t hidden, const void* w, int64_t n, const void* y) {
+  KVATTN_CHECK(rows >= 1 && rows <= Gemv::kMaxRows, who, ": rows must be in [1, ",
+               Gemv::kMaxRows, "] but is ", rows);
+  KVATTN_CHECK(hidden >= 8 && hidden % 8 == 0, who,
+               ": hidden must be a positive multiple of 8 but is ", hidden);
+  KVATTN_CHECK(gemv.fused_supported(rows, hidden), who, ": ", rows, " rows of hidden ", hidden,
+               " do not fit in shared memory");
+  KVATTN_CHECK(n >= 1 && n <= (int64_t{1} << 30), who, ": n must be in [1, 2^30] but is ", n);
+  KVATTN_CHECK(in.x != nullptr && aligned16(in.x), who, ": x must be a 16-byte aligned pointer");
+  KVATTN_CHECK(in.add == nullptr || aligned16(in.add), who, ": add must be 16-byte aligned");
+  KVATTN_CHECK(in.weight != nullptr && aligned16(in.weight), who,
+               ": the norm weight must be a 16-byte aligned pointer");
+  KVATTN_CHECK(in.x_out == nullptr || (aligned16(in.x_out) && in.x_out != in.x &&
+                                       in.x_out != in.add),
+               who, ": x_out must be 16-byte aligned and neither x nor add (other CTAs read them)");
+  KVATTN_CHECK(in.h_out == nullptr || aligned16(in.h_out), who, ": h_out must be 16-byte aligned");
+  KVATTN_CHECK(w != nullptr && aligned16(w), who, ": w must be a 16-byte aligned pointer");
+  KVATTN_CHECK(y != nullptr, who, ": the output must not be null");
+}
+
+}  // namespace
+
+void Gemv::run_rmsnorm(const NormInput& in, int64_t rows, int64_t hidden, const void* w,
+                       int64_t n, void* y, int64_t ldy, Launch on) const {
+  check_fused("Gemv::run_rmsnorm", *this, in, rows, hidden, w, n, y);
+  KVATTN_CHECK(ldy >= n, "Gemv::run_rmsnorm: ldy must be >= n = ", n, " but is ", ldy);
+  launch(kNorm, in, in.x, hidden, rows, w, n, hidden, y, ldy, on);
+}
+
+void Gemv::run_rmsnorm_silu(const NormInput& in, int64_t rows, int64_t hidden,
+                            const void* w_gate_up, int64_t inter, void* act, int64_t ldact,
+                            Launch on) const {
+  check_fused("Gemv::run_rmsnorm_silu", *this, in, rows, hidden, w_gate_up, 2 * inter, act);
+  KVATTN_CHECK(inter >= 1, "Gemv::run_rmsnorm_silu: inter must be positive but is ", inter);
+  KVATTN_CHECK(ldact >= inter, "Gemv::run_rmsnorm_silu: ldact must be >= inter = ", inter,
+               " but is ", ldact);
+  launch(kNormSilu, in, in.x, hidden, rows, w_gate_up, 2 * inter, hidden, act, ldact, on);
+}
+
+void Gemv::launch(Variant v, const NormInput& in, const void* x, int64_t ldx, int64_t rows,
+                  const void* w, int64_t n, int64_t k, void* y, int64_t ldy, Launch on) const {
+  const Split sp = split(n, k);
+  // Tiles: kNormSilu's warps own R / 2 features (gate and up rows of each).
+  const int64_t per_tile = (kWarps / sp.ks) * sp.rows_per_warp;
+  const int64_t tiles = v == kNormSilu ? (n / 2 + per_tile / 2 - 1) / (per_tile / 2)
+                                       : (n + per_tile - 1) / per_tile;
+  const size_t smem = static_cast<size_t>(rows * k) * 2 + kRedBytes;
 
   // One wave of resident CTAs at most (registers, shared memory, threads).
-  const int regs = (regs_[rows - 1] + 7) / 8 * 8;
+  const int r = regs_[v][sp.rows_per_warp == 4 ? 1 : 0][rows - 1];
+  const int regs = (r + 7) / 8 * 8;
   int per_sm = std::min<int>(65536 / (regs * kThreads), 2048 / kThreads);
   per_sm = std::min<int>(per_sm, static_cast<int>(smem_per_sm_ / (smem + 1024)));
   per_sm = std::max(per_sm, 1);
   const int64_t grid = std::min<int64_t>(tiles, int64_t{sms_} * per_sm);
 
-  launch_kernel(kKernels[rows - 1], static_cast<unsigned>(grid), kThreads, smem, on,
-                static_cast<const __nv_bfloat16*>(x), ldx, static_cast<const __nv_bfloat16*>(w),
-                static_cast<int>(n), static_cast<int>(k), static_cast<__nv_bfloat16*>(y), ldy,
-                ks, static_cast<int>(tiles), on.pdl ? 1 : 0);
-  return true;
+  Params p{};
+  p.x = static_cast<const __nv_bfloat16*>(x);
+  p.ldx = ldx;
+  p.add = static_cast<const __nv_bfloat16*>(in.add);
+  p.norm_w = static_cast<const __nv_bfloat16*>(in.weight);
+  p.eps = in.eps;
+  p.x_out = static_cast<__nv_bfloat16*>(in.x_out);
+  p.h_out = static_cast<__nv_bfloat16*>(in.h_out);
+  p.w = static_cast<const __nv_bfloat16*>(w);
+  p.n = static_cast<int>(n);
+  p.k = static_cast<int>(k);
+  p.y = static_cast<__nv_bfloat16*>(y);
+  p.ldy = ldy;
+  p.ks = sp.ks;
+  p.tiles = static_cast<int>(tiles);
+  p.prefetch = on.pdl ? 1 : 0;
+  launch_kernel(kernel_for(v, sp.rows_per_warp, rows), static_cast<unsigned>(grid), kThreads,
+                smem, on, p);
 }
 
 }  // namespace kvattn::cuda_model

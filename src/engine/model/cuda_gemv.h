@@ -34,6 +34,53 @@ class Gemv {
   bool run(const void* x, int64_t ldx, int64_t rows, const void* w, int64_t n, int64_t k,
            void* y, int64_t ldy, Launch on) const;
 
+  // The fused decode entries (KVATTN_FUSED_GEMV; cuda_model.cpp): the input rows are an
+  // RMSNorm of the residual, computed by every CTA from the rows themselves, exactly as
+  // k::add_rmsnorm computes them (same per-element formulas, and the same reduction order: 256
+  // threads, thread t summing elements t, t + 256, ... in order, then the same warp and block
+  // sums), so the normalised rows are bit-identical to add_rmsnorm's out. x and add are
+  // [rows, hidden] contiguous bf16; add may be null (no residual add). With add, every CTA
+  // reads bf16(x + add); CTA 0 alone writes it to x_out (a buffer other than x and add: the
+  // other CTAs are still reading x, so the residual ping-pongs between two buffers) and, when
+  // h_out is not null, the normalised rows to h_out. x_out may be null (nothing written).
+  struct NormInput {
+    const void* x = nullptr;
+    const void* add = nullptr;     // or null
+    const void* weight = nullptr;  // the norm's bf16 [hidden]
+    float eps = 0.0f;
+    void* x_out = nullptr;  // bf16(x + add) [rows, hidden], or null
+    void* h_out = nullptr;  // the normalised rows [rows, hidden], or null
+  };
+  // Whether the fused entries take rows x hidden (rows in [1, 8], hidden % 8 == 0, the rows
+  // fit in shared memory); the model falls back to add_rmsnorm + Gemm otherwise.
+  bool fused_supported(int64_t rows, int64_t hidden) const;
+  // y[r, 0:n] = rmsnorm(x[r] (+ add[r])) w^T, w [n, hidden]: add_rmsnorm + run() in one
+  // launch, bit-identical to them (the GEMV part is run()'s main loop on the same work split;
+  // cuBLASLt sums in another order). Throws kvattn::Error naming the argument on a case
+  // fused_supported() declines or on bad pointers (null, misaligned, x_out aliasing x/add).
+  void run_rmsnorm(const NormInput& in, int64_t rows, int64_t hidden, const void* w, int64_t n,
+                   void* y, int64_t ldy, Launch on) const;
+  // act[r, j] = bf16(bf16(silu(g)) * u) for j < inter, with g, u the bf16-rounded outputs
+  // j and inter + j of rmsnorm(x[r] (+ add[r])) w_gate_up^T (w_gate_up [2 inter, hidden]):
+  // add_rmsnorm + run() + k::silu_mul in one launch, bit-identical to them. Each warp owns
+  // gate rows and the up rows of the same features, so SiLU * up is the GEMV's epilogue (the
+  // gate_up output is never written). Same checks as run_rmsnorm.
+  void run_rmsnorm_silu(const NormInput& in, int64_t rows, int64_t hidden, const void* w_gate_up,
+                        int64_t inter, void* act, int64_t ldact, Launch on) const;
+
+  // The work split of an n x k case: R weight rows per warp, ks warps splitting K. A case's
+  // sums depend on ks only (not on R), so run(), run_rmsnorm and run_rmsnorm_silu give the
+  // same bits for the same (n, k). kLegacy: the rule before the fused entries (R = 4, ks up
+  // to 8 until two CTAs per SM); kDefault adds R = 2, ks = 1 where that alone gives a CTA per
+  // SM (n >= 16 x SMs: qkv 4096, gate_up 6144 on the H200), which kLegacy split 4 ways.
+  // kAuto's shapes (n <= 2048, n >= 65536) get the same split either way.
+  enum class SplitRule { kDefault, kLegacy };
+  void set_split_rule(SplitRule r) { rule_ = r; }
+  struct Split {
+    int rows_per_warp, ks;
+  };
+  Split split(int64_t n, int64_t k) const;
+
   // Which eligible cases Gemm sends here. kAuto: only the shapes where the H200 measurement
   // (docs/perf/NOTES.md, "GEMV for small-batch decode") found the GEMV faster than cuBLASLt,
   // see preferred(); kAll: every case run() accepts; kOff: none.
@@ -47,10 +94,17 @@ class Gemv {
   static bool preferred(int64_t rows, int64_t n, int64_t k);
 
  private:
+  // Which kernel: how x reaches shared memory (as given, or normalised) and the epilogue.
+  enum Variant { kPlain = 0, kNorm = 1, kNormSilu = 2, kVariants = 3 };
+  void launch(Variant v, const NormInput& in, const void* x, int64_t ldx, int64_t rows,
+              const void* w, int64_t n, int64_t k, void* y, int64_t ldy, Launch on) const;
+
   int sms_ = 0;
   size_t smem_optin_ = 0;   // per block, after the opt-in
   size_t smem_per_sm_ = 0;
-  int regs_[kMaxRows] = {};  // registers per thread of each row count's kernel
+  SplitRule rule_ = SplitRule::kDefault;
+  // registers per thread of each kernel: [variant][rows per warp 2 / 4][row count - 1]
+  int regs_[kVariants][2][kMaxRows] = {};
 };
 
 }  // namespace kvattn::cuda_model

@@ -62,6 +62,7 @@
 #include "engine/model/cuda_model.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace kvattn {
 
@@ -310,6 +311,14 @@ bool unfused_by_env() {
   return e != nullptr && e[0] == '1';
 }
 
+// KVATTN_FUSED_GEMV=1 / =0 overrides ModelOptions::fused_gemv either way.
+bool fused_gemv_wanted(bool option) {
+  const char* e = std::getenv("KVATTN_FUSED_GEMV");
+  if (e != nullptr && std::strcmp(e, "1") == 0) return true;
+  if (e != nullptr && std::strcmp(e, "0") == 0) return false;
+  return option;
+}
+
 // KVATTN_TP_SKIP_COMM=1 (timing experiments only: the outputs are then wrong) leaves out every
 // collective, so a run with and without it gives the share of step time spent in NCCL.
 bool skip_collectives() {
@@ -374,6 +383,9 @@ class CudaModel final : public Model {
   };
   struct Activations {
     Tensor x, h, qkv, attn, o, gate_up, act, fin, logits;
+    // The fused GEMV path's second residual buffer [Gemv::kMaxRows, hidden] (run_layers), or
+    // undefined when that path is off.
+    Tensor x2;
     // Tensor parallel: every rank's vocab slice of the logit rows [size, rows, slice], and the
     // rows laid out whole [rows, size * slice] (the first full_vocab entries are real).
     Tensor gathered, full_logits;
@@ -464,6 +476,9 @@ class CudaModel final : public Model {
   // Our kernels launched with programmatic dependent launch (cuda_launch.h): options_.pdl or
   // KVATTN_PDL (pdl_wanted), and the device and toolkit support it (read at construction).
   bool pdl_ = false;
+  // Decode steps of <= 8 rows through the fused GEMV entries (ModelOptions::fused_gemv or
+  // KVATTN_FUSED_GEMV; one rank, not Gemma, SiLU): read at construction.
+  bool fused_gemv_ = false;
   CudaModelStats stats_;
   k::PhaseEvents phase_;
 };
@@ -476,7 +491,10 @@ CudaModel::CudaModel(ModelWeights w, Device device, const ModelOptions& options,
       kv_dtype_(options.kv_cache_dtype == KVCacheDType::kFP8 ? DType::kF8E4M3 : DType::kBF16),
       kv_scales_host_(w.config.num_layers, w.config.num_kv_heads),
       fused_(options.fused_kernels && !unfused_by_env()),
-      pdl_(k::pdl_wanted(options.pdl) && k::pdl_supported(device.index)) {
+      pdl_(k::pdl_wanted(options.pdl) && k::pdl_supported(device.index)),
+      fused_gemv_(fused_gemv_wanted(options.fused_gemv) && rank.size == 1 &&
+                  !w.config.sandwich_norms &&
+                  w.config.activation == ModelConfig::Activation::kSilu) {
   KVATTN_CHECK(rank_.size == 1 || rank_.nccl != nullptr,
                "Model: a CUDA tensor-parallel rank needs an NCCL communicator");
   cuda::DeviceGuard guard(device.index);
@@ -589,6 +607,7 @@ CudaModelStats CudaModel::stats() const {
   s.decode_table_width = fx_.ready ? fx_.width : 0;
   s.fused_kernels = fused_;
   s.pdl = pdl_;
+  s.fused_gemv = fused_gemv_;
   return s;
 }
 
@@ -636,6 +655,7 @@ void CudaModel::ensure_activations(int64_t tokens, int64_t rows) {
   act_.gate_up = bf16(T * 2 * inter);
   act_.act = bf16(T * inter);
   act_.fin = bf16(R * H);
+  if (fused_gemv_) act_.x2 = bf16(k::Gemv::kMaxRows * H);
   act_.logits = bf16(R * V);
   if (tensor_parallel()) {
     act_.gathered = bf16(rank_.size * R * V);
@@ -1257,15 +1277,37 @@ void CudaModel::run_layers(int64_t T, int64_t R, const int32_t* ids, const int32
     k::gemma_scale_rmsnorm(x, embed_scale_ != 0.0f ? embed_scale_ : 1.0f,
                            layers_[0].input_norm.ptr<const float>(), eps, h, T, H, on);
   }
+  // Fused GEMV path (fused_gemv_, decode steps of <= 8 rows): each layer's input norm runs
+  // inside the qkv GEMV and the post-attention norm and SiLU * up inside the gate_up GEMV
+  // (cuda_gemv.h), bit-identical to add_rmsnorm + Gemv + silu_mul. Their CTAs all read the
+  // residual while one writes its update, so the update goes to the other buffer: the residual
+  // lives in xc and alternates between x and x2.
+  const bool fgemv = fused_gemv_ && !gemma_ && !tensor_parallel() && T >= 1 &&
+                     gemm_.gemv().fused_supported(T, H);
+  if (fgemv) ++stats_.fused_gemv_steps;
+  void* xc = x;
+  void* xn = fgemv ? act_.x2.data() : nullptr;
+  k::Gemv::NormInput nin;
+  nin.eps = eps;
   for (size_t i = 0; i < layers_.size(); ++i) {
     Layer& l = layers_[i];
-    // Gemma: the previous layer's MLP output was added (and this norm applied) at its end.
-    if (!gemma_ && (i > 0 || !fuse_embed)) {
-      k::add_rmsnorm(x, i == 0 ? nullptr : o, l.input_norm.data(), eps, h, nullptr, T, H,
-                     on);
+    if (fgemv && (i > 0 || !fuse_embed)) {  // layer 0 after embed_rmsnorm: h is ready
+      nin.x = xc;
+      nin.add = i == 0 ? nullptr : o;
+      nin.weight = l.input_norm.data();
+      nin.x_out = i == 0 ? nullptr : xn;
+      lap(kOther);
+      gemm_.gemv().run_rmsnorm(nin, T, H, l.wqkv.data(), qkv_dim, qkv, qkv_dim, on);
+      if (i > 0) std::swap(xc, xn);
+    } else {
+      // Gemma: the previous layer's MLP output was added (and this norm applied) at its end.
+      if (!gemma_ && (i > 0 || !fuse_embed)) {
+        k::add_rmsnorm(x, i == 0 ? nullptr : o, l.input_norm.data(), eps, h, nullptr, T, H,
+                       on);
+      }
+      lap(kOther);
+      gemm_.run(h, H, T, l.wqkv.data(), qkv_dim, H, qkv, qkv_dim, on);
     }
-    lap(kOther);
-    gemm_.run(h, H, T, l.wqkv.data(), qkv_dim, H, qkv, qkv_dim, on);
     lap(kGemm);
     if (l.qkv_bias.defined()) k::add_bias(qkv, qkv_dim, T, qkv_dim, l.qkv_bias.data(), on);
     rope = l.local_rope ? local_rope : global_rope;
@@ -1288,21 +1330,32 @@ void CudaModel::run_layers(int64_t T, int64_t R, const int32_t* ids, const int32
     all_reduce(o, T * H);
     lap(kGemm);
     if (l.o_bias.defined()) k::add_bias(o, H, T, H, l.o_bias.data(), on);
-    if (gemma_) {  // x += post_attention_norm(o); h = pre_feedforward_norm(x)
-      k::gemma_norm_add_rmsnorm(x, o, l.attn_out_norm.ptr<const float>(),
-                                l.post_norm.ptr<const float>(), eps, h, nullptr, T, H, on);
+    if (fgemv) {  // x += o, act = silu(gate) * up of norm(x) w_gate_up^T, in one launch
+      nin.x = xc;
+      nin.add = o;
+      nin.weight = l.post_norm.data();
+      nin.x_out = xn;
+      lap(kOther);
+      gemm_.gemv().run_rmsnorm_silu(nin, T, H, l.wgate_up.data(), inter, act, inter, on);
+      std::swap(xc, xn);
+      lap(kGemm);
     } else {
-      k::add_rmsnorm(x, o, l.post_norm.data(), eps, h, nullptr, T, H, on);
+      if (gemma_) {  // x += post_attention_norm(o); h = pre_feedforward_norm(x)
+        k::gemma_norm_add_rmsnorm(x, o, l.attn_out_norm.ptr<const float>(),
+                                  l.post_norm.ptr<const float>(), eps, h, nullptr, T, H, on);
+      } else {
+        k::add_rmsnorm(x, o, l.post_norm.data(), eps, h, nullptr, T, H, on);
+      }
+      lap(kOther);
+      gemm_.run(h, H, T, l.wgate_up.data(), 2 * inter, H, gate_up, 2 * inter, on);
+      lap(kGemm);
+      if (cfg_.activation == ModelConfig::Activation::kGeluTanh) {
+        k::gelu_tanh_mul(gate_up, T, inter, act, on);
+      } else {
+        k::silu_mul(gate_up, T, inter, act, on);
+      }
+      lap(kOther);
     }
-    lap(kOther);
-    gemm_.run(h, H, T, l.wgate_up.data(), 2 * inter, H, gate_up, 2 * inter, on);
-    lap(kGemm);
-    if (cfg_.activation == ModelConfig::Activation::kGeluTanh) {
-      k::gelu_tanh_mul(gate_up, T, inter, act, on);
-    } else {
-      k::silu_mul(gate_up, T, inter, act, on);
-    }
-    lap(kOther);
     gemm_.run(act, inter, T, l.wdown.data(), H, inter, o, H, on);
     all_reduce(o, T * H);
     lap(kGemm);
@@ -1317,7 +1370,7 @@ void CudaModel::run_layers(int64_t T, int64_t R, const int32_t* ids, const int32
     k::gemma_norm_add_rmsnorm(x, o, layers_.back().ffn_out_norm.ptr<const float>(),
                               final_norm_.ptr<const float>(), eps, fin, rows, R, H, on);
   } else {
-    k::add_rmsnorm(x, o, final_norm_.data(), eps, fin, rows, R, H, on);
+    k::add_rmsnorm(xc, o, final_norm_.data(), eps, fin, rows, R, H, on);
   }
   lap(kOther);
   gemm_.run(fin, H, R, lm_head_.data(), V, H, lg, V, on);

@@ -19,6 +19,8 @@ struct CudaModelStats {
   int64_t decode_table_width = 0; // fixed block-table width of the graph path (0: not set up)
   bool fused_kernels = false;     // ModelOptions::fused_kernels after KVATTN_UNFUSED
   bool pdl = false;  // ModelOptions::pdl after KVATTN_PDL=0 and the device's support
+  bool fused_gemv = false;  // ModelOptions::fused_gemv after KVATTN_FUSED_GEMV
+  int64_t fused_gemv_steps = 0;  // run_layers calls that took the fused GEMV path
   std::vector<int64_t> ladder;    // padded decode batch sizes
 };
 
