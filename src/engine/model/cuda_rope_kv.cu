@@ -1,16 +1,19 @@
 // q/k RMSNorm (qwen3) + RoPE on the fused qkv rows, alone or fused with the paged KV write.
 //
-// One warp per (token, head) over the q and k heads, four per CTA: the head's row goes to
-// shared memory as float32 (normed when the model has q/k norms), then each lane rotates its
-// pairs and writes them back to qkv as bf16. The fused form also writes, from the warp of each
-// (token, kv head), the rotated K elements as they are written back into the token's slot of
-// the K cache, and the token's V head into the V cache: a byte copy for a bf16 cache, or
+// One CTA per token (issue 20), up to 16 warps over its heads: every 16-byte piece of the
+// token's q and k heads (and v heads when storing) goes to shared memory by cp.async, all in
+// flight at once, while the CTA computes cos and sin of each RoPE pair once for the token
+// (not once per head: 24x fewer cosf/sinf for Qwen3-0.6B). Then a warp per head norms it in
+// shared memory (when the model has q/k norms) and rotates its pairs there; last the CTA
+// writes q and k back to qkv, and, fused, the token's K and V rows (contiguous: all kv heads
+// of a slot) into the paged caches, 16 bytes a store: a byte copy for a bf16 cache, or
 // quantize_e4m3 (store_kv_fp8.cu's function) with the kv head's scale for an e4m3 cache.
 //
-// Why: a decode layer launched qk_norm_rope, then Attention's store_kv, back to back on the
-// same rows. Fused, it launches one kernel, and K is not read back from memory (V still is).
-// Bytes per token and layer (Qwen3-0.6B, 16 q + 8 kv heads of 128, bf16 cache): unfused
-// 6 KiB read + 6 KiB written by qk_norm_rope, then 4 + 4 KiB by store_kv; fused 8 KiB read
+// Why: the kernel before (legacy_qk_norm_rope_kernel, kept: legacy_kernels()) ran a warp per
+// (token, head) on 2-byte loads, 256 bytes in flight a warp, and computed cosf and sinf for
+// every head; at a 4,096-token prefill it moved its 74 MB at well under half the copy
+// ceiling (docs/notes/engine-other-kernels.md).
+// Bytes per token and layer (Qwen3-0.6B, 16 q + 8 kv heads of 128, bf16 cache): 8 KiB read
 // (q, k, v) + 10 KiB written (q and k back to qkv, K and V to the cache).
 //
 // Frequencies: the model uploads rope.h's float32 inv_freq table (the CPU model's values, with
@@ -18,11 +21,14 @@
 // cos/sin multiplier; dynamic NTK, whose base depends on the sequence's length, grows the base
 // per token here from that length (read on the device, so the decode graphs replay it).
 //
-// Exactness: both forms run norm_head and rope_pair, the only arithmetic, with the sum of
-// squares written as an explicit fmaf (what nvcc contracts `ss += x * x` to anyway), so q and
-// k are bit-identical between them and the cache bytes equal store_kv's after qk_norm_rope.
-// Slots follow store_kv.cu: < 0 pad rows (qkv is still rotated; nothing goes to the caches),
-// >= num_slots skipped and recorded in the fault word. No allocation and no sync: graph-safe.
+// Exactness: every form runs rope_cos_sin and rotate, and the norm as norm_head does it (lane
+// + 32k, an explicit fmaf, what nvcc contracts `ss += x * x` to anyway, then warp_sum), so
+// q and k are bit-identical between the forms, the legacy kernel included, and the cache
+// bytes equal store_kv's after qk_norm_rope. The token form needs head_dim and the row stride
+// multiples of 8, 16-byte aligned qkv and caches, and its row within 48 KiB of shared memory;
+// other shapes take the legacy kernel. Slots follow store_kv.cu: < 0 pad rows (qkv is still
+// rotated; nothing goes to the caches), >= num_slots skipped and recorded in the fault word.
+// No allocation and no sync: graph-safe.
 #include "engine/model/cuda_rope_kv.h"
 
 #include <cuda_bf16.h>
@@ -31,9 +37,11 @@
 #include <type_traits>
 
 #include "engine/model/cuda_bf16_math.cuh"
+#include "engine/model/cuda_kernels.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_faults.cuh"
 #include "kernels/cuda/fp8_quantize.cuh"
+#include "kernels/cuda/ptx.cuh"
 
 namespace kvattn::cuda_model {
 namespace {
@@ -104,24 +112,41 @@ __device__ __forceinline__ float rope_base(const RopeParams& p, int64_t t) {
   return p.inv_freq == nullptr ? p.theta : 0.0f;
 }
 
-// Pair i (< head_dim / 2) of the rotation at position pos: elements ia and ib of the head.
-// Its frequency: 1 / base^(2i / head_dim) when base != 0, else inv_freq[i]; cos and sin are
-// scaled by `scale` in float32, then rounded to bf16 (HF: (cos * attention_scaling).to(bf16)).
-__device__ __forceinline__ void rope_pair(const float* s, int i, int head_dim, float pos,
-                                          float base, const float* inv_freq, float scale,
-                                          bool interleaved, int& ia, int& ib, bf16& oa,
-                                          bf16& ob) {
-  const int half = head_dim / 2;
+// Pair i (< head_dim / 2) of the rotation at position pos: its cos and sin. Its frequency:
+// 1 / base^(2i / head_dim) when base != 0, else inv_freq[i]; cos and sin are scaled by `scale`
+// in float32, then rounded to bf16 (HF: (cos * attention_scaling).to(bf16)).
+__device__ __forceinline__ void rope_cos_sin(int i, int head_dim, float pos, float base,
+                                             const float* inv_freq, float scale, float& c,
+                                             float& sn) {
   const float freq = base != 0.0f
                          ? 1.0f / powf(base, static_cast<float>(2 * i) / static_cast<float>(head_dim))
                          : __ldg(inv_freq + i);
   const float angle = pos * freq;
-  const float c = r(cosf(angle) * scale), sn = r(sinf(angle) * scale);
-  ia = interleaved ? 2 * i : i;
-  ib = interleaved ? 2 * i + 1 : i + half;
-  const float a = s[ia], bb = s[ib];
+  c = r(cosf(angle) * scale);
+  sn = r(sinf(angle) * scale);
+}
+
+// The pair (a, bb) turned by (c, sn), each product rounded as HF's bf16 model rounds it.
+__device__ __forceinline__ void rotate(float a, float bb, float c, float sn, bf16& oa, bf16& ob) {
   oa = b(r(a * c) + r(-bb * sn));
   ob = b(r(bb * c) + r(a * sn));
+}
+
+// Pair i's element indices: (2i, 2i + 1) interleaved, else (i, i + head_dim / 2).
+__device__ __forceinline__ void pair_of(int i, int head_dim, bool interleaved, int& ia, int& ib) {
+  ia = interleaved ? 2 * i : i;
+  ib = interleaved ? 2 * i + 1 : i + head_dim / 2;
+}
+
+// Pair i of the head in s, rotated at position pos (rope_cos_sin, rotate): elements ia, ib.
+__device__ __forceinline__ void rope_pair(const float* s, int i, int head_dim, float pos,
+                                          float base, const float* inv_freq, float scale,
+                                          bool interleaved, int& ia, int& ib, bf16& oa,
+                                          bf16& ob) {
+  float c, sn;
+  rope_cos_sin(i, head_dim, pos, base, inv_freq, scale, c, sn);
+  pair_of(i, head_dim, interleaved, ia, ib);
+  rotate(s[ia], s[ib], c, sn, oa, ob);
 }
 
 template <typename Cache>
@@ -134,9 +159,10 @@ __device__ __forceinline__ Cache to_cache(bf16 x, float scale) {
 }
 
 // Cache: void (qk_norm_rope alone), bf16, or uint8_t (e4m3 codes).
+// The legacy kernel (before issue 20; legacy_kernels()): one warp per (token, head).
 template <int kMaxDim, typename Cache>
 __global__ void __launch_bounds__(128)
-    qk_norm_rope_kernel(const __grid_constant__ RopeParams p, const __grid_constant__ CacheParams c) {
+    legacy_qk_norm_rope_kernel(const __grid_constant__ RopeParams p, const __grid_constant__ CacheParams c) {
   pdl_enter();
   constexpr bool kStore = !std::is_void_v<Cache>;
   using Dst = std::conditional_t<kStore, Cache, uint8_t>;  // a type for the unused pointers
@@ -210,6 +236,102 @@ __global__ void __launch_bounds__(128)
   }
 }
 
+// One CTA per token, warps over its heads (issue 20's form; cuda_rope_kv.cu's opening comment).
+// Shared memory: the token's q and k heads (and v heads when storing) as bf16, then cos and
+// sin of each pair as float32: row_elems * 2 bytes (a multiple of 16), then 2 * (D / 2) * 4.
+template <typename Cache>
+__global__ void __launch_bounds__(512)
+    qk_norm_rope_token_kernel(const __grid_constant__ RopeParams p,
+                              const __grid_constant__ CacheParams c) {
+  pdl_enter();
+  constexpr bool kStore = !std::is_void_v<Cache>;
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int D = p.head_dim, heads = p.num_heads + p.num_kv_heads;
+  const int qk_elems = heads * D, kv_elems = p.num_kv_heads * D;
+  const int row_elems = qk_elems + (kStore ? kv_elems : 0);
+  bf16* row = reinterpret_cast<bf16*>(smem);
+  float* cs = reinterpret_cast<float*>(smem + 2 * row_elems);
+  float* sn = cs + D / 2;
+  const int64_t t = blockIdx.x;
+  bf16* qkv = p.qkv + t * p.ld;
+
+  // Every 16-byte piece of the row in flight at once; cos and sin meanwhile, once per token.
+  for (int v = threadIdx.x; v < row_elems / 8; v += blockDim.x) {
+    cuda::ptx::cp_async_16(cuda::ptx::smem_addr(row + 8 * v), qkv + 8 * v, true);
+  }
+  cuda::ptx::cp_async_commit();
+  const float pos = static_cast<float>(p.positions[t]);
+  const float base = rope_base(p, t);
+  for (int i = threadIdx.x; i < D / 2; i += blockDim.x) {
+    rope_cos_sin(i, D, pos, base, p.inv_freq, p.attention_factor, cs[i], sn[i]);
+  }
+  cuda::ptx::cp_async_wait<0>();
+  __syncthreads();
+
+  // A warp a head: norm_head's arithmetic in norm_head's order (lane + 32k, fmaf, warp_sum),
+  // the normed values kept as bf16 (they are rounded to bf16 anyway), then the rotation.
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+  const bool interleaved = p.interleaved != 0;
+  for (int h = warp; h < heads; h += warps) {
+    bf16* v = row + h * D;
+    const bf16* nw = h < p.num_heads ? p.q_norm : p.k_norm;
+    if (nw != nullptr) {
+      float ss = 0.0f;
+      for (int i = lane; i < D; i += 32) {
+        const float x = f(v[i]);
+        ss = fmaf(x, x, ss);
+      }
+      const float inv = rsqrtf(warp_sum(ss) / static_cast<float>(D) + p.eps);
+      for (int i = lane; i < D; i += 32) v[i] = b(f(nw[i]) * r(f(v[i]) * inv));
+      __syncwarp();
+    }
+    for (int i = lane; i < D / 2; i += 32) {
+      int ia, ib;
+      pair_of(i, D, interleaved, ia, ib);
+      rotate(f(v[ia]), f(v[ib]), cs[i], sn[i], v[ia], v[ib]);
+    }
+  }
+  __syncthreads();
+
+  // q and k back to qkv; K and V into the token's cache rows (one contiguous row of
+  // num_kv_heads * D elements each).
+  for (int v = threadIdx.x; v < qk_elems / 8; v += blockDim.x) {
+    *reinterpret_cast<int4*>(qkv + 8 * v) = *reinterpret_cast<const int4*>(row + 8 * v);
+  }
+  if constexpr (kStore) {
+    const int64_t slot = c.slots[t];
+    if (slot >= c.num_slots) {
+      if (threadIdx.x == 0) cuda::record_fault(c.fault_word, kFaultSlotOutOfRange);
+      return;
+    }
+    if (slot < 0) return;
+    const int64_t block = slot / c.block_size;
+    const int64_t at = (slot - block * c.block_size) * kv_elems;
+    Cache* kd = static_cast<Cache*>(c.k_cache) + block * c.k_block_stride + at;
+    Cache* vd = static_cast<Cache*>(c.v_cache) + block * c.v_block_stride + at;
+    const int kv_vecs = kv_elems / 8;
+    for (int v = threadIdx.x; v < 2 * kv_vecs; v += blockDim.x) {
+      const bool is_v = v >= kv_vecs;
+      const int e = 8 * (is_v ? v - kv_vecs : v);
+      const bf16* src = row + (is_v ? qk_elems : p.num_heads * D) + e;
+      Cache* dst = (is_v ? vd : kd) + e;
+      if constexpr (std::is_same_v<Cache, bf16>) {
+        *reinterpret_cast<int4*>(dst) = *reinterpret_cast<const int4*>(src);
+      } else {
+        const float* scales = is_v ? c.v_scale : c.k_scale;
+        const float scale = scales != nullptr ? __ldg(scales + e / D) : 1.0f;
+        uint32_t lo = 0, hi = 0;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          lo |= static_cast<uint32_t>(to_cache<Cache>(src[j], scale)) << (8 * j);
+          hi |= static_cast<uint32_t>(to_cache<Cache>(src[4 + j], scale)) << (8 * j);
+        }
+        *reinterpret_cast<uint2*>(dst) = make_uint2(lo, hi);
+      }
+    }
+  }
+}
+
 constexpr int kMaxDim = 256;
 
 RopeParams rope_params(const QkNormRope& q) {
@@ -236,14 +358,47 @@ RopeParams rope_params(const QkNormRope& q) {
                     q.interleaved ? 1 : 0};
 }
 
+constexpr int kTokenMaxSmem = 48 * 1024;  // the default dynamic shared memory limit
+
+bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
+
+// The token kernel's shared memory for p, or 0 when the legacy kernel must run: head_dim and
+// the row stride multiples of 8, qkv 16-byte aligned, the caches 16-byte aligned with block
+// strides of whole 16-byte pieces, and the row within kTokenMaxSmem.
+template <typename Cache>
+size_t token_smem(const RopeParams& p, const CacheParams& c) {
+  if (legacy_kernels() || p.head_dim % 8 != 0 || p.ld % 8 != 0 || !aligned16(p.qkv)) return 0;
+  constexpr bool kStore = !std::is_void_v<Cache>;
+  if constexpr (kStore) {
+    constexpr int64_t kPerPiece = 16 / sizeof(Cache);
+    if (!aligned16(c.k_cache) || !aligned16(c.v_cache) || c.k_block_stride % kPerPiece != 0 ||
+        c.v_block_stride % kPerPiece != 0) {
+      return 0;
+    }
+  }
+  const int64_t row = (p.num_heads + p.num_kv_heads * (kStore ? 2 : 1)) * p.head_dim;
+  const size_t bytes = static_cast<size_t>(2 * row + 4 * p.head_dim);
+  return bytes <= kTokenMaxSmem ? bytes : 0;
+}
+
 template <typename Cache>
 void launch(const RopeParams& p, const CacheParams& c, Launch on) {
   const int64_t items = p.tokens * (p.num_heads + p.num_kv_heads);
   if (items == 0) return;
+  if (const size_t smem = token_smem<Cache>(p, c); smem > 0) {
+    KVATTN_CHECK(p.tokens <= 0x7fffffff, "cuda model: ", p.tokens, " tokens exceed one launch");
+    // Up to 16 warps, the heads spread evenly (24 heads: 12 warps of 2).
+    const int heads = p.num_heads + p.num_kv_heads;
+    const int per_warp = (heads + 15) / 16;
+    const int warps = (heads + per_warp - 1) / per_warp;
+    launch_kernel(qk_norm_rope_token_kernel<Cache>, static_cast<unsigned>(p.tokens), 32 * warps,
+                  smem, on, p, c);
+    return;
+  }
   const int64_t blocks = (items + 3) / 4;
   KVATTN_CHECK(blocks <= 0x7fffffff, "cuda model: ", p.tokens, " tokens exceed one launch");
-  launch_kernel(qk_norm_rope_kernel<kMaxDim, Cache>, static_cast<unsigned>(blocks), 128, 0, on,
-                p, c);
+  launch_kernel(legacy_qk_norm_rope_kernel<kMaxDim, Cache>, static_cast<unsigned>(blocks), 128,
+                0, on, p, c);
 }
 
 bool aligned4(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 4 == 0; }
