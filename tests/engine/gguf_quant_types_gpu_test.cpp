@@ -134,7 +134,10 @@ TEST_P(GgufQuantTypeGpu, GpuMatchesTheFloat32CpuModel) {
   auto cpu = Model::create(load_gguf_model(file.string()), Device::cpu());
   GgufLoadOptions keep;
   keep.keep_quantized = true;
-  auto cpu_blocks = Model::create(load_gguf_model(file.string(), {}, keep), Device::cpu());
+  ModelOptions blocks;
+  blocks.weight_format = WeightFormat::kGguf;
+  auto cpu_blocks =
+      Model::create(load_gguf_model(file.string(), {}, keep), Device::cpu(), blocks);
   auto gpu = Model::create(load_gguf_model(file.string()), Device::cuda(0));
   const int64_t vocab = cpu->config().vocab_size;
   std::mt19937 rng(7 + static_cast<uint32_t>(t));
