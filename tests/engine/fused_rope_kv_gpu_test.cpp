@@ -8,6 +8,12 @@
 // pad row's, must keep the poison. A float64 model of the norm and rotation checks the shared
 // arithmetic itself, within a bf16 bound (see expect_close_to_model). Exits 77 without a CUDA
 // device (or in a build without the CUDA backend).
+//
+// Issue 20 replaced the warp-per-(token, head) kernel with a CTA per token (cuda_rope_kv.cu);
+// LegacyKernel checks the two byte for byte (qkv and both caches) on the engine's shapes
+// (Qwen3-0.6B, SmolLM2, head_dim 256) at 1, 7, 4096 and 4097 tokens, positions up to 40,000,
+// with an inv_freq table and YaRN's factor, dynamic NTK, and a row stride the token kernel
+// does not take (the legacy fallback).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -29,6 +35,7 @@
 #ifdef KVATTN_WITH_CUDA
 #include <cuda_runtime_api.h>
 
+#include "engine/model/cuda_kernels.h"
 #include "engine/model/cuda_rope_kv.h"
 #include "kvattn/kernels/device_faults.h"
 #include "kvattn/kernels/store_kv.h"
@@ -296,8 +303,13 @@ TEST_P(FusedRopeKv, EqualsQkNormRopeThenStoreKv) {
       }
     }
   }
-  // Qwen3-0.6B's layer at a decode batch of 256 (the engine's largest graph rung).
+  // Qwen3-0.6B's layer at a decode batch of 256 (the engine's largest graph rung), and at a
+  // 4,096-token prefill (issue 20's TTFT shape); SmolLM2's at 4,097.
   cases.push_back(Case{256, 16, 8, 128, 16, true, false, fp8, 0});
+  if (!quick) {
+    cases.push_back(Case{4096, 16, 8, 128, 16, true, false, fp8, 0});
+    cases.push_back(Case{4097, 9, 3, 64, 16, false, false, fp8, 0});
+  }
   for (const Case& c : cases) {
     run_case(c, test::case_seed());
     if (::testing::Test::HasFailure()) return;
@@ -310,6 +322,101 @@ TEST_P(FusedRopeKv, OutOfRangeSlotIsSkippedAndRecordedAsStoreKvDoes) {
 
 INSTANTIATE_TEST_SUITE_P(Cache, FusedRopeKv, ::testing::Values(false, true),
                          [](const auto& info) { return info.param ? "e4m3" : "bf16"; });
+
+// How the legacy comparison varies the frequencies.
+enum class Freqs { kTheta, kTable, kDynamic };
+
+struct LegacyCase {
+  Case c;
+  Freqs freqs;
+};
+
+// The token kernel against the legacy one on the same inputs: qk_norm_rope alone (qkv), then
+// the fused store (qkv and every cache byte), and the fault words.
+void run_legacy_case(const LegacyCase& lc, uint64_t seed) {
+  const Case& c = lc.c;
+  SCOPED_TRACE(test::case_note(0, seed, describe(c) + (lc.freqs == Freqs::kTable ? " table"
+                                                       : lc.freqs == Freqs::kDynamic
+                                                           ? " dynamic"
+                                                           : " theta")));
+  std::mt19937_64 rng(seed);
+  Inputs in = make_inputs(c, rng, c.tokens > 4 && c.tokens % 2 == 1);
+  std::uniform_int_distribution<int32_t> p(0, 40000);  // large angles: cosf's long reduction
+  for (auto& x : in.pos) x = p(rng);
+  std::vector<float> table(c.head_dim / 2);
+  std::uniform_real_distribution<float> fr(1e-6f, 1.0f);
+  for (auto& x : table) x = fr(rng);
+  const Tensor dtable = upload(table, DType::kF32);
+  auto params = [&](const Run& r) {
+    cuda_model::QkNormRope q = rope_of(c, in, r);
+    if (lc.freqs == Freqs::kTable) {
+      q.inv_freq = dtable.ptr<const float>();
+      q.attention_factor = 1.1f;
+    } else if (lc.freqs == Freqs::kDynamic) {
+      q.dynamic.factor = 2.0f;
+      q.dynamic.factor_minus_one = 1.0f;
+      q.dynamic.exponent = static_cast<float>(c.head_dim / (c.head_dim - 2.0));
+      q.dynamic.max_position = 2048;
+    }
+    return q;
+  };
+  struct Out {
+    std::vector<uint16_t> rotated, qkv;
+    std::vector<uint8_t> cache;
+    uint32_t faults;
+  };
+  auto run = [&](bool legacy) {
+    cuda_model::set_legacy_kernels(legacy);
+    Run alone = stage(c, in), fused = stage(c, in);
+    cuda_model::qk_norm_rope(params(alone), nullptr);
+    cuda_model::KVWrite kv;
+    kv.k_cache = fused.k_cache;
+    kv.v_cache = fused.v_cache;
+    kv.k_scale = fused.k_scale.view();
+    kv.v_scale = fused.v_scale.view();
+    kv.slot_mapping = fused.slots.view();
+    cuda_model::qk_norm_rope_store_kv(params(fused), kv, nullptr);
+    Out o;
+    o.faults = read_device_faults(Device::cuda(0), true);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    o.rotated = download<uint16_t>(alone.qkv, in.qkv.size());
+    o.qkv = download<uint16_t>(fused.qkv, in.qkv.size());
+    o.cache = download<uint8_t>(fused.cache, in.cache.size());
+    cuda_model::set_legacy_kernels(false);
+    return o;
+  };
+  const Out old = run(true), now = run(false);
+  auto diff = [](const auto& a, const auto& b) {
+    int64_t d = 0;
+    for (size_t i = 0; i < a.size(); ++i) d += a[i] != b[i];
+    return d;
+  };
+  EXPECT_EQ(diff(old.rotated, now.rotated), 0) << "qk_norm_rope's qkv differs from legacy";
+  EXPECT_EQ(diff(old.qkv, now.qkv), 0) << "qk_norm_rope_store_kv's qkv differs from legacy";
+  EXPECT_EQ(diff(old.cache, now.cache), 0) << "cache bytes differ from legacy";
+  EXPECT_EQ(now.faults, old.faults) << "fault words differ";
+  EXPECT_EQ(diff(now.rotated, now.qkv), 0) << "the fused and plain forms rotate differently";
+}
+
+TEST_P(FusedRopeKv, LegacyKernel) {
+  const bool fp8 = GetParam();
+  const char* q = std::getenv("KVATTN_GPU_TEST_QUICK");
+  const bool quick = q != nullptr && q[0] != '\0' && q[0] != '0';
+  std::vector<LegacyCase> cases;
+  for (int64_t T : {1, 7, 4096, 4097}) {
+    if (quick && T > 7) continue;
+    const bool odd = T % 2 == 1;
+    cases.push_back({Case{T, 16, 8, 128, 16, true, false, fp8, 0}, Freqs::kTable});  // Qwen3-0.6B
+    cases.push_back({Case{T, 9, 3, 64, 16, false, false, fp8, 0}, Freqs::kTheta});   // SmolLM2
+    cases.push_back({Case{T, 8, 4, 256, 16, true, odd, fp8, 0}, Freqs::kDynamic});
+    cases.push_back({Case{T, 4, 4, 128, 1, odd, true, fp8, 8}, Freqs::kTheta});
+    cases.push_back({Case{T, 4, 2, 64, 16, true, false, fp8, 2}, Freqs::kTable});  // legacy path
+  }
+  for (const LegacyCase& c : cases) {
+    run_legacy_case(c, test::case_seed());
+    if (::testing::Test::HasFailure()) return;
+  }
+}
 
 TEST(FusedRopeKvArgs, BadCachesAreRefused) {
   Tensor qkv = Tensor::empty({4, (2 + 2) * 64}, DType::kBF16, Device::cuda(0));
