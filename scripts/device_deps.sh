@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Run here (not on the GPU machine): downloads the Debian packages the GPU machine lacks into
-# the git-ignored .deps/ folder, which `run` carries; scripts/device_env.sh unpacks them there.
+# the git-ignored .deps/ folder, which `run` carries; scripts/device_env.sh unpacks them there;
+# and the peers' wheels into .peers/ (carry it too for the same-run peer harnesses).
 # utf8proc (the tokenizers' Unicode normalizers), cpp-httplib (and what its pkg-config file requires) for `kvattn serve` (it builds there), jq
 # for the CLI tests; then the Python wheels of scripts/serve_load.py (.deps/wheels, below).
 set -euo pipefail
@@ -33,3 +34,14 @@ for py in 3.11 3.12 3.13; do
   fi
 done
 du -sh .
+# The peers for the same-run harnesses (bench/*_peers_same_run.py; kvattn_run_peers in
+# device_env.sh installs .peers/whl/*.whl there): FlashInfer 0.5.3 and its TVM FFI, ~10 MB
+# (../shared/TARGETS.md), and ../shared/tools/peers_h200.py when the shared folder is here.
+cd ..
+grep -qx "/.peers/" .git/info/exclude 2>/dev/null || echo "/.peers/" >> .git/info/exclude
+mkdir -p .peers/whl
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+  --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 \
+  -d .peers/whl flashinfer-python==0.5.3 apache-tvm-ffi==0.1.15.post2
+[ -f ../shared/tools/peers_h200.py ] && cp ../shared/tools/peers_h200.py .peers/
+du -sh .peers
