@@ -94,12 +94,40 @@ constexpr int kMaxVecs = 16;         // hidden <= 16 * 256 = 4096 in registers
 // One row: x = src (+ add, rounded), optionally written to x_out; out = w * bf16(x * inv).
 // src == null: a row of zeros (an id outside the rank's vocab slice). K: 16-byte vectors per
 // lane, >= ceil(hidden / 256); hidden % 8 == 0 and every pointer 16-byte aligned.
+// Small rows (K <= kPrefetchVecs) take their weights in registers before the kernel's
+// pdl_enter (NormWeights): weights are no kernel's output, the one exception cuda_launch.h's
+// contract allows, so under PDL their L2 round trip overlaps the previous kernel's tail instead
+// of following the sum of squares (a decode token runs 2 norms a layer).
+constexpr int kPrefetchVecs = 4;
+
+template <int K>
+struct NormWeights {
+  static constexpr bool kHeld = K <= kPrefetchVecs;
+  Vec8 w[kHeld ? K : 1];
+  __device__ __forceinline__ void prefetch(const bf16* __restrict__ wp, int hidden, int lane) {
+    if constexpr (kHeld) {
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        const int i = 8 * lane + 256 * k;
+        w[k] = i < hidden ? load8(wp + i) : zero8();
+      }
+    }
+  }
+  __device__ __forceinline__ Vec8 get(const bf16* __restrict__ wp, int k, int i) const {
+    if constexpr (kHeld) {
+      return w[k];
+    } else {
+      return load8(wp + i);
+    }
+  }
+};
+
 template <int K>
 __device__ __forceinline__ void rmsnorm_row(const bf16* __restrict__ src,
                                             const bf16* __restrict__ add,
                                             bf16* __restrict__ x_out, const bf16* __restrict__ w,
-                                            float eps, bf16* __restrict__ out, int hidden,
-                                            int lane) {
+                                            const NormWeights<K>& nw, float eps,
+                                            bf16* __restrict__ out, int hidden, int lane) {
   Vec8 v[K];
 #pragma unroll
   for (int k = 0; k < K; ++k) {
@@ -152,7 +180,7 @@ __device__ __forceinline__ void rmsnorm_row(const bf16* __restrict__ src,
   for (int k = 0; k < K; ++k) {
     const int i = 8 * lane + 256 * k;
     if (i < hidden) {
-      const Vec8 wk = load8(w + i);
+      const Vec8 wk = nw.get(w, k, i);
       Vec8 o;
 #pragma unroll
       for (int e = 0; e < 8; ++e) set(o, e, b(get(wk, e) * r(get(v[k], e) * inv)));
@@ -166,14 +194,16 @@ __global__ void __launch_bounds__(32 * kRowWarps)
     add_rmsnorm_kernel(bf16* __restrict__ x, const bf16* __restrict__ add,
                        const bf16* __restrict__ w, float eps, bf16* __restrict__ out,
                        const int32_t* __restrict__ rows, int64_t num_rows, int hidden) {
+  NormWeights<K> nw;
+  nw.prefetch(w, hidden, threadIdx.x & 31);
   pdl_enter();
   const int64_t r_out = static_cast<int64_t>(blockIdx.x) * kRowWarps + (threadIdx.x >> 5);
   if (r_out >= num_rows) return;
   const int64_t row = rows != nullptr ? rows[r_out] : r_out;
   const bool write_back = rows == nullptr && add != nullptr;
   rmsnorm_row<K>(x + row * hidden, add != nullptr ? add + row * hidden : nullptr,
-                 write_back ? x + row * hidden : nullptr, w, eps, out + r_out * hidden, hidden,
-                 threadIdx.x & 31);
+                 write_back ? x + row * hidden : nullptr, w, nw, eps, out + r_out * hidden,
+                 hidden, threadIdx.x & 31);
 }
 
 template <int K>
@@ -182,12 +212,14 @@ __global__ void __launch_bounds__(32 * kRowWarps)
                          int64_t tokens, int64_t first_id, int64_t num_ids,
                          const bf16* __restrict__ w, float eps, bf16* __restrict__ x,
                          bf16* __restrict__ out, int hidden) {
+  NormWeights<K> nw;
+  nw.prefetch(w, hidden, threadIdx.x & 31);
   pdl_enter();
   const int64_t t = static_cast<int64_t>(blockIdx.x) * kRowWarps + (threadIdx.x >> 5);
   if (t >= tokens) return;
   const int64_t local = static_cast<int64_t>(ids[t]) - first_id;
   const bf16* src = local < 0 || local >= num_ids ? nullptr : table + local * hidden;
-  rmsnorm_row<K>(src, nullptr, x + t * hidden, w, eps, out + t * hidden, hidden,
+  rmsnorm_row<K>(src, nullptr, x + t * hidden, w, nw, eps, out + t * hidden, hidden,
                  threadIdx.x & 31);
 }
 

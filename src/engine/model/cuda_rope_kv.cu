@@ -1,13 +1,13 @@
 // q/k RMSNorm (qwen3) + RoPE on the fused qkv rows, alone or fused with the paged KV write.
 //
-// One CTA per token (issue 20), up to 16 warps over its heads: every 16-byte piece of the
-// token's q and k heads (and v heads when storing) goes to shared memory by cp.async, all in
-// flight at once, while the CTA computes cos and sin of each RoPE pair once for the token
-// (not once per head: 24x fewer cosf/sinf for Qwen3-0.6B). Then a warp per head norms it in
-// shared memory (when the model has q/k norms) and rotates its pairs there; last the CTA
-// writes q and k back to qkv, and, fused, the token's K and V rows (contiguous: all kv heads
-// of a slot) into the paged caches, 16 bytes a store: a byte copy for a bf16 cache, or
-// quantize_e4m3 (store_kv_fp8.cu's function) with the kv head's scale for an e4m3 cache.
+// One CTA per token (issue 20), up to 16 warps over its heads (32 under 256 tokens): every
+// 16-byte piece of the token's q and k heads (and v heads when storing) goes to shared memory
+// by cp.async, all in flight at once, while the CTA computes cos and sin of each RoPE pair
+// once for the token (not once per head: 24x fewer cosf/sinf for Qwen3-0.6B). Then a warp per
+// head norms it in shared memory (when the model has q/k norms) and rotates its pairs there;
+// last the CTA writes q and k back to qkv, and, fused, the token's K and V rows (contiguous:
+// all kv heads of a slot) into the paged caches, 16 bytes a store: a byte copy for a bf16
+// cache, or quantize_e4m3 (store_kv_fp8.cu's function) with the kv head's scale for an e4m3 cache.
 //
 // Why: the kernel before (legacy_qk_norm_rope_kernel, kept: legacy_kernels()) ran a warp per
 // (token, head) on 2-byte loads, 256 bytes in flight a warp, and computed cosf and sinf for
@@ -240,7 +240,7 @@ __global__ void __launch_bounds__(128)
 // Shared memory: the token's q and k heads (and v heads when storing) as bf16, then cos and
 // sin of each pair as float32: row_elems * 2 bytes (a multiple of 16), then 2 * (D / 2) * 4.
 template <typename Cache>
-__global__ void __launch_bounds__(512)
+__global__ void __launch_bounds__(1024)
     qk_norm_rope_token_kernel(const __grid_constant__ RopeParams p,
                               const __grid_constant__ CacheParams c) {
   pdl_enter();
@@ -387,9 +387,11 @@ void launch(const RopeParams& p, const CacheParams& c, Launch on) {
   if (items == 0) return;
   if (const size_t smem = token_smem<Cache>(p, c); smem > 0) {
     KVATTN_CHECK(p.tokens <= 0x7fffffff, "cuda model: ", p.tokens, " tokens exceed one launch");
-    // Up to 16 warps, the heads spread evenly (24 heads: 12 warps of 2).
+    // The heads spread evenly over up to 16 warps (24 heads: 12 warps of 2), or up to 32 (a
+    // head a warp) when the tokens do not fill the GPU anyway (decode): less latency per CTA.
     const int heads = p.num_heads + p.num_kv_heads;
-    const int per_warp = (heads + 15) / 16;
+    const int max_warps = p.tokens < 256 ? 32 : 16;
+    const int per_warp = (heads + max_warps - 1) / max_warps;
     const int warps = (heads + per_warp - 1) / per_warp;
     launch_kernel(qk_norm_rope_token_kernel<Cache>, static_cast<unsigned>(p.tokens), 32 * warps,
                   smem, on, p, c);
