@@ -23,6 +23,17 @@
 // paid once per CTA, not once per tile. Each thread accumulates fp32 sums for all M rows of x
 // and its kRowsPerWarp weight rows; a warp reduces them with a reduce-scatter (V - 1 + 5 -
 // log2 V shuffles for V values instead of 5 V) and rounds each to bf16 once.
+//
+// Split (Gemv::split): R = 4 rows a warp and K split until two CTAs a SM, except where R = 2
+// with no K split already gives a CTA a SM (qkv 4096, gate_up 6144 on 132 SMs): there each
+// lane keeps 8 (M <= 2) or 4 loads in flight with no barrier or shared-memory reduction.
+//
+// Variants (one template, the same main loop and reduction, so the same sums for a given
+// (n, k)): kPlain stages x as given; kNorm stages rmsnorm(x [+ add]) computed by every CTA as
+// add_rmsnorm computes it, bit for bit (norm_stage); kNormSilu also pairs each warp's gate and
+// up rows (features j, rows j and n/2 + j) and writes silu_mul's bf16(bf16(silu(g)) * u)
+// instead of y. Not yet run on a GPU (2026-12-02); predictions in
+// docs/notes/decode-fused-gemv.md.
 
 namespace kvattn::cuda_model {
 

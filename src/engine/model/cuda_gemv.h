@@ -3,7 +3,9 @@
 // cuBLASLt is far from the memory bandwidth: every weight element is read once, with 16-byte
 // non-caching loads, for all rows of x at once (x sits in shared memory). Gemm::run uses it
 // for the shapes where it measured faster (Mode, preferred()); launches nothing else,
-// allocates nothing, so it is CUDA-graph capturable.
+// allocates nothing, so it is CUDA-graph capturable. The same kernel, with an RMSNorm prologue
+// (and a SiLU * up epilogue), is the fused decode path's qkv and gate_up projection
+// (run_rmsnorm, run_rmsnorm_silu; docs/notes/decode-fused-gemv.md).
 #pragma once
 
 #ifdef KVATTN_WITH_CUDA
