@@ -1,6 +1,6 @@
 // q/k RMSNorm (qwen3) + RoPE on the fused qkv rows, alone or fused with the paged KV write.
 //
-// One CTA per token (issue 20), up to 16 warps over its heads (32 under 256 tokens): every
+// One CTA per token (issue 20), up to 8 warps over its heads (32 under 256 tokens): every
 // 16-byte piece of the token's q and k heads (and v heads when storing) goes to shared memory
 // by cp.async, all in flight at once, while the CTA computes cos and sin of each RoPE pair
 // once for the token (not once per head: 24x fewer cosf/sinf for Qwen3-0.6B). Then a warp per
@@ -236,9 +236,12 @@ __global__ void __launch_bounds__(128)
   }
 }
 
+constexpr int kMaxDim = 256;
+
 // One CTA per token, warps over its heads (issue 20's form; cuda_rope_kv.cu's opening comment).
 // Shared memory: the token's q and k heads (and v heads when storing) as bf16, then cos and
-// sin of each pair as float32: row_elems * 2 bytes (a multiple of 16), then 2 * (D / 2) * 4.
+// sin of each pair and the q and k norm weights as float32: row_elems * 2 bytes (a multiple
+// of 16), then (D / 2 + D / 2 + D + D) * 4.
 template <typename Cache>
 __global__ void __launch_bounds__(1024)
     qk_norm_rope_token_kernel(const __grid_constant__ RopeParams p,
@@ -252,6 +255,8 @@ __global__ void __launch_bounds__(1024)
   bf16* row = reinterpret_cast<bf16*>(smem);
   float* cs = reinterpret_cast<float*>(smem + 2 * row_elems);
   float* sn = cs + D / 2;
+  float* qw = sn + D / 2;  // the q/k norm weights as float32, when the model has them
+  float* kw = qw + D;
   const int64_t t = blockIdx.x;
   bf16* qkv = p.qkv + t * p.ld;
 
@@ -265,6 +270,12 @@ __global__ void __launch_bounds__(1024)
   for (int i = threadIdx.x; i < D / 2; i += blockDim.x) {
     rope_cos_sin(i, D, pos, base, p.inv_freq, p.attention_factor, cs[i], sn[i]);
   }
+  if (p.q_norm != nullptr) {  // both or neither (rope_params)
+    for (int i = threadIdx.x; i < D; i += blockDim.x) {
+      qw[i] = f(p.q_norm[i]);
+      kw[i] = f(p.k_norm[i]);
+    }
+  }
   cuda::ptx::cp_async_wait<0>();
   __syncthreads();
 
@@ -274,15 +285,24 @@ __global__ void __launch_bounds__(1024)
   const bool interleaved = p.interleaved != 0;
   for (int h = warp; h < heads; h += warps) {
     bf16* v = row + h * D;
-    const bf16* nw = h < p.num_heads ? p.q_norm : p.k_norm;
-    if (nw != nullptr) {
+    const bool is_q = h < p.num_heads;
+    if (p.q_norm != nullptr) {  // both or neither (rope_params)
       float ss = 0.0f;
-      for (int i = lane; i < D; i += 32) {
-        const float x = f(v[i]);
-        ss = fmaf(x, x, ss);
+#pragma unroll
+      for (int k = 0; k < kMaxDim / 32; ++k) {
+        const int i = lane + 32 * k;
+        if (i < D) {
+          const float x = f(v[i]);
+          ss = fmaf(x, x, ss);
+        }
       }
       const float inv = rsqrtf(warp_sum(ss) / static_cast<float>(D) + p.eps);
-      for (int i = lane; i < D; i += 32) v[i] = b(f(nw[i]) * r(f(v[i]) * inv));
+      const float* nw = is_q ? qw : kw;
+#pragma unroll
+      for (int k = 0; k < kMaxDim / 32; ++k) {
+        const int i = lane + 32 * k;
+        if (i < D) v[i] = b(nw[i] * r(f(v[i]) * inv));
+      }
       __syncwarp();
     }
     for (int i = lane; i < D / 2; i += 32) {
@@ -332,8 +352,6 @@ __global__ void __launch_bounds__(1024)
   }
 }
 
-constexpr int kMaxDim = 256;
-
 RopeParams rope_params(const QkNormRope& q) {
   KVATTN_CHECK(q.head_dim > 0 && q.head_dim <= kMaxDim && q.head_dim % 2 == 0,
                "cuda model: head_dim must be even and <= ", kMaxDim, " but is ", q.head_dim);
@@ -377,7 +395,7 @@ size_t token_smem(const RopeParams& p, const CacheParams& c) {
     }
   }
   const int64_t row = (p.num_heads + p.num_kv_heads * (kStore ? 2 : 1)) * p.head_dim;
-  const size_t bytes = static_cast<size_t>(2 * row + 4 * p.head_dim);
+  const size_t bytes = static_cast<size_t>(2 * row + 12 * p.head_dim);
   return bytes <= kTokenMaxSmem ? bytes : 0;
 }
 
@@ -387,10 +405,11 @@ void launch(const RopeParams& p, const CacheParams& c, Launch on) {
   if (items == 0) return;
   if (const size_t smem = token_smem<Cache>(p, c); smem > 0) {
     KVATTN_CHECK(p.tokens <= 0x7fffffff, "cuda model: ", p.tokens, " tokens exceed one launch");
-    // The heads spread evenly over up to 16 warps (24 heads: 12 warps of 2), or up to 32 (a
-    // head a warp) when the tokens do not fill the GPU anyway (decode): less latency per CTA.
+    // The heads spread evenly over up to 8 warps (24 heads: 8 warps of 3; 8 such CTAs fit an
+    // SM, 64 KB of loads in flight), or up to 32 (a head a warp) when the tokens do not fill
+    // the GPU anyway (decode): less latency per CTA.
     const int heads = p.num_heads + p.num_kv_heads;
-    const int max_warps = p.tokens < 256 ? 32 : 16;
+    const int max_warps = p.tokens < 256 ? 32 : 8;
     const int per_warp = (heads + max_warps - 1) / max_warps;
     const int warps = (heads + per_warp - 1) / per_warp;
     launch_kernel(qk_norm_rope_token_kernel<Cache>, static_cast<unsigned>(p.tokens), 32 * warps,
