@@ -12,7 +12,9 @@
 // included), frac_copy its TB/s over a 2 GiB device copy's measured in the same run,
 // floor_us the bytes at that copy rate. Then a table, and last, per model, one layer's other
 // kernels (2 add_rmsnorm + qk_norm_rope_store_kv + silu_mul) at each T, legacy vs new, times
-// the layer count: the "other" share of a prefill step the rewrite should remove.
+// the layer count: the "other" share of a prefill step the rewrite should remove. Also timed,
+// once: the final norm on 8 logit rows, and sampling (greedy and top-k/top-p over Qwen3's
+// vocabulary, 1 and 256 rows; unchanged, "current").
 //   gpu_engine_kernels_bench [--reps N] [--quick] [--only NAME]   (NAME: a substring of op)
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -30,6 +32,7 @@
 #include "kvattn/kernels/device_faults.h"
 #include "engine/model/cuda_kernels.h"
 #include "engine/model/cuda_rope_kv.h"
+#include "engine/model/cuda_sampling.h"
 #include "bench_util.cuh"
 
 namespace {
@@ -139,6 +142,14 @@ void bench_model(const Shape& m, int64_t T, const std::string& only) {
       k::add_rmsnorm(x.data(), add.data(), w.data(), eps, out.data(), nullptr, T, H, s);
     });
   }
+  if (wanted(only, "final_norm") && T >= 8) {
+    // The final norm on the logit rows only (8 rows of the T: a prefill step's last tokens).
+    Tensor rows = iota_i32(8, T);
+    time_both("final_norm_rows8", m, T, e * 8.0 * 3 * H, [&](cudaStream_t s) {
+      k::add_rmsnorm(x.data(), add.data(), w.data(), eps, out.data(), rows.ptr<const int32_t>(),
+                     8, H, s);
+    });
+  }
   if (wanted(only, "embed_rmsnorm")) {
     const int64_t vocab = 4096;
     Tensor table = random_bf16(vocab * H, 4);
@@ -195,6 +206,35 @@ void bench_model(const Shape& m, int64_t T, const std::string& only) {
   BENCH_CUDA(cudaDeviceSynchronize());
 }
 
+// Sampling (cuda_sampling.h, unchanged by issue 20; here to show its share): R rows of a
+// 151,936-id vocabulary (Qwen3), greedy and top-k 50 / top-p 0.9, one CTA per row.
+void bench_sampling() {
+  const int64_t vocab = 151936;
+  for (int64_t R : {1, 256}) {
+    Tensor logits = random_bf16(R * vocab, 11);
+    Tensor tokens = Tensor::empty({R}, DType::kI32, kGpu);
+    for (bool greedy : {true, false}) {
+      std::vector<k::SampleParams> h(R);
+      for (int64_t r = 0; r < R; ++r) {
+        h[r].mode = greedy ? k::kSampleGreedy : k::kSampleRandom;
+        h[r].top_k = greedy ? 0 : 50;
+        h[r].top_p = greedy ? 1.0f : 0.9f;
+        h[r].seed = 1234;
+        h[r].stream = static_cast<uint64_t>(r);
+      }
+      Tensor hp = Tensor::empty({R * static_cast<int64_t>(sizeof(k::SampleParams))}, DType::kU8);
+      std::memcpy(hp.data(), h.data(), h.size() * sizeof(k::SampleParams));
+      Tensor dp = hp.to(kGpu);
+      const double us = graph_us([&](cudaStream_t s) {
+        k::sample_rows(logits.data(), vocab, R, vocab, static_cast<const k::SampleParams*>(dp.data()),
+                       tokens.ptr<int32_t>(), s);
+      });
+      report(greedy ? "sample_greedy" : "sample_topk50_topp0.9", "qwen3-vocab", R, "current", us,
+             2.0 * R * vocab);
+    }
+  }
+}
+
 void bench_copy() {
   const size_t bytes = size_t{2} << 30;
   void *a = nullptr, *b = nullptr;
@@ -230,11 +270,13 @@ void summary(const std::vector<Shape>& shapes, const std::vector<int64_t>& token
   std::printf("\n%-22s %-13s %6s %10s %10s %8s %9s %9s\n", "op", "model", "T", "legacy us",
               "new us", "speedup", "new TB/s", "frac_copy");
   for (const Row& r : g_rows) {
-    if (r.variant != "new") continue;
+    if (r.variant == "legacy") continue;
     const double old = find_us(r.op, r.model, r.T, "legacy");
     const double tbps = r.bytes / (r.us * 1e-6) / 1e12;
-    std::printf("%-22s %-13s %6lld %10.2f %10.2f %7.2fx %9.3f %9.3f\n", r.op.c_str(),
-                r.model.c_str(), static_cast<long long>(r.T), old, r.us, old / r.us, tbps,
+    const std::string old_s = old > 0 ? std::to_string(old).substr(0, 8) : "-";
+    const std::string ratio = old > 0 ? std::to_string(old / r.us).substr(0, 5) + "x" : "-";
+    std::printf("%-22s %-13s %6lld %10s %10.2f %8s %9.3f %9.3f\n", r.op.c_str(), r.model.c_str(),
+                static_cast<long long>(r.T), old_s.c_str(), r.us, ratio.c_str(), tbps,
                 tbps / g_copy_tbps);
   }
   // One layer's other kernels as the engine launches them in a prefill step, times the layers.
@@ -288,6 +330,7 @@ int main(int argc, char** argv) {
   for (const Shape& m : shapes) {
     for (int64_t T : tokens) bench_model(m, T, only);
   }
+  if (wanted(only, "sample")) bench_sampling();
   summary(shapes, tokens);
   return 0;
 }
