@@ -203,23 +203,41 @@ __device__ __forceinline__ float warp_sum(float v) {
 // holds the M x 8 warp sums and the M inverses.
 template <int M>
 __device__ __forceinline__ void norm_stage(const Params& p, uint4* xs, float* red) {
+  constexpr int B = 4;  // chunks a thread loads before it uses the first (latency, not order)
   const int C = p.k >> 3;
+  const int MC = M * C;
   const bool writer = blockIdx.x == 0;
-  for (int i = threadIdx.x; i < M * C; i += kThreads) {
-    const int m = i / C;
-    const int c = i - m * C;
-    const int64_t off = int64_t{m} * p.k + int64_t{c} * 8;
-    uint4 v = *reinterpret_cast<const uint4*>(p.x + off);
-    if (p.add != nullptr) {
-      float a[8], b[8];
-      to_f8(v, a);
-      to_f8(*reinterpret_cast<const uint4*>(p.add + off), b);
+  for (int i0 = threadIdx.x; i0 < MC; i0 += B * kThreads) {
+    uint4 xv[B], av[B];
 #pragma unroll
-      for (int e = 0; e < 8; ++e) a[e] = a[e] + b[e];
-      v = pack8(a);  // bf16(x + add), rounded once as add_rmsnorm's r(v + add)
-      if (writer && p.x_out != nullptr) *reinterpret_cast<uint4*>(p.x_out + off) = v;
+    for (int u = 0; u < B; ++u) {
+      const int i = i0 + u * kThreads;
+      if (i < MC) {
+        const int m = i / C;
+        const int64_t off = int64_t{m} * p.k + int64_t{i - m * C} * 8;
+        xv[u] = *reinterpret_cast<const uint4*>(p.x + off);
+        if (p.add != nullptr) av[u] = *reinterpret_cast<const uint4*>(p.add + off);
+      }
     }
-    xs[i] = v;
+#pragma unroll
+    for (int u = 0; u < B; ++u) {
+      const int i = i0 + u * kThreads;
+      if (i >= MC) break;
+      uint4 v = xv[u];
+      if (p.add != nullptr) {
+        float a[8], b[8];
+        to_f8(v, a);
+        to_f8(av[u], b);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) a[e] = a[e] + b[e];
+        v = pack8(a);  // bf16(x + add), rounded once as add_rmsnorm's r(v + add)
+        if (writer && p.x_out != nullptr) {
+          const int m = i / C;
+          *reinterpret_cast<uint4*>(p.x_out + int64_t{m} * p.k + int64_t{i - m * C} * 8) = v;
+        }
+      }
+      xs[i] = v;
+    }
   }
   __syncthreads();
   const __nv_bfloat16* xh = reinterpret_cast<const __nv_bfloat16*>(xs);
@@ -242,19 +260,30 @@ __device__ __forceinline__ void norm_stage(const Params& p, uint4* xs, float* re
     if (lane == 0) red[M * kWarps + warp] = rsqrtf(v / static_cast<float>(p.k) + p.eps);
   }
   __syncthreads();
-  for (int i = threadIdx.x; i < M * C; i += kThreads) {
-    const int m = i / C;
-    const int c = i - m * C;
-    const float inv = red[M * kWarps + m];
-    float v[8], g[8];
-    to_f8(xs[i], v);
-    to_f8(*reinterpret_cast<const uint4*>(p.norm_w + int64_t{c} * 8), g);
+  for (int i0 = threadIdx.x; i0 < MC; i0 += B * kThreads) {
+    uint4 gv[B];
 #pragma unroll
-    for (int e = 0; e < 8; ++e) v[e] = g[e] * round_bf16(v[e] * inv);
-    const uint4 h = pack8(v);
-    xs[i] = h;
-    if (writer && p.h_out != nullptr)
-      *reinterpret_cast<uint4*>(p.h_out + int64_t{m} * p.k + int64_t{c} * 8) = h;
+    for (int u = 0; u < B; ++u) {
+      const int i = i0 + u * kThreads;
+      if (i < MC)
+        gv[u] = *reinterpret_cast<const uint4*>(p.norm_w + int64_t{i - (i / C) * C} * 8);
+    }
+#pragma unroll
+    for (int u = 0; u < B; ++u) {
+      const int i = i0 + u * kThreads;
+      if (i >= MC) break;
+      const int m = i / C;
+      const float inv = red[M * kWarps + m];
+      float v[8], g[8];
+      to_f8(xs[i], v);
+      to_f8(gv[u], g);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) v[e] = g[e] * round_bf16(v[e] * inv);
+      const uint4 h = pack8(v);
+      xs[i] = h;
+      if (writer && p.h_out != nullptr)
+        *reinterpret_cast<uint4*>(p.h_out + int64_t{m} * p.k + int64_t{i - m * C} * 8) = h;
+    }
   }
   __syncthreads();  // red is reused by the K-split reduction
 }
