@@ -57,13 +57,24 @@ struct alignas(16) Vec8 {
   __nv_bfloat162 h[4];
 };
 
-__device__ __forceinline__ Vec8 load8(const bf16* p) { return *reinterpret_cast<const Vec8*>(p); }
+// Through uint4, so that each is one 128-bit access (a struct copy of Vec8 compiles to four
+// 32-bit ones).
+__device__ __forceinline__ Vec8 as_vec8(uint4 u) {
+  Vec8 v;
+  static_assert(sizeof(v) == sizeof(u));
+  __builtin_memcpy(&v, &u, sizeof(v));
+  return v;
+}
+__device__ __forceinline__ Vec8 load8(const bf16* p) {
+  return as_vec8(*reinterpret_cast<const uint4*>(p));
+}
 __device__ __forceinline__ Vec8 load8_stream(const bf16* p) {  // read once: evict first
-  const int4 v = __ldcs(reinterpret_cast<const int4*>(p));
-  return *reinterpret_cast<const Vec8*>(&v);
+  return as_vec8(__ldcs(reinterpret_cast<const uint4*>(p)));
 }
 __device__ __forceinline__ void store8(bf16* p, const Vec8& v) {
-  *reinterpret_cast<Vec8*>(p) = v;
+  uint4 u;
+  __builtin_memcpy(&u, &v, sizeof(u));
+  *reinterpret_cast<uint4*>(p) = u;
 }
 __device__ __forceinline__ Vec8 zero8() {
   Vec8 v;
@@ -91,9 +102,6 @@ constexpr int kRowWarps = 4;         // rows per CTA
 constexpr int kLegacyThreads = 256;  // the legacy block size; the sum's order is pinned to it
 constexpr int kMaxVecs = 16;         // hidden <= 16 * 256 = 4096 in registers
 
-// One row: x = src (+ add, rounded), optionally written to x_out; out = w * bf16(x * inv).
-// src == null: a row of zeros (an id outside the rank's vocab slice). K: 16-byte vectors per
-// lane, >= ceil(hidden / 256); hidden % 8 == 0 and every pointer 16-byte aligned.
 // Small rows (K <= kPrefetchVecs) take their weights in registers before the kernel's
 // pdl_enter (NormWeights): weights are no kernel's output, the one exception cuda_launch.h's
 // contract allows, so under PDL their L2 round trip overlaps the previous kernel's tail instead
@@ -122,10 +130,14 @@ struct NormWeights {
   }
 };
 
+// One row: x = src (+ add, rounded), optionally written to x_out; out = w * bf16(x * inv).
+// src == null: a row of zeros (an id outside the rank's vocab slice). K: 16-byte vectors per
+// lane, >= ceil(hidden / 256); hidden % 8 == 0 and every pointer 16-byte aligned.
+// src and x_out may be the same row (x += add in place): each element is read, then written,
+// by the same lane, so neither is __restrict__.
 template <int K>
-__device__ __forceinline__ void rmsnorm_row(const bf16* __restrict__ src,
-                                            const bf16* __restrict__ add,
-                                            bf16* __restrict__ x_out, const bf16* __restrict__ w,
+__device__ __forceinline__ void rmsnorm_row(const bf16* src, const bf16* __restrict__ add,
+                                            bf16* x_out, const bf16* __restrict__ w,
                                             const NormWeights<K>& nw, float eps,
                                             bf16* __restrict__ out, int hidden, int lane) {
   Vec8 v[K];
@@ -207,7 +219,7 @@ __global__ void __launch_bounds__(32 * kRowWarps)
 }
 
 template <int K>
-__global__ void __launch_bounds__(32 * kRowWarps)
+__global__ void __launch_bounds__(32 * kRowWarps, 1)
     embed_rmsnorm_kernel(const bf16* __restrict__ table, const int32_t* __restrict__ ids,
                          int64_t tokens, int64_t first_id, int64_t num_ids,
                          const bf16* __restrict__ w, float eps, bf16* __restrict__ x,
