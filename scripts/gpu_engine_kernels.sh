@@ -4,14 +4,16 @@
 # engine_row_kernels_gpu_test (add_rmsnorm, embed, embed_rmsnorm, silu_mul, add_bias: float64
 # model + byte-equal to the legacy kernels) and engine_fused_rope_kv_gpu_test (the token
 # q/k-norm + RoPE (+ KV write) kernel byte-equal to the legacy one and to qk_norm_rope then
-# store_kv), compute-sanitizer memcheck on both (quick case lists), the engine's greedy test
-# (fused == unfused, graphs == eager); then gpu_engine_kernels_bench (each kernel new vs
+# store_kv), the engine's greedy tests (fused == unfused, graphs == eager; PDL on == off),
+# compute-sanitizer memcheck on the two kernel tests (quick case lists); then
+# gpu_engine_kernels_bench (each kernel new vs
 # legacy, T = 1..16384, Qwen3-0.6B and SmolLM2, against the copy ceiling), and `kvattn bench`
 # on nano-vllm's workload (random Qwen3-0.6B), new kernels and KVATTN_LEGACY_KERNELS=1, with
 # graphs and once each with --breakdown, printing the time-to-first-token and Throughput lines.
 # Logs and JSON under $OUT.
-#   run: bash scripts/gpu_engine_kernels.sh [all|tests|bench]   (carry .deps; default all)
-# On a cold machine whose build is slow, run `tests` and `bench` as two calls (build-gpu stays).
+#   run: bash scripts/gpu_engine_kernels.sh [all|tests|memcheck|bench]   (carry .deps; default all)
+# `all` may not fit one 10-minute call after a cold build: run `tests`, `memcheck` and `bench`
+# as separate calls (build-gpu stays).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}
@@ -21,7 +23,7 @@ what=${1:-all}
 
 step build
 kvattn_gpu_build ON engine_row_kernels_gpu_test engine_fused_rope_kv_gpu_test \
-  engine_fused_kernels_gpu_test gpu_engine_kernels_bench kvattn_cli
+  engine_fused_kernels_gpu_test engine_pdl_gpu_test gpu_engine_kernels_bench kvattn_cli
 if [ "$what" = all ] || [ "$what" = bench ]; then
   [ -f /tmp/q06/config.json ] ||
     (PYTHONUNBUFFERED=1 timeout 240 python3 scripts/make_random_qwen3.py --shape 0.6b \
@@ -33,14 +35,19 @@ if [ "$what" = all ] || [ "$what" = tests ]; then
   run_test row_kernels 240 build-gpu/tests/engine/engine_row_kernels_gpu_test
   step "q/k norm + RoPE + KV write: token kernel == legacy == qk_norm_rope + store_kv"
   run_test fused_rope_kv 240 build-gpu/tests/engine/engine_fused_rope_kv_gpu_test
+  step "engine: greedy fused == unfused, graphs == eager (batch 1, 3, 17, 100)"
+  run_test fused_greedy 240 build-gpu/tests/engine/engine_fused_kernels_gpu_test
+  step "engine: PDL on == off (the norms now read their weights before griddepcontrol.wait)"
+  run_test pdl 300 build-gpu/tests/engine/engine_pdl_gpu_test
+fi
+
+if [ "$what" = all ] || [ "$what" = memcheck ]; then
   for t in row_kernels fused_rope_kv; do
     step "memcheck: $t (quick)"
     KVATTN_GPU_TEST_QUICK=1 timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 \
       "build-gpu/tests/engine/engine_${t}_gpu_test" >"$OUT/memcheck_$t.log" 2>&1
     echo "memcheck rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_$t.log" | tail -n 1)"
   done
-  step "engine: greedy fused == unfused, graphs == eager (batch 1, 3, 17, 100)"
-  run_test fused_greedy 240 build-gpu/tests/engine/engine_fused_kernels_gpu_test
 fi
 
 if [ "$what" = all ] || [ "$what" = bench ]; then
