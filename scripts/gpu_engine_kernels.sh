@@ -6,9 +6,8 @@
 # q/k-norm + RoPE (+ KV write) kernel byte-equal to the legacy one and to qk_norm_rope then
 # store_kv), the engine's greedy tests (fused == unfused, graphs == eager; PDL on == off),
 # compute-sanitizer memcheck on the two kernel tests (quick case lists); then
-# gpu_engine_kernels_bench (each kernel new vs
-# legacy, T = 1..16384, Qwen3-0.6B and SmolLM2, against the copy ceiling), and `kvattn bench`
-# on nano-vllm's workload (random Qwen3-0.6B), new kernels and KVATTN_LEGACY_KERNELS=1, with
+# gpu_engine_kernels_bench (each kernel new vs legacy, T = 1..16384, Qwen3-0.6B and SmolLM2,
+# against the copy ceiling), and `kvattn bench` on nano-vllm's workload (random Qwen3-0.6B), new kernels and KVATTN_LEGACY_KERNELS=1, with
 # graphs and once each with --breakdown, printing the time-to-first-token and Throughput lines.
 # Logs and JSON under $OUT.
 #   run: bash scripts/gpu_engine_kernels.sh [all|tests|memcheck|bench]   (carry .deps; default all)
