@@ -29,6 +29,15 @@
 // predecessor's completion before touching memory, so the results are the same bytes. cuBLASLt,
 // attention and NCCL keep their plain launches (cuda_launch.h says why that stays correct).
 //
+// Fused decode GEMVs (ModelOptions::fused_gemv or KVATTN_FUSED_GEMV=1; off by default until
+// timed on a GPU; one rank, not Gemma, SiLU MLPs): a step of at most 8 rows runs each layer's
+// input norm inside the qkv GEMV, and the post-attention norm and SiLU * up inside the gate_up
+// GEMV (cuda_gemv.h run_rmsnorm / run_rmsnorm_silu), 6 kernels a layer instead of 9. They are
+// bit-identical to add_rmsnorm + the GEMV (+ silu_mul), so with KVATTN_GEMV=all the logits
+// equal the unfused path's; by default the unfused qkv/gate_up go to cuBLASLt, which sums in
+// another order. The residual alternates between two buffers (run_layers says why).
+// docs/notes/decode-fused-gemv.md has the design and the predictions.
+//
 // Two kinds of step:
 // - Fixed decode steps: phase decode, one token per sequence, at most max_decode_batch
 //   sequences, a block table no wider than the fixed width W. The batch is padded to the next
