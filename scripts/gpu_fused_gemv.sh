@@ -40,6 +40,9 @@ if [ "$what" = all ] || [ "$what" = tests ]; then
   echo "memcheck rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_fused_gemv.log" | tail -n 1)"
   step "engine: fused GEMV on == off (greedy batch 1/3/17/100, teacher-forced logits)"
   run_test fused_gemv_engine 400 build-gpu/tests/engine/engine_fused_gemv_engine_gpu_test
+  step "engine, PDL on: teacher-forced logits fused on == off"
+  KVATTN_PDL=1 run_test fused_gemv_engine_pdl 300 \
+    build-gpu/tests/engine/engine_fused_gemv_engine_gpu_test --gtest_filter='Tiny/FusedGemvLogits.*'
   step "plain GEMV (its qkv/gate_up split changed)"
   run_test gemv 300 build-gpu/tests/engine/engine_cuda_gemv_gpu_test
 fi
