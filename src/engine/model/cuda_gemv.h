@@ -73,9 +73,10 @@ class Gemv {
   // The work split of an n x k case: R weight rows per warp, ks warps splitting K. A case's
   // sums depend on ks only (not on R), so run(), run_rmsnorm and run_rmsnorm_silu give the
   // same bits for the same (n, k). kLegacy: the rule before the fused entries (R = 4, ks up
-  // to 8 until two CTAs per SM); kDefault adds R = 2, ks = 1 where that alone gives a CTA per
-  // SM (n >= 16 x SMs: qkv 4096, gate_up 6144 on the H200), which kLegacy split 4 ways.
-  // kAuto's shapes (n <= 2048, n >= 65536) get the same split either way.
+  // to 8 until two CTAs per SM); kDefault takes R = 2, ks = 1 instead of a K split where that
+  // alone gives a CTA per SM (n >= 16 x SMs: qkv 4096 and gate_up 6144 on the H200's 132 SMs,
+  // which kLegacy split 4 and 2 ways). On the H200, kAuto's shapes (n <= 2048, n >= 65536)
+  // get the same split either way.
   enum class SplitRule { kDefault, kLegacy };
   void set_split_rule(SplitRule r) { rule_ = r; }
   struct Split {
