@@ -178,6 +178,7 @@ Json breakdown_json(const GenerationStats& st) {
 Json stats_json(const GenerationStats& s) {
   return {{"steps", s.num_steps},
           {"mixed_steps", s.num_mixed_steps},
+          {"cascade_steps", s.num_cascade_steps},
           {"partial_prefills", s.num_partial_prefills},
           {"preemptions", s.num_preemptions},
           {"prompt_tokens", s.num_prompt_tokens},
@@ -313,6 +314,11 @@ int run_bench(const BenchArgs& a) {
               static_cast<long long>(main_stats.num_preemptions),
               static_cast<long long>(main_stats.num_cached_tokens));
   print_breakdown(main_stats);
+  if (main_stats.num_cascade_steps > 0) {
+    std::printf("cascade decode: %lld of %lld decode steps read a shared prefix once\n",
+                static_cast<long long>(main_stats.num_cascade_steps),
+                static_cast<long long>(main_stats.decode_steps.steps));
+  }
   std::printf("prefix cache %s: hit rate %.1f%% (%lld of %lld prompt tokens from the cache)\n",
               opt.enable_prefix_caching ? "on" : "off", 100.0 * main_stats.prefix_hit_rate(),
               static_cast<long long>(main_stats.num_cached_tokens),

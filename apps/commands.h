@@ -10,10 +10,12 @@
 
 namespace kvattn::cli {
 
-// --kv-cache-dtype and --kv-calibration-prompt, shared by generate, bench and serve.
+// --kv-cache-dtype, --kv-calibration-prompt and --cascade-min-prefix, shared by generate, bench
+// and serve.
 struct KvCacheArgs {
   std::string dtype = "auto";       // auto | bf16 | fp8
   std::string calibration_prompt;   // fp8: scales from this prompt's amax (empty: 1.0)
+  int64_t cascade_min_prefix = 0;   // --cascade-min-prefix: LLMOptions::cascade_min_prefix_tokens
 };
 // Sets o.kv_cache_dtype and o.kv_calibration_prompt; refuses a calibration prompt on CUDA
 // (not supported yet)

@@ -20,6 +20,9 @@ void apply_kv_cache_args(const KvCacheArgs& a, LLMOptions& o) {
                "--kv-calibration-prompt needs --kv-cache-dtype fp8 (the scales are fp8's) but "
                "--kv-cache-dtype is ", a.dtype);
   o.kv_calibration_prompt = a.calibration_prompt;
+  KVATTN_CHECK(a.cascade_min_prefix >= 0, "--cascade-min-prefix must be >= 0 (0 = off) but is ",
+               a.cascade_min_prefix);
+  o.cascade_min_prefix_tokens = a.cascade_min_prefix;
 }
 
 void apply_weights_arg(const std::string& weights, LLMOptions& o) {

@@ -16,11 +16,17 @@ namespace {
 void add_kv_cache_options(CLI::App* cmd, kvattn::cli::KvCacheArgs& kv) {
   cmd->add_option("--kv-cache-dtype", kv.dtype,
                   "KV cache elements: auto (CPU float32, GPU bf16), bf16, or fp8 (e4m3 with "
-                  "per-layer, per-KV-head scales; ~2x the tokens of bf16; CPU only for now)")
+                  "per-layer, per-KV-head scales; ~2x the tokens of bf16)")
       ->check(CLI::IsMember({"auto", "bf16", "fp8"}));
   cmd->add_option("--kv-calibration-prompt", kv.calibration_prompt,
                   "fp8: compute the KV scales as amax/448 of this prompt's keys and values "
                   "(one prefill at start); without it the scales are 1.0");
+  cmd->add_option("--cascade-min-prefix", kv.cascade_min_prefix,
+                  "Cascade decode: decode steps whose sequences all share a cached prompt "
+                  "prefix of at least this many tokens read it once for the whole batch "
+                  "(0 => off)")
+      ->default_val(0)
+      ->check(CLI::NonNegativeNumber);
 }
 
 // --threads: checked here (a bad value never reaches the engine) and warned about after the

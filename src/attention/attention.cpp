@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "kvattn/kernels/decode_attention.h"
+#include "kvattn/kernels/merge_attention.h"
 #include "kvattn/kernels/prefill_attention.h"
 #include "kvattn/kernels/store_kv.h"
 
@@ -31,7 +32,18 @@ TensorView as_heads(const TensorView& t, int64_t heads, int64_t dim, std::string
                     {t.stride(0), dim, 1});
 }
 
+int64_t align16(int64_t bytes) { return (bytes + 15) / 16 * 16; }
+
 }  // namespace
+
+int64_t cascade_workspace_bytes(int64_t tokens, int64_t num_heads, int64_t head_dim,
+                                DType dtype) {
+  KVATTN_CHECK(tokens >= 0 && num_heads > 0 && head_dim > 0,
+               "cascade_workspace_bytes: tokens must be >= 0 and num_heads, head_dim > 0 but "
+               "are ", tokens, ", ", num_heads, ", ", head_dim);
+  return align16(tokens * num_heads * head_dim * dtype_size(dtype)) +
+         2 * align16(tokens * num_heads * static_cast<int64_t>(sizeof(float)));
+}
 
 Attention::Attention(int64_t num_heads, int64_t head_dim, float scale, int64_t num_kv_heads)
     : Attention(num_heads, head_dim, scale, num_kv_heads, AttentionMask{}) {}
@@ -159,7 +171,97 @@ void Attention::forward(const TensorView& q_in, const TensorView& k_in, const Te
   a.plan = ctx.decode_plan;
   a.workspace = ctx.decode_workspace;
   a.stream = ctx.stream;
+  // The shared-prefix form where it computes the same attention: a window or ALiBi would see
+  // the prefix's keys at other distances in the prefill than in the decode.
+  if (ctx.cascade_prefix_len > 0 && mask_.window_left < 0 && !alibi_.defined()) {
+    forward_cascade(q, ctx, a, out);
+    return;
+  }
   decode_attention(a);
+}
+
+// out = merge(attention over the shared prefix's keys, attention over each row's own keys):
+// the prefix as one non-causal paged prefill of all query rows (a multi-query batch against
+// one block table: its pages are read once), the rest by the decode kernel from
+// cache_leftpad = the prefix length on (so the prefix's pages are not read again), each with
+// its log-sum-exp, merged in place into out.
+void Attention::forward_cascade(const TensorView& q, const BatchContext& ctx,
+                                const DecodeArgs& decode, const TensorView& out) const {
+  const int64_t tokens = q.size(0);
+  const int64_t num_seqs = ctx.context_lens.size(0);
+  const int64_t block_size = k_cache_.size(1);
+  KVATTN_CHECK(ctx.cascade_prefix_len % block_size == 0, kFn, ": ctx.cascade_prefix_len (",
+               ctx.cascade_prefix_len, ") must be a multiple of the block size (", block_size,
+               ")");
+  const int64_t prefix_blocks = ctx.cascade_prefix_len / block_size;
+  const TensorView& table = ctx.cascade_block_table;
+  KVATTN_CHECK(table.defined() && table.ndim == 2 && table.size(0) == 1 &&
+                   table.size(1) >= prefix_blocks,
+               kFn, ": ctx.cascade_block_table must be int32 [1, >= ", prefix_blocks,
+               "] but is ", table.defined() ? table.shape_str() : std::string("empty"));
+  const TensorView& cu = ctx.cascade_cu_seqlens;
+  KVATTN_CHECK(cu.defined() && cu.ndim == 1 && cu.size(0) == 4 && cu.dtype == DType::kI32,
+               kFn, ": ctx.cascade_cu_seqlens must be int32 [4] = {0, tokens, 0, prefix} but "
+               "is ", cu.defined() ? cu.shape_str() : std::string("empty"));
+  KVATTN_CHECK(ctx.cascade_leftpad.defined() && ctx.cascade_leftpad.ndim == 1 &&
+                   ctx.cascade_leftpad.size(0) == num_seqs,
+               kFn, ": ctx.cascade_leftpad must be int32 [", num_seqs, "] but is ",
+               ctx.cascade_leftpad.defined() ? ctx.cascade_leftpad.shape_str()
+                                             : std::string("empty"));
+
+  const int64_t need = cascade_workspace_bytes(tokens, num_heads_, head_dim_, q.dtype);
+  TensorView ws = ctx.cascade_workspace;
+  Tensor owned;
+  if (!ws.defined() && q.device.is_cpu()) {
+    owned = Tensor::empty({need}, DType::kU8, q.device);
+    ws = owned.view();
+  }
+  KVATTN_CHECK(ws.defined() && ws.nbytes() >= need && ws.device.kind == q.device.kind &&
+                   ws.device.index == q.device.index,
+               kFn, ": ctx.cascade_workspace must hold ", need, " bytes on q's device but ",
+               ws.defined() ? "holds " + std::to_string(ws.nbytes()) : std::string("is empty"));
+  KVATTN_CHECK(reinterpret_cast<uintptr_t>(ws.data) % 16 == 0, kFn,
+               ": ctx.cascade_workspace must be 16-byte aligned");
+  char* base = static_cast<char*>(ws.data);
+  const int64_t out_bytes = align16(tokens * num_heads_ * head_dim_ * dtype_size(q.dtype));
+  const int64_t lse_bytes = align16(tokens * num_heads_ * static_cast<int64_t>(sizeof(float)));
+  const TensorView prefix_out(base, q.dtype, q.device, {tokens, num_heads_, head_dim_});
+  const TensorView prefix_lse(base + out_bytes, DType::kF32, q.device, {num_heads_, tokens});
+  const TensorView own_lse(base + out_bytes + lse_bytes, DType::kF32, q.device,
+                           {num_heads_, tokens});
+
+  PrefillArgs p;  // every query row against the shared blocks, once
+  p.q = q;
+  p.k = k_cache_;
+  p.v = v_cache_;
+  p.block_table = table;
+  p.k_scale = k_scale_;
+  p.v_scale = v_scale_;
+  p.cu_seqlens_q = TensorView(cu.data, DType::kI32, cu.device, {2});
+  p.cu_seqlens_k = TensorView(cu.ptr<int32_t>() + 2, DType::kI32, cu.device, {2});
+  p.max_seqlen_q = tokens;
+  p.max_seqlen_k = ctx.cascade_prefix_len;
+  p.softmax_scale = scale_;
+  p.causal = false;  // every prefix key precedes every query row
+  p.softcap = mask_.softcap;
+  p.out = prefix_out;
+  p.lse = prefix_lse;
+  p.stream = ctx.stream;
+  prefill_attention(p);
+
+  DecodeArgs d = decode;  // each row's own keys, after the prefix
+  d.cache_leftpad = ctx.cascade_leftpad;
+  d.lse = own_lse;
+  decode_attention(d);
+
+  MergeStatesArgs m;
+  m.out_a = prefix_out;
+  m.lse_a = prefix_lse;
+  m.out_b = out;
+  m.lse_b = own_lse;
+  m.out = out;
+  m.stream = ctx.stream;
+  merge_attention_states(m);
 }
 
 Tensor Attention::forward(const TensorView& q, const TensorView& k, const TensorView& v,

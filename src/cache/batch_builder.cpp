@@ -186,7 +186,36 @@ const BatchMetadata& BatchMetadataBuilder::build(std::span<const ScheduledSequen
   meta_.num_scheduled_seqs = scheduled;
   meta_.num_scheduled_tokens = total_new_;
   meta_.reads_kv_from_cache = !decode_ && any_cached_;
+  if (decode_ && options.cascade_min_prefix_blocks > 0 && scheduled >= 2 && rows == scheduled) {
+    set_cascade(batch, tokens, options.cascade_min_prefix_blocks);
+  }
   return meta_;
+}
+
+void BatchMetadataBuilder::set_cascade(std::span<const ScheduledSequence> batch, int64_t tokens,
+                                       int64_t min_blocks) {
+  const int64_t bs = manager_.block_size();
+  const int32_t* first = batch[0].seq->block_table().data();
+  int64_t common = std::numeric_limits<int64_t>::max();
+  for (const ScheduledSequence& s : batch) {
+    const int64_t keys = s.seq->num_computed_tokens() + s.num_new_tokens;
+    // Whole blocks strictly before the row's last key: the row keeps >= 1 key of its own.
+    common = std::min(common, (keys - 1) / bs);
+    const int32_t* table = s.seq->block_table().data();
+    int64_t j = 0;
+    while (j < common && table[j] == first[j]) ++j;
+    common = j;
+    if (common < min_blocks) return;
+  }
+  const auto prefix = static_cast<int32_t>(common * bs);
+  cascade_table_.assign(first, first + common);
+  cascade_cu_ = {0, static_cast<int32_t>(tokens), 0, prefix};
+  cascade_leftpad_.assign(batch.size(), prefix);
+  BatchContext& ctx = meta_.ctx;
+  ctx.cascade_prefix_len = prefix;
+  ctx.cascade_block_table = host_i32(cascade_table_, {1, common});
+  ctx.cascade_cu_seqlens = host_i32(cascade_cu_, {4});
+  ctx.cascade_leftpad = host_i32(cascade_leftpad_, {static_cast<int64_t>(batch.size())});
 }
 
 }  // namespace kvattn

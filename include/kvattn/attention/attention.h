@@ -25,6 +25,11 @@ struct AttentionMask {
   std::vector<float> alibi_slopes = {};
 };
 
+// Bytes of BatchContext::cascade_workspace for a decode step of `tokens` query rows: the
+// shared prefix's partial output (q's dtype) and the two log-sum-exps (float32), 16-byte
+// aligned parts.
+int64_t cascade_workspace_bytes(int64_t tokens, int64_t num_heads, int64_t head_dim, DType dtype);
+
 class Attention {
  public:
   // scale <= 0 => 1/sqrt(head_dim). num_heads must be a multiple of num_kv_heads.
@@ -60,6 +65,10 @@ class Attention {
   const AttentionMask& mask() const { return mask_; }
 
  private:
+  // Decode through the shared prefix (BatchContext::cascade_*): prefill + decode + merge.
+  void forward_cascade(const TensorView& q, const BatchContext& ctx, const DecodeArgs& decode,
+                       const TensorView& out) const;
+
   int64_t num_heads_;
   int64_t head_dim_;
   float scale_;

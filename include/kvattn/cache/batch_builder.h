@@ -38,6 +38,10 @@ struct BatchBuildOptions {
   int64_t pad_decode_batch_to = 0;
   // Fixed block-table width for CUDA graphs (0 => the widest row of this batch).
   int64_t block_table_width = 0;
+  // Decode steps of >= 2 unpadded rows: when every row's first N block ids are the same
+  // blocks (a prompt prefix the prefix cache shares) with N >= this, and each row has keys
+  // after them, set ctx.cascade_* (batch_context.h) for the largest such N. 0 => off.
+  int64_t cascade_min_prefix_blocks = 0;
 };
 
 struct BatchMetadata {
@@ -70,6 +74,8 @@ class BatchMetadataBuilder {
  private:
   void validate(std::span<const ScheduledSequence> batch, const BatchBuildOptions& options);
   void write_table_row(int64_t row, uint64_t table_id, const int32_t* table, int64_t nb);
+  // Sets meta_.ctx.cascade_* when the decode batch shares >= min_blocks leading blocks.
+  void set_cascade(std::span<const ScheduledSequence> batch, int64_t tokens, int64_t min_blocks);
 
   const BlockManager& manager_;
   BatchMetadata meta_;
@@ -80,6 +86,9 @@ class BatchMetadataBuilder {
   std::vector<int32_t> cu_seqlens_k_;
   std::vector<int32_t> context_lens_;
   std::vector<int32_t> block_tables_;
+  std::vector<int32_t> cascade_table_;     // the shared prefix's block ids
+  std::vector<int32_t> cascade_cu_;        // {0, tokens, 0, prefix keys}
+  std::vector<int32_t> cascade_leftpad_;   // prefix keys, per row
   // What each block-table row holds (its sequence's table_id and copied block count), so a
   // row whose sequence only grew since the last build is updated, not rewritten. Valid while
   // table_width_ is unchanged.

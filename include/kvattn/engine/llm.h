@@ -67,6 +67,14 @@ struct LLMOptions {
   bool cuda_graphs = true;  // GPU: replay decode steps from CUDA graphs (false: eager)
   bool fused_kernels = true;  // GPU: ModelOptions::fused_kernels (KVATTN_UNFUSED=1: off)
   bool pdl = false;  // GPU: ModelOptions::pdl, programmatic dependent launch (KVATTN_PDL=1/0 overrides)
+  // Cascade decode: a decode step whose sequences all begin with the same cached blocks (a
+  // shared prompt prefix of >= this many tokens, from the prefix cache) attends to them once
+  // for the whole batch (BatchContext::cascade_*; a non-causal paged prefill of every query
+  // row over the shared pages, the rest by the decode kernel, merged by log-sum-exp), so the
+  // shared pages are read once per step instead of once per sequence. Such steps run eagerly
+  // on the GPU (no CUDA graph). 0 = off, the default until it is timed on the GPU;
+  // KVATTN_CASCADE=N (tokens) overrides.
+  int64_t cascade_min_prefix_tokens = 0;
   // Tensor parallelism over this many ranks (GPU: devices device.index .. + N - 1, with
   // NCCL; CPU: threads). It must divide num_heads, num_kv_heads and intermediate_size.
   int tensor_parallel = 1;
@@ -137,6 +145,7 @@ struct GenerationStats {
   int64_t num_generated_tokens = 0;  // every generated token of every sample (stop tokens too)
   int64_t num_steps = 0;
   int64_t num_mixed_steps = 0;       // steps with decode rows and prompt chunks together
+  int64_t num_cascade_steps = 0;     // decode steps run in the cascade (shared-prefix) form
   int64_t num_partial_prefills = 0;  // prompt chunks that stopped short (chunked prefill)
   int64_t num_preemptions = 0;
   // Samples (n > 1) forked off their prompt's blocks; one that found no free block for its

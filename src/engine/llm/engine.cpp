@@ -1,6 +1,7 @@
 #include "engine/llm/engine.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <span>
 
 #include "kvattn/core/error.h"
@@ -211,6 +212,15 @@ void LLMEngine::abort_all() {
 void LLMEngine::reset_blocks(int64_t num_blocks, int64_t block_size) {
   blocks_ = std::make_unique<BlockManager>(num_blocks, block_size, options_.enable_prefix_caching);
   builder_ = std::make_unique<BatchMetadataBuilder>(*blocks_);
+  int64_t cascade_tokens = options_.cascade_min_prefix_tokens;
+  if (const char* e = std::getenv("KVATTN_CASCADE"); e != nullptr && *e != '\0') {
+    cascade_tokens = std::max<int64_t>(0, std::atoll(e));
+  }
+  KVATTN_CHECK(cascade_tokens >= 0, "LLM: cascade_min_prefix_tokens must be >= 0 (0 = off) but is ",
+               cascade_tokens);
+  build_options_ = BatchBuildOptions{};
+  build_options_.cascade_min_prefix_blocks =
+      cascade_tokens > 0 ? (cascade_tokens + block_size - 1) / block_size : 0;
   scheduler_ = std::make_unique<Scheduler>(
       *blocks_, SchedulerOptions{options_.max_num_seqs, options_.max_num_batched_tokens});
 }

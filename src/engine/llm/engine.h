@@ -84,6 +84,7 @@ class LLMEngine {
   std::unique_ptr<Model> model_;
   std::unique_ptr<BlockManager> blocks_;
   std::unique_ptr<BatchMetadataBuilder> builder_;
+  BatchBuildOptions build_options_;  // cascade decode (LLMOptions::cascade_min_prefix_tokens)
   std::unique_ptr<Scheduler> scheduler_;
   int64_t max_model_len_ = 0;
   bool phase_timing_ = false;  // the model times its phases (LLMOptions::phase_timing)

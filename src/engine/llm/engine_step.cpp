@@ -53,7 +53,8 @@ void LLMEngine::run_step(const TokenCallback& cb) {
     return;
   }
 
-  const BatchMetadata& meta = builder_->build(st.batch);
+  const BatchMetadata& meta = builder_->build(st.batch, build_options_);
+  if (meta.ctx.cascade_prefix_len > 0) ++stats_.num_cascade_steps;
   BatchContext ctx = meta.ctx;
   ctx.decode_plan = DecodePlan{1, 0};
   plan_rows(st);

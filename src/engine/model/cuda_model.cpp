@@ -476,7 +476,7 @@ class CudaModel final : public Model {
   k::KVBlockCopier copier_;
   Activations act_;
   Fixed fx_;
-  Buffer meta_, workspace_, gen_tokens_;
+  Buffer meta_, workspace_, gen_tokens_, cascade_ws_;
   Pinned pinned_meta_, pinned_logits_, pinned_tokens_;
   std::vector<SampleParams> params_;
   std::vector<int32_t> rope_lens_;  // dynamic NTK only
@@ -1012,6 +1012,7 @@ bool CudaModel::fixed_eligible(const ModelInput& in) const {
   if (pool_ == nullptr || options_.max_decode_batch <= 0) return false;
   const BatchContext& hc = *in.ctx;
   if (hc.phase != Phase::kDecode) return false;
+  if (hc.cascade_prefix_len > 0) return false;  // cascade decode: the general (eager) path
   const auto n = static_cast<int64_t>(in.token_ids.size());
   if (n > options_.max_decode_batch) return false;
   if (!hc.context_lens.defined() || hc.context_lens.ndim != 1 || hc.context_lens.size(0) != n) {
@@ -1097,24 +1098,32 @@ void CudaModel::step_general(const ModelInput& in, const Out& out) {
   rope_lengths(in, rope_lens_);
 
   // Every input in one pinned block, 16-byte aligned parts, one copy.
-  const std::array<std::span<const int32_t>, 9> ints = {
+  // (indices 9..11: the cascade decode's shared-prefix table, cu_seqlens and leftpad)
+  const bool cascade = hc.phase == Phase::kDecode && hc.cascade_prefix_len > 0;
+  const std::array<std::span<const int32_t>, 12> ints = {
       in.token_ids, in.positions, in.logit_rows, host_span(hc.slot_mapping),
       host_span(hc.cu_seqlens_q), host_span(hc.cu_seqlens_k), host_span(hc.context_lens),
-      host_span(hc.block_tables), rope_lens_};
-  std::array<size_t, 10> off{};
+      host_span(hc.block_tables), rope_lens_,
+      cascade ? host_span(hc.cascade_block_table) : std::span<const int32_t>{},
+      cascade ? host_span(hc.cascade_cu_seqlens) : std::span<const int32_t>{},
+      cascade ? host_span(hc.cascade_leftpad) : std::span<const int32_t>{}};
+  constexpr size_t kParams = ints.size();  // off[kParams]: the sampling parameters
+  std::array<size_t, ints.size() + 1> off{};
   size_t total = 0;
   for (size_t i = 0; i < ints.size(); ++i) {
     off[i] = total;
     total = align16(total + ints[i].size() * sizeof(int32_t));
   }
-  off[9] = total;
+  off[kParams] = total;
   total = align16(total + params_.size() * sizeof(SampleParams));
   char* hp = static_cast<char*>(pinned_meta_.ensure(total));  // the last step has synced
   char* dp = static_cast<char*>(meta_.ensure(static_cast<int64_t>(total), device_));
   for (size_t i = 0; i < ints.size(); ++i) {
     if (!ints[i].empty()) std::memcpy(hp + off[i], ints[i].data(), ints[i].size() * sizeof(int32_t));
   }
-  if (!params_.empty()) std::memcpy(hp + off[9], params_.data(), params_.size() * sizeof(SampleParams));
+  if (!params_.empty()) {
+    std::memcpy(hp + off[kParams], params_.data(), params_.size() * sizeof(SampleParams));
+  }
   CUDA_CHECK(cudaMemcpyAsync(dp, hp, total, cudaMemcpyHostToDevice, stream_));
   auto dev_i32 = [&](size_t i, const TensorView& host) {
     if (!host.defined()) return TensorView();
@@ -1146,6 +1155,16 @@ void CudaModel::step_general(const ModelInput& in, const Out& out) {
                                   T / num_seqs, max_k, device_);
     void* ws = workspace_.ensure(ctx.decode_plan.workspace_bytes, device_);
     ctx.decode_workspace = TensorView(ws, DType::kU8, device_, {ctx.decode_plan.workspace_bytes});
+    if (cascade) {
+      ctx.cascade_prefix_len = hc.cascade_prefix_len;
+      ctx.cascade_block_table = dev_i32(9, hc.cascade_block_table);
+      ctx.cascade_cu_seqlens = dev_i32(10, hc.cascade_cu_seqlens);
+      ctx.cascade_leftpad = dev_i32(11, hc.cascade_leftpad);
+      const int64_t bytes = cascade_workspace_bytes(T, cfg_.num_heads, cfg_.head_dim,
+                                                    DType::kBF16);
+      ctx.cascade_workspace =
+          TensorView(cascade_ws_.ensure(bytes, device_), DType::kU8, device_, {bytes});
+    }
   }
   phase_.begin(stream_);
   run_layers(T, R, reinterpret_cast<const int32_t*>(dp + off[0]),
@@ -1156,7 +1175,7 @@ void CudaModel::step_general(const ModelInput& in, const Out& out) {
   if (out.sample && R > 0) {
     dev_tokens = static_cast<int32_t*>(gen_tokens_.ensure(R * static_cast<int64_t>(sizeof(int32_t)), device_));
     k::sample_rows(full_logits(), full_logits_ld(), R, full_vocab_,
-                   reinterpret_cast<const SampleParams*>(dp + off[9]), dev_tokens,
+                   reinterpret_cast<const SampleParams*>(dp + off[kParams]), dev_tokens,
                    k::Launch{stream_, pdl_});
   }
   ++stats_.general_steps;
