@@ -174,7 +174,7 @@ void launch(MergeParams p, int64_t heads, cudaStream_t stream) {
   p.vecs = p.head_dim / N;
   p.group_log2 = ceil_log2(p.vecs) > 5 ? 5 : ceil_log2(p.vecs);
   // CTAs of up to 256 threads, fewer (down to a warp) for few tokens.
-  const int64_t want = (int64_t{1} << ceil_log2(p.tokens)) << p.group_log2;
+  const int64_t want = (int64_t{1} << ceil_log2(p.tokens < 256 ? p.tokens : 256)) << p.group_log2;
   const int threads = want < 32 ? 32 : (want > 256 ? 256 : static_cast<int>(want));
   const int64_t rows_per_cta = threads >> p.group_log2;
   const int64_t ctas = (p.tokens + rows_per_cta - 1) / rows_per_cta;
