@@ -189,7 +189,15 @@ void Attention::forward_cascade(const TensorView& q, const BatchContext& ctx,
                                 const DecodeArgs& decode, const TensorView& out) const {
   const int64_t tokens = q.size(0);
   const int64_t num_seqs = ctx.context_lens.size(0);
+  const int64_t q_len = tokens / num_seqs;
   const int64_t block_size = k_cache_.size(1);
+  KVATTN_CHECK(ctx.cascade_first_row >= 0 && ctx.cascade_num_rows >= 1 &&
+                   ctx.cascade_first_row + ctx.cascade_num_rows <= num_seqs,
+               kFn, ": ctx.cascade_first_row (", ctx.cascade_first_row,
+               ") and ctx.cascade_num_rows (", ctx.cascade_num_rows,
+               ") must name a run of rows inside the batch's ", num_seqs);
+  const int64_t run_begin = ctx.cascade_first_row * q_len;
+  const int64_t run_tokens = ctx.cascade_num_rows * q_len;
   KVATTN_CHECK(ctx.cascade_prefix_len % block_size == 0, kFn, ": ctx.cascade_prefix_len (",
                ctx.cascade_prefix_len, ") must be a multiple of the block size (", block_size,
                ")");
@@ -225,13 +233,15 @@ void Attention::forward_cascade(const TensorView& q, const BatchContext& ctx,
   char* base = static_cast<char*>(ws.data);
   const int64_t out_bytes = align16(tokens * num_heads_ * head_dim_ * dtype_size(q.dtype));
   const int64_t lse_bytes = align16(tokens * num_heads_ * static_cast<int64_t>(sizeof(float)));
-  const TensorView prefix_out(base, q.dtype, q.device, {tokens, num_heads_, head_dim_});
-  const TensorView prefix_lse(base + out_bytes, DType::kF32, q.device, {num_heads_, tokens});
+  // The run's rows: the prefix part's output and LSE ([heads, run tokens]); every row's own
+  // LSE ([heads, tokens]; the run's columns are read with a row stride of tokens).
+  const TensorView prefix_out(base, q.dtype, q.device, {run_tokens, num_heads_, head_dim_});
+  const TensorView prefix_lse(base + out_bytes, DType::kF32, q.device, {num_heads_, run_tokens});
   const TensorView own_lse(base + out_bytes + lse_bytes, DType::kF32, q.device,
                            {num_heads_, tokens});
 
-  PrefillArgs p;  // every query row against the shared blocks, once
-  p.q = q;
+  PrefillArgs p;  // the run's query rows against the shared blocks, once
+  p.q = q.slice0(run_begin, run_begin + run_tokens);
   p.k = k_cache_;
   p.v = v_cache_;
   p.block_table = table;
@@ -239,7 +249,7 @@ void Attention::forward_cascade(const TensorView& q, const BatchContext& ctx,
   p.v_scale = v_scale_;
   p.cu_seqlens_q = TensorView(cu.data, DType::kI32, cu.device, {2});
   p.cu_seqlens_k = TensorView(cu.ptr<int32_t>() + 2, DType::kI32, cu.device, {2});
-  p.max_seqlen_q = tokens;
+  p.max_seqlen_q = run_tokens;
   p.max_seqlen_k = ctx.cascade_prefix_len;
   p.softmax_scale = scale_;
   p.causal = false;  // every prefix key precedes every query row
@@ -255,11 +265,13 @@ void Attention::forward_cascade(const TensorView& q, const BatchContext& ctx,
   decode_attention(d);
 
   MergeStatesArgs m;
+  const TensorView run_out = out.slice0(run_begin, run_begin + run_tokens);
   m.out_a = prefix_out;
   m.lse_a = prefix_lse;
-  m.out_b = out;
-  m.lse_b = own_lse;
-  m.out = out;
+  m.out_b = run_out;
+  m.lse_b = TensorView(own_lse.ptr<float>() + run_begin, DType::kF32, q.device,
+                       {num_heads_, run_tokens}, {tokens, 1});
+  m.out = run_out;
   m.stream = ctx.stream;
   merge_attention_states(m);
 }

@@ -194,28 +194,48 @@ const BatchMetadata& BatchMetadataBuilder::build(std::span<const ScheduledSequen
 
 void BatchMetadataBuilder::set_cascade(std::span<const ScheduledSequence> batch, int64_t tokens,
                                        int64_t min_blocks) {
+  (void)tokens;  // decode rows are one token each
   const int64_t bs = manager_.block_size();
-  const int32_t* first = batch[0].seq->block_table().data();
-  int64_t common = std::numeric_limits<int64_t>::max();
-  for (const ScheduledSequence& s : batch) {
-    const int64_t keys = s.seq->num_computed_tokens() + s.num_new_tokens;
-    // Whole blocks strictly before the row's last key: the row keeps >= 1 key of its own.
-    common = std::min(common, (keys - 1) / bs);
-    const int32_t* table = s.seq->block_table().data();
-    int64_t j = 0;
-    while (j < common && table[j] == first[j]) ++j;
-    common = j;
-    if (common < min_blocks) return;
+  const auto n = static_cast<int64_t>(batch.size());
+  // Whole blocks strictly before a row's last key: the row keeps >= 1 key of its own.
+  auto usable = [&](int64_t r) {
+    const ScheduledSequence& s = batch[static_cast<size_t>(r)];
+    return (s.seq->num_computed_tokens() + s.num_new_tokens - 1) / bs;
+  };
+  auto table = [&](int64_t r) { return batch[static_cast<size_t>(r)].seq->block_table().data(); };
+  int64_t best_lo = 0, best_rows = 0, best_blocks = 0, best_saved = 0;
+  for (int64_t lo = 0; lo < n;) {
+    int64_t common = usable(lo);
+    int64_t hi = lo + 1;
+    for (; hi < n; ++hi) {
+      const int64_t c = std::min(common, usable(hi));
+      const int32_t* a = table(lo);
+      const int32_t* b = table(hi);
+      int64_t j = 0;
+      while (j < c && a[j] == b[j]) ++j;
+      if (j < min_blocks) break;
+      common = j;
+    }
+    const int64_t rows = hi - lo;
+    if (rows >= 2 && (rows - 1) * common > best_saved) {
+      best_lo = lo, best_rows = rows, best_blocks = common, best_saved = (rows - 1) * common;
+    }
+    lo = hi;
   }
-  const auto prefix = static_cast<int32_t>(common * bs);
-  cascade_table_.assign(first, first + common);
-  cascade_cu_ = {0, static_cast<int32_t>(tokens), 0, prefix};
-  cascade_leftpad_.assign(batch.size(), prefix);
+  if (best_rows < 2) return;
+  const auto prefix = static_cast<int32_t>(best_blocks * bs);
+  const int32_t* first = table(best_lo);
+  cascade_table_.assign(first, first + best_blocks);
+  cascade_cu_ = {0, static_cast<int32_t>(best_rows), 0, prefix};
+  cascade_leftpad_.assign(static_cast<size_t>(n), 0);
+  std::fill_n(cascade_leftpad_.begin() + best_lo, best_rows, prefix);
   BatchContext& ctx = meta_.ctx;
   ctx.cascade_prefix_len = prefix;
-  ctx.cascade_block_table = host_i32(cascade_table_, {1, common});
+  ctx.cascade_first_row = best_lo;
+  ctx.cascade_num_rows = best_rows;
+  ctx.cascade_block_table = host_i32(cascade_table_, {1, best_blocks});
   ctx.cascade_cu_seqlens = host_i32(cascade_cu_, {4});
-  ctx.cascade_leftpad = host_i32(cascade_leftpad_, {static_cast<int64_t>(batch.size())});
+  ctx.cascade_leftpad = host_i32(cascade_leftpad_, {n});
 }
 
 }  // namespace kvattn

@@ -1,6 +1,8 @@
 // merge_attention_states entry: validates once, then dispatches on the device.
 #include "kvattn/kernels/merge_attention.h"
 
+#include <utility>
+
 #include "merge_attention_backend.h"
 #include "validate.h"
 
@@ -22,7 +24,8 @@ void check_rows_like(std::string_view name, const TensorView& t, const TensorVie
   check_device(kFn, name, t, out_a.device);
 }
 
-// float32 [num_heads, tokens], contiguous, on `device`.
+// float32 [num_heads, tokens] on `device`, tokens contiguous, heads at a stride >= tokens
+// (a column range of a wider [num_heads, T] array is fine).
 void check_lse(std::string_view name, const TensorView& t, int64_t heads, int64_t tokens,
                Device device) {
   using namespace detail;
@@ -32,7 +35,10 @@ void check_lse(std::string_view name, const TensorView& t, int64_t heads, int64_
                t.shape_str());
   check_dtype(kFn, name, t, DType::kF32);
   check_device(kFn, name, t, device);
-  check_contiguous(kFn, name, t);
+  KVATTN_CHECK(t.stride(1) == 1 || tokens <= 1, kFn, ": ", name,
+               " must have contiguous tokens (stride(1) == 1) but stride(1) is ", t.stride(1));
+  KVATTN_CHECK(t.stride(0) >= tokens || heads <= 1, kFn, ": ", name,
+               " head stride must be >= tokens (", tokens, ") but is ", t.stride(0));
 }
 
 // out may share out_x's memory only element for element (the same view).
@@ -61,7 +67,14 @@ void merge_attention_states(const MergeStatesArgs& a) {
   const Device device = a.out_a.device;
   check_lse("lse_a", a.lse_a, heads, tokens, device);
   check_lse("lse_b", a.lse_b, heads, tokens, device);
-  if (a.lse.defined()) check_lse("lse", a.lse, heads, tokens, device);
+  if (a.lse.defined()) {
+    check_lse("lse", a.lse, heads, tokens, device);
+    for (const auto& [name, x] : {std::pair{"lse_a", a.lse_a}, std::pair{"lse_b", a.lse_b}}) {
+      KVATTN_CHECK(a.lse.data != x.data || heads <= 1 || a.lse.stride(0) == x.stride(0), kFn,
+                   ": lse aliases ", name, " (same data pointer) so its head stride must be ",
+                   x.stride(0), " but is ", a.lse.stride(0));
+    }
+  }
   if (tokens == 0 || heads == 0) return;
 
   if (device.is_cpu()) {

@@ -86,9 +86,14 @@ double run_case(const Case& c, std::mt19937_64& rng, bool double_count = false) 
   const Tensor cl = on_gpu(test::int_tensor(lens));
   std::vector<int64_t> prefix_ids(ids.begin(), ids.begin() + c.prefix_blocks);
   const Tensor ct = on_gpu(test::int_tensor_2d(prefix_ids, 1, c.prefix_blocks));
-  const Tensor cu = on_gpu(test::int_tensor({0, tokens, 0, P}));
-  const Tensor lp = on_gpu(
-      test::int_tensor(std::vector<int64_t>(static_cast<size_t>(c.seqs), double_count ? 0 : P)));
+  // The run of rows that takes the cascade: all of them, or a random inner run (the rows
+  // outside it decode plainly).
+  const int64_t lo = test::pick<int>(rng, {0, 1}) == 0 ? 0 : test::uniform_int(rng, 0, c.seqs - 1);
+  const int64_t hi = lo == 0 && c.seqs > 1 ? c.seqs : test::uniform_int(rng, lo + 1, c.seqs);
+  std::vector<int64_t> leftpad(static_cast<size_t>(c.seqs), 0);
+  for (int64_t r = lo; r < hi; ++r) leftpad[r] = double_count ? 0 : P;
+  const Tensor cu = on_gpu(test::int_tensor({0, hi - lo, 0, P}));
+  const Tensor lp = on_gpu(test::int_tensor(leftpad));
   const int64_t ws_bytes = cascade_workspace_bytes(tokens, c.heads, c.head_dim, DType::kBF16);
   const Tensor ws = Tensor::empty({ws_bytes}, DType::kU8, kGpu);
   BatchContext plain;
@@ -102,6 +107,8 @@ double run_case(const Case& c, std::mt19937_64& rng, bool double_count = false) 
   plain.decode_workspace = dws.view();
   BatchContext cascade = plain;
   cascade.cascade_prefix_len = P;
+  cascade.cascade_first_row = lo;
+  cascade.cascade_num_rows = hi - lo;
   cascade.cascade_block_table = ct.view();
   cascade.cascade_cu_seqlens = cu.view();
   cascade.cascade_leftpad = lp.view();

@@ -93,11 +93,18 @@ double run_case(const CascadeCase& c, std::mt19937_64& rng, AttentionMask mask =
   plain.block_tables = bt.view();
   std::vector<int64_t> prefix_ids(ids.begin(), ids.begin() + c.prefix_blocks);
   const Tensor ct = test::int_tensor_2d(prefix_ids, 1, c.prefix_blocks);
-  const Tensor cu = test::int_tensor({0, tokens, 0, P});
-  const Tensor lp =
-      test::int_tensor(std::vector<int64_t>(static_cast<size_t>(c.seqs), double_count ? 0 : P));
+  // The run of rows that takes the cascade: all of them, or a random inner run (the rows
+  // outside it decode plainly).
+  const int64_t lo = test::pick<int>(rng, {0, 1}) == 0 ? 0 : test::uniform_int(rng, 0, c.seqs - 1);
+  const int64_t hi = lo == 0 ? c.seqs : test::uniform_int(rng, lo + 1, c.seqs);
+  std::vector<int64_t> leftpad(static_cast<size_t>(c.seqs), 0);
+  for (int64_t r = lo; r < hi; ++r) leftpad[r] = double_count ? 0 : P;
+  const Tensor cu = test::int_tensor({0, (hi - lo) * c.q_len, 0, P});
+  const Tensor lp = test::int_tensor(leftpad);
   BatchContext cascade = plain;
   cascade.cascade_prefix_len = P;
+  cascade.cascade_first_row = lo;
+  cascade.cascade_num_rows = hi - lo;
   cascade.cascade_block_table = ct.view();
   cascade.cascade_cu_seqlens = cu.view();
   cascade.cascade_leftpad = lp.view();
@@ -177,6 +184,7 @@ TEST(AttentionCascade, RejectsMalformedFields) {
   ctx.context_lens = cl.view();
   ctx.block_tables = bt.view();
   ctx.cascade_prefix_len = 4;
+  ctx.cascade_num_rows = 2;
   ctx.cascade_block_table = ct.view();
   ctx.cascade_cu_seqlens = cu.view();
   ctx.cascade_leftpad = lp.view();
@@ -200,6 +208,9 @@ TEST(AttentionCascade, RejectsMalformedFields) {
   c = ctx;
   c.cascade_leftpad = ct.view();
   expect_error(c, "cascade_leftpad");
+  c = ctx;
+  c.cascade_first_row = 1;
+  expect_error(c, "cascade_first_row");
 }
 
 // The builder marks the shared leading blocks of a decode batch (prefix caching shares them).
@@ -228,13 +239,23 @@ TEST(AttentionCascade, BuilderFindsTheSharedPrefix) {
     s.append_token(7);
     bm.append(s);
   }
-  std::vector<ScheduledSequence> batch;
+  // A sequence of its own first in the batch: the run is the three sharing rows after it.
+  std::vector<int32_t> other(30, 9);
+  Sequence alone(static_cast<SeqId>(9), other);
+  bm.allocate(alone);
+  bm.mark_computed(alone, alone.num_tokens());
+  alone.append_token(7);
+  bm.append(alone);
+  std::vector<ScheduledSequence> batch{{&alone, 1}};
   for (auto& s : seqs) batch.push_back({&s, 1});
   BatchBuildOptions opts;
   opts.cascade_min_prefix_blocks = 2;
   const BatchMetadata& m = builder.build(batch, opts);
   ASSERT_EQ(m.ctx.phase, Phase::kDecode);
   EXPECT_EQ(m.ctx.cascade_prefix_len, 20);
+  EXPECT_EQ(m.ctx.cascade_first_row, 1);
+  EXPECT_EQ(m.ctx.cascade_num_rows, 3);
+  EXPECT_EQ(m.ctx.cascade_leftpad.ptr<int32_t>()[0], 0);
   ASSERT_TRUE(m.ctx.cascade_block_table.defined());
   EXPECT_EQ(m.ctx.cascade_block_table.size(1), 5);
   for (int64_t j = 0; j < 5; ++j) {
@@ -242,12 +263,13 @@ TEST(AttentionCascade, BuilderFindsTheSharedPrefix) {
   }
   EXPECT_EQ(m.ctx.cascade_cu_seqlens.ptr<int32_t>()[1], 3);
   EXPECT_EQ(m.ctx.cascade_cu_seqlens.ptr<int32_t>()[3], 20);
-  for (int64_t r = 0; r < 3; ++r) EXPECT_EQ(m.ctx.cascade_leftpad.ptr<int32_t>()[r], 20);
+  for (int64_t r = 1; r < 4; ++r) EXPECT_EQ(m.ctx.cascade_leftpad.ptr<int32_t>()[r], 20);
   // Above the shared length: off. Off by default.
   opts.cascade_min_prefix_blocks = 6;
   EXPECT_EQ(builder.build(batch, opts).ctx.cascade_prefix_len, 0);
   EXPECT_EQ(builder.build(batch).ctx.cascade_prefix_len, 0);
   for (auto& s : seqs) bm.free(s);
+  bm.free(alone);
 }
 
 }  // namespace

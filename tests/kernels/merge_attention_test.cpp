@@ -253,6 +253,48 @@ TEST(MergeAttentionStates, EveryDtypeHeadDimAndAlias) {
   }
 }
 
+// lse arrays given as column ranges of wider [heads, T] arrays (the cascade decode's run of
+// rows): the same bits as the contiguous call; lse written into its range only.
+TEST(MergeAttentionStates, LseWithAHeadStrideEqualsContiguous) {
+  std::mt19937_64 rng(test::case_seed());
+  for (DType dt : kDtypes) {
+    const int64_t tokens = 5, heads = 3, d = 64, wide = 11, first = 4;
+    MergeCase c = make_case(rng, dt, tokens, heads, d);
+    Tensor ref_out = Tensor::empty({tokens, heads, d}, dt);
+    Tensor ref_lse = Tensor::empty({heads, tokens}, DType::kF32);
+    merge_attention_states({c.a.view, c.lse_a, c.b.view, c.lse_b, ref_out.view(), ref_lse.view()});
+    Tensor wa = Tensor::empty({heads, wide}, DType::kF32), wb = Tensor::empty({heads, wide}, DType::kF32);
+    Tensor wl = Tensor::empty({heads, wide}, DType::kF32);
+    test::poison(wa.view());
+    test::poison(wb.view());
+    test::poison(wl.view());
+    for (int64_t h = 0; h < heads; ++h) {
+      for (int64_t t = 0; t < tokens; ++t) {
+        wa.ptr<float>()[h * wide + first + t] = c.lse_a.ptr<float>()[h * tokens + t];
+        wb.ptr<float>()[h * wide + first + t] = c.lse_b.ptr<float>()[h * tokens + t];
+      }
+    }
+    auto range = [&](const Tensor& w) {
+      return TensorView(w.ptr<float>() + first, DType::kF32, Device::cpu(), {heads, tokens},
+                        {wide, 1});
+    };
+    Tensor out = Tensor::empty({tokens, heads, d}, dt);
+    test::poison(out.view());
+    merge_attention_states({c.a.view, range(wa), c.b.view, range(wb), out.view(), range(wl)});
+    EXPECT_EQ(test::bytes_of(out), test::bytes_of(ref_out)) << dtype_name(dt);
+    for (int64_t h = 0; h < heads; ++h) {
+      for (int64_t t = 0; t < wide; ++t) {
+        const float got = wl.ptr<float>()[h * wide + t];
+        if (t >= first && t < first + tokens) {
+          EXPECT_EQ(got, ref_lse.ptr<float>()[h * tokens + t - first]) << h << ", " << t;
+        } else {
+          EXPECT_TRUE(std::isnan(got)) << "lse written outside its range at " << h << ", " << t;
+        }
+      }
+    }
+  }
+}
+
 TEST(MergeAttentionStates, ZeroTokensIsANoOp) {
   std::mt19937_64 rng(test::case_seed());
   for (DType dt : kDtypes) {
@@ -387,7 +429,11 @@ TEST(MergeAttentionStates, BadArgumentsNameTheArgument) {
   expect_error(with([&](auto& a) { a.lse_a = v.la.view().reshape({6}); }),
                {"lse_a must have rank 2"});
   const TensorView lse_strided(lse_wide.data(), DType::kF32, Device::cpu(), {2, 3}, {6, 2});
-  expect_error(with([&](auto& a) { a.lse = lse_strided; }), {"lse must be contiguous"});
+  expect_error(with([&](auto& a) { a.lse = lse_strided; }),
+               {"lse must have contiguous tokens", "stride(1) is 2"});
+  const TensorView lse_narrow(lse_wide.data(), DType::kF32, Device::cpu(), {2, 3}, {2, 1});
+  expect_error(with([&](auto& a) { a.lse_b = lse_narrow; }),
+               {"lse_b head stride must be >= tokens (3)", "2"});
   // Devices.
   auto on_gpu = [](const TensorView& t) {
     TensorView g = t;

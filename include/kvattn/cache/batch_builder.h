@@ -38,9 +38,10 @@ struct BatchBuildOptions {
   int64_t pad_decode_batch_to = 0;
   // Fixed block-table width for CUDA graphs (0 => the widest row of this batch).
   int64_t block_table_width = 0;
-  // Decode steps of >= 2 unpadded rows: when every row's first N block ids are the same
-  // blocks (a prompt prefix the prefix cache shares) with N >= this, and each row has keys
-  // after them, set ctx.cascade_* (batch_context.h) for the largest such N. 0 => off.
+  // Decode steps of >= 2 unpadded rows: when consecutive rows begin with the same N >= this
+  // block ids (a prompt prefix the prefix cache shares), each row with keys after them, set
+  // ctx.cascade_* (batch_context.h) for the run that saves the most block reads (rows - 1
+  // times N). 0 => off.
   int64_t cascade_min_prefix_blocks = 0;
 };
 
@@ -74,7 +75,7 @@ class BatchMetadataBuilder {
  private:
   void validate(std::span<const ScheduledSequence> batch, const BatchBuildOptions& options);
   void write_table_row(int64_t row, uint64_t table_id, const int32_t* table, int64_t nb);
-  // Sets meta_.ctx.cascade_* when the decode batch shares >= min_blocks leading blocks.
+  // Sets meta_.ctx.cascade_* for the best run of rows sharing >= min_blocks leading blocks.
   void set_cascade(std::span<const ScheduledSequence> batch, int64_t tokens, int64_t min_blocks);
 
   const BlockManager& manager_;

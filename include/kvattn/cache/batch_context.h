@@ -33,18 +33,21 @@ struct BatchContext {
   DecodePlan decode_plan{0, 0};
   TensorView decode_workspace;
   // Decode, optional: the shared-prefix (cascade) form. cascade_prefix_len > 0 says that the
-  // first cascade_prefix_len keys of every row with keys are the same cache blocks, listed in
-  // cascade_block_table (int32 [1, >= cascade_prefix_len / block_size]). Attention::forward
-  // then attends every query row to those keys once, as one non-causal paged prefill of all
-  // rows (the shared blocks are read once per step instead of once per sequence), each row's
-  // remaining keys through the decode kernel with cache_leftpad = cascade_leftpad (int32
-  // [num_seqs]: cascade_prefix_len, or 0 for a padding row with no keys), and merges the two
-  // by their log-sum-exps (merge_attention_states). cascade_cu_seqlens is int32 [4] = {0,
-  // query tokens, 0, cascade_prefix_len} (the prefill's cu_seqlens_q and _k). Layers with a
-  // sliding window or ALiBi take the plain decode (their scores depend on absolute distance).
-  // cascade_workspace: cascade_workspace_bytes() bytes on the step's device (the CPU allocates
-  // when it is empty; CUDA needs it, forward never allocates there). 0 = off.
+  // first cascade_prefix_len keys of the cascade_num_rows consecutive rows from
+  // cascade_first_row on are the same cache blocks, listed in cascade_block_table (int32 [1,
+  // >= cascade_prefix_len / block_size]). Attention::forward then attends those rows' queries
+  // to the shared keys once, as one non-causal paged prefill of all of them (the shared blocks
+  // are read once per step instead of once per sequence), every row's remaining keys through
+  // the decode kernel with cache_leftpad = cascade_leftpad (int32 [num_seqs]:
+  // cascade_prefix_len for the rows of the run, 0 for the others, which decode as usual), and
+  // merges the two by their log-sum-exps (merge_attention_states). cascade_cu_seqlens is int32
+  // [4] = {0, the run's query tokens, 0, cascade_prefix_len} (the prefill's cu_seqlens_q and
+  // _k). Layers with a sliding window or ALiBi take the plain decode (their scores depend on
+  // absolute distance). cascade_workspace: cascade_workspace_bytes() bytes on the step's device
+  // (the CPU allocates when it is empty; CUDA needs it: forward never allocates there). 0 = off.
   int64_t cascade_prefix_len = 0;
+  int64_t cascade_first_row = 0;
+  int64_t cascade_num_rows = 0;
   TensorView cascade_block_table;
   TensorView cascade_cu_seqlens;
   TensorView cascade_leftpad;

@@ -14,8 +14,9 @@ namespace kvattn {
 // out row NaN and lse NaN (garbage in).
 // Layouts: out_a, out_b, out: [tokens, num_heads, head_dim], same dtype (bf16, f16 or f32), last
 // dim contiguous, head stride == head_dim, any token stride (out's rows must not overlap).
-// head_dim 1..512. lse_a, lse_b, lse: float32 [num_heads, tokens] contiguous (the layout
-// prefill_attention / decode_attention write).
+// head_dim 1..512. lse_a, lse_b, lse: float32 [num_heads, tokens] (the layout
+// prefill_attention / decode_attention write), tokens contiguous, the head stride >= tokens (so
+// a column range of a wider [num_heads, T] array may be passed).
 // out may alias out_a or out_b (elementwise, same position); lse may alias lse_a or lse_b. lse
 // is optional. All tensors on one device (CPU or CUDA). tokens == 0 is a no-op.
 // CUDA: no allocation, no synchronisation (graph-capturable), runs on `stream`.

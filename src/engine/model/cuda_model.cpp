@@ -1157,6 +1157,8 @@ void CudaModel::step_general(const ModelInput& in, const Out& out) {
     ctx.decode_workspace = TensorView(ws, DType::kU8, device_, {ctx.decode_plan.workspace_bytes});
     if (cascade) {
       ctx.cascade_prefix_len = hc.cascade_prefix_len;
+      ctx.cascade_first_row = hc.cascade_first_row;
+      ctx.cascade_num_rows = hc.cascade_num_rows;
       ctx.cascade_block_table = dev_i32(9, hc.cascade_block_table);
       ctx.cascade_cu_seqlens = dev_i32(10, hc.cascade_cu_seqlens);
       ctx.cascade_leftpad = dev_i32(11, hc.cascade_leftpad);

@@ -20,13 +20,16 @@ void merge_rows(const MergeStatesArgs& a) {
   const float* lse_b = a.lse_b.ptr<const float>();
   float* lse = a.lse.defined() ? a.lse.ptr<float>() : nullptr;
   const int64_t sa = a.out_a.stride(0), sb = a.out_b.stride(0), so = a.out.stride(0);
+  // Head strides of the lse arrays (>= tokens; one head: any).
+  const int64_t la = a.lse_a.stride(0), lb = a.lse_b.stride(0);
+  const int64_t lo = a.lse.defined() ? a.lse.stride(0) : 0;
   const bool parallel = tokens * heads * d >= (int64_t{1} << 16);
   const T nan = from_float<T>(std::numeric_limits<float>::quiet_NaN());
 
 #pragma omp parallel for schedule(static) if (parallel)
   for (int64_t t = 0; t < tokens; ++t) {
     for (int64_t h = 0; h < heads; ++h) {
-      const MergeWeights w = merge_weights(lse_a[h * tokens + t], lse_b[h * tokens + t]);
+      const MergeWeights w = merge_weights(lse_a[h * la + t], lse_b[h * lb + t]);
       const T* ra = oa + t * sa + h * d;
       const T* rb = ob + t * sb + h * d;
       T* ro = out + t * so + h * d;
@@ -42,7 +45,7 @@ void merge_rows(const MergeStatesArgs& a) {
         const bool any = w.use_a || w.use_b;
         for (int64_t x = 0; x < d; ++x) ro[x] = from_float<T>(any ? to_float(r[x]) * f : 0.0f);
       }
-      if (lse != nullptr) lse[h * tokens + t] = w.lse;
+      if (lse != nullptr) lse[h * lo + t] = w.lse;
     }
   }
 }

@@ -33,7 +33,7 @@ namespace {
 
 // Layout (elements; one params block per launch, passed by value):
 //   out_a / out_b / out   row (t, h) at  base + t * stride_* + h * head_dim, head_dim contiguous
-//   lse_a / lse_b / lse   (h, t) at  h * tokens + t; lse may be null
+//   lse_a / lse_b / lse   (h, t) at  h * lstride_* + t; lse may be null
 struct MergeParams {
   const void* out_a;
   const void* out_b;
@@ -42,6 +42,7 @@ struct MergeParams {
   const float* lse_b;
   float* lse;
   int64_t stride_a, stride_b, stride_o;
+  int64_t lstride_a, lstride_b, lstride_o;  // head strides of the lse arrays
   int64_t tokens;
   int head_dim;
   int vecs;        // accesses per row: head_dim / N
@@ -120,7 +121,7 @@ __global__ void merge_states_kernel(const __grid_constant__ MergeParams p) {
   const int64_t token =
       static_cast<int64_t>(blockIdx.x) * (blockDim.x >> p.group_log2) + (threadIdx.x >> p.group_log2);
   const bool valid = token < p.tokens;
-  const int64_t li = static_cast<int64_t>(head) * p.tokens + token;
+  const int64_t hh = static_cast<int64_t>(head);
   const int64_t col = static_cast<int64_t>(head) * p.head_dim;
   const Bits* ra = static_cast<const Bits*>(p.out_a) + token * p.stride_a + col;
   const Bits* rb = static_cast<const Bits*>(p.out_b) + token * p.stride_b + col;
@@ -129,8 +130,8 @@ __global__ void merge_states_kernel(const __grid_constant__ MergeParams p) {
   // Issue the lse loads and this thread's first vectors together.
   float la = 0.0f, lb = 0.0f;
   if (valid && g == 0) {
-    la = p.lse_a[li];
-    lb = p.lse_b[li];
+    la = p.lse_a[hh * p.lstride_a + token];
+    lb = p.lse_b[hh * p.lstride_b + token];
   }
   Pack<Bits, N> a{}, b{};
   int v = g;
@@ -160,7 +161,7 @@ __global__ void merge_states_kernel(const __grid_constant__ MergeParams p) {
     }
     store_pack<Bits, N>(ro + v * N, o);
   }
-  if (p.lse != nullptr && g == 0) p.lse[li] = w.lse;
+  if (p.lse != nullptr && g == 0) p.lse[hh * p.lstride_o + token] = w.lse;
 }
 
 int ceil_log2(int64_t x) {
@@ -211,6 +212,9 @@ void merge_attention_states(const MergeStatesArgs& a) {
   p.stride_a = a.out_a.stride(0);
   p.stride_b = a.out_b.stride(0);
   p.stride_o = a.out.stride(0);
+  p.lstride_a = a.lse_a.stride(0);
+  p.lstride_b = a.lse_b.stride(0);
+  p.lstride_o = a.lse.defined() ? a.lse.stride(0) : 0;
   p.tokens = tokens;
   p.head_dim = static_cast<int>(d);
 
