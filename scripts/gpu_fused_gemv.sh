@@ -61,7 +61,7 @@ if [ "$what" = all ] || [ "$what" = bench ]; then
   for rep in 1 2; do
     for pdl in 0 1; do
       for fg in 0 1; do
-        KVATTN_FUSED_GEMV=$fg KVATTN_PDL=$pdl timeout 150 build-gpu/kvattn bench --model /tmp/q06 \
+        KVATTN_GEMV=auto KVATTN_FUSED_GEMV=$fg KVATTN_PDL=$pdl timeout 150 build-gpu/kvattn bench --model /tmp/q06 \
           --device cuda --num-seqs 32 --min-input 100 --max-input 200 --min-output 32 \
           --max-output 64 --ttft-input 256 --json "$OUT/bench_single_fg${fg}_pdl${pdl}_${rep}.json" \
           2>&1 | tr '\r' '\n' | tee "$OUT/bench_single_fg${fg}_pdl${pdl}_${rep}.log" |
@@ -72,7 +72,7 @@ if [ "$what" = all ] || [ "$what" = bench ]; then
   for pdl in 0 1; do
     for fg in 0 1; do
       step "bench nano-vllm, KVATTN_FUSED_GEMV=$fg KVATTN_PDL=$pdl (graphs on)"
-      KVATTN_FUSED_GEMV=$fg KVATTN_PDL=$pdl timeout 200 build-gpu/kvattn bench --model /tmp/q06 \
+      KVATTN_GEMV=auto KVATTN_FUSED_GEMV=$fg KVATTN_PDL=$pdl timeout 200 build-gpu/kvattn bench --model /tmp/q06 \
         --device cuda --workload nano-vllm --json "$OUT/bench_nano_fg${fg}_pdl${pdl}.json" 2>&1 |
         tr '\r' '\n' | tee "$OUT/bench_nano_fg${fg}_pdl${pdl}.log" |
         grep -E "Throughput|single stream|rror"

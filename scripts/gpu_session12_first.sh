@@ -7,7 +7,9 @@
 #   2. GGUF quant types on the GPU (engine_gguf_quant_types_gpu_test, issue 19);
 #   3. cascade decode + merge_attention_states (scripts/gpu_cascade.sh's tests; issue 20);
 #   4. the engine row kernels' rewrite (KVATTN_LEGACY_KERNELS=0; scripts/gpu_engine_kernels.sh
-#      tests) and the fused decode GEMVs (KVATTN_FUSED_GEMV=1; scripts/gpu_fused_gemv.sh tests).
+#      tests) and the fused decode GEMVs (KVATTN_FUSED_GEMV=1; scripts/gpu_fused_gemv.sh tests;
+#      its engine_cuda_gemv_gpu_test decides whether Gemv::env_mode's default goes back to
+#      kAuto: the rewritten plain GEMV is off by default until then).
 # Then, in later calls: `bash scripts/gpu_engine_kernels.sh bench`, `bash scripts/gpu_fused_gemv.sh
 # bench`, `SKIP_BUILD=1 bash scripts/gpu_cascade.sh` (its bench part), `bash
 # scripts/gpu_ncu_single_stream.sh`, and the peers (scripts/gpu_session10_peers.sh style, with

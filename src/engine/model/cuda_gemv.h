@@ -88,7 +88,8 @@ class Gemv {
   // (docs/perf/NOTES.md, "GEMV for small-batch decode") found the GEMV faster than cuBLASLt,
   // see preferred(); kAll: every case run() accepts; kOff: none.
   enum class Mode { kOff, kAuto, kAll };
-  // KVATTN_GEMV (read once per process): "0" kOff, "all" kAll, unset or anything else kAuto.
+  // KVATTN_GEMV (read once per process): "auto" kAuto, "all" kAll, unset or anything else
+  // kOff (until the session-11 rewrite of the kernel has run on a GPU; then back to kAuto).
   static Mode env_mode();
   // kAuto's rule: a small number of output features (the K-split regime: o_proj, down_proj of
   // Qwen3-0.6B, 1024 x 2048/3072, 1.05-3.5x at M = 1..8), or a vocabulary-sized one at
