@@ -18,112 +18,23 @@
 #include "kvattn/attention/attention.h"
 #include "kvattn/cache/batch_builder.h"
 #include "kvattn/cache/block_manager.h"
-#include "kvattn/kernels/store_kv.h"
+#include "cascade_case.h"
 #include "support/case_util.h"
 #include "support/test_util.h"
 
 namespace kvattn {
 namespace {
 
-struct CascadeCase {
-  int64_t seqs, heads, kv_heads, head_dim, block_size, prefix_blocks, q_len;
-  float softcap;
-  bool fp8;
-};
+using test::CascadeRun;
+using test::CascadeSpec;
 
-// One decode step over `c.seqs` sequences whose first prefix_blocks blocks are the same cache
-// blocks and whose remaining blocks are their own (random lengths past the prefix), through
-// the layer with and without the cascade fields. Returns the largest |plain - cascade| over
-// the largest |plain|.
-// double_count: the decode part starts at key 0 instead of after the prefix (a wrong
-// cascade_leftpad), so the prefix counts twice: the comparison must see it.
-double run_case(const CascadeCase& c, std::mt19937_64& rng, AttentionMask mask = {},
+// CPU: float32 activations; the rest as the spec says.
+double run_case(const CascadeSpec& c, std::mt19937_64& rng, AttentionMask mask = {},
                 bool double_count = false) {
-  const int64_t bs = c.block_size, P = c.prefix_blocks * bs;
-  std::vector<int64_t> lens(static_cast<size_t>(c.seqs));
-  for (auto& l : lens) l = P + test::uniform_int(rng, c.q_len, 3 * bs + c.q_len);
-  const int64_t max_len = *std::max_element(lens.begin(), lens.end());
-  const int64_t width = (max_len + bs - 1) / bs;
-  // Block ids: the shared prefix first, then each sequence's own blocks, all shuffled.
-  int64_t num_blocks = c.prefix_blocks;
-  for (int64_t l : lens) num_blocks += (l + bs - 1) / bs - c.prefix_blocks;
-  std::vector<int64_t> ids(static_cast<size_t>(num_blocks));
-  std::iota(ids.begin(), ids.end(), 0);
-  std::shuffle(ids.begin(), ids.end(), rng);
-  std::vector<int64_t> table(static_cast<size_t>(c.seqs * width), -1);
-  size_t next = static_cast<size_t>(c.prefix_blocks);
-  for (int64_t b = 0; b < c.seqs; ++b) {
-    for (int64_t j = 0; j < (lens[b] + bs - 1) / bs; ++j) {
-      table[b * width + j] = j < c.prefix_blocks ? ids[j] : ids[next++];
-    }
-  }
-  const DType cache_dtype = c.fp8 ? DType::kF8E4M3 : DType::kF32;
-  Tensor kc = Tensor::empty({num_blocks, bs, c.kv_heads, c.head_dim}, cache_dtype);
-  Tensor vc = Tensor::empty({num_blocks, bs, c.kv_heads, c.head_dim}, cache_dtype);
-  Tensor ks, vs;
-  if (c.fp8) {
-    ks = Tensor::empty({c.kv_heads}, DType::kF32);
-    vs = Tensor::empty({c.kv_heads}, DType::kF32);
-    test::fill_random(ks.view(), rng, 0.002f, 0.02f);
-    test::fill_random(vs.view(), rng, 0.002f, 0.02f);
-  }
-  {  // every cached key and value, written through store_kv (the fp8 bytes included)
-    const int64_t slots = num_blocks * bs;
-    Tensor k = Tensor::empty({slots, c.kv_heads, c.head_dim}, DType::kF32);
-    Tensor v = Tensor::empty({slots, c.kv_heads, c.head_dim}, DType::kF32);
-    test::fill_random(k.view(), rng, -1.5f, 1.5f);
-    test::fill_random(v.view(), rng, -1.5f, 1.5f);
-    std::vector<int64_t> all(static_cast<size_t>(slots));
-    std::iota(all.begin(), all.end(), 0);
-    const Tensor sm = test::int_tensor(all);
-    store_kv(k.view(), v.view(), kc.view(), vc.view(), sm.view(), ks.view(), vs.view());
-  }
-  const int64_t tokens = c.seqs * c.q_len;
-  Tensor q = Tensor::empty({tokens, c.heads * c.head_dim}, DType::kF32);
-  test::fill_random(q.view(), rng, -1.0f, 1.0f);
-  Attention attn(c.heads, c.head_dim, 0.0f, c.kv_heads, mask);
-  attn.bind_cache(kc.view(), vc.view(), ks.view(), vs.view());
-
-  const Tensor bt = test::int_tensor_2d(table, c.seqs, width);
-  const Tensor cl = test::int_tensor(lens);
-  BatchContext plain;
-  plain.phase = Phase::kDecode;
-  plain.kv_stored = true;  // the step's keys are already in the cache
-  plain.context_lens = cl.view();
-  plain.block_tables = bt.view();
-  std::vector<int64_t> prefix_ids(ids.begin(), ids.begin() + c.prefix_blocks);
-  const Tensor ct = test::int_tensor_2d(prefix_ids, 1, c.prefix_blocks);
-  // The run of rows that takes the cascade: all of them, or a random inner run (the rows
-  // outside it decode plainly).
-  const int64_t lo = test::pick<int>(rng, {0, 1}) == 0 ? 0 : test::uniform_int(rng, 0, c.seqs - 1);
-  const int64_t hi = lo == 0 ? c.seqs : test::uniform_int(rng, lo + 1, c.seqs);
-  std::vector<int64_t> leftpad(static_cast<size_t>(c.seqs), 0);
-  for (int64_t r = lo; r < hi; ++r) leftpad[r] = double_count ? 0 : P;
-  const Tensor cu = test::int_tensor({0, (hi - lo) * c.q_len, 0, P});
-  const Tensor lp = test::int_tensor(leftpad);
-  BatchContext cascade = plain;
-  cascade.cascade_prefix_len = P;
-  cascade.cascade_first_row = lo;
-  cascade.cascade_num_rows = hi - lo;
-  cascade.cascade_block_table = ct.view();
-  cascade.cascade_cu_seqlens = cu.view();
-  cascade.cascade_leftpad = lp.view();
-
-  Tensor empty_kv = Tensor::empty({tokens, c.kv_heads * c.head_dim}, DType::kF32);
-  Tensor out_plain = Tensor::empty({tokens, c.heads * c.head_dim}, DType::kF32);
-  Tensor out_cascade = Tensor::empty({tokens, c.heads * c.head_dim}, DType::kF32);
-  test::poison(out_plain.view());
-  test::poison(out_cascade.view());
-  attn.forward(q.view(), empty_kv.view(), empty_kv.view(), plain, out_plain.view());
-  attn.forward(q.view(), empty_kv.view(), empty_kv.view(), cascade, out_cascade.view());
-  double worst = 0, scale = 0;
-  for (int64_t i = 0; i < out_plain.numel(); ++i) {
-    const double a = out_plain.ptr<float>()[i], b = out_cascade.ptr<float>()[i];
-    EXPECT_TRUE(std::isfinite(a) && std::isfinite(b)) << "element " << i;
-    worst = std::max(worst, std::abs(a - b));
-    scale = std::max(scale, std::abs(a));
-  }
-  return worst / std::max(scale, 1e-30);
+  CascadeRun run;
+  run.mask = mask;
+  run.double_count = double_count;
+  return test::cascade_vs_plain(c, run, rng);
 }
 
 TEST(AttentionCascade, EqualsThePlainDecode) {
@@ -131,7 +42,7 @@ TEST(AttentionCascade, EqualsThePlainDecode) {
   for (int i = 0; i < cases; ++i) {
     const uint64_t seed = test::case_seed() + static_cast<uint64_t>(i);
     std::mt19937_64 rng(seed);
-    CascadeCase c;
+    CascadeSpec c;
     c.seqs = test::uniform_int(rng, 2, 9);
     c.kv_heads = test::uniform_int(rng, 1, 3);
     c.heads = c.kv_heads * test::uniform_int(rng, 1, 4);
@@ -141,9 +52,7 @@ TEST(AttentionCascade, EqualsThePlainDecode) {
     c.q_len = test::pick<int64_t>(rng, {1, 1, 3});
     c.softcap = test::pick<float>(rng, {0.0f, 0.0f, 5.0f});
     c.fp8 = test::pick<int>(rng, {0, 0, 1}) == 1;
-    AttentionMask mask;
-    mask.softcap = c.softcap;
-    const double err = run_case(c, rng, mask);
+    const double err = run_case(c, rng);
     EXPECT_LT(err, 1e-5) << test::case_note(i, seed, "cascade vs plain") << " seqs " << c.seqs
                          << " heads " << c.heads << "/" << c.kv_heads << " d" << c.head_dim
                          << " block " << c.block_size << " prefix blocks " << c.prefix_blocks
@@ -153,13 +62,13 @@ TEST(AttentionCascade, EqualsThePlainDecode) {
 
 TEST(AttentionCascade, TheComparisonSeesAPrefixCountedTwice) {
   std::mt19937_64 rng(test::case_seed());
-  const CascadeCase c{3, 4, 2, 32, 4, 3, 1, 0.0f, false};
+  const CascadeSpec c{3, 4, 2, 32, 4, 3, 1, 0.0f, false};
   EXPECT_GT(run_case(c, rng, {}, /*double_count=*/true), 1e-3);
 }
 
 TEST(AttentionCascade, WindowAndAlibiLayersIgnoreTheCascadeFields) {
   std::mt19937_64 rng(test::case_seed());
-  const CascadeCase c{4, 4, 2, 32, 4, 3, 1, 0.0f, false};
+  const CascadeSpec c{4, 4, 2, 32, 4, 3, 1, 0.0f, false};
   AttentionMask window;
   window.window_left = 5;
   EXPECT_EQ(run_case(c, rng, window), 0.0);
