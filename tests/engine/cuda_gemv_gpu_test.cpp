@@ -160,7 +160,7 @@ TEST(CudaGemv, MatchesFloat64AndCublasLt) {
   cuda_model::Gemm gv(0), lt(0);
   gv.use_gemv(true);
   lt.use_gemv(false);
-  cuda_model::Gemm au(0);  // the default: the GEMV only where it measured faster
+  cuda_model::Gemm au(0);  // KVATTN_GEMV=auto: the GEMV only where it measured faster
   au.set_gemv_mode(cuda_model::Gemv::Mode::kAuto);
   cuda_model::Gemv direct(0);
   const std::vector<std::pair<int64_t, int64_t>> nks = {
