@@ -187,14 +187,13 @@ const BatchMetadata& BatchMetadataBuilder::build(std::span<const ScheduledSequen
   meta_.num_scheduled_tokens = total_new_;
   meta_.reads_kv_from_cache = !decode_ && any_cached_;
   if (decode_ && options.cascade_min_prefix_blocks > 0 && scheduled >= 2 && rows == scheduled) {
-    set_cascade(batch, tokens, options.cascade_min_prefix_blocks);
+    set_cascade(batch, options.cascade_min_prefix_blocks);
   }
   return meta_;
 }
 
-void BatchMetadataBuilder::set_cascade(std::span<const ScheduledSequence> batch, int64_t tokens,
+void BatchMetadataBuilder::set_cascade(std::span<const ScheduledSequence> batch,
                                        int64_t min_blocks) {
-  (void)tokens;  // decode rows are one token each
   const int64_t bs = manager_.block_size();
   const auto n = static_cast<int64_t>(batch.size());
   // Whole blocks strictly before a row's last key: the row keeps >= 1 key of its own.

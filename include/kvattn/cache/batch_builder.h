@@ -76,7 +76,7 @@ class BatchMetadataBuilder {
   void validate(std::span<const ScheduledSequence> batch, const BatchBuildOptions& options);
   void write_table_row(int64_t row, uint64_t table_id, const int32_t* table, int64_t nb);
   // Sets meta_.ctx.cascade_* for the best run of rows sharing >= min_blocks leading blocks.
-  void set_cascade(std::span<const ScheduledSequence> batch, int64_t tokens, int64_t min_blocks);
+  void set_cascade(std::span<const ScheduledSequence> batch, int64_t min_blocks);
 
   const BlockManager& manager_;
   BatchMetadata meta_;
