@@ -15,7 +15,7 @@ namespace kvattn::cli {
 struct KvCacheArgs {
   std::string dtype = "auto";       // auto | bf16 | fp8
   std::string calibration_prompt;   // fp8: scales from this prompt's amax (empty: 1.0)
-  int64_t cascade_min_prefix = 0;   // --cascade-min-prefix: LLMOptions::cascade_min_prefix_tokens
+  std::string cascade_min_prefix = "auto";  // --cascade-min-prefix: auto | N (0 = off)
 };
 // Sets o.kv_cache_dtype and o.kv_calibration_prompt; refuses a calibration prompt on CUDA
 // (not supported yet)

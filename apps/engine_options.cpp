@@ -1,6 +1,9 @@
 // The engine options shared by generate, bench and serve (--kv-cache-dtype, --kv-calibration-prompt, --weights) -> LLMOptions.
 #include "commands.h"
 
+#include <charconv>
+#include <system_error>
+
 namespace kvattn::cli {
 
 void apply_kv_cache_args(const KvCacheArgs& a, LLMOptions& o) {
@@ -20,9 +23,17 @@ void apply_kv_cache_args(const KvCacheArgs& a, LLMOptions& o) {
                "--kv-calibration-prompt needs --kv-cache-dtype fp8 (the scales are fp8's) but "
                "--kv-cache-dtype is ", a.dtype);
   o.kv_calibration_prompt = a.calibration_prompt;
-  KVATTN_CHECK(a.cascade_min_prefix >= 0, "--cascade-min-prefix must be >= 0 (0 = off) but is ",
-               a.cascade_min_prefix);
-  o.cascade_min_prefix_tokens = a.cascade_min_prefix;
+  if (a.cascade_min_prefix == "auto") {
+    o.cascade_min_prefix_tokens = LLMOptions::kCascadeAuto;
+  } else {
+    const std::string& s = a.cascade_min_prefix;
+    int64_t n = -1;
+    const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), n);
+    KVATTN_CHECK(ec == std::errc() && end == s.data() + s.size() && n >= 0,
+                 "--cascade-min-prefix must be auto or a number of tokens >= 0 (0 = off) but is '",
+                 s, "'");
+    o.cascade_min_prefix_tokens = n;
+  }
 }
 
 void apply_weights_arg(const std::string& weights, LLMOptions& o) {

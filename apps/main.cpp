@@ -24,9 +24,9 @@ void add_kv_cache_options(CLI::App* cmd, kvattn::cli::KvCacheArgs& kv) {
   cmd->add_option("--cascade-min-prefix", kv.cascade_min_prefix,
                   "Cascade decode: decode steps whose sequences all share a cached prompt "
                   "prefix of at least this many tokens read it once for the whole batch "
-                  "(0 => off)")
-      ->default_val(0)
-      ->check(CLI::NonNegativeNumber);
+                  "(0 => off; auto => GPU with a 16-bit cache, 256 tokens, when it saves "
+                  ">= 32768 token reads)")
+      ->default_val("auto");
 }
 
 // --threads: checked here (a bad value never reaches the engine) and warned about after the

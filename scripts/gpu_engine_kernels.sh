@@ -59,7 +59,7 @@ if [ "$what" = all ] || [ "$what" = bench ]; then
   for i in $(seq 1 120); do [ -f /tmp/q06/config.json ] && break; sleep 2; done
   [ -f "$OUT/checkpoint.log" ] && tail -n 1 "$OUT/checkpoint.log"
   for kernels in new legacy; do
-    env_args=(KVATTN_LEGACY_KERNELS=0)  # the rewrite is opt-in until it has run on a GPU
+    env_args=(KVATTN_LEGACY_KERNELS=0)  # the rewrite (the default since session 12)
     [ "$kernels" = legacy ] && env_args=(KVATTN_LEGACY_KERNELS=1)
     for mode in graphs breakdown; do
       step "bench nano-vllm, $kernels kernels ($mode)"

@@ -187,13 +187,13 @@ const BatchMetadata& BatchMetadataBuilder::build(std::span<const ScheduledSequen
   meta_.num_scheduled_tokens = total_new_;
   meta_.reads_kv_from_cache = !decode_ && any_cached_;
   if (decode_ && options.cascade_min_prefix_blocks > 0 && scheduled >= 2 && rows == scheduled) {
-    set_cascade(batch, options.cascade_min_prefix_blocks);
+    set_cascade(batch, options.cascade_min_prefix_blocks, options.cascade_min_saved_blocks);
   }
   return meta_;
 }
 
 void BatchMetadataBuilder::set_cascade(std::span<const ScheduledSequence> batch,
-                                       int64_t min_blocks) {
+                                       int64_t min_blocks, int64_t min_saved_blocks) {
   const int64_t bs = manager_.block_size();
   const auto n = static_cast<int64_t>(batch.size());
   // Whole blocks strictly before a row's last key: the row keeps >= 1 key of its own.
@@ -221,7 +221,7 @@ void BatchMetadataBuilder::set_cascade(std::span<const ScheduledSequence> batch,
     }
     lo = hi;
   }
-  if (best_rows < 2) return;
+  if (best_rows < 2 || best_saved < min_saved_blocks) return;
   const auto prefix = static_cast<int32_t>(best_blocks * bs);
   const int32_t* first = table(best_lo);
   cascade_table_.assign(first, first + best_blocks);

@@ -224,6 +224,52 @@ TEST(BatchBuilder, DecodeStep) {
             join({row(seqs[0], bs, 4, 3), row(seqs[1], bs, 8, 3), row(seqs[2], bs, 12, 3)}));
 }
 
+// Four decoding sequences share 3 prefix-cached blocks (12 tokens, block size 4): the run
+// saves 3 x 3 block reads, so the cascade form is set when both thresholds allow it and not
+// otherwise.
+TEST(BatchBuilder, CascadeNeedsItsMinimumPrefixAndSavedReads) {
+  const int64_t bs = 4;
+  BlockManager m(64, bs);
+  const V prefix = iota_tokens(12);
+  std::vector<Sequence> seqs;
+  seqs.reserve(4);  // the batch keeps pointers
+  for (int i = 0; i < 4; ++i) {
+    V t = prefix;
+    t.push_back(500 + i);
+    t.push_back(600 + i);
+    seqs.emplace_back(i, t);
+    m.allocate(seqs.back());  // the 2nd to 4th find the 3 blocks in the prefix cache
+    m.mark_computed(seqs.back(), seqs.back().num_tokens() - seqs.back().num_computed_tokens());
+    seqs.back().append_token(7 + i);
+    m.append(seqs.back());
+  }
+  for (int i = 1; i < 4; ++i) {
+    for (int j = 0; j < 3; ++j) ASSERT_EQ(seqs[i].block_table()[j], seqs[0].block_table()[j]);
+  }
+  std::vector<ScheduledSequence> batch;
+  for (auto& s : seqs) batch.push_back({&s, 1});
+  struct Case {
+    int64_t min_prefix_blocks, min_saved_blocks, want_prefix_len;
+  };
+  for (const Case c : {Case{3, 0, 12}, Case{3, 9, 12}, Case{3, 10, 0}, Case{4, 0, 0},
+                       Case{2, 9, 12}, Case{0, 0, 0}}) {
+    BatchMetadataBuilder builder(m);
+    BatchBuildOptions o;
+    o.cascade_min_prefix_blocks = c.min_prefix_blocks;
+    o.cascade_min_saved_blocks = c.min_saved_blocks;
+    const BatchMetadata& md = builder.build(batch, o);
+    SCOPED_TRACE(testing::Message() << "min prefix " << c.min_prefix_blocks << " blocks, min saved "
+                                    << c.min_saved_blocks);
+    EXPECT_EQ(md.ctx.cascade_prefix_len, c.want_prefix_len);
+    if (c.want_prefix_len > 0) {
+      EXPECT_EQ(md.ctx.cascade_first_row, 0);
+      EXPECT_EQ(md.ctx.cascade_num_rows, 4);
+      EXPECT_EQ(values(md.ctx.cascade_block_table),
+                (V(seqs[0].block_table().begin(), seqs[0].block_table().begin() + 3)));
+    }
+  }
+}
+
 TEST(BatchBuilder, CudaGraphPaddingOfADecodeBatch) {
   const int64_t bs = 4;
   BlockManager m(32, bs);

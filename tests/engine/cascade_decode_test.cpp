@@ -2,7 +2,7 @@
 // of requests sharing a cached 300-token prompt prefix decodes in the cascade form (the
 // shared blocks read once per step) and gives the greedy tokens of the same engine with it
 // off, on the tiny Llama and Qwen3 checkpoints; the steps are counted; nothing leaks; and
-// below the threshold nothing changes.
+// below the threshold (and by default, on the CPU) nothing changes.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -63,6 +63,10 @@ TEST_P(CascadeDecode, GreedyTokensEqualThePlainDecode) {
   const Outcome above = run(GetParam(), 400, prefix, prompts);
   EXPECT_EQ(above.stats.num_cascade_steps, 0);
   EXPECT_EQ(above.tokens, plain.tokens);
+  // The default (kCascadeAuto) is off on the CPU.
+  const Outcome automatic = run(GetParam(), LLMOptions::kCascadeAuto, prefix, prompts);
+  EXPECT_EQ(automatic.stats.num_cascade_steps, 0);
+  EXPECT_EQ(automatic.tokens, plain.tokens);
 }
 
 INSTANTIATE_TEST_SUITE_P(Tiny, CascadeDecode, ::testing::Values("tiny_llama", "tiny_qwen3"));
@@ -70,7 +74,7 @@ INSTANTIATE_TEST_SUITE_P(Tiny, CascadeDecode, ::testing::Values("tiny_llama", "t
 TEST(CascadeDecodeOptions, NegativeThresholdIsRejected) {
   LLMOptions o;
   o.kv_cache_bytes = 4 << 20;
-  o.cascade_min_prefix_tokens = -1;
+  o.cascade_min_prefix_tokens = LLMOptions::kCascadeAuto - 1;
   EXPECT_THROW(LLM(load_hf_model(test::checkpoint("tiny_llama")), std::nullopt, o), Error);
 }
 

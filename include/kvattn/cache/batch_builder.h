@@ -43,6 +43,8 @@ struct BatchBuildOptions {
   // ctx.cascade_* (batch_context.h) for the run that saves the most block reads (rows - 1
   // times N). 0 => off.
   int64_t cascade_min_prefix_blocks = 0;
+  // ... and only when that run saves at least this many block reads ((rows - 1) x N).
+  int64_t cascade_min_saved_blocks = 0;
 };
 
 struct BatchMetadata {
@@ -75,8 +77,10 @@ class BatchMetadataBuilder {
  private:
   void validate(std::span<const ScheduledSequence> batch, const BatchBuildOptions& options);
   void write_table_row(int64_t row, uint64_t table_id, const int32_t* table, int64_t nb);
-  // Sets meta_.ctx.cascade_* for the best run of rows sharing >= min_blocks leading blocks.
-  void set_cascade(std::span<const ScheduledSequence> batch, int64_t min_blocks);
+  // Sets meta_.ctx.cascade_* for the best run of rows sharing >= min_blocks leading blocks,
+  // when it saves >= min_saved_blocks block reads.
+  void set_cascade(std::span<const ScheduledSequence> batch, int64_t min_blocks,
+                   int64_t min_saved_blocks);
 
   const BlockManager& manager_;
   BatchMetadata meta_;

@@ -66,15 +66,22 @@ struct LLMOptions {
   double gpu_memory_utilization = 0.9;
   bool cuda_graphs = true;  // GPU: replay decode steps from CUDA graphs (false: eager)
   bool fused_kernels = true;  // GPU: ModelOptions::fused_kernels (KVATTN_UNFUSED=1: off)
-  bool pdl = false;  // GPU: ModelOptions::pdl, programmatic dependent launch (KVATTN_PDL=1/0 overrides)
+  bool pdl = true;  // GPU: ModelOptions::pdl, programmatic dependent launch (KVATTN_PDL=1/0 overrides)
   // Cascade decode: a decode step whose sequences all begin with the same cached blocks (a
   // shared prompt prefix of >= this many tokens, from the prefix cache) attends to them once
   // for the whole batch (BatchContext::cascade_*; a non-causal paged prefill of every query
   // row over the shared pages, the rest by the decode kernel, merged by log-sum-exp), so the
   // shared pages are read once per step instead of once per sequence. Such steps run eagerly
-  // on the GPU (no CUDA graph). 0 = off, the default until it is timed on the GPU;
-  // KVATTN_CASCADE=N (tokens) overrides.
-  int64_t cascade_min_prefix_tokens = 0;
+  // on the GPU (no CUDA graph).
+  //   kCascadeAuto (the default): on the GPU with a 16-bit KV cache, prefixes of >= 256
+  //     tokens shared so that the step skips >= 32768 token reads ((rows - 1) x prefix): about
+  //     the cost of an eager step's launches (session 12: nano-vllm's prefix workload 1.39x
+  //     faster with it, bf16). Off on the CPU (not timed there) and with an fp8 cache (its
+  //     cascade steps measured 0.80x of the plain decode; docs/notes/cascade-decode.md).
+  //   0: off.   N > 0: on for every device and cache dtype, prefixes of >= N tokens.
+  // KVATTN_CASCADE=N or =auto overrides.
+  static constexpr int64_t kCascadeAuto = -1;
+  int64_t cascade_min_prefix_tokens = kCascadeAuto;
   // Tensor parallelism over this many ranks (GPU: devices device.index .. + N - 1, with
   // NCCL; CPU: threads). It must divide num_heads, num_kv_heads and intermediate_size.
   int tensor_parallel = 1;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <span>
 
 #include "kvattn/core/error.h"
@@ -214,13 +215,23 @@ void LLMEngine::reset_blocks(int64_t num_blocks, int64_t block_size) {
   builder_ = std::make_unique<BatchMetadataBuilder>(*blocks_);
   int64_t cascade_tokens = options_.cascade_min_prefix_tokens;
   if (const char* e = std::getenv("KVATTN_CASCADE"); e != nullptr && *e != '\0') {
-    cascade_tokens = std::max<int64_t>(0, std::atoll(e));
+    cascade_tokens = std::strcmp(e, "auto") == 0 ? LLMOptions::kCascadeAuto
+                                                 : std::max<int64_t>(0, std::atoll(e));
   }
-  KVATTN_CHECK(cascade_tokens >= 0, "LLM: cascade_min_prefix_tokens must be >= 0 (0 = off) but is ",
+  KVATTN_CHECK(cascade_tokens >= LLMOptions::kCascadeAuto,
+               "LLM: cascade_min_prefix_tokens must be >= 0 (0 = off) or kCascadeAuto (-1) but is ",
                cascade_tokens);
+  int64_t min_saved_tokens = 0;
+  if (cascade_tokens == LLMOptions::kCascadeAuto) {
+    // LLMOptions::cascade_min_prefix_tokens says where these figures come from.
+    const bool on = options_.device.is_cuda() && options_.kv_cache_dtype != KVCacheDType::kFP8;
+    cascade_tokens = on ? 256 : 0;
+    min_saved_tokens = on ? 32768 : 0;
+  }
   build_options_ = BatchBuildOptions{};
   build_options_.cascade_min_prefix_blocks =
       cascade_tokens > 0 ? (cascade_tokens + block_size - 1) / block_size : 0;
+  build_options_.cascade_min_saved_blocks = (min_saved_tokens + block_size - 1) / block_size;
   scheduler_ = std::make_unique<Scheduler>(
       *blocks_, SchedulerOptions{options_.max_num_seqs, options_.max_num_batched_tokens});
 }

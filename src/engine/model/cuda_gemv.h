@@ -22,6 +22,10 @@ namespace kvattn::cuda_model {
 class Gemv {
  public:
   static constexpr int64_t kMaxRows = 8;
+  // The model takes the fused entries for steps of at most this many rows: at 8 rows they
+  // were slower than add_rmsnorm + cuBLASLt on the H200 (session 12, Qwen3-0.6B widths: qkv
+  // 0.80x, gate_up 0.70x; 1 row 1.46x / 1.15x, 4 rows 1.13x / 1.00x).
+  static constexpr int64_t kFusedPreferredRows = 4;
 
   // Reads the device's limits and raises the kernels' shared-memory limit (host calls only,
   // never during a capture).
@@ -88,8 +92,8 @@ class Gemv {
   // (docs/perf/NOTES.md, "GEMV for small-batch decode") found the GEMV faster than cuBLASLt,
   // see preferred(); kAll: every case run() accepts; kOff: none.
   enum class Mode { kOff, kAuto, kAll };
-  // KVATTN_GEMV (read once per process): "auto" kAuto, "all" kAll, unset or anything else
-  // kOff (until the session-11 rewrite of the kernel has run on a GPU; then back to kAuto).
+  // KVATTN_GEMV (read once per process): "off" or "0" kOff, "all" kAll, unset or anything
+  // else kAuto (the session-11 rewrite of the kernel passed its GPU tests in session 12).
   static Mode env_mode();
   // kAuto's rule: a small number of output features (the K-split regime: o_proj, down_proj of
   // Qwen3-0.6B, 1024 x 2048/3072, 1.05-3.5x at M = 1..8), or a vocabulary-sized one at

@@ -41,7 +41,7 @@ bool legacy_kernels() {
   int v = g_legacy.load(std::memory_order_relaxed);
   if (v < 0) {
     const char* e = std::getenv("KVATTN_LEGACY_KERNELS");
-    v = e != nullptr && std::strcmp(e, "0") == 0 ? 0 : 1;  // legacy unless "0" (header)
+    v = e != nullptr && std::strcmp(e, "1") == 0 ? 1 : 0;  // new kernels unless "1" (header)
     g_legacy.store(v, std::memory_order_relaxed);
   }
   return v == 1;

@@ -30,9 +30,8 @@
 // CUDA graphs: captured PDL launches become programmatic edges (CUDA 12.3+); with an older
 // toolkit launch_kernel always launches plainly and pdl_supported() is false. A PDL launch
 // whose predecessor in the stream is not a kernel (a copy, an event) has an ordinary
-// dependency on it. Default: off until it has run on a GPU (session 10 wrote it without one);
-// ModelOptions::pdl = true or KVATTN_PDL=1 turns it on where pdl_supported(), KVATTN_PDL=0
-// off (CudaModelStats::pdl reports it).
+// dependency on it. Default: on where pdl_supported() (ModelOptions::pdl, since session 12
+// ran it on the H200); KVATTN_PDL=0 turns it off, =1 on (CudaModelStats::pdl reports it).
 #pragma once
 
 #include <cuda_runtime_api.h>
