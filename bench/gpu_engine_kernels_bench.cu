@@ -206,31 +206,43 @@ void bench_model(const Shape& m, int64_t T, const std::string& only) {
   BENCH_CUDA(cudaDeviceSynchronize());
 }
 
-// Sampling (cuda_sampling.h, unchanged by issue 20; here to show its share): R rows of a
-// 151,936-id vocabulary (Qwen3), greedy and top-k 50 / top-p 0.9, one CTA per row.
+// Sampling (cuda_sampling.h): R rows of a 151,936-id vocabulary (Qwen3), greedy, temperature
+// 0.6 alone (what `kvattn bench` samples with) and top-k 50 / top-p 0.9; one CTA per row
+// ("one_cta") against the split form for small batches ("split"; the default). The same
+// tokens either way (checked here too).
 void bench_sampling() {
   const int64_t vocab = 151936;
-  for (int64_t R : {1, 256}) {
+  Tensor scratch = Tensor::empty({k::kSampleScratchBytes}, DType::kU8, kGpu);
+  const char* kinds[] = {"sample_greedy", "sample_t0.6", "sample_topk50_topp0.9"};
+  for (int64_t R : {1, 4, 256}) {
     Tensor logits = random_bf16(R * vocab, 11);
     Tensor tokens = Tensor::empty({R}, DType::kI32, kGpu);
-    for (bool greedy : {true, false}) {
+    for (int kind = 0; kind < 3; ++kind) {
       std::vector<k::SampleParams> h(R);
       for (int64_t r = 0; r < R; ++r) {
-        h[r].mode = greedy ? k::kSampleGreedy : k::kSampleRandom;
-        h[r].top_k = greedy ? 0 : 50;
-        h[r].top_p = greedy ? 1.0f : 0.9f;
+        h[r].mode = kind == 0 ? k::kSampleGreedy : k::kSampleRandom;
+        h[r].inv_temperature = kind == 0 ? 1.0f : 1.0f / 0.6f;
+        h[r].top_k = kind == 2 ? 50 : 0;
+        h[r].top_p = kind == 2 ? 0.9f : 1.0f;
         h[r].seed = 1234;
         h[r].stream = static_cast<uint64_t>(r);
       }
       Tensor hp = Tensor::empty({R * static_cast<int64_t>(sizeof(k::SampleParams))}, DType::kU8);
       std::memcpy(hp.data(), h.data(), h.size() * sizeof(k::SampleParams));
       Tensor dp = hp.to(kGpu);
-      const double us = graph_us([&](cudaStream_t s) {
-        k::sample_rows(logits.data(), vocab, R, vocab, static_cast<const k::SampleParams*>(dp.data()),
-                       tokens.ptr<int32_t>(), s);
-      });
-      report(greedy ? "sample_greedy" : "sample_topk50_topp0.9", "qwen3-vocab", R, "current", us,
-             2.0 * R * vocab);
+      std::vector<int32_t> got[2];
+      for (int split = 0; split < 2; ++split) {
+        const int max_slices = split ? static_cast<int>(k::kSampleMaxSlices) : 1;
+        const double us = graph_us([&](cudaStream_t s) {
+          k::sample_rows(logits.data(), vocab, R, vocab,
+                         static_cast<const k::SampleParams*>(dp.data()), tokens.ptr<int32_t>(),
+                         scratch.data(), s, max_slices);
+        });
+        Tensor host = tokens.to(kvattn::Device::cpu());
+        got[split].assign(host.ptr<int32_t>(), host.ptr<int32_t>() + R);
+        report(kinds[kind], "qwen3-vocab", R, split ? "split" : "one_cta", us, 2.0 * R * vocab);
+      }
+      if (got[0] != got[1]) std::printf("ERROR: %s R=%ld: the split form drew other tokens\n", kinds[kind], static_cast<long>(R));
     }
   }
 }

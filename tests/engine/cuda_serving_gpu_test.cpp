@@ -508,6 +508,47 @@ TEST(CudaSampling, GreedyIsTheHostArgmaxIncludingTiesAndNaN) {
   EXPECT_EQ(t2[1], 7);
 }
 
+// Small batches split each row over several CTAs (cuda_sampling.cu, "split form"): the
+// tokens must be those of one CTA per row, bit for bit, for every filter, for rows with NaN,
+// infinities and ties, for odd vocabularies (scalar loads) and for every slice count.
+TEST(CudaSampling, SplitFormDrawsTheOneCtaTokens) {
+  for (const int64_t V : {int64_t{151936}, int64_t{50001}, int64_t{8195}}) {
+    for (const int64_t rows : {int64_t{1}, int64_t{3}, int64_t{17}, int64_t{64}}) {
+      SCOPED_TRACE(testing::Message() << "vocab " << V << ", rows " << rows);
+      const int slices = cuda_model::sample_slices(rows, V);
+      std::mt19937_64 rng(static_cast<uint64_t>(V * 131 + rows));
+      std::vector<float> all;
+      for (int64_t r = 0; r < rows; ++r) {
+        auto l = quantized_logits(V, rng(), 1.0f + static_cast<float>(r % 4));
+        switch (r % 7) {
+          case 1: l[static_cast<size_t>(rng() % V)] = NAN; l[0] = NAN; break;
+          case 2: l[static_cast<size_t>(V - 1)] = 40.0f; l[static_cast<size_t>(V / 2)] = 40.0f; break;
+          case 3: std::fill(l.begin(), l.end(), -INFINITY); l[static_cast<size_t>(V - 2)] = -3.0f; break;
+          case 4: l[static_cast<size_t>(rng() % V)] = INFINITY; break;
+          case 5: std::fill(l.begin(), l.end(), NAN); break;
+          default: break;
+        }
+        all.insert(all.end(), l.begin(), l.end());
+      }
+      for (const auto& sp : {sp_of(0.0f, 0, 1.0f, 0.0f), sp_of(0.6f, 0, 1.0f, 0.0f),
+                             sp_of(1.0f, 0, 1.0f, 0.05f), sp_of(0.8f, 40, 1.0f, 0.0f),
+                             sp_of(0.7f, 0, 0.9f, 0.0f), sp_of(0.9f, 100, 0.95f, 0.01f)}) {
+        for (uint64_t step : {0u, 7u, 1000u}) {
+          const auto rs = draws(sp, rows, 77, 5, step);
+          const auto one = cuda_model::sample_on_device(0, all, V, rs, 1);
+          const auto split = cuda_model::sample_on_device(0, all, V, rs);
+          ASSERT_EQ(split, one) << "temperature " << sp.temperature << ", top_k " << sp.top_k
+                                << ", top_p " << sp.top_p << ", min_p " << sp.min_p << ", step "
+                                << step << ", " << slices << " slices";
+        }
+      }
+      if (V == 151936 && rows <= 64) {
+        EXPECT_GE(slices, 2) << "a Qwen3-sized vocabulary at " << rows << " rows is not split";
+      }
+    }
+  }
+}
+
 TEST(CudaSampling, DrawsDependOnSeedStreamAndStepOnly) {
   const auto l = quantized_logits(1000, 8, 1.0f);
   const int64_t V = 1000, N = 4096;

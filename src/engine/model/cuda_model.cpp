@@ -22,15 +22,15 @@
 // norm (one rank only). The unfused path (embed, add_rmsnorm; qk_norm_rope, then Attention's
 // store_kv) writes the same bytes: greedy tokens are equal either way.
 //
-// Programmatic dependent launch (ModelOptions::pdl or KVATTN_PDL=1; off by default until it
-// has run on a GPU; sm_90+ and CUDA 12.3+ only): every kernel of ours (norms, embedding, q/k norm + RoPE, SiLU/GeLU, biases,
+// Programmatic dependent launch (ModelOptions::pdl, on by default; KVATTN_PDL=0 turns it off;
+// sm_90+ and CUDA 12.3+ only): every kernel of ours (norms, embedding, q/k norm + RoPE, SiLU/GeLU, biases,
 // the GEMV, sampling, the block-table scatter) goes through cuda_launch.h's launch_kernel with
 // the programmatic-stream-serialization attribute, in graphs and eagerly; each waits for its
 // predecessor's completion before touching memory, so the results are the same bytes. cuBLASLt,
 // attention and NCCL keep their plain launches (cuda_launch.h says why that stays correct).
 //
-// Fused decode GEMVs (ModelOptions::fused_gemv or KVATTN_FUSED_GEMV=1; off by default until
-// timed on a GPU; one rank, not Gemma, SiLU MLPs): a step of at most 8 rows runs each layer's
+// Fused decode GEMVs (ModelOptions::fused_gemv, on by default; KVATTN_FUSED_GEMV=0 turns them
+// off; one rank, not Gemma, SiLU MLPs): a step of at most 4 rows runs each layer's
 // input norm inside the qkv GEMV, and the post-attention norm and SiLU * up inside the gate_up
 // GEMV (cuda_gemv.h run_rmsnorm / run_rmsnorm_silu), 6 kernels a layer instead of 9. They are
 // bit-identical to add_rmsnorm + the GEMV (+ silu_mul), so with KVATTN_GEMV=all the logits
@@ -477,6 +477,7 @@ class CudaModel final : public Model {
   Activations act_;
   Fixed fx_;
   Buffer meta_, workspace_, gen_tokens_, cascade_ws_;
+  Tensor sample_scratch_;  // k::kSampleScratchBytes: the sampler's split form (small batches)
   Pinned pinned_meta_, pinned_logits_, pinned_tokens_;
   std::vector<SampleParams> params_;
   std::vector<int32_t> rope_lens_;  // dynamic NTK only
@@ -485,7 +486,7 @@ class CudaModel final : public Model {
   // Our kernels launched with programmatic dependent launch (cuda_launch.h): options_.pdl or
   // KVATTN_PDL (pdl_wanted), and the device and toolkit support it (read at construction).
   bool pdl_ = false;
-  // Decode steps of <= 8 rows through the fused GEMV entries (ModelOptions::fused_gemv or
+  // Decode steps of <= Gemv::kFusedPreferredRows rows through the fused GEMV entries (ModelOptions::fused_gemv or
   // KVATTN_FUSED_GEMV; one rank, not Gemma, SiLU): read at construction.
   bool fused_gemv_ = false;
   CudaModelStats stats_;
@@ -513,6 +514,7 @@ CudaModel::CudaModel(ModelWeights w, Device device, const ModelOptions& options,
     std::fill_n(ones.ptr<float>(), ones.numel(), 1.0f);
     kv_scales_dev_ = ones.to(device);
   }
+  sample_scratch_ = Tensor::empty({k::kSampleScratchBytes}, DType::kU8, device_);
   gemma_ = cfg_.sandwich_norms;
   // HF's bf16 Gemma multiplies by torch.tensor(sqrt(hidden), dtype=bfloat16) (55.5 for 3072;
   // the CPU model and HF's float32 model use float32(sqrt(hidden))).
@@ -834,7 +836,8 @@ void CudaModel::run_fixed_body(size_t rung) {
              reinterpret_cast<const int32_t*>(d + fx_.off_rows), nullptr, ctx);
   k::sample_rows(full_logits(), full_logits_ld(), b, full_vocab_,
                  reinterpret_cast<const SampleParams*>(d + fx_.off_params),
-                 reinterpret_cast<int32_t*>(d + fx_.off_out), k::Launch{stream_, pdl_});
+                 reinterpret_cast<int32_t*>(d + fx_.off_out), sample_scratch_.data(),
+                 k::Launch{stream_, pdl_});
 }
 
 void CudaModel::capture(size_t rung) {
@@ -1178,7 +1181,7 @@ void CudaModel::step_general(const ModelInput& in, const Out& out) {
     dev_tokens = static_cast<int32_t*>(gen_tokens_.ensure(R * static_cast<int64_t>(sizeof(int32_t)), device_));
     k::sample_rows(full_logits(), full_logits_ld(), R, full_vocab_,
                    reinterpret_cast<const SampleParams*>(dp + off[kParams]), dev_tokens,
-                   k::Launch{stream_, pdl_});
+                   sample_scratch_.data(), k::Launch{stream_, pdl_});
   }
   ++stats_.general_steps;
   finish(R, out, dev_tokens);
@@ -1307,13 +1310,13 @@ void CudaModel::run_layers(int64_t T, int64_t R, const int32_t* ids, const int32
     k::gemma_scale_rmsnorm(x, embed_scale_ != 0.0f ? embed_scale_ : 1.0f,
                            layers_[0].input_norm.ptr<const float>(), eps, h, T, H, on);
   }
-  // Fused GEMV path (fused_gemv_, decode steps of <= 8 rows): each layer's input norm runs
+  // Fused GEMV path (fused_gemv_, decode steps of <= Gemv::kFusedPreferredRows rows): each layer's input norm runs
   // inside the qkv GEMV and the post-attention norm and SiLU * up inside the gate_up GEMV
   // (cuda_gemv.h), bit-identical to add_rmsnorm + Gemv + silu_mul. Their CTAs all read the
   // residual while one writes its update, so the update goes to the other buffer: the residual
   // lives in xc and alternates between x and x2.
   const bool fgemv = fused_gemv_ && !gemma_ && !tensor_parallel() && T >= 1 &&
-                     gemm_.gemv().fused_supported(T, H);
+                     T <= k::Gemv::kFusedPreferredRows && gemm_.gemv().fused_supported(T, H);
   if (fgemv) ++stats_.fused_gemv_steps;
   void* xc = x;
   void* xn = fgemv ? act_.x2.data() : nullptr;

@@ -12,10 +12,21 @@
 //   draw  exponential race among the survivors (Philox uniforms), argmax of p / E.
 // Histogram adds are warp-aggregated (__match_any_sync): a warp adds each distinct digit
 // once, so a bin every lane hits (the first digit of clustered logits) costs one atomic.
+//
+// Small batches (split form, sample_slices() >= 2): one CTA per row sweeps a 152k-entry
+// vocabulary at one SM's pace, tens of microseconds a sweep, which a single-stream decode pays
+// every token. So rows x S CTAs share the sweeps, each a slice of S contiguous parts of the
+// row: launch 1 finds each slice's argmax and non-NaN count; launch 2 reduces them (every
+// slice CTA reads the row's S partials) and finishes greedy rows, runs the exponential race
+// on its slice for sampled rows without top-k / top-p, or leaves a row with top-k / top-p to
+// slice 0, which samples it whole as above; launch 3 reduces the race's partial winners.
+// beats() is a total order on (value, id), so the reductions give exactly the single-CTA
+// answer, whatever S is.
 #include "engine/model/cuda_sampling.h"
 
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstring>
@@ -153,17 +164,24 @@ struct Row {
   }
 };
 
-// f(group, v[4]) for every group of 4 elements; every thread runs the same number of
-// iterations (f may use warp collectives). Elements past the vocab must be ignored by f.
+// f(group, v[4]) for every group of 4 elements in groups [g_lo, g_hi); every thread runs the
+// same number of iterations (f may use warp collectives). Elements past the vocab must be
+// ignored by f: a thread past g_hi is handed the group just past the vocab.
 template <class F>
-__device__ __forceinline__ void for_each_group(const Row& row, F&& f) {
+__device__ __forceinline__ void for_each_group_in(const Row& row, int g_lo, int g_hi, F&& f) {
   const int groups = (row.vocab + 3) >> 2;
-  for (int base = 0; base < groups; base += kThreads) {
-    const int g = base + static_cast<int>(threadIdx.x);
+  for (int base = g_lo; base < g_hi; base += kThreads) {
+    int g = base + static_cast<int>(threadIdx.x);
+    if (g >= g_hi) g = groups;
     float v[4];
     row.load4(g * 4, v);
     f(g, v);
   }
+}
+
+template <class F>
+__device__ __forceinline__ void for_each_group(const Row& row, F&& f) {
+  for_each_group_in(row, 0, (row.vocab + 3) >> 2, f);
 }
 
 // Warp-collective: adds one element with digit d (-1: none) and mass m to the histogram.
@@ -302,77 +320,49 @@ __device__ uint64_t radix_select(const Row& row, Shared& s, unsigned rank, float
   return t;
 }
 
-__global__ void __launch_bounds__(kThreads)
-    sample_kernel(const bf16* __restrict__ logits, int64_t ld, int vocab, bool vec,
-                  const SampleParams* __restrict__ params, int32_t* __restrict__ tokens) {
-  pdl_enter();
-  __shared__ Shared s;
-  const int r = static_cast<int>(blockIdx.x);
-  const SampleParams P = params[r];
-  if (P.mode == kSampleSkip) return;
-  const Row row{logits + static_cast<int64_t>(r) * ld, vocab, vec};
-
-  // Pass 0: argmax and the number of non-NaN logits.
+// Pass 0 over groups [g_lo, g_hi): the argmax (block-reduced) and the number of non-NaN
+// logits (this thread's share; block_sum() totals it).
+__device__ Best scan_best(const Row& row, int g_lo, int g_hi, Shared& s, int& valid) {
   Best best{NAN, INT_MAX};
-  int valid = 0;
-  for_each_group(row, [&](int g, const float* v) {
+  valid = 0;
+  for_each_group_in(row, g_lo, g_hi, [&](int g, const float* v) {
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int i = g * 4 + j;
-      if (i < vocab) {
+      if (i < row.vocab) {
         if (beats(v[j], i, best.v, best.id)) best = Best{v[j], i};
         valid += isnan(v[j]) ? 0 : 1;
       }
     }
   });
-  best = block_best(best, s);
-  if (P.mode != kSampleRandom || !isfinite(best.v)) {
-    if (threadIdx.x == 0) tokens[r] = best.id;
-    return;
-  }
-  valid = block_sum(valid, s);
+  return block_best(best, s);
+}
 
-  const float max_logit = best.v, inv_t = P.inv_temperature;
-  const bool topk = P.top_k > 0 && P.top_k < valid;
-  uint64_t tk = 0;
-  if (topk) {
-    tk = radix_select<false>(row, s, static_cast<unsigned>(P.top_k), 0.0f,
-                             [&](int i, float v, uint64_t& key, unsigned long long&) {
-                               if (isnan(v)) return false;
-                               key = topk_key(v, i);
-                               return true;
-                             });
-  }
-  const bool topp = P.top_p < 1.0f;
-  uint64_t tp = 0;
-  if (topp) {
-    tp = radix_select<true>(row, s, 0, P.top_p,
-                            [&](int i, float v, uint64_t& key, unsigned long long& m) {
-                              if (isnan(v) || (topk && topk_key(v, i) < tk)) return false;
-                              const float p = prob(v, max_logit, inv_t);
-                              m = fixed_mass(p);
-                              if (m == 0) return false;  // below every boundary token
-                              key = topp_key(p, i);
-                              return true;
-                            });
-  }
+// The row's filters after pass 0 (top-k on / off, top-p on / off, and their thresholds).
+struct Filters {
+  bool topk = false, topp = false;
+  uint64_t tk = 0, tp = 0;
+};
 
-  // Draw: exponential race among the survivors.
+// The exponential race over groups [g_lo, g_hi) among the survivors of f (block-reduced).
+__device__ Best race(const Row& row, int g_lo, int g_hi, Shared& s, const SampleParams& P,
+                     float max_logit, const Filters& f) {
+  const float inv_t = P.inv_temperature;
   const uint2 key = make_uint2(static_cast<uint32_t>(P.seed), static_cast<uint32_t>(P.seed >> 32));
   const uint32_t c1 = static_cast<uint32_t>(P.step), c2 = static_cast<uint32_t>(P.stream);
   const uint32_t c3 = static_cast<uint32_t>(P.step >> 32) ^ static_cast<uint32_t>(P.stream >> 32);
   Best win{NAN, INT_MAX};
-  for_each_group(row, [&](int g, const float* v) {
+  for_each_group_in(row, g_lo, g_hi, [&](int g, const float* v) {
     float p[4];
     bool any = false;
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int i = g * 4 + j;
       p[j] = -1.0f;  // not a survivor
-      if (i >= vocab || isnan(v[j])) continue;
-      if (topk && topk_key(v[j], i) < tk) continue;
+      if (i >= row.vocab || isnan(v[j])) continue;
+      if (f.topk && topk_key(v[j], i) < f.tk) continue;
       const float pj = prob(v[j], max_logit, inv_t);
-      if (topp && topp_key(pj, i) < tp) continue;
+      if (f.topp && topp_key(pj, i) < f.tp) continue;
       if (P.min_p > 0.0f && pj < P.min_p) continue;
       p[j] = pj;
       any = true;
@@ -388,7 +378,167 @@ __global__ void __launch_bounds__(kThreads)
       if (beats(score, g * 4 + j, win.v, win.id)) win = Best{score, g * 4 + j};
     }
   });
-  win = block_best(win, s);
+  return block_best(win, s);
+}
+
+// A sampled row's top-k and top-p thresholds (radix selects over the whole row).
+__device__ Filters select_filters(const Row& row, Shared& s, const SampleParams& P,
+                                  float max_logit, int valid) {
+  Filters f;
+  const float inv_t = P.inv_temperature;
+  f.topk = P.top_k > 0 && P.top_k < valid;
+  if (f.topk) {
+    f.tk = radix_select<false>(row, s, static_cast<unsigned>(P.top_k), 0.0f,
+                               [&](int i, float v, uint64_t& key, unsigned long long&) {
+                                 if (isnan(v)) return false;
+                                 key = topk_key(v, i);
+                                 return true;
+                               });
+  }
+  f.topp = P.top_p < 1.0f;
+  if (f.topp) {
+    const bool topk = f.topk;
+    const uint64_t tk = f.tk;
+    f.tp = radix_select<true>(row, s, 0, P.top_p,
+                              [&](int i, float v, uint64_t& key, unsigned long long& m) {
+                                if (isnan(v) || (topk && topk_key(v, i) < tk)) return false;
+                                const float p = prob(v, max_logit, inv_t);
+                                m = fixed_mass(p);
+                                if (m == 0) return false;  // below every boundary token
+                                key = topp_key(p, i);
+                                return true;
+                              });
+  }
+  return f;
+}
+
+// Whether a sampled row needs the whole-row selects (top-k or top-p in force).
+__device__ __forceinline__ bool needs_selects(const SampleParams& P, int valid) {
+  return (P.top_k > 0 && P.top_k < valid) || P.top_p < 1.0f;
+}
+
+// Everything after pass 0 for one row, by one CTA: the filters, the race, the token.
+__device__ void sample_whole_row(const Row& row, Shared& s, const SampleParams& P, Best best,
+                                 int valid, int32_t* token) {
+  const Filters f = select_filters(row, s, P, best.v, valid);
+  const Best win = race(row, 0, (row.vocab + 3) >> 2, s, P, best.v, f);
+  if (threadIdx.x == 0) *token = win.id != INT_MAX ? win.id : best.id;
+}
+
+__global__ void __launch_bounds__(kThreads)
+    sample_kernel(const bf16* __restrict__ logits, int64_t ld, int vocab, bool vec,
+                  const SampleParams* __restrict__ params, int32_t* __restrict__ tokens) {
+  pdl_enter();
+  __shared__ Shared s;
+  const int r = static_cast<int>(blockIdx.x);
+  const SampleParams P = params[r];
+  if (P.mode == kSampleSkip) return;
+  const Row row{logits + static_cast<int64_t>(r) * ld, vocab, vec};
+
+  // Pass 0: argmax and the number of non-NaN logits.
+  int valid = 0;
+  const Best best = scan_best(row, 0, (vocab + 3) >> 2, s, valid);
+  if (P.mode != kSampleRandom || !isfinite(best.v)) {
+    if (threadIdx.x == 0) tokens[r] = best.id;
+    return;
+  }
+  valid = block_sum(valid, s);
+  sample_whole_row(row, s, P, best, valid, tokens + r);
+}
+
+// ---- split form (small batches) ----
+
+// One slice's partial: its best (value, id) and, for pass 0, its non-NaN count.
+struct SlicePartial {
+  float v;
+  int id;
+  int valid;
+  int unused;
+};
+static_assert(sizeof(SlicePartial) == 16, "kSampleScratchBytes counts 16-byte partials");
+
+// Slice `slice` of S: groups [lo, hi) of the row's `groups`.
+__device__ __forceinline__ void slice_range(int groups, int slice, int S, int& lo, int& hi) {
+  lo = static_cast<int>(static_cast<int64_t>(groups) * slice / S);
+  hi = static_cast<int>(static_cast<int64_t>(groups) * (slice + 1) / S);
+}
+
+// The row's S partials reduced by the whole CTA (S <= kThreads): best and total count.
+__device__ Best reduce_partials(const SlicePartial* part, int S, Shared& s, int* valid) {
+  Best b{NAN, INT_MAX};
+  int n = 0;
+  if (static_cast<int>(threadIdx.x) < S) {
+    const SlicePartial p = part[threadIdx.x];
+    b = Best{p.v, p.id};
+    n = p.valid;
+  }
+  b = block_best(b, s);
+  if (valid != nullptr) *valid = block_sum(n, s);
+  return b;
+}
+
+// Launch 1: grid (S, rows). Each slice's argmax and non-NaN count.
+__global__ void __launch_bounds__(kThreads)
+    slice_best_kernel(const bf16* __restrict__ logits, int64_t ld, int vocab, bool vec,
+                      const SampleParams* __restrict__ params, SlicePartial* __restrict__ part) {
+  pdl_enter();
+  __shared__ Shared s;
+  const int r = static_cast<int>(blockIdx.y), slice = static_cast<int>(blockIdx.x);
+  const int S = static_cast<int>(gridDim.x);
+  if (params[r].mode == kSampleSkip) return;
+  const Row row{logits + static_cast<int64_t>(r) * ld, vocab, vec};
+  int lo = 0, hi = 0;
+  slice_range((vocab + 3) >> 2, slice, S, lo, hi);
+  int valid = 0;
+  const Best best = scan_best(row, lo, hi, s, valid);
+  valid = block_sum(valid, s);
+  if (threadIdx.x == 0) part[r * S + slice] = SlicePartial{best.v, best.id, valid, 0};
+}
+
+// Launch 2: grid (S, rows). Greedy rows (and rows whose max is not finite) end here (slice 0
+// writes the token); a row with top-k / top-p is sampled whole by slice 0; otherwise each
+// slice runs the race on its part (partial winners in `wins`).
+__global__ void __launch_bounds__(kThreads)
+    slice_race_kernel(const bf16* __restrict__ logits, int64_t ld, int vocab, bool vec,
+                      const SampleParams* __restrict__ params, const SlicePartial* __restrict__ part,
+                      SlicePartial* __restrict__ wins, int32_t* __restrict__ tokens) {
+  pdl_enter();
+  __shared__ Shared s;
+  const int r = static_cast<int>(blockIdx.y), slice = static_cast<int>(blockIdx.x);
+  const int S = static_cast<int>(gridDim.x);
+  const SampleParams P = params[r];
+  if (P.mode == kSampleSkip) return;
+  int valid = 0;
+  const Best best = reduce_partials(part + r * S, S, s, &valid);
+  if (P.mode != kSampleRandom || !isfinite(best.v)) {
+    if (slice == 0 && threadIdx.x == 0) tokens[r] = best.id;
+    return;
+  }
+  const Row row{logits + static_cast<int64_t>(r) * ld, vocab, vec};
+  if (needs_selects(P, valid)) {
+    if (slice == 0) sample_whole_row(row, s, P, best, valid, tokens + r);
+    return;
+  }
+  int lo = 0, hi = 0;
+  slice_range((vocab + 3) >> 2, slice, S, lo, hi);
+  const Best win = race(row, lo, hi, s, P, best.v, Filters{});
+  if (threadIdx.x == 0) wins[r * S + slice] = SlicePartial{win.v, win.id, 0, 0};
+}
+
+// Launch 3: grid (rows). The race's winner of the rows launch 2 left to it.
+__global__ void __launch_bounds__(kThreads)
+    slice_finish_kernel(const SampleParams* __restrict__ params, int S,
+                        const SlicePartial* __restrict__ part, const SlicePartial* __restrict__ wins,
+                        int32_t* __restrict__ tokens) {
+  pdl_enter();
+  __shared__ Shared s;
+  const int r = static_cast<int>(blockIdx.x);
+  const SampleParams P = params[r];
+  if (P.mode != kSampleRandom) return;
+  int valid = 0;
+  const Best best = reduce_partials(part + r * S, S, s, &valid);
+  if (!isfinite(best.v) || needs_selects(P, valid)) return;  // launch 2 wrote the token
+  const Best win = reduce_partials(wins + r * S, S, s, nullptr);
   if (threadIdx.x == 0) tokens[r] = win.id != INT_MAX ? win.id : best.id;
 }
 
@@ -414,19 +564,43 @@ SampleParams make_sample_params(const RowSampling& r, size_t row_index) {
   return p;
 }
 
+int sample_slices(int64_t rows, int64_t vocab) {
+  const int64_t groups = (vocab + 3) / 4;
+  const int64_t by_ctas = kSampleSplitCtas / std::max<int64_t>(rows, 1);
+  const int64_t by_size = groups / kSampleMinSliceGroups;
+  const int64_t s = std::min({by_ctas, by_size, int64_t{kSampleMaxSlices}});
+  return s >= 2 ? static_cast<int>(s) : 1;
+}
+
 void sample_rows(const void* logits, int64_t ld, int64_t rows, int64_t vocab,
-                 const SampleParams* params, int32_t* tokens, Launch on) {
+                 const SampleParams* params, int32_t* tokens, void* scratch, Launch on,
+                 int max_slices) {
   if (rows == 0) return;
   KVATTN_CHECK(vocab > 0 && vocab < (int64_t{1} << 30) && rows < (int64_t{1} << 31) && ld >= 0,
                "sample_rows: vocab ", vocab, ", rows ", rows, " or ld ", ld, " out of range");
   const bool vec = ld % 4 == 0 && (reinterpret_cast<uintptr_t>(logits) & 7u) == 0;
-  launch_kernel(sample_kernel, static_cast<unsigned>(rows), kThreads, 0, on,
-                static_cast<const bf16*>(logits), ld, static_cast<int>(vocab), vec, params,
+  const int S = std::min(sample_slices(rows, vocab), std::max(max_slices, 1));
+  if (S < 2 || scratch == nullptr) {
+    launch_kernel(sample_kernel, static_cast<unsigned>(rows), kThreads, 0, on,
+                  static_cast<const bf16*>(logits), ld, static_cast<int>(vocab), vec, params,
+                  tokens);
+    return;
+  }
+  auto* part = static_cast<SlicePartial*>(scratch);
+  SlicePartial* wins = part + rows * S;  // rows * S <= kSampleSplitCtas each
+  const dim3 grid(static_cast<unsigned>(S), static_cast<unsigned>(rows));
+  launch_kernel(slice_best_kernel, grid, kThreads, 0, on, static_cast<const bf16*>(logits), ld,
+                static_cast<int>(vocab), vec, params, part);
+  launch_kernel(slice_race_kernel, grid, kThreads, 0, on, static_cast<const bf16*>(logits), ld,
+                static_cast<int>(vocab), vec, params, static_cast<const SlicePartial*>(part), wins,
+                tokens);
+  launch_kernel(slice_finish_kernel, static_cast<unsigned>(rows), kThreads, 0, on, params, S,
+                static_cast<const SlicePartial*>(part), static_cast<const SlicePartial*>(wins),
                 tokens);
 }
 
 std::vector<int32_t> sample_on_device(int device, std::span<const float> logits, int64_t vocab,
-                                      std::span<const RowSampling> rows) {
+                                      std::span<const RowSampling> rows, int max_slices) {
   const auto n = static_cast<int64_t>(rows.size());
   KVATTN_CHECK(vocab > 0 && (static_cast<int64_t>(logits.size()) == vocab ||
                              static_cast<int64_t>(logits.size()) == n * vocab),
@@ -437,7 +611,8 @@ std::vector<int32_t> sample_on_device(int device, std::span<const float> logits,
   for (size_t i = 0; i < logits.size(); ++i) host[i] = __float2bfloat16_rn(logits[i]);
   std::vector<SampleParams> params(rows.size());
   for (size_t i = 0; i < rows.size(); ++i) params[i] = make_sample_params(rows[i], i);
-  void *d_logits = nullptr, *d_params = nullptr, *d_tokens = nullptr;
+  void *d_logits = nullptr, *d_params = nullptr, *d_tokens = nullptr, *d_scratch = nullptr;
+  CUDA_CHECK(cudaMalloc(&d_scratch, kSampleScratchBytes));
   CUDA_CHECK(cudaMalloc(&d_logits, host.size() * sizeof(bf16)));
   CUDA_CHECK(cudaMalloc(&d_params, params.size() * sizeof(SampleParams)));
   CUDA_CHECK(cudaMalloc(&d_tokens, rows.size() * sizeof(int32_t)));
@@ -447,11 +622,13 @@ std::vector<int32_t> sample_on_device(int device, std::span<const float> logits,
                         cudaMemcpyHostToDevice));
   CUDA_CHECK(cudaMemcpy(d_tokens, out.data(), out.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
   sample_rows(d_logits, static_cast<int64_t>(logits.size()) == vocab ? 0 : vocab, n, vocab,
-              static_cast<const SampleParams*>(d_params), static_cast<int32_t*>(d_tokens), nullptr);
+              static_cast<const SampleParams*>(d_params), static_cast<int32_t*>(d_tokens),
+              d_scratch, Launch(nullptr), max_slices);
   CUDA_CHECK(cudaMemcpy(out.data(), d_tokens, out.size() * sizeof(int32_t), cudaMemcpyDeviceToHost));
   cudaFree(d_logits);
   cudaFree(d_params);
   cudaFree(d_tokens);
+  cudaFree(d_scratch);
   return out;
 }
 

@@ -1,4 +1,4 @@
-// Internal: token sampling on the GPU, one CTA per logit row. Only the int32 ids leave the
+// Internal: token sampling on the GPU, one CTA per logit row (several for small batches). Only the int32 ids leave the
 // device. Same filters, in the same order, as the host Sampler (sampler.h): temperature,
 // top-k, softmax, top-p, min-p, renormalise, draw.
 //
@@ -58,17 +58,33 @@ static_assert(sizeof(SampleParams) == 48, "SampleParams is shared with the devic
 // kvattn::Error naming the row) and converts it.
 SampleParams make_sample_params(const RowSampling& r, size_t row_index);
 
+// Small batches split each row over several CTAs (cuda_sampling.cu, "split form"): at most
+// kSampleSplitCtas CTAs a launch, slices of >= kSampleMinSliceGroups groups of 4 logits, at
+// most kSampleMaxSlices a row. The answer is the same bits whatever the split.
+inline constexpr int64_t kSampleSplitCtas = 256;
+inline constexpr int64_t kSampleMinSliceGroups = 1024;
+inline constexpr int64_t kSampleMaxSlices = 64;
+// Device scratch the split form needs (two 16-byte partials per CTA).
+inline constexpr int64_t kSampleScratchBytes = 2 * kSampleSplitCtas * 16;
+// Slices per row for `rows` rows of `vocab` logits (1: one CTA per row).
+int sample_slices(int64_t rows, int64_t vocab);
+
 // tokens[r] = the draw for row r (rows with mode kSampleSkip are left untouched). logits:
-// bf16, row r at logits + r * ld (ld == 0: every row reads the same logits). No host sync, no
-// allocation: graph-capturable.
+// bf16, row r at logits + r * ld (ld == 0: every row reads the same logits). scratch:
+// kSampleScratchBytes of device memory for the split form, or null (one CTA per row);
+// max_slices caps the split (tests compare the forms). No host sync, no allocation:
+// graph-capturable.
 void sample_rows(const void* logits, int64_t ld, int64_t rows, int64_t vocab,
-                 const SampleParams* params, int32_t* tokens, Launch on);
+                 const SampleParams* params, int32_t* tokens, void* scratch, Launch on,
+                 int max_slices = static_cast<int>(kSampleMaxSlices));
 
 // For tests: samples rows.size() rows of `logits` (float32, rounded to bf16 on the way to
 // the device), which holds either one row shared by every draw or rows.size() rows of
-// `vocab`. Allocates and synchronizes.
+// `vocab`, with at most max_slices slices a row (1: one CTA per row). Allocates and
+// synchronizes.
 std::vector<int32_t> sample_on_device(int device, std::span<const float> logits, int64_t vocab,
-                                      std::span<const RowSampling> rows);
+                                      std::span<const RowSampling> rows,
+                                      int max_slices = static_cast<int>(kSampleMaxSlices));
 
 }  // namespace kvattn::cuda_model
 
