@@ -320,6 +320,16 @@ bool unfused_by_env() {
   return e != nullptr && e[0] == '1';
 }
 
+// KVATTN_SAMPLE_SPLIT=0 keeps the sampler at one CTA per row (bench comparisons); the
+// tokens are the same either way.
+int sample_max_slices() {
+  static const int v = [] {
+    const char* e = std::getenv("KVATTN_SAMPLE_SPLIT");
+    return e != nullptr && std::strcmp(e, "0") == 0 ? 1 : static_cast<int>(k::kSampleMaxSlices);
+  }();
+  return v;
+}
+
 // KVATTN_FUSED_GEMV=1 / =0 overrides ModelOptions::fused_gemv either way.
 bool fused_gemv_wanted(bool option) {
   const char* e = std::getenv("KVATTN_FUSED_GEMV");
@@ -837,7 +847,7 @@ void CudaModel::run_fixed_body(size_t rung) {
   k::sample_rows(full_logits(), full_logits_ld(), b, full_vocab_,
                  reinterpret_cast<const SampleParams*>(d + fx_.off_params),
                  reinterpret_cast<int32_t*>(d + fx_.off_out), sample_scratch_.data(),
-                 k::Launch{stream_, pdl_});
+                 k::Launch{stream_, pdl_}, sample_max_slices());
 }
 
 void CudaModel::capture(size_t rung) {
@@ -1181,7 +1191,7 @@ void CudaModel::step_general(const ModelInput& in, const Out& out) {
     dev_tokens = static_cast<int32_t*>(gen_tokens_.ensure(R * static_cast<int64_t>(sizeof(int32_t)), device_));
     k::sample_rows(full_logits(), full_logits_ld(), R, full_vocab_,
                    reinterpret_cast<const SampleParams*>(dp + off[kParams]), dev_tokens,
-                   sample_scratch_.data(), k::Launch{stream_, pdl_});
+                   sample_scratch_.data(), k::Launch{stream_, pdl_}, sample_max_slices());
   }
   ++stats_.general_steps;
   finish(R, out, dev_tokens);
