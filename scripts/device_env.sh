@@ -2,6 +2,10 @@
 # no package registry) into a private prefix, never over the system, and points CMake,
 # pkg-config, the compiler and the loader at it.
 #   .deps/*.deb and .deps/private/*.deb come from `scripts/device_deps.sh` run here.
+# Where a script's logs and results go: the device tool's $OUT, else ./out (created here).
+OUT=${OUT:-$PWD/out}
+mkdir -p "$OUT"
+
 kvdeps=/opt/kvdeps
 mkdir -p "$kvdeps"
 for f in .deps/*.deb .deps/private/*.deb; do

@@ -8,9 +8,7 @@
 # (carry .deps)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-$PWD/out}
-mkdir -p "$OUT"
-source scripts/device_env.sh
+source scripts/device_env.sh  # sets OUT (default ./out) and creates it
 
 step build
 kvattn_gpu_build OFF engine_phase_timing_gpu_test kvattn_cli

@@ -9,9 +9,7 @@
 #   build-gpu; CASCADE_TESTS_ONLY=1 stops before the bench)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-$PWD/out}
-mkdir -p "$OUT"
-source scripts/device_env.sh
+source scripts/device_env.sh  # sets OUT (default ./out) and creates it
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
   step build
   kvattn_gpu_build OFF attention_attention_cascade_gpu_test kernels_merge_attention_gpu_test \

@@ -10,9 +10,7 @@
 #   run: bash scripts/gpu_decode_features.sh   (carry .deps; run scripts/device_deps.sh here first)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-$PWD/out}
-mkdir -p "$OUT"
-source scripts/device_env.sh
+source scripts/device_env.sh  # sets OUT (default ./out) and creates it
 
 step build
 kvattn_gpu_build ON kernels_decode_gpu_test gpu_decode_features_bench

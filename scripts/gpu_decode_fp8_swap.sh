@@ -10,9 +10,7 @@
 #   env: REPS (default 40)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-$PWD/out}
-mkdir -p "$OUT"
-source scripts/device_env.sh
+source scripts/device_env.sh  # sets OUT (default ./out) and creates it
 
 step build
 kvattn_gpu_build ON kernels_decode_gpu_test gpu_decode_bench

@@ -8,9 +8,7 @@
 #   env: TESTS=0 skips the tests.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-$PWD/out}
-mkdir -p "$OUT"
-source scripts/device_env.sh
+source scripts/device_env.sh  # sets OUT (default ./out) and creates it
 
 if [ "${TESTS:-1}" != 0 ]; then
   step build

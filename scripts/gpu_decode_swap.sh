@@ -9,9 +9,7 @@
 #   env: EDGES= leaves the edge shapes (45 s) out of the main test run; REPS (default 60)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-$PWD/out}
-mkdir -p "$OUT"
-source scripts/device_env.sh
+source scripts/device_env.sh  # sets OUT (default ./out) and creates it
 
 step build
 kvattn_gpu_build ON kernels_decode_gpu_test gpu_decode_bench

@@ -15,9 +15,7 @@
 # as separate calls (build-gpu stays).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-$PWD/out}
-mkdir -p "$OUT"
-source scripts/device_env.sh
+source scripts/device_env.sh  # sets OUT (default ./out) and creates it
 what=${1:-all}
 
 step build

@@ -11,9 +11,7 @@
 # on a cold machine whose build is slow, run `tests` and `bench` as two calls (build-gpu stays).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-$PWD/out}
-mkdir -p "$OUT"
-source scripts/device_env.sh
+source scripts/device_env.sh  # sets OUT (default ./out) and creates it
 what=${1:-all}
 
 step build

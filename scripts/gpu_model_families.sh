@@ -34,9 +34,7 @@
 #   run: bash scripts/gpu_model_families.sh      (carry .deps)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-$PWD/out}
-mkdir -p "$OUT"
-source scripts/device_env.sh
+source scripts/device_env.sh  # sets OUT (default ./out) and creates it
 
 step build
 kvattn_gpu_build OFF engine_model_families_gpu_test engine_model_families_test \

@@ -9,9 +9,7 @@
 #   run: bash scripts/gpu_ncu_single_stream.sh > $OUT/summary.txt 2>&1   (carry .deps)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-$PWD/out}
-mkdir -p "$OUT"
-source scripts/device_env.sh
+source scripts/device_env.sh  # sets OUT (default ./out) and creates it
 if [ "${SKIP_BUILD:-0}" != 1 ] || [ ! -x build-gpu/kvattn ]; then
   step build
   kvattn_gpu_build OFF kvattn_cli

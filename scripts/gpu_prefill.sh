@@ -8,9 +8,7 @@
 #   env: SANITIZE=0 skips the sanitizers; BENCH_ARGS passes arguments to gpu_prefill_bench.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-$PWD/out}
-mkdir -p "$OUT"
-source scripts/device_env.sh
+source scripts/device_env.sh  # sets OUT (default ./out) and creates it
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used --format=csv | tee "$OUT/gpu.txt"
 
 step build

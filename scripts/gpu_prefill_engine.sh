@@ -7,9 +7,7 @@
 # alternating, 3 rounds each.   run: bash scripts/gpu_prefill_engine.sh   (carry .deps)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-$PWD/out}
-mkdir -p "$OUT"
-source scripts/device_env.sh
+source scripts/device_env.sh  # sets OUT (default ./out) and creates it
 
 step build
 kvattn_gpu_build OFF kernels_prefill_gpu_test kvattn_cli

@@ -8,9 +8,7 @@
 #   run: bash scripts/gpu_prefill_peers.sh   (carry .deps .peers)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-$PWD/out}
-mkdir -p "$OUT"
-source scripts/device_env.sh
+source scripts/device_env.sh  # sets OUT (default ./out) and creates it
 
 kvattn_run_peers bench/prefill_peers_same_run.py prefill_peers.log 8
 find /root/.cache/flashinfer -name '*.log' -newer "$OUT/py_install.log" 2>/dev/null | head -3 |

@@ -13,9 +13,7 @@
 #   run: bash scripts/gpu_prefill_sm90_features.sh   (carry .deps; run scripts/device_deps.sh here first)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-$PWD/out}
-mkdir -p "$OUT"
-source scripts/device_env.sh
+source scripts/device_env.sh  # sets OUT (default ./out) and creates it
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader | tee "$OUT/gpu.txt"
 
 step build

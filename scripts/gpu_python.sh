@@ -9,9 +9,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
-OUT=${OUT:-$PWD/out}
-mkdir -p "$OUT"
-source scripts/device_env.sh
+source scripts/device_env.sh  # sets OUT (default ./out) and creates it
 PY=${PYTHON:-python3}
 jobs=$(nproc)
 step() { echo; echo "== $* == ($(date +%T))"; }

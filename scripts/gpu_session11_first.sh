@@ -19,9 +19,7 @@
 #   carry: .deps
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-$PWD/out}
-mkdir -p "$OUT"
-source scripts/device_env.sh
+source scripts/device_env.sh  # sets OUT (default ./out) and creates it
 T=/tmp/t
 mkdir -p "$T"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader

@@ -18,9 +18,7 @@
 #   carry: .deps
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-$PWD/out}
-mkdir -p "$OUT"
-source scripts/device_env.sh
+source scripts/device_env.sh  # sets OUT (default ./out) and creates it
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
 step "build (every target of this call and of the follow-up scripts)"
 kvattn_gpu_build ON kernels_decode_gpu_test gpu_decode_bench engine_gguf_quant_types_gpu_test \

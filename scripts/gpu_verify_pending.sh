@@ -8,9 +8,7 @@
 #   run: bash scripts/gpu_verify_pending.sh   (carry .deps; run scripts/device_deps.sh here first)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-$PWD/out}
-mkdir -p "$OUT"
-source scripts/device_env.sh
+source scripts/device_env.sh  # sets OUT (default ./out) and creates it
 
 step build
 kvattn_gpu_build OFF kernels_decode_gpu_test kernels_store_kv_gpu_test kernels_prefill_gpu_test \
