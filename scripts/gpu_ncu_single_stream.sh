@@ -40,8 +40,21 @@ for r in rows[1:]:
     if r[vi] in ("", "Metric Value"):
         continue
     v = float(r[vi].replace(",", ""))
-    v = v / 1e3 if r[ui] == "nsecond" else v * 1e3 if r[ui] == "msecond" else v
-    name = r[ki].split("(")[0].split("<")[0][-60:]
+    # ncu's units: "ns" / "us" / "ms" (older versions: "nsecond" / "usecond" / "msecond").
+    unit = r[ui]
+    v = v / 1e3 if unit in ("ns", "nsecond") else v * 1e3 if unit in ("ms", "msecond") else v
+    # The kernel's name without its parameter list: cut at the "(" that opens it (the last
+    # top-level one), keeping template arguments ("gemv_kernel<1, 2, 2>").
+    full, depth, cut = r[ki], 0, len(r[ki])
+    for i, ch in enumerate(full):
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth -= 1
+        elif ch == "(" and depth == 0:
+            cut = i
+    name = full[:cut].replace("(anonymous namespace)::", "").replace("<unnamed>::", "")
+    name = name.replace("void ", "")[-60:]
     per[name][0] += 1
     per[name][1] += v
 # Per token: divide by the launches of a once-a-token kernel (the final norm / lm_head GEMM),
