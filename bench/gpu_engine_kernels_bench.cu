@@ -208,8 +208,9 @@ void bench_model(const Shape& m, int64_t T, const std::string& only) {
 
 // Sampling (cuda_sampling.h): R rows of a 151,936-id vocabulary (Qwen3), greedy, temperature
 // 0.6 alone (what `kvattn bench` samples with) and top-k 50 / top-p 0.9; one CTA per row
-// ("one_cta") against the split form for small batches ("split"; the default). The same
-// tokens either way (checked here too).
+// ("one_cta") against the split form for small batches ("split"; the default), and the split
+// form with the top-k / top-p selects in thread block clusters ("split_clusters";
+// KVATTN_SAMPLE_CLUSTERS=1). The same tokens every way (checked here too).
 void bench_sampling() {
   const int64_t vocab = 151936;
   Tensor scratch = Tensor::empty({k::kSampleScratchBytes}, DType::kU8, kGpu);
@@ -230,19 +231,24 @@ void bench_sampling() {
       Tensor hp = Tensor::empty({R * static_cast<int64_t>(sizeof(k::SampleParams))}, DType::kU8);
       std::memcpy(hp.data(), h.data(), h.size() * sizeof(k::SampleParams));
       Tensor dp = hp.to(kGpu);
-      std::vector<int32_t> got[2];
-      for (int split = 0; split < 2; ++split) {
-        const int max_slices = split ? static_cast<int>(k::kSampleMaxSlices) : 1;
+      // one CTA per row; split with the selects on slice 0; split with the selects in clusters
+      const char* forms[] = {"one_cta", "split", "split_clusters"};
+      std::vector<int32_t> got[3];
+      for (int form = 0; form < 3; ++form) {
+        const int max_slices = form > 0 ? static_cast<int>(k::kSampleMaxSlices) : 1;
         const double us = graph_us([&](cudaStream_t s) {
           k::sample_rows(logits.data(), vocab, R, vocab,
                          static_cast<const k::SampleParams*>(dp.data()), tokens.ptr<int32_t>(),
-                         scratch.data(), s, max_slices);
+                         scratch.data(), s, max_slices, form == 2 ? 1 : 0);
         });
         Tensor host = tokens.to(kvattn::Device::cpu());
-        got[split].assign(host.ptr<int32_t>(), host.ptr<int32_t>() + R);
-        report(kinds[kind], "qwen3-vocab", R, split ? "split" : "one_cta", us, 2.0 * R * vocab);
+        got[form].assign(host.ptr<int32_t>(), host.ptr<int32_t>() + R);
+        report(kinds[kind], "qwen3-vocab", R, forms[form], us, 2.0 * R * vocab);
+        if (got[form] != got[0]) {
+          std::printf("ERROR: %s R=%ld: the %s form drew other tokens\n", kinds[kind],
+                      static_cast<long>(R), forms[form]);
+        }
       }
-      if (got[0] != got[1]) std::printf("ERROR: %s R=%ld: the split form drew other tokens\n", kinds[kind], static_cast<long>(R));
     }
   }
 }

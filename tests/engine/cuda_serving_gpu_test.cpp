@@ -508,9 +508,10 @@ TEST(CudaSampling, GreedyIsTheHostArgmaxIncludingTiesAndNaN) {
   EXPECT_EQ(t2[1], 7);
 }
 
-// Small batches split each row over several CTAs (cuda_sampling.cu, "split form"): the
-// tokens must be those of one CTA per row, bit for bit, for every filter, for rows with NaN,
-// infinities and ties, for odd vocabularies (scalar loads) and for every slice count.
+// Small batches split each row over several CTAs (cuda_sampling.cu, "split form"), with the
+// top-k / top-p selects by slice 0 alone or by a thread block cluster: the tokens must be
+// those of one CTA per row, bit for bit, for every filter, for rows with NaN, infinities and
+// ties, for odd vocabularies (scalar loads) and for every slice count.
 TEST(CudaSampling, SplitFormDrawsTheOneCtaTokens) {
   for (const int64_t V : {int64_t{151936}, int64_t{50001}, int64_t{8195}}) {
     for (const int64_t rows : {int64_t{1}, int64_t{3}, int64_t{17}, int64_t{64}}) {
@@ -536,10 +537,16 @@ TEST(CudaSampling, SplitFormDrawsTheOneCtaTokens) {
         for (uint64_t step : {0u, 7u, 1000u}) {
           const auto rs = draws(sp, rows, 77, 5, step);
           const auto one = cuda_model::sample_on_device(0, all, V, rs, 1);
-          const auto split = cuda_model::sample_on_device(0, all, V, rs);
+          const auto split = cuda_model::sample_on_device(0, all, V, rs, 64, 0);
+          // The selects in thread block clusters (sm_90+; elsewhere the same as `split`).
+          const auto clustered = cuda_model::sample_on_device(0, all, V, rs, 64, 1);
           ASSERT_EQ(split, one) << "temperature " << sp.temperature << ", top_k " << sp.top_k
                                 << ", top_p " << sp.top_p << ", min_p " << sp.min_p << ", step "
                                 << step << ", " << slices << " slices";
+          ASSERT_EQ(clustered, one) << "clusters: temperature " << sp.temperature << ", top_k "
+                                    << sp.top_k << ", top_p " << sp.top_p << ", min_p "
+                                    << sp.min_p << ", step " << step << ", " << slices
+                                    << " slices";
         }
       }
       if (V == 151936 && rows <= 64) {

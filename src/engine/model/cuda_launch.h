@@ -95,6 +95,37 @@ __device__ __forceinline__ void pdl_enter() {
   cuda::ptx::grid_launch_dependents();
 }
 
+// launch_kernel in thread block clusters of cluster_x CTAs along x (sm_90+; gridDim.x a
+// multiple of cluster_x), with the PDL attribute as launch_kernel when on.pdl.
+template <typename... Params, typename... Args>
+void launch_kernel_clusters(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                            Launch on, unsigned cluster_x, Args&&... args) {
+  cudaLaunchAttribute attr[2];
+  unsigned n = 0;
+  attr[n].id = cudaLaunchAttributeClusterDimension;
+  attr[n].val.clusterDim.x = cluster_x;
+  attr[n].val.clusterDim.y = 1;
+  attr[n].val.clusterDim.z = 1;
+  ++n;
+#if KVATTN_PDL_AVAILABLE
+  if (on.pdl) {
+    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n].val.programmaticStreamSerializationAllowed = 1;
+    ++n;
+  }
+#endif
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = on.stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = n;
+  const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+  (void)cudaGetLastError();  // reported here, not by the next CUDA_CHECK_LAUNCH
+  CUDA_CHECK(e);
+}
+
 // kernel<<<grid, block, smem, on.stream>>>(args...), with the programmatic-stream-serialization
 // attribute when on.pdl (and the toolkit has it). Launch errors throw, as CUDA_CHECK_LAUNCH.
 template <typename... Params, typename... Args>

@@ -27,11 +27,21 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
+#include <cstdlib>
 #include <cmath>
 #include <cstring>
 
 #include "kernels/cuda/cuda_check.h"
+
+// Thread block clusters (sm_90+) for the split form's selects; other targets never launch them.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define KVATTN_SAMPLE_CLUSTERS 1
+#include <cooperative_groups.h>
+#else
+#define KVATTN_SAMPLE_CLUSTERS 0
+#endif
 
 namespace kvattn::cuda_model {
 namespace {
@@ -281,9 +291,14 @@ __device__ void walk(Shared& s, int shift, float top_p) {
 }
 
 // Returns T such that the selected keys are exactly the included ones with key >= T.
-// elem(i, v, key, mass) -> included?
-template <bool kMass, class Elem>
-__device__ uint64_t radix_select(const Row& row, Shared& s, unsigned rank, float top_p, Elem elem) {
+// elem(i, v, key, mass) -> included? The CTA sweeps groups [g_lo, g_hi): the whole row when
+// kParts == 1; with kParts > 1 the kParts CTAs of a thread block cluster each sweep their
+// part, rank 0 sums the parts' histograms through distributed shared memory and walks, and
+// every rank copies rank 0's state. The counts and masses are integers, so the threshold is
+// the single CTA's whatever the parts.
+template <bool kMass, int kParts, class Elem>
+__device__ uint64_t radix_select(const Row& row, Shared& s, unsigned rank, float top_p, int g_lo,
+                                 int g_hi, Elem elem) {
   if (threadIdx.x == 0) {
     s.prefix = 0;
     s.threshold = 0;
@@ -299,7 +314,7 @@ __device__ uint64_t radix_select(const Row& row, Shared& s, unsigned rank, float
     }
     __syncthreads();
     const unsigned long long prefix = s.prefix;
-    for_each_group(row, [&](int g, const float* v) {
+    for_each_group_in(row, g_lo, g_hi, [&](int g, const float* v) {
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int i = g * 4 + j;
@@ -311,11 +326,52 @@ __device__ uint64_t radix_select(const Row& row, Shared& s, unsigned rank, float
       }
     });
     __syncthreads();
-    if (threadIdx.x < 32) walk<kMass>(s, shift, top_p);
-    __syncthreads();
+    if constexpr (kParts > 1) {
+#if KVATTN_SAMPLE_CLUSTERS
+      cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+      cluster.sync();  // every part's histogram is complete
+      const bool lead = cluster.block_rank() == 0;
+      if (lead) {
+        for (int t = static_cast<int>(threadIdx.x); t < 256; t += kThreads) {
+          unsigned c = s.cnt[t];
+          unsigned long long m = kMass ? s.mass[t] : 0ull;
+#pragma unroll
+          for (int r = 1; r < kParts; ++r) {
+            const Shared* o = cluster.map_shared_rank(&s, r);
+            c += o->cnt[t];
+            if (kMass) m += o->mass[t];
+          }
+          s.cnt[t] = c;
+          if (kMass) s.mass[t] = m;
+        }
+        __syncthreads();
+        if (threadIdx.x < 32) walk<kMass>(s, shift, top_p);
+      }
+      cluster.sync();  // rank 0's walk is visible; it reads no histogram until the next sync
+      if (!lead && threadIdx.x == 0) {
+        const Shared* o = cluster.map_shared_rank(&s, 0);
+        s.prefix = o->prefix;
+        s.threshold = o->threshold;
+        s.above = o->above;
+        s.target = o->target;
+        s.rem = o->rem;
+        s.done = o->done;
+      }
+      __syncthreads();
+#else
+      __trap();  // never launched below sm_90 (sample_rows)
+#endif
+    } else {
+      if (threadIdx.x < 32) walk<kMass>(s, shift, top_p);
+      __syncthreads();
+    }
     if (s.done) break;
   }
   const uint64_t t = s.threshold;
+#if KVATTN_SAMPLE_CLUSTERS
+  // No rank may leave (or re-initialise its state) while another still reads rank 0's.
+  if constexpr (kParts > 1) cooperative_groups::this_cluster().sync();
+#endif
   __syncthreads();  // s is reused by the next select
   return t;
 }
@@ -381,14 +437,16 @@ __device__ Best race(const Row& row, int g_lo, int g_hi, Shared& s, const Sample
   return block_best(win, s);
 }
 
-// A sampled row's top-k and top-p thresholds (radix selects over the whole row).
+// A sampled row's top-k and top-p thresholds (radix selects over the row; kParts and the
+// CTA's groups [g_lo, g_hi) as radix_select).
+template <int kParts>
 __device__ Filters select_filters(const Row& row, Shared& s, const SampleParams& P,
-                                  float max_logit, int valid) {
+                                  float max_logit, int valid, int g_lo, int g_hi) {
   Filters f;
   const float inv_t = P.inv_temperature;
   f.topk = P.top_k > 0 && P.top_k < valid;
   if (f.topk) {
-    f.tk = radix_select<false>(row, s, static_cast<unsigned>(P.top_k), 0.0f,
+    f.tk = radix_select<false, kParts>(row, s, static_cast<unsigned>(P.top_k), 0.0f, g_lo, g_hi,
                                [&](int i, float v, uint64_t& key, unsigned long long&) {
                                  if (isnan(v)) return false;
                                  key = topk_key(v, i);
@@ -399,7 +457,7 @@ __device__ Filters select_filters(const Row& row, Shared& s, const SampleParams&
   if (f.topp) {
     const bool topk = f.topk;
     const uint64_t tk = f.tk;
-    f.tp = radix_select<true>(row, s, 0, P.top_p,
+    f.tp = radix_select<true, kParts>(row, s, 0, P.top_p, g_lo, g_hi,
                               [&](int i, float v, uint64_t& key, unsigned long long& m) {
                                 if (isnan(v) || (topk && topk_key(v, i) < tk)) return false;
                                 const float p = prob(v, max_logit, inv_t);
@@ -420,8 +478,9 @@ __device__ __forceinline__ bool needs_selects(const SampleParams& P, int valid) 
 // Everything after pass 0 for one row, by one CTA: the filters, the race, the token.
 __device__ void sample_whole_row(const Row& row, Shared& s, const SampleParams& P, Best best,
                                  int valid, int32_t* token) {
-  const Filters f = select_filters(row, s, P, best.v, valid);
-  const Best win = race(row, 0, (row.vocab + 3) >> 2, s, P, best.v, f);
+  const int groups = (row.vocab + 3) >> 2;
+  const Filters f = select_filters<1>(row, s, P, best.v, valid, 0, groups);
+  const Best win = race(row, 0, groups, s, P, best.v, f);
   if (threadIdx.x == 0) *token = win.id != INT_MAX ? win.id : best.id;
 }
 
@@ -496,8 +555,12 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // Launch 2: grid (S, rows). Greedy rows (and rows whose max is not finite) end here (slice 0
-// writes the token); a row with top-k / top-p is sampled whole by slice 0; otherwise each
-// slice runs the race on its part (partial winners in `wins`).
+// writes the token); otherwise each slice runs the race on its part (partial winners in
+// `wins`). A row with top-k / top-p: with kCluster == 1, slice 0 samples it whole; with
+// kCluster > 1 (launched in clusters of kCluster CTAs, S a multiple of it), the row's first
+// cluster runs the selects and the race in kCluster parts and the other slices leave empty
+// winners.
+template <int kCluster>
 __global__ void __launch_bounds__(kThreads)
     slice_race_kernel(const bf16* __restrict__ logits, int64_t ld, int vocab, bool vec,
                       const SampleParams* __restrict__ params, const SlicePartial* __restrict__ part,
@@ -515,21 +578,35 @@ __global__ void __launch_bounds__(kThreads)
     return;
   }
   const Row row{logits + static_cast<int64_t>(r) * ld, vocab, vec};
+  const int groups = (vocab + 3) >> 2;
   if (needs_selects(P, valid)) {
-    if (slice == 0) sample_whole_row(row, s, P, best, valid, tokens + r);
+    if constexpr (kCluster > 1) {
+      if (slice >= kCluster) {
+        if (threadIdx.x == 0) wins[r * S + slice] = SlicePartial{NAN, INT_MAX, 0, 0};
+        return;
+      }
+      int lo = 0, hi = 0;
+      slice_range(groups, slice, kCluster, lo, hi);
+      const Filters f = select_filters<kCluster>(row, s, P, best.v, valid, lo, hi);
+      const Best win = race(row, lo, hi, s, P, best.v, f);
+      if (threadIdx.x == 0) wins[r * S + slice] = SlicePartial{win.v, win.id, 0, 0};
+    } else if (slice == 0) {
+      sample_whole_row(row, s, P, best, valid, tokens + r);
+    }
     return;
   }
   int lo = 0, hi = 0;
-  slice_range((vocab + 3) >> 2, slice, S, lo, hi);
+  slice_range(groups, slice, S, lo, hi);
   const Best win = race(row, lo, hi, s, P, best.v, Filters{});
   if (threadIdx.x == 0) wins[r * S + slice] = SlicePartial{win.v, win.id, 0, 0};
 }
 
-// Launch 3: grid (rows). The race's winner of the rows launch 2 left to it.
+// Launch 3: grid (rows). The race's winner of the rows launch 2 left to it (with
+// selects_split, those with top-k / top-p too).
 __global__ void __launch_bounds__(kThreads)
     slice_finish_kernel(const SampleParams* __restrict__ params, int S,
                         const SlicePartial* __restrict__ part, const SlicePartial* __restrict__ wins,
-                        int32_t* __restrict__ tokens) {
+                        bool selects_split, int32_t* __restrict__ tokens) {
   pdl_enter();
   __shared__ Shared s;
   const int r = static_cast<int>(blockIdx.x);
@@ -537,7 +614,7 @@ __global__ void __launch_bounds__(kThreads)
   if (P.mode != kSampleRandom) return;
   int valid = 0;
   const Best best = reduce_partials(part + r * S, S, s, &valid);
-  if (!isfinite(best.v) || needs_selects(P, valid)) return;  // launch 2 wrote the token
+  if (!isfinite(best.v) || (!selects_split && needs_selects(P, valid))) return;  // launch 2 wrote it
   const Best win = reduce_partials(wins + r * S, S, s, nullptr);
   if (threadIdx.x == 0) tokens[r] = win.id != INT_MAX ? win.id : best.id;
 }
@@ -572,35 +649,77 @@ int sample_slices(int64_t rows, int64_t vocab) {
   return s >= 2 ? static_cast<int>(s) : 1;
 }
 
+bool sample_select_clusters_default() {
+  static const bool on = [] {
+    const char* e = std::getenv("KVATTN_SAMPLE_CLUSTERS");
+    return e != nullptr && std::strcmp(e, "1") == 0;
+  }();
+  return on;
+}
+
+namespace {
+
+// Whether the current device runs thread block clusters (compute capability 9.0+), per device.
+bool device_has_clusters() {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> known[kMaxDevices] = {};  // 0 unknown, 1 no, 2 yes
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  if (dev < 0 || dev >= kMaxDevices) return false;
+  int v = known[dev].load(std::memory_order_relaxed);
+  if (v == 0) {
+    int major = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    v = major >= 9 ? 2 : 1;
+    known[dev].store(v, std::memory_order_relaxed);
+  }
+  return v == 2;
+}
+
+}  // namespace
+
 void sample_rows(const void* logits, int64_t ld, int64_t rows, int64_t vocab,
                  const SampleParams* params, int32_t* tokens, void* scratch, Launch on,
-                 int max_slices) {
+                 int max_slices, int select_clusters) {
   if (rows == 0) return;
   KVATTN_CHECK(vocab > 0 && vocab < (int64_t{1} << 30) && rows < (int64_t{1} << 31) && ld >= 0,
                "sample_rows: vocab ", vocab, ", rows ", rows, " or ld ", ld, " out of range");
   const bool vec = ld % 4 == 0 && (reinterpret_cast<uintptr_t>(logits) & 7u) == 0;
-  const int S = std::min(sample_slices(rows, vocab), std::max(max_slices, 1));
+  int S = std::min(sample_slices(rows, vocab), std::max(max_slices, 1));
   if (S < 2 || scratch == nullptr) {
     launch_kernel(sample_kernel, static_cast<unsigned>(rows), kThreads, 0, on,
                   static_cast<const bf16*>(logits), ld, static_cast<int>(vocab), vec, params,
                   tokens);
     return;
   }
+  const bool want_clusters =
+      select_clusters < 0 ? sample_select_clusters_default() : select_clusters > 0;
+  const bool clusters =
+      want_clusters && S >= kSampleSelectCluster && device_has_clusters();
+  if (clusters) S -= S % kSampleSelectCluster;
   auto* part = static_cast<SlicePartial*>(scratch);
   SlicePartial* wins = part + rows * S;  // rows * S <= kSampleSplitCtas each
   const dim3 grid(static_cast<unsigned>(S), static_cast<unsigned>(rows));
   launch_kernel(slice_best_kernel, grid, kThreads, 0, on, static_cast<const bf16*>(logits), ld,
                 static_cast<int>(vocab), vec, params, part);
-  launch_kernel(slice_race_kernel, grid, kThreads, 0, on, static_cast<const bf16*>(logits), ld,
-                static_cast<int>(vocab), vec, params, static_cast<const SlicePartial*>(part), wins,
-                tokens);
+  if (clusters) {
+    launch_kernel_clusters(slice_race_kernel<kSampleSelectCluster>, grid, kThreads, 0, on,
+                           static_cast<unsigned>(kSampleSelectCluster),
+                           static_cast<const bf16*>(logits), ld, static_cast<int>(vocab), vec,
+                           params, static_cast<const SlicePartial*>(part), wins, tokens);
+  } else {
+    launch_kernel(slice_race_kernel<1>, grid, kThreads, 0, on, static_cast<const bf16*>(logits),
+                  ld, static_cast<int>(vocab), vec, params,
+                  static_cast<const SlicePartial*>(part), wins, tokens);
+  }
   launch_kernel(slice_finish_kernel, static_cast<unsigned>(rows), kThreads, 0, on, params, S,
                 static_cast<const SlicePartial*>(part), static_cast<const SlicePartial*>(wins),
-                tokens);
+                clusters, tokens);
 }
 
 std::vector<int32_t> sample_on_device(int device, std::span<const float> logits, int64_t vocab,
-                                      std::span<const RowSampling> rows, int max_slices) {
+                                      std::span<const RowSampling> rows, int max_slices,
+                                      int select_clusters) {
   const auto n = static_cast<int64_t>(rows.size());
   KVATTN_CHECK(vocab > 0 && (static_cast<int64_t>(logits.size()) == vocab ||
                              static_cast<int64_t>(logits.size()) == n * vocab),
@@ -623,7 +742,7 @@ std::vector<int32_t> sample_on_device(int device, std::span<const float> logits,
   CUDA_CHECK(cudaMemcpy(d_tokens, out.data(), out.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
   sample_rows(d_logits, static_cast<int64_t>(logits.size()) == vocab ? 0 : vocab, n, vocab,
               static_cast<const SampleParams*>(d_params), static_cast<int32_t*>(d_tokens),
-              d_scratch, Launch(nullptr), max_slices);
+              d_scratch, Launch(nullptr), max_slices, select_clusters);
   CUDA_CHECK(cudaMemcpy(out.data(), d_tokens, out.size() * sizeof(int32_t), cudaMemcpyDeviceToHost));
   cudaFree(d_logits);
   cudaFree(d_params);

@@ -68,23 +68,30 @@ inline constexpr int64_t kSampleMaxSlices = 64;
 inline constexpr int64_t kSampleScratchBytes = 2 * kSampleSplitCtas * 16;
 // Slices per row for `rows` rows of `vocab` logits (1: one CTA per row).
 int sample_slices(int64_t rows, int64_t vocab);
+// A split row with top-k / top-p runs its radix selects in one thread block cluster of this
+// many CTAs (sm_90+; each sweeps an eighth of the row per pass, rank 0 sums the histograms
+// through distributed shared memory) instead of slice 0 alone. Off by default until it has
+// run on a GPU: KVATTN_SAMPLE_CLUSTERS=1 turns it on (sample_select_clusters_default()).
+inline constexpr int kSampleSelectCluster = 8;
+bool sample_select_clusters_default();
 
 // tokens[r] = the draw for row r (rows with mode kSampleSkip are left untouched). logits:
 // bf16, row r at logits + r * ld (ld == 0: every row reads the same logits). scratch:
 // kSampleScratchBytes of device memory for the split form, or null (one CTA per row);
-// max_slices caps the split (tests compare the forms). No host sync, no allocation:
-// graph-capturable.
+// max_slices caps the split and select_clusters (1 on, 0 off, -1 the default) picks the
+// selects' form (tests compare the forms). No host sync, no allocation: graph-capturable.
 void sample_rows(const void* logits, int64_t ld, int64_t rows, int64_t vocab,
                  const SampleParams* params, int32_t* tokens, void* scratch, Launch on,
-                 int max_slices = static_cast<int>(kSampleMaxSlices));
+                 int max_slices = static_cast<int>(kSampleMaxSlices), int select_clusters = -1);
 
 // For tests: samples rows.size() rows of `logits` (float32, rounded to bf16 on the way to
 // the device), which holds either one row shared by every draw or rows.size() rows of
-// `vocab`, with at most max_slices slices a row (1: one CTA per row). Allocates and
-// synchronizes.
+// `vocab`, with at most max_slices slices a row (1: one CTA per row) and select_clusters as
+// sample_rows. Allocates and synchronizes.
 std::vector<int32_t> sample_on_device(int device, std::span<const float> logits, int64_t vocab,
                                       std::span<const RowSampling> rows,
-                                      int max_slices = static_cast<int>(kSampleMaxSlices));
+                                      int max_slices = static_cast<int>(kSampleMaxSlices),
+                                      int select_clusters = -1);
 
 }  // namespace kvattn::cuda_model
 
