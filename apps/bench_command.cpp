@@ -230,7 +230,7 @@ int run_bench(const BenchArgs& a) {
                static_cast<long long>(c.hidden_size), a.device.c_str(), mode, load_s,
                static_cast<long long>(llm.kv_cache_tokens()), a.kv.dtype.c_str());
 
-  const Workload w = make_workload(spec, a.seed, a.temperature, max_id, context);
+  const Workload w = make_workload(spec, a.seed, a.temperature, max_id, context, a.top_k, a.top_p);
   if (!a.no_warmup) {  // first-call costs (allocations, kernels, graphs) stay out of the figures
     SamplingParams sp;
     sp.max_tokens = 8;
@@ -268,6 +268,8 @@ int run_bench(const BenchArgs& a) {
   std::mt19937 rng(a.seed + 2);
   SamplingParams one;
   one.temperature = static_cast<float>(a.temperature);
+  one.top_k = a.top_k;
+  one.top_p = static_cast<float>(a.top_p);
   one.ignore_eos = true;
   one.detokenize = false;
   const int64_t single_in = std::min(a.single_input, context - 1);
@@ -358,7 +360,8 @@ int run_bench(const BenchArgs& a) {
           {"prefix_tokens", w.prefix_tokens}, {"min_input", spec.min_input},
           {"max_input", spec.max_input}, {"min_output", spec.min_output},
           {"max_output", spec.max_output}, {"scale", a.scale}, {"seed", a.seed},
-          {"temperature", a.temperature}, {"prompt_tokens", w.input_tokens},
+          {"temperature", a.temperature}, {"top_k", a.top_k}, {"top_p", a.top_p},
+          {"prompt_tokens", w.input_tokens},
           {"output_tokens", w.output_tokens}}},
         {"throughput", run_json(main_run, w.input_tokens)},
         {"breakdown", breakdown_json(main_stats)},

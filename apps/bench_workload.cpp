@@ -69,7 +69,7 @@ std::vector<int32_t> random_prompt(std::mt19937& rng, int32_t max_id, int64_t n)
 }
 
 Workload make_workload(const WorkloadSpec& spec, uint32_t seed, double temperature,
-                       int32_t max_id, int64_t context) {
+                       int32_t max_id, int64_t context, int top_k, double top_p) {
   check_spec(spec);
   KVATTN_CHECK(context >= 2, "bench: the context must hold at least 2 tokens but holds ", context);
   Workload w;
@@ -90,6 +90,8 @@ Workload make_workload(const WorkloadSpec& spec, uint32_t seed, double temperatu
   for (int64_t i = 0; i < spec.num_seqs; ++i) {
     SamplingParams sp;
     sp.temperature = static_cast<float>(temperature);
+    sp.top_k = top_k;
+    sp.top_p = static_cast<float>(top_p);
     sp.ignore_eos = true;
     sp.detokenize = false;
     const int64_t out = std::uniform_int_distribution<int64_t>(spec.min_output, spec.max_output)(rng);

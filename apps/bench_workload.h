@@ -57,8 +57,9 @@ struct Workload {
 
 // Random ids in [0, max_id). Each prompt is capped to context - 1 tokens (the shared prefix
 // first, so it stays shared) and its output to what the context has left.
+// Every request samples at `temperature` with top_k / top_p (0 / 1: off).
 Workload make_workload(const WorkloadSpec& spec, uint32_t seed, double temperature,
-                       int32_t max_id, int64_t context);
+                       int32_t max_id, int64_t context, int top_k = 0, double top_p = 1.0);
 
 std::vector<int32_t> random_prompt(std::mt19937& rng, int32_t max_id, int64_t n);
 

@@ -68,6 +68,8 @@ struct BenchArgs {
   double scale = 1.0;
   uint32_t seed = 0;
   double temperature = 0.6;  // nano-vllm's bench samples at 0.6
+  int top_k = 0;             // 0: off (nano-vllm's bench)
+  double top_p = 1.0;        // 1: off
   bool eager = false;        // no CUDA graphs
   bool no_prefix_caching = false;  // the main run without the prefix cache
   bool no_compare = false;         // prefix workload: no second run with the cache off

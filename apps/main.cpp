@@ -145,6 +145,10 @@ int main(int argc, char** argv) {
   bench->add_option("--seed", b.seed, "Seed of the workload (std::mt19937)")->default_val(0);
   bench->add_option("-t,--temperature", b.temperature, "Sampling temperature (0 => greedy)")
       ->default_val(0.6);
+  bench->add_option("--top-k", b.top_k, "Every request's top-k (0 => off)")->default_val(0);
+  bench->add_option("--top-p", b.top_p, "Every request's top-p (1 => off)")
+      ->default_val(1.0)
+      ->check(CLI::Range(0.0, 1.0));
   bench->add_flag("--eager", b.eager, "No CUDA graphs (eager launches)");
   bench->add_option("--tensor-parallel", b.tensor_parallel,
                     "Ranks of tensor parallelism (GPUs from cuda:0 on; CPU: threads)")

@@ -130,6 +130,22 @@ TEST(BenchWorkload, LongWorkloadSizes) {
   EXPECT_EQ(w.params[0].temperature, 0.0f);
 }
 
+TEST(BenchWorkload, EveryRequestCarriesTheSamplingFilters) {
+  const WorkloadSpec s = scaled(default_spec(WorkloadKind::kNanoVllm), 0.05);
+  const Workload plain = make_workload(s, 3, 0.6, kMaxId, kBigContext);
+  const Workload filtered = make_workload(s, 3, 0.8, kMaxId, kBigContext, 40, 0.9);
+  ASSERT_EQ(plain.params.size(), filtered.params.size());
+  for (size_t i = 0; i < plain.params.size(); ++i) {
+    EXPECT_EQ(plain.params[i].top_k, 0);
+    EXPECT_EQ(plain.params[i].top_p, 1.0f);
+    EXPECT_EQ(filtered.params[i].temperature, 0.8f);
+    EXPECT_EQ(filtered.params[i].top_k, 40);
+    EXPECT_EQ(filtered.params[i].top_p, 0.9f);
+    EXPECT_EQ(filtered.params[i].max_tokens, plain.params[i].max_tokens);  // same draws
+  }
+  EXPECT_EQ(filtered.prompts, plain.prompts);
+}
+
 TEST(BenchWorkload, SeedsReproduceAndDiffer) {
   const WorkloadSpec s = scaled(default_spec(WorkloadKind::kPrefix), 0.1);
   const Workload a = make_workload(s, 7, 0.6, kMaxId, kBigContext);
