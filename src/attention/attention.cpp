@@ -9,6 +9,10 @@
 #include "kvattn/kernels/prefill_attention.h"
 #include "kvattn/kernels/store_kv.h"
 
+#ifdef KVATTN_WITH_CUDA
+#include "kernels/cuda/fp8_dequant_pages.h"
+#endif
+
 namespace kvattn {
 namespace {
 
@@ -37,12 +41,15 @@ int64_t align16(int64_t bytes) { return (bytes + 15) / 16 * 16; }
 }  // namespace
 
 int64_t cascade_workspace_bytes(int64_t tokens, int64_t num_heads, int64_t head_dim,
-                                DType dtype) {
-  KVATTN_CHECK(tokens >= 0 && num_heads > 0 && head_dim > 0,
-               "cascade_workspace_bytes: tokens must be >= 0 and num_heads, head_dim > 0 but "
-               "are ", tokens, ", ", num_heads, ", ", head_dim);
+                                DType dtype, int64_t fp8_prefix_keys, int64_t num_kv_heads) {
+  KVATTN_CHECK(tokens >= 0 && num_heads > 0 && head_dim > 0 && fp8_prefix_keys >= 0 &&
+                   num_kv_heads >= 0,
+               "cascade_workspace_bytes: tokens, fp8_prefix_keys and num_kv_heads must be >= 0 "
+               "and num_heads, head_dim > 0 but are ", tokens, ", ", fp8_prefix_keys, ", ",
+               num_kv_heads, ", ", num_heads, ", ", head_dim);
   return align16(tokens * num_heads * head_dim * dtype_size(dtype)) +
-         2 * align16(tokens * num_heads * static_cast<int64_t>(sizeof(float)));
+         2 * align16(tokens * num_heads * static_cast<int64_t>(sizeof(float))) +
+         2 * align16(fp8_prefix_keys * num_kv_heads * head_dim * dtype_size(dtype));
 }
 
 Attention::Attention(int64_t num_heads, int64_t head_dim, float scale, int64_t num_kv_heads)
@@ -217,7 +224,12 @@ void Attention::forward_cascade(const TensorView& q, const BatchContext& ctx,
                ctx.cascade_leftpad.defined() ? ctx.cascade_leftpad.shape_str()
                                              : std::string("empty"));
 
-  const int64_t need = cascade_workspace_bytes(tokens, num_heads_, head_dim_, q.dtype);
+  // A float8_e4m3 cache on the GPU: the shared pass reads the prefix dequantized into the
+  // workspace (cascade_workspace_bytes), through the 16-bit prefill kernels.
+  const bool dequant = k_cache_.dtype == DType::kF8E4M3 && q.device.is_cuda();
+  const int64_t dq_keys = dequant ? ctx.cascade_prefix_len : 0;
+  const int64_t need = cascade_workspace_bytes(tokens, num_heads_, head_dim_, q.dtype, dq_keys,
+                                               dequant ? num_kv_heads_ : 0);
   TensorView ws = ctx.cascade_workspace;
   Tensor owned;
   if (!ws.defined() && q.device.is_cpu()) {
@@ -247,6 +259,22 @@ void Attention::forward_cascade(const TensorView& q, const BatchContext& ctx,
   p.block_table = table;
   p.k_scale = k_scale_;
   p.v_scale = v_scale_;
+  if (dequant) {
+#ifdef KVATTN_WITH_CUDA
+    char* kv_base = base + out_bytes + 2 * lse_bytes;
+    const int64_t kv_bytes = align16(dq_keys * num_kv_heads_ * head_dim_ * dtype_size(q.dtype));
+    const TensorView k16(kv_base, q.dtype, q.device, {dq_keys, num_kv_heads_, head_dim_});
+    const TensorView v16(kv_base + kv_bytes, q.dtype, q.device, {dq_keys, num_kv_heads_, head_dim_});
+    const TensorView ids(table.data, DType::kI32, table.device, {table.numel()});
+    cuda::dequant_fp8_pages(k_cache_, ids, dq_keys, k_scale_, k16, ctx.stream);
+    cuda::dequant_fp8_pages(v_cache_, ids, dq_keys, v_scale_, v16, ctx.stream);
+    p.k = k16;
+    p.v = v16;
+    p.block_table = TensorView();
+    p.k_scale = TensorView();
+    p.v_scale = TensorView();
+#endif
+  }
   p.cu_seqlens_q = TensorView(cu.data, DType::kI32, cu.device, {2});
   p.cu_seqlens_k = TensorView(cu.ptr<int32_t>() + 2, DType::kI32, cu.device, {2});
   p.max_seqlen_q = run_tokens;

@@ -117,8 +117,10 @@ inline double cascade_vs_plain(const CascadeSpec& c, const CascadeRun& run,
   const Tensor ct = to_device(int_tensor_2d(prefix_ids, 1, c.prefix_blocks), dev);
   const Tensor cu = to_device(int_tensor({0, (hi - lo) * c.q_len, 0, P}), dev);
   const Tensor lp = to_device(int_tensor(leftpad), dev);
-  const Tensor cws = Tensor::empty(
-      {cascade_workspace_bytes(tokens, c.heads, c.head_dim, run.act)}, DType::kU8, dev);
+  // fp8: room for the prefix dequantized (what the GPU's shared pass reads).
+  const Tensor cws = Tensor::empty({cascade_workspace_bytes(tokens, c.heads, c.head_dim, run.act,
+                                                            c.fp8 ? P : 0, c.fp8 ? c.kv_heads : 0)},
+                                   DType::kU8, dev);
   BatchContext cascade = plain;
   cascade.cascade_prefix_len = P;
   cascade.cascade_first_row = lo;

@@ -27,8 +27,11 @@ struct AttentionMask {
 
 // Bytes of BatchContext::cascade_workspace for a decode step of `tokens` query rows: the
 // shared prefix's partial output (q's dtype) and the two log-sum-exps (float32), 16-byte
-// aligned parts.
-int64_t cascade_workspace_bytes(int64_t tokens, int64_t num_heads, int64_t head_dim, DType dtype);
+// aligned parts; and, for a float8_e4m3 cache on the GPU (fp8_prefix_keys = the prefix
+// length, num_kv_heads > 0), the prefix's K and V dequantized to q's dtype, which the shared
+// pass reads instead of the pages (the GPU's fast prefill kernels read 16-bit K/V only).
+int64_t cascade_workspace_bytes(int64_t tokens, int64_t num_heads, int64_t head_dim, DType dtype,
+                                int64_t fp8_prefix_keys = 0, int64_t num_kv_heads = 0);
 
 class Attention {
  public:

@@ -1175,8 +1175,11 @@ void CudaModel::step_general(const ModelInput& in, const Out& out) {
       ctx.cascade_block_table = dev_i32(9, hc.cascade_block_table);
       ctx.cascade_cu_seqlens = dev_i32(10, hc.cascade_cu_seqlens);
       ctx.cascade_leftpad = dev_i32(11, hc.cascade_leftpad);
-      const int64_t bytes = cascade_workspace_bytes(T, cfg_.num_heads, cfg_.head_dim,
-                                                    DType::kBF16);
+      // An fp8 cache: room for the prefix dequantized (Attention::forward_cascade).
+      const bool fp8 = kv_dtype_ == DType::kF8E4M3;
+      const int64_t bytes = cascade_workspace_bytes(
+          T, cfg_.num_heads, cfg_.head_dim, DType::kBF16, fp8 ? hc.cascade_prefix_len : 0,
+          fp8 ? cfg_.num_kv_heads : 0);
       ctx.cascade_workspace =
           TensorView(cascade_ws_.ensure(bytes, device_), DType::kU8, device_, {bytes});
     }
