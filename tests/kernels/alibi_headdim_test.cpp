@@ -14,6 +14,7 @@
 #include "kvattn/kernels/decode_attention.h"
 #include "kvattn/kernels/prefill_attention.h"
 #include "kvattn/kernels/store_kv.h"
+#include "mask_mods_case.h"
 #include "support/case_util.h"
 #include "support/paged_case.h"
 #include "support/reference.h"
@@ -22,34 +23,26 @@
 namespace kvattn {
 namespace {
 
+namespace mm = test::mask_mods;
+using mm::Mode;
+using mm::Result;
 using test::pick;
 using test::uniform_int;
 
-enum class Mode { kPacked, kPaged, kDecode };
 enum class Alibi { kNone, kPerHead, kPerSeq };
 
-struct Config {
-  Mode mode = Mode::kPacked;
-  DType dt = DType::kF32;
-  bool causal = true;
-  int64_t left = -1, right = -1;
-  float softcap = 0.0f;
+struct Config : mm::Options {
   Alibi alibi = Alibi::kPerHead;
-  bool leftpad = false;  // decode only
-  int64_t hkv = 2, group = 1, d = 64, bs = 16, q_len = 1;
-  float scale = 0.0f;
-  std::vector<int64_t> lq, lk;  // decode: lk = cache_seqlens (leftpad included)
+  bool leftpad = false;  // decode only; lk (cache_seqlens) includes the pad
 
-  int64_t heads() const { return hkv * group; }
   std::string describe() const {
     std::ostringstream os;
-    os << (mode == Mode::kPacked ? "packed" : mode == Mode::kPaged ? "paged" : "decode") << " "
-       << dt << (causal ? " causal" : " full") << " window (" << left << ", " << right
-       << ") softcap " << softcap << " alibi "
+    mm::describe_mask(os, *this);
+    os << " alibi "
        << (alibi == Alibi::kNone ? "none" : alibi == Alibi::kPerHead ? "[H]" : "[B,H]")
-       << (leftpad ? " leftpad" : "") << " H " << heads() << "/" << hkv << " D " << d << " bs "
-       << bs << " lq/lk";
-    for (size_t b = 0; b < lq.size(); ++b) os << " " << lq[b] << "/" << lk[b];
+       << (leftpad ? " leftpad" : "");
+    mm::describe_sizes(os, *this);
+    mm::describe_lengths(os, *this);
     return os.str();
   }
 };
@@ -100,24 +93,6 @@ std::vector<float> draw_slopes(std::mt19937_64& rng, int64_t n, int64_t heads) {
   return s;
 }
 
-struct Result {
-  test::RowBuffer out;
-  Tensor lse;
-  test::RefAttention ref;
-};
-
-template <typename Args>
-void set_common(const Config& cfg, const Tensor& slopes, Result& r, Args& a) {
-  a.softmax_scale = cfg.scale;
-  a.causal = cfg.causal;
-  a.window_left = cfg.left;
-  a.window_right = cfg.right;
-  a.softcap = cfg.softcap;
-  if (cfg.alibi != Alibi::kNone) a.alibi_slopes = slopes.view();
-  a.out = r.out.view;
-  a.lse = r.lse.view();
-}
-
 // Writes NaN into the cache slots of positions [0, pad) of each sequence (except slots that
 // another sequence's keys share: make_paged_kv shares prefix blocks): a decode that reads
 // before its leftpad then shows NaN.
@@ -145,111 +120,57 @@ void poison_before_pad(const test::PagedKv& kv, const std::vector<int64_t>& pads
   }
 }
 
+// Draws cfg's slopes ([H] or [B, H]) into a tensor for the op and into op's reference mask.
+Tensor add_slopes(const Config& cfg, mm::Op& op, std::mt19937_64& rng) {
+  const int64_t H = cfg.heads(), B = static_cast<int64_t>(cfg.lq.size());
+  const bool per_seq = cfg.alibi == Alibi::kPerSeq;
+  const std::vector<float> s = draw_slopes(rng, per_seq ? B * H : H, H);
+  Tensor slopes = per_seq ? Tensor::empty({B, H}, DType::kF32) : Tensor::empty({H}, DType::kF32);
+  std::copy(s.begin(), s.end(), slopes.ptr<float>());
+  op.mask.alibi.assign(s.begin(), s.end());
+  op.mask.alibi_per_seq = per_seq;
+  return slopes;
+}
+
+// Each sequence's leftpad (0, all of it or random) with the cache before it poisoned; all 0
+// without cfg.leftpad.
+std::vector<int64_t> draw_pads(const Config& cfg, const test::PagedKv& kv,
+                               std::mt19937_64& rng) {
+  std::vector<int64_t> pads(cfg.lq.size(), 0);
+  if (!cfg.leftpad) return pads;
+  for (size_t b = 0; b < pads.size(); ++b) {
+    pads[b] = pick(rng, std::vector<int64_t>{0, cfg.lk[b], uniform_int(rng, 0, cfg.lk[b])});
+  }
+  poison_before_pad(kv, pads, cfg.lk);
+  return pads;
+}
+
+// Runs the op of cfg.mode on fresh random inputs and its float64 reference.
 Result run_op(const Config& cfg, std::mt19937_64& rng) {
-  const int64_t H = cfg.heads(), D = cfg.d, B = static_cast<int64_t>(cfg.lq.size());
-  std::vector<int64_t> cu_q(1, 0), cu_k(1, 0);
-  for (int64_t b = 0; b < B; ++b) {
-    cu_q.push_back(cu_q.back() + cfg.lq[b]);
-    cu_k.push_back(cu_k.back() + cfg.lk[b]);
-  }
-  const int64_t total_q = cu_q.back(), total_k = cu_k.back();
-  test::RowBuffer qb = test::make_rows(total_q, H, D, cfg.dt, uniform_int(rng, 0, 1) * 5);
-  test::fill_random(qb.view, rng, -2.0f, 2.0f);
-  Result r;
-  r.out = test::make_rows(total_q, H, D, cfg.dt, 0);  // poisoned
-  r.lse = Tensor::empty({H, total_q}, DType::kF32);
-  test::poison(r.lse.view());
-
-  test::RefMask mask{cfg.left, cfg.right, static_cast<double>(cfg.softcap), {}, false, 0};
+  mm::Op op = mm::start_op(cfg, rng);
   Tensor slopes;
-  if (cfg.alibi != Alibi::kNone) {
-    const bool per_seq = cfg.alibi == Alibi::kPerSeq;
-    const std::vector<float> s = draw_slopes(rng, per_seq ? B * H : H, H);
-    slopes = per_seq ? Tensor::empty({B, H}, DType::kF32) : Tensor::empty({H}, DType::kF32);
-    std::copy(s.begin(), s.end(), slopes.ptr<float>());
-    mask.alibi.assign(s.begin(), s.end());
-    mask.alibi_per_seq = per_seq;
-  }
-  const double scale = cfg.scale > 0 ? cfg.scale : 1.0 / std::sqrt(static_cast<double>(D));
-
-  if (cfg.mode == Mode::kPacked) {
-    test::RowBuffer kb = test::make_rows(total_k, cfg.hkv, D, cfg.dt, 3);
-    test::RowBuffer vb = test::make_rows(total_k, cfg.hkv, D, cfg.dt, 0);
-    test::fill_random(kb.view, rng);
-    test::fill_random(vb.view, rng);
-    Tensor cu_q_t = test::int_tensor(cu_q), cu_k_t = test::int_tensor(cu_k);
-    PrefillArgs a;
-    a.q = qb.view;
-    a.k = kb.view;
-    a.v = vb.view;
-    a.cu_seqlens_q = cu_q_t;
-    a.cu_seqlens_k = cu_k_t;
-    set_common(cfg, slopes, r, a);
-    EXPECT_NO_THROW(prefill_attention(a));
-    r.ref = test::prefill_reference(qb.view, kb.view, vb.view, cu_q, cu_k, scale, cfg.causal,
-                                    mask);
-    return r;
-  }
-  test::PagedKv kv = test::make_paged_kv(rng, cfg.dt, cfg.hkv, D, cfg.bs, cfg.lk);
-  if (cfg.mode == Mode::kPaged) {
-    Tensor cu_q_t = test::int_tensor(cu_q), cu_k_t = test::int_tensor(cu_k);
-    PrefillArgs a;
-    a.q = qb.view;
-    a.k = kv.k_cache;
-    a.v = kv.v_cache;
-    a.block_table = kv.block_table;
-    a.cu_seqlens_q = cu_q_t;
-    a.cu_seqlens_k = cu_k_t;
-    set_common(cfg, slopes, r, a);
-    EXPECT_NO_THROW(prefill_attention(a));
-    r.ref = test::paged_prefill_reference(qb.view, kv.k_cache, kv.v_cache, kv.block_table, cu_q,
-                                          cu_k, scale, cfg.causal, mask);
-    return r;
-  }
-  std::vector<int64_t> pads(static_cast<size_t>(B), 0);
-  if (cfg.leftpad) {
-    for (int64_t b = 0; b < B; ++b) {
-      pads[b] = pick(rng, std::vector<int64_t>{0, cfg.lk[b], uniform_int(rng, 0, cfg.lk[b])});
-    }
-    poison_before_pad(kv, pads, cfg.lk);
-  }
-  Tensor lens = test::int_tensor(cfg.lk), pad_t = test::int_tensor(pads);
-  DecodeArgs a;
-  a.q = qb.view;
-  a.k_cache = kv.k_cache;
-  a.v_cache = kv.v_cache;
-  a.block_table = kv.block_table;
-  a.cache_seqlens = lens;
-  a.q_len = cfg.q_len;
-  if (cfg.leftpad) a.cache_leftpad = pad_t;
-  set_common(cfg, slopes, r, a);
-  EXPECT_NO_THROW(decode_attention(a));
-  r.ref = test::decode_reference(qb.view, kv.k_cache, kv.v_cache, kv.block_table, lens,
-                                 cfg.q_len, scale, cfg.causal, mask, pads);
-  return r;
+  if (cfg.alibi != Alibi::kNone) slopes = add_slopes(cfg, op, rng);
+  const auto set_slopes = [&](auto& a) {
+    if (cfg.alibi != Alibi::kNone) a.alibi_slopes = slopes.view();
+  };
+  if (cfg.mode == Mode::kPacked) return mm::run_packed(cfg, op, rng, set_slopes);
+  const test::PagedKv kv = test::make_paged_kv(rng, cfg.dt, cfg.hkv, cfg.d, cfg.bs, cfg.lk);
+  if (cfg.mode == Mode::kPaged) return mm::run_paged(cfg, op, kv, set_slopes);
+  const std::vector<int64_t> pads = draw_pads(cfg, kv, rng);
+  Tensor pad_t = test::int_tensor(pads);
+  return mm::run_decode(cfg, op, kv, pads, [&](DecodeArgs& a) {
+    set_slopes(a);
+    if (cfg.leftpad) a.cache_leftpad = pad_t;
+  });
 }
 
 void run_case(int c, uint64_t seed, const Config& cfg, std::mt19937_64& rng) {
-  SCOPED_TRACE(test::case_note(c, seed, cfg.describe()));
-  Result r = run_op(cfg, rng);
-  if (::testing::Test::HasFailure()) return;
-  std::ostringstream label;
-  label << "c" << c << " " << cfg.describe();
-  const std::string key = std::string(cfg.mode == Mode::kDecode ? "decode " : "prefill ") +
-                          "alibi/head_dim " + std::string(dtype_name(cfg.dt));
-  test::expect_attention_close(r.ref, r.out.view, r.lse.view(), key, label.str());
-  EXPECT_TRUE(test::untouched_outside(r.out.storage, r.out.view)) << "wrote outside out";
+  mm::run_case(c, seed, cfg, rng, "alibi/head_dim", run_op);
 }
 
 TEST(Alibi, RandomCasesMatchFloat64Reference) {
   const int cases = test::case_count(120, 30);  // 60 structured combinations, twice
-  for (int c = 0; c < cases; ++c) {
-    if (!test::case_selected(c)) continue;
-    const uint64_t seed = test::case_seed();
-    std::mt19937_64 rng(seed);
-    run_case(c, seed, draw_config(c % 60, rng), rng);
-    if (::testing::Test::HasFatalFailure()) return;
-  }
+  mm::run_random_cases(cases, 60, draw_config, run_case);
 }
 
 // Hand-picked edges, each with ALiBi [H] and [B, H] and f32/bf16.
@@ -278,26 +199,16 @@ TEST(Alibi, AdversarialShapes) {
     for (Alibi alibi : {Alibi::kPerHead, Alibi::kPerSeq}) {
       for (DType dt : {DType::kF32, DType::kBF16}) {
         ++c;
-        if (!test::case_selected(c)) continue;
-        const uint64_t seed = test::case_seed();
-        std::mt19937_64 rng(seed);
-        Config cfg;
-        cfg.mode = s.mode;
-        cfg.dt = dt;
-        cfg.causal = s.causal;
-        cfg.left = s.left;
-        cfg.right = s.right;
-        cfg.softcap = s.softcap;
-        cfg.alibi = alibi;
-        cfg.leftpad = s.leftpad;
-        cfg.group = s.group;
-        cfg.hkv = s.group >= 6 ? 1 : 2;
-        cfg.d = s.d;
-        cfg.bs = s.bs;
-        cfg.q_len = s.q_len;
-        cfg.lq = s.lq;
-        cfg.lk = s.lk;
-        run_case(c, seed, cfg, rng);
+        mm::run_if_selected(c, [&](uint64_t seed, std::mt19937_64& rng) {
+          Config cfg;
+          mm::set_shape(s, dt, cfg);
+          cfg.alibi = alibi;
+          cfg.leftpad = s.leftpad;
+          cfg.group = s.group;
+          cfg.hkv = s.group >= 6 ? 1 : 2;
+          cfg.d = s.d;
+          run_case(c, seed, cfg, rng);
+        });
       }
     }
   }
@@ -338,21 +249,20 @@ TEST(HeadDims, PlainAttentionAndStoreKv) {
     for (Mode mode : {Mode::kPacked, Mode::kPaged, Mode::kDecode}) {
       for (DType dt : {DType::kF32, DType::kBF16}) {
         ++c;
-        if (!test::case_selected(c)) continue;
-        const uint64_t seed = test::case_seed();
-        std::mt19937_64 rng(seed);
-        Config cfg;
-        cfg.mode = mode;
-        cfg.dt = dt;
-        cfg.alibi = Alibi::kNone;
-        cfg.d = d;
-        cfg.group = pick(rng, std::vector<int64_t>{1, 3, 4});
-        cfg.bs = pick(rng, std::vector<int64_t>{1, 16, 48});
-        cfg.q_len = mode == Mode::kDecode ? 2 : 0;
-        cfg.lq = mode == Mode::kDecode ? std::vector<int64_t>{2, 2, 2}
-                                       : std::vector<int64_t>{1, 54, 17};
-        cfg.lk = {uniform_int(rng, 2, 130), 97, 17};
-        run_case(c, seed, cfg, rng);
+        mm::run_if_selected(c, [&](uint64_t seed, std::mt19937_64& rng) {
+          Config cfg;
+          cfg.mode = mode;
+          cfg.dt = dt;
+          cfg.alibi = Alibi::kNone;
+          cfg.d = d;
+          cfg.group = pick(rng, std::vector<int64_t>{1, 3, 4});
+          cfg.bs = pick(rng, std::vector<int64_t>{1, 16, 48});
+          cfg.q_len = mode == Mode::kDecode ? 2 : 0;
+          cfg.lq = mode == Mode::kDecode ? std::vector<int64_t>{2, 2, 2}
+                                         : std::vector<int64_t>{1, 54, 17};
+          cfg.lk = {uniform_int(rng, 2, 130), 97, 17};
+          run_case(c, seed, cfg, rng);
+        });
       }
     }
     const uint64_t seed = test::case_seed();

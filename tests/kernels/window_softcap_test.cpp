@@ -10,7 +10,7 @@
 #include <sstream>
 
 #include "kvattn/kernels/decode_attention.h"
-#include "kvattn/kernels/prefill_attention.h"
+#include "mask_mods_case.h"
 #include "support/case_util.h"
 #include "support/paged_case.h"
 #include "support/reference.h"
@@ -19,29 +19,19 @@
 namespace kvattn {
 namespace {
 
+namespace mm = test::mask_mods;
+using mm::Mode;
+using mm::Result;
 using test::pick;
 using test::uniform_int;
 
-enum class Mode { kPacked, kPaged, kDecode };
-
-struct Config {
-  Mode mode = Mode::kPacked;
-  DType dt = DType::kF32;
-  bool causal = true;
-  int64_t left = -1, right = -1;
-  float softcap = 0.0f;
-  int64_t hkv = 2, group = 1, d = 64, bs = 16, q_len = 1;  // q_len: decode only
-  float scale = 0.0f;
-  std::vector<int64_t> lq, lk;  // decode: lq[b] == q_len
-
-  int64_t heads() const { return hkv * group; }
+struct Config : mm::Options {
   std::string describe() const {
     std::ostringstream os;
-    os << (mode == Mode::kPacked ? "packed" : mode == Mode::kPaged ? "paged" : "decode") << " "
-       << dt << (causal ? " causal" : " full") << " window (" << left << ", " << right
-       << ") softcap " << softcap << " H " << heads() << "/" << hkv << " D " << d << " bs "
-       << bs << " scale " << scale << " lq/lk";
-    for (size_t b = 0; b < lq.size(); ++b) os << " " << lq[b] << "/" << lk[b];
+    mm::describe_mask(os, *this);
+    mm::describe_sizes(os, *this);
+    os << " scale " << scale;
+    mm::describe_lengths(os, *this);
     return os.str();
   }
 };
@@ -79,120 +69,23 @@ Config draw_config(int c, std::mt19937_64& rng) {
   return cfg;
 }
 
-struct Result {
-  test::RowBuffer out;
-  Tensor lse;
-  test::RefAttention ref;
-};
-
-test::RefMask mask_of(const Config& cfg) {
-  return {cfg.left, cfg.right, static_cast<double>(cfg.softcap)};
-}
-
-double scale_of(const Config& cfg) {
-  return cfg.scale > 0 ? cfg.scale : 1.0 / std::sqrt(static_cast<double>(cfg.d));
-}
-
-// The fields PrefillArgs and DecodeArgs share: scale, causal, window, softcap, out and lse.
-template <typename Args>
-void set_mask_and_outputs(const Config& cfg, Result& r, Args& a) {
-  a.softmax_scale = cfg.scale;
-  a.causal = cfg.causal;
-  a.window_left = cfg.left;
-  a.window_right = cfg.right;
-  a.softcap = cfg.softcap;
-  a.out = r.out.view;
-  a.lse = r.lse.view();
-}
-
 // Runs the op of cfg.mode on fresh random inputs and its float64 reference.
 Result run_op(const Config& cfg, std::mt19937_64& rng) {
-  const int64_t H = cfg.heads(), D = cfg.d;
-  std::vector<int64_t> cu_q(1, 0), cu_k(1, 0);
-  for (size_t b = 0; b < cfg.lq.size(); ++b) {
-    cu_q.push_back(cu_q.back() + cfg.lq[b]);
-    cu_k.push_back(cu_k.back() + cfg.lk[b]);
-  }
-  const int64_t total_q = cu_q.back(), total_k = cu_k.back();
-  test::RowBuffer qb = test::make_rows(total_q, H, D, cfg.dt, uniform_int(rng, 0, 1) * 5);
-  test::fill_random(qb.view, rng, -2.0f, 2.0f);
-  Result r;
-  r.out = test::make_rows(total_q, H, D, cfg.dt, 0);  // poisoned
-  r.lse = Tensor::empty({H, total_q}, DType::kF32);
-  test::poison(r.lse.view());
-  const test::RefMask mask = mask_of(cfg);
-  const double scale = scale_of(cfg);
-
-  if (cfg.mode == Mode::kPacked) {
-    test::RowBuffer kb = test::make_rows(total_k, cfg.hkv, D, cfg.dt, 3);
-    test::RowBuffer vb = test::make_rows(total_k, cfg.hkv, D, cfg.dt, 0);
-    test::fill_random(kb.view, rng, -1.0f, 1.0f);
-    test::fill_random(vb.view, rng, -1.0f, 1.0f);
-    Tensor cu_q_t = test::int_tensor(cu_q), cu_k_t = test::int_tensor(cu_k);
-    PrefillArgs a;
-    a.q = qb.view;
-    a.k = kb.view;
-    a.v = vb.view;
-    a.cu_seqlens_q = cu_q_t;
-    a.cu_seqlens_k = cu_k_t;
-    set_mask_and_outputs(cfg, r, a);
-    EXPECT_NO_THROW(prefill_attention(a));
-    r.ref = test::prefill_reference(qb.view, kb.view, vb.view, cu_q, cu_k, scale, cfg.causal,
-                                    mask);
-    return r;
-  }
-  test::PagedKv kv = test::make_paged_kv(rng, cfg.dt, cfg.hkv, D, cfg.bs, cfg.lk);
-  if (cfg.mode == Mode::kPaged) {
-    Tensor cu_q_t = test::int_tensor(cu_q), cu_k_t = test::int_tensor(cu_k);
-    PrefillArgs a;
-    a.q = qb.view;
-    a.k = kv.k_cache;
-    a.v = kv.v_cache;
-    a.block_table = kv.block_table;
-    a.cu_seqlens_q = cu_q_t;
-    a.cu_seqlens_k = cu_k_t;
-    set_mask_and_outputs(cfg, r, a);
-    EXPECT_NO_THROW(prefill_attention(a));
-    r.ref = test::paged_prefill_reference(qb.view, kv.k_cache, kv.v_cache, kv.block_table, cu_q,
-                                          cu_k, scale, cfg.causal, mask);
-    return r;
-  }
-  Tensor lens = test::int_tensor(cfg.lk);
-  DecodeArgs a;
-  a.q = qb.view;
-  a.k_cache = kv.k_cache;
-  a.v_cache = kv.v_cache;
-  a.block_table = kv.block_table;
-  a.cache_seqlens = lens;
-  a.q_len = cfg.q_len;
-  set_mask_and_outputs(cfg, r, a);
-  EXPECT_NO_THROW(decode_attention(a));
-  r.ref = test::decode_reference(qb.view, kv.k_cache, kv.v_cache, kv.block_table, lens,
-                                 cfg.q_len, scale, cfg.causal, mask);
-  return r;
+  mm::Op op = mm::start_op(cfg, rng);
+  const auto no_extra = [](auto&) {};
+  if (cfg.mode == Mode::kPacked) return mm::run_packed(cfg, op, rng, no_extra);
+  const test::PagedKv kv = test::make_paged_kv(rng, cfg.dt, cfg.hkv, cfg.d, cfg.bs, cfg.lk);
+  if (cfg.mode == Mode::kPaged) return mm::run_paged(cfg, op, kv, no_extra);
+  return mm::run_decode(cfg, op, kv, {}, no_extra);
 }
 
 void run_case(int c, uint64_t seed, const Config& cfg, std::mt19937_64& rng) {
-  SCOPED_TRACE(test::case_note(c, seed, cfg.describe()));
-  Result r = run_op(cfg, rng);
-  if (::testing::Test::HasFailure()) return;
-  std::ostringstream label;
-  label << "c" << c << " " << cfg.describe();
-  const std::string key = std::string(cfg.mode == Mode::kDecode ? "decode " : "prefill ") +
-                          "window/softcap " + std::string(dtype_name(cfg.dt));
-  test::expect_attention_close(r.ref, r.out.view, r.lse.view(), key, label.str());
-  EXPECT_TRUE(test::untouched_outside(r.out.storage, r.out.view)) << "wrote outside out";
+  mm::run_case(c, seed, cfg, rng, "window/softcap", run_op);
 }
 
 TEST(WindowSoftcap, RandomCasesMatchFloat64Reference) {
   const int cases = test::case_count(240, 60);  // 120 structured combinations, twice
-  for (int c = 0; c < cases; ++c) {
-    if (!test::case_selected(c)) continue;
-    const uint64_t seed = test::case_seed();
-    std::mt19937_64 rng(seed);
-    run_case(c, seed, draw_config(c % 120, rng), rng);
-    if (::testing::Test::HasFatalFailure()) return;
-  }
+  mm::run_random_cases(cases, 120, draw_config, run_case);
 }
 
 // Hand-picked edges: window 0 (the diagonal), window wider than Lk, Lq > Lk with a window
@@ -222,24 +115,14 @@ TEST(WindowSoftcap, AdversarialShapes) {
   for (const Shape& s : shapes) {
     for (DType dt : {DType::kF32, DType::kBF16}) {
       ++c;
-      if (!test::case_selected(c)) continue;
-      const uint64_t seed = test::case_seed();
-      std::mt19937_64 rng(seed);
-      Config cfg;
-      cfg.mode = s.mode;
-      cfg.dt = dt;
-      cfg.causal = s.causal;
-      cfg.left = s.left;
-      cfg.right = s.right;
-      cfg.softcap = s.softcap;
-      cfg.bs = s.bs;
-      cfg.q_len = s.q_len;
-      cfg.group = 4;
-      cfg.hkv = 2;
-      cfg.d = c % 2 ? 128 : 64;
-      cfg.lq = s.lq;
-      cfg.lk = s.lk;
-      run_case(c, seed, cfg, rng);
+      mm::run_if_selected(c, [&](uint64_t seed, std::mt19937_64& rng) {
+        Config cfg;
+        mm::set_shape(s, dt, cfg);
+        cfg.group = 4;
+        cfg.hkv = 2;
+        cfg.d = c % 2 ? 128 : 64;
+        run_case(c, seed, cfg, rng);
+      });
     }
   }
 }
