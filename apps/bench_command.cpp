@@ -86,6 +86,7 @@ LLMOptions llm_options(const BenchArgs& a, const WorkloadSpec& spec) {
   o.enable_prefix_caching = !a.no_prefix_caching;
   // Cheap on the CPU; elsewhere only when asked for (it may change how steps run).
   o.phase_timing = o.device.is_cpu() || a.breakdown;
+  o.step_timeline = a.timeline;
   apply_weights_arg(a.weights, o);
   return o;
 }
@@ -175,6 +176,27 @@ Json breakdown_json(const GenerationStats& st) {
           {"decode_steps", split_json(st.decode_steps, st.phases_timed)}};
 }
 
+// --timeline: the device's busy share and its idle gaps between steps.
+void print_timeline(const std::optional<StepTimeline>& t) {
+  if (!t) {
+    std::printf("device timeline: not recorded (this model has none: CPU or tensor-parallel)\n");
+    return;
+  }
+  std::printf("device timeline: %lld steps over %.3f s: busy %.1f%%, idle gaps %.1f%% "
+              "(median %.1f us, p90 %.1f us, max %.1f us)\n",
+              static_cast<long long>(t->steps), t->span_s, 100.0 * ratio(t->busy_s, t->span_s),
+              100.0 * ratio(t->gap_s, t->span_s), t->gap_median_s * 1e6, t->gap_p90_s * 1e6,
+              t->gap_max_s * 1e6);
+}
+
+Json timeline_json(const std::optional<StepTimeline>& t) {
+  if (!t) return nullptr;
+  return {{"steps", t->steps},         {"span_s", t->span_s},
+          {"busy_s", t->busy_s},       {"gap_s", t->gap_s},
+          {"gap_median_s", t->gap_median_s}, {"gap_p90_s", t->gap_p90_s},
+          {"gap_max_s", t->gap_max_s}};
+}
+
 Json stats_json(const GenerationStats& s) {
   return {{"steps", s.num_steps},
           {"mixed_steps", s.num_mixed_steps},
@@ -252,6 +274,7 @@ int run_bench(const BenchArgs& a) {
   };
   const Run main_run = run_workload(llm, w, a.progress);
   const GenerationStats& main_stats = main_run.stats;
+  const std::optional<StepTimeline> main_timeline = llm.step_timeline();  // before other runs
   // The prefix workload again with the prefix cache off: the cache's own speedup.
   std::optional<Run> off_run;
   if (spec.kind == WorkloadKind::kPrefix && opt.enable_prefix_caching && !a.no_compare) {
@@ -316,6 +339,7 @@ int run_bench(const BenchArgs& a) {
               static_cast<long long>(main_stats.num_preemptions),
               static_cast<long long>(main_stats.num_cached_tokens));
   print_breakdown(main_stats);
+  if (a.timeline) print_timeline(main_timeline);
   if (main_stats.num_cascade_steps > 0) {
     std::printf("cascade decode: %lld of %lld decode steps read a shared prefix once\n",
                 static_cast<long long>(main_stats.num_cascade_steps),
@@ -365,6 +389,7 @@ int run_bench(const BenchArgs& a) {
           {"output_tokens", w.output_tokens}}},
         {"throughput", run_json(main_run, w.input_tokens)},
         {"breakdown", breakdown_json(main_stats)},
+        {"timeline", timeline_json(main_timeline)},
         {"prefix_cache",
          {{"enabled", opt.enable_prefix_caching},
           {"hit_rate", main_stats.prefix_hit_rate()},

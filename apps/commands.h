@@ -76,6 +76,9 @@ struct BenchArgs {
   // CUDA: per-phase step times from events, every step eager (no graphs); the CPU model
   // always times its phases in bench.
   bool breakdown = false;
+  // CUDA: the device's step timeline of the main run (LLMOptions::step_timeline): busy time
+  // and the idle gaps between steps, from two events a step (graphs stay on).
+  bool timeline = false;
   int tensor_parallel = 1;
   int64_t max_num_seqs = 256;
   // -1: 16384 times --scale (at least 16), so a scaled run splits its prompts over steps

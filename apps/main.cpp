@@ -142,6 +142,9 @@ int main(int argc, char** argv) {
   bench->add_flag("--breakdown", b.breakdown,
                   "CUDA: time each step's phases (attention, GEMMs, other) with events; steps "
                   "then run eagerly, without CUDA graphs. The CPU always times its phases");
+  bench->add_flag("--timeline", b.timeline,
+                  "CUDA: the main run's device timeline: time inside steps and the idle gaps "
+                  "between them (two events a step; CUDA graphs stay on)");
   bench->add_option("--seed", b.seed, "Seed of the workload (std::mt19937)")->default_val(0);
   bench->add_option("-t,--temperature", b.temperature, "Sampling temperature (0 => greedy)")
       ->default_val(0.6);

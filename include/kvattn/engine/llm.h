@@ -93,6 +93,9 @@ struct LLMOptions {
   // Time each step's model work by phase (attention, GEMMs, other; GenerationStats's step
   // splits) where the model can (Model::set_phase_timing: the CPU model; cheap there).
   bool phase_timing = false;
+  // Record the device's step timeline where the model can (Model::set_step_timeline: the
+  // CUDA model, two events a step, graphs on); LLM::step_timeline() reads it.
+  bool step_timeline = false;
   KVCacheDType kv_cache_dtype = KVCacheDType::kAuto;
   std::string kv_calibration_prompt;
   std::vector<int32_t> kv_calibration_tokens;  // the same as token ids (used when the text is empty)
@@ -253,6 +256,10 @@ class LLM {
   const Tokenizer* tokenizer() const;  // null when the LLM has none
   // Since generate() began, or since a request reached an idle engine.
   const GenerationStats& last_stats() const;
+  // The device's step timeline over the same steps as last_stats() (LLMOptions::
+  // step_timeline); nullopt when it is off or the model cannot record one. Waits for the
+  // device's last step.
+  std::optional<StepTimeline> step_timeline() const;
   BlockManagerStats cache_stats() const;
   // Throws kvattn::Error unless every KV block is free (no request holds one, none leaked)
   // and the BlockManager's invariants hold. True when idle after any sequence of calls.

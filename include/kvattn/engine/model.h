@@ -108,6 +108,22 @@ struct PhaseTimes {
   double other_s = 0.0;      // everything else: embedding rows, norms, RoPE, activations
 };
 
+// The device's view of consecutive steps (Model::set_step_timeline): each step's device work
+// is bracketed by two events (before its first operation, after its last), so `busy` is the
+// time the device spent inside steps and the gaps are the times it waited between one step's
+// end and the next one's start (the host's scheduling, metadata and launches, and the round
+// trip of the step's token copy).
+struct StepTimeline {
+  int64_t steps = 0;
+  double span_s = 0.0;  // the first step's start to the last step's end
+  double busy_s = 0.0;  // the steps' end - start, summed
+  double gap_s = 0.0;   // start of step k + 1 - end of step k, summed
+  double gap_median_s = 0.0, gap_p90_s = 0.0, gap_max_s = 0.0;
+};
+// The timeline of steps whose device start and end times (seconds, one clock) are given in
+// step order; a gap that measures below zero (clock rounding) counts as zero.
+StepTimeline summarize_step_timeline(std::span<const double> starts, std::span<const double> ends);
+
 class Model {
  public:
   virtual ~Model() = default;
@@ -163,6 +179,17 @@ class Model {
     return false;
   }
   virtual PhaseTimes last_phase_times() const { return {}; }
+
+  // Step timeline (StepTimeline). set_step_timeline(true) returns false when this model
+  // cannot record one (the CPU model: its steps are the host's own time). The CUDA model
+  // records two events a step on its stream, CUDA graphs staying on. step_timeline() covers
+  // the steps since it was turned on or last cleared (it waits for the device's last event).
+  virtual bool set_step_timeline(bool on) {
+    (void)on;
+    return false;
+  }
+  virtual StepTimeline step_timeline() { return {}; }
+  virtual void clear_step_timeline() {}
 
   // Fork's copy-on-write: block dst := block src in every layer's K and V (BlockManager::fork
   // returns the copies). Must run before the next forward() reads those blocks. Ids must be in

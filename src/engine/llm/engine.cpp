@@ -77,6 +77,18 @@ LLMEngine::LLMEngine(ModelWeights weights, std::optional<Tokenizer> tokenizer,
   if (!options.kv_calibration_prompt.empty() || !options.kv_calibration_tokens.empty()) {
     calibrate_kv_scales(options.kv_calibration_prompt, options.kv_calibration_tokens);
   }
+  // After the warm-up and any calibration: the timeline covers requests' steps only.
+  step_timeline_ = options.step_timeline && model_->set_step_timeline(true);
+}
+
+void LLMEngine::reset_stats() {
+  stats_ = {};
+  if (step_timeline_) model_->clear_step_timeline();
+}
+
+std::optional<StepTimeline> LLMEngine::step_timeline() const {
+  if (!step_timeline_) return std::nullopt;
+  return model_->step_timeline();
 }
 
 void LLMEngine::check_request(size_t i, const std::vector<int32_t>& prompt,
@@ -106,7 +118,7 @@ uint64_t LLMEngine::add_request(std::vector<int32_t> prompt, const SamplingParam
 
 uint64_t LLMEngine::enqueue(std::vector<int32_t> prompt, const SamplingParams& params,
                             size_t event_index, uint64_t stream_base) {
-  if (!has_unfinished()) stats_ = {};
+  if (!has_unfinished()) reset_stats();
   auto r = std::make_unique<Request>();
   r->id = next_request_id_++;
   r->event_index = event_index;
@@ -143,7 +155,7 @@ std::vector<RequestOutput> LLMEngine::generate(const std::vector<std::vector<int
     return params.size() == 1 ? params[0] : params[i];
   };
   for (size_t i = 0; i < prompts.size(); ++i) check_request(i, prompts[i], params_of(i));
-  stats_ = {};
+  reset_stats();
   const uint64_t base = next_request_id_;
   for (size_t i = 0; i < prompts.size(); ++i) enqueue(prompts[i], params_of(i), i, i);
   std::vector<RequestOutput> outs(prompts.size());

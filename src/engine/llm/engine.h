@@ -44,6 +44,7 @@ class LLMEngine {
   const ModelConfig& config() const { return model_->config(); }
   const Tokenizer* tokenizer() const { return tokenizer_ ? &*tokenizer_ : nullptr; }
   const GenerationStats& stats() const { return stats_; }
+  std::optional<StepTimeline> step_timeline() const;
   BlockManagerStats cache_stats() const { return blocks_->stats(); }
   void check_kv_cache_idle() const;
   void set_prefix_caching(bool on);
@@ -88,6 +89,8 @@ class LLMEngine {
   std::unique_ptr<Scheduler> scheduler_;
   int64_t max_model_len_ = 0;
   bool phase_timing_ = false;  // the model times its phases (LLMOptions::phase_timing)
+  bool step_timeline_ = false;  // the model records its step timeline (LLMOptions::step_timeline)
+  void reset_stats();  // stats_ and the model's step timeline start over
   std::vector<int32_t> eos_ids_;  // the model's end tokens (ignored with ignore_eos)
   SeqId next_seq_id_ = 0;
   uint64_t next_request_id_ = 0;

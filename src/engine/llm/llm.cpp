@@ -140,6 +140,7 @@ std::string LLM::chat_prompt(std::string_view user_message) const {
 const ModelConfig& LLM::config() const { return engine_->config(); }
 const Tokenizer* LLM::tokenizer() const { return engine_->tokenizer(); }
 const GenerationStats& LLM::last_stats() const { return engine_->stats(); }
+std::optional<StepTimeline> LLM::step_timeline() const { return engine_->step_timeline(); }
 BlockManagerStats LLM::cache_stats() const { return engine_->cache_stats(); }
 int64_t LLM::kv_cache_tokens() const { return engine_->kv_cache_tokens(); }
 int64_t LLM::max_model_len() const { return engine_->max_model_len(); }

@@ -102,6 +102,7 @@ std::vector<int64_t> decode_graph_ladder(int64_t max_decode_batch) {
 #include "engine/model/cuda_gemma.h"
 #include "engine/model/cuda_kernels.h"
 #include "engine/model/cuda_phase_events.h"
+#include "engine/model/cuda_step_events.h"
 #include "engine/model/cuda_rope_kv.h"
 #include "engine/model/cuda_sampling.h"
 #include "engine/model/factories.h"
@@ -390,6 +391,17 @@ class CudaModel final : public Model {
     return true;
   }
   PhaseTimes last_phase_times() const override { return phase_.times(); }
+  // Step timeline (cuda_step_events.h): two events a step, graphs staying on.
+  bool set_step_timeline(bool on) override {
+    timeline_.on = on;
+    timeline_.clear();
+    return true;
+  }
+  StepTimeline step_timeline() override {
+    cuda::DeviceGuard guard(device_.index);
+    return timeline_.summary();
+  }
+  void clear_step_timeline() override { timeline_.clear(); }
 
   CudaModelStats stats() const;
 
@@ -501,6 +513,7 @@ class CudaModel final : public Model {
   bool fused_gemv_ = false;
   CudaModelStats stats_;
   k::PhaseEvents phase_;
+  k::StepEvents timeline_;
 };
 
 CudaModel::CudaModel(ModelWeights w, Device device, const ModelOptions& options,
@@ -1087,6 +1100,7 @@ void CudaModel::step_fixed(const ModelInput& in, const Out& out) {
   hh.meta[1] = static_cast<int32_t>(w);
   const size_t table_bytes = static_cast<size_t>(n * w) * sizeof(int32_t);
   if (table_bytes > 0) std::memcpy(hh.compact, table.data(), table_bytes);
+  timeline_.begin(stream_);  // after any capture: the step's first device operation follows
   upload_header(table_bytes);
   if (graphs) {
     CUDA_CHECK(cudaGraphLaunch(fx_.graphs[rung], stream_));
@@ -1137,6 +1151,7 @@ void CudaModel::step_general(const ModelInput& in, const Out& out) {
   if (!params_.empty()) {
     std::memcpy(hp + off[kParams], params_.data(), params_.size() * sizeof(SampleParams));
   }
+  timeline_.begin(stream_);
   CUDA_CHECK(cudaMemcpyAsync(dp, hp, total, cudaMemcpyHostToDevice, stream_));
   auto dev_i32 = [&](size_t i, const TensorView& host) {
     if (!host.defined()) return TensorView();
@@ -1203,12 +1218,14 @@ void CudaModel::step_general(const ModelInput& in, const Out& out) {
 void CudaModel::finish(int64_t R, const Out& out, const int32_t* dev_tokens) {
   const int64_t V = full_vocab_;
   if (R == 0) {
+    timeline_.end(stream_);
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     return;
   }
   if (out.sample) {
     auto* host = static_cast<int32_t*>(pinned_tokens_.ensure(R * sizeof(int32_t)));
     CUDA_CHECK(cudaMemcpyAsync(host, dev_tokens, R * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
+    timeline_.end(stream_);
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     std::memcpy(out.tokens.data(), host, R * sizeof(int32_t));
     return;
@@ -1218,6 +1235,7 @@ void CudaModel::finish(int64_t R, const Out& out, const int32_t* dev_tokens) {
   CUDA_CHECK(cudaMemcpy2DAsync(host, V * sizeof(bf16_t), full_logits(),
                                full_logits_ld() * sizeof(bf16_t), V * sizeof(bf16_t), R,
                                cudaMemcpyDeviceToHost, stream_));
+  timeline_.end(stream_);
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   for (int64_t i = 0; i < R * V; ++i) out.logits[i] = bf16_to_float(host[i]);
 }

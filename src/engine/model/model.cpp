@@ -1,8 +1,11 @@
 #include "kvattn/engine/model.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "engine/model/factories.h"
 #include "engine/parallel/tp_model.h"
@@ -143,6 +146,33 @@ void Model::forward_sample(const ModelInput& /*input*/, std::span<const RowSampl
 int64_t Model::kv_block_bytes(int64_t block_size) const {
   const ModelConfig& c = config();
   return kvattn::kv_block_bytes({c.num_layers, c.num_kv_heads, c.head_dim, kv_dtype(), block_size});
+}
+
+StepTimeline summarize_step_timeline(std::span<const double> starts, std::span<const double> ends) {
+  KVATTN_CHECK(starts.size() == ends.size(), "summarize_step_timeline: ", starts.size(),
+               " starts but ", ends.size(), " ends");
+  StepTimeline t;
+  t.steps = static_cast<int64_t>(starts.size());
+  if (starts.empty()) return t;
+  t.span_s = ends.back() - starts.front();
+  std::vector<double> gaps;
+  gaps.reserve(starts.size());
+  for (size_t k = 0; k < starts.size(); ++k) {
+    t.busy_s += ends[k] - starts[k];
+    if (k + 1 < starts.size()) gaps.push_back(std::max(0.0, starts[k + 1] - ends[k]));
+  }
+  for (double g : gaps) t.gap_s += g;
+  if (!gaps.empty()) {
+    std::sort(gaps.begin(), gaps.end());
+    const auto at = [&](double q) {  // nearest rank
+      const auto i = static_cast<size_t>(std::ceil(q * static_cast<double>(gaps.size()))) - 1;
+      return gaps[std::min(i, gaps.size() - 1)];
+    };
+    t.gap_median_s = at(0.5);
+    t.gap_p90_s = at(0.9);
+    t.gap_max_s = gaps.back();
+  }
+  return t;
 }
 
 }  // namespace kvattn
