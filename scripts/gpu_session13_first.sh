@@ -7,7 +7,8 @@
 #      clusters off / on; memcheck and racecheck of the sampling tests;
 #   2. cascade decode over an fp8 cache through the dequantized prefix: dequant_fp8_pages
 #      (bit-exact test, memcheck), the cascade layer test (fp8 cases), and the prefix
-#      workload with an fp8 cache, cascade off / 256.
+#      workload with an fp8 cache, cascade off / 256;
+#   3. the step timeline (kvattn bench --timeline; issue 20's "report the step timeline").
 # Predictions (docs/perf/NOTES.md, session 12): top-k 50 + top-p 0.9 at R=1 984 -> 150-200 us;
 # fp8 prefix workload with the cascade 11,458 -> 16-19k tok/s (6.5-7.5 ms a decode step).
 #   run: bash scripts/gpu_session13_first.sh > $OUT/summary.txt 2>&1; tail -n 120 $OUT/summary.txt
@@ -22,7 +23,8 @@ if [ ! -f /tmp/q06/config.json ]; then
 fi
 step build
 kvattn_gpu_build ON engine_cuda_serving_gpu_test kernels_fp8_dequant_pages_gpu_test \
-  attention_attention_cascade_gpu_test gpu_engine_kernels_bench kvattn_cli
+  attention_attention_cascade_gpu_test engine_step_timeline_gpu_test gpu_engine_kernels_bench \
+  kvattn_cli
 
 step "1. sampler: split == clusters == one CTA per row"
 run_test sampling 200 build-gpu/tests/engine/engine_cuda_serving_gpu_test --gtest_filter='CudaSampling.*'
@@ -43,9 +45,14 @@ KVATTN_GPU_TEST_QUICK=1 timeout 120 compute-sanitizer --tool memcheck --error-ex
   build-gpu/tests/kernels/kernels_fp8_dequant_pages_gpu_test >"$OUT/dequant_memcheck.log" 2>&1
 echo "memcheck rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/dequant_memcheck.log" | tail -n 1)"
 
-step "3. kvattn bench (random Qwen3-0.6B)"
+step "3. step timeline (issue 20): test, then nano-vllm's workload with --timeline"
+run_test timeline 120 build-gpu/tests/engine/engine_step_timeline_gpu_test
 for i in $(seq 1 150); do [ -f /tmp/q06/config.json ] && break; sleep 2; done
 K=build-gpu/kvattn
+timeout 150 $K bench --model /tmp/q06 --device cuda --timeline --json "$OUT/nano_timeline.json" \
+  2>&1 | tr '\r' '\n' | grep -E "Throughput|timeline|single|first|error"
+
+step "4. kvattn bench (random Qwen3-0.6B)"
 for cl in 0 1; do
   KVATTN_SAMPLE_CLUSTERS=$cl timeout 100 $K bench --model /tmp/q06 --device cuda --top-k 50 \
     --top-p 0.9 --num-seqs 1 --min-input 8 --max-input 8 --min-output 8 --max-output 8 \
