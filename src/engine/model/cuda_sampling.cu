@@ -197,6 +197,9 @@ __device__ __forceinline__ void for_each_group(const Row& row, F&& f) {
 // Warp-collective: adds one element with digit d (-1: none) and mass m to the histogram.
 template <bool kMass>
 __device__ __forceinline__ void hist_add(Shared& s, int d, unsigned long long m) {
+  // Past the first digit few elements still match the prefix: a warp with none skips the
+  // match (a multi-cycle instruction) and the rest.
+  if (__ballot_sync(kFull, d >= 0) == 0) return;
   const unsigned peers = __match_any_sync(kFull, d);
   const int lane = threadIdx.x & 31;
   const bool lead = d >= 0 && lane == __ffs(peers) - 1;
