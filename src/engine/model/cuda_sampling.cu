@@ -423,6 +423,11 @@ __device__ Best race(const Row& row, int g_lo, int g_hi, Shared& s, const Sample
       const float pj = prob(v[j], max_logit, inv_t);
       if (f.topp && topp_key(pj, i) < f.tp) continue;
       if (P.min_p > 0.0f && pj < P.min_p) continue;
+      // A survivor whose best possible score is below this thread's current winner cannot
+      // win: E = -log(U) >= -logf(1 - 2^-24) ~ 5.96e-8, so p / E < p * 2^25 (a factor ~2 of
+      // margin over the rounding). Skipping it (and, when all four skip, the group's Philox)
+      // leaves the race's winner exactly as it was.
+      if (pj * 0x1p25f < win.v) continue;
       p[j] = pj;
       any = true;
     }
