@@ -95,6 +95,24 @@ __device__ __forceinline__ void pdl_enter() {
   cuda::ptx::grid_launch_dependents();
 }
 
+// cudaLaunchKernelEx with the n attributes at attrs (launch errors throw, as
+// CUDA_CHECK_LAUNCH, and are not left for the next check).
+template <typename... Params, typename... Args>
+void launch_kernel_ex(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                      cudaStream_t stream, cudaLaunchAttribute* attrs, unsigned n,
+                      Args&&... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cfg.attrs = attrs;
+  cfg.numAttrs = n;
+  const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+  (void)cudaGetLastError();
+  CUDA_CHECK(e);
+}
+
 // launch_kernel in thread block clusters of cluster_x CTAs along x (sm_90+; gridDim.x a
 // multiple of cluster_x), with the PDL attribute as launch_kernel when on.pdl.
 template <typename... Params, typename... Args>
@@ -114,16 +132,7 @@ void launch_kernel_clusters(void (*kernel)(Params...), dim3 grid, dim3 block, si
     ++n;
   }
 #endif
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = on.stream;
-  cfg.attrs = attr;
-  cfg.numAttrs = n;
-  const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
-  (void)cudaGetLastError();  // reported here, not by the next CUDA_CHECK_LAUNCH
-  CUDA_CHECK(e);
+  launch_kernel_ex(kernel, grid, block, smem, on.stream, attr, n, std::forward<Args>(args)...);
 }
 
 // kernel<<<grid, block, smem, on.stream>>>(args...), with the programmatic-stream-serialization
@@ -136,16 +145,7 @@ void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = on.stream;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
-    (void)cudaGetLastError();  // reported here, not by the next CUDA_CHECK_LAUNCH
-    CUDA_CHECK(e);
+    launch_kernel_ex(kernel, grid, block, smem, on.stream, attr, 1, std::forward<Args>(args)...);
     return;
   }
 #endif
