@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -513,8 +514,15 @@ TEST(CudaSampling, GreedyIsTheHostArgmaxIncludingTiesAndNaN) {
 // those of one CTA per row, bit for bit, for every filter, for rows with NaN, infinities and
 // ties, for odd vocabularies (scalar loads) and for every slice count.
 TEST(CudaSampling, SplitFormDrawsTheOneCtaTokens) {
-  for (const int64_t V : {int64_t{151936}, int64_t{50001}, int64_t{8195}}) {
-    for (const int64_t rows : {int64_t{1}, int64_t{3}, int64_t{17}, int64_t{64}}) {
+  // KVATTN_GPU_TEST_QUICK (compute-sanitizer runs): one vocabulary, two batch sizes.
+  const char* q = std::getenv("KVATTN_GPU_TEST_QUICK");
+  const bool quick = q != nullptr && q[0] != '\0' && q[0] != '0';
+  const std::vector<int64_t> vocabs =
+      quick ? std::vector<int64_t>{151936} : std::vector<int64_t>{151936, 50001, 8195};
+  const std::vector<int64_t> batches =
+      quick ? std::vector<int64_t>{1, 17} : std::vector<int64_t>{1, 3, 17, 64};
+  for (const int64_t V : vocabs) {
+    for (const int64_t rows : batches) {
       SCOPED_TRACE(testing::Message() << "vocab " << V << ", rows " << rows);
       const int slices = cuda_model::sample_slices(rows, V);
       std::mt19937_64 rng(static_cast<uint64_t>(V * 131 + rows));
@@ -534,7 +542,7 @@ TEST(CudaSampling, SplitFormDrawsTheOneCtaTokens) {
       for (const auto& sp : {sp_of(0.0f, 0, 1.0f, 0.0f), sp_of(0.6f, 0, 1.0f, 0.0f),
                              sp_of(1.0f, 0, 1.0f, 0.05f), sp_of(0.8f, 40, 1.0f, 0.0f),
                              sp_of(0.7f, 0, 0.9f, 0.0f), sp_of(0.9f, 100, 0.95f, 0.01f)}) {
-        for (uint64_t step : {0u, 7u, 1000u}) {
+        for (uint64_t step : quick ? std::vector<uint64_t>{7} : std::vector<uint64_t>{0, 7, 1000}) {
           const auto rs = draws(sp, rows, 77, 5, step);
           const auto one = cuda_model::sample_on_device(0, all, V, rs, 1);
           const auto split = cuda_model::sample_on_device(0, all, V, rs, 64, 0);
