@@ -71,6 +71,19 @@ TEST_P(CascadeDecode, GreedyTokensEqualThePlainDecode) {
 
 INSTANTIATE_TEST_SUITE_P(Tiny, CascadeDecode, ::testing::Values("tiny_llama", "tiny_qwen3"));
 
+TEST(CascadeDecodeOptions, AutoThresholdScalesWithTheKvBytesOfAToken) {
+  ModelConfig c;
+  c.num_kv_heads = 8;
+  c.head_dim = 128;
+  EXPECT_EQ(cascade_auto_min_saved_tokens(c), 32768);  // Qwen3-0.6B, where it was measured
+  c.num_kv_heads = 3;
+  c.head_dim = 64;
+  EXPECT_EQ(cascade_auto_min_saved_tokens(c), 174763);  // SmolLM2: ceil(32768 * 1024 / 192)
+  c.num_kv_heads = 16;
+  c.head_dim = 256;
+  EXPECT_EQ(cascade_auto_min_saved_tokens(c), 8192);
+}
+
 TEST(CascadeDecodeOptions, NegativeThresholdIsRejected) {
   LLMOptions o;
   o.kv_cache_bytes = 4 << 20;

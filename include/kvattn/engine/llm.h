@@ -74,10 +74,12 @@ struct LLMOptions {
   // shared pages are read once per step instead of once per sequence. Such steps run eagerly
   // on the GPU (no CUDA graph).
   //   kCascadeAuto (the default): on the GPU with a 16-bit KV cache, prefixes of >= 256
-  //     tokens shared so that the step skips >= 32768 token reads ((rows - 1) x prefix): about
-  //     the cost of an eager step's launches (session 12: nano-vllm's prefix workload 1.39x
-  //     faster with it, bf16). Off on the CPU (not timed there) and with an fp8 cache (its
-  //     cascade steps measured 0.80x of the plain decode; docs/notes/cascade-decode.md).
+  //     tokens shared so that the step skips enough token reads ((rows - 1) x prefix) to pay
+  //     for an eager step's launches: 32768 at Qwen3-0.6B's 8 KV heads x 128 dims, scaled by
+  //     the inverse of the model's KV heads x head_dim (cascade_auto_min_saved_tokens; session
+  //     12: nano-vllm's prefix workload 1.39x faster with it, bf16). Off on the CPU (not timed
+  //     there) and with an fp8 cache (its cascade steps measured 0.80x of the plain decode;
+  //     docs/notes/cascade-decode.md).
   //   0: off.   N > 0: on for every device and cache dtype, prefixes of >= N tokens.
   // KVATTN_CASCADE=N or =auto overrides.
   static constexpr int64_t kCascadeAuto = -1;
@@ -142,6 +144,11 @@ struct StepTimeSplit {
   double seconds() const { return model_seconds + host_seconds; }
   StepTimeSplit& operator+=(const StepTimeSplit& o);
 };
+
+// Cascade auto's saved-reads threshold for a model (LLMOptions::cascade_min_prefix_tokens):
+// 32768 token reads at 8 KV heads x head_dim 128 (the bytes a step must skip to pay for its
+// eager launches), scaled by 1024 / (num_kv_heads x head_dim), rounded up.
+int64_t cascade_auto_min_saved_tokens(const ModelConfig& config);
 
 struct GenerationStats {
   int64_t num_prompt_tokens = 0;   // over every prompt

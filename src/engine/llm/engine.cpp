@@ -222,6 +222,11 @@ void LLMEngine::abort_all() {
   ending_.clear();
 }
 
+int64_t cascade_auto_min_saved_tokens(const ModelConfig& config) {
+  const int64_t per_token = std::max<int64_t>(1, config.num_kv_heads * config.head_dim);
+  return (int64_t{32768} * 1024 + per_token - 1) / per_token;
+}
+
 void LLMEngine::reset_blocks(int64_t num_blocks, int64_t block_size) {
   blocks_ = std::make_unique<BlockManager>(num_blocks, block_size, options_.enable_prefix_caching);
   builder_ = std::make_unique<BatchMetadataBuilder>(*blocks_);
@@ -238,7 +243,7 @@ void LLMEngine::reset_blocks(int64_t num_blocks, int64_t block_size) {
     // LLMOptions::cascade_min_prefix_tokens says where these figures come from.
     const bool on = options_.device.is_cuda() && options_.kv_cache_dtype != KVCacheDType::kFP8;
     cascade_tokens = on ? 256 : 0;
-    min_saved_tokens = on ? 32768 : 0;
+    min_saved_tokens = on ? cascade_auto_min_saved_tokens(model_->config()) : 0;
   }
   build_options_ = BatchBuildOptions{};
   build_options_.cascade_min_prefix_blocks =
