@@ -8,7 +8,9 @@
 #   2. cascade decode over an fp8 cache through the dequantized prefix: dequant_fp8_pages
 #      (bit-exact test, memcheck), the cascade layer test (fp8 cases), and the prefix
 #      workload with an fp8 cache, cascade off / 256;
-#   3. the step timeline (kvattn bench --timeline; issue 20's "report the step timeline").
+#   3. the step timeline (kvattn bench --timeline; issue 20's "report the step timeline");
+#   4. the small decode kernel's interleaved chunks (KVATTN_DECODE_SMALL_INTERLEAVE=1): the
+#      decode variant tests (they include it), then single stream and 1x8192 off / on.
 # Predictions (docs/perf/NOTES.md, session 12): top-k 50 + top-p 0.9 at R=1 984 -> 150-200 us;
 # fp8 prefix workload with the cascade 11,458 -> 16-19k tok/s (6.5-7.5 ms a decode step).
 #   run: bash scripts/gpu_session13_first.sh > $OUT/summary.txt 2>&1; tail -n 120 $OUT/summary.txt
@@ -24,7 +26,7 @@ fi
 step build
 kvattn_gpu_build ON engine_cuda_serving_gpu_test kernels_fp8_dequant_pages_gpu_test \
   attention_attention_cascade_gpu_test engine_step_timeline_gpu_test gpu_engine_kernels_bench \
-  kvattn_cli
+  kernels_decode_gpu_test gpu_decode_bench kvattn_cli
 
 step "1. sampler: split == clusters == one CTA per row"
 run_test sampling 200 build-gpu/tests/engine/engine_cuda_serving_gpu_test --gtest_filter='CudaSampling.*'
@@ -63,5 +65,17 @@ for cascade in 0 256; do
   timeout 150 $K bench --model /tmp/q06 --device cuda --workload prefix --kv-cache-dtype fp8 \
     --cascade-min-prefix "$cascade" --json "$OUT/prefix_fp8_c$cascade.json" 2>&1 | tr '\r' '\n' |
     grep -E "Throughput|decode steps|cascade|cache on/off|blocks free|error"
+done
+step "5. the small decode kernel's interleaved chunks (off / on)"
+KVATTN_GPU_TEST_QUICK=1 run_test decode_variants 300 build-gpu/tests/kernels/kernels_decode_gpu_test \
+  --gtest_filter='DecodeGpuVariants.*:DecodeGpuFeatures.Variants:DecodeGpu.CudaGraphCaptureAndReplay'
+for il in 0 1 0 1; do
+  KVATTN_DECODE_SMALL_INTERLEAVE=$il timeout 100 $K bench --model /tmp/q06 --device cuda \
+    --num-seqs 1 --min-input 8 --max-input 8 --min-output 8 --max-output 8 --ttft-input 256 \
+    2>&1 | tr '\r' '\n' | grep -E "single|error" | sed "s/^/interleave=$il: /"
+done
+for il in 0 1; do
+  KVATTN_DECODE_SMALL_INTERLEAVE=$il timeout 120 build-gpu/bench/gpu_decode_bench --only decode \
+    --quick --reps 30 2>&1 | grep -E '"shape": "1x' | head -6 | sed "s/^/interleave=$il: /"
 done
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader

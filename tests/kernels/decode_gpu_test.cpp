@@ -505,16 +505,17 @@ void fp8_codes_read_exactly() {
 TEST(DecodeGpu, Fp8CodesReadExactly) { fp8_codes_read_exactly(); }
 
 // The kernel variants of cuda_tuning() (heads per CTA, stages, small-batch kernel on/off and
-// its warps per CTA, the swapped tile on/off). swap 1 also puts fp8 caches on the swapped fp8
-// tile (head_dim 64/128, units of <= 8 rows; decode_use_swap), which is not their default, so
-// the fp8 sweeps below cover both fp8 tiles: "swap nosmall" and "swap h4 s2" the swapped one,
-// "noswap nosmall" and the rest the 16-row one.
+// its warps per CTA and interleaved chunks, the swapped tile on/off). swap 1 also puts fp8
+// caches on the swapped fp8 tile (head_dim 64/128, units of <= 8 rows; decode_use_swap), which
+// is not their default, so the fp8 sweeps below cover both fp8 tiles: "swap nosmall" and "swap
+// h4 s2" the swapped one, "noswap nosmall" and the rest the 16-row one.
 struct Variant {
   const char* name;
   int heads, stages;
   int small = 1, small_warps = 0;  // 0: the library's choice
   int evict_first = -1;            // K/V copies evict-first in L2 (-1: the library's default)
   int swap = -1;                   // the swapped tile (-1: the library's default)
+  int interleave = -1;             // small kernel's interleaved chunks (-1: the default)
 };
 const Variant kVariants[] = {{"s2", 8, 2},          {"h4", 4, 0},
                              {"h4 s2", 4, 2},       {"h2 s2", 2, 2},
@@ -523,7 +524,9 @@ const Variant kVariants[] = {{"s2", 8, 2},          {"h4", 4, 0},
                              {"evict-normal nosmall", 8, 0, 0, 0, 0},
                              {"swap nosmall", 8, 0, 0, 0, -1, 1},
                              {"swap h4 s2", 4, 2, 1, 0, -1, 1},
-                             {"noswap nosmall", 8, 0, 0, 0, -1, 0}};
+                             {"noswap nosmall", 8, 0, 0, 0, -1, 0},
+                             {"small interleaved", 8, 0, 1, 0, -1, -1, 1},
+                             {"small interleaved w4 s2", 8, 2, 1, 4, -1, -1, 1}};
 
 // Sets a variant for the scope, restores the previous tuning after.
 class UseVariant {
@@ -536,6 +539,7 @@ class UseVariant {
     t.decode_small_warps = v.small_warps;
     if (v.evict_first >= 0) t.decode_kv_evict_first = v.evict_first;
     if (v.swap >= 0) t.decode_swap = v.swap;
+    if (v.interleave >= 0) t.decode_small_interleave = v.interleave;
   }
   ~UseVariant() { cuda::cuda_tuning() = saved_; }
 
@@ -843,6 +847,12 @@ TEST(DecodeGpu, CudaGraphCaptureAndReplay) {
   graph_capture_and_replay();  // the small-batch kernel (its LL tags chain from replay to replay)
   {
     SCOPED_TRACE("a lone sequence, planned for its length: the guessed split, then a wrong guess");
+    graph_capture_and_replay({2500}, 2500);
+  }
+  {
+    SCOPED_TRACE("interleaved chunks (KVATTN_DECODE_SMALL_INTERLEAVE): the same replays");
+    UseVariant inter(Variant{"small interleaved", 8, 0, 1, 0, -1, -1, 1});
+    graph_capture_and_replay();
     graph_capture_and_replay({2500}, 2500);
   }
   SCOPED_TRACE("nosmall: stream kernel + merge kernel");

@@ -56,6 +56,12 @@ struct CudaTuning {
   // back the flush's dirty ones: 1x8192 19.7 vs 21.0 us on the H200), 0 = normal priority.
   // Env KVATTN_DECODE_KV_EVICT_FIRST.
   int decode_kv_evict_first = 1;
+  // Decode, small-batch kernel: 1 = a chunk's tiles interleave (chunk c takes tiles c, c + C,
+  // ...; decode_small_kernel.cuh), so each warp's first block ids load with the length instead
+  // of after it when the length guess is wrong (always, in the engine's graphs: the guess is the
+  // table's width); 0 = contiguous ranges. Off until it has run on a GPU (written in session
+  // 12). Env KVATTN_DECODE_SMALL_INTERLEAVE.
+  int decode_small_interleave = 0;
   // Diagnostics only (wrong results): skip the stream kernel's merge launch, to time the split
   // kernel alone. Set by the benchmark, never from the environment.
   int decode_debug_no_merge = 0;

@@ -294,6 +294,7 @@ void launch(DecodeParams p, bool aligned, int64_t ws_bytes, int device, cudaStre
       p.ws_gen = reinterpret_cast<uint32_t*>(p.ws_ll_lse + slots * p.num_kv_heads * p.rows);
       p.epoch = next_epoch();
       p.probe = cuda_tuning().decode_probe;
+      p.small_interleave = cuda_tuning().decode_small_interleave;
       const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(units),
                       static_cast<unsigned>(B));
       if constexpr (!kOnlySwap) {

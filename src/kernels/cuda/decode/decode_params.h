@@ -33,7 +33,9 @@
 //   merger waits only for CTAs of lower grid index.
 //   The key split of (b, c) comes from b's length; the CTA guesses that length is
 //   plan.max_seqlen_k (p.len_hint) and loads the block ids of the guessed range while the
-//   length is in flight, reloading them only when the guess was wrong. The unit's 16 query
+//   length is in flight, reloading them only when the guess was wrong. With p.small_interleave
+//   chunk c takes tiles c, c + C, c + 2C, ... instead of a contiguous range: its warps' first
+//   tiles are then known before the length and need no reload. The unit's 16 query
 //   rows are loaded once per CTA (16-byte copies into shared memory, then ldmatrix).
 //
 // Layout (strides in elements; all tensors on one device):
@@ -121,6 +123,7 @@ struct DecodeParams {
   int out_aligned4 = 0;     // out rows allow 4-byte stores
   int q_aligned16 = 0;      // q rows are 16-byte aligned (small kernel: cp.async of the q tile)
   int kv_evict_first = 1;   // small kernel: K/V copies evict-first in L2 (cuda_tuning())
+  int small_interleave = 0; // small kernel: chunks take interleaved tiles (cuda_tuning())
 
   // CTA shape (decode_config) and the partition of the work.
   int heads_per_cta = 1;

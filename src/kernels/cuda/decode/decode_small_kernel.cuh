@@ -228,7 +228,18 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     const int q = n / parts;
     return q * i + min(i, n - q * parts);
   };
+  // Interleaved chunks (p.small_interleave): chunk c's tiles are c, c + C, c + 2C, ... and
+  // warp w's every nw-th of them from c + C w, so a warp's first tiles do not depend on the
+  // length: their block ids load with it, and a wrong guess (the engine's graphs guess the
+  // table's width) costs no reload. Else a chunk holds a contiguous range of tiles and each
+  // warp a contiguous part of it. A warp visits ta, ta + tstep, ... below tb.
+  const int tstep = p.small_interleave ? C * nw : 1;
   auto split = [&](int n) {
+    if (p.small_interleave) {
+      ta = c + C * warp;
+      tb = n;
+      return;
+    }
     const int ct0 = part_begin(n, C, c);
     const int len_c = part_begin(n, C, c + 1) - ct0;
     ta = ct0 + part_begin(len_c, nw, warp);
@@ -240,7 +251,8 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     ta += first;
     tb += first;
   };
-  // Lanes 0-15: (block id, offset) of key (lane & 15) of tile ti; lanes 16-31: of tile ti + 1.
+  // Lanes 0-15: (block id, offset) of key (lane & 15) of tile ti; lanes 16-31: of tile
+  // ti + tstep.
   // Ids are read for any key inside the table row (the row holds p.capacity keys); whether
   // the key is below the length is decided when its tile is issued (offset -1 past the end).
   int nid = 0, noff = -1;
@@ -265,7 +277,7 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     split(guess_tiles);
   }
   load_ids(ta, lane < 16);
-  load_ids(ta + 1, lane >= 16);
+  load_ids(ta + tstep, lane >= 16);
 
   // The unit's query tile (16 rows; rows past `rows` are zero) into shared memory, each 16-byte
   // chunk once for the CTA (its warps share it); the fragments are read after the first tiles
@@ -306,21 +318,29 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     if (c == 0 && unit == 0 && tid == 0) (void)seq_pad(p, b, len, true);  // report a bad pad
     const int first = first_tile<kExt>(p, b, len);
     if (ntiles != guess_tiles || first != guess_first) {  // wrong guess: range and ids again
+      // (interleaved: the first tiles moved only with the window's start, or past the guess)
+      const bool reload = !p.small_interleave || first != guess_first || ntiles > guess_tiles;
       split_from(first, ntiles);
-      load_ids(ta, lane < 16);
-      load_ids(ta + 1, lane >= 16);
+      if (reload) {
+        load_ids(ta, lane < 16);
+        load_ids(ta + tstep, lane >= 16);
+      }
     }
     // Keys before the window (in its first tile only) are zero-filled, never read; the
     // later tiles issued below start past it.
-    const int key = (lane < 16 ? ta : ta + 1) * kDecodeTileKeys + (lane & 15);
+    const int key = (lane < 16 ? ta : ta + tstep) * kDecodeTileKeys + (lane & 15);
     if (key >= len || key < first_key(p, b, len)) noff = -1;
   } else {
     if (ntiles != guess_tiles) {  // wrong guess: this warp's range and its ids again
+      // (interleaved: the first tiles do not move; their ids were loaded unless past the guess)
+      const bool reload = !p.small_interleave || ntiles > guess_tiles;
       split(ntiles);
-      load_ids(ta, lane < 16);
-      load_ids(ta + 1, lane >= 16);
+      if (reload) {
+        load_ids(ta, lane < 16);
+        load_ids(ta + tstep, lane >= 16);
+      }
     }
-    if ((lane < 16 ? ta : ta + 1) * kDecodeTileKeys + (lane & 15) >= len) noff = -1;
+    if ((lane < 16 ? ta : ta + tstep) * kDecodeTileKeys + (lane & 15) >= len) noff = -1;
   }
   probe_stamp(p, 3, c0);
   int limit[2] = {0, 0};
@@ -357,9 +377,9 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
       nid = id_hi;
       noff = off_hi;
     }
-    ++ti;
-    load_ids(ti + 1, lane >= 16);
-    if ((ti + 1) * kDecodeTileKeys + (lane & 15) >= len && lane >= 16) noff = -1;
+    ti += tstep;
+    load_ids(ti + tstep, lane >= 16);
+    if ((ti + tstep) * kDecodeTileKeys + (lane & 15) >= len && lane >= 16) noff = -1;
   };
   for (int st = 0; st < stages - 1; ++st) {
     if (ti < tb) issue_next(st);
@@ -390,7 +410,7 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   }
   const float scale_log2 = unit_scale_log2<KV>(p, kvh);
   int cstage = 0, istage = stages - 1;
-  for (int t = ta; t < tb; ++t) {
+  for (int t = ta; t < tb; t += tstep) {
     cp_async_wait_dyn(stages - 2);
     __syncwarp();  // this tile landed for every lane; the stage refilled below is free
     if (t == ta) probe_stamp(p, 4, c0);
