@@ -42,18 +42,25 @@ kvattn_gpu_build() {
   [ $rc -eq 0 ] || { grep -B2 -A12 "error" "$OUT/build.log" | head -80; echo "BUILD FAILED"; exit 1; }
 }
 
-# The peers' side of a same-run script: installs kvattn's Python package (CUDA, sm_90a) and the
-# carried FlashInfer wheels (.peers/whl), then runs the Python harness $1 from /tmp with
-# FlashInfer's JIT settings, its log to $OUT/$2 (last $3 lines printed; timeout $PEERS_TIMEOUT,
-# default 420 s). FlashInfer's JIT builds fail with the carried Debian headers in CPATH.
-kvattn_run_peers() {
-  local harness=$1 log=$2 tail_lines=${3:-8}
+# Installs kvattn's Python package (CUDA, sm_90a) and the carried FlashInfer wheels
+# (.peers/whl; PYTHONPATH then points at them). Returns 1, printing the log's tail, when the
+# package does not build.
+kvattn_install_python_and_peers() {
   step "pip install kvattn (sm_90a)"
   kvattn_pip_install python3 "$OUT/py_install.log" || { tail -n 30 "$OUT/py_install.log"; return 1; }
   if ls .peers/whl/*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --target /tmp/peers_site .peers/whl/*.whl &&
       export PYTHONPATH=/tmp/peers_site
   fi
+}
+
+# The peers' side of a same-run script: kvattn_install_python_and_peers, then runs the Python
+# harness $1 from /tmp with FlashInfer's JIT settings, its log to $OUT/$2 (last $3 lines
+# printed; timeout $PEERS_TIMEOUT, default 420 s). FlashInfer's JIT builds fail with the
+# carried Debian headers in CPATH.
+kvattn_run_peers() {
+  local harness=$1 log=$2 tail_lines=${3:-8}
+  kvattn_install_python_and_peers || return 1
   step "peers, same run: $harness"
   (unset CPATH LIBRARY_PATH
    cd /tmp && PYTHONUNBUFFERED=1 OUT="$OUT" MAX_JOBS=$(nproc) FLASHINFER_CUDA_ARCH_LIST=9.0a \

@@ -9,12 +9,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 source scripts/device_env.sh  # sets OUT (default ./out) and creates it
 export SHAPE=${SHAPE:-8,2048,32,8,128}
-step "pip install kvattn (sm_90a)"
-kvattn_pip_install python3 "$OUT/py_install.log" || { tail -n 30 "$OUT/py_install.log"; exit 1; }
-if ls .peers/whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --target /tmp/peers_site .peers/whl/*.whl &&
-    export PYTHONPATH=/tmp/peers_site
-fi
+kvattn_install_python_and_peers || exit 1
 step "warm FlashInfer's JIT (outside ncu)"
 (unset CPATH LIBRARY_PATH; cd /tmp && MAX_JOBS=$(nproc) FLASHINFER_CUDA_ARCH_LIST=9.0a CALLS=1 \
    timeout 300 python3 "$OLDPWD/bench/prefill_profile_pair.py")
