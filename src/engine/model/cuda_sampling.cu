@@ -19,7 +19,9 @@
 // row: launch 1 finds each slice's argmax and non-NaN count; launch 2 reduces them (every
 // slice CTA reads the row's S partials) and finishes greedy rows, runs the exponential race
 // on its slice for sampled rows without top-k / top-p, or leaves a row with top-k / top-p to
-// slice 0, which samples it whole as above; launch 3 reduces the race's partial winners.
+// slice 0, which samples it whole as above (or, with KVATTN_SAMPLE_CLUSTERS on sm_90+, to the
+// row's first cluster of 8 CTAs, each sweeping an eighth per radix pass); launch 3 reduces the
+// race's partial winners.
 // beats() is a total order on (value, id), so the reductions give exactly the single-CTA
 // answer, whatever S is.
 #include "engine/model/cuda_sampling.h"
@@ -189,10 +191,6 @@ __device__ __forceinline__ void for_each_group_in(const Row& row, int g_lo, int 
   }
 }
 
-template <class F>
-__device__ __forceinline__ void for_each_group(const Row& row, F&& f) {
-  for_each_group_in(row, 0, (row.vocab + 3) >> 2, f);
-}
 
 // Warp-collective: adds one element with digit d (-1: none) and mass m to the histogram.
 template <bool kMass>
