@@ -33,6 +33,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/backend.h"
@@ -406,10 +407,15 @@ int main(int argc, char** argv) {
            cuda::cuda_tuning().prefill_sm90_persistent = 1;
          }, 0.0},
         {"alt_tile", [&] { run_alt_tile(p, g_stream); }, 0.0},
-        {"turns", [&] {  // GEMM turns across tiles (experimental, tuning.h)
-           cuda::cuda_tuning().prefill_sm90_turns = 1;
+        {"noturns", [&] {  // GEMM turns restarted per tile (the default runs them on)
+           const int saved = std::exchange(cuda::cuda_tuning().prefill_sm90_turns, 0);
            call();
-           cuda::cuda_tuning().prefill_sm90_turns = 0;
+           cuda::cuda_tuning().prefill_sm90_turns = saved;
+         }, 0.0},
+        {"l2off", [&] {  // one tile-schedule section (the order before L2 sections)
+           const int saved = std::exchange(cuda::cuda_tuning().prefill_sm90_l2_mb, 0);
+           call();
+           cuda::cuda_tuning().prefill_sm90_l2_mb = saved;
          }, 0.0},
         {"sm80", [&] {
            cuda::cuda_tuning().prefill_sm90 = 0;

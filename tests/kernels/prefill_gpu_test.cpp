@@ -469,6 +469,36 @@ TEST(PrefillGpu, RandomSweep) {
   }
 }
 
+// The Hopper schedule's L2 sections (prefill_sm90_sections.h) cut small: a 1 MB budget gives
+// most of these cases several sections, some ending mid-sequence or narrower than the rest
+// (the order of the tiles changes, the results must not).
+TEST(PrefillGpu, SmallL2Sections) {
+  struct Restore {
+    int saved = cuda::cuda_tuning().prefill_sm90_l2_mb;
+    ~Restore() { cuda::cuda_tuning().prefill_sm90_l2_mb = saved; }
+  } restore;
+  cuda::cuda_tuning().prefill_sm90_l2_mb = 1;
+  const bool quick = test::quick_mode();
+  int index = 0;
+  for (int64_t d : {64, 128}) {
+    for (bool causal : {true, false}) {
+      for (bool paged : {false, true}) {
+        for (int i = 0; i < (quick ? 1 : 2); ++i, ++index) {
+          if (!test::case_selected(index)) continue;
+          const uint64_t seed = test::case_seed();
+          std::mt19937_64 rng(seed);
+          PrefillCase c = random_case(rng, DType::kBF16, d, causal, paged, false);
+          c.hkv = 2;
+          c.group = pick(rng, std::vector<int64_t>{3, 4, 8});
+          SCOPED_TRACE(test::case_note(index, seed, c.describe()));
+          run_case(c, rng, "prefill small L2 sections");
+          if (HasFatalFailure()) return;
+        }
+      }
+    }
+  }
+}
+
 // Paged prefill over float8_e4m3 caches (the prefix-hit and chunked-prefill path of an fp8
 // engine), with and without scales, against the CPU backend on the same codes.
 TEST(PrefillGpu, Fp8PagedSweep) {

@@ -73,13 +73,13 @@ struct LLMOptions {
   // row over the shared pages, the rest by the decode kernel, merged by log-sum-exp), so the
   // shared pages are read once per step instead of once per sequence. Such steps run eagerly
   // on the GPU (no CUDA graph).
-  //   kCascadeAuto (the default): on the GPU with a 16-bit KV cache, prefixes of >= 256
-  //     tokens shared so that the step skips enough token reads ((rows - 1) x prefix) to pay
-  //     for an eager step's launches: 32768 at Qwen3-0.6B's 8 KV heads x 128 dims, scaled by
-  //     the inverse of the model's KV heads x head_dim (cascade_auto_min_saved_tokens; session
-  //     12: nano-vllm's prefix workload 1.39x faster with it, bf16). Off on the CPU (not timed
-  //     there) and with an fp8 cache (its cascade steps measured 0.80x of the plain decode;
-  //     docs/notes/cascade-decode.md).
+  //   kCascadeAuto (the default): on the GPU, prefixes of >= 256 tokens shared so that the
+  //     step skips enough token reads ((rows - 1) x prefix) to pay for an eager step's
+  //     launches: 32768 at Qwen3-0.6B's 8 KV heads x 128 dims, scaled by the inverse of the
+  //     model's KV heads x head_dim (cascade_auto_min_saved_tokens). Measured on the prefix
+  //     workload: bf16 1.39x (session 12); fp8 1.28x (session 13, the shared prefix
+  //     dequantized to bf16 first; docs/notes/cascade-decode.md). Off on the CPU (not timed
+  //     there).
   //   0: off.   N > 0: on for every device and cache dtype, prefixes of >= N tokens.
   // KVATTN_CASCADE=N or =auto overrides.
   static constexpr int64_t kCascadeAuto = -1;

@@ -241,7 +241,7 @@ void LLMEngine::reset_blocks(int64_t num_blocks, int64_t block_size) {
   int64_t min_saved_tokens = 0;
   if (cascade_tokens == LLMOptions::kCascadeAuto) {
     // LLMOptions::cascade_min_prefix_tokens says where these figures come from.
-    const bool on = options_.device.is_cuda() && options_.kv_cache_dtype != KVCacheDType::kFP8;
+    const bool on = options_.device.is_cuda();
     cascade_tokens = on ? 256 : 0;
     min_saved_tokens = on ? cascade_auto_min_saved_tokens(model_->config()) : 0;
   }

@@ -19,8 +19,8 @@
 // row: launch 1 finds each slice's argmax and non-NaN count; launch 2 reduces them (every
 // slice CTA reads the row's S partials) and finishes greedy rows, runs the exponential race
 // on its slice for sampled rows without top-k / top-p, or leaves a row with top-k / top-p to
-// slice 0, which samples it whole as above (or, with KVATTN_SAMPLE_CLUSTERS on sm_90+, to the
-// row's first cluster of 8 CTAs, each sweeping an eighth per radix pass); launch 3 reduces the
+// slice 0, which samples it whole as above (or, on sm_90+ unless KVATTN_SAMPLE_CLUSTERS=0, to
+// the row's first cluster of 8 CTAs, each sweeping an eighth per radix pass); launch 3 reduces the
 // race's partial winners.
 // beats() is a total order on (value, id), so the reductions give exactly the single-CTA
 // answer, whatever S is.
@@ -249,12 +249,14 @@ __device__ void walk(Shared& s, int shift, float top_p) {
   }
   const unsigned long long base = s.above;
   const unsigned long long rem = s.rem;
-  unsigned long long target = s.target;
-  if (kMass && shift == 56) {
+  unsigned long long target;
+  if (kMass && shift == 56) {  // the first mass pass sets the target (no lane reads s.target)
     const unsigned long long total = __shfl_sync(kFull, suf_m, 0);
     target = static_cast<unsigned long long>(static_cast<double>(top_p) * static_cast<double>(total));
     if (target == 0) target = 1;
     if (lane == 0) s.target = target;
+  } else {
+    target = s.target;
   }
   const unsigned long long above_c = suf_c - own_c, above_m = suf_m - own_m;
   const bool cross = kMass ? (base + above_m < target && target <= base + suf_m)
@@ -658,7 +660,7 @@ int sample_slices(int64_t rows, int64_t vocab) {
 bool sample_select_clusters_default() {
   static const bool on = [] {
     const char* e = std::getenv("KVATTN_SAMPLE_CLUSTERS");
-    return e != nullptr && std::strcmp(e, "1") == 0;
+    return e == nullptr || std::strcmp(e, "0") != 0;
   }();
   return on;
 }

@@ -131,6 +131,7 @@ PrefillParams make_prefill_params(const PrefillArgs& a, const AttentionShape& s)
     p.total_k = static_cast<int>(a.k.size(0));
   }
   p.max_seqlen_q = static_cast<int>(a.max_seqlen_q);
+  p.max_seqlen_k = static_cast<int>(std::clamp<int64_t>(a.max_seqlen_k, 0, INT32_MAX));
   p.scale = s.scale;
   p.scale_log2 = static_cast<float>(static_cast<double>(s.scale) * 1.4426950408889634);
   p.head_dim = D;

@@ -57,6 +57,7 @@ struct PrefillParams {
   int block_shift = -1;   // log2(block_size) when it is a power of two, else -1
   int max_blocks_per_seq = 0;
   int max_seqlen_q = 0;   // rows beyond it are not computed
+  int max_seqlen_k = 0;   // a hint only (0: unknown): the Hopper schedule sizes its L2 sections
   int num_m_blocks = 0;   // ceil(max_seqlen_q / kBlockM) = gridDim.z (set by the launcher)
 
   float scale = 1.0f;       // softmax scale (natural units), for the LSE

@@ -25,6 +25,13 @@ struct CudaTuning {
   // docs/perf/NOTES.md: flushed 1x16384 +11%, 16x1024 +3.5%, the rest within noise; racecheck
   // and memcheck clean). Env KVATTN_PREFILL_SM90_TURNS.
   int prefill_sm90_turns = 1;
+  // Hopper prefill: megabytes of L2 the K/V of one tile-schedule section may take
+  // (prefill_sm90_schedule.cuh): the (sequence, head) pairs are cut into sections whose K/V
+  // fit, and every row block of a section runs before the next section starts, so a K/V tile
+  // is read from DRAM about once rather than once per row block. 0 = one section (the order
+  // before session 13: all pairs of one row block, then the next). FlashAttention-3 budgets
+  // 32 MB of the 50 MB L2 the same way. Env KVATTN_PREFILL_SM90_L2_MB.
+  int prefill_sm90_l2_mb = 32;
   // Decode: most KV heads one CTA holds (one warp each). Env KVATTN_DECODE_HEADS_PER_CTA. At
   // 8 (no cap), head_dim 256 and the padded 80/96 take the count that keeps the most warps
   // busy (decode_config); a lower value is taken as the cap, as for the other head dims.

@@ -59,7 +59,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     if constexpr (kPaged && !kMods && BN == 128) {
       if (sp.kv_gather != 0) {  // all four warps gather (prefill_sm90_gather.cuh)
         sm90::for_each_tile<BM, BN, kCausal, kPaged, false>(
-            p, sp.num_tiles, false, [&](const sm90::PrefillTileWork& w, uint32_t kv, uint32_t qi) {
+            p, sp.num_tiles, sp.section, false,
+            [&](const sm90::PrefillTileWork& w, uint32_t kv, uint32_t qi) {
               const sm90::PagedGatherProducer<T, Tile> gather{
                   sp, smem, static_cast<int>(threadIdx.x), w.h / p.group, w.Lk,
                   p.block_table + static_cast<int64_t>(w.b) * p.bt_stride};
@@ -70,7 +71,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     }
     if (threadIdx.x >= 32) return;
     sm90::for_each_tile<BM, BN, kCausal, kPaged, kMods>(
-        p, sp.num_tiles, false, [&](const sm90::PrefillTileWork& w, uint32_t kv, uint32_t qi) {
+        p, sp.num_tiles, sp.section, false,
+        [&](const sm90::PrefillTileWork& w, uint32_t kv, uint32_t qi) {
           sm90::PrefillProducer<Tile, kPaged, kMods> producer{
               sp, smem, static_cast<int>(threadIdx.x), w.h / p.group, w.k_begin, w.Lk,
               kPaged ? p.block_table + static_cast<int64_t>(w.b) * p.bt_stride : nullptr};
@@ -87,7 +89,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     using Consumer = sm90::PrefillConsumer<T, Tile, kCausal, kMods>;
     if (Consumer::turns_across_tiles(sp)) Consumer::prime_turns(wg);  // once per CTA
     sm90::for_each_tile<BM, BN, kCausal, kPaged, kMods>(
-        p, sp.num_tiles, threadIdx.x == 128,
+        p, sp.num_tiles, sp.section, threadIdx.x == 128,
         [&](const sm90::PrefillTileWork& w, uint32_t kv, uint32_t qi) {
           const int row0 = w.m0 + wg * 64;
           sm90::PrefillConsumer<T, Tile, kCausal, kMods> consumer;

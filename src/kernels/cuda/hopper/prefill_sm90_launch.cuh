@@ -69,6 +69,14 @@ void launch_prefill_sm90_tile(const PrefillParams& base, cudaStream_t stream) {
   static std::atomic<uint64_t> raised{0};
   const int device = raise_smem_limit_once(kernel, kSmem, raised, "prefill_attention");
   sp.num_tiles = static_cast<int64_t>(p.num_heads) * p.num_seqs * p.num_m_blocks;
+  // The keys of the longest sequence: the hint, else what the tensors bound.
+  int64_t kv_len = p.max_seqlen_k;
+  if (kv_len <= 0) {
+    kv_len = kPaged ? static_cast<int64_t>(p.max_blocks_per_seq) * p.block_size
+                    : (static_cast<int64_t>(p.total_k) + p.num_seqs - 1) / p.num_seqs;
+  }
+  sp.section = sm90::prefill_l2_section(p.num_seqs, p.num_heads, p.group, D, kv_len, kElem,
+                                        int64_t{cuda_tuning().prefill_sm90_l2_mb} << 20);
   sp.turns_across_tiles = cuda_tuning().prefill_sm90_turns != 0 ? 1 : 0;
   int64_t grid = sp.num_tiles;
   if (cuda_tuning().prefill_sm90_persistent != 0 || grid > INT32_MAX) {

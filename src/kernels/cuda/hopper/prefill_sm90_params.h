@@ -26,6 +26,7 @@ struct PrefillSm90Params {
   int kv_gather = 0;    // paged: 1 = K/V gathered by cp.async (prefill_sm90_gather.cuh), 0 = TMA
   int turns_across_tiles = 0;  // 1: GEMM turns primed once per CTA (prefill_sm90_consumer.cuh)
   int64_t num_tiles = 0;  // heads x sequences x row blocks (prefill_sm90_schedule.cuh)
+  int64_t section = 1;    // (sequence, head) pairs per L2 section (prefill_sm90_schedule.cuh)
 };
 
 // One CTA: a producer warpgroup (one warp issues the TMA loads) and kConsumerWarpgroups

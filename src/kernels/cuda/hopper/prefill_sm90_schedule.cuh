@@ -1,7 +1,12 @@
 // The tile schedule of the Hopper prefill kernel. A work tile is (query head, sequence, block of
-// kBlockM query rows); tiles are numbered heads fastest, then sequences, then row blocks from the
-// last (the most causal key tiles) to the first, so the heavy tiles come first and the heads of
-// one GQA group, which share K/V tiles in L2, run side by side. CTA i takes tiles i, i + G,
+// kBlockM query rows). The (sequence, head) pairs, heads fastest, are cut into L2 sections of
+// `section` pairs whose K/V fit in a share of the L2 (prefill_sm90_sections.h, sized on the
+// host; the last section may be narrower). Tiles are numbered section by section; inside a section, pairs
+// fastest, then row blocks from the last (the most causal key tiles) to the first. So the heavy
+// tiles of a section come first, the heads of one GQA group run side by side, and every row
+// block of a section reads K/V tiles the section's earlier row blocks left in L2 (without
+// sections, a long batch re-read its K/V from DRAM once per row block: 2x the DRAM traffic of
+// FlashAttention-3 at 8 x 2048, session 13's ncu). CTA i takes tiles i, i + G,
 // i + 2G, ... (G = gridDim.x): with G = the tile count every CTA does one tile; with G = the SM
 // count the grid is persistent and a CTA's producer loads the next tile while its consumers
 // store the last one. Producer and consumers walk the same list and skip the same tiles, so their
@@ -14,6 +19,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/device_faults.cuh"
+#include "kernels/cuda/hopper/prefill_sm90_sections.h"
 #include "kernels/cuda/prefill_mask.cuh"
 #include "kernels/cuda/prefill_params.h"
 
@@ -46,12 +52,13 @@ struct PrefillTileWork {
 // lengths are reported once per sequence (by the tile of head 0 and the first row block
 // visited) when `report` is set (one thread of the CTA).
 template <int kBlockM, int kBlockN, bool kCausal, bool kPaged, bool kMods = false>
-__device__ __forceinline__ bool decode_tile(const PrefillParams& p, int64_t t, bool report,
-                                            PrefillTileWork& w) {
-  w.h = static_cast<int>(t % p.num_heads);
-  t /= p.num_heads;
-  w.b = static_cast<int>(t % p.num_seqs);
-  const int z = static_cast<int>(t / p.num_seqs);
+__device__ __forceinline__ bool decode_tile(const PrefillParams& p, int64_t section, int64_t t,
+                                            bool report, PrefillTileWork& w) {
+  const SectionTile st =
+      section_tile(t, static_cast<int64_t>(p.num_seqs) * p.num_heads, p.num_m_blocks, section);
+  w.h = static_cast<int>(st.pair % p.num_heads);
+  w.b = static_cast<int>(st.pair / p.num_heads);
+  const int z = static_cast<int>(st.z);
   report = report && w.h == 0 && z == 0;
   const int q_end = p.cu_seqlens_q[w.b + 1];
   const int k_end = p.cu_seqlens_k[w.b + 1];
@@ -99,13 +106,14 @@ __device__ __forceinline__ bool decode_tile(const PrefillParams& p, int64_t t, b
 // (what the producer and the consumers must agree on).
 template <int kBlockM, int kBlockN, bool kCausal, bool kPaged, bool kMods, typename Fn>
 __device__ __forceinline__ void for_each_tile(const PrefillParams& p, int64_t num_tiles,
-                                              bool report, Fn&& fn) {
+                                              int64_t section, bool report, Fn&& fn) {
   uint32_t kv_base = 0;
   uint32_t q_index = 0;
   PrefillTileWork w;
   for (int64_t r = 0; r * gridDim.x < num_tiles; ++r) {
     const int64_t t = snake_tile(r, blockIdx.x, gridDim.x);
-    if (t >= num_tiles || !decode_tile<kBlockM, kBlockN, kCausal, kPaged, kMods>(p, t, report, w)) {
+    if (t >= num_tiles ||
+        !decode_tile<kBlockM, kBlockN, kCausal, kPaged, kMods>(p, section, t, report, w)) {
       continue;
     }
     fn(static_cast<const PrefillTileWork&>(w), kv_base, q_index);

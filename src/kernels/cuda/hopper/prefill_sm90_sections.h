@@ -1,0 +1,53 @@
+// L2 sections of the Hopper prefill's tile schedule (prefill_sm90_schedule.cuh): which
+// (sequence, head) pair and row block a tile number names, and how many pairs a section holds.
+// Plain C++ (host and device), so the CPU tests check the numbering without a GPU.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define KVATTN_HD __host__ __device__
+#else
+#define KVATTN_HD
+#endif
+
+namespace kvattn::cuda::sm90 {
+
+struct SectionTile {
+  int64_t pair = 0;  // sequence * num_heads + head
+  int64_t z = 0;     // row block, counted from the last (0 = the last row block)
+};
+
+// Tile t of `pairs` x `m_blocks` tiles cut into sections of `section` >= 1 pairs (the last
+// one narrower when `section` does not divide `pairs`): sections in order; inside one, pairs
+// fastest, then row blocks. A bijection of [0, pairs * m_blocks) onto pairs x row blocks.
+KVATTN_HD inline SectionTile section_tile(int64_t t, int64_t pairs, int64_t m_blocks,
+                                          int64_t section) {
+  const int64_t per_section = section * m_blocks;     // tiles of a full section
+  const int64_t first = t / per_section * section;    // the section's first pair
+  const int64_t r = t % per_section;
+  const int64_t rest = pairs - first;
+  const int64_t width = section < rest ? section : rest;  // pairs in this section
+  return SectionTile{first + r % width, r / width};
+}
+
+// Pairs per section: as many whole GQA groups (whole sequences, once a sequence fits) as keep
+// the K and V of the section's KV heads within `budget_bytes` of L2, at least one group.
+// kv_len: the longest sequence's keys (an estimate does: only the speed depends on it).
+// budget_bytes <= 0: one section of every pair.
+inline int64_t prefill_l2_section(int64_t num_seqs, int64_t num_heads, int64_t group,
+                                  int64_t head_dim, int64_t kv_len, int64_t elem_bytes,
+                                  int64_t budget_bytes) {
+  const int64_t pairs = std::max<int64_t>(num_seqs * num_heads, 1);
+  if (budget_bytes <= 0) return pairs;
+  const int64_t kv_head_bytes = std::max<int64_t>(kv_len, 1) * head_dim * 2 * elem_bytes;
+  const int64_t kv_heads = std::max<int64_t>(budget_bytes / kv_head_bytes, 1);
+  int64_t section = kv_heads * std::max<int64_t>(group, 1);
+  if (section >= num_heads) section = section / num_heads * num_heads;
+  return std::clamp<int64_t>(section, 1, pairs);
+}
+
+}  // namespace kvattn::cuda::sm90
+
+#undef KVATTN_HD

@@ -1,0 +1,89 @@
+// The Hopper prefill's L2 sections (kernels/cuda/hopper/prefill_sm90_sections.h): the tile
+// numbering is a bijection whatever the section width, heavy row blocks come first inside a
+// section, and the section sizes keep a section's K/V within the budget. Plain C++: runs on
+// the CPU in CI (the kernel itself is tested on the GPU by prefill_gpu_test).
+#include "kernels/cuda/hopper/prefill_sm90_sections.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <vector>
+
+namespace kvattn::cuda::sm90 {
+namespace {
+
+TEST(PrefillSm90Sections, NumberingIsABijectionForEverySectionWidth) {
+  std::mt19937 rng(std::random_device{}());
+  for (int c = 0; c < 300; ++c) {
+    const int64_t pairs = std::uniform_int_distribution<int64_t>(1, 97)(rng);
+    const int64_t m_blocks = std::uniform_int_distribution<int64_t>(1, 13)(rng);
+    // Every width from 1 past `pairs` (one section) on some case; some random.
+    const int64_t section = c < 100 ? c % (pairs + 2) + 1
+                                    : std::uniform_int_distribution<int64_t>(1, pairs + 5)(rng);
+    SCOPED_TRACE(testing::Message() << "pairs " << pairs << " m_blocks " << m_blocks
+                                    << " section " << section);
+    const int64_t width = std::min(section, pairs);
+    std::vector<int> seen(static_cast<size_t>(pairs * m_blocks), 0);
+    for (int64_t t = 0; t < pairs * m_blocks; ++t) {
+      const SectionTile st = section_tile(t, pairs, m_blocks, width);
+      ASSERT_GE(st.pair, 0);
+      ASSERT_LT(st.pair, pairs);
+      ASSERT_GE(st.z, 0);
+      ASSERT_LT(st.z, m_blocks);
+      // The tile's pair lies in its section, and inside a section z never decreases.
+      ASSERT_EQ(st.pair / width, t / (width * m_blocks));
+      if (t > 0 && (t - 1) / (width * m_blocks) == t / (width * m_blocks)) {
+        ASSERT_GE(st.z, section_tile(t - 1, pairs, m_blocks, width).z);
+      }
+      ++seen[static_cast<size_t>(st.pair * m_blocks + st.z)];
+    }
+    for (size_t i = 0; i < seen.size(); ++i) ASSERT_EQ(seen[i], 1) << "tile " << i;
+  }
+}
+
+TEST(PrefillSm90Sections, OneSectionIsTheRowBlockMajorOrder) {
+  // budget 0: the order before sections (pairs fastest, then row blocks).
+  const int64_t pairs = prefill_l2_section(8, 32, 4, 128, 2048, 2, 0);
+  EXPECT_EQ(pairs, 256);
+  for (int64_t t = 0; t < 256 * 16; ++t) {
+    const SectionTile st = section_tile(t, 256, 16, pairs);
+    EXPECT_EQ(st.pair, t % 256);
+    EXPECT_EQ(st.z, t / 256);
+  }
+}
+
+TEST(PrefillSm90Sections, SizesKeepTheBudgetInWholeGroupsOrSequences) {
+  constexpr int64_t kMB = int64_t{1} << 20;
+  // 8 x 2048, 32/8 heads, d128: 1 MB of K/V per KV head; 32 fit -> 4 sequences of 32 heads.
+  EXPECT_EQ(prefill_l2_section(8, 32, 4, 128, 2048, 2, 32 * kMB), 128);
+  // 1 x 16384, 32/8, d128: 8 MB per KV head -> 4 KV heads -> 16 query heads.
+  EXPECT_EQ(prefill_l2_section(1, 32, 4, 128, 16384, 2, 32 * kMB), 16);
+  // A KV head larger than the budget: still one whole group.
+  EXPECT_EQ(prefill_l2_section(2, 9, 3, 64, 1 << 20, 2, 32 * kMB), 3);
+  // Everything fits: one section.
+  EXPECT_EQ(prefill_l2_section(4, 9, 3, 64, 4096, 2, 32 * kMB), 36);
+  // Random: whole groups (or whole sequences), within the budget unless one group.
+  std::mt19937 rng(std::random_device{}());
+  for (int c = 0; c < 2000; ++c) {
+    const int64_t kv_heads = std::uniform_int_distribution<int64_t>(1, 16)(rng);
+    const int64_t group = std::uniform_int_distribution<int64_t>(1, 8)(rng);
+    const int64_t heads = kv_heads * group;
+    const int64_t seqs = std::uniform_int_distribution<int64_t>(1, 64)(rng);
+    const int64_t len = std::uniform_int_distribution<int64_t>(1, 1 << 17)(rng);
+    const int64_t d = int64_t{64} << std::uniform_int_distribution<int>(0, 2)(rng);
+    const int64_t budget = std::uniform_int_distribution<int64_t>(1, 64)(rng) * kMB;
+    const int64_t s = prefill_l2_section(seqs, heads, group, d, len, 2, budget);
+    SCOPED_TRACE(testing::Message() << seqs << " x " << len << " " << heads << "/" << kv_heads
+                                    << " d" << d << " budget " << budget << " -> " << s);
+    ASSERT_GE(s, 1);
+    ASSERT_LE(s, seqs * heads);
+    if (s < seqs * heads) {
+      ASSERT_TRUE(s % group == 0);
+      if (s >= heads) ASSERT_EQ(s % heads, 0);
+      if (s > group) ASSERT_LE(s / group * len * d * 4, budget);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvattn::cuda::sm90
