@@ -8,6 +8,11 @@
 # warnings in session 13's call 2), clusters on by default.
 # Prediction: 8 x 2048 d128 +5-10% (DRAM 2x -> ~1x), 1 x 16384 d128 +3-8%, 16 x 1024 and
 # d64 4 x 4096 within noise (their K/V already fit in L2).
+# Call 3 measured the sections without padding: d128 mixed (8 x 2048 graph +4.7%, flushed 0;
+# 1 x 16384 flushed +6.8%, graph -1.3%) and d256 -13/-15%: the persistent grid deals slots
+# round robin, and a round holding the light end of one section beside the heavy start of the
+# next left CTAs a heavy tile apart (the one-CTA-per-tile grid with sections was fastest at
+# d256). Call 4: each section padded to whole rounds of the grid.
 #   run: bash scripts/gpu_session13_prefill.sh > $OUT/summary.txt 2>&1; tail -n 100 $OUT/summary.txt
 #   carry: .deps
 set -uo pipefail

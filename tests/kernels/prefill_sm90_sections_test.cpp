@@ -1,6 +1,6 @@
-// The Hopper prefill's L2 sections (kernels/cuda/hopper/prefill_sm90_sections.h): the tile
-// numbering is a bijection whatever the section width, heavy row blocks come first inside a
-// section, and the section sizes keep a section's K/V within the budget. Plain C++: runs on
+// The Hopper prefill's L2 sections (kernels/cuda/hopper/prefill_sm90_sections.h): the slot
+// numbering covers every tile once whatever the section width and padding, heavy row blocks
+// come first inside a section, and the section sizes keep a section's K/V within the budget. Plain C++: runs on
 // the CPU in CI (the kernel itself is tested on the GPU by prefill_gpu_test).
 #include "kernels/cuda/hopper/prefill_sm90_sections.h"
 
@@ -12,41 +12,57 @@
 namespace kvattn::cuda::sm90 {
 namespace {
 
-TEST(PrefillSm90Sections, NumberingIsABijectionForEverySectionWidth) {
+TEST(PrefillSm90Sections, NumberingIsABijectionForEverySectionWidthAndPadding) {
   std::mt19937 rng(std::random_device{}());
-  for (int c = 0; c < 300; ++c) {
+  for (int c = 0; c < 400; ++c) {
     const int64_t pairs = std::uniform_int_distribution<int64_t>(1, 97)(rng);
     const int64_t m_blocks = std::uniform_int_distribution<int64_t>(1, 13)(rng);
     // Every width from 1 past `pairs` (one section) on some case; some random.
-    const int64_t section = c < 100 ? c % (pairs + 2) + 1
-                                    : std::uniform_int_distribution<int64_t>(1, pairs + 5)(rng);
+    const int64_t section = std::min(
+        pairs, c < 100 ? c % (pairs + 2) + 1
+                       : std::uniform_int_distribution<int64_t>(1, pairs + 5)(rng));
+    const int64_t unit = c % 2 == 0 ? 1 : std::uniform_int_distribution<int64_t>(1, 140)(rng);
     SCOPED_TRACE(testing::Message() << "pairs " << pairs << " m_blocks " << m_blocks
-                                    << " section " << section);
-    const int64_t width = std::min(section, pairs);
+                                    << " section " << section << " unit " << unit);
+    const int64_t slots = total_section_slots(pairs, m_blocks, section, unit);
+    const int64_t per_section = section_slots(section, m_blocks, unit);
+    ASSERT_EQ(per_section % unit, 0);
+    ASSERT_GE(slots, pairs * m_blocks);
     std::vector<int> seen(static_cast<size_t>(pairs * m_blocks), 0);
-    for (int64_t t = 0; t < pairs * m_blocks; ++t) {
-      const SectionTile st = section_tile(t, pairs, m_blocks, width);
+    int64_t valid = 0;
+    for (int64_t t = 0; t < slots; ++t) {
+      const SectionTile st = section_tile(t, pairs, m_blocks, section, unit);
+      if (!st.valid) continue;
+      ++valid;
       ASSERT_GE(st.pair, 0);
       ASSERT_LT(st.pair, pairs);
       ASSERT_GE(st.z, 0);
       ASSERT_LT(st.z, m_blocks);
-      // The tile's pair lies in its section, and inside a section z never decreases.
-      ASSERT_EQ(st.pair / width, t / (width * m_blocks));
-      if (t > 0 && (t - 1) / (width * m_blocks) == t / (width * m_blocks)) {
-        ASSERT_GE(st.z, section_tile(t - 1, pairs, m_blocks, width).z);
+      // The tile's pair lies in its section (every section starts on a whole round), and
+      // inside a section z never decreases.
+      ASSERT_EQ(st.pair / section, t / per_section);
+      const SectionTile prev = section_tile(t - 1, pairs, m_blocks, section, unit);
+      if (t > 0 && prev.valid && (t - 1) / per_section == t / per_section) {
+        ASSERT_GE(st.z, prev.z);
       }
       ++seen[static_cast<size_t>(st.pair * m_blocks + st.z)];
     }
+    EXPECT_EQ(valid, pairs * m_blocks);
     for (size_t i = 0; i < seen.size(); ++i) ASSERT_EQ(seen[i], 1) << "tile " << i;
+    // Padding only at a section's end: fewer than `unit` slots a section.
+    const int64_t sections = (pairs + section - 1) / section;
+    EXPECT_LT(slots - pairs * m_blocks, sections * unit);
   }
 }
 
 TEST(PrefillSm90Sections, OneSectionIsTheRowBlockMajorOrder) {
-  // budget 0: the order before sections (pairs fastest, then row blocks).
+  // budget 0: the order before sections (pairs fastest, then row blocks), no padding.
   const int64_t pairs = prefill_l2_section(8, 32, 4, 128, 2048, 2, 0);
   EXPECT_EQ(pairs, 256);
+  EXPECT_EQ(total_section_slots(256, 16, pairs, 1), 256 * 16);
   for (int64_t t = 0; t < 256 * 16; ++t) {
-    const SectionTile st = section_tile(t, 256, 16, pairs);
+    const SectionTile st = section_tile(t, 256, 16, pairs, 1);
+    EXPECT_TRUE(st.valid);
     EXPECT_EQ(st.pair, t % 256);
     EXPECT_EQ(st.z, t / 256);
   }

@@ -249,14 +249,15 @@ __device__ void walk(Shared& s, int shift, float top_p) {
   }
   const unsigned long long base = s.above;
   const unsigned long long rem = s.rem;
-  unsigned long long target;
-  if (kMass && shift == 56) {  // the first mass pass sets the target (no lane reads s.target)
+  unsigned long long target = s.target;
+  // Every lane has read the walk's state before lane 0 or the crossing lane rewrites it
+  // (the warp-wide shuffles and ballots below are not barriers to compute-sanitizer).
+  __syncwarp();
+  if (kMass && shift == 56) {  // the first mass pass sets the target
     const unsigned long long total = __shfl_sync(kFull, suf_m, 0);
     target = static_cast<unsigned long long>(static_cast<double>(top_p) * static_cast<double>(total));
     if (target == 0) target = 1;
     if (lane == 0) s.target = target;
-  } else {
-    target = s.target;
   }
   const unsigned long long above_c = suf_c - own_c, above_m = suf_m - own_m;
   const bool cross = kMass ? (base + above_m < target && target <= base + suf_m)

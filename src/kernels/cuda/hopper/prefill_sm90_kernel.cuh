@@ -59,7 +59,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     if constexpr (kPaged && !kMods && BN == 128) {
       if (sp.kv_gather != 0) {  // all four warps gather (prefill_sm90_gather.cuh)
         sm90::for_each_tile<BM, BN, kCausal, kPaged, false>(
-            p, sp.num_tiles, sp.section, false,
+            sp, false,
             [&](const sm90::PrefillTileWork& w, uint32_t kv, uint32_t qi) {
               const sm90::PagedGatherProducer<T, Tile> gather{
                   sp, smem, static_cast<int>(threadIdx.x), w.h / p.group, w.Lk,
@@ -71,7 +71,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     }
     if (threadIdx.x >= 32) return;
     sm90::for_each_tile<BM, BN, kCausal, kPaged, kMods>(
-        p, sp.num_tiles, sp.section, false,
+        sp, false,
         [&](const sm90::PrefillTileWork& w, uint32_t kv, uint32_t qi) {
           sm90::PrefillProducer<Tile, kPaged, kMods> producer{
               sp, smem, static_cast<int>(threadIdx.x), w.h / p.group, w.k_begin, w.Lk,
@@ -89,7 +89,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     using Consumer = sm90::PrefillConsumer<T, Tile, kCausal, kMods>;
     if (Consumer::turns_across_tiles(sp)) Consumer::prime_turns(wg);  // once per CTA
     sm90::for_each_tile<BM, BN, kCausal, kPaged, kMods>(
-        p, sp.num_tiles, sp.section, threadIdx.x == 128,
+        sp, threadIdx.x == 128,
         [&](const sm90::PrefillTileWork& w, uint32_t kv, uint32_t qi) {
           const int row0 = w.m0 + wg * 64;
           sm90::PrefillConsumer<T, Tile, kCausal, kMods> consumer;

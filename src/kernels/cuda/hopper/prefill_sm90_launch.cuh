@@ -68,7 +68,8 @@ void launch_prefill_sm90_tile(const PrefillParams& base, cudaStream_t stream) {
   constexpr int kSmem = Tile::kSmemAlloc;
   static std::atomic<uint64_t> raised{0};
   const int device = raise_smem_limit_once(kernel, kSmem, raised, "prefill_attention");
-  sp.num_tiles = static_cast<int64_t>(p.num_heads) * p.num_seqs * p.num_m_blocks;
+  const int64_t pairs = static_cast<int64_t>(p.num_heads) * p.num_seqs;
+  const int64_t tiles = pairs * p.num_m_blocks;
   // The keys of the longest sequence: the hint, else what the tensors bound.
   int64_t kv_len = p.max_seqlen_k;
   if (kv_len <= 0) {
@@ -78,10 +79,14 @@ void launch_prefill_sm90_tile(const PrefillParams& base, cudaStream_t stream) {
   sp.section = sm90::prefill_l2_section(p.num_seqs, p.num_heads, p.group, D, kv_len, kElem,
                                         int64_t{cuda_tuning().prefill_sm90_l2_mb} << 20);
   sp.turns_across_tiles = cuda_tuning().prefill_sm90_turns != 0 ? 1 : 0;
-  int64_t grid = sp.num_tiles;
+  int64_t grid = tiles;
   if (cuda_tuning().prefill_sm90_persistent != 0 || grid > INT32_MAX) {
     grid = std::min<int64_t>(grid, sm_count(device));
   }
+  // A persistent grid deals the slots round robin: pad each section to whole rounds (one
+  // section needs no padding); one CTA per tile takes the tiles as they come.
+  sp.section_unit = grid < tiles && sp.section < pairs ? grid : 1;
+  sp.num_tiles = sm90::total_section_slots(pairs, p.num_m_blocks, sp.section, sp.section_unit);
   kernel<<<static_cast<unsigned>(grid), Tile::kThreads, kSmem, stream>>>(sp);
   const cudaError_t err = cudaGetLastError();
   KVATTN_CHECK(err == cudaSuccess, "prefill_attention: sm90 kernel launch failed: ",

@@ -25,8 +25,13 @@ struct PrefillSm90Params {
   int kv_box_rows = 0;  // keys per TMA box (paged: min(block_size, kBlockN); packed: kBlockN)
   int kv_gather = 0;    // paged: 1 = K/V gathered by cp.async (prefill_sm90_gather.cuh), 0 = TMA
   int turns_across_tiles = 0;  // 1: GEMM turns primed once per CTA (prefill_sm90_consumer.cuh)
-  int64_t num_tiles = 0;  // heads x sequences x row blocks (prefill_sm90_schedule.cuh)
-  int64_t section = 1;    // (sequence, head) pairs per L2 section (prefill_sm90_schedule.cuh)
+  // The tile schedule (prefill_sm90_schedule.cuh, prefill_sm90_sections.h): (sequence, head)
+  // pairs per L2 section, each section's slots padded to a multiple of section_unit (the
+  // persistent grid's size, else 1), and the slots in all (heads x sequences x row blocks
+  // tiles plus the padding).
+  int64_t section = 1;
+  int64_t section_unit = 1;
+  int64_t num_tiles = 0;
 };
 
 // One CTA: a producer warpgroup (one warp issues the TMA loads) and kConsumerWarpgroups

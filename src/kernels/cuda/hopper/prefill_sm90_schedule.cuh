@@ -19,6 +19,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/device_faults.cuh"
+#include "kernels/cuda/hopper/prefill_sm90_params.h"
 #include "kernels/cuda/hopper/prefill_sm90_sections.h"
 #include "kernels/cuda/prefill_mask.cuh"
 #include "kernels/cuda/prefill_params.h"
@@ -52,10 +53,12 @@ struct PrefillTileWork {
 // lengths are reported once per sequence (by the tile of head 0 and the first row block
 // visited) when `report` is set (one thread of the CTA).
 template <int kBlockM, int kBlockN, bool kCausal, bool kPaged, bool kMods = false>
-__device__ __forceinline__ bool decode_tile(const PrefillParams& p, int64_t section, int64_t t,
-                                            bool report, PrefillTileWork& w) {
-  const SectionTile st =
-      section_tile(t, static_cast<int64_t>(p.num_seqs) * p.num_heads, p.num_m_blocks, section);
+__device__ __forceinline__ bool decode_tile(const PrefillParams& p, int64_t section,
+                                            int64_t section_unit, int64_t t, bool report,
+                                            PrefillTileWork& w) {
+  const SectionTile st = section_tile(t, static_cast<int64_t>(p.num_seqs) * p.num_heads,
+                                      p.num_m_blocks, section, section_unit);
+  if (!st.valid) return false;
   w.h = static_cast<int>(st.pair % p.num_heads);
   w.b = static_cast<int>(st.pair / p.num_heads);
   const int z = static_cast<int>(st.z);
@@ -105,15 +108,18 @@ __device__ __forceinline__ bool decode_tile(const PrefillParams& p, int64_t sect
 // kv_base and q_index count the K/V ring slots and Q loads of the earlier tiles that read keys
 // (what the producer and the consumers must agree on).
 template <int kBlockM, int kBlockN, bool kCausal, bool kPaged, bool kMods, typename Fn>
-__device__ __forceinline__ void for_each_tile(const PrefillParams& p, int64_t num_tiles,
-                                              int64_t section, bool report, Fn&& fn) {
+__device__ __forceinline__ void for_each_tile(const PrefillSm90Params& sp, bool report,
+                                              Fn&& fn) {
+  const PrefillParams& p = sp.base;
+  const int64_t num_tiles = sp.num_tiles;
   uint32_t kv_base = 0;
   uint32_t q_index = 0;
   PrefillTileWork w;
   for (int64_t r = 0; r * gridDim.x < num_tiles; ++r) {
     const int64_t t = snake_tile(r, blockIdx.x, gridDim.x);
     if (t >= num_tiles ||
-        !decode_tile<kBlockM, kBlockN, kCausal, kPaged, kMods>(p, section, t, report, w)) {
+        !decode_tile<kBlockM, kBlockN, kCausal, kPaged, kMods>(p, sp.section, sp.section_unit,
+                                                               t, report, w)) {
       continue;
     }
     fn(static_cast<const PrefillTileWork&>(w), kv_base, q_index);

@@ -1,5 +1,5 @@
 // L2 sections of the Hopper prefill's tile schedule (prefill_sm90_schedule.cuh): which
-// (sequence, head) pair and row block a tile number names, and how many pairs a section holds.
+// (sequence, head) pair and row block a slot number names, and how many pairs a section holds.
 // Plain C++ (host and device), so the CPU tests check the numbering without a GPU.
 #pragma once
 
@@ -17,19 +17,44 @@ namespace kvattn::cuda::sm90 {
 struct SectionTile {
   int64_t pair = 0;  // sequence * num_heads + head
   int64_t z = 0;     // row block, counted from the last (0 = the last row block)
+  bool valid = false;  // false: a padding slot (no tile)
 };
 
-// Tile t of `pairs` x `m_blocks` tiles cut into sections of `section` >= 1 pairs (the last
-// one narrower when `section` does not divide `pairs`): sections in order; inside one, pairs
-// fastest, then row blocks. A bijection of [0, pairs * m_blocks) onto pairs x row blocks.
+// A section's tile count, rounded up to a multiple of `unit` (the persistent grid's CTA count,
+// else 1): with the static round-robin deal, a round of the grid then never holds the light
+// end of one section beside the heavy start of the next, which left CTAs up to a whole heavy
+// tile apart (session 13: head_dim 256 -13% without the padding).
+KVATTN_HD inline int64_t section_slots(int64_t width, int64_t m_blocks, int64_t unit) {
+  const int64_t tiles = width * m_blocks;
+  return (tiles + unit - 1) / unit * unit;
+}
+
+// Every slot of `pairs` x `m_blocks` tiles in sections of `section` >= 1 pairs (the last one
+// narrower when `section` does not divide `pairs`), each padded to a multiple of `unit`.
+KVATTN_HD inline int64_t total_section_slots(int64_t pairs, int64_t m_blocks, int64_t section,
+                                             int64_t unit) {
+  const int64_t full = pairs / section;
+  const int64_t rest = pairs - full * section;
+  return full * section_slots(section, m_blocks, unit) +
+         (rest > 0 ? section_slots(rest, m_blocks, unit) : 0);
+}
+
+// Slot t: sections in order; inside one, pairs fastest, then row blocks; the padding at a
+// section's end has no tile. The valid slots map one to one onto pairs x row blocks.
 KVATTN_HD inline SectionTile section_tile(int64_t t, int64_t pairs, int64_t m_blocks,
-                                          int64_t section) {
-  const int64_t per_section = section * m_blocks;     // tiles of a full section
+                                          int64_t section, int64_t unit) {
+  const int64_t per_section = section_slots(section, m_blocks, unit);  // slots of a full one
   const int64_t first = t / per_section * section;    // the section's first pair
   const int64_t r = t % per_section;
   const int64_t rest = pairs - first;
   const int64_t width = section < rest ? section : rest;  // pairs in this section
-  return SectionTile{first + r % width, r / width};
+  SectionTile st;
+  st.valid = r < width * m_blocks;
+  if (st.valid) {
+    st.pair = first + r % width;
+    st.z = r / width;
+  }
+  return st;
 }
 
 // Pairs per section: as many whole GQA groups (whole sequences, once a sequence fits) as keep
