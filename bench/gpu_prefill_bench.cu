@@ -13,7 +13,7 @@
 // the plain Hopper kernel, its own FLOPs) and "sm80" (the sm_80 ext kernel, checked against the
 // default).
 //
-// head_dim 256 runs on the Hopper kernel (128 x 64 tiles) and on the sm_80 ext kernel ("sm80");
+// head_dim 256 runs on the Hopper kernel (128 x 80 tiles) and on the sm_80 ext kernel ("sm80");
 // no alternative tile there (128 x 80 spills).
 //
 //   gpu_prefill_bench [--reps N] [--quick] [--features | --d256]

@@ -568,9 +568,9 @@ TEST(PrefillGpu, EdgeCases) {
 // The tile edges of the Hopper kernel (128 query rows x 128 keys; 64 rows per consumer
 // warpgroup) and of the sm_80 one: lengths 1, 63, 64, 65, 127, 128, 129 in one batch, with
 // Lk = Lq and with a prefix; every page size class of the TMA path (whole pages per tile: 8,
-// 16; whole tiles per page: 128, 256) and of the fallback (1, 48); GQA groups 1..8; both
-// head_dims and dtypes, causal and not. Then 4097 rows over a 4097 + 300 key prefix, checked
-// on row windows.
+// 16; whole tiles per page: 128, 256; neither, boxes of gcd(page, 128) keys: 48) and of the
+// fallback (1); GQA groups 1..8; both head_dims and dtypes, causal and not. Then 4097 rows
+// over a 4097 + 300 key prefix, checked on row windows.
 TEST(PrefillGpu, TileEdges) {
   const std::vector<int64_t> lengths = {1, 63, 64, 65, 127, 128, 129};
   const std::vector<int64_t> pages = {8, 16, 128, 256, 1, 48};
@@ -617,6 +617,42 @@ TEST(PrefillGpu, TileEdges) {
     SCOPED_TRACE(test::case_note(index++, seed, c.describe()));
     run_case(c, rng, "prefill tile edges long");
     if (HasFatalFailure()) return;
+  }
+}
+
+// The same at head_dim 256, whose Hopper tile is 128 rows x 80 keys: lengths around both
+// (79, 80, 81, 159, 160, 161 beside 1, 127, 128, 129), pages whose boxes are gcd(page, 80)
+// keys (16, 256: 16; 80, 160: whole tiles; 24: 8; 48: 16) and the fallback (1, 12: gcd 4),
+// GQA 1..8, both dtypes, causal and not, packed and paged, with and without a prefix.
+TEST(PrefillGpu, TileEdgesHeadDim256) {
+  const std::vector<int64_t> lengths = {1, 79, 80, 81, 127, 128, 129, 159, 160, 161};
+  const std::vector<int64_t> pages = {16, 256, 80, 24, 48, 160, 1, 12};
+  int index = 0;
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    for (bool causal : {true, false}) {
+      for (int layout = 0; layout < 3; ++layout) {  // packed, paged, paged with a prefix
+        for (int rep = 0; rep < (layout == 0 ? 1 : 2); ++rep) {
+          const uint64_t seed = test::case_seed();
+          std::mt19937_64 rng(seed);
+          PrefillCase c;
+          c.dt = dt;
+          c.d = 256;
+          c.causal = causal;
+          c.paged = layout > 0;
+          c.bs = pages[static_cast<size_t>(index) % pages.size()];
+          c.group = 1 + index % 8;
+          c.hkv = 1 + index % 2;
+          c.lq = lengths;
+          c.lk = lengths;
+          if (layout == 2) {
+            for (int64_t& lk : c.lk) lk += pick(rng, std::vector<int64_t>{1, 79, 80, 81, 300});
+          }
+          SCOPED_TRACE(test::case_note(index++, seed, c.describe()));
+          run_case(c, rng, "prefill tile edges d256");
+          if (HasFatalFailure()) return;
+        }
+      }
+    }
   }
 }
 
@@ -897,18 +933,18 @@ class UsePrefillPath {
 };
 
 // The features at the Hopper kernel's tile edges (128 or 192 query rows, 64 per consumer
-// warpgroup; 128 keys, 64 at head_dim 256), once on each kernel (sm90: the Hopper kernel's
+// warpgroup; 128 keys, 80 at head_dim 256), once on each kernel (sm90: the Hopper kernel's
 // kMods form on an H100/H200, the ext kernel elsewhere; sm80: the ext kernel), against the
-// float64 reference: lengths 1, 63, 64, 65, 127, 128, 129 in one batch with Lk = Lq, a prefix,
+// float64 reference: lengths 1, 63, 64, 65, 79, 80, 81, 127, 128, 129 in one batch with Lk = Lq, a prefix,
 // or fewer keys (rows that see nothing); packed and pages 16 and 256; windows smaller and
 // larger than a key tile, both sides when not causal; GQA 1..8; head_dim 64, 128 and 256;
 // bf16 and fp16. Features by index: window; window + softcap (scale 1 every other time, so the
 // cap bites); ALiBi [H] alone; window + softcap + ALiBi [B,H]; none (the plain kernels, head_dim
 // 256 included).
 TEST(PrefillGpuFeatures, BothPathsTileEdges) {
-  const std::vector<int64_t> lengths = {1, 63, 64, 65, 127, 128, 129};
-  const std::vector<int64_t> windows = {0,   1,   15,  63,  64,  65,  127,
-                                        128, 129, 191, 192, 193, 300, 5000};
+  const std::vector<int64_t> lengths = {1, 63, 64, 65, 79, 80, 81, 127, 128, 129};
+  const std::vector<int64_t> windows = {0,   1,   15,  63,  64,  65,  79,  80, 81,
+                                        127, 128, 129, 191, 192, 193, 300, 5000};
   const bool quick = test::quick_mode();
   int index = 0;
   for (bool sm90 : {true, false}) {

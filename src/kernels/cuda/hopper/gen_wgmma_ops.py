@@ -6,7 +6,7 @@ operand, so the wrappers are generated rather than written by hand. Run from thi
     python3 gen_wgmma_ops.py > wgmma_ops.cuh
 """
 
-NS = (64, 128, 192, 256)
+NS = (64, 80, 128, 192, 256)
 TYPES = (("__nv_bfloat16", "bf16"), ("__half", "f16"))
 
 

@@ -59,22 +59,25 @@ struct PrefillConsumer {
 
   __device__ __forceinline__ static void issue_qk(const PrefillSmem<Tile>& s, uint32_t q_rows,
                                                   int stage, float (&sc)[kNT][4]) {
+    // The Q descriptors are rebuilt per call, not kept: hoisted out of the key loop they held
+    // 2 registers per K step (32 at head_dim 256, which then spilled).
+    asm volatile("" : "+r"(q_rows));
+    const SmemDescSw128 a(q_rows, 16);
+    const SmemDescSw128 b(s.k(stage), 16);
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const uint32_t col = (kk % 4) * 32;  // 16 elements = 32 bytes per K step
-      const uint64_t a = smem_desc_sw128(q_rows + (kk / 4) * Tile::kBlockM * 128 + col, 16);
-      const uint64_t b = smem_desc_sw128(s.k(stage) + (kk / 4) * BN * 128 + col, 16);
-      wgmma_ss<T, BN>(sc, a, b, kk > 0);
+      wgmma_ss<T, BN>(sc, a.at((kk / 4) * Tile::kBlockM * 128 + col),
+                      b.at((kk / 4) * BN * 128 + col), kk > 0);
     }
     wgmma_commit();
   }
 
   __device__ __forceinline__ void issue_pv(const PrefillSmem<Tile>& s, int stage,
                                            const uint32_t (&pa)[BN / 16][4]) {
+    const SmemDescSw128 b(s.v(stage), BN * 128);
 #pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk) {
-      wgmma_rs<T, D>(o, pa[kk], smem_desc_sw128(s.v(stage) + kk * 16 * 128, BN * 128), 1);
-    }
+    for (int kk = 0; kk < BN / 16; ++kk) wgmma_rs<T, D>(o, pa[kk], b.at(kk * 16 * 128), 1);
     wgmma_commit();
   }
 

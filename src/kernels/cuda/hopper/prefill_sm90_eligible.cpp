@@ -1,3 +1,5 @@
+#include <numeric>
+
 #include "kernels/cuda/device_props.h"
 #include "kernels/cuda/hopper/prefill_sm90_launch.h"
 #include "kernels/cuda/hopper/prefill_sm90_params.h"
@@ -13,13 +15,13 @@ bool prefill_sm90_eligible(const PrefillParams& p, bool paged, int device, bool 
     static_assert(Sm90PrefillTile<64>::kBlockN == Sm90PrefillTile<128>::kBlockN);
     const int kBlockN =
         p.head_dim == 256 ? Sm90PrefillTile<256>::kBlockN : Sm90PrefillTile<128>::kBlockN;
-    const int bs = p.block_size;
-    const bool whole_tiles = bs % kBlockN == 0;
-    const bool whole_pages = bs >= 8 && kBlockN % bs == 0;
+    // TMA boxes of gcd(block_size, kBlockN) keys (prefill_sm90_launch.cuh) must be whole
+    // 8-row swizzle atoms.
+    const bool whole_boxes = p.block_size > 0 && std::gcd(p.block_size, kBlockN) % 8 == 0;
     // The experimental gather takes any page size, but only for the 128-key tiles and not with
     // window / softcap / ALiBi.
     const bool gather = !mods && kBlockN == 128 && cuda_tuning().prefill_sm90_paged_gather != 0;
-    if (!whole_tiles && !whole_pages && !gather) return false;
+    if (!whole_boxes && !gather) return false;
   }
   return true;
 #else

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <numeric>
 
 #include "kernels/cuda/hopper/prefill_sm90_kernel.cuh"
 #include "kernels/cuda/hopper/prefill_sm90_launch.h"
@@ -34,7 +35,9 @@ void launch_prefill_sm90_tile(const PrefillParams& base, cudaStream_t stream) {
                                     {D * kElem, static_cast<uint64_t>(p.q_stride) * kElem},
                                     {64, 1, Tile::kBlockM});
   if constexpr (kPaged) {
-    const int rows = std::min(p.block_size, Tile::kBlockN);
+    // Boxes of gcd(block_size, kBlockN) keys: key tiles and pages both split into whole
+    // boxes, so a box lies in one page (prefill_sm90_eligible: a multiple of 8).
+    const int rows = std::gcd(p.block_size, Tile::kBlockN);
     sp.kv_box_rows = rows;
     // Pages that are not whole tiles: gathered by cp.async when switched on (experimental).
     // Not with kMods or head_dim 256 (prefill_sm90_eligible sends those pages to sm_80).

@@ -6,8 +6,9 @@
 //   tmap_q  3-D {head_dim, num_heads, total_q},        box {64, 1, kBlockM}
 //   tmap_k/v packed: 3-D {head_dim, num_kv_heads, total_k}, box {64, 1, kBlockN}
 //            paged:  4-D {head_dim, num_kv_heads, block_size, num_blocks},
-//                    box {64, 1, kv_box_rows, 1}: kv_box_rows = min(block_size, kBlockN) keys of
-//                    one page per box, kBlockN / kv_box_rows boxes per tile.
+//                    box {64, 1, kv_box_rows, 1}: kv_box_rows = gcd(block_size, kBlockN) keys
+//                    of one page per box (a multiple of 8: whole swizzle atoms), kBlockN /
+//                    kv_box_rows boxes per tile; a box never crosses a page.
 // Every box lands 128-byte swizzled (sm90_ptx.cuh); rows past a tensor's end are zero-filled.
 #pragma once
 
@@ -22,7 +23,7 @@ struct PrefillSm90Params {
   CUtensorMap tmap_k;
   CUtensorMap tmap_v;
   PrefillParams base;
-  int kv_box_rows = 0;  // keys per TMA box (paged: min(block_size, kBlockN); packed: kBlockN)
+  int kv_box_rows = 0;  // keys per TMA box (paged: gcd(block_size, kBlockN); packed: kBlockN)
   int kv_gather = 0;    // paged: 1 = K/V gathered by cp.async (prefill_sm90_gather.cuh), 0 = TMA
   int turns_across_tiles = 0;  // 1: GEMM turns primed once per CTA (prefill_sm90_consumer.cuh)
   // The tile schedule (prefill_sm90_schedule.cuh, prefill_sm90_sections.h): (sequence, head)
@@ -78,10 +79,12 @@ struct Sm90PrefillTileFor<64> {
   using type = Sm90PrefillTileConfig<64, 3, 3, 128>;
 };
 // head_dim 256 (FlashAttention-3's shape): 128 query rows (two consumer warpgroups, O in
-// registers: 128 f32 per thread) x 64 keys, two stages: Q 64 KB + 2 x (K + V) 128 KB.
+// registers: 128 f32 per thread) x 80 keys, two stages: Q 64 KB + 2 x (K + V) 160 KB, the
+// most that fits (session 14: 64 keys before; the fixed costs of a key tile over 25% more
+// keys).
 template <>
 struct Sm90PrefillTileFor<256> {
-  using type = Sm90PrefillTileConfig<256, 2, 2, 64>;
+  using type = Sm90PrefillTileConfig<256, 2, 2, 80>;
 };
 template <int kHeadDim>
 using Sm90PrefillTile = typename Sm90PrefillTileFor<kHeadDim>::type;
