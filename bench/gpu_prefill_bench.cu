@@ -412,6 +412,23 @@ int main(int argc, char** argv) {
            call();
            cuda::cuda_tuning().prefill_sm90_turns = saved;
          }, 0.0},
+        {"in_turn", [&] {  // O rescaled between the two GEMMs (FlashAttention-3's order)
+           const int saved = std::exchange(cuda::cuda_tuning().prefill_sm90_rescale_in_turn, 1);
+           call();
+           cuda::cuda_tuning().prefill_sm90_rescale_in_turn = saved;
+         }, 0.0},
+        {"skip1", [&] {  // warps whose rows kept their maxima skip O's rescale
+           const int saved = std::exchange(cuda::cuda_tuning().prefill_sm90_skip_rescale, 1);
+           call();
+           cuda::cuda_tuning().prefill_sm90_skip_rescale = saved;
+         }, 0.0},
+        {"both", [&] {
+           const int s1 = std::exchange(cuda::cuda_tuning().prefill_sm90_rescale_in_turn, 1);
+           const int s2 = std::exchange(cuda::cuda_tuning().prefill_sm90_skip_rescale, 1);
+           call();
+           cuda::cuda_tuning().prefill_sm90_rescale_in_turn = s1;
+           cuda::cuda_tuning().prefill_sm90_skip_rescale = s2;
+         }, 0.0},
         {"l2off", [&] {  // one tile-schedule section (the order before L2 sections)
            const int saved = std::exchange(cuda::cuda_tuning().prefill_sm90_l2_mb, 0);
            call();

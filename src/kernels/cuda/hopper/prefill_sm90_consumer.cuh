@@ -194,6 +194,25 @@ struct PrefillConsumer {
     float sc[kNT][4];
     uint32_t pa[BN / 16][4];
     float corr[2];
+    // O's rescale by the row maxima's correction: after the P V GEMM completed (the default),
+    // or (rescale_in_turn, FlashAttention-3's order) while the next S = Q K^T runs, between
+    // issuing it and the P V GEMM that accumulates into O; then corr is kept for one tile.
+    // skip_rescale: a warp whose 16 rows all kept their maxima (corr == 1 exactly) skips the
+    // multiplications (exact). Both are session 14's experiments (PrefillSm90Params).
+    const bool in_turn = p.rescale_in_turn != 0;
+    const bool skip_ones = p.skip_rescale != 0;
+    auto rescale_o = [&](const float(&c)[2]) {
+      if (skip_ones && __all_sync(0xffffffffu, c[0] == 1.0f && c[1] == 1.0f)) return;
+      RowSoftmax::rescale(o, c);
+    };
+    // In turn: O *= corr after S = Q K^T is issued (fence_operands pins the multiplications
+    // after that issue), then wgmma_fence orders them before the P V GEMM reads O.
+    auto rescale_in_turn = [&] {
+      if (!in_turn) return;
+      fence_operands(o);
+      rescale_o(corr);
+      wgmma_fence();
+    };
     auto slot = [&](int it) { return static_cast<int>((kv_base + it) % Tile::kStages); };
     auto parity = [&](int it) { return ((kv_base + it) / Tile::kStages) & 1; };
     // The Q tile is free for the next tile once the last S = Q K^T has completed.
@@ -224,6 +243,7 @@ struct PrefillConsumer {
       take_turn(wg);
       wgmma_fence();
       issue_qk(s, q_rows, stage, sc);
+      rescale_in_turn();  // corr of tile it - 1
       issue_pv(s, prev, pa);
       pass_turn(wg, false);
       wgmma_wait<1>();  // S_it is done; P_{it-1} V_{it-1} may still run
@@ -235,7 +255,7 @@ struct PrefillConsumer {
       wgmma_wait<0>();
       fence_operands(o);
       if (lane == 0) mbar_arrive(s.v_empty(prev));
-      RowSoftmax::rescale(o, corr);
+      if (!in_turn) rescale_o(corr);
       pack_p(sc, pa);
     }
 
@@ -244,6 +264,7 @@ struct PrefillConsumer {
     if (n_blocks == 1 && zero_tail) zero_v_tail(s, last, tail_valid);
     take_turn(wg);
     wgmma_fence();
+    rescale_in_turn();  // corr of the last tile
     issue_pv(s, last, pa);
     pass_turn(wg, !turns_across_tiles(p));
     wgmma_wait<0>();

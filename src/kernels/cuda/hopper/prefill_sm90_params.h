@@ -26,6 +26,8 @@ struct PrefillSm90Params {
   int kv_box_rows = 0;  // keys per TMA box (paged: gcd(block_size, kBlockN); packed: kBlockN)
   int kv_gather = 0;    // paged: 1 = K/V gathered by cp.async (prefill_sm90_gather.cuh), 0 = TMA
   int turns_across_tiles = 0;  // 1: GEMM turns primed once per CTA (prefill_sm90_consumer.cuh)
+  int rescale_in_turn = 0;     // 1: O rescaled while S = Q K^T runs (prefill_sm90_consumer.cuh)
+  int skip_rescale = 0;        // 1: a warp whose rows kept their maxima skips O's rescale
   // The tile schedule (prefill_sm90_schedule.cuh, prefill_sm90_sections.h): (sequence, head)
   // pairs per L2 section, each section's slots padded to a multiple of section_unit (the
   // persistent grid's size, else 1), and the slots in all (heads x sequences x row blocks
