@@ -295,6 +295,11 @@ double gemm_ceiling_tflops() {
 // with a 3-stage ring (224 KB), head_dim 64 with two consumer warpgroups (128 query rows).
 using AltTile128 = cuda::Sm90PrefillTileConfig<128, 2, 3, 128>;
 using AltTile64 = cuda::Sm90PrefillTileConfig<64, 2, 3, 128>;
+// The default tiles with O rescaled between the two GEMMs (Tile::kRescaleInTurn).
+template <int D>
+using InTurnTile = cuda::Sm90PrefillTileConfig<
+    D, cuda::Sm90PrefillTile<D>::kConsumerWarpgroups, cuda::Sm90PrefillTile<D>::kStages,
+    cuda::Sm90PrefillTile<D>::kBlockN, true>;
 
 void run_alt_tile(const Problem& p, cudaStream_t stream) {
   const cuda::PrefillParams params = cuda::make_prefill_params(p.args, p.shape);
@@ -310,6 +315,25 @@ void run_alt_tile(const Problem& p, cudaStream_t stream) {
     go(AltTile128{});
   } else {
     go(AltTile64{});
+  }
+}
+
+void run_in_turn_tile(const Problem& p, cudaStream_t stream) {
+  const cuda::PrefillParams params = cuda::make_prefill_params(p.args, p.shape);
+  auto go = [&](auto tile) {
+    using Tile = decltype(tile);
+    if (p.shape.paged) {
+      cuda::launch_prefill_sm90_tile<__nv_bfloat16, Tile, true, true>(params, stream);
+    } else {
+      cuda::launch_prefill_sm90_tile<__nv_bfloat16, Tile, true, false>(params, stream);
+    }
+  };
+  if (p.s.d == 128) {
+    go(InTurnTile<128>{});
+  } else if (p.s.d == 64) {
+    go(InTurnTile<64>{});
+  } else {
+    go(InTurnTile<256>{});
   }
 }
 
@@ -407,27 +431,11 @@ int main(int argc, char** argv) {
            cuda::cuda_tuning().prefill_sm90_persistent = 1;
          }, 0.0},
         {"alt_tile", [&] { run_alt_tile(p, g_stream); }, 0.0},
+        {"in_turn", [&] { run_in_turn_tile(p, g_stream); }, 0.0},
         {"noturns", [&] {  // GEMM turns restarted per tile (the default runs them on)
            const int saved = std::exchange(cuda::cuda_tuning().prefill_sm90_turns, 0);
            call();
            cuda::cuda_tuning().prefill_sm90_turns = saved;
-         }, 0.0},
-        {"in_turn", [&] {  // O rescaled between the two GEMMs (FlashAttention-3's order)
-           const int saved = std::exchange(cuda::cuda_tuning().prefill_sm90_rescale_in_turn, 1);
-           call();
-           cuda::cuda_tuning().prefill_sm90_rescale_in_turn = saved;
-         }, 0.0},
-        {"skip1", [&] {  // warps whose rows kept their maxima skip O's rescale
-           const int saved = std::exchange(cuda::cuda_tuning().prefill_sm90_skip_rescale, 1);
-           call();
-           cuda::cuda_tuning().prefill_sm90_skip_rescale = saved;
-         }, 0.0},
-        {"both", [&] {
-           const int s1 = std::exchange(cuda::cuda_tuning().prefill_sm90_rescale_in_turn, 1);
-           const int s2 = std::exchange(cuda::cuda_tuning().prefill_sm90_skip_rescale, 1);
-           call();
-           cuda::cuda_tuning().prefill_sm90_rescale_in_turn = s1;
-           cuda::cuda_tuning().prefill_sm90_skip_rescale = s2;
          }, 0.0},
         {"l2off", [&] {  // one tile-schedule section (the order before L2 sections)
            const int saved = std::exchange(cuda::cuda_tuning().prefill_sm90_l2_mb, 0);
@@ -441,7 +449,7 @@ int main(int argc, char** argv) {
          }, 0.0},
     };
     if (s.features()) {  // default (kMods), the plain kernel on the same shape, the ext kernel
-      variants.erase(variants.begin() + 1, variants.begin() + 3);
+      variants.erase(variants.begin() + 1, variants.begin() + 4);
       variants.insert(variants.begin() + 1,
                       Variant{"plain",
                               [&] {

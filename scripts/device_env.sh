@@ -40,6 +40,9 @@ kvattn_gpu_build() {
   local rc=$?
   tail -n 3 "$OUT/build.log"
   [ $rc -eq 0 ] || { grep -B2 -A12 "error" "$OUT/build.log" | head -80; echo "BUILD FAILED"; exit 1; }
+  # ptxas serialising wgmma (C7520: a register use it cannot order, e.g. in a divergent path)
+  # costs the Hopper kernels 20-40% (session 14); say so loudly.
+  grep -m3 "C7520" "$OUT/build.log" | sed 's/^/WARNING wgmma serialized: /'
 }
 
 # Installs kvattn's Python package (CUDA, sm_90a) and the carried FlashInfer wheels

@@ -499,43 +499,6 @@ TEST(PrefillGpu, SmallL2Sections) {
   }
 }
 
-// The Hopper consumers' rescale orders (tuning.h: O rescaled between the two GEMMs, and a
-// warp skipping the rescale when its rows kept their maxima), each alone and both, on random
-// cases of every head_dim, causal or not, packed or paged, with window / softcap / ALiBi on
-// every other case (the kMods kernels share the consumer); float64 reference as everywhere.
-TEST(PrefillGpu, RescaleModes) {
-  struct Restore {
-    cuda::CudaTuning saved = cuda::cuda_tuning();
-    ~Restore() { cuda::cuda_tuning() = saved; }
-  } restore;
-  const bool quick = test::quick_mode();
-  int index = 0;
-  for (int mode = 1; mode < 4; ++mode) {
-    cuda::cuda_tuning().prefill_sm90_rescale_in_turn = mode & 1;
-    cuda::cuda_tuning().prefill_sm90_skip_rescale = (mode >> 1) & 1;
-    for (int64_t d : {64, 128, 256}) {
-      for (bool causal : {true, false}) {
-        for (int i = 0; i < (quick ? 1 : 2); ++i, ++index) {
-          if (!test::case_selected(index)) continue;
-          const uint64_t seed = test::case_seed();
-          std::mt19937_64 rng(seed);
-          PrefillCase c = random_case(rng, DType::kBF16, d, causal, index % 2 == 1, quick);
-          c.f64_reference = true;
-          if (index % 4 == 2) {
-            c.window_left = pick(rng, std::vector<int64_t>{15, 129, 1000});
-            c.softcap = 30.0f;
-            c.alibi = 1;
-          }
-          SCOPED_TRACE(test::case_note(index, seed, "mode " + std::to_string(mode) + " " +
-                                                        c.describe()));
-          run_case(c, rng, "prefill rescale modes");
-          if (HasFatalFailure()) return;
-        }
-      }
-    }
-  }
-}
-
 // Paged prefill over float8_e4m3 caches (the prefix-hit and chunked-prefill path of an fp8
 // engine), with and without scales, against the CPU backend on the same codes.
 TEST(PrefillGpu, Fp8PagedSweep) {

@@ -25,12 +25,6 @@ struct CudaTuning {
   // docs/perf/NOTES.md: flushed 1x16384 +11%, 16x1024 +3.5%, the rest within noise; racecheck
   // and memcheck clean). Env KVATTN_PREFILL_SM90_TURNS.
   int prefill_sm90_turns = 1;
-  // Hopper prefill consumers (hopper/prefill_sm90_consumer.cuh), both exact: 1 = O rescaled
-  // between issuing S = Q K^T and O += P V (FlashAttention-3's order), not after the P V GEMM
-  // (env KVATTN_PREFILL_SM90_RESCALE_IN_TURN); 1 = a warp whose 16 rows all kept their running
-  // maxima skips the rescale (KVATTN_PREFILL_SM90_SKIP_RESCALE). Session 14 experiments.
-  int prefill_sm90_rescale_in_turn = 0;
-  int prefill_sm90_skip_rescale = 0;
   // Hopper prefill: megabytes of L2 the K/V of one tile-schedule section may take
   // (prefill_sm90_schedule.cuh): the (sequence, head) pairs are cut into sections whose K/V
   // fit, and every row block of a section runs before the next section starts, so a K/V tile

@@ -194,24 +194,15 @@ struct PrefillConsumer {
     float sc[kNT][4];
     uint32_t pa[BN / 16][4];
     float corr[2];
-    // O's rescale by the row maxima's correction: after the P V GEMM completed (the default),
-    // or (rescale_in_turn, FlashAttention-3's order) while the next S = Q K^T runs, between
-    // issuing it and the P V GEMM that accumulates into O; then corr is kept for one tile.
-    // skip_rescale: a warp whose 16 rows all kept their maxima (corr == 1 exactly) skips the
-    // multiplications (exact). Both are session 14's experiments (PrefillSm90Params).
-    const bool in_turn = p.rescale_in_turn != 0;
-    const bool skip_ones = p.skip_rescale != 0;
-    auto rescale_o = [&](const float(&c)[2]) {
-      if (skip_ones && __all_sync(0xffffffffu, c[0] == 1.0f && c[1] == 1.0f)) return;
-      RowSoftmax::rescale(o, c);
-    };
-    // In turn: O *= corr after S = Q K^T is issued (fence_operands pins the multiplications
-    // after that issue), then wgmma_fence orders them before the P V GEMM reads O.
+    // Tile::kRescaleInTurn: O *= corr (of the previous key tile) once S = Q K^T is issued,
+    // pinned after that issue by fence_operands and ordered before the P V GEMM by wgmma_fence.
+    // Compile-time only: a run-time branch around it made ptxas serialise every wgmma (C7520).
     auto rescale_in_turn = [&] {
-      if (!in_turn) return;
-      fence_operands(o);
-      rescale_o(corr);
-      wgmma_fence();
+      if constexpr (Tile::kRescaleInTurn) {
+        fence_operands(o);
+        RowSoftmax::rescale(o, corr);
+        wgmma_fence();
+      }
     };
     auto slot = [&](int it) { return static_cast<int>((kv_base + it) % Tile::kStages); };
     auto parity = [&](int it) { return ((kv_base + it) / Tile::kStages) & 1; };
@@ -255,7 +246,7 @@ struct PrefillConsumer {
       wgmma_wait<0>();
       fence_operands(o);
       if (lane == 0) mbar_arrive(s.v_empty(prev));
-      if (!in_turn) rescale_o(corr);
+      if constexpr (!Tile::kRescaleInTurn) RowSoftmax::rescale(o, corr);
       pack_p(sc, pa);
     }
 

@@ -82,8 +82,6 @@ void launch_prefill_sm90_tile(const PrefillParams& base, cudaStream_t stream) {
   sp.section = sm90::prefill_l2_section(p.num_seqs, p.num_heads, p.group, D, kv_len, kElem,
                                         int64_t{cuda_tuning().prefill_sm90_l2_mb} << 20);
   sp.turns_across_tiles = cuda_tuning().prefill_sm90_turns != 0 ? 1 : 0;
-  sp.rescale_in_turn = cuda_tuning().prefill_sm90_rescale_in_turn != 0 ? 1 : 0;
-  sp.skip_rescale = cuda_tuning().prefill_sm90_skip_rescale != 0 ? 1 : 0;
   int64_t grid = tiles;
   if (cuda_tuning().prefill_sm90_persistent != 0 || grid > INT32_MAX) {
     grid = std::min<int64_t>(grid, sm_count(device));

@@ -26,8 +26,6 @@ struct PrefillSm90Params {
   int kv_box_rows = 0;  // keys per TMA box (paged: gcd(block_size, kBlockN); packed: kBlockN)
   int kv_gather = 0;    // paged: 1 = K/V gathered by cp.async (prefill_sm90_gather.cuh), 0 = TMA
   int turns_across_tiles = 0;  // 1: GEMM turns primed once per CTA (prefill_sm90_consumer.cuh)
-  int rescale_in_turn = 0;     // 1: O rescaled while S = Q K^T runs (prefill_sm90_consumer.cuh)
-  int skip_rescale = 0;        // 1: a warp whose rows kept their maxima skips O's rescale
   // The tile schedule (prefill_sm90_schedule.cuh, prefill_sm90_sections.h): (sequence, head)
   // pairs per L2 section, each section's slots padded to a multiple of section_unit (the
   // persistent grid's size, else 1), and the slots in all (heads x sequences x row blocks
@@ -42,8 +40,12 @@ struct PrefillSm90Params {
 // kBlockN keys stream through a kStages ring. Shared memory: Q [kHeadDim/64][kBlockM][64], then
 // kStages K and kStages V tiles [kHeadDim/64][kBlockN][64], then the mbarriers. setmaxnreg
 // moves registers from the producer warpgroup to the consumers (the totals fill the 64K file).
-template <int kHeadDim_, int kConsumerWarpgroups_, int kStages_, int kBlockN_>
+// kRescaleInTurn: the consumers rescale O between issuing S = Q K^T and O += P V
+// (FlashAttention-3's order) instead of after the P V GEMM (prefill_sm90_consumer.cuh).
+template <int kHeadDim_, int kConsumerWarpgroups_, int kStages_, int kBlockN_,
+          bool kRescaleInTurn_ = false>
 struct Sm90PrefillTileConfig {
+  static constexpr bool kRescaleInTurn = kRescaleInTurn_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kConsumerWarpgroups = kConsumerWarpgroups_;
   static constexpr int kBlockM = 64 * kConsumerWarpgroups;
