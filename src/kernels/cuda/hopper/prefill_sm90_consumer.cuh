@@ -7,9 +7,12 @@
 // layout, so P is packed to 16 bits in place) and V from shared memory, transposed (V tiles are
 // [key][head_dim], i.e. N-contiguous).
 // Overlap inside the warpgroup (FlashAttention-3's intra-warpgroup pipelining): iteration i
-// issues S_i = Q K_i, then O += P_{i-1} V_{i-1}, waits for S_i only and runs tile i's mask and
-// softmax while the P V GEMM is still on the tensor cores; O is rescaled by the new row maxima
-// after that GEMM completes. Registers: S (kBlockN/2 f32), P (kBlockN/4), O (D/2) per thread.
+// issues S_i = Q K_i, rescales O by tile i-1's correction while that GEMM runs, issues
+// O += P_{i-1} V_{i-1}, waits for S_i only and runs tile i's mask and softmax while the P V
+// GEMM is still on the tensor cores (Tile::kRescaleInTurn; false rescales after the P V GEMM
+// instead: the same arithmetic, but on the path from S to the next GEMM issue, which the
+// tensor cores wait on: 1-13% slower, session 14). Registers: S (kBlockN/2 f32), P
+// (kBlockN/4), O (D/2) per thread.
 // Ping-pong between the consumer warpgroups (FlashAttention-3's warp scheduling barriers):
 // they take turns to issue their GEMMs, round robin through named barriers, so that one
 // warpgroup's softmax runs while another's GEMMs occupy the tensor cores.
