@@ -462,6 +462,14 @@ int main(int argc, char** argv) {
     } else if (s.d == 256) {  // no alternative tile at head_dim 256
       variants.erase(variants.begin() + 2);
     }
+    if (s.page != 0 && s.page < 128) {  // paged pieces issued by four producer warps
+      variants.insert(variants.begin() + 1, Variant{"pwarps4", [&] {
+                                                      const int saved = std::exchange(
+                                                          cuda::cuda_tuning().prefill_sm90_producer_warps, 4);
+                                                      call();
+                                                      cuda::cuda_tuning().prefill_sm90_producer_warps = saved;
+                                                    }, 0.0});
+    }
     if (!s.features() && s.page != 0 && s.d != 256) {  // the experimental cp.async gather
       variants.insert(variants.begin() + 1, Variant{"gather", [&] {
                                                       cuda::cuda_tuning().prefill_sm90_paged_gather = 1;

@@ -499,6 +499,44 @@ TEST(PrefillGpu, SmallL2Sections) {
   }
 }
 
+// Paged K/V with 2, 3 and 4 producer warps issuing a tile's page pieces
+// (KVATTN_PREFILL_SM90_PRODUCER_WARPS; head_dim 128 takes it, 64 and 256 keep one warp): pages
+// of 8, 16, 32, 48 and 64 keys (16, 8, 4, 8 and 2 pieces a tile), causal or not, with window /
+// softcap / ALiBi on every other case; float64 reference.
+TEST(PrefillGpu, PagedProducerWarps) {
+  struct Restore {
+    int saved = cuda::cuda_tuning().prefill_sm90_producer_warps;
+    ~Restore() { cuda::cuda_tuning().prefill_sm90_producer_warps = saved; }
+  } restore;
+  const bool quick = test::quick_mode();
+  const std::vector<int64_t> pages = {8, 16, 32, 48, 64};
+  int index = 0;
+  for (int warps = 2; warps <= 4; ++warps) {
+    cuda::cuda_tuning().prefill_sm90_producer_warps = warps;
+    for (int64_t d : {128, 64, 256}) {
+      for (bool causal : {true, false}) {
+        for (int i = 0; i < (quick ? 1 : 2); ++i, ++index) {
+          if (!test::case_selected(index)) continue;
+          const uint64_t seed = test::case_seed();
+          std::mt19937_64 rng(seed);
+          PrefillCase c = random_case(rng, DType::kBF16, d, causal, /*paged=*/true, quick);
+          c.f64_reference = true;
+          c.bs = pages[static_cast<size_t>(index) % pages.size()];
+          if (index % 2 == 1) {
+            c.window_left = pick(rng, std::vector<int64_t>{15, 129, 1000});
+            c.softcap = 30.0f;
+            c.alibi = 1;
+          }
+          SCOPED_TRACE(test::case_note(index, seed, "producer warps " + std::to_string(warps) +
+                                                        " " + c.describe()));
+          run_case(c, rng, "prefill paged producer warps");
+          if (HasFatalFailure()) return;
+        }
+      }
+    }
+  }
+}
+
 // Paged prefill over float8_e4m3 caches (the prefix-hit and chunked-prefill path of an fp8
 // engine), with and without scales, against the CPU backend on the same codes.
 TEST(PrefillGpu, Fp8PagedSweep) {

@@ -25,6 +25,10 @@ struct CudaTuning {
   // docs/perf/NOTES.md: flushed 1x16384 +11%, 16x1024 +3.5%, the rest within noise; racecheck
   // and memcheck clean). Env KVATTN_PREFILL_SM90_TURNS.
   int prefill_sm90_turns = 1;
+  // Hopper prefill over pages smaller than a key tile: how many producer warps issue a tile's
+  // TMA boxes (1-4; hopper/prefill_sm90_producer.cuh). Env KVATTN_PREFILL_SM90_PRODUCER_WARPS.
+  // 1 until timed on the H200 (written in session 14 without device time).
+  int prefill_sm90_producer_warps = 1;
   // Hopper prefill: megabytes of L2 the K/V of one tile-schedule section may take
   // (prefill_sm90_schedule.cuh): the (sequence, head) pairs are cut into sections whose K/V
   // fit, and every row block of a section runs before the next section starts, so a K/V tile

@@ -3,8 +3,9 @@
 // Work: tiles of (query head, sequence, block of kBlockM query rows), heavy tiles first, dealt
 // to the CTAs in a snake order (prefill_sm90_schedule.cuh): one tile each, or persistent (grid =
 // SM count) so that one tile's epilogue overlaps the next tile's loads.
-// Roles: warpgroup 0 is the producer (one warp issues every TMA load, or all four gather small
-// pages with cp.async; its spare registers go to the consumers with setmaxnreg); warpgroups
+// Roles: warpgroup 0 is the producer (one warp issues every TMA load, up to four the boxes of
+// small pages, or all four gather them with cp.async; its spare registers go to the consumers
+// with setmaxnreg); warpgroups
 // 1.. each compute 64 of the kBlockM rows (prefill_sm90_consumer.cuh) and store them
 // (prefill_sm90_epilogue.cuh). K/V tiles of kBlockN keys flow through a ring of full/empty
 // mbarriers (prefill_sm90_smem.cuh); the tile shapes are in prefill_sm90_params.h.
@@ -69,12 +70,13 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
         return;
       }
     }
-    if (threadIdx.x >= 32) return;
+    using Producer = sm90::PrefillProducer<Tile, kPaged, kMods>;
+    const int producer_warps = Producer::kMultiWarp ? sp.kv_producer_warps : 1;
+    if (threadIdx.x >= 32 * producer_warps) return;
     sm90::for_each_tile<BM, BN, kCausal, kPaged, kMods>(
         sp, false,
         [&](const sm90::PrefillTileWork& w, uint32_t kv, uint32_t qi) {
-          sm90::PrefillProducer<Tile, kPaged, kMods> producer{
-              sp, smem, static_cast<int>(threadIdx.x), w.h / p.group, w.k_begin, w.Lk,
+          Producer producer{sp, smem, w.h / p.group, w.k_begin, w.Lk,
               kPaged ? p.block_table + static_cast<int64_t>(w.b) * p.bt_stride : nullptr};
           if constexpr (kMods) {
             producer.n_first = w.n_first;

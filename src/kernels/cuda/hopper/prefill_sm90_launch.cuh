@@ -43,6 +43,12 @@ void launch_prefill_sm90_tile(const PrefillParams& base, cudaStream_t stream) {
     // Not with kMods or head_dim 256 (prefill_sm90_eligible sends those pages to sm_80).
     sp.kv_gather = !kMods && Tile::kBlockN == 128 && cuda_tuning().prefill_sm90_paged_gather != 0 &&
                    p.block_size % Tile::kBlockN != 0;
+    // Several producer warps only where a tile has several page pieces to issue (and the
+    // producer the registers: Tile::kMultiWarpProducer).
+    sp.kv_producer_warps = Tile::kMultiWarpProducer && sp.kv_gather == 0 &&
+                                   Tile::kBlockN / rows > 1
+                               ? std::clamp(cuda_tuning().prefill_sm90_producer_warps, 1, 4)
+                               : 1;
     const uint64_t bs = static_cast<uint64_t>(p.block_size);
     const uint64_t nb = static_cast<uint64_t>(std::max(p.num_blocks, 1));
     const uint32_t box_rows = static_cast<uint32_t>(rows);

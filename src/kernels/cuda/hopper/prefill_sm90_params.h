@@ -25,6 +25,7 @@ struct PrefillSm90Params {
   PrefillParams base;
   int kv_box_rows = 0;  // keys per TMA box (paged: gcd(block_size, kBlockN); packed: kBlockN)
   int kv_gather = 0;    // paged: 1 = K/V gathered by cp.async (prefill_sm90_gather.cuh), 0 = TMA
+  int kv_producer_warps = 1;  // paged TMA: warps issuing a tile's page pieces (1..4)
   int turns_across_tiles = 0;  // 1: GEMM turns primed once per CTA (prefill_sm90_consumer.cuh)
   // The tile schedule (prefill_sm90_schedule.cuh, prefill_sm90_sections.h): (sequence, head)
   // pairs per L2 section, each section's slots padded to a multiple of section_unit (the
@@ -57,6 +58,9 @@ struct Sm90PrefillTileConfig {
   static constexpr int kProducerRegs = kHeadDim == 256 ? 24 : (kConsumerWarpgroups == 2 ? 40 : 32);
   static constexpr int kConsumerRegs =
       kHeadDim == 256 ? 240 : (kConsumerWarpgroups == 2 ? 232 : 160);
+  // Paged K/V: up to four producer warps issue a tile's page pieces (kv_producer_warps) where
+  // the producer keeps 40 registers; at 24 or 32 the extra state spilled (session 14).
+  static constexpr bool kMultiWarpProducer = kProducerRegs >= 40;
   static constexpr int kColBlocks = kHeadDim / 64;  // 64-element (128-byte) column blocks
   static constexpr int kQBytes = kBlockM * kHeadDim * 2;
   static constexpr int kKVBytes = kBlockN * kHeadDim * 2;  // one K (or V) stage

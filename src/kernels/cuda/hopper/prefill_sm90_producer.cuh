@@ -1,10 +1,16 @@
 // The producer of the Hopper prefill kernel: one warp of the producer warpgroup issues every
-// TMA load of a CTA. Q once; then the K and V tiles from the last key tile to the first (the
-// consumers' order), each into ring stage it % kStages once every consumer warp released that
-// stage. Packed K/V: one box per 64-column block and tile. Paged K/V: lane i loads the
-// i-th page piece of the tile (kv_box_rows keys), so a tile of 16-key pages is 8 lanes issuing
-// in parallel; a page outside the sequence is not looked up and a bad block id is reported
-// (kFaultBlockOutOfRange): both load as zeros (a block coordinate past the tensor).
+// TMA load of a CTA (paged K/V: kv_producer_warps warps, see below). Q once; then the K and V
+// tiles from the last key tile to the first (the consumers' order), each into ring stage
+// it % kStages once every consumer warp released that stage. Packed K/V: one box per 64-column
+// block and tile. Paged K/V: piece i of the tile (kv_box_rows keys of one page) is loaded by
+// lane i / W of warp i % W (W = kv_producer_warps), so a tile of 16-key pages is 8 pieces
+// issued in parallel; a page outside the sequence is not looked up and a bad block id is
+// reported (kFaultBlockOutOfRange): both load as zeros (a block coordinate past the tensor).
+// TMA takes uniform operands, so a warp issues its lanes' boxes one after another: W > 1
+// spreads the boxes of small pages over W warps (and schedulers). Warp 0 alone loads Q and
+// arms each full barrier with the tile's bytes; another warp's boxes may land first (the
+// barrier's transaction count goes negative meanwhile, which the PTX ISA allows: the phase
+// cannot complete before warp 0's arrival).
 // kMods (window, softcap, ALiBi): the key tiles n_first .. n_first + n_blocks - 1, and a page
 // piece wholly outside the keys [lo_key, hi_key) some row of the tile sees is not looked up
 // either (zeros; the consumers mask those keys), so pages outside a window are never read.
@@ -40,7 +46,6 @@ struct PrefillProducer {
 
   const PrefillSm90Params& p;
   const PrefillSmem<Tile>& s;
-  int lane;
   int kv_head;
   int k_begin;  // packed: first key row of the sequence
   int Lk;
@@ -56,11 +61,23 @@ struct PrefillProducer {
     int block;
     int offset;
   };
+  // Several producer warps: paged tiles of the configurations with the registers for it.
+  static constexpr bool kMultiWarp = kPaged && Tile::kMultiWarpProducer;
+  // Lane, warp and piece from threadIdx and the parameters, not kept in registers.
+  __device__ __forceinline__ static int lane() { return static_cast<int>(threadIdx.x & 31); }
+  __device__ __forceinline__ static int warp() {
+    return kMultiWarp ? static_cast<int>(threadIdx.x >> 5) : 0;
+  }
+  // This lane's piece of a tile (>= BN / kv_box_rows: none).
+  __device__ __forceinline__ int piece_index() const {
+    return kMultiWarp ? lane() * p.kv_producer_warps + warp() : lane();
+  }
+
   __device__ __forceinline__ Piece lookup(int n) const {
     Piece piece{p.base.num_blocks, 0};
     const int rows = p.kv_box_rows;
-    const int j0 = n * BN + lane * rows;  // first key of this lane's piece
-    if (lane < BN / rows && (kMods ? j0 < hi_key && j0 + rows > lo_key : j0 < Lk)) {
+    const int j0 = n * BN + piece_index() * rows;  // first key of this lane's piece
+    if (piece_index() < BN / rows && (kMods ? j0 < hi_key && j0 + rows > lo_key : j0 < Lk)) {
       const int idx = j0 / p.base.block_size;
       piece.offset = j0 - idx * p.base.block_size;
       const int id = __ldg(bt_row + idx);
@@ -77,7 +94,7 @@ struct PrefillProducer {
   __device__ __forceinline__ void load_tile(const CUtensorMap* tmap, uint32_t dst, uint32_t bar,
                                             int n, Piece piece) const {
     if constexpr (!kPaged) {
-      if (lane == 0) {
+      if (threadIdx.x == 0) {
 #pragma unroll
         for (int c = 0; c < Tile::kColBlocks; ++c) {
           tma_load_3d(dst + c * BN * 128, tmap, bar, c * 64, kv_head, k_begin + n * BN);
@@ -85,10 +102,11 @@ struct PrefillProducer {
       }
     } else {
       const int rows = p.kv_box_rows;
-      if (lane < BN / rows) {
+      const int i = piece_index();
+      if (i < BN / rows) {
 #pragma unroll
         for (int c = 0; c < Tile::kColBlocks; ++c) {
-          tma_load_4d(dst + c * BN * 128 + lane * rows * 128, tmap, bar, c * 64, kv_head,
+          tma_load_4d(dst + c * BN * 128 + i * rows * 128, tmap, bar, c * 64, kv_head,
                       piece.offset, piece.block);
         }
       }
@@ -101,7 +119,7 @@ struct PrefillProducer {
   __device__ __forceinline__ void run(int q_row0, int h, int n_blocks, uint32_t kv_base,
                                       uint32_t q_index) const {
     if (n_blocks == 0) return;
-    load_q(p, s, q_row0, h, q_index, lane == 0);
+    if (warp() == 0) load_q(p, s, q_row0, h, q_index, lane() == 0);
     // K of tile it, then V of tile it - 1: the order the consumers use them in, so a K load
     // never waits behind the release of a V stage.
     Piece prev_piece{0, 0};
@@ -115,7 +133,7 @@ struct PrefillProducer {
         if constexpr (kPaged) piece = lookup(n);
         // Slot reuse: wait until every consumer warp released it in the previous round.
         if (g >= Tile::kStages) mbar_wait(s.k_empty(stage), (g / Tile::kStages - 1) & 1);
-        if (lane == 0) mbar_arrive_expect_tx(s.k_full(stage), Tile::kKVBytes);
+        if (threadIdx.x == 0) mbar_arrive_expect_tx(s.k_full(stage), Tile::kKVBytes);
         __syncwarp();
         load_tile(&p.tmap_k, s.k(stage), s.k_full(stage), n, piece);
         if (it > 0) load_v(g - 1, n + 1, prev_piece);
@@ -130,7 +148,7 @@ struct PrefillProducer {
   __device__ __forceinline__ void load_v(uint32_t g, int n, Piece piece) const {
     const int stage = g % Tile::kStages;
     if (g >= Tile::kStages) mbar_wait(s.v_empty(stage), (g / Tile::kStages - 1) & 1);
-    if (lane == 0) mbar_arrive_expect_tx(s.v_full(stage), Tile::kKVBytes);
+    if (threadIdx.x == 0) mbar_arrive_expect_tx(s.v_full(stage), Tile::kKVBytes);
     __syncwarp();
     load_tile(&p.tmap_v, s.v(stage), s.v_full(stage), n, piece);
   }
