@@ -302,7 +302,10 @@ using RescaleAfterTile = cuda::Sm90PrefillTileConfig<
     D, cuda::Sm90PrefillTile<D>::kConsumerWarpgroups, cuda::Sm90PrefillTile<D>::kStages,
     cuda::Sm90PrefillTile<D>::kBlockN, false>;
 
-void run_alt_tile(const Problem& p, cudaStream_t stream) {
+// Runs a bench-only tile configuration (causal bf16, packed or paged) on the problem's
+// tensors; Tile64 / Tile128 / Tile256 by head_dim.
+template <class Tile64, class Tile128, class Tile256>
+void run_tile_for(const Problem& p, cudaStream_t stream) {
   const cuda::PrefillParams params = cuda::make_prefill_params(p.args, p.shape);
   auto go = [&](auto tile) {
     using Tile = decltype(tile);
@@ -312,30 +315,22 @@ void run_alt_tile(const Problem& p, cudaStream_t stream) {
       cuda::launch_prefill_sm90_tile<__nv_bfloat16, Tile, true, false>(params, stream);
     }
   };
-  if (p.s.d == 128) {
-    go(AltTile128{});
+  if (p.s.d == 64) {
+    go(Tile64{});
+  } else if (p.s.d == 128) {
+    go(Tile128{});
   } else {
-    go(AltTile64{});
+    go(Tile256{});
   }
 }
 
+// Three stages (no head_dim 256 form: its tiles fill the shared memory with two).
+void run_alt_tile(const Problem& p, cudaStream_t stream) {
+  run_tile_for<AltTile64, AltTile128, cuda::Sm90PrefillTile<256>>(p, stream);
+}
+
 void run_rescale_after_tile(const Problem& p, cudaStream_t stream) {
-  const cuda::PrefillParams params = cuda::make_prefill_params(p.args, p.shape);
-  auto go = [&](auto tile) {
-    using Tile = decltype(tile);
-    if (p.shape.paged) {
-      cuda::launch_prefill_sm90_tile<__nv_bfloat16, Tile, true, true>(params, stream);
-    } else {
-      cuda::launch_prefill_sm90_tile<__nv_bfloat16, Tile, true, false>(params, stream);
-    }
-  };
-  if (p.s.d == 128) {
-    go(RescaleAfterTile<128>{});
-  } else if (p.s.d == 64) {
-    go(RescaleAfterTile<64>{});
-  } else {
-    go(RescaleAfterTile<256>{});
-  }
+  run_tile_for<RescaleAfterTile<64>, RescaleAfterTile<128>, RescaleAfterTile<256>>(p, stream);
 }
 
 struct Row {

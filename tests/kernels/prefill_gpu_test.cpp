@@ -603,6 +603,29 @@ TEST(PrefillGpu, EdgeCases) {
   }
 }
 
+// One tile-edge case: every length of `lengths` as a sequence (Lk = Lq, or with a prefix of
+// one of `prefixes` keys when layout == 2), packed (layout 0) or paged on pages[index % size];
+// GQA group and KV heads cycle with the case index.
+PrefillCase tile_edge_case(std::mt19937_64& rng, DType dt, int64_t d, bool causal, int layout,
+                           int index, const std::vector<int64_t>& lengths,
+                           const std::vector<int64_t>& pages,
+                           const std::vector<int64_t>& prefixes) {
+  PrefillCase c;
+  c.dt = dt;
+  c.d = d;
+  c.causal = causal;
+  c.paged = layout > 0;
+  c.bs = pages[static_cast<size_t>(index) % pages.size()];
+  c.group = 1 + index % 8;
+  c.hkv = 1 + index % 2;
+  c.lq = lengths;
+  c.lk = lengths;
+  if (layout == 2) {
+    for (int64_t& lk : c.lk) lk += pick(rng, prefixes);
+  }
+  return c;
+}
+
 // The tile edges of the Hopper kernel (128 query rows x 128 keys; 64 rows per consumer
 // warpgroup) and of the sm_80 one: lengths 1, 63, 64, 65, 127, 128, 129 in one batch, with
 // Lk = Lq and with a prefix; every page size class of the TMA path (whole pages per tile: 8,
@@ -619,19 +642,8 @@ TEST(PrefillGpu, TileEdges) {
         for (int layout = 0; layout < 3; ++layout) {  // packed, paged, paged with a prefix
           const uint64_t seed = test::case_seed();
           std::mt19937_64 rng(seed);
-          PrefillCase c;
-          c.dt = dt;
-          c.d = d;
-          c.causal = causal;
-          c.paged = layout > 0;
-          c.bs = pages[static_cast<size_t>(index) % pages.size()];
-          c.group = 1 + index % 8;
-          c.hkv = 1 + index % 2;
-          c.lq = lengths;
-          c.lk = lengths;
-          if (layout == 2) {
-            for (int64_t& lk : c.lk) lk += pick(rng, std::vector<int64_t>{1, 64, 127, 129, 300});
-          }
+          const PrefillCase c = tile_edge_case(rng, dt, d, causal, layout, index, lengths, pages,
+                                               {1, 64, 127, 129, 300});
           SCOPED_TRACE(test::case_note(index++, seed, c.describe()));
           run_case(c, rng, "prefill tile edges");
           if (HasFatalFailure()) return;
@@ -672,19 +684,8 @@ TEST(PrefillGpu, TileEdgesHeadDim256) {
         for (int rep = 0; rep < (layout == 0 ? 1 : 2); ++rep) {
           const uint64_t seed = test::case_seed();
           std::mt19937_64 rng(seed);
-          PrefillCase c;
-          c.dt = dt;
-          c.d = 256;
-          c.causal = causal;
-          c.paged = layout > 0;
-          c.bs = pages[static_cast<size_t>(index) % pages.size()];
-          c.group = 1 + index % 8;
-          c.hkv = 1 + index % 2;
-          c.lq = lengths;
-          c.lk = lengths;
-          if (layout == 2) {
-            for (int64_t& lk : c.lk) lk += pick(rng, std::vector<int64_t>{1, 79, 80, 81, 300});
-          }
+          const PrefillCase c = tile_edge_case(rng, dt, 256, causal, layout, index, lengths,
+                                               pages, {1, 79, 80, 81, 300});
           SCOPED_TRACE(test::case_note(index++, seed, c.describe()));
           run_case(c, rng, "prefill tile edges d256");
           if (HasFatalFailure()) return;

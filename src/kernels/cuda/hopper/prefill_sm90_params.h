@@ -58,9 +58,10 @@ struct Sm90PrefillTileConfig {
   static constexpr int kProducerRegs = kHeadDim == 256 ? 24 : (kConsumerWarpgroups == 2 ? 40 : 32);
   static constexpr int kConsumerRegs =
       kHeadDim == 256 ? 240 : (kConsumerWarpgroups == 2 ? 232 : 160);
-  // Paged K/V: up to four producer warps issue a tile's page pieces (kv_producer_warps) where
-  // the producer keeps 40 registers; at 24 or 32 the extra state spilled (session 14).
-  static constexpr bool kMultiWarpProducer = kProducerRegs >= 40;
+  // Paged K/V: up to four producer warps issue a tile's page pieces (kv_producer_warps), at
+  // head_dim 128 (40 producer registers). Elsewhere the extra state spilled (ptxas, session
+  // 14): at 24 or 32 registers, and at 40 in a two-warpgroup head_dim 64 tile.
+  static constexpr bool kMultiWarpProducer = kProducerRegs >= 40 && kHeadDim == 128;
   static constexpr int kColBlocks = kHeadDim / 64;  // 64-element (128-byte) column blocks
   static constexpr int kQBytes = kBlockM * kHeadDim * 2;
   static constexpr int kKVBytes = kBlockN * kHeadDim * 2;  // one K (or V) stage
