@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <climits>
 #include <random>
 #include <vector>
 
@@ -53,6 +55,50 @@ TEST(PrefillSm90Sections, NumberingIsABijectionForEverySectionWidthAndPadding) {
     const int64_t sections = (pairs + section - 1) / section;
     EXPECT_LT(slots - pairs * m_blocks, sections * unit);
   }
+}
+
+// The consumers decode in 32-bit arithmetic where section_tile_fits says so: the same tile
+// for every slot, on small schedules (every slot) and on large ones near the bound (sampled
+// slots, the first and last included).
+TEST(PrefillSm90Sections, NarrowArithmeticNamesTheSameTiles) {
+  std::mt19937_64 rng(std::random_device{}());
+  int large_cases = 0;
+  for (int c = 0; c < 600; ++c) {
+    const bool large = c % 2 == 1;
+    const int64_t pairs = std::uniform_int_distribution<int64_t>(1, large ? 2'000'000 : 97)(rng);
+    const int64_t max_m = large ? std::max<int64_t>(int64_t{INT32_MAX} / 2 / pairs - 200, 1) : 13;
+    const int64_t m_blocks = std::uniform_int_distribution<int64_t>(1, max_m)(rng);
+    const int64_t section = std::uniform_int_distribution<int64_t>(1, pairs)(rng);
+    const int64_t unit = c % 3 == 0 ? 1 : std::uniform_int_distribution<int64_t>(1, 132)(rng);
+    const int64_t slots = total_section_slots(pairs, m_blocks, section, unit);
+    if (!section_tile_fits(slots, unit)) continue;
+    large_cases += large ? 1 : 0;
+    SCOPED_TRACE(testing::Message() << "pairs " << pairs << " m_blocks " << m_blocks
+                                    << " section " << section << " unit " << unit);
+    auto check = [&](int64_t t) {
+      const SectionTile wide = section_tile(t, pairs, m_blocks, section, unit);
+      const SectionTile narrow = section_tile_as<int32_t>(
+          static_cast<int32_t>(t), static_cast<int32_t>(pairs), static_cast<int32_t>(m_blocks),
+          static_cast<int32_t>(section), static_cast<int32_t>(unit));
+      ASSERT_EQ(narrow.valid, wide.valid) << "slot " << t;
+      if (wide.valid) {
+        ASSERT_EQ(narrow.pair, wide.pair) << "slot " << t;
+        ASSERT_EQ(narrow.z, wide.z) << "slot " << t;
+      }
+    };
+    if (!large) {
+      for (int64_t t = 0; t < slots; ++t) check(t);
+    } else {
+      check(0);
+      check(slots - 1);
+      for (int i = 0; i < 200; ++i) check(std::uniform_int_distribution<int64_t>(0, slots - 1)(rng));
+    }
+    if (HasFatalFailure()) return;
+  }
+  EXPECT_GT(large_cases, 100);  // most large schedules fit (so they were checked)
+  // The bound itself: past it the narrow form is not used.
+  EXPECT_TRUE(section_tile_fits(int64_t{INT32_MAX} / 2 - 132, 132));
+  EXPECT_FALSE(section_tile_fits(int64_t{INT32_MAX} / 2, 132));
 }
 
 TEST(PrefillSm90Sections, OneSectionIsTheRowBlockMajorOrder) {

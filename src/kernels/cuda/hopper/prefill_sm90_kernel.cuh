@@ -90,7 +90,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     const int wg = warpgroup - 1;
     using Consumer = sm90::PrefillConsumer<T, Tile, kCausal, kMods>;
     if (Consumer::turns_across_tiles(sp)) Consumer::prime_turns(wg);  // once per CTA
-    sm90::for_each_tile<BM, BN, kCausal, kPaged, kMods>(
+    sm90::for_each_tile<BM, BN, kCausal, kPaged, kMods, /*kNarrow=*/true>(
         sp, threadIdx.x == 128,
         [&](const sm90::PrefillTileWork& w, uint32_t kv, uint32_t qi) {
           const int row0 = w.m0 + wg * 64;

@@ -54,13 +54,24 @@ struct PrefillTileWork {
 // visited) when `report` is set (one thread of the CTA).
 template <int kBlockM, int kBlockN, bool kCausal, bool kPaged, bool kMods = false>
 __device__ __forceinline__ bool decode_tile(const PrefillParams& p, int64_t section,
-                                            int64_t section_unit, int64_t t, bool report,
-                                            PrefillTileWork& w) {
-  const SectionTile st = section_tile(t, static_cast<int64_t>(p.num_seqs) * p.num_heads,
-                                      p.num_m_blocks, section, section_unit);
-  if (!st.valid) return false;
-  w.h = static_cast<int>(st.pair % p.num_heads);
-  w.b = static_cast<int>(st.pair / p.num_heads);
+                                            int64_t section_unit, int64_t t, bool narrow,
+                                            bool report, PrefillTileWork& w) {
+  const int64_t pairs = static_cast<int64_t>(p.num_seqs) * p.num_heads;
+  SectionTile st;
+  if (narrow) {  // 32-bit arithmetic (section_tile_fits, checked per launch)
+    st = section_tile_as<int32_t>(static_cast<int32_t>(t), static_cast<int32_t>(pairs),
+                                  p.num_m_blocks, static_cast<int32_t>(section),
+                                  static_cast<int32_t>(section_unit));
+    if (!st.valid) return false;
+    const int pair = static_cast<int>(st.pair);
+    w.h = pair % p.num_heads;
+    w.b = pair / p.num_heads;
+  } else {
+    st = section_tile(t, pairs, p.num_m_blocks, section, section_unit);
+    if (!st.valid) return false;
+    w.h = static_cast<int>(st.pair % p.num_heads);
+    w.b = static_cast<int>(st.pair / p.num_heads);
+  }
   const int z = static_cast<int>(st.z);
   report = report && w.h == 0 && z == 0;
   const int q_end = p.cu_seqlens_q[w.b + 1];
@@ -107,11 +118,16 @@ __device__ __forceinline__ bool decode_tile(const PrefillParams& p, int64_t sect
 // Calls fn(w, kv_base, q_index) for each tile of this CTA that has rows, in the CTA's order;
 // kv_base and q_index count the K/V ring slots and Q loads of the earlier tiles that read keys
 // (what the producer and the consumers must agree on).
-template <int kBlockM, int kBlockN, bool kCausal, bool kPaged, bool kMods, typename Fn>
+// kNarrow: decode in 32-bit arithmetic where section_tile_fits (the consumers, whose tile
+// decode sits between two tiles' GEMMs); the producers, which run ahead and have 24-40
+// registers (both forms spilled at 32), keep the 64-bit form.
+template <int kBlockM, int kBlockN, bool kCausal, bool kPaged, bool kMods, bool kNarrow = false,
+          typename Fn>
 __device__ __forceinline__ void for_each_tile(const PrefillSm90Params& sp, bool report,
                                               Fn&& fn) {
   const PrefillParams& p = sp.base;
   const int64_t num_tiles = sp.num_tiles;
+  const bool narrow = kNarrow && section_tile_fits(num_tiles, sp.section_unit);
   uint32_t kv_base = 0;
   uint32_t q_index = 0;
   PrefillTileWork w;
@@ -119,7 +135,7 @@ __device__ __forceinline__ void for_each_tile(const PrefillSm90Params& sp, bool 
     const int64_t t = snake_tile(r, blockIdx.x, gridDim.x);
     if (t >= num_tiles ||
         !decode_tile<kBlockM, kBlockN, kCausal, kPaged, kMods>(p, sp.section, sp.section_unit,
-                                                               t, report, w)) {
+                                                               t, narrow, report, w)) {
       continue;
     }
     fn(static_cast<const PrefillTileWork&>(w), kv_base, q_index);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 
 #if defined(__CUDACC__)
@@ -41,13 +42,16 @@ KVATTN_HD inline int64_t total_section_slots(int64_t pairs, int64_t m_blocks, in
 
 // Slot t: sections in order; inside one, pairs fastest, then row blocks; the padding at a
 // section's end has no tile. The valid slots map one to one onto pairs x row blocks.
-KVATTN_HD inline SectionTile section_tile(int64_t t, int64_t pairs, int64_t m_blocks,
-                                          int64_t section, int64_t unit) {
-  const int64_t per_section = section_slots(section, m_blocks, unit);  // slots of a full one
-  const int64_t first = t / per_section * section;    // the section's first pair
-  const int64_t r = t % per_section;
-  const int64_t rest = pairs - first;
-  const int64_t width = section < rest ? section : rest;  // pairs in this section
+// I: the integer type of the arithmetic. int32_t where every value fits (section_tile_fits:
+// the kernel's consumers decode a tile between two tiles, on the tensor cores' critical path,
+// and 64-bit divisions are long software sequences); int64_t otherwise.
+template <typename I>
+KVATTN_HD inline SectionTile section_tile_as(I t, I pairs, I m_blocks, I section, I unit) {
+  const I per_section = (section * m_blocks + unit - 1) / unit * unit;  // slots of a full one
+  const I first = t / per_section * section;  // the section's first pair
+  const I r = t - t / per_section * per_section;
+  const I rest = pairs - first;
+  const I width = section < rest ? section : rest;  // pairs in this section
   SectionTile st;
   st.valid = r < width * m_blocks;
   if (st.valid) {
@@ -55,6 +59,18 @@ KVATTN_HD inline SectionTile section_tile(int64_t t, int64_t pairs, int64_t m_bl
     st.z = r / width;
   }
   return st;
+}
+
+KVATTN_HD inline SectionTile section_tile(int64_t t, int64_t pairs, int64_t m_blocks,
+                                          int64_t section, int64_t unit) {
+  return section_tile_as<int64_t>(t, pairs, m_blocks, section, unit);
+}
+
+// Whether section_tile_as<int32_t> is exact for every slot of a schedule of `total_slots`
+// (total_section_slots) slots dealt by `unit`: every intermediate value is at most
+// total_slots + unit.
+KVATTN_HD inline bool section_tile_fits(int64_t total_slots, int64_t unit) {
+  return total_slots + unit <= int64_t{INT32_MAX} / 2;
 }
 
 // Pairs per section: as many whole GQA groups (whole sequences, once a sequence fits) as keep
