@@ -324,6 +324,12 @@ void run_tile_for(const Problem& p, cudaStream_t stream) {
   }
 }
 
+// The default tiles with the staged epilogue (Tile::kSmemEpilogue; head_dim 256 has no room).
+template <int D>
+using SmemEpilogueTile = cuda::Sm90PrefillTileConfig<
+    D, cuda::Sm90PrefillTile<D>::kConsumerWarpgroups, cuda::Sm90PrefillTile<D>::kStages,
+    cuda::Sm90PrefillTile<D>::kBlockN, true, true>;
+
 // Three stages (no head_dim 256 form: its tiles fill the shared memory with two).
 void run_alt_tile(const Problem& p, cudaStream_t stream) {
   run_tile_for<AltTile64, AltTile128, cuda::Sm90PrefillTile<256>>(p, stream);
@@ -331,6 +337,10 @@ void run_alt_tile(const Problem& p, cudaStream_t stream) {
 
 void run_rescale_after_tile(const Problem& p, cudaStream_t stream) {
   run_tile_for<RescaleAfterTile<64>, RescaleAfterTile<128>, RescaleAfterTile<256>>(p, stream);
+}
+
+void run_smem_epilogue_tile(const Problem& p, cudaStream_t stream) {
+  run_tile_for<SmemEpilogueTile<64>, SmemEpilogueTile<128>, cuda::Sm90PrefillTile<256>>(p, stream);
 }
 
 struct Row {
@@ -428,6 +438,7 @@ int main(int argc, char** argv) {
          }, 0.0},
         {"alt_tile", [&] { run_alt_tile(p, g_stream); }, 0.0},
         {"rescale_after", [&] { run_rescale_after_tile(p, g_stream); }, 0.0},
+        {"smem_epi", [&] { run_smem_epilogue_tile(p, g_stream); }, 0.0},
         {"noturns", [&] {  // GEMM turns restarted per tile (the default runs them on)
            const int saved = std::exchange(cuda::cuda_tuning().prefill_sm90_turns, 0);
            call();
@@ -444,8 +455,13 @@ int main(int argc, char** argv) {
            cuda::cuda_tuning().prefill_sm90 = 1;
          }, 0.0},
     };
+    auto drop = [&](std::initializer_list<const char*> names) {
+      for (const char* name : names) {
+        std::erase_if(variants, [&](const Variant& v) { return std::strcmp(v.name, name) == 0; });
+      }
+    };
     if (s.features()) {  // default (kMods), the plain kernel on the same shape, the ext kernel
-      variants.erase(variants.begin() + 1, variants.begin() + 4);
+      drop({"grid", "alt_tile", "rescale_after", "smem_epi"});
       variants.insert(variants.begin() + 1,
                       Variant{"plain",
                               [&] {
@@ -454,8 +470,8 @@ int main(int argc, char** argv) {
                                 prefill_attention(a);
                               },
                               4.0 * visible_pairs(s, false) * s.hq * s.d, false});
-    } else if (s.d == 256) {  // no alternative tile at head_dim 256
-      variants.erase(variants.begin() + 2);
+    } else if (s.d == 256) {  // no three-stage or staged-epilogue tile at head_dim 256
+      drop({"alt_tile", "smem_epi"});
     }
     if (s.page != 0 && s.page < 128) {  // paged pieces issued by four producer warps
       variants.insert(variants.begin() + 1, Variant{"pwarps4", [&] {

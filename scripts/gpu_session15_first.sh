@@ -7,7 +7,11 @@
 # (carry .deps .peers) for the same-run ratios session 14 could only estimate.
 # Prediction: default d128 ~0.93-0.99 of FA3 (docs/notes/hopper-prefill-next.md); alt_tile
 # +2-6% over default on the long d128 shapes and page 16; pwarps4 +5-15% at page 16 (a tile's
-# 16 boxes issued by four warps instead of one lane loop), nothing at page 256.
+# 16 boxes issued by four warps instead of one lane loop), nothing at page 256; smem_epi (O
+# staged by stmatrix, 16-byte coalesced stores; err_vs_def must be 0) +1-3% on short-row
+# shapes (16x1024, 8x2048), where a warpgroup's epilogue sits between two tiles' GEMMs. The
+# consumers' 32-bit tile decode is in the default: compare with session 14's call 5 figures
+# (normalised by the cuBLAS ceiling of each run).
 #   run: bash scripts/gpu_session15_first.sh > $OUT/summary.txt 2>&1; tail -n 80 $OUT/summary.txt
 #   carry: .deps
 set -uo pipefail
@@ -28,7 +32,7 @@ KVATTN_GPU_TEST_QUICK=1 run_test prefill_quick 200 "$P" --gtest_filter='PrefillG
 KVATTN_GPU_TEST_QUICK=1 run_test prefill_features 240 "$P" --gtest_filter='PrefillGpuFeatures.*'
 step "2. timing (flushed / graph): default, alt_tile (3 stages), rescale_after"
 timeout 200 build-gpu/bench/gpu_prefill_bench --reps 20 >"$OUT/prefill_bench.log" 2>&1
-echo "rc=$?"; grep -v '^{' "$OUT/prefill_bench.log" | grep -E "shape|default|alt_tile|rescale_after|pwarps4|ceiling"
+echo "rc=$?"; grep -v '^{' "$OUT/prefill_bench.log" | grep -E "shape|default|alt_tile|rescale_after|smem_epi|pwarps4|ceiling"
 timeout 150 build-gpu/bench/gpu_prefill_bench --d256 --reps 20 >"$OUT/prefill_bench_d256.log" 2>&1
 echo "rc=$?"; grep -v '^{' "$OUT/prefill_bench_d256.log" | grep -E "default|rescale_after|pwarps4"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader

@@ -101,6 +101,14 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
           } else {
             consumer.run(sp, smem, wg, row0, w.Lk, w.causal_offset, w.n_blocks, kv, qi);
           }
+          if constexpr (Tile::kSmemEpilogue) {
+            if (sp.out_vec16 != 0) {
+              sm90::store_output_staged<T, Tile::kHeadDim, Tile::kOStageRowBytes>(
+                  p, consumer.o, consumer.softmax, w.h, w.q_begin, row0, w.Lq,
+                  smem.o_stage((static_cast<int>(threadIdx.x) - 128) >> 5));
+              return;
+            }
+          }
           sm90::store_output<T, Tile::kHeadDim>(p, consumer.o, consumer.softmax, w.h,
                                                 w.q_begin, row0, w.Lq);
         });

@@ -26,6 +26,7 @@ struct PrefillSm90Params {
   int kv_box_rows = 0;  // keys per TMA box (paged: gcd(block_size, kBlockN); packed: kBlockN)
   int kv_gather = 0;    // paged: 1 = K/V gathered by cp.async (prefill_sm90_gather.cuh), 0 = TMA
   int kv_producer_warps = 1;  // paged TMA: warps issuing a tile's page pieces (1..4)
+  int out_vec16 = 0;  // out and its token stride allow 16-byte stores (the staged epilogue)
   int turns_across_tiles = 0;  // 1: GEMM turns primed once per CTA (prefill_sm90_consumer.cuh)
   // The tile schedule (prefill_sm90_schedule.cuh, prefill_sm90_sections.h): (sequence, head)
   // pairs per L2 section, each section's slots padded to a multiple of section_unit (the
@@ -44,10 +45,14 @@ struct PrefillSm90Params {
 // kRescaleInTurn: the consumers rescale O between issuing S = Q K^T and O += P V
 // (FlashAttention-3's order; the same arithmetic, bit-identical results), not after the P V
 // GEMM completed (false: kept for the bench's comparison; session 14: true is 1-13% faster).
+// kSmemEpilogue: each consumer warp stages its 16 output rows in shared memory (stmatrix) and
+// writes them with 16-byte coalesced stores (prefill_sm90_epilogue.cuh), instead of 4-byte
+// stores straight from the accumulators; 16 x (2 head_dim + 16) bytes a consumer warp more.
 template <int kHeadDim_, int kConsumerWarpgroups_, int kStages_, int kBlockN_,
-          bool kRescaleInTurn_ = true>
+          bool kRescaleInTurn_ = true, bool kSmemEpilogue_ = false>
 struct Sm90PrefillTileConfig {
   static constexpr bool kRescaleInTurn = kRescaleInTurn_;
+  static constexpr bool kSmemEpilogue = kSmemEpilogue_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kConsumerWarpgroups = kConsumerWarpgroups_;
   static constexpr int kBlockM = 64 * kConsumerWarpgroups;
@@ -67,7 +72,13 @@ struct Sm90PrefillTileConfig {
   static constexpr int kKVBytes = kBlockN * kHeadDim * 2;  // one K (or V) stage
   // Barriers: q_full, q_empty, then k_full, k_empty, v_full, v_empty (kStages each).
   static constexpr int kNumBarriers = 2 + 4 * kStages;
-  static constexpr int kSmemBytes = kQBytes + 2 * kStages * kKVBytes + kNumBarriers * 8;
+  // The staged epilogue's rows: padded by 16 bytes so stmatrix's eight rows hit distinct banks.
+  static constexpr int kOStageRowBytes = kHeadDim * 2 + 16;
+  static constexpr int kOStageBytes =
+      kSmemEpilogue ? 4 * kConsumerWarpgroups * 16 * kOStageRowBytes : 0;
+  static_assert(kNumBarriers * 8 % 16 == 0, "the output stage follows the barriers, 16-aligned");
+  static constexpr int kSmemBytes =
+      kQBytes + 2 * kStages * kKVBytes + kNumBarriers * 8 + kOStageBytes;
   static constexpr int kSmemAlloc = kSmemBytes + 1024;  // room to align the base to 1024 bytes
   static_assert(kHeadDim % 64 == 0 && kBlockN % 16 == 0 && kBlockN <= 256);
   static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumerWarpgroups <= 65536);

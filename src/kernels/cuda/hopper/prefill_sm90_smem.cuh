@@ -41,6 +41,10 @@ struct PrefillSmem {
   __device__ __forceinline__ uint32_t v_empty(int st) const {
     return bar(2 + 3 * Tile::kStages + st);
   }
+  // The staged epilogue's rows of consumer warp w (0 .. 4 kConsumerWarpgroups - 1).
+  __device__ __forceinline__ uint32_t o_stage(int w) const {
+    return bars + Tile::kNumBarriers * 8 + w * 16 * Tile::kOStageRowBytes;
+  }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   // One thread, before the CTA-wide barrier that precedes any use. A full barrier completes on
