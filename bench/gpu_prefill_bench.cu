@@ -439,6 +439,11 @@ int main(int argc, char** argv) {
         {"alt_tile", [&] { run_alt_tile(p, g_stream); }, 0.0},
         {"rescale_after", [&] { run_rescale_after_tile(p, g_stream); }, 0.0},
         {"smem_epi", [&] { run_smem_epilogue_tile(p, g_stream); }, 0.0},
+        {"narrow", [&] {  // consumers decode tiles in 32-bit arithmetic
+           const int saved = std::exchange(cuda::cuda_tuning().prefill_sm90_narrow_decode, 1);
+           call();
+           cuda::cuda_tuning().prefill_sm90_narrow_decode = saved;
+         }, 0.0},
         {"noturns", [&] {  // GEMM turns restarted per tile (the default runs them on)
            const int saved = std::exchange(cuda::cuda_tuning().prefill_sm90_turns, 0);
            call();

@@ -9,9 +9,8 @@
 # +2-6% over default on the long d128 shapes and page 16; pwarps4 +5-15% at page 16 (a tile's
 # 16 boxes issued by four warps instead of one lane loop), nothing at page 256; smem_epi (O
 # staged by stmatrix, 16-byte coalesced stores; err_vs_def must be 0) +1-3% on short-row
-# shapes (16x1024, 8x2048), where a warpgroup's epilogue sits between two tiles' GEMMs. The
-# consumers' 32-bit tile decode is in the default: compare with session 14's call 5 figures
-# (normalised by the cuBLAS ceiling of each run).
+# shapes (16x1024, 8x2048), where a warpgroup's epilogue sits between two tiles' GEMMs;
+# "narrow" (the consumers' 32-bit tile decode) +1-4% on short-row shapes.
 #   run: bash scripts/gpu_session15_first.sh > $OUT/summary.txt 2>&1; tail -n 80 $OUT/summary.txt
 #   carry: .deps
 set -uo pipefail
@@ -22,7 +21,7 @@ step build
 kvattn_gpu_build ON kernels_prefill_gpu_test gpu_prefill_bench
 P=build-gpu/tests/kernels/kernels_prefill_gpu_test
 step "1. tests: producer warps (full), quick suite, features (quick), memcheck/racecheck"
-run_test prefill_pwarps 200 "$P" --gtest_filter='PrefillGpu.PagedProducerWarps'
+run_test prefill_pwarps 200 "$P" --gtest_filter='PrefillGpu.PagedProducerWarps:PrefillGpu.NarrowTileDecode'
 for tool in memcheck racecheck; do
   KVATTN_GPU_TEST_QUICK=1 timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 "$P" \
     --gtest_filter='PrefillGpu.PagedProducerWarps' >"$OUT/prefill_$tool.log" 2>&1
@@ -32,7 +31,7 @@ KVATTN_GPU_TEST_QUICK=1 run_test prefill_quick 200 "$P" --gtest_filter='PrefillG
 KVATTN_GPU_TEST_QUICK=1 run_test prefill_features 240 "$P" --gtest_filter='PrefillGpuFeatures.*'
 step "2. timing (flushed / graph): default, alt_tile (3 stages), rescale_after"
 timeout 200 build-gpu/bench/gpu_prefill_bench --reps 20 >"$OUT/prefill_bench.log" 2>&1
-echo "rc=$?"; grep -v '^{' "$OUT/prefill_bench.log" | grep -E "shape|default|alt_tile|rescale_after|smem_epi|pwarps4|ceiling"
+echo "rc=$?"; grep -v '^{' "$OUT/prefill_bench.log" | grep -E "shape|default|alt_tile|rescale_after|smem_epi|narrow|pwarps4|ceiling"
 timeout 150 build-gpu/bench/gpu_prefill_bench --d256 --reps 20 >"$OUT/prefill_bench_d256.log" 2>&1
-echo "rc=$?"; grep -v '^{' "$OUT/prefill_bench_d256.log" | grep -E "default|rescale_after|pwarps4"
+echo "rc=$?"; grep -v '^{' "$OUT/prefill_bench_d256.log" | grep -E "default|rescale_after|narrow|pwarps4"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader

@@ -499,6 +499,37 @@ TEST(PrefillGpu, SmallL2Sections) {
   }
 }
 
+// The consumers' 32-bit tile decode (KVATTN_PREFILL_SM90_NARROW_DECODE), on schedules of one
+// and of several L2 sections (1 MB budget), every head_dim, causal or not, packed or paged:
+// the producer keeps the 64-bit decode, so a tile named differently would hang or corrupt.
+TEST(PrefillGpu, NarrowTileDecode) {
+  struct Restore {
+    cuda::CudaTuning saved = cuda::cuda_tuning();
+    ~Restore() { cuda::cuda_tuning() = saved; }
+  } restore;
+  cuda::cuda_tuning().prefill_sm90_narrow_decode = 1;
+  const bool quick = test::quick_mode();
+  int index = 0;
+  for (int l2_mb : {32, 1}) {
+    cuda::cuda_tuning().prefill_sm90_l2_mb = l2_mb;
+    for (int64_t d : {64, 128, 256}) {
+      for (bool causal : {true, false}) {
+        for (int i = 0; i < (quick ? 1 : 2); ++i, ++index) {
+          if (!test::case_selected(index)) continue;
+          const uint64_t seed = test::case_seed();
+          std::mt19937_64 rng(seed);
+          PrefillCase c = random_case(rng, DType::kBF16, d, causal, index % 2 == 1, quick);
+          c.f64_reference = true;
+          SCOPED_TRACE(test::case_note(index, seed, "l2 " + std::to_string(l2_mb) + " MB " +
+                                                        c.describe()));
+          run_case(c, rng, "prefill narrow tile decode");
+          if (HasFatalFailure()) return;
+        }
+      }
+    }
+  }
+}
+
 // Paged K/V with 2, 3 and 4 producer warps issuing a tile's page pieces
 // (KVATTN_PREFILL_SM90_PRODUCER_WARPS; head_dim 128 takes it, 64 and 256 keep one warp): pages
 // of 8, 16, 32, 48 and 64 keys (16, 8, 4, 8 and 2 pieces a tile), causal or not, with window /

@@ -29,6 +29,10 @@ struct CudaTuning {
   // TMA boxes (1-4; hopper/prefill_sm90_producer.cuh). Env KVATTN_PREFILL_SM90_PRODUCER_WARPS.
   // 1 until timed on the H200 (written in session 14 without device time).
   int prefill_sm90_producer_warps = 1;
+  // Hopper prefill consumers decode their tiles in 32-bit arithmetic where the schedule fits
+  // (hopper/prefill_sm90_schedule.cuh; the same tiles, CPU-tested). Env
+  // KVATTN_PREFILL_SM90_NARROW_DECODE. 0 until timed on the H200 (written in session 14).
+  int prefill_sm90_narrow_decode = 0;
   // Hopper prefill: megabytes of L2 the K/V of one tile-schedule section may take
   // (prefill_sm90_schedule.cuh): the (sequence, head) pairs are cut into sections whose K/V
   // fit, and every row block of a section runs before the next section starts, so a K/V tile

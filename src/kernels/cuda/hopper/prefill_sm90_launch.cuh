@@ -89,6 +89,7 @@ void launch_prefill_sm90_tile(const PrefillParams& base, cudaStream_t stream) {
                                         int64_t{cuda_tuning().prefill_sm90_l2_mb} << 20);
   sp.turns_across_tiles = cuda_tuning().prefill_sm90_turns != 0 ? 1 : 0;
   sp.out_vec16 = reinterpret_cast<uintptr_t>(p.out) % 16 == 0 && p.o_stride % 8 == 0 ? 1 : 0;
+  sp.narrow_decode = cuda_tuning().prefill_sm90_narrow_decode != 0 ? 1 : 0;
   int64_t grid = tiles;
   if (cuda_tuning().prefill_sm90_persistent != 0 || grid > INT32_MAX) {
     grid = std::min<int64_t>(grid, sm_count(device));

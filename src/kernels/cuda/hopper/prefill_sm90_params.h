@@ -27,6 +27,7 @@ struct PrefillSm90Params {
   int kv_gather = 0;    // paged: 1 = K/V gathered by cp.async (prefill_sm90_gather.cuh), 0 = TMA
   int kv_producer_warps = 1;  // paged TMA: warps issuing a tile's page pieces (1..4)
   int out_vec16 = 0;  // out and its token stride allow 16-byte stores (the staged epilogue)
+  int narrow_decode = 0;  // consumers decode tiles in 32-bit arithmetic (prefill_sm90_schedule)
   int turns_across_tiles = 0;  // 1: GEMM turns primed once per CTA (prefill_sm90_consumer.cuh)
   // The tile schedule (prefill_sm90_schedule.cuh, prefill_sm90_sections.h): (sequence, head)
   // pairs per L2 section, each section's slots padded to a multiple of section_unit (the

@@ -118,16 +118,16 @@ __device__ __forceinline__ bool decode_tile(const PrefillParams& p, int64_t sect
 // Calls fn(w, kv_base, q_index) for each tile of this CTA that has rows, in the CTA's order;
 // kv_base and q_index count the K/V ring slots and Q loads of the earlier tiles that read keys
 // (what the producer and the consumers must agree on).
-// kNarrow: decode in 32-bit arithmetic where section_tile_fits (the consumers, whose tile
-// decode sits between two tiles' GEMMs); the producers, which run ahead and have 24-40
-// registers (both forms spilled at 32), keep the 64-bit form.
+// kNarrow: decode in 32-bit arithmetic where section_tile_fits and sp.narrow_decode asks for it
+// (the consumers, whose tile decode sits between two tiles' GEMMs); the producers, which run
+// ahead and have 24-40 registers (both forms spilled at 32), keep the 64-bit form.
 template <int kBlockM, int kBlockN, bool kCausal, bool kPaged, bool kMods, bool kNarrow = false,
           typename Fn>
 __device__ __forceinline__ void for_each_tile(const PrefillSm90Params& sp, bool report,
                                               Fn&& fn) {
   const PrefillParams& p = sp.base;
   const int64_t num_tiles = sp.num_tiles;
-  const bool narrow = kNarrow && section_tile_fits(num_tiles, sp.section_unit);
+  const bool narrow = kNarrow && sp.narrow_decode != 0 && section_tile_fits(num_tiles, sp.section_unit);
   uint32_t kv_base = 0;
   uint32_t q_index = 0;
   PrefillTileWork w;
