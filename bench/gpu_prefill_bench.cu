@@ -429,36 +429,27 @@ int main(int argc, char** argv) {
       a.stream = Stream{g_stream};
       prefill_attention(a);
     };
+    // The default call with one tuning switch set for its duration.
+    auto with = [&](int cuda::CudaTuning::*field, int value) {
+      return [&call, field, value] {
+        const int saved = std::exchange(cuda::cuda_tuning().*field, value);
+        call();
+        cuda::cuda_tuning().*field = saved;
+      };
+    };
     std::vector<Variant> variants = {
         {"default", [&] { call(); }, 0.0},
-        {"grid", [&] {
-           cuda::cuda_tuning().prefill_sm90_persistent = 0;
-           call();
-           cuda::cuda_tuning().prefill_sm90_persistent = 1;
-         }, 0.0},
+        {"grid", with(&cuda::CudaTuning::prefill_sm90_persistent, 0), 0.0},
         {"alt_tile", [&] { run_alt_tile(p, g_stream); }, 0.0},
         {"rescale_after", [&] { run_rescale_after_tile(p, g_stream); }, 0.0},
         {"smem_epi", [&] { run_smem_epilogue_tile(p, g_stream); }, 0.0},
-        {"narrow", [&] {  // consumers decode tiles in 32-bit arithmetic
-           const int saved = std::exchange(cuda::cuda_tuning().prefill_sm90_narrow_decode, 1);
-           call();
-           cuda::cuda_tuning().prefill_sm90_narrow_decode = saved;
-         }, 0.0},
-        {"noturns", [&] {  // GEMM turns restarted per tile (the default runs them on)
-           const int saved = std::exchange(cuda::cuda_tuning().prefill_sm90_turns, 0);
-           call();
-           cuda::cuda_tuning().prefill_sm90_turns = saved;
-         }, 0.0},
-        {"l2off", [&] {  // one tile-schedule section (the order before L2 sections)
-           const int saved = std::exchange(cuda::cuda_tuning().prefill_sm90_l2_mb, 0);
-           call();
-           cuda::cuda_tuning().prefill_sm90_l2_mb = saved;
-         }, 0.0},
-        {"sm80", [&] {
-           cuda::cuda_tuning().prefill_sm90 = 0;
-           call();
-           cuda::cuda_tuning().prefill_sm90 = 1;
-         }, 0.0},
+        // consumers decode tiles in 32-bit arithmetic
+        {"narrow", with(&cuda::CudaTuning::prefill_sm90_narrow_decode, 1), 0.0},
+        // GEMM turns restarted per tile (the default runs them on)
+        {"noturns", with(&cuda::CudaTuning::prefill_sm90_turns, 0), 0.0},
+        // one tile-schedule section (the order before L2 sections)
+        {"l2off", with(&cuda::CudaTuning::prefill_sm90_l2_mb, 0), 0.0},
+        {"sm80", with(&cuda::CudaTuning::prefill_sm90, 0), 0.0},
     };
     auto drop = [&](std::initializer_list<const char*> names) {
       for (const char* name : names) {
@@ -479,19 +470,12 @@ int main(int argc, char** argv) {
       drop({"alt_tile", "smem_epi"});
     }
     if (s.page != 0 && s.page < 128) {  // paged pieces issued by four producer warps
-      variants.insert(variants.begin() + 1, Variant{"pwarps4", [&] {
-                                                      const int saved = std::exchange(
-                                                          cuda::cuda_tuning().prefill_sm90_producer_warps, 4);
-                                                      call();
-                                                      cuda::cuda_tuning().prefill_sm90_producer_warps = saved;
-                                                    }, 0.0});
+      variants.insert(variants.begin() + 1,
+                      Variant{"pwarps4", with(&cuda::CudaTuning::prefill_sm90_producer_warps, 4), 0.0});
     }
     if (!s.features() && s.page != 0 && s.d != 256) {  // the experimental cp.async gather
-      variants.insert(variants.begin() + 1, Variant{"gather", [&] {
-                                                      cuda::cuda_tuning().prefill_sm90_paged_gather = 1;
-                                                      call();
-                                                      cuda::cuda_tuning().prefill_sm90_paged_gather = 0;
-                                                    }, 0.0});
+      variants.insert(variants.begin() + 1,
+                      Variant{"gather", with(&cuda::CudaTuning::prefill_sm90_paged_gather, 1), 0.0});
     }
     std::vector<float> ref;
     for (const Variant& var : variants) {

@@ -469,14 +469,23 @@ TEST(PrefillGpu, RandomSweep) {
   }
 }
 
+// Restores every CUDA tuning switch a test sets when it ends.
+class TuningRestore {
+ public:
+  TuningRestore() = default;
+  ~TuningRestore() { cuda::cuda_tuning() = saved_; }
+  TuningRestore(const TuningRestore&) = delete;
+  TuningRestore& operator=(const TuningRestore&) = delete;
+
+ private:
+  cuda::CudaTuning saved_ = cuda::cuda_tuning();
+};
+
 // The Hopper schedule's L2 sections (prefill_sm90_sections.h) cut small: a 1 MB budget gives
 // most of these cases several sections, some ending mid-sequence or narrower than the rest
 // (the order of the tiles changes, the results must not).
 TEST(PrefillGpu, SmallL2Sections) {
-  struct Restore {
-    int saved = cuda::cuda_tuning().prefill_sm90_l2_mb;
-    ~Restore() { cuda::cuda_tuning().prefill_sm90_l2_mb = saved; }
-  } restore;
+  const TuningRestore restore;
   cuda::cuda_tuning().prefill_sm90_l2_mb = 1;
   const bool quick = test::quick_mode();
   int index = 0;
@@ -503,10 +512,7 @@ TEST(PrefillGpu, SmallL2Sections) {
 // and of several L2 sections (1 MB budget), every head_dim, causal or not, packed or paged:
 // the producer keeps the 64-bit decode, so a tile named differently would hang or corrupt.
 TEST(PrefillGpu, NarrowTileDecode) {
-  struct Restore {
-    cuda::CudaTuning saved = cuda::cuda_tuning();
-    ~Restore() { cuda::cuda_tuning() = saved; }
-  } restore;
+  const TuningRestore restore;
   cuda::cuda_tuning().prefill_sm90_narrow_decode = 1;
   const bool quick = test::quick_mode();
   int index = 0;
@@ -535,10 +541,7 @@ TEST(PrefillGpu, NarrowTileDecode) {
 // of 8, 16, 32, 48 and 64 keys (16, 8, 4, 8 and 2 pieces a tile), causal or not, with window /
 // softcap / ALiBi on every other case; float64 reference.
 TEST(PrefillGpu, PagedProducerWarps) {
-  struct Restore {
-    int saved = cuda::cuda_tuning().prefill_sm90_producer_warps;
-    ~Restore() { cuda::cuda_tuning().prefill_sm90_producer_warps = saved; }
-  } restore;
+  const TuningRestore restore;
   const bool quick = test::quick_mode();
   const std::vector<int64_t> pages = {8, 16, 32, 48, 64};
   int index = 0;
@@ -991,15 +994,10 @@ TEST(PrefillGpuFeatures, WindowTileEdges) {
 // prefill_sm90_eligible, 0: the sm_80 kernels everywhere), restoring the tuning after.
 class UsePrefillPath {
  public:
-  explicit UsePrefillPath(bool sm90) : saved_(cuda::cuda_tuning()) {
-    cuda::cuda_tuning().prefill_sm90 = sm90 ? 1 : 0;
-  }
-  ~UsePrefillPath() { cuda::cuda_tuning() = saved_; }
-  UsePrefillPath(const UsePrefillPath&) = delete;
-  UsePrefillPath& operator=(const UsePrefillPath&) = delete;
+  explicit UsePrefillPath(bool sm90) { cuda::cuda_tuning().prefill_sm90 = sm90 ? 1 : 0; }
 
  private:
-  cuda::CudaTuning saved_;
+  TuningRestore restore_;  // constructed (saving the switches) before the body sets one
 };
 
 // The features at the Hopper kernel's tile edges (128 or 192 query rows, 64 per consumer
