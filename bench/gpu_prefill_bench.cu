@@ -291,16 +291,13 @@ double gemm_ceiling_tflops() {
   return 2.0 * n * n * static_cast<double>(n) / (ms[10] * 1e-3) / 1e12;
 }
 
-// Alternative Hopper tiles timed beside the library's (prefill_sm90_params.h): head_dim 128
-// with a 3-stage ring (224 KB), head_dim 64 with two consumer warpgroups (128 query rows).
-using AltTile128 = cuda::Sm90PrefillTileConfig<128, 2, 3, 128>;
-using AltTile64 = cuda::Sm90PrefillTileConfig<64, 2, 3, 128>;
-// The default tiles with O rescaled after the P V GEMM completed (the order before session
-// 14; Tile::kRescaleInTurn false).
+// The default tiles with O written straight from the accumulators (4-byte stores; the default
+// stages it in shared memory since session 15: Tile::kSmemEpilogue). head_dim 256 has no
+// staged form (no room), so its "direct" is the default.
 template <int D>
-using RescaleAfterTile = cuda::Sm90PrefillTileConfig<
+using DirectEpilogueTile = cuda::Sm90PrefillTileConfig<
     D, cuda::Sm90PrefillTile<D>::kConsumerWarpgroups, cuda::Sm90PrefillTile<D>::kStages,
-    cuda::Sm90PrefillTile<D>::kBlockN, false>;
+    cuda::Sm90PrefillTile<D>::kBlockN, true, false>;
 
 // Runs a bench-only tile configuration (causal bf16, packed or paged) on the problem's
 // tensors; Tile64 / Tile128 / Tile256 by head_dim.
@@ -324,23 +321,9 @@ void run_tile_for(const Problem& p, cudaStream_t stream) {
   }
 }
 
-// The default tiles with the staged epilogue (Tile::kSmemEpilogue; head_dim 256 has no room).
-template <int D>
-using SmemEpilogueTile = cuda::Sm90PrefillTileConfig<
-    D, cuda::Sm90PrefillTile<D>::kConsumerWarpgroups, cuda::Sm90PrefillTile<D>::kStages,
-    cuda::Sm90PrefillTile<D>::kBlockN, true, true>;
-
-// Three stages (no head_dim 256 form: its tiles fill the shared memory with two).
-void run_alt_tile(const Problem& p, cudaStream_t stream) {
-  run_tile_for<AltTile64, AltTile128, cuda::Sm90PrefillTile<256>>(p, stream);
-}
-
-void run_rescale_after_tile(const Problem& p, cudaStream_t stream) {
-  run_tile_for<RescaleAfterTile<64>, RescaleAfterTile<128>, RescaleAfterTile<256>>(p, stream);
-}
-
-void run_smem_epilogue_tile(const Problem& p, cudaStream_t stream) {
-  run_tile_for<SmemEpilogueTile<64>, SmemEpilogueTile<128>, cuda::Sm90PrefillTile<256>>(p, stream);
+void run_direct_epilogue_tile(const Problem& p, cudaStream_t stream) {
+  run_tile_for<DirectEpilogueTile<64>, DirectEpilogueTile<128>, cuda::Sm90PrefillTile<256>>(p,
+                                                                                           stream);
 }
 
 struct Row {
@@ -440,11 +423,10 @@ int main(int argc, char** argv) {
     std::vector<Variant> variants = {
         {"default", [&] { call(); }, 0.0},
         {"grid", with(&cuda::CudaTuning::prefill_sm90_persistent, 0), 0.0},
-        {"alt_tile", [&] { run_alt_tile(p, g_stream); }, 0.0},
-        {"rescale_after", [&] { run_rescale_after_tile(p, g_stream); }, 0.0},
-        {"smem_epi", [&] { run_smem_epilogue_tile(p, g_stream); }, 0.0},
-        // consumers decode tiles in 32-bit arithmetic
-        {"narrow", with(&cuda::CudaTuning::prefill_sm90_narrow_decode, 1), 0.0},
+        // O stored from the accumulators (the default stages it in shared memory)
+        {"direct_epi", [&] { run_direct_epilogue_tile(p, g_stream); }, 0.0},
+        // consumers decode tiles in 64-bit arithmetic (the default: 32-bit where it fits)
+        {"wide", with(&cuda::CudaTuning::prefill_sm90_narrow_decode, 0), 0.0},
         // GEMM turns restarted per tile (the default runs them on)
         {"noturns", with(&cuda::CudaTuning::prefill_sm90_turns, 0), 0.0},
         // one tile-schedule section (the order before L2 sections)
@@ -457,7 +439,7 @@ int main(int argc, char** argv) {
       }
     };
     if (s.features()) {  // default (kMods), the plain kernel on the same shape, the ext kernel
-      drop({"grid", "alt_tile", "rescale_after", "smem_epi"});
+      drop({"grid", "direct_epi"});
       variants.insert(variants.begin() + 1,
                       Variant{"plain",
                               [&] {
@@ -466,12 +448,12 @@ int main(int argc, char** argv) {
                                 prefill_attention(a);
                               },
                               4.0 * visible_pairs(s, false) * s.hq * s.d, false});
-    } else if (s.d == 256) {  // no three-stage or staged-epilogue tile at head_dim 256
-      drop({"alt_tile", "smem_epi"});
+    } else if (s.d == 256) {  // no staged-epilogue tile at head_dim 256
+      drop({"direct_epi"});
     }
-    if (s.page != 0 && s.page < 128) {  // paged pieces issued by four producer warps
+    if (s.page != 0 && s.page < 128) {  // paged pieces issued by one producer warp
       variants.insert(variants.begin() + 1,
-                      Variant{"pwarps4", with(&cuda::CudaTuning::prefill_sm90_producer_warps, 4), 0.0});
+                      Variant{"pwarps1", with(&cuda::CudaTuning::prefill_sm90_producer_warps, 1), 0.0});
     }
     if (!s.features() && s.page != 0 && s.d != 256) {  // the experimental cp.async gather
       variants.insert(variants.begin() + 1,

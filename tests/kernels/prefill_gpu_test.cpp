@@ -508,16 +508,17 @@ TEST(PrefillGpu, SmallL2Sections) {
   }
 }
 
-// The consumers' 32-bit tile decode (KVATTN_PREFILL_SM90_NARROW_DECODE), on schedules of one
-// and of several L2 sections (1 MB budget), every head_dim, causal or not, packed or paged:
-// the producer keeps the 64-bit decode, so a tile named differently would hang or corrupt.
-TEST(PrefillGpu, NarrowTileDecode) {
+// The consumers' tile decode in both forms (KVATTN_PREFILL_SM90_NARROW_DECODE: 32-bit, the
+// default, and 64-bit), on schedules of one and of several L2 sections (1 MB budget), every
+// head_dim, causal or not, packed or paged: the producer keeps the 64-bit decode, so a tile
+// named differently would hang or corrupt.
+TEST(PrefillGpu, NarrowAndWideTileDecode) {
   const TuningRestore restore;
-  cuda::cuda_tuning().prefill_sm90_narrow_decode = 1;
   const bool quick = test::quick_mode();
   int index = 0;
   for (int l2_mb : {32, 1}) {
     cuda::cuda_tuning().prefill_sm90_l2_mb = l2_mb;
+    cuda::cuda_tuning().prefill_sm90_narrow_decode = l2_mb == 32 ? 0 : 1;
     for (int64_t d : {64, 128, 256}) {
       for (bool causal : {true, false}) {
         for (int i = 0; i < (quick ? 1 : 2); ++i, ++index) {
@@ -526,8 +527,11 @@ TEST(PrefillGpu, NarrowTileDecode) {
           std::mt19937_64 rng(seed);
           PrefillCase c = random_case(rng, DType::kBF16, d, causal, index % 2 == 1, quick);
           c.f64_reference = true;
-          SCOPED_TRACE(test::case_note(index, seed, "l2 " + std::to_string(l2_mb) + " MB " +
-                                                        c.describe()));
+          SCOPED_TRACE(test::case_note(
+              index, seed,
+              "l2 " + std::to_string(l2_mb) + " MB narrow " +
+                  std::to_string(cuda::cuda_tuning().prefill_sm90_narrow_decode) + " " +
+                  c.describe()));
           run_case(c, rng, "prefill narrow tile decode");
           if (HasFatalFailure()) return;
         }
@@ -536,7 +540,7 @@ TEST(PrefillGpu, NarrowTileDecode) {
   }
 }
 
-// Paged K/V with 2, 3 and 4 producer warps issuing a tile's page pieces
+// Paged K/V with 1, 2 and 3 producer warps (the default, 4, runs in every other paged test) issuing a tile's page pieces
 // (KVATTN_PREFILL_SM90_PRODUCER_WARPS; head_dim 128 takes it, 64 and 256 keep one warp): pages
 // of 8, 16, 32, 48 and 64 keys (16, 8, 4, 8 and 2 pieces a tile), causal or not, with window /
 // softcap / ALiBi on every other case; float64 reference.
@@ -545,7 +549,7 @@ TEST(PrefillGpu, PagedProducerWarps) {
   const bool quick = test::quick_mode();
   const std::vector<int64_t> pages = {8, 16, 32, 48, 64};
   int index = 0;
-  for (int warps = 2; warps <= 4; ++warps) {
+  for (int warps = 1; warps <= 3; ++warps) {
     cuda::cuda_tuning().prefill_sm90_producer_warps = warps;
     for (int64_t d : {128, 64, 256}) {
       for (bool causal : {true, false}) {

@@ -27,12 +27,14 @@ struct CudaTuning {
   int prefill_sm90_turns = 1;
   // Hopper prefill over pages smaller than a key tile: how many producer warps issue a tile's
   // TMA boxes (1-4; hopper/prefill_sm90_producer.cuh). Env KVATTN_PREFILL_SM90_PRODUCER_WARPS.
-  // 1 until timed on the H200 (written in session 14 without device time).
-  int prefill_sm90_producer_warps = 1;
+  // 4 since session 15 (H200, prefix 8 x (512 over 4096) d128 page 16: 429 -> 591 TFLOP/s
+  // flushed, 432 -> 532 graph; page 256 and packed K/V never take it).
+  int prefill_sm90_producer_warps = 4;
   // Hopper prefill consumers decode their tiles in 32-bit arithmetic where the schedule fits
   // (hopper/prefill_sm90_schedule.cuh; the same tiles, CPU-tested). Env
-  // KVATTN_PREFILL_SM90_NARROW_DECODE. 0 until timed on the H200 (written in session 14).
-  int prefill_sm90_narrow_decode = 0;
+  // KVATTN_PREFILL_SM90_NARROW_DECODE. 1 since session 15 (H200: 0 to +2% on the d64/d128
+  // shapes, +9% graph on 8 x 2048 d256, nothing slower beyond noise).
+  int prefill_sm90_narrow_decode = 1;
   // Hopper prefill: megabytes of L2 the K/V of one tile-schedule section may take
   // (prefill_sm90_schedule.cuh): the (sequence, head) pairs are cut into sections whose K/V
   // fit, and every row block of a section runs before the next section starts, so a K/V tile

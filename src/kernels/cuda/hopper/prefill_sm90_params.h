@@ -89,16 +89,17 @@ struct Sm90PrefillTileConfig {
 // The tiles the library runs (docs/perf/NOTES.md, Hopper prefill). head_dim 128: 128 x 128
 // tiles, two stages (160 KB; three: -2% one CTA per tile, and with the persistent grid +1-3% on
 // long sequences but -4% at 16 x 1024). head_dim 64: 192 query rows (three consumer
-// warpgroups) x 128 keys, three stages (+14% over 128 rows).
+// warpgroups) x 128 keys, three stages (+14% over 128 rows). Both stage O in shared memory for
+// their stores (session 15, H200: +3-8% graph on 8x2048 and 16x1024 d128, +3% 4x4096 d64).
 template <int kHeadDim>
 struct Sm90PrefillTileFor;
 template <>
 struct Sm90PrefillTileFor<128> {
-  using type = Sm90PrefillTileConfig<128, 2, 2, 128>;
+  using type = Sm90PrefillTileConfig<128, 2, 2, 128, true, true>;
 };
 template <>
 struct Sm90PrefillTileFor<64> {
-  using type = Sm90PrefillTileConfig<64, 3, 3, 128>;
+  using type = Sm90PrefillTileConfig<64, 3, 3, 128, true, true>;
 };
 // head_dim 256 (FlashAttention-3's shape): 128 query rows (two consumer warpgroups, O in
 // registers: 128 f32 per thread) x 80 keys, two stages: Q 64 KB + 2 x (K + V) 160 KB, the
