@@ -131,10 +131,11 @@ struct PrefillConsumer {
     }
   }
   // prime_turns: the first hand-over to warpgroup 0, per tile or once per CTA. Across tiles
-  // only with two consumer warpgroups (head_dim 128/256): at three (head_dim 64, 128
-  // registers a thread) the mode's extra live state spilled the kMods kernels.
+  // with two consumer warpgroups (head_dim 128/256), and with three (head_dim 64, 128
+  // registers a thread) in the plain kernels only: there the mode's extra live state spilled
+  // the kMods kernels (session 11).
   __device__ __forceinline__ static bool turns_across_tiles(const PrefillSm90Params& p) {
-    return kWarpgroups == 2 && p.turns_across_tiles != 0;
+    return (kWarpgroups == 2 || !kMods) && p.turns_across_tiles != 0;
   }
   __device__ __forceinline__ static void prime_turns(int wg) {
     if constexpr (kWarpgroups > 1) {
