@@ -33,7 +33,7 @@ for round in 1 2; do
       --num-seqs 2 --min-input 64 --max-input 64 --min-output 8 --max-output 8 \
       --single-input 128 --single-output 32 --ttft-input 4096 \
       --json "/tmp/engine_sm90_${sm90}_r${round}.json" >"/tmp/engine_sm90_${sm90}_r${round}.log" 2>&1
-    echo "round $round KVATTN_PREFILL_SM90=$sm90 rc=$?: $(grep "time to first token" "/tmp/engine_sm90_${sm90}_r${round}.log")"
+    echo "round $round KVATTN_PREFILL_SM90=$sm90 rc=$?: $(grep "time to first token" "/tmp/engine_sm90_${sm90}_r${round}.log" || tail -n 3 "/tmp/engine_sm90_${sm90}_r${round}.log")"
   done
 done
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
