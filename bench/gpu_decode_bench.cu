@@ -190,6 +190,7 @@ struct DecodeVariant {
   int max_chunks = 0;  // small kernel: most chunks per unit (0: the library's choice)
   int evict = -1;      // K/V copies evict-first in L2: 1 / 0; -1: the library's default
   int swap = -1;       // the stream kernel's swapped tile (decode_swap_tile.cuh): -1 default
+  int hw_cvt = -1;     // fp8: the hardware e4m3 conversion, P V in f16 (-1: the default)
 };
 // The default first: the others' outputs are compared with its. "diag" rows are diagnostics
 // (not candidates): the split kernel alone, to price the merge launch.
@@ -228,6 +229,10 @@ std::vector<DecodeVariant> variants_for(bool fp8) {
   }
   out.push_back({"swap s5", 8, 5, 1, 0, 0, 0, -1, 1});
   out.push_back({"swap nosmall", 8, 0, 0, 0, 0, 0, -1, 1});
+  // the hardware e4m3 conversion (decode_fp8_hw_cvt) on the default choice and on each tile
+  out.push_back({"hw", 8, 0, 1, 0, 0, 0, -1, -1, 1});
+  out.push_back({"hw noswap", 8, 0, 1, 0, 0, 0, -1, 0, 1});
+  out.push_back({"hw nosmall", 8, 0, 0, 0, 0, 0, -1, 1, 1});
   out.push_back({"default again", 8, 0});
   return out;
 }
@@ -301,6 +306,7 @@ void bench_decode(const std::string& name, const std::vector<int64_t>& lens, int
     tuning.decode_small_max_chunks = v.max_chunks;
     if (v.evict >= 0) tuning.decode_kv_evict_first = v.evict;
     tuning.decode_swap = v.swap;
+    if (v.hw_cvt >= 0) tuning.decode_fp8_hw_cvt = v.hw_cvt;
   };
   auto plan = [&] { return kvattn::plan_decode(B, hq, hkv, d, 1, pc.width * block_size, kGpu); };
   const std::vector<DecodeVariant> variants = variants_for(fp8);

@@ -516,6 +516,7 @@ struct Variant {
   int evict_first = -1;            // K/V copies evict-first in L2 (-1: the library's default)
   int swap = -1;                   // the swapped tile (-1: the library's default)
   int interleave = -1;             // small kernel's interleaved chunks (-1: the default)
+  int hw_cvt = -1;                 // fp8: the hardware e4m3 conversion (-1: the default)
 };
 const Variant kVariants[] = {{"s2", 8, 2},          {"h4", 4, 0},
                              {"h4 s2", 4, 2},       {"h2 s2", 2, 2},
@@ -526,7 +527,10 @@ const Variant kVariants[] = {{"s2", 8, 2},          {"h4", 4, 0},
                              {"swap h4 s2", 4, 2, 1, 0, -1, 1},
                              {"noswap nosmall", 8, 0, 0, 0, -1, 0},
                              {"small interleaved", 8, 0, 1, 0, -1, -1, 1},
-                             {"small interleaved w4 s2", 8, 2, 1, 4, -1, -1, 1}};
+                             {"small interleaved w4 s2", 8, 2, 1, 4, -1, -1, 1},
+                             {"fp8 hw cvt", 8, 0, 1, 0, -1, -1, -1, 1},
+                             {"fp8 hw cvt swap nosmall", 8, 0, 0, 0, -1, 1, -1, 1},
+                             {"fp8 hw cvt noswap nosmall", 8, 0, 0, 0, -1, 0, -1, 1}};
 
 // Sets a variant for the scope, restores the previous tuning after.
 class UseVariant {
@@ -540,6 +544,7 @@ class UseVariant {
     if (v.evict_first >= 0) t.decode_kv_evict_first = v.evict_first;
     if (v.swap >= 0) t.decode_swap = v.swap;
     if (v.interleave >= 0) t.decode_small_interleave = v.interleave;
+    if (v.hw_cvt >= 0) t.decode_fp8_hw_cvt = v.hw_cvt;
   }
   ~UseVariant() { cuda::cuda_tuning() = saved_; }
 
@@ -561,6 +566,20 @@ TEST(DecodeGpuVariants, Sweep) {
 TEST(DecodeGpu, Fp8CodesReadExactlySwappedTile) {
   UseVariant use(Variant{"swap nosmall", 8, 0, 0, 0, -1, 1});
   fp8_codes_read_exactly();
+}
+
+// The hardware e4m3 conversion (KVATTN_DECODE_FP8_HW_CVT: P V in f16, K too for f16 queries)
+// on both fp8 tiles and the small kernel: every code exact, every output dim in its place, and
+// the fp8 sweep against the float64 reference on the stored bytes.
+TEST(DecodeGpu, Fp8HardwareConversion) {
+  for (const Variant& v : {Variant{"fp8 hw cvt", 8, 0, 1, 0, -1, -1, -1, 1},
+                           Variant{"fp8 hw cvt swap nosmall", 8, 0, 0, 0, -1, 1, -1, 1},
+                           Variant{"fp8 hw cvt noswap nosmall", 8, 0, 0, 0, -1, 0, -1, 1}}) {
+    SCOPED_TRACE(v.name);
+    UseVariant use(v);
+    fp8_codes_read_exactly();
+    sweep(test::quick_mode() ? 8 : 48, /*fp8=*/true);
+  }
 }
 
 // The fp8 sweep again on the swapped fp8 tile (decode_swap 1; small mode off, so the stream and

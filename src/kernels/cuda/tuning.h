@@ -79,6 +79,13 @@ struct CudaTuning {
   // table's width); 0 = contiguous ranges. Off until it has run on a GPU (written in session
   // 12). Env KVATTN_DECODE_SMALL_INTERLEAVE.
   int decode_small_interleave = 0;
+  // Decode over float8_e4m3 caches: 1 = V (and K, for f16 queries) converted by the hardware
+  // instruction (cvt.rn.f16x2.e4m3x2) and P V run in f16 (decode_fp8.cuh), 0 = the integer
+  // conversion into the query type. Session 15's ncu: the fp8 decode is near issue bound
+  // (31% no-eligible cycles, not-selected and math-pipe-throttle stalls), and the hardware form
+  // needs ~half the instructions a V tile. 0 until timed on the H200 (written in session 15).
+  // Env KVATTN_DECODE_FP8_HW_CVT.
+  int decode_fp8_hw_cvt = 0;
   // Diagnostics only (wrong results): skip the stream kernel's merge launch, to time the split
   // kernel alone. Set by the benchmark, never from the environment.
   int decode_debug_no_merge = 0;

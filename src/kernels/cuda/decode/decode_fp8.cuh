@@ -20,6 +20,10 @@
 //   word of each of the keys 2t, 2t+1, 2t+8, 2t+9 (dims 32c + 4g ..) holds the B registers
 //   of all four n-tiles of the group (byte permutes pair the keys). After the last tile the
 //   accumulators are moved back to the mma layout inside each lane quad (fp8_restore_o).
+// The hardware conversion (kHw, DecodeParams::fp8_hw_cvt; fp8_convert.cuh's e4m3x2_to_f16x2)
+// yields f16 only: with it P V runs in f16 for every query type (P in [0, 1] is exact to 11
+// bits in f16, 8 in bf16; the V codes are exact in both), and K takes it for f16 queries
+// (bf16 queries keep e4m3x4_to for S = Q K^T).
 // Layout: rows of D bytes at a pitch of D + 16 (decode_tile_pitch): the S reads (eight keys, one
 // word of one chunk each) and the P V reads (keys 2t.. at chunks 2c + g/4) land on 32
 // different banks at head_dim 64 and 128 alike.
@@ -80,9 +84,24 @@ __device__ __forceinline__ uint32_t lds32(uint32_t addr) {
   return v;
 }
 
+// The K codes of one 32-bit word in the query type T, paired as e4m3x4_to pairs them; by the
+// hardware conversion when kHw and T is f16.
+template <typename T, bool kHw>
+__device__ __forceinline__ void fp8_k_pairs(uint32_t w, uint32_t& lo, uint32_t& hi) {
+  if constexpr (kHw && std::is_same_v<T, __half>) {
+    e4m3x4_to_f16_hw(w, lo, hi);
+  } else {
+    e4m3x4_to<T>(w, lo, hi);
+  }
+}
+
+// The mma operand type of P V: f16 with the hardware conversion, else the query type.
+template <typename T, bool kHw>
+using Fp8PvType = std::conditional_t<kHw, __half, T>;
+
 // S = Q K^T of one fp8 K tile at kbase, in two mma chains (even and odd k-steps), as the
 // 16-bit path does; qf holds Q in the decode_fp8_q_dim order.
-template <typename T, int D>
+template <typename T, int D, bool kHw = false>
 __device__ __forceinline__ void fp8_qk(uint32_t kbase, const uint32_t (&qf)[D / 16][4],
                                        float (&s)[2][4], float (&s2)[2][4], int lane) {
   using L = Fp8Tile<D>;
@@ -94,7 +113,7 @@ __device__ __forceinline__ void fp8_qk(uint32_t kbase, const uint32_t (&qf)[D / 
     for (int nt = 0; nt < 2; ++nt) {
       const uint32_t w = lds32(L::addr(kbase, nt * 8 + g, ks) + 4 * t4);
       uint32_t b0, b1;  // dims 16 ks + 4 t4 + {0, 2} and + {1, 3}
-      e4m3x4_to<T>(w, b0, b1);
+      fp8_k_pairs<T, kHw>(w, b0, b1);
       if (ks & 1) {
         ptx::mma_16816<T>(s2[nt], qf[ks], b0, b1);
       } else {
@@ -125,8 +144,40 @@ __device__ __forceinline__ void fp8_v_pairs(uint32_t vbase, int c, int g, int t4
   e4m3x4_to<T>(byte_perm(w2, w3, 0x7632u), b[2][1], b[3][1]);
 }
 
-// O += P V of one fp8 V tile at vbase; o in the relabelled order (see the top).
-template <typename T, int D>
+// fp8_v_pairs as f16 pairs by the hardware conversion: b[k][0] = dim 32c + 4g + k of keys (2t,
+// 2t+1) is bytes k of w0 and w1 (byte_perm selector k | (4 + k) << 4), b[k][1] of w2 and w3.
+template <int D>
+__device__ __forceinline__ void fp8_v_pairs_f16(uint32_t vbase, int c, int g, int t4,
+                                                uint32_t (&b)[4][2]) {
+  using L = Fp8Tile<D>;
+  const int chunk = 2 * c + (g >> 2);
+  const uint32_t in_chunk = 4 * (g & 3);
+  const uint32_t w0 = lds32(L::addr(vbase, 2 * t4, chunk) + in_chunk);
+  const uint32_t w1 = lds32(L::addr(vbase, 2 * t4 + 1, chunk) + in_chunk);
+  const uint32_t w2 = lds32(L::addr(vbase, 2 * t4 + 8, chunk) + in_chunk);
+  const uint32_t w3 = lds32(L::addr(vbase, 2 * t4 + 9, chunk) + in_chunk);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const uint32_t sel = static_cast<uint32_t>(k | (4 + k) << 4);
+    b[k][0] = e4m3x2_to_f16x2(byte_perm(w0, w1, sel));
+    b[k][1] = e4m3x2_to_f16x2(byte_perm(w2, w3, sel));
+  }
+}
+
+// V's pairs for P V: fp8_v_pairs in T, or fp8_v_pairs_f16 (kHw).
+template <typename T, int D, bool kHw>
+__device__ __forceinline__ void fp8_v_operands(uint32_t vbase, int c, int g, int t4,
+                                               uint32_t (&b)[4][2]) {
+  if constexpr (kHw) {
+    fp8_v_pairs_f16<D>(vbase, c, g, t4, b);
+  } else {
+    fp8_v_pairs<T, D>(vbase, c, g, t4, b);
+  }
+}
+
+// O += P V of one fp8 V tile at vbase; o in the relabelled order (see the top). pa holds P in
+// Fp8PvType<T, kHw>.
+template <typename T, int D, bool kHw = false>
 __device__ __forceinline__ void fp8_pv(uint32_t vbase, const uint32_t (&pa)[4],
                                        float (&o)[D / 8][4], int lane) {
   const int g = lane >> 2;
@@ -134,9 +185,11 @@ __device__ __forceinline__ void fp8_pv(uint32_t vbase, const uint32_t (&pa)[4],
 #pragma unroll
   for (int c = 0; c < D / 32; ++c) {
     uint32_t b[4][2];  // [dim 32c + 4g + k][keys (2t, 2t+1) / (2t+8, 2t+9)]
-    fp8_v_pairs<T, D>(vbase, c, g, t4, b);
+    fp8_v_operands<T, D, kHw>(vbase, c, g, t4, b);
 #pragma unroll
-    for (int jj = 0; jj < 4; ++jj) ptx::mma_16816<T>(o[4 * c + jj], pa, b[jj][0], b[jj][1]);
+    for (int jj = 0; jj < 4; ++jj) {
+      ptx::mma_16816<Fp8PvType<T, kHw>>(o[4 * c + jj], pa, b[jj][0], b[jj][1]);
+    }
   }
 }
 
@@ -188,7 +241,7 @@ __device__ __forceinline__ void fp8_restore_o(float (&o)[D / 8][4], float v_scal
 
 // S^T = K Q^T of one fp8 K tile at kbase, in two mma chains (even and odd k-steps); qb holds
 // Q^T in the decode_fp8_q_dim order (B registers of row g: dims 16 ks + 4t + {h, h + 2}).
-template <typename T, int D>
+template <typename T, int D, bool kHw = false>
 __device__ __forceinline__ void fp8_qk_swap(uint32_t kbase, const uint32_t (&qb)[D / 16][2],
                                             float (&s)[4], float (&s2)[4], int lane) {
   using L = Fp8Tile<D>;
@@ -199,8 +252,8 @@ __device__ __forceinline__ void fp8_qk_swap(uint32_t kbase, const uint32_t (&qb)
     const uint32_t w0 = lds32(L::addr(kbase, g, ks) + 4 * t4);
     const uint32_t w1 = lds32(L::addr(kbase, g + 8, ks) + 4 * t4);
     uint32_t ka[4];  // keys g / g + 8 x dims 16 ks + 4t + {0, 2} / {1, 3}
-    e4m3x4_to<T>(w0, ka[0], ka[2]);
-    e4m3x4_to<T>(w1, ka[1], ka[3]);
+    fp8_k_pairs<T, kHw>(w0, ka[0], ka[2]);
+    fp8_k_pairs<T, kHw>(w1, ka[1], ka[3]);
     if (ks & 1) {
       ptx::mma_16816<T>(s2, ka, qb[ks][0], qb[ks][1]);
     } else {
@@ -210,8 +263,9 @@ __device__ __forceinline__ void fp8_qk_swap(uint32_t kbase, const uint32_t (&qb)
 }
 
 // O^T += V^T P^T of one fp8 V tile at vbase; pb0 / pb1: P^T's B registers (keys 2t.. / 2t+8..
-// of query row g); o in the relabelled order (see the top: fp8_swap_o_dim).
-template <typename T, int D>
+// of query row g, in Fp8PvType<T, kHw>); o in the relabelled order (see the top:
+// fp8_swap_o_dim).
+template <typename T, int D, bool kHw = false>
 __device__ __forceinline__ void fp8_pv_swap(uint32_t vbase, uint32_t pb0, uint32_t pb1,
                                             float (&o)[D / 16][4], int lane) {
   const int g = lane >> 2;
@@ -219,13 +273,13 @@ __device__ __forceinline__ void fp8_pv_swap(uint32_t vbase, uint32_t pb0, uint32
 #pragma unroll
   for (int c = 0; c < D / 32; ++c) {
     uint32_t b[4][2];  // [dim 32c + 4g + k][keys (2t, 2t+1) / (2t+8, 2t+9)]
-    fp8_v_pairs<T, D>(vbase, c, g, t4, b);
+    fp8_v_operands<T, D, kHw>(vbase, c, g, t4, b);
     // m-tile 2c + h: row g = dim + 2h, row g + 8 = dim + 2h + 1; a0 / a1 keys 2t.., a2 / a3
     // keys 2t+8...
     const uint32_t a0[4] = {b[0][0], b[1][0], b[0][1], b[1][1]};
     const uint32_t a1[4] = {b[2][0], b[3][0], b[2][1], b[3][1]};
-    ptx::mma_16816<T>(o[2 * c], a0, pb0, pb1);
-    ptx::mma_16816<T>(o[2 * c + 1], a1, pb0, pb1);
+    ptx::mma_16816<Fp8PvType<T, kHw>>(o[2 * c], a0, pb0, pb1);
+    ptx::mma_16816<Fp8PvType<T, kHw>>(o[2 * c + 1], a1, pb0, pb1);
   }
 }
 

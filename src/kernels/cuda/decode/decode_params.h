@@ -124,6 +124,7 @@ struct DecodeParams {
   int q_aligned16 = 0;      // q rows are 16-byte aligned (small kernel: cp.async of the q tile)
   int kv_evict_first = 1;   // small kernel: K/V copies evict-first in L2 (cuda_tuning())
   int small_interleave = 0; // small kernel: chunks take interleaved tiles (cuda_tuning())
+  int fp8_hw_cvt = 0;       // fp8 caches: the hardware e4m3 conversion, P V in f16 (cuda_tuning())
 
   // CTA shape (decode_config) and the partition of the work.
   int heads_per_cta = 1;

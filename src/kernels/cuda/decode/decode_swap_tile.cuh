@@ -70,7 +70,11 @@ __device__ __forceinline__ void attend_tile_swap(uint32_t kbase, const uint32_t 
   float s[4] = {0.f, 0.f, 0.f, 0.f};
   float s2[4] = {0.f, 0.f, 0.f, 0.f};
   if constexpr (kIsFp8<KV>) {
-    fp8_qk_swap<T, D>(kbase, qb, s, s2, lane);
+    if (p.fp8_hw_cvt) {
+      fp8_qk_swap<T, D, true>(kbase, qb, s, s2, lane);
+    } else {
+      fp8_qk_swap<T, D>(kbase, qb, s, s2, lane);
+    }
   } else {
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
@@ -126,10 +130,19 @@ __device__ __forceinline__ void attend_tile_swap(uint32_t kbase, const uint32_t 
     l[j] += s[j] + s[j + 2];
   }
   // P^T as the B operand: keys 2t..2t+1 (then 8 + 2t..) of row g.
-  const uint32_t pb0 = movmatrix_trans(pack2<T>(s[0], s[1]));
-  const uint32_t pb1 = movmatrix_trans(pack2<T>(s[2], s[3]));
+  // (fp8 with the hardware conversion: P V in f16, decode_fp8.cuh.)
+  const bool pv_f16 = kIsFp8<KV> && p.fp8_hw_cvt;
+  auto pack = [pv_f16](float lo, float hi) {
+    return pv_f16 ? pack2<__half>(lo, hi) : pack2<T>(lo, hi);
+  };
+  const uint32_t pb0 = movmatrix_trans(pack(s[0], s[1]));
+  const uint32_t pb1 = movmatrix_trans(pack(s[2], s[3]));
   if constexpr (kIsFp8<KV>) {
-    fp8_pv_swap<T, D>(vbase, pb0, pb1, o, lane);
+    if (pv_f16) {
+      fp8_pv_swap<T, D, true>(vbase, pb0, pb1, o, lane);
+    } else {
+      fp8_pv_swap<T, D>(vbase, pb0, pb1, o, lane);
+    }
   } else {
     // V^T as the A operand: transposed matrices (keys 0-7 | 8-15) x (dims 0-7 | 8-15).
 #pragma unroll

@@ -78,7 +78,11 @@ __device__ __forceinline__ void attend_tile(uint32_t kbase, const uint32_t (&qf)
   float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
   float s2[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
   if constexpr (kIsFp8<KV>) {
-    fp8_qk<T, D>(kbase, qf, s, s2, lane);
+    if (p.fp8_hw_cvt) {
+      fp8_qk<T, D, true>(kbase, qf, s, s2, lane);
+    } else {
+      fp8_qk<T, D>(kbase, qf, s, s2, lane);
+    }
   } else {
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
@@ -148,10 +152,19 @@ __device__ __forceinline__ void attend_tile(uint32_t kbase, const uint32_t (&qf)
     }
     l[hr] += sum;
   }
-  const uint32_t pa[4] = {pack2<T>(s[0][0], s[0][1]), pack2<T>(s[0][2], s[0][3]),
-                          pack2<T>(s[1][0], s[1][1]), pack2<T>(s[1][2], s[1][3])};
+  // fp8 with the hardware conversion: P V in f16 (decode_fp8.cuh).
+  const bool pv_f16 = kIsFp8<KV> && p.fp8_hw_cvt;
+  auto pack = [pv_f16](float lo, float hi) {
+    return pv_f16 ? pack2<__half>(lo, hi) : pack2<T>(lo, hi);
+  };
+  const uint32_t pa[4] = {pack(s[0][0], s[0][1]), pack(s[0][2], s[0][3]), pack(s[1][0], s[1][1]),
+                          pack(s[1][2], s[1][3])};
   if constexpr (kIsFp8<KV>) {
-    fp8_pv<T, D>(vbase, pa, o, lane);
+    if (pv_f16) {
+      fp8_pv<T, D, true>(vbase, pa, o, lane);
+    } else {
+      fp8_pv<T, D>(vbase, pa, o, lane);
+    }
   } else {
 #pragma unroll
     for (int dt = 0; dt < D / 16; ++dt) {

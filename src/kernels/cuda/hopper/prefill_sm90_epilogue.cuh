@@ -1,6 +1,7 @@
-// The epilogue of a consumer warpgroup: O / rowsum to 16 bits, written straight from the
-// accumulator registers (each quad of lanes writes 16 contiguous bytes of a row per column
-// tile), and the natural-log LSE from lane t == 0 of each quad. Rows past the sequence's Lq
+// The epilogue of a consumer warpgroup: O / rowsum to 16 bits, staged through shared memory
+// (store_output_staged, the default tiles at head_dim 64/128) or written straight from the
+// accumulator registers (store_output: each quad of lanes writes 16 contiguous bytes of a row
+// per column tile), and the natural-log LSE from lane t == 0 of each quad. Rows past the sequence's Lq
 // are not written; a row that saw no key writes zeros and LSE = -inf.
 #pragma once
 
@@ -11,6 +12,18 @@
 namespace kvattn::cuda::sm90 {
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+// The LSE of the warp's rows g and g + 8 (lane 4g of each quad), rows past Lq skipped.
+__device__ __forceinline__ void store_lse(const PrefillParams& p, const float (&lse)[2], int h,
+                                          int q_begin, int warp_row, int Lq) {
+  const int lane = threadIdx.x & 31;
+  if (p.lse == nullptr || (lane & 3) != 0) return;
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int row = warp_row + (lane >> 2) + 8 * hr;
+    if (row < Lq) p.lse[static_cast<int64_t>(h) * p.lse_head_stride + q_begin + row] = lse[hr];
+  }
+}
 
 template <typename T, int D>
 __device__ __forceinline__ void store_output(const PrefillParams& p, float (&o)[D / 8][4],
@@ -35,10 +48,8 @@ __device__ __forceinline__ void store_output(const PrefillParams& p, float (&o)[
       *reinterpret_cast<uint32_t*>(dst + dt * 8) =
           ptx::pack2<T>(o[dt][2 * hr] * inv_sum[hr], o[dt][2 * hr + 1] * inv_sum[hr]);
     }
-    if (p.lse != nullptr && t == 0) {
-      p.lse[static_cast<int64_t>(h) * p.lse_head_stride + q_begin + row] = lse[hr];
-    }
   }
+  store_lse(p, lse, h, q_begin, warp_row, Lq);
 }
 
 // The staged form (Tile::kSmemEpilogue): the warp's 16 rows go to its shared-memory stage by
@@ -92,13 +103,7 @@ __device__ __forceinline__ void store_output_staged(const PrefillParams& p, floa
     }
   }
   __syncwarp();  // the stage is this warp's again before its next tile writes it
-  if (p.lse != nullptr && (lane & 3) == 0) {
-#pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      const int row = warp_row + (lane >> 2) + 8 * hr;
-      if (row < Lq) p.lse[static_cast<int64_t>(h) * p.lse_head_stride + q_begin + row] = lse[hr];
-    }
-  }
+  store_lse(p, lse, h, q_begin, warp_row, Lq);
 }
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
