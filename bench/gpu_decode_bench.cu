@@ -229,10 +229,11 @@ std::vector<DecodeVariant> variants_for(bool fp8) {
   }
   out.push_back({"swap s5", 8, 5, 1, 0, 0, 0, -1, 1});
   out.push_back({"swap nosmall", 8, 0, 0, 0, 0, 0, -1, 1});
-  // the hardware e4m3 conversion (decode_fp8_hw_cvt) on the default choice and on each tile
-  out.push_back({"hw", 8, 0, 1, 0, 0, 0, -1, -1, 1});
-  out.push_back({"hw noswap", 8, 0, 1, 0, 0, 0, -1, 0, 1});
-  out.push_back({"hw nosmall", 8, 0, 0, 0, 0, 0, -1, 1, 1});
+  // the integer e4m3 conversion (decode_fp8_hw_cvt 0; the default is the hardware one) on the
+  // default choice and on each tile
+  out.push_back({"int", 8, 0, 1, 0, 0, 0, -1, -1, 0});
+  out.push_back({"int noswap", 8, 0, 1, 0, 0, 0, -1, 0, 0});
+  out.push_back({"int nosmall", 8, 0, 0, 0, 0, 0, -1, 1, 0});
   out.push_back({"default again", 8, 0});
   return out;
 }

@@ -6,6 +6,8 @@
 #   here: cmake --build build-gpu --target kernels_decode_gpu_test gpu_decode_bench, then
 #         mkdir -p build-carry && cp build-gpu/tests/kernels/kernels_decode_gpu_test
 #         build-gpu/bench/gpu_decode_bench build-carry/ && strip build-carry/*
+# (Ran with the hardware form off by default; since then it is the default and the test that
+# ran as DecodeGpu.Fp8HardwareConversion is DecodeGpu.Fp8IntegerConversion, for the old form.)
 #   run:  bash scripts/gpu_session15_fp8hw.sh > $OUT/summary.txt 2>&1   (carry .deps build-carry)
 set -uo pipefail
 cd "$(dirname "$0")/.."

@@ -528,9 +528,9 @@ const Variant kVariants[] = {{"s2", 8, 2},          {"h4", 4, 0},
                              {"noswap nosmall", 8, 0, 0, 0, -1, 0},
                              {"small interleaved", 8, 0, 1, 0, -1, -1, 1},
                              {"small interleaved w4 s2", 8, 2, 1, 4, -1, -1, 1},
-                             {"fp8 hw cvt", 8, 0, 1, 0, -1, -1, -1, 1},
-                             {"fp8 hw cvt swap nosmall", 8, 0, 0, 0, -1, 1, -1, 1},
-                             {"fp8 hw cvt noswap nosmall", 8, 0, 0, 0, -1, 0, -1, 1}};
+                             {"fp8 integer cvt", 8, 0, 1, 0, -1, -1, -1, 0},
+                             {"fp8 integer cvt swap nosmall", 8, 0, 0, 0, -1, 1, -1, 0},
+                             {"fp8 integer cvt noswap nosmall", 8, 0, 0, 0, -1, 0, -1, 0}};
 
 // Sets a variant for the scope, restores the previous tuning after.
 class UseVariant {
@@ -568,13 +568,14 @@ TEST(DecodeGpu, Fp8CodesReadExactlySwappedTile) {
   fp8_codes_read_exactly();
 }
 
-// The hardware e4m3 conversion (KVATTN_DECODE_FP8_HW_CVT: P V in f16, K too for f16 queries)
-// on both fp8 tiles and the small kernel: every code exact, every output dim in its place, and
-// the fp8 sweep against the float64 reference on the stored bytes.
-TEST(DecodeGpu, Fp8HardwareConversion) {
-  for (const Variant& v : {Variant{"fp8 hw cvt", 8, 0, 1, 0, -1, -1, -1, 1},
-                           Variant{"fp8 hw cvt swap nosmall", 8, 0, 0, 0, -1, 1, -1, 1},
-                           Variant{"fp8 hw cvt noswap nosmall", 8, 0, 0, 0, -1, 0, -1, 1}}) {
+// The integer e4m3 conversion (KVATTN_DECODE_FP8_HW_CVT=0: P V in the query type; the default
+// is the hardware conversion, which every other fp8 test runs) on both fp8 tiles and the small
+// kernel: every code exact, every output dim in its place, and the fp8 sweep against the
+// float64 reference on the stored bytes.
+TEST(DecodeGpu, Fp8IntegerConversion) {
+  for (const Variant& v : {Variant{"fp8 integer cvt", 8, 0, 1, 0, -1, -1, -1, 0},
+                           Variant{"fp8 integer cvt swap nosmall", 8, 0, 0, 0, -1, 1, -1, 0},
+                           Variant{"fp8 integer cvt noswap nosmall", 8, 0, 0, 0, -1, 0, -1, 0}}) {
     SCOPED_TRACE(v.name);
     UseVariant use(v);
     fp8_codes_read_exactly();

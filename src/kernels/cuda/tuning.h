@@ -83,9 +83,10 @@ struct CudaTuning {
   // instruction (cvt.rn.f16x2.e4m3x2) and P V run in f16 (decode_fp8.cuh), 0 = the integer
   // conversion into the query type. Session 15's ncu: the fp8 decode is near issue bound
   // (31% no-eligible cycles, not-selected and math-pipe-throttle stalls), and the hardware form
-  // needs ~half the instructions a V tile. 0 until timed on the H200 (written in session 15).
+  // needs ~half the instructions a V tile. 1 since session 15 (H200, same process: 64x4096 d128
+  // 177.2 -> 163.7 us, 8x32768 176-186 -> 161.7, 96x4096 d64 +4-5%, nothing slower).
   // Env KVATTN_DECODE_FP8_HW_CVT.
-  int decode_fp8_hw_cvt = 0;
+  int decode_fp8_hw_cvt = 1;
   // Diagnostics only (wrong results): skip the stream kernel's merge launch, to time the split
   // kernel alone. Set by the benchmark, never from the environment.
   int decode_debug_no_merge = 0;
