@@ -191,6 +191,7 @@ struct DecodeVariant {
   int evict = -1;      // K/V copies evict-first in L2: 1 / 0; -1: the library's default
   int swap = -1;       // the stream kernel's swapped tile (decode_swap_tile.cuh): -1 default
   int hw_cvt = -1;     // fp8: the hardware e4m3 conversion, P V in f16 (-1: the default)
+  int q_f16 = -1;      // fp8, bf16 queries: Q in f16, K by the hardware conversion (-1: default)
 };
 // The default first: the others' outputs are compared with its. "diag" rows are diagnostics
 // (not candidates): the split kernel alone, to price the merge launch.
@@ -234,6 +235,9 @@ std::vector<DecodeVariant> variants_for(bool fp8) {
   out.push_back({"int", 8, 0, 1, 0, 0, 0, -1, -1, 0});
   out.push_back({"int noswap", 8, 0, 1, 0, 0, 0, -1, 0, 0});
   out.push_back({"int nosmall", 8, 0, 0, 0, 0, 0, -1, 1, 0});
+  // Q in f16 so that K takes the hardware conversion too (decode_fp8_q_f16)
+  out.push_back({"qf16", 8, 0, 1, 0, 0, 0, -1, -1, -1, 1});
+  out.push_back({"qf16 noswap", 8, 0, 1, 0, 0, 0, -1, 0, -1, 1});
   out.push_back({"default again", 8, 0});
   return out;
 }
@@ -308,6 +312,7 @@ void bench_decode(const std::string& name, const std::vector<int64_t>& lens, int
     if (v.evict >= 0) tuning.decode_kv_evict_first = v.evict;
     tuning.decode_swap = v.swap;
     if (v.hw_cvt >= 0) tuning.decode_fp8_hw_cvt = v.hw_cvt;
+    if (v.q_f16 >= 0) tuning.decode_fp8_q_f16 = v.q_f16;
   };
   auto plan = [&] { return kvattn::plan_decode(B, hq, hkv, d, 1, pc.width * block_size, kGpu); };
   const std::vector<DecodeVariant> variants = variants_for(fp8);

@@ -517,6 +517,7 @@ struct Variant {
   int swap = -1;                   // the swapped tile (-1: the library's default)
   int interleave = -1;             // small kernel's interleaved chunks (-1: the default)
   int hw_cvt = -1;                 // fp8: the hardware e4m3 conversion (-1: the default)
+  int q_f16 = -1;                  // fp8, bf16 queries: Q in f16, K by the hardware conversion
 };
 const Variant kVariants[] = {{"s2", 8, 2},          {"h4", 4, 0},
                              {"h4 s2", 4, 2},       {"h2 s2", 2, 2},
@@ -530,7 +531,10 @@ const Variant kVariants[] = {{"s2", 8, 2},          {"h4", 4, 0},
                              {"small interleaved w4 s2", 8, 2, 1, 4, -1, -1, 1},
                              {"fp8 integer cvt", 8, 0, 1, 0, -1, -1, -1, 0},
                              {"fp8 integer cvt swap nosmall", 8, 0, 0, 0, -1, 1, -1, 0},
-                             {"fp8 integer cvt noswap nosmall", 8, 0, 0, 0, -1, 0, -1, 0}};
+                             {"fp8 integer cvt noswap nosmall", 8, 0, 0, 0, -1, 0, -1, 0},
+                             {"fp8 q f16", 8, 0, 1, 0, -1, -1, -1, -1, 1},
+                             {"fp8 q f16 swap nosmall", 8, 0, 0, 0, -1, 1, -1, -1, 1},
+                             {"fp8 q f16 noswap nosmall", 8, 0, 0, 0, -1, 0, -1, -1, 1}};
 
 // Sets a variant for the scope, restores the previous tuning after.
 class UseVariant {
@@ -545,6 +549,7 @@ class UseVariant {
     if (v.swap >= 0) t.decode_swap = v.swap;
     if (v.interleave >= 0) t.decode_small_interleave = v.interleave;
     if (v.hw_cvt >= 0) t.decode_fp8_hw_cvt = v.hw_cvt;
+    if (v.q_f16 >= 0) t.decode_fp8_q_f16 = v.q_f16;
   }
   ~UseVariant() { cuda::cuda_tuning() = saved_; }
 
@@ -576,6 +581,21 @@ TEST(DecodeGpu, Fp8IntegerConversion) {
   for (const Variant& v : {Variant{"fp8 integer cvt", 8, 0, 1, 0, -1, -1, -1, 0},
                            Variant{"fp8 integer cvt swap nosmall", 8, 0, 0, 0, -1, 1, -1, 0},
                            Variant{"fp8 integer cvt noswap nosmall", 8, 0, 0, 0, -1, 0, -1, 0}}) {
+    SCOPED_TRACE(v.name);
+    UseVariant use(v);
+    fp8_codes_read_exactly();
+    sweep(test::quick_mode() ? 8 : 48, /*fp8=*/true);
+  }
+}
+
+// bf16 queries rewritten in f16 per warp (KVATTN_DECODE_FP8_Q_F16: a power-of-two prescale
+// folded into the softmax scale, K by the hardware conversion, S = Q K^T in f16) on both fp8
+// tiles and the small kernel: the one-hot queries of the codes test (every K code through the
+// LSE) and the fp8 sweep against the float64 reference on the stored bytes.
+TEST(DecodeGpu, Fp8QueriesInF16) {
+  for (const Variant& v : {Variant{"fp8 q f16", 8, 0, 1, 0, -1, -1, -1, -1, 1},
+                           Variant{"fp8 q f16 swap nosmall", 8, 0, 0, 0, -1, 1, -1, -1, 1},
+                           Variant{"fp8 q f16 noswap nosmall", 8, 0, 0, 0, -1, 0, -1, -1, 1}}) {
     SCOPED_TRACE(v.name);
     UseVariant use(v);
     fp8_codes_read_exactly();

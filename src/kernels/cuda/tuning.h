@@ -87,6 +87,13 @@ struct CudaTuning {
   // 177.2 -> 163.7 us, 8x32768 176-186 -> 161.7, 96x4096 d64 +4-5%, nothing slower).
   // Env KVATTN_DECODE_FP8_HW_CVT.
   int decode_fp8_hw_cvt = 1;
+  // Decode over float8_e4m3 caches, bf16 queries, head_dim 128: 1 = each warp rewrites its Q in f16
+  // (scaled by a power of two so that nothing overflows; the scale folds into the softmax
+  // scale: fp8_q_to_f16) so that K too takes the hardware conversion and S = Q K^T runs in
+  // f16 (the other half of the conversions; f16 queries do this with decode_fp8_hw_cvt
+  // alone). 0 until timed on the H200 (written in session 15, compiled, not run).
+  // Env KVATTN_DECODE_FP8_Q_F16.
+  int decode_fp8_q_f16 = 0;
   // Diagnostics only (wrong results): skip the stream kernel's merge launch, to time the split
   // kernel alone. Set by the benchmark, never from the environment.
   int decode_debug_no_merge = 0;

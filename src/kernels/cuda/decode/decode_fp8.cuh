@@ -95,6 +95,56 @@ __device__ __forceinline__ void fp8_k_pairs(uint32_t w, uint32_t& lo, uint32_t& 
   }
 }
 
+// bf16 query registers (pairs of any fragment layout) rewritten in place as f16 pairs times
+// 2^-e, so that S = Q K^T can run in f16 with K from the hardware conversion
+// (DecodeParams::fp8_q_f16). e is one value for the warp: its largest |q| lands in [2^14, 2^15)
+// (no overflow; values down to 2^-24 of the largest keep f16's 11 bits, so the score's error
+// stays below bf16's own rounding of q). Returns 2^e, to multiply into the unit's softmax
+// scale. A warp of zeros, or holding Inf, takes e = 0 (Inf and NaN then propagate, as in the
+// reference). Every lane of the warp must call it.
+template <int R, int C>
+__device__ __forceinline__ float fp8_q_to_f16(uint32_t (&q)[R][C]) {
+  float mx = 0.0f;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      mx = fmaxf(mx, fmaxf(fabsf(__uint_as_float(q[r][c] << 16)),
+                           fabsf(__uint_as_float(q[r][c] & 0xffff0000u))));
+    }
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+  int e = 0;
+  if (mx > 0.0f && !isinf(mx)) {
+    int x = 0;
+    frexpf(mx, &x);  // mx < 2^x
+    e = max(-100, min(100, x - 15));
+  }
+  const float down = ldexpf(1.0f, -e);
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      q[r][c] = ptx::pack2<__half>(__uint_as_float(q[r][c] << 16) * down,
+                                   __uint_as_float(q[r][c] & 0xffff0000u) * down);
+    }
+  }
+  return ldexpf(1.0f, e);
+}
+
+// Whether S = Q K^T of an fp8 tile runs in f16 on bf16 queries rewritten by fp8_q_to_f16.
+// head_dim 128 only: at 64 the extra path took the swapped fp8 kernel from 80 to 102 registers
+// (ptxas), which could change the default kernel's occupancy before it is timed.
+template <typename T, typename KV, int D>
+__device__ __forceinline__ bool fp8_q_in_f16(const DecodeParams& p) {
+  if constexpr (sizeof(KV) == 1 && D == 128 && std::is_same_v<T, __nv_bfloat16>) {
+    return p.fp8_q_f16 != 0;
+  } else {
+    return false;
+  }
+}
+
 // The mma operand type of P V: f16 with the hardware conversion, else the query type.
 template <typename T, bool kHw>
 using Fp8PvType = std::conditional_t<kHw, __half, T>;

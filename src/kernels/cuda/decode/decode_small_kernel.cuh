@@ -408,7 +408,10 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) ldmatrix_x4(qf[ks], qbase + ks * 32);
   }
-  const float scale_log2 = unit_scale_log2<KV>(p, kvh);
+  float scale_log2 = unit_scale_log2<KV>(p, kvh);
+  if constexpr (kIsFp8<KV>) {
+    if (fp8_q_in_f16<T, KV, D>(p)) scale_log2 *= fp8_q_to_f16(qf);  // S = Q K^T in f16
+  }
   int cstage = 0, istage = stages - 1;
   for (int t = ta; t < tb; t += tstep) {
     cp_async_wait_dyn(stages - 2);

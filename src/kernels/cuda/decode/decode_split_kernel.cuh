@@ -364,6 +364,7 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   // Query fragments of the piece starting at c (rows past `rows` are zero), its causal limits
   // (key j is visible to row r iff j < limit[r]) and a fresh softmax state.
   uint32_t qf[D / 16][kSwap ? 2 : 4];
+  float piece_scale_log2 = scale_log2;  // times fp8_q_to_f16's 2^e for the piece's Q
   int limit[2] = {0, 0};
   int min_limit = 0, warp_limit = 0;
   DecodeMods mods;  // kExt only
@@ -411,6 +412,9 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
         if constexpr (!kExt) limit[hr] = p.causal ? min(len, i + len - p.q_len + 1) : len;
       }
     }
+    if constexpr (kIsFp8<KV>) {
+      piece_scale_log2 = fp8_q_in_f16<T, KV, D>(p) ? scale_log2 * fp8_q_to_f16(qf) : scale_log2;
+    }
     if constexpr (kExt && kSwap) {
       mods.init_rows(p, c.b, len, kvh, rc * kSwapRows + 2 * t4, rc * kSwapRows + 2 * t4 + 1);
     } else if constexpr (kExt) {
@@ -439,10 +443,10 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     if (kExt ? mods.tile_has_work(key0) : key0 < warp_limit) {
       if constexpr (kSwap) {
         attend_tile_swap<T, KV, D, kExt>(wbase + cstage * L::kStageBytes, qf, o, m, l, key0,
-                                         limit, min_limit, scale_log2, lane, p, mods);
+                                         limit, min_limit, piece_scale_log2, lane, p, mods);
       } else {
         attend_tile<T, KV, D, kExt>(wbase + cstage * L::kStageBytes, qf, o, m, l, key0, limit,
-                                    min_limit, scale_log2, lane, p, mods);
+                                    min_limit, piece_scale_log2, lane, p, mods);
       }
     }
     if (++cstage == stages) cstage = 0;

@@ -78,7 +78,9 @@ __device__ __forceinline__ void attend_tile(uint32_t kbase, const uint32_t (&qf)
   float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
   float s2[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
   if constexpr (kIsFp8<KV>) {
-    if (p.fp8_hw_cvt) {
+    if (fp8_q_in_f16<T, KV, D>(p)) {  // Q rewritten in f16 (fp8_q_to_f16): K in f16 as well
+      fp8_qk<__half, D, true>(kbase, qf, s, s2, lane);
+    } else if (p.fp8_hw_cvt) {
       fp8_qk<T, D, true>(kbase, qf, s, s2, lane);
     } else {
       fp8_qk<T, D>(kbase, qf, s, s2, lane);
