@@ -178,16 +178,24 @@ __device__ __forceinline__ void fp8_qk(uint32_t kbase, const uint32_t (&qf)[D / 
 // each 32-bit word read is dim 32c + 4g + k; [w0.b0, w0.b1, w1.b0, w1.b1]: e4m3x4_to pairs
 // bytes (0, 2) = dim +0 of keys (2t, 2t+1) and (1, 3) = dim +1; 0x7632: dims +2, +3.
 // (fp8_pv uses them as B registers, fp8_pv_swap as A registers.)
-template <typename T, int D>
-__device__ __forceinline__ void fp8_v_pairs(uint32_t vbase, int c, int g, int t4,
-                                            uint32_t (&b)[4][2]) {
+// The four words fp8_v_pairs reads: dims 32c + 4g .. + 3 of keys 2t, 2t+1, 2t+8, 2t+9.
+template <int D>
+__device__ __forceinline__ void fp8_v_words(uint32_t vbase, int c, int g, int t4,
+                                            uint32_t (&w)[4]) {
   using L = Fp8Tile<D>;
   const int chunk = 2 * c + (g >> 2);
   const uint32_t in_chunk = 4 * (g & 3);
-  const uint32_t w0 = lds32(L::addr(vbase, 2 * t4, chunk) + in_chunk);
-  const uint32_t w1 = lds32(L::addr(vbase, 2 * t4 + 1, chunk) + in_chunk);
-  const uint32_t w2 = lds32(L::addr(vbase, 2 * t4 + 8, chunk) + in_chunk);
-  const uint32_t w3 = lds32(L::addr(vbase, 2 * t4 + 9, chunk) + in_chunk);
+  constexpr int kKey[4] = {0, 1, 8, 9};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) w[i] = lds32(L::addr(vbase, 2 * t4 + kKey[i], chunk) + in_chunk);
+}
+
+template <typename T, int D>
+__device__ __forceinline__ void fp8_v_pairs(uint32_t vbase, int c, int g, int t4,
+                                            uint32_t (&b)[4][2]) {
+  uint32_t w[4];
+  fp8_v_words<D>(vbase, c, g, t4, w);
+  const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3];
   e4m3x4_to<T>(byte_perm(w0, w1, 0x5410u), b[0][0], b[1][0]);
   e4m3x4_to<T>(byte_perm(w0, w1, 0x7632u), b[2][0], b[3][0]);
   e4m3x4_to<T>(byte_perm(w2, w3, 0x5410u), b[0][1], b[1][1]);
@@ -199,18 +207,13 @@ __device__ __forceinline__ void fp8_v_pairs(uint32_t vbase, int c, int g, int t4
 template <int D>
 __device__ __forceinline__ void fp8_v_pairs_f16(uint32_t vbase, int c, int g, int t4,
                                                 uint32_t (&b)[4][2]) {
-  using L = Fp8Tile<D>;
-  const int chunk = 2 * c + (g >> 2);
-  const uint32_t in_chunk = 4 * (g & 3);
-  const uint32_t w0 = lds32(L::addr(vbase, 2 * t4, chunk) + in_chunk);
-  const uint32_t w1 = lds32(L::addr(vbase, 2 * t4 + 1, chunk) + in_chunk);
-  const uint32_t w2 = lds32(L::addr(vbase, 2 * t4 + 8, chunk) + in_chunk);
-  const uint32_t w3 = lds32(L::addr(vbase, 2 * t4 + 9, chunk) + in_chunk);
+  uint32_t w[4];
+  fp8_v_words<D>(vbase, c, g, t4, w);
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
     const uint32_t sel = static_cast<uint32_t>(k | (4 + k) << 4);
-    b[k][0] = e4m3x2_to_f16x2(byte_perm(w0, w1, sel));
-    b[k][1] = e4m3x2_to_f16x2(byte_perm(w2, w3, sel));
+    b[k][0] = e4m3x2_to_f16x2(byte_perm(w[0], w[1], sel));
+    b[k][1] = e4m3x2_to_f16x2(byte_perm(w[2], w[3], sel));
   }
 }
 
