@@ -27,6 +27,7 @@
 #include "kernels/cuda/hopper/prefill_sm90_producer.cuh"
 #include "kernels/cuda/hopper/prefill_sm90_schedule.cuh"
 #include "kernels/cuda/hopper/prefill_sm90_smem.cuh"
+#include "kernels/cuda/hopper/prefill_sm90_tile_handover.cuh"
 #include "kernels/cuda/ptx.cuh"
 
 namespace kvattn::cuda {
@@ -57,7 +58,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     // The experimental cp.async gather is not built with kMods (its 32-register warps would
     // spill at head_dim 64) nor for tiles other than 128 keys (head_dim 256); the launcher
     // never asks for it there.
-    if constexpr (kPaged && !kMods && BN == 128) {
+    if constexpr (kPaged && !kMods && BN == 128 && !Tile::kProducerDecode) {
       if (sp.kv_gather != 0) {  // all four warps gather (prefill_sm90_gather.cuh)
         sm90::for_each_tile<BM, BN, kCausal, kPaged, false>(
             sp, false,
@@ -73,45 +74,61 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     using Producer = sm90::PrefillProducer<Tile, kPaged, kMods>;
     const int producer_warps = Producer::kMultiWarp ? sp.kv_producer_warps : 1;
     if (threadIdx.x >= 32 * producer_warps) return;
+    // with_q false: the tile handover (warp 0) loaded the tile's Q already.
+    auto load = [&](const sm90::PrefillTileWork& w, uint32_t kv, uint32_t qi, bool with_q) {
+      Producer producer{sp, smem, w.h / p.group, w.k_begin, w.Lk,
+          kPaged ? p.block_table + static_cast<int64_t>(w.b) * p.bt_stride : nullptr};
+      if constexpr (kMods) {
+        producer.n_first = w.n_first;
+        producer.lo_key = w.key_lo;
+        producer.hi_key = w.key_hi;
+      }
+      producer.run(w.q_begin + w.m0, w.h, w.n_blocks, kv, qi, with_q);
+    };
+    if constexpr (Tile::kProducerDecode) {
+      if (threadIdx.x < 32) {
+        sm90::hand_over_tiles<Tile, kCausal, kPaged, kMods>(
+            sp, smem, [&](const sm90::PrefillTileWork& w, uint32_t kv, uint32_t qi) {
+              load(w, kv, qi, false);
+            });
+        return;
+      }
+    }
     sm90::for_each_tile<BM, BN, kCausal, kPaged, kMods>(
-        sp, false,
-        [&](const sm90::PrefillTileWork& w, uint32_t kv, uint32_t qi) {
-          Producer producer{sp, smem, w.h / p.group, w.k_begin, w.Lk,
-              kPaged ? p.block_table + static_cast<int64_t>(w.b) * p.bt_stride : nullptr};
-          if constexpr (kMods) {
-            producer.n_first = w.n_first;
-            producer.lo_key = w.key_lo;
-            producer.hi_key = w.key_hi;
-          }
-          producer.run(w.q_begin + w.m0, w.h, w.n_blocks, kv, qi);
+        sp, false, [&](const sm90::PrefillTileWork& w, uint32_t kv, uint32_t qi) {
+          load(w, kv, qi, true);
         });
   } else {
     sm90::setmaxnreg_inc<Tile::kConsumerRegs>();
     const int wg = warpgroup - 1;
     using Consumer = sm90::PrefillConsumer<T, Tile, kCausal, kMods>;
     if (Consumer::turns_across_tiles(sp)) Consumer::prime_turns(wg);  // once per CTA
-    sm90::for_each_tile<BM, BN, kCausal, kPaged, kMods, /*kNarrow=*/true>(
-        sp, threadIdx.x == 128,
-        [&](const sm90::PrefillTileWork& w, uint32_t kv, uint32_t qi) {
-          const int row0 = w.m0 + wg * 64;
-          sm90::PrefillConsumer<T, Tile, kCausal, kMods> consumer;
-          if constexpr (kMods) {
-            consumer.run(sp, smem, wg, row0, w.Lk, w.causal_offset, w.n_blocks, kv, qi,
-                         w.n_first, w.b, w.h, w.Lq);
-          } else {
-            consumer.run(sp, smem, wg, row0, w.Lk, w.causal_offset, w.n_blocks, kv, qi);
-          }
-          if constexpr (Tile::kSmemEpilogue) {
-            if (sp.out_vec16 != 0) {
-              sm90::store_output_staged<T, Tile::kHeadDim, Tile::kOStageRowBytes>(
-                  p, consumer.o, consumer.softmax, w.h, w.q_begin, row0, w.Lq,
-                  smem.o_stage((static_cast<int>(threadIdx.x) - 128) >> 5));
-              return;
-            }
-          }
-          sm90::store_output<T, Tile::kHeadDim>(p, consumer.o, consumer.softmax, w.h,
-                                                w.q_begin, row0, w.Lq);
-        });
+    auto consume = [&](const sm90::PrefillTileWork& w, uint32_t kv, uint32_t qi) {
+      const int row0 = w.m0 + wg * 64;
+      sm90::PrefillConsumer<T, Tile, kCausal, kMods> consumer;
+      if constexpr (kMods) {
+        consumer.run(sp, smem, wg, row0, w.Lk, w.causal_offset, w.n_blocks, kv, qi,
+                     w.n_first, w.b, w.h, w.Lq);
+      } else {
+        consumer.run(sp, smem, wg, row0, w.Lk, w.causal_offset, w.n_blocks, kv, qi);
+      }
+      if constexpr (Tile::kSmemEpilogue) {
+        if (sp.out_vec16 != 0) {
+          sm90::store_output_staged<T, Tile::kHeadDim, Tile::kOStageRowBytes>(
+              p, consumer.o, consumer.softmax, w.h, w.q_begin, row0, w.Lq,
+              smem.o_stage((static_cast<int>(threadIdx.x) - 128) >> 5));
+          return;
+        }
+      }
+      sm90::store_output<T, Tile::kHeadDim>(p, consumer.o, consumer.softmax, w.h,
+                                            w.q_begin, row0, w.Lq);
+    };
+    if constexpr (Tile::kProducerDecode) {
+      sm90::for_each_handed_tile<Tile>(smem, consume);
+    } else {
+      sm90::for_each_tile<BM, BN, kCausal, kPaged, kMods, /*kNarrow=*/true>(
+          sp, threadIdx.x == 128, consume);
+    }
   }
 #endif
 }

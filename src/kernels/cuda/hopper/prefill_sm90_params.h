@@ -49,11 +49,16 @@ struct PrefillSm90Params {
 // kSmemEpilogue: each consumer warp stages its 16 output rows in shared memory (stmatrix) and
 // writes them with 16-byte coalesced stores (prefill_sm90_epilogue.cuh), instead of 4-byte
 // stores straight from the accumulators; 16 x (2 head_dim + 16) bytes a consumer warp more.
+// kProducerDecode: the producer decodes each tile and hands it to the consumers in shared
+// memory with its Q (prefill_sm90_tile_handover.cuh), so the consumers' tile decode (the
+// cu_seqlens loads and section arithmetic between two tiles' GEMMs) leaves their path
+// (FlashAttention-3's order; bench-only until timed, written in session 15).
 template <int kHeadDim_, int kConsumerWarpgroups_, int kStages_, int kBlockN_,
-          bool kRescaleInTurn_ = true, bool kSmemEpilogue_ = false>
+          bool kRescaleInTurn_ = true, bool kSmemEpilogue_ = false, bool kProducerDecode_ = false>
 struct Sm90PrefillTileConfig {
   static constexpr bool kRescaleInTurn = kRescaleInTurn_;
   static constexpr bool kSmemEpilogue = kSmemEpilogue_;
+  static constexpr bool kProducerDecode = kProducerDecode_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kConsumerWarpgroups = kConsumerWarpgroups_;
   static constexpr int kBlockM = 64 * kConsumerWarpgroups;
@@ -78,13 +83,22 @@ struct Sm90PrefillTileConfig {
   static constexpr int kOStageBytes =
       kSmemEpilogue ? 4 * kConsumerWarpgroups * 16 * kOStageRowBytes : 0;
   static_assert(kNumBarriers * 8 % 16 == 0, "the output stage follows the barriers, 16-aligned");
+  static constexpr int kWorkBytes = kProducerDecode ? 64 : 0;  // the handed-over tile, last
   static constexpr int kSmemBytes =
-      kQBytes + 2 * kStages * kKVBytes + kNumBarriers * 8 + kOStageBytes;
+      kQBytes + 2 * kStages * kKVBytes + kNumBarriers * 8 + kOStageBytes + kWorkBytes;
   static constexpr int kSmemAlloc = kSmemBytes + 1024;  // room to align the base to 1024 bytes
   static_assert(kHeadDim % 64 == 0 && kBlockN % 16 == 0 && kBlockN <= 256);
   static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumerWarpgroups <= 65536);
   static_assert(kSmemAlloc <= 232448, "more shared memory than an sm_90 CTA may have");
 };
+
+// Tile::kProducerDecode in the library's own tiles: off; a build with
+// -DKVATTN_PREFILL_SM90_PRODUCER_DECODE=1 (CMAKE_CUDA_FLAGS) turns it on everywhere, so the whole
+// prefill GPU suite can run on it before it is made the default.
+#ifndef KVATTN_PREFILL_SM90_PRODUCER_DECODE
+#define KVATTN_PREFILL_SM90_PRODUCER_DECODE 0
+#endif
+inline constexpr bool kSm90ProducerDecode = KVATTN_PREFILL_SM90_PRODUCER_DECODE != 0;
 
 // The tiles the library runs (docs/perf/NOTES.md, Hopper prefill). head_dim 128: 128 x 128
 // tiles, two stages (160 KB; three: -2% one CTA per tile, and with the persistent grid +1-3% on
@@ -95,11 +109,11 @@ template <int kHeadDim>
 struct Sm90PrefillTileFor;
 template <>
 struct Sm90PrefillTileFor<128> {
-  using type = Sm90PrefillTileConfig<128, 2, 2, 128, true, true>;
+  using type = Sm90PrefillTileConfig<128, 2, 2, 128, true, true, kSm90ProducerDecode>;
 };
 template <>
 struct Sm90PrefillTileFor<64> {
-  using type = Sm90PrefillTileConfig<64, 3, 3, 128, true, true>;
+  using type = Sm90PrefillTileConfig<64, 3, 3, 128, true, true, kSm90ProducerDecode>;
 };
 // head_dim 256 (FlashAttention-3's shape): 128 query rows (two consumer warpgroups, O in
 // registers: 128 f32 per thread) x 80 keys, two stages: Q 64 KB + 2 x (K + V) 160 KB, the
@@ -107,7 +121,7 @@ struct Sm90PrefillTileFor<64> {
 // keys).
 template <>
 struct Sm90PrefillTileFor<256> {
-  using type = Sm90PrefillTileConfig<256, 2, 2, 80>;
+  using type = Sm90PrefillTileConfig<256, 2, 2, 80, true, false, kSm90ProducerDecode>;
 };
 template <int kHeadDim>
 using Sm90PrefillTile = typename Sm90PrefillTileFor<kHeadDim>::type;

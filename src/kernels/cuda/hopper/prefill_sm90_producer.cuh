@@ -114,12 +114,12 @@ struct PrefillProducer {
   }
 
   // One tile: its Q (once the consumers are done with the previous tile's Q: q_index tiles
-  // were loaded before this one), then its n_blocks K/V tiles into ring slots kv_base.. (the
-  // ring counts K/V tiles across all tiles of the CTA).
+  // were loaded before this one; not with_q: the tile handover loaded it), then its n_blocks
+  // K/V tiles into ring slots kv_base.. (the ring counts K/V tiles across all tiles of the CTA).
   __device__ __forceinline__ void run(int q_row0, int h, int n_blocks, uint32_t kv_base,
-                                      uint32_t q_index) const {
+                                      uint32_t q_index, bool with_q = true) const {
     if (n_blocks == 0) return;
-    if (warp() == 0) load_q(p, s, q_row0, h, q_index, lane() == 0);
+    if (with_q && warp() == 0) load_q(p, s, q_row0, h, q_index, lane() == 0);
     // K of tile it, then V of tile it - 1: the order the consumers use them in, so a K load
     // never waits behind the release of a V stage.
     Piece prev_piece{0, 0};
