@@ -41,7 +41,9 @@ void launch_prefill_sm90_tile(const PrefillParams& base, cudaStream_t stream) {
     sp.kv_box_rows = rows;
     // Pages that are not whole tiles: gathered by cp.async when switched on (experimental).
     // Not with kMods or head_dim 256 (prefill_sm90_eligible sends those pages to sm_80).
-    sp.kv_gather = !kMods && Tile::kBlockN == 128 && cuda_tuning().prefill_sm90_paged_gather != 0 &&
+    // (Nor with Tile::kProducerDecode: the gathering warps do not hand tiles over.)
+    sp.kv_gather = !kMods && !Tile::kProducerDecode && Tile::kBlockN == 128 &&
+                   cuda_tuning().prefill_sm90_paged_gather != 0 &&
                    p.block_size % Tile::kBlockN != 0;
     // Several producer warps only where a tile has several page pieces to issue (and the
     // producer the registers: Tile::kMultiWarpProducer).
