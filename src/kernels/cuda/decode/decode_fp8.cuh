@@ -48,6 +48,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/decode/decode_params.h"
+#include "kernels/cuda/decode/fp8_q_prescale.h"
 #include "kernels/cuda/fp8_convert.cuh"
 #include "kernels/cuda/ptx.cuh"
 
@@ -97,11 +98,10 @@ __device__ __forceinline__ void fp8_k_pairs(uint32_t w, uint32_t& lo, uint32_t& 
 
 // bf16 query registers (pairs of any fragment layout) rewritten in place as f16 pairs times
 // 2^-e, so that S = Q K^T can run in f16 with K from the hardware conversion
-// (DecodeParams::fp8_q_f16). e is one value for the warp: its largest |q| lands in [2^14, 2^15)
-// (no overflow; values down to 2^-24 of the largest keep f16's 11 bits, so the score's error
-// stays below bf16's own rounding of q). Returns 2^e, to multiply into the unit's softmax
-// scale. A warp of zeros, or holding Inf, takes e = 0 (Inf and NaN then propagate, as in the
-// reference). Every lane of the warp must call it.
+// (DecodeParams::fp8_q_f16). e is one value for the warp (fp8_q_prescale_exp of its largest
+// |q|: that lands in [2^14, 2^15), no overflow; values down to 2^-10 of it keep f16's 11 bits,
+// smaller ones lose bits that weigh less than bf16's own rounding of the largest). Returns 2^e,
+// to multiply into the unit's softmax scale. Every lane of the warp must call it.
 template <int R, int C>
 __device__ __forceinline__ float fp8_q_to_f16(uint32_t (&q)[R][C]) {
   float mx = 0.0f;
@@ -115,12 +115,7 @@ __device__ __forceinline__ float fp8_q_to_f16(uint32_t (&q)[R][C]) {
   }
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-  int e = 0;
-  if (mx > 0.0f && !isinf(mx)) {
-    int x = 0;
-    frexpf(mx, &x);  // mx < 2^x
-    e = max(-100, min(100, x - 15));
-  }
+  const int e = fp8_q_prescale_exp(mx);
   const float down = ldexpf(1.0f, -e);
 #pragma unroll
   for (int r = 0; r < R; ++r) {
@@ -178,16 +173,19 @@ __device__ __forceinline__ void fp8_qk(uint32_t kbase, const uint32_t (&qf)[D / 
 // each 32-bit word read is dim 32c + 4g + k; [w0.b0, w0.b1, w1.b0, w1.b1]: e4m3x4_to pairs
 // bytes (0, 2) = dim +0 of keys (2t, 2t+1) and (1, 3) = dim +1; 0x7632: dims +2, +3.
 // (fp8_pv uses them as B registers, fp8_pv_swap as A registers.)
-// The four words fp8_v_pairs reads: dims 32c + 4g .. + 3 of keys 2t, 2t+1, 2t+8, 2t+9.
+// The four words fp8_v_pairs reads: dims 32c + 4g .. + 3 of keys 2t, 2t+1, 2t+8, 2t+9. (Spelled
+// out: as a loop over a key table, ptxas gave the swapped fp8 kernels 106 registers instead of
+// 80 at head_dim 64, and 122 instead of 120 at 128.)
 template <int D>
 __device__ __forceinline__ void fp8_v_words(uint32_t vbase, int c, int g, int t4,
                                             uint32_t (&w)[4]) {
   using L = Fp8Tile<D>;
   const int chunk = 2 * c + (g >> 2);
   const uint32_t in_chunk = 4 * (g & 3);
-  constexpr int kKey[4] = {0, 1, 8, 9};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) w[i] = lds32(L::addr(vbase, 2 * t4 + kKey[i], chunk) + in_chunk);
+  w[0] = lds32(L::addr(vbase, 2 * t4, chunk) + in_chunk);
+  w[1] = lds32(L::addr(vbase, 2 * t4 + 1, chunk) + in_chunk);
+  w[2] = lds32(L::addr(vbase, 2 * t4 + 8, chunk) + in_chunk);
+  w[3] = lds32(L::addr(vbase, 2 * t4 + 9, chunk) + in_chunk);
 }
 
 template <typename T, int D>
