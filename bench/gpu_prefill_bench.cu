@@ -466,7 +466,8 @@ int main(int argc, char** argv) {
     }
     if (s.page != 0 && s.page < 128) {  // paged pieces issued by one producer warp
       variants.insert(variants.begin() + 1,
-                      Variant{"pwarps1", with(&cuda::CudaTuning::prefill_sm90_producer_warps, 1), 0.0});
+                      Variant{"pwarps1",
+                              with(&cuda::CudaTuning::prefill_sm90_producer_warps, 1), 0.0});
     }
     if (!s.features() && s.page != 0 && s.d != 256) {  // the experimental cp.async gather
       variants.insert(variants.begin() + 1,

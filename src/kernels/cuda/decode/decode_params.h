@@ -125,7 +125,7 @@ struct DecodeParams {
   int kv_evict_first = 1;   // small kernel: K/V copies evict-first in L2 (cuda_tuning())
   int small_interleave = 0; // small kernel: chunks take interleaved tiles (cuda_tuning())
   int fp8_hw_cvt = 0;       // fp8 caches: the hardware e4m3 conversion, P V in f16 (cuda_tuning())
-  int fp8_q_f16 = 0;        // fp8 caches, bf16 queries: Q in f16 (scaled), K by the hardware conversion
+  int fp8_q_f16 = 0;        // fp8, bf16 queries: Q in f16 (scaled), K by the hardware conversion
 
   // CTA shape (decode_config) and the partition of the work.
   int heads_per_cta = 1;

@@ -1,8 +1,8 @@
 // The epilogue of a consumer warpgroup: O / rowsum to 16 bits, staged through shared memory
 // (store_output_staged, the default tiles at head_dim 64/128) or written straight from the
 // accumulator registers (store_output: each quad of lanes writes 16 contiguous bytes of a row
-// per column tile), and the natural-log LSE from lane t == 0 of each quad. Rows past the sequence's Lq
-// are not written; a row that saw no key writes zeros and LSE = -inf.
+// per column tile), and the natural-log LSE from lane t == 0 of each quad. Rows past the
+// sequence's Lq are not written; a row that saw no key writes zeros and LSE = -inf.
 #pragma once
 
 #include "kernels/cuda/hopper/prefill_sm90_params.h"

@@ -25,19 +25,25 @@ namespace kvattn::cuda::sm90 {
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
+// One thread: arms q_full with the Q tile's bytes and issues its TMA boxes (rows q_row0.. of
+// head h).
+template <class Tile>
+__device__ __forceinline__ void issue_q(const PrefillSm90Params& p,
+                                        const PrefillSmem<Tile>& s, int q_row0, int h) {
+  mbar_arrive_expect_tx(s.q_full, Tile::kQBytes);
+#pragma unroll
+  for (int c = 0; c < Tile::kColBlocks; ++c) {
+    tma_load_3d(s.q + c * Tile::kBlockM * 128, &p.tmap_q, s.q_full, c * 64, h, q_row0);
+  }
+}
+
 // The Q tile of the next tile with keys (q_index of them were loaded before): waits until the
 // consumers are done with the previous Q, then `issuer` arms q_full and issues the TMA boxes.
 template <class Tile>
 __device__ __forceinline__ void load_q(const PrefillSm90Params& p, const PrefillSmem<Tile>& s,
                                        int q_row0, int h, uint32_t q_index, bool issuer) {
   if (q_index > 0) mbar_wait(s.q_empty(), (q_index - 1) & 1);
-  if (issuer) {
-    mbar_arrive_expect_tx(s.q_full, Tile::kQBytes);
-#pragma unroll
-    for (int c = 0; c < Tile::kColBlocks; ++c) {
-      tma_load_3d(s.q + c * Tile::kBlockM * 128, &p.tmap_q, s.q_full, c * 64, h, q_row0);
-    }
-  }
+  if (issuer) issue_q(p, s, q_row0, h);
 }
 
 template <class Tile, bool kPaged, bool kMods = false>

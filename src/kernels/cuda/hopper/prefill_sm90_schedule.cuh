@@ -127,7 +127,8 @@ __device__ __forceinline__ void for_each_tile(const PrefillSm90Params& sp, bool 
                                               Fn&& fn) {
   const PrefillParams& p = sp.base;
   const int64_t num_tiles = sp.num_tiles;
-  const bool narrow = kNarrow && sp.narrow_decode != 0 && section_tile_fits(num_tiles, sp.section_unit);
+  const bool narrow =
+      kNarrow && sp.narrow_decode != 0 && section_tile_fits(num_tiles, sp.section_unit);
   uint32_t kv_base = 0;
   uint32_t q_index = 0;
   PrefillTileWork w;

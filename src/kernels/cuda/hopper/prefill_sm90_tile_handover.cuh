@@ -16,6 +16,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/hopper/prefill_sm90_producer.cuh"
 #include "kernels/cuda/hopper/prefill_sm90_schedule.cuh"
 #include "kernels/cuda/hopper/prefill_sm90_smem.cuh"
 #include "kernels/cuda/hopper/sm90_ptx.cuh"
@@ -64,12 +65,7 @@ __device__ __forceinline__ void hand_over_tiles(const PrefillSm90Params& sp,
         if (lane0) {
           store_work(s.work(), w);
           if (w.n_blocks > 0) {
-            mbar_arrive_expect_tx(s.q_full, Tile::kQBytes);
-#pragma unroll
-            for (int c = 0; c < Tile::kColBlocks; ++c) {
-              tma_load_3d(s.q + c * Tile::kBlockM * 128, &sp.tmap_q, s.q_full, c * 64, w.h,
-                          w.q_begin + w.m0);
-            }
+            issue_q(sp, s, w.q_begin + w.m0, w.h);
           } else {
             mbar_arrive(s.q_full);
           }
