@@ -7,13 +7,19 @@
 # d128 (64x4096 ~150 us, ~1.7x bf16).
 # Call 2: `TESTS=0 bash scripts/gpu_decode_peers.sh` (carry .deps .peers) for the same-run table.
 #   run: bash scripts/gpu_session16_first.sh > $OUT/summary.txt 2>&1; tail -n 60 $OUT/summary.txt
-#   carry: .deps
+#   carry: .deps (and build-carry, when the two binaries were built here:
+#          cp build-gpu/tests/kernels/kernels_decode_gpu_test build-gpu/bench/gpu_decode_bench
+#          build-carry/ && strip build-carry/*)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source scripts/device_env.sh  # sets OUT (default ./out) and creates it
-step build
-kvattn_gpu_build ON kernels_decode_gpu_test gpu_decode_bench
-T=build-gpu/tests/kernels/kernels_decode_gpu_test
+if [ -x build-carry/kernels_decode_gpu_test ] && [ -x build-carry/gpu_decode_bench ]; then
+  T=build-carry/kernels_decode_gpu_test B=build-carry/gpu_decode_bench
+else
+  step build
+  kvattn_gpu_build ON kernels_decode_gpu_test gpu_decode_bench
+  T=build-gpu/tests/kernels/kernels_decode_gpu_test B=build-gpu/bench/gpu_decode_bench
+fi
 step "tests: Q in f16 first, then the whole decode suite (hardware conversion by default)"
 run_test decode_qf16 120 "$T" --gtest_filter='DecodeGpu.Fp8QueriesInF16:DecodeGpu.Fp8IntegerConversion'
 KVATTN_GPU_TEST_QUICK=1 timeout 100 compute-sanitizer --tool memcheck --error-exitcode 9 "$T" \
@@ -21,6 +27,6 @@ KVATTN_GPU_TEST_QUICK=1 timeout 100 compute-sanitizer --tool memcheck --error-ex
 echo "memcheck rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -n 1)"
 run_test decode_all 300 "$T"
 step "fp8 decode rows (us): default (hw V), int, qf16"
-timeout 120 build-gpu/bench/gpu_decode_bench --only fp8 --reps 20 >"$OUT/fp8_bench.log" 2>&1
+timeout 120 "$B" --only fp8 --reps 20 >"$OUT/fp8_bench.log" 2>&1
 echo "rc=$?"
 grep -v '^{' "$OUT/fp8_bench.log" | grep -E "decode (default|int|qf16|qf16 noswap) "
