@@ -30,3 +30,7 @@ step "fp8 decode rows (us): default (hw V), int, qf16"
 timeout 120 "$B" --only fp8 --reps 20 >"$OUT/fp8_bench.log" 2>&1
 echo "rc=$?"
 grep -v '^{' "$OUT/fp8_bench.log" | grep -E "decode (default|int|qf16|qf16 noswap) "
+if [ -x build-carry/read_rate ]; then  # bench/micro/read_rate.cu, built here
+  step "read ceiling by load kind (bench/micro/read_rate.cu)"
+  timeout 60 build-carry/read_rate 2>&1 | tee "$OUT/read_rate.log"
+fi
