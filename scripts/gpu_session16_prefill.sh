@@ -6,17 +6,23 @@
 # the bench's "pdecode" rows beside the default (bit-identical: err_vs_def 0).
 # Prediction: +1-4% on short-row shapes (16x1024, 8x2048 d128/d64), nothing on 1x16384.
 #   run: bash scripts/gpu_session16_prefill.sh > $OUT/summary.txt 2>&1; tail -n 50 $OUT/summary.txt
-#   carry: .deps
+#   carry: .deps (and build-carry, when built here: build-carry/prefill_test_pd from build-gpu-pd
+#          and build-carry/gpu_prefill_bench from build-gpu, stripped)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source scripts/device_env.sh  # sets OUT (default ./out) and creates it
-step "build (producer decode in every tile)"
-cmake -S . -B build-gpu-pd -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVATTN_CUDA_ARCHS=90a \
-  -DKVATTN_BENCH=OFF -DCMAKE_CUDA_FLAGS=-DKVATTN_PREFILL_SM90_PRODUCER_DECODE=1 \
-  >"$OUT/build_pd.log" 2>&1 &&
-  cmake --build build-gpu-pd -j "$(nproc)" --target kernels_prefill_gpu_test >>"$OUT/build_pd.log" 2>&1
-echo "build rc=$?"; grep -E "error|C75[0-9]+" "$OUT/build_pd.log" | head -5
-P=build-gpu-pd/tests/kernels/kernels_prefill_gpu_test
+if [ -x build-carry/prefill_test_pd ] && [ -x build-carry/gpu_prefill_bench ]; then
+  P=build-carry/prefill_test_pd B=build-carry/gpu_prefill_bench
+else
+  P=build-gpu-pd/tests/kernels/kernels_prefill_gpu_test B=build-gpu/bench/gpu_prefill_bench
+  step "build (producer decode in every tile)"
+  cmake -S . -B build-gpu-pd -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVATTN_CUDA_ARCHS=90a \
+    -DKVATTN_BENCH=OFF -DCMAKE_CUDA_FLAGS=-DKVATTN_PREFILL_SM90_PRODUCER_DECODE=1 \
+    >"$OUT/build_pd.log" 2>&1 &&
+    cmake --build build-gpu-pd -j "$(nproc)" --target kernels_prefill_gpu_test >>"$OUT/build_pd.log" 2>&1
+  echo "build rc=$?"; grep -E "error|C75[0-9]+" "$OUT/build_pd.log" | head -5
+  kvattn_gpu_build ON gpu_prefill_bench
+fi
 step "tests on the handover"
 run_test pd_full 240 "$P" --gtest_filter='PrefillGpu.*:PrefillGpuFeatures.*'
 for tool in memcheck racecheck; do
@@ -26,8 +32,7 @@ for tool in memcheck racecheck; do
   echo "$tool rc=$? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/pd_$tool.log" | tail -n 1)"
 done
 step "timing: default vs pdecode"
-kvattn_gpu_build ON gpu_prefill_bench
-timeout 150 build-gpu/bench/gpu_prefill_bench --reps 20 >"$OUT/prefill_bench.log" 2>&1
+timeout 150 "$B" --reps 20 >"$OUT/prefill_bench.log" 2>&1
 echo "rc=$?"; grep -v '^{' "$OUT/prefill_bench.log" | grep -E "shape|default|pdecode|ceiling"
-timeout 100 build-gpu/bench/gpu_prefill_bench --d256 --reps 20 >"$OUT/prefill_bench_d256.log" 2>&1
+timeout 100 "$B" --d256 --reps 20 >"$OUT/prefill_bench_d256.log" 2>&1
 echo "rc=$?"; grep -v '^{' "$OUT/prefill_bench_d256.log" | grep -E "default|pdecode"
