@@ -6,13 +6,13 @@
 # the bench's "pdecode" rows beside the default (bit-identical: err_vs_def 0).
 # Prediction: +1-4% on short-row shapes (16x1024, 8x2048 d128/d64), nothing on 1x16384.
 #   run: bash scripts/gpu_session16_prefill.sh > $OUT/summary.txt 2>&1; tail -n 50 $OUT/summary.txt
-#   carry: .deps (and build-carry, when built here: build-carry/prefill_test_pd from build-gpu-pd
-#          and build-carry/gpu_prefill_bench from build-gpu, stripped)
+#   carry: .deps (and build-carry, when built here: build-carry-pf/prefill_test_pd from build-gpu-pd
+#          and build-carry-pf/gpu_prefill_bench from build-gpu, stripped)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source scripts/device_env.sh  # sets OUT (default ./out) and creates it
-if [ -x build-carry/prefill_test_pd ] && [ -x build-carry/gpu_prefill_bench ]; then
-  P=build-carry/prefill_test_pd B=build-carry/gpu_prefill_bench
+if [ -x build-carry-pf/prefill_test_pd ] && [ -x build-carry-pf/gpu_prefill_bench ]; then
+  P=build-carry-pf/prefill_test_pd B=build-carry-pf/gpu_prefill_bench
 else
   P=build-gpu-pd/tests/kernels/kernels_prefill_gpu_test B=build-gpu/bench/gpu_prefill_bench
   step "build (producer decode in every tile)"
