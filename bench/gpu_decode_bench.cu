@@ -192,6 +192,7 @@ struct DecodeVariant {
   int swap = -1;       // the stream kernel's swapped tile (decode_swap_tile.cuh): -1 default
   int hw_cvt = -1;     // fp8: the hardware e4m3 conversion, P V in f16 (-1: the default)
   int q_f16 = -1;      // fp8, bf16 queries: Q in f16, K by the hardware conversion (-1: default)
+  int small_chunks = 0;  // the small kernel with exactly this many chunks (0: the library's rule)
 };
 // The default first: the others' outputs are compared with its. "diag" rows are diagnostics
 // (not candidates): the split kernel alone, to price the merge launch.
@@ -208,6 +209,13 @@ const DecodeVariant kDecodeVariants[] = {
     {"swap h4 s3", 4, 3, 1, 0, 0, 0, -1, 1}, {"swap h2", 2, 0, 1, 0, 0, 0, -1, 1},
     {"swap h2 s3", 2, 3, 1, 0, 0, 0, -1, 1}, {"swap h1", 1, 0, 1, 0, 0, 0, -1, 1},
     {"swap h2 s2", 2, 2, 1, 0, 0, 0, -1, 1}, {"swap h1 s2", 1, 2, 1, 0, 0, 0, -1, 1},
+    // The small kernel for every batch (decode_small_chunks): one CTA per (sequence, KV head)
+    // and C chunks of its keys; C = 1 needs no merge (session 3: 8x32768 at 103% of copy
+    // with C = 4 and 4 warps).
+    {"small c1", 8, 0, 1, 0, 0, 0, -1, -1, -1, -1, 1},
+    {"small c1 w4", 8, 0, 1, 4, 0, 0, -1, -1, -1, -1, 1},
+    {"small c2", 8, 0, 1, 0, 0, 0, -1, -1, -1, -1, 2},
+    {"small c2 w4", 8, 0, 1, 4, 0, 0, -1, -1, -1, -1, 2},
     {"default again", 8, 0},  // the default once more, last: is the first timing of a shape off?
 };
 
@@ -313,6 +321,7 @@ void bench_decode(const std::string& name, const std::vector<int64_t>& lens, int
     tuning.decode_swap = v.swap;
     if (v.hw_cvt >= 0) tuning.decode_fp8_hw_cvt = v.hw_cvt;
     if (v.q_f16 >= 0) tuning.decode_fp8_q_f16 = v.q_f16;
+    tuning.decode_small_chunks = v.small_chunks;
   };
   auto plan = [&] { return kvattn::plan_decode(B, hq, hkv, d, 1, pc.width * block_size, kGpu); };
   const std::vector<DecodeVariant> variants = variants_for(fp8);

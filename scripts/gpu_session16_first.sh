@@ -34,3 +34,8 @@ if [ -x build-carry/read_rate ]; then  # bench/micro/read_rate.cu, built here
   step "read ceiling by load kind (bench/micro/read_rate.cu)"
   timeout 60 build-carry/read_rate 2>&1 | tee "$OUT/read_rate.log"
 fi
+step "the small kernel for every batch (decode_small_chunks 1, 2): tests, then bf16 rows"
+run_test small_forced 200 "$T" --gtest_filter='DecodeGpuVariants.Sweep:DecodeGpuFeatures.Variants'
+timeout 240 "$B" --only decode --quick --reps 10 >"$OUT/decode_bench.log" 2>&1
+echo "rc=$?"
+grep -v '^{' "$OUT/decode_bench.log" | grep -E "decode (default|small c1|small c1 w4|small c2|small c2 w4) " | grep -v fp8

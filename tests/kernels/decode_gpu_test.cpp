@@ -505,10 +505,11 @@ void fp8_codes_read_exactly() {
 TEST(DecodeGpu, Fp8CodesReadExactly) { fp8_codes_read_exactly(); }
 
 // The kernel variants of cuda_tuning() (heads per CTA, stages, small-batch kernel on/off and
-// its warps per CTA and interleaved chunks, the swapped tile on/off). swap 1 also puts fp8
-// caches on the swapped fp8 tile (head_dim 64/128, units of <= 8 rows; decode_use_swap), which
-// is not their default, so the fp8 sweeps below cover both fp8 tiles: "swap nosmall" and "swap
-// h4 s2" the swapped one, "noswap nosmall" and the rest the 16-row one.
+// its warps per CTA, interleaved and forced chunk counts, the swapped tile on/off). swap 1
+// also puts fp8 caches on the swapped fp8 tile (head_dim 64/128, units of <= 8 rows;
+// decode_use_swap), which is not their default, so the fp8 sweeps below cover both fp8 tiles:
+// "swap nosmall" and "swap h4 s2" the swapped one, "noswap nosmall" and the rest the 16-row
+// one.
 struct Variant {
   const char* name;
   int heads, stages;
@@ -518,6 +519,7 @@ struct Variant {
   int interleave = -1;             // small kernel's interleaved chunks (-1: the default)
   int hw_cvt = -1;                 // fp8: the hardware e4m3 conversion (-1: the default)
   int q_f16 = -1;                  // fp8, bf16 queries: Q in f16, K by the hardware conversion
+  int small_chunks = 0;            // the small kernel with this many chunks for every batch
 };
 const Variant kVariants[] = {{"s2", 8, 2},          {"h4", 4, 0},
                              {"h4 s2", 4, 2},       {"h2 s2", 2, 2},
@@ -534,7 +536,9 @@ const Variant kVariants[] = {{"s2", 8, 2},          {"h4", 4, 0},
                              {"fp8 integer cvt noswap nosmall", 8, 0, 0, 0, -1, 0, -1, 0},
                              {"fp8 q f16", 8, 0, 1, 0, -1, -1, -1, -1, 1},
                              {"fp8 q f16 swap nosmall", 8, 0, 0, 0, -1, 1, -1, -1, 1},
-                             {"fp8 q f16 noswap nosmall", 8, 0, 0, 0, -1, 0, -1, -1, 1}};
+                             {"fp8 q f16 noswap nosmall", 8, 0, 0, 0, -1, 0, -1, -1, 1},
+                             {"small c1", 8, 0, 1, 0, -1, -1, -1, -1, -1, 1},
+                             {"small c2 w4 s2", 8, 2, 1, 4, -1, -1, -1, -1, -1, 2}};
 
 // Sets a variant for the scope, restores the previous tuning after.
 class UseVariant {
@@ -550,6 +554,7 @@ class UseVariant {
     if (v.interleave >= 0) t.decode_small_interleave = v.interleave;
     if (v.hw_cvt >= 0) t.decode_fp8_hw_cvt = v.hw_cvt;
     if (v.q_f16 >= 0) t.decode_fp8_q_f16 = v.q_f16;
+    t.decode_small_chunks = v.small_chunks;
   }
   ~UseVariant() { cuda::cuda_tuning() = saved_; }
 

@@ -28,6 +28,7 @@ CudaTuning& cuda_tuning() {
     from_env("KVATTN_DECODE_SWAP", t.decode_swap, -1, 1);
     from_env("KVATTN_DECODE_SMALL_WARPS", t.decode_small_warps, 0, 8);
     from_env("KVATTN_DECODE_SMALL_MAX_CHUNKS", t.decode_small_max_chunks, 0, 1024);
+    from_env("KVATTN_DECODE_SMALL_CHUNKS", t.decode_small_chunks, 0, 1024);
     from_env("KVATTN_DECODE_KV_EVICT_FIRST", t.decode_kv_evict_first, 0, 1);
     from_env("KVATTN_DECODE_SMALL_INTERLEAVE", t.decode_small_interleave, 0, 1);
     from_env("KVATTN_DECODE_FP8_HW_CVT", t.decode_fp8_hw_cvt, 0, 1);

@@ -68,6 +68,12 @@ struct CudaTuning {
   // Decode, small-batch kernel: most chunks per (sequence, unit); 0 = as many as fill the SMs.
   // Env KVATTN_DECODE_SMALL_MAX_CHUNKS.
   int decode_small_max_chunks = 0;
+  // Decode, small-batch kernel for every batch it can take (head_dim 64/128): exactly this
+  // many chunks per (sequence, unit), instead of the occupancy rule (chunks that fill the SMs,
+  // small mode only at 4 or more). 1 = one CTA per (sequence, KV head) whose warps split all
+  // its keys and combine on chip: no workspace pieces and no merge for uniform batches.
+  // 0 = the rule. Env KVATTN_DECODE_SMALL_CHUNKS.
+  int decode_small_chunks = 0;
   // Decode, small-batch kernel: 1 = the K/V copies carry an L2 evict-first policy (read
   // once; after do_bench's memset flush the L2 then recycles their lines instead of writing
   // back the flush's dirty ones: 1x8192 19.7 vs 21.0 us on the H200), 0 = normal priority.

@@ -212,6 +212,9 @@ SmallChoice small_choice(int device, int64_t num_seqs, int64_t num_kv_heads, int
   if (head_dim != 64 && head_dim != 128) return {};  // 80, 96, 256: the stream kernel only
   const int64_t units = num_kv_heads * ((rows + kDecodeRows - 1) / kDecodeRows);
   const int forced = tuning.decode_small_warps;
+  if (tuning.decode_small_chunks > 0) {  // forced chunk count (tuning.h)
+    return {std::min(tuning.decode_small_chunks, kSmallMaxChunks), forced > 0 ? forced : 8};
+  }
   for (const int warps : {forced > 0 ? forced : 8, forced > 0 ? 0 : 4}) {
     if (warps == 0) break;
     const SmallConfig sc = small_config(num_kv_heads, rows, head_dim, kv_bytes_of(cache_dtype), warps);
@@ -284,7 +287,8 @@ void launch(DecodeParams p, bool aligned, int64_t ws_bytes, int device, cudaStre
     const int64_t fit = (ws_bytes - fixed) / per_chunk;
     const SmallChoice choice = small_choice(device, B, p.num_kv_heads, p.rows, D, cache_dtype);
     const int64_t chunks = std::min<int64_t>(choice.chunks, fit);
-    if (chunks >= 2) {
+    // One chunk only where forced (decode_small_chunks): else the stream kernel, as before.
+    if (chunks >= (cuda_tuning().decode_small_chunks > 0 ? 1 : 2)) {
       const SmallConfig sc = small_config(p.num_kv_heads, p.rows, D, kKvBytes, choice.warps);
       const int64_t slots = B * chunks;
       p.stages = sc.stages;

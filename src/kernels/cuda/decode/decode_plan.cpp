@@ -57,9 +57,9 @@ DecodePlan plan_decode(int64_t num_seqs, int64_t num_heads, int64_t num_kv_heads
   // unit); the smallest split count whose workspace holds its LL pieces and gen words (and,
   // where an fp8 cache would run in stream mode instead, the stream ranges too).
   const int64_t chunks = decode_small_chunks(device, num_seqs, num_kv_heads, rows, head_dim);
-  if (chunks >= 2) {
+  if (chunks >= 1) {  // >= 4 by the occupancy rule; any count where forced (tuning.h)
     const int64_t need = decode_small_ws_bytes(num_seqs, num_kv_heads, rows, tile_dim, chunks);
-    for (int64_t s = chunks;; ++s) {
+    for (int64_t s = std::max<int64_t>(chunks, 2);; ++s) {  // small mode needs >= 2 splits
       const int64_t bytes = decode_workspace_bytes(num_seqs, num_heads, tile_dim, q_len, s);
       if (bytes >= need) {
         const int64_t splits = fp8_swap_possible ? std::max(s, stream_splits) : s;
