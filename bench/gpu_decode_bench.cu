@@ -193,6 +193,7 @@ struct DecodeVariant {
   int hw_cvt = -1;     // fp8: the hardware e4m3 conversion, P V in f16 (-1: the default)
   int q_f16 = -1;      // fp8, bf16 queries: Q in f16, K by the hardware conversion (-1: default)
   int small_chunks = 0;  // the small kernel with exactly this many chunks (0: the library's rule)
+  int min_tiles = 0;     // small kernel: chunks unused below this many tiles a warp (0: all)
 };
 // The default first: the others' outputs are compared with its. "diag" rows are diagnostics
 // (not candidates): the split kernel alone, to price the merge launch.
@@ -216,6 +217,10 @@ const DecodeVariant kDecodeVariants[] = {
     {"small c1 w4", 8, 0, 1, 4, 0, 0, -1, -1, -1, -1, 1},
     {"small c2", 8, 0, 1, 0, 0, 0, -1, -1, -1, -1, 2},
     {"small c2 w4", 8, 0, 1, 4, 0, 0, -1, -1, -1, -1, 2},
+    // Short sequences use fewer of the small kernel's chunks (decode_small_min_tiles).
+    {"small mt1", 8, 0, 1, 0, 0, 0, -1, -1, -1, -1, 0, 1},
+    {"small mt2", 8, 0, 1, 0, 0, 0, -1, -1, -1, -1, 0, 2},
+    {"small mt4", 8, 0, 1, 0, 0, 0, -1, -1, -1, -1, 0, 4},
     {"default again", 8, 0},  // the default once more, last: is the first timing of a shape off?
 };
 
@@ -287,9 +292,11 @@ double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
 // fp8: over float8_e4m3 caches of the same shape (scales 1), with the fp8 variants only.
 void bench_decode(const std::string& name, const std::vector<int64_t>& lens, int64_t hq,
                   int64_t hkv, int64_t block_size, std::mt19937_64& rng,
-                  int64_t d = PagedDecodeCase::kHeadDim, bool fp8 = false) {
+                  int64_t d = PagedDecodeCase::kHeadDim, bool fp8 = false,
+                  int64_t min_table_keys = 0) {
   const int64_t B = static_cast<int64_t>(lens.size());
-  const PagedDecodeCase pc = make_paged_decode_case(lens, hq, hkv, block_size, rng, d);
+  const PagedDecodeCase pc =
+      make_paged_decode_case(lens, hq, hkv, block_size, rng, d, min_table_keys);
   Tensor k8, v8;
   if (fp8) {
     const std::vector<int64_t> cshape = {pc.k_cache.size(0), pc.k_cache.size(1),
@@ -303,7 +310,9 @@ void bench_decode(const std::string& name, const std::vector<int64_t>& lens, int
   const double bytes = fp8 ? pc.kv_bytes / 2 : pc.kv_bytes;
   const std::string shape = name + " " + std::to_string(hq) + "/" + std::to_string(hkv) +
                             (d == PagedDecodeCase::kHeadDim ? "" : " d" + std::to_string(d)) +
-                            " page " + std::to_string(block_size) + (fp8 ? " fp8" : "");
+                            " page " + std::to_string(block_size) + (fp8 ? " fp8" : "") +
+                            (min_table_keys > 0 ? " table " + std::to_string(pc.width * block_size)
+                                                : "");
 
   CudaTuning& tuning = kvattn::cuda::cuda_tuning();
   const CudaTuning saved = tuning;
@@ -322,6 +331,7 @@ void bench_decode(const std::string& name, const std::vector<int64_t>& lens, int
     if (v.hw_cvt >= 0) tuning.decode_fp8_hw_cvt = v.hw_cvt;
     if (v.q_f16 >= 0) tuning.decode_fp8_q_f16 = v.q_f16;
     tuning.decode_small_chunks = v.small_chunks;
+    tuning.decode_small_min_tiles = v.min_tiles;
   };
   auto plan = [&] { return kvattn::plan_decode(B, hq, hkv, d, 1, pc.width * block_size, kGpu); };
   const std::vector<DecodeVariant> variants = variants_for(fp8);
@@ -446,6 +456,11 @@ int main(int argc, char** argv) {
       bench_decode("1x8192", std::vector<int64_t>(1, 8192), 32, 8, page, rng);
       // Fixed cost vs length for a lone sequence, and a few sequences (small-batch kernel).
       bench_decode("1x2048", std::vector<int64_t>(1, 2048), 32, 8, page, rng);
+      // A single stream's short context (Qwen3-0.6B's heads; SmolLM2's) in a table of 4096
+      // keys, planned with the table's width as an engine's graph is.
+      bench_decode("1x130", std::vector<int64_t>(1, 130), 16, 8, page, rng, 128, false, 4096);
+      bench_decode("1x130", std::vector<int64_t>(1, 130), 9, 3, page, rng, 64, false, 4096);
+      bench_decode("1x600", std::vector<int64_t>(1, 600), 16, 8, page, rng, 128, false, 4096);
       bench_decode("1x32768", std::vector<int64_t>(1, 32768), 32, 8, page, rng);
       bench_decode("4x8192", std::vector<int64_t>(4, 8192), 32, 8, page, rng);
       if (quick) break;

@@ -199,8 +199,9 @@ void phases(int64_t B, int64_t len, int max_chunks = 0) {
       const unsigned long long* w = &st[i * S];
       col[0].push_back((w[0] - t0) * 1e-3);
       col[1].push_back((w[1] - t0) * 1e-3);
+      if (w[9] == 2) continue;  // a chunk unused at this length (decode_small_min_tiles)
       for (int k = 3; k <= 8; ++k) col[static_cast<size_t>(k - 1)].push_back(w[k] * ns_per_cycle * 1e-3);
-      col[w[9] ? 8 : 9].push_back(w[2] * ns_per_cycle * 1e-3);
+      col[w[9] == 1 ? 8 : 9].push_back(w[2] * ns_per_cycle * 1e-3);
     }
     std::printf("%-34s %8s %8s %8s %8s   (us; phases from the CTA's own entry)\n", "phase", "min",
                 "median", "p90", "max");

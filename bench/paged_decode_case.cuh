@@ -46,11 +46,13 @@ struct PagedDecodeCase {
 };
 
 // Sequences of `lens` keys, `hq` query heads over `hkv` KV heads of `d` dims, pages of
-// `block_size`.
+// `block_size`; the block table holds at least `min_table_keys` keys a row (-1 past a
+// sequence's pages), as an engine's table sized for its longest context.
 inline PagedDecodeCase make_paged_decode_case(const std::vector<int64_t>& lens, int64_t hq,
                                               int64_t hkv, int64_t block_size,
                                               std::mt19937_64& rng,
-                                              int64_t d = PagedDecodeCase::kHeadDim) {
+                                              int64_t d = PagedDecodeCase::kHeadDim,
+                                              int64_t min_table_keys = 0) {
   using kvattn::DType;
   using kvattn::Tensor;
   const kvattn::Device gpu = kvattn::Device::cuda(0);
@@ -61,7 +63,7 @@ inline PagedDecodeCase make_paged_decode_case(const std::vector<int64_t>& lens, 
   c.block_size = block_size;
   const auto B = static_cast<int64_t>(lens.size());
   const int64_t max_len = *std::max_element(lens.begin(), lens.end());
-  c.width = (max_len + block_size - 1) / block_size;
+  c.width = (std::max(max_len, min_table_keys) + block_size - 1) / block_size;
   int64_t num_blocks = 0;
   for (int64_t l : lens) num_blocks += (l + block_size - 1) / block_size;
   std::vector<int32_t> ids(static_cast<size_t>(num_blocks));

@@ -35,7 +35,9 @@ if [ -x build-carry/read_rate ]; then  # bench/micro/read_rate.cu, built here
   timeout 60 build-carry/read_rate 2>&1 | tee "$OUT/read_rate.log"
 fi
 step "the small kernel for every batch (decode_small_chunks 1, 2): tests, then bf16 rows"
-run_test small_forced 200 "$T" --gtest_filter='DecodeGpuVariants.Sweep:DecodeGpuFeatures.Variants'
+run_test small_forced 240 "$T" --gtest_filter='DecodeGpuVariants.Sweep:DecodeGpuFeatures.Variants'
 timeout 240 "$B" --only decode --quick --reps 10 >"$OUT/decode_bench.log" 2>&1
 echo "rc=$?"
 grep -v '^{' "$OUT/decode_bench.log" | grep -E "decode (default|small c1|small c1 w4|small c2|small c2 w4) " | grep -v fp8
+step "short contexts: chunks unused below N tiles a warp (decode_small_min_tiles), us"
+grep -v '^{' "$OUT/decode_bench.log" | grep -E "decode (default|small mt1|small mt2|small mt4) " | grep -E "1x(130|600|2048|8192) "

@@ -520,6 +520,7 @@ struct Variant {
   int hw_cvt = -1;                 // fp8: the hardware e4m3 conversion (-1: the default)
   int q_f16 = -1;                  // fp8, bf16 queries: Q in f16, K by the hardware conversion
   int small_chunks = 0;            // the small kernel with this many chunks for every batch
+  int min_tiles = 0;               // small kernel: chunks unused below this many tiles a warp
 };
 const Variant kVariants[] = {{"s2", 8, 2},          {"h4", 4, 0},
                              {"h4 s2", 4, 2},       {"h2 s2", 2, 2},
@@ -538,7 +539,9 @@ const Variant kVariants[] = {{"s2", 8, 2},          {"h4", 4, 0},
                              {"fp8 q f16 swap nosmall", 8, 0, 0, 0, -1, 1, -1, -1, 1},
                              {"fp8 q f16 noswap nosmall", 8, 0, 0, 0, -1, 0, -1, -1, 1},
                              {"small c1", 8, 0, 1, 0, -1, -1, -1, -1, -1, 1},
-                             {"small c2 w4 s2", 8, 2, 1, 4, -1, -1, -1, -1, -1, 2}};
+                             {"small c2 w4 s2", 8, 2, 1, 4, -1, -1, -1, -1, -1, 2},
+                             {"small min tiles 1", 8, 0, 1, 0, -1, -1, -1, -1, -1, 0, 1},
+                             {"small min tiles 4 w4", 8, 0, 1, 4, -1, -1, -1, -1, -1, 0, 4}};
 
 // Sets a variant for the scope, restores the previous tuning after.
 class UseVariant {
@@ -555,6 +558,7 @@ class UseVariant {
     if (v.hw_cvt >= 0) t.decode_fp8_hw_cvt = v.hw_cvt;
     if (v.q_f16 >= 0) t.decode_fp8_q_f16 = v.q_f16;
     t.decode_small_chunks = v.small_chunks;
+    t.decode_small_min_tiles = v.min_tiles;
   }
   ~UseVariant() { cuda::cuda_tuning() = saved_; }
 

@@ -85,6 +85,14 @@ struct CudaTuning {
   // table's width); 0 = contiguous ranges. Off until it has run on a GPU (written in session
   // 12). Env KVATTN_DECODE_SMALL_INTERLEAVE.
   int decode_small_interleave = 0;
+  // Decode, small-batch kernel: a sequence with fewer than C x warps x this many tiles of 16
+  // keys uses only as many of its C chunks as give each warp this many (at least one chunk);
+  // the CTAs of the other chunks exit at once and the merger waits for fewer pieces (none at
+  // one chunk). C is fixed per launch (a CUDA graph's plan guesses the table's width), so short
+  // contexts in the engine's graphs otherwise pay the whole merge of C mostly empty pieces.
+  // 0 = every chunk always (before session 16). Contiguous chunks only (not with interleave).
+  // Env KVATTN_DECODE_SMALL_MIN_TILES.
+  int decode_small_min_tiles = 0;
   // Decode over float8_e4m3 caches: 1 = V (and K, for f16 queries) converted by the hardware
   // instruction (cvt.rn.f16x2.e4m3x2) and P V run in f16 (decode_fp8.cuh), 0 = the integer
   // conversion into the query type. Session 15's ncu: the fp8 decode is near issue bound

@@ -299,6 +299,7 @@ void launch(DecodeParams p, bool aligned, int64_t ws_bytes, int device, cudaStre
       p.epoch = next_epoch();
       p.probe = cuda_tuning().decode_probe;
       p.small_interleave = cuda_tuning().decode_small_interleave;
+      p.small_min_tiles = p.small_interleave ? 0 : cuda_tuning().decode_small_min_tiles;
       const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(units),
                       static_cast<unsigned>(B));
       if constexpr (!kOnlySwap) {

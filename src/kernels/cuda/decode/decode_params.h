@@ -35,7 +35,10 @@
 //   plan.max_seqlen_k (p.len_hint) and loads the block ids of the guessed range while the
 //   length is in flight, reloading them only when the guess was wrong. With p.small_interleave
 //   chunk c takes tiles c, c + C, c + 2C, ... instead of a contiguous range: its warps' first
-//   tiles are then known before the length and need no reload. The unit's 16 query
+//   tiles are then known before the length and need no reload. With p.small_min_tiles > 0
+//   (contiguous chunks) a sequence of n tiles uses only its first C_n = clamp(ceil(n / (warps
+//   x small_min_tiles)), 1, C) chunks: CTAs c >= C_n exit once the length is known and CTA
+//   C_n - 1 merges C_n pieces (none besides its own at C_n = 1). The unit's 16 query
 //   rows are loaded once per CTA (16-byte copies into shared memory, then ldmatrix).
 //
 // Layout (strides in elements; all tensors on one device):
@@ -124,6 +127,7 @@ struct DecodeParams {
   int q_aligned16 = 0;      // q rows are 16-byte aligned (small kernel: cp.async of the q tile)
   int kv_evict_first = 1;   // small kernel: K/V copies evict-first in L2 (cuda_tuning())
   int small_interleave = 0; // small kernel: chunks take interleaved tiles (cuda_tuning())
+  int small_min_tiles = 0;  // small kernel: tiles per warp below which chunks go unused (ditto)
   int fp8_hw_cvt = 0;       // fp8 caches: the hardware e4m3 conversion, P V in f16 (cuda_tuning())
   int fp8_q_f16 = 0;        // fp8, bf16 queries: Q in f16 (scaled), K by the hardware conversion
 

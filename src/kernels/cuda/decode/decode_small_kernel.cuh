@@ -214,14 +214,29 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   const int gid = lane >> 2;
   const int t4 = lane & 3;
 
+  // Diagnostics: the CTA's entry and exit times, its role (0 publisher, 1 merger, 2 unused
+  // chunk) and SM; the phase stamps go in slots 3-8 (probe_stamp).
+  auto probe_exit = [&](unsigned long long role) {
+    if (p.probe != nullptr && tid == 0) {
+      unsigned long long* st = probe_row(p);
+      st[0] = t_entry;
+      st[1] = global_ns();
+      st[2] = static_cast<unsigned long long>(clock64() - c0);
+      st[9] = role;
+      st[10] = sm_id();
+    }
+  };
+
   // The length first: everything else waits on it (the loads below fly with it). Then the
   // unit's gen word, which gives this launch's LL tag (needed only at the end).
   const int len_raw = __ldg(p.cache_seqlens + b);
   uint32_t* const gen_word = p.ws_gen + static_cast<int64_t>(b) * gridDim.y + unit;
   const uint32_t gen = __ldcg(gen_word);
 
-  // This warp's tiles [ta, tb) of chunk c when the sequence has n tiles.
+  // This warp's tiles [ta, tb) of chunk c when the sequence has n tiles, and the chunks in use
+  // (all C unless p.small_min_tiles: then fewer for short sequences; decode_params.h).
   int ta = 0, tb = 0;
+  int chunks = C;
   // Balanced parts (the first n % parts one longer) in 32-bit arithmetic: 64-bit divisions are
   // ~100-instruction subroutines on the prologue's critical path.
   auto part_begin = [](int n, int parts, int i) {
@@ -240,8 +255,16 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
       tb = n;
       return;
     }
-    const int ct0 = part_begin(n, C, c);
-    const int len_c = part_begin(n, C, c + 1) - ct0;
+    if (p.small_min_tiles > 0) {
+      const int per_chunk = nw * p.small_min_tiles;
+      chunks = max(1, min(C, (n + per_chunk - 1) / per_chunk));
+    }
+    if (c >= chunks) {  // an unused chunk: no tiles (the CTA exits once the length is known)
+      ta = tb = 0;
+      return;
+    }
+    const int ct0 = part_begin(n, chunks, c);
+    const int len_c = part_begin(n, chunks, c + 1) - ct0;
     ta = ct0 + part_begin(len_c, nw, warp);
     tb = ct0 + part_begin(len_c, nw, warp + 1);
   };
@@ -343,6 +366,11 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     if ((lane < 16 ? ta : ta + tstep) * kDecodeTileKeys + (lane & 15) >= len) noff = -1;
   }
   probe_stamp(p, 3, c0);
+  if (c >= chunks) {  // unused for this length: nothing to publish, the merger does not wait
+    cp_async_wait<0>();  // the query tile's copies land before the CTA's shared memory goes
+    probe_exit(2);
+    return;
+  }
   int limit[2] = {0, 0};
   int min_limit = 0, warp_limit = 0;
   DecodeMods mods;
@@ -468,7 +496,7 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   const int64_t wi0 = static_cast<int64_t>(b) * C * rstep + wi_unit;
   // The last chunk's CTA merges; it keeps its own piece in shared memory (float32, after the
   // warps' states). The others publish theirs as LL words carrying this launch's tag.
-  const bool merger = c == C - 1;
+  const bool merger = c == chunks - 1;
   const uint32_t tag = ll_tag_after(gen, p.epoch);
   float* const mine_o = red + nw * kWarpF;
   float* const mine_lse = mine_o + kDecodeRows * D;
@@ -524,22 +552,16 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     __syncthreads();  // the own piece is in shared memory
     bool arrived = true;
     for (int q = tid; q < quads; q += blockDim.x) {
-      arrived = merge_quad_ll<T, D>(p, q, C, rstep, wi0, rc, kvh, b, mine_o, mine_lse, tag) &&
-                arrived;
+      arrived =
+          merge_quad_ll<T, D>(p, q, chunks, rstep, wi0, rc, kvh, b, mine_o, mine_lse, tag) &&
+          arrived;
     }
     if (!arrived) record_fault(p.fault_word, kFaultDecodeMergeStalled);
     // Every CTA of the launch read the gen word before it stored its piece, so before this.
     if (tid == 0) *gen_word = tag;
     probe_stamp(p, 8, c0);
   }
-  if (p.probe != nullptr && tid == 0) {
-    unsigned long long* st = probe_row(p);
-    st[0] = t_entry;
-    st[1] = global_ns();
-    st[2] = static_cast<unsigned long long>(clock64() - c0);
-    st[9] = merger ? 1 : 0;
-    st[10] = sm_id();
-  }
+  probe_exit(merger ? 1 : 0);
 }
 
 }  // namespace
