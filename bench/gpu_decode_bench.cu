@@ -193,7 +193,8 @@ struct DecodeVariant {
   int hw_cvt = -1;     // fp8: the hardware e4m3 conversion, P V in f16 (-1: the default)
   int q_f16 = -1;      // fp8, bf16 queries: Q in f16, K by the hardware conversion (-1: default)
   int small_chunks = 0;  // the small kernel with exactly this many chunks (0: the library's rule)
-  int min_tiles = 0;     // small kernel: chunks unused below this many tiles a warp (0: all)
+  int min_tiles = -1;    // small kernel: chunks unused below this many tiles a warp (0: all;
+                         // -1: the library's default)
 };
 // The default first: the others' outputs are compared with its. "diag" rows are diagnostics
 // (not candidates): the split kernel alone, to price the merge launch.
@@ -217,7 +218,9 @@ const DecodeVariant kDecodeVariants[] = {
     {"small c1 w4", 8, 0, 1, 4, 0, 0, -1, -1, -1, -1, 1},
     {"small c2", 8, 0, 1, 0, 0, 0, -1, -1, -1, -1, 2},
     {"small c2 w4", 8, 0, 1, 4, 0, 0, -1, -1, -1, -1, 2},
-    // Short sequences use fewer of the small kernel's chunks (decode_small_min_tiles).
+    // Short sequences use fewer of the small kernel's chunks (decode_small_min_tiles; mt0:
+    // every chunk, the form before session 16).
+    {"small mt0", 8, 0, 1, 0, 0, 0, -1, -1, -1, -1, 0, 0},
     {"small mt1", 8, 0, 1, 0, 0, 0, -1, -1, -1, -1, 0, 1},
     {"small mt2", 8, 0, 1, 0, 0, 0, -1, -1, -1, -1, 0, 2},
     {"small mt4", 8, 0, 1, 0, 0, 0, -1, -1, -1, -1, 0, 4},
@@ -248,9 +251,10 @@ std::vector<DecodeVariant> variants_for(bool fp8) {
   out.push_back({"int", 8, 0, 1, 0, 0, 0, -1, -1, 0});
   out.push_back({"int noswap", 8, 0, 1, 0, 0, 0, -1, 0, 0});
   out.push_back({"int nosmall", 8, 0, 0, 0, 0, 0, -1, 1, 0});
-  // Q in f16 so that K takes the hardware conversion too (decode_fp8_q_f16)
-  out.push_back({"qf16", 8, 0, 1, 0, 0, 0, -1, -1, -1, 1});
-  out.push_back({"qf16 noswap", 8, 0, 1, 0, 0, 0, -1, 0, -1, 1});
+  // Q kept in bf16, K by the integer conversion (decode_fp8_q_f16 0; the default rewrites Q in
+  // f16 so that K takes the hardware conversion too)
+  out.push_back({"noqf16", 8, 0, 1, 0, 0, 0, -1, -1, -1, 0});
+  out.push_back({"noqf16 noswap", 8, 0, 1, 0, 0, 0, -1, 0, -1, 0});
   out.push_back({"default again", 8, 0});
   return out;
 }
@@ -331,7 +335,7 @@ void bench_decode(const std::string& name, const std::vector<int64_t>& lens, int
     if (v.hw_cvt >= 0) tuning.decode_fp8_hw_cvt = v.hw_cvt;
     if (v.q_f16 >= 0) tuning.decode_fp8_q_f16 = v.q_f16;
     tuning.decode_small_chunks = v.small_chunks;
-    tuning.decode_small_min_tiles = v.min_tiles;
+    if (v.min_tiles >= 0) tuning.decode_small_min_tiles = v.min_tiles;
   };
   auto plan = [&] { return kvattn::plan_decode(B, hq, hkv, d, 1, pc.width * block_size, kGpu); };
   const std::vector<DecodeVariant> variants = variants_for(fp8);

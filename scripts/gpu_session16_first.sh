@@ -21,9 +21,9 @@ else
   T=build-gpu/tests/kernels/kernels_decode_gpu_test B=build-gpu/bench/gpu_decode_bench
 fi
 step "tests: Q in f16 first, then the whole decode suite (hardware conversion by default)"
-run_test decode_qf16 120 "$T" --gtest_filter='DecodeGpu.Fp8QueriesInF16:DecodeGpu.Fp8IntegerConversion'
+run_test decode_qf16 120 "$T" --gtest_filter='DecodeGpu.Fp8QueriesInBf16:DecodeGpu.Fp8IntegerConversion'
 KVATTN_GPU_TEST_QUICK=1 timeout 100 compute-sanitizer --tool memcheck --error-exitcode 9 "$T" \
-  --gtest_filter='DecodeGpu.Fp8QueriesInF16:DecodeGpu.Fp8CodesReadExactly*' >"$OUT/memcheck.log" 2>&1
+  --gtest_filter='DecodeGpu.Fp8QueriesInBf16:DecodeGpu.Fp8CodesReadExactly*' >"$OUT/memcheck.log" 2>&1
 echo "memcheck rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -n 1)"
 run_test decode_all 300 "$T"
 step "fp8 decode rows (us): default (hw V), int, qf16"

@@ -520,7 +520,7 @@ struct Variant {
   int hw_cvt = -1;                 // fp8: the hardware e4m3 conversion (-1: the default)
   int q_f16 = -1;                  // fp8, bf16 queries: Q in f16, K by the hardware conversion
   int small_chunks = 0;            // the small kernel with this many chunks for every batch
-  int min_tiles = 0;               // small kernel: chunks unused below this many tiles a warp
+  int min_tiles = -1;              // small kernel: chunks unused below this many tiles a warp
 };
 const Variant kVariants[] = {{"s2", 8, 2},          {"h4", 4, 0},
                              {"h4 s2", 4, 2},       {"h2 s2", 2, 2},
@@ -535,12 +535,12 @@ const Variant kVariants[] = {{"s2", 8, 2},          {"h4", 4, 0},
                              {"fp8 integer cvt", 8, 0, 1, 0, -1, -1, -1, 0},
                              {"fp8 integer cvt swap nosmall", 8, 0, 0, 0, -1, 1, -1, 0},
                              {"fp8 integer cvt noswap nosmall", 8, 0, 0, 0, -1, 0, -1, 0},
-                             {"fp8 q f16", 8, 0, 1, 0, -1, -1, -1, -1, 1},
-                             {"fp8 q f16 swap nosmall", 8, 0, 0, 0, -1, 1, -1, -1, 1},
-                             {"fp8 q f16 noswap nosmall", 8, 0, 0, 0, -1, 0, -1, -1, 1},
+                             {"fp8 q bf16", 8, 0, 1, 0, -1, -1, -1, -1, 0},
+                             {"fp8 q bf16 swap nosmall", 8, 0, 0, 0, -1, 1, -1, -1, 0},
+                             {"fp8 q bf16 noswap nosmall", 8, 0, 0, 0, -1, 0, -1, -1, 0},
                              {"small c1", 8, 0, 1, 0, -1, -1, -1, -1, -1, 1},
                              {"small c2 w4 s2", 8, 2, 1, 4, -1, -1, -1, -1, -1, 2},
-                             {"small min tiles 1", 8, 0, 1, 0, -1, -1, -1, -1, -1, 0, 1},
+                             {"small min tiles 0", 8, 0, 1, 0, -1, -1, -1, -1, -1, 0, 0},
                              {"small min tiles 4 w4", 8, 0, 1, 4, -1, -1, -1, -1, -1, 0, 4}};
 
 // Sets a variant for the scope, restores the previous tuning after.
@@ -558,7 +558,7 @@ class UseVariant {
     if (v.hw_cvt >= 0) t.decode_fp8_hw_cvt = v.hw_cvt;
     if (v.q_f16 >= 0) t.decode_fp8_q_f16 = v.q_f16;
     t.decode_small_chunks = v.small_chunks;
-    t.decode_small_min_tiles = v.min_tiles;
+    if (v.min_tiles >= 0) t.decode_small_min_tiles = v.min_tiles;
   }
   ~UseVariant() { cuda::cuda_tuning() = saved_; }
 
@@ -597,14 +597,15 @@ TEST(DecodeGpu, Fp8IntegerConversion) {
   }
 }
 
-// bf16 queries rewritten in f16 per warp (KVATTN_DECODE_FP8_Q_F16: a power-of-two prescale
-// folded into the softmax scale, K by the hardware conversion, S = Q K^T in f16) on both fp8
-// tiles and the small kernel: the one-hot queries of the codes test (every K code through the
-// LSE) and the fp8 sweep against the float64 reference on the stored bytes.
-TEST(DecodeGpu, Fp8QueriesInF16) {
-  for (const Variant& v : {Variant{"fp8 q f16", 8, 0, 1, 0, -1, -1, -1, -1, 1},
-                           Variant{"fp8 q f16 swap nosmall", 8, 0, 0, 0, -1, 1, -1, -1, 1},
-                           Variant{"fp8 q f16 noswap nosmall", 8, 0, 0, 0, -1, 0, -1, -1, 1}}) {
+// bf16 queries kept in bf16 (KVATTN_DECODE_FP8_Q_F16=0; the default rewrites them in f16 per
+// warp, a power-of-two prescale folded into the softmax scale, so that K takes the hardware
+// conversion too) on both fp8 tiles and the small kernel: the one-hot queries of the codes test
+// (every K code through the LSE) and the fp8 sweep against the float64 reference on the
+// stored bytes.
+TEST(DecodeGpu, Fp8QueriesInBf16) {
+  for (const Variant& v : {Variant{"fp8 q bf16", 8, 0, 1, 0, -1, -1, -1, -1, 0},
+                           Variant{"fp8 q bf16 swap nosmall", 8, 0, 0, 0, -1, 1, -1, -1, 0},
+                           Variant{"fp8 q bf16 noswap nosmall", 8, 0, 0, 0, -1, 0, -1, -1, 0}}) {
     SCOPED_TRACE(v.name);
     UseVariant use(v);
     fp8_codes_read_exactly();

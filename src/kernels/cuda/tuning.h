@@ -91,8 +91,11 @@ struct CudaTuning {
   // one chunk). C is fixed per launch (a CUDA graph's plan guesses the table's width), so short
   // contexts in the engine's graphs otherwise pay the whole merge of C mostly empty pieces.
   // 0 = every chunk always (before session 16). Contiguous chunks only (not with interleave).
-  // Env KVATTN_DECODE_SMALL_MIN_TILES.
-  int decode_small_min_tiles = 0;
+  // 1 since session 16 (H200, same process, a table of 4096 keys: 1x130 16/8 d128 13.98 ->
+  // 11.01 us, 1x130 9/3 d64 15.62 -> 10.05; 1x600, 1x2048, 1x8192 within +-0.3 us; random
+  // Qwen3-0.6B single stream 902.5 / 908.6 -> 935.5 / 936.5 tok/s; 2 and 4 lost at 600-2048
+  // keys). Env KVATTN_DECODE_SMALL_MIN_TILES.
+  int decode_small_min_tiles = 1;
   // Decode over float8_e4m3 caches: 1 = V (and K, for f16 queries) converted by the hardware
   // instruction (cvt.rn.f16x2.e4m3x2) and P V run in f16 (decode_fp8.cuh), 0 = the integer
   // conversion into the query type. Session 15's ncu: the fp8 decode is near issue bound
@@ -105,9 +108,11 @@ struct CudaTuning {
   // (scaled by a power of two so that nothing overflows; the scale folds into the softmax
   // scale: fp8_q_to_f16) so that K too takes the hardware conversion and S = Q K^T runs in
   // f16 (the other half of the conversions; f16 queries do this with decode_fp8_hw_cvt
-  // alone). 0 until timed on the H200 (written in session 15, compiled, not run).
+  // alone). 1 since session 16 (H200, same process: 64x4096 32/8 165.2 us vs 167.5-180.0,
+  // 8x32768 162.8 vs 168.3-170.3, 256x1024 16/8 165.4 vs 165.1-167.7, 4x8192 -1.5%; outputs
+  // equal to the bf16-Q form here: the conversions and products are exact either way).
   // Env KVATTN_DECODE_FP8_Q_F16.
-  int decode_fp8_q_f16 = 0;
+  int decode_fp8_q_f16 = 1;
   // Diagnostics only (wrong results): skip the stream kernel's merge launch, to time the split
   // kernel alone. Set by the benchmark, never from the environment.
   int decode_debug_no_merge = 0;
