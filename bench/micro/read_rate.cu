@@ -7,7 +7,7 @@
 //   ld      : ld.global.nc.v4 per thread, 8 in flight, grid-stride
 //   cpasync : per warp a ring of S stages of 8 KB (16 cp.async of 16 B a lane), as the decode
 //   bulk    : per CTA a ring of S stages of C bytes, one cp.async.bulk a stage by one thread
-//   nvcc -std=c++20 -O3 -gencode=arch=compute_90a,code=sm_90a bench/micro/read_rate.cu \
+//   nvcc -std=c++20 -O3 -gencode=arch=compute_90a,code=sm_90a -Isrc bench/micro/read_rate.cu \
 //     -o /tmp/read_rate && /tmp/read_rate
 #include <cuda_runtime.h>
 
@@ -15,6 +15,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <vector>
+
+#include "kernels/cuda/hopper/sm90_ptx.cuh"  // the mbarrier wrappers
 
 #define CHECK(x)                                                                  \
   do {                                                                            \
@@ -90,33 +92,20 @@ __global__ void read_cp_async_s(const uint8_t* src, int64_t chunks, uint32_t* ou
   if (acc == 0x9e3779b9u) out[0] = acc;
 }
 
-__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count));
-}
-__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n.reg .pred p;\nW: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-      "@!p bra W;\n}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
-
 // Per CTA: one thread issues bulk copies of `chunk` bytes into S stages.
 __global__ void read_bulk(const uint8_t* src, int64_t chunks, int chunk, int stages,
                           uint32_t* out) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)  // the wrappers exist for sm_90a device code only
+  using namespace kvattn::cuda::sm90;
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ __align__(8) uint64_t bars[16];
   if (threadIdx.x != 0) return;
   for (int s = 0; s < stages; ++s) mbar_init(smem_u32(&bars[s]), 1);
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  fence_barrier_init();
   uint32_t acc = 0;
   auto issue = [&](int64_t c, int s) {
     const uint32_t bar = smem_u32(&bars[s]);
-    mbar_expect_tx(bar, static_cast<uint32_t>(chunk));
+    mbar_arrive_expect_tx(bar, static_cast<uint32_t>(chunk));
     asm volatile(
         "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
         ::"r"(smem_u32(smem + int64_t{s} * chunk)), "l"(src + c * chunk), "r"(chunk), "r"(bar)
@@ -135,6 +124,7 @@ __global__ void read_bulk(const uint8_t* src, int64_t chunks, int chunk, int sta
     if (next < chunks) issue(next, s);
   }
   if (acc == 0x9e3779b9u) out[0] = acc;
+#endif
 }
 
 template <typename Launch>

@@ -210,9 +210,13 @@ struct PrefillConsumer {
     };
     auto slot = [&](int it) { return static_cast<int>((kv_base + it) % Tile::kStages); };
     auto parity = [&](int it) { return ((kv_base + it) / Tile::kStages) & 1; };
-    // The Q tile is free for the next tile once the last S = Q K^T has completed.
+    // The Q tile is free for the next tile once the last S = Q K^T has completed. With the
+    // tile handover (Tile::kProducerDecode) the arrival also frees the handed-tile slot that
+    // every lane read: __syncwarp orders those reads before lane 0's arrival.
     auto release_q = [&](int it) {
-      if (it == n_blocks - 1 && lane == 0) mbar_arrive(s.q_empty());
+      if (it != n_blocks - 1) return;
+      if constexpr (Tile::kProducerDecode) __syncwarp();
+      if (lane == 0) mbar_arrive(s.q_empty());
     };
     // Key tile 0: S, softmax, P.
     mbar_wait(s.k_full(slot(0)), parity(0));
