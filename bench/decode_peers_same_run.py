@@ -159,8 +159,12 @@ for args in [("64x4096", [4096] * 64, 16, 8, 256), ("16x8192", [8192] * 16, 16, 
     case(*args)
 case("64x4096", [4096] * 64, 32, 8, 128, P=256)
 
-print(f"\n=== SUMMARY: graph us / flushed us; TB/s of the bf16 bytes at graph timing; read "
-      f"ceiling {ceil['read_TBps']:.2f} TB/s, copy {ceil['copy_TBps']:.2f} ===")
+# torch's sum reads ~4.35 TB/s on the H200; loads of 1024 threads an SM or the decode's own
+# cp.async ring read 4.55 (bench/micro/read_rate.cu, session 16): the sum is a floor, not the
+# read ceiling.
+print(f"\n=== SUMMARY: graph us / flushed us; TB/s of the bf16 bytes at graph timing; "
+      f"torch.sum reads {ceil['read_TBps']:.2f} TB/s (the read ceiling is higher: "
+      f"bench/micro/read_rate.cu), copy {ceil['copy_TBps']:.2f} ===")
 for r in rows:
     parts = []
     for key in ("kvattn", "kvattn_fp8", "cuDNN", "flashinfer_tc0", "flashinfer_tc1",
