@@ -178,6 +178,7 @@ void Attention::forward(const TensorView& q_in, const TensorView& k_in, const Te
   a.plan = ctx.decode_plan;
   a.workspace = ctx.decode_workspace;
   a.stream = ctx.stream;
+  a.pdl = ctx.decode_pdl;
   // The shared-prefix form where it computes the same attention: a window or ALiBi would see
   // the prefix's keys at other distances in the prefill than in the decode.
   if (ctx.cascade_prefix_len > 0 && mask_.window_left < 0 && !alibi_.defined()) {

@@ -911,6 +911,104 @@ TEST(DecodeGpu, CudaGraphCaptureAndReplay) {
   graph_capture_and_replay({700, 2900, 31, 0, 1500, 900, 2200, 64, 1800, 333});
 }
 
+// DecodeArgs::pdl: a decode launched with programmatic dependent launch right after a kernel
+// that writes its queries (another decode, whose output is this one's q, sharing its
+// workspace) reads them only after that kernel completed: eagerly and in a captured graph with
+// new queries each replay, on the small kernel, the stream kernel + merge and the
+// whole-sequence form (sm_90: the attribute is ignored elsewhere, and the test still checks
+// the plain behaviour).
+void pdl_after_writer(const std::vector<int64_t>& lens, int64_t plan_bound, bool whole) {
+  const uint64_t seed = test::case_seed();
+  std::mt19937_64 rng(seed);
+  SCOPED_TRACE(test::case_note(0, seed, "pdl after a writer"));
+  const int64_t hkv = 2, group = 4, d = 128, bs = 16, H = hkv * group;
+  const auto B = static_cast<int64_t>(lens.size());
+  test::PagedKv kv = test::make_paged_kv(rng, DType::kBF16, hkv, d, bs, lens);
+  Relaid r = relayout_aligned(rng, kv);
+  test::RowBuffer qb = test::make_rows(B, H, d, DType::kBF16, 0);
+  const Mirror caches = Mirror::of(r.storage);
+  const Mirror tbl = Mirror::of(kv.table_storage);
+  const Mirror q = Mirror::of(qb.storage);
+  const Tensor mid = Tensor::empty({B, H, d}, DType::kBF16, kGpu);  // writer's out, reader's q
+  const Tensor out = Tensor::empty({B, H, d}, DType::kBF16, kGpu);
+  const Tensor lens_dev = test::int_tensor(lens).to(kGpu);
+
+  cudaStream_t stream = nullptr;
+  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  DecodeArgs w;  // the writer: a plain launch
+  w.k_cache = caches.on_device(r.k);
+  w.v_cache = caches.on_device(r.v);
+  w.block_table = tbl.on_device(kv.block_table);
+  w.cache_seqlens = lens_dev;
+  w.stream = Stream{stream};
+  w.plan = whole ? DecodePlan{1, 0, 0}
+                 : plan_decode(B, H, hkv, d, 1, plan_bound > 0 ? plan_bound
+                                                               : kv.block_table.size(1) * bs,
+                               kGpu);
+  const Tensor ws =
+      Tensor::empty({std::max<int64_t>(w.plan.workspace_bytes, 16)}, DType::kU8, kGpu);
+  w.workspace = ws;
+  w.q = q.on_device(qb.view);
+  w.out = mid;
+  DecodeArgs rd = w;  // the reader: q = the writer's output, launched with PDL
+  rd.q = mid;
+  rd.out = out;
+  rd.pdl = true;
+  auto run_pair = [&] {
+    CUDA_OK(cudaMemsetAsync(mid.data(), 0xFF, static_cast<size_t>(mid.nbytes()), stream));
+    CUDA_OK(cudaMemsetAsync(out.data(), 0xFF, static_cast<size_t>(out.nbytes()), stream));
+    decode_attention(w);
+    decode_attention(rd);
+  };
+  auto check = [&](const char* what, int round) {
+    CUDA_OK(cudaStreamSynchronize(stream));
+    const Tensor mid_host = mid.to(Device::cpu());
+    const test::RefAttention ref = test::decode_reference(
+        mid_host.view(), r.k, r.v, kv.block_table, test::int_tensor(lens), 1,
+        1 / std::sqrt(128.0), true, test::RefMask{});
+    const auto e = test::compare(test::to_doubles(out.to(Device::cpu())), ref.out);
+    EXPECT_FALSE(e.has_nan) << what << " round " << round;
+    EXPECT_LT(e.rel_l2, 1e-2) << what << " round " << round << " max abs " << e.max_abs;
+  };
+  for (int round = 0; round < 3; ++round) {
+    test::fill_uniform(qb.view, rng, -2.0f, 2.0f);
+    copy_bytes(q.device.view(), qb.storage.view());
+    run_pair();
+    check("eager", round);
+  }
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  run_pair();
+  CUDA_OK(cudaStreamEndCapture(stream, &graph));
+  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int round = 0; round < 3; ++round) {
+    test::fill_uniform(qb.view, rng, -2.0f, 2.0f);
+    copy_bytes(q.device.view(), qb.storage.view());
+    CUDA_OK(cudaGraphLaunch(exec, stream));
+    check("graph", round);
+  }
+  EXPECT_EQ(read_device_faults(kGpu), 0u);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+TEST(DecodeGpu, ProgrammaticLaunchAfterAWriter) {
+  {
+    SCOPED_TRACE("small kernel");
+    pdl_after_writer({3000, 17, 0, 1200, 640}, 0, false);
+    pdl_after_writer({130}, 4096, false);
+  }
+  {
+    SCOPED_TRACE("whole-sequence form (one split)");
+    pdl_after_writer({700, 2900, 31, 0, 1500}, 0, true);
+  }
+  SCOPED_TRACE("nosmall: stream kernel + merge kernel");
+  UseVariant use(kVariants[4]);
+  pdl_after_writer({700, 2900, 31, 0, 1500, 900, 2200, 64, 1800, 333}, 0, false);
+}
+
 // ---- issue 18: window, softcap, ALiBi (the extended kernels) ----
 
 // A random case of the extended kernels: window kind x causal x GQA 1-8 (3 and 6 included) x

@@ -53,6 +53,10 @@ struct BatchContext {
   TensorView cascade_leftpad;
   TensorView cascade_workspace;
   Stream stream{};
+  // Decode on the GPU: launch the decode kernel with programmatic dependent launch
+  // (DecodeArgs::pdl, whose promise the caller makes: no kernel still running at the launch
+  // writes context_lens, block_tables or cascade_leftpad).
+  bool decode_pdl = false;
 };
 
 }  // namespace kvattn

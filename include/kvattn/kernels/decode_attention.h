@@ -76,6 +76,15 @@ struct DecodeArgs {
   DecodePlan plan{0, 0};
   TensorView workspace;
   Stream stream{};
+  // GPU (sm_90+, CUDA 12.3+; ignored elsewhere): launch with programmatic dependent launch, so
+  // that the kernel's prologue (cache_seqlens, block_table and cache_leftpad reads) runs while
+  // the previous kernel in the stream finishes; the kernel waits for that kernel's completion
+  // before it reads q, the caches or the workspace and before it writes anything but the fault
+  // word. The caller promises that no kernel still running when this one is launched writes
+  // cache_seqlens, block_table or cache_leftpad (an engine's metadata, copied at the start of a
+  // step, qualifies; a kernel that computes the lengths right before does not). False: a plain
+  // launch, which waits for everything before it.
+  bool pdl = false;
 };
 
 void decode_attention(const DecodeArgs& args);

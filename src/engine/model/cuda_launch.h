@@ -21,8 +21,8 @@
 //   that this grid no longer needs (all its CTAs are resident or done) and sit at their own
 //   wait. Triggering after the wait, not before, keeps at most two grids in flight, the
 //   running one and the next, never a chain of waiting grids holding SMs.
-// Kernels we do not own (decode attention, prefill, cuBLASLt's GEMMs, NCCL) keep their plain
-// launches: a plain launch waits for full completion of what precedes it, and a PDL kernel of
+// Kernels we do not own (prefill, cuBLASLt's GEMMs, NCCL; the decode attention unless
+// KVATTN_DECODE_PDL=1, DecodeArgs::pdl) keep their plain launches: a plain launch waits for full completion of what precedes it, and a PDL kernel of
 // ours after one of them still waits in pdl_enter (a grid that never triggers lets the
 // dependent start at its completion), so every mix is correct; the overlap only happens on the
 // edges between two of ours (GEMV -> norm, norm -> ..., SiLU -> GEMV).
@@ -39,6 +39,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "kernels/cuda/pdl_launch.h"  // KVATTN_PDL_AVAILABLE, launch_kernel_ex, launch_maybe_pdl
+
 #ifdef __CUDACC__
 #include <cuda_runtime.h>
 
@@ -46,13 +48,6 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/ptx.cuh"
-#endif
-
-// CUDA 12.3 first captures PDL launches into graphs as programmatic edges.
-#if defined(CUDART_VERSION) && CUDART_VERSION >= 12030
-#define KVATTN_PDL_AVAILABLE 1
-#else
-#define KVATTN_PDL_AVAILABLE 0
 #endif
 
 namespace kvattn::cuda_model {
@@ -95,23 +90,7 @@ __device__ __forceinline__ void pdl_enter() {
   cuda::ptx::grid_launch_dependents();
 }
 
-// cudaLaunchKernelEx with the n attributes at attrs (launch errors throw, as
-// CUDA_CHECK_LAUNCH, and are not left for the next check).
-template <typename... Params, typename... Args>
-void launch_kernel_ex(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
-                      cudaStream_t stream, cudaLaunchAttribute* attrs, unsigned n,
-                      Args&&... args) {
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cfg.attrs = attrs;
-  cfg.numAttrs = n;
-  const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
-  (void)cudaGetLastError();
-  CUDA_CHECK(e);
-}
+using cuda::launch_kernel_ex;
 
 // launch_kernel in thread block clusters of cluster_x CTAs along x (sm_90+; gridDim.x a
 // multiple of cluster_x), with the PDL attribute as launch_kernel when on.pdl.
@@ -140,17 +119,8 @@ void launch_kernel_clusters(void (*kernel)(Params...), dim3 grid, dim3 block, si
 template <typename... Params, typename... Args>
 void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, Launch on,
                    Args&&... args) {
-#if KVATTN_PDL_AVAILABLE
-  if (on.pdl) {
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    launch_kernel_ex(kernel, grid, block, smem, on.stream, attr, 1, std::forward<Args>(args)...);
-    return;
-  }
-#endif
-  kernel<<<grid, block, smem, on.stream>>>(std::forward<Args>(args)...);
-  CUDA_CHECK_LAUNCH();
+  cuda::launch_maybe_pdl(kernel, grid, block, smem, on.stream, on.pdl,
+                         std::forward<Args>(args)...);
 }
 
 #endif  // __CUDACC__

@@ -27,7 +27,8 @@
 // the GEMV, sampling, the block-table scatter) goes through cuda_launch.h's launch_kernel with
 // the programmatic-stream-serialization attribute, in graphs and eagerly; each waits for its
 // predecessor's completion before touching memory, so the results are the same bytes. cuBLASLt,
-// attention and NCCL keep their plain launches (cuda_launch.h says why that stays correct).
+// attention and NCCL keep their plain launches (cuda_launch.h says why that stays correct);
+// KVATTN_DECODE_PDL=1 launches the decode attention with the attribute too (decode_pdl_).
 //
 // Fused decode GEMVs (ModelOptions::fused_gemv, on by default; KVATTN_FUSED_GEMV=0 turns them
 // off; one rank, not Gemma, SiLU MLPs): a step of at most 4 rows runs each layer's
@@ -321,6 +322,13 @@ bool unfused_by_env() {
   return e != nullptr && e[0] == '1';
 }
 
+// KVATTN_DECODE_PDL=1: the decode attention with programmatic dependent launch as well
+// (CudaModel::decode_pdl_).
+bool decode_pdl_by_env() {
+  const char* e = std::getenv("KVATTN_DECODE_PDL");
+  return e != nullptr && e[0] == '1';
+}
+
 // KVATTN_SAMPLE_SPLIT=0 keeps the sampler at one CTA per row (bench comparisons); the
 // tokens are the same either way.
 int sample_max_slices() {
@@ -508,6 +516,12 @@ class CudaModel final : public Model {
   // Our kernels launched with programmatic dependent launch (cuda_launch.h): options_.pdl or
   // KVATTN_PDL (pdl_wanted), and the device and toolkit support it (read at construction).
   bool pdl_ = false;
+  // The decode attention launched with PDL too (BatchContext::decode_pdl): pdl_ and
+  // KVATTN_DECODE_PDL=1 (off until timed on the H200: written in session 16). Sound here: the
+  // step's lengths and block tables are written by copies and the block-table scatter at the
+  // start of the step, which have completed by the time a layer's attention is launched (the
+  // kernel before it, the q/k norm + RoPE, waited for its own predecessor's completion).
+  bool decode_pdl_ = false;
   // Decode steps of <= Gemv::kFusedPreferredRows rows through the fused GEMV entries (ModelOptions::fused_gemv or
   // KVATTN_FUSED_GEMV; one rank, not Gemma, SiLU): read at construction.
   bool fused_gemv_ = false;
@@ -525,6 +539,7 @@ CudaModel::CudaModel(ModelWeights w, Device device, const ModelOptions& options,
       kv_scales_host_(w.config.num_layers, w.config.num_kv_heads),
       fused_(options.fused_kernels && !unfused_by_env()),
       pdl_(k::pdl_wanted(options.pdl) && k::pdl_supported(device.index)),
+      decode_pdl_(pdl_ && decode_pdl_by_env()),
       fused_gemv_(fused_gemv_wanted(options.fused_gemv) && rank.size == 1 &&
                   !w.config.sandwich_norms &&
                   w.config.activation == ModelConfig::Activation::kSilu) {
@@ -849,6 +864,7 @@ void CudaModel::run_fixed_body(size_t rung) {
   ctx.decode_plan = fx_.plans[rung];
   if (ctx.decode_plan.workspace_bytes > 0) ctx.decode_workspace = fx_.workspace.view();
   ctx.stream = Stream{stream_};
+  ctx.decode_pdl = decode_pdl_;
   k::scatter_block_table(reinterpret_cast<const int32_t*>(d + fx_.off_compact),
                          reinterpret_cast<const int32_t*>(d + fx_.off_meta),
                          reinterpret_cast<int32_t*>(d + fx_.off_table), fx_.width, b,
@@ -1172,6 +1188,7 @@ void CudaModel::step_general(const ModelInput& in, const Out& out) {
   ctx.max_seqlen_q = hc.max_seqlen_q;
   ctx.max_seqlen_k = hc.max_seqlen_k;
   ctx.stream = Stream{stream_};
+  ctx.decode_pdl = decode_pdl_;
   if (ctx.phase == Phase::kDecode) {
     const auto lens = host_span(hc.context_lens);
     int64_t max_k = hc.max_seqlen_k;

@@ -55,6 +55,7 @@
 #include "kernels/cuda/decode/decode_small_kernel.cuh"
 #include "kernels/cuda/decode/decode_split_kernel.cuh"
 #include "kernels/cuda/device_props.h"
+#include "kernels/cuda/pdl_launch.h"
 #include "kernels/cuda/tuning.h"
 
 namespace kvattn::cuda {
@@ -256,7 +257,8 @@ bool stream_ok(int64_t num_seqs, int64_t capacity) {
 // kExt: the extended kernels (window, softcap, ALiBi; decode_mask.cuh), with the plain ones'
 // configuration (same tiles, stages and work decomposition).
 template <typename T, typename KV, int D, bool kExt>
-void launch(DecodeParams p, bool aligned, int64_t ws_bytes, int device, cudaStream_t stream) {
+void launch(DecodeParams p, bool aligned, int64_t ws_bytes, int device, cudaStream_t stream,
+            bool pdl) {
   constexpr int kKvBytes = static_cast<int>(sizeof(KV));
   const DType cache_dtype = kIsFp8<KV> ? DType::kF8E4M3 : DType::kBF16;
   // The swapped tile (decode_swap_tile.cuh; decode_use_swap): head_dim 256 always; head_dim
@@ -303,14 +305,16 @@ void launch(DecodeParams p, bool aligned, int64_t ws_bytes, int device, cudaStre
       const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(units),
                       static_cast<unsigned>(B));
       if constexpr (!kOnlySwap) {
+        const dim3 block(static_cast<unsigned>(sc.warps * 32));
         if (aligned) {
           (void)split_occupancy<T, KV, D, true, true, kExt>(device, sc.warps * 32, sc.smem);
-          decode_small_kernel<T, KV, D, true, kExt><<<grid, sc.warps * 32, sc.smem, stream>>>(p);
+          launch_maybe_pdl(decode_small_kernel<T, KV, D, true, kExt>, grid, block, sc.smem,
+                           stream, pdl, p);
         } else {
           (void)split_occupancy<T, KV, D, false, true, kExt>(device, sc.warps * 32, sc.smem);
-          decode_small_kernel<T, KV, D, false, kExt><<<grid, sc.warps * 32, sc.smem, stream>>>(p);
+          launch_maybe_pdl(decode_small_kernel<T, KV, D, false, kExt>, grid, block, sc.smem,
+                           stream, pdl, p);
         }
-        CUDA_CHECK_LAUNCH();
         return;
       }
     }
@@ -356,25 +360,28 @@ void launch(DecodeParams p, bool aligned, int64_t ws_bytes, int device, cudaStre
   }
   p.merge_wpr = pieces_per_seq >= 48 ? 8 : pieces_per_seq >= 12 ? 4 : pieces_per_seq >= 4 ? 2 : 1;
   const auto grid = static_cast<unsigned>(static_cast<int64_t>(p.parts) * p.slices);
+  const dim3 block(static_cast<unsigned>(threads));
   if constexpr (kCanSwap) {
     if (swap) {
       if (aligned) {
-        decode_kernel<T, KV, D, true, kExt, true><<<grid, threads, smem, stream>>>(p);
+        launch_maybe_pdl(decode_kernel<T, KV, D, true, kExt, true>, grid, block, smem, stream,
+                         pdl, p);
       } else {
-        decode_kernel<T, KV, D, false, kExt, true><<<grid, threads, smem, stream>>>(p);
+        launch_maybe_pdl(decode_kernel<T, KV, D, false, kExt, true>, grid, block, smem, stream,
+                         pdl, p);
       }
     }
   }
   if constexpr (!kOnlySwap) {
     if (!swap) {
       if (aligned) {
-        decode_kernel<T, KV, D, true, kExt><<<grid, threads, smem, stream>>>(p);
+        launch_maybe_pdl(decode_kernel<T, KV, D, true, kExt>, grid, block, smem, stream, pdl, p);
       } else {
-        decode_kernel<T, KV, D, false, kExt><<<grid, threads, smem, stream>>>(p);
+        launch_maybe_pdl(decode_kernel<T, KV, D, false, kExt>, grid, block, smem, stream, pdl,
+                         p);
       }
     }
   }
-  CUDA_CHECK_LAUNCH();
   if (!stream_mode || cuda_tuning().decode_debug_no_merge) return;
   const int64_t rows = B * p.q_len * p.num_heads;
   const int64_t rows_per_block = 8 / p.merge_wpr;
@@ -595,11 +602,12 @@ void decode_attention(const DecodeArgs& args, const AttentionShape& shape) {
   DeviceGuard guard(device);
   p.fault_word = fault_word_ptr(device);
   auto stream = static_cast<cudaStream_t>(args.stream.handle);
+  const bool pdl = args.pdl && compute_capability(device) >= 90;  // DecodeArgs::pdl
   dispatch(args.q.dtype, args.k_cache.dtype, shape.head_dim, [&]<typename T, typename KV, int D>() {
     if (ext) {
-      launch<T, KV, D, true>(p, aligned, ws_bytes, device, stream);
+      launch<T, KV, D, true>(p, aligned, ws_bytes, device, stream, pdl);
     } else {
-      launch<T, KV, D, false>(p, aligned, ws_bytes, device, stream);
+      launch<T, KV, D, false>(p, aligned, ws_bytes, device, stream, pdl);
     }
   });
 }

@@ -227,11 +227,11 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     }
   };
 
-  // The length first: everything else waits on it (the loads below fly with it). Then the
-  // unit's gen word, which gives this launch's LL tag (needed only at the end).
+  // The length first: everything else waits on it (the loads below fly with it). Before the
+  // grid-dependency wait below (a PDL launch, DecodeArgs::pdl) only the lengths, block ids and
+  // cache_leftpad are read, which the caller promises the previous kernel does not write.
   const int len_raw = __ldg(p.cache_seqlens + b);
   uint32_t* const gen_word = p.ws_gen + static_cast<int64_t>(b) * gridDim.y + unit;
-  const uint32_t gen = __ldcg(gen_word);
 
   // This warp's tiles [ta, tb) of chunk c when the sequence has n tiles, and the chunks in use
   // (all C unless p.small_min_tiles: then fewer for short sequences; decode_params.h).
@@ -301,6 +301,12 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   }
   load_ids(ta, lane < 16);
   load_ids(ta + tstep, lane >= 16);
+
+  // PDL: the previous kernel (which may write q, the caches and, if it was a decode, this
+  // workspace) has completed from here on. Then the unit's gen word, which gives this launch's
+  // LL tag (needed only at the end).
+  ptx::grid_dependency_wait();
+  const uint32_t gen = __ldcg(gen_word);
 
   // The unit's query tile (16 rows; rows past `rows` are zero) into shared memory, each 16-byte
   // chunk once for the CTA (its warps share it); the fragments are read after the first tiles

@@ -163,6 +163,9 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     // starting at the end): it writes their meta, and zeros for the empty ones.
     b_lo = lower_bound_smem(prefix, B, src.g0);
     b_hi = part == nparts - 1 ? B : lower_bound_smem(prefix, B, src.g1);
+    // PDL (DecodeArgs::pdl): the lengths above may be read while the previous kernel finishes;
+    // the workspace, q and the caches only after it completed.
+    ptx::grid_dependency_wait();
     if (slice == 0 && warp == 0) {
       for (int b = b_lo + lane; b < b_hi; b += 32) {
         const int first = prefix[b];
@@ -184,6 +187,7 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
         if constexpr (kExt) (void)seq_pad(p, b, len, true);
       }
     }
+    ptx::grid_dependency_wait();  // PDL: as in stream mode
   }
   if (!unit_ok) return;  // no CTA-wide barrier below
 
