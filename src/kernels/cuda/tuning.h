@@ -110,7 +110,9 @@ struct CudaTuning {
   // f16 (the other half of the conversions; f16 queries do this with decode_fp8_hw_cvt
   // alone). 1 since session 16 (H200, same process: 64x4096 32/8 165.2 us vs 167.5-180.0,
   // 8x32768 162.8 vs 168.3-170.3, 256x1024 16/8 165.4 vs 165.1-167.7, 4x8192 -1.5%; outputs
-  // equal to the bf16-Q form here: the conversions and products are exact either way).
+  // equal to the bf16-Q form on the bench's data: bf16 values convert to f16 exactly after
+  // the power-of-two prescale unless they are below ~2^-28 of the warp's largest |q|, and the
+  // products are exact in fp32 either way).
   // Env KVATTN_DECODE_FP8_Q_F16.
   int decode_fp8_q_f16 = 1;
   // Diagnostics only (wrong results): skip the stream kernel's merge launch, to time the split
