@@ -66,8 +66,8 @@ struct DecodeArgs {
   TensorView lse;  // optional float32 [num_heads, num_seqs * q_len]
   // float8_e4m3 caches (CPU: every head_dim; CUDA: head_dim 64 and 128, with bf16 or fp16
   // queries): the dequantisation scales, float32 [num_kv_heads] each (store_kv.h); keys are
-  // read as e4m3(stored) * scale with float32 accumulation. Empty => 1.0. Must be empty for other cache dtypes. On the CPU a
-  // float32 q may also read a bfloat16 cache.
+  // read as e4m3(stored) * scale with float32 accumulation. Empty => 1.0. Must be empty for
+  // other cache dtypes. On the CPU a float32 q may also read a bfloat16 cache.
   TensorView k_scale;
   TensorView v_scale;
   // GPU: the plan and a workspace of at least plan.workspace_bytes bytes on q's device.

@@ -22,10 +22,11 @@
 //   wait. Triggering after the wait, not before, keeps at most two grids in flight, the
 //   running one and the next, never a chain of waiting grids holding SMs.
 // Kernels we do not own (prefill, cuBLASLt's GEMMs, NCCL; the decode attention unless
-// KVATTN_DECODE_PDL=1, DecodeArgs::pdl) keep their plain launches: a plain launch waits for full completion of what precedes it, and a PDL kernel of
-// ours after one of them still waits in pdl_enter (a grid that never triggers lets the
-// dependent start at its completion), so every mix is correct; the overlap only happens on the
-// edges between two of ours (GEMV -> norm, norm -> ..., SiLU -> GEMV).
+// KVATTN_DECODE_PDL=1, DecodeArgs::pdl) keep their plain launches: a plain launch waits for
+// full completion of what precedes it, and a PDL kernel of ours after one of them still
+// waits in pdl_enter (a grid that never triggers lets the dependent start at its completion),
+// so every mix is correct; the overlap only happens on the edges between two of ours (GEMV ->
+// norm, norm -> ..., SiLU -> GEMV).
 //
 // CUDA graphs: captured PDL launches become programmatic edges (CUDA 12.3+); with an older
 // toolkit launch_kernel always launches plainly and pdl_supported() is false. A PDL launch
@@ -105,11 +106,7 @@ void launch_kernel_clusters(void (*kernel)(Params...), dim3 grid, dim3 block, si
   attr[n].val.clusterDim.z = 1;
   ++n;
 #if KVATTN_PDL_AVAILABLE
-  if (on.pdl) {
-    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[n].val.programmaticStreamSerializationAllowed = 1;
-    ++n;
-  }
+  if (on.pdl) attr[n++] = cuda::pdl_attribute();
 #endif
   launch_kernel_ex(kernel, grid, block, smem, on.stream, attr, n, std::forward<Args>(args)...);
 }

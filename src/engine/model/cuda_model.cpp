@@ -316,18 +316,18 @@ class Pinned {
 
 size_t align16(size_t x) { return (x + 15) / 16 * 16; }
 
-// KVATTN_UNFUSED=1 turns ModelOptions::fused_kernels off (bench and tests compare the paths).
-bool unfused_by_env() {
-  const char* e = std::getenv("KVATTN_UNFUSED");
+// An opt-in switch of the environment: `name` set to a value starting with '1'.
+bool env_switch_on(const char* name) {
+  const char* e = std::getenv(name);
   return e != nullptr && e[0] == '1';
 }
 
+// KVATTN_UNFUSED=1 turns ModelOptions::fused_kernels off (bench and tests compare the paths).
+bool unfused_by_env() { return env_switch_on("KVATTN_UNFUSED"); }
+
 // KVATTN_DECODE_PDL=1: the decode attention with programmatic dependent launch as well
 // (CudaModel::decode_pdl_).
-bool decode_pdl_by_env() {
-  const char* e = std::getenv("KVATTN_DECODE_PDL");
-  return e != nullptr && e[0] == '1';
-}
+bool decode_pdl_by_env() { return env_switch_on("KVATTN_DECODE_PDL"); }
 
 // KVATTN_SAMPLE_SPLIT=0 keeps the sampler at one CTA per row (bench comparisons); the
 // tokens are the same either way.

@@ -43,6 +43,16 @@ void launch_kernel_ex(void (*kernel)(Params...), dim3 grid, dim3 block, size_t s
   CUDA_CHECK(e);
 }
 
+#if KVATTN_PDL_AVAILABLE
+// The launch attribute that makes a launch programmatic (PDL).
+inline cudaLaunchAttribute pdl_attribute() {
+  cudaLaunchAttribute a{};
+  a.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  a.val.programmaticStreamSerializationAllowed = 1;
+  return a;
+}
+#endif
+
 // kernel<<<grid, block, smem, stream>>>(args...), with the programmatic-stream-serialization
 // attribute when pdl (and the toolkit has it). Launch errors throw, as CUDA_CHECK_LAUNCH.
 template <typename... Params, typename... Args>
@@ -50,9 +60,7 @@ void launch_maybe_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t s
                       cudaStream_t stream, bool pdl, Args&&... args) {
 #if KVATTN_PDL_AVAILABLE
   if (pdl) {
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchAttribute attr[1] = {pdl_attribute()};
     launch_kernel_ex(kernel, grid, block, smem, stream, attr, 1, std::forward<Args>(args)...);
     return;
   }
