@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Session 17, call 2 (issues 20, 16, 15):
+#   1. does racecheck take mbarrier waits as ordering? bench/micro/mbar_handoff_race.cu, four
+#      handoff forms (plain mbarrier, expect_tx + bulk copy, named barriers, st.async);
+#   2. the decode suite with the early dependent-launch consent (decode_pdl_trigger) and the
+#      engine's PDL tests with the decode attention launched with PDL by default;
+#   3. single stream with KVATTN_DECODE_PDL_TRIGGER=0 / 1 alternating, and KVATTN_DECODE_PDL=0.
+#   run: bash scripts/gpu_session17_trigger.sh > $OUT/summary.txt 2>&1; tail -n 45 $OUT/summary.txt
+#   carry: .deps
+set -uo pipefail
+cd "$(dirname "$0")/.."
+source scripts/device_env.sh  # sets OUT (default ./out) and creates it
+step "1. racecheck and the mbarrier handoff"
+NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+"$NVCC" -std=c++20 -O3 -gencode=arch=compute_90a,code=sm_90a -Isrc bench/micro/mbar_handoff_race.cu \
+  -o /tmp/mbar_race 2>&1 | tail -n 3
+for m in 0 1 2 3; do
+  timeout 60 compute-sanitizer --tool racecheck /tmp/mbar_race $m > "$OUT/mbar_race_$m.log" 2>&1
+  echo "rc=$? $(grep -E '^mode' "$OUT/mbar_race_$m.log") | $(grep -E 'RACECHECK SUMMARY' "$OUT/mbar_race_$m.log")"
+done
+step build
+kvattn_gpu_build OFF kvattn_cli kernels_decode_gpu_test engine_pdl_gpu_test
+T=build-gpu/tests/kernels/kernels_decode_gpu_test
+step "2. decode suite (PDL test first), engine PDL tests"
+run_test decode_pdl 120 "$T" --gtest_filter='DecodeGpu.ProgrammaticLaunchAfterAWriter'
+run_test decode_all 300 "$T" &
+run_test engine_pdl 300 build-gpu/tests/engine/engine_pdl_gpu_test
+wait
+step "3. single stream (128 + 256): the decode's early consent 0 / 1, and no decode PDL"
+PYTHONUNBUFFERED=1 timeout 150 python3 scripts/make_random_qwen3.py --shape 0.6b --out /tmp/q06 \
+  2>&1 | tail -n 1
+ss() {  # ss LABEL ENV...
+  env "${@:2}" timeout 90 build-gpu/kvattn bench --model /tmp/q06 --device cuda \
+    --num-seqs 2 --min-input 64 --max-input 64 --min-output 8 --max-output 8 \
+    --single-input 128 --single-output 256 >"$OUT/ss_$1.log" 2>&1
+  echo "$1 rc=$?: $(grep -i "single" "$OUT/ss_$1.log" | tail -n 1)"
+}
+for round in 1 2 3; do
+  ss "trigger0_r$round" KVATTN_DECODE_PDL_TRIGGER=0
+  ss "trigger1_r$round" KVATTN_DECODE_PDL_TRIGGER=1
+done
+ss "nodecodepdl" KVATTN_DECODE_PDL=0
