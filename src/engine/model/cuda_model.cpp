@@ -28,7 +28,7 @@
 // the programmatic-stream-serialization attribute, in graphs and eagerly; each waits for its
 // predecessor's completion before touching memory, so the results are the same bytes. cuBLASLt,
 // attention and NCCL keep their plain launches (cuda_launch.h says why that stays correct);
-// KVATTN_DECODE_PDL=1 launches the decode attention with the attribute too (decode_pdl_).
+// the decode attention takes the attribute too (decode_pdl_; KVATTN_DECODE_PDL=0 keeps it plain).
 //
 // Fused decode GEMVs (ModelOptions::fused_gemv, on by default; KVATTN_FUSED_GEMV=0 turns them
 // off; one rank, not Gemma, SiLU MLPs): a step of at most 4 rows runs each layer's
@@ -325,9 +325,12 @@ bool env_switch_on(const char* name) {
 // KVATTN_UNFUSED=1 turns ModelOptions::fused_kernels off (bench and tests compare the paths).
 bool unfused_by_env() { return env_switch_on("KVATTN_UNFUSED"); }
 
-// KVATTN_DECODE_PDL=1: the decode attention with programmatic dependent launch as well
-// (CudaModel::decode_pdl_).
-bool decode_pdl_by_env() { return env_switch_on("KVATTN_DECODE_PDL"); }
+// KVATTN_DECODE_PDL=0: the decode attention without programmatic dependent launch
+// (CudaModel::decode_pdl_; bench comparisons).
+bool decode_pdl_off_by_env() {
+  const char* e = std::getenv("KVATTN_DECODE_PDL");
+  return e != nullptr && std::strcmp(e, "0") == 0;
+}
 
 // KVATTN_SAMPLE_SPLIT=0 keeps the sampler at one CTA per row (bench comparisons); the
 // tokens are the same either way.
@@ -516,8 +519,8 @@ class CudaModel final : public Model {
   // Our kernels launched with programmatic dependent launch (cuda_launch.h): options_.pdl or
   // KVATTN_PDL (pdl_wanted), and the device and toolkit support it (read at construction).
   bool pdl_ = false;
-  // The decode attention launched with PDL too (BatchContext::decode_pdl): pdl_ and
-  // KVATTN_DECODE_PDL=1 (off until timed on the H200: written in session 16). Sound here: the
+  // The decode attention launched with PDL too (BatchContext::decode_pdl): pdl_, unless
+  // KVATTN_DECODE_PDL=0 (H200, session 17: single stream +3.9%, 927 -> 965 tok/s). Sound: the
   // step's lengths and block tables are written by copies and the block-table scatter at the
   // start of the step, which have completed by the time a layer's attention is launched (the
   // kernel before it, the q/k norm + RoPE, waited for its own predecessor's completion).
@@ -539,7 +542,7 @@ CudaModel::CudaModel(ModelWeights w, Device device, const ModelOptions& options,
       kv_scales_host_(w.config.num_layers, w.config.num_kv_heads),
       fused_(options.fused_kernels && !unfused_by_env()),
       pdl_(k::pdl_wanted(options.pdl) && k::pdl_supported(device.index)),
-      decode_pdl_(pdl_ && decode_pdl_by_env()),
+      decode_pdl_(pdl_ && !decode_pdl_off_by_env()),
       fused_gemv_(fused_gemv_wanted(options.fused_gemv) && rank.size == 1 &&
                   !w.config.sandwich_norms &&
                   w.config.activation == ModelConfig::Activation::kSilu) {

@@ -115,6 +115,12 @@ struct CudaTuning {
   // products are exact in fp32 either way).
   // Env KVATTN_DECODE_FP8_Q_F16.
   int decode_fp8_q_f16 = 1;
+  // Decode: 1 = every CTA consents to the dependent launch (griddepcontrol.launch_dependents)
+  // right after its grid-dependency wait, so a successor launched with PDL (the engine's
+  // o_proj GEMV) is scheduled while the attention runs and fetches its weights meanwhile; it
+  // still waits for the attention's completion before reading its output. 0 = no consent (the
+  // successor starts at completion). Written in session 17. Env KVATTN_DECODE_PDL_TRIGGER.
+  int decode_pdl_trigger = 1;
   // Diagnostics only (wrong results): skip the stream kernel's merge launch, to time the split
   // kernel alone. Set by the benchmark, never from the environment.
   int decode_debug_no_merge = 0;

@@ -562,6 +562,7 @@ void decode_attention(const DecodeArgs& args, const AttentionShape& shape) {
   p.kv_evict_first = cuda_tuning().decode_kv_evict_first;
   p.fp8_hw_cvt = cuda_tuning().decode_fp8_hw_cvt;
   p.fp8_q_f16 = cuda_tuning().decode_fp8_q_f16;
+  p.pdl_trigger = cuda_tuning().decode_pdl_trigger;
   int64_t ws_bytes = 0;
   if (p.num_splits > 1) {
     const int64_t need = decode_workspace_bytes(shape.num_seqs, shape.num_heads,

@@ -304,8 +304,11 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
 
   // PDL: the previous kernel (which may write q, the caches and, if it was a decode, this
   // workspace) has completed from here on. Then the unit's gen word, which gives this launch's
-  // LL tag (needed only at the end).
+  // LL tag (needed only at the end). The trigger lets a PDL-launched successor (the engine's
+  // o_proj GEMV) be scheduled now, to fetch its weights while this kernel runs; it still waits
+  // for this grid's completion before reading the output (ptx.cuh).
   ptx::grid_dependency_wait();
+  if (p.pdl_trigger != 0) ptx::grid_launch_dependents();
   const uint32_t gen = __ldcg(gen_word);
 
   // The unit's query tile (16 rows; rows past `rows` are zero) into shared memory, each 16-byte

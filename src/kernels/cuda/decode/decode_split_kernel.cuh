@@ -164,8 +164,10 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     b_lo = lower_bound_smem(prefix, B, src.g0);
     b_hi = part == nparts - 1 ? B : lower_bound_smem(prefix, B, src.g1);
     // PDL (DecodeArgs::pdl): the lengths above may be read while the previous kernel finishes;
-    // the workspace, q and the caches only after it completed.
+    // the workspace, q and the caches only after it completed. The trigger after the wait: as
+    // in decode_small_kernel.cuh (a successor launched with PDL may start its prologue).
     ptx::grid_dependency_wait();
+    if (p.pdl_trigger != 0) ptx::grid_launch_dependents();
     if (slice == 0 && warp == 0) {
       for (int b = b_lo + lane; b < b_hi; b += 32) {
         const int first = prefix[b];
@@ -188,6 +190,7 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
       }
     }
     ptx::grid_dependency_wait();  // PDL: as in stream mode
+    if (p.pdl_trigger != 0) ptx::grid_launch_dependents();
   }
   if (!unit_ok) return;  // no CTA-wide barrier below
 
