@@ -4,7 +4,9 @@
 #      handoff forms (plain mbarrier, expect_tx + bulk copy, named barriers, st.async);
 #   2. the decode suite with the early dependent-launch consent (decode_pdl_trigger) and the
 #      engine's PDL tests with the decode attention launched with PDL by default;
-#   3. single stream with KVATTN_DECODE_PDL_TRIGGER=0 / 1 alternating, and KVATTN_DECODE_PDL=0.
+#   3. single stream with KVATTN_DECODE_PDL_TRIGGER=0 / 1 alternating, and KVATTN_DECODE_PDL=0;
+#   4. the prefill tile handover written by st.async (a build with it in every tile, made here):
+#      the whole prefill suite (in step 2) and racecheck on the handover's tests.
 #   run: bash scripts/gpu_session17_trigger.sh > $OUT/summary.txt 2>&1; tail -n 45 $OUT/summary.txt
 #   carry: build-carry-xz (xz'd stripped binaries built here, and the runtime .debs they load)
 set -uo pipefail
@@ -31,6 +33,7 @@ T=/tmp/bin/kernels_decode_gpu_test
 step "2. decode suite (PDL test first), engine PDL tests"
 run_test decode_pdl 120 "$T" --gtest_filter='DecodeGpu.ProgrammaticLaunchAfterAWriter'
 run_test decode_all 300 "$T" &
+run_test prefill_pd_all 300 /tmp/bin/prefill_test_pd &
 run_test engine_pdl 300 /tmp/bin/engine_pdl_gpu_test
 wait
 step "3. single stream (128 + 256): the decode's early consent 0 / 1, and no decode PDL"
@@ -47,3 +50,10 @@ for round in 1 2 3; do
   ss "trigger1_r$round" KVATTN_DECODE_PDL_TRIGGER=1
 done
 ss "nodecodepdl" KVATTN_DECODE_PDL=0
+step "4. the st.async tile handover under racecheck"
+KVATTN_GPU_TEST_QUICK=1 timeout 200 compute-sanitizer --tool racecheck --error-exitcode 9 \
+  /tmp/bin/prefill_test_pd \
+  --gtest_filter='PrefillGpu.TileEdges:PrefillGpu.EdgeCases:PrefillGpu.PagedProducerWarps' \
+  >"$OUT/pd_racecheck.log" 2>&1
+echo "racecheck rc=$? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/pd_racecheck.log" | tail -n 1)"
+grep -m4 -E "Race reported|Error:" "$OUT/pd_racecheck.log"
