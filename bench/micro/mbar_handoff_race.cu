@@ -10,7 +10,9 @@
 //   2 named    : the same handoff ordered by named barriers (bar.sync / bar.arrive): control
 //   3 st.async : the slot written by st.async (16 bytes a store) completing `full`'s expected
 //                transaction bytes, the data and its barrier bound together (the form a remote
-//                CTA would use; here the CTA's own shared memory)
+//                CTA would use; here the CTA's own shared memory), launched as a 1-CTA cluster
+//                (session 17: without the cluster launch st.async is an illegal instruction)
+//   4 syncthreads : every round's handoff by two __syncthreads (control: what racecheck models)
 // Every consumer checks the rounds it read (a wrong read sets the error word), so the pattern
 // is shown right on the hardware whatever racecheck says. Run each mode under racecheck:
 //   nvcc -std=c++20 -O3 -gencode=arch=compute_90a,code=sm_90a -Isrc \
@@ -65,7 +67,9 @@ __global__ void handoff(int mode, const int4* payload, int* error) {
   constexpr int kThreads = 32 * (1 + kConsumerWarps);
   if (warp == 0) {
     for (int r = 0; r < kRounds; ++r) {
-      if (mode == 2) {
+      if (mode == 4) {
+        if (r > 0) __syncthreads();  // the consumers are done reading
+      } else if (mode == 2) {
         if (r > 0) sm90::named_barrier_sync(2, kThreads);  // the consumers are done reading
       } else if (r > 0) {
         sm90::mbar_wait(empty, (r - 1) & 1);
@@ -88,11 +92,15 @@ __global__ void handoff(int mode, const int4* payload, int* error) {
         }
       }
       if (mode == 2) sm90::named_barrier_arrive(1, kThreads);  // the slot is written
+      if (mode == 4) __syncthreads();
       __syncwarp();
     }
   } else {
     for (int r = 0; r < kRounds; ++r) {
-      if (mode == 2) {
+      if (mode == 4) {
+        if (r > 0) __syncthreads();
+        __syncthreads();
+      } else if (mode == 2) {
         sm90::named_barrier_sync(1, kThreads);
       } else {
         sm90::mbar_wait(full, r & 1);
@@ -101,7 +109,9 @@ __global__ void handoff(int mode, const int4* payload, int* error) {
       for (int i = 0; i < 12; ++i) bad |= slot[i] != r * 100 + i;
       if (bad) atomicOr(error, 1);
       __syncwarp();
-      if (mode == 2) {
+      if (mode == 4) {
+        // the next round's first __syncthreads
+      } else if (mode == 2) {
         if (r + 1 < kRounds) sm90::named_barrier_arrive(2, kThreads);
       } else if (lane == 0) {
         sm90::mbar_arrive(empty);
@@ -120,12 +130,22 @@ int main(int argc, char** argv) {
     std::printf("CUDA setup failed\n");
     return 1;
   }
-  handoff<<<1, 32 * (1 + kConsumerWarps)>>>(mode, payload, error);
-  const cudaError_t e = cudaDeviceSynchronize();
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(1);
+  cfg.blockDim = dim3(32 * (1 + kConsumerWarps));
+  cudaLaunchAttribute cluster{};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = 1;
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = 1;
+  cfg.attrs = &cluster;
+  cfg.numAttrs = mode == 3 ? 1 : 0;
+  cudaError_t e = cudaLaunchKernelEx(&cfg, handoff, mode, static_cast<const int4*>(payload), error);
+  if (e == cudaSuccess) e = cudaDeviceSynchronize();
   int host = -1;
   cudaMemcpy(&host, error, 4, cudaMemcpyDeviceToHost);
-  const char* names[] = {"mbarrier", "tx", "named", "st.async"};
-  std::printf("mode %d (%s): %s, wrong reads %s\n", mode, names[mode & 3], cudaGetErrorString(e),
+  const char* names[] = {"mbarrier", "tx", "named", "st.async", "syncthreads"};
+  std::printf("mode %d (%s): %s, wrong reads %s\n", mode, names[mode >= 0 && mode < 5 ? mode : 0], cudaGetErrorString(e),
               host == 0 ? "none" : "SOME");
   return e == cudaSuccess && host == 0 ? 0 : 1;
 }

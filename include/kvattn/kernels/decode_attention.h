@@ -83,10 +83,8 @@ struct DecodeArgs {
   // word. The caller promises that no kernel still running when this one is launched writes
   // cache_seqlens, block_table or cache_leftpad (an engine's metadata, copied at the start of a
   // step, qualifies; a kernel that computes the lengths right before does not). False: a plain
-  // launch, which waits for everything before it. Either way the kernels consent early
-  // (griddepcontrol.launch_dependents after that wait), so a successor launched with PDL may
-  // run its own prologue meanwhile; it must wait for this kernel's completion before reading
-  // the output, as every PDL kernel does.
+  // launch, which waits for everything before it. (The kernels do not consent to their own
+  // dependents' early launch unless KVATTN_DECODE_PDL_TRIGGER=1: slower in the engine.)
   bool pdl = false;
 };
 

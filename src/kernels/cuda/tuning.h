@@ -119,8 +119,11 @@ struct CudaTuning {
   // right after its grid-dependency wait, so a successor launched with PDL (the engine's
   // o_proj GEMV) is scheduled while the attention runs and fetches its weights meanwhile; it
   // still waits for the attention's completion before reading its output. 0 = no consent (the
-  // successor starts at completion). Written in session 17. Env KVATTN_DECODE_PDL_TRIGGER.
-  int decode_pdl_trigger = 1;
+  // successor starts at completion). 0: H200, session 17, random Qwen3-0.6B single stream,
+  // alternating in one call: 1 = 919.4 / 935.6 / 928.9 tok/s, 0 = 959.6 / 959.6 / 969.4 (-3.5%;
+  // the GEMV's one-wave grid placed beside the attention's CTAs is the likely cost, not timed).
+  // Env KVATTN_DECODE_PDL_TRIGGER.
+  int decode_pdl_trigger = 0;
   // Diagnostics only (wrong results): skip the stream kernel's merge launch, to time the split
   // kernel alone. Set by the benchmark, never from the environment.
   int decode_debug_no_merge = 0;

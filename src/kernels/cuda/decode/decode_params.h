@@ -130,7 +130,7 @@ struct DecodeParams {
   int small_min_tiles = 0;  // small kernel: tiles per warp below which chunks go unused (ditto)
   int fp8_hw_cvt = 0;       // fp8 caches: the hardware e4m3 conversion, P V in f16 (cuda_tuning())
   int fp8_q_f16 = 0;        // fp8, bf16 queries: Q in f16 (scaled), K by the hardware conversion
-  int pdl_trigger = 1;      // griddepcontrol.launch_dependents after the PDL wait (cuda_tuning())
+  int pdl_trigger = 0;      // griddepcontrol.launch_dependents after the PDL wait (cuda_tuning())
 
   // CTA shape (decode_config) and the partition of the work.
   int heads_per_cta = 1;

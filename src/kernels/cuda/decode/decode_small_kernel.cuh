@@ -304,9 +304,8 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
 
   // PDL: the previous kernel (which may write q, the caches and, if it was a decode, this
   // workspace) has completed from here on. Then the unit's gen word, which gives this launch's
-  // LL tag (needed only at the end). The trigger lets a PDL-launched successor (the engine's
-  // o_proj GEMV) be scheduled now, to fetch its weights while this kernel runs; it still waits
-  // for this grid's completion before reading the output (ptx.cuh).
+  // LL tag (needed only at the end). With p.pdl_trigger (off: tuning.h) a PDL-launched
+  // successor may be scheduled from here on; it still waits for this grid's completion.
   ptx::grid_dependency_wait();
   if (p.pdl_trigger != 0) ptx::grid_launch_dependents();
   const uint32_t gen = __ldcg(gen_word);

@@ -164,8 +164,8 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     b_lo = lower_bound_smem(prefix, B, src.g0);
     b_hi = part == nparts - 1 ? B : lower_bound_smem(prefix, B, src.g1);
     // PDL (DecodeArgs::pdl): the lengths above may be read while the previous kernel finishes;
-    // the workspace, q and the caches only after it completed. The trigger after the wait: as
-    // in decode_small_kernel.cuh (a successor launched with PDL may start its prologue).
+    // the workspace, q and the caches only after it completed. p.pdl_trigger: as in
+    // decode_small_kernel.cuh.
     ptx::grid_dependency_wait();
     if (p.pdl_trigger != 0) ptx::grid_launch_dependents();
     if (slice == 0 && warp == 0) {
