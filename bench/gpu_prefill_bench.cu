@@ -321,17 +321,6 @@ void run_tile_for(const Problem& p, cudaStream_t stream) {
   }
 }
 
-// The default tiles with the producer-side tile decode (Tile::kProducerDecode: the producer
-// hands each tile to the consumers in shared memory; written in session 15, bench-only).
-template <int D>
-using ProducerDecodeTile = cuda::Sm90PrefillTileConfig<
-    D, cuda::Sm90PrefillTile<D>::kConsumerWarpgroups, cuda::Sm90PrefillTile<D>::kStages,
-    cuda::Sm90PrefillTile<D>::kBlockN, true, cuda::Sm90PrefillTile<D>::kSmemEpilogue, true>;
-
-void run_producer_decode_tile(const Problem& p, cudaStream_t stream) {
-  run_tile_for<ProducerDecodeTile<64>, ProducerDecodeTile<128>, ProducerDecodeTile<256>>(p, stream);
-}
-
 void run_direct_epilogue_tile(const Problem& p, cudaStream_t stream) {
   run_tile_for<DirectEpilogueTile<64>, DirectEpilogueTile<128>, cuda::Sm90PrefillTile<256>>(p,
                                                                                            stream);
@@ -436,8 +425,20 @@ int main(int argc, char** argv) {
         {"grid", with(&cuda::CudaTuning::prefill_sm90_persistent, 0), 0.0},
         // O stored from the accumulators (the default stages it in shared memory)
         {"direct_epi", [&] { run_direct_epilogue_tile(p, g_stream); }, 0.0},
-        // the producer decodes the tiles and hands them over (Tile::kProducerDecode)
-        {"pdecode", [&] { run_producer_decode_tile(p, g_stream); }, 0.0},
+        // the producer decodes the tiles and hands them over (Tile::kProducerDecode) always /
+        // never (the default: for sequences of at most 4096 keys)
+        {"handover", with(&cuda::CudaTuning::prefill_sm90_handover, 1), 0.0},
+        {"nohandover", with(&cuda::CudaTuning::prefill_sm90_handover, 0), 0.0},
+        // never, launched as one-CTA clusters as the handover must be (the launch's own cost)
+        {"cluster1",
+         [&] {
+           const cuda::CudaTuning saved = cuda::cuda_tuning();
+           cuda::cuda_tuning().prefill_sm90_handover = 0;
+           cuda::cuda_tuning().prefill_sm90_cluster_launch = 1;
+           call();
+           cuda::cuda_tuning() = saved;
+         },
+         0.0},
         // consumers decode tiles in 64-bit arithmetic (the default: 32-bit where it fits)
         {"wide", with(&cuda::CudaTuning::prefill_sm90_narrow_decode, 0), 0.0},
         // GEMM turns restarted per tile (the default runs them on)
@@ -452,7 +453,7 @@ int main(int argc, char** argv) {
       }
     };
     if (s.features()) {  // default (kMods), the plain kernel on the same shape, the ext kernel
-      drop({"grid", "direct_epi", "pdecode"});
+      drop({"grid", "direct_epi", "handover", "nohandover", "cluster1"});
       variants.insert(variants.begin() + 1,
                       Variant{"plain",
                               [&] {

@@ -540,6 +540,35 @@ TEST(PrefillGpu, NarrowAndWideTileDecode) {
   }
 }
 
+// The plain kernels with the tile handover forced on and off (CudaTuning::prefill_sm90_handover;
+// the default takes it for sequences of at most 4096 keys, so the other tests run both forms
+// by their lengths): head_dim 64, 128 and 256, causal or not, packed or paged, bf16 and fp16;
+// float64 reference.
+TEST(PrefillGpu, TileHandoverOnAndOff) {
+  const TuningRestore restore;
+  const bool quick = test::quick_mode();
+  int index = 0;
+  for (int handover : {1, 0}) {
+    cuda::cuda_tuning().prefill_sm90_handover = handover;
+    for (int64_t d : {64, 128, 256}) {
+      for (bool causal : {true, false}) {
+        for (int i = 0; i < (quick ? 1 : 2); ++i, ++index) {
+          if (!test::case_selected(index)) continue;
+          const uint64_t seed = test::case_seed();
+          std::mt19937_64 rng(seed);
+          const DType dt = index % 3 == 2 ? DType::kF16 : DType::kBF16;
+          PrefillCase c = random_case(rng, dt, d, causal, /*paged=*/index % 2 == 1, quick);
+          c.f64_reference = true;
+          SCOPED_TRACE(test::case_note(
+              index, seed, "handover " + std::to_string(handover) + " " + c.describe()));
+          run_case(c, rng, "prefill tile handover");
+          if (HasFatalFailure()) return;
+        }
+      }
+    }
+  }
+}
+
 // Paged K/V with 1, 2 and 3 producer warps (the default, 4, runs in every other paged test)
 // issuing a tile's page pieces
 // (KVATTN_PREFILL_SM90_PRODUCER_WARPS; head_dim 128 takes it, 64 and 256 keep one warp): pages

@@ -11,12 +11,38 @@
 #include "kernels/cuda/hopper/prefill_sm90_kernel.cuh"
 #include "kernels/cuda/hopper/prefill_sm90_launch.h"
 #include "kernels/cuda/hopper/tensor_map.h"
+#include "kernels/cuda/pdl_launch.h"  // launch_kernel_ex
 #include "kernels/cuda/device_props.h"
 #include "kernels/cuda/smem_limit.h"
 #include "kernels/cuda/tuning.h"
 #include "kvattn/core/error.h"
 
 namespace kvattn::cuda {
+
+// The keys of the longest sequence: the hint, else what the tensors bound.
+inline int64_t prefill_sm90_kv_len(const PrefillParams& p, bool paged) {
+  if (p.max_seqlen_k > 0) return p.max_seqlen_k;
+  return paged ? static_cast<int64_t>(p.max_blocks_per_seq) * p.block_size
+               : (static_cast<int64_t>(p.total_k) + p.num_seqs - 1) / p.num_seqs;
+}
+
+// CudaTuning::prefill_sm90_handover = 2: the plain kernels take the tile handover when the
+// longest sequence has at most this many keys (short key loops, where the consumers' own tile
+// decode between two tiles' GEMMs is a visible share; longer ones lost 2-9% with it).
+inline constexpr int64_t kSm90HandoverMaxKeys = 4096;
+
+// Whether a plain launch with tile `Tile` takes its handover form (CudaTuning).
+template <class Tile, bool kPaged>
+bool use_tile_handover(const PrefillParams& p) {
+  const int mode = cuda_tuning().prefill_sm90_handover;
+  if (mode == 0) return false;
+  // The experimental cp.async gather (pages that are not whole tiles) has no handover form.
+  if (kPaged && cuda_tuning().prefill_sm90_paged_gather != 0 && Tile::kBlockN == 128 &&
+      p.block_size % Tile::kBlockN != 0) {
+    return false;
+  }
+  return mode == 1 || prefill_sm90_kv_len(p, kPaged) <= kSm90HandoverMaxKeys;
+}
 
 // Launches one tile configuration (Sm90PrefillTileConfig) on the current device; kMods: the
 // window / softcap / ALiBi form (kCausal false: causal is p.window_right = 0).
@@ -81,12 +107,7 @@ void launch_prefill_sm90_tile(const PrefillParams& base, cudaStream_t stream) {
   const int device = raise_smem_limit_once(kernel, kSmem, raised, "prefill_attention");
   const int64_t pairs = static_cast<int64_t>(p.num_heads) * p.num_seqs;
   const int64_t tiles = pairs * p.num_m_blocks;
-  // The keys of the longest sequence: the hint, else what the tensors bound.
-  int64_t kv_len = p.max_seqlen_k;
-  if (kv_len <= 0) {
-    kv_len = kPaged ? static_cast<int64_t>(p.max_blocks_per_seq) * p.block_size
-                    : (static_cast<int64_t>(p.total_k) + p.num_seqs - 1) / p.num_seqs;
-  }
+  const int64_t kv_len = prefill_sm90_kv_len(p, kPaged);
   sp.section = sm90::prefill_l2_section(p.num_seqs, p.num_heads, p.group, D, kv_len, kElem,
                                         int64_t{cuda_tuning().prefill_sm90_l2_mb} << 20);
   sp.turns_across_tiles = cuda_tuning().prefill_sm90_turns != 0 ? 1 : 0;
@@ -100,6 +121,18 @@ void launch_prefill_sm90_tile(const PrefillParams& base, cudaStream_t stream) {
   // section needs no padding); one CTA per tile takes the tiles as they come.
   sp.section_unit = grid < tiles && sp.section < pairs ? grid : 1;
   sp.num_tiles = sm90::total_section_slots(pairs, p.num_m_blocks, sp.section, sp.section_unit);
+  // One-CTA clusters: the tile handover's st.async (a cluster-window store) is an illegal
+  // instruction in a kernel not launched as a cluster (prefill_sm90_tile_handover.cuh).
+  if (Tile::kProducerDecode || cuda_tuning().prefill_sm90_cluster_launch != 0) {
+    cudaLaunchAttribute cluster{};
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = 1;
+    cluster.val.clusterDim.y = 1;
+    cluster.val.clusterDim.z = 1;
+    launch_kernel_ex(kernel, dim3(static_cast<unsigned>(grid)), dim3(Tile::kThreads), kSmem,
+                     stream, &cluster, 1, sp);
+    return;
+  }
   kernel<<<static_cast<unsigned>(grid), Tile::kThreads, kSmem, stream>>>(sp);
   const cudaError_t err = cudaGetLastError();
   KVATTN_CHECK(err == cudaSuccess, "prefill_attention: sm90 kernel launch failed: ",
@@ -108,7 +141,12 @@ void launch_prefill_sm90_tile(const PrefillParams& base, cudaStream_t stream) {
 
 template <typename T, int kHeadDim, bool kCausal, bool kPaged>
 void launch_prefill_sm90(const PrefillParams& p, cudaStream_t stream) {
-  launch_prefill_sm90_tile<T, Sm90PrefillTile<kHeadDim>, kCausal, kPaged>(p, stream);
+  using Tile = Sm90PrefillTile<kHeadDim>;
+  if (use_tile_handover<Tile, kPaged>(p)) {
+    launch_prefill_sm90_tile<T, Sm90WithTileHandover<Tile>, kCausal, kPaged>(p, stream);
+  } else {
+    launch_prefill_sm90_tile<T, Tile, kCausal, kPaged>(p, stream);
+  }
 }
 
 template <typename T, int kHeadDim, bool kPaged>

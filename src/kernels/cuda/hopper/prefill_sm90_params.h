@@ -52,7 +52,7 @@ struct PrefillSm90Params {
 // kProducerDecode: the producer decodes each tile and hands it to the consumers in shared
 // memory with its Q (prefill_sm90_tile_handover.cuh), so the consumers' tile decode (the
 // cu_seqlens loads and section arithmetic between two tiles' GEMMs) leaves their path
-// (FlashAttention-3's order; bench-only until timed, written in session 15).
+// (FlashAttention-3's order; the plain kernels' form for short sequences since session 17).
 template <int kHeadDim_, int kConsumerWarpgroups_, int kStages_, int kBlockN_,
           bool kRescaleInTurn_ = true, bool kSmemEpilogue_ = false, bool kProducerDecode_ = false>
 struct Sm90PrefillTileConfig {
@@ -92,9 +92,10 @@ struct Sm90PrefillTileConfig {
   static_assert(kSmemAlloc <= 232448, "more shared memory than an sm_90 CTA may have");
 };
 
-// Tile::kProducerDecode in the library's own tiles: off; a build with
-// -DKVATTN_PREFILL_SM90_PRODUCER_DECODE=1 (CMAKE_CUDA_FLAGS) turns it on everywhere, so the whole
-// prefill GPU suite can run on it before it is made the default.
+// Tile::kProducerDecode in the library's base tiles: off (the plain kernels choose the handover
+// form per launch: CudaTuning::prefill_sm90_handover); a build with
+// -DKVATTN_PREFILL_SM90_PRODUCER_DECODE=1 (CMAKE_CUDA_FLAGS) turns it on everywhere, the
+// window / softcap / ALiBi kernels included, so the whole prefill GPU suite runs on it.
 #ifndef KVATTN_PREFILL_SM90_PRODUCER_DECODE
 #define KVATTN_PREFILL_SM90_PRODUCER_DECODE 0
 #endif
@@ -125,5 +126,14 @@ struct Sm90PrefillTileFor<256> {
 };
 template <int kHeadDim>
 using Sm90PrefillTile = typename Sm90PrefillTileFor<kHeadDim>::type;
+
+// The same tile with the producer-side tile decode (Tile::kProducerDecode), which the plain
+// kernels take where CudaTuning::prefill_sm90_handover asks for it (prefill_sm90_launch.cuh).
+template <class Tile>
+using Sm90WithTileHandover =
+    Sm90PrefillTileConfig<Tile::kHeadDim, Tile::kConsumerWarpgroups, Tile::kStages,
+                          Tile::kBlockN, Tile::kRescaleInTurn, Tile::kSmemEpilogue, true>;
+template <int kHeadDim>
+using Sm90PrefillHandoverTile = Sm90WithTileHandover<Sm90PrefillTile<kHeadDim>>;
 
 }  // namespace kvattn::cuda
