@@ -44,7 +44,7 @@ struct CudaTuning {
   // flushed, graph -5 to +4%, 8x2048 d64 +2-4%, 4x4096 9/3 d64 +2-3%, 8x2048 16/8 d256
   // +2% / +12%; but 1x16384 d128 -2.5% graph, the paged prefix 8 x (512 over 4096) page 16
   // -3 to -9% graph, 1x16384 d256 -6% flushed). Env KVATTN_PREFILL_SM90_HANDOVER.
-  int prefill_sm90_handover = 2;
+  int prefill_sm90_handover = 0;  // 2 once the H200 suite has run on it (session 17 call 5)
   // Diagnostics (the bench's "cluster1" row; never from the environment): 1 = the Hopper
   // prefill kernels without the handover launch as one-CTA clusters too, as the handover's
   // must (st.async), to tell the launch's cost from the handover's.
