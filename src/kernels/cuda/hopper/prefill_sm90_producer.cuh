@@ -25,13 +25,12 @@ namespace kvattn::cuda::sm90 {
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
-// One thread: arms q_full with the Q tile's bytes (plus extra_tx bytes that other asynchronous
-// stores complete on it: the tile handover's) and issues its TMA boxes (rows q_row0.. of head h).
+// One thread: arms q_full with the Q tile's bytes and issues its TMA boxes (rows q_row0.. of
+// head h).
 template <class Tile>
 __device__ __forceinline__ void issue_q(const PrefillSm90Params& p,
-                                        const PrefillSmem<Tile>& s, int q_row0, int h,
-                                        uint32_t extra_tx = 0) {
-  mbar_arrive_expect_tx(s.q_full, Tile::kQBytes + extra_tx);
+                                        const PrefillSmem<Tile>& s, int q_row0, int h) {
+  mbar_arrive_expect_tx(s.q_full, Tile::kQBytes);
 #pragma unroll
   for (int c = 0; c < Tile::kColBlocks; ++c) {
     tma_load_3d(s.q + c * Tile::kBlockM * 128, &p.tmap_q, s.q_full, c * 64, h, q_row0);

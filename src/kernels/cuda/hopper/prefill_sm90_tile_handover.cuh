@@ -4,18 +4,9 @@
 // GEMM loses the cu_seqlens loads and the section arithmetic (FlashAttention-3's producer-side
 // scheduler does the same).
 // Protocol (over q_full / q_empty, one phase per handed tile, in the CTA's tile order):
-//   producer warp 0: waits q_empty of the previous tile; lane 0 arms q_full with the tile's 48
-//     bytes (plus the Q bytes for a tile with keys: the Q TMA follows; a tile whose rows see no
-//     key has no Q) and writes the tile with st.async, whose bytes complete on q_full as the Q
-//     TMA's do; after the last tile, the same with the end sentinel (n_blocks < 0).
-//   The slot is written only by asynchronous stores bound to q_full, never by plain stores
-//   ordered by the barrier's arrival alone: compute-sanitizer's racecheck does not take a
-//   one-sided arrival (mbarrier arrive, or bar.arrive) as ordering plain shared-memory accesses
-//   and reported 197 hazards on the plain-store form (session 16); on the H200 its own probe
-//   (bench/micro/mbar_handoff_race.cu, session 17) flags the plain-store handoff under
-//   mbarriers and under named barriers alike, and neither st.async nor __syncthreads. st.async
-//   writes through the cluster window, so these kernels launch as one-CTA clusters
-//   (prefill_sm90_launch.cuh; without a cluster launch it is an illegal instruction).
+//   producer warp 0: waits q_empty of the previous tile; lane 0 writes the tile, then arrives
+//     on q_full with the Q bytes (a tile with keys: the Q TMA follows) or plainly (a tile whose
+//     rows see no key: no Q); after the last tile, the same with the end sentinel (n_blocks < 0).
 //   consumers: wait q_full, read the tile; a tile with keys releases q_empty after its last
 //     S = Q K^T (PrefillConsumer::run, as without the handover), one without keys right after
 //     the read (one arrival per consumer warp).
@@ -36,15 +27,13 @@ namespace kvattn::cuda::sm90 {
 
 static_assert(sizeof(PrefillTileWork) == 48, "three 16-byte words in PrefillSmem::work()");
 
-constexpr uint32_t kWorkTx = sizeof(PrefillTileWork);  // the bytes st.async completes on q_full
-
-// The tile into the slot: three asynchronous 16-byte stores completing on `bar` (armed for
-// kWorkTx bytes by the caller).
-__device__ __forceinline__ void store_work(uint32_t addr, const PrefillTileWork& w, uint32_t bar) {
-  const uint32_t* v = reinterpret_cast<const uint32_t*>(&w);
+__device__ __forceinline__ void store_work(uint32_t addr, const PrefillTileWork& w) {
+  const int* v = reinterpret_cast<const int*>(&w);
 #pragma unroll
   for (int i = 0; i < 3; ++i) {
-    st_async_v4(addr + 16 * i, v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3], bar);
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr + 16 * i),
+                 "r"(v[4 * i]), "r"(v[4 * i + 1]), "r"(v[4 * i + 2]), "r"(v[4 * i + 3])
+                 : "memory");
   }
 }
 
@@ -74,12 +63,12 @@ __device__ __forceinline__ void hand_over_tiles(const PrefillSm90Params& sp,
       [&](const PrefillTileWork& w, uint32_t kv_base, uint32_t q_index) {
         if (handed > 0) mbar_wait(s.q_empty(), (handed - 1) & 1);
         if (lane0) {
+          store_work(s.work(), w);
           if (w.n_blocks > 0) {
-            issue_q(sp, s, w.q_begin + w.m0, w.h, kWorkTx);
+            issue_q(sp, s, w.q_begin + w.m0, w.h);
           } else {
-            mbar_arrive_expect_tx(s.q_full, kWorkTx);
+            mbar_arrive(s.q_full);
           }
-          store_work(s.work(), w, s.q_full);
         }
         __syncwarp();
         ++handed;
@@ -89,8 +78,8 @@ __device__ __forceinline__ void hand_over_tiles(const PrefillSm90Params& sp,
   if (lane0) {
     PrefillTileWork end;
     end.n_blocks = -1;
-    mbar_arrive_expect_tx(s.q_full, kWorkTx);
-    store_work(s.work(), end, s.q_full);
+    store_work(s.work(), end);
+    mbar_arrive(s.q_full);
   }
 }
 

@@ -35,18 +35,6 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t byt
                : "memory");
 }
 
-// Four 32-bit words stored to shared memory at `addr` (16-byte aligned; this CTA's own shared
-// memory is part of the cluster window) as an asynchronous store whose 16 bytes complete
-// transaction bytes on the mbarrier `bar`: a waiter of the phase sees the data (the data and
-// its barrier bound together, as for a TMA load).
-__device__ __forceinline__ void st_async_v4(uint32_t addr, uint32_t a, uint32_t b, uint32_t c,
-                                            uint32_t d, uint32_t bar) {
-  asm volatile(
-      "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, "
-      "[%5];\n" ::"r"(addr), "r"(a), "r"(b), "r"(c), "r"(d), "r"(bar)
-      : "memory");
-}
-
 // Blocks until the phase of parity `parity` has completed.
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
   asm volatile(
