@@ -426,19 +426,9 @@ int main(int argc, char** argv) {
         // O stored from the accumulators (the default stages it in shared memory)
         {"direct_epi", [&] { run_direct_epilogue_tile(p, g_stream); }, 0.0},
         // the producer decodes the tiles and hands them over (Tile::kProducerDecode) always /
-        // never (the default: for sequences of at most 4096 keys)
+        // for sequences of at most 4096 keys (CudaTuning::prefill_sm90_handover 1 / 2)
         {"handover", with(&cuda::CudaTuning::prefill_sm90_handover, 1), 0.0},
-        {"nohandover", with(&cuda::CudaTuning::prefill_sm90_handover, 0), 0.0},
-        // never, launched as one-CTA clusters as the handover must be (the launch's own cost)
-        {"cluster1",
-         [&] {
-           const cuda::CudaTuning saved = cuda::cuda_tuning();
-           cuda::cuda_tuning().prefill_sm90_handover = 0;
-           cuda::cuda_tuning().prefill_sm90_cluster_launch = 1;
-           call();
-           cuda::cuda_tuning() = saved;
-         },
-         0.0},
+        {"handover_auto", with(&cuda::CudaTuning::prefill_sm90_handover, 2), 0.0},
         // consumers decode tiles in 64-bit arithmetic (the default: 32-bit where it fits)
         {"wide", with(&cuda::CudaTuning::prefill_sm90_narrow_decode, 0), 0.0},
         // GEMM turns restarted per tile (the default runs them on)
@@ -453,7 +443,7 @@ int main(int argc, char** argv) {
       }
     };
     if (s.features()) {  // default (kMods), the plain kernel on the same shape, the ext kernel
-      drop({"grid", "direct_epi", "handover", "nohandover", "cluster1"});
+      drop({"grid", "direct_epi", "handover", "handover_auto"});
       variants.insert(variants.begin() + 1,
                       Variant{"plain",
                               [&] {

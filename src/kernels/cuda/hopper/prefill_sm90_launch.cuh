@@ -11,7 +11,6 @@
 #include "kernels/cuda/hopper/prefill_sm90_kernel.cuh"
 #include "kernels/cuda/hopper/prefill_sm90_launch.h"
 #include "kernels/cuda/hopper/tensor_map.h"
-#include "kernels/cuda/pdl_launch.h"  // launch_kernel_ex
 #include "kernels/cuda/device_props.h"
 #include "kernels/cuda/smem_limit.h"
 #include "kernels/cuda/tuning.h"
@@ -28,7 +27,8 @@ inline int64_t prefill_sm90_kv_len(const PrefillParams& p, bool paged) {
 
 // CudaTuning::prefill_sm90_handover = 2: the plain kernels take the tile handover when the
 // longest sequence has at most this many keys (short key loops, where the consumers' own tile
-// decode between two tiles' GEMMs is a visible share; longer ones lost 2-9% with it).
+// decode between two tiles' GEMMs is a visible share; longer ones lost 2-9% with it, H200
+// session 17).
 inline constexpr int64_t kSm90HandoverMaxKeys = 4096;
 
 // Whether a plain launch with tile `Tile` takes its handover form (CudaTuning).
@@ -121,18 +121,6 @@ void launch_prefill_sm90_tile(const PrefillParams& base, cudaStream_t stream) {
   // section needs no padding); one CTA per tile takes the tiles as they come.
   sp.section_unit = grid < tiles && sp.section < pairs ? grid : 1;
   sp.num_tiles = sm90::total_section_slots(pairs, p.num_m_blocks, sp.section, sp.section_unit);
-  // One-CTA clusters: the tile handover's st.async (a cluster-window store) is an illegal
-  // instruction in a kernel not launched as a cluster (prefill_sm90_tile_handover.cuh).
-  if (Tile::kProducerDecode || cuda_tuning().prefill_sm90_cluster_launch != 0) {
-    cudaLaunchAttribute cluster{};
-    cluster.id = cudaLaunchAttributeClusterDimension;
-    cluster.val.clusterDim.x = 1;
-    cluster.val.clusterDim.y = 1;
-    cluster.val.clusterDim.z = 1;
-    launch_kernel_ex(kernel, dim3(static_cast<unsigned>(grid)), dim3(Tile::kThreads), kSmem,
-                     stream, &cluster, 1, sp);
-    return;
-  }
   kernel<<<static_cast<unsigned>(grid), Tile::kThreads, kSmem, stream>>>(sp);
   const cudaError_t err = cudaGetLastError();
   KVATTN_CHECK(err == cudaSuccess, "prefill_attention: sm90 kernel launch failed: ",
