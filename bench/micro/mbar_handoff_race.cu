@@ -11,7 +11,11 @@
 //   3 st.async : the slot written by st.async (16 bytes a store) completing `full`'s expected
 //                transaction bytes, the data and its barrier bound together (the form a remote
 //                CTA would use; here the CTA's own shared memory), launched as a 1-CTA cluster
-//                (session 17: without the cluster launch st.async is an illegal instruction)
+//                (session 17: without the cluster launch st.async is an illegal instruction;
+//                with it the hardware does it right, but memcheck calls it an invalid shared
+//                write, "Cluster needs to have at least 2 blocks": not a form to ship)
+// H200, session 17: modes 0, 1 and 2 report 6 hazards each (racecheck does not take a one-sided
+// arrival as ordering), 3 and 4 none; every mode reads right.
 //   4 syncthreads : every round's handoff by two __syncthreads (control: what racecheck models)
 // Every consumer checks the rounds it read (a wrong read sets the error word), so the pattern
 // is shown right on the hardware whatever racecheck says. Run each mode under racecheck:

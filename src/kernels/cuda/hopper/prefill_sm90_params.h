@@ -52,7 +52,8 @@ struct PrefillSm90Params {
 // kProducerDecode: the producer decodes each tile and hands it to the consumers in shared
 // memory with its Q (prefill_sm90_tile_handover.cuh), so the consumers' tile decode (the
 // cu_seqlens loads and section arithmetic between two tiles' GEMMs) leaves their path
-// (FlashAttention-3's order; the plain kernels' form for short sequences since session 17).
+// (FlashAttention-3's order; the plain kernels take it per launch where
+// CudaTuning::prefill_sm90_handover asks, off by default).
 template <int kHeadDim_, int kConsumerWarpgroups_, int kStages_, int kBlockN_,
           bool kRescaleInTurn_ = true, bool kSmemEpilogue_ = false, bool kProducerDecode_ = false>
 struct Sm90PrefillTileConfig {
@@ -133,7 +134,5 @@ template <class Tile>
 using Sm90WithTileHandover =
     Sm90PrefillTileConfig<Tile::kHeadDim, Tile::kConsumerWarpgroups, Tile::kStages,
                           Tile::kBlockN, Tile::kRescaleInTurn, Tile::kSmemEpilogue, true>;
-template <int kHeadDim>
-using Sm90PrefillHandoverTile = Sm90WithTileHandover<Sm90PrefillTile<kHeadDim>>;
 
 }  // namespace kvattn::cuda

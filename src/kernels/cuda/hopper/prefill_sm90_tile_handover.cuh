@@ -12,10 +12,10 @@
 //     the read (one arrival per consumer warp).
 // The ring counters follow from the handed tiles: kv_base sums their n_blocks; q_index counts
 // all of them (the q_full parity).
-// Sanitizers (H200, session 17): memcheck 0; racecheck reports the slot's plain stores and
+// Sanitizers (H200): memcheck 0 (session 16); racecheck reports the slot's plain stores and
 // loads as hazards because it does not take a one-sided arrival as ordering: its own probe
 // (bench/micro/mbar_handoff_race.cu) flags the same handoff ordered by mbarriers and by named
-// barriers (bar.arrive / bar.sync) alike, and reads right every time. The one form racecheck
+// barriers (bar.arrive / bar.sync) alike, and reads right every time (session 17). The form it
 // passed, the slot written by st.async completing on q_full (one-CTA cluster launches), is
 // invalid under memcheck ("Cluster needs to have at least 2 blocks"): st.async is for another
 // CTA's shared memory. So the handover stays off by default (CudaTuning::prefill_sm90_handover)
