@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# (Historical, session 17 call 4: the bench's "pdecode" rows are now "handover" / "handover_auto".)
 # Session 17, call 4 (issue 15): the producer-side tile decode with the slot written by st.async
 # in one-CTA cluster launches. The whole prefill suite on a build with it in every tile,
 # racecheck and memcheck on the handover's tests, then the C++ bench's "pdecode" rows beside the
