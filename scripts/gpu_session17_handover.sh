@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# (Historical, session 17 call 5: the bench rows "nohandover" and "cluster1" and the st.async form are gone.)
 # Session 17, call 5 (issue 15): the tile handover (st.async slot, one-CTA cluster launches)
 #   1. in every tile (a build with -DKVATTN_PREFILL_SM90_PRODUCER_DECODE=1, window / softcap /
 #      ALiBi kernels included): the whole prefill suite, racecheck and memcheck on its tests;
