@@ -21,8 +21,8 @@
 //   that this grid no longer needs (all its CTAs are resident or done) and sit at their own
 //   wait. Triggering after the wait, not before, keeps at most two grids in flight, the
 //   running one and the next, never a chain of waiting grids holding SMs.
-// Kernels we do not own (prefill, cuBLASLt's GEMMs, NCCL; the decode attention unless
-// KVATTN_DECODE_PDL=1, DecodeArgs::pdl) keep their plain launches: a plain launch waits for
+// Kernels we do not own (prefill, cuBLASLt's GEMMs, NCCL; the decode attention with
+// KVATTN_DECODE_PDL=0, else DecodeArgs::pdl) keep their plain launches: a plain launch waits for
 // full completion of what precedes it, and a PDL kernel of ours after one of them still
 // waits in pdl_enter (a grid that never triggers lets the dependent start at its completion),
 // so every mix is correct; the overlap only happens on the edges between two of ours (GEMV ->

@@ -325,20 +325,21 @@ bool env_switch_on(const char* name) {
 // KVATTN_UNFUSED=1 turns ModelOptions::fused_kernels off (bench and tests compare the paths).
 bool unfused_by_env() { return env_switch_on("KVATTN_UNFUSED"); }
 
-// KVATTN_DECODE_PDL=0: the decode attention without programmatic dependent launch
-// (CudaModel::decode_pdl_; bench comparisons).
-bool decode_pdl_off_by_env() {
-  const char* e = std::getenv("KVATTN_DECODE_PDL");
+// An opt-out switch of the environment: `name` set to exactly "0".
+bool env_switch_off(const char* name) {
+  const char* e = std::getenv(name);
   return e != nullptr && std::strcmp(e, "0") == 0;
 }
+
+// KVATTN_DECODE_PDL=0: the decode attention without programmatic dependent launch
+// (CudaModel::decode_pdl_; bench comparisons).
+bool decode_pdl_off_by_env() { return env_switch_off("KVATTN_DECODE_PDL"); }
 
 // KVATTN_SAMPLE_SPLIT=0 keeps the sampler at one CTA per row (bench comparisons); the
 // tokens are the same either way.
 int sample_max_slices() {
-  static const int v = [] {
-    const char* e = std::getenv("KVATTN_SAMPLE_SPLIT");
-    return e != nullptr && std::strcmp(e, "0") == 0 ? 1 : static_cast<int>(k::kSampleMaxSlices);
-  }();
+  static const int v =
+      env_switch_off("KVATTN_SAMPLE_SPLIT") ? 1 : static_cast<int>(k::kSampleMaxSlices);
   return v;
 }
 
