@@ -6,7 +6,8 @@
 //   8 rows, so only their short prefills, if any, take the fused path) on the tiny Qwen3 and
 //   Llama checkpoints;
 // - teacher-forced logits of a prefill and six decode steps, fused on vs off, bit-equal at
-//   batch 1, 3 and 17 (graphs and eager), and the fused path really ran (CudaModelStats);
+//   batch 1, 3 and 17 (graphs and eager), and the fused path really ran (CudaModelStats), the
+//   qkv GEMV's q/k norm + RoPE + KV write epilogue included;
 // - the option and KVATTN_FUSED_GEMV reach the model.
 // Bit-equality needs the unfused reference to sum the projections in the fused kernels' order,
 // i.e. through the GEMV (the fused kernels are the GEMV's main loop with a prologue and an
@@ -130,6 +131,13 @@ TEST_P(FusedGemvLogits, TeacherForcedLogitsBitEqual) {
   EXPECT_EQ(cuda_model_stats(*off).fused_gemv_steps, 0);
   EXPECT_GT(cuda_model_stats(*on_graphs).fused_gemv_steps, 0) << "the fused path never ran";
   EXPECT_GT(cuda_model_stats(*on_eager).fused_gemv_steps, 0) << "the fused path never ran";
+  // The qkv GEMV's q/k norm + RoPE + KV write epilogue (Gemv::run_rmsnorm_rope_kv) ran too
+  // (tiny checkpoints: heads of 64 = two tiles of the work split), unless KVATTN_FUSED_ROPE=0.
+  EXPECT_EQ(cuda_model_stats(*off).fused_rope_layers, 0);
+  if (const char* e = std::getenv("KVATTN_FUSED_ROPE"); e == nullptr || std::string(e) != "0") {
+    EXPECT_GT(cuda_model_stats(*on_graphs).fused_rope_layers, 0) << "the epilogue never ran";
+    EXPECT_GT(cuda_model_stats(*on_eager).fused_rope_layers, 0) << "the epilogue never ran";
+  }
   EXPECT_EQ(read_device_faults(Device::cuda(0), true), 0u);
 }
 

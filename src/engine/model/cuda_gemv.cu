@@ -11,7 +11,19 @@
 #include <cstring>
 #include <utility>
 
+#include "engine/model/cuda_kernels.h"
+#include "engine/model/cuda_rope_math.cuh"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_faults.cuh"
+
+// Thread block clusters (sm_90+) for the qkv GEMV's q/k norm + RoPE + KV write epilogue; other
+// targets never launch it (Gemv::run_rmsnorm_rope_kv declines there).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define KVATTN_GEMV_CLUSTERS 1
+#include <cooperative_groups.h>
+#else
+#define KVATTN_GEMV_CLUSTERS 0
+#endif
 
 // Layout of the work. A CTA of 8 warps owns a tile of output features (weight rows); each warp
 // owns kRowsPerWarp of them and streams those rows whole, 16 bytes (8 bf16) per lane per load,
@@ -123,8 +135,9 @@ __device__ __forceinline__ float reduce_scatter(float (&a)[VP], int lane) {
 
 // What a kernel does besides y = x w^T (Gemv::Variant): kPlain stages x as given; kNorm
 // stages rmsnorm(x [+ add]) (norm_stage); kNormSilu also pairs each warp's gate and up rows
-// and writes bf16(bf16(silu(g)) * u) instead of y.
-constexpr int kPlain = 0, kNorm = 1, kNormSilu = 2;
+// and writes bf16(bf16(silu(g)) * u) instead of y; kNormRope is kNorm whose CTAs, in clusters
+// owning one head each, finish the head with q/k norm + RoPE + the KV write (rope_epilogue).
+constexpr int kPlain = 0, kNorm = 1, kNormSilu = 2, kNormRope = 3;
 
 // One params struct for the three variants (fields a variant does not use are ignored).
 struct Params {
@@ -140,6 +153,12 @@ struct Params {
   __nv_bfloat16* y;  // [rows, ldy]: y, or kNormSilu's act [rows, n/2]
   int64_t ldy;
   int ks, tiles, prefetch;
+  // kNormRope: the step's q/k norm + RoPE (rope.qkv == y, rope.ld == ldy) and KV write; a
+  // cluster of `cluster` CTAs (one tile each, rows_per_tile rows a tile) owns one head.
+  RopeParams rope;
+  CacheParams cache;
+  int cache_fp8;  // the caches hold e4m3 codes (else bf16)
+  int cluster, rows_per_tile;
 };
 
 // The weight row a warp's r-th row is, for tile `tile` and row group g. Plain: R consecutive
@@ -187,12 +206,6 @@ __device__ __forceinline__ uint4 pack8(const float (&f)[8]) {
 }
 __device__ __forceinline__ float round_bf16(float v) {
   return __bfloat162float(__float2bfloat16(v));
-}
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
 }
 
 // kNorm*: xs[m] = rmsnorm(x[m] (+ add[m])) * norm_w for m < M, as add_rmsnorm_kernel
@@ -295,6 +308,84 @@ __device__ __forceinline__ __nv_bfloat16 silu_mul(float gate_sum, float up_sum) 
   return __float2bfloat16(round_bf16(g / (1.0f + expf(-g))) * u);
 }
 
+// kNormRope, after every tile: the cluster's CTAs hold their rows of one head (ys: bf16,
+// [M][rows_per_tile], as the plain kernel would have stored them in y); warp w of rank q takes
+// token m = q + cluster * w, gathers the head's D values from the ranks' ys (distributed shared
+// memory), and runs qk_norm_rope_token_kernel's arithmetic on it (cuda_rope_math.cuh: norm_row,
+// rope_cos_sin, rotate; store_cache8): q and k heads normed and rotated, the row written to y
+// (v rows as summed), k and v rows into the paged caches at slot[m] (< 0: a pad row, nothing
+// stored; >= num_slots: skipped and recorded in the fault word). So y and the caches hold the
+// bits run_rmsnorm + qk_norm_rope_store_kv leave.
+template <int M>
+__device__ __forceinline__ void rope_epilogue(const Params& p, const __nv_bfloat16* ys,
+                                              __nv_bfloat16* hs) {
+#if KVATTN_GEMV_CLUSTERS
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  __syncthreads();
+  cluster.sync();  // every rank's ys is complete and visible
+  const RopeParams& rp = p.rope;
+  const CacheParams& c = p.cache;
+  const int D = rp.head_dim, rpt = p.rows_per_tile;
+  const int rank = static_cast<int>(cluster.block_rank());
+  const int head = static_cast<int>(blockIdx.x) / p.cluster;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const bool is_q = head < rp.num_heads;
+  const bool is_v = head >= rp.num_heads + rp.num_kv_heads;
+  for (int m = rank + p.cluster * warp; m < M; m += p.cluster * kWarps) {
+    __nv_bfloat16* row = hs + m * D;
+    for (int e = lane; e < D; e += 32) {
+      const __nv_bfloat16* src = cluster.map_shared_rank(ys, e / rpt);
+      row[e] = src[m * rpt + e % rpt];
+    }
+    __syncwarp();
+    if (!is_v) {
+      if (rp.q_norm != nullptr) norm_row(row, is_q ? rp.q_norm : rp.k_norm, rp.eps, D, lane);
+      const float pos = static_cast<float>(rp.positions[m]);
+      const float base = rope_base(rp, m);
+      for (int i = lane; i < D / 2; i += 32) {
+        float cs, sn;
+        rope_cos_sin(i, D, pos, base, rp.inv_freq, rp.attention_factor, cs, sn);
+        int ia, ib;
+        pair_of(i, D, rp.interleaved != 0, ia, ib);
+        rotate(f(row[ia]), f(row[ib]), cs, sn, row[ia], row[ib]);
+      }
+      __syncwarp();
+    }
+    __nv_bfloat16* out = p.y + m * p.ldy + static_cast<int64_t>(head) * D;
+    for (int v = lane; v < D / 8; v += 32) {
+      *reinterpret_cast<int4*>(out + 8 * v) = *reinterpret_cast<const int4*>(row + 8 * v);
+    }
+    if (is_q) continue;
+    const int kvh = head - rp.num_heads - (is_v ? rp.num_kv_heads : 0);
+    const int64_t slot = c.slots[m];
+    if (slot >= c.num_slots) {
+      if (!is_v && kvh == 0 && lane == 0) cuda::record_fault(c.fault_word, kFaultSlotOutOfRange);
+      continue;
+    }
+    if (slot < 0) continue;
+    const int64_t block = slot / c.block_size;
+    const int64_t at = (slot - block * c.block_size) * rp.num_kv_heads * D +
+                       static_cast<int64_t>(kvh) * D;
+    const float* scales = is_v ? c.v_scale : c.k_scale;
+    void* base_ptr = is_v ? c.v_cache : c.k_cache;
+    const int64_t stride = is_v ? c.v_block_stride : c.k_block_stride;
+    if (p.cache_fp8 != 0) {
+      const float scale = scales != nullptr ? __ldg(scales + kvh) : 1.0f;
+      uint8_t* dst = static_cast<uint8_t*>(base_ptr) + block * stride + at;
+      for (int v = lane; v < D / 8; v += 32) store_cache8(dst + 8 * v, row + 8 * v, scale);
+    } else {
+      __nv_bfloat16* dst = static_cast<__nv_bfloat16*>(base_ptr) + block * stride + at;
+      for (int v = lane; v < D / 8; v += 32) store_cache8(dst + 8 * v, row + 8 * v, 1.0f);
+    }
+  }
+  cluster.sync();  // no rank leaves while another still reads its ys
+#else
+  (void)p, (void)ys, (void)hs;
+  __trap();  // never launched below sm_90 (run_rmsnorm_rope_kv)
+#endif
+}
+
 template <int M, int R, int V>
 __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(const __grid_constant__ Params p) {
   using S = Shape<M, R>;
@@ -308,6 +399,9 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(const __grid_constant
   const int C = k >> 3;  // 16-byte chunks per row
   uint4* xs = smem;
   float* red = reinterpret_cast<float*>(smem + M * C);
+  // kNormRope: the tile's rows (bf16 [M][rows_per_tile]), then a row a token for the epilogue.
+  __nv_bfloat16* ys = reinterpret_cast<__nv_bfloat16*>(smem + M * C + kRedBytes / 16);
+  __nv_bfloat16* hs = ys + (M * p.rows_per_tile + 7) / 8 * 8;
 
   if constexpr (V == kPlain) {
     for (int i = threadIdx.x; i < M * C; i += kThreads) {
@@ -391,7 +485,13 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(const __grid_constant
         if (owner && r < P && row >= 0) p.y[m * p.ldy + row] = silu_mul(sum, up);
       } else {
         const int row = weight_row<R, false>(p, tile, g, r);
-        if (owner && row >= 0) p.y[m * p.ldy + row] = __float2bfloat16_rn(sum);
+        if (owner && row >= 0) {
+          if constexpr (V == kNormRope) {
+            ys[m * p.rows_per_tile + g * R + r] = __float2bfloat16_rn(sum);
+          } else {
+            p.y[m * p.ldy + row] = __float2bfloat16_rn(sum);
+          }
+        }
       }
     } else {
       if (owner) red[warp * S::kVP + idx] = sum;
@@ -407,6 +507,8 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(const __grid_constant
           float up = 0.0f;
           for (int ss = 0; ss < ks; ++ss) up += red[(gg * ks + ss) * S::kVP + i + P * M];
           p.y[(i % M) * p.ldy + row] = silu_mul(total, up);
+        } else if constexpr (V == kNormRope) {
+          ys[(i % M) * p.rows_per_tile + gg * R + i / M] = __float2bfloat16_rn(total);
         } else {
           p.y[(i % M) * p.ldy + row] = __float2bfloat16_rn(total);
         }
@@ -414,6 +516,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(const __grid_constant
       __syncthreads();  // red is reused by the next tile
     }
   }
+  if constexpr (V == kNormRope) rope_epilogue<M>(p, ys, hs);
 }
 
 using Kernel = void (*)(const Params);
@@ -425,7 +528,17 @@ constexpr std::array<Kernel, Gemv::kMaxRows> row_kernels(std::integer_sequence<i
 template <int V, int R>
 constexpr auto kRowKernels = row_kernels<V, R>(std::make_integer_sequence<int, Gemv::kMaxRows>{});
 
-// [variant][rows per warp 2 or 4][rows - 1]
+// kNormRope: built for the fused path's rows only (Gemv::kFusedPreferredRows).
+template <int R, int... Ms>
+constexpr std::array<Kernel, Gemv::kFusedPreferredRows> rope_kernels(
+    std::integer_sequence<int, Ms...>) {
+  return {gemv_kernel<Ms + 1, R, kNormRope>...};
+}
+template <int R>
+constexpr auto kRopeKernels =
+    rope_kernels<R>(std::make_integer_sequence<int, Gemv::kFusedPreferredRows>{});
+
+// [variant][rows per warp 2 or 4][rows - 1]; null where no kernel is built.
 Kernel kernel_for(int v, int R, int64_t rows) {
   const size_t m = static_cast<size_t>(rows - 1);
   switch (v * 2 + (R == 4 ? 1 : 0)) {
@@ -434,7 +547,9 @@ Kernel kernel_for(int v, int R, int64_t rows) {
     case 2: return kRowKernels<kNorm, 2>[m];
     case 3: return kRowKernels<kNorm, 4>[m];
     case 4: return kRowKernels<kNormSilu, 2>[m];
-    default: return kRowKernels<kNormSilu, 4>[m];
+    case 5: return kRowKernels<kNormSilu, 4>[m];
+    case 6: return m < kRopeKernels<2>.size() ? kRopeKernels<2>[m] : nullptr;
+    default: return m < kRopeKernels<4>.size() ? kRopeKernels<4>[m] : nullptr;
   }
 }
 
@@ -447,10 +562,12 @@ Gemv::Gemv(int device) {
   sms_ = prop.multiProcessorCount;
   smem_optin_ = prop.sharedMemPerBlockOptin;
   smem_per_sm_ = prop.sharedMemPerMultiprocessor;
+  clusters_ = prop.major >= 9;
   for (int v = 0; v < kVariants; ++v) {
     for (int ri = 0; ri < 2; ++ri) {
       for (int m = 0; m < kMaxRows; ++m) {
         const Kernel kern = kernel_for(v, ri == 0 ? 2 : 4, m + 1);
+        if (kern == nullptr) continue;
         CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(smem_optin_)));
         cudaFuncAttributes attr{};
@@ -535,6 +652,27 @@ void check_fused(const char* who, const Gemv& gemv, const Gemv::NormInput& in, i
   KVATTN_CHECK(y != nullptr, who, ": the output must not be null");
 }
 
+// The launch parameters every variant shares (tiles and the kNormRope fields are the caller's).
+Params params(const Gemv::NormInput& in, const void* x, int64_t ldx, const void* w, int64_t n,
+              int64_t k, void* y, int64_t ldy, Gemv::Split sp, Launch on) {
+  Params p{};
+  p.x = static_cast<const __nv_bfloat16*>(x);
+  p.ldx = ldx;
+  p.add = static_cast<const __nv_bfloat16*>(in.add);
+  p.norm_w = static_cast<const __nv_bfloat16*>(in.weight);
+  p.eps = in.eps;
+  p.x_out = static_cast<__nv_bfloat16*>(in.x_out);
+  p.h_out = static_cast<__nv_bfloat16*>(in.h_out);
+  p.w = static_cast<const __nv_bfloat16*>(w);
+  p.n = static_cast<int>(n);
+  p.k = static_cast<int>(k);
+  p.y = static_cast<__nv_bfloat16*>(y);
+  p.ldy = ldy;
+  p.ks = sp.ks;
+  p.prefetch = on.pdl ? 1 : 0;
+  return p;
+}
+
 }  // namespace
 
 void Gemv::run_rmsnorm(const NormInput& in, int64_t rows, int64_t hidden, const void* w,
@@ -554,6 +692,54 @@ void Gemv::run_rmsnorm_silu(const NormInput& in, int64_t rows, int64_t hidden,
   launch(kNormSilu, in, in.x, hidden, rows, w_gate_up, 2 * inter, hidden, act, ldact, on);
 }
 
+bool Gemv::run_rmsnorm_rope_kv(const NormInput& in, int64_t rows, int64_t hidden, const void* w,
+                               int64_t n, void* y, int64_t ldy, const QkNormRope& rope,
+                               const KVWrite& kv, Launch on) const {
+  constexpr std::string_view kFn = "Gemv::run_rmsnorm_rope_kv";
+  check_fused(kFn.data(), *this, in, rows, hidden, w, n, y);
+  const int64_t D = rope.head_dim;
+  KVATTN_CHECK(rope.qkv == y && rope.ld == ldy && rope.tokens == rows, kFn,
+               ": the RoPE rows must be the GEMV's output (qkv == y, ld == ldy, tokens == rows)");
+  KVATTN_CHECK(D > 0 && n == (rope.num_heads + 2 * rope.num_kv_heads) * D, kFn,
+               ": n must be (num_heads + 2 num_kv_heads) * head_dim = ",
+               (rope.num_heads + 2 * rope.num_kv_heads) * D, " but is ", n);
+  KVATTN_CHECK(ldy >= n, kFn, ": ldy must be >= n = ", n, " but is ", ldy);
+  const RopeParams rp = rope_params(rope);
+  const CacheParams cp = cache_params(rope, kv, kFn);
+  // The cases the epilogue covers; the caller runs run_rmsnorm + qk_norm_rope_store_kv on the
+  // others (the same bits).
+  if (!clusters_ || legacy_kernels() || rows > kFusedPreferredRows) return false;
+  if (D % 8 != 0 || ldy % 8 != 0 || !aligned16(y)) return false;
+  const int64_t per_piece = kv.k_cache.dtype == DType::kBF16 ? 8 : 16;
+  if (!aligned16(cp.k_cache) || !aligned16(cp.v_cache) || cp.k_block_stride % per_piece != 0 ||
+      cp.v_block_stride % per_piece != 0) {
+    return false;
+  }
+  const Split sp = split(n, hidden);
+  const int64_t rpt = (kWarps / sp.ks) * sp.rows_per_warp;  // rows a tile (a CTA)
+  if (D % rpt != 0 || D / rpt > 8) return false;              // a head: a portable cluster
+  const size_t smem = rope_smem(rows, hidden, rpt, D);
+  if (smem > smem_optin_) return false;
+
+  Params p = params(in, in.x, hidden, w, n, hidden, y, ldy, sp, on);
+  p.tiles = static_cast<int>(n / rpt);
+  p.rope = rp;
+  p.cache = cp;
+  p.cache_fp8 = kv.k_cache.dtype == DType::kBF16 ? 0 : 1;
+  p.cluster = static_cast<int>(D / rpt);
+  p.rows_per_tile = static_cast<int>(rpt);
+  // One tile a CTA: each cluster holds a head's rows at once.
+  launch_kernel_clusters(kernel_for(kNormRope, sp.rows_per_warp, rows),
+                         dim3(static_cast<unsigned>(p.tiles)), dim3(kThreads), smem, on,
+                         static_cast<unsigned>(p.cluster), p);
+  return true;
+}
+
+size_t Gemv::rope_smem(int64_t rows, int64_t hidden, int64_t rows_per_tile, int64_t head_dim) {
+  return static_cast<size_t>(rows * hidden) * 2 + kRedBytes +
+         static_cast<size_t>((rows * rows_per_tile + 7) / 8 * 8 + rows * head_dim) * 2;
+}
+
 void Gemv::launch(Variant v, const NormInput& in, const void* x, int64_t ldx, int64_t rows,
                   const void* w, int64_t n, int64_t k, void* y, int64_t ldy, Launch on) const {
   const Split sp = split(n, k);
@@ -571,22 +757,8 @@ void Gemv::launch(Variant v, const NormInput& in, const void* x, int64_t ldx, in
   per_sm = std::max(per_sm, 1);
   const int64_t grid = std::min<int64_t>(tiles, int64_t{sms_} * per_sm);
 
-  Params p{};
-  p.x = static_cast<const __nv_bfloat16*>(x);
-  p.ldx = ldx;
-  p.add = static_cast<const __nv_bfloat16*>(in.add);
-  p.norm_w = static_cast<const __nv_bfloat16*>(in.weight);
-  p.eps = in.eps;
-  p.x_out = static_cast<__nv_bfloat16*>(in.x_out);
-  p.h_out = static_cast<__nv_bfloat16*>(in.h_out);
-  p.w = static_cast<const __nv_bfloat16*>(w);
-  p.n = static_cast<int>(n);
-  p.k = static_cast<int>(k);
-  p.y = static_cast<__nv_bfloat16*>(y);
-  p.ldy = ldy;
-  p.ks = sp.ks;
+  Params p = params(in, x, ldx, w, n, k, y, ldy, sp, on);
   p.tiles = static_cast<int>(tiles);
-  p.prefetch = on.pdl ? 1 : 0;
   launch_kernel(kernel_for(v, sp.rows_per_warp, rows), static_cast<unsigned>(grid), kThreads,
                 smem, on, p);
 }

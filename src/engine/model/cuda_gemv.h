@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "engine/model/cuda_launch.h"
+#include "engine/model/cuda_rope_kv.h"
 
 namespace kvattn::cuda_model {
 
@@ -74,6 +75,21 @@ class Gemv {
   void run_rmsnorm_silu(const NormInput& in, int64_t rows, int64_t hidden, const void* w_gate_up,
                         int64_t inter, void* act, int64_t ldact, Launch on) const;
 
+  // The decode step's qkv projection and what follows it, in one launch: run_rmsnorm (y =
+  // qkv, n = (num_heads + 2 num_kv_heads) * head_dim) + qk_norm_rope_store_kv(rope, kv), the
+  // same bits in y and in the caches. The CTAs run in thread block clusters, one a head: each
+  // CTA keeps its rows of qkv in shared memory, and once the cluster's rows are complete (a
+  // cluster barrier) each token's head is gathered over distributed shared memory, normed,
+  // rotated and stored (kernel in cuda_gemv.cu, arithmetic in cuda_rope_math.cuh). Arguments
+  // are checked as run_rmsnorm and qk_norm_rope_store_kv check theirs (kvattn::Error); then
+  // returns false, launching nothing, where the epilogue does not apply and the caller must
+  // run the two: below sm_90, legacy_kernels(), rows > kFusedPreferredRows, head_dim or ldy not
+  // multiples of 8, y or the caches not 16-byte aligned, or a head that is not 1-8 whole
+  // tiles of the work split (split()).
+  bool run_rmsnorm_rope_kv(const NormInput& in, int64_t rows, int64_t hidden, const void* w,
+                           int64_t n, void* y, int64_t ldy, const QkNormRope& rope,
+                           const KVWrite& kv, Launch on) const;
+
   // The work split of an n x k case: R weight rows per warp, ks warps splitting K. A case's
   // sums depend on ks only (not on R), so run(), run_rmsnorm and run_rmsnorm_silu give the
   // same bits for the same (n, k). kLegacy: the rule before the fused entries (R = 4, ks up
@@ -103,11 +119,15 @@ class Gemv {
 
  private:
   // Which kernel: how x reaches shared memory (as given, or normalised) and the epilogue.
-  enum Variant { kPlain = 0, kNorm = 1, kNormSilu = 2, kVariants = 3 };
+  enum Variant { kPlain = 0, kNorm = 1, kNormSilu = 2, kNormRope = 3, kVariants = 4 };
   void launch(Variant v, const NormInput& in, const void* x, int64_t ldx, int64_t rows,
               const void* w, int64_t n, int64_t k, void* y, int64_t ldy, Launch on) const;
 
+  // kNormRope's shared memory: x, the K-split buffer, the tile's rows, a head row a token.
+  static size_t rope_smem(int64_t rows, int64_t hidden, int64_t rows_per_tile, int64_t head_dim);
+
   int sms_ = 0;
+  bool clusters_ = false;  // thread block clusters (sm_90+)
   size_t smem_optin_ = 0;   // per block, after the opt-in
   size_t smem_per_sm_ = 0;
   SplitRule rule_ = SplitRule::kDefault;

@@ -524,11 +524,16 @@ class CudaModel final : public Model {
   // KVATTN_DECODE_PDL=0 (H200, session 17: single stream +3.9%, 927 -> 965 tok/s). Sound: the
   // step's lengths and block tables are written by copies and the block-table scatter at the
   // start of the step, which have completed by the time a layer's attention is launched (the
-  // kernel before it, the q/k norm + RoPE, waited for its own predecessor's completion).
+  // kernel before it, the q/k norm + RoPE or the qkv GEMV running it as its epilogue, waited for
+  // its own predecessor's completion).
   bool decode_pdl_ = false;
   // Decode steps of <= Gemv::kFusedPreferredRows rows through the fused GEMV entries (ModelOptions::fused_gemv or
   // KVATTN_FUSED_GEMV; one rank, not Gemma, SiLU): read at construction.
   bool fused_gemv_ = false;
+  // The fused GEMV path's qkv projection runs the q/k norm + RoPE + KV write as its epilogue
+  // (Gemv::run_rmsnorm_rope_kv) unless KVATTN_FUSED_ROPE=0 (tests and bench compare the two:
+  // the same bits).
+  bool fused_rope_ = false;
   CudaModelStats stats_;
   k::PhaseEvents phase_;
   k::StepEvents timeline_;
@@ -546,7 +551,8 @@ CudaModel::CudaModel(ModelWeights w, Device device, const ModelOptions& options,
       decode_pdl_(pdl_ && !decode_pdl_off_by_env()),
       fused_gemv_(fused_gemv_wanted(options.fused_gemv) && rank.size == 1 &&
                   !w.config.sandwich_norms &&
-                  w.config.activation == ModelConfig::Activation::kSilu) {
+                  w.config.activation == ModelConfig::Activation::kSilu),
+      fused_rope_(!env_switch_off("KVATTN_FUSED_ROPE")) {
   KVATTN_CHECK(rank_.size == 1 || rank_.nccl != nullptr,
                "Model: a CUDA tensor-parallel rank needs an NCCL communicator");
   cuda::DeviceGuard guard(device.index);
@@ -1340,6 +1346,14 @@ void CudaModel::run_layers(int64_t T, int64_t R, const int32_t* ids, const int32
   local_rope.attention_factor = 1.0f;
   local_rope.dynamic = {};
   local_rope.seq_lens = nullptr;
+  // Layer l's RoPE (Gemma 3's sliding layers: the local one) with its q/k norm weights.
+  const auto layer_rope = [&](const Layer& l) {
+    k::QkNormRope r = l.local_rope ? local_rope : global_rope;
+    r.q_norm = cfg_.qk_norm ? l.q_norm.data() : nullptr;
+    r.k_norm = cfg_.qk_norm ? l.k_norm.data() : nullptr;
+    return r;
+  };
+  bool rope_done = false;  // this layer's q/k norm + RoPE + KV write already ran
 
   // Phase boundaries (PhaseEvents; no-ops unless this eager step is timed): as the CPU model's.
   const auto lap = [this](double PhaseTimes::*phase) { phase_.lap(phase, stream_); };
@@ -1382,9 +1396,19 @@ void CudaModel::run_layers(int64_t T, int64_t R, const int32_t* ids, const int32
       nin.weight = l.input_norm.data();
       nin.x_out = i == 0 ? nullptr : xn;
       lap(kOther);
-      gemm_.gemv().run_rmsnorm(nin, T, H, l.wqkv.data(), qkv_dim, qkv, qkv_dim, on);
+      // With the KV write fused (and no qkv bias), the q/k norm + RoPE + KV write run as the
+      // GEMV's epilogue where it applies (cuda_gemv.h run_rmsnorm_rope_kv), one launch fewer.
+      rope_done = false;
+      if (fuse_kv && fused_rope_ && !l.qkv_bias.defined()) {
+        l.kv.slot_mapping = ctx.slot_mapping;
+        rope_done = gemm_.gemv().run_rmsnorm_rope_kv(nin, T, H, l.wqkv.data(), qkv_dim, qkv,
+                                                     qkv_dim, layer_rope(l), l.kv, on);
+        if (rope_done) ++stats_.fused_rope_layers;
+      }
+      if (!rope_done) gemm_.gemv().run_rmsnorm(nin, T, H, l.wqkv.data(), qkv_dim, qkv, qkv_dim, on);
       if (i > 0) std::swap(xc, xn);
     } else {
+      rope_done = false;
       // Gemma: the previous layer's MLP output was added (and this norm applied) at its end.
       if (!gemma_ && (i > 0 || !fuse_embed)) {
         k::add_rmsnorm(x, i == 0 ? nullptr : o, l.input_norm.data(), eps, h, nullptr, T, H,
@@ -1395,10 +1419,10 @@ void CudaModel::run_layers(int64_t T, int64_t R, const int32_t* ids, const int32
     }
     lap(kGemm);
     if (l.qkv_bias.defined()) k::add_bias(qkv, qkv_dim, T, qkv_dim, l.qkv_bias.data(), on);
-    rope = l.local_rope ? local_rope : global_rope;
-    rope.q_norm = cfg_.qk_norm ? l.q_norm.data() : nullptr;
-    rope.k_norm = cfg_.qk_norm ? l.k_norm.data() : nullptr;
-    if (fuse_kv) {
+    rope = layer_rope(l);
+    if (rope_done) {
+      // the GEMV's epilogue normed, rotated and stored them
+    } else if (fuse_kv) {
       l.kv.slot_mapping = ctx.slot_mapping;
       k::qk_norm_rope_store_kv(rope, l.kv, on);  // fused: the KV write counts as other
     } else {

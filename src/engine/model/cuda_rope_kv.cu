@@ -38,125 +38,13 @@
 
 #include "engine/model/cuda_bf16_math.cuh"
 #include "engine/model/cuda_kernels.h"
+#include "engine/model/cuda_rope_math.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_faults.cuh"
-#include "kernels/cuda/fp8_quantize.cuh"
 #include "kernels/cuda/ptx.cuh"
 
 namespace kvattn::cuda_model {
 namespace {
-
-// Layouts in cuda_rope_kv.h (QkNormRope); the same values, typed.
-struct RopeParams {
-  bf16* qkv;
-  int64_t ld;
-  int64_t tokens;
-  int num_heads, num_kv_heads, head_dim;
-  const bf16* q_norm;
-  const bf16* k_norm;
-  float eps;
-  const int32_t* positions;
-  const float* inv_freq;  // [head_dim / 2] or null (plain RoPE at theta)
-  float theta;
-  float attention_factor;
-  float dyn_factor, dyn_factor_minus_one, dyn_exponent;  // dyn_factor 0: no dynamic NTK
-  int64_t dyn_max_position;
-  const int32_t* seq_lens;  // dynamic NTK's lengths, or null (positions[t] + 1)
-  int interleaved;
-};
-
-// The fused form's caches: [num_blocks, block_size, num_kv_heads, head_dim] each, a block's rows
-// contiguous; slot s's row at cache + (s / block_size) * block_stride + (s % block_size) *
-// num_kv_heads * head_dim (elements of the cache's type).
-struct CacheParams {
-  void* k_cache;
-  void* v_cache;
-  int64_t k_block_stride, v_block_stride;  // elements
-  int64_t block_size;
-  int64_t num_slots;  // num_blocks * block_size
-  const float* k_scale;  // e4m3: [num_kv_heads] or null (1.0)
-  const float* v_scale;
-  const int32_t* slots;  // [tokens]
-  uint32_t* fault_word;
-};
-
-// s[0, head_dim) = the head's row as float32, RMS-normed with weight nw when nw != null (one
-// warp; s is visible to the whole warp on return).
-__device__ __forceinline__ void norm_head(const bf16* v, const bf16* nw, float eps, int head_dim,
-                                          float* s, int lane) {
-  float ss = 0.0f;
-  for (int i = lane; i < head_dim; i += 32) {
-    s[i] = f(v[i]);
-    ss = fmaf(s[i], s[i], ss);
-  }
-  if (nw != nullptr) {
-    const float inv = rsqrtf(warp_sum(ss) / static_cast<float>(head_dim) + eps);
-    for (int i = lane; i < head_dim; i += 32) s[i] = r(f(nw[i]) * r(s[i] * inv));
-  }
-  __syncwarp();
-}
-
-// The base whose plain frequencies token t uses, or 0 when it uses the table p.inv_freq:
-// theta without a table, dynamic NTK's grown base past max_position (rope.cpp's float32
-// formula: growth = factor * L / max_position - (factor - 1), base = theta * growth^exponent).
-__device__ __forceinline__ float rope_base(const RopeParams& p, int64_t t) {
-  if (p.dyn_factor > 0.0f) {
-    const int64_t len = p.seq_lens != nullptr ? p.seq_lens[t] : int64_t{p.positions[t]} + 1;
-    if (len > p.dyn_max_position) {
-      const float growth = p.dyn_factor * static_cast<float>(len) /
-                               static_cast<float>(p.dyn_max_position) -
-                           p.dyn_factor_minus_one;
-      return p.theta * powf(growth, p.dyn_exponent);
-    }
-  }
-  return p.inv_freq == nullptr ? p.theta : 0.0f;
-}
-
-// Pair i (< head_dim / 2) of the rotation at position pos: its cos and sin. Its frequency:
-// 1 / base^(2i / head_dim) when base != 0, else inv_freq[i]; cos and sin are scaled by `scale`
-// in float32, then rounded to bf16 (HF: (cos * attention_scaling).to(bf16)).
-__device__ __forceinline__ void rope_cos_sin(int i, int head_dim, float pos, float base,
-                                             const float* inv_freq, float scale, float& c,
-                                             float& sn) {
-  const float freq = base != 0.0f
-                         ? 1.0f / powf(base, static_cast<float>(2 * i) / static_cast<float>(head_dim))
-                         : __ldg(inv_freq + i);
-  const float angle = pos * freq;
-  c = r(cosf(angle) * scale);
-  sn = r(sinf(angle) * scale);
-}
-
-// The pair (a, bb) turned by (c, sn), each product rounded as HF's bf16 model rounds it.
-__device__ __forceinline__ void rotate(float a, float bb, float c, float sn, bf16& oa, bf16& ob) {
-  oa = b(r(a * c) + r(-bb * sn));
-  ob = b(r(bb * c) + r(a * sn));
-}
-
-// Pair i's element indices: (2i, 2i + 1) interleaved, else (i, i + head_dim / 2).
-__device__ __forceinline__ void pair_of(int i, int head_dim, bool interleaved, int& ia, int& ib) {
-  ia = interleaved ? 2 * i : i;
-  ib = interleaved ? 2 * i + 1 : i + head_dim / 2;
-}
-
-// Pair i of the head in s, rotated at position pos (rope_cos_sin, rotate): elements ia, ib.
-__device__ __forceinline__ void rope_pair(const float* s, int i, int head_dim, float pos,
-                                          float base, const float* inv_freq, float scale,
-                                          bool interleaved, int& ia, int& ib, bf16& oa,
-                                          bf16& ob) {
-  float c, sn;
-  rope_cos_sin(i, head_dim, pos, base, inv_freq, scale, c, sn);
-  pair_of(i, head_dim, interleaved, ia, ib);
-  rotate(s[ia], s[ib], c, sn, oa, ob);
-}
-
-template <typename Cache>
-__device__ __forceinline__ Cache to_cache(bf16 x, float scale) {
-  if constexpr (std::is_same_v<Cache, bf16>) {
-    return x;
-  } else {
-    return cuda::quantize_e4m3(x, scale);
-  }
-}
 
 // Cache: void (qk_norm_rope alone), bf16, or uint8_t (e4m3 codes).
 // The legacy kernel (before issue 20; legacy_kernels()): one warp per (token, head).
@@ -236,7 +124,7 @@ __global__ void __launch_bounds__(128)
   }
 }
 
-constexpr int kMaxDim = 256;
+constexpr int kMaxDim = kRopeMaxDim;
 
 // One CTA per token, warps over its heads (issue 20's form; cuda_rope_kv.cu's opening comment).
 // Shared memory: the token's q and k heads (and v heads when storing) as bf16, then cos and
@@ -286,25 +174,7 @@ __global__ void __launch_bounds__(1024)
   for (int h = warp; h < heads; h += warps) {
     bf16* v = row + h * D;
     const bool is_q = h < p.num_heads;
-    if (p.q_norm != nullptr) {  // both or neither (rope_params)
-      float ss = 0.0f;
-#pragma unroll
-      for (int k = 0; k < kMaxDim / 32; ++k) {
-        const int i = lane + 32 * k;
-        if (i < D) {
-          const float x = f(v[i]);
-          ss = fmaf(x, x, ss);
-        }
-      }
-      const float inv = rsqrtf(warp_sum(ss) / static_cast<float>(D) + p.eps);
-      const float* nw = is_q ? qw : kw;
-#pragma unroll
-      for (int k = 0; k < kMaxDim / 32; ++k) {
-        const int i = lane + 32 * k;
-        if (i < D) v[i] = b(nw[i] * r(f(v[i]) * inv));
-      }
-      __syncwarp();
-    }
+    if (p.q_norm != nullptr) norm_row(v, is_q ? qw : kw, p.eps, D, lane);  // both or neither
     for (int i = lane; i < D / 2; i += 32) {
       int ia, ib;
       pair_of(i, D, interleaved, ia, ib);
@@ -335,45 +205,10 @@ __global__ void __launch_bounds__(1024)
       const int e = 8 * (is_v ? v - kv_vecs : v);
       const bf16* src = row + (is_v ? qk_elems : p.num_heads * D) + e;
       Cache* dst = (is_v ? vd : kd) + e;
-      if constexpr (std::is_same_v<Cache, bf16>) {
-        *reinterpret_cast<int4*>(dst) = *reinterpret_cast<const int4*>(src);
-      } else {
-        const float* scales = is_v ? c.v_scale : c.k_scale;
-        const float scale = scales != nullptr ? __ldg(scales + e / D) : 1.0f;
-        uint32_t lo = 0, hi = 0;
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          lo |= static_cast<uint32_t>(to_cache<Cache>(src[j], scale)) << (8 * j);
-          hi |= static_cast<uint32_t>(to_cache<Cache>(src[4 + j], scale)) << (8 * j);
-        }
-        *reinterpret_cast<uint2*>(dst) = make_uint2(lo, hi);
-      }
+      const float* scales = is_v ? c.v_scale : c.k_scale;
+      store_cache8(dst, src, scales != nullptr ? __ldg(scales + e / D) : 1.0f);
     }
   }
-}
-
-RopeParams rope_params(const QkNormRope& q) {
-  KVATTN_CHECK(q.head_dim > 0 && q.head_dim <= kMaxDim && q.head_dim % 2 == 0,
-               "cuda model: head_dim must be even and <= ", kMaxDim, " but is ", q.head_dim);
-  KVATTN_CHECK((q.q_norm == nullptr) == (q.k_norm == nullptr),
-               "cuda model: q_norm and k_norm must be given together");
-  KVATTN_CHECK(std::isfinite(q.attention_factor) && q.attention_factor > 0.0f,
-               "cuda model: the RoPE attention factor must be finite and > 0 but is ",
-               q.attention_factor);
-  const auto& d = q.dynamic;
-  KVATTN_CHECK(d.factor == 0.0f || (d.factor > 0.0f && d.max_position > 0 && q.theta > 0.0f &&
-                                    d.exponent > 0.0f),
-               "cuda model: dynamic RoPE needs factor > 0, max_position > 0, theta > 0 and an ",
-               "exponent > 0 but has factor ", d.factor, ", max_position ", d.max_position,
-               ", theta ", q.theta, ", exponent ", d.exponent);
-  KVATTN_CHECK(q.inv_freq != nullptr || q.theta > 0.0f,
-               "cuda model: RoPE needs an inv_freq table or theta > 0 but theta is ", q.theta);
-  return RopeParams{static_cast<bf16*>(q.qkv), q.ld, q.tokens, static_cast<int>(q.num_heads),
-                    static_cast<int>(q.num_kv_heads), static_cast<int>(q.head_dim),
-                    static_cast<const bf16*>(q.q_norm), static_cast<const bf16*>(q.k_norm),
-                    q.eps, q.positions, q.inv_freq, q.theta, q.attention_factor, d.factor,
-                    d.factor_minus_one, d.exponent, d.max_position, q.seq_lens,
-                    q.interleaved ? 1 : 0};
 }
 
 constexpr int kTokenMaxSmem = 48 * 1024;  // the default dynamic shared memory limit
@@ -430,9 +265,31 @@ void qk_norm_rope(const QkNormRope& q, Launch on) {
   launch<void>(rope_params(q), CacheParams{}, on);
 }
 
-void qk_norm_rope_store_kv(const QkNormRope& q, const KVWrite& kv, Launch on) {
-  constexpr std::string_view kFn = "qk_norm_rope_store_kv";
-  const RopeParams p = rope_params(q);
+RopeParams rope_params(const QkNormRope& q) {
+  KVATTN_CHECK(q.head_dim > 0 && q.head_dim <= kMaxDim && q.head_dim % 2 == 0,
+               "cuda model: head_dim must be even and <= ", kMaxDim, " but is ", q.head_dim);
+  KVATTN_CHECK((q.q_norm == nullptr) == (q.k_norm == nullptr),
+               "cuda model: q_norm and k_norm must be given together");
+  KVATTN_CHECK(std::isfinite(q.attention_factor) && q.attention_factor > 0.0f,
+               "cuda model: the RoPE attention factor must be finite and > 0 but is ",
+               q.attention_factor);
+  const auto& d = q.dynamic;
+  KVATTN_CHECK(d.factor == 0.0f || (d.factor > 0.0f && d.max_position > 0 && q.theta > 0.0f &&
+                                    d.exponent > 0.0f),
+               "cuda model: dynamic RoPE needs factor > 0, max_position > 0, theta > 0 and an ",
+               "exponent > 0 but has factor ", d.factor, ", max_position ", d.max_position,
+               ", theta ", q.theta, ", exponent ", d.exponent);
+  KVATTN_CHECK(q.inv_freq != nullptr || q.theta > 0.0f,
+               "cuda model: RoPE needs an inv_freq table or theta > 0 but theta is ", q.theta);
+  return RopeParams{static_cast<bf16*>(q.qkv), q.ld, q.tokens, static_cast<int>(q.num_heads),
+                    static_cast<int>(q.num_kv_heads), static_cast<int>(q.head_dim),
+                    static_cast<const bf16*>(q.q_norm), static_cast<const bf16*>(q.k_norm),
+                    q.eps, q.positions, q.inv_freq, q.theta, q.attention_factor, d.factor,
+                    d.factor_minus_one, d.exponent, d.max_position, q.seq_lens,
+                    q.interleaved ? 1 : 0};
+}
+
+CacheParams cache_params(const QkNormRope& q, const KVWrite& kv, std::string_view kFn) {
   const TensorView& kc = kv.k_cache;
   const TensorView& vc = kv.v_cache;
   const int64_t nkv = q.num_kv_heads, D = q.head_dim;
@@ -478,7 +335,13 @@ void qk_norm_rope_store_kv(const QkNormRope& q, const KVWrite& kv, Launch on) {
   c.v_scale = kv.v_scale.defined() ? kv.v_scale.ptr<const float>() : nullptr;
   c.slots = sm.ptr<const int32_t>();
   c.fault_word = cuda::fault_word_ptr(kc.device.index);
-  if (kc.dtype == DType::kBF16) {
+  return c;
+}
+
+void qk_norm_rope_store_kv(const QkNormRope& q, const KVWrite& kv, Launch on) {
+  const RopeParams p = rope_params(q);
+  const CacheParams c = cache_params(q, kv, "qk_norm_rope_store_kv");
+  if (kv.k_cache.dtype == DType::kBF16) {
     launch<bf16>(p, c, on);
   } else {
     launch<uint8_t>(p, c, on);

@@ -13,7 +13,7 @@
 // untrusted lengths and block ids checked and reported through the fault word.
 // kMods: window, softcap and ALiBi with the ext kernel's semantics (prefill_mask.cuh; causal is
 // the window's right bound 0, so kCausal is false): producer and consumers take the same key
-// tile range per tile from the schedule (decode_tile). The plain kernels (kMods = false) keep
+// tile range per tile from the schedule (finish_tile). The plain kernels (kMods = false) keep
 // their code: everything kMods adds is behind `if constexpr`.
 #pragma once
 
@@ -126,7 +126,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     if constexpr (Tile::kProducerDecode) {
       sm90::for_each_handed_tile<Tile>(smem, consume);
     } else {
-      sm90::for_each_tile<BM, BN, kCausal, kPaged, kMods, /*kNarrow=*/true>(
+      sm90::for_each_tile<BM, BN, kCausal, kPaged, kMods, /*kNarrow=*/true,
+                          /*kLookAhead=*/true>(
           sp, threadIdx.x == 128, consume);
     }
   }

@@ -49,35 +49,63 @@ struct PrefillTileWork {
   int key_hi = 0;
 };
 
-// Decodes tile t; false when it has no rows (m0 >= Lq) or its sequence's lengths are bad. Bad
-// lengths are reported once per sequence (by the tile of head 0 and the first row block
-// visited) when `report` is set (one thread of the CTA).
-template <int kBlockM, int kBlockN, bool kCausal, bool kPaged, bool kMods = false>
-__device__ __forceinline__ bool decode_tile(const PrefillParams& p, int64_t section,
-                                            int64_t section_unit, int64_t t, bool narrow,
-                                            bool report, PrefillTileWork& w) {
+// A tile's decode in two phases, so that a caller can issue the next tile's length loads
+// before the current tile's GEMMs and use them after (for_each_tile's kLookAhead):
+// begin_tile: slot t -> (sequence, head, row block) and the four cu_seqlens loads into
+// registers (their latency is not waited for here); finish_tile: the checks and the tile.
+struct PendingTile {
+  int h = 0;
+  int b = 0;
+  int z = 0;  // row block, counted from the last
+  int q_begin = 0, q_end = 0, k_begin = 0, k_end = 0;
+  bool valid = false;  // false: a padding slot (no tile)
+};
+
+// t must be < the schedule's slot count.
+__device__ __forceinline__ PendingTile begin_tile(const PrefillParams& p, int64_t section,
+                                                  int64_t section_unit, int64_t t,
+                                                  bool narrow) {
   const int64_t pairs = static_cast<int64_t>(p.num_seqs) * p.num_heads;
+  PendingTile pt;
   SectionTile st;
   if (narrow) {  // 32-bit arithmetic (section_tile_fits, checked per launch)
     st = section_tile_as<int32_t>(static_cast<int32_t>(t), static_cast<int32_t>(pairs),
                                   p.num_m_blocks, static_cast<int32_t>(section),
                                   static_cast<int32_t>(section_unit));
-    if (!st.valid) return false;
+    if (!st.valid) return pt;
     const int pair = static_cast<int>(st.pair);
-    w.h = pair % p.num_heads;
-    w.b = pair / p.num_heads;
+    pt.h = pair % p.num_heads;
+    pt.b = pair / p.num_heads;
   } else {
     st = section_tile(t, pairs, p.num_m_blocks, section, section_unit);
-    if (!st.valid) return false;
-    w.h = static_cast<int>(st.pair % p.num_heads);
-    w.b = static_cast<int>(st.pair / p.num_heads);
+    if (!st.valid) return pt;
+    pt.h = static_cast<int>(st.pair % p.num_heads);
+    pt.b = static_cast<int>(st.pair / p.num_heads);
   }
-  const int z = static_cast<int>(st.z);
+  pt.z = static_cast<int>(st.z);
+  pt.valid = true;
+  pt.q_begin = p.cu_seqlens_q[pt.b];
+  pt.q_end = p.cu_seqlens_q[pt.b + 1];
+  pt.k_begin = p.cu_seqlens_k[pt.b];
+  pt.k_end = p.cu_seqlens_k[pt.b + 1];
+  return pt;
+}
+
+// False when the tile is a padding slot, has no rows (m0 >= Lq) or its sequence's lengths are
+// bad. Bad lengths are reported once per sequence (by the tile of head 0 and the first row
+// block visited) when `report` is set (one thread of the CTA).
+template <int kBlockM, int kBlockN, bool kCausal, bool kPaged, bool kMods = false>
+__device__ __forceinline__ bool finish_tile(const PrefillParams& p, const PendingTile& pt,
+                                            bool report, PrefillTileWork& w) {
+  if (!pt.valid) return false;
+  w.h = pt.h;
+  w.b = pt.b;
+  const int z = pt.z;
   report = report && w.h == 0 && z == 0;
-  const int q_end = p.cu_seqlens_q[w.b + 1];
-  const int k_end = p.cu_seqlens_k[w.b + 1];
-  w.q_begin = p.cu_seqlens_q[w.b];
-  w.k_begin = p.cu_seqlens_k[w.b];
+  const int q_end = pt.q_end;
+  const int k_end = pt.k_end;
+  w.q_begin = pt.q_begin;
+  w.k_begin = pt.k_begin;
   if (w.q_begin < 0 || q_end < w.q_begin || q_end > p.total_q || w.k_begin < 0 ||
       k_end < w.k_begin || (!kPaged && k_end > p.total_k)) {
     if (report) record_fault(p.fault_word, kFaultBadCuSeqlens);
@@ -121,8 +149,13 @@ __device__ __forceinline__ bool decode_tile(const PrefillParams& p, int64_t sect
 // kNarrow: decode in 32-bit arithmetic where section_tile_fits and sp.narrow_decode asks for it
 // (the consumers, whose tile decode sits between two tiles' GEMMs); the producers, which run
 // ahead and have 24-40 registers (both forms spilled at 32), keep the 64-bit form.
+// kLookAhead (the consumers): the next tile's begin_tile (its cu_seqlens loads) is issued before
+// fn runs the current one, so the loads' latency hides behind the current tile's GEMMs instead
+// of sitting between one tile's epilogue and the next tile's first GEMM; 7 registers stay live
+// across fn. (A producer-side handover of decoded tiles in shared memory, FlashAttention-3's
+// order, does the same without them: prefill_sm90_tile_handover.cuh.)
 template <int kBlockM, int kBlockN, bool kCausal, bool kPaged, bool kMods, bool kNarrow = false,
-          typename Fn>
+          bool kLookAhead = false, typename Fn>
 __device__ __forceinline__ void for_each_tile(const PrefillSm90Params& sp, bool report,
                                               Fn&& fn) {
   const PrefillParams& p = sp.base;
@@ -132,13 +165,22 @@ __device__ __forceinline__ void for_each_tile(const PrefillSm90Params& sp, bool 
   uint32_t kv_base = 0;
   uint32_t q_index = 0;
   PrefillTileWork w;
-  for (int64_t r = 0; r * gridDim.x < num_tiles; ++r) {
+  // The CTA's tile of round r, begun (no tile past the list's end).
+  auto begin_round = [&](int64_t r) {
     const int64_t t = snake_tile(r, blockIdx.x, gridDim.x);
-    if (t >= num_tiles ||
-        !decode_tile<kBlockM, kBlockN, kCausal, kPaged, kMods>(p, sp.section, sp.section_unit,
-                                                               t, narrow, report, w)) {
-      continue;
+    return t < num_tiles ? begin_tile(p, sp.section, sp.section_unit, t, narrow) : PendingTile{};
+  };
+  PendingTile next;
+  if constexpr (kLookAhead) next = begin_round(0);
+  for (int64_t r = 0; r * gridDim.x < num_tiles; ++r) {
+    PendingTile current;
+    if constexpr (kLookAhead) {
+      current = next;
+      if ((r + 1) * gridDim.x < num_tiles) next = begin_round(r + 1);
+    } else {
+      current = begin_round(r);
     }
+    if (!finish_tile<kBlockM, kBlockN, kCausal, kPaged, kMods>(p, current, report, w)) continue;
     fn(static_cast<const PrefillTileWork&>(w), kv_base, q_index);
     if (w.n_blocks > 0) {
       kv_base += w.n_blocks;
