@@ -127,7 +127,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       sm90::for_each_handed_tile<Tile>(smem, consume);
     } else {
       sm90::for_each_tile<BM, BN, kCausal, kPaged, kMods, /*kNarrow=*/true,
-                          /*kLookAhead=*/true>(
+                          Tile::kConsumerLookAhead>(
           sp, threadIdx.x == 128, consume);
     }
   }

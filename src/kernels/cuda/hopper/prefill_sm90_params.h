@@ -70,6 +70,10 @@ struct Sm90PrefillTileConfig {
   static constexpr int kProducerRegs = kHeadDim == 256 ? 24 : (kConsumerWarpgroups == 2 ? 40 : 32);
   static constexpr int kConsumerRegs =
       kHeadDim == 256 ? 240 : (kConsumerWarpgroups == 2 ? 232 : 160);
+  // The consumers decode their next tile during the current one (for_each_tile's kLookAhead:
+  // 8 registers live across a tile) where they have the registers: at 160 (the three-warpgroup
+  // head_dim 64 tile) ptxas spilled 72-128 bytes a thread with it.
+  static constexpr bool kConsumerLookAhead = kConsumerRegs >= 232;
   // Paged K/V: up to four producer warps issue a tile's page pieces (kv_producer_warps), at
   // head_dim 128 (40 producer registers). Elsewhere the extra state spilled (ptxas, session
   // 14): at 24 or 32 registers, and at 40 in a two-warpgroup head_dim 64 tile.

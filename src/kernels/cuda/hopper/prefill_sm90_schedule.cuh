@@ -149,11 +149,12 @@ __device__ __forceinline__ bool finish_tile(const PrefillParams& p, const Pendin
 // kNarrow: decode in 32-bit arithmetic where section_tile_fits and sp.narrow_decode asks for it
 // (the consumers, whose tile decode sits between two tiles' GEMMs); the producers, which run
 // ahead and have 24-40 registers (both forms spilled at 32), keep the 64-bit form.
-// kLookAhead (the consumers): the next tile's begin_tile (its cu_seqlens loads) is issued before
-// fn runs the current one, so the loads' latency hides behind the current tile's GEMMs instead
-// of sitting between one tile's epilogue and the next tile's first GEMM; 7 registers stay live
-// across fn. (A producer-side handover of decoded tiles in shared memory, FlashAttention-3's
-// order, does the same without them: prefill_sm90_tile_handover.cuh.)
+// kLookAhead (the consumers, Tile::kConsumerLookAhead: where they have the registers): the
+// next tile's begin_tile (its cu_seqlens loads) is issued before fn runs the current one, so
+// the loads' latency hides behind the current tile's GEMMs instead of sitting between one
+// tile's epilogue and the next tile's first GEMM; 8 registers stay live across fn. (A
+// producer-side handover of decoded tiles in shared memory, FlashAttention-3's order, does the
+// same without them: prefill_sm90_tile_handover.cuh.)
 template <int kBlockM, int kBlockN, bool kCausal, bool kPaged, bool kMods, bool kNarrow = false,
           bool kLookAhead = false, typename Fn>
 __device__ __forceinline__ void for_each_tile(const PrefillSm90Params& sp, bool report,
