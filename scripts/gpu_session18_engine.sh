@@ -5,10 +5,14 @@
 #      memcheck on it (quick); engine_fused_gemv_engine_gpu_test (greedy tokens and logits,
 #      fused on = off, the epilogue ran);
 #   2. random Qwen3-0.6B single stream (128 in, 256 out), KVATTN_FUSED_ROPE=0 / default
-#      alternating, three rounds; then the defaults with the 4096-token TTFT and nano-vllm's
-#      workload once.
+#      alternating, two rounds; then the defaults with the 4096-token TTFT and nano-vllm's
+#      workload once;
+#   3. the prefill C++ bench (the consumers' look-ahead decode now the default of the head_dim
+#      128 kernels) beside the handover rows (unchanged kernels: the anchor against session
+#      17's call 5), two rounds.
 #   run: bash scripts/gpu_session18_engine.sh > $OUT/summary.txt 2>&1; tail -n 60 $OUT/summary.txt
-#   carry: build-carry-s18e (kvattn CLI, the two test binaries, the CLI's runtime .debs)
+#   carry: build-carry-s18e (kvattn CLI, the two test binaries, the prefill bench, the CLI's
+#   runtime .debs)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}; mkdir -p "$OUT"
@@ -38,7 +42,7 @@ ss() {  # $1: label; env from the caller
     --single-input 128 --single-output 256 $2 >"$OUT/ss_$1.log" 2>&1
   echo "$1 rc=$?: $(tr '\r' '\n' < "$OUT/ss_$1.log" | grep -E "single|first" | tr '\n' ' ')"
 }
-for round in 1 2 3; do
+for round in 1 2; do
   KVATTN_FUSED_ROPE=0 ss "rope0_r$round" ""
   ss "rope1_r$round" ""
 done
@@ -46,3 +50,9 @@ ss defaults_ttft "--ttft-input 4096"
 timeout 150 /tmp/bin/kvattn bench --model /tmp/q06 --device cuda --workload nano-vllm \
   --json "$OUT/nano.json" >"$OUT/nano.log" 2>&1
 echo "nano-vllm rc=$?: $(tr '\r' '\n' < "$OUT/nano.log" | grep -E "Throughput|blocks free" | tr '\n' ' ')"
+for round in 1 2; do
+  [ $SECONDS -lt 440 ] || { echo "round $round skipped: ${SECONDS}s gone"; break; }
+  step "3. prefill bench, round $round"
+  timeout $((575 - SECONDS)) /tmp/bin/prefill_bench_new --reps 20 >"$OUT/prefill_bench_$round.log" 2>&1
+  echo "rc=$?"; grep -v '^{' "$OUT/prefill_bench_$round.log" | grep -E "default|handover|ceiling"
+done
