@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "engine_test_util.h"
+#include "rope_kv_test_util.h"
 #include "kvattn/core/device.h"
 #include "kvattn/core/error.h"
 #include "kvattn/core/tensor.h"
@@ -108,20 +109,8 @@ Inputs make_inputs(const Case& c, std::mt19937_64& rng, bool bad_slot) {
   return in;
 }
 
-template <typename T>
-Tensor upload(const std::vector<T>& v, DType dt) {
-  Tensor h = Tensor::empty({static_cast<int64_t>(std::max<size_t>(v.size(), 1))}, dt);
-  if (!v.empty()) std::memcpy(h.data(), v.data(), v.size() * sizeof(T));
-  return h.to(Device::cuda(0));
-}
-
-template <typename T>
-std::vector<T> download(const Tensor& d, size_t n) {
-  Tensor h = d.to(Device::cpu());
-  std::vector<T> v(n);
-  std::memcpy(v.data(), h.data(), n * sizeof(T));
-  return v;
-}
+using test::download;
+using test::upload;
 
 // One path's device state.
 struct Run {
@@ -143,31 +132,19 @@ Run stage(const Case& c, const Inputs& in) {
     r.k_scale = upload(in.k_scale, DType::kF32);
     r.v_scale = upload(in.v_scale, DType::kF32);
   }
-  const DType dt = c.fp8 ? DType::kF8E4M3 : DType::kBF16;
-  const int64_t block = c.block_size * c.kv_heads * c.head_dim;  // elements
-  const std::vector<int64_t> shape = {in.num_blocks, c.block_size, c.kv_heads, c.head_dim};
-  const std::vector<int64_t> strides = {2 * block, c.kv_heads * c.head_dim, c.head_dim, 1};
-  char* base = static_cast<char*>(r.cache.data());
-  r.k_cache = TensorView(base, dt, Device::cuda(0), shape, strides);
-  r.v_cache = TensorView(base + block * in.elem, dt, Device::cuda(0), shape, strides);
+  const test::PagedKV kv =
+      test::paged_kv_views(r.cache.data(), c.fp8 ? DType::kF8E4M3 : DType::kBF16, in.elem,
+                           in.num_blocks, c.block_size, c.kv_heads, c.head_dim);
+  r.k_cache = kv.k;
+  r.v_cache = kv.v;
   return r;
 }
 
 cuda_model::QkNormRope rope_of(const Case& c, const Inputs& in, const Run& r) {
-  cuda_model::QkNormRope p;
-  p.qkv = r.qkv.data();
-  p.ld = in.ld;
-  p.tokens = c.tokens;
-  p.num_heads = c.heads;
-  p.num_kv_heads = c.kv_heads;
-  p.head_dim = c.head_dim;
-  p.q_norm = c.qk_norm ? r.q_norm.data() : nullptr;
-  p.k_norm = c.qk_norm ? r.k_norm.data() : nullptr;
-  p.eps = 1e-6f;
-  p.positions = r.pos.ptr<const int32_t>();
-  p.theta = 1000000.0f;
-  p.interleaved = c.interleaved;
-  return p;
+  return test::test_rope(r.qkv.data(), in.ld, c.tokens, c.heads, c.kv_heads, c.head_dim,
+                         c.qk_norm ? r.q_norm.data() : nullptr,
+                         c.qk_norm ? r.k_norm.data() : nullptr, r.pos.ptr<const int32_t>(),
+                         c.interleaved);
 }
 
 // The float64 model of one head: norm (when given) and rotation, no intermediate rounding.

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "engine_test_util.h"
+#include "rope_kv_test_util.h"
 #include "kvattn/core/device.h"
 #include "kvattn/core/error.h"
 #include "kvattn/core/tensor.h"
@@ -61,19 +62,12 @@ std::string describe(const Case& c) {
   return os.str();
 }
 
-template <typename T>
-Tensor upload(const std::vector<T>& v, DType dt) {
-  Tensor h = Tensor::empty({static_cast<int64_t>(std::max<size_t>(v.size(), 1))}, dt);
-  if (!v.empty()) std::memcpy(h.data(), v.data(), v.size() * sizeof(T));
-  return h.to(Device::cuda(0));
-}
+using test::upload;
 
+// All of d.
 template <typename T>
 std::vector<T> download(const Tensor& d) {
-  Tensor h = d.to(Device::cpu());
-  std::vector<T> v(static_cast<size_t>(h.nbytes() / sizeof(T)));
-  std::memcpy(v.data(), h.data(), v.size() * sizeof(T));
-  return v;
+  return test::download<T>(d, static_cast<size_t>(d.nbytes()) / sizeof(T));
 }
 
 // Host inputs of one case.
@@ -161,28 +155,15 @@ PathState stage(const Case& c, const Inputs& in) {
   r.nin.eps = 1e-6f;
   r.nin.x_out = c.with_add ? r.x2.data() : nullptr;
 
-  k::QkNormRope& p = r.rope;
-  p.qkv = r.y.data();
-  p.ld = in.ldy;
-  p.tokens = c.rows;
-  p.num_heads = c.heads;
-  p.num_kv_heads = c.kv_heads;
-  p.head_dim = c.head_dim;
-  p.q_norm = c.qk_norm ? r.q_norm.data() : nullptr;
-  p.k_norm = c.qk_norm ? r.k_norm.data() : nullptr;
-  p.eps = 1e-6f;
-  p.positions = r.pos.ptr<const int32_t>();
-  p.theta = 1000000.0f;
-  p.interleaved = c.interleaved;
-
-  const DType dt = c.fp8 ? DType::kF8E4M3 : DType::kBF16;
-  const int64_t elem = c.fp8 ? 1 : 2;
-  const int64_t block = c.block_size * c.kv_heads * c.head_dim;  // elements
-  const std::vector<int64_t> shape = {in.num_blocks, c.block_size, c.kv_heads, c.head_dim};
-  const std::vector<int64_t> strides = {2 * block, c.kv_heads * c.head_dim, c.head_dim, 1};
-  char* base = static_cast<char*>(r.cache.data());
-  r.kv.k_cache = TensorView(base, dt, Device::cuda(0), shape, strides);
-  r.kv.v_cache = TensorView(base + block * elem, dt, Device::cuda(0), shape, strides);
+  r.rope = test::test_rope(r.y.data(), in.ldy, c.rows, c.heads, c.kv_heads, c.head_dim,
+                           c.qk_norm ? r.q_norm.data() : nullptr,
+                           c.qk_norm ? r.k_norm.data() : nullptr, r.pos.ptr<const int32_t>(),
+                           c.interleaved);
+  const test::PagedKV views =
+      test::paged_kv_views(r.cache.data(), c.fp8 ? DType::kF8E4M3 : DType::kBF16,
+                           c.fp8 ? 1 : 2, in.num_blocks, c.block_size, c.kv_heads, c.head_dim);
+  r.kv.k_cache = views.k;
+  r.kv.v_cache = views.v;
   if (c.fp8) {
     r.kv.k_scale = r.k_scale.view();
     r.kv.v_scale = r.v_scale.view();
