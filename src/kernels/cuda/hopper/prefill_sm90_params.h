@@ -54,6 +54,13 @@ struct PrefillSm90Params {
 // cu_seqlens loads and section arithmetic between two tiles' GEMMs) leaves their path
 // (FlashAttention-3's order; the plain kernels take it per launch where
 // CudaTuning::prefill_sm90_handover asks, off by default).
+// The consumers' look-ahead tile decode (Tile::kConsumerLookAhead): off until it has run on an
+// H200 (written in session 18 without device time); -DKVATTN_PREFILL_SM90_LOOKAHEAD=1 builds it.
+#ifndef KVATTN_PREFILL_SM90_LOOKAHEAD
+#define KVATTN_PREFILL_SM90_LOOKAHEAD 0
+#endif
+inline constexpr bool kSm90LookAhead = KVATTN_PREFILL_SM90_LOOKAHEAD != 0;
+
 template <int kHeadDim_, int kConsumerWarpgroups_, int kStages_, int kBlockN_,
           bool kRescaleInTurn_ = true, bool kSmemEpilogue_ = false, bool kProducerDecode_ = false>
 struct Sm90PrefillTileConfig {
@@ -72,8 +79,9 @@ struct Sm90PrefillTileConfig {
       kHeadDim == 256 ? 240 : (kConsumerWarpgroups == 2 ? 232 : 160);
   // The consumers decode their next tile during the current one (for_each_tile's kLookAhead:
   // 8 registers live across a tile) where they have the registers: at 160 (the three-warpgroup
-  // head_dim 64 tile) ptxas spilled 72-128 bytes a thread with it.
-  static constexpr bool kConsumerLookAhead = kConsumerRegs >= 232;
+  // head_dim 64 tile) ptxas spilled 72-128 bytes a thread with it. Built in where
+  // KVATTN_PREFILL_SM90_LOOKAHEAD (below) asks.
+  static constexpr bool kConsumerLookAhead = kSm90LookAhead && kConsumerRegs >= 232;
   // Paged K/V: up to four producer warps issue a tile's page pieces (kv_producer_warps), at
   // head_dim 128 (40 producer registers). Elsewhere the extra state spilled (ptxas, session
   // 14): at 24 or 32 registers, and at 40 in a two-warpgroup head_dim 64 tile.
