@@ -153,7 +153,7 @@ TEST(FusedGemv, TheOptionAndKVATTN_FUSED_GEMVReachTheModel) {
     auto m = Model::create(load_hf_model(test::checkpoint("tiny_qwen3")), Device::cuda(0), mo);
     return cuda_model_stats(*m).fused_gemv;
   };
-  EXPECT_FALSE(ModelOptions{}.fused_gemv);  // off by default until timed on a GPU
+  EXPECT_TRUE(ModelOptions{}.fused_gemv);  // on by default since session 12 (H200)
   EXPECT_FALSE(on_of(false));
   EXPECT_TRUE(on_of(true));
   setenv("KVATTN_FUSED_GEMV", "0", 1);
