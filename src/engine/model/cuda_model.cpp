@@ -531,8 +531,8 @@ class CudaModel final : public Model {
   // KVATTN_FUSED_GEMV; one rank, not Gemma, SiLU): read at construction.
   bool fused_gemv_ = false;
   // The fused GEMV path's qkv projection runs the q/k norm + RoPE + KV write as its epilogue
-  // (Gemv::run_rmsnorm_rope_kv) with KVATTN_FUSED_ROPE=1 (off until it has run on an H200;
-  // tests and bench compare the two: the same bits).
+  // (Gemv::run_rmsnorm_rope_kv) with KVATTN_FUSED_ROPE=1; off by default: bit-equal but slower
+  // on the H200 (session 18: single stream -4.7%; docs/notes/single-stream-decode.md).
   bool fused_rope_ = false;
   CudaModelStats stats_;
   k::PhaseEvents phase_;
