@@ -208,15 +208,33 @@ __device__ __forceinline__ float round_bf16(float v) {
   return __bfloat162float(__float2bfloat16(v));
 }
 
+// Chunks a thread of norm_stage loads before it uses the first (latency, not order).
+constexpr int kNormBatch = 4;
+
+// kNorm*: the norm weight's 16-byte chunks of this thread's first pass of norm_stage's last
+// loop (elements i = tid + u * kThreads < M * C, chunk i % C). Weights: read before the
+// grid-dependency wait, so this DRAM round trip (the weights of a layer's norm leave L2
+// between two tokens) overlaps the previous kernel instead of following the reduction.
+template <int M>
+__device__ __forceinline__ void load_norm_weight(const Params& p, uint4 (&g)[kNormBatch]) {
+  const int C = p.k >> 3;
+#pragma unroll
+  for (int u = 0; u < kNormBatch; ++u) {
+    const int i = threadIdx.x + u * kThreads;
+    if (i < M * C) g[u] = *reinterpret_cast<const uint4*>(p.norm_w + int64_t{i % C} * 8);
+  }
+}
+
 // kNorm*: xs[m] = rmsnorm(x[m] (+ add[m])) * norm_w for m < M, as add_rmsnorm_kernel
 // (cuda_kernels.cu, 256 threads) computes it, bit for bit: v = bf16(x + add) per element;
 // thread t sums v * v over elements t, t + 256, ... in order (the same fma); the warp sum
 // (xor 16 .. 1) and the block sum of the 8 warp sums (block_sum: lanes 0-7 of one warp, zeros
 // above, xor 16 .. 1); inv = rsqrt(ss / hidden + eps); out = bf16(w * bf16(v * inv)). `red`
-// holds the M x 8 warp sums and the M inverses.
+// holds the M x 8 warp sums and the M inverses. `first`: load_norm_weight's chunks.
 template <int M>
-__device__ __forceinline__ void norm_stage(const Params& p, uint4* xs, float* red) {
-  constexpr int B = 4;  // chunks a thread loads before it uses the first (latency, not order)
+__device__ __forceinline__ void norm_stage(const Params& p, uint4* xs, float* red,
+                                           const uint4 (&first)[kNormBatch]) {
+  constexpr int B = kNormBatch;
   const int C = p.k >> 3;
   const int MC = M * C;
   const bool writer = blockIdx.x == 0;
@@ -278,8 +296,11 @@ __device__ __forceinline__ void norm_stage(const Params& p, uint4* xs, float* re
 #pragma unroll
     for (int u = 0; u < B; ++u) {
       const int i = i0 + u * kThreads;
-      if (i < MC)
+      if (i0 == static_cast<int>(threadIdx.x)) {
+        gv[u] = first[u];  // loaded before the wait (unused where i >= MC)
+      } else if (i < MC) {
         gv[u] = *reinterpret_cast<const uint4*>(p.norm_w + int64_t{i - (i / C) * C} * 8);
+      }
     }
 #pragma unroll
     for (int u = 0; u < B; ++u) {
@@ -392,6 +413,8 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(const __grid_constant
   constexpr int U = S::kUnroll;
   constexpr bool kPair = V == kNormSilu;
   constexpr int P = kPair ? R / 2 : R;  // outputs per warp and row of x
+  uint4 norm_w_first[kNormBatch];
+  if constexpr (V != kPlain) load_norm_weight<M>(p, norm_w_first);
   if (p.prefetch != 0) prefetch_first_tile<R, kPair>(p);
   pdl_enter();
   extern __shared__ uint4 smem[];
@@ -411,7 +434,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(const __grid_constant
     }
     __syncthreads();
   } else {
-    norm_stage<M>(p, xs, red);
+    norm_stage<M>(p, xs, red, norm_w_first);
   }
 
   const int warp = threadIdx.x >> 5;

@@ -14,7 +14,9 @@
 //   completes before its predecessor has, and the guarantee chains: the kernel after it that
 //   waits on its completion also sees everything before it. The one exception: memory that no
 //   kernel of a step writes (weights) may be touched before the wait; the GEMV asks L2 for its
-//   first weight tile there (cuda_gemv.h).
+//   first weight tile there (cuda_gemv.h), and the norm-fused GEMVs and the q/k norm + RoPE
+//   token kernel load their norm weights there, so that those DRAM round trips overlap the
+//   previous kernel.
 // - The trigger right after the wait (our rule): the dependent grid may be scheduled as soon as
 //   every CTA of this grid has started running (after its own wait). Nothing the dependent
 //   reads is promised by the trigger, only its scheduling: the dependent's CTAs take SM slots

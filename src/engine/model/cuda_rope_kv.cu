@@ -134,7 +134,6 @@ template <typename Cache>
 __global__ void __launch_bounds__(1024)
     qk_norm_rope_token_kernel(const __grid_constant__ RopeParams p,
                               const __grid_constant__ CacheParams c) {
-  pdl_enter();
   constexpr bool kStore = !std::is_void_v<Cache>;
   extern __shared__ __align__(16) unsigned char smem[];
   const int D = p.head_dim, heads = p.num_heads + p.num_kv_heads;
@@ -147,6 +146,16 @@ __global__ void __launch_bounds__(1024)
   float* kw = qw + D;
   const int64_t t = blockIdx.x;
   bf16* qkv = p.qkv + t * p.ld;
+  // The norm weights before the grid-dependency wait (weights: no kernel writes them), so
+  // their DRAM round trip overlaps the previous kernel (the qkv projection) instead of the
+  // row's load below.
+  if (p.q_norm != nullptr) {  // both or neither (rope_params)
+    for (int i = threadIdx.x; i < D; i += blockDim.x) {
+      qw[i] = f(p.q_norm[i]);
+      kw[i] = f(p.k_norm[i]);
+    }
+  }
+  pdl_enter();
 
   // Every 16-byte piece of the row in flight at once; cos and sin meanwhile, once per token.
   for (int v = threadIdx.x; v < row_elems / 8; v += blockDim.x) {
@@ -157,12 +166,6 @@ __global__ void __launch_bounds__(1024)
   const float base = rope_base(p, t);
   for (int i = threadIdx.x; i < D / 2; i += blockDim.x) {
     rope_cos_sin(i, D, pos, base, p.inv_freq, p.attention_factor, cs[i], sn[i]);
-  }
-  if (p.q_norm != nullptr) {  // both or neither (rope_params)
-    for (int i = threadIdx.x; i < D; i += blockDim.x) {
-      qw[i] = f(p.q_norm[i]);
-      kw[i] = f(p.k_norm[i]);
-    }
   }
   cuda::ptx::cp_async_wait<0>();
   __syncthreads();
