@@ -162,6 +162,9 @@ __global__ void __launch_bounds__(1024)
     cuda::ptx::cp_async_16(cuda::ptx::smem_addr(row + 8 * v), qkv + 8 * v, true);
   }
   cuda::ptx::cp_async_commit();
+  // The token's cache slot with the row and its position, not after the rotation: its load
+  // then overlaps theirs instead of delaying the stores at the end.
+  const int64_t slot = kStore ? int64_t{c.slots[t]} : 0;
   const float pos = static_cast<float>(p.positions[t]);
   const float base = rope_base(p, t);
   for (int i = threadIdx.x; i < D / 2; i += blockDim.x) {
@@ -192,7 +195,6 @@ __global__ void __launch_bounds__(1024)
     *reinterpret_cast<int4*>(qkv + 8 * v) = *reinterpret_cast<const int4*>(row + 8 * v);
   }
   if constexpr (kStore) {
-    const int64_t slot = c.slots[t];
     if (slot >= c.num_slots) {
       if (threadIdx.x == 0) cuda::record_fault(c.fault_word, kFaultSlotOutOfRange);
       return;
