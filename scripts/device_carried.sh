@@ -1,0 +1,35 @@
+# Sourced on the GPU machine by call scripts that run binaries built here and carried in a
+# folder of their own (a `build-carry-*` folder, git-ignored): bins.tar.xz, the stripped
+# binaries in one xz stream (they share the library's kernels: ~15 MB for ~400 MB), and debs/,
+# the CLI's runtime packages. Before packing, `bash scripts/check_build_deps.sh` (session 19).
+#   carried_unpack DIR     binaries into $B (/tmp/bin), packages into /opt/kvrun, the loader
+#                          pointed at them, /work/main linked to this tree (engine fixtures)
+#   random_qwen3_06b       writes the random Qwen3-0.6B-shaped model to /tmp/q06
+#   single_stream LABEL BIN [PROMPT]   `kvattn bench`'s single stream (PROMPT tokens, default
+#                          128, + 256 new) with $BIN, log $OUT/ss_LABEL.log, one summary line;
+#                          the environment is the caller's
+OUT=${OUT:-$PWD/out}
+mkdir -p "$OUT"
+B=/tmp/bin
+
+carried_unpack() {
+  mkdir -p "$B" /opt/kvrun
+  xz -dc "$1/bins.tar.xz" | tar -C "$B" -xf -
+  chmod +x "$B"/*
+  for f in "$1"/debs/*.deb; do dpkg -x "$f" /opt/kvrun; done
+  export LD_LIBRARY_PATH="/opt/kvrun/usr/lib/x86_64-linux-gnu:/opt/kvrun/usr/lib/x86_64-linux-gnu/openblas-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  [ -e /work/main ] || { mkdir -p /work && ln -s "$PWD" /work/main; }
+}
+
+random_qwen3_06b() {
+  (PYTHONUNBUFFERED=1 timeout 100 python3 scripts/make_random_qwen3.py --shape 0.6b --out /tmp/q06 2>&1 |
+    tail -n 1)
+}
+
+single_stream() {
+  local label=$1 bin=$2 prompt=${3:-128}
+  timeout 60 "$B/$bin" bench --model /tmp/q06 --device cuda \
+    --num-seqs 2 --min-input 64 --max-input 64 --min-output 8 --max-output 8 \
+    --single-input "$prompt" --single-output 256 >"$OUT/ss_$label.log" 2>&1
+  echo "$label rc=$?: $(tr '\r' '\n' < "$OUT/ss_$label.log" | grep -E "single|first token" | tr '\n' ' ')"
+}

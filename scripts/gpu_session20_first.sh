@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Session 20, call 1 (prepared in session 19; binaries built then at 3fa7c46 and carried):
+# (1) the RoPE kernel's early cache-slot load (written after session 19's device time): the
+# tests of the kernels it touches, memcheck, and the single stream alternating with session
+# 19's call-5 binary (kvattn_s19); (2) the small decode kernel at 4 warps a CTA on the decode
+# bench's rows (quick: page 16), default beside KVATTN_DECODE_SMALL_WARPS=4, for an
+# engine-side choice at short contexts (single stream +0.9% with it in session 19).
+#   run: bash scripts/gpu_session20_first.sh > $OUT/summary.txt 2>&1; tail -n 40 $OUT/summary.txt
+#   carry: build-carry-s20a
+set -uo pipefail
+cd "$(dirname "$0")/.."
+source scripts/device_carried.sh
+carried_unpack build-carry-s20a
+random_qwen3_06b
+t() {  # $1: label, then the command
+  local name=$1; shift
+  timeout 300 "$@" >"$OUT/$name.log" 2>&1
+  echo "$name rc=$?: $(grep -E "PASSED|FAILED|ERROR SUMMARY" "$OUT/$name.log" | head -n 4 | tr '\n' ' ')"
+}
+for tb in engine_fused_rope_kv_gpu_test engine_row_kernels_gpu_test engine_gemv_rope_kv_gpu_test \
+          engine_fused_gemv_engine_gpu_test engine_pdl_gpu_test; do
+  t "$tb" "$B/$tb"
+done
+t memcheck_rope compute-sanitizer --tool memcheck "$B/engine_fused_rope_kv_gpu_test"
+for round in 1 2 3; do single_stream "s19_r$round" kvattn_s19; single_stream "new_r$round" kvattn; done
+for round in 1 2; do KVATTN_DECODE_SMALL_WARPS=4 single_stream "w4_r$round" kvattn; done
+(timeout 240 "$B/gpu_decode_bench" --only decode --quick > "$OUT/decode_w8.log" 2>&1; echo "decode w8 rc=$?")
+(KVATTN_DECODE_SMALL_WARPS=4 timeout 240 "$B/gpu_decode_bench" --only decode --quick > "$OUT/decode_w4.log" 2>&1; echo "decode w4 rc=$?")
+for w in w8 w4; do echo "== decode bench, $w"; sed -n '/^SUMMARY/,$p' "$OUT/decode_$w.log" | head -n 30; done
+echo "end ${SECONDS}s"
