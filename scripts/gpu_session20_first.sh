@@ -4,7 +4,8 @@
 # tests of the kernels it touches, memcheck, and the single stream alternating with session
 # 19's call-5 binary (kvattn_s19); (2) the small decode kernel at 4 warps a CTA on the decode
 # bench's rows (quick: page 16), default beside KVATTN_DECODE_SMALL_WARPS=4, for an
-# engine-side choice at short contexts (single stream +0.9% with it in session 19).
+# engine-side choice at short contexts (single stream +0.9% with it in session 19); (3) ncu of
+# the rope epilogue's kernel against the pair it replaces.
 #   run: bash scripts/gpu_session20_first.sh > $OUT/summary.txt 2>&1; tail -n 40 $OUT/summary.txt
 #   carry: build-carry-s20a
 set -uo pipefail
@@ -27,4 +28,14 @@ for round in 1 2; do KVATTN_DECODE_SMALL_WARPS=4 single_stream "w4_r$round" kvat
 (timeout 240 "$B/gpu_decode_bench" --only decode --quick > "$OUT/decode_w8.log" 2>&1; echo "decode w8 rc=$?")
 (KVATTN_DECODE_SMALL_WARPS=4 timeout 240 "$B/gpu_decode_bench" --only decode --quick > "$OUT/decode_w4.log" 2>&1; echo "decode w4 rc=$?")
 for w in w8 w4; do echo "== decode bench, $w"; sed -n '/^SUMMARY/,$p' "$OUT/decode_$w.log" | head -n 30; done
+# (3) Why the rope epilogue (KVATTN_FUSED_ROPE=1) lost 11%: ncu's kernel durations of a few
+# decode steps with it and without (compare the qkv GEMV + RoPE kernel pair with the fused one).
+for fr in 0 1; do
+  KVATTN_FUSED_ROPE=$fr timeout 200 ncu --clock-control none --cache-control none --csv \
+    --print-units base --metrics gpu__time_duration.sum,launch__grid_size,launch__block_size,launch__cluster_dim_x \
+    "$B/kvattn" bench --model /tmp/q06 --device cuda --num-seqs 1 --min-input 16 --max-input 16 \
+    --min-output 2 --max-output 2 --single-input 16 --single-output 6 > "$OUT/ncu_rope$fr.csv" 2>&1
+  echo "ncu rope$fr rc=$? lines $(wc -l < "$OUT/ncu_rope$fr.csv")"
+  grep -E "gemv_kernel|qk_norm_rope_token" "$OUT/ncu_rope$fr.csv" | grep gpu__time | tail -n 6 | cut -c1-60,200-
+done
 echo "end ${SECONDS}s"
