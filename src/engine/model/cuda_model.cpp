@@ -108,6 +108,7 @@ std::vector<int64_t> decode_graph_ladder(int64_t max_decode_batch) {
 #include "engine/model/cuda_sampling.h"
 #include "engine/model/factories.h"
 #include "engine/model/kv_copy.h"
+#include "engine/model/cuda_kv_amax.h"
 #include "engine/model/kv_scales.h"
 #include "engine/model/rope.h"
 #include "engine/parallel/nccl_comm.h"
@@ -396,6 +397,11 @@ class CudaModel final : public Model {
   void copy_kv_blocks(std::span<const BlockCopy> copies) override;
   int64_t kv_cache_budget(int64_t max_num_batched_tokens, double memory_fraction) override;
   void set_kv_scales(std::span<const float> k, std::span<const float> v) override;
+  // fp8 calibration (Model::track_kv_amax): while on, every step runs the general (eager) path
+  // and each layer folds its rows' |k| and |v| into per-head maxima on the device
+  // (cuda_kv_amax.h); kv_amax() copies them out. One rank only.
+  void track_kv_amax(bool on) override;
+  void kv_amax(std::span<float> k, std::span<float> v) const override;
   // Per-phase times (cuda_phase_events.h): while on, decode steps run eagerly (no graph
   // capture or replay); the figures are eager steps'. Not yet run on a GPU.
   bool set_phase_timing(bool on) override {
@@ -507,6 +513,10 @@ class CudaModel final : public Model {
   DType kv_dtype_ = DType::kBF16;
   cpu_model::KvScales kv_scales_host_;
   Tensor kv_scales_dev_;
+  // track_kv_amax: the running maxima, float32 [2][num_layers][num_kv_heads] (K then V), and
+  // whether the layers record into them.
+  Tensor kv_amax_dev_;
+  bool track_amax_ = false;
   k::KVBlockCopier copier_;
   Activations act_;
   Fixed fx_;
@@ -745,6 +755,35 @@ void CudaModel::reset_pool(std::unique_ptr<KVPool> pool) {
     }
     layers_[i].attn->bind_cache(kv.k_cache, kv.v_cache, kv.k_scale, kv.v_scale);
   }
+}
+
+void CudaModel::track_kv_amax(bool on) {
+  KVATTN_CHECK(!tensor_parallel(), "Model::track_kv_amax: a tensor-parallel rank cannot ",
+               "calibrate fp8 KV scales (not yet)");
+  cuda::DeviceGuard guard(device_.index);
+  if (on) {
+    if (!kv_amax_dev_.defined()) {
+      kv_amax_dev_ = Tensor::empty({2, cfg_.num_layers, cfg_.num_kv_heads}, DType::kF32, device_);
+    }
+    CUDA_CHECK(cudaMemsetAsync(kv_amax_dev_.data(), 0, kv_amax_dev_.nbytes(), stream_));
+  }
+  track_amax_ = on;
+}
+
+void CudaModel::kv_amax(std::span<float> k, std::span<float> v) const {
+  const auto n = static_cast<size_t>(cfg_.num_layers * cfg_.num_kv_heads);
+  KVATTN_CHECK(k.size() == n && v.size() == n, "Model::kv_amax: k_amax and v_amax must have ", n,
+               " entries but have ", k.size(), " and ", v.size());
+  if (!kv_amax_dev_.defined()) {  // never tracked: nothing recorded
+    std::fill(k.begin(), k.end(), 0.0f);
+    std::fill(v.begin(), v.end(), 0.0f);
+    return;
+  }
+  cuda::DeviceGuard guard(device_.index);
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  CUDA_CHECK(cudaMemcpy(k.data(), kv_amax_dev_.data(), n * sizeof(float), cudaMemcpyDeviceToHost));
+  CUDA_CHECK(cudaMemcpy(v.data(), kv_amax_dev_.ptr<float>() + n, n * sizeof(float),
+                        cudaMemcpyDeviceToHost));
 }
 
 void CudaModel::set_kv_scales(std::span<const float> k, std::span<const float> v) {
@@ -1063,6 +1102,7 @@ void CudaModel::check_input(const ModelInput& in, const Out& out) const {
 
 bool CudaModel::fixed_eligible(const ModelInput& in) const {
   if (pool_ == nullptr || options_.max_decode_batch <= 0) return false;
+  if (track_amax_) return false;  // calibrating: eager steps, each layer records (no graphs)
   const BatchContext& hc = *in.ctx;
   if (hc.phase != Phase::kDecode) return false;
   if (hc.cascade_prefix_len > 0) return false;  // cascade decode: the general (eager) path
@@ -1428,6 +1468,11 @@ void CudaModel::run_layers(int64_t T, int64_t R, const int32_t* ids, const int32
       k::qk_norm_rope_store_kv(rope, l.kv, on);  // fused: the KV write counts as other
     } else {
       k::qk_norm_rope(rope, on);
+    }
+    if (track_amax_) {  // calibration: K after its norm and RoPE, V as projected (what is stored)
+      float* amax = kv_amax_dev_.ptr<float>() + static_cast<int64_t>(i) * nkv;
+      k::kv_amax_record(qkv + nh * D, qkv + (nh + nkv) * D, qkv_dim, T, nkv, D, amax,
+                        amax + cfg_.num_layers * nkv, on);
     }
     lap(kOther);
     l.attn->forward(TensorView(qkv, DType::kBF16, device_, {T, nh * D}, {qkv_dim, 1}),

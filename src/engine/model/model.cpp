@@ -130,7 +130,7 @@ void Model::set_kv_scales(std::span<const float> /*k_scale*/, std::span<const fl
 
 void Model::track_kv_amax(bool /*on*/) {
   KVATTN_FAIL("Model::track_kv_amax: this ", device(),
-              " model cannot calibrate fp8 KV scales (tensor-parallel and CUDA models: not yet)");
+              " model cannot calibrate fp8 KV scales (tensor-parallel models: not yet)");
 }
 
 void Model::kv_amax(std::span<float> /*k_amax*/, std::span<float> /*v_amax*/) const {
