@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Session 20, call 1 (prepared in session 19; binaries built then at 3fa7c46 and carried):
+# Session 20, call 1 (prepared in session 19; binaries built then at bc012e2 and carried):
 # (1) the RoPE kernel's early cache-slot load (written after session 19's device time): the
 # tests of the kernels it touches, memcheck, and the single stream alternating with session
-# 19's call-5 binary (kvattn_s19); (2) the small decode kernel at 4 warps a CTA on the decode
-# bench's rows (quick: page 16), default beside KVATTN_DECODE_SMALL_WARPS=4, for an
-# engine-side choice at short contexts (single stream +0.9% with it in session 19); (3) ncu of
-# the rope epilogue's kernel against the pair it replaces.
+# 19's call-5 binary (kvattn_s19); the CUDA model's fp8 calibration test (then the CLI's
+# --kv-calibration-prompt gate on CUDA can go: apps/engine_options.cpp); (2) the small
+# decode kernel at 4 warps a CTA on the decode bench's rows (quick: page 16), default beside
+# KVATTN_DECODE_SMALL_WARPS=4, for an engine-side choice at short contexts (single stream
+# +0.9% with it in session 19); (3) ncu of the rope epilogue's kernel against the pair it
+# replaces.
 #   run: bash scripts/gpu_session20_first.sh > $OUT/summary.txt 2>&1; tail -n 40 $OUT/summary.txt
 #   carry: build-carry-s20a
 set -uo pipefail
@@ -19,10 +21,12 @@ t() {  # $1: label, then the command
   echo "$name rc=$?: $(grep -E "PASSED|FAILED|ERROR SUMMARY" "$OUT/$name.log" | head -n 4 | tr '\n' ' ')"
 }
 for tb in engine_fused_rope_kv_gpu_test engine_row_kernels_gpu_test engine_gemv_rope_kv_gpu_test \
-          engine_fused_gemv_engine_gpu_test engine_pdl_gpu_test; do
+          engine_fused_gemv_engine_gpu_test engine_pdl_gpu_test engine_kv_calibration_gpu_test; do
   t "$tb" "$B/$tb"
 done
 t memcheck_rope compute-sanitizer --tool memcheck "$B/engine_fused_rope_kv_gpu_test"
+t memcheck_calibration compute-sanitizer --tool memcheck "$B/engine_kv_calibration_gpu_test" \
+  --gtest_filter='KvAmaxRecord.*'
 for round in 1 2 3; do single_stream "s19_r$round" kvattn_s19; single_stream "new_r$round" kvattn; done
 for round in 1 2; do KVATTN_DECODE_SMALL_WARPS=4 single_stream "w4_r$round" kvattn; done
 (timeout 240 "$B/gpu_decode_bench" --only decode --quick > "$OUT/decode_w8.log" 2>&1; echo "decode w8 rc=$?")
