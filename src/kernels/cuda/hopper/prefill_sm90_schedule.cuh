@@ -61,7 +61,56 @@ struct PendingTile {
   bool valid = false;  // false: a padding slot (no tile)
 };
 
-// t must be < the schedule's slot count.
+// A slot's tile before its lengths are loaded: sequence, head, row block (z < 0: a padding
+// slot). Three registers: what the lean look-ahead keeps across a tile.
+struct SlotTile {
+  int b = 0;
+  int h = 0;
+  int z = -1;  // row block, counted from the last
+};
+
+// Slot t (< the schedule's slot count) -> its tile: the section arithmetic.
+__device__ __forceinline__ SlotTile slot_tile(const PrefillParams& p, int64_t section,
+                                              int64_t section_unit, int64_t t, bool narrow) {
+  const int64_t pairs = static_cast<int64_t>(p.num_seqs) * p.num_heads;
+  SlotTile s;
+  SectionTile st;
+  if (narrow) {  // 32-bit arithmetic (section_tile_fits, checked per launch)
+    st = section_tile_as<int32_t>(static_cast<int32_t>(t), static_cast<int32_t>(pairs),
+                                  p.num_m_blocks, static_cast<int32_t>(section),
+                                  static_cast<int32_t>(section_unit));
+    if (!st.valid) return s;
+    const int pair = static_cast<int>(st.pair);
+    s.h = pair % p.num_heads;
+    s.b = pair / p.num_heads;
+  } else {
+    st = section_tile(t, pairs, p.num_m_blocks, section, section_unit);
+    if (!st.valid) return s;
+    s.h = static_cast<int>(st.pair % p.num_heads);
+    s.b = static_cast<int>(st.pair / p.num_heads);
+  }
+  s.z = static_cast<int>(st.z);
+  return s;
+}
+
+// The tile's four cu_seqlens loads issued (their latency is not waited for here).
+__device__ __forceinline__ PendingTile begin_loads(const PrefillParams& p, const SlotTile& s) {
+  PendingTile pt;
+  if (s.z < 0) return pt;
+  pt.h = s.h;
+  pt.b = s.b;
+  pt.z = s.z;
+  pt.valid = true;
+  pt.q_begin = p.cu_seqlens_q[pt.b];
+  pt.q_end = p.cu_seqlens_q[pt.b + 1];
+  pt.k_begin = p.cu_seqlens_k[pt.b];
+  pt.k_end = p.cu_seqlens_k[pt.b + 1];
+  return pt;
+}
+
+// slot_tile + begin_loads in one (t must be < the schedule's slot count). Written out rather
+// than composed: the composed form compiled the measured kernels differently (the d64 and
+// d128 SASS changed, session 19), and this is the form the H200 figures are for.
 __device__ __forceinline__ PendingTile begin_tile(const PrefillParams& p, int64_t section,
                                                   int64_t section_unit, int64_t t,
                                                   bool narrow) {
@@ -91,59 +140,21 @@ __device__ __forceinline__ PendingTile begin_tile(const PrefillParams& p, int64_
   return pt;
 }
 
-// The lean form of the look-ahead (for_each_tile's kLookAhead == kLookAheadLean): begin_tile's
-// section arithmetic only, kept in three registers (sequence, head, row block; z < 0: a
-// padding slot), with the four cu_seqlens words asked of L1 (prefetch.global.L1: no register
-// waits for them); begin_loads then issues the loads, which hit L1, right before the tile.
-struct LeanPendingTile {
-  int b = 0;
-  int h = 0;
-  int z = -1;
-};
-
-__device__ __forceinline__ LeanPendingTile begin_tile_lean(const PrefillParams& p,
-                                                           int64_t section,
-                                                           int64_t section_unit, int64_t t,
-                                                           bool narrow) {
-  const int64_t pairs = static_cast<int64_t>(p.num_seqs) * p.num_heads;
-  LeanPendingTile lt;
-  SectionTile st;
-  if (narrow) {  // 32-bit arithmetic (section_tile_fits, checked per launch)
-    st = section_tile_as<int32_t>(static_cast<int32_t>(t), static_cast<int32_t>(pairs),
-                                  p.num_m_blocks, static_cast<int32_t>(section),
-                                  static_cast<int32_t>(section_unit));
-    if (!st.valid) return lt;
-    const int pair = static_cast<int>(st.pair);
-    lt.h = pair % p.num_heads;
-    lt.b = pair / p.num_heads;
-  } else {
-    st = section_tile(t, pairs, p.num_m_blocks, section, section_unit);
-    if (!st.valid) return lt;
-    lt.h = static_cast<int>(st.pair % p.num_heads);
-    lt.b = static_cast<int>(st.pair / p.num_heads);
+// The lean form of the look-ahead (for_each_tile's kLookAhead == kLookAheadLean): only the
+// section arithmetic ahead (a SlotTile, three registers), with the four cu_seqlens words
+// asked of L1 (prefetch.global.L1: no register waits for them); begin_loads then issues the
+// loads, which hit L1, right before the tile.
+__device__ __forceinline__ SlotTile begin_tile_lean(const PrefillParams& p, int64_t section,
+                                                    int64_t section_unit, int64_t t,
+                                                    bool narrow) {
+  const SlotTile s = slot_tile(p, section, section_unit, t, narrow);
+  if (s.z >= 0) {
+    asm volatile("prefetch.global.L1 [%0];" ::"l"(p.cu_seqlens_q + s.b));
+    asm volatile("prefetch.global.L1 [%0];" ::"l"(p.cu_seqlens_q + s.b + 1));
+    asm volatile("prefetch.global.L1 [%0];" ::"l"(p.cu_seqlens_k + s.b));
+    asm volatile("prefetch.global.L1 [%0];" ::"l"(p.cu_seqlens_k + s.b + 1));
   }
-  lt.z = static_cast<int>(st.z);
-  asm volatile("prefetch.global.L1 [%0];" ::"l"(p.cu_seqlens_q + lt.b));
-  asm volatile("prefetch.global.L1 [%0];" ::"l"(p.cu_seqlens_q + lt.b + 1));
-  asm volatile("prefetch.global.L1 [%0];" ::"l"(p.cu_seqlens_k + lt.b));
-  asm volatile("prefetch.global.L1 [%0];" ::"l"(p.cu_seqlens_k + lt.b + 1));
-  return lt;
-}
-
-// The PendingTile of a lean one: its four cu_seqlens loads (begin_tile's).
-__device__ __forceinline__ PendingTile begin_loads(const PrefillParams& p,
-                                                   const LeanPendingTile& lt) {
-  PendingTile pt;
-  if (lt.z < 0) return pt;
-  pt.h = lt.h;
-  pt.b = lt.b;
-  pt.z = lt.z;
-  pt.valid = true;
-  pt.q_begin = p.cu_seqlens_q[pt.b];
-  pt.q_end = p.cu_seqlens_q[pt.b + 1];
-  pt.k_begin = p.cu_seqlens_k[pt.b];
-  pt.k_end = p.cu_seqlens_k[pt.b + 1];
-  return pt;
+  return s;
 }
 
 // False when the tile is a padding slot, has no rows (m0 >= Lq) or its sequence's lengths are
@@ -231,10 +242,10 @@ __device__ __forceinline__ void for_each_tile(const PrefillSm90Params& sp, bool 
   auto begin_round_lean = [&](int64_t r) {
     const int64_t t = snake_tile(r, blockIdx.x, gridDim.x);
     return t < num_tiles ? begin_tile_lean(p, sp.section, sp.section_unit, t, narrow)
-                         : LeanPendingTile{};
+                         : SlotTile{};
   };
   PendingTile next;
-  LeanPendingTile next_lean;
+  SlotTile next_lean;
   if constexpr (kLookAhead == kLookAheadFull) next = begin_round(0);
   if constexpr (kLookAhead == kLookAheadLean) next_lean = begin_round_lean(0);
   for (int64_t r = 0; r * gridDim.x < num_tiles; ++r) {
