@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 20, call 2 (prepared in session 19; binaries built then and carried): the lean
+# Session 20, call 2 (prepared in session 19; binaries built then at 66d8138, carried): the lean
 # look-ahead of the head_dim 64 consumers (-DKVATTN_PREFILL_SM90_LEAN_LOOKAHEAD=1; the
 # section arithmetic ahead in 3 registers, cu_seqlens prefetched into L1): the whole prefill
 # suite and racecheck on the lean build, then the C++ bench, lean and default alternating.
