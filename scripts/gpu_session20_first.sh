@@ -29,17 +29,24 @@ t memcheck_calibration compute-sanitizer --tool memcheck "$B/engine_kv_calibrati
   --gtest_filter='KvAmaxRecord.*'
 for round in 1 2 3; do single_stream "s19_r$round" kvattn_s19; single_stream "new_r$round" kvattn; done
 for round in 1 2; do KVATTN_DECODE_SMALL_WARPS=4 single_stream "w4_r$round" kvattn; done
-(timeout 240 "$B/gpu_decode_bench" --only decode --quick > "$OUT/decode_w8.log" 2>&1; echo "decode w8 rc=$?")
-(KVATTN_DECODE_SMALL_WARPS=4 timeout 240 "$B/gpu_decode_bench" --only decode --quick > "$OUT/decode_w4.log" 2>&1; echo "decode w4 rc=$?")
-for w in w8 w4; do echo "== decode bench, $w"; sed -n '/^SUMMARY/,$p' "$OUT/decode_$w.log" | head -n 30; done
+room() { [ $SECONDS -lt "$1" ] || { echo "skipped ($2): ${SECONDS}s gone"; return 1; }; }
 # (3) Why the rope epilogue (KVATTN_FUSED_ROPE=1) lost 11%: ncu's kernel durations of a few
-# decode steps with it and without (compare the qkv GEMV + RoPE kernel pair with the fused one).
-for fr in 0 1; do
-  KVATTN_FUSED_ROPE=$fr timeout 200 ncu --clock-control none --cache-control none --csv \
+# decode steps with it (session 19's call 1 has the same list without it): the fused qkv
+# GEMV against the GEMV + RoPE kernel pair it replaces.
+if room 330 "ncu"; then
+  KVATTN_FUSED_ROPE=1 timeout 150 ncu --clock-control none --cache-control none --csv \
     --print-units base --metrics gpu__time_duration.sum,launch__grid_size,launch__block_size,launch__cluster_dim_x \
     "$B/kvattn" bench --model /tmp/q06 --device cuda --num-seqs 1 --min-input 16 --max-input 16 \
-    --min-output 2 --max-output 2 --single-input 16 --single-output 6 > "$OUT/ncu_rope$fr.csv" 2>&1
-  echo "ncu rope$fr rc=$? lines $(wc -l < "$OUT/ncu_rope$fr.csv")"
-  grep -E "gemv_kernel|qk_norm_rope_token" "$OUT/ncu_rope$fr.csv" | grep gpu__time | tail -n 6 | cut -c1-60,200-
+    --min-output 2 --max-output 2 --single-input 16 --single-output 6 > "$OUT/ncu_rope1.csv" 2>&1
+  echo "ncu rope1 rc=$? lines $(wc -l < "$OUT/ncu_rope1.csv")"
+fi
+# (2) The decode bench (page 16 rows, fp8 rows too): the default rule (8 warps where that
+# gives 4+ chunks, else 4), then 4 warps a small CTA everywhere.
+for w in default 4; do
+  room 480 "decode bench $w" || break
+  ( [ "$w" = 4 ] && export KVATTN_DECODE_SMALL_WARPS=4
+    timeout $((585 - SECONDS)) "$B/gpu_decode_bench" --only decode --quick > "$OUT/decode_$w.log" 2>&1
+    echo "decode $w rc=$?")
+  sed -n '/^SUMMARY/,$p' "$OUT/decode_$w.log" | head -n 30
 done
 echo "end ${SECONDS}s"
