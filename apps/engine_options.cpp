@@ -16,9 +16,6 @@ void apply_kv_cache_args(const KvCacheArgs& a, LLMOptions& o) {
                  a.dtype, "'");
     o.kv_cache_dtype = KVCacheDType::kFP8;
   }
-  KVATTN_CHECK(a.calibration_prompt.empty() || !o.device.is_cuda(),
-               "--kv-calibration-prompt is not supported with --device cuda yet (the CUDA "
-               "model's K/V maxima have not run on a GPU); fp8 on CUDA runs with scales 1.0");
   KVATTN_CHECK(a.calibration_prompt.empty() || o.kv_cache_dtype == KVCacheDType::kFP8,
                "--kv-calibration-prompt needs --kv-cache-dtype fp8 (the scales are fp8's) but "
                "--kv-cache-dtype is ", a.dtype);

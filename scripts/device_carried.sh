@@ -8,6 +8,9 @@
 #   single_stream LABEL BIN [PROMPT]   `kvattn bench`'s single stream (PROMPT tokens, default
 #                          128, + 256 new) with $BIN, log $OUT/ss_LABEL.log, one summary line;
 #                          the environment is the caller's
+#   pack_out               folds every file under $OUT but summary.txt into logs.tar.gz: the
+#                          device returns at most 8 files (session 20 lost a call's summary
+#                          to that limit); call it last
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
 B=/tmp/bin
@@ -32,4 +35,9 @@ single_stream() {
     --num-seqs 2 --min-input 64 --max-input 64 --min-output 8 --max-output 8 \
     --single-input "$prompt" --single-output 256 >"$OUT/ss_$label.log" 2>&1
   echo "$label rc=$?: $(tr '\r' '\n' < "$OUT/ss_$label.log" | grep -E "single|first token" | tr '\n' ' ')"
+}
+
+pack_out() {
+  (cd "$OUT" && tar -czf logs.tar.gz --exclude=summary.txt --exclude=logs.tar.gz -- * &&
+    find . -maxdepth 1 -type f ! -name summary.txt ! -name logs.tar.gz -delete)
 }

@@ -302,6 +302,40 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   load_ids(ta, lane < 16);
   load_ids(ta + tstep, lane >= 16);
 
+  // The length arrived: a wrong guess gets its range and ids again, still before the wait
+  // (the caller's promise covers them), so that under PDL the reload overlaps the previous
+  // kernel. (Asking L2 for the first tiles' K/V rows here as well gained nothing on the
+  // H200: docs/perf/NOTES.md session 20.)
+  const int len = clamp_len(p, len_raw, false);  // reported after the wait
+  const int ntiles = tiles_of(len);
+  if constexpr (kExt) {
+    const int first = first_tile<kExt>(p, b, len);
+    if (ntiles != guess_tiles || first != guess_first) {  // wrong guess: range and ids again
+      // (interleaved: the first tiles moved only with the window's start, or past the guess)
+      const bool reload = !p.small_interleave || first != guess_first || ntiles > guess_tiles;
+      split_from(first, ntiles);
+      if (reload) {
+        load_ids(ta, lane < 16);
+        load_ids(ta + tstep, lane >= 16);
+      }
+    }
+    // Keys before the window (in its first tile only) are zero-filled, never read; the
+    // later tiles issued below start past it.
+    const int key = (lane < 16 ? ta : ta + tstep) * kDecodeTileKeys + (lane & 15);
+    if (key >= len || key < first_key(p, b, len)) noff = -1;
+  } else {
+    if (ntiles != guess_tiles) {  // wrong guess: this warp's range and its ids again
+      // (interleaved: the first tiles do not move; their ids were loaded unless past the guess)
+      const bool reload = !p.small_interleave || ntiles > guess_tiles;
+      split(ntiles);
+      if (reload) {
+        load_ids(ta, lane < 16);
+        load_ids(ta + tstep, lane >= 16);
+      }
+    }
+    if ((lane < 16 ? ta : ta + tstep) * kDecodeTileKeys + (lane & 15) >= len) noff = -1;
+  }
+
   // PDL: the previous kernel (which may write q, the caches and, if it was a decode, this
   // workspace) has completed from here on. Then the unit's gen word, which gives this launch's
   // LL tag (needed only at the end). With p.pdl_trigger (off: tuning.h) a PDL-launched
@@ -309,6 +343,10 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   ptx::grid_dependency_wait();
   if (p.pdl_trigger != 0) ptx::grid_launch_dependents();
   const uint32_t gen = __ldcg(gen_word);
+  if (c == 0 && unit == 0 && tid == 0) {  // a bad length (and pad) in the fault word
+    (void)clamp_len(p, len_raw, true);
+    if constexpr (kExt) (void)seq_pad(p, b, len, true);
+  }
 
   // The unit's query tile (16 rows; rows past `rows` are zero) into shared memory, each 16-byte
   // chunk once for the CTA (its warps share it); the fragments are read after the first tiles
@@ -343,36 +381,6 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     row_i[hr] = r < p.rows ? r / p.group : 0;
   }
 
-  const int len = clamp_len(p, len_raw, c == 0 && unit == 0 && tid == 0);
-  const int ntiles = tiles_of(len);
-  if constexpr (kExt) {
-    if (c == 0 && unit == 0 && tid == 0) (void)seq_pad(p, b, len, true);  // report a bad pad
-    const int first = first_tile<kExt>(p, b, len);
-    if (ntiles != guess_tiles || first != guess_first) {  // wrong guess: range and ids again
-      // (interleaved: the first tiles moved only with the window's start, or past the guess)
-      const bool reload = !p.small_interleave || first != guess_first || ntiles > guess_tiles;
-      split_from(first, ntiles);
-      if (reload) {
-        load_ids(ta, lane < 16);
-        load_ids(ta + tstep, lane >= 16);
-      }
-    }
-    // Keys before the window (in its first tile only) are zero-filled, never read; the
-    // later tiles issued below start past it.
-    const int key = (lane < 16 ? ta : ta + tstep) * kDecodeTileKeys + (lane & 15);
-    if (key >= len || key < first_key(p, b, len)) noff = -1;
-  } else {
-    if (ntiles != guess_tiles) {  // wrong guess: this warp's range and its ids again
-      // (interleaved: the first tiles do not move; their ids were loaded unless past the guess)
-      const bool reload = !p.small_interleave || ntiles > guess_tiles;
-      split(ntiles);
-      if (reload) {
-        load_ids(ta, lane < 16);
-        load_ids(ta + tstep, lane >= 16);
-      }
-    }
-    if ((lane < 16 ? ta : ta + tstep) * kDecodeTileKeys + (lane & 15) >= len) noff = -1;
-  }
   probe_stamp(p, 3, c0);
   if (c >= chunks) {  // unused for this length: nothing to publish, the merger does not wait
     cp_async_wait<0>();  // the query tile's copies land before the CTA's shared memory goes

@@ -126,11 +126,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     if constexpr (Tile::kProducerDecode) {
       sm90::for_each_handed_tile<Tile>(smem, consume);
     } else {
-      // The lean look-ahead spilled in the paged causal d64 kernel (16 bytes): not there.
-      constexpr int kLookAhead = kPaged && Tile::kConsumerLookAhead == kLookAheadLean
-                                     ? kLookAheadNone
-                                     : Tile::kConsumerLookAhead;
-      sm90::for_each_tile<BM, BN, kCausal, kPaged, kMods, /*kNarrow=*/true, kLookAhead>(
+      sm90::for_each_tile<BM, BN, kCausal, kPaged, kMods, /*kNarrow=*/true,
+                          Tile::kConsumerLookAhead>(
           sp, threadIdx.x == 128, consume);
     }
   }

@@ -62,16 +62,6 @@ struct PrefillSm90Params {
 #define KVATTN_PREFILL_SM90_LOOKAHEAD 1
 #endif
 inline constexpr bool kSm90LookAhead = KVATTN_PREFILL_SM90_LOOKAHEAD != 0;
-// The lean look-ahead (prefill_sm90_schedule.cuh: the section arithmetic ahead in 3 registers,
-// the lengths prefetched into L1) for the consumers without the registers for the full one
-// (the 160-register head_dim 64 tile). Written in session 19, not yet run on a GPU: off
-// (-DKVATTN_PREFILL_SM90_LEAN_LOOKAHEAD=1 builds it in).
-#ifndef KVATTN_PREFILL_SM90_LEAN_LOOKAHEAD
-#define KVATTN_PREFILL_SM90_LEAN_LOOKAHEAD 0
-#endif
-inline constexpr bool kSm90LeanLookAhead = KVATTN_PREFILL_SM90_LEAN_LOOKAHEAD != 0;
-// for_each_tile's look-ahead forms (prefill_sm90_schedule.cuh).
-inline constexpr int kLookAheadNone = 0, kLookAheadFull = 1, kLookAheadLean = 2;
 
 template <int kHeadDim_, int kConsumerWarpgroups_, int kStages_, int kBlockN_,
           bool kRescaleInTurn_ = true, bool kSmemEpilogue_ = false, bool kProducerDecode_ = false>
@@ -92,13 +82,8 @@ struct Sm90PrefillTileConfig {
   // The consumers decode their next tile during the current one (for_each_tile's kLookAhead:
   // 8 registers live across a tile) where they have the registers: at 160 (the three-warpgroup
   // head_dim 64 tile) ptxas spilled 72-128 bytes a thread with it. Built in where
-  // KVATTN_PREFILL_SM90_LOOKAHEAD (above) asks.
-  // Elsewhere the lean form where KVATTN_PREFILL_SM90_LEAN_LOOKAHEAD asks (3 registers).
-  static constexpr int kConsumerLookAhead =
-      !kSm90LookAhead        ? kLookAheadNone
-      : kConsumerRegs >= 232 ? kLookAheadFull
-      : kSm90LeanLookAhead   ? kLookAheadLean
-                             : kLookAheadNone;
+  // KVATTN_PREFILL_SM90_LOOKAHEAD (below) asks.
+  static constexpr bool kConsumerLookAhead = kSm90LookAhead && kConsumerRegs >= 232;
   // Paged K/V: up to four producer warps issue a tile's page pieces (kv_producer_warps), at
   // head_dim 128 (40 producer registers). Elsewhere the extra state spilled (ptxas, session
   // 14): at 24 or 32 registers, and at 40 in a two-warpgroup head_dim 64 tile.

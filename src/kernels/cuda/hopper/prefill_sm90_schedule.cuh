@@ -61,56 +61,7 @@ struct PendingTile {
   bool valid = false;  // false: a padding slot (no tile)
 };
 
-// A slot's tile before its lengths are loaded: sequence, head, row block (z < 0: a padding
-// slot). Three registers: what the lean look-ahead keeps across a tile.
-struct SlotTile {
-  int b = 0;
-  int h = 0;
-  int z = -1;  // row block, counted from the last
-};
-
-// Slot t (< the schedule's slot count) -> its tile: the section arithmetic.
-__device__ __forceinline__ SlotTile slot_tile(const PrefillParams& p, int64_t section,
-                                              int64_t section_unit, int64_t t, bool narrow) {
-  const int64_t pairs = static_cast<int64_t>(p.num_seqs) * p.num_heads;
-  SlotTile s;
-  SectionTile st;
-  if (narrow) {  // 32-bit arithmetic (section_tile_fits, checked per launch)
-    st = section_tile_as<int32_t>(static_cast<int32_t>(t), static_cast<int32_t>(pairs),
-                                  p.num_m_blocks, static_cast<int32_t>(section),
-                                  static_cast<int32_t>(section_unit));
-    if (!st.valid) return s;
-    const int pair = static_cast<int>(st.pair);
-    s.h = pair % p.num_heads;
-    s.b = pair / p.num_heads;
-  } else {
-    st = section_tile(t, pairs, p.num_m_blocks, section, section_unit);
-    if (!st.valid) return s;
-    s.h = static_cast<int>(st.pair % p.num_heads);
-    s.b = static_cast<int>(st.pair / p.num_heads);
-  }
-  s.z = static_cast<int>(st.z);
-  return s;
-}
-
-// The tile's four cu_seqlens loads issued (their latency is not waited for here).
-__device__ __forceinline__ PendingTile begin_loads(const PrefillParams& p, const SlotTile& s) {
-  PendingTile pt;
-  if (s.z < 0) return pt;
-  pt.h = s.h;
-  pt.b = s.b;
-  pt.z = s.z;
-  pt.valid = true;
-  pt.q_begin = p.cu_seqlens_q[pt.b];
-  pt.q_end = p.cu_seqlens_q[pt.b + 1];
-  pt.k_begin = p.cu_seqlens_k[pt.b];
-  pt.k_end = p.cu_seqlens_k[pt.b + 1];
-  return pt;
-}
-
-// slot_tile + begin_loads in one (t must be < the schedule's slot count). Written out rather
-// than composed: the composed form compiled the measured kernels differently (the d64 and
-// d128 SASS changed, session 19), and this is the form the H200 figures are for.
+// t must be < the schedule's slot count.
 __device__ __forceinline__ PendingTile begin_tile(const PrefillParams& p, int64_t section,
                                                   int64_t section_unit, int64_t t,
                                                   bool narrow) {
@@ -138,23 +89,6 @@ __device__ __forceinline__ PendingTile begin_tile(const PrefillParams& p, int64_
   pt.k_begin = p.cu_seqlens_k[pt.b];
   pt.k_end = p.cu_seqlens_k[pt.b + 1];
   return pt;
-}
-
-// The lean form of the look-ahead (for_each_tile's kLookAhead == kLookAheadLean): only the
-// section arithmetic ahead (a SlotTile, three registers), with the four cu_seqlens words
-// asked of L1 (prefetch.global.L1: no register waits for them); begin_loads then issues the
-// loads, which hit L1, right before the tile.
-__device__ __forceinline__ SlotTile begin_tile_lean(const PrefillParams& p, int64_t section,
-                                                    int64_t section_unit, int64_t t,
-                                                    bool narrow) {
-  const SlotTile s = slot_tile(p, section, section_unit, t, narrow);
-  if (s.z >= 0) {
-    asm volatile("prefetch.global.L1 [%0];" ::"l"(p.cu_seqlens_q + s.b));
-    asm volatile("prefetch.global.L1 [%0];" ::"l"(p.cu_seqlens_q + s.b + 1));
-    asm volatile("prefetch.global.L1 [%0];" ::"l"(p.cu_seqlens_k + s.b));
-    asm volatile("prefetch.global.L1 [%0];" ::"l"(p.cu_seqlens_k + s.b + 1));
-  }
-  return s;
 }
 
 // False when the tile is a padding slot, has no rows (m0 >= Lq) or its sequence's lengths are
@@ -215,16 +149,14 @@ __device__ __forceinline__ bool finish_tile(const PrefillParams& p, const Pendin
 // kNarrow: decode in 32-bit arithmetic where section_tile_fits and sp.narrow_decode asks for it
 // (the consumers, whose tile decode sits between two tiles' GEMMs); the producers, which run
 // ahead and have 24-40 registers (both forms spilled at 32), keep the 64-bit form.
-// kLookAhead (the consumers, Tile::kConsumerLookAhead), kLookAheadFull where they have the
-// registers: the next tile's begin_tile (its cu_seqlens loads) is issued before fn runs the
-// current one, so the loads' latency hides behind the current tile's GEMMs instead of sitting
-// between one tile's epilogue and the next tile's first GEMM; 8 registers stay live across
-// fn. kLookAheadLean: only the section arithmetic ahead (3 registers live) and the lengths
-// asked of L1, loaded after fn (begin_tile_lean). (A producer-side handover of decoded tiles
-// in shared memory, FlashAttention-3's order, does the same without registers:
-// prefill_sm90_tile_handover.cuh.)
+// kLookAhead (the consumers, Tile::kConsumerLookAhead: where they have the registers): the
+// next tile's begin_tile (its cu_seqlens loads) is issued before fn runs the current one, so
+// the loads' latency hides behind the current tile's GEMMs instead of sitting between one
+// tile's epilogue and the next tile's first GEMM; 8 registers stay live across fn. (A
+// producer-side handover of decoded tiles in shared memory, FlashAttention-3's order, does the
+// same without them: prefill_sm90_tile_handover.cuh.)
 template <int kBlockM, int kBlockN, bool kCausal, bool kPaged, bool kMods, bool kNarrow = false,
-          int kLookAhead = kLookAheadNone, typename Fn>
+          bool kLookAhead = false, typename Fn>
 __device__ __forceinline__ void for_each_tile(const PrefillSm90Params& sp, bool report,
                                               Fn&& fn) {
   const PrefillParams& p = sp.base;
@@ -239,23 +171,13 @@ __device__ __forceinline__ void for_each_tile(const PrefillSm90Params& sp, bool 
     const int64_t t = snake_tile(r, blockIdx.x, gridDim.x);
     return t < num_tiles ? begin_tile(p, sp.section, sp.section_unit, t, narrow) : PendingTile{};
   };
-  auto begin_round_lean = [&](int64_t r) {
-    const int64_t t = snake_tile(r, blockIdx.x, gridDim.x);
-    return t < num_tiles ? begin_tile_lean(p, sp.section, sp.section_unit, t, narrow)
-                         : SlotTile{};
-  };
   PendingTile next;
-  SlotTile next_lean;
-  if constexpr (kLookAhead == kLookAheadFull) next = begin_round(0);
-  if constexpr (kLookAhead == kLookAheadLean) next_lean = begin_round_lean(0);
+  if constexpr (kLookAhead) next = begin_round(0);
   for (int64_t r = 0; r * gridDim.x < num_tiles; ++r) {
     PendingTile current;
-    if constexpr (kLookAhead == kLookAheadFull) {
+    if constexpr (kLookAhead) {
       current = next;
       if ((r + 1) * gridDim.x < num_tiles) next = begin_round(r + 1);
-    } else if constexpr (kLookAhead == kLookAheadLean) {
-      current = begin_loads(p, next_lean);
-      if ((r + 1) * gridDim.x < num_tiles) next_lean = begin_round_lean(r + 1);
     } else {
       current = begin_round(r);
     }
