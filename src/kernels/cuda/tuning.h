@@ -136,6 +136,13 @@ struct CudaTuning {
   // the GEMV's one-wave grid placed beside the attention's CTAs is the likely cost, not timed).
   // Env KVATTN_DECODE_PDL_TRIGGER.
   int decode_pdl_trigger = 0;
+  // Decode, stream mode (split kernel + merge kernel): 1 = the merge kernel is launched with
+  // PDL (sm_90+) and every split CTA consents to it right after its own grid-dependency wait,
+  // so the merge's launch and CTA scheduling overlap the split kernel's tail instead of
+  // following its drain; the merge waits (griddepcontrol.wait) for the split kernel's
+  // completion before it reads the workspace. Outputs bit-identical either way.
+  // Env KVATTN_DECODE_MERGE_PDL.
+  int decode_merge_pdl = 1;
   // Diagnostics only (wrong results): skip the stream kernel's merge launch, to time the split
   // kernel alone. Set by the benchmark, never from the environment.
   int decode_debug_no_merge = 0;

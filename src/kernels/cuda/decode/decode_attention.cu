@@ -359,6 +359,9 @@ void launch(DecodeParams p, bool aligned, int64_t ws_bytes, int device, cudaStre
     p.parts = static_cast<int>(std::min<int64_t>(B, per_slice));
   }
   p.merge_wpr = pieces_per_seq >= 48 ? 8 : pieces_per_seq >= 12 ? 4 : pieces_per_seq >= 4 ? 2 : 1;
+  const bool merge_follows = stream_mode && cuda_tuning().decode_debug_no_merge == 0;
+  p.merge_pdl = merge_follows && cuda_tuning().decode_merge_pdl != 0 &&
+                compute_capability(device) >= 90 ? 1 : 0;
   const auto grid = static_cast<unsigned>(static_cast<int64_t>(p.parts) * p.slices);
   const dim3 block(static_cast<unsigned>(threads));
   if constexpr (kCanSwap) {
@@ -382,11 +385,12 @@ void launch(DecodeParams p, bool aligned, int64_t ws_bytes, int device, cudaStre
       }
     }
   }
-  if (!stream_mode || cuda_tuning().decode_debug_no_merge) return;
+  if (!merge_follows) return;
   const int64_t rows = B * p.q_len * p.num_heads;
   const int64_t rows_per_block = 8 / p.merge_wpr;
-  merge_kernel<T, D><<<static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block), 256, 0, stream>>>(p);
-  CUDA_CHECK_LAUNCH();
+  launch_maybe_pdl(merge_kernel<T, D>,
+                   dim3(static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block)),
+                   dim3(256), 0, stream, p.merge_pdl != 0, p);
 }
 
 bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }

@@ -11,6 +11,9 @@ namespace {
 template <typename T, int D>
 __global__ void __launch_bounds__(256) merge_kernel(const __grid_constant__ DecodeParams p) {
   constexpr int kPer = D / 32;  // floats per lane
+  // Launched with PDL (p.merge_pdl): the split kernel's pieces are complete and visible only
+  // after this wait (a plain launch returns from it at once).
+  ptx::grid_dependency_wait();
   __shared__ float red[8][D + 4];
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;

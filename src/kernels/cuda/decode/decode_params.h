@@ -131,6 +131,7 @@ struct DecodeParams {
   int fp8_hw_cvt = 0;       // fp8 caches: the hardware e4m3 conversion, P V in f16 (cuda_tuning())
   int fp8_q_f16 = 0;        // fp8, bf16 queries: Q in f16 (scaled), K by the hardware conversion
   int pdl_trigger = 0;      // griddepcontrol.launch_dependents after the PDL wait (cuda_tuning())
+  int merge_pdl = 0;        // stream mode: the merge kernel follows by PDL (the split kernel triggers)
 
   // CTA shape (decode_config) and the partition of the work.
   int heads_per_cta = 1;

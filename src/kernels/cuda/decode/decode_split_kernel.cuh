@@ -165,9 +165,10 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     b_hi = part == nparts - 1 ? B : lower_bound_smem(prefix, B, src.g1);
     // PDL (DecodeArgs::pdl): the lengths above may be read while the previous kernel finishes;
     // the workspace, q and the caches only after it completed. p.pdl_trigger: as in
-    // decode_small_kernel.cuh.
+    // decode_small_kernel.cuh; p.merge_pdl: the successor is this launch's merge kernel,
+    // which may then be scheduled while this grid runs (it waits for its completion).
     ptx::grid_dependency_wait();
-    if (p.pdl_trigger != 0) ptx::grid_launch_dependents();
+    if (p.pdl_trigger != 0 || p.merge_pdl != 0) ptx::grid_launch_dependents();
     if (slice == 0 && warp == 0) {
       for (int b = b_lo + lane; b < b_hi; b += 32) {
         const int first = prefix[b];
