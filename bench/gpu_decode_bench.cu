@@ -434,7 +434,10 @@ int main(int argc, char** argv) {
                                    {"8x32768", 8, 32768, 32, 8, 128},
                                    {"1x8192", 1, 8192, 32, 8, 128},
                                    {"4x8192", 4, 8192, 32, 8, 128},
-                                   {"1x8192", 1, 8192, 9, 3, 64}};
+                                   {"1x8192", 1, 8192, 9, 3, 64},
+                                   {"256x1024", 256, 1024, 8, 8, 64},
+                                   {"64x4096", 64, 4096, 32, 8, 64},
+                                   {"8x32768", 8, 32768, 9, 3, 64}};
     for (const Fp8Shape& f : fp8_shapes) {
       const std::vector<int64_t> lens(static_cast<size_t>(f.batch), f.len);
       if (twins) bench_decode(f.name, lens, f.hq, f.hkv, 16, rng, f.d);
