@@ -228,7 +228,7 @@ const DecodeVariant kDecodeVariants[] = {
 };
 
 // The variants timed on fp8 rows: the default first, the two tiles, and the swapped tile's
-// stage and heads-per-CTA neighbours (decode_config: 3 stages at d128, 4 at d64), the swapped
+// stage and heads-per-CTA neighbours (decode_config: 3 stages at d128 and d64), the swapped
 // tile with small mode off (the stream kernel where small mode would take the batch), and the
 // default again last.
 std::vector<DecodeVariant> variants_for(bool fp8) {
