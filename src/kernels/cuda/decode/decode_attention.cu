@@ -505,9 +505,9 @@ DecodeConfig decode_config(int64_t num_kv_heads, int64_t rows, int64_t head_dim,
   // swapped tile's registers allow it (the 16-row fp8 tile's ~220 leave one CTA), and the SM
   // keeps the bytes in flight of the 16-row tile's one CTA with twice the warps (decode is
   // bound by warps per SM there: docs/perf/NOTES.md, session 10). At head_dim 64, 3 (the
-  // halving gave 4): H200, session 20, 96 x 4096 9/3 fp8 77.4 / 67.9-68.4 us (memset / read
-  // flush) against 85.7-86.4 / 77.4-78.0 with 4, the plan then holding 12 splits instead of
-  // 11 (docs/perf/NOTES.md, session 20 calls 6-7).
+  // halving gave 4): more CTAs an SM; H200, session 20, 96 x 4096 9/3 fp8 77.4 / 67.9-68.4 us
+  // (memset / read flush) against 85.7-86.4 / 77.4-78.0 with 4 (docs/perf/NOTES.md, session
+  // 20 calls 1, 4, 6, 7).
   const bool fp8_swap = kv_bytes == 1 && unit_rows == kDecodeSwapRows;
   const int fp8_swap_stages =
       head_dim == 64 ? 3 : std::max(2, std::min(bytes_rule, kDecodeMaxStages) / 2);
