@@ -5,7 +5,8 @@
 //
 // Every decode variant (kernels/cuda/tuning.h: heads per CTA, stages) is timed beside the
 // default in the same process, so one run says which is best. Each variant's output is compared with the default's (rel L2 in the
-// note) so that a fast wrong variant shows.
+// note) so that a fast wrong variant shows. The environment's KVATTN_DECODE_* knobs set the
+// base every variant starts from; a variant changes only the fields it names.
 //
 // Prints one JSON line per timing: {"op", "shape", "us", "bytes", "TBps", "frac_copy", "note"},
 // then a full table and, last, a summary with the default's and the best variant's figures.
@@ -322,19 +323,26 @@ void bench_decode(const std::string& name, const std::vector<int64_t>& lens, int
   const CudaTuning saved = tuning;
   // One workspace for every variant (as an engine reuses one), sized for the largest plan, so
   // that no variant's timing depends on where its own allocation landed.
+  // A variant changes only the fields where it departs from the library's defaults; the
+  // others keep what the environment set (KVATTN_DECODE_*), so an env run compares as asked.
+  // (Until session 20 every variant wrote every field: an env stage count did nothing.)
+  const CudaTuning lib{};
   auto use = [&](const DecodeVariant& v) {
     tuning = saved;
-    tuning.decode_heads_per_cta = v.heads;
-    tuning.decode_stages = v.stages;
-    tuning.decode_small = v.small;
-    tuning.decode_small_warps = v.small_warps;
-    tuning.decode_debug_no_merge = v.no_merge;
-    tuning.decode_small_max_chunks = v.max_chunks;
+    auto set = [](int& field, int value, int library_default) {
+      if (value != library_default) field = value;
+    };
+    set(tuning.decode_heads_per_cta, v.heads, lib.decode_heads_per_cta);
+    set(tuning.decode_stages, v.stages, lib.decode_stages);
+    set(tuning.decode_small, v.small, lib.decode_small);
+    set(tuning.decode_small_warps, v.small_warps, lib.decode_small_warps);
+    set(tuning.decode_debug_no_merge, v.no_merge, lib.decode_debug_no_merge);
+    set(tuning.decode_small_max_chunks, v.max_chunks, lib.decode_small_max_chunks);
     if (v.evict >= 0) tuning.decode_kv_evict_first = v.evict;
-    tuning.decode_swap = v.swap;
+    set(tuning.decode_swap, v.swap, lib.decode_swap);
     if (v.hw_cvt >= 0) tuning.decode_fp8_hw_cvt = v.hw_cvt;
     if (v.q_f16 >= 0) tuning.decode_fp8_q_f16 = v.q_f16;
-    tuning.decode_small_chunks = v.small_chunks;
+    set(tuning.decode_small_chunks, v.small_chunks, lib.decode_small_chunks);
     if (v.min_tiles >= 0) tuning.decode_small_min_tiles = v.min_tiles;
   };
   auto plan = [&] { return kvattn::plan_decode(B, hq, hkv, d, 1, pc.width * block_size, kGpu); };
