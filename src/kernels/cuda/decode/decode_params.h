@@ -69,6 +69,14 @@
 
 #include <cstdint>
 
+#ifndef KVATTN_HD
+#if defined(__CUDACC__)
+#define KVATTN_HD __host__ __device__
+#else
+#define KVATTN_HD
+#endif
+#endif
+
 namespace kvattn::cuda {
 
 inline constexpr int kDecodeTileKeys = 16;        // keys per pipeline stage of one warp
@@ -192,6 +200,23 @@ inline int64_t decode_workspace_bytes(int64_t num_seqs, int64_t num_heads, int64
                                       int64_t q_len, int64_t num_splits) {
   if (num_splits <= 1) return 0;
   return num_seqs * num_splits * num_heads * q_len * (head_dim + 1) * 4;
+}
+
+// Stream mode: P ranges cut the T concatenated tiles at g0(p) = floor(p T / P) (the split
+// kernel's ranges, 1 <= P <= T). The ranges that hold tiles [first, first + n) of one
+// sequence (n >= 1) are first_part .. last_part, one piece each. Plain C++ (host and device):
+// decode_stream_pieces_test checks it against the ranges on the CPU.
+struct DecodePieceRange {
+  int first_part = 0;
+  int last_part = 0;
+};
+KVATTN_HD inline DecodePieceRange decode_piece_range(int64_t first, int64_t n, int64_t total,
+                                                     int64_t parts) {
+  // The range holding tile x is the largest p with floor(p T / P) <= x: (x P + P - 1) / T.
+  DecodePieceRange r;
+  r.first_part = static_cast<int>(((first + 1) * parts - 1) / total);
+  r.last_part = static_cast<int>(((first + n) * parts - 1) / total);
+  return r;
 }
 
 // Bytes of the fused merge's words after the meta (stream mode with

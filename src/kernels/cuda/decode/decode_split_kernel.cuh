@@ -508,10 +508,10 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   if constexpr (kFused) {  // stream mode: b's pieces are in ranges fp .. lp
     auto merge_cut = [&](int b) {
       if (b < 0) return;
-      const int64_t first = src.prefix[b], end = src.prefix[b + 1];
-      const int fp = static_cast<int>(((first + 1) * src.parts - 1) / total);
-      const int lp = static_cast<int>((end * src.parts - 1) / total);
-      merge_piece_if_last<T, D>(p, b, kvh, rc * kUnitRows, kUnitRows, fp + b, lp - fp + 1, lane);
+      const DecodePieceRange pr = decode_piece_range(src.prefix[b], src.prefix[b + 1] - src.prefix[b],
+                                                     total, src.parts);
+      merge_piece_if_last<T, D>(p, b, kvh, rc * kUnitRows, kUnitRows, pr.first_part + b,
+                                pr.last_part - pr.first_part + 1, lane);
     };
     merge_cut(cut0);
     merge_cut(cut1);
