@@ -8,6 +8,10 @@
 #   single_stream LABEL BIN [PROMPT]   `kvattn bench`'s single stream (PROMPT tokens, default
 #                          128, + 256 new) with $BIN, log $OUT/ss_LABEL.log, one summary line;
 #                          the environment is the caller's
+#   run_logged LABEL CMD...   CMD (240 s at most), log $OUT/LABEL.log; prints its exit code,
+#                          the gtest / sanitizer verdict lines and the first failure lines
+#   room LIMIT WHAT        true while the call has run less than LIMIT seconds, else says
+#                          WHAT was skipped
 #   pack_out               folds every file under $OUT but summary.txt into logs.tar.gz: the
 #                          device returns at most 8 files (session 20 lost a call's summary
 #                          to that limit); call it last
@@ -41,3 +45,12 @@ pack_out() {
   (cd "$OUT" && tar -czf logs.tar.gz --exclude=summary.txt --exclude=logs.tar.gz -- * &&
     find . -maxdepth 1 -type f ! -name summary.txt ! -name logs.tar.gz -delete)
 }
+
+run_logged() {
+  local name=$1; shift
+  timeout 240 "$@" >"$OUT/$name.log" 2>&1
+  echo "$name rc=$?: $(grep -E "PASSED|FAILED|ERROR SUMMARY" "$OUT/$name.log" | head -n 4 | tr '\n' ' ')"
+  grep -m6 -E "Failure|Which is|error:" "$OUT/$name.log"
+}
+
+room() { [ "$SECONDS" -lt "$1" ] || { echo "skipped ($2): ${SECONDS}s gone"; return 1; }; }

@@ -14,17 +14,10 @@ source scripts/device_carried.sh
 carried_unpack build-carry-s21a
 random_qwen3_06b
 trap pack_out EXIT
-t() {  # $1: label, then the command
-  local name=$1; shift
-  timeout 240 "$@" >"$OUT/$name.log" 2>&1
-  echo "$name rc=$?: $(grep -E "PASSED|FAILED|ERROR SUMMARY" "$OUT/$name.log" | head -n 4 | tr '\n' ' ')"
-  grep -m6 -E "Failure|Which is|error:" "$OUT/$name.log"
-}
-KVATTN_GPU_TEST_QUICK=1 t decode_suite "$B/kernels_decode_gpu_test"
-KVATTN_GPU_TEST_QUICK=1 t memcheck_fused compute-sanitizer --tool memcheck "$B/kernels_decode_gpu_test" \
+KVATTN_GPU_TEST_QUICK=1 run_logged decode_suite "$B/kernels_decode_gpu_test"
+KVATTN_GPU_TEST_QUICK=1 run_logged memcheck_fused compute-sanitizer --tool memcheck "$B/kernels_decode_gpu_test" \
   --gtest_filter='DecodeGpu.ProgrammaticLaunchAfterAWriter:DecodeGpu.CudaGraphCaptureAndReplay'
-KVATTN_DECODE_FUSED_MERGE=1 t engine_pdl_fused "$B/engine_pdl_gpu_test"
-room() { [ $SECONDS -lt "$1" ] || { echo "skipped ($2): ${SECONDS}s gone"; return 1; }; }
+KVATTN_DECODE_FUSED_MERGE=1 run_logged engine_pdl_fused "$B/engine_pdl_gpu_test"
 round=0
 for fm in 0 1 0 1; do
   round=$((round + 1))

@@ -320,7 +320,10 @@ void launch(DecodeParams p, bool aligned, int64_t ws_bytes, int device, cudaStre
     }
   }
   bool stream_mode = p.num_splits > 1 && stream_ok(B, p.capacity);
-  // The fused merge (decode_fused_merge.cuh) keeps its words after the meta.
+  // The fused merge (decode_fused_merge.cuh) keeps its words after the meta whenever the tuning
+  // asks for it (the planner sized the workspace so); it runs in the plain kernels only (a
+  // separate instantiation, so the default kernels' code and registers stay as they were),
+  // the extended ones keep the merge kernel.
   const bool fused = cuda_tuning().decode_fused_merge != 0;
   const int64_t sync_bytes = fused ? decode_merge_sync_bytes(B, p.num_kv_heads, p.rows) : 0;
   int64_t slots = 0;
@@ -355,7 +358,7 @@ void launch(DecodeParams p, bool aligned, int64_t ws_bytes, int device, cudaStre
     const int64_t rows_total = static_cast<int64_t>(p.num_kv_heads) * p.rows;
     p.ws_lse = p.ws_o + slots * rows_total * D;
     p.ws_meta = reinterpret_cast<int32_t*>(p.ws_lse + slots * rows_total);
-    if (fused) {  // 8-byte aligned after the meta (decode_merge_sync_bytes counts the slack)
+    if (fused && !kExt) {  // 8-byte aligned after the meta (decode_merge_sync_bytes: the slack)
       const auto at = reinterpret_cast<uintptr_t>(p.ws_meta + 2 * B);
       p.ws_sync = reinterpret_cast<uint64_t*>((at + 7u) & ~uintptr_t{7});
       p.fused_merge = 1;
@@ -369,22 +372,12 @@ void launch(DecodeParams p, bool aligned, int64_t ws_bytes, int device, cudaStre
     p.parts = static_cast<int>(std::min<int64_t>(B, per_slice));
   }
   p.merge_wpr = pieces_per_seq >= 48 ? 8 : pieces_per_seq >= 12 ? 4 : pieces_per_seq >= 4 ? 2 : 1;
-  bool merge_follows = stream_mode && !fused && cuda_tuning().decode_debug_no_merge == 0;
+  const bool merge_follows =
+      stream_mode && p.fused_merge == 0 && cuda_tuning().decode_debug_no_merge == 0;
   p.merge_pdl = merge_follows && cuda_tuning().decode_merge_pdl != 0 &&
                 compute_capability(device) >= 90 ? 1 : 0;
   const auto grid = static_cast<unsigned>(static_cast<int64_t>(p.parts) * p.slices);
   const dim3 block(static_cast<unsigned>(threads));
-  // The fused merge is built into the plain kernels only (a separate instantiation, so the
-  // default kernels' code and registers stay as they were); the extended ones keep the merge
-  // kernel.
-  if constexpr (kExt) {
-    if (p.fused_merge != 0) {
-      p.fused_merge = 0;
-      merge_follows = cuda_tuning().decode_debug_no_merge == 0;
-      p.merge_pdl = merge_follows && cuda_tuning().decode_merge_pdl != 0 &&
-                    compute_capability(device) >= 90 ? 1 : 0;
-    }
-  }
   auto run = [&]<bool kAl, bool kSw>() {
     if (p.fused_merge != 0) {
       if constexpr (!kExt) {

@@ -179,7 +179,7 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
         const int first = prefix[b];
         const int n = prefix[b + 1] - first;
         int pieces = 0;
-        if (n > 0) {
+        if (n > 0) {  // decode_piece_range's last_part, in the measured kernels' 32-bit sum
           const int last_part =
               static_cast<int>((static_cast<int64_t>(first + n) * nparts - 1) / total);
           pieces = last_part - part + 1;
@@ -508,8 +508,8 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   if constexpr (kFused) {  // stream mode: b's pieces are in ranges fp .. lp
     auto merge_cut = [&](int b) {
       if (b < 0) return;
-      const DecodePieceRange pr = decode_piece_range(src.prefix[b], src.prefix[b + 1] - src.prefix[b],
-                                                     total, src.parts);
+      const DecodePieceRange pr =
+          decode_piece_range(src.prefix[b], src.prefix[b + 1] - src.prefix[b], total, src.parts);
       merge_piece_if_last<T, D>(p, b, kvh, rc * kUnitRows, kUnitRows, pr.first_part + b,
                                 pr.last_part - pr.first_part + 1, lane);
     };
