@@ -16,7 +16,9 @@
 // codes (bytes counted at 1 per element), timed with the variants that pick the fp8 tile
 // ("swap": the swapped fp8 tile, "noswap": the 16-row one) beside the default; `--only fp8`
 // times just them and their bf16 twins, side by side.
-//   gpu_decode_bench [--reps N] [--quick] [--only store|decode|fp8] [--store-rounds N]
+// `--only small` maps the small kernel against the stream kernel on few-unit batches of long
+// sequences (bf16, page 16; kSmallMapVariants).
+//   gpu_decode_bench [--reps N] [--quick] [--only store|decode|fp8|small] [--store-rounds N]
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -232,8 +234,27 @@ const DecodeVariant kDecodeVariants[] = {
 // stage and heads-per-CTA neighbours (decode_config: 3 stages at d128 and d64), the swapped
 // tile with small mode off (the stream kernel where small mode would take the batch), and the
 // default again last.
+// `--only small` (g_small_map): where the small kernel should give way to the stream kernel on
+// few-unit batches of long sequences (docs/notes/decode-next.md, session 20's planner leads):
+// the default, the stream kernel, and the small kernel at fixed chunk counts with 8 and 4 warps.
+bool g_small_map = false;
+const DecodeVariant kSmallMapVariants[] = {
+    {"default", 8, 0},
+    {"nosmall", 8, 0, 0},
+    {"small c1", 8, 0, 1, 0, 0, 0, -1, -1, -1, -1, 1},
+    {"small c2", 8, 0, 1, 0, 0, 0, -1, -1, -1, -1, 2},
+    {"small c4", 8, 0, 1, 0, 0, 0, -1, -1, -1, -1, 4},
+    {"small c8", 8, 0, 1, 0, 0, 0, -1, -1, -1, -1, 8},
+    {"small c2 w4", 8, 0, 1, 4, 0, 0, -1, -1, -1, -1, 2},
+    {"small c4 w4", 8, 0, 1, 4, 0, 0, -1, -1, -1, -1, 4},
+    {"small c8 w4", 8, 0, 1, 4, 0, 0, -1, -1, -1, -1, 8},
+    {"small w4", 8, 0, 1, 4},
+    {"default again", 8, 0},
+};
+
 std::vector<DecodeVariant> variants_for(bool fp8) {
   std::vector<DecodeVariant> out;
+  if (g_small_map) return {std::begin(kSmallMapVariants), std::end(kSmallMapVariants)};
   if (!fp8) {
     for (const DecodeVariant& v : kDecodeVariants) out.push_back(v);
     return out;
@@ -450,6 +471,23 @@ int main(int argc, char** argv) {
       const std::vector<int64_t> lens(static_cast<size_t>(f.batch), f.len);
       if (twins) bench_decode(f.name, lens, f.hq, f.hkv, 16, rng, f.d);
       bench_decode(f.name, lens, f.hq, f.hkv, 16, rng, f.d, true);
+    }
+  }
+  if (only == "small") {
+    g_small_map = true;
+    struct MapShape {
+      int64_t batch, len, hq, hkv, d;
+    };
+    const MapShape map_shapes[] = {
+        {2, 32768, 9, 3, 64},   {4, 32768, 9, 3, 64},   {8, 32768, 9, 3, 64},
+        {16, 16384, 9, 3, 64},  {8, 16384, 9, 3, 64},   {32, 8192, 9, 3, 64},
+        {4, 32768, 8, 8, 64},   {8, 32768, 8, 8, 64},   {2, 32768, 32, 8, 128},
+        {4, 32768, 32, 8, 128}, {8, 32768, 32, 8, 128}, {16, 16384, 32, 8, 128},
+        {8, 32768, 16, 8, 128}, {4, 8192, 32, 8, 128},  {16, 8192, 9, 3, 64}};
+    for (const MapShape& m : map_shapes) {
+      const std::string name = std::to_string(m.batch) + "x" + std::to_string(m.len);
+      bench_decode(name, std::vector<int64_t>(static_cast<size_t>(m.batch), m.len), m.hq, m.hkv,
+                   16, rng, m.d);
     }
   }
   if (only.empty() || only == "decode") {

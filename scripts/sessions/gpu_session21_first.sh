@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 21, call 1 (prepared in session 20; binaries built then and carried): the decode
+# Session 21, call 1 (prepared in session 20; binaries built in session 21 and carried): the decode
 # split kernel's merge inside the kernel (KVATTN_DECODE_FUSED_MERGE=1, off by default; written
 # after session 20's device time): the decode suite (its fused-merge variants, the graph-replay
 # and PDL tests with it), memcheck of those, then the decode bench and nano-vllm's workload
@@ -37,5 +37,13 @@ for fm in 0 1 0 1; do
   echo "decode round $round fm$fm rc=$?"
   grep '"decode default"' "$log" | grep -E "no flush" |
     sed -E 's/"bytes.*"note": "(splits [0-9]+).*(no flush).*/\1/' | head -n 14
+done
+# The small kernel against the stream kernel on few-unit batches of long sequences (added in
+# session 21: `gpu_decode_bench --only small`), with the fused merge off and on.
+for fm in 0 1; do
+  room 540 "small map fm$fm" || break
+  KVATTN_DECODE_FUSED_MERGE=$fm timeout $((590 - SECONDS)) "$B/gpu_decode_bench" --only small \
+    > "$OUT/small_map_fm$fm.log" 2>&1
+  echo "small map fm$fm rc=$?"
 done
 echo "end ${SECONDS}s"
