@@ -521,7 +521,6 @@ struct Variant {
   int q_f16 = -1;                  // fp8, bf16 queries: Q in f16, K by the hardware conversion
   int small_chunks = 0;            // the small kernel with this many chunks for every batch
   int min_tiles = -1;              // small kernel: chunks unused below this many tiles a warp
-  int fused_merge = -1;            // stream mode: the merge inside the split kernel
 };
 const Variant kVariants[] = {{"s2", 8, 2},          {"h4", 4, 0},
                              {"h4 s2", 4, 2},       {"h2 s2", 2, 2},
@@ -542,12 +541,7 @@ const Variant kVariants[] = {{"s2", 8, 2},          {"h4", 4, 0},
                              {"small c1", 8, 0, 1, 0, -1, -1, -1, -1, -1, 1},
                              {"small c2 w4 s2", 8, 2, 1, 4, -1, -1, -1, -1, -1, 2},
                              {"small min tiles 0", 8, 0, 1, 0, -1, -1, -1, -1, -1, 0, 0},
-                             {"small min tiles 4 w4", 8, 0, 1, 4, -1, -1, -1, -1, -1, 0, 4},
-                             {"fused merge nosmall", 8, 0, 0, 0, -1, -1, -1, -1, -1, 0, -1, 1},
-                             {"fused merge swap h4 s2 nosmall", 4, 2, 0, 0, -1, 1, -1, -1, -1, 0,
-                              -1, 1},
-                             {"fused merge noswap nosmall", 8, 0, 0, 0, -1, 0, -1, -1, -1, 0, -1,
-                              1}};
+                             {"small min tiles 4 w4", 8, 0, 1, 4, -1, -1, -1, -1, -1, 0, 4}};
 
 // Sets a variant for the scope, restores the previous tuning after.
 class UseVariant {
@@ -565,7 +559,6 @@ class UseVariant {
     if (v.q_f16 >= 0) t.decode_fp8_q_f16 = v.q_f16;
     t.decode_small_chunks = v.small_chunks;
     if (v.min_tiles >= 0) t.decode_small_min_tiles = v.min_tiles;
-    if (v.fused_merge >= 0) t.decode_fused_merge = v.fused_merge;
   }
   ~UseVariant() { cuda::cuda_tuning() = saved_; }
 
@@ -912,14 +905,8 @@ TEST(DecodeGpu, CudaGraphCaptureAndReplay) {
     graph_capture_and_replay();
     graph_capture_and_replay({2500}, 2500);
   }
-  {
-    SCOPED_TRACE("nosmall: stream kernel + merge kernel");
-    UseVariant use(kVariants[4]);
-    graph_capture_and_replay();
-    graph_capture_and_replay({700, 2900, 31, 0, 1500, 900, 2200, 64, 1800, 333});
-  }
-  SCOPED_TRACE("nosmall, fused merge: the arrival words' tags chain from replay to replay");
-  UseVariant use(Variant{"fused merge nosmall", 8, 0, 0, 0, -1, -1, -1, -1, -1, 0, -1, 1});
+  SCOPED_TRACE("nosmall: stream kernel + merge kernel");
+  UseVariant use(kVariants[4]);
   graph_capture_and_replay();
   graph_capture_and_replay({700, 2900, 31, 0, 1500, 900, 2200, 64, 1800, 333});
 }
@@ -1017,13 +1004,8 @@ TEST(DecodeGpu, ProgrammaticLaunchAfterAWriter) {
     SCOPED_TRACE("whole-sequence form (one split)");
     pdl_after_writer({700, 2900, 31, 0, 1500}, 0, true);
   }
-  {
-    SCOPED_TRACE("nosmall: stream kernel + merge kernel");
-    UseVariant use(kVariants[4]);
-    pdl_after_writer({700, 2900, 31, 0, 1500, 900, 2200, 64, 1800, 333}, 0, false);
-  }
-  SCOPED_TRACE("nosmall, fused merge (writer and reader share the arrival words)");
-  UseVariant use(Variant{"fused merge nosmall", 8, 0, 0, 0, -1, -1, -1, -1, -1, 0, -1, 1});
+  SCOPED_TRACE("nosmall: stream kernel + merge kernel");
+  UseVariant use(kVariants[4]);
   pdl_after_writer({700, 2900, 31, 0, 1500, 900, 2200, 64, 1800, 333}, 0, false);
 }
 

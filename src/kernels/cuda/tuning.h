@@ -143,12 +143,6 @@ struct CudaTuning {
   // completion before it reads the workspace. Outputs bit-identical either way.
   // Env KVATTN_DECODE_MERGE_PDL.
   int decode_merge_pdl = 1;
-  // Decode, stream mode: 1 = no merge kernel; the warp that stores the last piece of a
-  // sequence's unit merges its pieces (decode_fused_merge.cuh; the workspace then holds
-  // arrival and gen words too, decode_merge_sync_bytes). 0 (default) until measured: written
-  // in session 20 after the device time (the merge's cost: 4-6 us a call, docs/perf/NOTES.md).
-  // Env KVATTN_DECODE_FUSED_MERGE.
-  int decode_fused_merge = 0;
   // Diagnostics only (wrong results): skip the stream kernel's merge launch, to time the split
   // kernel alone. Set by the benchmark, never from the environment.
   int decode_debug_no_merge = 0;

@@ -82,11 +82,11 @@ int max_optin_smem(int device) {
   return n;
 }
 
-// CTAs per SM of the split kernel (kSmall: the small-batch kernel; kExt: their extended form;
-// kFused: the split kernel with its merge inside) at (threads, smem); raises its shared-memory
-// limit once per device. Cached: the planner and every launch ask.
+// CTAs per SM of the split kernel (kSmall: the small-batch kernel; kExt: their extended form)
+// at (threads, smem); raises its shared-memory limit once per device. Cached: the planner and
+// every launch ask.
 template <typename T, typename KV, int D, bool kAligned16, bool kSmall = false, bool kExt = false,
-          bool kSwap = false, bool kFused = false>
+          bool kSwap = false>
 int split_occupancy(int device, int threads, int smem) {
   struct Entry {
     int device, threads, smem, ctas;
@@ -104,7 +104,7 @@ int split_occupancy(int device, int threads, int smem) {
     if constexpr (kSmall) {
       return decode_small_kernel<T, KV, D, kAligned16, kExt>;
     } else {
-      return decode_kernel<T, KV, D, kAligned16, kExt, kSwap, kFused>;
+      return decode_kernel<T, KV, D, kAligned16, kExt, kSwap>;
     }
   }();
   if (!raised[device]) {  // dynamic + static shared memory must stay within the opt-in limit
@@ -320,16 +320,9 @@ void launch(DecodeParams p, bool aligned, int64_t ws_bytes, int device, cudaStre
     }
   }
   bool stream_mode = p.num_splits > 1 && stream_ok(B, p.capacity);
-  // The fused merge (decode_fused_merge.cuh) keeps its words after the meta whenever the tuning
-  // asks for it (the planner sized the workspace so); it runs in the plain kernels only (a
-  // separate instantiation, so the default kernels' code and registers stay as they were),
-  // the extended ones keep the merge kernel.
-  const bool fused = cuda_tuning().decode_fused_merge != 0;
-  const int64_t sync_bytes = fused ? decode_merge_sync_bytes(B, p.num_kv_heads, p.rows) : 0;
   int64_t slots = 0;
   if (stream_mode) {
-    slots = decode_ws_slots(ws_bytes, B, static_cast<int64_t>(p.num_heads) * p.q_len, D,
-                            sync_bytes);
+    slots = decode_ws_slots(ws_bytes, B, static_cast<int64_t>(p.num_heads) * p.q_len, D);
     stream_mode = slots - B + 1 >= 1;
   }
   p.heads_per_cta = c.heads_per_cta;
@@ -358,12 +351,6 @@ void launch(DecodeParams p, bool aligned, int64_t ws_bytes, int device, cudaStre
     const int64_t rows_total = static_cast<int64_t>(p.num_kv_heads) * p.rows;
     p.ws_lse = p.ws_o + slots * rows_total * D;
     p.ws_meta = reinterpret_cast<int32_t*>(p.ws_lse + slots * rows_total);
-    if (fused && !kExt) {  // 8-byte aligned after the meta (decode_merge_sync_bytes: the slack)
-      const auto at = reinterpret_cast<uintptr_t>(p.ws_meta + 2 * B);
-      p.ws_sync = reinterpret_cast<uint64_t*>((at + 7u) & ~uintptr_t{7});
-      p.fused_merge = 1;
-      p.epoch = next_epoch();
-    }
     p.parts = static_cast<int>(per_slice);
     p.part_cap = static_cast<int>(std::min<int64_t>(slots - B + 1, 1 << 30));
     const int64_t ranges = std::min<int64_t>(p.parts, p.part_cap);
@@ -372,39 +359,29 @@ void launch(DecodeParams p, bool aligned, int64_t ws_bytes, int device, cudaStre
     p.parts = static_cast<int>(std::min<int64_t>(B, per_slice));
   }
   p.merge_wpr = pieces_per_seq >= 48 ? 8 : pieces_per_seq >= 12 ? 4 : pieces_per_seq >= 4 ? 2 : 1;
-  const bool merge_follows =
-      stream_mode && p.fused_merge == 0 && cuda_tuning().decode_debug_no_merge == 0;
+  const bool merge_follows = stream_mode && cuda_tuning().decode_debug_no_merge == 0;
   p.merge_pdl = merge_follows && cuda_tuning().decode_merge_pdl != 0 &&
                 compute_capability(device) >= 90 ? 1 : 0;
   const auto grid = static_cast<unsigned>(static_cast<int64_t>(p.parts) * p.slices);
   const dim3 block(static_cast<unsigned>(threads));
-  auto run = [&]<bool kAl, bool kSw>() {
-    if (p.fused_merge != 0) {
-      if constexpr (!kExt) {
-        (void)split_occupancy<T, KV, D, kAl, false, kExt, kSw, true>(device, threads, smem);
-        launch_maybe_pdl(decode_kernel<T, KV, D, kAl, kExt, kSw, true>, grid, block, smem,
-                         stream, pdl, p);
-      }
-    } else {
-      launch_maybe_pdl(decode_kernel<T, KV, D, kAl, kExt, kSw>, grid, block, smem, stream, pdl,
-                       p);
-    }
-  };
   if constexpr (kCanSwap) {
     if (swap) {
       if (aligned) {
-        run.template operator()<true, true>();
+        launch_maybe_pdl(decode_kernel<T, KV, D, true, kExt, true>, grid, block, smem, stream,
+                         pdl, p);
       } else {
-        run.template operator()<false, true>();
+        launch_maybe_pdl(decode_kernel<T, KV, D, false, kExt, true>, grid, block, smem, stream,
+                         pdl, p);
       }
     }
   }
   if constexpr (!kOnlySwap) {
     if (!swap) {
       if (aligned) {
-        run.template operator()<true, false>();
+        launch_maybe_pdl(decode_kernel<T, KV, D, true, kExt>, grid, block, smem, stream, pdl, p);
       } else {
-        run.template operator()<false, false>();
+        launch_maybe_pdl(decode_kernel<T, KV, D, false, kExt>, grid, block, smem, stream, pdl,
+                         p);
       }
     }
   }

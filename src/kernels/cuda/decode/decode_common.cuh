@@ -145,19 +145,5 @@ __device__ __forceinline__ void cp_async_wait_dyn(int n) {
   }
 }
 
-// The tag of a launch whose unit found `gen` in its gen word (the previous launch's tag;
-// the merger stores this launch's there): a hash of gen and the host's epoch, never gen itself,
-// so the words the previous launch of the same layout left behind are always stale, and any
-// other leftover (another layout's words or gens, a fresh workspace) matches with odds 2^-32.
-__device__ __forceinline__ uint32_t ll_tag_after(uint32_t gen, uint32_t epoch) {
-  uint32_t x = gen ^ epoch ^ 0x9e3779b9u;  // murmur3's finalizer
-  x ^= x >> 16;
-  x *= 0x85ebca6bu;
-  x ^= x >> 13;
-  x *= 0xc2b2ae35u;
-  x ^= x >> 16;
-  return x != gen ? x : x ^ 1u;
-}
-
 }  // namespace
 }  // namespace kvattn::cuda

@@ -13,8 +13,7 @@
 //   all sequences, concatenated, are cut into P equal ranges, one per CTA (stream-K), so every
 //   CTA streams the same number of bytes whatever the lengths. A sequence cut by a range
 //   boundary is computed in pieces whose normalized partials + log2-LSE go to the workspace;
-//   a merge kernel combines them (or, with p.fused_merge, the warp that stores a unit's last
-//   piece: decode_fused_merge.cuh). The piece of (range p, sequence b) uses slot p + b.
+//   a merge kernel combines them. The piece of (range p, sequence b) uses slot p + b.
 // - whole mode (num_splits == 1): CTA p of a slice takes whole sequences p, p + P, ...; no
 //   workspace, no merge.
 // - small mode (few sequences x KV heads for the SMs; decode_small_chunks() > 0): a separate
@@ -54,9 +53,7 @@
 //              ws_o[wi*D .. wi*D+D) = that piece's normalized output, ws_lse[wi] = its
 //              log2-domain LSE (scaled scores), -inf when it saw no key; then ws_meta[2b],
 //              ws_meta[2b+1] = first slot and number of pieces of sequence b (written by the
-//              split kernel; the merge kernel combines sequences of 2+ pieces); with the
-//              fused merge, then (8-byte aligned) ws_sync: per (sequence, KV head, 8-row
-//              group) a 64-bit arrival word and a 32-bit gen word (decode_merge_sync_bytes).
+//              split kernel; the merge kernel combines sequences of 2+ pieces).
 //              Small mode: piece (slot b*C + c, kvh, row r) at wi as above; values in
 //              ws_ll[wi*D/2 .. wi*D/2 + D/2) (two per word), LSE in ws_ll_lse[wi]; then
 //              ws_gen: uint32 [num_seqs][units], the last tag of each (sequence, unit).
@@ -68,14 +65,6 @@
 #pragma once
 
 #include <cstdint>
-
-#ifndef KVATTN_HD
-#if defined(__CUDACC__)
-#define KVATTN_HD __host__ __device__
-#else
-#define KVATTN_HD
-#endif
-#endif
 
 namespace kvattn::cuda {
 
@@ -109,7 +98,6 @@ struct DecodeParams {
   uint64_t* ws_ll = nullptr;             // small mode: the pieces' LL words (values)
   uint64_t* ws_ll_lse = nullptr;         // small mode: the pieces' LL words (LSEs)
   uint32_t* ws_gen = nullptr;            // small mode: per (sequence, unit), the last tag
-  uint64_t* ws_sync = nullptr;           // stream mode, fused merge: arrival + gen words
   uint32_t* fault_word = nullptr;
   uint32_t epoch = 1;                    // small mode: a fresh value per host launch
   // Diagnostics (cuda_tuning().decode_probe): per-CTA phase stamps of the small kernel, or null.
@@ -156,7 +144,6 @@ struct DecodeParams {
   int part_cap = 1;      // most ranges the workspace holds (stream mode)
   int prefix_bytes = 0;  // shared memory before the tile buffers (stream mode prefix sum)
   int merge_wpr = 1;     // merge kernel: warps per output row
-  int fused_merge = 0;   // stream mode: the last piece's warp merges (decode_fused_merge.cuh)
   int num_splits = 1;    // the plan's
 
   // The extended kernels (template flag kExt, decode_mask.cuh) only: flash-attn's window,
@@ -202,35 +189,10 @@ inline int64_t decode_workspace_bytes(int64_t num_seqs, int64_t num_heads, int64
   return num_seqs * num_splits * num_heads * q_len * (head_dim + 1) * 4;
 }
 
-// Stream mode: P ranges cut the T concatenated tiles at g0(p) = floor(p T / P) (the split
-// kernel's ranges, 1 <= P <= T). The ranges that hold tiles [first, first + n) of one
-// sequence (n >= 1) are first_part .. last_part, one piece each. Plain C++ (host and device):
-// decode_stream_pieces_test checks it against the ranges on the CPU.
-struct DecodePieceRange {
-  int first_part = 0;
-  int last_part = 0;
-};
-KVATTN_HD inline DecodePieceRange decode_piece_range(int64_t first, int64_t n, int64_t total,
-                                                     int64_t parts) {
-  // The range holding tile x is the largest p with floor(p T / P) <= x: (x P + P - 1) / T.
-  DecodePieceRange r;
-  r.first_part = static_cast<int>(((first + 1) * parts - 1) / total);
-  r.last_part = static_cast<int>(((first + n) * parts - 1) / total);
-  return r;
-}
-
-// Bytes of the fused merge's words after the meta (stream mode with
-// CudaTuning::decode_fused_merge; decode_fused_merge.cuh): per sequence, KV head and 8 query
-// rows, a 64-bit arrival word and a 32-bit gen word (16 bytes), and 8 for their alignment.
-inline int64_t decode_merge_sync_bytes(int64_t num_seqs, int64_t num_kv_heads, int64_t rows) {
-  return num_seqs * num_kv_heads * ((rows + kDecodeSwapRows - 1) / kDecodeSwapRows) * 16 + 8;
-}
-
-// Slots of partials a workspace of `bytes` holds next to the per-sequence meta (stream mode)
-// and `sync_bytes` of fused-merge words (decode_merge_sync_bytes, or 0).
+// Slots of partials a workspace of `bytes` holds next to the per-sequence meta (stream mode).
 inline int64_t decode_ws_slots(int64_t bytes, int64_t num_seqs, int64_t rows_total,
-                               int64_t head_dim, int64_t sync_bytes = 0) {
-  const int64_t meta = num_seqs * 2 * 4 + sync_bytes;
+                               int64_t head_dim) {
+  const int64_t meta = num_seqs * 2 * 4;
   return bytes > meta ? (bytes - meta) / (rows_total * (head_dim + 1) * 4) : 0;
 }
 

@@ -47,12 +47,10 @@ DecodePlan plan_decode(int64_t num_seqs, int64_t num_heads, int64_t num_kv_heads
     return DecodePlan{1, 0};
   }
   // Stream mode: the smallest split count whose workspace holds `parts` ranges.
-  const int64_t sync = cuda_tuning().decode_fused_merge != 0
-                           ? decode_merge_sync_bytes(num_seqs, num_kv_heads, rows) : 0;
   int64_t stream_splits = 2;
   for (;; ++stream_splits) {
     const int64_t bytes = decode_workspace_bytes(num_seqs, num_heads, tile_dim, q_len, stream_splits);
-    const int64_t slots = decode_ws_slots(bytes, num_seqs, num_heads * q_len, tile_dim, sync);
+    const int64_t slots = decode_ws_slots(bytes, num_seqs, num_heads * q_len, tile_dim);
     if (slots - num_seqs + 1 >= parts) break;
   }
   // Few sequences x KV heads for the SMs: the small-batch kernel, C chunks per (sequence,

@@ -1,10 +1,8 @@
 // The split kernel (decode_params.h): CTAs of several KV heads, one cp.async pipeline per warp,
 // stream-K ranges over the batch's concatenated tiles (or whole sequences per CTA); pieces cut
-// by a range boundary go to the workspace for merge_kernel (decode_merge_kernel.cuh), or, with
-// p.fused_merge, the warp that stores a sequence's last piece merges it (decode_fused_merge.cuh).
+// by a range boundary go to the workspace for merge_kernel (decode_merge_kernel.cuh).
 #pragma once
 
-#include "kernels/cuda/decode/decode_fused_merge.cuh"
 #include "kernels/cuda/decode/decode_swap_tile.cuh"
 #include "kernels/cuda/decode/decode_warp_tile.cuh"
 
@@ -97,10 +95,7 @@ __device__ __forceinline__ void advance(const DecodeParams& p, const Source& s, 
 // (decode_config). (A minimum-blocks bound here would do it, but any second
 // __launch_bounds__ argument, 1 included, changes ptxas's register choice for every
 // instantiation: 16-bit d256 170 -> 207, the 16-row fp8 d128 216 -> 230.)
-// kFused: the merge inside the kernel (p.fused_merge; decode_fused_merge.cuh), a separate
-// instantiation so that the plain kernels' registers do not carry its code.
-template <typename T, typename KV, int D, bool kAligned16, bool kExt = false, bool kSwap = false,
-          bool kFused = false>
+template <typename T, typename KV, int D, bool kAligned16, bool kExt = false, bool kSwap = false>
 __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     decode_kernel(const __grid_constant__ DecodeParams p) {
   static_assert(!kSwap || !kIsFp8<KV> || D == 64 || D == 128, "fp8 swapped tile: d64 / d128");
@@ -179,7 +174,7 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
         const int first = prefix[b];
         const int n = prefix[b + 1] - first;
         int pieces = 0;
-        if (n > 0) {  // decode_piece_range's last_part, in the measured kernels' 32-bit sum
+        if (n > 0) {
           const int last_part =
               static_cast<int>((static_cast<int64_t>(first + n) * nparts - 1) / total);
           pieces = last_part - part + 1;
@@ -441,9 +436,6 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   if (!cc.done) begin_piece(cc);  // its loads overlap the first tiles' latency
 
   int cstage = 0, istage = stages - 1;
-  // kFused: the sequences whose pieces this warp stored to the workspace (a range cuts at most
-  // two: the one at its start and the one at its end), merged after the loop.
-  int cut0 = -1, cut1 = -1;
   while (!cc.done) {
     cp_async_wait_dyn(stages - 2);
     __syncwarp();  // this tile landed for every lane; the stage refilled below is free
@@ -491,31 +483,11 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
       }
       const bool direct = cc.t0 == first_tile<kExt>(p, cc.b, cc.len) && cc.t_end == tiles_of(cc.len);
       write_piece(cc.b, direct, o, m, lq);
-      if constexpr (kFused) {  // merged after the loop, where nothing else is live
-        if (!direct) {
-          if (cut0 < 0) {
-            cut0 = cc.b;
-          } else {
-            cut1 = cc.b;
-          }
-        }
-      }
     }
     advance<kExt>(p, src, cc);
     if (piece_done && !cc.done) begin_piece(cc);
   }
   cp_async_wait<0>();
-  if constexpr (kFused) {  // stream mode: b's pieces are in ranges fp .. lp
-    auto merge_cut = [&](int b) {
-      if (b < 0) return;
-      const DecodePieceRange pr =
-          decode_piece_range(src.prefix[b], src.prefix[b + 1] - src.prefix[b], total, src.parts);
-      merge_piece_if_last<T, D>(p, b, kvh, rc * kUnitRows, kUnitRows, pr.first_part + b,
-                                pr.last_part - pr.first_part + 1, lane);
-    };
-    merge_cut(cut0);
-    merge_cut(cut1);
-  }
 }
 
 }  // namespace
