@@ -108,6 +108,12 @@ struct CudaTuning {
   // Qwen3-0.6B single stream 902.5 / 908.6 -> 935.5 / 936.5 tok/s; 2 and 4 lost at 600-2048
   // keys). Env KVATTN_DECODE_SMALL_MIN_TILES.
   int decode_small_min_tiles = 1;
+  // Decode, small-batch kernel over 16-bit caches at head_dim 64: only for batches whose K and
+  // V at their longest length (the plan's bound) are at most this many MiB; larger ones take
+  // the stream kernel (decode_attention.cu, small_choice: it streams faster there past ~78 MB;
+  // H200, session 21). 0 = no bound (the rule before session 21).
+  // Env KVATTN_DECODE_SMALL_D64_MAX_MB.
+  int decode_small_d64_max_mb = 64;
   // Decode over float8_e4m3 caches: 1 = V (and K, for f16 queries) converted by the hardware
   // instruction (cvt.rn.f16x2.e4m3x2) and P V run in f16 (decode_fp8.cuh), 0 = the integer
   // conversion into the query type. Session 15's ncu: the fp8 decode is near issue bound

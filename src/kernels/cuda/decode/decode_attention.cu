@@ -202,12 +202,21 @@ void dispatch(DType dtype, DType cache_dtype, int64_t head_dim, Fn&& fn) {
 // (docs/perf/NOTES.md, round 3), 8 warps for 1-4 x 8192 (4 warps: 33 chunks of 1-2 tiles
 // per warp, +25%), 4 warps for 8 x 32768 (C = 4: 4.35 TB/s vs the stream kernel's 3.99).
 // cuda_tuning().decode_small_warps > 0 forces one count; decode_small_max_chunks caps C.
+// 16-bit caches at head_dim 64: the small kernel only while the batch's K and V (at its longest
+// length) stay within cuda_tuning().decode_small_d64_max_mb (64 MiB). There the small kernel streams at ~3.0 TB/s past its
+// fixed cost, the stream kernel at ~4.4 with ~8 us more of fixed cost (split + merge): H200,
+// session 21 (docs/perf/NOTES.md, `gpu_decode_bench --only small`, read flush), 9/3 d64 small /
+// stream: 2x32768 (50 MB) 27.7 / 29.9 us, 4x32768 (101 MB) 41.2 / 39.2, 8x32768 74.5 / 62.1,
+// 16x16384 74.7 / 62.8, 16x8192 43.5 / 40.3; 8/8 d64 4x32768 (268 MB) 89.6 / 76.8, 8x32768
+// 167.4 / 136.1; the two lines cross near 78 MB. At head_dim 128 the small kernel wins up to
+// 8x32768 32/8 (537 MB: 244.5 / 254.5), so no bound there.
 struct SmallChoice {
   int chunks = 0;
   int warps = 8;
 };
+// max_keys: the longest sequence the batch may hold (the plan's bound, else the table's width).
 SmallChoice small_choice(int device, int64_t num_seqs, int64_t num_kv_heads, int64_t rows,
-                         int64_t head_dim, DType cache_dtype) {
+                         int64_t head_dim, DType cache_dtype, int64_t max_keys) {
   const CudaTuning& tuning = cuda_tuning();
   if (!tuning.decode_small || num_seqs <= 0 || num_seqs >= (int64_t{1} << 16)) return {};
   if (head_dim != 64 && head_dim != 128) return {};  // 80, 96, 256: the stream kernel only
@@ -215,6 +224,11 @@ SmallChoice small_choice(int device, int64_t num_seqs, int64_t num_kv_heads, int
   const int forced = tuning.decode_small_warps;
   if (tuning.decode_small_chunks > 0) {  // forced chunk count (tuning.h)
     return {std::min(tuning.decode_small_chunks, kSmallMaxChunks), forced > 0 ? forced : 8};
+  }
+  if (head_dim == 64 && cache_dtype != DType::kF8E4M3 && tuning.decode_small_d64_max_mb > 0 &&
+      num_seqs * num_kv_heads * std::max<int64_t>(max_keys, 0) * 64 * 2 * 2 >
+          (int64_t{tuning.decode_small_d64_max_mb} << 20)) {
+    return {};
   }
   for (const int warps : {forced > 0 ? forced : 8, forced > 0 ? 0 : 4}) {
     if (warps == 0) break;
@@ -287,7 +301,8 @@ void launch(DecodeParams p, bool aligned, int64_t ws_bytes, int device, cudaStre
     const int64_t fixed = decode_small_ws_bytes(B, p.num_kv_heads, p.rows, D, 0);
     const int64_t per_chunk = decode_small_ws_bytes(B, p.num_kv_heads, p.rows, D, 1) - fixed;
     const int64_t fit = (ws_bytes - fixed) / per_chunk;
-    const SmallChoice choice = small_choice(device, B, p.num_kv_heads, p.rows, D, cache_dtype);
+    const SmallChoice choice =
+        small_choice(device, B, p.num_kv_heads, p.rows, D, cache_dtype, key_bound);
     const int64_t chunks = std::min<int64_t>(choice.chunks, fit);
     // One chunk only where forced (decode_small_chunks): else the stream kernel, as before.
     if (chunks >= (cuda_tuning().decode_small_chunks > 0 ? 1 : 2)) {
@@ -514,8 +529,9 @@ int decode_parts(int device, const DecodeConfig& c, int64_t head_dim, int64_t nu
 bool decode_stream_ok(int64_t num_seqs, int64_t capacity) { return stream_ok(num_seqs, capacity); }
 
 int decode_small_chunks(int device, int64_t num_seqs, int64_t num_kv_heads, int64_t rows,
-                        int64_t head_dim) {
-  return small_choice(device, num_seqs, num_kv_heads, rows, head_dim, DType::kBF16).chunks;
+                        int64_t head_dim, int64_t max_keys) {
+  return small_choice(device, num_seqs, num_kv_heads, rows, head_dim, DType::kBF16, max_keys)
+      .chunks;
 }
 
 void decode_attention(const DecodeArgs& args, const AttentionShape& shape) {

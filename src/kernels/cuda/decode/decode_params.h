@@ -242,10 +242,11 @@ int decode_parts(int device, const DecodeConfig& c, int64_t head_dim, int64_t nu
 // Whether stream mode can serve `num_seqs` sequences of at most `capacity` keys.
 bool decode_stream_ok(int64_t num_seqs, int64_t capacity);
 
-// Small mode: chunks per (sequence, unit) the small-batch kernel would use on `device`, or 0
-// when the batch is large enough for the stream kernel (or small mode is off).
+// Small mode: chunks per (sequence, unit) the small-batch kernel would use on `device` for a
+// 16-bit cache and sequences of at most `max_keys` keys, or 0 when the batch is large enough
+// for the stream kernel (or small mode is off).
 int decode_small_chunks(int device, int64_t num_seqs, int64_t num_kv_heads, int64_t rows,
-                        int64_t head_dim);
+                        int64_t head_dim, int64_t max_keys);
 
 // Bytes a small-mode workspace of `chunks` chunks needs: per piece row, head_dim / 2 LL words
 // of values and one of LSE (8 bytes each); one gen word per (sequence, unit).

@@ -56,7 +56,8 @@ DecodePlan plan_decode(int64_t num_seqs, int64_t num_heads, int64_t num_kv_heads
   // Few sequences x KV heads for the SMs: the small-batch kernel, C chunks per (sequence,
   // unit); the smallest split count whose workspace holds its LL pieces and gen words (and,
   // where an fp8 cache would run in stream mode instead, the stream ranges too).
-  const int64_t chunks = decode_small_chunks(device, num_seqs, num_kv_heads, rows, head_dim);
+  const int64_t chunks = decode_small_chunks(device, num_seqs, num_kv_heads, rows, head_dim,
+                                             max_seqlen_k);
   if (chunks >= 1) {  // >= 4 by the occupancy rule; any count where forced (tuning.h)
     const int64_t need = decode_small_ws_bytes(num_seqs, num_kv_heads, rows, tile_dim, chunks);
     for (int64_t s = std::max<int64_t>(chunks, 2);; ++s) {  // small mode needs >= 2 splits
