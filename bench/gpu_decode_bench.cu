@@ -200,6 +200,7 @@ struct DecodeVariant {
                          // -1: the library's default)
   int d64_max_mb = -1;   // small kernel at head_dim 64: the bound on the batch's K/V MiB (0:
                          // none, the rule before session 21; -1: the library's default)
+  int range_tiles = 0;   // stream kernel: fewest tiles a range takes (0: the library's default)
 };
 // The default first: the others' outputs are compared with its. "diag" rows are diagnostics
 // (not candidates): the split kernel alone, to price the merge launch.
@@ -252,6 +253,13 @@ const DecodeVariant kSmallMapVariants[] = {
     {"small c8 w4", 8, 0, 1, 4, 0, 0, -1, -1, -1, -1, 8},
     {"small w4", 8, 0, 1, 4},
     {"small nobound", 8, 0, 1, 0, 0, 0, -1, -1, -1, -1, 0, -1, 0},
+    {"nosmall rt1", 8, 0, 0, 0, 0, 0, -1, -1, -1, -1, 0, -1, -1, 1},
+    {"nosmall rt2", 8, 0, 0, 0, 0, 0, -1, -1, -1, -1, 0, -1, -1, 2},
+    {"nosmall rt4", 8, 0, 0, 0, 0, 0, -1, -1, -1, -1, 0, -1, -1, 4},
+    {"nosmall rt8", 8, 0, 0, 0, 0, 0, -1, -1, -1, -1, 0, -1, -1, 8},
+    {"nosmall rt16", 8, 0, 0, 0, 0, 0, -1, -1, -1, -1, 0, -1, -1, 16},
+    {"rt4", 8, 0, 1, 0, 0, 0, -1, -1, -1, -1, 0, -1, -1, 4},
+    {"rt8", 8, 0, 1, 0, 0, 0, -1, -1, -1, -1, 0, -1, -1, 8},
     {"default again", 8, 0},
 };
 
@@ -369,6 +377,7 @@ void bench_decode(const std::string& name, const std::vector<int64_t>& lens, int
     set(tuning.decode_small_chunks, v.small_chunks, lib.decode_small_chunks);
     if (v.min_tiles >= 0) tuning.decode_small_min_tiles = v.min_tiles;
     if (v.d64_max_mb >= 0) tuning.decode_small_d64_max_mb = v.d64_max_mb;
+    if (v.range_tiles > 0) tuning.decode_stream_min_tiles = v.range_tiles;
   };
   auto plan = [&] { return kvattn::plan_decode(B, hq, hkv, d, 1, pc.width * block_size, kGpu); };
   const std::vector<DecodeVariant> variants = variants_for(fp8);
@@ -494,10 +503,13 @@ int main(int argc, char** argv) {
                    16, rng, m.d);
     }
     // An engine's graphs plan with the table's width, not the batch's lengths: short contexts
-    // in tables of 8192 keys (head_dim 64, where the bound on the small kernel applies).
+    // in tables of 8192 keys (head_dim 64, where the bound on the small kernel applies; and
+    // Qwen3-0.6B's heads, for the stream kernel's fewest tiles a range).
     for (const MapShape& m : {MapShape{8, 512, 9, 3, 64}, MapShape{16, 512, 9, 3, 64},
                               MapShape{32, 300, 9, 3, 64}, MapShape{64, 1000, 9, 3, 64},
-                              MapShape{16, 2048, 9, 3, 64}, MapShape{16, 600, 8, 8, 64}}) {
+                              MapShape{16, 2048, 9, 3, 64}, MapShape{16, 600, 8, 8, 64},
+                              MapShape{16, 512, 16, 8, 128}, MapShape{64, 300, 16, 8, 128},
+                              MapShape{32, 1000, 16, 8, 128}}) {
       const std::string name = std::to_string(m.batch) + "x" + std::to_string(m.len);
       bench_decode(name, std::vector<int64_t>(static_cast<size_t>(m.batch), m.len), m.hq, m.hkv,
                    16, rng, m.d, false, 8192);

@@ -114,6 +114,10 @@ struct CudaTuning {
   // H200, session 21). 0 = no bound (the rule before session 21).
   // Env KVATTN_DECODE_SMALL_D64_MAX_MB.
   int decode_small_d64_max_mb = 64;
+  // Decode, stream kernel: fewest tiles of 16 keys a stream-K range takes (DecodeParams::
+  // min_range_tiles); 1 = as many ranges as tiles when the batch has fewer tiles than CTAs
+  // (the rule before session 21). Env KVATTN_DECODE_STREAM_MIN_TILES.
+  int decode_stream_min_tiles = 1;
   // Decode over float8_e4m3 caches: 1 = V (and K, for f16 queries) converted by the hardware
   // instruction (cvt.rn.f16x2.e4m3x2) and P V run in f16 (decode_fp8.cuh), 0 = the integer
   // conversion into the query type. Session 15's ncu: the fp8 decode is near issue bound

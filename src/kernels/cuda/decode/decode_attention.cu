@@ -368,6 +368,7 @@ void launch(DecodeParams p, bool aligned, int64_t ws_bytes, int device, cudaStre
     p.ws_meta = reinterpret_cast<int32_t*>(p.ws_lse + slots * rows_total);
     p.parts = static_cast<int>(per_slice);
     p.part_cap = static_cast<int>(std::min<int64_t>(slots - B + 1, 1 << 30));
+    p.min_range_tiles = cuda_tuning().decode_stream_min_tiles;
     const int64_t ranges = std::min<int64_t>(p.parts, p.part_cap);
     pieces_per_seq = std::min<int64_t>(ranges, (ranges + B - 1) / B + 1);
   } else {
