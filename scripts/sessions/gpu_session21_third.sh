@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Session 21, call 3: the stream kernel's fewest tiles a range (decode_stream_min_tiles, "rt" rows of the map)
-# bounded at head_dim 64 (16-bit caches: batches of at most 64 MiB of K/V, decode_small_d64_max_mb):
+# Session 21, call 3: the stream kernel's fewest tiles a range (decode_stream_min_tiles; the map's
+# "rt" rows) beside the small kernel's d64 bound of call 2: decode suite, memcheck, map, quick bench.
 #   run: bash scripts/sessions/gpu_session21_third.sh > $OUT/summary.txt 2>&1; tail -n 40 $OUT/summary.txt
 #   carry: build-carry-s21c
 set -uo pipefail
