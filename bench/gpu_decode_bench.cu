@@ -199,8 +199,7 @@ struct DecodeVariant {
   int min_tiles = -1;    // small kernel: chunks unused below this many tiles a warp (0: all;
                          // -1: the library's default)
   int d64_max_mb = -1;   // small kernel at head_dim 64: the bound on the batch's K/V MiB (0:
-                         // none, the rule before session 21; -1: the library's default)
-  int range_tiles = 0;   // stream kernel: fewest tiles a range takes (0: the library's default)
+                         // none, the default; -1: the library's default)
 };
 // The default first: the others' outputs are compared with its. "diag" rows are diagnostics
 // (not candidates): the split kernel alone, to price the merge launch.
@@ -252,14 +251,7 @@ const DecodeVariant kSmallMapVariants[] = {
     {"small c4 w4", 8, 0, 1, 4, 0, 0, -1, -1, -1, -1, 4},
     {"small c8 w4", 8, 0, 1, 4, 0, 0, -1, -1, -1, -1, 8},
     {"small w4", 8, 0, 1, 4},
-    {"small nobound", 8, 0, 1, 0, 0, 0, -1, -1, -1, -1, 0, -1, 0},
-    {"nosmall rt1", 8, 0, 0, 0, 0, 0, -1, -1, -1, -1, 0, -1, -1, 1},
-    {"nosmall rt2", 8, 0, 0, 0, 0, 0, -1, -1, -1, -1, 0, -1, -1, 2},
-    {"nosmall rt4", 8, 0, 0, 0, 0, 0, -1, -1, -1, -1, 0, -1, -1, 4},
-    {"nosmall rt8", 8, 0, 0, 0, 0, 0, -1, -1, -1, -1, 0, -1, -1, 8},
-    {"nosmall rt16", 8, 0, 0, 0, 0, 0, -1, -1, -1, -1, 0, -1, -1, 16},
-    {"rt4", 8, 0, 1, 0, 0, 0, -1, -1, -1, -1, 0, -1, -1, 4},
-    {"rt8", 8, 0, 1, 0, 0, 0, -1, -1, -1, -1, 0, -1, -1, 8},
+    {"small d64 bound", 8, 0, 1, 0, 0, 0, -1, -1, -1, -1, 0, -1, 64},
     {"default again", 8, 0},
 };
 
@@ -377,7 +369,6 @@ void bench_decode(const std::string& name, const std::vector<int64_t>& lens, int
     set(tuning.decode_small_chunks, v.small_chunks, lib.decode_small_chunks);
     if (v.min_tiles >= 0) tuning.decode_small_min_tiles = v.min_tiles;
     if (v.d64_max_mb >= 0) tuning.decode_small_d64_max_mb = v.d64_max_mb;
-    if (v.range_tiles > 0) tuning.decode_stream_min_tiles = v.range_tiles;
   };
   auto plan = [&] { return kvattn::plan_decode(B, hq, hkv, d, 1, pc.width * block_size, kGpu); };
   const std::vector<DecodeVariant> variants = variants_for(fp8);

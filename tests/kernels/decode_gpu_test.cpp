@@ -521,7 +521,6 @@ struct Variant {
   int q_f16 = -1;                  // fp8, bf16 queries: Q in f16, K by the hardware conversion
   int small_chunks = 0;            // the small kernel with this many chunks for every batch
   int min_tiles = -1;              // small kernel: chunks unused below this many tiles a warp
-  int range_tiles = 0;             // stream kernel: fewest tiles a range (0: the default)
   int d64_max_mb = -1;             // small kernel at d64: K/V MiB bound (0: none; -1: default)
 };
 const Variant kVariants[] = {{"s2", 8, 2},          {"h4", 4, 0},
@@ -544,9 +543,7 @@ const Variant kVariants[] = {{"s2", 8, 2},          {"h4", 4, 0},
                              {"small c2 w4 s2", 8, 2, 1, 4, -1, -1, -1, -1, -1, 2},
                              {"small min tiles 0", 8, 0, 1, 0, -1, -1, -1, -1, -1, 0, 0},
                              {"small min tiles 4 w4", 8, 0, 1, 4, -1, -1, -1, -1, -1, 0, 4},
-                             {"nosmall range tiles 3", 8, 0, 0, 0, -1, -1, -1, -1, -1, 0, -1, 3},
-                             {"swap nosmall range tiles 8", 8, 0, 0, 0, -1, 1, -1, -1, -1, 0, -1, 8},
-                             {"small d64 unbounded", 8, 0, 1, 0, -1, -1, -1, -1, -1, 0, -1, 0, 0}};
+                             {"small d64 bound 1 MiB", 8, 0, 1, 0, -1, -1, -1, -1, -1, 0, -1, 1}};
 
 // Sets a variant for the scope, restores the previous tuning after.
 class UseVariant {
@@ -564,7 +561,6 @@ class UseVariant {
     if (v.q_f16 >= 0) t.decode_fp8_q_f16 = v.q_f16;
     t.decode_small_chunks = v.small_chunks;
     if (v.min_tiles >= 0) t.decode_small_min_tiles = v.min_tiles;
-    if (v.range_tiles > 0) t.decode_stream_min_tiles = v.range_tiles;
     if (v.d64_max_mb >= 0) t.decode_small_d64_max_mb = v.d64_max_mb;
   }
   ~UseVariant() { cuda::cuda_tuning() = saved_; }

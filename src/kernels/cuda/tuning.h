@@ -110,14 +110,12 @@ struct CudaTuning {
   int decode_small_min_tiles = 1;
   // Decode, small-batch kernel over 16-bit caches at head_dim 64: only for batches whose K and
   // V at their longest length (the plan's bound) are at most this many MiB; larger ones take
-  // the stream kernel (decode_attention.cu, small_choice: it streams faster there past ~78 MB;
-  // H200, session 21). 0 = no bound (the rule before session 21).
-  // Env KVATTN_DECODE_SMALL_D64_MAX_MB.
-  int decode_small_d64_max_mb = 64;
-  // Decode, stream kernel: fewest tiles of 16 keys a stream-K range takes (DecodeParams::
-  // min_range_tiles); 1 = as many ranges as tiles when the batch has fewer tiles than CTAs
-  // (the rule before session 21). Env KVATTN_DECODE_STREAM_MIN_TILES.
-  int decode_stream_min_tiles = 1;
+  // the stream kernel, which streams faster there past ~78 MB of real K/V (decode_attention.cu,
+  // small_choice; H200, session 21: 64 cuts 8x32768 9/3 d64 74.6 -> 62.0 us). 0 = no bound, the
+  // default: an engine's graphs plan with the table's width, not the lengths, and there the
+  // bound costs short contexts more (16x512 9/3 in a table of 8192 keys 13.9 -> 16.0 us) than
+  // it gains on long ones (16x8192: 42.9 -> 40.5). Env KVATTN_DECODE_SMALL_D64_MAX_MB.
+  int decode_small_d64_max_mb = 0;
   // Decode over float8_e4m3 caches: 1 = V (and K, for f16 queries) converted by the hardware
   // instruction (cvt.rn.f16x2.e4m3x2) and P V run in f16 (decode_fp8.cuh), 0 = the integer
   // conversion into the query type. Session 15's ncu: the fp8 decode is near issue bound

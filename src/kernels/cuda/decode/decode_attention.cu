@@ -202,14 +202,15 @@ void dispatch(DType dtype, DType cache_dtype, int64_t head_dim, Fn&& fn) {
 // (docs/perf/NOTES.md, round 3), 8 warps for 1-4 x 8192 (4 warps: 33 chunks of 1-2 tiles
 // per warp, +25%), 4 warps for 8 x 32768 (C = 4: 4.35 TB/s vs the stream kernel's 3.99).
 // cuda_tuning().decode_small_warps > 0 forces one count; decode_small_max_chunks caps C.
-// 16-bit caches at head_dim 64: the small kernel only while the batch's K and V (at its longest
-// length) stay within cuda_tuning().decode_small_d64_max_mb (64 MiB). There the small kernel streams at ~3.0 TB/s past its
-// fixed cost, the stream kernel at ~4.4 with ~8 us more of fixed cost (split + merge): H200,
-// session 21 (docs/perf/NOTES.md, `gpu_decode_bench --only small`, read flush), 9/3 d64 small /
-// stream: 2x32768 (50 MB) 27.7 / 29.9 us, 4x32768 (101 MB) 41.2 / 39.2, 8x32768 74.5 / 62.1,
-// 16x16384 74.7 / 62.8, 16x8192 43.5 / 40.3; 8/8 d64 4x32768 (268 MB) 89.6 / 76.8, 8x32768
-// 167.4 / 136.1; the two lines cross near 78 MB. At head_dim 128 the small kernel wins up to
-// 8x32768 32/8 (537 MB: 244.5 / 254.5), so no bound there.
+// 16-bit caches at head_dim 64, where asked (cuda_tuning().decode_small_d64_max_mb; off by
+// default, tuning.h says why): the small kernel only while the batch's K and V (at its longest
+// length, the plan's bound) stay within that many MiB. There the small kernel streams at ~3.0
+// TB/s past its fixed cost, the stream kernel at ~4.4 with ~8 us more of fixed cost (split +
+// merge): H200, session 21 (docs/perf/NOTES.md, `gpu_decode_bench --only small`, read flush),
+// 9/3 d64 small / stream: 2x32768 (50 MB) 27.7 / 29.9 us, 4x32768 (101 MB) 41.2 / 39.2,
+// 8x32768 74.5 / 62.1, 16x16384 74.7 / 62.8, 16x8192 43.5 / 40.3; 8/8 d64 4x32768 (268 MB)
+// 89.6 / 76.8, 8x32768 167.4 / 136.1: the two lines cross near 78 MB. At head_dim 128 the
+// small kernel wins up to 8x32768 32/8 (537 MB: 244.5 / 254.5), so no bound there.
 struct SmallChoice {
   int chunks = 0;
   int warps = 8;
@@ -368,7 +369,6 @@ void launch(DecodeParams p, bool aligned, int64_t ws_bytes, int device, cudaStre
     p.ws_meta = reinterpret_cast<int32_t*>(p.ws_lse + slots * rows_total);
     p.parts = static_cast<int>(per_slice);
     p.part_cap = static_cast<int>(std::min<int64_t>(slots - B + 1, 1 << 30));
-    p.min_range_tiles = cuda_tuning().decode_stream_min_tiles;
     const int64_t ranges = std::min<int64_t>(p.parts, p.part_cap);
     pieces_per_seq = std::min<int64_t>(ranges, (ranges + B - 1) / B + 1);
   } else {

@@ -164,11 +164,6 @@ struct DecodeParams {
   // 96 run on D = 128: the dims past head_dim are zero-filled in shared memory and in Q, never
   // read or written in memory; decode_tile_dim). The workspace keeps D floats per row.
   int head_dim = 0;
-
-  // Stream mode: fewest tiles a range takes (the kernel cuts the batch's T tiles into at most
-  // ceil(T / min_range_tiles) ranges): short contexts in wide tables otherwise get ranges of one
-  // tile, each a CTA's whole prologue and a piece for the merge (CudaTuning::decode_stream_min_tiles).
-  int min_range_tiles = 1;
 };
 
 // The tile dim the kernels run a head_dim on: 80 and 96 on the 128 tiles, others as they are.

@@ -154,8 +154,7 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     }
     __syncthreads();
     total = prefix[B];
-    const int nparts =
-        max(1, min(min(p.parts, p.part_cap), (total + p.min_range_tiles - 1) / p.min_range_tiles));
+    const int nparts = max(1, min(p.parts, min(total, p.part_cap)));
     if (part >= nparts) return;  // CTA-uniform
     src.parts = nparts;
     src.g0 = static_cast<int>(static_cast<int64_t>(part) * total / nparts);
