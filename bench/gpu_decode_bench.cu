@@ -200,6 +200,7 @@ struct DecodeVariant {
                          // -1: the library's default)
   int d64_max_mb = -1;   // small kernel at head_dim 64: the bound on the batch's K/V MiB (0:
                          // none, the default; -1: the library's default)
+  int min_chunks = 0;    // small kernel: fewest chunks a unit to take a batch (0: the default)
 };
 // The default first: the others' outputs are compared with its. "diag" rows are diagnostics
 // (not candidates): the split kernel alone, to price the merge launch.
@@ -252,6 +253,9 @@ const DecodeVariant kSmallMapVariants[] = {
     {"small c8 w4", 8, 0, 1, 4, 0, 0, -1, -1, -1, -1, 8},
     {"small w4", 8, 0, 1, 4},
     {"small d64 bound", 8, 0, 1, 0, 0, 0, -1, -1, -1, -1, 0, -1, 64},
+    {"small min1", 8, 0, 1, 0, 0, 0, -1, -1, -1, -1, 0, -1, -1, 1},
+    {"small min2", 8, 0, 1, 0, 0, 0, -1, -1, -1, -1, 0, -1, -1, 2},
+    {"small min1 mt4", 8, 0, 1, 0, 0, 0, -1, -1, -1, -1, 0, 4, -1, 1},
     {"default again", 8, 0},
 };
 
@@ -369,6 +373,7 @@ void bench_decode(const std::string& name, const std::vector<int64_t>& lens, int
     set(tuning.decode_small_chunks, v.small_chunks, lib.decode_small_chunks);
     if (v.min_tiles >= 0) tuning.decode_small_min_tiles = v.min_tiles;
     if (v.d64_max_mb >= 0) tuning.decode_small_d64_max_mb = v.d64_max_mb;
+    if (v.min_chunks > 0) tuning.decode_small_min_chunks = v.min_chunks;
   };
   auto plan = [&] { return kvattn::plan_decode(B, hq, hkv, d, 1, pc.width * block_size, kGpu); };
   const std::vector<DecodeVariant> variants = variants_for(fp8);

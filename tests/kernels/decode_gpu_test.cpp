@@ -522,6 +522,7 @@ struct Variant {
   int small_chunks = 0;            // the small kernel with this many chunks for every batch
   int min_tiles = -1;              // small kernel: chunks unused below this many tiles a warp
   int d64_max_mb = -1;             // small kernel at d64: K/V MiB bound (0: none; -1: default)
+  int min_chunks = 0;              // small kernel: fewest chunks a unit (0: the default)
 };
 const Variant kVariants[] = {{"s2", 8, 2},          {"h4", 4, 0},
                              {"h4 s2", 4, 2},       {"h2 s2", 2, 2},
@@ -543,7 +544,8 @@ const Variant kVariants[] = {{"s2", 8, 2},          {"h4", 4, 0},
                              {"small c2 w4 s2", 8, 2, 1, 4, -1, -1, -1, -1, -1, 2},
                              {"small min tiles 0", 8, 0, 1, 0, -1, -1, -1, -1, -1, 0, 0},
                              {"small min tiles 4 w4", 8, 0, 1, 4, -1, -1, -1, -1, -1, 0, 4},
-                             {"small d64 bound 1 MiB", 8, 0, 1, 0, -1, -1, -1, -1, -1, 0, -1, 1}};
+                             {"small d64 bound 1 MiB", 8, 0, 1, 0, -1, -1, -1, -1, -1, 0, -1, 1},
+                             {"small min chunks 1", 8, 0, 1, 0, -1, -1, -1, -1, -1, 0, -1, -1, 1}};
 
 // Sets a variant for the scope, restores the previous tuning after.
 class UseVariant {
@@ -562,6 +564,7 @@ class UseVariant {
     t.decode_small_chunks = v.small_chunks;
     if (v.min_tiles >= 0) t.decode_small_min_tiles = v.min_tiles;
     if (v.d64_max_mb >= 0) t.decode_small_d64_max_mb = v.d64_max_mb;
+    if (v.min_chunks > 0) t.decode_small_min_chunks = v.min_chunks;
   }
   ~UseVariant() { cuda::cuda_tuning() = saved_; }
 

@@ -116,6 +116,13 @@ struct CudaTuning {
   // bound costs short contexts more (16x512 9/3 in a table of 8192 keys 13.9 -> 16.0 us) than
   // it gains on long ones (16x8192: 42.9 -> 40.5). Env KVATTN_DECODE_SMALL_D64_MAX_MB.
   int decode_small_d64_max_mb = 0;
+  // Decode, small-batch kernel: the fewest chunks a unit (SMs x CTAs an SM / units) for which
+  // the batch takes the small kernel instead of the stream kernel. 4 = the rule since session 3;
+  // 1 = also one CTA a unit without a merge whenever the units fit one wave (8 warps, else 4):
+  // session 21's map found it 15-32% faster on short contexts at moderate batch (16x512 16/8
+  // in a table of 8192 keys 17.1 vs 25.2 us) and slower on long d64 batches; measuring.
+  // Env KVATTN_DECODE_SMALL_MIN_CHUNKS.
+  int decode_small_min_chunks = 4;
   // Decode over float8_e4m3 caches: 1 = V (and K, for f16 queries) converted by the hardware
   // instruction (cvt.rn.f16x2.e4m3x2) and P V run in f16 (decode_fp8.cuh), 0 = the integer
   // conversion into the query type. Session 15's ncu: the fp8 decode is near issue bound

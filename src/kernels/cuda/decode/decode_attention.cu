@@ -245,7 +245,9 @@ SmallChoice small_choice(int device, int64_t num_seqs, int64_t num_kv_heads, int
     if (tuning.decode_small_max_chunks > 0) {
       chunks = std::min<int64_t>(chunks, tuning.decode_small_max_chunks);
     }
-    if (chunks >= 4) return {static_cast<int>(std::min<int64_t>(chunks, kSmallMaxChunks)), sc.warps};
+    if (chunks >= tuning.decode_small_min_chunks) {
+      return {static_cast<int>(std::min<int64_t>(chunks, kSmallMaxChunks)), sc.warps};
+    }
   }
   return {};
 }
@@ -305,8 +307,11 @@ void launch(DecodeParams p, bool aligned, int64_t ws_bytes, int device, cudaStre
     const SmallChoice choice =
         small_choice(device, B, p.num_kv_heads, p.rows, D, cache_dtype, key_bound);
     const int64_t chunks = std::min<int64_t>(choice.chunks, fit);
-    // One chunk only where forced (decode_small_chunks): else the stream kernel, as before.
-    if (chunks >= (cuda_tuning().decode_small_chunks > 0 ? 1 : 2)) {
+    // One chunk only where forced (decode_small_chunks) or allowed (decode_small_min_chunks 1):
+    // else the stream kernel, as before.
+    const bool one_ok =
+        cuda_tuning().decode_small_chunks > 0 || cuda_tuning().decode_small_min_chunks <= 1;
+    if (chunks >= (one_ok ? 1 : 2)) {
       const SmallConfig sc = small_config(p.num_kv_heads, p.rows, D, kKvBytes, choice.warps);
       const int64_t slots = B * chunks;
       p.stages = sc.stages;
