@@ -201,6 +201,7 @@ struct DecodeVariant {
   int d64_max_mb = -1;   // small kernel at head_dim 64: the bound on the batch's K/V MiB (0:
                          // none, the default; -1: the library's default)
   int min_chunks = 0;    // small kernel: fewest chunks a unit to take a batch (0: the default)
+  int one_wave = -1;     // small kernel: one CTA a unit when the units fit a wave (-1: default)
 };
 // The default first: the others' outputs are compared with its. "diag" rows are diagnostics
 // (not candidates): the split kernel alone, to price the merge launch.
@@ -256,6 +257,8 @@ const DecodeVariant kSmallMapVariants[] = {
     {"small min1", 8, 0, 1, 0, 0, 0, -1, -1, -1, -1, 0, -1, -1, 1},
     {"small min2", 8, 0, 1, 0, 0, 0, -1, -1, -1, -1, 0, -1, -1, 2},
     {"small min1 mt4", 8, 0, 1, 0, 0, 0, -1, -1, -1, -1, 0, 4, -1, 1},
+    {"small one wave", 8, 0, 1, 0, 0, 0, -1, -1, -1, -1, 0, -1, -1, 0, 1},
+    {"small no one wave", 8, 0, 1, 0, 0, 0, -1, -1, -1, -1, 0, -1, -1, 0, 0},
     {"default again", 8, 0},
 };
 
@@ -374,6 +377,7 @@ void bench_decode(const std::string& name, const std::vector<int64_t>& lens, int
     if (v.min_tiles >= 0) tuning.decode_small_min_tiles = v.min_tiles;
     if (v.d64_max_mb >= 0) tuning.decode_small_d64_max_mb = v.d64_max_mb;
     if (v.min_chunks > 0) tuning.decode_small_min_chunks = v.min_chunks;
+    if (v.one_wave >= 0) tuning.decode_small_one_wave = v.one_wave;
   };
   auto plan = [&] { return kvattn::plan_decode(B, hq, hkv, d, 1, pc.width * block_size, kGpu); };
   const std::vector<DecodeVariant> variants = variants_for(fp8);
@@ -492,7 +496,9 @@ int main(int argc, char** argv) {
         {16, 16384, 9, 3, 64},  {8, 16384, 9, 3, 64},   {32, 8192, 9, 3, 64},
         {4, 32768, 8, 8, 64},   {8, 32768, 8, 8, 64},   {2, 32768, 32, 8, 128},
         {4, 32768, 32, 8, 128}, {8, 32768, 32, 8, 128}, {16, 16384, 32, 8, 128},
-        {8, 32768, 16, 8, 128}, {4, 8192, 32, 8, 128},  {16, 8192, 9, 3, 64}};
+        {8, 32768, 16, 8, 128}, {4, 8192, 32, 8, 128},  {16, 8192, 9, 3, 64},
+        // 133-264 units at d128: one wave at one chunk takes 4-warp CTAs (decode_small_one_wave)
+        {32, 8192, 32, 8, 128}, {24, 16384, 16, 8, 128}, {20, 4096, 32, 8, 128}};
     for (const MapShape& m : map_shapes) {
       const std::string name = std::to_string(m.batch) + "x" + std::to_string(m.len);
       bench_decode(name, std::vector<int64_t>(static_cast<size_t>(m.batch), m.len), m.hq, m.hkv,

@@ -523,6 +523,7 @@ struct Variant {
   int min_tiles = -1;              // small kernel: chunks unused below this many tiles a warp
   int d64_max_mb = -1;             // small kernel at d64: K/V MiB bound (0: none; -1: default)
   int min_chunks = 0;              // small kernel: fewest chunks a unit (0: the default)
+  int one_wave = -1;               // small kernel: one CTA a unit in one wave (-1: default)
 };
 const Variant kVariants[] = {{"s2", 8, 2},          {"h4", 4, 0},
                              {"h4 s2", 4, 2},       {"h2 s2", 2, 2},
@@ -545,7 +546,8 @@ const Variant kVariants[] = {{"s2", 8, 2},          {"h4", 4, 0},
                              {"small min tiles 0", 8, 0, 1, 0, -1, -1, -1, -1, -1, 0, 0},
                              {"small min tiles 4 w4", 8, 0, 1, 4, -1, -1, -1, -1, -1, 0, 4},
                              {"small d64 bound 1 MiB", 8, 0, 1, 0, -1, -1, -1, -1, -1, 0, -1, 1},
-                             {"small min chunks 1", 8, 0, 1, 0, -1, -1, -1, -1, -1, 0, -1, -1, 1}};
+                             {"small min chunks 1", 8, 0, 1, 0, -1, -1, -1, -1, -1, 0, -1, -1, 1},
+                             {"small one wave", 8, 0, 1, 0, -1, -1, -1, -1, -1, 0, -1, -1, 0, 1}};
 
 // Sets a variant for the scope, restores the previous tuning after.
 class UseVariant {
@@ -565,6 +567,7 @@ class UseVariant {
     if (v.min_tiles >= 0) t.decode_small_min_tiles = v.min_tiles;
     if (v.d64_max_mb >= 0) t.decode_small_d64_max_mb = v.d64_max_mb;
     if (v.min_chunks > 0) t.decode_small_min_chunks = v.min_chunks;
+    if (v.one_wave >= 0) t.decode_small_one_wave = v.one_wave;
   }
   ~UseVariant() { cuda::cuda_tuning() = saved_; }
 
@@ -579,6 +582,41 @@ TEST(DecodeGpuVariants, Sweep) {
     UseVariant use(v);
     sweep(test::quick_mode() ? 3 : 16);
     sweep(test::quick_mode() ? 2 : 8, /*fp8=*/true);
+  }
+}
+
+// Moderate batches, where the planner's thresholds decide between the small and the stream
+// kernel (units around one wave of the SMs; session 21's map): one CTA a unit in one wave
+// (decode_small_one_wave, decode_small_min_chunks 1), the d64 bound on the small kernel, each
+// against the references, over plans for the table's width (as an engine's graphs plan) and
+// for the batch's longest length.
+TEST(DecodeGpu, ModerateBatchesAcrossKernelChoices) {
+  const bool quick = test::quick_mode();
+  const Variant forms[] = {{"rule", 8, 0},
+                           {"one wave", 8, 0, 1, 0, -1, -1, -1, -1, -1, 0, -1, -1, 0, 1},
+                           {"min chunks 1", 8, 0, 1, 0, -1, -1, -1, -1, -1, 0, -1, -1, 1},
+                           {"d64 bound 1 MiB", 8, 0, 1, 0, -1, -1, -1, -1, -1, 0, -1, 1}};
+  for (const Variant& v : forms) {
+    SCOPED_TRACE(v.name);
+    UseVariant use(v);
+    for (int c = 0; c < (quick ? 4 : 12); ++c) {
+      if (!test::case_selected(c)) continue;
+      const uint64_t seed = test::case_seed();
+      std::mt19937_64 rng(seed);
+      DecodeCase dc;
+      dc.d = c % 2 ? 64 : 128;
+      dc.dt = c % 3 ? DType::kBF16 : DType::kF16;
+      dc.hkv = pick(rng, std::vector<int64_t>{3, 4, 8});
+      dc.group = pick(rng, std::vector<int64_t>{1, 2, 3, 4});
+      dc.bs = pick(rng, std::vector<int64_t>{16, 64});
+      // 16 .. 48 sequences: 48 .. 384 units, around one wave at one chunk a unit
+      const int64_t B = uniform_int(rng, 16, 48);
+      dc.lens = random_lens(rng, B, quick ? 600 : 3000, true);
+      dc.plan_mode = c % 4 < 2 ? 1 : 3;  // the table's width, or the longest length
+      dc.with_lse = c % 3 != 2;
+      SCOPED_TRACE(test::case_note(c, seed, dc.describe()));
+      check(dc, run_case(dc, rng));
+    }
   }
 }
 

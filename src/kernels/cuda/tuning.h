@@ -123,6 +123,14 @@ struct CudaTuning {
   // in a table of 8192 keys 17.1 vs 25.2 us) and slower on long d64 batches; measuring.
   // Env KVATTN_DECODE_SMALL_MIN_CHUNKS.
   int decode_small_min_chunks = 4;
+  // Decode, small-batch kernel at head_dim 128 over 16-bit caches: 1 = a batch that gets fewer
+  // than decode_small_min_chunks chunks at both warp counts but whose units fit one wave at one
+  // chunk (8 warps, else 4) takes one CTA a unit, no merge, instead of the stream kernel. The
+  // configurations it picks ran as decode_small_min_chunks = 1 in session 21 (call 6, short
+  // contexts in tables of 8192 keys: 16x512 16/8 25.0 -> 17.1 us, 32x1000 16/8 51.3 -> 38.8;
+  // 64x300 16/8 unchanged) without the long-d64 losses (head_dim 64 is left out); 0 (default)
+  // until this form has run. Env KVATTN_DECODE_SMALL_ONE_WAVE.
+  int decode_small_one_wave = 0;
   // Decode over float8_e4m3 caches: 1 = V (and K, for f16 queries) converted by the hardware
   // instruction (cvt.rn.f16x2.e4m3x2) and P V run in f16 (decode_fp8.cuh), 0 = the integer
   // conversion into the query type. Session 15's ncu: the fp8 decode is near issue bound

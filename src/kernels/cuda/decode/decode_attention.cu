@@ -231,9 +231,12 @@ SmallChoice small_choice(int device, int64_t num_seqs, int64_t num_kv_heads, int
           (int64_t{tuning.decode_small_d64_max_mb} << 20)) {
     return {};
   }
-  for (const int warps : {forced > 0 ? forced : 8, forced > 0 ? 0 : 4}) {
-    if (warps == 0) break;
-    const SmallConfig sc = small_config(num_kv_heads, rows, head_dim, kv_bytes_of(cache_dtype), warps);
+  // Chunks a unit that fill the SMs at each warp count tried: 8, then 4 (or the forced count).
+  const int tries[2] = {forced > 0 ? forced : 8, forced > 0 ? 0 : 4};
+  int64_t chunks_at[2] = {0, 0};
+  for (int i = 0; i < 2 && tries[i] > 0; ++i) {
+    const SmallConfig sc =
+        small_config(num_kv_heads, rows, head_dim, kv_bytes_of(cache_dtype), tries[i]);
     int ctas = 0;
     dispatch(DType::kBF16, cache_dtype == DType::kF8E4M3 ? cache_dtype : DType::kBF16, head_dim,
              [&]<typename T, typename KV, int D>() {
@@ -241,15 +244,29 @@ SmallChoice small_choice(int device, int64_t num_seqs, int64_t num_kv_heads, int
                  ctas = split_occupancy<T, KV, D, true, true>(device, sc.warps * 32, sc.smem);
                }
              });
-    int64_t chunks = int64_t{sm_count(device)} * ctas / (num_seqs * units);
+    chunks_at[i] = int64_t{sm_count(device)} * ctas / (num_seqs * units);
     if (tuning.decode_small_max_chunks > 0) {
-      chunks = std::min<int64_t>(chunks, tuning.decode_small_max_chunks);
-    }
-    if (chunks >= tuning.decode_small_min_chunks) {
-      return {static_cast<int>(std::min<int64_t>(chunks, kSmallMaxChunks)), sc.warps};
+      chunks_at[i] = std::min<int64_t>(chunks_at[i], tuning.decode_small_max_chunks);
     }
   }
-  return {};
+  // The first warp count that gives at least `least` chunks.
+  auto first_with = [&](int64_t least) -> SmallChoice {
+    for (int i = 0; i < 2 && tries[i] > 0; ++i) {
+      if (chunks_at[i] >= least) {
+        return {static_cast<int>(std::min<int64_t>(chunks_at[i], kSmallMaxChunks)),
+                std::clamp(tries[i], 1, kDecodeMaxWarps)};
+      }
+    }
+    return {};
+  };
+  SmallChoice choice = first_with(tuning.decode_small_min_chunks);
+  // One wave (decode_small_one_wave): units that fit the SMs at one chunk take one CTA each,
+  // no merge, at head_dim 128 over 16-bit caches (tuning.h has the measurements).
+  if (choice.chunks == 0 && tuning.decode_small_one_wave != 0 && head_dim == 128 &&
+      cache_dtype != DType::kF8E4M3) {
+    choice = first_with(1);
+  }
+  return choice;
 }
 
 // A fresh tag per launch for the small kernel's LL words (never 0, the cleared tag, and never
@@ -307,10 +324,12 @@ void launch(DecodeParams p, bool aligned, int64_t ws_bytes, int device, cudaStre
     const SmallChoice choice =
         small_choice(device, B, p.num_kv_heads, p.rows, D, cache_dtype, key_bound);
     const int64_t chunks = std::min<int64_t>(choice.chunks, fit);
-    // One chunk only where forced (decode_small_chunks) or allowed (decode_small_min_chunks 1):
+    // One chunk only where forced (decode_small_chunks) or allowed (decode_small_min_chunks 1,
+    // decode_small_one_wave):
     // else the stream kernel, as before.
-    const bool one_ok =
-        cuda_tuning().decode_small_chunks > 0 || cuda_tuning().decode_small_min_chunks <= 1;
+    const bool one_ok = cuda_tuning().decode_small_chunks > 0 ||
+                        cuda_tuning().decode_small_min_chunks <= 1 ||
+                        cuda_tuning().decode_small_one_wave != 0;
     if (chunks >= (one_ok ? 1 : 2)) {
       const SmallConfig sc = small_config(p.num_kv_heads, p.rows, D, kKvBytes, choice.warps);
       const int64_t slots = B * chunks;
