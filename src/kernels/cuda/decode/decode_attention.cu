@@ -325,8 +325,7 @@ void launch(DecodeParams p, bool aligned, int64_t ws_bytes, int device, cudaStre
         small_choice(device, B, p.num_kv_heads, p.rows, D, cache_dtype, key_bound);
     const int64_t chunks = std::min<int64_t>(choice.chunks, fit);
     // One chunk only where forced (decode_small_chunks) or allowed (decode_small_min_chunks 1,
-    // decode_small_one_wave):
-    // else the stream kernel, as before.
+    // decode_small_one_wave): else the stream kernel, as before.
     const bool one_ok = cuda_tuning().decode_small_chunks > 0 ||
                         cuda_tuning().decode_small_min_chunks <= 1 ||
                         cuda_tuning().decode_small_one_wave != 0;
