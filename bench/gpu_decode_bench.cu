@@ -206,32 +206,47 @@ struct DecodeVariant {
 // The default first: the others' outputs are compared with its. "diag" rows are diagnostics
 // (not candidates): the split kernel alone, to price the merge launch.
 const DecodeVariant kDecodeVariants[] = {
-    {"default", 8, 0},         {"s2", 8, 2},          {"h4", 4, 0},
-    {"h4 s2", 4, 2},           {"nosmall", 8, 0, 0},  {"small w4", 8, 0, 1, 4},
-    {"diag nomerge", 8, 0, 0, 0, 1}, {"small c8", 8, 0, 1, 0, 0, 8},
-    {"evict-first", 8, 0, 1, 0, 0, 0, 1}, {"evict-normal", 8, 0, 1, 0, 0, 0, 0},
-    {"swap", 8, 0, 1, 0, 0, 0, -1, 1}, {"noswap", 8, 0, 1, 0, 0, 0, -1, 0},
-    {"s3", 8, 3},  {"s4", 8, 4}, {"s6", 8, 6}, {"swap s3", 8, 3, 1, 0, 0, 0, -1, 1},
-    {"swap h4", 4, 0, 1, 0, 0, 0, -1, 1}, {"swap h4 s2", 4, 2, 1, 0, 0, 0, -1, 1},
+    {.name = "default", .heads = 8, .stages = 0},
+    {.name = "s2", .heads = 8, .stages = 2},
+    {.name = "h4", .heads = 4, .stages = 0},
+    {.name = "h4 s2", .heads = 4, .stages = 2},
+    {.name = "nosmall", .heads = 8, .stages = 0, .small = 0},
+    {.name = "small w4", .heads = 8, .stages = 0, .small_warps = 4},
+    {.name = "diag nomerge", .heads = 8, .stages = 0, .small = 0, .no_merge = 1},
+    {.name = "small c8", .heads = 8, .stages = 0, .max_chunks = 8},
+    {.name = "evict-first", .heads = 8, .stages = 0, .evict = 1},
+    {.name = "evict-normal", .heads = 8, .stages = 0, .evict = 0},
+    {.name = "swap", .heads = 8, .stages = 0, .swap = 1},
+    {.name = "noswap", .heads = 8, .stages = 0, .swap = 0},
+    {.name = "s3", .heads = 8, .stages = 3},
+    {.name = "s4", .heads = 8, .stages = 4},
+    {.name = "s6", .heads = 8, .stages = 6},
+    {.name = "swap s3", .heads = 8, .stages = 3, .swap = 1},
+    {.name = "swap h4", .heads = 4, .stages = 0, .swap = 1},
+    {.name = "swap h4 s2", .heads = 4, .stages = 2, .swap = 1},
     // head_dim 256 and the padded 80/96: warps per SM (heads per CTA x stages); "swap h4 s2"
     // is d256's default before session 10, "s3" d80/96's.
-    {"swap h4 s3", 4, 3, 1, 0, 0, 0, -1, 1}, {"swap h2", 2, 0, 1, 0, 0, 0, -1, 1},
-    {"swap h2 s3", 2, 3, 1, 0, 0, 0, -1, 1}, {"swap h1", 1, 0, 1, 0, 0, 0, -1, 1},
-    {"swap h2 s2", 2, 2, 1, 0, 0, 0, -1, 1}, {"swap h1 s2", 1, 2, 1, 0, 0, 0, -1, 1},
+    {.name = "swap h4 s3", .heads = 4, .stages = 3, .swap = 1},
+    {.name = "swap h2", .heads = 2, .stages = 0, .swap = 1},
+    {.name = "swap h2 s3", .heads = 2, .stages = 3, .swap = 1},
+    {.name = "swap h1", .heads = 1, .stages = 0, .swap = 1},
+    {.name = "swap h2 s2", .heads = 2, .stages = 2, .swap = 1},
+    {.name = "swap h1 s2", .heads = 1, .stages = 2, .swap = 1},
     // The small kernel for every batch (decode_small_chunks): one CTA per (sequence, KV head)
     // and C chunks of its keys; C = 1 needs no merge (session 3: 8x32768 at 103% of copy
     // with C = 4 and 4 warps).
-    {"small c1", 8, 0, 1, 0, 0, 0, -1, -1, -1, -1, 1},
-    {"small c1 w4", 8, 0, 1, 4, 0, 0, -1, -1, -1, -1, 1},
-    {"small c2", 8, 0, 1, 0, 0, 0, -1, -1, -1, -1, 2},
-    {"small c2 w4", 8, 0, 1, 4, 0, 0, -1, -1, -1, -1, 2},
+    {.name = "small c1", .heads = 8, .stages = 0, .small_chunks = 1},
+    {.name = "small c1 w4", .heads = 8, .stages = 0, .small_warps = 4, .small_chunks = 1},
+    {.name = "small c2", .heads = 8, .stages = 0, .small_chunks = 2},
+    {.name = "small c2 w4", .heads = 8, .stages = 0, .small_warps = 4, .small_chunks = 2},
     // Short sequences use fewer of the small kernel's chunks (decode_small_min_tiles; mt0:
     // every chunk, the form before session 16).
-    {"small mt0", 8, 0, 1, 0, 0, 0, -1, -1, -1, -1, 0, 0},
-    {"small mt1", 8, 0, 1, 0, 0, 0, -1, -1, -1, -1, 0, 1},
-    {"small mt2", 8, 0, 1, 0, 0, 0, -1, -1, -1, -1, 0, 2},
-    {"small mt4", 8, 0, 1, 0, 0, 0, -1, -1, -1, -1, 0, 4},
-    {"default again", 8, 0},  // the default once more, last: is the first timing of a shape off?
+    {.name = "small mt0", .heads = 8, .stages = 0, .min_tiles = 0},
+    {.name = "small mt1", .heads = 8, .stages = 0, .min_tiles = 1},
+    {.name = "small mt2", .heads = 8, .stages = 0, .min_tiles = 2},
+    {.name = "small mt4", .heads = 8, .stages = 0, .min_tiles = 4},
+    // The default once more, last: is the first timing of a shape off?
+    {.name = "default again", .heads = 8, .stages = 0},
 };
 
 // The variants timed on fp8 rows: the default first, the two tiles, and the swapped tile's
@@ -243,23 +258,23 @@ const DecodeVariant kDecodeVariants[] = {
 // the default, the stream kernel, and the small kernel at fixed chunk counts with 8 and 4 warps.
 bool g_small_map = false;
 const DecodeVariant kSmallMapVariants[] = {
-    {"default", 8, 0},
-    {"nosmall", 8, 0, 0},
-    {"small c1", 8, 0, 1, 0, 0, 0, -1, -1, -1, -1, 1},
-    {"small c2", 8, 0, 1, 0, 0, 0, -1, -1, -1, -1, 2},
-    {"small c4", 8, 0, 1, 0, 0, 0, -1, -1, -1, -1, 4},
-    {"small c8", 8, 0, 1, 0, 0, 0, -1, -1, -1, -1, 8},
-    {"small c2 w4", 8, 0, 1, 4, 0, 0, -1, -1, -1, -1, 2},
-    {"small c4 w4", 8, 0, 1, 4, 0, 0, -1, -1, -1, -1, 4},
-    {"small c8 w4", 8, 0, 1, 4, 0, 0, -1, -1, -1, -1, 8},
-    {"small w4", 8, 0, 1, 4},
-    {"small d64 bound", 8, 0, 1, 0, 0, 0, -1, -1, -1, -1, 0, -1, 64},
-    {"small min1", 8, 0, 1, 0, 0, 0, -1, -1, -1, -1, 0, -1, -1, 1},
-    {"small min2", 8, 0, 1, 0, 0, 0, -1, -1, -1, -1, 0, -1, -1, 2},
-    {"small min1 mt4", 8, 0, 1, 0, 0, 0, -1, -1, -1, -1, 0, 4, -1, 1},
-    {"small one wave", 8, 0, 1, 0, 0, 0, -1, -1, -1, -1, 0, -1, -1, 0, 1},
-    {"small no one wave", 8, 0, 1, 0, 0, 0, -1, -1, -1, -1, 0, -1, -1, 0, 0},
-    {"default again", 8, 0},
+    {.name = "default", .heads = 8, .stages = 0},
+    {.name = "nosmall", .heads = 8, .stages = 0, .small = 0},
+    {.name = "small c1", .heads = 8, .stages = 0, .small_chunks = 1},
+    {.name = "small c2", .heads = 8, .stages = 0, .small_chunks = 2},
+    {.name = "small c4", .heads = 8, .stages = 0, .small_chunks = 4},
+    {.name = "small c8", .heads = 8, .stages = 0, .small_chunks = 8},
+    {.name = "small c2 w4", .heads = 8, .stages = 0, .small_warps = 4, .small_chunks = 2},
+    {.name = "small c4 w4", .heads = 8, .stages = 0, .small_warps = 4, .small_chunks = 4},
+    {.name = "small c8 w4", .heads = 8, .stages = 0, .small_warps = 4, .small_chunks = 8},
+    {.name = "small w4", .heads = 8, .stages = 0, .small_warps = 4},
+    {.name = "small d64 bound", .heads = 8, .stages = 0, .d64_max_mb = 64},
+    {.name = "small min1", .heads = 8, .stages = 0, .min_chunks = 1},
+    {.name = "small min2", .heads = 8, .stages = 0, .min_chunks = 2},
+    {.name = "small min1 mt4", .heads = 8, .stages = 0, .min_tiles = 4, .min_chunks = 1},
+    {.name = "small one wave", .heads = 8, .stages = 0, .one_wave = 1},
+    {.name = "small no one wave", .heads = 8, .stages = 0, .one_wave = 0},
+    {.name = "default again", .heads = 8, .stages = 0},
 };
 
 std::vector<DecodeVariant> variants_for(bool fp8) {
@@ -276,18 +291,18 @@ std::vector<DecodeVariant> variants_for(bool fp8) {
       if (std::strcmp(v.name, n) == 0) out.push_back(v);
     }
   }
-  out.push_back({"swap s5", 8, 5, 1, 0, 0, 0, -1, 1});
-  out.push_back({"swap nosmall", 8, 0, 0, 0, 0, 0, -1, 1});
+  out.push_back({.name = "swap s5", .heads = 8, .stages = 5, .swap = 1});
+  out.push_back({.name = "swap nosmall", .heads = 8, .stages = 0, .small = 0, .swap = 1});
   // the integer e4m3 conversion (decode_fp8_hw_cvt 0; the default is the hardware one) on the
   // default choice and on each tile
-  out.push_back({"int", 8, 0, 1, 0, 0, 0, -1, -1, 0});
-  out.push_back({"int noswap", 8, 0, 1, 0, 0, 0, -1, 0, 0});
-  out.push_back({"int nosmall", 8, 0, 0, 0, 0, 0, -1, 1, 0});
+  out.push_back({.name = "int", .heads = 8, .stages = 0, .hw_cvt = 0});
+  out.push_back({.name = "int noswap", .heads = 8, .stages = 0, .swap = 0, .hw_cvt = 0});
+  out.push_back({.name = "int nosmall", .heads = 8, .stages = 0, .small = 0, .swap = 1, .hw_cvt = 0});
   // Q kept in bf16, K by the integer conversion (decode_fp8_q_f16 0; the default rewrites Q in
   // f16 so that K takes the hardware conversion too)
-  out.push_back({"noqf16", 8, 0, 1, 0, 0, 0, -1, -1, -1, 0});
-  out.push_back({"noqf16 noswap", 8, 0, 1, 0, 0, 0, -1, 0, -1, 0});
-  out.push_back({"default again", 8, 0});
+  out.push_back({.name = "noqf16", .heads = 8, .stages = 0, .q_f16 = 0});
+  out.push_back({.name = "noqf16 noswap", .heads = 8, .stages = 0, .swap = 0, .q_f16 = 0});
+  out.push_back({.name = "default again", .heads = 8, .stages = 0});
   return out;
 }
 

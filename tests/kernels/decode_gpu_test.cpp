@@ -525,29 +525,34 @@ struct Variant {
   int min_chunks = 0;              // small kernel: fewest chunks a unit (0: the default)
   int one_wave = -1;               // small kernel: one CTA a unit in one wave (-1: default)
 };
-const Variant kVariants[] = {{"s2", 8, 2},          {"h4", 4, 0},
-                             {"h4 s2", 4, 2},       {"h2 s2", 2, 2},
-                             {"nosmall", 8, 0, 0},  {"small w4 s2", 8, 2, 1, 4},
-                             {"evict-first", 8, 0, 1, 0, 1},
-                             {"evict-normal nosmall", 8, 0, 0, 0, 0},
-                             {"swap nosmall", 8, 0, 0, 0, -1, 1},
-                             {"swap h4 s2", 4, 2, 1, 0, -1, 1},
-                             {"noswap nosmall", 8, 0, 0, 0, -1, 0},
-                             {"small interleaved", 8, 0, 1, 0, -1, -1, 1},
-                             {"small interleaved w4 s2", 8, 2, 1, 4, -1, -1, 1},
-                             {"fp8 integer cvt", 8, 0, 1, 0, -1, -1, -1, 0},
-                             {"fp8 integer cvt swap nosmall", 8, 0, 0, 0, -1, 1, -1, 0},
-                             {"fp8 integer cvt noswap nosmall", 8, 0, 0, 0, -1, 0, -1, 0},
-                             {"fp8 q bf16", 8, 0, 1, 0, -1, -1, -1, -1, 0},
-                             {"fp8 q bf16 swap nosmall", 8, 0, 0, 0, -1, 1, -1, -1, 0},
-                             {"fp8 q bf16 noswap nosmall", 8, 0, 0, 0, -1, 0, -1, -1, 0},
-                             {"small c1", 8, 0, 1, 0, -1, -1, -1, -1, -1, 1},
-                             {"small c2 w4 s2", 8, 2, 1, 4, -1, -1, -1, -1, -1, 2},
-                             {"small min tiles 0", 8, 0, 1, 0, -1, -1, -1, -1, -1, 0, 0},
-                             {"small min tiles 4 w4", 8, 0, 1, 4, -1, -1, -1, -1, -1, 0, 4},
-                             {"small d64 bound 1 MiB", 8, 0, 1, 0, -1, -1, -1, -1, -1, 0, -1, 1},
-                             {"small min chunks 1", 8, 0, 1, 0, -1, -1, -1, -1, -1, 0, -1, -1, 1},
-                             {"small one wave", 8, 0, 1, 0, -1, -1, -1, -1, -1, 0, -1, -1, 0, 1}};
+const Variant kVariants[] = {
+    {.name = "s2", .heads = 8, .stages = 2},
+    {.name = "h4", .heads = 4, .stages = 0},
+    {.name = "h4 s2", .heads = 4, .stages = 2},
+    {.name = "h2 s2", .heads = 2, .stages = 2},
+    {.name = "nosmall", .heads = 8, .stages = 0, .small = 0},
+    {.name = "small w4 s2", .heads = 8, .stages = 2, .small_warps = 4},
+    {.name = "evict-first", .heads = 8, .stages = 0, .evict_first = 1},
+    {.name = "evict-normal nosmall", .heads = 8, .stages = 0, .small = 0, .evict_first = 0},
+    {.name = "swap nosmall", .heads = 8, .stages = 0, .small = 0, .swap = 1},
+    {.name = "swap h4 s2", .heads = 4, .stages = 2, .swap = 1},
+    {.name = "noswap nosmall", .heads = 8, .stages = 0, .small = 0, .swap = 0},
+    {.name = "small interleaved", .heads = 8, .stages = 0, .interleave = 1},
+    {.name = "small interleaved w4 s2", .heads = 8, .stages = 2, .small_warps = 4, .interleave = 1},
+    {.name = "fp8 integer cvt", .heads = 8, .stages = 0, .hw_cvt = 0},
+    {.name = "fp8 integer cvt swap nosmall", .heads = 8, .stages = 0, .small = 0, .swap = 1, .hw_cvt = 0},
+    {.name = "fp8 integer cvt noswap nosmall", .heads = 8, .stages = 0, .small = 0, .swap = 0, .hw_cvt = 0},
+    {.name = "fp8 q bf16", .heads = 8, .stages = 0, .q_f16 = 0},
+    {.name = "fp8 q bf16 swap nosmall", .heads = 8, .stages = 0, .small = 0, .swap = 1, .q_f16 = 0},
+    {.name = "fp8 q bf16 noswap nosmall", .heads = 8, .stages = 0, .small = 0, .swap = 0, .q_f16 = 0},
+    {.name = "small c1", .heads = 8, .stages = 0, .small_chunks = 1},
+    {.name = "small c2 w4 s2", .heads = 8, .stages = 2, .small_warps = 4, .small_chunks = 2},
+    {.name = "small min tiles 0", .heads = 8, .stages = 0, .min_tiles = 0},
+    {.name = "small min tiles 4 w4", .heads = 8, .stages = 0, .small_warps = 4, .min_tiles = 4},
+    {.name = "small d64 bound 1 MiB", .heads = 8, .stages = 0, .d64_max_mb = 1},
+    {.name = "small min chunks 1", .heads = 8, .stages = 0, .min_chunks = 1},
+    {.name = "small one wave", .heads = 8, .stages = 0, .one_wave = 1},
+};
 
 // Sets a variant for the scope, restores the previous tuning after.
 class UseVariant {
@@ -592,10 +597,10 @@ TEST(DecodeGpuVariants, Sweep) {
 // for the batch's longest length.
 TEST(DecodeGpu, ModerateBatchesAcrossKernelChoices) {
   const bool quick = test::quick_mode();
-  const Variant forms[] = {{"rule", 8, 0},
-                           {"one wave", 8, 0, 1, 0, -1, -1, -1, -1, -1, 0, -1, -1, 0, 1},
-                           {"min chunks 1", 8, 0, 1, 0, -1, -1, -1, -1, -1, 0, -1, -1, 1},
-                           {"d64 bound 1 MiB", 8, 0, 1, 0, -1, -1, -1, -1, -1, 0, -1, 1}};
+  const Variant forms[] = {{.name = "rule", .heads = 8, .stages = 0},
+                           {.name = "one wave", .heads = 8, .stages = 0, .one_wave = 1},
+                           {.name = "min chunks 1", .heads = 8, .stages = 0, .min_chunks = 1},
+                           {.name = "d64 bound 1 MiB", .heads = 8, .stages = 0, .d64_max_mb = 1}};
   for (const Variant& v : forms) {
     SCOPED_TRACE(v.name);
     UseVariant use(v);
@@ -622,7 +627,7 @@ TEST(DecodeGpu, ModerateBatchesAcrossKernelChoices) {
 
 // Every code, and every output dim in its place (fp8_swap_o_dim), on the swapped fp8 tile.
 TEST(DecodeGpu, Fp8CodesReadExactlySwappedTile) {
-  UseVariant use(Variant{"swap nosmall", 8, 0, 0, 0, -1, 1});
+  UseVariant use(Variant{.name = "swap nosmall", .heads = 8, .stages = 0, .small = 0, .swap = 1});
   fp8_codes_read_exactly();
 }
 
@@ -631,9 +636,13 @@ TEST(DecodeGpu, Fp8CodesReadExactlySwappedTile) {
 // kernel: every code exact, every output dim in its place, and the fp8 sweep against the
 // float64 reference on the stored bytes.
 TEST(DecodeGpu, Fp8IntegerConversion) {
-  for (const Variant& v : {Variant{"fp8 integer cvt", 8, 0, 1, 0, -1, -1, -1, 0},
-                           Variant{"fp8 integer cvt swap nosmall", 8, 0, 0, 0, -1, 1, -1, 0},
-                           Variant{"fp8 integer cvt noswap nosmall", 8, 0, 0, 0, -1, 0, -1, 0}}) {
+  const Variant forms[] = {
+      {.name = "fp8 integer cvt", .heads = 8, .stages = 0, .hw_cvt = 0},
+      {.name = "fp8 integer cvt swap nosmall", .heads = 8, .stages = 0, .small = 0, .swap = 1,
+       .hw_cvt = 0},
+      {.name = "fp8 integer cvt noswap nosmall", .heads = 8, .stages = 0, .small = 0, .swap = 0,
+       .hw_cvt = 0}};
+  for (const Variant& v : forms) {
     SCOPED_TRACE(v.name);
     UseVariant use(v);
     fp8_codes_read_exactly();
@@ -647,9 +656,13 @@ TEST(DecodeGpu, Fp8IntegerConversion) {
 // (every K code through the LSE) and the fp8 sweep against the float64 reference on the
 // stored bytes.
 TEST(DecodeGpu, Fp8QueriesInBf16) {
-  for (const Variant& v : {Variant{"fp8 q bf16", 8, 0, 1, 0, -1, -1, -1, -1, 0},
-                           Variant{"fp8 q bf16 swap nosmall", 8, 0, 0, 0, -1, 1, -1, -1, 0},
-                           Variant{"fp8 q bf16 noswap nosmall", 8, 0, 0, 0, -1, 0, -1, -1, 0}}) {
+  const Variant forms[] = {
+      {.name = "fp8 q bf16", .heads = 8, .stages = 0, .q_f16 = 0},
+      {.name = "fp8 q bf16 swap nosmall", .heads = 8, .stages = 0, .small = 0, .swap = 1,
+       .q_f16 = 0},
+      {.name = "fp8 q bf16 noswap nosmall", .heads = 8, .stages = 0, .small = 0, .swap = 0,
+       .q_f16 = 0}};
+  for (const Variant& v : forms) {
     SCOPED_TRACE(v.name);
     UseVariant use(v);
     fp8_codes_read_exactly();
@@ -660,7 +673,7 @@ TEST(DecodeGpu, Fp8QueriesInBf16) {
 // The fp8 sweep again on the swapped fp8 tile (decode_swap 1; small mode off, so the stream and
 // whole-sequence kernels take every batch; units of more than 8 rows keep the 16-row tile).
 TEST(DecodeGpu, Fp8CacheSweepSwappedTile) {
-  UseVariant use(Variant{"swap nosmall", 8, 0, 0, 0, -1, 1});
+  UseVariant use(Variant{.name = "swap nosmall", .heads = 8, .stages = 0, .small = 0, .swap = 1});
   sweep(test::quick_mode() ? 12 : 96, /*fp8=*/true);
 }
 
@@ -754,7 +767,7 @@ TEST(DecodeGpu, ShapesAtTheEdges) { shapes_at_the_edges(); }
 TEST(DecodeGpu, ShapesAtTheEdgesBothTiles) {
   for (const int swap : {0, 1}) {
     SCOPED_TRACE(swap ? "swapped tile" : "16-row tile");
-    UseVariant use(Variant{"", 8, 0, 0, 0, -1, swap});
+    UseVariant use(Variant{.name = "", .heads = 8, .stages = 0, .small = 0, .swap = swap});
     shapes_at_the_edges();
   }
 }
@@ -945,7 +958,7 @@ TEST(DecodeGpu, CudaGraphCaptureAndReplay) {
   }
   {
     SCOPED_TRACE("interleaved chunks (KVATTN_DECODE_SMALL_INTERLEAVE): the same replays");
-    UseVariant inter(Variant{"small interleaved", 8, 0, 1, 0, -1, -1, 1});
+    UseVariant inter(Variant{.name = "small interleaved", .heads = 8, .stages = 0, .interleave = 1});
     graph_capture_and_replay();
     graph_capture_and_replay({2500}, 2500);
   }
@@ -1119,7 +1132,7 @@ TEST(DecodeGpuFeatures, Fp8CacheRandomSweep) { feature_sweep(test::quick_mode() 
 // The same on the swapped fp8 tile's extended form (window, softcap, ALiBi, leftpad through
 // DecodeMods::apply_swap): decode_swap 1, small mode off.
 TEST(DecodeGpuFeatures, Fp8CacheRandomSweepSwappedTile) {
-  UseVariant use(Variant{"swap nosmall", 8, 0, 0, 0, -1, 1});
+  UseVariant use(Variant{.name = "swap nosmall", .heads = 8, .stages = 0, .small = 0, .swap = 1});
   feature_sweep(test::quick_mode() ? 12 : 72, true);
 }
 
