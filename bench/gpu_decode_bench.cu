@@ -503,8 +503,10 @@ int main(int argc, char** argv) {
   }
   if (only == "small") {
     g_small_map = true;
+    // table > 0: a table of that many keys over shorter lengths, planned with its width as an
+    // engine's graphs plan (short contexts where the d64 bound and the one-wave rule matter).
     struct MapShape {
-      int64_t batch, len, hq, hkv, d;
+      int64_t batch, len, hq, hkv, d, table = 0;
     };
     const MapShape map_shapes[] = {
         {2, 32768, 9, 3, 64},   {4, 32768, 9, 3, 64},   {8, 32768, 9, 3, 64},
@@ -513,23 +515,14 @@ int main(int argc, char** argv) {
         {4, 32768, 32, 8, 128}, {8, 32768, 32, 8, 128}, {16, 16384, 32, 8, 128},
         {8, 32768, 16, 8, 128}, {4, 8192, 32, 8, 128},  {16, 8192, 9, 3, 64},
         // 133-264 units at d128: one wave at one chunk takes 4-warp CTAs (decode_small_one_wave)
-        {32, 8192, 32, 8, 128}, {24, 16384, 16, 8, 128}, {20, 4096, 32, 8, 128}};
+        {32, 8192, 32, 8, 128}, {24, 16384, 16, 8, 128}, {20, 4096, 32, 8, 128},
+        {8, 512, 9, 3, 64, 8192},    {16, 512, 9, 3, 64, 8192},    {32, 300, 9, 3, 64, 8192},
+        {64, 1000, 9, 3, 64, 8192},  {16, 2048, 9, 3, 64, 8192},   {16, 600, 8, 8, 64, 8192},
+        {16, 512, 16, 8, 128, 8192}, {64, 300, 16, 8, 128, 8192}, {32, 1000, 16, 8, 128, 8192}};
     for (const MapShape& m : map_shapes) {
       const std::string name = std::to_string(m.batch) + "x" + std::to_string(m.len);
       bench_decode(name, std::vector<int64_t>(static_cast<size_t>(m.batch), m.len), m.hq, m.hkv,
-                   16, rng, m.d);
-    }
-    // An engine's graphs plan with the table's width, not the batch's lengths: short contexts
-    // in tables of 8192 keys (head_dim 64, where the bound on the small kernel applies; and
-    // Qwen3-0.6B's heads, for the stream kernel's fewest tiles a range).
-    for (const MapShape& m : {MapShape{8, 512, 9, 3, 64}, MapShape{16, 512, 9, 3, 64},
-                              MapShape{32, 300, 9, 3, 64}, MapShape{64, 1000, 9, 3, 64},
-                              MapShape{16, 2048, 9, 3, 64}, MapShape{16, 600, 8, 8, 64},
-                              MapShape{16, 512, 16, 8, 128}, MapShape{64, 300, 16, 8, 128},
-                              MapShape{32, 1000, 16, 8, 128}}) {
-      const std::string name = std::to_string(m.batch) + "x" + std::to_string(m.len);
-      bench_decode(name, std::vector<int64_t>(static_cast<size_t>(m.batch), m.len), m.hq, m.hkv,
-                   16, rng, m.d, false, 8192);
+                   16, rng, m.d, false, m.table);
     }
   }
   if (only.empty() || only == "decode") {

@@ -120,7 +120,8 @@ struct CudaTuning {
   // the batch takes the small kernel instead of the stream kernel. 4 = the rule since session 3;
   // 1 = also one CTA a unit without a merge whenever the units fit one wave (8 warps, else 4):
   // session 21's map found it 15-32% faster on short contexts at moderate batch (16x512 16/8
-  // in a table of 8192 keys 17.1 vs 25.2 us) and slower on long d64 batches; measuring.
+  // in a table of 8192 keys 17.1 vs 25.2 us) and 14-35% slower on long d64 batches, so 4 stays
+  // (decode_small_one_wave is the d128-only form).
   // Env KVATTN_DECODE_SMALL_MIN_CHUNKS.
   int decode_small_min_chunks = 4;
   // Decode, small-batch kernel at head_dim 128 over 16-bit caches: 1 = a batch that gets fewer
