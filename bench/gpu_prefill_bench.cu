@@ -299,14 +299,6 @@ using DirectEpilogueTile = cuda::Sm90PrefillTileConfig<
     D, cuda::Sm90PrefillTile<D>::kConsumerWarpgroups, cuda::Sm90PrefillTile<D>::kStages,
     cuda::Sm90PrefillTile<D>::kBlockN, true, false>;
 
-// The default tiles with the consumers' look-ahead through shared memory
-// (kLookAheadSmem; the default: registers where the consumers have them, else none).
-template <int D>
-using SmemLookAheadTile = cuda::Sm90PrefillTileConfig<
-    D, cuda::Sm90PrefillTile<D>::kConsumerWarpgroups, cuda::Sm90PrefillTile<D>::kStages,
-    cuda::Sm90PrefillTile<D>::kBlockN, true, cuda::Sm90PrefillTile<D>::kSmemEpilogue, false,
-    cuda::kLookAheadSmem>;
-
 // Runs a bench-only tile configuration (causal bf16, packed or paged) on the problem's
 // tensors; Tile64 / Tile128 / Tile256 by head_dim.
 template <class Tile64, class Tile128, class Tile256>
@@ -332,12 +324,6 @@ void run_tile_for(const Problem& p, cudaStream_t stream) {
 void run_direct_epilogue_tile(const Problem& p, cudaStream_t stream) {
   run_tile_for<DirectEpilogueTile<64>, DirectEpilogueTile<128>, cuda::Sm90PrefillTile<256>>(p,
                                                                                            stream);
-}
-
-void run_smem_lookahead_tile(const Problem& p, cudaStream_t stream) {
-  // head_dim 256 has no room for the slots (224 KB of Q and K/V stages): its default runs.
-  run_tile_for<SmemLookAheadTile<64>, SmemLookAheadTile<128>, cuda::Sm90PrefillTile<256>>(
-      p, stream);
 }
 
 struct Row {
@@ -439,8 +425,6 @@ int main(int argc, char** argv) {
         {"grid", with(&cuda::CudaTuning::prefill_sm90_persistent, 0), 0.0},
         // O stored from the accumulators (the default stages it in shared memory)
         {"direct_epi", [&] { run_direct_epilogue_tile(p, g_stream); }, 0.0},
-        // the consumers' next tile decoded ahead into shared memory (kLookAheadSmem)
-        {"smem_la", [&] { run_smem_lookahead_tile(p, g_stream); }, 0.0},
         // the producer decodes the tiles and hands them over (Tile::kProducerDecode) always /
         // for sequences of at most 4096 keys (CudaTuning::prefill_sm90_handover 1 / 2)
         {"handover", with(&cuda::CudaTuning::prefill_sm90_handover, 1), 0.0},
@@ -459,7 +443,7 @@ int main(int argc, char** argv) {
       }
     };
     if (s.features()) {  // default (kMods), the plain kernel on the same shape, the ext kernel
-      drop({"grid", "direct_epi", "smem_la", "handover", "handover_auto"});
+      drop({"grid", "direct_epi", "handover", "handover_auto"});
       variants.insert(variants.begin() + 1,
                       Variant{"plain",
                               [&] {
@@ -468,8 +452,8 @@ int main(int argc, char** argv) {
                                 prefill_attention(a);
                               },
                               4.0 * visible_pairs(s, false) * s.hq * s.d, false});
-    } else if (s.d == 256) {  // no staged-epilogue tile and no look-ahead slots at head_dim 256
-      drop({"direct_epi", "smem_la"});
+    } else if (s.d == 256) {  // no staged-epilogue tile at head_dim 256
+      drop({"direct_epi"});
     }
     if (s.page != 0 && s.page < 128) {  // paged pieces issued by one producer warp
       variants.insert(variants.begin() + 1,

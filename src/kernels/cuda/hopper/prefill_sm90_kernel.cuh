@@ -128,8 +128,7 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
     } else {
       sm90::for_each_tile<BM, BN, kCausal, kPaged, kMods, /*kNarrow=*/true,
                           Tile::kConsumerLookAhead>(
-          sp, threadIdx.x == 128, consume,
-          smem.lookahead_slot(static_cast<int>(threadIdx.x) - 128));
+          sp, threadIdx.x == 128, consume);
     }
   }
 #endif

@@ -62,22 +62,9 @@ struct PrefillSm90Params {
 #define KVATTN_PREFILL_SM90_LOOKAHEAD 1
 #endif
 inline constexpr bool kSm90LookAhead = KVATTN_PREFILL_SM90_LOOKAHEAD != 0;
-// The look-ahead through shared memory (prefill_sm90_schedule.cuh: stash_tile / unstash_tile)
-// for the consumers without the registers for the full one (the 160-register head_dim 64
-// tile): the next tile's section arithmetic and its four cu_seqlens words go to the thread's
-// own 32-byte slot (st.shared and cp.async), so no register stays live across the tile and the
-// loads are in flight during its GEMMs. Written in session 22: off until it runs
-// (-DKVATTN_PREFILL_SM90_SMEM_LOOKAHEAD=1 builds it in).
-#ifndef KVATTN_PREFILL_SM90_SMEM_LOOKAHEAD
-#define KVATTN_PREFILL_SM90_SMEM_LOOKAHEAD 0
-#endif
-inline constexpr bool kSm90SmemLookAhead = KVATTN_PREFILL_SM90_SMEM_LOOKAHEAD != 0;
-// for_each_tile's look-ahead forms (prefill_sm90_schedule.cuh).
-inline constexpr int kLookAheadNone = 0, kLookAheadFull = 1, kLookAheadSmem = 2;
 
 template <int kHeadDim_, int kConsumerWarpgroups_, int kStages_, int kBlockN_,
-          bool kRescaleInTurn_ = true, bool kSmemEpilogue_ = false, bool kProducerDecode_ = false,
-          int kLookAhead_ = -1>
+          bool kRescaleInTurn_ = true, bool kSmemEpilogue_ = false, bool kProducerDecode_ = false>
 struct Sm90PrefillTileConfig {
   static constexpr bool kRescaleInTurn = kRescaleInTurn_;
   static constexpr bool kSmemEpilogue = kSmemEpilogue_;
@@ -95,13 +82,8 @@ struct Sm90PrefillTileConfig {
   // The consumers decode their next tile during the current one (for_each_tile's kLookAhead:
   // 8 registers live across a tile) where they have the registers: at 160 (the three-warpgroup
   // head_dim 64 tile) ptxas spilled 72-128 bytes a thread with it. Built in where
-  // KVATTN_PREFILL_SM90_LOOKAHEAD (above) asks; elsewhere the shared-memory form where
-  // KVATTN_PREFILL_SM90_SMEM_LOOKAHEAD asks. kLookAhead_ >= 0 names the form (bench tiles).
-  static constexpr int kConsumerLookAhead = kLookAhead_ >= 0        ? kLookAhead_
-                                            : !kSm90LookAhead        ? kLookAheadNone
-                                            : kConsumerRegs >= 232   ? kLookAheadFull
-                                            : kSm90SmemLookAhead     ? kLookAheadSmem
-                                                                     : kLookAheadNone;
+  // KVATTN_PREFILL_SM90_LOOKAHEAD (below) asks.
+  static constexpr bool kConsumerLookAhead = kSm90LookAhead && kConsumerRegs >= 232;
   // Paged K/V: up to four producer warps issue a tile's page pieces (kv_producer_warps), at
   // head_dim 128 (40 producer registers). Elsewhere the extra state spilled (ptxas, session
   // 14): at 24 or 32 registers, and at 40 in a two-warpgroup head_dim 64 tile.
@@ -116,13 +98,9 @@ struct Sm90PrefillTileConfig {
   static constexpr int kOStageBytes =
       kSmemEpilogue ? 4 * kConsumerWarpgroups * 16 * kOStageRowBytes : 0;
   static_assert(kNumBarriers * 8 % 16 == 0, "the output stage follows the barriers, 16-aligned");
-  static constexpr int kWorkBytes = kProducerDecode ? 64 : 0;  // the handed-over tile
-  // The shared-memory look-ahead's slots: 32 bytes a consumer thread, last.
-  static constexpr int kLookAheadSlotBytes = 32;
-  static constexpr int kLookAheadBytes =
-      kConsumerLookAhead == kLookAheadSmem ? kLookAheadSlotBytes * 128 * kConsumerWarpgroups : 0;
-  static constexpr int kSmemBytes = kQBytes + 2 * kStages * kKVBytes + kNumBarriers * 8 +
-                                    kOStageBytes + kWorkBytes + kLookAheadBytes;
+  static constexpr int kWorkBytes = kProducerDecode ? 64 : 0;  // the handed-over tile, last
+  static constexpr int kSmemBytes =
+      kQBytes + 2 * kStages * kKVBytes + kNumBarriers * 8 + kOStageBytes + kWorkBytes;
   static constexpr int kSmemAlloc = kSmemBytes + 1024;  // room to align the base to 1024 bytes
   static_assert(kHeadDim % 64 == 0 && kBlockN % 16 == 0 && kBlockN <= 256);
   static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumerWarpgroups <= 65536);

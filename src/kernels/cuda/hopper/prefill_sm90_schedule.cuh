@@ -91,60 +91,6 @@ __device__ __forceinline__ PendingTile begin_tile(const PrefillParams& p, int64_
   return pt;
 }
 
-// The shared-memory look-ahead (for_each_tile's kLookAhead == kLookAheadSmem): stash_tile runs
-// begin_tile's section arithmetic for the next tile and leaves it, with the tile's four
-// cu_seqlens words copied by cp.async, in this thread's own 32-byte slot (words 0-3: the
-// lengths; 4-6: sequence, head, row block, z < 0 for a padding slot); unstash_tile, after the
-// current tile, waits for the copies and reads the slot back. No register stays live across
-// the tile between them, and each thread reads only what it wrote itself (no hand-off between
-// threads, nothing for racecheck). t < 0: no tile (the slot says so).
-__device__ __forceinline__ void stash_tile(const PrefillParams& p, int64_t section,
-                                           int64_t section_unit, int64_t t, bool narrow,
-                                           uint32_t slot) {
-  const int64_t pairs = static_cast<int64_t>(p.num_seqs) * p.num_heads;
-  SectionTile st;
-  st.valid = false;
-  if (t >= 0) {
-    st = narrow ? section_tile_as<int32_t>(static_cast<int32_t>(t), static_cast<int32_t>(pairs),
-                                           p.num_m_blocks, static_cast<int32_t>(section),
-                                           static_cast<int32_t>(section_unit))
-                : section_tile(t, pairs, p.num_m_blocks, section, section_unit);
-  }
-  int b = 0, h = 0, z = -1;
-  if (st.valid) {
-    h = static_cast<int>(st.pair % p.num_heads);
-    b = static_cast<int>(st.pair / p.num_heads);
-    z = static_cast<int>(st.z);
-    const int* const src[4] = {p.cu_seqlens_q + b, p.cu_seqlens_q + b + 1, p.cu_seqlens_k + b,
-                               p.cu_seqlens_k + b + 1};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(slot + 4 * i), "l"(src[i])
-                   : "memory");
-    }
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-  }
-  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(slot + 16), "r"(b), "r"(h),
-               "r"(z), "r"(0)
-               : "memory");
-}
-
-__device__ __forceinline__ PendingTile unstash_tile(uint32_t slot) {
-  asm volatile("cp.async.wait_all;\n" ::: "memory");
-  PendingTile pt;  // word 7 (padding) lands in q_begin, which the lengths overwrite
-  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(pt.b), "=r"(pt.h), "=r"(pt.z), "=r"(pt.q_begin)
-               : "r"(slot + 16)
-               : "memory");
-  if (pt.z < 0) return PendingTile{};
-  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(pt.q_begin), "=r"(pt.q_end), "=r"(pt.k_begin), "=r"(pt.k_end)
-               : "r"(slot)
-               : "memory");
-  pt.valid = true;
-  return pt;
-}
-
 // False when the tile is a padding slot, has no rows (m0 >= Lq) or its sequence's lengths are
 // bad. Bad lengths are reported once per sequence (by the tile of head 0 and the first row
 // block visited) when `report` is set (one thread of the CTA).
@@ -203,17 +149,16 @@ __device__ __forceinline__ bool finish_tile(const PrefillParams& p, const Pendin
 // kNarrow: decode in 32-bit arithmetic where section_tile_fits and sp.narrow_decode asks for it
 // (the consumers, whose tile decode sits between two tiles' GEMMs); the producers, which run
 // ahead and have 24-40 registers (both forms spilled at 32), keep the 64-bit form.
-// kLookAhead (the consumers, Tile::kConsumerLookAhead): kLookAheadFull, where they have the
-// registers: the next tile's begin_tile (its cu_seqlens loads) is issued before fn runs the
-// current one, so the loads' latency hides behind the current tile's GEMMs instead of sitting
-// between one tile's epilogue and the next tile's first GEMM; 8 registers stay live across fn.
-// kLookAheadSmem: the same order with the next tile kept in this thread's shared-memory `slot`
-// (stash_tile) instead of registers. (A producer-side handover of decoded tiles in shared
-// memory, FlashAttention-3's order, does it between threads: prefill_sm90_tile_handover.cuh.)
+// kLookAhead (the consumers, Tile::kConsumerLookAhead: where they have the registers): the
+// next tile's begin_tile (its cu_seqlens loads) is issued before fn runs the current one, so
+// the loads' latency hides behind the current tile's GEMMs instead of sitting between one
+// tile's epilogue and the next tile's first GEMM; 8 registers stay live across fn. (A
+// producer-side handover of decoded tiles in shared memory, FlashAttention-3's order, does the
+// same without them: prefill_sm90_tile_handover.cuh.)
 template <int kBlockM, int kBlockN, bool kCausal, bool kPaged, bool kMods, bool kNarrow = false,
-          int kLookAhead = kLookAheadNone, typename Fn>
+          bool kLookAhead = false, typename Fn>
 __device__ __forceinline__ void for_each_tile(const PrefillSm90Params& sp, bool report,
-                                              Fn&& fn, uint32_t slot = 0) {
+                                              Fn&& fn) {
   const PrefillParams& p = sp.base;
   const int64_t num_tiles = sp.num_tiles;
   const bool narrow =
@@ -226,21 +171,13 @@ __device__ __forceinline__ void for_each_tile(const PrefillSm90Params& sp, bool 
     const int64_t t = snake_tile(r, blockIdx.x, gridDim.x);
     return t < num_tiles ? begin_tile(p, sp.section, sp.section_unit, t, narrow) : PendingTile{};
   };
-  auto stash_round = [&](int64_t r) {
-    const int64_t t = snake_tile(r, blockIdx.x, gridDim.x);
-    stash_tile(p, sp.section, sp.section_unit, t < num_tiles ? t : -1, narrow, slot);
-  };
   PendingTile next;
-  if constexpr (kLookAhead == kLookAheadFull) next = begin_round(0);
-  if constexpr (kLookAhead == kLookAheadSmem) stash_round(0);
+  if constexpr (kLookAhead) next = begin_round(0);
   for (int64_t r = 0; r * gridDim.x < num_tiles; ++r) {
     PendingTile current;
-    if constexpr (kLookAhead == kLookAheadFull) {
+    if constexpr (kLookAhead) {
       current = next;
       if ((r + 1) * gridDim.x < num_tiles) next = begin_round(r + 1);
-    } else if constexpr (kLookAhead == kLookAheadSmem) {
-      current = unstash_tile(slot);
-      if ((r + 1) * gridDim.x < num_tiles) stash_round(r + 1);
     } else {
       current = begin_round(r);
     }

@@ -52,15 +52,6 @@ struct PrefillSmem {
   __device__ __forceinline__ uint32_t work() const {
     return bars + Tile::kNumBarriers * 8 + Tile::kOStageBytes;
   }
-  // Consumer thread c's look-ahead slot (Tile::kLookAheadBytes; 16-byte aligned, 32 bytes;
-  // prefill_sm90_schedule.cuh's stash_tile). 0 where the tile has none.
-  __device__ __forceinline__ uint32_t lookahead_slot(int c) const {
-    if constexpr (Tile::kLookAheadBytes == 0) {
-      return 0;
-    } else {
-      return work() + Tile::kWorkBytes + c * Tile::kLookAheadSlotBytes;
-    }
-  }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   // One thread, before the CTA-wide barrier that precedes any use. A full barrier completes on
