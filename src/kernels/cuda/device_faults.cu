@@ -14,25 +14,39 @@ void check(cudaError_t e, const char* what) {
   KVATTN_CHECK(e == cudaSuccess, what, " failed: ", cudaGetErrorString(e));
 }
 
-}  // namespace
+// One allocation per device: the fault word, then (from byte kSlotsOffset) the prefill
+// handover slots.
+constexpr size_t kSlotsOffset = 256;
+constexpr size_t kDeviceWordsBytes =
+    kSlotsOffset + size_t{kPrefillHandoverSlots} * kPrefillHandoverSlotBytes;
 
-uint32_t* fault_word_ptr(int device) {
+char* device_words(int device, const char* who) {
   static std::mutex mu;
-  static uint32_t* words[kMaxDevices] = {};
-  KVATTN_CHECK(device >= 0 && device < kMaxDevices, "fault_word_ptr: device must be in [0, ",
+  static char* blocks[kMaxDevices] = {};
+  KVATTN_CHECK(device >= 0 && device < kMaxDevices, who, ": device must be in [0, ",
                kMaxDevices, ") but is ", device);
   std::lock_guard<std::mutex> lock(mu);
-  if (words[device] == nullptr) {
+  if (blocks[device] == nullptr) {
     int previous = 0;
     check(cudaGetDevice(&previous), "cudaGetDevice");
     check(cudaSetDevice(device), "cudaSetDevice");
-    uint32_t* p = nullptr;
-    check(cudaMalloc(&p, sizeof(uint32_t)), "cudaMalloc(fault word)");
-    check(cudaMemset(p, 0, sizeof(uint32_t)), "cudaMemset(fault word)");
+    void* p = nullptr;
+    check(cudaMalloc(&p, kDeviceWordsBytes), "cudaMalloc(fault word)");
+    check(cudaMemset(p, 0, kDeviceWordsBytes), "cudaMemset(fault word)");
     check(cudaSetDevice(previous), "cudaSetDevice");
-    words[device] = p;
+    blocks[device] = static_cast<char*>(p);
   }
-  return words[device];
+  return blocks[device];
+}
+
+}  // namespace
+
+uint32_t* fault_word_ptr(int device) {
+  return reinterpret_cast<uint32_t*>(device_words(device, "fault_word_ptr"));
+}
+
+void* prefill_handover_slots(int device) {
+  return device_words(device, "prefill_handover_slots") + kSlotsOffset;
 }
 
 uint32_t read_device_faults(int device, bool clear) {

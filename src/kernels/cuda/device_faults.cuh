@@ -17,6 +17,14 @@ namespace kvattn::cuda {
 // must not be called during CUDA-graph capture for the first time on a device.
 uint32_t* fault_word_ptr(int device);
 
+// The Hopper prefill's tile-handover slots of `device` (prefill_sm90_tile_handover.cuh):
+// kPrefillHandoverSlots of kPrefillHandoverSlotBytes, one per SM id. They share the fault
+// word's allocation (made on the first use of either), so any kvattn kernel that ran before a
+// CUDA-graph capture has allocated them too. Host function.
+inline constexpr int kPrefillHandoverSlots = 1024;
+inline constexpr int kPrefillHandoverSlotBytes = 64;
+void* prefill_handover_slots(int device);
+
 #ifdef __CUDACC__
 __device__ __forceinline__ void record_fault(uint32_t* word, uint32_t bits) {
   if (word != nullptr) atomicOr(word, bits);

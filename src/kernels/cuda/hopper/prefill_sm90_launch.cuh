@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <numeric>
 
+#include "kernels/cuda/device_faults.cuh"
 #include "kernels/cuda/hopper/prefill_sm90_kernel.cuh"
 #include "kernels/cuda/hopper/prefill_sm90_launch.h"
 #include "kernels/cuda/hopper/tensor_map.h"
@@ -113,6 +114,7 @@ void launch_prefill_sm90_tile(const PrefillParams& base, cudaStream_t stream) {
   sp.turns_across_tiles = cuda_tuning().prefill_sm90_turns != 0 ? 1 : 0;
   sp.out_vec16 = reinterpret_cast<uintptr_t>(p.out) % 16 == 0 && p.o_stride % 8 == 0 ? 1 : 0;
   sp.narrow_decode = cuda_tuning().prefill_sm90_narrow_decode != 0 ? 1 : 0;
+  if constexpr (Tile::kProducerDecode) sp.handover_slots = prefill_handover_slots(device);
   int64_t grid = tiles;
   if (cuda_tuning().prefill_sm90_persistent != 0 || grid > INT32_MAX) {
     grid = std::min<int64_t>(grid, sm_count(device));

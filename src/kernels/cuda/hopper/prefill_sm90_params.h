@@ -29,6 +29,8 @@ struct PrefillSm90Params {
   int out_vec16 = 0;  // out and its token stride allow 16-byte stores (the staged epilogue)
   int narrow_decode = 0;  // consumers decode tiles in 32-bit arithmetic (prefill_sm90_schedule)
   int turns_across_tiles = 0;  // 1: GEMM turns primed once per CTA (prefill_sm90_consumer.cuh)
+  // Tile::kProducerDecode: the device's handover slots (prefill_handover_slots), one per SM id.
+  void* handover_slots = nullptr;
   // The tile schedule (prefill_sm90_schedule.cuh, prefill_sm90_sections.h): (sequence, head)
   // pairs per L2 section, each section's slots padded to a multiple of section_unit (the
   // persistent grid's size, else 1), and the slots in all (heads x sequences x row blocks

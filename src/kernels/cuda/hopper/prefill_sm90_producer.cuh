@@ -25,16 +25,22 @@ namespace kvattn::cuda::sm90 {
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
-// One thread: arms q_full with the Q tile's bytes and issues its TMA boxes (rows q_row0.. of
-// head h).
+// One thread: the Q tile's TMA boxes (rows q_row0.. of head h), completing on q_full (armed
+// by the caller with their bytes); issue_q arms it and issues them.
 template <class Tile>
-__device__ __forceinline__ void issue_q(const PrefillSm90Params& p,
-                                        const PrefillSmem<Tile>& s, int q_row0, int h) {
-  mbar_arrive_expect_tx(s.q_full, Tile::kQBytes);
+__device__ __forceinline__ void issue_q_boxes(const PrefillSm90Params& p,
+                                              const PrefillSmem<Tile>& s, int q_row0, int h) {
 #pragma unroll
   for (int c = 0; c < Tile::kColBlocks; ++c) {
     tma_load_3d(s.q + c * Tile::kBlockM * 128, &p.tmap_q, s.q_full, c * 64, h, q_row0);
   }
+}
+
+template <class Tile>
+__device__ __forceinline__ void issue_q(const PrefillSm90Params& p,
+                                        const PrefillSmem<Tile>& s, int q_row0, int h) {
+  mbar_arrive_expect_tx(s.q_full, Tile::kQBytes);
+  issue_q_boxes(p, s, q_row0, h);
 }
 
 // The Q tile of the next tile with keys (q_index of them were loaded before): waits until the

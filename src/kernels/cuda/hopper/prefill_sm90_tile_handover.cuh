@@ -3,27 +3,31 @@
 // Q, so the consumers never decode: their path from one tile's epilogue to the next tile's first
 // GEMM loses the cu_seqlens loads and the section arithmetic (FlashAttention-3's producer-side
 // scheduler does the same).
+// Transport: the async proxy, as Q's. Lane 0 writes the tile to its SM's slot in global memory
+// (prefill_handover_slots: one 64-byte slot per SM id; an sm_90 CTA of these tiles takes more
+// than half an SM's shared memory, so no two share an SM), orders it before the async proxy
+// (fence.proxy.async.global) and bulk-loads it into work() on q_full, whose transaction bytes
+// then cover the tile and its Q. So no thread writes work() with plain stores: the consumers
+// read bytes the async proxy wrote, completed on an mbarrier they waited on, as they read Q.
+// (Sessions 16-17: plain stores to the slot ordered by the arrival read right but racecheck
+// flags them, as its probe bench/micro/mbar_handoff_race.cu shows for any one-sided arrival; a
+// st.async slot passed racecheck but memcheck rejects st.async to the CTA's own memory.)
 // Protocol (over q_full / q_empty, one phase per handed tile, in the CTA's tile order):
-//   producer warp 0: waits q_empty of the previous tile; lane 0 writes the tile, then arrives
-//     on q_full with the Q bytes (a tile with keys: the Q TMA follows) or plainly (a tile whose
-//     rows see no key: no Q); after the last tile, the same with the end sentinel (n_blocks < 0).
+//   producer warp 0: waits q_empty of the previous tile (so the previous bulk load has landed
+//     and the consumers have read it); lane 0 writes the slot, arms q_full with the tile's
+//     bytes (and Q's, for a tile with keys) and issues the bulk load (and the Q boxes); after
+//     the last tile, the same with the end sentinel (n_blocks < 0).
 //   consumers: wait q_full, read the tile; a tile with keys releases q_empty after its last
 //     S = Q K^T (PrefillConsumer::run, as without the handover), one without keys right after
 //     the read (one arrival per consumer warp).
 // The ring counters follow from the handed tiles: kv_base sums their n_blocks; q_index counts
 // all of them (the q_full parity).
-// Sanitizers (H200): memcheck 0 (session 16); racecheck reports the slot's plain stores and
-// loads as hazards because it does not take a one-sided arrival as ordering: its own probe
-// (bench/micro/mbar_handoff_race.cu) flags the same handoff ordered by mbarriers and by named
-// barriers (bar.arrive / bar.sync) alike, and reads right every time (session 17). The form it
-// passed, the slot written by st.async completing on q_full (one-CTA cluster launches), is
-// invalid under memcheck ("Cluster needs to have at least 2 blocks"): st.async is for another
-// CTA's shared memory. So the handover stays off by default (CudaTuning::prefill_sm90_handover)
-// until a protocol is clean under both.
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
+#include "kernels/cuda/device_faults.cuh"
 #include "kernels/cuda/hopper/prefill_sm90_producer.cuh"
 #include "kernels/cuda/hopper/prefill_sm90_schedule.cuh"
 #include "kernels/cuda/hopper/prefill_sm90_smem.cuh"
@@ -33,16 +37,25 @@ namespace kvattn::cuda::sm90 {
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
-static_assert(sizeof(PrefillTileWork) == 48, "three 16-byte words in PrefillSmem::work()");
+static_assert(sizeof(PrefillTileWork) == 48 && sizeof(PrefillTileWork) <= kPrefillHandoverSlotBytes,
+              "three 16-byte words in a slot and in PrefillSmem::work()");
 
-__device__ __forceinline__ void store_work(uint32_t addr, const PrefillTileWork& w) {
-  const int* v = reinterpret_cast<const int*>(&w);
+// Lane 0 of the producer: tile w from this SM's global slot into work(), completing on q_full
+// with `q_bytes` more of Q (0: no Q).
+template <class Tile>
+__device__ __forceinline__ void hand_over(const PrefillSm90Params& sp, const PrefillSmem<Tile>& s,
+                                          const PrefillTileWork& w, uint32_t q_bytes) {
+  static_assert(2 * Tile::kSmemAlloc > 228 * 1024, "one CTA an SM: a slot per SM id");
+  int4* slot = static_cast<int4*>(sp.handover_slots) +
+               (sm_id() % kPrefillHandoverSlots) * (kPrefillHandoverSlotBytes / 16);
+  int v[12];
+  memcpy(v, &w, sizeof(v));
+  fence_proxy_async_global();  // the previous tile's bulk load (landed: q_empty) before these
 #pragma unroll
-  for (int i = 0; i < 3; ++i) {
-    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr + 16 * i),
-                 "r"(v[4 * i]), "r"(v[4 * i + 1]), "r"(v[4 * i + 2]), "r"(v[4 * i + 3])
-                 : "memory");
-  }
+  for (int i = 0; i < 3; ++i) slot[i] = make_int4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
+  fence_proxy_async_global();  // these stores before the bulk load
+  mbar_arrive_expect_tx(s.q_full, sizeof(PrefillTileWork) + q_bytes);
+  bulk_load(s.work(), slot, sizeof(PrefillTileWork), s.q_full);
 }
 
 __device__ __forceinline__ PrefillTileWork load_work(uint32_t addr) {
@@ -71,12 +84,8 @@ __device__ __forceinline__ void hand_over_tiles(const PrefillSm90Params& sp,
       [&](const PrefillTileWork& w, uint32_t kv_base, uint32_t q_index) {
         if (handed > 0) mbar_wait(s.q_empty(), (handed - 1) & 1);
         if (lane0) {
-          store_work(s.work(), w);
-          if (w.n_blocks > 0) {
-            issue_q(sp, s, w.q_begin + w.m0, w.h);
-          } else {
-            mbar_arrive(s.q_full);
-          }
+          hand_over(sp, s, w, w.n_blocks > 0 ? Tile::kQBytes : 0);
+          if (w.n_blocks > 0) issue_q_boxes(sp, s, w.q_begin + w.m0, w.h);
         }
         __syncwarp();
         ++handed;
@@ -86,8 +95,7 @@ __device__ __forceinline__ void hand_over_tiles(const PrefillSm90Params& sp,
   if (lane0) {
     PrefillTileWork end;
     end.n_blocks = -1;
-    store_work(s.work(), end);
-    mbar_arrive(s.q_full);
+    hand_over(sp, s, end, 0);
   }
 }
 
