@@ -17,6 +17,12 @@
 // H200, session 17: modes 0, 1 and 2 report 6 hazards each (racecheck does not take a one-sided
 // arrival as ordering), 3 and 4 none; every mode reads right.
 //   4 syncthreads : every round's handoff by two __syncthreads (control: what racecheck models)
+//   5 bulk     : the slot itself written by a 48-byte cp.async.bulk from a global staging copy
+//                (lane 0: st.global, fence.proxy.async.global, the bulk load completing `full`'s
+//                transaction bytes): the prefill handover's async-proxy transport (session 22)
+//   6 bulk ring: as 5, but each round into a slot of its own (a 64-slot ring: no slot is
+//                written twice), which tells a read-then-rewrite hazard from a write-then-read
+//                one
 // Every consumer checks the rounds it read (a wrong read sets the error word), so the pattern
 // is shown right on the hardware whatever racecheck says. Run each mode under racecheck:
 //   nvcc -std=c++20 -O3 -gencode=arch=compute_90a,code=sm_90a -Isrc \
@@ -53,8 +59,9 @@ __device__ __forceinline__ void st_async_v4(uint32_t dst, int a, int b, int c, i
       : "memory");
 }
 
-__global__ void handoff(int mode, const int4* payload, int* error) {
+__global__ void handoff(int mode, const int4* payload, int4* staging, int* error) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)  // the wrappers exist in the sm_90a device pass only
+  __shared__ alignas(16) int ring[kRounds][12];  // modes 5 and 6 (5 uses ring[0] only)
   __shared__ alignas(16) int slot[12];
   __shared__ alignas(128) int4 landing[16];
   __shared__ alignas(8) uint64_t bars[2];
@@ -79,7 +86,18 @@ __global__ void handoff(int mode, const int4* payload, int* error) {
         sm90::mbar_wait(empty, (r - 1) & 1);
       }
       if (lane == 0) {
-        if (mode == 3) {
+        if (mode == 5 || mode == 6) {
+          int* dst = ring[mode == 6 ? r : 0];
+          int4* stage = staging + 3 * (mode == 6 ? r : 0);
+          asm volatile("fence.proxy.async.global;\n" ::: "memory");
+          for (int i = 0; i < 3; ++i) {
+            const int v = r * 100 + 4 * i;
+            stage[i] = make_int4(v, v + 1, v + 2, v + 3);
+          }
+          asm volatile("fence.proxy.async.global;\n" ::: "memory");
+          sm90::mbar_arrive_expect_tx(full, 48);
+          bulk_copy(ptx::smem_addr(dst), stage, 48, full);
+        } else if (mode == 3) {
           sm90::mbar_arrive_expect_tx(full, 48);
           for (int i = 0; i < 3; ++i) {
             const int v = r * 100 + 4 * i;
@@ -109,8 +127,9 @@ __global__ void handoff(int mode, const int4* payload, int* error) {
       } else {
         sm90::mbar_wait(full, r & 1);
       }
+      const int* read = mode == 5 ? ring[0] : mode == 6 ? ring[r] : slot;
       int bad = 0;
-      for (int i = 0; i < 12; ++i) bad |= slot[i] != r * 100 + i;
+      for (int i = 0; i < 12; ++i) bad |= read[i] != r * 100 + i;
       if (bad) atomicOr(error, 1);
       __syncwarp();
       if (mode == 4) {
@@ -128,8 +147,10 @@ __global__ void handoff(int mode, const int4* payload, int* error) {
 int main(int argc, char** argv) {
   const int mode = argc > 1 ? std::atoi(argv[1]) : 0;
   int4* payload = nullptr;
+  int4* staging = nullptr;
   int* error = nullptr;
   if (cudaMalloc(&payload, 256) != cudaSuccess || cudaMalloc(&error, 4) != cudaSuccess ||
+      cudaMalloc(&staging, 48 * kRounds) != cudaSuccess ||
       cudaMemset(payload, 0, 256) != cudaSuccess || cudaMemset(error, 0, 4) != cudaSuccess) {
     std::printf("CUDA setup failed\n");
     return 1;
@@ -144,12 +165,13 @@ int main(int argc, char** argv) {
   cluster.val.clusterDim.z = 1;
   cfg.attrs = &cluster;
   cfg.numAttrs = mode == 3 ? 1 : 0;
-  cudaError_t e = cudaLaunchKernelEx(&cfg, handoff, mode, static_cast<const int4*>(payload), error);
+  cudaError_t e =
+      cudaLaunchKernelEx(&cfg, handoff, mode, static_cast<const int4*>(payload), staging, error);
   if (e == cudaSuccess) e = cudaDeviceSynchronize();
   int host = -1;
   cudaMemcpy(&host, error, 4, cudaMemcpyDeviceToHost);
-  const char* names[] = {"mbarrier", "tx", "named", "st.async", "syncthreads"};
-  std::printf("mode %d (%s): %s, wrong reads %s\n", mode, names[mode >= 0 && mode < 5 ? mode : 0], cudaGetErrorString(e),
+  const char* names[] = {"mbarrier", "tx", "named", "st.async", "syncthreads", "bulk", "bulk ring"};
+  std::printf("mode %d (%s): %s, wrong reads %s\n", mode, names[mode >= 0 && mode < 7 ? mode : 0], cudaGetErrorString(e),
               host == 0 ? "none" : "SOME");
   return e == cudaSuccess && host == 0 ? 0 : 1;
 }

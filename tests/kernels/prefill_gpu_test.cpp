@@ -540,10 +540,10 @@ TEST(PrefillGpu, NarrowAndWideTileDecode) {
   }
 }
 
-// The plain kernels with the tile handover (CudaTuning::prefill_sm90_handover, off by default)
-// always and for sequences of at most 4096 keys: head_dim 64, 128 and 256, causal or not,
-// packed or paged, bf16 and fp16; float64 reference. (racecheck reports the handed slot of
-// these cases: prefill_sm90_tile_handover.cuh says why; memcheck is clean.)
+// The plain kernels with the tile handover (CudaTuning::prefill_sm90_handover) always and for
+// sequences of at most 4096 keys: head_dim 64, 128 and 256, causal or not, packed or paged,
+// bf16 and fp16; float64 reference. (Run under racecheck and memcheck: the handed tiles come
+// by the async proxy into slots written once, prefill_sm90_tile_handover.cuh.)
 TEST(PrefillGpu, TileHandoverOnAndOff) {
   const TuningRestore restore;
   const bool quick = test::quick_mode();

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <numeric>
 
+#include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_faults.cuh"
 #include "kernels/cuda/hopper/prefill_sm90_kernel.cuh"
 #include "kernels/cuda/hopper/prefill_sm90_launch.h"
@@ -32,17 +33,55 @@ inline int64_t prefill_sm90_kv_len(const PrefillParams& p, bool paged) {
 // session 17).
 inline constexpr int64_t kSm90HandoverMaxKeys = 4096;
 
-// Whether a plain launch with tile `Tile` takes its handover form (CudaTuning).
+// A launch's tile schedule (prefill_sm90_schedule.cuh): (sequence, head) pairs per L2 section,
+// each section's slots padded to a multiple of section_unit, the slots in all, and the grid.
+struct Sm90Schedule {
+  int64_t section = 1;
+  int64_t section_unit = 1;
+  int64_t num_tiles = 0;
+  int64_t grid = 0;
+};
+
+// p.num_m_blocks must be Tile's (rows of p.max_seqlen_q in kBlockM blocks).
+template <class Tile>
+Sm90Schedule prefill_sm90_schedule(const PrefillParams& p, bool paged, int device) {
+  Sm90Schedule sc;
+  const int64_t pairs = static_cast<int64_t>(p.num_heads) * p.num_seqs;
+  const int64_t tiles = pairs * p.num_m_blocks;
+  const int64_t kv_len = prefill_sm90_kv_len(p, paged);
+  sc.section = sm90::prefill_l2_section(p.num_seqs, p.num_heads, p.group, Tile::kHeadDim, kv_len,
+                                        /*elem_bytes=*/2,
+                                        int64_t{cuda_tuning().prefill_sm90_l2_mb} << 20);
+  sc.grid = tiles;
+  if (cuda_tuning().prefill_sm90_persistent != 0 || sc.grid > INT32_MAX) {
+    sc.grid = std::min<int64_t>(sc.grid, sm_count(device));
+  }
+  // A persistent grid deals the slots round robin: pad each section to whole rounds (one
+  // section needs no padding); one CTA per tile takes the tiles as they come.
+  sc.section_unit = sc.grid < tiles && sc.section < pairs ? sc.grid : 1;
+  sc.num_tiles = sm90::total_section_slots(pairs, p.num_m_blocks, sc.section, sc.section_unit);
+  return sc;
+}
+
+// Whether a plain launch with tile `Tile` takes its handover form (CudaTuning): where asked, and
+// where each CTA's tiles and the end sentinel fit the handover's slot ring (no slot written
+// twice: prefill_sm90_tile_handover.cuh).
 template <class Tile, bool kPaged>
-bool use_tile_handover(const PrefillParams& p) {
+bool use_tile_handover(const PrefillParams& base, int device) {
   const int mode = cuda_tuning().prefill_sm90_handover;
   if (mode == 0) return false;
   // The experimental cp.async gather (pages that are not whole tiles) has no handover form.
   if (kPaged && cuda_tuning().prefill_sm90_paged_gather != 0 && Tile::kBlockN == 128 &&
-      p.block_size % Tile::kBlockN != 0) {
+      base.block_size % Tile::kBlockN != 0) {
     return false;
   }
-  return mode == 1 || prefill_sm90_kv_len(p, kPaged) <= kSm90HandoverMaxKeys;
+  if (mode == 2 && prefill_sm90_kv_len(base, kPaged) > kSm90HandoverMaxKeys) return false;
+  PrefillParams p = base;
+  p.num_m_blocks = (p.max_seqlen_q + Tile::kBlockM - 1) / Tile::kBlockM;
+  if (p.num_m_blocks == 0 || p.num_seqs == 0) return false;
+  const Sm90Schedule sc = prefill_sm90_schedule<Tile>(p, kPaged, device);
+  const int64_t rounds = (sc.num_tiles + sc.grid - 1) / sc.grid;
+  return rounds + 1 <= Sm90WithTileHandover<Tile>::kHandoverSlots;
 }
 
 // Launches one tile configuration (Sm90PrefillTileConfig) on the current device; kMods: the
@@ -106,23 +145,15 @@ void launch_prefill_sm90_tile(const PrefillParams& base, cudaStream_t stream) {
   constexpr int kSmem = Tile::kSmemAlloc;
   static std::atomic<uint64_t> raised{0};
   const int device = raise_smem_limit_once(kernel, kSmem, raised, "prefill_attention");
-  const int64_t pairs = static_cast<int64_t>(p.num_heads) * p.num_seqs;
-  const int64_t tiles = pairs * p.num_m_blocks;
-  const int64_t kv_len = prefill_sm90_kv_len(p, kPaged);
-  sp.section = sm90::prefill_l2_section(p.num_seqs, p.num_heads, p.group, D, kv_len, kElem,
-                                        int64_t{cuda_tuning().prefill_sm90_l2_mb} << 20);
+  const Sm90Schedule sc = prefill_sm90_schedule<Tile>(p, kPaged, device);
+  sp.section = sc.section;
+  sp.section_unit = sc.section_unit;
+  sp.num_tiles = sc.num_tiles;
+  const int64_t grid = sc.grid;
   sp.turns_across_tiles = cuda_tuning().prefill_sm90_turns != 0 ? 1 : 0;
   sp.out_vec16 = reinterpret_cast<uintptr_t>(p.out) % 16 == 0 && p.o_stride % 8 == 0 ? 1 : 0;
   sp.narrow_decode = cuda_tuning().prefill_sm90_narrow_decode != 0 ? 1 : 0;
   if constexpr (Tile::kProducerDecode) sp.handover_slots = prefill_handover_slots(device);
-  int64_t grid = tiles;
-  if (cuda_tuning().prefill_sm90_persistent != 0 || grid > INT32_MAX) {
-    grid = std::min<int64_t>(grid, sm_count(device));
-  }
-  // A persistent grid deals the slots round robin: pad each section to whole rounds (one
-  // section needs no padding); one CTA per tile takes the tiles as they come.
-  sp.section_unit = grid < tiles && sp.section < pairs ? grid : 1;
-  sp.num_tiles = sm90::total_section_slots(pairs, p.num_m_blocks, sp.section, sp.section_unit);
   kernel<<<static_cast<unsigned>(grid), Tile::kThreads, kSmem, stream>>>(sp);
   const cudaError_t err = cudaGetLastError();
   KVATTN_CHECK(err == cudaSuccess, "prefill_attention: sm90 kernel launch failed: ",
@@ -132,7 +163,9 @@ void launch_prefill_sm90_tile(const PrefillParams& base, cudaStream_t stream) {
 template <typename T, int kHeadDim, bool kCausal, bool kPaged>
 void launch_prefill_sm90(const PrefillParams& p, cudaStream_t stream) {
   using Tile = Sm90PrefillTile<kHeadDim>;
-  if (use_tile_handover<Tile, kPaged>(p)) {
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  if (use_tile_handover<Tile, kPaged>(p, device)) {
     launch_prefill_sm90_tile<T, Sm90WithTileHandover<Tile>, kCausal, kPaged>(p, stream);
   } else {
     launch_prefill_sm90_tile<T, Tile, kCausal, kPaged>(p, stream);

@@ -100,13 +100,25 @@ struct Sm90PrefillTileConfig {
   static constexpr int kOStageBytes =
       kSmemEpilogue ? 4 * kConsumerWarpgroups * 16 * kOStageRowBytes : 0;
   static_assert(kNumBarriers * 8 % 16 == 0, "the output stage follows the barriers, 16-aligned");
-  static constexpr int kWorkBytes = kProducerDecode ? 64 : 0;  // the handed-over tile, last
-  static constexpr int kSmemBytes =
-      kQBytes + 2 * kStages * kKVBytes + kNumBarriers * 8 + kOStageBytes + kWorkBytes;
+  // kProducerDecode: the handed-over tiles, last: a ring of 48-byte slots, one a tile of the
+  // CTA's (and one for the end sentinel), as many as fit beside the tiles (at most 1024), so no
+  // slot is written twice where the CTA's tiles fit (prefill_sm90_tile_handover.cuh says why;
+  // the launch takes the handover only there).
+  static constexpr int kHandoverSlotBytes = 48;
+  static constexpr int kBaseSmemBytes =
+      kQBytes + 2 * kStages * kKVBytes + kNumBarriers * 8 + kOStageBytes;
+  static constexpr int kHandoverSlots =
+      kProducerDecode ? ((232448 - 1024 - kBaseSmemBytes) / kHandoverSlotBytes < 1024
+                             ? (232448 - 1024 - kBaseSmemBytes) / kHandoverSlotBytes
+                             : 1024)
+                      : 0;
+  static constexpr int kWorkBytes = kHandoverSlots * kHandoverSlotBytes;
+  static constexpr int kSmemBytes = kBaseSmemBytes + kWorkBytes;
   static constexpr int kSmemAlloc = kSmemBytes + 1024;  // room to align the base to 1024 bytes
   static_assert(kHeadDim % 64 == 0 && kBlockN % 16 == 0 && kBlockN <= 256);
   static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumerWarpgroups <= 65536);
   static_assert(kSmemAlloc <= 232448, "more shared memory than an sm_90 CTA may have");
+  static_assert(!kProducerDecode || kHandoverSlots >= 2, "a tile and the end sentinel");
 };
 
 // Tile::kProducerDecode in the library's base tiles: off (the plain kernels choose the handover

@@ -6,7 +6,7 @@
 //                 round of the ring; consumers wait
 //   k_empty[s]    one arrival per consumer warp (8) once its S = Q K^T read the stage; producer
 //   v_full/v_empty[s]  the same for V, released after O += P V.
-// With Tile::kProducerDecode, q_full / q_empty also guard the handed-over tile (work()): one
+// With Tile::kProducerDecode, q_full / q_empty also guard the handed-over tile (work(n)): one
 // phase per tile with rows, keys or not (a tile without keys: a plain arrival, no Q bytes), and
 // one last phase for the end sentinel (prefill_sm90_tile_handover.cuh).
 #pragma once
@@ -48,9 +48,11 @@ struct PrefillSmem {
   __device__ __forceinline__ uint32_t o_stage(int w) const {
     return bars + Tile::kNumBarriers * 8 + w * 16 * Tile::kOStageRowBytes;
   }
-  // The tile the producer hands over (Tile::kProducerDecode; 16-byte aligned, 64 bytes).
-  __device__ __forceinline__ uint32_t work() const {
-    return bars + Tile::kNumBarriers * 8 + Tile::kOStageBytes;
+  // The slot of the n-th tile the producer hands over (Tile::kProducerDecode; a ring of
+  // Tile::kHandoverSlots 48-byte slots, 16-byte aligned).
+  __device__ __forceinline__ uint32_t work(uint32_t n) const {
+    return bars + Tile::kNumBarriers * 8 + Tile::kOStageBytes +
+           (n % Tile::kHandoverSlots) * Tile::kHandoverSlotBytes;
   }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)

@@ -6,12 +6,18 @@
 // Transport: the async proxy, as Q's. Lane 0 writes the tile to its SM's slot in global memory
 // (prefill_handover_slots: one 64-byte slot per SM id; an sm_90 CTA of these tiles takes more
 // than half an SM's shared memory, so no two share an SM), orders it before the async proxy
-// (fence.proxy.async.global) and bulk-loads it into work() on q_full, whose transaction bytes
-// then cover the tile and its Q. So no thread writes work() with plain stores: the consumers
-// read bytes the async proxy wrote, completed on an mbarrier they waited on, as they read Q.
-// (Sessions 16-17: plain stores to the slot ordered by the arrival read right but racecheck
-// flags them, as its probe bench/micro/mbar_handoff_race.cu shows for any one-sided arrival; a
-// st.async slot passed racecheck but memcheck rejects st.async to the CTA's own memory.)
+// (fence.proxy.async.global) and bulk-loads it into the CTA's n-th work(n) slot on q_full,
+// whose transaction bytes then cover the tile and its Q. The slots are a ring of one slot a
+// handed tile; the launch takes the handover only where the CTA's tiles and the end sentinel
+// fit it (prefill_sm90_launch.cuh), so no slot is written twice in a CTA.
+// Why so (compute-sanitizer's model, bench/micro/mbar_handoff_race.cu, H200 sessions 17 and
+// 22): racecheck takes an mbarrier wait as ordering a read after an async-proxy write that
+// completed on it (bulk load or st.async), but not a one-sided arrival (q_empty) as ordering a
+// read before the next write of the same bytes, whoever writes them: plain stores to one slot
+// were flagged, a bulk load into one reused slot too (session 22, 1 hazard in the probe,
+// thousands in the suite), a ring with no reuse is clean. The hardware reads right in every
+// form (the memory model orders them). st.async passed racecheck but memcheck rejects it into
+// the CTA's own memory.
 // Protocol (over q_full / q_empty, one phase per handed tile, in the CTA's tile order):
 //   producer warp 0: waits q_empty of the previous tile (so the previous bulk load has landed
 //     and the consumers have read it); lane 0 writes the slot, arms q_full with the tile's
@@ -38,13 +44,14 @@ namespace kvattn::cuda::sm90 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
 static_assert(sizeof(PrefillTileWork) == 48 && sizeof(PrefillTileWork) <= kPrefillHandoverSlotBytes,
-              "three 16-byte words in a slot and in PrefillSmem::work()");
+              "three 16-byte words in a global slot and in a PrefillSmem::work() slot");
 
-// Lane 0 of the producer: tile w from this SM's global slot into work(), completing on q_full
-// with `q_bytes` more of Q (0: no Q).
+// Lane 0 of the producer: tile w, the n-th handed, from this SM's global slot into work(n),
+// completing on q_full with `q_bytes` more of Q (0: no Q).
 template <class Tile>
 __device__ __forceinline__ void hand_over(const PrefillSm90Params& sp, const PrefillSmem<Tile>& s,
-                                          const PrefillTileWork& w, uint32_t q_bytes) {
+                                          const PrefillTileWork& w, uint32_t n, uint32_t q_bytes) {
+  static_assert(Tile::kHandoverSlotBytes == sizeof(PrefillTileWork));
   static_assert(2 * Tile::kSmemAlloc > 228 * 1024, "one CTA an SM: a slot per SM id");
   int4* slot = static_cast<int4*>(sp.handover_slots) +
                (sm_id() % kPrefillHandoverSlots) * (kPrefillHandoverSlotBytes / 16);
@@ -55,7 +62,7 @@ __device__ __forceinline__ void hand_over(const PrefillSm90Params& sp, const Pre
   for (int i = 0; i < 3; ++i) slot[i] = make_int4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
   fence_proxy_async_global();  // these stores before the bulk load
   mbar_arrive_expect_tx(s.q_full, sizeof(PrefillTileWork) + q_bytes);
-  bulk_load(s.work(), slot, sizeof(PrefillTileWork), s.q_full);
+  bulk_load(s.work(n), slot, sizeof(PrefillTileWork), s.q_full);
 }
 
 __device__ __forceinline__ PrefillTileWork load_work(uint32_t addr) {
@@ -84,7 +91,7 @@ __device__ __forceinline__ void hand_over_tiles(const PrefillSm90Params& sp,
       [&](const PrefillTileWork& w, uint32_t kv_base, uint32_t q_index) {
         if (handed > 0) mbar_wait(s.q_empty(), (handed - 1) & 1);
         if (lane0) {
-          hand_over(sp, s, w, w.n_blocks > 0 ? Tile::kQBytes : 0);
+          hand_over(sp, s, w, handed, w.n_blocks > 0 ? Tile::kQBytes : 0);
           if (w.n_blocks > 0) issue_q_boxes(sp, s, w.q_begin + w.m0, w.h);
         }
         __syncwarp();
@@ -95,7 +102,7 @@ __device__ __forceinline__ void hand_over_tiles(const PrefillSm90Params& sp,
   if (lane0) {
     PrefillTileWork end;
     end.n_blocks = -1;
-    hand_over(sp, s, end, 0);
+    hand_over(sp, s, end, handed, 0);
   }
 }
 
@@ -106,7 +113,7 @@ __device__ __forceinline__ void for_each_handed_tile(const PrefillSmem<Tile>& s,
   uint32_t kv_base = 0;
   for (uint32_t handed = 0;; ++handed) {
     mbar_wait(s.q_full, handed & 1);
-    const PrefillTileWork w = load_work(s.work());
+    const PrefillTileWork w = load_work(s.work(handed));
     if (w.n_blocks < 0) return;
     if (w.n_blocks == 0) {  // no Q, no keys: release the handover now
       __syncwarp();
