@@ -425,10 +425,11 @@ int main(int argc, char** argv) {
         {"grid", with(&cuda::CudaTuning::prefill_sm90_persistent, 0), 0.0},
         // O stored from the accumulators (the default stages it in shared memory)
         {"direct_epi", [&] { run_direct_epilogue_tile(p, g_stream); }, 0.0},
-        // the producer decodes the tiles and hands them over (Tile::kProducerDecode) always /
-        // for sequences of at most 4096 keys (CudaTuning::prefill_sm90_handover 1 / 2)
+        // the producer decodes the tiles and hands them over (Tile::kProducerDecode) never /
+        // always (CudaTuning::prefill_sm90_handover 0 / 1; the default, 2: where key loops are
+        // short)
+        {"nohandover", with(&cuda::CudaTuning::prefill_sm90_handover, 0), 0.0},
         {"handover", with(&cuda::CudaTuning::prefill_sm90_handover, 1), 0.0},
-        {"handover_auto", with(&cuda::CudaTuning::prefill_sm90_handover, 2), 0.0},
         // consumers decode tiles in 64-bit arithmetic (the default: 32-bit where it fits)
         {"wide", with(&cuda::CudaTuning::prefill_sm90_narrow_decode, 0), 0.0},
         // GEMM turns restarted per tile (the default runs them on)
@@ -443,7 +444,7 @@ int main(int argc, char** argv) {
       }
     };
     if (s.features()) {  // default (kMods), the plain kernel on the same shape, the ext kernel
-      drop({"grid", "direct_epi", "handover", "handover_auto"});
+      drop({"grid", "direct_epi", "nohandover", "handover"});
       variants.insert(variants.begin() + 1,
                       Variant{"plain",
                               [&] {

@@ -540,15 +540,15 @@ TEST(PrefillGpu, NarrowAndWideTileDecode) {
   }
 }
 
-// The plain kernels with the tile handover (CudaTuning::prefill_sm90_handover) always and for
-// sequences of at most 4096 keys: head_dim 64, 128 and 256, causal or not, packed or paged,
-// bf16 and fp16; float64 reference. (Run under racecheck and memcheck: the handed tiles come
-// by the async proxy into slots written once, prefill_sm90_tile_handover.cuh.)
+// The plain kernels with the tile handover (CudaTuning::prefill_sm90_handover) never, always
+// and where key loops are short (the default): head_dim 64, 128 and 256, causal or not, packed
+// or paged, bf16 and fp16; float64 reference. (Run under racecheck and memcheck: the handed
+// tiles come by the async proxy into slots written once, prefill_sm90_tile_handover.cuh.)
 TEST(PrefillGpu, TileHandoverOnAndOff) {
   const TuningRestore restore;
   const bool quick = test::quick_mode();
   int index = 0;
-  for (int handover : {1, 2}) {
+  for (int handover : {0, 1, 2}) {
     cuda::cuda_tuning().prefill_sm90_handover = handover;
     for (int64_t d : {64, 128, 256}) {
       for (bool causal : {true, false}) {

@@ -38,15 +38,13 @@ struct CudaTuning {
   // Hopper prefill, plain kernels (no window / softcap / ALiBi): the producer's warp 0 decodes
   // the tiles and hands each one to the consumers with its Q (Tile::kProducerDecode,
   // hopper/prefill_sm90_tile_handover.cuh). 0 = never (the consumers decode), 1 = always,
-  // 2 = where the work is short tiles: the longest sequence has at most
-  // kSm90HandoverMaxKeys keys (prefill_sm90_launch.cuh). H200, session 17, C++ bench, same
-  // process, flushed / graph: 16x1024 16/8 d128 +4-8%, 8x2048 d64 +2-4%, 8x2048 32/8 d128
-  // +2-4% flushed (graph -5 to +12% between rounds), 1x16384 d128 -2 to -7%, the paged prefix
-  // over 4096 keys -3 to -9% graph; mode 2 keeps the wins. 0 by default: racecheck flags the
-  // handed slot (a limit of its model, shown by bench/micro/mbar_handoff_race.cu) and the
-  // form it passes is invalid under memcheck (the handover header says more); the project's
-  // kernels stay clean under both. Env KVATTN_PREFILL_SM90_HANDOVER.
-  int prefill_sm90_handover = 0;
+  // 2 = where a tile's key loop is short (kSm90HandoverMaxRowKeys, prefill_sm90_launch.cuh);
+  // 1 and 2 only where each CTA's tiles fit the handover's slot ring. Default 2 since session
+  // 22, when the handed tiles came by the async proxy into slots written once (racecheck and
+  // memcheck clean; until then off: racecheck flagged the reused slot). H200, session 22, same
+  // binary: 16x1024 d128 -2.5-3.5%, 8x2048 32/8 d64 -3.6-4.4%, 4x4096 9/3 d64 -3-4%, others even.
+  // Env KVATTN_PREFILL_SM90_HANDOVER.
+  int prefill_sm90_handover = 2;
   // Hopper prefill: megabytes of L2 the K/V of one tile-schedule section may take
   // (prefill_sm90_schedule.cuh): the (sequence, head) pairs are cut into sections whose K/V
   // fit, and every row block of a section runs before the next section starts, so a K/V tile

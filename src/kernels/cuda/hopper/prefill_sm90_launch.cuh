@@ -27,11 +27,14 @@ inline int64_t prefill_sm90_kv_len(const PrefillParams& p, bool paged) {
                : (static_cast<int64_t>(p.total_k) + p.num_seqs - 1) / p.num_seqs;
 }
 
-// CudaTuning::prefill_sm90_handover = 2: the plain kernels take the tile handover when the
-// longest sequence has at most this many keys (short key loops, where the consumers' own tile
-// decode between two tiles' GEMMs is a visible share; longer ones lost 2-9% with it, H200
-// session 17).
-inline constexpr int64_t kSm90HandoverMaxKeys = 4096;
+// CudaTuning::prefill_sm90_handover = 2: the plain kernels take the tile handover where a
+// tile's key loop is short on average: a query row of the longest sequence sees at most this
+// many keys on average (causal: kv_len - Lq / 2, bottom-right; else kv_len). What the handover
+// removes is a fixed cost per tile (the consumers' tile decode between two tiles' GEMMs): H200,
+// session 22 call 5, same binary: 16x1024 d128 (512 keys a row) -2.5-3.5%, 8x2048 32/8 d64
+// (1024) -3.6-4.4%, 4x4096 9/3 d64 (2048) -3-4%, 8x2048 32/8 d128 (1024) even; the prefix
+// 8 x 512 over 4096 keys (3840) +1-3% and 1x16384 (8192) +1.5%, so not there.
+inline constexpr int64_t kSm90HandoverMaxRowKeys = 2048;
 
 // A launch's tile schedule (prefill_sm90_schedule.cuh): (sequence, head) pairs per L2 section,
 // each section's slots padded to a multiple of section_unit, the slots in all, and the grid.
@@ -66,7 +69,7 @@ Sm90Schedule prefill_sm90_schedule(const PrefillParams& p, bool paged, int devic
 // Whether a plain launch with tile `Tile` takes its handover form (CudaTuning): where asked, and
 // where each CTA's tiles and the end sentinel fit the handover's slot ring (no slot written
 // twice: prefill_sm90_tile_handover.cuh).
-template <class Tile, bool kPaged>
+template <class Tile, bool kCausal, bool kPaged>
 bool use_tile_handover(const PrefillParams& base, int device) {
   const int mode = cuda_tuning().prefill_sm90_handover;
   if (mode == 0) return false;
@@ -75,7 +78,12 @@ bool use_tile_handover(const PrefillParams& base, int device) {
       base.block_size % Tile::kBlockN != 0) {
     return false;
   }
-  if (mode == 2 && prefill_sm90_kv_len(base, kPaged) > kSm90HandoverMaxKeys) return false;
+  if (mode == 2) {
+    const int64_t kv_len = prefill_sm90_kv_len(base, kPaged);
+    const int64_t row_keys =
+        kCausal ? kv_len - std::min<int64_t>(base.max_seqlen_q, kv_len) / 2 : kv_len;
+    if (row_keys > kSm90HandoverMaxRowKeys) return false;
+  }
   PrefillParams p = base;
   p.num_m_blocks = (p.max_seqlen_q + Tile::kBlockM - 1) / Tile::kBlockM;
   if (p.num_m_blocks == 0 || p.num_seqs == 0) return false;
@@ -165,7 +173,7 @@ void launch_prefill_sm90(const PrefillParams& p, cudaStream_t stream) {
   using Tile = Sm90PrefillTile<kHeadDim>;
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
-  if (use_tile_handover<Tile, kPaged>(p, device)) {
+  if (use_tile_handover<Tile, kCausal, kPaged>(p, device)) {
     launch_prefill_sm90_tile<T, Sm90WithTileHandover<Tile>, kCausal, kPaged>(p, stream);
   } else {
     launch_prefill_sm90_tile<T, Tile, kCausal, kPaged>(p, stream);

@@ -55,7 +55,7 @@ struct PrefillSm90Params {
 // memory with its Q (prefill_sm90_tile_handover.cuh), so the consumers' tile decode (the
 // cu_seqlens loads and section arithmetic between two tiles' GEMMs) leaves their path
 // (FlashAttention-3's order; the plain kernels take it per launch where
-// CudaTuning::prefill_sm90_handover asks, off by default).
+// CudaTuning::prefill_sm90_handover asks: by default where key loops are short).
 // The consumers' look-ahead tile decode (Tile::kConsumerLookAhead), on: H200, session 18, same
 // call, C++ bench: 16x1024 d128 +2.5-2.7%, 8x2048 d128 +2.8% flushed, long and paged shapes
 // within noise; the whole prefill suite passes with it. -DKVATTN_PREFILL_SM90_LOOKAHEAD=0
