@@ -15,7 +15,8 @@
 //                with it the hardware does it right, but memcheck calls it an invalid shared
 //                write, "Cluster needs to have at least 2 blocks": not a form to ship)
 // H200, session 17: modes 0, 1 and 2 report 6 hazards each (racecheck does not take a one-sided
-// arrival as ordering), 3 and 4 none; every mode reads right.
+// arrival as ordering), 3 and 4 none; session 22: mode 5 one hazard (the reused slot's rewrite),
+// 6 none; memcheck 0 on both; every mode reads right.
 //   4 syncthreads : every round's handoff by two __syncthreads (control: what racecheck models)
 //   5 bulk     : the slot itself written by a 48-byte cp.async.bulk from a global staging copy
 //                (lane 0: st.global, fence.proxy.async.global, the bulk load completing `full`'s
@@ -42,14 +43,6 @@ namespace ptx = kvattn::cuda::ptx;
 
 constexpr int kConsumerWarps = 8;
 constexpr int kRounds = 64;
-
-__device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, uint32_t bytes,
-                                          uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
-      ::"r"(dst), "l"(src), "r"(bytes), "r"(bar)
-      : "memory");
-}
 
 __device__ __forceinline__ void st_async_v4(uint32_t dst, int a, int b, int c, int d,
                                             uint32_t bar) {
@@ -89,14 +82,14 @@ __global__ void handoff(int mode, const int4* payload, int4* staging, int* error
         if (mode == 5 || mode == 6) {
           int* dst = ring[mode == 6 ? r : 0];
           int4* stage = staging + 3 * (mode == 6 ? r : 0);
-          asm volatile("fence.proxy.async.global;\n" ::: "memory");
+          sm90::fence_proxy_async_global();
           for (int i = 0; i < 3; ++i) {
             const int v = r * 100 + 4 * i;
             stage[i] = make_int4(v, v + 1, v + 2, v + 3);
           }
-          asm volatile("fence.proxy.async.global;\n" ::: "memory");
+          sm90::fence_proxy_async_global();
           sm90::mbar_arrive_expect_tx(full, 48);
-          bulk_copy(ptx::smem_addr(dst), stage, 48, full);
+          sm90::bulk_load(ptx::smem_addr(dst), stage, 48, full);
         } else if (mode == 3) {
           sm90::mbar_arrive_expect_tx(full, 48);
           for (int i = 0; i < 3; ++i) {
@@ -108,7 +101,7 @@ __global__ void handoff(int mode, const int4* payload, int4* staging, int* error
         }
         if (mode == 1) {
           sm90::mbar_arrive_expect_tx(full, sizeof(landing));
-          bulk_copy(ptx::smem_addr(landing), payload, sizeof(landing), full);
+          sm90::bulk_load(ptx::smem_addr(landing), payload, sizeof(landing), full);
         } else if (mode == 0) {
           sm90::mbar_arrive(full);
         }

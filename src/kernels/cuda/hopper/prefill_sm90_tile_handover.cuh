@@ -9,7 +9,9 @@
 // (fence.proxy.async.global) and bulk-loads it into the CTA's n-th work(n) slot on q_full,
 // whose transaction bytes then cover the tile and its Q. The slots are a ring of one slot a
 // handed tile; the launch takes the handover only where the CTA's tiles and the end sentinel
-// fit it (prefill_sm90_launch.cuh), so no slot is written twice in a CTA.
+// fit it (prefill_sm90_launch.cuh), so no slot is written twice in a CTA. (A build with
+// -DKVATTN_PREFILL_SM90_PRODUCER_DECODE=1 hands over in every kernel: there a CTA with more
+// tiles than slots reuses them, which reads right but racecheck flags.)
 // Why so (compute-sanitizer's model, bench/micro/mbar_handoff_race.cu, H200 sessions 17 and
 // 22): racecheck takes an mbarrier wait as ordering a read after an async-proxy write that
 // completed on it (bulk load or st.async), but not a one-sided arrival (q_empty) as ordering a
