@@ -445,6 +445,14 @@ int main(int argc, char** argv) {
     };
     if (s.features()) {  // default (kMods), the plain kernel on the same shape, the ext kernel
       drop({"grid", "direct_epi", "nohandover", "handover"});
+      // the kMods kernels' tile handover where key loops are short / always
+      // (CudaTuning::prefill_sm90_mods_handover 2 / 1; the default, 0: never)
+      variants.insert(variants.begin() + 1,
+                      Variant{"mods_handover",
+                              with(&cuda::CudaTuning::prefill_sm90_mods_handover, 2), 0.0});
+      variants.insert(variants.begin() + 2,
+                      Variant{"mods_handover1",
+                              with(&cuda::CudaTuning::prefill_sm90_mods_handover, 1), 0.0});
       variants.insert(variants.begin() + 1,
                       Variant{"plain",
                               [&] {

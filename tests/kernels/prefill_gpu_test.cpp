@@ -978,6 +978,36 @@ TEST(PrefillGpuFeatures, RandomSweep) {
   }
 }
 
+// The window / softcap / ALiBi kernels with the tile handover
+// (CudaTuning::prefill_sm90_mods_handover, off by default) always and where key loops are
+// short: random features on random cases, head_dim 64, 128 and 256, packed or paged, bf16 and
+// fp16; float64 reference (run under racecheck and memcheck too).
+TEST(PrefillGpuFeatures, TileHandover) {
+  const TuningRestore restore;
+  const bool quick = test::quick_mode();
+  int index = 0;
+  for (int handover : {1, 2}) {
+    cuda::cuda_tuning().prefill_sm90_mods_handover = handover;
+    for (int64_t d : {64, 128, 256}) {
+      for (bool causal : {true, false}) {
+        for (int i = 0; i < (quick ? 1 : 2); ++i, ++index) {
+          if (!test::case_selected(index)) continue;
+          const uint64_t seed = test::case_seed();
+          std::mt19937_64 rng(seed);
+          const DType dt = index % 3 == 2 ? DType::kF16 : DType::kBF16;
+          PrefillCase c = random_case(rng, dt, d, causal, /*paged=*/index % 2 == 1, quick);
+          add_random_features(rng, c);
+          c.f64_reference = true;
+          SCOPED_TRACE(test::case_note(
+              index, seed, "mods handover " + std::to_string(handover) + " " + c.describe()));
+          run_case(c, rng, "prefill features tile handover");
+          if (HasFatalFailure()) return;
+        }
+      }
+    }
+  }
+}
+
 // Windows around the tile sizes of the extended kernels (64 or 128 query rows, 32 or 64 keys)
 // over lengths at the tile edges, packed and paged with pages 1/16/256, each head_dim, causal
 // or not, GQA 1..8; every third case with softcap and ALiBi too.

@@ -66,30 +66,38 @@ Sm90Schedule prefill_sm90_schedule(const PrefillParams& p, bool paged, int devic
   return sc;
 }
 
-// Whether a plain launch with tile `Tile` takes its handover form (CudaTuning): where asked, and
-// where each CTA's tiles and the end sentinel fit the handover's slot ring (no slot written
-// twice: prefill_sm90_tile_handover.cuh).
-template <class Tile, bool kCausal, bool kPaged>
-bool use_tile_handover(const PrefillParams& base, int device) {
-  const int mode = cuda_tuning().prefill_sm90_handover;
+// Whether a launch with tile `Tile` takes its handover form: `mode` as
+// CudaTuning::prefill_sm90_handover (0 never, 1 always, 2 where a query row sees at most
+// kSm90HandoverMaxRowKeys keys on average: `row_keys`), and only where each CTA's tiles and
+// the end sentinel fit the handover's slot ring (no slot written twice:
+// prefill_sm90_tile_handover.cuh).
+template <class Tile, bool kPaged>
+bool use_tile_handover(const PrefillParams& base, int device, int mode, int64_t row_keys) {
   if (mode == 0) return false;
   // The experimental cp.async gather (pages that are not whole tiles) has no handover form.
   if (kPaged && cuda_tuning().prefill_sm90_paged_gather != 0 && Tile::kBlockN == 128 &&
       base.block_size % Tile::kBlockN != 0) {
     return false;
   }
-  if (mode == 2) {
-    const int64_t kv_len = prefill_sm90_kv_len(base, kPaged);
-    const int64_t row_keys =
-        kCausal ? kv_len - std::min<int64_t>(base.max_seqlen_q, kv_len) / 2 : kv_len;
-    if (row_keys > kSm90HandoverMaxRowKeys) return false;
-  }
+  if (mode == 2 && row_keys > kSm90HandoverMaxRowKeys) return false;
   PrefillParams p = base;
   p.num_m_blocks = (p.max_seqlen_q + Tile::kBlockM - 1) / Tile::kBlockM;
   if (p.num_m_blocks == 0 || p.num_seqs == 0) return false;
   const Sm90Schedule sc = prefill_sm90_schedule<Tile>(p, kPaged, device);
   const int64_t rounds = (sc.num_tiles + sc.grid - 1) / sc.grid;
   return rounds + 1 <= Sm90WithTileHandover<Tile>::kHandoverSlots;
+}
+
+// The keys a query row of the longest sequence sees on average, bounded by the window
+// (bottom-right aligned; window_right 0 is causal): what mode 2 weighs.
+inline int64_t prefill_sm90_row_keys(const PrefillParams& p, bool causal, bool paged) {
+  const int64_t kv_len = prefill_sm90_kv_len(p, paged);
+  const bool right0 = causal || p.window_right == 0;
+  int64_t keys = right0 ? kv_len - std::min<int64_t>(p.max_seqlen_q, kv_len) / 2 : kv_len;
+  if (p.window_left >= 0) {
+    keys = std::min<int64_t>(keys, int64_t{p.window_left} + 1 + std::max(p.window_right, 0));
+  }
+  return keys;
 }
 
 // Launches one tile configuration (Sm90PrefillTileConfig) on the current device; kMods: the
@@ -173,16 +181,27 @@ void launch_prefill_sm90(const PrefillParams& p, cudaStream_t stream) {
   using Tile = Sm90PrefillTile<kHeadDim>;
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
-  if (use_tile_handover<Tile, kCausal, kPaged>(p, device)) {
+  if (use_tile_handover<Tile, kPaged>(p, device, cuda_tuning().prefill_sm90_handover,
+                                     prefill_sm90_row_keys(p, kCausal, kPaged))) {
     launch_prefill_sm90_tile<T, Sm90WithTileHandover<Tile>, kCausal, kPaged>(p, stream);
   } else {
     launch_prefill_sm90_tile<T, Tile, kCausal, kPaged>(p, stream);
   }
 }
 
+// The window / softcap / ALiBi form; its handover where CudaTuning::prefill_sm90_mods_handover
+// asks (off until measured).
 template <typename T, int kHeadDim, bool kPaged>
 void launch_prefill_sm90_mods(const PrefillParams& p, cudaStream_t stream) {
-  launch_prefill_sm90_tile<T, Sm90PrefillTile<kHeadDim>, false, kPaged, true>(p, stream);
+  using Tile = Sm90PrefillTile<kHeadDim>;
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  if (use_tile_handover<Tile, kPaged>(p, device, cuda_tuning().prefill_sm90_mods_handover,
+                                     prefill_sm90_row_keys(p, false, kPaged))) {
+    launch_prefill_sm90_tile<T, Sm90WithTileHandover<Tile>, false, kPaged, true>(p, stream);
+  } else {
+    launch_prefill_sm90_tile<T, Tile, false, kPaged, true>(p, stream);
+  }
 }
 
 }  // namespace kvattn::cuda
