@@ -1,5 +1,5 @@
 // Tile::kProducerDecode: the producer's warp 0 decodes the CTA's tiles (prefill_sm90_schedule.cuh)
-// and hands each one to the consumers in shared memory (PrefillSmem::work()) together with its
+// and hands each one to the consumers in shared memory (PrefillSmem::work(n)) together with its
 // Q, so the consumers never decode: their path from one tile's epilogue to the next tile's first
 // GEMM loses the cu_seqlens loads and the section arithmetic (FlashAttention-3's producer-side
 // scheduler does the same).
@@ -17,7 +17,7 @@
 // completed on it (bulk load or st.async), but not a one-sided arrival (q_empty) as ordering a
 // read before the next write of the same bytes, whoever writes them: plain stores to one slot
 // were flagged, a bulk load into one reused slot too (session 22, 1 hazard in the probe,
-// thousands in the suite), a ring with no reuse is clean. The hardware reads right in every
+// hundreds in the suite), a ring with no reuse is clean. The hardware reads right in every
 // form (the memory model orders them). st.async passed racecheck but memcheck rejects it into
 // the CTA's own memory.
 // Protocol (over q_full / q_empty, one phase per handed tile, in the CTA's tile order):
