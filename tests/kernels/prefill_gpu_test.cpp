@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <numeric>
 #include <sstream>
 
@@ -540,16 +541,17 @@ TEST(PrefillGpu, NarrowAndWideTileDecode) {
   }
 }
 
-// The plain kernels with the tile handover (CudaTuning::prefill_sm90_handover) never, always
-// and where key loops are short (the default): head_dim 64, 128 and 256, causal or not, packed
-// or paged, bf16 and fp16; float64 reference. (Run under racecheck and memcheck: the handed
-// tiles come by the async proxy into slots written once, prefill_sm90_tile_handover.cuh.)
-TEST(PrefillGpu, TileHandoverOnAndOff) {
-  const TuningRestore restore;
+void add_random_features(std::mt19937_64& rng, PrefillCase& c);  // below (issue 18)
+
+// Random cases (head_dim 64, 128 and 256, causal or not, packed or paged, bf16 and fp16;
+// float64 reference, random features where `features`) with the tuning field `mode` set to
+// each of `modes` in turn.
+void run_handover_modes(int cuda::CudaTuning::*mode, std::initializer_list<int> modes,
+                        bool features, const std::string& label) {
   const bool quick = test::quick_mode();
   int index = 0;
-  for (int handover : {0, 1, 2}) {
-    cuda::cuda_tuning().prefill_sm90_handover = handover;
+  for (int m : modes) {
+    cuda::cuda_tuning().*mode = m;
     for (int64_t d : {64, 128, 256}) {
       for (bool causal : {true, false}) {
         for (int i = 0; i < (quick ? 1 : 2); ++i, ++index) {
@@ -558,15 +560,25 @@ TEST(PrefillGpu, TileHandoverOnAndOff) {
           std::mt19937_64 rng(seed);
           const DType dt = index % 3 == 2 ? DType::kF16 : DType::kBF16;
           PrefillCase c = random_case(rng, dt, d, causal, /*paged=*/index % 2 == 1, quick);
+          if (features) add_random_features(rng, c);
           c.f64_reference = true;
-          SCOPED_TRACE(test::case_note(
-              index, seed, "handover " + std::to_string(handover) + " " + c.describe()));
-          run_case(c, rng, "prefill tile handover");
-          if (HasFatalFailure()) return;
+          SCOPED_TRACE(test::case_note(index, seed,
+                                       label + " " + std::to_string(m) + " " + c.describe()));
+          run_case(c, rng, "prefill " + label);
+          if (::testing::Test::HasFatalFailure()) return;
         }
       }
     }
   }
+}
+
+// The plain kernels with the tile handover (CudaTuning::prefill_sm90_handover) never, always
+// and where key loops are short (the default). (Run under racecheck and memcheck: the handed
+// tiles come by the async proxy into slots written once, prefill_sm90_tile_handover.cuh.)
+TEST(PrefillGpu, TileHandoverOnAndOff) {
+  const TuningRestore restore;
+  run_handover_modes(&cuda::CudaTuning::prefill_sm90_handover, {0, 1, 2}, false,
+                     "tile handover");
 }
 
 // Paged K/V with 1, 2 and 3 producer warps (the default, 4, runs in every other paged test)
@@ -980,32 +992,11 @@ TEST(PrefillGpuFeatures, RandomSweep) {
 
 // The window / softcap / ALiBi kernels with the tile handover
 // (CudaTuning::prefill_sm90_mods_handover, off by default) always and where key loops are
-// short: random features on random cases, head_dim 64, 128 and 256, packed or paged, bf16 and
-// fp16; float64 reference (run under racecheck and memcheck too).
+// short, on random features (run under racecheck and memcheck too).
 TEST(PrefillGpuFeatures, TileHandover) {
   const TuningRestore restore;
-  const bool quick = test::quick_mode();
-  int index = 0;
-  for (int handover : {1, 2}) {
-    cuda::cuda_tuning().prefill_sm90_mods_handover = handover;
-    for (int64_t d : {64, 128, 256}) {
-      for (bool causal : {true, false}) {
-        for (int i = 0; i < (quick ? 1 : 2); ++i, ++index) {
-          if (!test::case_selected(index)) continue;
-          const uint64_t seed = test::case_seed();
-          std::mt19937_64 rng(seed);
-          const DType dt = index % 3 == 2 ? DType::kF16 : DType::kBF16;
-          PrefillCase c = random_case(rng, dt, d, causal, /*paged=*/index % 2 == 1, quick);
-          add_random_features(rng, c);
-          c.f64_reference = true;
-          SCOPED_TRACE(test::case_note(
-              index, seed, "mods handover " + std::to_string(handover) + " " + c.describe()));
-          run_case(c, rng, "prefill features tile handover");
-          if (HasFatalFailure()) return;
-        }
-      }
-    }
-  }
+  run_handover_modes(&cuda::CudaTuning::prefill_sm90_mods_handover, {1, 2}, true,
+                     "features tile handover");
 }
 
 // Windows around the tile sizes of the extended kernels (64 or 128 query rows, 32 or 64 keys)

@@ -176,32 +176,33 @@ void launch_prefill_sm90_tile(const PrefillParams& base, cudaStream_t stream) {
                cudaGetErrorString(err));
 }
 
-template <typename T, int kHeadDim, bool kCausal, bool kPaged>
-void launch_prefill_sm90(const PrefillParams& p, cudaStream_t stream) {
+// Launches the head_dim's tile, in its handover form where use_tile_handover says so for
+// `mode` (kMods: the window / softcap / ALiBi form, kCausal false).
+template <typename T, int kHeadDim, bool kCausal, bool kPaged, bool kMods>
+void launch_prefill_sm90_choosing_handover(const PrefillParams& p, cudaStream_t stream,
+                                           int mode) {
   using Tile = Sm90PrefillTile<kHeadDim>;
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
-  if (use_tile_handover<Tile, kPaged>(p, device, cuda_tuning().prefill_sm90_handover,
-                                     prefill_sm90_row_keys(p, kCausal, kPaged))) {
-    launch_prefill_sm90_tile<T, Sm90WithTileHandover<Tile>, kCausal, kPaged>(p, stream);
+  if (use_tile_handover<Tile, kPaged>(p, device, mode, prefill_sm90_row_keys(p, kCausal, kPaged))) {
+    launch_prefill_sm90_tile<T, Sm90WithTileHandover<Tile>, kCausal, kPaged, kMods>(p, stream);
   } else {
-    launch_prefill_sm90_tile<T, Tile, kCausal, kPaged>(p, stream);
+    launch_prefill_sm90_tile<T, Tile, kCausal, kPaged, kMods>(p, stream);
   }
+}
+
+template <typename T, int kHeadDim, bool kCausal, bool kPaged>
+void launch_prefill_sm90(const PrefillParams& p, cudaStream_t stream) {
+  launch_prefill_sm90_choosing_handover<T, kHeadDim, kCausal, kPaged, false>(
+      p, stream, cuda_tuning().prefill_sm90_handover);
 }
 
 // The window / softcap / ALiBi form; its handover where CudaTuning::prefill_sm90_mods_handover
 // asks (off until measured).
 template <typename T, int kHeadDim, bool kPaged>
 void launch_prefill_sm90_mods(const PrefillParams& p, cudaStream_t stream) {
-  using Tile = Sm90PrefillTile<kHeadDim>;
-  int device = 0;
-  CUDA_CHECK(cudaGetDevice(&device));
-  if (use_tile_handover<Tile, kPaged>(p, device, cuda_tuning().prefill_sm90_mods_handover,
-                                     prefill_sm90_row_keys(p, false, kPaged))) {
-    launch_prefill_sm90_tile<T, Sm90WithTileHandover<Tile>, false, kPaged, true>(p, stream);
-  } else {
-    launch_prefill_sm90_tile<T, Tile, false, kPaged, true>(p, stream);
-  }
+  launch_prefill_sm90_choosing_handover<T, kHeadDim, false, kPaged, true>(
+      p, stream, cuda_tuning().prefill_sm90_mods_handover);
 }
 
 }  // namespace kvattn::cuda

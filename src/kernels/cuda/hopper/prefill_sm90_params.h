@@ -107,11 +107,9 @@ struct Sm90PrefillTileConfig {
   static constexpr int kHandoverSlotBytes = 48;
   static constexpr int kBaseSmemBytes =
       kQBytes + 2 * kStages * kKVBytes + kNumBarriers * 8 + kOStageBytes;
+  static constexpr int kFittingSlots = (232448 - 1024 - kBaseSmemBytes) / kHandoverSlotBytes;
   static constexpr int kHandoverSlots =
-      kProducerDecode ? ((232448 - 1024 - kBaseSmemBytes) / kHandoverSlotBytes < 1024
-                             ? (232448 - 1024 - kBaseSmemBytes) / kHandoverSlotBytes
-                             : 1024)
-                      : 0;
+      kProducerDecode ? (kFittingSlots < 1024 ? kFittingSlots : 1024) : 0;
   static constexpr int kWorkBytes = kHandoverSlots * kHandoverSlotBytes;
   static constexpr int kSmemBytes = kBaseSmemBytes + kWorkBytes;
   static constexpr int kSmemAlloc = kSmemBytes + 1024;  // room to align the base to 1024 bytes

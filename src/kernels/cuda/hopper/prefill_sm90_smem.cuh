@@ -7,8 +7,8 @@
 //   k_empty[s]    one arrival per consumer warp (8) once its S = Q K^T read the stage; producer
 //   v_full/v_empty[s]  the same for V, released after O += P V.
 // With Tile::kProducerDecode, q_full / q_empty also guard the handed-over tile (work(n)): one
-// phase per tile with rows, keys or not (a tile without keys: a plain arrival, no Q bytes), and
-// one last phase for the end sentinel (prefill_sm90_tile_handover.cuh).
+// phase per tile with rows, keys or not (q_full's bytes: the tile's, plus Q's for a tile with
+// keys), and one last phase for the end sentinel (prefill_sm90_tile_handover.cuh).
 #pragma once
 
 #include <cstdint>
