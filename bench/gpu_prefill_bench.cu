@@ -338,11 +338,13 @@ int main(int argc, char** argv) {
   bool quick = false;
   bool features_only = false;
   bool d256_only = false;
+  const char* only = nullptr;  // --only SUBSTR: the shapes whose name contains SUBSTR
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::atoi(argv[++i]);
     if (!std::strcmp(argv[i], "--quick")) quick = true;
     if (!std::strcmp(argv[i], "--features")) features_only = true;
     if (!std::strcmp(argv[i], "--d256")) d256_only = true;
+    if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
   }
   if (!cuda_available()) {
     std::printf("{\"bench\":\"prefill\",\"skipped\":\"no CUDA device\"}\n");
@@ -391,6 +393,9 @@ int main(int argc, char** argv) {
                               [&](const Shape& s) { return (s.d == 256) != d256_only; }),
                shapes.end());
   if (features_only) shapes = feature_shapes;
+  if (only != nullptr) {
+    std::erase_if(shapes, [&](const Shape& s) { return s.name.find(only) == std::string::npos; });
+  }
   if (quick) shapes.resize(std::min<size_t>(shapes.size(), 1));
   const double ceiling = gemm_ceiling_tflops();
   std::printf("{\"bench\":\"prefill\",\"ceiling\":\"cublas bf16 gemm 8192^3\",\"tflops\":%.1f}\n",
@@ -446,7 +451,7 @@ int main(int argc, char** argv) {
     if (s.features()) {  // default (kMods), the plain kernel on the same shape, the ext kernel
       drop({"grid", "direct_epi", "nohandover", "handover"});
       // the kMods kernels' tile handover where key loops are short / always
-      // (CudaTuning::prefill_sm90_mods_handover 2 / 1; the default, 0: never)
+      // (CudaTuning::prefill_sm90_mods_handover 2 / 1; the default, 3: mode 2 at head_dim 128)
       variants.insert(variants.begin() + 1,
                       Variant{"mods_handover",
                               with(&cuda::CudaTuning::prefill_sm90_mods_handover, 2), 0.0});

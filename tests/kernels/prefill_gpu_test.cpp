@@ -991,11 +991,12 @@ TEST(PrefillGpuFeatures, RandomSweep) {
 }
 
 // The window / softcap / ALiBi kernels with the tile handover
-// (CudaTuning::prefill_sm90_mods_handover, off by default) always and where key loops are
-// short, on random features (run under racecheck and memcheck too).
+// (CudaTuning::prefill_sm90_mods_handover; default 3, mode 2 at head_dim 128 only) always, where
+// key loops are short, and by the default rule, on random features (run under racecheck and
+// memcheck too).
 TEST(PrefillGpuFeatures, TileHandover) {
   const TuningRestore restore;
-  run_handover_modes(&cuda::CudaTuning::prefill_sm90_mods_handover, {1, 2}, true,
+  run_handover_modes(&cuda::CudaTuning::prefill_sm90_mods_handover, {1, 2, 3}, true,
                      "features tile handover");
 }
 

@@ -22,7 +22,7 @@ CudaTuning& cuda_tuning() {
     from_env("KVATTN_PREFILL_SM90_PRODUCER_WARPS", t.prefill_sm90_producer_warps, 1, 4);
     from_env("KVATTN_PREFILL_SM90_NARROW_DECODE", t.prefill_sm90_narrow_decode, 0, 1);
     from_env("KVATTN_PREFILL_SM90_HANDOVER", t.prefill_sm90_handover, 0, 2);
-    from_env("KVATTN_PREFILL_SM90_MODS_HANDOVER", t.prefill_sm90_mods_handover, 0, 2);
+    from_env("KVATTN_PREFILL_SM90_MODS_HANDOVER", t.prefill_sm90_mods_handover, 0, 3);
     from_env("KVATTN_PREFILL_SM90_L2_MB", t.prefill_sm90_l2_mb, 0, 1 << 20);
     from_env("KVATTN_DECODE_HEADS_PER_CTA", t.decode_heads_per_cta, 1, 8);
     from_env("KVATTN_DECODE_STAGES", t.decode_stages, 0, 8);

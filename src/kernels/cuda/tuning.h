@@ -45,10 +45,14 @@ struct CudaTuning {
   // binary: 16x1024 d128 -2.5-3.5%, 8x2048 32/8 d64 -3.6-4.4%, 4x4096 9/3 d64 -3-4%, others even.
   // Env KVATTN_PREFILL_SM90_HANDOVER.
   int prefill_sm90_handover = 2;
-  // The same for the window / softcap / ALiBi kernels (kMods): 0 = never (default: written in
-  // session 22 after its device time, not yet measured), 1 = always, 2 = where key loops are
-  // short (a window bounds them too). Env KVATTN_PREFILL_SM90_MODS_HANDOVER.
-  int prefill_sm90_mods_handover = 0;
+  // The same for the window / softcap / ALiBi kernels (kMods): 0 = never, 1 = always, 2 = where
+  // key loops are short (a window bounds them too), 3 (default) = 2 at head_dim 128, else never.
+  // H200, session 23 (docs/perf/NOTES.md), mode 2 against 0, two rounds, graph / flushed: d128
+  // 8x2048 32/8 softcap50 -2.4 / -2.5%, alibi -4 / -3% (one flushed round +1.5%), win1024 -8.5 /
+  // -2 to -8%; d64 4x4096 9/3 win1024 alibi -2 / -3% but 8x2048 32/8 softcap50 +1.5 / +1.4%; d256
+  // 8x2048 16/8 softcap50 -2 / +3 to +7% (flushed slower); long windows decline (even). Env
+  // KVATTN_PREFILL_SM90_MODS_HANDOVER.
+  int prefill_sm90_mods_handover = 3;
   // Hopper prefill: megabytes of L2 the K/V of one tile-schedule section may take
   // (prefill_sm90_schedule.cuh): the (sequence, head) pairs are cut into sections whose K/V
   // fit, and every row block of a section runs before the next section starts, so a K/V tile

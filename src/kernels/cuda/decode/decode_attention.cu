@@ -32,8 +32,9 @@
 // decode_warp_tile.cuh (one warp's tile: copy and attend), decode_swap_tile.cuh (the swapped
 // tile: S^T = K Q^T for units of 8 rows; 16-bit and fp8), decode_mask.cuh (window, softcap,
 // ALiBi), decode_split_kernel.cuh,
-// decode_small_kernel.cuh, decode_merge_kernel.cuh; this file: the host side (configuration,
-// occupancy, dispatch, launch) and the entry.
+// decode_small_kernel.cuh, decode_merge_kernel.cuh; decode_launch.cuh (occupancy, the choice of
+// kernel, the launch), compiled once per family in decode_inst_*.cu; decode_host.h (what the
+// entry and those files share); this file: the host side (configuration, dispatch) and the entry.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -50,21 +51,14 @@
 
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/decode/decode_merge_kernel.cuh"
+#include "kernels/cuda/decode/decode_host.h"
 #include "kernels/cuda/decode/decode_params.h"
-#include "kernels/cuda/decode/decode_small_kernel.cuh"
-#include "kernels/cuda/decode/decode_split_kernel.cuh"
+#include "kernels/cuda/device_faults.cuh"
 #include "kernels/cuda/device_props.h"
-#include "kernels/cuda/pdl_launch.h"
 #include "kernels/cuda/tuning.h"
 
 namespace kvattn::cuda {
-namespace {
-
-// ---- host side -----------------------------------------------------------------------------
-constexpr int kMaxDevices = 64;
-
-int kv_bytes_of(DType cache_dtype) { return cache_dtype == DType::kF8E4M3 ? 1 : 2; }
+namespace decode_host {
 
 void check_device_index(int device) {
   KVATTN_CHECK(device >= 0 && device < kMaxDevices, "decode_attention: device must be in [0, ",
@@ -82,46 +76,6 @@ int max_optin_smem(int device) {
   return n;
 }
 
-// CTAs per SM of the split kernel (kSmall: the small-batch kernel; kExt: their extended form)
-// at (threads, smem); raises its shared-memory limit once per device. Cached: the planner and
-// every launch ask.
-template <typename T, typename KV, int D, bool kAligned16, bool kSmall = false, bool kExt = false,
-          bool kSwap = false>
-int split_occupancy(int device, int threads, int smem) {
-  struct Entry {
-    int device, threads, smem, ctas;
-  };
-  static std::mutex mu;
-  static std::vector<Entry> cache;
-  static std::array<bool, kMaxDevices> raised{};
-  check_device_index(device);
-  std::lock_guard<std::mutex> lock(mu);
-  for (const Entry& e : cache) {
-    if (e.device == device && e.threads == threads && e.smem == smem) return e.ctas;
-  }
-  DeviceGuard guard(device);
-  const auto kernel = [] {
-    if constexpr (kSmall) {
-      return decode_small_kernel<T, KV, D, kAligned16, kExt>;
-    } else {
-      return decode_kernel<T, KV, D, kAligned16, kExt, kSwap>;
-    }
-  }();
-  if (!raised[device]) {  // dynamic + static shared memory must stay within the opt-in limit
-    cudaFuncAttributes attr{};
-    CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    max_optin_smem(device) - static_cast<int>(attr.sharedSizeBytes)));
-    raised[device] = true;
-  }
-  int n = 0;
-  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem));
-  KVATTN_CHECK(n > 0, "decode_attention: a CTA of ", threads, " threads and ", smem,
-               " bytes of shared memory does not fit on an SM");
-  cache.push_back(Entry{device, threads, smem, n});
-  return n;
-}
-
 int prefix_bytes_for(int64_t num_seqs) {
   return static_cast<int>(((num_seqs + 1 + 8) * 4 + 127) / 128 * 128);
 }
@@ -130,13 +84,6 @@ int split_smem(const DecodeConfig& c, int prefix_bytes) {
   return prefix_bytes + c.warps * c.stages * c.stage_bytes;
 }
 
-// The small-batch kernel's CTA of `warps` warps: stages as the stream kernel's, shared memory
-// for the tiles or the warps' combine, whichever is larger.
-struct SmallConfig {
-  int warps = 8;
-  int stages = 3;
-  int smem = 0;
-};
 SmallConfig small_config(int64_t num_kv_heads, int64_t rows, int64_t head_dim, int kv_bytes,
                          int warps) {
   const DecodeConfig c = decode_config(num_kv_heads, rows, head_dim, kv_bytes);
@@ -153,6 +100,10 @@ SmallConfig small_config(int64_t num_kv_heads, int64_t rows, int64_t head_dim, i
   s.smem = std::max(tiles, combine);
   return s;
 }
+
+}  // namespace decode_host
+
+namespace {
 
 // The one dispatch point: q dtype x cache dtype x head_dim. Supported: bf16, fp16 queries over
 // caches of their own dtype or float8_e4m3 (KV = uint8_t), head_dim 64 and 128; head_dim 256
@@ -211,11 +162,10 @@ void dispatch(DType dtype, DType cache_dtype, int64_t head_dim, Fn&& fn) {
 // 8x32768 74.5 / 62.1, 16x16384 74.7 / 62.8, 16x8192 43.5 / 40.3; 8/8 d64 4x32768 (268 MB)
 // 89.6 / 76.8, 8x32768 167.4 / 136.1: the two lines cross near 78 MB. At head_dim 128 the
 // small kernel wins up to 8x32768 32/8 (537 MB: 244.5 / 254.5), so no bound there.
-struct SmallChoice {
-  int chunks = 0;
-  int warps = 8;
-};
-// max_keys: the longest sequence the batch may hold (the plan's bound, else the table's width).
+}  // namespace
+
+namespace decode_host {
+
 SmallChoice small_choice(int device, int64_t num_seqs, int64_t num_kv_heads, int64_t rows,
                          int64_t head_dim, DType cache_dtype, int64_t max_keys) {
   const CudaTuning& tuning = cuda_tuning();
@@ -241,7 +191,7 @@ SmallChoice small_choice(int device, int64_t num_seqs, int64_t num_kv_heads, int
     dispatch(DType::kBF16, cache_dtype == DType::kF8E4M3 ? cache_dtype : DType::kBF16, head_dim,
              [&]<typename T, typename KV, int D>() {
                if constexpr (D != 256) {
-                 ctas = split_occupancy<T, KV, D, true, true>(device, sc.warps * 32, sc.smem);
+                 ctas = DecodeKernels<T, KV, D>::small_ctas(device, sc.warps * 32, sc.smem);
                }
              });
     chunks_at[i] = int64_t{sm_count(device)} * ctas / (num_seqs * units);
@@ -269,8 +219,8 @@ SmallChoice small_choice(int device, int64_t num_seqs, int64_t num_kv_heads, int
   return choice;
 }
 
-// A fresh tag per launch for the small kernel's LL words (never 0, the cleared tag, and never
-// all ones: a zeroed or 0xFF-poisoned workspace word is never mistaken for this launch's).
+// Never 0, the cleared tag, and never all ones: a zeroed or 0xFF-poisoned workspace word is
+// never mistaken for this launch's.
 uint32_t next_epoch() {
   static std::atomic<uint32_t> counter{[] {
     std::random_device rd;
@@ -282,161 +232,18 @@ uint32_t next_epoch() {
   }
 }
 
-// Stream mode is possible: few enough sequences for the shared prefix sum, 32-bit tile indices.
 bool stream_ok(int64_t num_seqs, int64_t capacity) {
   return num_seqs <= kDecodeMaxStreamSeqs &&
          num_seqs * ((capacity + kDecodeTileKeys - 1) / kDecodeTileKeys) < (int64_t{1} << 31);
 }
 
-// kExt: the extended kernels (window, softcap, ALiBi; decode_mask.cuh), with the plain ones'
-// configuration (same tiles, stages and work decomposition).
-template <typename T, typename KV, int D, bool kExt>
-void launch(DecodeParams p, bool aligned, int64_t ws_bytes, int device, cudaStream_t stream,
-            bool pdl) {
-  constexpr int kKvBytes = static_cast<int>(sizeof(KV));
-  const DType cache_dtype = kIsFp8<KV> ? DType::kF8E4M3 : DType::kBF16;
-  // The swapped tile (decode_swap_tile.cuh; decode_use_swap): head_dim 256 always; head_dim
-  // 128 (or any, by the knob) for plain units of <= 8 rows over 16-bit caches; fp8 caches at 64
-  // and 128, plain and extended, by the knob (kDecodeFp8SwapDefault). (16-bit caches take the
-  // extended form of the swapped tile only at 256: no other instantiation of it.)
-  constexpr bool kOnlySwap = D == 256;
-  constexpr bool kCanSwap = kIsFp8<KV> ? (D == 64 || D == 128) : (!kExt || kOnlySwap);
-  const bool swap =
-      kCanSwap && decode_use_swap(cuda_tuning().decode_swap, p.rows, D, kIsFp8<KV>, kExt);
-  const int unit_rows = swap ? kSwapRows : kDecodeRows;
-  p.row_chunks = (p.rows + unit_rows - 1) / unit_rows;
-  const DecodeConfig c =
-      decode_config(p.num_kv_heads, p.rows, D, kKvBytes, unit_rows, p.head_dim != D);
-  const int64_t B = p.num_seqs;
-  // Small mode: as many chunks as wanted and the workspace holds (not for padded tiles, nor for
-  // fp8 caches on the swapped tile above 2^24 cached elements: the small kernel has only the
-  // 16-row tile, faster for little work, slower for more; H200, session 11, graph replay,
-  // 16-row small kernel / swapped stream: 1 x 8192 32/8 d128 16.6 / 19.9 us, 2 x 8192 24.0 /
-  // 23.5, 4 x 8192 37.9 / 34.7, 8 x 32768 223 / 176; docs/perf/NOTES.md).
-  const int64_t key_bound = p.len_hint > 0 ? p.len_hint : p.capacity;
-  const bool fp8_stream = kIsFp8<KV> && swap &&
-                          B * key_bound * p.num_kv_heads * int64_t{D} >= (int64_t{1} << 24);
-  if (!kOnlySwap && !fp8_stream && p.head_dim == D && p.num_splits > 1) {
-    const int64_t units = static_cast<int64_t>(p.num_kv_heads) * p.row_chunks;
-    const int64_t fixed = decode_small_ws_bytes(B, p.num_kv_heads, p.rows, D, 0);
-    const int64_t per_chunk = decode_small_ws_bytes(B, p.num_kv_heads, p.rows, D, 1) - fixed;
-    const int64_t fit = (ws_bytes - fixed) / per_chunk;
-    const SmallChoice choice =
-        small_choice(device, B, p.num_kv_heads, p.rows, D, cache_dtype, key_bound);
-    const int64_t chunks = std::min<int64_t>(choice.chunks, fit);
-    // One chunk only where forced (decode_small_chunks) or allowed (decode_small_min_chunks 1,
-    // decode_small_one_wave): else the stream kernel, as before.
-    const bool one_ok = cuda_tuning().decode_small_chunks > 0 ||
-                        cuda_tuning().decode_small_min_chunks <= 1 ||
-                        cuda_tuning().decode_small_one_wave != 0;
-    if (chunks >= (one_ok ? 1 : 2)) {
-      const SmallConfig sc = small_config(p.num_kv_heads, p.rows, D, kKvBytes, choice.warps);
-      const int64_t slots = B * chunks;
-      p.stages = sc.stages;
-      p.parts = static_cast<int>(chunks);
-      p.ws_ll = reinterpret_cast<uint64_t*>(p.ws_o);
-      p.ws_ll_lse = p.ws_ll + slots * p.num_kv_heads * p.rows * (D / 2);
-      p.ws_gen = reinterpret_cast<uint32_t*>(p.ws_ll_lse + slots * p.num_kv_heads * p.rows);
-      p.epoch = next_epoch();
-      p.probe = cuda_tuning().decode_probe;
-      p.small_interleave = cuda_tuning().decode_small_interleave;
-      p.small_min_tiles = p.small_interleave ? 0 : cuda_tuning().decode_small_min_tiles;
-      const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(units),
-                      static_cast<unsigned>(B));
-      if constexpr (!kOnlySwap) {
-        const dim3 block(static_cast<unsigned>(sc.warps * 32));
-        if (aligned) {
-          (void)split_occupancy<T, KV, D, true, true, kExt>(device, sc.warps * 32, sc.smem);
-          launch_maybe_pdl(decode_small_kernel<T, KV, D, true, kExt>, grid, block, sc.smem,
-                           stream, pdl, p);
-        } else {
-          (void)split_occupancy<T, KV, D, false, true, kExt>(device, sc.warps * 32, sc.smem);
-          launch_maybe_pdl(decode_small_kernel<T, KV, D, false, kExt>, grid, block, sc.smem,
-                           stream, pdl, p);
-        }
-        return;
-      }
-    }
-  }
-  bool stream_mode = p.num_splits > 1 && stream_ok(B, p.capacity);
-  int64_t slots = 0;
-  if (stream_mode) {
-    slots = decode_ws_slots(ws_bytes, B, static_cast<int64_t>(p.num_heads) * p.q_len, D);
-    stream_mode = slots - B + 1 >= 1;
-  }
-  p.heads_per_cta = c.heads_per_cta;
-  p.rc_per_cta = c.rc_per_cta;
-  p.head_blocks = c.head_blocks;
-  p.slices = c.head_blocks * c.rc_blocks;
-  p.stages = c.stages;
-  p.stream = stream_mode ? 1 : 0;
-  p.prefix_bytes = stream_mode ? prefix_bytes_for(B) : 0;
-  const int threads = c.warps * 32;
-  const int smem = split_smem(c, p.prefix_bytes);
-  auto occupancy = [&]<bool kAl, bool kSw>() {
-    if constexpr ((kSw && !kCanSwap) || (!kSw && kOnlySwap)) {
-      return 0;
-    } else {
-      return split_occupancy<T, KV, D, kAl, false, kExt, kSw>(device, threads, smem);
-    }
-  };
-  const int ctas = aligned ? (swap ? occupancy.template operator()<true, true>()
-                                   : occupancy.template operator()<true, false>())
-                           : (swap ? occupancy.template operator()<false, true>()
-                                   : occupancy.template operator()<false, false>());
-  const int64_t per_slice = std::max<int64_t>(1, int64_t{sm_count(device)} * ctas / p.slices);
-  int64_t pieces_per_seq = 1;
-  if (stream_mode) {
-    const int64_t rows_total = static_cast<int64_t>(p.num_kv_heads) * p.rows;
-    p.ws_lse = p.ws_o + slots * rows_total * D;
-    p.ws_meta = reinterpret_cast<int32_t*>(p.ws_lse + slots * rows_total);
-    p.parts = static_cast<int>(per_slice);
-    p.part_cap = static_cast<int>(std::min<int64_t>(slots - B + 1, 1 << 30));
-    const int64_t ranges = std::min<int64_t>(p.parts, p.part_cap);
-    pieces_per_seq = std::min<int64_t>(ranges, (ranges + B - 1) / B + 1);
-  } else {
-    p.parts = static_cast<int>(std::min<int64_t>(B, per_slice));
-  }
-  p.merge_wpr = pieces_per_seq >= 48 ? 8 : pieces_per_seq >= 12 ? 4 : pieces_per_seq >= 4 ? 2 : 1;
-  const bool merge_follows = stream_mode && cuda_tuning().decode_debug_no_merge == 0;
-  p.merge_pdl = merge_follows && cuda_tuning().decode_merge_pdl != 0 &&
-                compute_capability(device) >= 90 ? 1 : 0;
-  const auto grid = static_cast<unsigned>(static_cast<int64_t>(p.parts) * p.slices);
-  const dim3 block(static_cast<unsigned>(threads));
-  if constexpr (kCanSwap) {
-    if (swap) {
-      if (aligned) {
-        launch_maybe_pdl(decode_kernel<T, KV, D, true, kExt, true>, grid, block, smem, stream,
-                         pdl, p);
-      } else {
-        launch_maybe_pdl(decode_kernel<T, KV, D, false, kExt, true>, grid, block, smem, stream,
-                         pdl, p);
-      }
-    }
-  }
-  if constexpr (!kOnlySwap) {
-    if (!swap) {
-      if (aligned) {
-        launch_maybe_pdl(decode_kernel<T, KV, D, true, kExt>, grid, block, smem, stream, pdl, p);
-      } else {
-        launch_maybe_pdl(decode_kernel<T, KV, D, false, kExt>, grid, block, smem, stream, pdl,
-                         p);
-      }
-    }
-  }
-  if (!merge_follows) return;
-  const int64_t rows = B * p.q_len * p.num_heads;
-  const int64_t rows_per_block = 8 / p.merge_wpr;
-  launch_maybe_pdl(merge_kernel<T, D>,
-                   dim3(static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block)),
-                   dim3(256), 0, stream, p.merge_pdl != 0, p);
-}
+}  // namespace decode_host
 
-bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
-
-}  // namespace
+using namespace decode_host;  // NOLINT(google-build-using-namespace): this file defines them
 
 namespace {
+
+bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
 
 // Warps an SM holds of CTAs of `warps` warps and `cta_bytes` of dynamic shared memory (228 KB
 // an SM, 1 KB of it reserved per CTA); registers and the thread limit are not the bound here.
@@ -538,12 +345,12 @@ int decode_parts(int device, const DecodeConfig& c, int64_t head_dim, int64_t nu
                  "head_dim 64 and 128, not ", head_dim);
     dispatch(DType::kBF16, DType::kF8E4M3, head_dim, [&]<typename T, typename KV, int D>() {
       if constexpr (D == 64 || D == 128) {
-        ctas = split_occupancy<T, KV, D, true, false, false, true>(device, c.warps * 32, smem);
+        ctas = DecodeKernels<T, KV, D>::stream_ctas(device, c.warps * 32, smem, true);
       }
     });
   } else {
     dispatch(DType::kBF16, DType::kBF16, head_dim, [&]<typename T, typename KV, int D>() {
-      ctas = split_occupancy<T, KV, D, true, false, false, D == 256>(device, c.warps * 32, smem);
+      ctas = DecodeKernels<T, KV, D>::stream_ctas(device, c.warps * 32, smem, D == 256);
     });
   }
   return static_cast<int>(std::max<int64_t>(1, int64_t{sm_count(device)} * ctas /
@@ -653,11 +460,7 @@ void decode_attention(const DecodeArgs& args, const AttentionShape& shape) {
   auto stream = static_cast<cudaStream_t>(args.stream.handle);
   const bool pdl = args.pdl && compute_capability(device) >= 90;  // DecodeArgs::pdl
   dispatch(args.q.dtype, args.k_cache.dtype, shape.head_dim, [&]<typename T, typename KV, int D>() {
-    if (ext) {
-      launch<T, KV, D, true>(p, aligned, ws_bytes, device, stream, pdl);
-    } else {
-      launch<T, KV, D, false>(p, aligned, ws_bytes, device, stream, pdl);
-    }
+    DecodeKernels<T, KV, D>::launch(p, ext, aligned, ws_bytes, device, stream, pdl);
   });
 }
 

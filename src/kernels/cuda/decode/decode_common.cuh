@@ -60,8 +60,6 @@ __device__ __forceinline__ uint16_t to_bits(float x) {
 }
 
 constexpr float kNegInf = -INFINITY;
-// Most chunks per (sequence, unit) in small mode (bounds the merger's serial work).
-constexpr int kSmallMaxChunks = 1024;
 
 // A cache_seqlens value clamped to the table's capacity; a bad value is recorded by `report`.
 __device__ __forceinline__ int clamp_len(const DecodeParams& p, int len, bool report) {

@@ -74,6 +74,8 @@ inline constexpr int kDecodeSwapRows = 8;         // ... in the swapped tile: on
 inline constexpr int kDecodeMaxWarps = 8;         // units (warps) per CTA
 inline constexpr int kDecodeMaxStreamSeqs = 2048; // stream mode keeps a tile prefix sum in smem
 inline constexpr int kDecodeMaxStages = 8;
+// Most chunks per (sequence, unit) in small mode (bounds the merger's serial work).
+inline constexpr int kSmallMaxChunks = 1024;
 
 // Bytes between two key rows of a stage: 16-bit tiles XOR-swizzle unpadded rows
 // (decode_common.cuh); fp8 tiles pad each row by a 16-byte chunk (decode_fp8.cuh), which

@@ -198,11 +198,12 @@ void launch_prefill_sm90(const PrefillParams& p, cudaStream_t stream) {
 }
 
 // The window / softcap / ALiBi form; its handover where CudaTuning::prefill_sm90_mods_handover
-// asks (off until measured).
+// asks (mode 3: mode 2 at head_dim 128, else none; tuning.h has the measurements).
 template <typename T, int kHeadDim, bool kPaged>
 void launch_prefill_sm90_mods(const PrefillParams& p, cudaStream_t stream) {
-  launch_prefill_sm90_choosing_handover<T, kHeadDim, false, kPaged, true>(
-      p, stream, cuda_tuning().prefill_sm90_mods_handover);
+  const int asked = cuda_tuning().prefill_sm90_mods_handover;
+  const int mode = asked == 3 ? (kHeadDim == 128 ? 2 : 0) : asked;
+  launch_prefill_sm90_choosing_handover<T, kHeadDim, false, kPaged, true>(p, stream, mode);
 }
 
 }  // namespace kvattn::cuda
