@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Session 23, call 2 (the kSoftmaxIlp flag it measured lost and was removed after it): the Hopper prefill consumers' softmax with its row max and sum in four
+# (The kSoftmaxIlp flag it measured lost and was removed after it.)
+# Session 23, call 2: the Hopper prefill consumers' softmax with its row max and sum in four
 # independent chains (Tile::kSoftmaxIlp, now the default) and the kMods handover's default
 # mode 3 (mode 2 at head_dim 128): the whole prefill suite, racecheck and memcheck on the
 # handover tests, the default shapes' bench (rows default / serial_sm), two rounds, then
