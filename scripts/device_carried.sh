@@ -10,6 +10,8 @@
 #                          the environment is the caller's
 #   run_logged LABEL CMD...   CMD (240 s at most), log $OUT/LABEL.log; prints its exit code,
 #                          the gtest / sanitizer verdict lines and the first failure lines
+#   both_sanitizers LABEL BIN FILTER   racecheck, then memcheck, on BIN's gtest FILTER (quick
+#                          cases), logs $OUT/{racecheck,memcheck}_LABEL.log, a verdict line each
 #   room LIMIT WHAT        true while the call has run less than LIMIT seconds, else says
 #                          WHAT was skipped
 #   pack_out               folds every file under $OUT but summary.txt into logs.tar.gz: the
@@ -51,6 +53,15 @@ run_logged() {
   timeout 240 "$@" >"$OUT/$name.log" 2>&1
   echo "$name rc=$?: $(grep -E "PASSED|FAILED|ERROR SUMMARY" "$OUT/$name.log" | head -n 4 | tr '\n' ' ')"
   grep -m6 -E "Failure|Which is|error:" "$OUT/$name.log"
+}
+
+both_sanitizers() {
+  local label=$1 bin=$2 filter=$3 tool
+  for tool in racecheck memcheck; do
+    KVATTN_GPU_TEST_QUICK=1 run_logged "${tool}_$label" compute-sanitizer --tool "$tool" \
+      --error-exitcode 9 "$bin" --gtest_filter="$filter"
+    grep -E "RACECHECK SUMMARY|ERROR SUMMARY" "$OUT/${tool}_$label.log" | tail -n 1
+  done
 }
 
 room() { [ "$SECONDS" -lt "$1" ] || { echo "skipped ($2): ${SECONDS}s gone"; return 1; }; }

@@ -21,11 +21,8 @@ carried_unpack build-carry-s23a
 trap pack_out EXIT
 T="$B/kernels_prefill_gpu_test"
 run_logged prefill_suite_full "$T"
-for tool in racecheck memcheck; do
-  KVATTN_GPU_TEST_QUICK=1 run_logged "${tool}_handover" compute-sanitizer --tool $tool \
-    --error-exitcode 9 "$T" \
-    --gtest_filter='PrefillGpuFeatures.TileHandover:PrefillGpu.TileHandoverOnAndOff'
-done
+both_sanitizers handover "$T" \
+  'PrefillGpuFeatures.TileHandover:PrefillGpu.TileHandoverOnAndOff'
 for round in 1 2; do
   room 450 "features bench round $round" || break
   timeout 150 "$B/gpu_prefill_bench" --features --reps 10 >"$OUT/features_r$round.log" 2>&1
