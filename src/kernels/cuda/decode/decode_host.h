@@ -65,7 +65,8 @@ struct DecodeKernels {
                      cudaStream_t stream, bool pdl);
   // CTAs per SM of the small kernel (16-byte rows, plain form) at (threads, smem).
   static int small_ctas(int device, int threads, int smem);
-  // CTAs per SM of the stream kernel (16-byte rows, plain form; swap: the swapped tile).
+  // CTAs per SM of the stream kernel (16-byte rows, plain form; swap: the swapped tile, which
+  // the plain form has at every head_dim over 16-bit caches and at 64 and 128 over fp8).
   static int stream_ctas(int device, int threads, int smem, bool swap);
 };
 

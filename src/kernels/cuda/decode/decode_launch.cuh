@@ -238,8 +238,9 @@ int DecodeKernels<T, KV, D>::small_ctas(int device, int threads, int smem) {
 
 template <typename T, typename KV, int D>
 int DecodeKernels<T, KV, D>::stream_ctas(int device, int threads, int smem, bool swap) {
-  // The swapped tile: head_dim 256, and fp8 caches at 64 and 128; the 16-row tile: all but 256.
-  constexpr bool kCanSwap = D == 256 || kIsFp8<KV>;
+  // As launch_kernels' plain form: the swapped tile at every head_dim over 16-bit caches, at 64
+  // and 128 over fp8 ones; the 16-row tile at all but 256.
+  constexpr bool kCanSwap = kIsFp8<KV> ? (D == 64 || D == 128) : true;
   constexpr bool kCanPlain = D != 256;
   if (swap) {
     if constexpr (kCanSwap) {
