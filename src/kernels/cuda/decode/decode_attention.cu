@@ -42,12 +42,8 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
-#include <cmath>
 #include <cstdint>
-#include <mutex>
 #include <random>
-#include <type_traits>
-#include <vector>
 
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_check.h"
