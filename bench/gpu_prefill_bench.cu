@@ -427,6 +427,10 @@ int main(int argc, char** argv) {
     };
     std::vector<Variant> variants = {
         {"default", [&] { call(); }, 0.0},
+        // the dynamic tile schedule never / also with the handover taken for it
+        // (CudaTuning::prefill_sm90_dynamic 0 / 2; the default, 1: where the handover is taken)
+        {"static", with(&cuda::CudaTuning::prefill_sm90_dynamic, 0), 0.0},
+        {"dynamic2", with(&cuda::CudaTuning::prefill_sm90_dynamic, 2), 0.0},
         {"grid", with(&cuda::CudaTuning::prefill_sm90_persistent, 0), 0.0},
         // O stored from the accumulators (the default stages it in shared memory)
         {"direct_epi", [&] { run_direct_epilogue_tile(p, g_stream); }, 0.0},

@@ -581,6 +581,55 @@ TEST(PrefillGpu, TileHandoverOnAndOff) {
                      "tile handover");
 }
 
+// The dynamic tile schedule (CudaTuning::prefill_sm90_dynamic 1 and 2: the producer claims
+// tiles from a counter, for_each_claimed_tile): batches of 8-32 heads over 4-12 sequences of
+// nearly one length (most row blocks full), so that the tiles outnumber a persistent grid of
+// 132 CTAs several times over; causal (64-row windows, every row written) and not (every
+// row); packed and paged (pages of 128 and 256 keys take one producer warp and so the dynamic
+// schedule; 16-key pages take four and stay static); head_dim 64, 128 and 256; random window /
+// softcap / ALiBi on every other pair of cases. The cases run
+// one after another on one stream, each claiming from the counter the one before reset.
+TEST(PrefillGpu, DynamicTileSchedule) {
+  const TuningRestore restore;
+  const bool quick = test::quick_mode();
+  int index = 0;
+  // Every launch of more tiles than the grid claims (the default asks for 8 rounds of it).
+  cuda::cuda_tuning().prefill_sm90_dynamic_min_rounds = 1;
+  for (int mode : {1, 2}) {
+    cuda::cuda_tuning().prefill_sm90_dynamic = mode;
+    for (int64_t d : {64, 128, 256}) {
+      for (bool causal : {true, false}) {
+        for (int i = 0; i < (quick ? 1 : 2); ++i, ++index) {
+          if (!test::case_selected(index)) continue;
+          const uint64_t seed = test::case_seed();
+          std::mt19937_64 rng(seed);
+          PrefillCase c;
+          c.dt = index % 3 == 2 ? DType::kF16 : DType::kBF16;
+          c.d = d;
+          c.causal = causal;
+          c.paged = index % 2 == 1;
+          c.bs = pick(rng, std::vector<int64_t>{128, 256, 16});
+          c.hkv = pick(rng, std::vector<int64_t>{2, 4});
+          c.group = pick(rng, std::vector<int64_t>{4, 3, 8});
+          const int64_t batch = uniform_int(rng, 4, quick ? 6 : 12);
+          const int64_t max_len = causal ? (quick ? 1100 : 2200) : 700;
+          for (int64_t b = 0; b < batch; ++b) {
+            const int64_t lq = uniform_int(rng, max_len * 3 / 4, max_len);
+            c.lq.push_back(lq);
+            c.lk.push_back(lq + pick(rng, std::vector<int64_t>{0, 0, uniform_int(rng, 1, 300)}));
+          }
+          if ((index / 2) % 2 == 1) add_random_features(rng, c);  // the kMods kernels
+          if (causal) c.windows = 3;
+          SCOPED_TRACE(test::case_note(index, seed,
+                                       "dynamic " + std::to_string(mode) + " " + c.describe()));
+          run_case(c, rng, "prefill dynamic schedule");
+          if (HasFatalFailure()) return;
+        }
+      }
+    }
+  }
+}
+
 // Paged K/V with 1, 2 and 3 producer warps (the default, 4, runs in every other paged test)
 // issuing a tile's page pieces
 // (KVATTN_PREFILL_SM90_PRODUCER_WARPS; head_dim 128 takes it, 64 and 256 keep one warp): pages

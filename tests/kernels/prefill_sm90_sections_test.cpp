@@ -147,5 +147,78 @@ TEST(PrefillSm90Sections, SizesKeepTheBudgetInWholeGroupsOrSequences) {
   }
 }
 
+
+// The dynamic schedule's launch rule (prefill_sm90_claims_tiles): never when switched off, with
+// several producer warps, without a persistent grid, below the rounds asked, past the handover
+// rings or on a batch whose row blocks are mostly empty; otherwise taken.
+TEST(PrefillSm90Sections, ClaimedScheduleRule) {
+  // 8 x 2048, 32 heads, 128-row blocks: 4096 tiles on 132 CTAs, every row block full.
+  const int64_t tiles = 8 * 32 * 16;
+  EXPECT_TRUE(prefill_sm90_claims_tiles(1, 1, 8 * 2048, 8, 16, 128, tiles, 132, 300, 1));
+  EXPECT_TRUE(prefill_sm90_claims_tiles(2, 1, 8 * 2048, 8, 16, 128, tiles, 132, 300, 1));
+  EXPECT_FALSE(prefill_sm90_claims_tiles(0, 1, 8 * 2048, 8, 16, 128, tiles, 132, 300, 1));
+  EXPECT_FALSE(prefill_sm90_claims_tiles(1, 4, 8 * 2048, 8, 16, 128, tiles, 132, 300, 1));
+  EXPECT_FALSE(prefill_sm90_claims_tiles(1, 1, 8 * 2048, 8, 16, 128, tiles, tiles, 300, 1));
+  // The rings: 132 x (33 - 2) = 4092 < 4096 tiles.
+  EXPECT_FALSE(prefill_sm90_claims_tiles(1, 1, 8 * 2048, 8, 16, 128, tiles, 132, 33, 1));
+  EXPECT_TRUE(prefill_sm90_claims_tiles(1, 1, 8 * 2048, 8, 16, 128, tiles, 132, 34, 1));
+  // One sequence of 2048 rows and seven of 100: 2748 of 16384 rows.
+  EXPECT_FALSE(prefill_sm90_claims_tiles(1, 1, 2048 + 7 * 100, 8, 16, 128, tiles, 132, 300, 1));
+  // Rounds: 4096 tiles are 31.03 rounds of 132 CTAs.
+  EXPECT_TRUE(prefill_sm90_claims_tiles(1, 1, 8 * 2048, 8, 16, 128, tiles, 132, 300, 31));
+  EXPECT_FALSE(prefill_sm90_claims_tiles(1, 1, 8 * 2048, 8, 16, 128, tiles, 132, 300, 32));
+  // Half the rows: taken.
+  EXPECT_TRUE(prefill_sm90_claims_tiles(1, 1, 8 * 1024, 8, 16, 128, tiles, 132, 300, 1));
+}
+
+// The guarantee the rule's ring bound gives for_each_claimed_tile (prefill_sm90_schedule.cuh):
+// CTAs that stop claiming once one more tile could not fit their ring (max_tiles) still leave
+// no slot unclaimed when num_tiles <= grid * (max_tiles - 1), whichever CTA frees up first
+// and whichever slots have no rows. A host model of the loop: each step one random CTA takes
+// its turn.
+TEST(PrefillSm90Sections, ClaimedTilesAreEachTakenOnce) {
+  std::mt19937 rng(std::random_device{}());
+  for (int c = 0; c < 300; ++c) {
+    const int64_t grid = std::uniform_int_distribution<int64_t>(1, 40)(rng);
+    const uint32_t max_tiles = std::uniform_int_distribution<uint32_t>(3, 12)(rng);
+    const int64_t num_tiles =
+        std::uniform_int_distribution<int64_t>(grid + 1, grid * (max_tiles - 1))(rng);
+    std::vector<bool> has_rows(static_cast<size_t>(num_tiles));
+    for (auto&& r : has_rows) r = std::uniform_int_distribution<int>(0, 3)(rng) != 0;
+    SCOPED_TRACE(testing::Message() << "grid " << grid << " max_tiles " << max_tiles
+                                    << " num_tiles " << num_tiles);
+    struct Cta {
+      int64_t t;
+      uint32_t taken = 0;
+      bool done = false;
+    };
+    std::vector<Cta> ctas;
+    for (int64_t i = 0; i < grid; ++i) ctas.push_back(Cta{i});
+    uint32_t counter = 0;
+    std::vector<int> seen(static_cast<size_t>(num_tiles), 0);
+    int64_t running = grid;
+    while (running > 0) {
+      Cta& cta = ctas[std::uniform_int_distribution<size_t>(0, ctas.size() - 1)(rng)];
+      if (cta.done) continue;
+      if (cta.t >= num_tiles) {
+        cta.done = true;
+        --running;
+        continue;
+      }
+      const bool claim = cta.taken + 1 < max_tiles;
+      const uint32_t ticket = claim ? counter++ : 0;
+      if (has_rows[static_cast<size_t>(cta.t)]) {
+        ++seen[static_cast<size_t>(cta.t)];
+        ++cta.taken;
+        ASSERT_LE(cta.taken, max_tiles);
+      } else {
+        ++seen[static_cast<size_t>(cta.t)];  // taken; nothing to hand over
+      }
+      cta.t = claim ? grid + ticket : num_tiles;
+    }
+    for (int64_t t = 0; t < num_tiles; ++t) ASSERT_EQ(seen[static_cast<size_t>(t)], 1) << "slot " << t;
+  }
+}
+
 }  // namespace
 }  // namespace kvattn::cuda::sm90

@@ -1,6 +1,8 @@
 #include <cuda_runtime.h>
 
+#include <map>
 #include <mutex>
+#include <utility>
 
 #include "kernels/backend.h"
 #include "kernels/cuda/device_faults.cuh"
@@ -15,10 +17,11 @@ void check(cudaError_t e, const char* what) {
 }
 
 // One allocation per device: the fault word, then (from byte kSlotsOffset) the prefill
-// handover slots.
+// handover slots, then (from kCountersOffset) the prefill tile counters.
 constexpr size_t kSlotsOffset = 256;
-constexpr size_t kDeviceWordsBytes =
+constexpr size_t kCountersOffset =
     kSlotsOffset + size_t{kPrefillHandoverSlots} * kPrefillHandoverSlotBytes;
+constexpr size_t kDeviceWordsBytes = kCountersOffset + size_t{kPrefillTileCounters} * 8;
 
 char* device_words(int device, const char* who) {
   static std::mutex mu;
@@ -47,6 +50,30 @@ uint32_t* fault_word_ptr(int device) {
 
 void* prefill_handover_slots(int device) {
   return device_words(device, "prefill_handover_slots") + kSlotsOffset;
+}
+
+uint32_t* prefill_tile_counter(int device, cudaStream_t stream) {
+  uint32_t* counters = reinterpret_cast<uint32_t*>(
+      device_words(device, "prefill_tile_counter") + kCountersOffset);
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  check(cudaStreamIsCapturing(stream, &capture), "cudaStreamIsCapturing");
+  static std::mutex mu;
+  static std::map<std::pair<int, cudaStream_t>, int> by_stream;
+  static int stream_used[kMaxDevices] = {};
+  static int captured_used[kMaxDevices] = {};
+  std::lock_guard<std::mutex> lock(mu);
+  if (capture != cudaStreamCaptureStatusNone) {  // a pair of its own for good
+    constexpr int kCaptured = kPrefillTileCounters - kPrefillStreamTileCounters;
+    if (captured_used[device] >= kCaptured) return nullptr;
+    return counters + 2 * (kPrefillStreamTileCounters + captured_used[device]++);
+  }
+  const auto key = std::make_pair(device, stream);
+  const auto it = by_stream.find(key);
+  if (it != by_stream.end()) return counters + 2 * it->second;
+  if (stream_used[device] >= kPrefillStreamTileCounters) return nullptr;
+  const int index = stream_used[device]++;
+  by_stream.emplace(key, index);
+  return counters + 2 * index;
 }
 
 uint32_t read_device_faults(int device, bool clear) {

@@ -7,6 +7,8 @@
 // __device__ variable could not be shared across .cu files).
 #pragma once
 
+#include <cuda_runtime_api.h>
+
 #include <cstdint>
 
 #include "kvattn/kernels/device_faults.h"
@@ -24,6 +26,18 @@ uint32_t* fault_word_ptr(int device);
 inline constexpr int kPrefillHandoverSlots = 1024;
 inline constexpr int kPrefillHandoverSlotBytes = 64;
 void* prefill_handover_slots(int device);
+
+// The Hopper prefill's tile counters (prefill_sm90_schedule.cuh, for_each_claimed_tile): pairs
+// of 32-bit words {next ticket, CTAs done}, zero between launches (the last CTA of a launch
+// resets its pair), in the same allocation. A launch's pair must not be in use by another
+// launch running at the same time, so pairs are handed out per stream for launches outside a
+// CUDA-graph capture (launches on one stream run in order; the prefill kernels take no PDL) and
+// one per launch inside a capture (a graph's replays run in order with each other). Returns
+// nullptr when none is left (the launch then takes the static schedule). Host function; the
+// first call on a device must not happen during a capture (as fault_word_ptr).
+inline constexpr int kPrefillTileCounters = 4096;
+inline constexpr int kPrefillStreamTileCounters = 256;  // of them, for uncaptured streams
+uint32_t* prefill_tile_counter(int device, cudaStream_t stream);
 
 #ifdef __CUDACC__
 __device__ __forceinline__ void record_fault(uint32_t* word, uint32_t bits) {

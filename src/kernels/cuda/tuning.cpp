@@ -23,6 +23,9 @@ CudaTuning& cuda_tuning() {
     from_env("KVATTN_PREFILL_SM90_NARROW_DECODE", t.prefill_sm90_narrow_decode, 0, 1);
     from_env("KVATTN_PREFILL_SM90_HANDOVER", t.prefill_sm90_handover, 0, 2);
     from_env("KVATTN_PREFILL_SM90_MODS_HANDOVER", t.prefill_sm90_mods_handover, 0, 3);
+    from_env("KVATTN_PREFILL_SM90_DYNAMIC", t.prefill_sm90_dynamic, 0, 2);
+    from_env("KVATTN_PREFILL_SM90_DYNAMIC_MIN_ROUNDS", t.prefill_sm90_dynamic_min_rounds, 1,
+             1 << 20);
     from_env("KVATTN_PREFILL_SM90_L2_MB", t.prefill_sm90_l2_mb, 0, 1 << 20);
     from_env("KVATTN_DECODE_HEADS_PER_CTA", t.decode_heads_per_cta, 1, 8);
     from_env("KVATTN_DECODE_STAGES", t.decode_stages, 0, 8);

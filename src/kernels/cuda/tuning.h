@@ -53,6 +53,22 @@ struct CudaTuning {
   // 8x2048 16/8 softcap50 -2 / +3 to +7% (flushed slower); long windows decline (even). Env
   // KVATTN_PREFILL_SM90_MODS_HANDOVER.
   int prefill_sm90_mods_handover = 3;
+  // Hopper prefill: the dynamic tile schedule (hopper/prefill_sm90_schedule.cuh,
+  // for_each_claimed_tile: a CTA claims the next tile from a counter when it frees up, as
+  // FlashAttention-3's scheduler, instead of every gridDim-th tile of the snake deal). It rides
+  // on the tile handover (the producer decides, the consumers follow the handed tiles), with one
+  // producer warp, on batches of at least prefill_sm90_dynamic_min_rounds rounds of the grid
+  // whose row blocks mostly have rows (sm90::prefill_sm90_claims_tiles). 0 = never; 1 (default)
+  // = the plain kernels where they take the handover by their own rule, the window / softcap /
+  // ALiBi kernels wherever it applies (taking the handover for it); 2 = the plain kernels too.
+  // H200, session 24 (docs/perf/NOTES.md), against 0, flushed: 8x2048 32/8 d128 -1.3-1.9%,
+  // 16x1024 -1.0-1.6%, 8x2048 32/8 d64 -2.6-2.8%; the kMods kernels taking the handover for it
+  // 0 to -10% (1x16384 d256 win4096 softcap50 -10%, 8x2048 d256 softcap50 -4%); the plain
+  // kernels on long key loops (mode 2) +1.6-2.3% slower. Env KVATTN_PREFILL_SM90_DYNAMIC.
+  int prefill_sm90_dynamic = 1;
+  // ... and the fewest rounds of the persistent grid (tiles / grid) a launch needs for it (over
+  // fewer the snake deal balances better). Env KVATTN_PREFILL_SM90_DYNAMIC_MIN_ROUNDS.
+  int prefill_sm90_dynamic_min_rounds = 8;
   // Hopper prefill: megabytes of L2 the K/V of one tile-schedule section may take
   // (prefill_sm90_schedule.cuh): the (sequence, head) pairs are cut into sections whose K/V
   // fit, and every row block of a section runs before the next section starts, so a K/V tile

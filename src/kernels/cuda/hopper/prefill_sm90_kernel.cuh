@@ -86,6 +86,8 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
       producer.run(w.q_begin + w.m0, w.h, w.n_blocks, kv, qi, with_q);
     };
     if constexpr (Tile::kProducerDecode) {
+      // Warp 0 decides the tiles (with sp.tile_counter, as it frees up); further producer
+      // warps walk the static list below, so the launcher claims tiles only with one.
       if (threadIdx.x < 32) {
         sm90::hand_over_tiles<Tile, kCausal, kPaged, kMods>(
             sp, smem, [&](const sm90::PrefillTileWork& w, uint32_t kv, uint32_t qi) {

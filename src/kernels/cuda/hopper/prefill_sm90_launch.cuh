@@ -45,9 +45,11 @@ struct Sm90Schedule {
   int64_t grid = 0;
 };
 
-// p.num_m_blocks must be Tile's (rows of p.max_seqlen_q in kBlockM blocks).
+// p.num_m_blocks must be Tile's (rows of p.max_seqlen_q in kBlockM blocks). claimed: for the
+// dynamic schedule (for_each_claimed_tile), whose sections need no padding.
 template <class Tile>
-Sm90Schedule prefill_sm90_schedule(const PrefillParams& p, bool paged, int device) {
+Sm90Schedule prefill_sm90_schedule(const PrefillParams& p, bool paged, int device,
+                                   bool claimed = false) {
   Sm90Schedule sc;
   const int64_t pairs = static_cast<int64_t>(p.num_heads) * p.num_seqs;
   const int64_t tiles = pairs * p.num_m_blocks;
@@ -61,9 +63,36 @@ Sm90Schedule prefill_sm90_schedule(const PrefillParams& p, bool paged, int devic
   }
   // A persistent grid deals the slots round robin: pad each section to whole rounds (one
   // section needs no padding); one CTA per tile takes the tiles as they come.
-  sc.section_unit = sc.grid < tiles && sc.section < pairs ? sc.grid : 1;
+  sc.section_unit = !claimed && sc.grid < tiles && sc.section < pairs ? sc.grid : 1;
   sc.num_tiles = sm90::total_section_slots(pairs, p.num_m_blocks, sc.section, sc.section_unit);
   return sc;
+}
+
+// How a launch's producer issues K/V (see PrefillSm90Params): kv_gather (the experimental
+// cp.async gather of pages that are not whole tiles) and kv_producer_warps (1..4 warps issuing
+// a tile's page pieces).
+struct Sm90ProducerShape {
+  int gather = 0;
+  int warps = 1;
+};
+template <class Tile, bool kPaged, bool kMods>
+Sm90ProducerShape prefill_sm90_producer_shape(const PrefillParams& p) {
+  Sm90ProducerShape ps;
+  if constexpr (kPaged) {
+    const int rows = std::gcd(p.block_size, Tile::kBlockN);
+    // Pages that are not whole tiles: gathered by cp.async when switched on (experimental).
+    // Not with kMods or head_dim 256 (prefill_sm90_eligible sends those pages to sm_80).
+    // (Nor with Tile::kProducerDecode: the gathering warps do not hand tiles over.)
+    ps.gather = !kMods && !Tile::kProducerDecode && Tile::kBlockN == 128 &&
+                cuda_tuning().prefill_sm90_paged_gather != 0 &&
+                p.block_size % Tile::kBlockN != 0;
+    // Several producer warps only where a tile has several page pieces to issue (and the
+    // producer the registers: Tile::kMultiWarpProducer).
+    ps.warps = Tile::kMultiWarpProducer && ps.gather == 0 && Tile::kBlockN / rows > 1
+                   ? std::clamp(cuda_tuning().prefill_sm90_producer_warps, 1, 4)
+                   : 1;
+  }
+  return ps;
 }
 
 // Whether a launch with tile `Tile` takes its handover form: `mode` as
@@ -71,21 +100,35 @@ Sm90Schedule prefill_sm90_schedule(const PrefillParams& p, bool paged, int devic
 // kSm90HandoverMaxRowKeys keys on average: `row_keys`), and only where each CTA's tiles and
 // the end sentinel fit the handover's slot ring (no slot written twice:
 // prefill_sm90_tile_handover.cuh).
-template <class Tile, bool kPaged>
+// CudaTuning::prefill_sm90_dynamic also takes it, whatever `mode` and the key loops say, where
+// the launch would then claim its tiles (sm90::prefill_sm90_claims_tiles): at 2, and at 1 for
+// the window / softcap / ALiBi kernels (kMods; tuning.h has the measurements).
+template <class Tile, bool kPaged, bool kMods>
 bool use_tile_handover(const PrefillParams& base, int device, int mode, int64_t row_keys) {
-  if (mode == 0) return false;
   // The experimental cp.async gather (pages that are not whole tiles) has no handover form.
   if (kPaged && cuda_tuning().prefill_sm90_paged_gather != 0 && Tile::kBlockN == 128 &&
       base.block_size % Tile::kBlockN != 0) {
     return false;
   }
-  if (mode == 2 && row_keys > kSm90HandoverMaxRowKeys) return false;
   PrefillParams p = base;
   p.num_m_blocks = (p.max_seqlen_q + Tile::kBlockM - 1) / Tile::kBlockM;
   if (p.num_m_blocks == 0 || p.num_seqs == 0) return false;
+  using Handover = Sm90WithTileHandover<Tile>;
+  const int dynamic = cuda_tuning().prefill_sm90_dynamic;
+  if (dynamic == 2 || (dynamic == 1 && kMods)) {
+    const Sm90Schedule dyn = prefill_sm90_schedule<Handover>(p, kPaged, device, true);
+    if (sm90::prefill_sm90_claims_tiles(
+            dynamic, prefill_sm90_producer_shape<Handover, kPaged, kMods>(p).warps, p.total_q,
+            p.num_seqs, p.num_m_blocks, Handover::kBlockM, dyn.num_tiles, dyn.grid,
+            Handover::kHandoverSlots, cuda_tuning().prefill_sm90_dynamic_min_rounds)) {
+      return true;
+    }
+  }
+  if (mode == 0) return false;
+  if (mode == 2 && row_keys > kSm90HandoverMaxRowKeys) return false;
   const Sm90Schedule sc = prefill_sm90_schedule<Tile>(p, kPaged, device);
   const int64_t rounds = (sc.num_tiles + sc.grid - 1) / sc.grid;
-  return rounds + 1 <= Sm90WithTileHandover<Tile>::kHandoverSlots;
+  return rounds + 1 <= Handover::kHandoverSlots;
 }
 
 // The keys a query row of the longest sequence sees on average, bounded by the window
@@ -116,23 +159,14 @@ void launch_prefill_sm90_tile(const PrefillParams& base, cudaStream_t stream) {
   sp.tmap_q = make_tensor_map_2byte("q", p.q, {D, heads, static_cast<uint64_t>(p.total_q)},
                                     {D * kElem, static_cast<uint64_t>(p.q_stride) * kElem},
                                     {64, 1, Tile::kBlockM});
+  const Sm90ProducerShape producer = prefill_sm90_producer_shape<Tile, kPaged, kMods>(p);
+  sp.kv_gather = producer.gather;
+  sp.kv_producer_warps = producer.warps;
   if constexpr (kPaged) {
     // Boxes of gcd(block_size, kBlockN) keys: key tiles and pages both split into whole
     // boxes, so a box lies in one page (prefill_sm90_eligible: a multiple of 8).
     const int rows = std::gcd(p.block_size, Tile::kBlockN);
     sp.kv_box_rows = rows;
-    // Pages that are not whole tiles: gathered by cp.async when switched on (experimental).
-    // Not with kMods or head_dim 256 (prefill_sm90_eligible sends those pages to sm_80).
-    // (Nor with Tile::kProducerDecode: the gathering warps do not hand tiles over.)
-    sp.kv_gather = !kMods && !Tile::kProducerDecode && Tile::kBlockN == 128 &&
-                   cuda_tuning().prefill_sm90_paged_gather != 0 &&
-                   p.block_size % Tile::kBlockN != 0;
-    // Several producer warps only where a tile has several page pieces to issue (and the
-    // producer the registers: Tile::kMultiWarpProducer).
-    sp.kv_producer_warps = Tile::kMultiWarpProducer && sp.kv_gather == 0 &&
-                                   Tile::kBlockN / rows > 1
-                               ? std::clamp(cuda_tuning().prefill_sm90_producer_warps, 1, 4)
-                               : 1;
     const uint64_t bs = static_cast<uint64_t>(p.block_size);
     const uint64_t nb = static_cast<uint64_t>(std::max(p.num_blocks, 1));
     const uint32_t box_rows = static_cast<uint32_t>(rows);
@@ -161,7 +195,19 @@ void launch_prefill_sm90_tile(const PrefillParams& base, cudaStream_t stream) {
   constexpr int kSmem = Tile::kSmemAlloc;
   static std::atomic<uint64_t> raised{0};
   const int device = raise_smem_limit_once(kernel, kSmem, raised, "prefill_attention");
-  const Sm90Schedule sc = prefill_sm90_schedule<Tile>(p, kPaged, device);
+  Sm90Schedule sc = prefill_sm90_schedule<Tile>(p, kPaged, device);
+  if constexpr (Tile::kProducerDecode) {
+    sp.handover_slots = prefill_handover_slots(device);
+    const int dynamic = cuda_tuning().prefill_sm90_dynamic;
+    const Sm90Schedule claimed = prefill_sm90_schedule<Tile>(p, kPaged, device, true);
+    if (sm90::prefill_sm90_claims_tiles(dynamic, sp.kv_producer_warps, p.total_q, p.num_seqs,
+                                        p.num_m_blocks, Tile::kBlockM, claimed.num_tiles,
+                                        claimed.grid, Tile::kHandoverSlots,
+                                        cuda_tuning().prefill_sm90_dynamic_min_rounds)) {
+      sp.tile_counter = prefill_tile_counter(device, stream);  // null: none left, static
+      if (sp.tile_counter != nullptr) sc = claimed;
+    }
+  }
   sp.section = sc.section;
   sp.section_unit = sc.section_unit;
   sp.num_tiles = sc.num_tiles;
@@ -169,7 +215,6 @@ void launch_prefill_sm90_tile(const PrefillParams& base, cudaStream_t stream) {
   sp.turns_across_tiles = cuda_tuning().prefill_sm90_turns != 0 ? 1 : 0;
   sp.out_vec16 = reinterpret_cast<uintptr_t>(p.out) % 16 == 0 && p.o_stride % 8 == 0 ? 1 : 0;
   sp.narrow_decode = cuda_tuning().prefill_sm90_narrow_decode != 0 ? 1 : 0;
-  if constexpr (Tile::kProducerDecode) sp.handover_slots = prefill_handover_slots(device);
   kernel<<<static_cast<unsigned>(grid), Tile::kThreads, kSmem, stream>>>(sp);
   const cudaError_t err = cudaGetLastError();
   KVATTN_CHECK(err == cudaSuccess, "prefill_attention: sm90 kernel launch failed: ",
@@ -184,7 +229,8 @@ void launch_prefill_sm90_choosing_handover(const PrefillParams& p, cudaStream_t 
   using Tile = Sm90PrefillTile<kHeadDim>;
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
-  if (use_tile_handover<Tile, kPaged>(p, device, mode, prefill_sm90_row_keys(p, kCausal, kPaged))) {
+  if (use_tile_handover<Tile, kPaged, kMods>(p, device, mode,
+                                             prefill_sm90_row_keys(p, kCausal, kPaged))) {
     launch_prefill_sm90_tile<T, Sm90WithTileHandover<Tile>, kCausal, kPaged, kMods>(p, stream);
   } else {
     launch_prefill_sm90_tile<T, Tile, kCausal, kPaged, kMods>(p, stream);

@@ -31,6 +31,10 @@ struct PrefillSm90Params {
   int turns_across_tiles = 0;  // 1: GEMM turns primed once per CTA (prefill_sm90_consumer.cuh)
   // Tile::kProducerDecode: the device's handover slots (prefill_handover_slots), one per SM id.
   void* handover_slots = nullptr;
+  // Tile::kProducerDecode with one producer warp: the launch's tile counter pair
+  // (prefill_tile_counter), or null. Set: the producer claims tiles as it frees up
+  // (for_each_claimed_tile; section_unit is then 1); null: the static snake deal.
+  uint32_t* tile_counter = nullptr;
   // The tile schedule (prefill_sm90_schedule.cuh, prefill_sm90_sections.h): (sequence, head)
   // pairs per L2 section, each section's slots padded to a multiple of section_unit (the
   // persistent grid's size, else 1), and the slots in all (heads x sequences x row blocks

@@ -190,4 +190,51 @@ __device__ __forceinline__ void for_each_tile(const PrefillSm90Params& sp, bool 
   }
 }
 
+// The dynamic form of for_each_tile, for the producer's warp 0 of a handover tile (all its
+// lanes; sp.tile_counter set): FlashAttention-3's dynamic persistent schedule. The CTA's first
+// tile is slot blockIdx.x, each next one slot gridDim.x + the ticket an atomicAdd on the
+// launch's counter returns, so a CTA takes the next slot when it frees up instead of every
+// gridDim.x-th one: the static deal cannot absorb run-time variation (L2 hits, clocks), and its
+// rounds leave CTAs a tile apart at the end. Slots keep the section order (sections unpadded:
+// section_unit 1), heavy tiles first. The ticket for the next tile is claimed when the current
+// one starts and read after fn has issued the current tile's loads, so its latency hides
+// there. At most `max_tiles` tiles reach fn in a CTA (its handover ring): the CTA stops
+// claiming when one more could not fit, so the launcher takes this form only where
+// num_tiles <= gridDim.x * (max_tiles - 1) (then the grid's rings hold every tile). The
+// last CTA to finish resets the counter pair for the next launch on it (launches on one pair
+// never overlap: prefill_tile_counter). fn(w, kv_base, q_index) as for_each_tile's.
+template <int kBlockM, int kBlockN, bool kCausal, bool kPaged, bool kMods, typename Fn>
+__device__ __forceinline__ void for_each_claimed_tile(const PrefillSm90Params& sp, bool report,
+                                                      uint32_t max_tiles, Fn&& fn) {
+  const PrefillParams& p = sp.base;
+  const bool lane0 = (threadIdx.x & 31) == 0;
+  uint32_t kv_base = 0;
+  uint32_t q_index = 0;
+  uint32_t taken = 0;
+  PrefillTileWork w;
+  int64_t t = blockIdx.x;
+  while (t < sp.num_tiles) {
+    const bool claim = taken + 1 < max_tiles;  // room for this tile and one more
+    uint32_t ticket = 0;
+    if (claim && lane0) ticket = atomicAdd(sp.tile_counter, 1u);
+    const PendingTile pt = begin_tile(p, sp.section, sp.section_unit, t, /*narrow=*/false);
+    if (finish_tile<kBlockM, kBlockN, kCausal, kPaged, kMods>(p, pt, report, w)) {
+      fn(static_cast<const PrefillTileWork&>(w), kv_base, q_index);
+      ++taken;
+      if (w.n_blocks > 0) {
+        kv_base += w.n_blocks;
+        ++q_index;
+      }
+    }
+    ticket = __shfl_sync(0xffffffffu, ticket, 0);
+    t = claim ? static_cast<int64_t>(gridDim.x) + ticket : sp.num_tiles;
+  }
+  if (lane0 && atomicAdd(sp.tile_counter + 1, 1u) == gridDim.x - 1) {
+    // Every CTA has claimed its last ticket: zero the pair for the next launch.
+    atomicExch(sp.tile_counter, 0u);
+    atomicExch(sp.tile_counter + 1, 0u);
+  }
+  __syncwarp();
+}
+
 }  // namespace kvattn::cuda::sm90

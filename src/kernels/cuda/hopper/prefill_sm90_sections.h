@@ -89,6 +89,28 @@ inline int64_t prefill_l2_section(int64_t num_seqs, int64_t num_heads, int64_t g
   return std::clamp<int64_t>(section, 1, pairs);
 }
 
+// Whether a launch takes the dynamic schedule (CudaTuning::prefill_sm90_dynamic `mode` != 0):
+// only in the handover form with one producer warp (the claimed tiles reach the consumers
+// through the handover; further producer warps would walk the static list), on a schedule of
+// at least `min_rounds` rounds of the persistent grid (num_tiles >= min_rounds * grid: over a
+// few rounds the snake deal pairs heavy and light tiles better than claiming does, H200 session
+// 24: 4x4096 9/3 d64, 6 rounds, 2.4-4% slower claimed; and a CTA needs a next tile to claim),
+// whose tiles the grid's handover rings hold (num_tiles <= grid * (handover_slots - 2):
+// for_each_claimed_tile), and a batch whose row blocks mostly have rows (total_q >= half of
+// num_seqs * num_m_blocks * block_m rows): a slot without rows costs the producer a counter
+// round trip where the static deal skips it for free (a varlen batch of one long and many
+// short sequences). num_tiles and grid are the claimed schedule's (prefill_sm90_schedule with
+// claimed = true).
+KVATTN_HD inline bool prefill_sm90_claims_tiles(int mode, int producer_warps, int64_t total_q,
+                                                int64_t num_seqs, int64_t num_m_blocks,
+                                                int block_m, int64_t num_tiles, int64_t grid,
+                                                int handover_slots, int min_rounds) {
+  if (mode == 0 || producer_warps != 1 || grid <= 0 || grid >= num_tiles) return false;
+  if (num_tiles < static_cast<int64_t>(min_rounds) * grid) return false;
+  if (num_tiles > int64_t{INT32_MAX} || num_tiles > grid * (handover_slots - 2)) return false;
+  return 2 * total_q >= num_seqs * num_m_blocks * block_m;
+}
+
 }  // namespace kvattn::cuda::sm90
 
 #undef KVATTN_HD

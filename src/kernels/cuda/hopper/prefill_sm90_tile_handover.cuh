@@ -81,6 +81,7 @@ __device__ __forceinline__ PrefillTileWork load_work(uint32_t addr) {
 }
 
 // The producer's warp 0 (all its lanes): decodes every tile of this CTA (reporting bad lengths),
+// the static deal's or, with sp.tile_counter, the ones it claims (for_each_claimed_tile),
 // hands each over with its Q, and calls load_kv(w, kv_base, q_index) for its K/V loads (which
 // must not load Q again); then hands over the end sentinel.
 template <class Tile, bool kCausal, bool kPaged, bool kMods, typename LoadKV>
@@ -88,18 +89,24 @@ __device__ __forceinline__ void hand_over_tiles(const PrefillSm90Params& sp,
                                                 const PrefillSmem<Tile>& s, LoadKV&& load_kv) {
   const bool lane0 = (threadIdx.x & 31) == 0;
   uint32_t handed = 0;
-  for_each_tile<Tile::kBlockM, Tile::kBlockN, kCausal, kPaged, kMods>(
-      sp, /*report=*/threadIdx.x == 0,
-      [&](const PrefillTileWork& w, uint32_t kv_base, uint32_t q_index) {
-        if (handed > 0) mbar_wait(s.q_empty(), (handed - 1) & 1);
-        if (lane0) {
-          hand_over(sp, s, w, handed, w.n_blocks > 0 ? Tile::kQBytes : 0);
-          if (w.n_blocks > 0) issue_q_boxes(sp, s, w.q_begin + w.m0, w.h);
-        }
-        __syncwarp();
-        ++handed;
-        if (w.n_blocks > 0) load_kv(w, kv_base, q_index);
-      });
+  auto hand = [&](const PrefillTileWork& w, uint32_t kv_base, uint32_t q_index) {
+    if (handed > 0) mbar_wait(s.q_empty(), (handed - 1) & 1);
+    if (lane0) {
+      hand_over(sp, s, w, handed, w.n_blocks > 0 ? Tile::kQBytes : 0);
+      if (w.n_blocks > 0) issue_q_boxes(sp, s, w.q_begin + w.m0, w.h);
+    }
+    __syncwarp();
+    ++handed;
+    if (w.n_blocks > 0) load_kv(w, kv_base, q_index);
+  };
+  if (sp.tile_counter != nullptr) {  // tiles claimed as the CTA frees up; the ring's last slot
+                                     // is the end sentinel's
+    for_each_claimed_tile<Tile::kBlockM, Tile::kBlockN, kCausal, kPaged, kMods>(
+        sp, /*report=*/threadIdx.x == 0, Tile::kHandoverSlots - 1, hand);
+  } else {
+    for_each_tile<Tile::kBlockM, Tile::kBlockN, kCausal, kPaged, kMods>(
+        sp, /*report=*/threadIdx.x == 0, hand);
+  }
   if (handed > 0) mbar_wait(s.q_empty(), (handed - 1) & 1);
   if (lane0) {
     PrefillTileWork end;
