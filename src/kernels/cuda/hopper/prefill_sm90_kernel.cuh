@@ -2,7 +2,8 @@
 //
 // Work: tiles of (query head, sequence, block of kBlockM query rows), heavy tiles first, dealt
 // to the CTAs in a snake order (prefill_sm90_schedule.cuh): one tile each, or persistent (grid =
-// SM count) so that one tile's epilogue overlaps the next tile's loads.
+// SM count) so that one tile's epilogue overlaps the next tile's loads; with sp.tile_counter
+// (the handover form) the producer claims each next tile as its CTA frees up instead.
 // Roles: warpgroup 0 is the producer (one warp issues every TMA load, up to four the boxes of
 // small pages, or all four gather them with cp.async; its spare registers go to the consumers
 // with setmaxnreg); warpgroups
