@@ -147,7 +147,6 @@ TEST(PrefillSm90Sections, SizesKeepTheBudgetInWholeGroupsOrSequences) {
   }
 }
 
-
 // The dynamic schedule's launch rule (prefill_sm90_claims_tiles): never when switched off, with
 // several producer warps, without a persistent grid, below the rounds asked, past the handover
 // rings or on a batch whose row blocks are mostly empty; otherwise taken.

@@ -61,10 +61,11 @@ struct CudaTuning {
   // whose row blocks mostly have rows (sm90::prefill_sm90_claims_tiles). 0 = never; 1 (default)
   // = the plain kernels where they take the handover by their own rule, the window / softcap /
   // ALiBi kernels wherever it applies (taking the handover for it); 2 = the plain kernels too.
-  // H200, session 24 (docs/perf/NOTES.md), against 0, flushed: 8x2048 32/8 d128 -1.3-1.9%,
-  // 16x1024 -1.0-1.6%, 8x2048 32/8 d64 -2.6-2.8%; the kMods kernels taking the handover for it
-  // 0 to -10% (1x16384 d256 win4096 softcap50 -10%, 8x2048 d256 softcap50 -4%); the plain
-  // kernels on long key loops (mode 2) +1.6-2.3% slower. Env KVATTN_PREFILL_SM90_DYNAMIC.
+  // H200, session 24 (docs/perf/NOTES.md calls 1-2), against 0, flushed: 8x2048 32/8 d128
+  // -1.3 to -2.8%, 16x1024 -1.0 to -2.0%, 8x2048 32/8 d64 -2.4 to -2.8%; the kMods kernels
+  // taking the handover for it -2 to -10% (1x16384 d256 win4096 softcap50 -10%, 8x2048 d256
+  // softcap50 -5%); the plain kernels on long key loops (mode 2) +1.6-2.3% slower. Env
+  // KVATTN_PREFILL_SM90_DYNAMIC.
   int prefill_sm90_dynamic = 1;
   // ... and the fewest rounds of the persistent grid (tiles / grid) a launch needs for it (over
   // fewer the snake deal balances better). Env KVATTN_PREFILL_SM90_DYNAMIC_MIN_ROUNDS.

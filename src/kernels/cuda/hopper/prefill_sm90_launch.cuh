@@ -199,7 +199,8 @@ void launch_prefill_sm90_tile(const PrefillParams& base, cudaStream_t stream) {
   if constexpr (Tile::kProducerDecode) {
     sp.handover_slots = prefill_handover_slots(device);
     const int dynamic = cuda_tuning().prefill_sm90_dynamic;
-    const Sm90Schedule claimed = prefill_sm90_schedule<Tile>(p, kPaged, device, true);
+    const Sm90Schedule claimed =
+        dynamic != 0 ? prefill_sm90_schedule<Tile>(p, kPaged, device, true) : sc;
     if (sm90::prefill_sm90_claims_tiles(dynamic, sp.kv_producer_warps, p.total_q, p.num_seqs,
                                         p.num_m_blocks, Tile::kBlockM, claimed.num_tiles,
                                         claimed.grid, Tile::kHandoverSlots,
