@@ -297,7 +297,8 @@ double gemm_ceiling_tflops() {
 template <int D>
 using DirectEpilogueTile = cuda::Sm90PrefillTileConfig<
     D, cuda::Sm90PrefillTile<D>::kConsumerWarpgroups, cuda::Sm90PrefillTile<D>::kStages,
-    cuda::Sm90PrefillTile<D>::kBlockN, true, false>;
+    cuda::Sm90PrefillTile<D>::kBlockN, true, false, false,
+    cuda::Sm90PrefillTile<D>::kRescaleBeforeTurn>;
 
 // Runs a bench-only tile configuration (causal bf16, packed or paged) on the problem's
 // tensors; Tile64 / Tile128 / Tile256 by head_dim.
@@ -324,6 +325,36 @@ void run_tile_for(const Problem& p, cudaStream_t stream) {
 void run_direct_epilogue_tile(const Problem& p, cudaStream_t stream) {
   run_tile_for<DirectEpilogueTile<64>, DirectEpilogueTile<128>, cuda::Sm90PrefillTile<256>>(p,
                                                                                            stream);
+}
+
+// The head_dim's tile with Tile::kRescaleBeforeTurn flipped (the library's on at head_dim 128
+// since session 25, off at 64 and 256), causal bf16, packed or paged, choosing the handover
+// form as the library does.
+template <class Tile>
+using RescaleFlippedTile = cuda::Sm90PrefillTileConfig<
+    Tile::kHeadDim, Tile::kConsumerWarpgroups, Tile::kStages, Tile::kBlockN, true,
+    Tile::kSmemEpilogue, false, !Tile::kRescaleBeforeTurn>;
+
+void run_rescale_flipped_tile(const Problem& p, cudaStream_t stream) {
+  const cuda::PrefillParams params = cuda::make_prefill_params(p.args, p.shape);
+  const int mode = cuda::cuda_tuning().prefill_sm90_handover;
+  auto go = [&](auto tile) {
+    using Tile = RescaleFlippedTile<decltype(tile)>;
+    if (p.shape.paged) {
+      cuda::launch_prefill_sm90_tile_choosing_handover<__nv_bfloat16, Tile, true, true, false>(
+          params, stream, mode);
+    } else {
+      cuda::launch_prefill_sm90_tile_choosing_handover<__nv_bfloat16, Tile, true, false, false>(
+          params, stream, mode);
+    }
+  };
+  if (p.s.d == 64) {
+    go(cuda::Sm90PrefillTile<64>{});
+  } else if (p.s.d == 128) {
+    go(cuda::Sm90PrefillTile<128>{});
+  } else {
+    go(cuda::Sm90PrefillTile<256>{});
+  }
 }
 
 struct Row {
@@ -472,6 +503,10 @@ int main(int argc, char** argv) {
                               4.0 * visible_pairs(s, false) * s.hq * s.d, false});
     } else if (s.d == 256) {  // no staged-epilogue tile at head_dim 256
       drop({"direct_epi"});
+    }
+    if (!s.features()) {  // O's rescale before / in the GEMM turn, the other way round
+      variants.insert(variants.begin() + 1,
+                      Variant{"turnflip", [&] { run_rescale_flipped_tile(p, g_stream); }, 0.0});
     }
     if (s.page != 0 && s.page < 128) {  // paged pieces issued by one producer warp
       variants.insert(variants.begin() + 1,

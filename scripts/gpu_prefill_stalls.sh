@@ -19,6 +19,7 @@ metrics+=',regex:^sm__pipe_.*_cycles_active\.avg\.pct_of_peak_sustained_active$'
 metrics+=',regex:^sm__inst_executed_pipe_.*\.sum$'
 metrics+=',gpu__time_duration.sum,smsp__inst_executed.sum,sm__cycles_active.avg'
 metrics+=',smsp__issue_active.avg.pct_of_peak_sustained_active,smsp__warps_active.avg.per_cycle_active'
+metrics+=',sm__cycles_elapsed.avg.per_second,smsp__inst_executed_op_shared_ld.sum,smsp__inst_executed_op_shared_st.sum'
 (unset CPATH LIBRARY_PATH; cd /tmp && CALLS=2 timeout 400 ncu --clock-control none \
    --kernel-name regex:'prefill|Prefill|fmha|flash|Flash' --launch-skip 0 --launch-count 4 \
    --metrics "$metrics" --csv --page raw \

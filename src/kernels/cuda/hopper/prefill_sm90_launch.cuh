@@ -222,12 +222,11 @@ void launch_prefill_sm90_tile(const PrefillParams& base, cudaStream_t stream) {
                cudaGetErrorString(err));
 }
 
-// Launches the head_dim's tile, in its handover form where use_tile_handover says so for
-// `mode` (kMods: the window / softcap / ALiBi form, kCausal false).
-template <typename T, int kHeadDim, bool kCausal, bool kPaged, bool kMods>
-void launch_prefill_sm90_choosing_handover(const PrefillParams& p, cudaStream_t stream,
-                                           int mode) {
-  using Tile = Sm90PrefillTile<kHeadDim>;
+// Launches Tile, in its handover form where use_tile_handover says so for `mode` (kMods: the
+// window / softcap / ALiBi form, kCausal false).
+template <typename T, class Tile, bool kCausal, bool kPaged, bool kMods>
+void launch_prefill_sm90_tile_choosing_handover(const PrefillParams& p, cudaStream_t stream,
+                                                int mode) {
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   if (use_tile_handover<Tile, kPaged, kMods>(p, device, mode,
@@ -236,6 +235,14 @@ void launch_prefill_sm90_choosing_handover(const PrefillParams& p, cudaStream_t 
   } else {
     launch_prefill_sm90_tile<T, Tile, kCausal, kPaged, kMods>(p, stream);
   }
+}
+
+// The head_dim's tile (Sm90PrefillTile), choosing the handover form as above.
+template <typename T, int kHeadDim, bool kCausal, bool kPaged, bool kMods>
+void launch_prefill_sm90_choosing_handover(const PrefillParams& p, cudaStream_t stream,
+                                           int mode) {
+  launch_prefill_sm90_tile_choosing_handover<T, Sm90PrefillTile<kHeadDim>, kCausal, kPaged,
+                                             kMods>(p, stream, mode);
 }
 
 template <typename T, int kHeadDim, bool kCausal, bool kPaged>

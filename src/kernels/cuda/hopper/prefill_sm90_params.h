@@ -69,9 +69,13 @@ struct PrefillSm90Params {
 #endif
 inline constexpr bool kSm90LookAhead = KVATTN_PREFILL_SM90_LOOKAHEAD != 0;
 
+// kRescaleBeforeTurn (with kRescaleInTurn): O's rescale moves before the warpgroup waits for
+// its GEMM turn (prefill_sm90_consumer.cuh says why; the same arithmetic, bit-identical).
 template <int kHeadDim_, int kConsumerWarpgroups_, int kStages_, int kBlockN_,
-          bool kRescaleInTurn_ = true, bool kSmemEpilogue_ = false, bool kProducerDecode_ = false>
+          bool kRescaleInTurn_ = true, bool kSmemEpilogue_ = false, bool kProducerDecode_ = false,
+          bool kRescaleBeforeTurn_ = false>
 struct Sm90PrefillTileConfig {
+  static constexpr bool kRescaleBeforeTurn = kRescaleBeforeTurn_ && kRescaleInTurn_;
   static constexpr bool kRescaleInTurn = kRescaleInTurn_;
   static constexpr bool kSmemEpilogue = kSmemEpilogue_;
   static constexpr bool kProducerDecode = kProducerDecode_;
@@ -134,14 +138,15 @@ inline constexpr bool kSm90ProducerDecode = KVATTN_PREFILL_SM90_PRODUCER_DECODE 
 
 // The tiles the library runs (docs/perf/NOTES.md, Hopper prefill). head_dim 128: 128 x 128
 // tiles, two stages (160 KB; three: -2% one CTA per tile, and with the persistent grid +1-3% on
-// long sequences but -4% at 16 x 1024). head_dim 64: 192 query rows (three consumer
+// long sequences but -4% at 16 x 1024), O's rescale before the GEMM turn (session 25: -2% at
+// 8x2048 and 16x1024, -1.4% graph at 1x16384). head_dim 64: 192 query rows (three consumer
 // warpgroups) x 128 keys, three stages (+14% over 128 rows). Both stage O in shared memory for
 // their stores (session 15, H200: +3-8% graph on 8x2048 and 16x1024 d128, +3% 4x4096 d64).
 template <int kHeadDim>
 struct Sm90PrefillTileFor;
 template <>
 struct Sm90PrefillTileFor<128> {
-  using type = Sm90PrefillTileConfig<128, 2, 2, 128, true, true, kSm90ProducerDecode>;
+  using type = Sm90PrefillTileConfig<128, 2, 2, 128, true, true, kSm90ProducerDecode, true>;
 };
 template <>
 struct Sm90PrefillTileFor<64> {
@@ -150,10 +155,11 @@ struct Sm90PrefillTileFor<64> {
 // head_dim 256 (FlashAttention-3's shape): 128 query rows (two consumer warpgroups, O in
 // registers: 128 f32 per thread) x 80 keys, two stages: Q 64 KB + 2 x (K + V) 160 KB, the
 // most that fits (session 14: 64 keys before; the fixed costs of a key tile over 25% more
-// keys).
+// keys). O's rescale before the GEMM turn as at head_dim 128 (session 25, one round: the
+// paged prefix shapes -3.6 and -5.4%, the plain ones even).
 template <>
 struct Sm90PrefillTileFor<256> {
-  using type = Sm90PrefillTileConfig<256, 2, 2, 80, true, false, kSm90ProducerDecode>;
+  using type = Sm90PrefillTileConfig<256, 2, 2, 80, true, false, kSm90ProducerDecode, true>;
 };
 template <int kHeadDim>
 using Sm90PrefillTile = typename Sm90PrefillTileFor<kHeadDim>::type;
@@ -163,6 +169,7 @@ using Sm90PrefillTile = typename Sm90PrefillTileFor<kHeadDim>::type;
 template <class Tile>
 using Sm90WithTileHandover =
     Sm90PrefillTileConfig<Tile::kHeadDim, Tile::kConsumerWarpgroups, Tile::kStages,
-                          Tile::kBlockN, Tile::kRescaleInTurn, Tile::kSmemEpilogue, true>;
+                          Tile::kBlockN, Tile::kRescaleInTurn, Tile::kSmemEpilogue, true,
+                          Tile::kRescaleBeforeTurn>;
 
 }  // namespace kvattn::cuda
