@@ -6,6 +6,8 @@
 # on the head_dim 128 packed shapes (err_vs_def must be 0: the same arithmetic).
 #   run: bash scripts/sessions/gpu_session25_loops.sh > $OUT/summary.txt 2>&1; tail -n 60 $OUT/summary.txt
 #   carry: build-carry-s25b (gpu_prefill_bench; debs/)
+# (After the call: form 1 became Tile::kRescaleBeforeTurn, form 2 was removed, and the bench's
+# loop rows gave way to `turnflip`; this script documents calls 3-4 and no longer runs as is.)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device_carried.sh

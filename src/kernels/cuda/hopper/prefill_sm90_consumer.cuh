@@ -236,7 +236,9 @@ struct PrefillConsumer {
     // there by fence_operands (O's last P V GEMM has completed), so the FMULs overlap that wait
     // instead of standing between the turn and the first GEMM issue; ptxas put most of them
     // there when they followed the S issue (FlashAttention-3's SASS has them before its turn
-    // barrier). H200, session 25: -2% at 8x2048 and 16x1024 d128, -1.4% graph at 1x16384.
+    // barrier). H200, session 25: -2% at 8x2048 and 16x1024 d128, -1.4% graph at 1x16384,
+    // -4-5% on the head_dim 256 paged prefixes; +1.5-2.3% at head_dim 64 (three warpgroups),
+    // which keeps the FMULs in the turn (Sm90PrefillTileFor).
     auto rescale_before_turn = [&] {
       if constexpr (Tile::kRescaleBeforeTurn) {
         RowSoftmax::rescale(o, corr);

@@ -155,8 +155,8 @@ struct Sm90PrefillTileFor<64> {
 // head_dim 256 (FlashAttention-3's shape): 128 query rows (two consumer warpgroups, O in
 // registers: 128 f32 per thread) x 80 keys, two stages: Q 64 KB + 2 x (K + V) 160 KB, the
 // most that fits (session 14: 64 keys before; the fixed costs of a key tile over 25% more
-// keys). O's rescale before the GEMM turn as at head_dim 128 (session 25, one round: the
-// paged prefix shapes -3.6 and -5.4%, the plain ones even).
+// keys). O's rescale before the GEMM turn as at head_dim 128 (session 25, three rounds: the
+// paged prefix shapes -3.6 to -5.4%, the plain ones even).
 template <>
 struct Sm90PrefillTileFor<256> {
   using type = Sm90PrefillTileConfig<256, 2, 2, 80, true, false, kSm90ProducerDecode, true>;
