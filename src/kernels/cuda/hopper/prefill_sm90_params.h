@@ -69,6 +69,16 @@ struct PrefillSm90Params {
 #endif
 inline constexpr bool kSm90LookAhead = KVATTN_PREFILL_SM90_LOOKAHEAD != 0;
 
+// The consumers' warpgroup index broadcast from lane 0 (prefill_sm90_consumer.cuh): written
+// in session 25 after the device time, compiled and read in SASS (no C7520; no spill except one
+// head_dim 256 window / softcap / ALiBi kernel, 24 bytes of stack), not yet run on a GPU, so
+// off; -DKVATTN_PREFILL_SM90_UNIFORM_WG=1 builds it (scripts/sessions/gpu_session25_uniform.sh
+// times it against a build without).
+#ifndef KVATTN_PREFILL_SM90_UNIFORM_WG
+#define KVATTN_PREFILL_SM90_UNIFORM_WG 0
+#endif
+inline constexpr bool kSm90UniformWarpgroup = KVATTN_PREFILL_SM90_UNIFORM_WG != 0;
+
 // kRescaleBeforeTurn (with kRescaleInTurn): O's rescale moves before the warpgroup waits for
 // its GEMM turn (prefill_sm90_consumer.cuh says why; the same arithmetic, bit-identical).
 template <int kHeadDim_, int kConsumerWarpgroups_, int kStages_, int kBlockN_,
