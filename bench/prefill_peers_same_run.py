@@ -16,6 +16,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from triton.testing import do_bench
 
 import kvattn
+from cuda_graph_calls import capture_calls  # bench/, beside this script
 
 try:
     import flashinfer
@@ -32,16 +33,7 @@ ws = torch.empty(256 << 20, dtype=torch.uint8, device=dev)
 
 
 def graph_ms(fn, calls=20):
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn()
-        fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(calls):
-            fn()
+    g = capture_calls(fn, calls)
     return do_bench(lambda: g.replay(), warmup=10, rep=300, return_mode="median") / calls
 
 

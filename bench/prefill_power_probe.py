@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import kvattn
+from cuda_graph_calls import capture_calls  # bench/, beside this script
 
 try:
     import flashinfer
@@ -60,23 +61,9 @@ def samples_between(t0, t1):
     return sum(clocks) / len(clocks), sum(powers) / len(powers), len(clocks)
 
 
-def capture(fn, calls=20):
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn()
-        fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(calls):
-            fn()
-    torch.cuda.synchronize()
-    return g
-
-
 def probe(fn, tflop, calls=20):
-    g = capture(fn, calls)
+    g = capture_calls(fn, calls)
+    torch.cuda.synchronize()
     r = {}
     time.sleep(1.5)
     a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
