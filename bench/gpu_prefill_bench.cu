@@ -298,7 +298,7 @@ template <int D>
 using DirectEpilogueTile = cuda::Sm90PrefillTileConfig<
     D, cuda::Sm90PrefillTile<D>::kConsumerWarpgroups, cuda::Sm90PrefillTile<D>::kStages,
     cuda::Sm90PrefillTile<D>::kBlockN, true, false, false,
-    cuda::Sm90PrefillTile<D>::kRescaleBeforeTurn>;
+    cuda::Sm90PrefillTile<D>::kRescaleBeforeTurn, cuda::Sm90PrefillTile<D>::kUniformWarpgroup>;
 
 // Runs a bench-only tile configuration (causal bf16, packed or paged) on the problem's
 // tensors; Tile64 / Tile128 / Tile256 by head_dim.
@@ -328,18 +328,25 @@ void run_direct_epilogue_tile(const Problem& p, cudaStream_t stream) {
 }
 
 // The head_dim's tile with Tile::kRescaleBeforeTurn flipped (the library's on at head_dim 128
-// since session 25, off at 64 and 256), causal bf16, packed or paged, choosing the handover
-// form as the library does.
+// and 256 since session 25, off at 64) ...
 template <class Tile>
 using RescaleFlippedTile = cuda::Sm90PrefillTileConfig<
     Tile::kHeadDim, Tile::kConsumerWarpgroups, Tile::kStages, Tile::kBlockN, true,
-    Tile::kSmemEpilogue, false, !Tile::kRescaleBeforeTurn>;
+    Tile::kSmemEpilogue, false, !Tile::kRescaleBeforeTurn, Tile::kUniformWarpgroup>;
+// ... and with Tile::kUniformWarpgroup flipped (the library's off everywhere so far).
+template <class Tile>
+using UniformFlippedTile = cuda::Sm90PrefillTileConfig<
+    Tile::kHeadDim, Tile::kConsumerWarpgroups, Tile::kStages, Tile::kBlockN, true,
+    Tile::kSmemEpilogue, false, Tile::kRescaleBeforeTurn, !Tile::kUniformWarpgroup>;
 
-void run_rescale_flipped_tile(const Problem& p, cudaStream_t stream) {
+// Runs Flipped<the head_dim's library tile>, causal bf16, packed or paged, choosing the
+// handover form as the library does.
+template <template <class> class Flipped>
+void run_flipped_tile(const Problem& p, cudaStream_t stream) {
   const cuda::PrefillParams params = cuda::make_prefill_params(p.args, p.shape);
   const int mode = cuda::cuda_tuning().prefill_sm90_handover;
   auto go = [&](auto tile) {
-    using Tile = RescaleFlippedTile<decltype(tile)>;
+    using Tile = Flipped<decltype(tile)>;
     if (p.shape.paged) {
       cuda::launch_prefill_sm90_tile_choosing_handover<__nv_bfloat16, Tile, true, true, false>(
           params, stream, mode);
@@ -504,9 +511,14 @@ int main(int argc, char** argv) {
     } else if (s.d == 256) {  // no staged-epilogue tile at head_dim 256
       drop({"direct_epi"});
     }
-    if (!s.features()) {  // O's rescale before / in the GEMM turn, the other way round
+    if (!s.features()) {  // O's rescale before / in the GEMM turn the other way round; the
+                          // consumers' warpgroup index broadcast, the other way round
       variants.insert(variants.begin() + 1,
-                      Variant{"turnflip", [&] { run_rescale_flipped_tile(p, g_stream); }, 0.0});
+                      Variant{"turnflip",
+                              [&] { run_flipped_tile<RescaleFlippedTile>(p, g_stream); }, 0.0});
+      variants.insert(variants.begin() + 2,
+                      Variant{"uniformwg",
+                              [&] { run_flipped_tile<UniformFlippedTile>(p, g_stream); }, 0.0});
     }
     if (s.page != 0 && s.page < 128) {  // paged pieces issued by one producer warp
       variants.insert(variants.begin() + 1,

@@ -1,23 +1,23 @@
 #!/usr/bin/env bash
-# The consumers' warpgroup index broadcast from lane 0 (KVATTN_PREFILL_SM90_UNIFORM_WG=1:
-# ptxas then keeps the S = Q K^T descriptors in uniform registers, 18 -> 3 R2UR in the head_dim
-# 128 key loop) against the default build, two binaries alternating, the default rows of
-# 8x2048 and 16x1024 d128. Written in session 25, not run (its device time had run out);
-# build the new binary with -DCMAKE_CUDA_FLAGS=-DKVATTN_PREFILL_SM90_UNIFORM_WG=1 in a build
-# folder of its own, and run the prefill suite on it before making it the default.
-#   run: bash scripts/sessions/gpu_session25_uniform.sh > $OUT/summary.txt 2>&1; tail -n 30 $OUT/summary.txt
-#   carry: build-carry-s25e (gpu_prefill_bench = new, gpu_prefill_bench_old; debs/)
+# Next session's first prefill call (written in session 25, not run: its device time had run
+# out): the consumers' warpgroup index broadcast from lane 0 (Tile::kUniformWarpgroup, the
+# bench's `uniformwg` row: ptxas keeps the S = Q K^T descriptors in uniform registers, 18 -> 3
+# R2UR in the head_dim 128 key loop) against the library's tiles, same process, two rounds
+# of the default and head_dim 256 shapes (err_vs_def must be 0). If it wins, turn it on in
+# Sm90PrefillTileFor and run the whole prefill suite and the sanitizers on that build.
+#   run: bash scripts/sessions/gpu_session25_uniform.sh > $OUT/summary.txt 2>&1; tail -n 60 $OUT/summary.txt
+#   carry: a build carry with gpu_prefill_bench (and debs/), e.g. CARRY=build-carry-s26a
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device_carried.sh
-carried_unpack "${CARRY:-build-carry-s25e}"
+carried_unpack "${CARRY:?set CARRY to the build carry folder}"
+trap pack_out EXIT
 for round in 1 2; do
-  for shape in "8x2048 32/8" "16x1024 16/8"; do
-    for bin in gpu_prefill_bench_old gpu_prefill_bench; do
-      room 70 "$bin $shape r$round" || break 3
-      timeout 20 "$B/$bin" --reps 20 --only "$shape" 2>&1 | grep -E " default " | grep -v d64 |
-        sed "s/^/$bin r$round: /"
-    done
+  for set in "" --d256; do
+    room 400 "bench $set r$round" || break 2
+    timeout 150 "$B/gpu_prefill_bench" $set --reps 30 >"$OUT/bench${set}_r$round.log" 2>&1
+    echo "bench $set r$round rc=$?"
+    grep -v '^{' "$OUT/bench${set}_r$round.log" | grep -E "ceiling| default | uniformwg "
   done
 done
 echo "end ${SECONDS}s"

@@ -193,11 +193,11 @@ struct PrefillConsumer {
 
     if (!turns_across_tiles(p)) prime_turns(wg);
     mbar_wait(s.q_full, q_index & 1);
-    // kSm90UniformWarpgroup: wg as the warp's lane 0 has it, so that ptxas knows it is
+    // Tile::kUniformWarpgroup: wg as the warp's lane 0 has it, so that ptxas knows it is
     // warp-uniform and keeps the Q descriptors and the stage addresses in uniform registers (in
     // the head_dim 128 key loop the R2UR moves before the S = Q K^T wgmmas fall from 18 to 3,
     // 954 -> 940 instructions; FlashAttention-3 broadcasts its warpgroup index the same way).
-    if constexpr (kSm90UniformWarpgroup) wg = __shfl_sync(0xffffffffu, wg, 0);
+    if constexpr (Tile::kUniformWarpgroup) wg = __shfl_sync(0xffffffffu, wg, 0);
     const uint32_t q_rows = s.q + wg * 64 * 128;  // this warpgroup's rows of column block 0
 
     float sc[kNT][4];

@@ -69,22 +69,19 @@ struct PrefillSm90Params {
 #endif
 inline constexpr bool kSm90LookAhead = KVATTN_PREFILL_SM90_LOOKAHEAD != 0;
 
-// The consumers' warpgroup index broadcast from lane 0 (prefill_sm90_consumer.cuh): written
-// in session 25 after the device time, compiled and read in SASS (no C7520; no spill except one
-// head_dim 256 window / softcap / ALiBi kernel, 24 bytes of stack), not yet run on a GPU, so
-// off; -DKVATTN_PREFILL_SM90_UNIFORM_WG=1 builds it (scripts/sessions/gpu_session25_uniform.sh
-// times it against a build without).
-#ifndef KVATTN_PREFILL_SM90_UNIFORM_WG
-#define KVATTN_PREFILL_SM90_UNIFORM_WG 0
-#endif
-inline constexpr bool kSm90UniformWarpgroup = KVATTN_PREFILL_SM90_UNIFORM_WG != 0;
 
 // kRescaleBeforeTurn (with kRescaleInTurn): O's rescale moves before the warpgroup waits for
 // its GEMM turn (prefill_sm90_consumer.cuh says why; the same arithmetic, bit-identical).
+// kUniformWarpgroup: the consumers broadcast their warpgroup index from lane 0, so that ptxas
+// keeps the S = Q K^T descriptors in uniform registers (prefill_sm90_consumer.cuh). Written in
+// session 25 after the device time and read in SASS only (no C7520; one head_dim 256 kMods
+// kernel spills 24 bytes with it): off in every library tile until a GPU session has run it
+// (the bench's `uniformwg` row turns it on).
 template <int kHeadDim_, int kConsumerWarpgroups_, int kStages_, int kBlockN_,
           bool kRescaleInTurn_ = true, bool kSmemEpilogue_ = false, bool kProducerDecode_ = false,
-          bool kRescaleBeforeTurn_ = false>
+          bool kRescaleBeforeTurn_ = false, bool kUniformWarpgroup_ = false>
 struct Sm90PrefillTileConfig {
+  static constexpr bool kUniformWarpgroup = kUniformWarpgroup_;
   static constexpr bool kRescaleBeforeTurn = kRescaleBeforeTurn_ && kRescaleInTurn_;
   static constexpr bool kRescaleInTurn = kRescaleInTurn_;
   static constexpr bool kSmemEpilogue = kSmemEpilogue_;
@@ -180,6 +177,6 @@ template <class Tile>
 using Sm90WithTileHandover =
     Sm90PrefillTileConfig<Tile::kHeadDim, Tile::kConsumerWarpgroups, Tile::kStages,
                           Tile::kBlockN, Tile::kRescaleInTurn, Tile::kSmemEpilogue, true,
-                          Tile::kRescaleBeforeTurn>;
+                          Tile::kRescaleBeforeTurn, Tile::kUniformWarpgroup>;
 
 }  // namespace kvattn::cuda
