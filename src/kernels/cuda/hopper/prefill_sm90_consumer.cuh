@@ -11,8 +11,9 @@
 // O += P_{i-1} V_{i-1}, waits for S_i only and runs tile i's mask and softmax while the P V
 // GEMM is still on the tensor cores (Tile::kRescaleInTurn; false rescales after the P V GEMM
 // instead: the same arithmetic, but on the path from S to the next GEMM issue, which the
-// tensor cores wait on: 1-13% slower, session 14). Registers: S (kBlockN/2 f32), P
-// (kBlockN/4), O (D/2) per thread.
+// tensor cores wait on: 1-13% slower, session 14; with Tile::kRescaleBeforeTurn, head_dim 128
+// and 256, the rescale moves before the wait for the GEMM turn instead). Registers: S
+// (kBlockN/2 f32), P (kBlockN/4), O (D/2) per thread.
 // Ping-pong between the consumer warpgroups (FlashAttention-3's warp scheduling barriers):
 // they take turns to issue their GEMMs, round robin through named barriers, so that one
 // warpgroup's softmax runs while another's GEMMs occupy the tensor cores.

@@ -69,7 +69,6 @@ struct PrefillSm90Params {
 #endif
 inline constexpr bool kSm90LookAhead = KVATTN_PREFILL_SM90_LOOKAHEAD != 0;
 
-
 // kRescaleBeforeTurn (with kRescaleInTurn): O's rescale moves before the warpgroup waits for
 // its GEMM turn (prefill_sm90_consumer.cuh says why; the same arithmetic, bit-identical).
 // kUniformWarpgroup: the consumers broadcast their warpgroup index from lane 0, so that ptxas
