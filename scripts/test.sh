@@ -35,9 +35,8 @@ bash tests/python/run_cpu.sh
 
 echo "== build (asan+ubsan, cpu only) =="
 # -O1 -g1 (line tables): sanitizer reports keep file:line, and the build takes ~half the time of
-# -O2 -g (9.6 vs 17.6 min on a 2-core machine; the tests run 45 vs 40 s). With KVATTN_SANITIZE
-# the library, the engine and the server take this -O1 too (their -O3 / -O2 are for the
-# other builds; CMakeLists.txt).
+# -O2 -g (9.6 vs 17.6 min on a 2-core machine; the tests run 45 vs 40 s). The library and the
+# engine keep their -O3 (CMakeLists.txt says why).
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVATTN_CUDA=OFF \
   -DKVATTN_SANITIZE=ON -DKVATTN_BENCH=OFF -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG"
 cmake --build build-asan -j "$jobs"

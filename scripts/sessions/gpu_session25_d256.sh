@@ -5,6 +5,7 @@
 # `turnflip` row (now the rescale in the turn).
 #   run: bash scripts/sessions/gpu_session25_d256.sh > $OUT/summary.txt 2>&1; tail -n 40 $OUT/summary.txt
 #   carry: build-carry-s25d (kernels_prefill_gpu_test, gpu_prefill_bench; debs/)
+# (The bench's `turnflip` row was removed after call 7, its question settled.)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device_carried.sh

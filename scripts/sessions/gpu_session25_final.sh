@@ -7,6 +7,7 @@
 #   run: bash scripts/sessions/gpu_session25_final.sh > $OUT/summary.txt 2>&1; tail -n 80 $OUT/summary.txt
 #   carry: build-carry-s25c (kvattn, kernels_prefill_gpu_test, kernels_prefill_sm90_sections_test,
 #          gpu_prefill_bench; debs/)
+# (The bench's `turnflip` row was removed after call 7, its question settled.)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device_carried.sh
