@@ -327,39 +327,6 @@ void run_direct_epilogue_tile(const Problem& p, cudaStream_t stream) {
                                                                                            stream);
 }
 
-// The head_dim's library tile with Tile::kUniformWarpgroup flipped (off in every library tile
-// so far). (Session 25's `turnflip` row, Tile::kRescaleBeforeTurn flipped, settled that flag per
-// head_dim and was removed: docs/perf/NOTES.md session 25 calls 5 and 7.)
-template <class Tile>
-using UniformFlippedTile = cuda::Sm90PrefillTileConfig<
-    Tile::kHeadDim, Tile::kConsumerWarpgroups, Tile::kStages, Tile::kBlockN, true,
-    Tile::kSmemEpilogue, false, Tile::kRescaleBeforeTurn, !Tile::kUniformWarpgroup>;
-
-// Runs Flipped<the head_dim's library tile>, causal bf16, packed or paged, choosing the
-// handover form as the library does.
-template <template <class> class Flipped>
-void run_flipped_tile(const Problem& p, cudaStream_t stream) {
-  const cuda::PrefillParams params = cuda::make_prefill_params(p.args, p.shape);
-  const int mode = cuda::cuda_tuning().prefill_sm90_handover;
-  auto go = [&](auto tile) {
-    using Tile = Flipped<decltype(tile)>;
-    if (p.shape.paged) {
-      cuda::launch_prefill_sm90_tile_choosing_handover<__nv_bfloat16, Tile, true, true, false>(
-          params, stream, mode);
-    } else {
-      cuda::launch_prefill_sm90_tile_choosing_handover<__nv_bfloat16, Tile, true, false, false>(
-          params, stream, mode);
-    }
-  };
-  if (p.s.d == 64) {
-    go(cuda::Sm90PrefillTile<64>{});
-  } else if (p.s.d == 128) {
-    go(cuda::Sm90PrefillTile<128>{});
-  } else {
-    go(cuda::Sm90PrefillTile<256>{});
-  }
-}
-
 struct Row {
   std::string shape, variant;
   double ms, tflops, graph_ms, graph_tflops, err;
@@ -506,11 +473,6 @@ int main(int argc, char** argv) {
                               4.0 * visible_pairs(s, false) * s.hq * s.d, false});
     } else if (s.d == 256) {  // no staged-epilogue tile at head_dim 256
       drop({"direct_epi"});
-    }
-    if (!s.features()) {  // the consumers' warpgroup index broadcast, the other way round
-      variants.insert(variants.begin() + 1,
-                      Variant{"uniformwg",
-                              [&] { run_flipped_tile<UniformFlippedTile>(p, g_stream); }, 0.0});
     }
     if (s.page != 0 && s.page < 128) {  // paged pieces issued by one producer warp
       variants.insert(variants.begin() + 1,

@@ -3,7 +3,8 @@
 // the 16-byte cp.async per lane that kvattn's decode issues, or than plain vector loads?
 // cuDNN's decode reads 4.42-4.52 TB/s where our read ceiling (vector loads) measured 4.34.
 // Each kernel streams a 2 GiB buffer once (40x the L2) and folds what it read into one word so
-// nothing is dead; median of 15 launches after 3 warm-ups.
+// nothing is dead; median of 15 launches after 3 warm-ups. Last, the paged decode's own
+// pattern (read_paged), loads only and with a stand-in for its math.
 //   ld      : ld.global.nc.v4 per thread, 8 in flight, grid-stride
 //   cpasync : per warp a ring of S stages of 8 KB (16 cp.async of 16 B a lane), as the decode
 //   bulk    : per CTA a ring of S stages of C bytes, one cp.async.bulk a stage by one thread
@@ -127,6 +128,61 @@ __global__ void read_bulk(const uint8_t* src, int64_t chunks, int chunk, int sta
 #endif
 }
 
+
+// The paged decode's loading organisation without its math (issue 16: the bf16 stream kernel
+// reads at ~90% of the read ceiling, cuDNN's contiguous decode at ~97-99%; is the loss in how
+// the kernel loads or in what it computes between loads?). As decode_split_kernel.cuh: an NHD
+// page-16 cache [pages, 16, heads, row_bytes / 2] per K and V, a CTA of `heads` warps (warp w
+// = KV head w, all heads of the cache), each warp a cp.async ring of S stages of one tile (16
+// keys of K and of V: 16 B a lane, 8 copies each at 256-byte rows), the CTA's tiles an equal
+// range of the concatenated pages, each page's id read one issue ahead from a block table
+// (random or identity permutation). `chain`: dependent FFMAs per tile after the stage lands
+// (a stand-in for the tile's math: 0 = loads only).
+template <int S>
+__global__ void read_paged(const uint8_t* kc, const uint8_t* vc, const int* table, int64_t pages,
+                           int row_bytes, int chain, uint32_t* out) {
+  extern __shared__ __align__(128) uint8_t smem[];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int heads = blockDim.x >> 5;
+  const int stage_bytes = 32 * row_bytes;  // 16 keys of K, then of V
+  uint8_t* ring = smem + warp * S * stage_bytes;
+  const int chunks = row_bytes / 16;           // 16-byte pieces a row
+  const int keys_per_copy = 32 / chunks;       // rows one copy instruction covers
+  const int64_t page_bytes = int64_t{16} * heads * row_bytes;
+  const int64_t p0 = pages * blockIdx.x / gridDim.x, p1 = pages * (blockIdx.x + 1) / gridDim.x;
+  const int chunk = lane % chunks, key0 = lane / chunks;
+  const int64_t head_off = int64_t{warp} * row_bytes + chunk * 16;
+  int next_id = p0 < p1 ? __ldg(table + p0) : 0;
+  auto issue = [&](int64_t pg, int s) {
+    if (pg < p1) {
+      const int id = next_id;
+      next_id = pg + 1 < p1 ? __ldg(table + pg + 1) : 0;  // one issue ahead, as the kernel
+      const uint32_t d = smem_u32(ring + s * stage_bytes);
+      for (int key = key0; key < 16; key += keys_per_copy) {
+        const int64_t src = id * page_bytes + int64_t{key} * heads * row_bytes + head_off;
+        const uint32_t o = key * row_bytes + chunk * 16;
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d + o), "l"(kc + src));
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d + 16 * row_bytes + o),
+                     "l"(vc + src));
+      }
+    }
+    asm volatile("cp.async.commit_group;");
+  };
+  for (int s = 0; s < S - 1; ++s) issue(p0 + s, s);
+  float acc = static_cast<float>(lane);
+  for (int64_t pg = p0, j = 0; pg < p1; ++pg, ++j) {
+    issue(pg + S - 1, static_cast<int>((j + S - 1) % S));
+    asm volatile("cp.async.wait_group %0;" ::"n"(S - 1) : "memory");
+    __syncwarp();
+    const float* st = reinterpret_cast<const float*>(ring + (j % S) * stage_bytes);
+    float x = st[lane] + st[lane + 32 * (row_bytes / 16)];
+    for (int i = 0; i < chain; ++i) x = fmaf(x, 0.999f, acc);
+    acc += x;
+    __syncwarp();
+  }
+  if (acc == 1.2345f) out[0] = 1;
+}
+
 template <typename Launch>
 double time_us(Launch launch) {
   cudaEvent_t a, b;
@@ -208,6 +264,55 @@ int main() {
     }
   }
   CHECK(cudaGetLastError());
+
+  // The paged decode's pattern (read_paged): the shapes of issue 16 (page 16, 8 or 3 KV heads).
+  {
+    struct PagedCase { const char* name; int64_t keys; int heads, row_bytes, stages, per_sm; };
+    const PagedCase cases[] = {
+        {"64x4096 8 heads d128", 64 * 4096, 8, 256, 3, 1},
+        {"64x4096 8 heads d128, 2 stages", 64 * 4096, 8, 256, 2, 1},
+        {"64x4096 8 heads d128, 2 st, 2 CTA/SM", 64 * 4096, 8, 256, 2, 2},
+        {"96x4096 3 heads d64", 96 * 4096, 3, 128, 2, 3},
+        {"96x4096 3 heads d64, 5 CTA/SM", 96 * 4096, 3, 128, 2, 5},
+        {"96x4096 3 heads d64, 3 st, 5 CTA/SM", 96 * 4096, 3, 128, 3, 5},
+        {"256x1024 8 heads d64", 256 * 1024, 8, 128, 2, 1},
+        {"256x1024 8 heads d64, 2 CTA/SM", 256 * 1024, 8, 128, 2, 2},
+    };
+    for (const PagedCase& c : cases) {
+      const int64_t pages = c.keys / 16;
+      const int64_t cache = pages * 16 * c.heads * c.row_bytes;
+      if (2 * cache > kBytes) continue;
+      std::vector<int> perm(static_cast<size_t>(pages));
+      for (int64_t i = 0; i < pages; ++i) perm[static_cast<size_t>(i)] = static_cast<int>(i);
+      int* table = nullptr;
+      CHECK(cudaMalloc(&table, pages * sizeof(int)));
+      for (int shuffled : {0, 1}) {
+        if (shuffled) {
+          uint64_t z = 0x9e3779b97f4a7c15ull;  // a fixed Fisher-Yates shuffle (splitmix steps)
+          for (int64_t i = pages - 1; i > 0; --i) {
+            z += 0x9e3779b97f4a7c15ull;
+            uint64_t r = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+            r ^= r >> 31;
+            std::swap(perm[static_cast<size_t>(i)], perm[static_cast<size_t>(r % (i + 1))]);
+          }
+        }
+        CHECK(cudaMemcpy(table, perm.data(), pages * sizeof(int), cudaMemcpyHostToDevice));
+        for (int chain : {0, 256, 512, 1024}) {
+          const int smem = c.stages * c.heads * 32 * c.row_bytes;
+          auto kernel = c.stages == 3 ? read_paged<3> : read_paged<2>;
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+          const double us = time_us([&] {
+            kernel<<<sms * c.per_sm, c.heads * 32, smem>>>(buf, buf + cache, table, pages,
+                                                          c.row_bytes, chain, out);
+          });
+          std::printf("paged %-32s %s chain %3d %9.1f us  %6.3f TB/s\n", c.name,
+                      shuffled ? "random " : "in order", chain, us, 2 * cache / (us * 1e-6) / 1e12);
+        }
+      }
+      CHECK(cudaFree(table));
+    }
+    CHECK(cudaGetLastError());
+  }
   CHECK(cudaDeviceSynchronize());
   return 0;
 }

@@ -72,10 +72,12 @@ inline constexpr bool kSm90LookAhead = KVATTN_PREFILL_SM90_LOOKAHEAD != 0;
 // kRescaleBeforeTurn (with kRescaleInTurn): O's rescale moves before the warpgroup waits for
 // its GEMM turn (prefill_sm90_consumer.cuh says why; the same arithmetic, bit-identical).
 // kUniformWarpgroup: the consumers broadcast their warpgroup index from lane 0, so that ptxas
-// keeps the S = Q K^T descriptors in uniform registers (prefill_sm90_consumer.cuh). Written in
-// session 25 after the device time and read in SASS only (no C7520; one head_dim 256 kMods
-// kernel spills 24 bytes with it): off in every library tile until a GPU session has run it
-// (the bench's `uniformwg` row turns it on).
+// keeps the S = Q K^T descriptors in uniform registers (prefill_sm90_consumer.cuh; R2UR moves
+// in the key loop 10 / 18 / 35 -> 1 / 3 / 2 at head_dim 64 / 128 / 256). H200, session 26, two
+// builds (on and off in the library) each with the other form as the bench's `uniformwg` row,
+// two rounds: head_dim 256 +2.5-2.8% flushed on 8x2048 and both paged prefixes in all four
+// comparisons (graph within its noise), so on there; head_dim 128 0.5-1% slower flushed at
+// 8x2048 and 16x1024 and even elsewhere, head_dim 64 even: off there.
 template <int kHeadDim_, int kConsumerWarpgroups_, int kStages_, int kBlockN_,
           bool kRescaleInTurn_ = true, bool kSmemEpilogue_ = false, bool kProducerDecode_ = false,
           bool kRescaleBeforeTurn_ = false, bool kUniformWarpgroup_ = false>
@@ -162,10 +164,10 @@ struct Sm90PrefillTileFor<64> {
 // registers: 128 f32 per thread) x 80 keys, two stages: Q 64 KB + 2 x (K + V) 160 KB, the
 // most that fits (session 14: 64 keys before; the fixed costs of a key tile over 25% more
 // keys). O's rescale before the GEMM turn as at head_dim 128 (session 25, three rounds: the
-// paged prefix shapes -3.6 to -5.4%, the plain ones even).
+// paged prefix shapes -3.6 to -5.4%, the plain ones even); the uniform warpgroup index (above).
 template <>
 struct Sm90PrefillTileFor<256> {
-  using type = Sm90PrefillTileConfig<256, 2, 2, 80, true, false, kSm90ProducerDecode, true>;
+  using type = Sm90PrefillTileConfig<256, 2, 2, 80, true, false, kSm90ProducerDecode, true, true>;
 };
 template <int kHeadDim>
 using Sm90PrefillTile = typename Sm90PrefillTileFor<kHeadDim>::type;
