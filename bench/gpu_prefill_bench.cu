@@ -298,7 +298,8 @@ template <int D>
 using DirectEpilogueTile = cuda::Sm90PrefillTileConfig<
     D, cuda::Sm90PrefillTile<D>::kConsumerWarpgroups, cuda::Sm90PrefillTile<D>::kStages,
     cuda::Sm90PrefillTile<D>::kBlockN, true, false, false,
-    cuda::Sm90PrefillTile<D>::kRescaleBeforeTurn, cuda::Sm90PrefillTile<D>::kUniformWarpgroup>;
+    cuda::Sm90PrefillTile<D>::kRescaleBeforeTurn, cuda::Sm90PrefillTile<D>::kUniformWarpgroup,
+    cuda::Sm90PrefillTile<D>::kMaxBeforeWait>;
 
 // Runs a bench-only tile configuration (causal bf16, packed or paged) on the problem's
 // tensors; Tile64 / Tile128 / Tile256 by head_dim.
@@ -325,6 +326,39 @@ void run_tile_for(const Problem& p, cudaStream_t stream) {
 void run_direct_epilogue_tile(const Problem& p, cudaStream_t stream) {
   run_tile_for<DirectEpilogueTile<64>, DirectEpilogueTile<128>, cuda::Sm90PrefillTile<256>>(p,
                                                                                            stream);
+}
+
+// The head_dim's library tile with Tile::kMaxBeforeWait flipped (on at head_dim 128 only;
+// the plain kernels: the features' kMods kernels keep the old order either way).
+template <class Tile>
+using MaxWaitFlippedTile = cuda::Sm90PrefillTileConfig<
+    Tile::kHeadDim, Tile::kConsumerWarpgroups, Tile::kStages, Tile::kBlockN, true,
+    Tile::kSmemEpilogue, false, Tile::kRescaleBeforeTurn, Tile::kUniformWarpgroup,
+    !Tile::kMaxBeforeWait>;
+
+// Runs Flipped<the head_dim's library tile>, causal bf16, packed or paged, choosing the
+// handover form as the library does.
+template <template <class> class Flipped>
+void run_flipped_tile(const Problem& p, cudaStream_t stream) {
+  const cuda::PrefillParams params = cuda::make_prefill_params(p.args, p.shape);
+  const int mode = cuda::cuda_tuning().prefill_sm90_handover;
+  auto go = [&](auto tile) {
+    using Tile = Flipped<decltype(tile)>;
+    if (p.shape.paged) {
+      cuda::launch_prefill_sm90_tile_choosing_handover<__nv_bfloat16, Tile, true, true, false>(
+          params, stream, mode);
+    } else {
+      cuda::launch_prefill_sm90_tile_choosing_handover<__nv_bfloat16, Tile, true, false, false>(
+          params, stream, mode);
+    }
+  };
+  if (p.s.d == 64) {
+    go(cuda::Sm90PrefillTile<64>{});
+  } else if (p.s.d == 128) {
+    go(cuda::Sm90PrefillTile<128>{});
+  } else {
+    go(cuda::Sm90PrefillTile<256>{});
+  }
 }
 
 struct Row {
@@ -473,6 +507,11 @@ int main(int argc, char** argv) {
                               4.0 * visible_pairs(s, false) * s.hq * s.d, false});
     } else if (s.d == 256) {  // no staged-epilogue tile at head_dim 256
       drop({"direct_epi"});
+    }
+    if (!s.features()) {  // the row max before the P V wait, the other way round
+      variants.insert(variants.begin() + 1,
+                      Variant{"maxwait",
+                              [&] { run_flipped_tile<MaxWaitFlippedTile>(p, g_stream); }, 0.0});
     }
     if (s.page != 0 && s.page < 128) {  // paged pieces issued by one producer warp
       variants.insert(variants.begin() + 1,

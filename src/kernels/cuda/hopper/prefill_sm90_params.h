@@ -78,10 +78,21 @@ inline constexpr bool kSm90LookAhead = KVATTN_PREFILL_SM90_LOOKAHEAD != 0;
 // two rounds: head_dim 256 +2.5-2.8% flushed on 8x2048 and both paged prefixes in all four
 // comparisons (graph within its noise), so on there; head_dim 128 0.5-1% slower flushed at
 // 8x2048 and 16x1024 and even elsewhere, head_dim 64 even: off there.
+// kMaxBeforeWait: the softmax's row max (and corr) runs between the wait for S and the wait
+// for the previous P V GEMM, the exponentials after it, kept in that order by a basic-block
+// boundary (FlashAttention-3's SASS order; ptxas otherwise hoists the second wait over all
+// but one FMNMX). Session 26: ncu's per-instruction samples at 1x16384 d128 put 22.9% of
+// kvattn's warp samples on the wgmma waits against FA3's 13.8%. H200, same process, two
+// rounds: head_dim 128 +1.4-1.7% flushed on 8x2048, 1x16384 and 16x1024 (graph +0.7%),
+// packed prefix +2.7-5%, page 256 +0.7-2.9%, page 16 -1%; the d128 kMods kernels 0.2-1%
+// slower (they keep the old order: prefill_sm90_consumer.cuh); head_dim 64 -0.5-1.5% and
+// head_dim 256 mixed (+1% plain, -1.6% paged): off there. The same arithmetic.
 template <int kHeadDim_, int kConsumerWarpgroups_, int kStages_, int kBlockN_,
           bool kRescaleInTurn_ = true, bool kSmemEpilogue_ = false, bool kProducerDecode_ = false,
-          bool kRescaleBeforeTurn_ = false, bool kUniformWarpgroup_ = false>
+          bool kRescaleBeforeTurn_ = false, bool kUniformWarpgroup_ = false,
+          bool kMaxBeforeWait_ = false>
 struct Sm90PrefillTileConfig {
+  static constexpr bool kMaxBeforeWait = kMaxBeforeWait_;
   static constexpr bool kUniformWarpgroup = kUniformWarpgroup_;
   static constexpr bool kRescaleBeforeTurn = kRescaleBeforeTurn_ && kRescaleInTurn_;
   static constexpr bool kRescaleInTurn = kRescaleInTurn_;
@@ -147,14 +158,16 @@ inline constexpr bool kSm90ProducerDecode = KVATTN_PREFILL_SM90_PRODUCER_DECODE 
 // The tiles the library runs (docs/perf/NOTES.md, Hopper prefill). head_dim 128: 128 x 128
 // tiles, two stages (160 KB; three: -2% one CTA per tile, and with the persistent grid +1-3% on
 // long sequences but -4% at 16 x 1024), O's rescale before the GEMM turn (session 25: -2% at
-// 8x2048 and 16x1024, -1.4% graph at 1x16384). head_dim 64: 192 query rows (three consumer
+// 8x2048 and 16x1024, -1.4% graph at 1x16384), the row max before the P V wait (session 26,
+// above: +1.4-1.7%). head_dim 64: 192 query rows (three consumer
 // warpgroups) x 128 keys, three stages (+14% over 128 rows). Both stage O in shared memory for
 // their stores (session 15, H200: +3-8% graph on 8x2048 and 16x1024 d128, +3% 4x4096 d64).
 template <int kHeadDim>
 struct Sm90PrefillTileFor;
 template <>
 struct Sm90PrefillTileFor<128> {
-  using type = Sm90PrefillTileConfig<128, 2, 2, 128, true, true, kSm90ProducerDecode, true>;
+  using type =
+      Sm90PrefillTileConfig<128, 2, 2, 128, true, true, kSm90ProducerDecode, true, false, true>;
 };
 template <>
 struct Sm90PrefillTileFor<64> {
@@ -178,6 +191,7 @@ template <class Tile>
 using Sm90WithTileHandover =
     Sm90PrefillTileConfig<Tile::kHeadDim, Tile::kConsumerWarpgroups, Tile::kStages,
                           Tile::kBlockN, Tile::kRescaleInTurn, Tile::kSmemEpilogue, true,
-                          Tile::kRescaleBeforeTurn, Tile::kUniformWarpgroup>;
+                          Tile::kRescaleBeforeTurn, Tile::kUniformWarpgroup,
+                          Tile::kMaxBeforeWait>;
 
 }  // namespace kvattn::cuda

@@ -25,9 +25,19 @@ struct RowSoftmax {
 
   // s <- p = exp(scale * (s - new_max)); corr <- exp(scale * (old_max - new_max)). A row that
   // has seen no key keeps max = -inf and gets p = 0 (its max is taken as 0 for the
-  // subtraction, so -inf - -inf never happens).
+  // subtraction, so -inf - -inf never happens). update_max then update_exp is update, split
+  // so that a caller can put a wait between the two (Tile::kMaxBeforeWait).
   template <int kNT>
   __device__ __forceinline__ void update(float (&s)[kNT][4], float scale_log2, float (&corr)[2]) {
+    float mx_scaled[2];
+    update_max(s, scale_log2, corr, mx_scaled);
+    update_exp(s, scale_log2, corr, mx_scaled);
+  }
+
+  // Each row's new max (row_max), its scaled form for update_exp, and corr.
+  template <int kNT>
+  __device__ __forceinline__ void update_max(const float (&s)[kNT][4], float scale_log2,
+                                             float (&corr)[2], float (&mx_scaled)[2]) {
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
       float mx = row_max[hr];
@@ -35,15 +45,24 @@ struct RowSoftmax {
       for (int nt = 0; nt < kNT; ++nt) mx = fmaxf(mx, fmaxf(s[nt][hr * 2], s[nt][hr * 2 + 1]));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float mx_scaled = mx == -INFINITY ? 0.0f : mx * scale_log2;
-      corr[hr] = ptx::exp2_approx(row_max[hr] * scale_log2 - mx_scaled);
+      mx_scaled[hr] = mx == -INFINITY ? 0.0f : mx * scale_log2;
+      corr[hr] = ptx::exp2_approx(row_max[hr] * scale_log2 - mx_scaled[hr]);
       row_max[hr] = mx;
+    }
+  }
+
+  // s <- p and the rows' running sums, from update_max's results.
+  template <int kNT>
+  __device__ __forceinline__ void update_exp(float (&s)[kNT][4], float scale_log2,
+                                             const float (&corr)[2], const float (&mx_scaled)[2]) {
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
       float sum = row_sum[hr] * corr[hr];
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const float p = ptx::exp2_approx(fmaf(s[nt][hr * 2 + e], scale_log2, -mx_scaled));
+          const float p = ptx::exp2_approx(fmaf(s[nt][hr * 2 + e], scale_log2, -mx_scaled[hr]));
           s[nt][hr * 2 + e] = p;
           sum += p;
         }

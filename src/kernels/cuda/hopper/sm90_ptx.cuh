@@ -110,6 +110,25 @@ __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
 }
 
+// A basic-block boundary: a branch, on a value the caller knows is never negative, over two
+// never-run nanosleeps. ptxas does not move instructions across it, so what computes `keep`
+// (passed through it) stays before a later wgmma_wait, which ptxas otherwise hoists over
+// plain arithmetic.
+__device__ __forceinline__ void schedule_boundary(int never_negative, float (&keep)[2]) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ge.s32 p, %2, 0;\n"
+      "@p bra SKIP;\n"
+      "nanosleep.u32 1;\n"
+      "nanosleep.u32 1;\n"
+      "SKIP:\n"
+      "}\n"
+      : "+f"(keep[0]), "+f"(keep[1])
+      : "r"(never_negative)
+      : "memory");
+}
+
 // After wgmma_wait: ties the accumulators to this point, so the compiler neither reads them
 // earlier nor keeps a stale copy across the asynchronous write.
 template <int kRows>
