@@ -5,7 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <omp.h>
+
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -80,6 +83,41 @@ TEST_P(WeightMatrixTest, MatchesFloat64Reference) {
       // Padding between rows is untouched.
       for (int64_t r = 0; r < s.rows; ++r) {
         for (int64_t n = s.out; n < ldy; ++n) EXPECT_EQ(y[r * ldy + n], y0[r * ldy + n]);
+      }
+    }
+  }
+}
+
+// The same floats whatever the OpenMP team (the CPU model's tuner changes it from step to step
+// with the machine's load): both paths, bit for bit, teams of 1, 2 and 3. Session 26: the panel
+// path once sized its sgemm panels by the team, and OpenBLAS rounds some elements differently
+// for another panel width, so seeded server requests diverged under load.
+TEST_P(WeightMatrixTest, SameFloatsForEveryTeamSize) {
+  const WeightFormat storage = GetParam();
+  for (const Shape s : {Shape{2, 576, 64}, Shape{20, 576, 576}, Shape{33, 1000, 96}}) {
+    const uint64_t seed = test::fresh_seed();
+    SCOPED_TRACE(::testing::Message() << "rows " << s.rows << " out " << s.out << " in " << s.in
+                                      << " seed " << seed);
+    std::mt19937_64 rng(seed);
+    Tensor w = Tensor::empty({s.out, s.in}, DType::kF32);
+    test::fill_uniform(w, rng);
+    std::vector<float> x(s.rows * s.in);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (auto& v : x) v = u(rng);
+    const WeightMatrix m(w, storage);
+    std::vector<std::vector<float>> outs;
+    const int before = omp_get_max_threads();
+    for (int team : {1, 2, 3}) {
+      omp_set_num_threads(team);
+      std::vector<float> y(s.rows * s.out, NAN);
+      m.apply(x.data(), s.in, s.rows, y.data(), s.out, 0.0f);
+      outs.push_back(std::move(y));
+    }
+    omp_set_num_threads(before);
+    for (size_t t = 1; t < outs.size(); ++t) {
+      for (size_t i = 0; i < outs[0].size(); ++i) {
+        ASSERT_EQ(std::memcmp(&outs[t][i], &outs[0][i], 4), 0)
+            << "team " << t + 1 << " element " << i << ": " << outs[t][i] << " vs " << outs[0][i];
       }
     }
   }

@@ -279,9 +279,14 @@ void apply_typed(W w, int64_t out, int64_t in, const float* x, int64_t ldx, int6
     }
     return;
   }
-  // Panels of output features: about four per thread, each a multiple of 16 rows.
-  int64_t panel = (out + 4 * nt - 1) / (4 * nt);
-  panel = std::clamp<int64_t>((panel + 15) / 16 * 16, 32, 512);
+  // Panels of output features, each a multiple of 16 rows, sized by the matrix alone, never by
+  // the team: OpenBLAS's sgemm rounds some elements differently for another panel width (20 x
+  // 576 x 576 in 80-wide panels against 144-wide: 292 of 11,520 elements differ, Debian's
+  // 0.3.21 on a Zen 4 core), so a team-sized panel made a token's floats depend on how many
+  // threads the tuner (team_tuner.h) gave the step, i.e. on the machine's load, and seeded
+  // requests diverged between server runs (session 26: the openai client test under ctest
+  // -j2, the tuner at 1 thread for the first requests and 2 later).
+  const int64_t panel = std::clamp<int64_t>(((out + 31) / 32 + 15) / 16 * 16, 32, 512);
   const int64_t num_panels = (out + panel - 1) / panel;
 #pragma omp parallel num_threads(nt)
   {
