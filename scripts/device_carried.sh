@@ -4,6 +4,8 @@
 # the CLI's runtime packages. Before packing, `bash scripts/check_build_deps.sh` (session 19).
 #   carried_unpack DIR     binaries into $B (/tmp/bin), packages into /opt/kvrun, the loader
 #                          pointed at them, /work/main linked to this tree (engine fixtures)
+#   carried_bins DIR DEST  a second carry's binaries into DEST (an A/B against another build;
+#                          its packages come from the first carry's carried_unpack)
 #   random_qwen3_06b       writes the random Qwen3-0.6B-shaped model to /tmp/q06
 #   single_stream LABEL BIN [PROMPT]   `kvattn bench`'s single stream (PROMPT tokens, default
 #                          128, + 256 new) with $BIN, log $OUT/ss_LABEL.log, one summary line;
@@ -22,12 +24,16 @@ mkdir -p "$OUT"
 B=/tmp/bin
 
 carried_unpack() {
-  mkdir -p "$B" /opt/kvrun
-  xz -dc "$1/bins.tar.xz" | tar -C "$B" -xf -
-  chmod +x "$B"/*
+  mkdir -p /opt/kvrun
+  carried_bins "$1" "$B"
   for f in "$1"/debs/*.deb; do dpkg -x "$f" /opt/kvrun; done
   export LD_LIBRARY_PATH="/opt/kvrun/usr/lib/x86_64-linux-gnu:/opt/kvrun/usr/lib/x86_64-linux-gnu/openblas-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   [ -e /work/main ] || { mkdir -p /work && ln -s "$PWD" /work/main; }
+}
+
+carried_bins() {
+  mkdir -p "$2"
+  xz -dc "$1/bins.tar.xz" | tar -C "$2" -xf - && chmod +x "$2"/*
 }
 
 random_qwen3_06b() {

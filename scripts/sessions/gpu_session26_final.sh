@@ -11,8 +11,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device_carried.sh
 carried_unpack build-carry-s26e
-mkdir -p /tmp/binC
-xz -dc build-carry-s26c/bins.tar.xz | tar -C /tmp/binC -xf - && chmod +x /tmp/binC/*
+carried_bins build-carry-s26c /tmp/binC
 ln -sf /tmp/binC/kvattn "$B/kvattn_before"
 trap pack_out EXIT
 T="$B/kernels_prefill_gpu_test"

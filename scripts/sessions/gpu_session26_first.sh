@@ -16,8 +16,7 @@ cd "$(dirname "$0")/../.."
 source scripts/device_carried.sh
 carried_unpack build-carry-s26b  # into $B = /tmp/bin, with the runtime packages
 BA=/tmp/binA
-mkdir -p "$BA"
-xz -dc build-carry-s26a/bins.tar.xz | tar -C "$BA" -xf - && chmod +x "$BA"/*
+carried_bins build-carry-s26a "$BA"
 trap pack_out EXIT
 # The paged decode's loading organisation without its math (bench/micro/read_rate.cu, issue 16).
 timeout 60 "$BA/read_rate" >"$OUT/read_rate.log" 2>&1; echo "read_rate rc=$?"

@@ -14,8 +14,7 @@ cd "$(dirname "$0")/../.."
 source scripts/device_carried.sh
 carried_unpack build-carry-s26d
 BC=/tmp/binC
-mkdir -p "$BC"
-xz -dc build-carry-s26c/bins.tar.xz | tar -C "$BC" -xf - && chmod +x "$BC"/*
+carried_bins build-carry-s26c "$BC"
 trap pack_out EXIT
 for round in 1 2; do
   room 300 "round $round" || break

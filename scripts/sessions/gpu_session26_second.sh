@@ -13,8 +13,7 @@ cd "$(dirname "$0")/../.."
 source scripts/device_carried.sh
 carried_unpack build-carry-s26c
 BA=/tmp/binA
-mkdir -p "$BA"
-xz -dc build-carry-s26a/bins.tar.xz | tar -C "$BA" -xf - && chmod +x "$BA"/*
+carried_bins build-carry-s26a "$BA"
 trap pack_out EXIT
 timeout 60 "$B/read_rate" >"$OUT/read_rate.log" 2>&1; echo "read_rate rc=$?"
 grep -E "^paged|1024 threads" "$OUT/read_rate.log"
