@@ -18,7 +18,7 @@
 // times just them and their bf16 twins, side by side.
 // `--only small` maps the small kernel against the stream kernel on few-unit batches of long
 // sequences (bf16, page 16; kSmallMapVariants).
-//   gpu_decode_bench [--reps N] [--quick] [--only store|decode|fp8|small] [--store-rounds N]
+//   gpu_decode_bench [--reps N] [--quick] [--only store|decode|fp8|small|d64] [--store-rounds N]
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -524,6 +524,11 @@ int main(int argc, char** argv) {
       bench_decode(name, std::vector<int64_t>(static_cast<size_t>(m.batch), m.len), m.hq, m.hkv,
                    16, rng, m.d, false, m.table);
     }
+  }
+  // `--only d64`: SmolLM2's head shape alone (96 x 4096, 9/3, d64, page 16), for a profiler
+  // run of one kernel (the 16-row tile by default, the swapped one with KVATTN_DECODE_SWAP=1).
+  if (only == "d64") {
+    bench_decode("96x4096", std::vector<int64_t>(96, 4096), 9, 3, 16, rng, 64);
   }
   if (only.empty() || only == "decode") {
     for (int64_t page : {16, 256}) {

@@ -299,7 +299,7 @@ using DirectEpilogueTile = cuda::Sm90PrefillTileConfig<
     D, cuda::Sm90PrefillTile<D>::kConsumerWarpgroups, cuda::Sm90PrefillTile<D>::kStages,
     cuda::Sm90PrefillTile<D>::kBlockN, true, false, false,
     cuda::Sm90PrefillTile<D>::kRescaleBeforeTurn, cuda::Sm90PrefillTile<D>::kUniformWarpgroup,
-    cuda::Sm90PrefillTile<D>::kMaxBeforeWait>;
+    cuda::Sm90PrefillTile<D>::kMaxBeforeWait, cuda::Sm90PrefillTile<D>::kLeanLoop>;
 
 // Runs a bench-only tile configuration (causal bf16, packed or paged) on the problem's
 // tensors; Tile64 / Tile128 / Tile256 by head_dim.
@@ -334,7 +334,22 @@ template <class Tile>
 using MaxWaitFlippedTile = cuda::Sm90PrefillTileConfig<
     Tile::kHeadDim, Tile::kConsumerWarpgroups, Tile::kStages, Tile::kBlockN, true,
     Tile::kSmemEpilogue, false, Tile::kRescaleBeforeTurn, Tile::kUniformWarpgroup,
-    !Tile::kMaxBeforeWait>;
+    !Tile::kMaxBeforeWait, Tile::kLeanLoop>;
+
+// Session 26's library tile: no lean key loop, the uniform warpgroup index at head_dim 256 only
+// (the comparison for session 27's defaults).
+template <class Tile>
+using Session26Tile = cuda::Sm90PrefillTileConfig<
+    Tile::kHeadDim, Tile::kConsumerWarpgroups, Tile::kStages, Tile::kBlockN, true,
+    Tile::kSmemEpilogue, false, Tile::kRescaleBeforeTurn, Tile::kHeadDim == 256,
+    Tile::kMaxBeforeWait, false>;
+
+// The head_dim's library tile with Tile::kLeanLoop flipped.
+template <class Tile>
+using LeanLoopFlippedTile = cuda::Sm90PrefillTileConfig<
+    Tile::kHeadDim, Tile::kConsumerWarpgroups, Tile::kStages, Tile::kBlockN, true,
+    Tile::kSmemEpilogue, false, Tile::kRescaleBeforeTurn, Tile::kUniformWarpgroup,
+    Tile::kMaxBeforeWait, !Tile::kLeanLoop>;
 
 // Runs Flipped<the head_dim's library tile>, causal bf16, packed or paged, choosing the
 // handover form as the library does.
@@ -512,6 +527,12 @@ int main(int argc, char** argv) {
       variants.insert(variants.begin() + 1,
                       Variant{"maxwait",
                               [&] { run_flipped_tile<MaxWaitFlippedTile>(p, g_stream); }, 0.0});
+      variants.insert(variants.begin() + 1,
+                      Variant{"s26", [&] { run_flipped_tile<Session26Tile>(p, g_stream); },
+                              0.0});
+      variants.insert(variants.begin() + 1,
+                      Variant{"leanloop",
+                              [&] { run_flipped_tile<LeanLoopFlippedTile>(p, g_stream); }, 0.0});
     }
     if (s.page != 0 && s.page < 128) {  // paged pieces issued by one producer warp
       variants.insert(variants.begin() + 1,

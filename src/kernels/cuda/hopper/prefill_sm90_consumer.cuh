@@ -57,6 +57,11 @@ struct PrefillConsumer {
   static constexpr int kTurnBarrier0 = 2;  // + w: warpgroup w's turn to issue GEMMs
   static constexpr int kWarpgroups = Tile::kConsumerWarpgroups;
   static_assert(kTurnBarrier0 + kWarpgroups <= 16);
+  // Tile::kLeanLoop in the plain kernels (the window / softcap / ALiBi ones keep their loop).
+  static constexpr bool kLean = Tile::kLeanLoop && !kMods;
+  // Tile::kUniformWarpgroup where it was measured to pay: with the lean loop, and at head_dim
+  // 256 (session 26, kMods included); alone at head_dim 64 / 128 it was even or 0.5-1% slower.
+  static constexpr bool kUniformWg = Tile::kUniformWarpgroup && (kLean || D == 256);
 
   float o[kDT][4];
   RowSoftmax softmax;
@@ -171,14 +176,32 @@ struct PrefillConsumer {
       const int m_end = min(row0 + 64, Lq);
       mods.template init<BN>(p.base, b, h, row0, m_end > row0 ? m_end : row0 + 64, Lq, Lk);
     }
+    // Tile::kLeanLoop, plain kernels: the key tiles n > n_unmasked_hi are the ones the mask
+    // touches for this warpgroup's rows (the ragged end of Lk, then the causal diagonal), so the
+    // loop asks one comparison instead of recomputing both bounds. (n + 1) BN > Lk <=> n >=
+    // floor(Lk / BN); (n + 1) BN - 1 > r <=> n >= floor((r + 1) / BN), rounded down for r < -1
+    // too (rows that see no key: every tile is masked).
+    [[maybe_unused]] int n_unmasked_hi = 0;
+    if constexpr (kLean) {
+      n_unmasked_hi = Lk / BN;
+      if constexpr (kCausal) {
+        const int r1 = row0 + causal_offset + 1;
+        n_unmasked_hi = min(n_unmasked_hi, r1 >= 0 ? r1 / BN : -((BN - 1 - r1) / BN));
+      }
+      n_unmasked_hi -= 1;
+    }
     auto mask = [&](float(&sc)[kNT][4], int n) {
       if constexpr (kMods) {
         float(&s3)[1][kNT][4] = reinterpret_cast<float(&)[1][kNT][4]>(sc);
         mods.apply_bias(s3, mask_row, n * BN + mask_col);
         if (mods.tile_needs_mask(n)) mods.apply_mask(s3, mask_row, n * BN + mask_col);
       } else {
-        const bool need =
-            (n + 1) * BN > Lk || (kCausal && (n + 1) * BN - 1 > row0 + causal_offset);
+        bool need;
+        if constexpr (kLean) {
+          need = n > n_unmasked_hi;
+        } else {
+          need = (n + 1) * BN > Lk || (kCausal && (n + 1) * BN - 1 > row0 + causal_offset);
+        }
         if (need) {
           float(&s3)[1][kNT][4] = reinterpret_cast<float(&)[1][kNT][4]>(sc);
           apply_mask<kCausal>(s3, mask_row, n * BN + mask_col, Lk, causal_offset);
@@ -198,7 +221,7 @@ struct PrefillConsumer {
     // warp-uniform and keeps the Q descriptors and the stage addresses in uniform registers (in
     // the head_dim 128 key loop the R2UR moves before the S = Q K^T wgmmas fall from 18 to 3,
     // 954 -> 940 instructions; FlashAttention-3 broadcasts its warpgroup index the same way).
-    if constexpr (Tile::kUniformWarpgroup) wg = __shfl_sync(0xffffffffu, wg, 0);
+    if constexpr (kUniformWg) wg = __shfl_sync(0xffffffffu, wg, 0);
     const uint32_t q_rows = s.q + wg * 64 * 128;  // this warpgroup's rows of column block 0
 
     float sc[kNT][4];
@@ -216,6 +239,10 @@ struct PrefillConsumer {
     };
     auto slot = [&](int it) { return static_cast<int>((kv_base + it) % Tile::kStages); };
     auto parity = [&](int it) { return ((kv_base + it) / Tile::kStages) & 1; };
+    // Tile::kLeanLoop: the key loop steps its ring slot and phase (lean_stage, lean_phase: key
+    // tile it; PipelineState's form) instead of deriving both from kv_base + it every key tile.
+    int lean_stage = slot(0);
+    uint32_t lean_phase = parity(0);
     // The Q tile is free for the next tile once the last S = Q K^T has completed. With the
     // tile handover (Tile::kProducerDecode) the arrival also frees the handed-tile slot that
     // every lane read: __syncwarp orders those reads before lane 0's arrival.
@@ -251,14 +278,30 @@ struct PrefillConsumer {
         fence_operands(o);
       }
     };
+    // Tile::kLeanLoop: the last key tile's V rows past Lk are zeroed here, once, rather than
+    // under a test the loop makes (and reloads kv_gather for) every key tile.
+    if constexpr (kLean) {
+      if (n_blocks > 1 && zero_tail) {
+        mbar_wait(s.v_full(lean_stage), lean_phase);
+        zero_v_tail(s, lean_stage, tail_valid);
+      }
+    }
     for (int it = 1; it < n_blocks; ++it) {
       const int n = kMods ? n_first + n_blocks - 1 - it : n_blocks - 1 - it;
-      const int stage = slot(it);
-      const int prev = slot(it - 1);
+      const int prev_lean_stage = lean_stage;
+      const uint32_t prev_lean_phase = lean_phase;
+      if constexpr (kLean) {
+        if (++lean_stage == Tile::kStages) {
+          lean_stage = 0;
+          lean_phase ^= 1u;
+        }
+      }
+      const int stage = kLean ? lean_stage : slot(it);
+      const int prev = kLean ? prev_lean_stage : slot(it - 1);
       rescale_before_turn();  // corr of tile it - 1
-      mbar_wait(s.k_full(stage), parity(it));
-      mbar_wait(s.v_full(prev), parity(it - 1));
-      if (it == 1 && zero_tail) zero_v_tail(s, prev, tail_valid);
+      mbar_wait(s.k_full(stage), kLean ? lean_phase : parity(it));
+      mbar_wait(s.v_full(prev), kLean ? prev_lean_phase : parity(it - 1));
+      if (!kLean && it == 1 && zero_tail) zero_v_tail(s, prev, tail_valid);
       take_turn(wg);
       wgmma_fence();
       issue_qk(s, q_rows, stage, sc);
@@ -287,9 +330,9 @@ struct PrefillConsumer {
       pack_p(sc, pa);
     }
 
-    const int last = slot(n_blocks - 1);
+    const int last = kLean ? lean_stage : slot(n_blocks - 1);
     rescale_before_turn();  // corr of the last tile
-    mbar_wait(s.v_full(last), parity(n_blocks - 1));
+    mbar_wait(s.v_full(last), kLean ? lean_phase : parity(n_blocks - 1));
     if (n_blocks == 1 && zero_tail) zero_v_tail(s, last, tail_valid);
     take_turn(wg);
     wgmma_fence();

@@ -87,11 +87,18 @@ inline constexpr bool kSm90LookAhead = KVATTN_PREFILL_SM90_LOOKAHEAD != 0;
 // packed prefix +2.7-5%, page 256 +0.7-2.9%, page 16 -1%; the d128 kMods kernels 0.2-1%
 // slower (they keep the old order: prefill_sm90_consumer.cuh); head_dim 64 -0.5-1.5% and
 // head_dim 256 mixed (+1% plain, -1.6% paged): off there. The same arithmetic.
+// kLeanLoop: the key loop's bookkeeping without per-tile recomputation (session 26's ncu source
+// view: kvattn's d128 key loop ran 535 SASS lines to FlashAttention-3's 488, the excess integer
+// and control): the ring slot and phase stepped, not derived from kv_base + it; the V tail's
+// zeroing peeled out of the loop (its test reloaded a kernel parameter every key tile); the
+// mask test one comparison against a bound computed per tile. The plain kernels only (the
+// window / softcap / ALiBi ones keep their loop). The same arithmetic on the scores.
 template <int kHeadDim_, int kConsumerWarpgroups_, int kStages_, int kBlockN_,
           bool kRescaleInTurn_ = true, bool kSmemEpilogue_ = false, bool kProducerDecode_ = false,
           bool kRescaleBeforeTurn_ = false, bool kUniformWarpgroup_ = false,
-          bool kMaxBeforeWait_ = false>
+          bool kMaxBeforeWait_ = false, bool kLeanLoop_ = false>
 struct Sm90PrefillTileConfig {
+  static constexpr bool kLeanLoop = kLeanLoop_;
   static constexpr bool kMaxBeforeWait = kMaxBeforeWait_;
   static constexpr bool kUniformWarpgroup = kUniformWarpgroup_;
   static constexpr bool kRescaleBeforeTurn = kRescaleBeforeTurn_ && kRescaleInTurn_;
@@ -162,16 +169,22 @@ inline constexpr bool kSm90ProducerDecode = KVATTN_PREFILL_SM90_PRODUCER_DECODE 
 // above: +1.4-1.7%). head_dim 64: 192 query rows (three consumer
 // warpgroups) x 128 keys, three stages (+14% over 128 rows). Both stage O in shared memory for
 // their stores (session 15, H200: +3-8% graph on 8x2048 and 16x1024 d128, +3% 4x4096 d64).
+// Session 27: every head_dim takes the lean key loop with the uniform warpgroup index (the
+// lean loop alone made ptxas build the d64 / d128 descriptors in vector registers again, and
+// spilled 8-24 bytes in three d64 kernels; together: d128's unmasked key tile 540 -> 505 SASS
+// instructions, FlashAttention-3's 488; no spill).
 template <int kHeadDim>
 struct Sm90PrefillTileFor;
 template <>
 struct Sm90PrefillTileFor<128> {
   using type =
-      Sm90PrefillTileConfig<128, 2, 2, 128, true, true, kSm90ProducerDecode, true, false, true>;
+      Sm90PrefillTileConfig<128, 2, 2, 128, true, true, kSm90ProducerDecode, true, true, true,
+                            true>;
 };
 template <>
 struct Sm90PrefillTileFor<64> {
-  using type = Sm90PrefillTileConfig<64, 3, 3, 128, true, true, kSm90ProducerDecode>;
+  using type = Sm90PrefillTileConfig<64, 3, 3, 128, true, true, kSm90ProducerDecode, false, true,
+                                     false, true>;
 };
 // head_dim 256 (FlashAttention-3's shape): 128 query rows (two consumer warpgroups, O in
 // registers: 128 f32 per thread) x 80 keys, two stages: Q 64 KB + 2 x (K + V) 160 KB, the
@@ -180,7 +193,8 @@ struct Sm90PrefillTileFor<64> {
 // paged prefix shapes -3.6 to -5.4%, the plain ones even); the uniform warpgroup index (above).
 template <>
 struct Sm90PrefillTileFor<256> {
-  using type = Sm90PrefillTileConfig<256, 2, 2, 80, true, false, kSm90ProducerDecode, true, true>;
+  using type = Sm90PrefillTileConfig<256, 2, 2, 80, true, false, kSm90ProducerDecode, true, true,
+                                     false, true>;
 };
 template <int kHeadDim>
 using Sm90PrefillTile = typename Sm90PrefillTileFor<kHeadDim>::type;
@@ -192,6 +206,6 @@ using Sm90WithTileHandover =
     Sm90PrefillTileConfig<Tile::kHeadDim, Tile::kConsumerWarpgroups, Tile::kStages,
                           Tile::kBlockN, Tile::kRescaleInTurn, Tile::kSmemEpilogue, true,
                           Tile::kRescaleBeforeTurn, Tile::kUniformWarpgroup,
-                          Tile::kMaxBeforeWait>;
+                          Tile::kMaxBeforeWait, Tile::kLeanLoop>;
 
 }  // namespace kvattn::cuda
