@@ -42,6 +42,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <bit>
 #include <cstdint>
 #include <random>
 
@@ -401,6 +402,9 @@ void decode_attention(const DecodeArgs& args, const AttentionShape& shape) {
   p.rows = p.group * p.q_len;
   p.row_chunks = (p.rows + kDecodeRows - 1) / kDecodeRows;
   p.block_size = static_cast<int>(shape.block_size);
+  p.block_shift = std::has_single_bit(static_cast<uint64_t>(shape.block_size))
+                      ? std::countr_zero(static_cast<uint64_t>(shape.block_size))
+                      : -1;
   p.num_blocks = static_cast<int>(shape.num_blocks);
   p.capacity = static_cast<int>(capacity);
   p.len_hint = static_cast<int>(

@@ -120,6 +120,7 @@ struct DecodeParams {
   int rows = 1;         // group * q_len
   int row_chunks = 1;   // ceil(rows / kDecodeRows)
   int block_size = 1;
+  int block_shift = -1;  // log2(block_size) when it is a power of two, else -1 (page_of)
   int num_blocks = 0;
   int capacity = 0;     // max_blocks_per_seq * block_size: the most keys a row of the table holds
   int len_hint = 0;     // small mode: the length guessed before cache_seqlens arrives (<= capacity)

@@ -286,9 +286,8 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     if (t >= tb) return;
     const int key = t * kDecodeTileKeys + (lane & 15);
     if (key < p.capacity) {
-      const int page = key / p.block_size;
+      const int page = page_of(p, key, noff);
       nid = __ldg(p.block_table + static_cast<int64_t>(b) * p.bt_stride + page);
-      noff = key - page * p.block_size;
     }
   };
   // The first two tiles' ids from the guessed length, in flight together with the length.

@@ -169,10 +169,12 @@ inline constexpr bool kSm90ProducerDecode = KVATTN_PREFILL_SM90_PRODUCER_DECODE 
 // above: +1.4-1.7%). head_dim 64: 192 query rows (three consumer
 // warpgroups) x 128 keys, three stages (+14% over 128 rows). Both stage O in shared memory for
 // their stores (session 15, H200: +3-8% graph on 8x2048 and 16x1024 d128, +3% 4x4096 d64).
-// Session 27: every head_dim takes the lean key loop with the uniform warpgroup index (the
-// lean loop alone made ptxas build the d64 / d128 descriptors in vector registers again, and
-// spilled 8-24 bytes in three d64 kernels; together: d128's unmasked key tile 540 -> 505 SASS
-// instructions, FlashAttention-3's 488; no spill).
+// Session 27: head_dim 64 and 128 take the lean key loop with the uniform warpgroup index (the
+// lean loop alone made ptxas build their descriptors in vector registers again, and spilled
+// 8-24 bytes in three d64 kernels; together: d128's unmasked key tile 540 -> 505 SASS
+// instructions, FlashAttention-3's 488; no spill). H200, same process, two rounds, graph
+// replay: +1.5-3% on every d128 shape (packed prefix +3.7-5.1%), d64 +1.5-4.4%; head_dim 256
+// lost with it (1x16384 -5 to -8% graph, the paged prefixes -1 to -3%): off there.
 template <int kHeadDim>
 struct Sm90PrefillTileFor;
 template <>
@@ -190,11 +192,12 @@ struct Sm90PrefillTileFor<64> {
 // registers: 128 f32 per thread) x 80 keys, two stages: Q 64 KB + 2 x (K + V) 160 KB, the
 // most that fits (session 14: 64 keys before; the fixed costs of a key tile over 25% more
 // keys). O's rescale before the GEMM turn as at head_dim 128 (session 25, three rounds: the
-// paged prefix shapes -3.6 to -5.4%, the plain ones even); the uniform warpgroup index (above).
+// paged prefix shapes -3.6 to -5.4%, the plain ones even); the uniform warpgroup index (above);
+// not the lean key loop (session 27, above).
 template <>
 struct Sm90PrefillTileFor<256> {
   using type = Sm90PrefillTileConfig<256, 2, 2, 80, true, false, kSm90ProducerDecode, true, true,
-                                     false, true>;
+                                     false, false>;
 };
 template <int kHeadDim>
 using Sm90PrefillTile = typename Sm90PrefillTileFor<kHeadDim>::type;
