@@ -202,11 +202,17 @@ struct DecodeVariant {
                          // none, the default; -1: the library's default)
   int min_chunks = 0;    // small kernel: fewest chunks a unit to take a batch (0: the default)
   int one_wave = -1;     // small kernel: one CTA a unit when the units fit a wave (-1: default)
+  int lean_issue = -1;   // aligned caches: issue_tile_lean (decode_lean_issue; -1: default)
 };
 // The default first: the others' outputs are compared with its. "diag" rows are diagnostics
 // (not candidates): the split kernel alone, to price the merge launch.
 const DecodeVariant kDecodeVariants[] = {
     {.name = "default", .heads = 8, .stages = 0},
+    // The lean copy issue (decode_lean_issue, off by default until measured), on the default
+    // choice and on each tile.
+    {.name = "lean", .heads = 8, .stages = 0, .lean_issue = 1},
+    {.name = "lean swap", .heads = 8, .stages = 0, .swap = 1, .lean_issue = 1},
+    {.name = "lean noswap", .heads = 8, .stages = 0, .swap = 0, .lean_issue = 1},
     {.name = "s2", .heads = 8, .stages = 2},
     {.name = "h4", .heads = 4, .stages = 0},
     {.name = "h4 s2", .heads = 4, .stages = 2},
@@ -284,8 +290,9 @@ std::vector<DecodeVariant> variants_for(bool fp8) {
     for (const DecodeVariant& v : kDecodeVariants) out.push_back(v);
     return out;
   }
-  static const char* const kNames[] = {"default", "noswap", "swap", "swap s2", "swap s3",
-                                       "swap s4", "swap s6", "swap h4", "nosmall", "s3"};
+  static const char* const kNames[] = {"default", "lean",    "lean swap", "lean noswap",
+                                       "noswap",  "swap",    "swap s2",   "swap s3",
+                                       "swap s4", "swap s6", "swap h4",   "nosmall", "s3"};
   for (const char* n : kNames) {
     for (const DecodeVariant& v : kDecodeVariants) {
       if (std::strcmp(v.name, n) == 0) out.push_back(v);
@@ -393,6 +400,7 @@ void bench_decode(const std::string& name, const std::vector<int64_t>& lens, int
     if (v.d64_max_mb >= 0) tuning.decode_small_d64_max_mb = v.d64_max_mb;
     if (v.min_chunks > 0) tuning.decode_small_min_chunks = v.min_chunks;
     if (v.one_wave >= 0) tuning.decode_small_one_wave = v.one_wave;
+    if (v.lean_issue >= 0) tuning.decode_lean_issue = v.lean_issue;
   };
   auto plan = [&] { return kvattn::plan_decode(B, hq, hkv, d, 1, pc.width * block_size, kGpu); };
   const std::vector<DecodeVariant> variants = variants_for(fp8);

@@ -531,6 +531,7 @@ struct Variant {
   int d64_max_mb = -1;             // small kernel at d64: K/V MiB bound (0: none; -1: default)
   int min_chunks = 0;              // small kernel: fewest chunks a unit (0: the default)
   int one_wave = -1;               // small kernel: one CTA a unit in one wave (-1: default)
+  int lean_issue = -1;             // aligned caches: issue_tile_lean (-1: the default)
 };
 const Variant kVariants[] = {
     {.name = "s2", .heads = 8, .stages = 2},
@@ -559,6 +560,11 @@ const Variant kVariants[] = {
     {.name = "small d64 bound 1 MiB", .heads = 8, .stages = 0, .d64_max_mb = 1},
     {.name = "small min chunks 1", .heads = 8, .stages = 0, .min_chunks = 1},
     {.name = "small one wave", .heads = 8, .stages = 0, .one_wave = 1},
+    {.name = "lean issue", .heads = 8, .stages = 0, .lean_issue = 1},
+    {.name = "lean issue swap nosmall", .heads = 8, .stages = 0, .small = 0, .swap = 1,
+     .lean_issue = 1},
+    {.name = "lean issue noswap nosmall h4 s2", .heads = 4, .stages = 2, .small = 0, .swap = 0,
+     .lean_issue = 1},
 };
 
 // Sets a variant for the scope, restores the previous tuning after.
@@ -580,6 +586,7 @@ class UseVariant {
     if (v.d64_max_mb >= 0) t.decode_small_d64_max_mb = v.d64_max_mb;
     if (v.min_chunks > 0) t.decode_small_min_chunks = v.min_chunks;
     if (v.one_wave >= 0) t.decode_small_one_wave = v.one_wave;
+    if (v.lean_issue >= 0) t.decode_lean_issue = v.lean_issue;
   }
   ~UseVariant() { cuda::cuda_tuning() = saved_; }
 
@@ -866,7 +873,13 @@ void bad_indices() {
   }
 }
 
-TEST(DecodeGpu, BadIndicesAreCaughtByTheFaultWord) { bad_indices(); }
+TEST(DecodeGpu, BadIndicesAreCaughtByTheFaultWord) {
+  for (const int lean : {0, 1}) {  // both forms of the copy issue check the block ids
+    SCOPED_TRACE(lean ? "lean issue" : "default issue");
+    UseVariant use({.name = "issue", .heads = 8, .stages = 0, .lean_issue = lean});
+    bad_indices();
+  }
+}
 
 // A decode captured in a CUDA graph with its plan and workspace replays to the same result,
 // a replay after new queries are written reads the new queries, and replays after the lengths

@@ -42,13 +42,13 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
-#include <bit>
 #include <cstdint>
 #include <random>
 
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/decode/decode_host.h"
+#include "kernels/cuda/decode/decode_page.h"
 #include "kernels/cuda/decode/decode_params.h"
 #include "kernels/cuda/device_faults.cuh"
 #include "kernels/cuda/device_props.h"
@@ -402,9 +402,7 @@ void decode_attention(const DecodeArgs& args, const AttentionShape& shape) {
   p.rows = p.group * p.q_len;
   p.row_chunks = (p.rows + kDecodeRows - 1) / kDecodeRows;
   p.block_size = static_cast<int>(shape.block_size);
-  p.block_shift = std::has_single_bit(static_cast<uint64_t>(shape.block_size))
-                      ? std::countr_zero(static_cast<uint64_t>(shape.block_size))
-                      : -1;
+  p.block_shift = decode_block_shift(shape.block_size);
   p.num_blocks = static_cast<int>(shape.num_blocks);
   p.capacity = static_cast<int>(capacity);
   p.len_hint = static_cast<int>(
@@ -415,6 +413,7 @@ void decode_attention(const DecodeArgs& args, const AttentionShape& shape) {
   p.out_aligned4 = (reinterpret_cast<uintptr_t>(args.out.data) & 3u) == 0 && p.out_stride % 2 == 0;
   p.q_aligned16 = aligned16(args.q.data) && (p.q_stride * es) % 16 == 0;
   p.kv_evict_first = cuda_tuning().decode_kv_evict_first;
+  p.lean_issue = cuda_tuning().decode_lean_issue;
   p.fp8_hw_cvt = cuda_tuning().decode_fp8_hw_cvt;
   p.fp8_q_f16 = cuda_tuning().decode_fp8_q_f16;
   p.pdl_trigger = cuda_tuning().decode_pdl_trigger;

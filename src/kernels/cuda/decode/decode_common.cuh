@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/decode/decode_fp8.cuh"
+#include "kernels/cuda/decode/decode_page.h"
 #include "kernels/cuda/decode/decode_params.h"
 #include "kernels/cuda/device_faults.cuh"
 #include "kernels/cuda/ptx.cuh"
@@ -70,16 +71,9 @@ __device__ __forceinline__ int clamp_len(const DecodeParams& p, int len, bool re
   return len;
 }
 
-// The page (block table column) of key `key` and the key's offset in it: a shift and a mask
-// for the usual power-of-two block sizes (the integer division took ~30 instructions a tile).
-__device__ __forceinline__ int page_of(const DecodeParams& p, int key, int& offset) {
-  if (p.block_shift >= 0) {
-    offset = key & (p.block_size - 1);
-    return key >> p.block_shift;
-  }
-  const int page = key / p.block_size;
-  offset = key - page * p.block_size;
-  return page;
+// The page of key `key` in p's cache and its offset there (decode_page.h).
+__device__ __forceinline__ int key_page(const DecodeParams& p, int key, int& offset) {
+  return page_of(p.block_size, p.block_shift, key, offset);
 }
 
 // Keys of sequence b, clamped (clamp_len).

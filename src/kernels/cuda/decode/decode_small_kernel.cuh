@@ -286,7 +286,7 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     if (t >= tb) return;
     const int key = t * kDecodeTileKeys + (lane & 15);
     if (key < p.capacity) {
-      const int page = page_of(p, key, noff);
+      const int page = key_page(p, key, noff);
       nid = __ldg(p.block_table + static_cast<int64_t>(b) * p.bt_stride + page);
     }
   };

@@ -335,7 +335,7 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     bool visited = key < c.len;
     if constexpr (kExt) visited = visited && key >= first_key(p, c.b, c.len);  // else zeros
     if (visited) {
-      const int page = page_of(p, key, noff);
+      const int page = key_page(p, key, noff);
       nid = __ldg(p.block_table + static_cast<int64_t>(c.b) * p.bt_stride + page);
     }
   };

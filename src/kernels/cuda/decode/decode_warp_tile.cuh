@@ -9,12 +9,77 @@
 namespace kvattn::cuda {
 namespace {
 
+// issue_tile's lean form over 16-byte aligned caches (DecodeParams::lean_issue): lane k < 16
+// turns key k's (block id, offset) into the byte offset of the key's row in each cache once,
+// and every copy of the key's row takes it by a shuffle (whether the key is copied, from a
+// ballot): a copy is then one or two shuffles, a 64-bit add and the cp.async, where issue_tile
+// derives the address per copy (two shuffles, the id check, 64-bit products for K and V: ~55
+// instructions; ncu, session 27: 4-8 copies a lane, over half of the tile's instructions at
+// head_dim 64). A key not copied reads as offset 0, and a lane whose chunk lies past head_dim
+// (a padded tile) as the row's start: addresses inside the cache, never read (the copy
+// zero-fills). Faults as issue_tile's.
+template <typename KV, int D, bool kHint>
+__device__ __forceinline__ void issue_tile_lean(const DecodeParams& p, uint32_t kdst, int nid,
+                                                int noff, int lane, int kvh, uint64_t policy) {
+  using L = KvTile<KV, D>;
+  const int hd = mem_head_dim<D, static_cast<int>(sizeof(KV))>(p);
+  const int64_t kv_row = static_cast<int64_t>(p.num_kv_heads) * hd;
+  const int copy_chunk = lane % L::kChunks;
+  const int copy_key0 = lane / L::kChunks;
+  const bool chunk_real = copy_chunk * L::kElemsPerChunk < hd;
+  const int64_t head_off =
+      chunk_real ? static_cast<int64_t>(kvh) * hd + copy_chunk * L::kElemsPerChunk : 0;
+  const bool in_range = noff >= 0;
+  const bool id_ok = static_cast<unsigned>(nid) < static_cast<unsigned>(p.num_blocks);
+  if (lane < kDecodeTileKeys && in_range && !id_ok) {
+    record_fault(p.fault_word, kFaultBlockOutOfRange);
+  }
+  const bool key_ok = in_range && id_ok;
+  const uint32_t copied = __ballot_sync(0xffffffffu, key_ok);  // bit k: key k (lanes 0-15)
+  const int64_t row = static_cast<int64_t>(noff) * kv_row;
+  constexpr int64_t kBytes = sizeof(KV);
+  const int64_t k_row = key_ok ? (static_cast<int64_t>(nid) * p.k_block_stride + row) * kBytes : 0;
+  const char* const k_lane =
+      reinterpret_cast<const char*>(static_cast<const KV*>(p.k_cache) + head_off);
+  const char* const v_lane =
+      reinterpret_cast<const char*>(static_cast<const KV*>(p.v_cache) + head_off);
+  auto copy_rows = [&](auto same_strides) {
+    constexpr bool kSame = decltype(same_strides)::value;
+    [[maybe_unused]] int64_t v_row = 0;
+    if constexpr (!kSame) {
+      v_row = key_ok ? (static_cast<int64_t>(nid) * p.v_block_stride + row) * kBytes : 0;
+    }
+#pragma unroll
+    for (int i = 0; i < L::kCopies; ++i) {
+      const int key_local = copy_key0 + i * L::kKeyStep;
+      const int64_t ko = __shfl_sync(0xffffffffu, k_row, key_local);
+      int64_t vo = ko;
+      if constexpr (!kSame) vo = __shfl_sync(0xffffffffu, v_row, key_local);
+      const bool ok = ((copied >> key_local) & 1u) != 0 && chunk_real;
+      const uint32_t dst = L::addr(kdst, key_local, copy_chunk);
+      if constexpr (kHint) {
+        cp_async_16_hint(dst, k_lane + ko, ok, policy);
+        cp_async_16_hint(dst + L::kTileBytes, v_lane + vo, ok, policy);
+      } else {
+        cp_async_16(dst, k_lane + ko, ok);
+        cp_async_16(dst + L::kTileBytes, v_lane + vo, ok);
+      }
+    }
+  };
+  if (p.k_block_stride == p.v_block_stride) {  // the usual layout: one offset for both caches
+    copy_rows(std::true_type{});
+  } else {
+    copy_rows(std::false_type{});
+  }
+}
+
 // Copies one warp's K and V tile (kDecodeTileKeys keys of KV head kvh) into the stage at kdst.
 // Key k's block id and in-block offset are lane k's (nid, noff); offset -1 (past the end) and
 // bad block ids are zero-filled, and a bad id is recorded in the fault word; so are the chunks
 // past p.head_dim of a padded tile (never read). kHint: the
 // copies carry the L2 cache `policy` (the small kernel: l2_policy(p.kv_evict_first)); the
 // stream kernel copies without one (the hinted form was 3% slower there on the H200).
+// p.lean_issue: issue_tile_lean over aligned caches (the same copies, fewer instructions).
 template <typename KV, int D, bool kAligned16, bool kHint>
 __device__ __forceinline__ void issue_tile(const DecodeParams& p, uint32_t kdst, int nid,
                                            int noff, int lane, int kvh, uint64_t policy) {
@@ -28,77 +93,39 @@ __device__ __forceinline__ void issue_tile(const DecodeParams& p, uint32_t kdst,
   const int64_t head_off = static_cast<int64_t>(kvh) * hd + copy_chunk * L::kElemsPerChunk;
   const bool chunk_real = copy_chunk * L::kElemsPerChunk < hd;
   if constexpr (kAligned16) {
-    // Lane k < 16 turns key k's (block id, offset) into the byte offset of the key's row in
-    // each cache once, and every copy of the key's row takes it by a shuffle (and whether the
-    // key is copied from a ballot): a copy is then two shuffles, a 64-bit add and the
-    // cp.async, where deriving the address per copy (two shuffles, the id check, 64-bit
-    // products for K and V) took ~55 instructions (ncu, session 27: 4-8 copies a lane, over
-    // half of the tile's instructions at head_dim 64). A key not copied reads as offset 0
-    // (the cache's first row, never read: the copy zero-fills).
-    const bool in_range = noff >= 0;
-    const bool id_ok = static_cast<unsigned>(nid) < static_cast<unsigned>(p.num_blocks);
-    if (lane < kDecodeTileKeys && in_range && !id_ok) {
-      record_fault(p.fault_word, kFaultBlockOutOfRange);
+    if (p.lean_issue != 0) {  // warp-uniform
+      issue_tile_lean<KV, D, kHint>(p, kdst, nid, noff, lane, kvh, policy);
+      return;
     }
-    const bool key_ok = in_range && id_ok;
-    const uint32_t copied = __ballot_sync(0xffffffffu, key_ok);  // bit k: key k (lanes 0-15)
-    const int64_t row = static_cast<int64_t>(noff) * kv_row;
-    constexpr int64_t kBytes = sizeof(KV);
-    const int64_t k_row =
-        key_ok ? (static_cast<int64_t>(nid) * p.k_block_stride + row) * kBytes : 0;
-    const char* const k_lane = reinterpret_cast<const char*>(k_cache + head_off);
-    const char* const v_lane = reinterpret_cast<const char*>(v_cache + head_off);
-    auto copy_rows = [&](auto same_strides) {
-      [[maybe_unused]] int64_t v_row = 0;
-      if constexpr (!decltype(same_strides)::value) {
-        v_row = key_ok ? (static_cast<int64_t>(nid) * p.v_block_stride + row) * kBytes : 0;
-      }
+  }
+  // Each copy derives its own address (unaligned caches, and aligned ones without lean_issue).
 #pragma unroll
-      for (int i = 0; i < L::kCopies; ++i) {
-        const int key_local = copy_key0 + i * L::kKeyStep;
-        const int64_t ko = __shfl_sync(0xffffffffu, k_row, key_local);
-        int64_t vo = ko;
-        if constexpr (!decltype(same_strides)::value) {
-          vo = __shfl_sync(0xffffffffu, v_row, key_local);
-        }
-        const bool ok = ((copied >> key_local) & 1u) != 0 && chunk_real;
-        const uint32_t dst = L::addr(kdst, key_local, copy_chunk);
-        if constexpr (kHint) {
-          cp_async_16_hint(dst, k_lane + ko, ok, policy);
-          cp_async_16_hint(dst + L::kTileBytes, v_lane + vo, ok, policy);
-        } else {
-          cp_async_16(dst, k_lane + ko, ok);
-          cp_async_16(dst + L::kTileBytes, v_lane + vo, ok);
-        }
+  for (int i = 0; i < L::kCopies; ++i) {
+    const int key_local = copy_key0 + i * L::kKeyStep;
+    const int id = __shfl_sync(0xffffffffu, nid, key_local);
+    const int off = __shfl_sync(0xffffffffu, noff, key_local);
+    const uint32_t dst = L::addr(kdst, key_local, copy_chunk);
+    const bool in_range = off >= 0;
+    const bool id_ok = static_cast<unsigned>(id) < static_cast<unsigned>(p.num_blocks);
+    if (in_range && !id_ok) record_fault(p.fault_word, kFaultBlockOutOfRange);
+    const bool ok = in_range && id_ok && chunk_real;
+    const int64_t row = ok ? static_cast<int64_t>(off) * kv_row + head_off : 0;
+    const KV* ksrc = ok ? k_cache + id * p.k_block_stride + row : k_cache;
+    const KV* vsrc = ok ? v_cache + id * p.v_block_stride + row : v_cache;
+    if constexpr (kAligned16) {
+      if constexpr (kHint) {
+        cp_async_16_hint(dst, ksrc, ok, policy);
+        cp_async_16_hint(dst + L::kTileBytes, vsrc, ok, policy);
+      } else {
+        cp_async_16(dst, ksrc, ok);
+        cp_async_16(dst + L::kTileBytes, vsrc, ok);
       }
-    };
-    if (p.k_block_stride == p.v_block_stride) {  // the usual layout: one offset for both
-      copy_rows(std::true_type{});
-    } else {
-      copy_rows(std::false_type{});
-    }
-  } else {
-    // Caches that are not 16-byte aligned (rare layouts): each copy derives its own address.
-#pragma unroll
-    for (int i = 0; i < L::kCopies; ++i) {
-      const int key_local = copy_key0 + i * L::kKeyStep;
-      const int id = __shfl_sync(0xffffffffu, nid, key_local);
-      const int off = __shfl_sync(0xffffffffu, noff, key_local);
-      const uint32_t dst = L::addr(kdst, key_local, copy_chunk);
-      const bool in_range = off >= 0;
-      const bool id_ok = static_cast<unsigned>(id) < static_cast<unsigned>(p.num_blocks);
-      if (in_range && !id_ok) record_fault(p.fault_word, kFaultBlockOutOfRange);
-      const bool ok = in_range && id_ok && chunk_real;
-      const int64_t row = ok ? static_cast<int64_t>(off) * kv_row + head_off : 0;
-      const KV* ksrc = ok ? k_cache + id * p.k_block_stride + row : k_cache;
-      const KV* vsrc = ok ? v_cache + id * p.v_block_stride + row : v_cache;
-      if constexpr (kIsFp8<KV>) {  // fp8 caches not 16-byte aligned: byte loads
-        st_shared_16(dst, ok ? load_16_bytes_unaligned(ksrc) : make_uint4(0, 0, 0, 0));
-        st_shared_16(dst + L::kTileBytes, ok ? load_16_bytes_unaligned(vsrc) : make_uint4(0, 0, 0, 0));
-      } else {  // caches only 2-byte aligned: stage the 8 elements through registers
-        st_shared_16(dst, ok ? load_8_unaligned(ksrc) : make_uint4(0, 0, 0, 0));
-        st_shared_16(dst + L::kTileBytes, ok ? load_8_unaligned(vsrc) : make_uint4(0, 0, 0, 0));
-      }
+    } else if constexpr (kIsFp8<KV>) {  // fp8 caches not 16-byte aligned: byte loads
+      st_shared_16(dst, ok ? load_16_bytes_unaligned(ksrc) : make_uint4(0, 0, 0, 0));
+      st_shared_16(dst + L::kTileBytes, ok ? load_16_bytes_unaligned(vsrc) : make_uint4(0, 0, 0, 0));
+    } else {  // caches only 2-byte aligned: stage the 8 elements through registers
+      st_shared_16(dst, ok ? load_8_unaligned(ksrc) : make_uint4(0, 0, 0, 0));
+      st_shared_16(dst + L::kTileBytes, ok ? load_8_unaligned(vsrc) : make_uint4(0, 0, 0, 0));
     }
   }
 }
