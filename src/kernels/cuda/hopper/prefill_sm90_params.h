@@ -172,9 +172,9 @@ inline constexpr bool kSm90ProducerDecode = KVATTN_PREFILL_SM90_PRODUCER_DECODE 
 // Session 27: head_dim 64 and 128 take the lean key loop with the uniform warpgroup index (the
 // lean loop alone made ptxas build their descriptors in vector registers again, and spilled
 // 8-24 bytes in three d64 kernels; together: d128's unmasked key tile 540 -> 505 SASS
-// instructions, FlashAttention-3's 488; no spill). H200, same process, two rounds, graph
-// replay: +1.5-3% on every d128 shape (packed prefix +3.7-5.1%), d64 +1.5-4.4%; head_dim 256
-// lost with it (1x16384 -5 to -8% graph, the paged prefixes -1 to -3%): off there.
+// instructions, FlashAttention-3's 488; no spill). H200, same process, two rounds: every d128
+// shape +1.5-5% flushed and +1.3-8.7% graph (1x16384 +4.5% graph), d64 +1.5-4.4%; head_dim
+// 256's paged prefixes lost 1-4% with it: off there.
 template <int kHeadDim>
 struct Sm90PrefillTileFor;
 template <>
