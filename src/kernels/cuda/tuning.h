@@ -155,11 +155,11 @@ struct CudaTuning {
   // 64x300 16/8 unchanged) without the long-d64 losses (head_dim 64 is left out); 0 (default)
   // until this form has run. Env KVATTN_DECODE_SMALL_ONE_WAVE.
   int decode_small_one_wave = 0;
-  // Decode, every kernel over 16-byte aligned caches: 1 = the lean copy issue (issue_tile:
-  // each key's row offset computed once by its lane and shuffled to the copies; ~10
-  // instructions a copy instead of ~55. Session 27's ncu of 96x4096 9/3 d64: 521 instructions a
-  // tile, over half of them the copy issue). 0 (default) until it has run on a GPU: written
-  // after the session's device time ended. Env KVATTN_DECODE_LEAN_ISSUE.
+  // Decode, the plain kernels over 16-byte aligned caches: 1 = the lean copy issue (kernels
+  // with issue_tile_lean: each key's row offset computed once by its lane and shuffled to the
+  // copies; ~10 instructions a copy instead of ~55-70. Session 27's ncu of 96x4096 9/3 d64: 521
+  // instructions a tile, over half of them the copy issue). 0 (default) until it has run on a
+  // GPU: written after the session's device time ended. Env KVATTN_DECODE_LEAN_ISSUE.
   int decode_lean_issue = 0;
   // Decode over float8_e4m3 caches: 1 = V (and K, for f16 queries) converted by the hardware
   // instruction (cvt.rn.f16x2.e4m3x2) and P V run in f16 (decode_fp8.cuh), 0 = the integer

@@ -32,7 +32,7 @@ namespace {
 // at (threads, smem); raises its shared-memory limit once per device. Cached: the planner and
 // every launch ask.
 template <typename T, typename KV, int D, bool kAligned16, bool kSmall = false, bool kExt = false,
-          bool kSwap = false>
+          bool kSwap = false, bool kLean = false>
 int split_occupancy(int device, int threads, int smem) {
   struct Entry {
     int device, threads, smem, ctas;
@@ -48,9 +48,9 @@ int split_occupancy(int device, int threads, int smem) {
   DeviceGuard guard(device);
   const auto kernel = [] {
     if constexpr (kSmall) {
-      return decode_small_kernel<T, KV, D, kAligned16, kExt>;
+      return decode_small_kernel<T, KV, D, kAligned16, kExt, kLean>;
     } else {
-      return decode_kernel<T, KV, D, kAligned16, kExt, kSwap>;
+      return decode_kernel<T, KV, D, kAligned16, kExt, kSwap, kLean>;
     }
   }();
   if (!raised[device]) {  // dynamic + static shared memory must stay within the opt-in limit
@@ -84,6 +84,11 @@ void launch_kernels(DecodeParams p, bool aligned, int64_t ws_bytes, int device,
   constexpr bool kCanSwap = kIsFp8<KV> ? (D == 64 || D == 128) : (!kExt || kOnlySwap);
   const bool swap =
       kCanSwap && decode_use_swap(cuda_tuning().decode_swap, p.rows, D, kIsFp8<KV>, kExt);
+  // The lean copy issue (DecodeParams::lean_issue, issue_tile_lean) over aligned caches, in the
+  // plain kernels: twins of their own, since its code in the default kernels raised their
+  // registers even where not taken (the swapped d64 tile 80 -> 128, the fp8 one 80 -> 110).
+  constexpr bool kLeanable = !kExt;
+  const bool lean = kLeanable && p.lean_issue != 0;
   const int unit_rows = swap ? kSwapRows : kDecodeRows;
   p.row_chunks = (p.rows + unit_rows - 1) / unit_rows;
   const DecodeConfig c =
@@ -127,7 +132,12 @@ void launch_kernels(DecodeParams p, bool aligned, int64_t ws_bytes, int device,
                       static_cast<unsigned>(B));
       if constexpr (!kOnlySwap) {
         const dim3 block(static_cast<unsigned>(sc.warps * 32));
-        if (aligned) {
+        if (aligned && lean) {
+          (void)split_occupancy<T, KV, D, true, true, kExt, false, kLeanable>(
+              device, sc.warps * 32, sc.smem);
+          launch_maybe_pdl(decode_small_kernel<T, KV, D, true, kExt, kLeanable>, grid, block,
+                           sc.smem, stream, pdl, p);
+        } else if (aligned) {
           (void)split_occupancy<T, KV, D, true, true, kExt>(device, sc.warps * 32, sc.smem);
           launch_maybe_pdl(decode_small_kernel<T, KV, D, true, kExt>, grid, block, sc.smem,
                            stream, pdl, p);
@@ -155,17 +165,20 @@ void launch_kernels(DecodeParams p, bool aligned, int64_t ws_bytes, int device,
   p.prefix_bytes = stream_mode ? decode_host::prefix_bytes_for(B) : 0;
   const int threads = c.warps * 32;
   const int smem = decode_host::split_smem(c, p.prefix_bytes);
-  auto occupancy = [&]<bool kAl, bool kSw>() {
+  auto occupancy = [&]<bool kAl, bool kSw, bool kLn = false>() {
     if constexpr ((kSw && !kCanSwap) || (!kSw && kOnlySwap)) {
       return 0;
     } else {
-      return split_occupancy<T, KV, D, kAl, false, kExt, kSw>(device, threads, smem);
+      return split_occupancy<T, KV, D, kAl, false, kExt, kSw, kLn>(device, threads, smem);
     }
   };
-  const int ctas = aligned ? (swap ? occupancy.template operator()<true, true>()
-                                   : occupancy.template operator()<true, false>())
-                           : (swap ? occupancy.template operator()<false, true>()
-                                   : occupancy.template operator()<false, false>());
+  const int ctas =
+      aligned && lean ? (swap ? occupancy.template operator()<true, true, kLeanable>()
+                              : occupancy.template operator()<true, false, kLeanable>())
+      : aligned       ? (swap ? occupancy.template operator()<true, true>()
+                              : occupancy.template operator()<true, false>())
+                      : (swap ? occupancy.template operator()<false, true>()
+                              : occupancy.template operator()<false, false>());
   const int64_t per_slice = std::max<int64_t>(1, int64_t{sm_count(device)} * ctas / p.slices);
   int64_t pieces_per_seq = 1;
   if (stream_mode) {
@@ -187,7 +200,10 @@ void launch_kernels(DecodeParams p, bool aligned, int64_t ws_bytes, int device,
   const dim3 block(static_cast<unsigned>(threads));
   if constexpr (kCanSwap) {
     if (swap) {
-      if (aligned) {
+      if (aligned && lean) {
+        launch_maybe_pdl(decode_kernel<T, KV, D, true, kExt, true, kLeanable>, grid, block, smem,
+                         stream, pdl, p);
+      } else if (aligned) {
         launch_maybe_pdl(decode_kernel<T, KV, D, true, kExt, true>, grid, block, smem, stream,
                          pdl, p);
       } else {
@@ -198,7 +214,10 @@ void launch_kernels(DecodeParams p, bool aligned, int64_t ws_bytes, int device,
   }
   if constexpr (!kOnlySwap) {
     if (!swap) {
-      if (aligned) {
+      if (aligned && lean) {
+        launch_maybe_pdl(decode_kernel<T, KV, D, true, kExt, false, kLeanable>, grid, block, smem,
+                         stream, pdl, p);
+      } else if (aligned) {
         launch_maybe_pdl(decode_kernel<T, KV, D, true, kExt>, grid, block, smem, stream, pdl, p);
       } else {
         launch_maybe_pdl(decode_kernel<T, KV, D, false, kExt>, grid, block, smem, stream, pdl,

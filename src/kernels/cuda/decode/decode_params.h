@@ -129,7 +129,7 @@ struct DecodeParams {
   int out_aligned4 = 0;     // out rows allow 4-byte stores
   int q_aligned16 = 0;      // q rows are 16-byte aligned (small kernel: cp.async of the q tile)
   int kv_evict_first = 1;   // small kernel: K/V copies evict-first in L2 (cuda_tuning())
-  int lean_issue = 0;       // issue_tile's lean form over aligned caches (cuda_tuning())
+  int lean_issue = 0;       // aligned plain kernels: the kLean twins (issue_tile_lean)
   int small_interleave = 0; // small kernel: chunks take interleaved tiles (cuda_tuning())
   int small_min_tiles = 0;  // small kernel: tiles per warp below which chunks go unused (ditto)
   int fp8_hw_cvt = 0;       // fp8 caches: the hardware e4m3 conversion, P V in f16 (cuda_tuning())

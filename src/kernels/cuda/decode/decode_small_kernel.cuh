@@ -194,7 +194,7 @@ __device__ __forceinline__ bool merge_quad_ll(const DecodeParams& p, int q, int 
 }
 
 // kExt: window, softcap, ALiBi (decode_mask.cuh); the chunks split the window's tiles only.
-template <typename T, typename KV, int D, bool kAligned16, bool kExt = false>
+template <typename T, typename KV, int D, bool kAligned16, bool kExt = false, bool kLean = false>
 __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     decode_small_kernel(const __grid_constant__ DecodeParams p) {
   using L = KvTile<KV, D>;
@@ -412,8 +412,8 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   const uint64_t kv_policy = l2_policy(p.kv_evict_first != 0);
   int ti = ta;
   auto issue_next = [&](int stage) {
-    issue_tile<KV, D, kAligned16, true>(p, wbase + stage * L::kStageBytes, nid, noff, lane, kvh,
-                                        kv_policy);
+    issue_tile<KV, D, kAligned16, true, kLean>(p, wbase + stage * L::kStageBytes, nid, noff,
+                                               lane, kvh, kv_policy);
     const int id_hi = __shfl_down_sync(0xffffffffu, nid, 16);
     const int off_hi = __shfl_down_sync(0xffffffffu, noff, 16);
     if (lane < 16) {

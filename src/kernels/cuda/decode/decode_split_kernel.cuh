@@ -95,7 +95,8 @@ __device__ __forceinline__ void advance(const DecodeParams& p, const Source& s, 
 // (decode_config). (A minimum-blocks bound here would do it, but any second
 // __launch_bounds__ argument, 1 included, changes ptxas's register choice for every
 // instantiation: 16-bit d256 170 -> 207, the 16-row fp8 d128 216 -> 230.)
-template <typename T, typename KV, int D, bool kAligned16, bool kExt = false, bool kSwap = false>
+template <typename T, typename KV, int D, bool kAligned16, bool kExt = false, bool kSwap = false,
+          bool kLean = false>
 __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     decode_kernel(const __grid_constant__ DecodeParams p) {
   static_assert(!kSwap || !kIsFp8<KV> || D == 64 || D == 128, "fp8 swapped tile: d64 / d128");
@@ -343,8 +344,8 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   load_ids(pc, lane >= 16);
 
   auto issue = [&](int stage) {
-    issue_tile<KV, D, kAligned16, false>(p, wbase + stage * L::kStageBytes, nid, noff, lane, kvh,
-                                         0);
+    issue_tile<KV, D, kAligned16, false, kLean>(p, wbase + stage * L::kStageBytes, nid, noff,
+                                                lane, kvh, 0);
   };
   // After issuing ic: ic <- pc, whose ids move to lanes 0-15; pc advances and lanes 16-31
   // load its ids (in flight while the next tiles are computed).

@@ -9,15 +9,15 @@
 namespace kvattn::cuda {
 namespace {
 
-// issue_tile's lean form over 16-byte aligned caches (DecodeParams::lean_issue): lane k < 16
-// turns key k's (block id, offset) into the byte offset of the key's row in each cache once,
-// and every copy of the key's row takes it by a shuffle (whether the key is copied, from a
-// ballot): a copy is then one or two shuffles, a 64-bit add and the cp.async, where issue_tile
-// derives the address per copy (two shuffles, the id check, 64-bit products for K and V: ~55
-// instructions; ncu, session 27: 4-8 copies a lane, over half of the tile's instructions at
-// head_dim 64). A key not copied reads as offset 0, and a lane whose chunk lies past head_dim
-// (a padded tile) as the row's start: addresses inside the cache, never read (the copy
-// zero-fills). Faults as issue_tile's.
+// issue_tile's lean form over 16-byte aligned caches (its kLean): lane k < 16 turns key k's
+// (block id, offset) into the byte offset of the key's row in each cache once, and every copy
+// of the key's row takes it by a shuffle (whether the key is copied, from a ballot): a copy is
+// then one or two shuffles, a 64-bit add and the cp.async, where issue_tile_by_copy derives the
+// address per copy (two shuffles, the id check, 64-bit products for K and V: ~55 instructions;
+// ncu, session 27: 4-8 copies a lane, over half of the tile's instructions at head_dim 64). A
+// key not copied reads as offset 0, and a lane whose chunk lies past head_dim (a padded tile)
+// as the row's start: addresses inside the cache, never read (the copy zero-fills). Faults as
+// issue_tile_by_copy's.
 template <typename KV, int D, bool kHint>
 __device__ __forceinline__ void issue_tile_lean(const DecodeParams& p, uint32_t kdst, int nid,
                                                 int noff, int lane, int kvh, uint64_t policy) {
@@ -49,7 +49,10 @@ __device__ __forceinline__ void issue_tile_lean(const DecodeParams& p, uint32_t 
     if constexpr (!kSame) {
       v_row = key_ok ? (static_cast<int64_t>(nid) * p.v_block_stride + row) * kBytes : 0;
     }
-#pragma unroll
+    // Not unrolled: unrolled, ptxas hoisted every copy's shuffles ahead of the first cp.async
+    // and the kernels took up to 48 more registers (the swapped d64 tile 80 -> 128); a copy
+    // costs a few instructions more this way.
+#pragma unroll 1
     for (int i = 0; i < L::kCopies; ++i) {
       const int key_local = copy_key0 + i * L::kKeyStep;
       const int64_t ko = __shfl_sync(0xffffffffu, k_row, key_local);
@@ -79,10 +82,10 @@ __device__ __forceinline__ void issue_tile_lean(const DecodeParams& p, uint32_t 
 // past p.head_dim of a padded tile (never read). kHint: the
 // copies carry the L2 cache `policy` (the small kernel: l2_policy(p.kv_evict_first)); the
 // stream kernel copies without one (the hinted form was 3% slower there on the H200).
-// p.lean_issue: issue_tile_lean over aligned caches (the same copies, fewer instructions).
 template <typename KV, int D, bool kAligned16, bool kHint>
-__device__ __forceinline__ void issue_tile(const DecodeParams& p, uint32_t kdst, int nid,
-                                           int noff, int lane, int kvh, uint64_t policy) {
+__device__ __forceinline__ void issue_tile_by_copy(const DecodeParams& p, uint32_t kdst, int nid,
+                                                   int noff, int lane, int kvh,
+                                                   uint64_t policy) {
   using L = KvTile<KV, D>;
   const KV* const k_cache = static_cast<const KV*>(p.k_cache);
   const KV* const v_cache = static_cast<const KV*>(p.v_cache);
@@ -92,13 +95,6 @@ __device__ __forceinline__ void issue_tile(const DecodeParams& p, uint32_t kdst,
   const int copy_key0 = lane / L::kChunks;
   const int64_t head_off = static_cast<int64_t>(kvh) * hd + copy_chunk * L::kElemsPerChunk;
   const bool chunk_real = copy_chunk * L::kElemsPerChunk < hd;
-  if constexpr (kAligned16) {
-    if (p.lean_issue != 0) {  // warp-uniform
-      issue_tile_lean<KV, D, kHint>(p, kdst, nid, noff, lane, kvh, policy);
-      return;
-    }
-  }
-  // Each copy derives its own address (unaligned caches, and aligned ones without lean_issue).
 #pragma unroll
   for (int i = 0; i < L::kCopies; ++i) {
     const int key_local = copy_key0 + i * L::kKeyStep;
@@ -127,6 +123,19 @@ __device__ __forceinline__ void issue_tile(const DecodeParams& p, uint32_t kdst,
       st_shared_16(dst, ok ? load_8_unaligned(ksrc) : make_uint4(0, 0, 0, 0));
       st_shared_16(dst + L::kTileBytes, ok ? load_8_unaligned(vsrc) : make_uint4(0, 0, 0, 0));
     }
+  }
+}
+
+// The copy issue of a tile: issue_tile_by_copy, or with kLean (over aligned caches)
+// issue_tile_lean: the same copies in fewer instructions, in kernels of their own
+// (DecodeParams::lean_issue), so that the default kernels keep their registers.
+template <typename KV, int D, bool kAligned16, bool kHint, bool kLean = false>
+__device__ __forceinline__ void issue_tile(const DecodeParams& p, uint32_t kdst, int nid,
+                                           int noff, int lane, int kvh, uint64_t policy) {
+  if constexpr (kAligned16 && kLean) {
+    issue_tile_lean<KV, D, kHint>(p, kdst, nid, noff, lane, kvh, policy);
+  } else {
+    issue_tile_by_copy<KV, D, kAligned16, kHint>(p, kdst, nid, noff, lane, kvh, policy);
   }
 }
 
