@@ -328,28 +328,28 @@ void run_direct_epilogue_tile(const Problem& p, cudaStream_t stream) {
                                                                                            stream);
 }
 
-// The head_dim's library tile with Tile::kMaxBeforeWait flipped (on at head_dim 128 only;
-// the plain kernels: the features' kMods kernels keep the old order either way).
-template <class Tile>
-using MaxWaitFlippedTile = cuda::Sm90PrefillTileConfig<
+// The head_dim's library tile (its plain kernels' form: no tile handover built in) with the
+// three key-loop flags given; the bench's rows below flip one of them, or return to session
+// 26's tile.
+template <class Tile, bool kUniformWarpgroup, bool kMaxBeforeWait, bool kLeanLoop>
+using LibraryTileWith = cuda::Sm90PrefillTileConfig<
     Tile::kHeadDim, Tile::kConsumerWarpgroups, Tile::kStages, Tile::kBlockN, true,
-    Tile::kSmemEpilogue, false, Tile::kRescaleBeforeTurn, Tile::kUniformWarpgroup,
-    !Tile::kMaxBeforeWait, Tile::kLeanLoop>;
-
+    Tile::kSmemEpilogue, false, Tile::kRescaleBeforeTurn, kUniformWarpgroup, kMaxBeforeWait,
+    kLeanLoop>;
+// Tile::kMaxBeforeWait flipped (on at head_dim 128 only; the plain kernels: the features'
+// kMods kernels keep the old order either way).
+template <class Tile>
+using MaxWaitFlippedTile = LibraryTileWith<Tile, Tile::kUniformWarpgroup, !Tile::kMaxBeforeWait,
+                                           Tile::kLeanLoop>;
 // Session 26's library tile: no lean key loop, the uniform warpgroup index at head_dim 256 only
 // (the comparison for session 27's defaults).
 template <class Tile>
-using Session26Tile = cuda::Sm90PrefillTileConfig<
-    Tile::kHeadDim, Tile::kConsumerWarpgroups, Tile::kStages, Tile::kBlockN, true,
-    Tile::kSmemEpilogue, false, Tile::kRescaleBeforeTurn, Tile::kHeadDim == 256,
-    Tile::kMaxBeforeWait, false>;
-
-// The head_dim's library tile with Tile::kLeanLoop flipped.
+using Session26Tile =
+    LibraryTileWith<Tile, Tile::kHeadDim == 256, Tile::kMaxBeforeWait, false>;
+// Tile::kLeanLoop flipped.
 template <class Tile>
-using LeanLoopFlippedTile = cuda::Sm90PrefillTileConfig<
-    Tile::kHeadDim, Tile::kConsumerWarpgroups, Tile::kStages, Tile::kBlockN, true,
-    Tile::kSmemEpilogue, false, Tile::kRescaleBeforeTurn, Tile::kUniformWarpgroup,
-    Tile::kMaxBeforeWait, !Tile::kLeanLoop>;
+using LeanLoopFlippedTile = LibraryTileWith<Tile, Tile::kUniformWarpgroup, Tile::kMaxBeforeWait,
+                                            !Tile::kLeanLoop>;
 
 // Runs Flipped<the head_dim's library tile>, causal bf16, packed or paged, choosing the
 // handover form as the library does.
