@@ -203,6 +203,7 @@ struct DecodeVariant {
   int min_chunks = 0;    // small kernel: fewest chunks a unit to take a batch (0: the default)
   int one_wave = -1;     // small kernel: one CTA a unit when the units fit a wave (-1: default)
   int lean_issue = -1;   // aligned caches: issue_tile_lean (decode_lean_issue; -1: default)
+  int tma = -1;          // the TMA copy issue where eligible (decode_tma; -1: default)
 };
 // The default first: the others' outputs are compared with its. "diag" rows are diagnostics
 // (not candidates): the split kernel alone, to price the merge launch.
@@ -213,6 +214,11 @@ const DecodeVariant kDecodeVariants[] = {
     {.name = "lean", .heads = 8, .stages = 0, .lean_issue = 1},
     {.name = "lean swap", .heads = 8, .stages = 0, .swap = 1, .lean_issue = 1},
     {.name = "lean noswap", .heads = 8, .stages = 0, .swap = 0, .lean_issue = 1},
+    // The TMA copy issue (decode_tma, off by default until measured; 16-bit caches, pages of
+    // whole 16-key tiles), likewise.
+    {.name = "tma", .heads = 8, .stages = 0, .tma = 1},
+    {.name = "tma swap", .heads = 8, .stages = 0, .swap = 1, .tma = 1},
+    {.name = "tma noswap", .heads = 8, .stages = 0, .swap = 0, .tma = 1},
     {.name = "s2", .heads = 8, .stages = 2},
     {.name = "h4", .heads = 4, .stages = 0},
     {.name = "h4 s2", .heads = 4, .stages = 2},
@@ -401,6 +407,7 @@ void bench_decode(const std::string& name, const std::vector<int64_t>& lens, int
     if (v.min_chunks > 0) tuning.decode_small_min_chunks = v.min_chunks;
     if (v.one_wave >= 0) tuning.decode_small_one_wave = v.one_wave;
     if (v.lean_issue >= 0) tuning.decode_lean_issue = v.lean_issue;
+    if (v.tma >= 0) tuning.decode_tma = v.tma;
   };
   auto plan = [&] { return kvattn::plan_decode(B, hq, hkv, d, 1, pc.width * block_size, kGpu); };
   const std::vector<DecodeVariant> variants = variants_for(fp8);

@@ -15,6 +15,8 @@
 #include "kvattn/core/fp8.h"
 #include "kvattn/kernels/decode_attention.h"
 #include "kvattn/kernels/device_faults.h"
+#include "kernels/cuda/decode/decode_host.h"
+#include "kernels/cuda/device_props.h"
 #include "kernels/cuda/tuning.h"
 #include "kernels/gpu_test_support.h"
 #include "support/case_util.h"
@@ -532,6 +534,7 @@ struct Variant {
   int min_chunks = 0;              // small kernel: fewest chunks a unit (0: the default)
   int one_wave = -1;               // small kernel: one CTA a unit in one wave (-1: default)
   int lean_issue = -1;             // aligned caches: issue_tile_lean (-1: the default)
+  int tma = -1;                    // the TMA copy issue where eligible (-1: the default)
 };
 const Variant kVariants[] = {
     {.name = "s2", .heads = 8, .stages = 2},
@@ -565,6 +568,8 @@ const Variant kVariants[] = {
      .lean_issue = 1},
     {.name = "lean issue noswap nosmall h4 s2", .heads = 4, .stages = 2, .small = 0, .swap = 0,
      .lean_issue = 1},
+    {.name = "tma", .heads = 8, .stages = 0, .tma = 1},
+    {.name = "tma swap nosmall", .heads = 8, .stages = 0, .small = 0, .swap = 1, .tma = 1},
 };
 
 // Sets a variant for the scope, restores the previous tuning after.
@@ -587,6 +592,7 @@ class UseVariant {
     if (v.min_chunks > 0) t.decode_small_min_chunks = v.min_chunks;
     if (v.one_wave >= 0) t.decode_small_one_wave = v.one_wave;
     if (v.lean_issue >= 0) t.decode_lean_issue = v.lean_issue;
+    if (v.tma >= 0) t.decode_tma = v.tma;
   }
   ~UseVariant() { cuda::cuda_tuning() = saved_; }
 
@@ -874,10 +880,68 @@ void bad_indices() {
 }
 
 TEST(DecodeGpu, BadIndicesAreCaughtByTheFaultWord) {
-  for (const int lean : {0, 1}) {  // both forms of the copy issue check the block ids
-    SCOPED_TRACE(lean ? "lean issue" : "default issue");
-    UseVariant use({.name = "issue", .heads = 8, .stages = 0, .lean_issue = lean});
+  // Every form of the copy issue checks the block ids (the case's pages of 16 at head_dim 128
+  // are the TMA form's where the device has it).
+  const Variant forms[] = {{.name = "default issue", .heads = 8, .stages = 0, .lean_issue = 0},
+                           {.name = "lean issue", .heads = 8, .stages = 0, .lean_issue = 1},
+                           {.name = "tma issue", .heads = 8, .stages = 0, .tma = 1},
+                           {.name = "tma issue swap nosmall", .heads = 8, .stages = 0,
+                            .small = 0, .swap = 1, .tma = 1}};
+  for (const Variant& v : forms) {
+    SCOPED_TRACE(v.name);
+    UseVariant use(v);
     bad_indices();
+  }
+}
+
+// The TMA copy issue (decode_tma.cuh) on the cases it takes: pages of whole 16-key tiles
+// (16, 32, 48, 64, 256), head_dim 64 and 128, GQA groups 1-8 (3 and 6 included), q_len 1-5
+// (several row chunks), the small, 16-row and swapped kernels, lengths ending mid-tile over
+// poisoned (NaN) page tails, against the float64 reference and the CPU backend; pages it
+// does not take (1, 12) fall back to the cp.async forms. On an sm_90a device the eligible
+// cases must have launched it.
+TEST(DecodeGpu, TmaCopyIssue) {
+  const bool quick = test::quick_mode();
+  const Variant forms[] = {
+      {.name = "tma", .heads = 8, .stages = 0, .tma = 1},
+      {.name = "tma swap nosmall", .heads = 8, .stages = 0, .small = 0, .swap = 1, .tma = 1},
+      {.name = "tma noswap nosmall h4 s2", .heads = 4, .stages = 2, .small = 0, .swap = 0,
+       .tma = 1}};
+  const std::vector<int64_t> pages = {16, 32, 48, 64, 256, 16, 1, 12};
+  const int64_t before = cuda::decode_host::tma_launches();
+  int eligible = 0;
+  for (const Variant& v : forms) {
+    SCOPED_TRACE(v.name);
+    UseVariant use(v);
+    for (int c = 0; c < (quick ? 8 : 32); ++c) {
+      if (!test::case_selected(c)) continue;
+      const uint64_t seed = test::case_seed();
+      std::mt19937_64 rng(seed);
+      DecodeCase dc;
+      dc.dt = c % 2 ? DType::kBF16 : DType::kF16;
+      dc.d = (c / 2) % 2 ? 128 : 64;
+      dc.bs = pages[(c / 4) % pages.size()];
+      dc.group = pick(rng, std::vector<int64_t>{1, 2, 3, 4, 6, 8});
+      dc.hkv = pick(rng, std::vector<int64_t>{1, 2, 3, 8});
+      const int64_t B = pick(rng, std::vector<int64_t>{1, 3, 17, 40});
+      dc.lens = random_lens(rng, B, quick ? 300 : 2000, true);
+      if (c % 3 == 1) {
+        dc.q_len = pick(rng, std::vector<int64_t>{2, 3, 5});
+        dc.causal = uniform_int(rng, 0, 5) != 0;
+      }
+      dc.plan_mode = c % 5;
+      dc.forced_splits = static_cast<int>(pick(rng, std::vector<int64_t>{1, 2, 3, 7}));
+      dc.aligned_cache = true;
+      dc.with_lse = c % 2 == 0;
+      dc.q_pad = pick(rng, std::vector<int64_t>{0, 8, 3});
+      if (dc.bs % 16 == 0) ++eligible;
+      SCOPED_TRACE(test::case_note(c, seed, dc.describe()));
+      check(dc, run_case(dc, rng));
+    }
+  }
+  if (eligible > 0 && cuda::decode_host::tma_built() && cuda::compute_capability(0) == 90) {
+    EXPECT_GT(cuda::decode_host::tma_launches(), before)
+        << "no case took the TMA form on an sm_90a device";
   }
 }
 

@@ -161,6 +161,12 @@ struct CudaTuning {
   // instructions a tile, over half of them the copy issue). 0 (default) until it has run on a
   // GPU: written after the session's device time ended. Env KVATTN_DECODE_LEAN_ISSUE.
   int decode_lean_issue = 0;
+  // Decode: 1 = the TMA copy issue where eligible (decode_tma.cuh: sm_90a, 16-bit caches,
+  // head_dim 64 / 128, the plain kernels, pages of a multiple of 16 keys, aligned caches): one
+  // lane's tensor-map loads per tile instead of 32 lanes' cp.async copies, taking precedence
+  // over decode_lean_issue. 0 (default) until it has run on a GPU: written in session 28, when
+  // no device was lent. Env KVATTN_DECODE_TMA.
+  int decode_tma = 0;
   // Decode over float8_e4m3 caches: 1 = V (and K, for f16 queries) converted by the hardware
   // instruction (cvt.rn.f16x2.e4m3x2) and P V run in f16 (decode_fp8.cuh), 0 = the integer
   // conversion into the query type. Session 15's ncu: the fp8 decode is near issue bound

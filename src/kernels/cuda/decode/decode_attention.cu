@@ -57,6 +57,20 @@
 namespace kvattn::cuda {
 namespace decode_host {
 
+namespace {
+std::atomic<int64_t> tma_launch_count{0};
+}  // namespace
+
+int64_t tma_launches() { return tma_launch_count.load(std::memory_order_relaxed); }
+void count_tma_launch() { tma_launch_count.fetch_add(1, std::memory_order_relaxed); }
+bool tma_built() {
+#if defined(KVATTN_SM90A)
+  return true;
+#else
+  return false;
+#endif
+}
+
 void check_device_index(int device) {
   KVATTN_CHECK(device >= 0 && device < kMaxDevices, "decode_attention: device must be in [0, ",
                kMaxDevices, ") but is ", device);
@@ -414,6 +428,7 @@ void decode_attention(const DecodeArgs& args, const AttentionShape& shape) {
   p.q_aligned16 = aligned16(args.q.data) && (p.q_stride * es) % 16 == 0;
   p.kv_evict_first = cuda_tuning().decode_kv_evict_first;
   p.lean_issue = cuda_tuning().decode_lean_issue;
+  p.tma = cuda_tuning().decode_tma;
   p.fp8_hw_cvt = cuda_tuning().decode_fp8_hw_cvt;
   p.fp8_q_f16 = cuda_tuning().decode_fp8_q_f16;
   p.pdl_trigger = cuda_tuning().decode_pdl_trigger;

@@ -51,6 +51,12 @@ SmallChoice small_choice(int device, int64_t num_seqs, int64_t num_kv_heads, int
 uint32_t next_epoch();
 // Stream mode is possible: few enough sequences for the shared prefix sum, 32-bit tile indices.
 bool stream_ok(int64_t num_seqs, int64_t capacity);
+// Launches of the TMA form (CopyIssue::kTma, decode_tma.cuh) in this process, counted by the
+// launcher: tests check that the cases meant for it took it.
+int64_t tma_launches();
+void count_tma_launch();
+// Whether this build has the TMA form's sm_90a code (KVATTN_SM90A).
+bool tma_built();
 
 }  // namespace decode_host
 

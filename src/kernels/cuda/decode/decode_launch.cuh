@@ -5,6 +5,7 @@
 // family must be instantiated in exactly one file). decode_attention.cu has the entry.
 #pragma once
 
+#include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -12,6 +13,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <cstring>
 #include <mutex>
 #include <vector>
 
@@ -22,6 +24,7 @@
 #include "kernels/cuda/decode/decode_small_kernel.cuh"
 #include "kernels/cuda/decode/decode_split_kernel.cuh"
 #include "kernels/cuda/device_props.h"
+#include "kernels/cuda/hopper/tensor_map.h"
 #include "kernels/cuda/pdl_launch.h"
 #include "kernels/cuda/tuning.h"
 
@@ -32,7 +35,7 @@ namespace {
 // at (threads, smem); raises its shared-memory limit once per device. Cached: the planner and
 // every launch ask.
 template <typename T, typename KV, int D, bool kAligned16, bool kSmall = false, bool kExt = false,
-          bool kSwap = false, bool kLean = false>
+          bool kSwap = false, CopyIssue kIssue = CopyIssue::kByCopy>
 int split_occupancy(int device, int threads, int smem) {
   struct Entry {
     int device, threads, smem, ctas;
@@ -48,9 +51,9 @@ int split_occupancy(int device, int threads, int smem) {
   DeviceGuard guard(device);
   const auto kernel = [] {
     if constexpr (kSmall) {
-      return decode_small_kernel<T, KV, D, kAligned16, kExt, kLean>;
+      return decode_small_kernel<T, KV, D, kAligned16, kExt, kIssue>;
     } else {
-      return decode_kernel<T, KV, D, kAligned16, kExt, kSwap, kLean>;
+      return decode_kernel<T, KV, D, kAligned16, kExt, kSwap, kIssue>;
     }
   }();
   if (!raised[device]) {  // dynamic + static shared memory must stay within the opt-in limit
@@ -69,6 +72,47 @@ int split_occupancy(int device, int threads, int smem) {
   return n;
 }
 
+// Whether the TMA form (decode_tma.cuh) can serve p at tile dim D with `smem` bytes of dynamic
+// shared memory (before kDecodeTmaSmemExtra) on `device`: sm_90a code and device, 16-bit
+// caches (checked by the caller), a head_dim that is D (64 or 128), pages of whole 16-key
+// tiles, TMA's stride limits, and room for the ring's extra bytes beside the largest static
+// shared memory of the kernels (the small kernel's query tile).
+template <int D>
+bool decode_tma_eligible(const DecodeParams& p, int device, int smem) {
+#if defined(KVATTN_SM90A)
+  constexpr int kStaticMost = 8192;  // the kernels' static shared memory: 1-5 KB (cuobjdump)
+  const int64_t most_stride = std::max(p.k_block_stride, p.v_block_stride) * 2;
+  return (D == 64 || D == 128) && p.head_dim == D && compute_capability(device) == 90 &&
+         p.block_size % kDecodeTileKeys == 0 && p.num_blocks > 0 &&
+         most_stride < (int64_t{1} << 40) &&
+         smem + kDecodeTmaSmemExtra + kStaticMost <= decode_host::max_optin_smem(device);
+#else
+  (void)p, (void)device, (void)smem;
+  return false;
+#endif
+}
+
+// The caches' tensor maps for the TMA form: {head_dim, num_kv_heads, block_size, num_blocks}
+// with boxes of {64 dims, 1 head, 16 keys, 1 block} (decode_tma.cuh).
+template <int D>
+void set_decode_tensor_maps(DecodeParams& p) {
+  static_assert(sizeof(CUtensorMap) == sizeof(DecodeTensorMap));
+  const auto kv_heads = static_cast<uint64_t>(p.num_kv_heads);
+  const auto bs = static_cast<uint64_t>(p.block_size);
+  const auto nb = static_cast<uint64_t>(p.num_blocks);
+  constexpr uint64_t kRow = uint64_t{D} * 2;  // bytes of one head's row
+  const CUtensorMap k = make_tensor_map_2byte(
+      "k_cache", p.k_cache, {D, kv_heads, bs, nb},
+      {kRow, kv_heads * kRow, static_cast<uint64_t>(p.k_block_stride) * 2},
+      {64, 1, kDecodeTileKeys, 1});
+  const CUtensorMap v = make_tensor_map_2byte(
+      "v_cache", p.v_cache, {D, kv_heads, bs, nb},
+      {kRow, kv_heads * kRow, static_cast<uint64_t>(p.v_block_stride) * 2},
+      {64, 1, kDecodeTileKeys, 1});
+  std::memcpy(&p.tmap_k, &k, sizeof(k));
+  std::memcpy(&p.tmap_v, &v, sizeof(v));
+}
+
 // kExt: the extended kernels (window, softcap, ALiBi; decode_mask.cuh), with the plain ones'
 // configuration (same tiles, stages and work decomposition).
 template <typename T, typename KV, int D, bool kExt>
@@ -84,11 +128,39 @@ void launch_kernels(DecodeParams p, bool aligned, int64_t ws_bytes, int device,
   constexpr bool kCanSwap = kIsFp8<KV> ? (D == 64 || D == 128) : (!kExt || kOnlySwap);
   const bool swap =
       kCanSwap && decode_use_swap(cuda_tuning().decode_swap, p.rows, D, kIsFp8<KV>, kExt);
-  // The lean copy issue (DecodeParams::lean_issue, issue_tile_lean) over aligned caches, in the
-  // plain kernels: twins of their own, since its code in the default kernels raised their
-  // registers even where not taken (the swapped d64 tile 80 -> 128, the fp8 one 80 -> 110).
+  // The copy issue (CopyIssue) in the plain kernels over aligned caches: the TMA form where
+  // asked (DecodeParams::tma) and eligible at the launch's shared memory, else the lean form
+  // where asked (DecodeParams::lean_issue), else by copy. Each form is a twin kernel of its
+  // own: the lean issue's code in the default kernels raised their registers even where not
+  // taken (the swapped d64 tile 80 -> 128, the fp8 one 80 -> 110).
   constexpr bool kLeanable = !kExt;
-  const bool lean = kLeanable && p.lean_issue != 0;
+  constexpr bool kTmaAble = !kExt && !kIsFp8<KV> && (D == 64 || D == 128);
+  const bool lean = kLeanable && aligned && p.lean_issue != 0;
+  const bool tma_asked = kTmaAble && aligned && p.tma != 0;
+  // The form for a kernel of `smem` bytes of dynamic shared memory before the TMA ring's
+  // extra; taking TMA fills p's tensor maps.
+  auto pick_issue = [&](int smem) {
+    if (tma_asked && decode_tma_eligible<D>(p, device, smem)) {
+      set_decode_tensor_maps<D>(p);
+      decode_host::count_tma_launch();
+      return CopyIssue::kTma;
+    }
+    return lean ? CopyIssue::kLean : CopyIssue::kByCopy;
+  };
+  // f.template operator()<kAligned16, kIssue>(smem + the form's extra bytes), instantiating
+  // only the twins that exist.
+  auto with_issue = [&](CopyIssue issue, int smem, auto&& f) {
+    if constexpr (kTmaAble) {
+      if (issue == CopyIssue::kTma) {
+        return f.template operator()<true, CopyIssue::kTma>(smem + kDecodeTmaSmemExtra);
+      }
+    }
+    if constexpr (kLeanable) {
+      if (issue == CopyIssue::kLean) return f.template operator()<true, CopyIssue::kLean>(smem);
+    }
+    return aligned ? f.template operator()<true, CopyIssue::kByCopy>(smem)
+                   : f.template operator()<false, CopyIssue::kByCopy>(smem);
+  };
   const int unit_rows = swap ? kSwapRows : kDecodeRows;
   p.row_chunks = (p.rows + unit_rows - 1) / unit_rows;
   const DecodeConfig c =
@@ -132,20 +204,12 @@ void launch_kernels(DecodeParams p, bool aligned, int64_t ws_bytes, int device,
                       static_cast<unsigned>(B));
       if constexpr (!kOnlySwap) {
         const dim3 block(static_cast<unsigned>(sc.warps * 32));
-        if (aligned && lean) {
-          (void)split_occupancy<T, KV, D, true, true, kExt, false, kLeanable>(
-              device, sc.warps * 32, sc.smem);
-          launch_maybe_pdl(decode_small_kernel<T, KV, D, true, kExt, kLeanable>, grid, block,
-                           sc.smem, stream, pdl, p);
-        } else if (aligned) {
-          (void)split_occupancy<T, KV, D, true, true, kExt>(device, sc.warps * 32, sc.smem);
-          launch_maybe_pdl(decode_small_kernel<T, KV, D, true, kExt>, grid, block, sc.smem,
+        with_issue(pick_issue(sc.smem), sc.smem, [&]<bool kAl, CopyIssue kIs>(int smem) {
+          (void)split_occupancy<T, KV, D, kAl, true, kExt, false, kIs>(device, sc.warps * 32,
+                                                                      smem);
+          launch_maybe_pdl(decode_small_kernel<T, KV, D, kAl, kExt, kIs>, grid, block, smem,
                            stream, pdl, p);
-        } else {
-          (void)split_occupancy<T, KV, D, false, true, kExt>(device, sc.warps * 32, sc.smem);
-          launch_maybe_pdl(decode_small_kernel<T, KV, D, false, kExt>, grid, block, sc.smem,
-                           stream, pdl, p);
-        }
+        });
         return;
       }
     }
@@ -164,21 +228,21 @@ void launch_kernels(DecodeParams p, bool aligned, int64_t ws_bytes, int device,
   p.stream = stream_mode ? 1 : 0;
   p.prefix_bytes = stream_mode ? decode_host::prefix_bytes_for(B) : 0;
   const int threads = c.warps * 32;
-  const int smem = decode_host::split_smem(c, p.prefix_bytes);
-  auto occupancy = [&]<bool kAl, bool kSw, bool kLn = false>() {
-    if constexpr ((kSw && !kCanSwap) || (!kSw && kOnlySwap)) {
-      return 0;
-    } else {
-      return split_occupancy<T, KV, D, kAl, false, kExt, kSw, kLn>(device, threads, smem);
+  const int smem_tiles = decode_host::split_smem(c, p.prefix_bytes);
+  const CopyIssue issue = pick_issue(smem_tiles);
+  const int ctas = with_issue(issue, smem_tiles, [&]<bool kAl, CopyIssue kIs>(int smem) {
+    if constexpr (kCanSwap) {
+      if (swap) {
+        return split_occupancy<T, KV, D, kAl, false, kExt, true, kIs>(device, threads, smem);
+      }
     }
-  };
-  const int ctas =
-      aligned && lean ? (swap ? occupancy.template operator()<true, true, kLeanable>()
-                              : occupancy.template operator()<true, false, kLeanable>())
-      : aligned       ? (swap ? occupancy.template operator()<true, true>()
-                              : occupancy.template operator()<true, false>())
-                      : (swap ? occupancy.template operator()<false, true>()
-                              : occupancy.template operator()<false, false>());
+    if constexpr (!kOnlySwap) {
+      if (!swap) {
+        return split_occupancy<T, KV, D, kAl, false, kExt, false, kIs>(device, threads, smem);
+      }
+    }
+    return 0;
+  });
   const int64_t per_slice = std::max<int64_t>(1, int64_t{sm_count(device)} * ctas / p.slices);
   int64_t pieces_per_seq = 1;
   if (stream_mode) {
@@ -198,33 +262,20 @@ void launch_kernels(DecodeParams p, bool aligned, int64_t ws_bytes, int device,
                 compute_capability(device) >= 90 ? 1 : 0;
   const auto grid = static_cast<unsigned>(static_cast<int64_t>(p.parts) * p.slices);
   const dim3 block(static_cast<unsigned>(threads));
-  if constexpr (kCanSwap) {
-    if (swap) {
-      if (aligned && lean) {
-        launch_maybe_pdl(decode_kernel<T, KV, D, true, kExt, true, kLeanable>, grid, block, smem,
+  with_issue(issue, smem_tiles, [&]<bool kAl, CopyIssue kIs>(int smem) {
+    if constexpr (kCanSwap) {
+      if (swap) {
+        launch_maybe_pdl(decode_kernel<T, KV, D, kAl, kExt, true, kIs>, grid, block, smem,
                          stream, pdl, p);
-      } else if (aligned) {
-        launch_maybe_pdl(decode_kernel<T, KV, D, true, kExt, true>, grid, block, smem, stream,
-                         pdl, p);
-      } else {
-        launch_maybe_pdl(decode_kernel<T, KV, D, false, kExt, true>, grid, block, smem, stream,
-                         pdl, p);
       }
     }
-  }
-  if constexpr (!kOnlySwap) {
-    if (!swap) {
-      if (aligned && lean) {
-        launch_maybe_pdl(decode_kernel<T, KV, D, true, kExt, false, kLeanable>, grid, block, smem,
+    if constexpr (!kOnlySwap) {
+      if (!swap) {
+        launch_maybe_pdl(decode_kernel<T, KV, D, kAl, kExt, false, kIs>, grid, block, smem,
                          stream, pdl, p);
-      } else if (aligned) {
-        launch_maybe_pdl(decode_kernel<T, KV, D, true, kExt>, grid, block, smem, stream, pdl, p);
-      } else {
-        launch_maybe_pdl(decode_kernel<T, KV, D, false, kExt>, grid, block, smem, stream, pdl,
-                         p);
       }
     }
-  }
+  });
   if (!merge_follows) return;
   const int64_t rows = B * p.q_len * p.num_heads;
   const int64_t rows_per_block = 8 / p.merge_wpr;

@@ -84,6 +84,18 @@ constexpr int decode_tile_pitch(int head_dim, int kv_bytes) {
   return head_dim * kv_bytes + (kv_bytes == 1 ? 16 : 0);
 }
 
+// How a kernel's warps copy their K/V tiles into shared memory (a template argument of the
+// split and small kernels): 16-byte cp.async copies that each derive their address
+// (issue_tile_by_copy, and the only form over caches not 16-byte aligned), the same copies
+// from one row offset per key (issue_tile_lean, DecodeParams::lean_issue), or tensor-map
+// loads issued by one lane (decode_tma.cuh, DecodeParams::tma).
+enum class CopyIssue : int { kByCopy = 0, kLean = 1, kTma = 2 };
+
+// A CUtensorMap's 128 opaque bytes (cuda.h's type, kept out of this header).
+struct alignas(64) DecodeTensorMap {
+  unsigned char bytes[128];
+};
+
 struct DecodeParams {
   const void* q = nullptr;
   void* out = nullptr;
@@ -168,6 +180,12 @@ struct DecodeParams {
   // 96 run on D = 128: the dims past head_dim are zero-filled in shared memory and in Q, never
   // read or written in memory; decode_tile_dim). The workspace keeps D floats per row.
   int head_dim = 0;
+
+  // The TMA form (CopyIssue::kTma, decode_tma.cuh): 1 asks for it where eligible
+  // (decode_tma_eligible); the launcher fills the caches' tensor maps when it takes it.
+  int tma = 0;
+  DecodeTensorMap tmap_k{};
+  DecodeTensorMap tmap_v{};
 };
 
 // The tile dim the kernels run a head_dim on: 80 and 96 on the 128 tiles, others as they are.

@@ -3,6 +3,7 @@
 // tagged LL words (no fence, no flag, no merge kernel).
 #pragma once
 
+#include "kernels/cuda/decode/decode_tma.cuh"
 #include "kernels/cuda/decode/decode_warp_tile.cuh"
 
 namespace kvattn::cuda {
@@ -194,10 +195,14 @@ __device__ __forceinline__ bool merge_quad_ll(const DecodeParams& p, int q, int 
 }
 
 // kExt: window, softcap, ALiBi (decode_mask.cuh); the chunks split the window's tiles only.
-template <typename T, typename KV, int D, bool kAligned16, bool kExt = false, bool kLean = false>
+// kIssue: how the warps copy their tiles (CopyIssue, as decode_kernel's).
+template <typename T, typename KV, int D, bool kAligned16, bool kExt = false,
+          CopyIssue kIssue = CopyIssue::kByCopy>
 __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     decode_small_kernel(const __grid_constant__ DecodeParams p) {
-  using L = KvTile<KV, D>;
+  constexpr bool kTma = kIssue == CopyIssue::kTma;
+  static_assert(!kTma || (!kIsFp8<KV> && !kExt && kAligned16), "TMA: plain 16-bit kernels");
+  using L = StageTile<KV, D, kIssue>;
   extern __shared__ __align__(128) uint8_t smem[];
   const long long c0 = clock64();
   const unsigned long long t_entry = p.probe != nullptr ? global_ns() : 0;
@@ -408,12 +413,23 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
 
   // ---- this warp's tiles [ta, tb): the same pipeline as the stream kernel ----
   const int stages = p.stages;
-  const uint32_t wbase = smem_u32(smem) + static_cast<uint32_t>(warp * stages * L::kStageBytes);
+  [[maybe_unused]] TmaRing<D> ring;  // kTma: the stages and their mbarriers (decode_tma.cuh)
+  uint32_t wbase = 0;
+  if constexpr (kTma) {
+    ring.init(smem_u32(smem), warp, nw, stages, lane);
+    wbase = ring.tiles;
+  } else {
+    wbase = smem_u32(smem) + static_cast<uint32_t>(warp * stages * L::kStageBytes);
+  }
   const uint64_t kv_policy = l2_policy(p.kv_evict_first != 0);
   int ti = ta;
   auto issue_next = [&](int stage) {
-    issue_tile<KV, D, kAligned16, true, kLean>(p, wbase + stage * L::kStageBytes, nid, noff,
-                                               lane, kvh, kv_policy);
+    if constexpr (kTma) {
+      ring.template issue<true>(p, stage, nid, noff, lane, kvh, kv_policy);
+    } else {
+      issue_tile<KV, D, kAligned16, true, kIssue>(p, wbase + stage * L::kStageBytes, nid, noff,
+                                                  lane, kvh, kv_policy);
+    }
     const int id_hi = __shfl_down_sync(0xffffffffu, nid, 16);
     const int off_hi = __shfl_down_sync(0xffffffffu, noff, 16);
     if (lane < 16) {
@@ -426,10 +442,14 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   };
   for (int st = 0; st < stages - 1; ++st) {
     if (ti < tb) issue_next(st);
-    cp_async_commit();
+    if constexpr (!kTma) cp_async_commit();
   }
   // The query tile landed (the oldest group) for every thread: its fragments into registers.
-  cp_async_wait_dyn(stages - 1);
+  if constexpr (kTma) {
+    cp_async_wait<0>();  // the query tile is the only cp.async group
+  } else {
+    cp_async_wait_dyn(stages - 1);
+  }
   __syncthreads();
   uint32_t qf[D / 16][4];
   if constexpr (kIsFp8<KV>) {  // the fp8 tile's dim order (decode_fp8.cuh)
@@ -457,16 +477,23 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   }
   int cstage = 0, istage = stages - 1;
   for (int t = ta; t < tb; t += tstep) {
-    cp_async_wait_dyn(stages - 2);
+    if constexpr (kTma) {
+      ring.wait(cstage, stages);
+      // The sequence's last tile: V rows past the length hold the page's other rows.
+      const int keys = len - t * kDecodeTileKeys;
+      if (keys < kDecodeTileKeys) ring.zero_tail(cstage, keys, lane);
+    } else {
+      cp_async_wait_dyn(stages - 2);
+    }
     __syncwarp();  // this tile landed for every lane; the stage refilled below is free
     if (t == ta) probe_stamp(p, 4, c0);
     if (ti < tb) issue_next(istage);
-    cp_async_commit();
+    if constexpr (!kTma) cp_async_commit();
     if (++istage == stages) istage = 0;
     const int key0 = t * kDecodeTileKeys;
     if (kExt ? mods.tile_has_work(key0) : key0 < warp_limit) {
-      attend_tile<T, KV, D, kExt>(wbase + cstage * L::kStageBytes, qf, o, m, l, key0, limit,
-                                  min_limit, scale_log2, lane, p, mods);
+      attend_tile<T, KV, D, kExt, L>(wbase + cstage * L::kStageBytes, qf, o, m, l, key0, limit,
+                                     min_limit, scale_log2, lane, p, mods);
     }
     if (++cstage == stages) cstage = 0;
   }
@@ -479,6 +506,7 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     lq[hr] = l[hr] + __shfl_xor_sync(0xffffffffu, l[hr], 1);
     lq[hr] += __shfl_xor_sync(0xffffffffu, lq[hr], 2);
   }
+  if constexpr (kTma) ring.release(stages, lane);  // the region is reused below
   __syncthreads();  // every warp's copies landed: the tile buffers are free
   probe_stamp(p, 6, c0);
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "kernels/cuda/decode/decode_swap_tile.cuh"
+#include "kernels/cuda/decode/decode_tma.cuh"
 #include "kernels/cuda/decode/decode_warp_tile.cuh"
 
 namespace kvattn::cuda {
@@ -95,12 +96,16 @@ __device__ __forceinline__ void advance(const DecodeParams& p, const Source& s, 
 // (decode_config). (A minimum-blocks bound here would do it, but any second
 // __launch_bounds__ argument, 1 included, changes ptxas's register choice for every
 // instantiation: 16-bit d256 170 -> 207, the 16-row fp8 d128 216 -> 230.)
+// kIssue: how the warps copy their tiles (CopyIssue; kTma: decode_tma.cuh's ring, whose
+// shared memory the launcher sizes with kDecodeTmaSmemExtra).
 template <typename T, typename KV, int D, bool kAligned16, bool kExt = false, bool kSwap = false,
-          bool kLean = false>
+          CopyIssue kIssue = CopyIssue::kByCopy>
 __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     decode_kernel(const __grid_constant__ DecodeParams p) {
   static_assert(!kSwap || !kIsFp8<KV> || D == 64 || D == 128, "fp8 swapped tile: d64 / d128");
-  using L = KvTile<KV, D>;
+  constexpr bool kTma = kIssue == CopyIssue::kTma;
+  static_assert(!kTma || (!kIsFp8<KV> && !kExt && kAligned16), "TMA: plain 16-bit kernels");
+  using L = StageTile<KV, D, kIssue>;
   // Output fragments per lane: O (D/8 n-tiles of 16 rows) or O^T (D/16 m-tiles of 8 rows).
   constexpr int kOT = kSwap ? D / 16 : D / 8;
   constexpr int kUnitRows = kSwap ? kSwapRows : kDecodeRows;
@@ -317,7 +322,14 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   // ---- the tile pipeline of this warp ----
   const int stages = p.stages;
   uint8_t* const tiles = smem + p.prefix_bytes;
-  const uint32_t wbase = smem_u32(tiles) + static_cast<uint32_t>(warp * stages * L::kStageBytes);
+  [[maybe_unused]] TmaRing<D> ring;  // kTma: the stages and their mbarriers (decode_tma.cuh)
+  uint32_t wbase = 0;
+  if constexpr (kTma) {
+    ring.init(smem_u32(tiles), warp, static_cast<int>(blockDim.x >> 5), stages, lane);
+    wbase = ring.tiles;
+  } else {
+    wbase = smem_u32(tiles) + static_cast<uint32_t>(warp * stages * L::kStageBytes);
+  }
 
   Cursor cc;  // the tile computed next
   seek<kExt>(p, src, src.stream ? lower_bound_smem(src.prefix, B, src.g0 + 1) - 1 : part, cc);
@@ -344,8 +356,12 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   load_ids(pc, lane >= 16);
 
   auto issue = [&](int stage) {
-    issue_tile<KV, D, kAligned16, false, kLean>(p, wbase + stage * L::kStageBytes, nid, noff,
-                                                lane, kvh, 0);
+    if constexpr (kTma) {
+      ring.template issue<false>(p, stage, nid, noff, lane, kvh, 0);
+    } else {
+      issue_tile<KV, D, kAligned16, false, kIssue>(p, wbase + stage * L::kStageBytes, nid, noff,
+                                                   lane, kvh, 0);
+    }
   };
   // After issuing ic: ic <- pc, whose ids move to lanes 0-15; pc advances and lanes 16-31
   // load its ids (in flight while the next tiles are computed).
@@ -366,7 +382,7 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
       issue(st);
       step_issue();
     }
-    cp_async_commit();
+    if constexpr (!kTma) cp_async_commit();
   }
 
   // Query fragments of the piece starting at c (rows past `rows` are zero), its causal limits
@@ -437,24 +453,31 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
 
   int cstage = 0, istage = stages - 1;
   while (!cc.done) {
-    cp_async_wait_dyn(stages - 2);
+    if constexpr (kTma) {
+      ring.wait(cstage, stages);
+      // The sequence's last tile: V rows past the length hold the page's other rows.
+      const int keys = cc.len - cc.t * kDecodeTileKeys;
+      if (keys < kDecodeTileKeys) ring.zero_tail(cstage, keys, lane);
+    } else {
+      cp_async_wait_dyn(stages - 2);
+    }
     __syncwarp();  // this tile landed for every lane; the stage refilled below is free
     if (!ic.done) {
       issue(istage);
       step_issue();
     }
-    cp_async_commit();
+    if constexpr (!kTma) cp_async_commit();
     if (++istage == stages) istage = 0;
 
     const int key0 = cc.t * kDecodeTileKeys;
     // Else every key of the tile is masked for every row.
     if (kExt ? mods.tile_has_work(key0) : key0 < warp_limit) {
       if constexpr (kSwap) {
-        attend_tile_swap<T, KV, D, kExt>(wbase + cstage * L::kStageBytes, qf, o, m, l, key0,
-                                         limit, min_limit, piece_scale_log2, lane, p, mods);
+        attend_tile_swap<T, KV, D, kExt, L>(wbase + cstage * L::kStageBytes, qf, o, m, l, key0,
+                                            limit, min_limit, piece_scale_log2, lane, p, mods);
       } else {
-        attend_tile<T, KV, D, kExt>(wbase + cstage * L::kStageBytes, qf, o, m, l, key0, limit,
-                                    min_limit, piece_scale_log2, lane, p, mods);
+        attend_tile<T, KV, D, kExt, L>(wbase + cstage * L::kStageBytes, qf, o, m, l, key0,
+                                       limit, min_limit, piece_scale_log2, lane, p, mods);
       }
     }
     if (++cstage == stages) cstage = 0;

@@ -54,13 +54,13 @@ __device__ __forceinline__ void load_q_swap(uint32_t (&qb)[D / 16][2], const uin
 // causal mask (key j visible to row 2t + j' iff j < limit[j']), online softmax in the log2
 // domain, O^T = O^T * alpha + V^T P^T. kExt: softcap, ALiBi and the window of `mods`
 // (DecodeMods::apply_swap) instead of the causal mask. KV: the cache element (uint8_t: fp8).
-template <typename T, typename KV, int D, bool kExt = false>
+// L: the stage layout (KvTile, or TmaTile for the TMA form).
+template <typename T, typename KV, int D, bool kExt = false, class L = KvTile<KV, D>>
 __device__ __forceinline__ void attend_tile_swap(uint32_t kbase, const uint32_t (&qb)[D / 16][2],
                                                  float (&o)[D / 16][4], float (&m)[2],
                                                  float (&l)[2], int key0, const int (&limit)[2],
                                                  int min_limit, float scale_log2, int lane,
                                                  const DecodeParams& p, const DecodeMods& mods) {
-  using L = KvTile<KV, D>;
   const int gid = lane >> 2;
   [[maybe_unused]] const int mrow = lane & 7;  // ldmatrix rows (16-bit caches)
   [[maybe_unused]] const int mat = lane >> 3;

@@ -126,13 +126,15 @@ __device__ __forceinline__ void issue_tile_by_copy(const DecodeParams& p, uint32
   }
 }
 
-// The copy issue of a tile: issue_tile_by_copy, or with kLean (over aligned caches)
-// issue_tile_lean: the same copies in fewer instructions, in kernels of their own
-// (DecodeParams::lean_issue), so that the default kernels keep their registers.
-template <typename KV, int D, bool kAligned16, bool kHint, bool kLean = false>
+// The cp.async copy issue of a tile: issue_tile_by_copy, or with kIssue kLean (over aligned
+// caches) issue_tile_lean: the same copies in fewer instructions, in kernels of their own
+// (DecodeParams::lean_issue), so that the default kernels keep their registers. (kTma kernels
+// issue through TmaRing, decode_tma.cuh.)
+template <typename KV, int D, bool kAligned16, bool kHint, CopyIssue kIssue = CopyIssue::kByCopy>
 __device__ __forceinline__ void issue_tile(const DecodeParams& p, uint32_t kdst, int nid,
                                            int noff, int lane, int kvh, uint64_t policy) {
-  if constexpr (kAligned16 && kLean) {
+  static_assert(kIssue != CopyIssue::kTma, "the TMA form issues through TmaRing");
+  if constexpr (kAligned16 && kIssue == CopyIssue::kLean) {
     issue_tile_lean<KV, D, kHint>(p, kdst, nid, noff, lane, kvh, policy);
   } else {
     issue_tile_by_copy<KV, D, kAligned16, kHint>(p, kdst, nid, noff, lane, kvh, policy);
@@ -143,14 +145,14 @@ __device__ __forceinline__ void issue_tile(const DecodeParams& p, uint32_t kdst,
 // causal mask (key j visible to row hr iff j < limit[hr]), online softmax in the log2 domain
 // (m, l per row; l summed over the lane's own columns only), O = O * alpha + P V.
 // kExt: softcap, ALiBi and the window mask of `mods` (decode_mask.cuh) instead of the causal
-// mask (limit and min_limit unused); without it `mods` is never touched.
-template <typename T, typename KV, int D, bool kExt = false>
+// mask (limit and min_limit unused); without it `mods` is never touched. L: the stage layout
+// (KvTile, or TmaTile for the TMA form).
+template <typename T, typename KV, int D, bool kExt = false, class L = KvTile<KV, D>>
 __device__ __forceinline__ void attend_tile(uint32_t kbase, const uint32_t (&qf)[D / 16][4],
                                             float (&o)[D / 8][4], float (&m)[2], float (&l)[2],
                                             int key0, const int (&limit)[2], int min_limit,
                                             float scale_log2, int lane, const DecodeParams& p,
                                             const DecodeMods& mods) {
-  using L = KvTile<KV, D>;
   const int t4 = lane & 3;
   const int mrow = lane & 7;
   const int mat = lane >> 3;

@@ -1,0 +1,186 @@
+// The TMA form of the decode kernels' copy issue (CopyIssue::kTma, decode_params.h): a warp's
+// 16-key K and V tiles land in its pipeline stage by tensor-map loads that one lane issues,
+// completing on the stage's mbarrier, instead of 32 lanes issuing 16-byte cp.async copies
+// (ncu, session 27: at head_dim 64 the copy issue and the block-id arithmetic were ~270 of a
+// tile's 521 instructions).
+//
+// Eligible (decode_tma_eligible): sm_90a, 16-bit caches, head_dim 64 or 128 (not padded), the
+// plain kernels, block_size a multiple of 16, 16-byte aligned caches and strides. Then a tile's
+// 16 keys (tiles start at multiples of 16 keys) all lie in one page: one box {64 dims, 1 head,
+// 16 keys, 1 block} per 64 head dims of K and of V, at the page of the tile's first key.
+// - Tensor maps (DecodeParams::tmap_k / tmap_v, built by the launcher): the cache as
+//   {head_dim, num_kv_heads, block_size, num_blocks} with the 128-byte swizzle.
+// - Stage layout (TmaTile): per 64 head dims a "column block" of 16 rows x 128 bytes, chunk c
+//   of key row r at chunk c ^ (r % 8) (the swizzle TMA writes); at head_dim 64 this is Tile<64>
+//   exactly. Tiles start on 1024-byte boundaries (the swizzle atom).
+// - The tile past a sequence's end: its rows past the length hold whatever the page holds
+//   (the box loads whole pages' rows). K there is masked (the scores are replaced by -inf);
+//   V there is zeroed in shared memory after the tile lands (tma_zero_tail), since P = 0 times
+//   a NaN would still be NaN.
+// - A bad block id (outside [0, num_blocks)) is never loaded: the stage is zeroed by the warp
+//   and the fault recorded, as the cp.async forms zero-fill such keys.
+// - One mbarrier per stage and warp (count 1: the issuing lane's arrive.expect_tx); the warp
+//   waits on the stage's parity, which flips each time the ring wraps.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/decode/decode_common.cuh"
+#include "kernels/cuda/decode/decode_params.h"
+#include "kernels/cuda/device_faults.cuh"
+#include "kernels/cuda/hopper/sm90_ptx.cuh"
+
+namespace kvattn::cuda {
+namespace {
+
+// The TMA stage layout of a 16-bit tile of head_dim D (see above): same sizes as Tile<D>.
+template <int D>
+struct TmaTile : Tile<D> {
+  static_assert(D % 64 == 0, "TMA tiles are whole 64-element column blocks");
+  static constexpr int kColBlockBytes = kDecodeTileKeys * 128;  // 16 rows of 64 elements
+  __device__ __forceinline__ static uint32_t addr(uint32_t base, int key, int chunk) {
+    return base + (chunk >> 3) * kColBlockBytes + key * 128 + (((chunk & 7) ^ (key & 7)) << 4);
+  }
+};
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// sm90::tma_load_4d with an L2 cache policy (createpolicy; the small kernel's evict-first).
+__device__ __forceinline__ void tma_load_4d_hint(uint32_t dst, const void* tmap, uint32_t bar,
+                                                 int c0, int c1, int c2, int c3,
+                                                 uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+      " [%0], [%1, {%3, %4, %5, %6}], [%2], %7;\n" ::"r"(dst),
+      "l"(tmap), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "l"(policy)
+      : "memory");
+}
+#endif
+
+// The stage layout a kernel of copy issue kIssue reads: TmaTile for kTma, else KvTile.
+template <typename KV, int D, CopyIssue kIssue>
+using StageTile = std::conditional_t<kIssue == CopyIssue::kTma, TmaTile<D>, KvTile<KV, D>>;
+
+// Shared memory a TMA kernel asks for beyond its tiles: the 1024-byte alignment of the tile
+// region and one 8-byte mbarrier per stage and warp.
+inline constexpr int kDecodeTmaSmemExtra = 1024 + 8 * kDecodeMaxWarps * kDecodeMaxStages;
+
+// One warp's ring of `stages` stages of TmaTile<D> and their mbarriers. `region`: the first
+// byte of the CTA's tile region (its start is rounded up to 1024 here; the launcher added
+// kDecodeTmaSmemExtra bytes); `warps`: the CTA's warps.
+template <int D>
+struct TmaRing {
+  using L = TmaTile<D>;
+  uint32_t tiles = 0;  // this warp's stage 0
+  uint32_t bars = 0;   // this warp's stage 0 mbarrier
+  uint32_t parity = 0; // of the stage waited on next (flips as the consumer's stage wraps)
+
+  __device__ __forceinline__ void init(uint32_t region, int warp, int warps, int stages,
+                                       int lane) {
+    const uint32_t base = (region + 1023u) & ~1023u;
+    tiles = base + static_cast<uint32_t>(warp * stages * L::kStageBytes);
+    bars = base + static_cast<uint32_t>(warps * stages * L::kStageBytes + warp * stages * 8);
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    if (lane == 0) {
+      for (int s = 0; s < stages; ++s) sm90::mbar_init(bars + 8 * s, 1);
+      sm90::fence_barrier_init();
+    }
+    __syncwarp();
+#else
+    (void)lane;
+    __trap();  // never launched: decode_tma_eligible asks for sm_90a code
+#endif
+  }
+
+  __device__ __forceinline__ uint32_t stage(int s) const {
+    return tiles + static_cast<uint32_t>(s * L::kStageBytes);
+  }
+
+  // Loads the tile whose first key is lane 0's (block id nid, in-block offset noff >= 0) for
+  // KV head kvh into stage s. Whole warp. kHint: with the L2 cache `policy` (as the cp.async
+  // forms' issue_tile).
+  template <bool kHint>
+  __device__ __forceinline__ void issue(const DecodeParams& p, int s, int nid, int noff,
+                                        int lane, int kvh, uint64_t policy) const {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    const uint32_t dst = stage(s);
+    const uint32_t bar = bars + 8 * s;
+    const int id = __shfl_sync(0xffffffffu, nid, 0);
+    const int off = __shfl_sync(0xffffffffu, noff, 0);
+    if (off >= 0 && static_cast<unsigned>(id) < static_cast<unsigned>(p.num_blocks)) {
+      if (lane == 0) {
+        sm90::mbar_arrive_expect_tx(bar, L::kStageBytes);
+#pragma unroll
+        for (int cb = 0; cb < D / 64; ++cb) {
+          const uint32_t kd = dst + cb * L::kColBlockBytes;
+          if constexpr (kHint) {
+            tma_load_4d_hint(kd, &p.tmap_k, bar, cb * 64, kvh, off, id, policy);
+            tma_load_4d_hint(kd + L::kTileBytes, &p.tmap_v, bar, cb * 64, kvh, off, id, policy);
+          } else {
+            sm90::tma_load_4d(kd, &p.tmap_k, bar, cb * 64, kvh, off, id);
+            sm90::tma_load_4d(kd + L::kTileBytes, &p.tmap_v, bar, cb * 64, kvh, off, id);
+          }
+        }
+      }
+      return;
+    }
+    // A bad block id (or, never for an issued tile, no key): zeros, as the cp.async forms.
+    if (lane == 0 && off >= 0) record_fault(p.fault_word, kFaultBlockOutOfRange);
+    for (int i = lane; i < L::kStageBytes / 16; i += 32) {
+      st_shared_16(dst + 16 * i, make_uint4(0, 0, 0, 0));
+    }
+    sm90::fence_proxy_async_smem();  // before a later TMA load writes these bytes again
+    __syncwarp();
+    if (lane == 0) sm90::mbar_arrive(bar);
+#else
+    (void)p, (void)s, (void)nid, (void)noff, (void)lane, (void)kvh, (void)policy;
+    __trap();
+#endif
+  }
+
+  // Waits until stage s (the consumer's next) has landed; flips the parity when s is the last
+  // stage of the ring.
+  __device__ __forceinline__ void wait(int s, int stages) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    sm90::mbar_wait(bars + 8 * s, parity);
+#else
+    __trap();
+#endif
+    if (s == stages - 1) parity ^= 1u;
+  }
+
+  // Zeroes V rows [valid, 16) of the landed stage s (the tile past a sequence's end holds the
+  // page's other rows there). Whole warp; valid in [1, 16).
+  __device__ __forceinline__ void zero_tail(int s, int valid, int lane) const {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    const uint32_t v = stage(s) + L::kTileBytes;
+    const int n = (kDecodeTileKeys - valid) * L::kChunks;
+    for (int i = lane; i < n; i += 32) {
+      const int key = valid + i / L::kChunks;
+      st_shared_16(L::addr(v, key, i % L::kChunks), make_uint4(0, 0, 0, 0));
+    }
+    sm90::fence_proxy_async_smem();  // before a later TMA load writes these bytes again
+    __syncwarp();
+#else
+    (void)s, (void)valid, (void)lane;
+    __trap();
+#endif
+  }
+
+  // Invalidates the warp's mbarriers before the shared memory is reused (small kernel).
+  __device__ __forceinline__ void release(int stages, int lane) const {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    if (lane == 0) {
+      for (int s = 0; s < stages; ++s) {
+        asm volatile("mbarrier.inval.shared::cta.b64 [%0];\n" ::"r"(bars + 8 * s) : "memory");
+      }
+    }
+#else
+    (void)stages, (void)lane;
+#endif
+  }
+};
+
+}  // namespace
+}  // namespace kvattn::cuda
