@@ -18,7 +18,9 @@
 // times just them and their bf16 twins, side by side.
 // `--only small` maps the small kernel against the stream kernel on few-unit batches of long
 // sequences (bf16, page 16; kSmallMapVariants).
+// `--variants a,b,...` keeps only the named variants (and "default", always first).
 //   gpu_decode_bench [--reps N] [--quick] [--only store|decode|fp8|small|d64] [--store-rounds N]
+//                    [--variants NAMES]
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -269,6 +271,14 @@ const DecodeVariant kDecodeVariants[] = {
 // few-unit batches of long sequences (docs/notes/decode-next.md, session 20's planner leads):
 // the default, the stream kernel, and the small kernel at fixed chunk counts with 8 and 4 warps.
 bool g_small_map = false;
+// `--variants`: the names kept (empty: all), comma-separated.
+std::string g_variant_filter;
+
+bool variant_kept(const char* name) {
+  if (g_variant_filter.empty() || std::strcmp(name, "default") == 0) return true;
+  const std::string list = "," + g_variant_filter + ",";
+  return list.find("," + std::string(name) + ",") != std::string::npos;
+}
 const DecodeVariant kSmallMapVariants[] = {
     {.name = "default", .heads = 8, .stages = 0},
     {.name = "nosmall", .heads = 8, .stages = 0, .small = 0},
@@ -289,7 +299,7 @@ const DecodeVariant kSmallMapVariants[] = {
     {.name = "default again", .heads = 8, .stages = 0},
 };
 
-std::vector<DecodeVariant> variants_for(bool fp8) {
+std::vector<DecodeVariant> all_variants_for(bool fp8) {
   std::vector<DecodeVariant> out;
   if (g_small_map) return {std::begin(kSmallMapVariants), std::end(kSmallMapVariants)};
   if (!fp8) {
@@ -297,6 +307,7 @@ std::vector<DecodeVariant> variants_for(bool fp8) {
     return out;
   }
   static const char* const kNames[] = {"default", "lean",    "lean swap", "lean noswap",
+                                       "tma",     "tma swap", "tma noswap",
                                        "noswap",  "swap",    "swap s2",   "swap s3",
                                        "swap s4", "swap s6", "swap h4",   "nosmall", "s3"};
   for (const char* n : kNames) {
@@ -316,6 +327,14 @@ std::vector<DecodeVariant> variants_for(bool fp8) {
   out.push_back({.name = "noqf16", .heads = 8, .stages = 0, .q_f16 = 0});
   out.push_back({.name = "noqf16 noswap", .heads = 8, .stages = 0, .swap = 0, .q_f16 = 0});
   out.push_back({.name = "default again", .heads = 8, .stages = 0});
+  return out;
+}
+
+std::vector<DecodeVariant> variants_for(bool fp8) {
+  std::vector<DecodeVariant> out;
+  for (const DecodeVariant& v : all_variants_for(fp8)) {
+    if (variant_kept(v.name)) out.push_back(v);
+  }
   return out;
 }
 
@@ -465,6 +484,7 @@ int main(int argc, char** argv) {
       g_store_rounds = std::atoi(argv[++i]);
     }
     if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+    if (!std::strcmp(argv[i], "--variants") && i + 1 < argc) g_variant_filter = argv[++i];
   }
   if (!kvattn::cuda_available()) {
     std::printf("no CUDA device: nothing to benchmark\n");

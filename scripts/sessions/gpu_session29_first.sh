@@ -8,15 +8,16 @@
 #   a tile, an mbarrier per stage; pages of whole 16-key tiles, 16-bit caches, d64 / d128).
 # Session 27's ncu of 96x4096 9/3 d64 counted 521 instructions a tile, ~270 in the copy issue
 # and the block-id arithmetic.
-#   1. the TMA test (eligible pages, GQA 1-8, q_len 1-5, all three kernels, NaN page tails;
-#      asserts the TMA form launched) and the bad-index test on every form, first (a hang
-#      costs 240 s, not the call);
-#   2. the decode suite in full (DecodeGpuVariants runs lean and TMA variants over the sweeps);
-#   3. memcheck and racecheck on the TMA form, memcheck on the lean one;
-#   4. the decode bench's quick rows, `lean*` and `tma*` beside `default` in one process
-#      (rel_l2 vs default 0 for lean; TMA reads the same bytes too), twice;
+#   1. the TMA test (eligible pages, GQA 1-8, q_len 1-5, all three kernels, fp8 at d128, NaN
+#      page tails; asserts the TMA form launched) and the bad-index test on every form, first
+#      (a hang costs 240 s, not the call);
+#   2. the decode suite, quick cases (DecodeGpuVariants runs lean and TMA variants);
+#   3. the decode bench's quick rows (page 16, bf16 and fp8 shapes), `lean*`, `tma*`, `swap`
+#      and `noswap` beside `default` in one process (rel_l2 vs default 0 for lean; TMA reads
+#      the same bytes too);
+#   4. memcheck and racecheck on the TMA form, memcheck on the lean one, the cascade test;
 #   5. the engine with each form alternating, one binary: nano-vllm's workload and the single
-#      stream (random Qwen3-0.6B).
+#      stream (random Qwen3-0.6B); the bench again if time is left.
 # Then: the winner on by default (tuning.h), and the same-run peers.
 #   run: bash scripts/sessions/gpu_session29_first.sh > $OUT/summary.txt 2>&1; tail -n 120 $OUT/summary.txt
 #   carry: build-carry-s29a (kvattn, gpu_decode_bench, kernels_decode_gpu_test,
@@ -28,21 +29,24 @@ carried_unpack build-carry-s29a
 trap pack_out EXIT
 run_logged tma_test "$B/kernels_decode_gpu_test" \
   --gtest_filter='DecodeGpu.TmaCopyIssue:DecodeGpu.BadIndicesAreCaughtByTheFaultWord'
-run_logged decode_suite "$B/kernels_decode_gpu_test" --gtest_filter='-DecodeGpu.TmaCopyIssue'
-sweeps='DecodeGpu.SweepAgainstReferenceAndCpu:DecodeGpu.ModerateBatchesAcrossKernelChoices:DecodeGpu.BadIndicesAreCaughtByTheFaultWord'
-KVATTN_DECODE_TMA=1 both_sanitizers tma "$B/kernels_decode_gpu_test" "DecodeGpu.TmaCopyIssue:$sweeps"
-KVATTN_DECODE_LEAN_ISSUE=1 KVATTN_GPU_TEST_QUICK=1 run_logged memcheck_lean \
-  compute-sanitizer --tool memcheck "$B/kernels_decode_gpu_test" --gtest_filter="$sweeps"
-KVATTN_DECODE_TMA=1 run_logged cascade_tma "$B/engine_cascade_decode_gpu_test"
-for round in 1 2; do
-  room 360 "decode r$round" || break
-  timeout 120 "$B/gpu_decode_bench" --only decode --quick >"$OUT/decode_r$round.log" 2>&1
-  echo "decode r$round rc=$?"
-  grep -E '"decode (default|lean|lean swap|lean noswap|tma|tma swap|tma noswap)"' "$OUT/decode_r$round.log" |
+KVATTN_GPU_TEST_QUICK=1 run_logged decode_suite_quick "$B/kernels_decode_gpu_test" \
+  --gtest_filter='-DecodeGpu.TmaCopyIssue'
+bench_round() {
+  timeout 150 "$B/gpu_decode_bench" --only decode --quick \
+    --variants 'lean,lean swap,lean noswap,tma,tma swap,tma noswap,swap,noswap' \
+    >"$OUT/decode_r$1.log" 2>&1
+  echo "decode r$1 rc=$?"
+  grep -E '"decode (default|lean|lean swap|lean noswap|tma|tma swap|tma noswap|swap|noswap)"' "$OUT/decode_r$1.log" |
     grep -E 'no flush' |
     sed -E 's/.*"op": "decode ([^"]*)", "shape": "([^"]*)", "us": ([0-9.]+).*"TBps": ([0-9.]+).*rel_l2 vs default ([^,]*),.*/\2 | \1 | \3 us | \4 TB\/s | \5/' |
-    head -n 100
-done
+    head -n 240
+}
+room 300 "decode r1" && bench_round 1
+sweeps='DecodeGpu.SweepAgainstReferenceAndCpu:DecodeGpu.ModerateBatchesAcrossKernelChoices:DecodeGpu.BadIndicesAreCaughtByTheFaultWord'
+room 380 "sanitizers" && KVATTN_DECODE_TMA=1 both_sanitizers tma "$B/kernels_decode_gpu_test" "DecodeGpu.TmaCopyIssue:$sweeps"
+room 420 "memcheck lean" && KVATTN_DECODE_LEAN_ISSUE=1 KVATTN_GPU_TEST_QUICK=1 run_logged memcheck_lean \
+  compute-sanitizer --tool memcheck "$B/kernels_decode_gpu_test" --gtest_filter="$sweeps"
+room 440 "cascade" && KVATTN_DECODE_TMA=1 run_logged cascade_tma "$B/engine_cascade_decode_gpu_test"
 random_qwen3_06b
 for round in 1 2; do
   for form in default lean tma; do
@@ -57,4 +61,5 @@ for round in 1 2; do
     KVATTN_DECODE_LEAN_ISSUE=$lean KVATTN_DECODE_TMA=$tma single_stream "${form}_r$round" kvattn 128
   done
 done
+room 430 "decode r2" && bench_round 2
 echo "end ${SECONDS}s"

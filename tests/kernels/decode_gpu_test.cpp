@@ -895,9 +895,10 @@ TEST(DecodeGpu, BadIndicesAreCaughtByTheFaultWord) {
 }
 
 // The TMA copy issue (decode_tma.cuh) on the cases it takes: pages of whole 16-key tiles
-// (16, 32, 48, 64, 256), head_dim 64 and 128, GQA groups 1-8 (3 and 6 included), q_len 1-5
-// (several row chunks), the small, 16-row and swapped kernels, lengths ending mid-tile over
-// poisoned (NaN) page tails, against the float64 reference and the CPU backend; pages it
+// (16, 32, 48, 64, 256), head_dim 64, 128 and 256 over 16-bit caches and 128 over fp8 ones
+// (every third case: the reference on the stored bytes), GQA groups 1-8 (3 and 6 included), q_len
+// 1-5 (several row chunks), the small, 16-row and swapped kernels, lengths ending mid-tile
+// over poisoned (NaN) page tails, against the float64 reference and the CPU backend; pages it
 // does not take (1, 12) fall back to the cp.async forms. On an sm_90a device the eligible
 // cases must have launched it.
 TEST(DecodeGpu, TmaCopyIssue) {
@@ -919,7 +920,7 @@ TEST(DecodeGpu, TmaCopyIssue) {
       std::mt19937_64 rng(seed);
       DecodeCase dc;
       dc.dt = c % 2 ? DType::kBF16 : DType::kF16;
-      dc.d = (c / 2) % 2 ? 128 : 64;
+      dc.d = c % 7 == 6 ? 256 : (c / 2) % 2 ? 128 : 64;
       dc.bs = pages[(c / 4) % pages.size()];
       dc.group = pick(rng, std::vector<int64_t>{1, 2, 3, 4, 6, 8});
       dc.hkv = pick(rng, std::vector<int64_t>{1, 2, 3, 8});
@@ -934,6 +935,11 @@ TEST(DecodeGpu, TmaCopyIssue) {
       dc.aligned_cache = true;
       dc.with_lse = c % 2 == 0;
       dc.q_pad = pick(rng, std::vector<int64_t>{0, 8, 3});
+      dc.fp8 = c % 3 == 2;
+      if (dc.fp8) {
+        dc.d = 128;
+        dc.fp8_scale = pick(rng, std::vector<float>{0.0f, 0.01f, 0.2f});
+      }
       if (dc.bs % 16 == 0) ++eligible;
       SCOPED_TRACE(test::case_note(c, seed, dc.describe()));
       check(dc, run_case(dc, rng));

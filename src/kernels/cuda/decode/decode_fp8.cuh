@@ -26,7 +26,9 @@
 // (bf16 queries keep e4m3x4_to for S = Q K^T).
 // Layout: rows of D bytes at a pitch of D + 16 (decode_tile_pitch): the S reads (eight keys, one
 // word of one chunk each) and the P V reads (keys 2t.. at chunks 2c + g/4) land on 32
-// different banks at head_dim 64 and 128 alike.
+// different banks at head_dim 64 and 128 alike. The read functions take the layout as their
+// last template argument (the TMA form's Fp8TmaTile, decode_tma.cuh: 128-byte rows swizzled,
+// as conflict-free at head_dim 128).
 //
 // The swapped tile (decode_swap_tile.cuh: S^T = K Q^T, O^T += V^T P^T, units of 8 query rows)
 // reads the same layout with the same two relabellings:
@@ -146,10 +148,9 @@ using Fp8PvType = std::conditional_t<kHw, __half, T>;
 
 // S = Q K^T of one fp8 K tile at kbase, in two mma chains (even and odd k-steps), as the
 // 16-bit path does; qf holds Q in the decode_fp8_q_dim order.
-template <typename T, int D, bool kHw = false>
+template <typename T, int D, bool kHw = false, class L = Fp8Tile<D>>
 __device__ __forceinline__ void fp8_qk(uint32_t kbase, const uint32_t (&qf)[D / 16][4],
                                        float (&s)[2][4], float (&s2)[2][4], int lane) {
-  using L = Fp8Tile<D>;
   const int g = lane >> 2;
   const int t4 = lane & 3;
 #pragma unroll
@@ -176,10 +177,9 @@ __device__ __forceinline__ void fp8_qk(uint32_t kbase, const uint32_t (&qf)[D / 
 // The four words fp8_v_pairs reads: dims 32c + 4g .. + 3 of keys 2t, 2t+1, 2t+8, 2t+9. (Spelled
 // out: as a loop over a key table, ptxas gave the swapped fp8 kernels 106 registers instead of
 // 80 at head_dim 64, and 122 instead of 120 at 128.)
-template <int D>
+template <int D, class L = Fp8Tile<D>>
 __device__ __forceinline__ void fp8_v_words(uint32_t vbase, int c, int g, int t4,
                                             uint32_t (&w)[4]) {
-  using L = Fp8Tile<D>;
   const int chunk = 2 * c + (g >> 2);
   const uint32_t in_chunk = 4 * (g & 3);
   w[0] = lds32(L::addr(vbase, 2 * t4, chunk) + in_chunk);
@@ -188,11 +188,11 @@ __device__ __forceinline__ void fp8_v_words(uint32_t vbase, int c, int g, int t4
   w[3] = lds32(L::addr(vbase, 2 * t4 + 9, chunk) + in_chunk);
 }
 
-template <typename T, int D>
+template <typename T, int D, class L = Fp8Tile<D>>
 __device__ __forceinline__ void fp8_v_pairs(uint32_t vbase, int c, int g, int t4,
                                             uint32_t (&b)[4][2]) {
   uint32_t w[4];
-  fp8_v_words<D>(vbase, c, g, t4, w);
+  fp8_v_words<D, L>(vbase, c, g, t4, w);
   const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3];
   e4m3x4_to<T>(byte_perm(w0, w1, 0x5410u), b[0][0], b[1][0]);
   e4m3x4_to<T>(byte_perm(w0, w1, 0x7632u), b[2][0], b[3][0]);
@@ -202,11 +202,11 @@ __device__ __forceinline__ void fp8_v_pairs(uint32_t vbase, int c, int g, int t4
 
 // fp8_v_pairs as f16 pairs by the hardware conversion: b[k][0] = dim 32c + 4g + k of keys (2t,
 // 2t+1) is bytes k of w0 and w1 (byte_perm selector k | (4 + k) << 4), b[k][1] of w2 and w3.
-template <int D>
+template <int D, class L = Fp8Tile<D>>
 __device__ __forceinline__ void fp8_v_pairs_f16(uint32_t vbase, int c, int g, int t4,
                                                 uint32_t (&b)[4][2]) {
   uint32_t w[4];
-  fp8_v_words<D>(vbase, c, g, t4, w);
+  fp8_v_words<D, L>(vbase, c, g, t4, w);
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
     const uint32_t sel = static_cast<uint32_t>(k | (4 + k) << 4);
@@ -216,19 +216,19 @@ __device__ __forceinline__ void fp8_v_pairs_f16(uint32_t vbase, int c, int g, in
 }
 
 // V's pairs for P V: fp8_v_pairs in T, or fp8_v_pairs_f16 (kHw).
-template <typename T, int D, bool kHw>
+template <typename T, int D, bool kHw, class L = Fp8Tile<D>>
 __device__ __forceinline__ void fp8_v_operands(uint32_t vbase, int c, int g, int t4,
                                                uint32_t (&b)[4][2]) {
   if constexpr (kHw) {
-    fp8_v_pairs_f16<D>(vbase, c, g, t4, b);
+    fp8_v_pairs_f16<D, L>(vbase, c, g, t4, b);
   } else {
-    fp8_v_pairs<T, D>(vbase, c, g, t4, b);
+    fp8_v_pairs<T, D, L>(vbase, c, g, t4, b);
   }
 }
 
 // O += P V of one fp8 V tile at vbase; o in the relabelled order (see the top). pa holds P in
 // Fp8PvType<T, kHw>.
-template <typename T, int D, bool kHw = false>
+template <typename T, int D, bool kHw = false, class L = Fp8Tile<D>>
 __device__ __forceinline__ void fp8_pv(uint32_t vbase, const uint32_t (&pa)[4],
                                        float (&o)[D / 8][4], int lane) {
   const int g = lane >> 2;
@@ -236,7 +236,7 @@ __device__ __forceinline__ void fp8_pv(uint32_t vbase, const uint32_t (&pa)[4],
 #pragma unroll
   for (int c = 0; c < D / 32; ++c) {
     uint32_t b[4][2];  // [dim 32c + 4g + k][keys (2t, 2t+1) / (2t+8, 2t+9)]
-    fp8_v_operands<T, D, kHw>(vbase, c, g, t4, b);
+    fp8_v_operands<T, D, kHw, L>(vbase, c, g, t4, b);
 #pragma unroll
     for (int jj = 0; jj < 4; ++jj) {
       ptx::mma_16816<Fp8PvType<T, kHw>>(o[4 * c + jj], pa, b[jj][0], b[jj][1]);
@@ -292,10 +292,9 @@ __device__ __forceinline__ void fp8_restore_o(float (&o)[D / 8][4], float v_scal
 
 // S^T = K Q^T of one fp8 K tile at kbase, in two mma chains (even and odd k-steps); qb holds
 // Q^T in the decode_fp8_q_dim order (B registers of row g: dims 16 ks + 4t + {h, h + 2}).
-template <typename T, int D, bool kHw = false>
+template <typename T, int D, bool kHw = false, class L = Fp8Tile<D>>
 __device__ __forceinline__ void fp8_qk_swap(uint32_t kbase, const uint32_t (&qb)[D / 16][2],
                                             float (&s)[4], float (&s2)[4], int lane) {
-  using L = Fp8Tile<D>;
   const int g = lane >> 2;
   const int t4 = lane & 3;
 #pragma unroll
@@ -316,7 +315,7 @@ __device__ __forceinline__ void fp8_qk_swap(uint32_t kbase, const uint32_t (&qb)
 // O^T += V^T P^T of one fp8 V tile at vbase; pb0 / pb1: P^T's B registers (keys 2t.. / 2t+8..
 // of query row g, in Fp8PvType<T, kHw>); o in the relabelled order (see the top:
 // fp8_swap_o_dim).
-template <typename T, int D, bool kHw = false>
+template <typename T, int D, bool kHw = false, class L = Fp8Tile<D>>
 __device__ __forceinline__ void fp8_pv_swap(uint32_t vbase, uint32_t pb0, uint32_t pb1,
                                             float (&o)[D / 16][4], int lane) {
   const int g = lane >> 2;
@@ -324,7 +323,7 @@ __device__ __forceinline__ void fp8_pv_swap(uint32_t vbase, uint32_t pb0, uint32
 #pragma unroll
   for (int c = 0; c < D / 32; ++c) {
     uint32_t b[4][2];  // [dim 32c + 4g + k][keys (2t, 2t+1) / (2t+8, 2t+9)]
-    fp8_v_operands<T, D, kHw>(vbase, c, g, t4, b);
+    fp8_v_operands<T, D, kHw, L>(vbase, c, g, t4, b);
     // m-tile 2c + h: row g = dim + 2h, row g + 8 = dim + 2h + 1; a0 / a1 keys 2t.., a2 / a3
     // keys 2t+8...
     const uint32_t a0[4] = {b[0][0], b[1][0], b[0][1], b[1][1]};

@@ -73,16 +73,17 @@ int split_occupancy(int device, int threads, int smem) {
 }
 
 // Whether the TMA form (decode_tma.cuh) can serve p at tile dim D with `smem` bytes of dynamic
-// shared memory (before kDecodeTmaSmemExtra) on `device`: sm_90a code and device, 16-bit
-// caches (checked by the caller), a head_dim that is D (64 or 128), pages of whole 16-key
-// tiles, TMA's stride limits, and room for the ring's extra bytes beside the largest static
-// shared memory of the kernels (the small kernel's query tile).
-template <int D>
+// shared memory (before kDecodeTmaSmemExtra) on `device`: sm_90a code and device, a head_dim
+// that is D (the caller checks the form exists for the cache type and D), pages of whole
+// 16-key tiles, TMA's stride limits, and room for the ring's extra bytes beside the largest
+// static shared memory of the kernels (the small kernel's query tile).
+template <typename KV, int D>
 bool decode_tma_eligible(const DecodeParams& p, int device, int smem) {
 #if defined(KVATTN_SM90A)
   constexpr int kStaticMost = 8192;  // the kernels' static shared memory: 1-5 KB (cuobjdump)
-  const int64_t most_stride = std::max(p.k_block_stride, p.v_block_stride) * 2;
-  return (D == 64 || D == 128) && p.head_dim == D && compute_capability(device) == 90 &&
+  const int64_t most_stride =
+      std::max(p.k_block_stride, p.v_block_stride) * static_cast<int64_t>(sizeof(KV));
+  return p.head_dim == D && compute_capability(device) == 90 &&
          p.block_size % kDecodeTileKeys == 0 && p.num_blocks > 0 &&
          most_stride < (int64_t{1} << 40) &&
          smem + kDecodeTmaSmemExtra + kStaticMost <= decode_host::max_optin_smem(device);
@@ -93,22 +94,25 @@ bool decode_tma_eligible(const DecodeParams& p, int device, int smem) {
 }
 
 // The caches' tensor maps for the TMA form: {head_dim, num_kv_heads, block_size, num_blocks}
-// with boxes of {64 dims, 1 head, 16 keys, 1 block} (decode_tma.cuh).
-template <int D>
+// with boxes of {128 bytes of dims, 1 head, 16 keys, 1 block} (decode_tma.cuh).
+template <typename KV, int D>
 void set_decode_tensor_maps(DecodeParams& p) {
   static_assert(sizeof(CUtensorMap) == sizeof(DecodeTensorMap));
+  constexpr uint64_t kBytes = sizeof(KV);
+  constexpr uint32_t kBoxElems = 128 / kBytes;
+  const auto make = kIsFp8<KV> ? make_tensor_map_1byte : make_tensor_map_2byte;
   const auto kv_heads = static_cast<uint64_t>(p.num_kv_heads);
   const auto bs = static_cast<uint64_t>(p.block_size);
   const auto nb = static_cast<uint64_t>(p.num_blocks);
-  constexpr uint64_t kRow = uint64_t{D} * 2;  // bytes of one head's row
-  const CUtensorMap k = make_tensor_map_2byte(
-      "k_cache", p.k_cache, {D, kv_heads, bs, nb},
-      {kRow, kv_heads * kRow, static_cast<uint64_t>(p.k_block_stride) * 2},
-      {64, 1, kDecodeTileKeys, 1});
-  const CUtensorMap v = make_tensor_map_2byte(
-      "v_cache", p.v_cache, {D, kv_heads, bs, nb},
-      {kRow, kv_heads * kRow, static_cast<uint64_t>(p.v_block_stride) * 2},
-      {64, 1, kDecodeTileKeys, 1});
+  constexpr uint64_t kRow = uint64_t{D} * kBytes;  // bytes of one head's row
+  const CUtensorMap k =
+      make("k_cache", p.k_cache, {D, kv_heads, bs, nb},
+           {kRow, kv_heads * kRow, static_cast<uint64_t>(p.k_block_stride) * kBytes},
+           {kBoxElems, 1, kDecodeTileKeys, 1});
+  const CUtensorMap v =
+      make("v_cache", p.v_cache, {D, kv_heads, bs, nb},
+           {kRow, kv_heads * kRow, static_cast<uint64_t>(p.v_block_stride) * kBytes},
+           {kBoxElems, 1, kDecodeTileKeys, 1});
   std::memcpy(&p.tmap_k, &k, sizeof(k));
   std::memcpy(&p.tmap_v, &v, sizeof(v));
 }
@@ -134,14 +138,15 @@ void launch_kernels(DecodeParams p, bool aligned, int64_t ws_bytes, int device,
   // own: the lean issue's code in the default kernels raised their registers even where not
   // taken (the swapped d64 tile 80 -> 128, the fp8 one 80 -> 110).
   constexpr bool kLeanable = !kExt;
-  constexpr bool kTmaAble = !kExt && !kIsFp8<KV> && (D == 64 || D == 128);
+  // The TMA twins: 16-bit caches at head_dim 64, 128 and 256, fp8 ones at 128 (decode_tma.cuh).
+  constexpr bool kTmaAble = !kExt && (kIsFp8<KV> ? D == 128 : true);
   const bool lean = kLeanable && aligned && p.lean_issue != 0;
   const bool tma_asked = kTmaAble && aligned && p.tma != 0;
   // The form for a kernel of `smem` bytes of dynamic shared memory before the TMA ring's
   // extra; taking TMA fills p's tensor maps.
   auto pick_issue = [&](int smem) {
-    if (tma_asked && decode_tma_eligible<D>(p, device, smem)) {
-      set_decode_tensor_maps<D>(p);
+    if (tma_asked && decode_tma_eligible<KV, D>(p, device, smem)) {
+      set_decode_tensor_maps<KV, D>(p);
       decode_host::count_tma_launch();
       return CopyIssue::kTma;
     }

@@ -201,7 +201,8 @@ template <typename T, typename KV, int D, bool kAligned16, bool kExt = false,
 __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     decode_small_kernel(const __grid_constant__ DecodeParams p) {
   constexpr bool kTma = kIssue == CopyIssue::kTma;
-  static_assert(!kTma || (!kIsFp8<KV> && !kExt && kAligned16), "TMA: plain 16-bit kernels");
+  static_assert(!kTma || (!kExt && kAligned16 && (!kIsFp8<KV> || D == 128)),
+                "TMA: the plain kernels over aligned 16-bit caches, or fp8 ones at head_dim 128");
   using L = StageTile<KV, D, kIssue>;
   extern __shared__ __align__(128) uint8_t smem[];
   const long long c0 = clock64();
@@ -413,7 +414,7 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
 
   // ---- this warp's tiles [ta, tb): the same pipeline as the stream kernel ----
   const int stages = p.stages;
-  [[maybe_unused]] TmaRing<D> ring;  // kTma: the stages and their mbarriers (decode_tma.cuh)
+  [[maybe_unused]] TmaRing<L> ring;  // kTma: the stages and their mbarriers (decode_tma.cuh)
   uint32_t wbase = 0;
   if constexpr (kTma) {
     ring.init(smem_u32(smem), warp, nw, stages, lane);

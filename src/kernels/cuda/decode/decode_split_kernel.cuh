@@ -104,7 +104,8 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     decode_kernel(const __grid_constant__ DecodeParams p) {
   static_assert(!kSwap || !kIsFp8<KV> || D == 64 || D == 128, "fp8 swapped tile: d64 / d128");
   constexpr bool kTma = kIssue == CopyIssue::kTma;
-  static_assert(!kTma || (!kIsFp8<KV> && !kExt && kAligned16), "TMA: plain 16-bit kernels");
+  static_assert(!kTma || (!kExt && kAligned16 && (!kIsFp8<KV> || D == 128)),
+                "TMA: the plain kernels over aligned 16-bit caches, or fp8 ones at head_dim 128");
   using L = StageTile<KV, D, kIssue>;
   // Output fragments per lane: O (D/8 n-tiles of 16 rows) or O^T (D/16 m-tiles of 8 rows).
   constexpr int kOT = kSwap ? D / 16 : D / 8;
@@ -322,7 +323,7 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   // ---- the tile pipeline of this warp ----
   const int stages = p.stages;
   uint8_t* const tiles = smem + p.prefix_bytes;
-  [[maybe_unused]] TmaRing<D> ring;  // kTma: the stages and their mbarriers (decode_tma.cuh)
+  [[maybe_unused]] TmaRing<L> ring;  // kTma: the stages and their mbarriers (decode_tma.cuh)
   uint32_t wbase = 0;
   if constexpr (kTma) {
     ring.init(smem_u32(tiles), warp, static_cast<int>(blockDim.x >> 5), stages, lane);

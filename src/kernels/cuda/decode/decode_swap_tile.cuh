@@ -71,11 +71,11 @@ __device__ __forceinline__ void attend_tile_swap(uint32_t kbase, const uint32_t 
   float s2[4] = {0.f, 0.f, 0.f, 0.f};
   if constexpr (kIsFp8<KV>) {
     if (fp8_q_in_f16<T, KV, D>(p)) {  // Q rewritten in f16 (fp8_q_to_f16): K in f16 as well
-      fp8_qk_swap<__half, D, true>(kbase, qb, s, s2, lane);
+      fp8_qk_swap<__half, D, true, L>(kbase, qb, s, s2, lane);
     } else if (p.fp8_hw_cvt) {
-      fp8_qk_swap<T, D, true>(kbase, qb, s, s2, lane);
+      fp8_qk_swap<T, D, true, L>(kbase, qb, s, s2, lane);
     } else {
-      fp8_qk_swap<T, D>(kbase, qb, s, s2, lane);
+      fp8_qk_swap<T, D, false, L>(kbase, qb, s, s2, lane);
     }
   } else {
 #pragma unroll
@@ -141,9 +141,9 @@ __device__ __forceinline__ void attend_tile_swap(uint32_t kbase, const uint32_t 
   const uint32_t pb1 = movmatrix_trans(pack(s[2], s[3]));
   if constexpr (kIsFp8<KV>) {
     if (pv_f16) {
-      fp8_pv_swap<T, D, true>(vbase, pb0, pb1, o, lane);
+      fp8_pv_swap<T, D, true, L>(vbase, pb0, pb1, o, lane);
     } else {
-      fp8_pv_swap<T, D>(vbase, pb0, pb1, o, lane);
+      fp8_pv_swap<T, D, false, L>(vbase, pb0, pb1, o, lane);
     }
   } else {
     // V^T as the A operand: transposed matrices (keys 0-7 | 8-15) x (dims 0-7 | 8-15).

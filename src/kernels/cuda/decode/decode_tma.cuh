@@ -4,18 +4,23 @@
 // (ncu, session 27: at head_dim 64 the copy issue and the block-id arithmetic were ~270 of a
 // tile's 521 instructions).
 //
-// Eligible (decode_tma_eligible): sm_90a, 16-bit caches, head_dim 64 or 128 (not padded), the
-// plain kernels, block_size a multiple of 16, 16-byte aligned caches and strides. Then a tile's
-// 16 keys (tiles start at multiples of 16 keys) all lie in one page: one box {64 dims, 1 head,
-// 16 keys, 1 block} per 64 head dims of K and of V, at the page of the tile's first key.
+// Eligible (decode_tma_eligible): sm_90a, 16-bit caches at head_dim 64, 128 or 256 (not the
+// padded 80 and 96) and float8_e4m3 caches at 128, the plain kernels, block_size a multiple
+// of 16, 16-byte aligned caches and strides. Then a tile's 16 keys (tiles start at multiples of 16 keys) all lie in
+// one page: one box {128 bytes of dims, 1 head, 16 keys, 1 block} per 128 bytes of a head's
+// row, for K and for V, at the page of the tile's first key.
 // - Tensor maps (DecodeParams::tmap_k / tmap_v, built by the launcher): the cache as
 //   {head_dim, num_kv_heads, block_size, num_blocks} with the 128-byte swizzle.
-// - Stage layout (TmaTile): per 64 head dims a "column block" of 16 rows x 128 bytes, chunk c
-//   of key row r at chunk c ^ (r % 8) (the swizzle TMA writes); at head_dim 64 this is Tile<64>
-//   exactly. Tiles start on 1024-byte boundaries (the swizzle atom).
+// - Stage layout (TmaTile, Fp8TmaTile): per 128 bytes of row a "column block" of 16 rows x
+//   128 bytes, chunk c of key row r at chunk c ^ (r % 8) (the swizzle TMA writes); at head_dim
+//   64 this is Tile<64> exactly. Tiles start on 1024-byte boundaries (the swizzle atom). The
+//   fp8 tile's 128-byte rows (head_dim 128) replace its padded pitch: its K reads (8 rows, one
+//   chunk) and V reads (keys 2t.., chunks 2c, 2c + 1) land on 32 banks under the swizzle too.
+//   (At fp8 head_dim 64 a 64-byte row would share a swizzle line with its neighbour and the V
+//   reads would meet 2-way conflicts; not built.)
 // - The tile past a sequence's end: its rows past the length hold whatever the page holds
 //   (the box loads whole pages' rows). K there is masked (the scores are replaced by -inf);
-//   V there is zeroed in shared memory after the tile lands (tma_zero_tail), since P = 0 times
+//   V there is zeroed in shared memory after the tile lands (TmaRing::zero_tail): P = 0 times
 //   a NaN would still be NaN.
 // - A bad block id (outside [0, num_blocks)) is never loaded: the stage is zeroed by the warp
 //   and the fault recorded, as the cp.async forms zero-fill such keys.
@@ -35,13 +40,38 @@
 namespace kvattn::cuda {
 namespace {
 
-// The TMA stage layout of a 16-bit tile of head_dim D (see above): same sizes as Tile<D>.
+// Bytes of a column block: 16 key rows of 128 bytes.
+inline constexpr int kTmaColBlockBytes = kDecodeTileKeys * 128;
+
+// Chunk c (16 bytes) of key row `key` in a TMA stage tile: column blocks of 16 rows x 128
+// bytes, the 128-byte swizzle inside each.
+__device__ __forceinline__ uint32_t tma_tile_addr(uint32_t base, int key, int chunk) {
+  return base + (chunk >> 3) * kTmaColBlockBytes + key * 128 + (((chunk & 7) ^ (key & 7)) << 4);
+}
+
+// The TMA stage layout of a 16-bit tile of head_dim D (see above): same sizes as Tile<D>;
+// boxes of 64 elements.
 template <int D>
 struct TmaTile : Tile<D> {
   static_assert(D % 64 == 0, "TMA tiles are whole 64-element column blocks");
-  static constexpr int kColBlockBytes = kDecodeTileKeys * 128;  // 16 rows of 64 elements
+  static constexpr int kBoxElems = 64;
+  static constexpr int kBoxes = D / kBoxElems;
   __device__ __forceinline__ static uint32_t addr(uint32_t base, int key, int chunk) {
-    return base + (chunk >> 3) * kColBlockBytes + key * 128 + (((chunk & 7) ^ (key & 7)) << 4);
+    return tma_tile_addr(base, key, chunk);
+  }
+};
+
+// The TMA stage layout of a float8_e4m3 tile (head_dim 128 only, see above): Fp8Tile's reads
+// over 128-byte rows without the pad; one box of 128 codes.
+template <int D>
+struct Fp8TmaTile : Fp8Tile<D> {
+  static_assert(D == 128, "fp8 TMA tiles: head_dim 128 (one 128-byte column block)");
+  static constexpr int kTileBytes = kDecodeTileKeys * D;
+  static constexpr int kStageBytes = 2 * kTileBytes;
+  static constexpr int kBoxElems = 128;
+  static constexpr int kBoxes = 1;
+  __device__ __forceinline__ static uint32_t addr(uint32_t base, int key, int chunk) {
+    return tma_tile_addr(base, key, chunk);
   }
 };
 
@@ -58,20 +88,22 @@ __device__ __forceinline__ void tma_load_4d_hint(uint32_t dst, const void* tmap,
 }
 #endif
 
-// The stage layout a kernel of copy issue kIssue reads: TmaTile for kTma, else KvTile.
+// The stage layout a kernel of copy issue kIssue reads: a TMA tile for kTma, else KvTile.
 template <typename KV, int D, CopyIssue kIssue>
-using StageTile = std::conditional_t<kIssue == CopyIssue::kTma, TmaTile<D>, KvTile<KV, D>>;
+using StageTile =
+    std::conditional_t<kIssue == CopyIssue::kTma,
+                       std::conditional_t<kIsFp8<KV>, Fp8TmaTile<D>, TmaTile<D>>, KvTile<KV, D>>;
 
 // Shared memory a TMA kernel asks for beyond its tiles: the 1024-byte alignment of the tile
 // region and one 8-byte mbarrier per stage and warp.
 inline constexpr int kDecodeTmaSmemExtra = 1024 + 8 * kDecodeMaxWarps * kDecodeMaxStages;
 
-// One warp's ring of `stages` stages of TmaTile<D> and their mbarriers. `region`: the first
-// byte of the CTA's tile region (its start is rounded up to 1024 here; the launcher added
-// kDecodeTmaSmemExtra bytes); `warps`: the CTA's warps.
-template <int D>
+// One warp's ring of `stages` stages of the TMA tile L (TmaTile, Fp8TmaTile) and their
+// mbarriers. `region`: the first byte of the CTA's tile region (its start is rounded up to
+// 1024 here; the launcher added kDecodeTmaSmemExtra bytes); `warps`: the CTA's warps. (Named
+// in every kernel; its members are compiled only in the kTma ones.)
+template <class L>
 struct TmaRing {
-  using L = TmaTile<D>;
   uint32_t tiles = 0;  // this warp's stage 0
   uint32_t bars = 0;   // this warp's stage 0 mbarrier
   uint32_t parity = 0; // of the stage waited on next (flips as the consumer's stage wraps)
@@ -112,14 +144,15 @@ struct TmaRing {
       if (lane == 0) {
         sm90::mbar_arrive_expect_tx(bar, L::kStageBytes);
 #pragma unroll
-        for (int cb = 0; cb < D / 64; ++cb) {
-          const uint32_t kd = dst + cb * L::kColBlockBytes;
+        for (int cb = 0; cb < L::kBoxes; ++cb) {
+          const uint32_t kd = dst + cb * kTmaColBlockBytes;
+          const int c0 = cb * L::kBoxElems;
           if constexpr (kHint) {
-            tma_load_4d_hint(kd, &p.tmap_k, bar, cb * 64, kvh, off, id, policy);
-            tma_load_4d_hint(kd + L::kTileBytes, &p.tmap_v, bar, cb * 64, kvh, off, id, policy);
+            tma_load_4d_hint(kd, &p.tmap_k, bar, c0, kvh, off, id, policy);
+            tma_load_4d_hint(kd + L::kTileBytes, &p.tmap_v, bar, c0, kvh, off, id, policy);
           } else {
-            sm90::tma_load_4d(kd, &p.tmap_k, bar, cb * 64, kvh, off, id);
-            sm90::tma_load_4d(kd + L::kTileBytes, &p.tmap_v, bar, cb * 64, kvh, off, id);
+            sm90::tma_load_4d(kd, &p.tmap_k, bar, c0, kvh, off, id);
+            sm90::tma_load_4d(kd + L::kTileBytes, &p.tmap_v, bar, c0, kvh, off, id);
           }
         }
       }

@@ -162,11 +162,11 @@ __device__ __forceinline__ void attend_tile(uint32_t kbase, const uint32_t (&qf)
   float s2[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
   if constexpr (kIsFp8<KV>) {
     if (fp8_q_in_f16<T, KV, D>(p)) {  // Q rewritten in f16 (fp8_q_to_f16): K in f16 as well
-      fp8_qk<__half, D, true>(kbase, qf, s, s2, lane);
+      fp8_qk<__half, D, true, L>(kbase, qf, s, s2, lane);
     } else if (p.fp8_hw_cvt) {
-      fp8_qk<T, D, true>(kbase, qf, s, s2, lane);
+      fp8_qk<T, D, true, L>(kbase, qf, s, s2, lane);
     } else {
-      fp8_qk<T, D>(kbase, qf, s, s2, lane);
+      fp8_qk<T, D, false, L>(kbase, qf, s, s2, lane);
     }
   } else {
 #pragma unroll
@@ -246,9 +246,9 @@ __device__ __forceinline__ void attend_tile(uint32_t kbase, const uint32_t (&qf)
                           pack(s[1][2], s[1][3])};
   if constexpr (kIsFp8<KV>) {
     if (pv_f16) {
-      fp8_pv<T, D, true>(vbase, pa, o, lane);
+      fp8_pv<T, D, true, L>(vbase, pa, o, lane);
     } else {
-      fp8_pv<T, D>(vbase, pa, o, lane);
+      fp8_pv<T, D, false, L>(vbase, pa, o, lane);
     }
   } else {
 #pragma unroll

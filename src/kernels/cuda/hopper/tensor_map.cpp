@@ -24,12 +24,10 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
   return fn;
 }
 
-}  // namespace
-
-CUtensorMap make_tensor_map_2byte(const char* what, const void* base,
-                                  std::initializer_list<uint64_t> dims,
-                                  std::initializer_list<uint64_t> strides_bytes,
-                                  std::initializer_list<uint32_t> box) {
+CUtensorMap make_tensor_map(const char* what, CUtensorMapDataType type, const void* base,
+                            std::initializer_list<uint64_t> dims,
+                            std::initializer_list<uint64_t> strides_bytes,
+                            std::initializer_list<uint32_t> box) {
   constexpr size_t kMaxRank = 5;
   const size_t rank = dims.size();
   KVATTN_CHECK(rank >= 1 && rank <= kMaxRank && box.size() == rank &&
@@ -50,13 +48,29 @@ CUtensorMap make_tensor_map_2byte(const char* what, const void* base,
   }
   CUtensorMap map{};
   const CUresult r = encode_fn()(
-      &map, CU_TENSOR_MAP_DATA_TYPE_UINT16, static_cast<cuuint32_t>(rank), const_cast<void*>(base),
+      &map, type, static_cast<cuuint32_t>(rank), const_cast<void*>(base),
       d.data(), s.data(), b.data(), e.data(), CU_TENSOR_MAP_INTERLEAVE_NONE,
       CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   KVATTN_CHECK(r == CUDA_SUCCESS, "TMA: cuTensorMapEncodeTiled failed for ", what, " (CUresult ",
                static_cast<int>(r), ")");
   return map;
+}
+
+}  // namespace
+
+CUtensorMap make_tensor_map_2byte(const char* what, const void* base,
+                                  std::initializer_list<uint64_t> dims,
+                                  std::initializer_list<uint64_t> strides_bytes,
+                                  std::initializer_list<uint32_t> box) {
+  return make_tensor_map(what, CU_TENSOR_MAP_DATA_TYPE_UINT16, base, dims, strides_bytes, box);
+}
+
+CUtensorMap make_tensor_map_1byte(const char* what, const void* base,
+                                  std::initializer_list<uint64_t> dims,
+                                  std::initializer_list<uint64_t> strides_bytes,
+                                  std::initializer_list<uint32_t> box) {
+  return make_tensor_map(what, CU_TENSOR_MAP_DATA_TYPE_UINT8, base, dims, strides_bytes, box);
 }
 
 }  // namespace kvattn::cuda

@@ -17,4 +17,10 @@ CUtensorMap make_tensor_map_2byte(const char* what, const void* base,
                                   std::initializer_list<uint64_t> strides_bytes,
                                   std::initializer_list<uint32_t> box);
 
+// The same over 1-byte elements (float8_e4m3 codes): box[0] <= 128.
+CUtensorMap make_tensor_map_1byte(const char* what, const void* base,
+                                  std::initializer_list<uint64_t> dims,
+                                  std::initializer_list<uint64_t> strides_bytes,
+                                  std::initializer_list<uint32_t> box);
+
 }  // namespace kvattn::cuda
