@@ -9,8 +9,9 @@
 # Session 27's ncu of 96x4096 9/3 d64 counted 521 instructions a tile, ~270 in the copy issue
 # and the block-id arithmetic.
 #   1. the TMA test (eligible pages, GQA 1-8, q_len 1-5, all three kernels, fp8 at d128, NaN
-#      page tails; asserts the TMA form launched) and the bad-index test on every form, first
-#      (a hang costs 240 s, not the call);
+#      page tails; asserts the TMA form launched), the bad-index test on every form and the
+#      extended kernels' pad / window edge tests by copy and by TMA, first (a hang costs
+#      240 s, not the call);
 #   2. the decode suite, quick cases (DecodeGpuVariants runs lean and TMA variants);
 #   3. the decode bench's quick rows (page 16, bf16 and fp8 shapes), `lean*`, `tma*`, `swap`
 #      and `noswap` beside `default` in one process (rel_l2 vs default 0 for lean; TMA reads
@@ -28,7 +29,7 @@ source scripts/device_carried.sh
 carried_unpack build-carry-s29a
 trap pack_out EXIT
 run_logged tma_test "$B/kernels_decode_gpu_test" \
-  --gtest_filter='DecodeGpu.TmaCopyIssue:DecodeGpu.BadIndicesAreCaughtByTheFaultWord'
+  --gtest_filter='DecodeGpu.TmaCopyIssue:DecodeGpu.BadIndicesAreCaughtByTheFaultWord:DecodeGpuFeatures.LeftpadTileEdges:DecodeGpuFeatures.WindowSkipsBlocksBeforeIt'
 KVATTN_GPU_TEST_QUICK=1 run_logged decode_suite_quick "$B/kernels_decode_gpu_test" \
   --gtest_filter='-DecodeGpu.TmaCopyIssue'
 bench_round() {
@@ -43,7 +44,7 @@ bench_round() {
 }
 room 300 "decode r1" && bench_round 1
 sweeps='DecodeGpu.SweepAgainstReferenceAndCpu:DecodeGpu.ModerateBatchesAcrossKernelChoices:DecodeGpu.BadIndicesAreCaughtByTheFaultWord'
-room 380 "sanitizers" && KVATTN_DECODE_TMA=1 both_sanitizers tma "$B/kernels_decode_gpu_test" "DecodeGpu.TmaCopyIssue:$sweeps"
+room 380 "sanitizers" && KVATTN_DECODE_TMA=1 both_sanitizers tma "$B/kernels_decode_gpu_test" "DecodeGpu.TmaCopyIssue:DecodeGpuFeatures.RandomSweep:$sweeps"
 room 420 "memcheck lean" && KVATTN_DECODE_LEAN_ISSUE=1 KVATTN_GPU_TEST_QUICK=1 run_logged memcheck_lean \
   compute-sanitizer --tool memcheck "$B/kernels_decode_gpu_test" --gtest_filter="$sweeps"
 room 440 "cascade" && KVATTN_DECODE_TMA=1 run_logged cascade_tma "$B/engine_cascade_decode_gpu_test"

@@ -572,6 +572,13 @@ const Variant kVariants[] = {
     {.name = "tma swap nosmall", .heads = 8, .stages = 0, .small = 0, .swap = 1, .tma = 1},
 };
 
+// The TMA copy issue (decode_tma.cuh) with the small kernel on and off: the edge tests of the
+// extended kernels run them beside kVariants[0] and [4] (its first tile before a window's or
+// pad's first key, its last tile past the length, over pages whose ids before them are bad).
+const Variant kTmaSmallOn = {.name = "tma", .heads = 8, .stages = 0, .tma = 1};
+const Variant kTmaSmallOff = {.name = "tma nosmall", .heads = 8, .stages = 0, .small = 0,
+                              .tma = 1};
+
 // Sets a variant for the scope, restores the previous tuning after.
 class UseVariant {
  public:
@@ -1310,13 +1317,14 @@ TEST(DecodeGpuFeatures, LongWindow32k) {
 }
 
 // The pages entirely before a window are never read: bad ids there raise no fault and change
-// nothing (the references read the good table), in every kernel and plan, pages 1/16/256,
-// q_len 1 and 3; without the window the same table is read and reported.
+// nothing (the references read the good table), in every kernel and plan, by copy and by TMA,
+// pages 1/16/256, q_len 1 and 3; without the window the same table is read and reported.
 TEST(DecodeGpuFeatures, WindowSkipsBlocksBeforeIt) {
   const uint64_t seed = test::case_seed();
   std::mt19937_64 rng(seed);
   int c = 0;
-  for (const Variant& v : {kVariants[0], kVariants[4]}) {  // small on / off
+  // small on / off, by copy and by TMA
+  for (const Variant& v : {kVariants[0], kVariants[4], kTmaSmallOn, kTmaSmallOff}) {
     UseVariant use(v);
     for (int64_t bs : {1, 16, 256}) {
       for (int64_t q_len : {1, 3}) {
@@ -1368,13 +1376,15 @@ TEST(DecodeGpuFeatures, WindowWiderThanTheContext) {
 
 // cache_leftpad at the tile edges (pads 0, 1, 15, 16, 17, len - 1, len over lengths at the
 // edges), alone and with a window, q_len 1 and 3, GQA 3 and 8, head_dim 64/128/256/96, every
-// plan, both kernels; the pages before each pad hold bad ids on the GPU (never read: no fault).
+// plan, both kernels, both copy issues; the pages before each pad hold bad ids on the GPU
+// (never read: no fault).
 // Last, a pad past its sequence's length: clamped to the length (no key) and reported.
 TEST(DecodeGpuFeatures, LeftpadTileEdges) {
   const uint64_t seed = test::case_seed();
   std::mt19937_64 rng(seed);
   int c = 0;
-  for (const Variant& v : {kVariants[0], kVariants[4]}) {  // small on / off
+  // small on / off, by copy and by TMA
+  for (const Variant& v : {kVariants[0], kVariants[4], kTmaSmallOn, kTmaSmallOff}) {
     UseVariant use(v);
     for (int64_t q_len : {1, 3}) {
       for (int64_t left : {-1, 20}) {

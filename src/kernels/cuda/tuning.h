@@ -162,7 +162,7 @@ struct CudaTuning {
   // GPU: written after the session's device time ended. Env KVATTN_DECODE_LEAN_ISSUE.
   int decode_lean_issue = 0;
   // Decode: 1 = the TMA copy issue where eligible (decode_tma.cuh: sm_90a, 16-bit caches,
-  // head_dim 64 / 128, the plain kernels, pages of a multiple of 16 keys, aligned caches): one
+  // head_dim 64-256, fp8 at 128, pages of a multiple of 16 keys, aligned caches): one
   // lane's tensor-map loads per tile instead of 32 lanes' cp.async copies, taking precedence
   // over decode_lean_issue. 0 (default) until it has run on a GPU: written in session 28, when
   // no device was lent. Env KVATTN_DECODE_TMA.

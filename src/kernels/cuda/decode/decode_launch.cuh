@@ -132,14 +132,15 @@ void launch_kernels(DecodeParams p, bool aligned, int64_t ws_bytes, int device,
   constexpr bool kCanSwap = kIsFp8<KV> ? (D == 64 || D == 128) : (!kExt || kOnlySwap);
   const bool swap =
       kCanSwap && decode_use_swap(cuda_tuning().decode_swap, p.rows, D, kIsFp8<KV>, kExt);
-  // The copy issue (CopyIssue) in the plain kernels over aligned caches: the TMA form where
-  // asked (DecodeParams::tma) and eligible at the launch's shared memory, else the lean form
-  // where asked (DecodeParams::lean_issue), else by copy. Each form is a twin kernel of its
+  // The copy issue (CopyIssue) over aligned caches: the TMA form where asked
+  // (DecodeParams::tma) and eligible at the launch's shared memory, else the lean form where
+  // asked (DecodeParams::lean_issue; the plain kernels only), else by copy. Each form is a twin kernel of its
   // own: the lean issue's code in the default kernels raised their registers even where not
   // taken (the swapped d64 tile 80 -> 128, the fp8 one 80 -> 110).
   constexpr bool kLeanable = !kExt;
-  // The TMA twins: 16-bit caches at head_dim 64, 128 and 256, fp8 ones at 128 (decode_tma.cuh).
-  constexpr bool kTmaAble = !kExt && (kIsFp8<KV> ? D == 128 : true);
+  // The TMA twins, plain and extended: 16-bit caches at head_dim 64, 128 and 256, fp8 ones at
+  // 128 (decode_tma.cuh).
+  constexpr bool kTmaAble = kIsFp8<KV> ? D == 128 : true;
   const bool lean = kLeanable && aligned && p.lean_issue != 0;
   const bool tma_asked = kTmaAble && aligned && p.tma != 0;
   // The form for a kernel of `smem` bytes of dynamic shared memory before the TMA ring's

@@ -201,8 +201,8 @@ template <typename T, typename KV, int D, bool kAligned16, bool kExt = false,
 __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     decode_small_kernel(const __grid_constant__ DecodeParams p) {
   constexpr bool kTma = kIssue == CopyIssue::kTma;
-  static_assert(!kTma || (!kExt && kAligned16 && (!kIsFp8<KV> || D == 128)),
-                "TMA: the plain kernels over aligned 16-bit caches, or fp8 ones at head_dim 128");
+  static_assert(!kTma || (kAligned16 && (!kIsFp8<KV> || D == 128)),
+                "TMA: aligned 16-bit caches, or fp8 ones at head_dim 128");
   using L = StageTile<KV, D, kIssue>;
   extern __shared__ __align__(128) uint8_t smem[];
   const long long c0 = clock64();
@@ -477,12 +477,13 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     if (fp8_q_in_f16<T, KV, D>(p)) scale_log2 *= fp8_q_to_f16(qf);  // S = Q K^T in f16
   }
   int cstage = 0, istage = stages - 1;
+  [[maybe_unused]] const int first_visited = kTma && kExt ? first_key(p, b, len) : 0;
   for (int t = ta; t < tb; t += tstep) {
     if constexpr (kTma) {
       ring.wait(cstage, stages);
-      // The sequence's last tile: V rows past the length hold the page's other rows.
-      const int keys = len - t * kDecodeTileKeys;
-      if (keys < kDecodeTileKeys) ring.zero_tail(cstage, keys, lane);
+      // The sequence's last tile (and an extended kernel's first): V rows past the length
+      // (before the first key) hold the page's other rows.
+      ring.clear_unvisited(cstage, t * kDecodeTileKeys, first_visited, len, lane);
     } else {
       cp_async_wait_dyn(stages - 2);
     }

@@ -104,8 +104,8 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     decode_kernel(const __grid_constant__ DecodeParams p) {
   static_assert(!kSwap || !kIsFp8<KV> || D == 64 || D == 128, "fp8 swapped tile: d64 / d128");
   constexpr bool kTma = kIssue == CopyIssue::kTma;
-  static_assert(!kTma || (!kExt && kAligned16 && (!kIsFp8<KV> || D == 128)),
-                "TMA: the plain kernels over aligned 16-bit caches, or fp8 ones at head_dim 128");
+  static_assert(!kTma || (kAligned16 && (!kIsFp8<KV> || D == 128)),
+                "TMA: aligned 16-bit caches, or fp8 ones at head_dim 128");
   using L = StageTile<KV, D, kIssue>;
   // Output fragments per lane: O (D/8 n-tiles of 16 rows) or O^T (D/16 m-tiles of 8 rows).
   constexpr int kOT = kSwap ? D / 16 : D / 8;
@@ -456,9 +456,10 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   while (!cc.done) {
     if constexpr (kTma) {
       ring.wait(cstage, stages);
-      // The sequence's last tile: V rows past the length hold the page's other rows.
-      const int keys = cc.len - cc.t * kDecodeTileKeys;
-      if (keys < kDecodeTileKeys) ring.zero_tail(cstage, keys, lane);
+      // The sequence's last tile (and an extended kernel's first): V rows past the length
+      // (before the first key) hold the page's other rows.
+      const int first = kExt ? first_key(p, cc.b, cc.len) : 0;
+      ring.clear_unvisited(cstage, cc.t * kDecodeTileKeys, first, cc.len, lane);
     } else {
       cp_async_wait_dyn(stages - 2);
     }

@@ -5,10 +5,10 @@
 // tile's 521 instructions).
 //
 // Eligible (decode_tma_eligible): sm_90a, 16-bit caches at head_dim 64, 128 or 256 (not the
-// padded 80 and 96) and float8_e4m3 caches at 128, the plain kernels, block_size a multiple
-// of 16, 16-byte aligned caches and strides. Then a tile's 16 keys (tiles start at multiples of 16 keys) all lie in
-// one page: one box {128 bytes of dims, 1 head, 16 keys, 1 block} per 128 bytes of a head's
-// row, for K and for V, at the page of the tile's first key.
+// padded 80 and 96) and float8_e4m3 caches at 128, plain and extended kernels, block_size a
+// multiple of 16, 16-byte aligned caches and strides. Then a tile's 16 keys (tiles start at
+// multiples of 16 keys) all lie in one page: one box {128 bytes of dims, 1 head, 16 keys, 1
+// block} per 128 bytes of a head's row, for K and for V, at the page of its first visited key.
 // - Tensor maps (DecodeParams::tmap_k / tmap_v, built by the launcher): the cache as
 //   {head_dim, num_kv_heads, block_size, num_blocks} with the 128-byte swizzle.
 // - Stage layout (TmaTile, Fp8TmaTile): per 128 bytes of row a "column block" of 16 rows x
@@ -19,9 +19,10 @@
 //   (At fp8 head_dim 64 a 64-byte row would share a swizzle line with its neighbour and the V
 //   reads would meet 2-way conflicts; not built.)
 // - The tile past a sequence's end: its rows past the length hold whatever the page holds
-//   (the box loads whole pages' rows). K there is masked (the scores are replaced by -inf);
-//   V there is zeroed in shared memory after the tile lands (TmaRing::zero_tail): P = 0 times
-//   a NaN would still be NaN.
+//   (the box loads whole pages' rows); so do an extended kernel's rows before its first key
+//   (its pad or window edge) in its first tile. K there is masked (the scores are replaced by
+//   -inf); V there is zeroed in shared memory after the tile lands (TmaRing::clear_unvisited):
+//   P = 0 times a NaN would still be NaN.
 // - A bad block id (outside [0, num_blocks)) is never loaded: the stage is zeroed by the warp
 //   and the fault recorded, as the cp.async forms zero-fill such keys.
 // - One mbarrier per stage and warp (count 1: the issuing lane's arrive.expect_tx); the warp
@@ -129,8 +130,10 @@ struct TmaRing {
     return tiles + static_cast<uint32_t>(s * L::kStageBytes);
   }
 
-  // Loads the tile whose first key is lane 0's (block id nid, in-block offset noff >= 0) for
-  // KV head kvh into stage s. Whole warp. kHint: with the L2 cache `policy` (as the cp.async
+  // Loads the tile whose key k is lane k's (block id nid, in-block offset noff; -1: not
+  // visited, i.e. past the length or before an extended kernel's first key) for KV head kvh
+  // into stage s: the page of its first visited key, rows from the tile's first key (all its
+  // keys share the page). Whole warp. kHint: with the L2 cache `policy` (as the cp.async
   // forms' issue_tile).
   template <bool kHint>
   __device__ __forceinline__ void issue(const DecodeParams& p, int s, int nid, int noff,
@@ -138,9 +141,11 @@ struct TmaRing {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     const uint32_t dst = stage(s);
     const uint32_t bar = bars + 8 * s;
-    const int id = __shfl_sync(0xffffffffu, nid, 0);
-    const int off = __shfl_sync(0xffffffffu, noff, 0);
-    if (off >= 0 && static_cast<unsigned>(id) < static_cast<unsigned>(p.num_blocks)) {
+    const uint32_t visited = __ballot_sync(0xffffffffu, lane < kDecodeTileKeys && noff >= 0);
+    const int src = visited != 0 ? __ffs(visited) - 1 : 0;
+    const int id = __shfl_sync(0xffffffffu, nid, src);
+    const int off = __shfl_sync(0xffffffffu, noff, src) - src;  // the tile's first key
+    if (visited != 0 && static_cast<unsigned>(id) < static_cast<unsigned>(p.num_blocks)) {
       if (lane == 0) {
         sm90::mbar_arrive_expect_tx(bar, L::kStageBytes);
 #pragma unroll
@@ -158,8 +163,9 @@ struct TmaRing {
       }
       return;
     }
-    // A bad block id (or, never for an issued tile, no key): zeros, as the cp.async forms.
-    if (lane == 0 && off >= 0) record_fault(p.fault_word, kFaultBlockOutOfRange);
+    // A bad block id, or no visited key (an extended kernel's sequence whose pad is its
+    // length): zeros, as the cp.async forms; only a visited key's bad id is a fault.
+    if (lane == 0 && visited != 0) record_fault(p.fault_word, kFaultBlockOutOfRange);
     for (int i = lane; i < L::kStageBytes / 16; i += 32) {
       st_shared_16(dst + 16 * i, make_uint4(0, 0, 0, 0));
     }
@@ -183,22 +189,35 @@ struct TmaRing {
     if (s == stages - 1) parity ^= 1u;
   }
 
-  // Zeroes V rows [valid, 16) of the landed stage s (the tile past a sequence's end holds the
-  // page's other rows there). Whole warp; valid in [1, 16).
-  __device__ __forceinline__ void zero_tail(int s, int valid, int lane) const {
+  // Zeroes the V rows of the landed stage s outside [lo, hi) (0 <= lo < hi <= 16): the rows
+  // past a sequence's end, and before an extended kernel's first key, hold the page's other
+  // rows. Whole warp.
+  __device__ __forceinline__ void zero_outside(int s, int lo, int hi, int lane) const {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     const uint32_t v = stage(s) + L::kTileBytes;
-    const int n = (kDecodeTileKeys - valid) * L::kChunks;
+    const int n = (kDecodeTileKeys - (hi - lo)) * L::kChunks;
     for (int i = lane; i < n; i += 32) {
-      const int key = valid + i / L::kChunks;
+      int key = i / L::kChunks;
+      if (key >= lo) key += hi - lo;  // rows [0, lo), then [hi, 16)
       st_shared_16(L::addr(v, key, i % L::kChunks), make_uint4(0, 0, 0, 0));
     }
     sm90::fence_proxy_async_smem();  // before a later TMA load writes these bytes again
     __syncwarp();
 #else
-    (void)s, (void)valid, (void)lane;
+    (void)s, (void)lo, (void)hi, (void)lane;
     __trap();
 #endif
+  }
+
+  // After wait(s): zero_outside for the tile of keys [key0, key0 + 16) of a sequence whose
+  // visited keys are [first, len) (first 0 for the plain kernels), when the tile holds keys
+  // outside them. (A tile with none visited was zeroed whole by issue.) Warp-uniform
+  // arguments.
+  __device__ __forceinline__ void clear_unvisited(int s, int key0, int first, int len,
+                                                  int lane) const {
+    const int lo = max(first - key0, 0);
+    const int hi = min(len - key0, kDecodeTileKeys);
+    if (lo < hi && (lo > 0 || hi < kDecodeTileKeys)) zero_outside(s, lo, hi, lane);
   }
 
   // Invalidates the warp's mbarriers before the shared memory is reused (small kernel).
