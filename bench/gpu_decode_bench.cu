@@ -206,6 +206,7 @@ struct DecodeVariant {
   int one_wave = -1;     // small kernel: one CTA a unit when the units fit a wave (-1: default)
   int lean_issue = -1;   // aligned caches: issue_tile_lean (decode_lean_issue; -1: default)
   int tma = -1;          // the TMA copy issue where eligible (decode_tma; -1: default)
+  int tma_prefetch = -1; // ... with the next tile asked of L2 (decode_tma_prefetch; -1: default)
 };
 // The default first: the others' outputs are compared with its. "diag" rows are diagnostics
 // (not candidates): the split kernel alone, to price the merge launch.
@@ -221,6 +222,8 @@ const DecodeVariant kDecodeVariants[] = {
     {.name = "tma", .heads = 8, .stages = 0, .tma = 1},
     {.name = "tma swap", .heads = 8, .stages = 0, .swap = 1, .tma = 1},
     {.name = "tma noswap", .heads = 8, .stages = 0, .swap = 0, .tma = 1},
+    {.name = "tma pf", .heads = 8, .stages = 0, .tma = 1, .tma_prefetch = 1},
+    {.name = "tma pf swap", .heads = 8, .stages = 0, .swap = 1, .tma = 1, .tma_prefetch = 1},
     {.name = "s2", .heads = 8, .stages = 2},
     {.name = "h4", .heads = 4, .stages = 0},
     {.name = "h4 s2", .heads = 4, .stages = 2},
@@ -307,7 +310,7 @@ std::vector<DecodeVariant> all_variants_for(bool fp8) {
     return out;
   }
   static const char* const kNames[] = {"default", "lean",    "lean swap", "lean noswap",
-                                       "tma",     "tma swap", "tma noswap",
+                                       "tma",     "tma swap", "tma noswap", "tma pf", "tma pf swap",
                                        "noswap",  "swap",    "swap s2",   "swap s3",
                                        "swap s4", "swap s6", "swap h4",   "nosmall", "s3"};
   for (const char* n : kNames) {
@@ -427,6 +430,7 @@ void bench_decode(const std::string& name, const std::vector<int64_t>& lens, int
     if (v.one_wave >= 0) tuning.decode_small_one_wave = v.one_wave;
     if (v.lean_issue >= 0) tuning.decode_lean_issue = v.lean_issue;
     if (v.tma >= 0) tuning.decode_tma = v.tma;
+    if (v.tma_prefetch >= 0) tuning.decode_tma_prefetch = v.tma_prefetch;
   };
   auto plan = [&] { return kvattn::plan_decode(B, hq, hkv, d, 1, pc.width * block_size, kGpu); };
   const std::vector<DecodeVariant> variants = variants_for(fp8);

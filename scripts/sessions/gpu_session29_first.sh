@@ -34,10 +34,10 @@ KVATTN_GPU_TEST_QUICK=1 run_logged decode_suite_quick "$B/kernels_decode_gpu_tes
   --gtest_filter='-DecodeGpu.TmaCopyIssue'
 bench_round() {
   timeout 150 "$B/gpu_decode_bench" --only decode --quick \
-    --variants 'lean,lean swap,lean noswap,tma,tma swap,tma noswap,swap,noswap' \
+    --variants 'lean,lean swap,lean noswap,tma,tma swap,tma noswap,tma pf,tma pf swap,swap,noswap' \
     >"$OUT/decode_r$1.log" 2>&1
   echo "decode r$1 rc=$?"
-  grep -E '"decode (default|lean|lean swap|lean noswap|tma|tma swap|tma noswap|swap|noswap)"' "$OUT/decode_r$1.log" |
+  grep -E '"decode (default|lean|lean swap|lean noswap|tma|tma swap|tma noswap|tma pf|tma pf swap|swap|noswap)"' "$OUT/decode_r$1.log" |
     grep -E 'no flush' |
     sed -E 's/.*"op": "decode ([^"]*)", "shape": "([^"]*)", "us": ([0-9.]+).*"TBps": ([0-9.]+).*rel_l2 vs default ([^,]*),.*/\2 | \1 | \3 us | \4 TB\/s | \5/' |
     head -n 240

@@ -535,6 +535,7 @@ struct Variant {
   int one_wave = -1;               // small kernel: one CTA a unit in one wave (-1: default)
   int lean_issue = -1;             // aligned caches: issue_tile_lean (-1: the default)
   int tma = -1;                    // the TMA copy issue where eligible (-1: the default)
+  int tma_prefetch = -1;           // ... asking L2 for each next tile (-1: the default)
 };
 const Variant kVariants[] = {
     {.name = "s2", .heads = 8, .stages = 2},
@@ -570,6 +571,7 @@ const Variant kVariants[] = {
      .lean_issue = 1},
     {.name = "tma", .heads = 8, .stages = 0, .tma = 1},
     {.name = "tma swap nosmall", .heads = 8, .stages = 0, .small = 0, .swap = 1, .tma = 1},
+    {.name = "tma prefetch", .heads = 8, .stages = 0, .tma = 1, .tma_prefetch = 1},
 };
 
 // The TMA copy issue (decode_tma.cuh) with the small kernel on and off: the edge tests of the
@@ -600,6 +602,7 @@ class UseVariant {
     if (v.one_wave >= 0) t.decode_small_one_wave = v.one_wave;
     if (v.lean_issue >= 0) t.decode_lean_issue = v.lean_issue;
     if (v.tma >= 0) t.decode_tma = v.tma;
+    if (v.tma_prefetch >= 0) t.decode_tma_prefetch = v.tma_prefetch;
   }
   ~UseVariant() { cuda::cuda_tuning() = saved_; }
 
@@ -914,7 +917,8 @@ TEST(DecodeGpu, TmaCopyIssue) {
       {.name = "tma", .heads = 8, .stages = 0, .tma = 1},
       {.name = "tma swap nosmall", .heads = 8, .stages = 0, .small = 0, .swap = 1, .tma = 1},
       {.name = "tma noswap nosmall h4 s2", .heads = 4, .stages = 2, .small = 0, .swap = 0,
-       .tma = 1}};
+       .tma = 1},
+      {.name = "tma prefetch", .heads = 8, .stages = 0, .tma = 1, .tma_prefetch = 1}};
   const std::vector<int64_t> pages = {16, 32, 48, 64, 256, 16, 1, 12};
   const int64_t before = cuda::decode_host::tma_launches();
   int eligible = 0;

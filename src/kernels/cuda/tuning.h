@@ -167,6 +167,12 @@ struct CudaTuning {
   // over decode_lean_issue. 0 (default) until it has run on a GPU: written in session 28, when
   // no device was lent. Env KVATTN_DECODE_TMA.
   int decode_tma = 0;
+  // Decode's TMA form: 1 = each tile's issue also asks L2 for the next tile of the warp
+  // (cp.async.bulk.prefetch.tensor), a deeper look-ahead than the shared-memory stages hold
+  // (head_dim 64 runs 2 stages: more resident CTAs beat deeper pipelines, session 9). 0 until
+  // measured (the L2 hints of sessions 17-19 beside the attention lost 3-7%, but they fetched
+  // other bytes; these are the warp's own next ones). Env KVATTN_DECODE_TMA_PREFETCH.
+  int decode_tma_prefetch = 0;
   // Decode over float8_e4m3 caches: 1 = V (and K, for f16 queries) converted by the hardware
   // instruction (cvt.rn.f16x2.e4m3x2) and P V run in f16 (decode_fp8.cuh), 0 = the integer
   // conversion into the query type. Session 15's ncu: the fp8 decode is near issue bound

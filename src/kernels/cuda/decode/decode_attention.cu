@@ -429,6 +429,7 @@ void decode_attention(const DecodeArgs& args, const AttentionShape& shape) {
   p.kv_evict_first = cuda_tuning().decode_kv_evict_first;
   p.lean_issue = cuda_tuning().decode_lean_issue;
   p.tma = cuda_tuning().decode_tma;
+  p.tma_prefetch = cuda_tuning().decode_tma_prefetch;
   p.fp8_hw_cvt = cuda_tuning().decode_fp8_hw_cvt;
   p.fp8_q_f16 = cuda_tuning().decode_fp8_q_f16;
   p.pdl_trigger = cuda_tuning().decode_pdl_trigger;

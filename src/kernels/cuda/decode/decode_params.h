@@ -184,6 +184,7 @@ struct DecodeParams {
   // The TMA form (CopyIssue::kTma, decode_tma.cuh): 1 asks for it where eligible
   // (decode_tma_eligible); the launcher fills the caches' tensor maps when it takes it.
   int tma = 0;
+  int tma_prefetch = 0;  // the TMA form also asks L2 for the tile after the one it loads
   DecodeTensorMap tmap_k{};
   DecodeTensorMap tmap_v{};
 };

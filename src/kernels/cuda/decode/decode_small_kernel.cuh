@@ -427,6 +427,7 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   auto issue_next = [&](int stage) {
     if constexpr (kTma) {
       ring.template issue<true>(p, stage, nid, noff, lane, kvh, kv_policy);
+      if (p.tma_prefetch != 0) ring.prefetch_next(p, nid, noff, lane, kvh);
     } else {
       issue_tile<KV, D, kAligned16, true, kIssue>(p, wbase + stage * L::kStageBytes, nid, noff,
                                                   lane, kvh, kv_policy);

@@ -359,6 +359,7 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   auto issue = [&](int stage) {
     if constexpr (kTma) {
       ring.template issue<false>(p, stage, nid, noff, lane, kvh, 0);
+      if (p.tma_prefetch != 0) ring.prefetch_next(p, nid, noff, lane, kvh);
     } else {
       issue_tile<KV, D, kAligned16, false, kIssue>(p, wbase + stage * L::kStageBytes, nid, noff,
                                                    lane, kvh, 0);

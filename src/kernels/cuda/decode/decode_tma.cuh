@@ -89,6 +89,17 @@ __device__ __forceinline__ void tma_load_4d_hint(uint32_t dst, const void* tmap,
 }
 #endif
 
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// Asks L2 for the box at (c0, c1, c2, c3) of a tensor map (no shared memory, no barrier).
+__device__ __forceinline__ void tma_prefetch_4d(const void* tmap, int c0, int c1, int c2,
+                                                int c3) {
+  asm volatile("cp.async.bulk.prefetch.tensor.4d.L2.global.tile [%0, {%1, %2, %3, %4}];\n" ::"l"(
+                   tmap),
+               "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+               : "memory");
+}
+#endif
+
 // The stage layout a kernel of copy issue kIssue reads: a TMA tile for kTma, else KvTile.
 template <typename KV, int D, CopyIssue kIssue>
 using StageTile =
@@ -174,6 +185,28 @@ struct TmaRing {
     if (lane == 0) sm90::mbar_arrive(bar);
 #else
     (void)p, (void)s, (void)nid, (void)noff, (void)lane, (void)kvh, (void)policy;
+    __trap();
+#endif
+  }
+
+  // Asks L2 for the tile after the one issue() takes, from lane 16's (block id, offset): its
+  // first key's, which lanes 16-31 hold as lanes 0-15 hold issue()'s (DecodeParams::
+  // tma_prefetch). A hint: skipped where that key is not visited (an extended kernel's first
+  // tile) or its id is bad. One lane, no shuffle (a ballot and shuffles here took the swapped
+  // d64 twin from 80 to 98 registers).
+  __device__ __forceinline__ void prefetch_next(const DecodeParams& p, int nid, int noff,
+                                                int lane, int kvh) const {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    if (lane == kDecodeTileKeys && noff >= 0 &&
+        static_cast<unsigned>(nid) < static_cast<unsigned>(p.num_blocks)) {
+#pragma unroll
+      for (int cb = 0; cb < L::kBoxes; ++cb) {
+        tma_prefetch_4d(&p.tmap_k, cb * L::kBoxElems, kvh, noff, nid);
+        tma_prefetch_4d(&p.tmap_v, cb * L::kBoxElems, kvh, noff, nid);
+      }
+    }
+#else
+    (void)p, (void)nid, (void)noff, (void)lane, (void)kvh;
     __trap();
 #endif
   }
