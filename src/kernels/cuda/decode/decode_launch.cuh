@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "kernels/cuda/cuda_check.h"
@@ -93,28 +94,30 @@ bool decode_tma_eligible(const DecodeParams& p, int device, int smem) {
 #endif
 }
 
-// The caches' tensor maps for the TMA form: {head_dim, num_kv_heads, block_size, num_blocks}
-// with boxes of {128 bytes of dims, 1 head, 16 keys, 1 block} (decode_tma.cuh).
+// The caches' tensor maps for the TMA form into p: {head_dim, num_kv_heads, block_size,
+// num_blocks} with boxes of {128 bytes of dims, 1 head, 16 keys, 1 block} (decode_tma.cuh).
+// False where the driver refuses one (the caller then takes a cp.async form).
 template <typename KV, int D>
-void set_decode_tensor_maps(DecodeParams& p) {
+bool set_decode_tensor_maps(DecodeParams& p) {
   static_assert(sizeof(CUtensorMap) == sizeof(DecodeTensorMap));
-  constexpr uint64_t kBytes = sizeof(KV);
+  constexpr int kBytes = sizeof(KV);
   constexpr uint32_t kBoxElems = 128 / kBytes;
-  const auto make = kIsFp8<KV> ? make_tensor_map_1byte : make_tensor_map_2byte;
   const auto kv_heads = static_cast<uint64_t>(p.num_kv_heads);
   const auto bs = static_cast<uint64_t>(p.block_size);
   const auto nb = static_cast<uint64_t>(p.num_blocks);
   constexpr uint64_t kRow = uint64_t{D} * kBytes;  // bytes of one head's row
-  const CUtensorMap k =
-      make("k_cache", p.k_cache, {D, kv_heads, bs, nb},
-           {kRow, kv_heads * kRow, static_cast<uint64_t>(p.k_block_stride) * kBytes},
-           {kBoxElems, 1, kDecodeTileKeys, 1});
-  const CUtensorMap v =
-      make("v_cache", p.v_cache, {D, kv_heads, bs, nb},
-           {kRow, kv_heads * kRow, static_cast<uint64_t>(p.v_block_stride) * kBytes},
-           {kBoxElems, 1, kDecodeTileKeys, 1});
-  std::memcpy(&p.tmap_k, &k, sizeof(k));
-  std::memcpy(&p.tmap_v, &v, sizeof(v));
+  const std::optional<CUtensorMap> k =
+      try_tensor_map(kBytes, p.k_cache, {D, kv_heads, bs, nb},
+                     {kRow, kv_heads * kRow, static_cast<uint64_t>(p.k_block_stride) * kBytes},
+                     {kBoxElems, 1, kDecodeTileKeys, 1});
+  const std::optional<CUtensorMap> v =
+      try_tensor_map(kBytes, p.v_cache, {D, kv_heads, bs, nb},
+                     {kRow, kv_heads * kRow, static_cast<uint64_t>(p.v_block_stride) * kBytes},
+                     {kBoxElems, 1, kDecodeTileKeys, 1});
+  if (!k || !v) return false;
+  std::memcpy(&p.tmap_k, &*k, sizeof(*k));
+  std::memcpy(&p.tmap_v, &*v, sizeof(*v));
+  return true;
 }
 
 // kExt: the extended kernels (window, softcap, ALiBi; decode_mask.cuh), with the plain ones'
@@ -133,10 +136,11 @@ void launch_kernels(DecodeParams p, bool aligned, int64_t ws_bytes, int device,
   const bool swap =
       kCanSwap && decode_use_swap(cuda_tuning().decode_swap, p.rows, D, kIsFp8<KV>, kExt);
   // The copy issue (CopyIssue) over aligned caches: the TMA form where asked
-  // (DecodeParams::tma) and eligible at the launch's shared memory, else the lean form where
-  // asked (DecodeParams::lean_issue; the plain kernels only), else by copy. Each form is a twin kernel of its
-  // own: the lean issue's code in the default kernels raised their registers even where not
-  // taken (the swapped d64 tile 80 -> 128, the fp8 one 80 -> 110).
+  // (DecodeParams::tma), eligible at the launch's shared memory and its maps encoded, else the
+  // lean form where asked (DecodeParams::lean_issue; the plain kernels only), else by copy.
+  // Each form is a twin kernel of its own: the lean issue's code in the default kernels raised
+  // their registers even where not taken (the swapped d64 tile 80 -> 128, the fp8 one 80 ->
+  // 110).
   constexpr bool kLeanable = !kExt;
   // The TMA twins, plain and extended: 16-bit caches at head_dim 64, 128 and 256, fp8 ones at
   // 128 (decode_tma.cuh).
@@ -146,8 +150,8 @@ void launch_kernels(DecodeParams p, bool aligned, int64_t ws_bytes, int device,
   // The form for a kernel of `smem` bytes of dynamic shared memory before the TMA ring's
   // extra; taking TMA fills p's tensor maps.
   auto pick_issue = [&](int smem) {
-    if (tma_asked && decode_tma_eligible<KV, D>(p, device, smem)) {
-      set_decode_tensor_maps<KV, D>(p);
+    if (tma_asked && decode_tma_eligible<KV, D>(p, device, smem) &&
+        set_decode_tensor_maps<KV, D>(p)) {
       decode_host::count_tma_launch();
       return CopyIssue::kTma;
     }
