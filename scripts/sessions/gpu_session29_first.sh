@@ -38,9 +38,9 @@ bench_round() {
     >"$OUT/decode_r$1.log" 2>&1
   echo "decode r$1 rc=$?"
   grep -E '"decode (default|lean|lean swap|lean noswap|tma|tma swap|tma noswap|tma pf|tma pf swap|swap|noswap)"' "$OUT/decode_r$1.log" |
-    grep -E 'no flush' |
-    sed -E 's/.*"op": "decode ([^"]*)", "shape": "([^"]*)", "us": ([0-9.]+).*"TBps": ([0-9.]+).*rel_l2 vs default ([^,]*),.*/\2 | \1 | \3 us | \4 TB\/s | \5/' |
-    head -n 240
+    grep -E 'no flush|flush: read' |
+    sed -E 's/.*"op": "decode ([^"]*)", "shape": "([^"]*)", "us": ([0-9.]+).*"TBps": ([0-9.]+).*rel_l2 vs default ([^,]*), ([^"]*)".*/\2 | \1 | \3 us | \4 TB\/s | \5 | \6/' |
+    head -n 400
 }
 room 300 "decode r1" && bench_round 1
 sweeps='DecodeGpu.SweepAgainstReferenceAndCpu:DecodeGpu.ModerateBatchesAcrossKernelChoices:DecodeGpu.BadIndicesAreCaughtByTheFaultWord'
