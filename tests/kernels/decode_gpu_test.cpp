@@ -958,7 +958,14 @@ TEST(DecodeGpu, TmaCopyIssue) {
   }
   if (eligible > 0 && cuda::decode_host::tma_built() && cuda::compute_capability(0) == 90) {
     EXPECT_GT(cuda::decode_host::tma_launches(), before)
-        << "no case took the TMA form on an sm_90a device";
+        << "no case took the TMA form on an sm_90a device; tensor maps refused "
+        << cuda::decode_host::tma_refusals() << " times, last CUresult "
+        << cuda::decode_host::last_tma_refusal();
+  }
+  if (cuda::decode_host::tma_refusals() > 0) {
+    ADD_FAILURE() << "the driver refused the TMA form's tensor maps "
+                  << cuda::decode_host::tma_refusals() << " times (last CUresult "
+                  << cuda::decode_host::last_tma_refusal() << ") on cases meant for it";
   }
 }
 

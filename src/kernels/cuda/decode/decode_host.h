@@ -55,6 +55,11 @@ bool stream_ok(int64_t num_seqs, int64_t capacity);
 // launcher: tests check that the cases meant for it took it.
 int64_t tma_launches();
 void count_tma_launch();
+// The driver's refusals of the TMA form's tensor maps (the launch then took a cp.async form),
+// and the last refusal's CUresult (0: none yet): what a test prints when TMA was not taken.
+int64_t tma_refusals();
+int last_tma_refusal();
+void note_tma_refusal(int cu_result);
 // Whether this build has the TMA form's sm_90a code (KVATTN_SM90A).
 bool tma_built();
 

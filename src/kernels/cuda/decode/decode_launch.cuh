@@ -106,15 +106,19 @@ bool set_decode_tensor_maps(DecodeParams& p) {
   const auto bs = static_cast<uint64_t>(p.block_size);
   const auto nb = static_cast<uint64_t>(p.num_blocks);
   constexpr uint64_t kRow = uint64_t{D} * kBytes;  // bytes of one head's row
+  CUresult rk = CUDA_SUCCESS, rv = CUDA_SUCCESS;
   const std::optional<CUtensorMap> k =
       try_tensor_map(kBytes, p.k_cache, {D, kv_heads, bs, nb},
                      {kRow, kv_heads * kRow, static_cast<uint64_t>(p.k_block_stride) * kBytes},
-                     {kBoxElems, 1, kDecodeTileKeys, 1});
+                     {kBoxElems, 1, kDecodeTileKeys, 1}, &rk);
   const std::optional<CUtensorMap> v =
       try_tensor_map(kBytes, p.v_cache, {D, kv_heads, bs, nb},
                      {kRow, kv_heads * kRow, static_cast<uint64_t>(p.v_block_stride) * kBytes},
-                     {kBoxElems, 1, kDecodeTileKeys, 1});
-  if (!k || !v) return false;
+                     {kBoxElems, 1, kDecodeTileKeys, 1}, &rv);
+  if (!k || !v) {
+    decode_host::note_tma_refusal(static_cast<int>(rk != CUDA_SUCCESS ? rk : rv));
+    return false;
+  }
   std::memcpy(&p.tmap_k, &*k, sizeof(*k));
   std::memcpy(&p.tmap_v, &*v, sizeof(*v));
   return true;

@@ -88,13 +88,16 @@ CUtensorMap make_tensor_map_1byte(const char* what, const void* base,
 std::optional<CUtensorMap> try_tensor_map(int elem_bytes, const void* base,
                                           std::initializer_list<uint64_t> dims,
                                           std::initializer_list<uint64_t> strides_bytes,
-                                          std::initializer_list<uint32_t> box) {
+                                          std::initializer_list<uint32_t> box,
+                                          CUresult* result) {
   KVATTN_CHECK(elem_bytes == 1 || elem_bytes == 2, "TMA: elements of 1 or 2 bytes, not ",
                elem_bytes);
   const CUtensorMapDataType type =
       elem_bytes == 1 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_UINT16;
   CUtensorMap map{};
-  if (encode(&map, type, base, dims, strides_bytes, box) != CUDA_SUCCESS) return std::nullopt;
+  const CUresult r = encode(&map, type, base, dims, strides_bytes, box);
+  if (result != nullptr) *result = r;
+  if (r != CUDA_SUCCESS) return std::nullopt;
   return map;
 }
 

@@ -25,10 +25,12 @@ CUtensorMap make_tensor_map_1byte(const char* what, const void* base,
                                   std::initializer_list<uint32_t> box);
 
 // The same over elements of `elem_bytes` (1 or 2) bytes, or nothing where the driver refuses
-// the map (or has no cuTensorMapEncodeTiled): for callers with another way to do the work.
+// the map (or has no cuTensorMapEncodeTiled: CUDA_ERROR_NOT_SUPPORTED), the driver's answer
+// in *result when given: for callers with another way to do the work.
 std::optional<CUtensorMap> try_tensor_map(int elem_bytes, const void* base,
                                           std::initializer_list<uint64_t> dims,
                                           std::initializer_list<uint64_t> strides_bytes,
-                                          std::initializer_list<uint32_t> box);
+                                          std::initializer_list<uint32_t> box,
+                                          CUresult* result = nullptr);
 
 }  // namespace kvattn::cuda
