@@ -5,7 +5,8 @@
 #   row offset computed once by its lane and shuffled to its copies; ~10-15 instructions a copy
 #   instead of ~55-70);
 # - the TMA issue (decode_tma / KVATTN_DECODE_TMA, decode_tma.cuh: one lane's tensor-map loads
-#   a tile, an mbarrier per stage; pages of whole 16-key tiles, 16-bit caches, d64 / d128).
+#   a tile, an mbarrier per stage; pages of whole 16-key tiles, 16-bit caches at d64-256, fp8
+#   at d128, plain and extended kernels; `tma pf` rows add the next tile's L2 prefetch).
 # Session 27's ncu of 96x4096 9/3 d64 counted 521 instructions a tile, ~270 in the copy issue
 # and the block-id arithmetic.
 #   1. the TMA test (eligible pages, GQA 1-8, q_len 1-5, all three kernels, fp8 at d128, NaN
