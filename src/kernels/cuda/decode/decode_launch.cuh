@@ -80,18 +80,13 @@ int split_occupancy(int device, int threads, int smem) {
 // static shared memory of the kernels (the small kernel's query tile).
 template <typename KV, int D>
 bool decode_tma_eligible(const DecodeParams& p, int device, int smem) {
-#if defined(KVATTN_SM90A)
   constexpr int kStaticMost = 8192;  // the kernels' static shared memory: 1-5 KB (cuobjdump)
   const int64_t most_stride =
       std::max(p.k_block_stride, p.v_block_stride) * static_cast<int64_t>(sizeof(KV));
-  return p.head_dim == D && compute_capability(device) == 90 &&
+  return decode_host::tma_built() && p.head_dim == D && compute_capability(device) == 90 &&
          p.block_size % kDecodeTileKeys == 0 && p.num_blocks > 0 &&
          most_stride < (int64_t{1} << 40) &&
          smem + kDecodeTmaSmemExtra + kStaticMost <= decode_host::max_optin_smem(device);
-#else
-  (void)p, (void)device, (void)smem;
-  return false;
-#endif
 }
 
 // The caches' tensor maps for the TMA form into p: {head_dim, num_kv_heads, block_size,

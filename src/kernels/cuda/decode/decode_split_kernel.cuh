@@ -394,8 +394,11 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   int limit[2] = {0, 0};
   int min_limit = 0, warp_limit = 0;
   DecodeMods mods;  // kExt only
+  // kTma: the piece's sequence's first visited key (TmaRing::clear_unvisited; 0 when plain).
+  [[maybe_unused]] int first_visited = 0;
   auto begin_piece = [&](const Cursor& c) {
     const int len = c.len;
+    if constexpr (kTma && kExt) first_visited = first_key(p, c.b, len);
     // The query row of row r of the unit for sequence c.b (null past p.rows).
     auto q_row = [&](int r) -> const uint16_t* {
       if (r >= p.rows) return nullptr;
@@ -459,8 +462,7 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
       ring.wait(cstage, stages);
       // The sequence's last tile (and an extended kernel's first): V rows past the length
       // (before the first key) hold the page's other rows.
-      const int first = kExt ? first_key(p, cc.b, cc.len) : 0;
-      ring.clear_unvisited(cstage, cc.t * kDecodeTileKeys, first, cc.len, lane);
+      ring.clear_unvisited(cstage, cc.t * kDecodeTileKeys, first_visited, cc.len, lane);
     } else {
       cp_async_wait_dyn(stages - 2);
     }
