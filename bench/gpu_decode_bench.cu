@@ -212,13 +212,14 @@ struct DecodeVariant {
 // (not candidates): the split kernel alone, to price the merge launch.
 const DecodeVariant kDecodeVariants[] = {
     {.name = "default", .heads = 8, .stages = 0},
-    // The lean copy issue (decode_lean_issue, off by default until measured), on the default
-    // choice and on each tile.
-    {.name = "lean", .heads = 8, .stages = 0, .lean_issue = 1},
-    {.name = "lean swap", .heads = 8, .stages = 0, .swap = 1, .lean_issue = 1},
-    {.name = "lean noswap", .heads = 8, .stages = 0, .swap = 0, .lean_issue = 1},
-    // The TMA copy issue (decode_tma, off by default until measured; 16-bit caches, pages of
-    // whole 16-key tiles), likewise.
+    // The copy issue's forms (decode_lean_issue, decode_tma; the default picks by measurement,
+    // session 29): by cp.async copies, lean, TMA, TMA with the next tile's L2 prefetch, on the
+    // default choice of tile and on each tile.
+    {.name = "copy", .heads = 8, .stages = 0, .lean_issue = 0, .tma = 0},
+    {.name = "copy swap", .heads = 8, .stages = 0, .swap = 1, .lean_issue = 0, .tma = 0},
+    {.name = "lean", .heads = 8, .stages = 0, .lean_issue = 1, .tma = 0},
+    {.name = "lean swap", .heads = 8, .stages = 0, .swap = 1, .lean_issue = 1, .tma = 0},
+    {.name = "lean noswap", .heads = 8, .stages = 0, .swap = 0, .lean_issue = 1, .tma = 0},
     {.name = "tma", .heads = 8, .stages = 0, .tma = 1},
     {.name = "tma swap", .heads = 8, .stages = 0, .swap = 1, .tma = 1},
     {.name = "tma noswap", .heads = 8, .stages = 0, .swap = 0, .tma = 1},

@@ -564,11 +564,14 @@ const Variant kVariants[] = {
     {.name = "small d64 bound 1 MiB", .heads = 8, .stages = 0, .d64_max_mb = 1},
     {.name = "small min chunks 1", .heads = 8, .stages = 0, .min_chunks = 1},
     {.name = "small one wave", .heads = 8, .stages = 0, .one_wave = 1},
-    {.name = "lean issue", .heads = 8, .stages = 0, .lean_issue = 1},
+    {.name = "copy issue", .heads = 8, .stages = 0, .lean_issue = 0, .tma = 0},
+    {.name = "copy issue swap nosmall", .heads = 8, .stages = 0, .small = 0, .swap = 1,
+     .lean_issue = 0, .tma = 0},
+    {.name = "lean issue", .heads = 8, .stages = 0, .lean_issue = 1, .tma = 0},
     {.name = "lean issue swap nosmall", .heads = 8, .stages = 0, .small = 0, .swap = 1,
-     .lean_issue = 1},
+     .lean_issue = 1, .tma = 0},
     {.name = "lean issue noswap nosmall h4 s2", .heads = 4, .stages = 2, .small = 0, .swap = 0,
-     .lean_issue = 1},
+     .lean_issue = 1, .tma = 0},
     {.name = "tma", .heads = 8, .stages = 0, .tma = 1},
     {.name = "tma swap nosmall", .heads = 8, .stages = 0, .small = 0, .swap = 1, .tma = 1},
     {.name = "tma prefetch", .heads = 8, .stages = 0, .tma = 1, .tma_prefetch = 1},
@@ -891,9 +894,12 @@ void bad_indices() {
 
 TEST(DecodeGpu, BadIndicesAreCaughtByTheFaultWord) {
   // Every form of the copy issue checks the block ids (the case's pages of 16 at head_dim 128
-  // are the TMA form's where the device has it).
-  const Variant forms[] = {{.name = "default issue", .heads = 8, .stages = 0, .lean_issue = 0},
-                           {.name = "lean issue", .heads = 8, .stages = 0, .lean_issue = 1},
+  // are the TMA form's where the device has it), and the default's pick among them.
+  const Variant forms[] = {{.name = "default issue", .heads = 8, .stages = 0},
+                           {.name = "copy issue", .heads = 8, .stages = 0, .lean_issue = 0,
+                            .tma = 0},
+                           {.name = "lean issue", .heads = 8, .stages = 0, .lean_issue = 1,
+                            .tma = 0},
                            {.name = "tma issue", .heads = 8, .stages = 0, .tma = 1},
                            {.name = "tma issue swap nosmall", .heads = 8, .stages = 0,
                             .small = 0, .swap = 1, .tma = 1}};

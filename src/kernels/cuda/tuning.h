@@ -155,23 +155,26 @@ struct CudaTuning {
   // 64x300 16/8 unchanged) without the long-d64 losses (head_dim 64 is left out); 0 (default)
   // until this form has run. Env KVATTN_DECODE_SMALL_ONE_WAVE.
   int decode_small_one_wave = 0;
-  // Decode, the plain kernels over 16-byte aligned caches: 1 = the lean copy issue (kernels
-  // with issue_tile_lean: each key's row offset computed once by its lane and shuffled to the
-  // copies; ~10 instructions a copy instead of ~55-70. Session 27's ncu of 96x4096 9/3 d64: 521
-  // instructions a tile, over half of them the copy issue). 0 (default) until it has run on a
-  // GPU: written after the session's device time ended. Env KVATTN_DECODE_LEAN_ISSUE.
-  int decode_lean_issue = 0;
-  // Decode: 1 = the TMA copy issue where eligible (decode_tma.cuh: sm_90a, 16-bit caches,
-  // head_dim 64-256, fp8 at 128, pages of a multiple of 16 keys, aligned caches): one
-  // lane's tensor-map loads per tile instead of 32 lanes' cp.async copies, taking precedence
-  // over decode_lean_issue. 0 (default) until it has run on a GPU: written in session 28, when
-  // no device was lent. Env KVATTN_DECODE_TMA.
-  int decode_tma = 0;
+  // Decode's copy issue (CopyIssue), -1 = by measurement (default), 0 = off, 1 = on wherever
+  // it can serve. The lean issue (issue_tile_lean: each key's row offset computed once by its
+  // lane and shuffled to the copies, ~10-15 instructions a copy instead of ~55-70; the plain
+  // kernels over 16-byte aligned caches): by default everywhere but the split / stream kernel
+  // over 16-bit caches at the 128 tile. The TMA issue (decode_tma.cuh: one lane's tensor-map
+  // loads a tile, an mbarrier per stage; sm_90a, pages of a multiple of 16 keys, 16-bit caches
+  // at 64-256 and fp8 at 128; takes precedence over the lean one): by default for fp8 caches at
+  // 128 only. H200, session 29, one process, rows flushed where < 4x L2, else not; TMA / lean
+  // against the cp.async issue: fp8 d128 TMA 1.02-1.06 on six shapes (lean 1.00-1.02); 16-bit
+  // d128 TMA 0.90-0.96, lean 0.98-0.99 on the split kernel but 1.08-1.11 on the small one (1x130,
+  // 1x600 in tables of 4096 keys); d64 lean 1.01-1.13 (fp8 1.05-1.08), TMA 0.96-1.13; d256 lean
+  // 1.03-1.04, TMA 0.95 (docs/perf/NOTES.md "Session 29"). Env KVATTN_DECODE_LEAN_ISSUE,
+  // KVATTN_DECODE_TMA.
+  int decode_lean_issue = -1;
+  int decode_tma = -1;
   // Decode's TMA form: 1 = each tile's issue also asks L2 for the next tile of the warp
-  // (cp.async.bulk.prefetch.tensor), a deeper look-ahead than the shared-memory stages hold
-  // (head_dim 64 runs 2 stages: more resident CTAs beat deeper pipelines, session 9). 0 until
-  // measured (the L2 hints of sessions 17-19 beside the attention lost 3-7%, but they fetched
-  // other bytes; these are the warp's own next ones). Env KVATTN_DECODE_TMA_PREFETCH.
+  // (cp.async.bulk.prefetch.tensor), a deeper look-ahead than the shared-memory stages hold.
+  // 0 (default): it lost 13-27% on every bandwidth-bound shape (H200, session 29: 64x4096 32/8
+  // d128 0.76 of the TMA form without it; the L2 hints of sessions 17-19 lost 3-7% too). Env
+  // KVATTN_DECODE_TMA_PREFETCH.
   int decode_tma_prefetch = 0;
   // Decode over float8_e4m3 caches: 1 = V (and K, for f16 queries) converted by the hardware
   // instruction (cvt.rn.f16x2.e4m3x2) and P V run in f16 (decode_fp8.cuh), 0 = the integer

@@ -134,27 +134,32 @@ void launch_kernels(DecodeParams p, bool aligned, int64_t ws_bytes, int device,
   constexpr bool kCanSwap = kIsFp8<KV> ? (D == 64 || D == 128) : (!kExt || kOnlySwap);
   const bool swap =
       kCanSwap && decode_use_swap(cuda_tuning().decode_swap, p.rows, D, kIsFp8<KV>, kExt);
-  // The copy issue (CopyIssue) over aligned caches: the TMA form where asked
-  // (DecodeParams::tma), eligible at the launch's shared memory and its maps encoded, else the
-  // lean form where asked (DecodeParams::lean_issue; the plain kernels only), else by copy.
-  // Each form is a twin kernel of its own: the lean issue's code in the default kernels raised
-  // their registers even where not taken (the swapped d64 tile 80 -> 128, the fp8 one 80 ->
-  // 110).
+  // The copy issue (CopyIssue) over aligned caches: the TMA form where asked (DecodeParams::tma),
+  // eligible at the launch's shared memory and its maps encoded, else the lean form where asked
+  // (DecodeParams::lean_issue; the plain kernels only), else by copy. Each form is a twin kernel
+  // of its own: the lean issue's code in the default kernels raised their registers even where
+  // not taken (the swapped d64 tile 80 -> 128, the fp8 one 80 -> 110).
   constexpr bool kLeanable = !kExt;
   // The TMA twins, plain and extended: 16-bit caches at head_dim 64, 128 and 256, fp8 ones at
   // 128 (decode_tma.cuh).
   constexpr bool kTmaAble = kIsFp8<KV> ? D == 128 : true;
-  const bool lean = kLeanable && aligned && p.lean_issue != 0;
-  const bool tma_asked = kTmaAble && aligned && p.tma != 0;
-  // The form for a kernel of `smem` bytes of dynamic shared memory before the TMA ring's
-  // extra; taking TMA fills p's tensor maps.
-  auto pick_issue = [&](int smem) {
+  // -1 (the default) takes each form where it measured faster (tuning.h, decode_lean_issue):
+  // TMA for fp8 caches at 128; lean everywhere else but the split / stream kernel over 16-bit
+  // caches at 128.
+  const bool tma_asked = kTmaAble && aligned && (p.tma > 0 || (p.tma < 0 && kIsFp8<KV>));
+  auto lean_for = [&](bool small_kernel) {
+    const bool measured = small_kernel || D != 128 || kIsFp8<KV>;
+    return kLeanable && aligned && (p.lean_issue > 0 || (p.lean_issue < 0 && measured));
+  };
+  // The form for the small kernel (small_kernel) or the split one, of `smem` bytes of dynamic
+  // shared memory before the TMA ring's extra; taking TMA fills p's tensor maps.
+  auto pick_issue = [&](int smem, bool small_kernel) {
     if (tma_asked && decode_tma_eligible<KV, D>(p, device, smem) &&
         set_decode_tensor_maps<KV, D>(p)) {
       decode_host::count_tma_launch();
       return CopyIssue::kTma;
     }
-    return lean ? CopyIssue::kLean : CopyIssue::kByCopy;
+    return lean_for(small_kernel) ? CopyIssue::kLean : CopyIssue::kByCopy;
   };
   // f.template operator()<kAligned16, kIssue>(smem + the form's extra bytes), instantiating
   // only the twins that exist.
@@ -213,7 +218,7 @@ void launch_kernels(DecodeParams p, bool aligned, int64_t ws_bytes, int device,
                       static_cast<unsigned>(B));
       if constexpr (!kOnlySwap) {
         const dim3 block(static_cast<unsigned>(sc.warps * 32));
-        with_issue(pick_issue(sc.smem), sc.smem, [&]<bool kAl, CopyIssue kIs>(int smem) {
+        with_issue(pick_issue(sc.smem, true), sc.smem, [&]<bool kAl, CopyIssue kIs>(int smem) {
           (void)split_occupancy<T, KV, D, kAl, true, kExt, false, kIs>(device, sc.warps * 32,
                                                                       smem);
           launch_maybe_pdl(decode_small_kernel<T, KV, D, kAl, kExt, kIs>, grid, block, smem,
@@ -238,7 +243,7 @@ void launch_kernels(DecodeParams p, bool aligned, int64_t ws_bytes, int device,
   p.prefix_bytes = stream_mode ? decode_host::prefix_bytes_for(B) : 0;
   const int threads = c.warps * 32;
   const int smem_tiles = decode_host::split_smem(c, p.prefix_bytes);
-  const CopyIssue issue = pick_issue(smem_tiles);
+  const CopyIssue issue = pick_issue(smem_tiles, false);
   const int ctas = with_issue(issue, smem_tiles, [&]<bool kAl, CopyIssue kIs>(int smem) {
     if constexpr (kCanSwap) {
       if (swap) {

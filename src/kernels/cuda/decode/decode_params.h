@@ -141,7 +141,7 @@ struct DecodeParams {
   int out_aligned4 = 0;     // out rows allow 4-byte stores
   int q_aligned16 = 0;      // q rows are 16-byte aligned (small kernel: cp.async of the q tile)
   int kv_evict_first = 1;   // small kernel: K/V copies evict-first in L2 (cuda_tuning())
-  int lean_issue = 0;       // aligned plain kernels: the kLean twins (issue_tile_lean)
+  int lean_issue = -1;      // aligned plain kernels: the kLean twins (issue_tile_lean); -1 auto
   int small_interleave = 0; // small kernel: chunks take interleaved tiles (cuda_tuning())
   int small_min_tiles = 0;  // small kernel: tiles per warp below which chunks go unused (ditto)
   int fp8_hw_cvt = 0;       // fp8 caches: the hardware e4m3 conversion, P V in f16 (cuda_tuning())
@@ -182,8 +182,9 @@ struct DecodeParams {
   int head_dim = 0;
 
   // The TMA form (CopyIssue::kTma, decode_tma.cuh): 1 asks for it where eligible
-  // (decode_tma_eligible); the launcher fills the caches' tensor maps when it takes it.
-  int tma = 0;
+  // (decode_tma_eligible), -1 where measured faster (cuda_tuning().decode_tma); the launcher
+  // fills the caches' tensor maps when it takes it.
+  int tma = -1;
   int tma_prefetch = 0;  // the TMA form also asks L2 for the tile after the one it loads
   DecodeTensorMap tmap_k{};
   DecodeTensorMap tmap_v{};
