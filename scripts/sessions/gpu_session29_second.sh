@@ -4,7 +4,7 @@
 #   1. the TMA and bad-index tests, the pad / window edge tests, the decode suite (quick) on the
 #      new default; memcheck and racecheck on the default over the sweeps; the cascade test;
 #   2. the decode bench's quick rows: default (the pick) beside `copy` (the cp.async issue, the
-#      old default), `lean`, `tma`, two rounds;
+#      old default), `lean`, `tma`, and each with 3 stages (d64 defaults to 2), two rounds;
 #   3. the engine, two rounds: nano-vllm's workload and the single stream (random Qwen3-0.6B).
 #   run: bash scripts/sessions/gpu_session29_second.sh > $OUT/summary.txt 2>&1; tail -n 80 $OUT/summary.txt
 #   carry: build-carry-s29b (the six binaries of scripts/sessions/gpu_session29_first.sh; debs/)
@@ -21,10 +21,10 @@ sweeps='DecodeGpu.SweepAgainstReferenceAndCpu:DecodeGpu.ModerateBatchesAcrossKer
 room 420 "sanitizers" && both_sanitizers default "$B/kernels_decode_gpu_test" "$sweeps"
 room 440 "cascade" && run_logged cascade "$B/engine_cascade_decode_gpu_test"
 bench_round() {
-  timeout 150 "$B/gpu_decode_bench" --only decode --quick --variants 'copy,copy swap,lean,tma' \
+  timeout 150 "$B/gpu_decode_bench" --only decode --quick --variants 'copy,copy swap,lean,tma,s3,lean s3,tma s3' \
     >"$OUT/decode_r$1.log" 2>&1
   echo "decode r$1 rc=$?"
-  grep -E '"decode (default|copy|copy swap|lean|tma)"' "$OUT/decode_r$1.log" |
+  grep -E '"decode (default|copy|copy swap|lean|tma|s3|lean s3|tma s3)"' "$OUT/decode_r$1.log" |
     grep -E 'no flush|flush: read' |
     sed -E 's/.*"op": "decode ([^"]*)", "shape": "([^"]*)", "us": ([0-9.]+).*"TBps": ([0-9.]+).*"frac_copy": ([0-9.]+).*rel_l2 vs default ([^,]*), ([^"]*)".*/\2 | \1 | \3 us | \4 TB\/s | \5 | \6 | \7/' |
     head -n 200
