@@ -225,9 +225,7 @@ const DecodeVariant kDecodeVariants[] = {
     {.name = "tma noswap", .heads = 8, .stages = 0, .swap = 0, .tma = 1},
     {.name = "tma pf", .heads = 8, .stages = 0, .tma = 1, .tma_prefetch = 1},
     {.name = "tma pf swap", .heads = 8, .stages = 0, .swap = 1, .tma = 1, .tma_prefetch = 1},
-    // A third stage (the 16-bit d64 tiles default to 2): at d64 the 16-row tile's registers
-    // (118-120) hold two 8-warp CTAs an SM, which 3 stages' shared memory still allows.
-    {.name = "s3", .heads = 8, .stages = 3},
+    // A third stage with the lean and TMA forms (the plain one is "s3" below).
     {.name = "lean s3", .heads = 8, .stages = 3, .lean_issue = 1, .tma = 0},
     {.name = "tma s3", .heads = 8, .stages = 3, .tma = 1},
     {.name = "s2", .heads = 8, .stages = 2},
