@@ -36,6 +36,6 @@ room 250 "ncu d64" && {
   echo "ncu d64 rc=$?"
   ncu --import /tmp/dec_d64.ncu-rep --page details --csv >"$OUT/dec_d64_details.csv" 2>&1
   grep -E '"(Duration|DRAM Throughput|Registers Per Thread|Achieved Occupancy|Theoretical Occupancy|Block Limit Registers|Block Limit Shared Mem|Warp Cycles Per Issued Instruction|Issue Slots Busy|Grid Size|Block Size)"' \
-    "$OUT/dec_d64_details.csv" | cut -d, -f5,12- | sed -E "s/\(.*\)//; s/<[^\"]*>//" | cut -c1-160 | head -n 30
+    "$OUT/dec_d64_details.csv" | awk -F'","' '{k=$5; sub(/[<(].*/, "", k); print k " | " $(NF-2) " | " $(NF-1) " | " $NF}' | head -n 30
 }
 echo "end ${SECONDS}s"
