@@ -575,6 +575,8 @@ const Variant kVariants[] = {
     {.name = "tma", .heads = 8, .stages = 0, .tma = 1},
     {.name = "tma swap nosmall", .heads = 8, .stages = 0, .small = 0, .swap = 1, .tma = 1},
     {.name = "tma prefetch", .heads = 8, .stages = 0, .tma = 1, .tma_prefetch = 1},
+    // 3 stages everywhere (16-bit d64's default is 2: decode_d64_stages, measured faster at 3).
+    {.name = "s3", .heads = 8, .stages = 3},
 };
 
 // The TMA copy issue (decode_tma.cuh) with the small kernel on and off: the edge tests of the

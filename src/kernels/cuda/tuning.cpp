@@ -29,6 +29,7 @@ CudaTuning& cuda_tuning() {
     from_env("KVATTN_PREFILL_SM90_L2_MB", t.prefill_sm90_l2_mb, 0, 1 << 20);
     from_env("KVATTN_DECODE_HEADS_PER_CTA", t.decode_heads_per_cta, 1, 8);
     from_env("KVATTN_DECODE_STAGES", t.decode_stages, 0, 8);
+    from_env("KVATTN_DECODE_D64_STAGES", t.decode_d64_stages, 2, 8);
     from_env("KVATTN_DECODE_SMALL", t.decode_small, 0, 1);
     from_env("KVATTN_DECODE_SWAP", t.decode_swap, -1, 1);
     from_env("KVATTN_DECODE_SMALL_WARPS", t.decode_small_warps, 0, 8);

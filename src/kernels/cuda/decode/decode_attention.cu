@@ -330,12 +330,11 @@ DecodeConfig decode_config(int64_t num_kv_heads, int64_t rows, int64_t head_dim,
   c.warps = c.heads_per_cta * c.rc_per_cta;
   // Default: ~192 KB of cached bytes in flight for a CTA of 8 warps (3 stages for head_dim
   // 128; fp8: 6 and 8 for 128 and 64), whatever the cache dtype; never more than fits. 16-bit
-  // head_dim 64 takes 3 stages on the 16-row tile, 2 on the swapped one: there more resident
-  // CTAs beat deeper pipelines (H200, session 9: 96 x 4096 9/3 87.7 vs 107.0 us at 6 stages,
-  // 256 x 1024 8/8 139.3 vs 184.0), and the 16-row tile's registers (118-120) hold two 8-warp
-  // CTAs an SM, which 3 stages' 96 KB still allow, the swapped tile's (80) three, which only
-  // 2 stages allow (session 29, one process: 8 x 32768 9/3 d64 65.3 -> 59.0 us with 3, 96 x
-  // 4096 9/3 and 256 x 1024 8/8 +0.4-0.8%; docs/perf/NOTES.md). Warp-bound tiles 2 (above).
+  // head_dim 64: decode_d64_stages on the 16-row tile (2 by default; tuning.h), 2 on the
+  // swapped one: there more resident CTAs beat deeper pipelines (H200, session 9: 96 x 4096
+  // 9/3 87.7 vs 107.0 us at 6 stages, 256 x 1024 8/8 139.3 vs 184.0; docs/perf/NOTES.md), and
+  // the swapped tile's registers (80) hold three 8-warp CTAs an SM, which only 2 stages allow.
+  // Warp-bound tiles 2 (above).
   const int bytes_rule =
       (192 << 10) / (kDecodeMaxWarps * 2 * kDecodeTileKeys * static_cast<int>(head_dim) * kv_bytes);
   // fp8 on the swapped tile (kv_bytes 1, units of kDecodeSwapRows): half the stages of the
@@ -351,7 +350,8 @@ DecodeConfig decode_config(int64_t num_kv_heads, int64_t rows, int64_t head_dim,
       head_dim == 64 ? 3 : std::max(2, std::min(bytes_rule, kDecodeMaxStages) / 2);
   const int stages = stages_wanted > 0                   ? stages_wanted
                      : fp8_swap                          ? fp8_swap_stages
-                     : head_dim == 64 && kv_bytes == 2 ? (unit_rows == kDecodeSwapRows ? 2 : 3)
+                     : head_dim == 64 && kv_bytes == 2
+                         ? (unit_rows == kDecodeSwapRows ? 2 : tuning.decode_d64_stages)
                                                        : bytes_rule;
   const int fit = budget / (c.warps * c.stage_bytes);
   c.stages = std::clamp(std::min(stages, fit), 2, kDecodeMaxStages);
