@@ -170,11 +170,12 @@ struct CudaTuning {
   // loads a tile, an mbarrier per stage; sm_90a, pages of a multiple of 16 keys, 16-bit caches
   // at 64-256 and fp8 at 128; takes precedence over the lean one): by default for fp8 caches at
   // 128 only. H200, session 29, one process, rows flushed where < 4x L2, else not; TMA / lean
-  // against the cp.async issue: fp8 d128 TMA 1.02-1.06 on six shapes (lean 1.00-1.02); 16-bit
-  // d128 TMA 0.90-0.96, lean 0.98-0.99 on the split kernel but 1.08-1.11 on the small one (1x130,
-  // 1x600 in tables of 4096 keys); d64 lean 1.01-1.13 (fp8 1.05-1.08), TMA 0.96-1.13; d256 lean
-  // 1.03-1.04, TMA 0.95 (docs/perf/NOTES.md "Session 29"). Env KVATTN_DECODE_LEAN_ISSUE,
-  // KVATTN_DECODE_TMA.
+  // against the cp.async issue: fp8 d128 TMA 1.02-1.06 on five shapes (lean 1.00-1.02); 16-bit
+  // d128 TMA 0.90-0.96, lean 0.98-0.99 on the split / stream kernel; d64 lean 1.01-1.13 (fp8
+  // 1.05-1.08), TMA 0.96-1.13; d256 lean 1.03-1.04, TMA 0.95. The small kernel's short contexts:
+  // the engine's single stream (Qwen3-0.6B, d128) +1.3-2.1% with lean, 1,012-1,023 against
+  // 997-1,000 tok/s (its one-tile bench rows move +-5-10% between identical runs).
+  // docs/perf/NOTES.md "Session 29". Env KVATTN_DECODE_LEAN_ISSUE, KVATTN_DECODE_TMA.
   int decode_lean_issue = -1;
   int decode_tma = -1;
   // Decode's TMA form: 1 = each tile's issue also asks L2 for the next tile of the warp
