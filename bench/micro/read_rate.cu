@@ -4,7 +4,8 @@
 // cuDNN's decode reads 4.42-4.52 TB/s where our read ceiling (vector loads) measured 4.34.
 // Each kernel streams a 2 GiB buffer once (40x the L2) and folds what it read into one word so
 // nothing is dead; median of 15 launches after 3 warm-ups. Last, the paged decode's own
-// pattern (read_paged), loads only and with a stand-in for its math.
+// pattern (read_paged), loads only and with a stand-in for its math, beside the same bytes
+// read a page at a time by the whole CTA (read_paged_cta). `read_rate paged`: that part alone.
 //   ld      : ld.global.nc.v4 per thread, 8 in flight, grid-stride
 //   cpasync : per warp a ring of S stages of 8 KB (16 cp.async of 16 B a lane), as the decode
 //   bulk    : per CTA a ring of S stages of C bytes, one cp.async.bulk a stage by one thread
@@ -15,6 +16,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <vector>
 
 #include "kernels/cuda/hopper/sm90_ptx.cuh"  // the mbarrier wrappers
@@ -183,6 +185,52 @@ __global__ void read_paged(const uint8_t* kc, const uint8_t* vc, const int* tabl
   if (acc == 1.2345f) out[0] = 1;
 }
 
+// read_paged's bytes in another order: each page's K (16 keys x all KV heads, contiguous) and
+// then its V copied as one sweep by all of the CTA's threads (16 B a lane, consecutive lanes on
+// consecutive bytes) into a CTA-wide ring, a stage published by __syncthreads; each warp then
+// reads its head's rows as read_paged's does. The order a CTA-level page load (one TMA box of
+// all KV heads a page) would read in, against read_paged's 16 strided 128- or 256-byte rows a
+// warp (docs/notes/decode-next.md, session 29).
+template <int S>
+__global__ void read_paged_cta(const uint8_t* kc, const uint8_t* vc, const int* table,
+                               int64_t pages, int row_bytes, int chain, uint32_t* out) {
+  extern __shared__ __align__(128) uint8_t smem[];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int heads = blockDim.x >> 5;
+  const int page_bytes = 16 * heads * row_bytes;  // one tensor's page
+  const int stage_bytes = 2 * page_bytes;         // K's page, then V's
+  const int64_t p0 = pages * blockIdx.x / gridDim.x, p1 = pages * (blockIdx.x + 1) / gridDim.x;
+  int next_id = p0 < p1 ? __ldg(table + p0) : 0;
+  auto issue = [&](int64_t pg, int s) {
+    if (pg < p1) {
+      const int id = next_id;
+      next_id = pg + 1 < p1 ? __ldg(table + pg + 1) : 0;
+      const uint32_t d = smem_u32(smem + s * stage_bytes);
+      const int64_t base = int64_t{id} * page_bytes;
+      for (int o = static_cast<int>(threadIdx.x) * 16; o < page_bytes; o += blockDim.x * 16) {
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d + o), "l"(kc + base + o));
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d + page_bytes + o),
+                     "l"(vc + base + o));
+      }
+    }
+    asm volatile("cp.async.commit_group;");
+  };
+  for (int s = 0; s < S - 1; ++s) issue(p0 + s, s);
+  float acc = static_cast<float>(lane);
+  for (int64_t pg = p0, j = 0; pg < p1; ++pg, ++j) {
+    issue(pg + S - 1, static_cast<int>((j + S - 1) % S));
+    asm volatile("cp.async.wait_group %0;" ::"n"(S - 1) : "memory");
+    __syncthreads();
+    const float* st = reinterpret_cast<const float*>(smem + (j % S) * stage_bytes +
+                                                     warp * row_bytes);
+    float x = st[lane] + st[page_bytes / 4 + lane];
+    for (int i = 0; i < chain; ++i) x = fmaf(x, 0.999f, acc);
+    acc += x;
+    __syncthreads();  // the stage is reissued next iteration
+  }
+  if (acc == 1.2345f) out[0] = 1;
+}
+
 template <typename Launch>
 double time_us(Launch launch) {
   cudaEvent_t a, b;
@@ -205,7 +253,8 @@ double time_us(Launch launch) {
   return ms[ms.size() / 2] * 1e3;
 }
 
-int main() {
+int main(int argc, char** argv) {
+  const bool paged_only = argc > 1 && std::strcmp(argv[1], "paged") == 0;
   int dev = 0, sms = 0;
   CHECK(cudaGetDevice(&dev));
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
@@ -219,6 +268,7 @@ int main() {
   };
   char name[96];
   for (int per_sm : {1, 2, 4}) {
+    if (paged_only) break;
     for (int threads : {256, 512, 1024}) {
       if (per_sm * threads > 2048) continue;
       const double us = time_us([&] {
@@ -240,14 +290,17 @@ int main() {
                   warps, per_sm);
     report(name, us);
   };
-  cp_case(read_cp_async_s<3>, 3, 8, 1);
-  cp_case(read_cp_async_s<2>, 2, 8, 1);
-  cp_case(read_cp_async_s<4>, 4, 6, 1);
-  cp_case(read_cp_async_s<3>, 3, 4, 2);
-  cp_case(read_cp_async_s<2>, 2, 4, 3);
-  cp_case(read_cp_async_s<2>, 2, 3, 4);
+  if (!paged_only) {
+    cp_case(read_cp_async_s<3>, 3, 8, 1);
+    cp_case(read_cp_async_s<2>, 2, 8, 1);
+    cp_case(read_cp_async_s<4>, 4, 6, 1);
+    cp_case(read_cp_async_s<3>, 3, 4, 2);
+    cp_case(read_cp_async_s<2>, 2, 4, 3);
+    cp_case(read_cp_async_s<2>, 2, 3, 4);
+  }
   CHECK(cudaGetLastError());
   for (int chunk : {4096, 8192, 16384, 32768}) {
+    if (paged_only) break;
     for (int stages : {2, 4, 6, 12}) {
       const int smem = chunk * stages;
       if (smem > 200 * 1024 || stages > 16) continue;
@@ -281,13 +334,19 @@ int main() {
       const int64_t pages = c.keys / 16;
       const int64_t cache = pages * 16 * c.heads * c.row_bytes;
       if (2 * cache > kBytes) continue;
-      const int smem = c.stages * c.heads * 32 * c.row_bytes;
-      auto kernel = c.stages == 3 ? read_paged<3> : read_paged<2>;
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-      int fit = 0;  // a case whose CTAs do not all fit an SM at once would say the wrong thing
-      CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, kernel, c.heads * 32, smem));
-      if (fit < c.per_sm) {
-        std::printf("paged %-32s skipped: %d CTAs an SM fit, not %d\n", c.name, fit, c.per_sm);
+      const int smem = c.stages * c.heads * 32 * c.row_bytes;  // either order's ring
+      // By warp rows (read_paged, the decode's order) and by CTA page sweeps (read_paged_cta).
+      auto by_rows = c.stages == 3 ? read_paged<3> : read_paged<2>;
+      auto by_pages = c.stages == 3 ? read_paged_cta<3> : read_paged_cta<2>;
+      bool fits = true;
+      for (auto kernel : {by_rows, by_pages}) {
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        int fit = 0;  // a case whose CTAs do not all fit an SM at once would say the wrong thing
+        CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, kernel, c.heads * 32, smem));
+        fits = fits && fit >= c.per_sm;
+      }
+      if (!fits) {
+        std::printf("paged %-32s skipped: fewer than %d CTAs an SM fit\n", c.name, c.per_sm);
         continue;
       }
       std::vector<int> perm(static_cast<size_t>(pages));
@@ -306,12 +365,16 @@ int main() {
         }
         CHECK(cudaMemcpy(table, perm.data(), pages * sizeof(int), cudaMemcpyHostToDevice));
         for (int chain : {0, 256, 512, 1024}) {
-          const double us = time_us([&] {
-            kernel<<<sms * c.per_sm, c.heads * 32, smem>>>(buf, buf + cache, table, pages,
-                                                          c.row_bytes, chain, out);
-          });
-          std::printf("paged %-32s %s chain %3d %9.1f us  %6.3f TB/s\n", c.name,
-                      shuffled ? "random " : "in order", chain, us, 2 * cache / (us * 1e-6) / 1e12);
+          for (int sweep : {0, 1}) {
+            const auto kernel = sweep ? by_pages : by_rows;
+            const double us = time_us([&] {
+              kernel<<<sms * c.per_sm, c.heads * 32, smem>>>(buf, buf + cache, table, pages,
+                                                            c.row_bytes, chain, out);
+            });
+            std::printf("paged %-32s %s %s chain %3d %9.1f us  %6.3f TB/s\n", c.name,
+                        sweep ? "cta pages" : "warp rows", shuffled ? "random " : "in order",
+                        chain, us, 2 * cache / (us * 1e-6) / 1e12);
+          }
         }
       }
       CHECK(cudaFree(table));

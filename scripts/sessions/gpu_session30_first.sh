@@ -3,6 +3,9 @@
 # 16-bit d64 16-row tile (decode_d64_stages / KVATTN_DECODE_D64_STAGES=3; 2 by default until
 # this passes): session 29's bench had it at 8x32768 9/3 65.3 -> 59.0 us, 1x8192 9/3 15.2 ->
 # 14.1, 96x4096 and 256x1024 d64 +0.4-0.8%.
+#   0. bench/micro/read_rate.cu's paged part: the decode's loading order (warp rows) against
+#      whole pages swept by the CTA, loads only and with stand-in math (the d64 lead of
+#      docs/notes/decode-next.md, session 29);
 #   1. the decode suite (quick) with KVATTN_DECODE_D64_STAGES=3 (and its new "s3" variant,
 #      3 stages at every head_dim), memcheck and racecheck under it over the sweeps;
 #   2. the bench's quick rows with the knob at 3 against the default (2), one process: `s3`
@@ -13,12 +16,16 @@
 # If 1 passes and 2 holds: decode_d64_stages = 3 in tuning.h, and the same-run peers.
 #   run: bash scripts/sessions/gpu_session30_first.sh > $OUT/summary.txt 2>&1; tail -n 80 $OUT/summary.txt
 #   carry: build-carry-s30a (kernels_decode_gpu_test, gpu_decode_bench, kvattn,
-#          engine_cascade_decode_gpu_test, gpu_prefill_bench, kernels_prefill_gpu_test; debs/)
+#          engine_cascade_decode_gpu_test, gpu_prefill_bench, kernels_prefill_gpu_test; debs/;
+#          and read_rate beside them, built by `nvcc -std=c++20 -O3
+#          -gencode=arch=compute_90a,code=sm_90a -Isrc bench/micro/read_rate.cu`)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device_carried.sh
 carried_unpack build-carry-s30a
 trap pack_out EXIT
+timeout 90 build-carry-s30a/read_rate paged >"$OUT/read_rate.log" 2>&1; echo "read_rate rc=$?"
+grep -E "^paged" "$OUT/read_rate.log"
 sweeps='DecodeGpu.SweepAgainstReferenceAndCpu:DecodeGpu.ModerateBatchesAcrossKernelChoices:DecodeGpu.BadIndicesAreCaughtByTheFaultWord:DecodeGpuFeatures.RandomSweep'
 KVATTN_DECODE_D64_STAGES=3 KVATTN_GPU_TEST_QUICK=1 run_logged decode_suite_d64s3 "$B/kernels_decode_gpu_test"
 room 200 "sanitizers" && KVATTN_DECODE_D64_STAGES=3 both_sanitizers d64s3 "$B/kernels_decode_gpu_test" "$sweeps"
