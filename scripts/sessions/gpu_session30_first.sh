@@ -8,6 +8,8 @@
 #      docs/notes/decode-next.md, session 29);
 #   1. the decode suite (quick) with KVATTN_DECODE_D64_STAGES=3 (and its new "s3" variant,
 #      3 stages at every head_dim), memcheck and racecheck under it over the sweeps;
+#   1b. the engine over fp8 caches (TMA by default since session 29): engine_model_gpu_test
+#      (carried as build-carry-s30a/engine_model_gpu_test.xz) and nano-vllm at bf16 and fp8;
 #   2. the bench's quick rows with the knob at 3 against the default (2), one process: `s3`
 #      is the same configuration at d64 (the d64 rows are what to read);
 #   3. where 96x4096 9/3 d64 spends its time (0.87 of cuDNN in session 29, and neither TMA nor
@@ -17,8 +19,9 @@
 #   run: bash scripts/sessions/gpu_session30_first.sh > $OUT/summary.txt 2>&1; tail -n 80 $OUT/summary.txt
 #   carry: build-carry-s30a (kernels_decode_gpu_test, gpu_decode_bench, kvattn,
 #          engine_cascade_decode_gpu_test, gpu_prefill_bench, kernels_prefill_gpu_test; debs/;
-#          and read_rate beside them, built by `nvcc -std=c++20 -O3
-#          -gencode=arch=compute_90a,code=sm_90a -Isrc bench/micro/read_rate.cu`)
+#          engine_model_gpu_test.xz and read_rate beside them, the latter built by
+#          `nvcc -std=c++20 -O3 -gencode=arch=compute_90a,code=sm_90a -Isrc
+#          bench/micro/read_rate.cu`)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device_carried.sh
@@ -29,6 +32,19 @@ grep -E "^paged" "$OUT/read_rate.log"
 sweeps='DecodeGpu.SweepAgainstReferenceAndCpu:DecodeGpu.ModerateBatchesAcrossKernelChoices:DecodeGpu.BadIndicesAreCaughtByTheFaultWord:DecodeGpuFeatures.RandomSweep'
 KVATTN_DECODE_D64_STAGES=3 KVATTN_GPU_TEST_QUICK=1 run_logged decode_suite_d64s3 "$B/kernels_decode_gpu_test"
 room 200 "sanitizers" && KVATTN_DECODE_D64_STAGES=3 both_sanitizers d64s3 "$B/kernels_decode_gpu_test" "$sweeps"
+# The engine over fp8 caches now decodes by the TMA issue (session 29's pick): the model tests
+# (fp8 against bf16 greedy agreement, twice the blocks, prefix hits) and nano-vllm's workload
+# at bf16 and fp8 (issue 16: fp8 >= bf16 there).
+xz -dc build-carry-s30a/engine_model_gpu_test.xz >"$B/engine_model_gpu_test" &&
+  chmod +x "$B/engine_model_gpu_test"
+room 260 "engine model test" && run_logged engine_model "$B/engine_model_gpu_test"
+random_qwen3_06b
+for kv in bf16 fp8; do
+  room 300 "nano-vllm $kv" || break
+  timeout 60 "$B/kvattn" bench --model /tmp/q06 --device cuda --kv-cache-dtype $kv \
+    --single-input 16 --single-output 8 --ttft-input 16 >"$OUT/nano_$kv.log" 2>&1
+  echo "nano-vllm $kv rc=$?: $(tr '\r' '\n' < "$OUT/nano_$kv.log" | grep -E "Throughput|KV pool|blocks|single stream" | head -n 4 | tr '\n' ' ')"
+done
 for r in 1 2; do
   room 330 "decode r$r" || break
   timeout 120 "$B/gpu_decode_bench" --only decode --quick --variants 's3,copy' >"$OUT/decode_r$r.log" 2>&1
