@@ -5,7 +5,8 @@
 // Each kernel streams a 2 GiB buffer once (40x the L2) and folds what it read into one word so
 // nothing is dead; median of 15 launches after 3 warm-ups. Last, the paged decode's own
 // pattern (read_paged), loads only and with a stand-in for its math, beside the same bytes
-// read a page at a time by the whole CTA (read_paged_cta). `read_rate paged`: that part alone.
+// read a page at a time by the whole CTA (read_paged's kPages). `read_rate paged`: that part
+// alone.
 //   ld      : ld.global.nc.v4 per thread, 8 in flight, grid-stride
 //   cpasync : per warp a ring of S stages of 8 KB (16 cp.async of 16 B a lane), as the decode
 //   bulk    : per CTA a ring of S stages of C bytes, one cp.async.bulk a stage by one thread
@@ -140,93 +141,73 @@ __global__ void read_bulk(const uint8_t* src, int64_t chunks, int chunk, int sta
 // range of the concatenated pages, each page's id read one issue ahead from a block table
 // (random or identity permutation). `chain`: dependent FFMAs per tile after the stage lands
 // (a stand-in for the tile's math: 0 = loads only).
-template <int S>
+//
+// kPages: the same bytes in another order: each page's K (16 keys x all KV heads, contiguous)
+// and then its V copied as one sweep by all of the CTA's threads (16 B a lane, consecutive
+// lanes on consecutive bytes) into a CTA-wide ring, a stage published by __syncthreads; each
+// warp then reads its head's rows. The order a CTA-level page load (one TMA box of all KV
+// heads a page) would read in, against the warp's 16 strided 128- or 256-byte rows
+// (docs/notes/decode-next.md, session 29).
+template <int S, bool kPages>
 __global__ void read_paged(const uint8_t* kc, const uint8_t* vc, const int* table, int64_t pages,
                            int row_bytes, int chain, uint32_t* out) {
   extern __shared__ __align__(128) uint8_t smem[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int heads = blockDim.x >> 5;
-  const int stage_bytes = 32 * row_bytes;  // 16 keys of K, then of V
-  uint8_t* ring = smem + warp * S * stage_bytes;
+  const int page_bytes = 16 * heads * row_bytes;  // one tensor's page
+  // A stage: the warp's 16 keys of K, then of V; or (kPages) the CTA's page of K, then of V.
+  const int stage_bytes = kPages ? 2 * page_bytes : 32 * row_bytes;
+  uint8_t* ring = kPages ? smem : smem + warp * S * stage_bytes;
   const int chunks = row_bytes / 16;           // 16-byte pieces a row
   const int keys_per_copy = 32 / chunks;       // rows one copy instruction covers
-  const int64_t page_bytes = int64_t{16} * heads * row_bytes;
   const int64_t p0 = pages * blockIdx.x / gridDim.x, p1 = pages * (blockIdx.x + 1) / gridDim.x;
   const int chunk = lane % chunks, key0 = lane / chunks;
   const int64_t head_off = int64_t{warp} * row_bytes + chunk * 16;
   int next_id = p0 < p1 ? __ldg(table + p0) : 0;
+  auto copy16 = [&](uint32_t d, const uint8_t* src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src));
+  };
   auto issue = [&](int64_t pg, int s) {
     if (pg < p1) {
       const int id = next_id;
       next_id = pg + 1 < p1 ? __ldg(table + pg + 1) : 0;  // one issue ahead, as the kernel
       const uint32_t d = smem_u32(ring + s * stage_bytes);
-      for (int key = key0; key < 16; key += keys_per_copy) {
-        const int64_t src = id * page_bytes + int64_t{key} * heads * row_bytes + head_off;
-        const uint32_t o = key * row_bytes + chunk * 16;
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d + o), "l"(kc + src));
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d + 16 * row_bytes + o),
-                     "l"(vc + src));
-      }
-    }
-    asm volatile("cp.async.commit_group;");
-  };
-  for (int s = 0; s < S - 1; ++s) issue(p0 + s, s);
-  float acc = static_cast<float>(lane);
-  for (int64_t pg = p0, j = 0; pg < p1; ++pg, ++j) {
-    issue(pg + S - 1, static_cast<int>((j + S - 1) % S));
-    asm volatile("cp.async.wait_group %0;" ::"n"(S - 1) : "memory");
-    __syncwarp();
-    const float* st = reinterpret_cast<const float*>(ring + (j % S) * stage_bytes);
-    float x = st[lane] + st[lane + 32 * (row_bytes / 16)];
-    for (int i = 0; i < chain; ++i) x = fmaf(x, 0.999f, acc);
-    acc += x;
-    __syncwarp();
-  }
-  if (acc == 1.2345f) out[0] = 1;
-}
-
-// read_paged's bytes in another order: each page's K (16 keys x all KV heads, contiguous) and
-// then its V copied as one sweep by all of the CTA's threads (16 B a lane, consecutive lanes on
-// consecutive bytes) into a CTA-wide ring, a stage published by __syncthreads; each warp then
-// reads its head's rows as read_paged's does. The order a CTA-level page load (one TMA box of
-// all KV heads a page) would read in, against read_paged's 16 strided 128- or 256-byte rows a
-// warp (docs/notes/decode-next.md, session 29).
-template <int S>
-__global__ void read_paged_cta(const uint8_t* kc, const uint8_t* vc, const int* table,
-                               int64_t pages, int row_bytes, int chain, uint32_t* out) {
-  extern __shared__ __align__(128) uint8_t smem[];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int heads = blockDim.x >> 5;
-  const int page_bytes = 16 * heads * row_bytes;  // one tensor's page
-  const int stage_bytes = 2 * page_bytes;         // K's page, then V's
-  const int64_t p0 = pages * blockIdx.x / gridDim.x, p1 = pages * (blockIdx.x + 1) / gridDim.x;
-  int next_id = p0 < p1 ? __ldg(table + p0) : 0;
-  auto issue = [&](int64_t pg, int s) {
-    if (pg < p1) {
-      const int id = next_id;
-      next_id = pg + 1 < p1 ? __ldg(table + pg + 1) : 0;
-      const uint32_t d = smem_u32(smem + s * stage_bytes);
       const int64_t base = int64_t{id} * page_bytes;
-      for (int o = static_cast<int>(threadIdx.x) * 16; o < page_bytes; o += blockDim.x * 16) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d + o), "l"(kc + base + o));
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d + page_bytes + o),
-                     "l"(vc + base + o));
+      if constexpr (kPages) {
+        for (int o = static_cast<int>(threadIdx.x) * 16; o < page_bytes; o += blockDim.x * 16) {
+          copy16(d + o, kc + base + o);
+          copy16(d + page_bytes + o, vc + base + o);
+        }
+      } else {
+        for (int key = key0; key < 16; key += keys_per_copy) {
+          const int64_t src = base + int64_t{key} * heads * row_bytes + head_off;
+          const uint32_t o = key * row_bytes + chunk * 16;
+          copy16(d + o, kc + src);
+          copy16(d + 16 * row_bytes + o, vc + src);
+        }
       }
     }
     asm volatile("cp.async.commit_group;");
+  };
+  auto sync = [] {
+    if constexpr (kPages) {
+      __syncthreads();
+    } else {
+      __syncwarp();
+    }
   };
   for (int s = 0; s < S - 1; ++s) issue(p0 + s, s);
   float acc = static_cast<float>(lane);
   for (int64_t pg = p0, j = 0; pg < p1; ++pg, ++j) {
     issue(pg + S - 1, static_cast<int>((j + S - 1) % S));
     asm volatile("cp.async.wait_group %0;" ::"n"(S - 1) : "memory");
-    __syncthreads();
-    const float* st = reinterpret_cast<const float*>(smem + (j % S) * stage_bytes +
-                                                     warp * row_bytes);
-    float x = st[lane] + st[page_bytes / 4 + lane];
+    sync();
+    const float* st = reinterpret_cast<const float*>(ring + (j % S) * stage_bytes +
+                                                     (kPages ? warp * row_bytes : 0));
+    float x = st[lane] + st[lane + (kPages ? page_bytes / 4 : 32 * (row_bytes / 16))];
     for (int i = 0; i < chain; ++i) x = fmaf(x, 0.999f, acc);
     acc += x;
-    __syncthreads();  // the stage is reissued next iteration
+    sync();  // the stage is reissued next iteration
   }
   if (acc == 1.2345f) out[0] = 1;
 }
@@ -335,9 +316,9 @@ int main(int argc, char** argv) {
       const int64_t cache = pages * 16 * c.heads * c.row_bytes;
       if (2 * cache > kBytes) continue;
       const int smem = c.stages * c.heads * 32 * c.row_bytes;  // either order's ring
-      // By warp rows (read_paged, the decode's order) and by CTA page sweeps (read_paged_cta).
-      auto by_rows = c.stages == 3 ? read_paged<3> : read_paged<2>;
-      auto by_pages = c.stages == 3 ? read_paged_cta<3> : read_paged_cta<2>;
+      // By warp rows (the decode's order) and by CTA page sweeps.
+      auto by_rows = c.stages == 3 ? read_paged<3, false> : read_paged<2, false>;
+      auto by_pages = c.stages == 3 ? read_paged<3, true> : read_paged<2, true>;
       bool fits = true;
       for (auto kernel : {by_rows, by_pages}) {
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
