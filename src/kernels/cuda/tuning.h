@@ -85,12 +85,13 @@ struct CudaTuning {
   // Env KVATTN_DECODE_STAGES.
   int decode_stages = 0;
   // Decode: stages of the 16-row tile over 16-bit caches at head_dim 64 (where decode_stages is
-  // 0). 2 (default): more resident CTAs beat deeper pipelines there (session 9: 6 stages lost
-  // 18-32%). 3 measured faster (H200, session 29, one process: 8 x 32768 9/3 65.3 -> 59.0 us,
-  // 1 x 8192 9/3 15.2 -> 14.1, 96 x 4096 9/3 and 256 x 1024 8/8 +0.4-0.8%; the tile's 118-120
-  // registers hold two 8-warp CTAs an SM, which 3 stages' 96 KB still allow), but the device
-  // time ended before the test suite ran on it: 2 until it has. Env KVATTN_DECODE_D64_STAGES.
-  int decode_d64_stages = 2;
+  // 0). 3 (default since session 30): faster where a sequence is long (H200, session 29, one
+  // process: 8 x 32768 9/3 65.3 -> 59.0 us, 1 x 8192 9/3 15.2 -> 14.1; H100, session 30:
+  // 83.9 -> 79.6-79.9 and 14.8 -> 14.4), even elsewhere (96 x 4096 9/3 and 256 x 1024 8/8:
+  // H200 +0.4-0.8%, H100 -0.9% and 0.0%); the tile's 118-120 registers hold two 8-warp CTAs an
+  // SM, which 3 stages' 96 KB still allow. 2 was the pick from session 9 (6 stages lost 18-32%).
+  // The suite, memcheck and racecheck ran at 3 (session 30). Env KVATTN_DECODE_D64_STAGES.
+  int decode_d64_stages = 3;
   // Decode, stream/whole-sequence kernel: the swapped tile (S^T = K Q^T, decode_swap_tile.cuh)
   // for units of <= 8 query rows over 16-bit caches without window, softcap or ALiBi, and over
   // float8_e4m3 caches at head_dim 64/128 with or without them (decode_use_swap). -1 = 16-bit

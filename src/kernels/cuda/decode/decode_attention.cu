@@ -330,7 +330,7 @@ DecodeConfig decode_config(int64_t num_kv_heads, int64_t rows, int64_t head_dim,
   c.warps = c.heads_per_cta * c.rc_per_cta;
   // Default: ~192 KB of cached bytes in flight for a CTA of 8 warps (3 stages for head_dim
   // 128; fp8: 6 and 8 for 128 and 64), whatever the cache dtype; never more than fits. 16-bit
-  // head_dim 64: decode_d64_stages on the 16-row tile (2 by default; tuning.h), 2 on the
+  // head_dim 64: decode_d64_stages on the 16-row tile (3 by default; tuning.h), 2 on the
   // swapped one: there more resident CTAs beat deeper pipelines (H200, session 9: 96 x 4096
   // 9/3 87.7 vs 107.0 us at 6 stages, 256 x 1024 8/8 139.3 vs 184.0; docs/perf/NOTES.md), and
   // the swapped tile's registers (80) hold three 8-warp CTAs an SM, which only 2 stages allow.
