@@ -537,11 +537,18 @@ int main(int argc, char** argv) {
                                    {"1x8192", 1, 8192, 9, 3, 64},
                                    {"256x1024", 256, 1024, 8, 8, 64},
                                    {"64x4096", 64, 4096, 32, 8, 64},
-                                   {"8x32768", 8, 32768, 9, 3, 64}};
+                                   {"8x32768", 8, 32768, 9, 3, 64},
+                                   {"64x4096", 64, 4096, 16, 8, 256},
+                                   {"16x8192", 16, 8192, 16, 8, 256}};
     for (const Fp8Shape& f : fp8_shapes) {
       const std::vector<int64_t> lens(static_cast<size_t>(f.batch), f.len);
       if (twins) bench_decode(f.name, lens, f.hq, f.hkv, 16, rng, f.d);
+      // head_dim 256 over fp8: the form written in session 30 (CudaTuning::fp8_extended_forms,
+      // off by default until the GPU suite has run it), on for its rows.
+      const int saved = kvattn::cuda::cuda_tuning().fp8_extended_forms;
+      if (f.d == 256) kvattn::cuda::cuda_tuning().fp8_extended_forms = 1;
       bench_decode(f.name, lens, f.hq, f.hkv, 16, rng, f.d, true);
+      kvattn::cuda::cuda_tuning().fp8_extended_forms = saved;
     }
   }
   if (only == "small") {

@@ -32,6 +32,12 @@ using test::pick;
 using test::uniform_int;
 
 const Device kGpu = Device::cuda(0);
+// fp8 at head_dim 256 (CudaTuning::fp8_extended_forms, off by default until this suite has run
+// it on a GPU) is under test here: on for every test of this binary.
+[[maybe_unused]] const bool kFp8ExtendedFormsOn = [] {
+  cuda::cuda_tuning().fp8_extended_forms = 1;
+  return true;
+}();
 
 #define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
 
@@ -409,8 +415,10 @@ void sweep(int cases, bool fp8 = false) {
     DecodeCase dc;
     dc.dt = c % 2 ? DType::kBF16 : DType::kF16;
     dc.d = (c / 2) % 2 ? 128 : 64;
-    // 16-bit caches only: 256 (the swapped tile), 80 and 96 (padded 128 tiles).
-    if (!fp8 && (c / 2) % 3 == 2) dc.d = std::vector<int64_t>{256, 80, 96}[(c / 6) % 3];
+    // 256 (the swapped tile); 16-bit caches only: 80 and 96 (padded 128 tiles).
+    if ((c / 2) % 3 == 2 && (!fp8 || (c / 6) % 3 == 0)) {
+      dc.d = std::vector<int64_t>{256, 80, 96}[(c / 6) % 3];
+    }
     dc.bs = pages[(c / 4) % pages.size()];
     dc.group = std::vector<int64_t>{1, 2, 4, 8}[(c / 24) % 4];
     dc.hkv = pick(rng, std::vector<int64_t>{1, 2, 3});
@@ -446,10 +454,11 @@ TEST(DecodeGpu, Fp8CacheSweepAgainstReferenceOnStoredBytes) {
 // Every finite e4m3 code reads exactly (subnormals and +-448 included): one key per sequence,
 // so the output is that key's V row (softmax of one score is 1), and a one-hot query on dim b
 // makes sequence b's LSE the K code at dim b times the scale (1). 256 codes over the KV heads;
-// the two NaN codes are replaced by zeros of the same sign.
+// the two NaN codes are replaced by zeros of the same sign. (head_dim 256: one KV head, the
+// swapped tile.)
 void fp8_codes_read_exactly() {
   for (DType dt : {DType::kBF16, DType::kF16}) {
-    for (int64_t d : {64, 128}) {
+    for (int64_t d : {64, 128, 256}) {
       SCOPED_TRACE(std::string(dtype_name(dt)) + " d " + std::to_string(d));
       const int64_t hkv = 256 / d, B = d, bs = 16;
       Tensor caches = Tensor::empty({2 * bs * hkv * d}, DType::kU8);
@@ -1192,8 +1201,10 @@ DecodeCase feature_case(int c, std::mt19937_64& rng, bool fp8) {
   DecodeCase dc;
   dc.dt = c % 2 ? DType::kBF16 : DType::kF16;
   dc.d = (c / 2) % 2 ? 128 : 64;
-  // 16-bit caches only: 256 (the swapped tile), 80 and 96 (padded 128 tiles).
-  if (!fp8 && (c / 2) % 3 == 2) dc.d = std::vector<int64_t>{256, 80, 96}[(c / 6) % 3];
+  // 256 (the swapped tile); 16-bit caches only: 80 and 96 (padded 128 tiles).
+  if ((c / 2) % 3 == 2 && (!fp8 || (c / 6) % 3 == 0)) {
+    dc.d = std::vector<int64_t>{256, 80, 96}[(c / 6) % 3];
+  }
   dc.bs = std::vector<int64_t>{1, 16, 256}[(c / 4) % 3];
   dc.group = std::vector<int64_t>{1, 2, 3, 4, 6, 8}[(c / 12) % 6];
   dc.hkv = pick(rng, std::vector<int64_t>{1, 2, 3});

@@ -267,6 +267,102 @@ TEST(Fp8KvCache, PagedPrefillMatchesReferenceOnStoredBytes) {
   }
 }
 
+// Window, softcap and ALiBi over fp8 caches, head_dim 256 / 80 / 96 among them: decode and
+// paged prefill against the float64 reference on the stored bytes (the CPU backend is the
+// reference of the GPU tests for these forms: KVATTN_FP8_EXTENDED_FORMS). k_scale changes
+// the raw scores' units, so a softcap or slope folded in the wrong units shows here.
+TEST(Fp8KvCache, FeaturesAndWideHeadsMatchReferenceOnStoredBytes) {
+  for (int c = 0; c < test::case_count(24, 8); ++c) {
+    const uint64_t seed = test::case_seed();
+    std::mt19937_64 rng(seed);
+    const DType dt = uniform_int(rng, 0, 1) ? DType::kF32 : DType::kBF16;
+    const int64_t group = test::pick(rng, std::vector<int64_t>{1, 3, 4});
+    const int64_t hkv = uniform_int(rng, 1, 2), H = hkv * group;
+    const int64_t d = std::vector<int64_t>{256, 80, 96, 64}[c % 4];
+    const int64_t bs = test::pick(rng, std::vector<int64_t>{1, 16, 5});
+    const bool decode = c % 2 == 0;
+    test::RefMask mask;
+    if (uniform_int(rng, 0, 2) != 0) mask.window_left = test::pick(rng, std::vector<int64_t>{0, 7, 40});
+    if (uniform_int(rng, 0, 2) == 0) mask.window_right = test::pick(rng, std::vector<int64_t>{0, 3});
+    if (uniform_int(rng, 0, 1) == 0) mask.softcap = test::pick(rng, std::vector<double>{2.0, 10.0});
+    Tensor slopes;
+    if (uniform_int(rng, 0, 1) == 0) {
+      slopes = random_scales(rng, H, 0.01f, 0.5f);
+      for (int64_t h = 0; h < H; ++h) mask.alibi.push_back(slopes.ptr<float>()[h]);
+    }
+    const bool causal = uniform_int(rng, 0, 3) != 0;  // overrides a right bound (flash-attn)
+    const int64_t batch = test::pick(rng, std::vector<int64_t>{1, 3});
+    const int64_t q_len = decode ? test::pick(rng, std::vector<int64_t>{1, 2}) : 0;
+    std::vector<int64_t> lens = draw_lens(rng, batch, q_len);
+    std::vector<int64_t> cu_q{0}, cu_k{0};
+    for (int64_t b = 0; b < batch; ++b) {
+      const int64_t lq = decode ? q_len : uniform_int(rng, 0, lens[b]);
+      cu_q.push_back(cu_q.back() + lq);
+      cu_k.push_back(cu_k.back() + lens[b]);
+    }
+    std::ostringstream what;
+    what << (decode ? "decode " : "prefill ") << dt << " G" << group << " bs" << bs << " D" << d
+         << (causal ? " causal" : "") << " window (" << mask.window_left << ", "
+         << mask.window_right << ") softcap " << mask.softcap << " alibi " << !mask.alibi.empty();
+    SCOPED_TRACE(test::case_note(c, seed, what.str()));
+    Fp8Case fc = make_fp8_case(rng, hkv, d, bs, lens);
+    const int64_t total_q = cu_q.back();
+    test::RowBuffer q = test::make_rows(total_q, H, d, dt, uniform_int(rng, 0, 5));
+    test::fill_random(q.view, rng, -4.0f, 4.0f);  // scores large enough for the cap to bite
+    test::RowBuffer out = test::make_rows(total_q, H, d, dt, 0);
+    Tensor lse = Tensor::empty({H, total_q}, DType::kF32);
+    test::poison(lse.view());
+    const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+    test::RefAttention ref;
+    if (decode) {
+      Tensor seqlens = test::int_tensor(lens);
+      DecodeArgs a;
+      a.q = q.view;
+      a.k_cache = fc.kv.k_cache;
+      a.v_cache = fc.kv.v_cache;
+      a.k_scale = fc.k_scale.view();
+      a.v_scale = fc.v_scale.view();
+      a.block_table = fc.kv.block_table;
+      a.cache_seqlens = seqlens.view();
+      a.q_len = q_len;
+      a.causal = causal;
+      a.window_left = mask.window_left;
+      a.window_right = mask.window_right;
+      a.softcap = static_cast<float>(mask.softcap);
+      if (slopes.defined()) a.alibi_slopes = slopes.view();
+      a.out = out.view;
+      a.lse = lse.view();
+      ASSERT_NO_THROW(decode_attention(a));
+      ref = test::decode_reference(q.view, fc.k_deq.view(), fc.v_deq.view(), fc.kv.block_table,
+                                   seqlens.view(), q_len, scale, causal, mask);
+    } else {
+      Tensor tq = test::int_tensor(cu_q), tk = test::int_tensor(cu_k);
+      PrefillArgs a;
+      a.q = q.view;
+      a.k = fc.kv.k_cache;
+      a.v = fc.kv.v_cache;
+      a.k_scale = fc.k_scale.view();
+      a.v_scale = fc.v_scale.view();
+      a.block_table = fc.kv.block_table;
+      a.cu_seqlens_q = tq.view();
+      a.cu_seqlens_k = tk.view();
+      a.causal = causal;
+      a.window_left = mask.window_left;
+      a.window_right = mask.window_right;
+      a.softcap = static_cast<float>(mask.softcap);
+      if (slopes.defined()) a.alibi_slopes = slopes.view();
+      a.out = out.view;
+      a.lse = lse.view();
+      ASSERT_NO_THROW(prefill_attention(a));
+      ref = test::paged_prefill_reference(q.view, fc.k_deq.view(), fc.v_deq.view(),
+                                          fc.kv.block_table, cu_q, cu_k, scale, causal, mask);
+    }
+    test::expect_attention_close(ref, out.view, lse.view(), "fp8 cache with features",
+                                 what.str());
+    if (::testing::Test::HasFailure()) return;
+  }
+}
+
 // ---- end to end: fp8 against bf16 caches on the same random keys ----
 
 TEST(Fp8KvCache, EndToEndErrorAgainstBf16CacheIsPrinted) {

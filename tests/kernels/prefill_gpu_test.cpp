@@ -1300,9 +1300,40 @@ TEST(PrefillGpuFeatures, WindowSkipsTilesBeforeIt) {
   }
 }
 
-// float8_e4m3 caches with a window (or softcap, ALiBi, head_dim 80/96/256) are refused, by
-// name, before any launch.
-TEST(PrefillGpuFeatures, Fp8WithFeaturesIsAReadableError) {
+// Paged float8_e4m3 caches with window / softcap / ALiBi and head_dim 64-256 (the extended
+// kernel over fp8 codes; CudaTuning::fp8_extended_forms), with and without scales (k_scale
+// folds into the modifiers' units: ScoreMods::fold_key_scale), against the CPU backend on the
+// same codes.
+TEST(PrefillGpuFeatures, Fp8PagedSweep) {
+  const TuningRestore restore;
+  cuda::cuda_tuning().fp8_extended_forms = 1;
+  const bool quick = test::quick_mode();
+  int index = 0;
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    for (int64_t d : kFeatureHeadDims) {
+      for (bool causal : {true, false}) {
+        for (int i = 0; i < (quick ? 1 : 2); ++i, ++index) {
+          if (!test::case_selected(index)) continue;
+          const uint64_t seed = test::case_seed();
+          std::mt19937_64 rng(seed);
+          PrefillCase c = random_case(rng, dt, d, causal, /*paged=*/true, quick);
+          add_random_features(rng, c);
+          c.fp8 = true;
+          c.fp8_scales = index % 2 == 0;
+          SCOPED_TRACE(test::case_note(index, seed, c.describe()));
+          run_case(c, rng, std::string("prefill features paged fp8 ") + std::string(dtype_name(dt)));
+          if (HasFatalFailure()) return;
+        }
+      }
+    }
+  }
+}
+
+// Until CudaTuning::fp8_extended_forms is on, float8_e4m3 caches with a window (or softcap,
+// ALiBi, head_dim 80/96/256) are refused, by name, before any launch.
+TEST(PrefillGpuFeatures, Fp8WithFeaturesIsAReadableErrorWhenOff) {
+  const TuningRestore restore;
+  cuda::cuda_tuning().fp8_extended_forms = 0;
   const uint64_t seed = test::case_seed();
   std::mt19937_64 rng(seed);
   FaultSetup f;

@@ -31,7 +31,8 @@ namespace kvattn {
 // -slope[h] * |i + Lk - Lq - j| added, slope[h] the slope of query head h (of sequence b for
 // [num_seqs, num_heads] slopes); the lse includes it.
 // Window, softcap and ALiBi run on the CPU and on CUDA (where they, and head_dim 80/96/256,
-// take the mma.sync kernel, not the Hopper one; not with float8_e4m3 caches). On CUDA the
+// take the mma.sync kernel, not the Hopper one; with float8_e4m3 caches only where the
+// environment sets KVATTN_FP8_EXTENDED_FORMS=1, EXPERIMENTAL: not yet run on a GPU). On CUDA the
 // alibi_slopes values are not checked (a non-finite slope gives non-finite rows).
 // GQA: query head h reads KV head h / (num_heads / num_kv_heads).
 struct PrefillArgs {

@@ -19,6 +19,7 @@
 #include "kernels/backend.h"
 #include "kernels/cuda/device_faults.cuh"
 #include "kernels/cuda/hopper/prefill_sm90_launch.h"
+#include "kernels/cuda/tuning.h"
 #include "kernels/cuda/prefill_launch.h"
 
 namespace kvattn::cuda {
@@ -165,9 +166,13 @@ void prefill_attention(const PrefillArgs& a, const AttentionShape& s) {
   const bool features = s.window_left >= 0 || (s.window_right >= 0 && !a.causal) ||
                         s.softcap > 0.0f || a.alibi_slopes.defined();
   const bool ext = features || (s.head_dim != 64 && s.head_dim != 128);
-  KVATTN_CHECK(!(ext && fp8), kFn,
+  // fp8 with window / softcap / ALiBi / head_dim 80, 96, 256: the extended sm_80 kernel over
+  // fp8 codes, written without a device (session 30): refused unless
+  // CudaTuning::fp8_extended_forms turns it on (tuning.h).
+  KVATTN_CHECK(!(ext && fp8) || cuda_tuning().fp8_extended_forms != 0, kFn,
                ": float8_e4m3 caches are not supported on the GPU together with window_size, "
-               "softcap, alibi_slopes or head_dim ", s.head_dim, " yet");
+               "softcap, alibi_slopes or head_dim ", s.head_dim, " yet (written, not yet run on "
+               "a GPU: KVATTN_FP8_EXTENDED_FORMS=1 turns it on)");
   const bool sm90 = !fp8 && prefill_sm90_eligible(p, s.paged, a.q.device.index, features);
   auto with_dtype = [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -189,6 +194,16 @@ void prefill_attention(const PrefillArgs& a, const AttentionShape& s) {
           launch_prefill_sm90<T, 256, causal.value, paged.value>(p, stream);
         });
       });
+      return;
+    }
+    if (ext && fp8) {  // paged only
+      if (s.head_dim == 64) {
+        launch_prefill_ext<T, 64, true, true>(p, stream);
+      } else if (s.head_dim == 256) {
+        launch_prefill_ext<T, 256, true, true>(p, stream);
+      } else {  // 80, 96, 128
+        launch_prefill_ext<T, 128, true, true>(p, stream);
+      }
       return;
     }
     if (ext) {

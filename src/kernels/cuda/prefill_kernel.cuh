@@ -119,7 +119,7 @@ template <typename T, class Tile, bool kCausal, bool kPaged, bool kFp8 = false, 
 __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
     prefill_kernel(const __grid_constant__ PrefillParams p) {
   static_assert(kPaged || !kFp8, "fp8 caches are paged");
-  static_assert(!kExt || (!kCausal && !kFp8), "kExt: causal is the window's right bound");
+  static_assert(!kExt || !kCausal, "kExt: causal is the window's right bound");
   using KV = std::conditional_t<kFp8, uint8_t, T>;  // the caches' element type
   constexpr int D = Tile::kHeadDim;
   constexpr int BM = Tile::kBlockM;
@@ -202,6 +202,9 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
       scale_log2 *= ks;
     }
     if (p.v_scale != nullptr) v_scale = __ldg(p.v_scale + kv_head);
+    if constexpr (kExt) {
+      if (p.k_scale != nullptr) mods.fold_key_scale(__ldg(p.k_scale + kv_head));
+    }
   }
   const T* q_ptr = static_cast<const T*>(p.q) + static_cast<int64_t>(q_begin) * p.q_stride +
                    static_cast<int64_t>(h) * hd;
@@ -581,9 +584,10 @@ void launch_prefill(const PrefillParams& p, cudaStream_t stream) {
                       kFp8>(p, stream);
 }
 
-template <typename T, int kTileDim, bool kPaged>
+template <typename T, int kTileDim, bool kPaged, bool kFp8>
 void launch_prefill_ext(const PrefillParams& p, cudaStream_t stream) {
-  launch_prefill_tile<T, typename ExtPrefillTile<kTileDim>::type, false, kPaged, false, true>(
+  static_assert(kPaged || !kFp8, "fp8 caches are paged");
+  launch_prefill_tile<T, typename ExtPrefillTile<kTileDim>::type, false, kPaged, kFp8, true>(
       p, stream);
 }
 

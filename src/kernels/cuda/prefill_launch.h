@@ -22,9 +22,10 @@ template <typename T, int kHeadDim, bool kCausal, bool kPaged, bool kFp8 = false
 void launch_prefill(const PrefillParams& p, cudaStream_t stream);
 
 // The extended kernels (prefill_kernel.cuh, kExt): window (causal = right bound 0), softcap,
-// ALiBi, and p.head_dim <= kTileDim (64: 64; 128: 80, 96, 128; 256: 256). 16-bit K/V only.
-// Instantiated by prefill_ext_inst_*.cu.
-template <typename T, int kTileDim, bool kPaged>
+// ALiBi, and p.head_dim <= kTileDim (64: 64; 128: 80, 96, 128; 256: 256). kFp8 (paged only):
+// float8_e4m3 caches. Instantiated by prefill_ext_inst_*.cu (16-bit K/V) and
+// prefill_ext_fp8_inst_*.cu (fp8).
+template <typename T, int kTileDim, bool kPaged, bool kFp8 = false>
 void launch_prefill_ext(const PrefillParams& p, cudaStream_t stream);
 
 }  // namespace kvattn::cuda

@@ -90,6 +90,15 @@ struct ScoreMods {
     mask_below = static_cast<int>((lower + kBlockN - 1) / kBlockN);   // n BN < lower
   }
 
+  // Scores in float8_e4m3 code units (an fp8 cache's K read as codes, k_scale folded into the
+  // softmax scale): raw = codes x ks, so the modifiers' units change by ks (the same
+  // documented scores come out).
+  __device__ __forceinline__ void fold_key_scale(float ks) {
+    cap_in *= ks;
+    cap_out /= ks;
+    alibi /= ks;
+  }
+
   __device__ __forceinline__ bool tile_needs_mask(int n) const {
     return n >= mask_from || n < mask_below;
   }

@@ -125,9 +125,9 @@ SmallConfig small_config(int64_t num_kv_heads, int64_t rows, int64_t head_dim, i
 namespace {
 
 // The one dispatch point: q dtype x cache dtype x head_dim. Supported: bf16, fp16 queries over
-// caches of their own dtype or float8_e4m3 (KV = uint8_t), head_dim 64 and 128; head_dim 256
-// over 16-bit caches (the swapped tile of the stream kernel only: no small-batch kernel);
-// head_dim 80 and 96 over 16-bit caches on the 128 tiles (decode_tile_dim; stream kernel).
+// caches of their own dtype or float8_e4m3 (KV = uint8_t), head_dim 64, 128 and 256 (256: the
+// swapped tile of the stream kernel only, no small-batch kernel); head_dim 80 and 96 over
+// 16-bit caches on the 128 tiles (decode_tile_dim; stream kernel).
 template <typename Fn>
 void dispatch(DType dtype, DType cache_dtype, int64_t head_dim, Fn&& fn) {
   KVATTN_CHECK(dtype == DType::kBF16 || dtype == DType::kF16,
@@ -138,12 +138,7 @@ void dispatch(DType dtype, DType cache_dtype, int64_t head_dim, Fn&& fn) {
   const bool bf16 = dtype == DType::kBF16;
   const bool fp8 = cache_dtype == DType::kF8E4M3;
   auto with_d = [&]<int D>() {
-    if constexpr (D == 256) {
-      KVATTN_CHECK(!fp8, "decode_attention: head_dim 256 over a float8_e4m3 cache is not "
-                         "supported on CUDA (16-bit caches only)");
-      bf16 ? fn.template operator()<__nv_bfloat16, __nv_bfloat16, D>()
-           : fn.template operator()<__half, __half, D>();
-    } else if (bf16) {
+    if (bf16) {
       fp8 ? fn.template operator()<__nv_bfloat16, uint8_t, D>()
           : fn.template operator()<__nv_bfloat16, __nv_bfloat16, D>();
     } else {
@@ -363,12 +358,10 @@ int decode_parts(int device, const DecodeConfig& c, int64_t head_dim, int64_t nu
   const int smem = split_smem(c, prefix_bytes_for(num_seqs));
   int ctas = 0;
   if (fp8_swap) {
-    KVATTN_CHECK(head_dim == 64 || head_dim == 128, "decode_parts: the fp8 swapped tile runs "
-                 "head_dim 64 and 128, not ", head_dim);
+    KVATTN_CHECK(head_dim == 64 || head_dim == 128 || head_dim == 256, "decode_parts: the fp8 "
+                 "swapped tile runs head_dim 64, 128 and 256, not ", head_dim);
     dispatch(DType::kBF16, DType::kF8E4M3, head_dim, [&]<typename T, typename KV, int D>() {
-      if constexpr (D == 64 || D == 128) {
-        ctas = DecodeKernels<T, KV, D>::stream_ctas(device, c.warps * 32, smem, true);
-      }
+      ctas = DecodeKernels<T, KV, D>::stream_ctas(device, c.warps * 32, smem, true);
     });
   } else {
     dispatch(DType::kBF16, DType::kBF16, head_dim, [&]<typename T, typename KV, int D>() {
@@ -401,6 +394,12 @@ void decode_attention(const DecodeArgs& args, const AttentionShape& shape) {
                    shape.num_seqs < (int64_t{1} << 30),
                fn, ": sizes past the CUDA kernel's 32-bit indexing (capacity ", capacity,
                ", num_blocks ", shape.num_blocks, ")");
+  // fp8 at head_dim 256 (the swapped tile over fp8 codes), written without a device (session
+  // 30): refused unless CudaTuning::fp8_extended_forms turns it on (tuning.h).
+  KVATTN_CHECK(args.k_cache.dtype != DType::kF8E4M3 || shape.head_dim != 256 ||
+                   cuda_tuning().fp8_extended_forms != 0,
+               fn, ": head_dim 256 over a float8_e4m3 cache is not supported on CUDA yet "
+               "(written, not yet run on a GPU: KVATTN_FP8_EXTENDED_FORMS=1 turns it on)");
 
   DecodeParams p;
   p.q = args.q.data;

@@ -58,7 +58,7 @@ namespace kvattn::cuda {
 
 template <int D>
 struct Fp8Tile {
-  static_assert(D == 64 || D == 128, "fp8 decode tiles: head_dim 64 or 128");
+  static_assert(D == 64 || D == 128 || D == 256, "fp8 decode tiles: head_dim 64, 128 or 256");
   static constexpr int kChunks = D / 16;                          // 16-byte chunks per row
   static constexpr int kRowBytes = D;
   static constexpr int kPitch = decode_tile_pitch(D, 1);

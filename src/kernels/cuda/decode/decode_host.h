@@ -91,5 +91,7 @@ extern template struct DecodeKernels<__nv_bfloat16, uint8_t, 64>;
 extern template struct DecodeKernels<__nv_bfloat16, uint8_t, 128>;
 extern template struct DecodeKernels<__half, uint8_t, 64>;
 extern template struct DecodeKernels<__half, uint8_t, 128>;
+extern template struct DecodeKernels<__nv_bfloat16, uint8_t, 256>;
+extern template struct DecodeKernels<__half, uint8_t, 256>;
 
 }  // namespace kvattn::cuda

@@ -126,12 +126,13 @@ void launch_kernels(DecodeParams p, bool aligned, int64_t ws_bytes, int device,
                     cudaStream_t stream, bool pdl) {
   constexpr int kKvBytes = static_cast<int>(sizeof(KV));
   const DType cache_dtype = kIsFp8<KV> ? DType::kF8E4M3 : DType::kBF16;
-  // The swapped tile (decode_swap_tile.cuh; decode_use_swap): head_dim 256 always; head_dim
-  // 128 (or any, by the knob) for plain units of <= 8 rows over 16-bit caches; fp8 caches at 64
-  // and 128, plain and extended, by the knob (kDecodeFp8SwapDefault). (16-bit caches take the
-  // extended form of the swapped tile only at 256: no other instantiation of it.)
+  // The swapped tile (decode_swap_tile.cuh; decode_use_swap): head_dim 256 always (16-bit and
+  // fp8 caches, plain and extended); head_dim 128 (or any, by the knob) for plain units of <= 8
+  // rows over 16-bit caches; fp8 caches at 64 and 128, plain and extended, by the knob
+  // (kDecodeFp8SwapDefault). (16-bit caches take the extended form of the swapped tile only at
+  // 256: no other instantiation of it.)
   constexpr bool kOnlySwap = D == 256;
-  constexpr bool kCanSwap = kIsFp8<KV> ? (D == 64 || D == 128) : (!kExt || kOnlySwap);
+  constexpr bool kCanSwap = kIsFp8<KV> || !kExt || kOnlySwap;
   const bool swap =
       kCanSwap && decode_use_swap(cuda_tuning().decode_swap, p.rows, D, kIsFp8<KV>, kExt);
   // The copy issue (CopyIssue) over aligned caches: the TMA form where asked (DecodeParams::tma),
@@ -322,9 +323,9 @@ int DecodeKernels<T, KV, D>::small_ctas(int device, int threads, int smem) {
 
 template <typename T, typename KV, int D>
 int DecodeKernels<T, KV, D>::stream_ctas(int device, int threads, int smem, bool swap) {
-  // As launch_kernels' plain form: the swapped tile at every head_dim over 16-bit caches, at 64
-  // and 128 over fp8 ones; the 16-row tile at all but 256.
-  constexpr bool kCanSwap = kIsFp8<KV> ? (D == 64 || D == 128) : true;
+  // As launch_kernels' plain form: the swapped tile at every head_dim, the 16-row tile at all
+  // but 256.
+  constexpr bool kCanSwap = true;
   constexpr bool kCanPlain = D != 256;
   if (swap) {
     if constexpr (kCanSwap) {

@@ -245,20 +245,21 @@ inline constexpr bool kDecodeFp8SwapDefault = true;
 // query rows per KV head at tile dim `tile_dim` over a 16-bit or fp8 cache, extended (window,
 // softcap, ALiBi, leftpad) or not, given the knob cuda_tuning().decode_swap (-1 default, 0
 // never, 1 wherever the tile exists). 16-bit caches: head_dim 256 always; plain units of <= 8
-// rows, by default at tile dim 128 (80 and 96 included). fp8 caches: units of <= 8 rows at 64
-// and 128, plain and extended, by default where kDecodeFp8SwapDefault says.
+// rows, by default at tile dim 128 (80 and 96 included). fp8 caches: 256 always; units of <= 8
+// rows at 64 and 128, plain and extended, by default where kDecodeFp8SwapDefault says.
 inline bool decode_use_swap(int knob, int64_t rows, int64_t tile_dim, bool fp8, bool ext) {
-  if (fp8) {  // fp8 caches: the swapped tile exists at head_dim 64 and 128 only
+  if (tile_dim == 256) return true;  // the only tile at 256 (16-bit and fp8 caches)
+  if (fp8) {  // fp8 caches at head_dim 64 and 128: by the knob
     const bool on = knob == 1 || (knob < 0 && kDecodeFp8SwapDefault);
     return on && rows <= kDecodeSwapRows && (tile_dim == 64 || tile_dim == 128);
   }
-  if (tile_dim == 256) return true;
   if (rows > kDecodeSwapRows) return false;
   return !ext && (knob == 1 || (knob < 0 && tile_dim == 128));
 }
 
 // Stream-mode CTAs per slice on `device`: resident CTAs (occupancy) over slices. fp8_swap: of
-// the fp8 swapped tile's kernel (c from decode_config with kv_bytes 1, kDecodeSwapRows),
+// the fp8 swapped tile's kernel (c from decode_config with kv_bytes 1, kDecodeSwapRows; head_dim
+// 64, 128 or 256),
 // else of the 16-bit 16-row kernel (256: the swapped one).
 int decode_parts(int device, const DecodeConfig& c, int64_t head_dim, int64_t num_seqs,
                  bool fp8_swap = false);

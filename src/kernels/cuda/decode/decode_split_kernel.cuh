@@ -102,7 +102,8 @@ template <typename T, typename KV, int D, bool kAligned16, bool kExt = false, bo
           CopyIssue kIssue = CopyIssue::kByCopy>
 __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     decode_kernel(const __grid_constant__ DecodeParams p) {
-  static_assert(!kSwap || !kIsFp8<KV> || D == 64 || D == 128, "fp8 swapped tile: d64 / d128");
+  static_assert(!kSwap || !kIsFp8<KV> || D == 64 || D == 128 || D == 256,
+                "fp8 swapped tile: d64 / d128 / d256");
   constexpr bool kTma = kIssue == CopyIssue::kTma;
   static_assert(!kTma || (kAligned16 && (!kIsFp8<KV> || D == 128)),
                 "TMA: aligned 16-bit caches, or fp8 ones at head_dim 128");

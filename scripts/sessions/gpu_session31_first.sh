@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Written in session 30, when the device stopped lending after two calls. The fp8 forms written
+# then without a GPU (CudaTuning::fp8_extended_forms, off by default; the tests and this script
+# turn it on), first run:
+#   - decode at head_dim 256 over float8_e4m3 caches (the swapped tile over fp8 codes; plain and
+#     extended): the decode suite (its sweeps now draw fp8 d256 cases; Fp8CodesReadExactly reads
+#     all 256 codes at d256), memcheck and racecheck over the fp8 sweeps;
+#   - the paged prefill over fp8 caches with window / softcap / ALiBi / head_dim 80, 96, 256
+#     (the extended sm_80 kernel over fp8 codes, k_scale folded into the modifiers):
+#     PrefillGpuFeatures.Fp8PagedSweep (full), the rest of the features suite and the fp8 paged
+#     sweep as regression (launch_prefill_ext gained a template argument), both sanitizers;
+#   - the bench's fp8 rows beside their bf16 twins (`--only fp8`; the two d256 rows are new).
+# If all pass: fp8_extended_forms = 1 by default (tuning.h), the engine's fp8 gate
+# (src/engine/model/model.cpp) relaxed to head_dim 80 / 96 only (the decode has no fp8 at
+# 80 / 96), tests/engine/gemma_test.cpp's refusals updated, and the same-run peers
+# (`TESTS=0 PEERS_TIMEOUT=340 bash scripts/gpu_decode_peers.sh` with
+# KVATTN_FP8_EXTENDED_FORMS=1 fills the d256 fp8 rows).
+#   run: bash scripts/sessions/gpu_session31_first.sh > $OUT/summary.txt 2>&1; tail -n 80 $OUT/summary.txt
+#   carry: build-carry-s31a (kernels_decode_gpu_test, kernels_prefill_gpu_test, gpu_decode_bench,
+#          engine_cascade_decode_gpu_test; debs/)
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+source scripts/device_carried.sh
+carried_unpack build-carry-s31a
+trap pack_out EXIT
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
+KVATTN_GPU_TEST_QUICK=1 run_logged decode_suite "$B/kernels_decode_gpu_test"
+grep -E "d=256|D256|d 256" "$OUT/decode_suite.log" | grep -i fp8 | head -n 4
+fp8_decode='DecodeGpu.Fp8CacheSweepAgainstReferenceOnStoredBytes:DecodeGpu.Fp8CodesReadExactly:DecodeGpuFeatures.Fp8CacheRandomSweep'
+room 150 "decode sanitizers" && both_sanitizers fp8_decode "$B/kernels_decode_gpu_test" "$fp8_decode"
+room 220 "prefill fp8 features" &&
+  run_logged prefill_fp8_features "$B/kernels_prefill_gpu_test" \
+    --gtest_filter='PrefillGpuFeatures.*:PrefillGpu.Fp8PagedSweep'
+room 300 "prefill sanitizers" &&
+  both_sanitizers fp8_prefill "$B/kernels_prefill_gpu_test" 'PrefillGpuFeatures.Fp8PagedSweep'
+room 360 "prefill suite" && KVATTN_GPU_TEST_QUICK=1 run_logged prefill_suite "$B/kernels_prefill_gpu_test"
+room 400 "cascade" && KVATTN_GPU_TEST_QUICK=1 run_logged cascade "$B/engine_cascade_decode_gpu_test"
+room 430 "fp8 bench" && {
+  timeout 120 "$B/gpu_decode_bench" --only fp8 --reps 30 >"$OUT/decode_fp8.log" 2>&1
+  echo "fp8 bench rc=$?"
+  grep -v '^{' "$OUT/decode_fp8.log" | grep -E "^decode" | head -n 30
+}
+echo "end ${SECONDS}s"
