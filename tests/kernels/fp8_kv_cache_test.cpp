@@ -171,6 +171,69 @@ std::vector<int64_t> draw_lens(std::mt19937_64& rng, int64_t batch, int64_t min_
   return lens;
 }
 
+// The score modifiers of a case: causal, window, softcap (RefMask's) and ALiBi (the slopes as
+// a float32 [num_heads] tensor beside RefMask's copy).
+struct Fp8Mods {
+  bool causal = true;
+  test::RefMask mask;
+  Tensor slopes;
+};
+
+// The fields DecodeArgs and PrefillArgs share: fc's scales and block table, the modifiers,
+// the outputs.
+template <typename Args>
+void set_shared_args(Args& a, const Fp8Case& fc, const Fp8Mods& mods, const TensorView& out,
+                     const TensorView& lse) {
+  a.k_scale = fc.k_scale.view();
+  a.v_scale = fc.v_scale.view();
+  a.block_table = fc.kv.block_table;
+  a.causal = mods.causal;
+  a.window_left = mods.mask.window_left;
+  a.window_right = mods.mask.window_right;
+  a.softcap = static_cast<float>(mods.mask.softcap);
+  if (mods.slopes.defined()) a.alibi_slopes = mods.slopes.view();
+  a.out = out;
+  a.lse = lse;
+}
+
+// decode_attention over fc's fp8 caches (q_len query rows a sequence, lens keys) into out /
+// lse, and the float64 reference on the dequantised stored bytes into ref.
+void run_fp8_decode(const Fp8Case& fc, const TensorView& q, const TensorView& out,
+                    const TensorView& lse, const std::vector<int64_t>& lens, int64_t q_len,
+                    const Fp8Mods& mods, test::RefAttention& ref) {
+  const Tensor seqlens = test::int_tensor(lens);
+  DecodeArgs a;
+  a.q = q;
+  a.k_cache = fc.kv.k_cache;
+  a.v_cache = fc.kv.v_cache;
+  a.cache_seqlens = seqlens.view();
+  a.q_len = q_len;
+  set_shared_args(a, fc, mods, out, lse);
+  ASSERT_NO_THROW(decode_attention(a));
+  ref = test::decode_reference(q, fc.k_deq.view(), fc.v_deq.view(), fc.kv.block_table,
+                               seqlens.view(), q_len, 1.0 / std::sqrt(static_cast<double>(q.size(2))),
+                               mods.causal, mods.mask);
+}
+
+// The same for the paged prefill (sequence b: cu_q / cu_k's rows and keys).
+void run_fp8_prefill(const Fp8Case& fc, const TensorView& q, const TensorView& out,
+                     const TensorView& lse, const std::vector<int64_t>& cu_q,
+                     const std::vector<int64_t>& cu_k, const Fp8Mods& mods,
+                     test::RefAttention& ref) {
+  const Tensor tq = test::int_tensor(cu_q), tk = test::int_tensor(cu_k);
+  PrefillArgs a;
+  a.q = q;
+  a.k = fc.kv.k_cache;
+  a.v = fc.kv.v_cache;
+  a.cu_seqlens_q = tq.view();
+  a.cu_seqlens_k = tk.view();
+  set_shared_args(a, fc, mods, out, lse);
+  ASSERT_NO_THROW(prefill_attention(a));
+  ref = test::paged_prefill_reference(q, fc.k_deq.view(), fc.v_deq.view(), fc.kv.block_table,
+                                      cu_q, cu_k, 1.0 / std::sqrt(static_cast<double>(q.size(2))),
+                                      mods.causal, mods.mask);
+}
+
 TEST(Fp8KvCache, DecodeMatchesReferenceOnStoredBytes) {
   int c = 0;
   for (int64_t group : {1, 2, 3, 4, 6, 8}) {
@@ -195,22 +258,9 @@ TEST(Fp8KvCache, DecodeMatchesReferenceOnStoredBytes) {
       test::RowBuffer out = test::make_rows(rows, H, d, dt, 0);
       Tensor lse = Tensor::empty({H, rows}, DType::kF32);
       test::poison(lse.view());
-      Tensor seqlens = test::int_tensor(lens);
-      DecodeArgs a;
-      a.q = q.view;
-      a.k_cache = fc.kv.k_cache;
-      a.v_cache = fc.kv.v_cache;
-      a.k_scale = fc.k_scale.view();
-      a.v_scale = fc.v_scale.view();
-      a.block_table = fc.kv.block_table;
-      a.cache_seqlens = seqlens.view();
-      a.q_len = q_len;
-      a.out = out.view;
-      a.lse = lse.view();
-      ASSERT_NO_THROW(decode_attention(a));
-      const test::RefAttention ref = test::decode_reference(
-          q.view, fc.k_deq.view(), fc.v_deq.view(), fc.kv.block_table, seqlens.view(), q_len,
-          1.0 / std::sqrt(static_cast<double>(d)), true);
+      test::RefAttention ref;
+      run_fp8_decode(fc, q.view, out.view, lse.view(), lens, q_len, {}, ref);
+      if (::testing::Test::HasFatalFailure()) return;
       test::expect_attention_close(ref, out.view, lse.view(), "decode fp8 cache", what.str());
       if (::testing::Test::HasFailure()) return;
     }
@@ -244,22 +294,9 @@ TEST(Fp8KvCache, PagedPrefillMatchesReferenceOnStoredBytes) {
       test::RowBuffer out = test::make_rows(total_q, H, d, dt, 0);
       Tensor lse = Tensor::empty({H, total_q}, DType::kF32);
       test::poison(lse.view());
-      Tensor tq = test::int_tensor(cu_q), tk = test::int_tensor(cu_k);
-      PrefillArgs a;
-      a.q = q.view;
-      a.k = fc.kv.k_cache;
-      a.v = fc.kv.v_cache;
-      a.k_scale = fc.k_scale.view();
-      a.v_scale = fc.v_scale.view();
-      a.block_table = fc.kv.block_table;
-      a.cu_seqlens_q = tq.view();
-      a.cu_seqlens_k = tk.view();
-      a.out = out.view;
-      a.lse = lse.view();
-      ASSERT_NO_THROW(prefill_attention(a));
-      const test::RefAttention ref = test::paged_prefill_reference(
-          q.view, fc.k_deq.view(), fc.v_deq.view(), fc.kv.block_table, cu_q, cu_k,
-          1.0 / std::sqrt(static_cast<double>(d)), true);
+      test::RefAttention ref;
+      run_fp8_prefill(fc, q.view, out.view, lse.view(), cu_q, cu_k, {}, ref);
+      if (::testing::Test::HasFatalFailure()) return;
       test::expect_attention_close(ref, out.view, lse.view(), "prefill paged fp8 cache",
                                    what.str());
       if (::testing::Test::HasFailure()) return;
@@ -281,16 +318,16 @@ TEST(Fp8KvCache, FeaturesAndWideHeadsMatchReferenceOnStoredBytes) {
     const int64_t d = std::vector<int64_t>{256, 80, 96, 64}[c % 4];
     const int64_t bs = test::pick(rng, std::vector<int64_t>{1, 16, 5});
     const bool decode = c % 2 == 0;
-    test::RefMask mask;
+    Fp8Mods mods;
+    test::RefMask& mask = mods.mask;
     if (uniform_int(rng, 0, 2) != 0) mask.window_left = test::pick(rng, std::vector<int64_t>{0, 7, 40});
     if (uniform_int(rng, 0, 2) == 0) mask.window_right = test::pick(rng, std::vector<int64_t>{0, 3});
     if (uniform_int(rng, 0, 1) == 0) mask.softcap = test::pick(rng, std::vector<double>{2.0, 10.0});
-    Tensor slopes;
     if (uniform_int(rng, 0, 1) == 0) {
-      slopes = random_scales(rng, H, 0.01f, 0.5f);
-      for (int64_t h = 0; h < H; ++h) mask.alibi.push_back(slopes.ptr<float>()[h]);
+      mods.slopes = random_scales(rng, H, 0.01f, 0.5f);
+      for (int64_t h = 0; h < H; ++h) mask.alibi.push_back(mods.slopes.ptr<float>()[h]);
     }
-    const bool causal = uniform_int(rng, 0, 3) != 0;  // overrides a right bound (flash-attn)
+    mods.causal = uniform_int(rng, 0, 3) != 0;  // overrides a right bound (flash-attn)
     const int64_t batch = test::pick(rng, std::vector<int64_t>{1, 3});
     const int64_t q_len = decode ? test::pick(rng, std::vector<int64_t>{1, 2}) : 0;
     std::vector<int64_t> lens = draw_lens(rng, batch, q_len);
@@ -302,7 +339,7 @@ TEST(Fp8KvCache, FeaturesAndWideHeadsMatchReferenceOnStoredBytes) {
     }
     std::ostringstream what;
     what << (decode ? "decode " : "prefill ") << dt << " G" << group << " bs" << bs << " D" << d
-         << (causal ? " causal" : "") << " window (" << mask.window_left << ", "
+         << (mods.causal ? " causal" : "") << " window (" << mask.window_left << ", "
          << mask.window_right << ") softcap " << mask.softcap << " alibi " << !mask.alibi.empty();
     SCOPED_TRACE(test::case_note(c, seed, what.str()));
     Fp8Case fc = make_fp8_case(rng, hkv, d, bs, lens);
@@ -312,51 +349,13 @@ TEST(Fp8KvCache, FeaturesAndWideHeadsMatchReferenceOnStoredBytes) {
     test::RowBuffer out = test::make_rows(total_q, H, d, dt, 0);
     Tensor lse = Tensor::empty({H, total_q}, DType::kF32);
     test::poison(lse.view());
-    const double scale = 1.0 / std::sqrt(static_cast<double>(d));
     test::RefAttention ref;
     if (decode) {
-      Tensor seqlens = test::int_tensor(lens);
-      DecodeArgs a;
-      a.q = q.view;
-      a.k_cache = fc.kv.k_cache;
-      a.v_cache = fc.kv.v_cache;
-      a.k_scale = fc.k_scale.view();
-      a.v_scale = fc.v_scale.view();
-      a.block_table = fc.kv.block_table;
-      a.cache_seqlens = seqlens.view();
-      a.q_len = q_len;
-      a.causal = causal;
-      a.window_left = mask.window_left;
-      a.window_right = mask.window_right;
-      a.softcap = static_cast<float>(mask.softcap);
-      if (slopes.defined()) a.alibi_slopes = slopes.view();
-      a.out = out.view;
-      a.lse = lse.view();
-      ASSERT_NO_THROW(decode_attention(a));
-      ref = test::decode_reference(q.view, fc.k_deq.view(), fc.v_deq.view(), fc.kv.block_table,
-                                   seqlens.view(), q_len, scale, causal, mask);
+      run_fp8_decode(fc, q.view, out.view, lse.view(), lens, q_len, mods, ref);
     } else {
-      Tensor tq = test::int_tensor(cu_q), tk = test::int_tensor(cu_k);
-      PrefillArgs a;
-      a.q = q.view;
-      a.k = fc.kv.k_cache;
-      a.v = fc.kv.v_cache;
-      a.k_scale = fc.k_scale.view();
-      a.v_scale = fc.v_scale.view();
-      a.block_table = fc.kv.block_table;
-      a.cu_seqlens_q = tq.view();
-      a.cu_seqlens_k = tk.view();
-      a.causal = causal;
-      a.window_left = mask.window_left;
-      a.window_right = mask.window_right;
-      a.softcap = static_cast<float>(mask.softcap);
-      if (slopes.defined()) a.alibi_slopes = slopes.view();
-      a.out = out.view;
-      a.lse = lse.view();
-      ASSERT_NO_THROW(prefill_attention(a));
-      ref = test::paged_prefill_reference(q.view, fc.k_deq.view(), fc.v_deq.view(),
-                                          fc.kv.block_table, cu_q, cu_k, scale, causal, mask);
+      run_fp8_prefill(fc, q.view, out.view, lse.view(), cu_q, cu_k, mods, ref);
     }
+    if (::testing::Test::HasFatalFailure()) return;
     test::expect_attention_close(ref, out.view, lse.view(), "fp8 cache with features",
                                  what.str());
     if (::testing::Test::HasFailure()) return;

@@ -666,28 +666,36 @@ TEST(PrefillGpu, PagedProducerWarps) {
   }
 }
 
-// Paged prefill over float8_e4m3 caches (the prefix-hit and chunked-prefill path of an fp8
-// engine), with and without scales, against the CPU backend on the same codes.
-TEST(PrefillGpu, Fp8PagedSweep) {
+// Paged prefill over float8_e4m3 caches: dtype x head_dims x causal, `per` cases each, with and
+// without scales, against the CPU backend on the same codes; with `features`, a random window /
+// softcap / ALiBi on each (add_random_features).
+void fp8_paged_sweep(const std::vector<int64_t>& head_dims, int per, bool features,
+                     const std::string& what) {
   const bool quick = test::quick_mode();
   int index = 0;
   for (DType dt : {DType::kBF16, DType::kF16}) {
-    for (int64_t d : {64, 128}) {
+    for (int64_t d : head_dims) {
       for (bool causal : {true, false}) {
-        for (int i = 0; i < (quick ? 1 : 3); ++i, ++index) {
+        for (int i = 0; i < per; ++i, ++index) {
           if (!test::case_selected(index)) continue;
           const uint64_t seed = test::case_seed();
           std::mt19937_64 rng(seed);
           PrefillCase c = random_case(rng, dt, d, causal, /*paged=*/true, quick);
+          if (features) add_random_features(rng, c);
           c.fp8 = true;
-          c.fp8_scales = i % 2 == 0;
+          c.fp8_scales = index % 2 == 0;
           SCOPED_TRACE(test::case_note(index, seed, c.describe()));
-          run_case(c, rng, std::string("prefill paged fp8 cache ") + std::string(dtype_name(dt)));
-          if (HasFatalFailure()) return;
+          run_case(c, rng, what + " " + std::string(dtype_name(dt)));
+          if (::testing::Test::HasFatalFailure()) return;
         }
       }
     }
   }
+}
+
+// The prefix-hit and chunked-prefill path of an fp8 engine.
+TEST(PrefillGpu, Fp8PagedSweep) {
+  fp8_paged_sweep({64, 128}, test::quick_mode() ? 1 : 3, false, "prefill paged fp8 cache");
 }
 
 // Hand-picked edge cases: empty sequences, decode-like single queries, rows that see no key,
@@ -1307,26 +1315,8 @@ TEST(PrefillGpuFeatures, WindowSkipsTilesBeforeIt) {
 TEST(PrefillGpuFeatures, Fp8PagedSweep) {
   const TuningRestore restore;
   cuda::cuda_tuning().fp8_extended_forms = 1;
-  const bool quick = test::quick_mode();
-  int index = 0;
-  for (DType dt : {DType::kBF16, DType::kF16}) {
-    for (int64_t d : kFeatureHeadDims) {
-      for (bool causal : {true, false}) {
-        for (int i = 0; i < (quick ? 1 : 2); ++i, ++index) {
-          if (!test::case_selected(index)) continue;
-          const uint64_t seed = test::case_seed();
-          std::mt19937_64 rng(seed);
-          PrefillCase c = random_case(rng, dt, d, causal, /*paged=*/true, quick);
-          add_random_features(rng, c);
-          c.fp8 = true;
-          c.fp8_scales = index % 2 == 0;
-          SCOPED_TRACE(test::case_note(index, seed, c.describe()));
-          run_case(c, rng, std::string("prefill features paged fp8 ") + std::string(dtype_name(dt)));
-          if (HasFatalFailure()) return;
-        }
-      }
-    }
-  }
+  fp8_paged_sweep(kFeatureHeadDims, test::quick_mode() ? 1 : 2, true,
+                  "prefill features paged fp8");
 }
 
 // Until CudaTuning::fp8_extended_forms is on, float8_e4m3 caches with a window (or softcap,
