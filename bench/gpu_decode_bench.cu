@@ -212,6 +212,7 @@ struct DecodeVariant {
   int lean_issue = -1;   // aligned caches: issue_tile_lean (decode_lean_issue; -1: default)
   int tma = -1;          // the TMA copy issue where eligible (decode_tma; -1: default)
   int tma_prefetch = -1; // ... with the next tile asked of L2 (decode_tma_prefetch; -1: default)
+  int fused = -1;        // stream mode: the fused merge (decode_fused_merge; -1: default)
 };
 // The default first: the others' outputs are compared with its. "diag" rows are diagnostics
 // (not candidates): the split kernel alone, to price the merge launch.
@@ -239,6 +240,9 @@ const DecodeVariant kDecodeVariants[] = {
     {.name = "nosmall", .heads = 8, .stages = 0, .small = 0},
     {.name = "small w4", .heads = 8, .stages = 0, .small_warps = 4},
     {.name = "diag nomerge", .heads = 8, .stages = 0, .small = 0, .no_merge = 1},
+    // Stream mode without the merge kernel: the last piece's warp merges (decode_fused_merge).
+    {.name = "fused merge", .heads = 8, .stages = 0, .fused = 1},
+    {.name = "fused merge nosmall", .heads = 8, .stages = 0, .small = 0, .fused = 1},
     {.name = "small c8", .heads = 8, .stages = 0, .max_chunks = 8},
     {.name = "evict-first", .heads = 8, .stages = 0, .evict = 1},
     {.name = "evict-normal", .heads = 8, .stages = 0, .evict = 0},
@@ -321,7 +325,8 @@ std::vector<DecodeVariant> all_variants_for(bool fp8) {
   static const char* const kNames[] = {"default", "lean",    "lean swap", "lean noswap",
                                        "tma",     "tma swap", "tma noswap", "tma pf", "tma pf swap",
                                        "noswap",  "swap",    "swap s2",   "swap s3",
-                                       "swap s4", "swap s6", "swap h4",   "nosmall", "s3"};
+                                       "swap s4", "swap s6", "swap h4",   "nosmall", "s3",
+                                       "fused merge"};
   for (const char* n : kNames) {
     for (const DecodeVariant& v : kDecodeVariants) {
       if (std::strcmp(v.name, n) == 0) out.push_back(v);
@@ -440,6 +445,7 @@ void bench_decode(const std::string& name, const std::vector<int64_t>& lens, int
     if (v.lean_issue >= 0) tuning.decode_lean_issue = v.lean_issue;
     if (v.tma >= 0) tuning.decode_tma = v.tma;
     if (v.tma_prefetch >= 0) tuning.decode_tma_prefetch = v.tma_prefetch;
+    if (v.fused >= 0) tuning.decode_fused_merge = v.fused;
   };
   auto plan = [&] { return kvattn::plan_decode(B, hq, hkv, d, 1, pc.width * block_size, kGpu); };
   const std::vector<DecodeVariant> variants = variants_for(fp8);

@@ -545,6 +545,7 @@ struct Variant {
   int lean_issue = -1;             // aligned caches: issue_tile_lean (-1: the default)
   int tma = -1;                    // the TMA copy issue where eligible (-1: the default)
   int tma_prefetch = -1;           // ... asking L2 for each next tile (-1: the default)
+  int fused_merge = -1;            // stream mode's fused merge (-1: the default)
 };
 const Variant kVariants[] = {
     {.name = "s2", .heads = 8, .stages = 2},
@@ -586,6 +587,10 @@ const Variant kVariants[] = {
     {.name = "tma prefetch", .heads = 8, .stages = 0, .tma = 1, .tma_prefetch = 1},
     // 3 stages everywhere (fp8 defaults to 6 and 8; the "s2" row keeps 16-bit d64 at 2 stages).
     {.name = "s3", .heads = 8, .stages = 3},
+    // Stream mode without the merge kernel (decode_fused_merge), on both tiles.
+    {.name = "fused merge nosmall", .heads = 8, .stages = 0, .small = 0, .fused_merge = 1},
+    {.name = "fused merge swap nosmall", .heads = 8, .stages = 0, .small = 0, .swap = 1,
+     .fused_merge = 1},
 };
 
 // The TMA copy issue (decode_tma.cuh) with the small kernel on and off: the edge tests of the
@@ -617,6 +622,7 @@ class UseVariant {
     if (v.lean_issue >= 0) t.decode_lean_issue = v.lean_issue;
     if (v.tma >= 0) t.decode_tma = v.tma;
     if (v.tma_prefetch >= 0) t.decode_tma_prefetch = v.tma_prefetch;
+    if (v.fused_merge >= 0) t.decode_fused_merge = v.fused_merge;
   }
   ~UseVariant() { cuda::cuda_tuning() = saved_; }
 

@@ -220,6 +220,12 @@ struct CudaTuning {
   // completion before it reads the workspace. Outputs bit-identical either way.
   // Env KVATTN_DECODE_MERGE_PDL.
   int decode_merge_pdl = 1;
+  // Decode, stream mode: 1 = no merge kernel; the warp of each sequence's last piece waits for
+  // the other pieces' tags and merges them at the end of its range (decode_split_kernel.cuh,
+  // "fused merge"; the small kernel's tag chain, over flags). 0 (default): merge_kernel.
+  // Written in session 30 without a device (the merge kernel took 5.8-6.0 of 121 us at 96 x
+  // 4096 9/3 d64 on the H100). EXPERIMENTAL. Env KVATTN_DECODE_FUSED_MERGE.
+  int decode_fused_merge = 0;
   // Diagnostics only (wrong results): skip the stream kernel's merge launch, to time the split
   // kernel alone. Set by the benchmark, never from the environment.
   int decode_debug_no_merge = 0;

@@ -443,6 +443,7 @@ void decode_attention(const DecodeArgs& args, const AttentionShape& shape) {
   p.fp8_hw_cvt = cuda_tuning().decode_fp8_hw_cvt;
   p.fp8_q_f16 = cuda_tuning().decode_fp8_q_f16;
   p.pdl_trigger = cuda_tuning().decode_pdl_trigger;
+  p.fused_merge = cuda_tuning().decode_fused_merge;
   int64_t ws_bytes = 0;
   if (p.num_splits > 1) {
     const int64_t need = decode_workspace_bytes(shape.num_seqs, shape.num_heads,

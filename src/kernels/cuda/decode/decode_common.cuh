@@ -20,6 +20,43 @@
 namespace kvattn::cuda {
 namespace {
 
+// ---- tags between a launch's pieces and their merger (the small kernel's LL words, the
+// split kernel's fused merge) ----
+
+// The tag of a launch whose unit found `gen` in its word of ws_gen (the previous launch's tag;
+// the merger stores this launch's there): a hash of gen and the host's epoch, never gen itself,
+// so the words the previous launch of the same layout left behind are always stale, and any
+// other leftover (another layout's words or gens, a fresh workspace) matches with odds 2^-32.
+__device__ __forceinline__ uint32_t ll_tag_after(uint32_t gen, uint32_t epoch) {
+  uint32_t x = gen ^ epoch ^ 0x9e3779b9u;  // murmur3's finalizer
+  x ^= x >> 16;
+  x *= 0x85ebca6bu;
+  x ^= x >> 13;
+  x *= 0xc2b2ae35u;
+  x ^= x >> 16;
+  return x != gen ? x : x ^ 1u;
+}
+
+// Polls before the merger gives up on a piece (each poll is an L2 round trip: seconds in all).
+// Unreachable while every CTA of the launch runs; a guard against a hang, not a code path.
+constexpr int kMaxPolls = 1 << 22;
+
+// 32-bit words that one CTA publishes and another polls: relaxed at gpu scope (never served
+// from a stale L1 line), the acquire form for the poll that precedes reading what was published.
+__device__ __forceinline__ uint32_t ld_relaxed_u32(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ uint32_t ld_acquire_u32(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void st_relaxed_u32(uint32_t* p, uint32_t v) {
+  asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
 // ---- building blocks (kernels/cuda/ptx.cuh has the fragment layouts) ----------------------
 using ptx::cp_async_16;  // (dst, src, valid): !valid zero-fills the 16 bytes, reads nothing
 using ptx::cp_async_16_hint;

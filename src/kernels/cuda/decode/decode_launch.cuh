@@ -36,7 +36,7 @@ namespace {
 // at (threads, smem); raises its shared-memory limit once per device. Cached: the planner and
 // every launch ask.
 template <typename T, typename KV, int D, bool kAligned16, bool kSmall = false, bool kExt = false,
-          bool kSwap = false, CopyIssue kIssue = CopyIssue::kByCopy>
+          bool kSwap = false, CopyIssue kIssue = CopyIssue::kByCopy, bool kFused = false>
 int split_occupancy(int device, int threads, int smem) {
   struct Entry {
     int device, threads, smem, ctas;
@@ -54,7 +54,7 @@ int split_occupancy(int device, int threads, int smem) {
     if constexpr (kSmall) {
       return decode_small_kernel<T, KV, D, kAligned16, kExt, kIssue>;
     } else {
-      return decode_kernel<T, KV, D, kAligned16, kExt, kSwap, kIssue>;
+      return decode_kernel<T, KV, D, kAligned16, kExt, kSwap, kIssue, kFused>;
     }
   }();
   if (!raised[device]) {  // dynamic + static shared memory must stay within the opt-in limit
@@ -230,11 +230,16 @@ void launch_kernels(DecodeParams p, bool aligned, int64_t ws_bytes, int device,
     }
   }
   bool stream_mode = p.num_splits > 1 && decode_host::stream_ok(B, p.capacity);
+  const bool fused = p.fused_merge != 0;
+  const int64_t units_total = static_cast<int64_t>(p.num_kv_heads) * p.row_chunks;
   int64_t slots = 0;
   if (stream_mode) {
-    slots = decode_ws_slots(ws_bytes, B, static_cast<int64_t>(p.num_heads) * p.q_len, D);
+    const int64_t rows_total = static_cast<int64_t>(p.num_heads) * p.q_len;
+    slots = fused ? decode_ws_slots_fused(ws_bytes, B, rows_total, D, units_total)
+                  : decode_ws_slots(ws_bytes, B, rows_total, D);
     stream_mode = slots - B + 1 >= 1;
   }
+  p.fused_merge = stream_mode && fused && !kExt ? 1 : 0;  // extended kernels: merge_kernel
   p.heads_per_cta = c.heads_per_cta;
   p.rc_per_cta = c.rc_per_cta;
   p.head_blocks = c.head_blocks;
@@ -245,15 +250,22 @@ void launch_kernels(DecodeParams p, bool aligned, int64_t ws_bytes, int device,
   const int threads = c.warps * 32;
   const int smem_tiles = decode_host::split_smem(c, p.prefix_bytes);
   const CopyIssue issue = pick_issue(smem_tiles, false);
+  // (kFu: the fused twin, which exists for the plain kernels only; p.fused_merge is 0 for the
+  // others.)
+  const bool fu = p.fused_merge != 0;
   const int ctas = with_issue(issue, smem_tiles, [&]<bool kAl, CopyIssue kIs>(int smem) {
+    auto occ = [&]<bool kSw, bool kFu>() {
+      return split_occupancy<T, KV, D, kAl, false, kExt, kSw, kIs, kFu>(device, threads, smem);
+    };
     if constexpr (kCanSwap) {
       if (swap) {
-        return split_occupancy<T, KV, D, kAl, false, kExt, true, kIs>(device, threads, smem);
+        return fu ? occ.template operator()<true, !kExt>() : occ.template operator()<true, false>();
       }
     }
     if constexpr (!kOnlySwap) {
       if (!swap) {
-        return split_occupancy<T, KV, D, kAl, false, kExt, false, kIs>(device, threads, smem);
+        return fu ? occ.template operator()<false, !kExt>()
+                  : occ.template operator()<false, false>();
       }
     }
     return 0;
@@ -264,6 +276,11 @@ void launch_kernels(DecodeParams p, bool aligned, int64_t ws_bytes, int device,
     const int64_t rows_total = static_cast<int64_t>(p.num_kv_heads) * p.rows;
     p.ws_lse = p.ws_o + slots * rows_total * D;
     p.ws_meta = reinterpret_cast<int32_t*>(p.ws_lse + slots * rows_total);
+    if (p.fused_merge != 0) {
+      p.ws_flag = reinterpret_cast<uint32_t*>(p.ws_meta + 2 * B);
+      p.ws_gen = p.ws_flag + slots * units_total;
+      p.epoch = decode_host::next_epoch();
+    }
     p.parts = static_cast<int>(per_slice);
     p.part_cap = static_cast<int>(std::min<int64_t>(slots - B + 1, 1 << 30));
     const int64_t ranges = std::min<int64_t>(p.parts, p.part_cap);
@@ -272,23 +289,23 @@ void launch_kernels(DecodeParams p, bool aligned, int64_t ws_bytes, int device,
     p.parts = static_cast<int>(std::min<int64_t>(B, per_slice));
   }
   p.merge_wpr = pieces_per_seq >= 48 ? 8 : pieces_per_seq >= 12 ? 4 : pieces_per_seq >= 4 ? 2 : 1;
-  const bool merge_follows = stream_mode && cuda_tuning().decode_debug_no_merge == 0;
+  const bool merge_follows =
+      stream_mode && p.fused_merge == 0 && cuda_tuning().decode_debug_no_merge == 0;
   p.merge_pdl = merge_follows && cuda_tuning().decode_merge_pdl != 0 &&
                 compute_capability(device) >= 90 ? 1 : 0;
   const auto grid = static_cast<unsigned>(static_cast<int64_t>(p.parts) * p.slices);
   const dim3 block(static_cast<unsigned>(threads));
   with_issue(issue, smem_tiles, [&]<bool kAl, CopyIssue kIs>(int smem) {
+    auto launch = [&]<bool kSw>() {
+      launch_maybe_pdl(fu ? decode_kernel<T, KV, D, kAl, kExt, kSw, kIs, !kExt>
+                          : decode_kernel<T, KV, D, kAl, kExt, kSw, kIs>,
+                       grid, block, smem, stream, pdl, p);
+    };
     if constexpr (kCanSwap) {
-      if (swap) {
-        launch_maybe_pdl(decode_kernel<T, KV, D, kAl, kExt, true, kIs>, grid, block, smem,
-                         stream, pdl, p);
-      }
+      if (swap) launch.template operator()<true>();
     }
     if constexpr (!kOnlySwap) {
-      if (!swap) {
-        launch_maybe_pdl(decode_kernel<T, KV, D, kAl, kExt, false, kIs>, grid, block, smem,
-                         stream, pdl, p);
-      }
+      if (!swap) launch.template operator()<false>();
     }
   });
   if (!merge_follows) return;

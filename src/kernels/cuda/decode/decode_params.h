@@ -53,7 +53,11 @@
 //              ws_o[wi*D .. wi*D+D) = that piece's normalized output, ws_lse[wi] = its
 //              log2-domain LSE (scaled scores), -inf when it saw no key; then ws_meta[2b],
 //              ws_meta[2b+1] = first slot and number of pieces of sequence b (written by the
-//              split kernel; the merge kernel combines sequences of 2+ pieces).
+//              split kernel; the merge kernel combines sequences of 2+ pieces). Fused merge
+//              (p.fused_merge): then ws_flag: uint32 [slots][units], the tag of the piece in
+//              that slot, and ws_gen: uint32 [num_seqs][units], the last tag of each
+//              (sequence, unit); units = num_kv_heads x row_chunks (unit = kvh x row_chunks +
+//              rc). No merge kernel: the warp of a sequence's last piece merges the pieces.
 //              Small mode: piece (slot b*C + c, kvh, row r) at wi as above; values in
 //              ws_ll[wi*D/2 .. wi*D/2 + D/2) (two per word), LSE in ws_ll_lse[wi]; then
 //              ws_gen: uint32 [num_seqs][units], the last tag of each (sequence, unit).
@@ -111,9 +115,10 @@ struct DecodeParams {
   int32_t* ws_meta = nullptr;
   uint64_t* ws_ll = nullptr;             // small mode: the pieces' LL words (values)
   uint64_t* ws_ll_lse = nullptr;         // small mode: the pieces' LL words (LSEs)
-  uint32_t* ws_gen = nullptr;            // small mode: per (sequence, unit), the last tag
+  uint32_t* ws_gen = nullptr;            // small mode, fused merge: per (sequence, unit), the last tag
   uint32_t* fault_word = nullptr;
-  uint32_t epoch = 1;                    // small mode: a fresh value per host launch
+  uint32_t epoch = 1;                    // small mode, fused merge: a fresh value per host launch
+
   // Diagnostics (cuda_tuning().decode_probe): per-CTA phase stamps of the small kernel, or null.
   unsigned long long* probe = nullptr;
 
@@ -188,6 +193,12 @@ struct DecodeParams {
   int tma_prefetch = 0;  // the TMA form also asks L2 for the tile after the one it loads
   DecodeTensorMap tmap_k{};
   DecodeTensorMap tmap_v{};
+
+  // Stream mode: 1 = the warp of a sequence's last piece merges its pieces (no merge kernel;
+  // decode_split_kernel.cuh, "fused merge"), 0 = merge_kernel. cuda_tuning().decode_fused_merge.
+  // (Last in the struct: fields added before the others moved the default kernels' registers.)
+  int fused_merge = 0;
+  uint32_t* ws_flag = nullptr;  // fused merge: per (slot, unit), its piece's tag
 };
 
 // The tile dim the kernels run a head_dim on: 80 and 96 on the 128 tiles, others as they are.
@@ -218,6 +229,14 @@ inline int64_t decode_ws_slots(int64_t bytes, int64_t num_seqs, int64_t rows_tot
                                int64_t head_dim) {
   const int64_t meta = num_seqs * 2 * 4;
   return bytes > meta ? (bytes - meta) / (rows_total * (head_dim + 1) * 4) : 0;
+}
+
+// The same with the fused merge's words (DecodeParams::fused_merge): a tag per (slot, unit)
+// and a gen word per (sequence, unit), units = num_kv_heads x row chunks (<= rows_total).
+inline int64_t decode_ws_slots_fused(int64_t bytes, int64_t num_seqs, int64_t rows_total,
+                                     int64_t head_dim, int64_t units) {
+  const int64_t fixed = num_seqs * 2 * 4 + num_seqs * units * 4;
+  return bytes > fixed ? (bytes - fixed) / (rows_total * (head_dim + 1) * 4 + units * 4) : 0;
 }
 
 // The CTA shape of the kernel for `num_kv_heads` KV heads of `rows` query rows each in units

@@ -34,20 +34,6 @@ __device__ __forceinline__ uint64_t ld_ll(const uint64_t* p) {
 __device__ __forceinline__ void ld_ll2(const uint64_t* p, uint64_t& a, uint64_t& b) {
   asm volatile("ld.relaxed.gpu.global.v2.b64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(p) : "memory");
 }
-// The tag of a launch whose unit found `gen` in its word of ws_gen (the previous launch's tag;
-// the merger stores this launch's there): a hash of gen and the host's epoch, never gen itself,
-// so the words the previous launch of the same layout left behind are always stale, and any
-// other leftover (another layout's words or gens, a fresh workspace) matches with odds 2^-32.
-__device__ __forceinline__ uint32_t ll_tag_after(uint32_t gen, uint32_t epoch) {
-  uint32_t x = gen ^ epoch ^ 0x9e3779b9u;  // murmur3's finalizer
-  x ^= x >> 16;
-  x *= 0x85ebca6bu;
-  x ^= x >> 13;
-  x *= 0xc2b2ae35u;
-  x ^= x >> 16;
-  return x != gen ? x : x ^ 1u;
-}
-
 // Diagnostics (p.probe): the device's nanosecond timer, and one phase stamp of this CTA (clock
 // cycles since its entry) written by thread 0. Null probe: nothing is written.
 __device__ __forceinline__ unsigned long long global_ns() {
@@ -100,10 +86,6 @@ __device__ __forceinline__ float from_bits(uint32_t bits16) {
     return __half2float(__ushort_as_half(static_cast<unsigned short>(bits16)));
   }
 }
-
-// Polls before the merger gives up on a piece (each poll is an L2 round trip: seconds in all).
-// Unreachable while every CTA of the launch runs; a guard against a hang, not a code path.
-constexpr int kMaxPolls = 1 << 22;
 
 // The merger's part of unit (kvh, rc) of sequence b: output quad q (row r = q / (D/4), dims
 // d = 4 (q % (D/4)) ..), from its own piece (float32 in shared memory: mine_o[r*D + d],
