@@ -19,8 +19,8 @@
 #include "kernels/backend.h"
 #include "kernels/cuda/device_faults.cuh"
 #include "kernels/cuda/hopper/prefill_sm90_launch.h"
-#include "kernels/cuda/tuning.h"
 #include "kernels/cuda/prefill_launch.h"
+#include "kernels/cuda/tuning.h"
 
 namespace kvattn::cuda {
 namespace {
