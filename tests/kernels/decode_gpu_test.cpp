@@ -1452,61 +1452,43 @@ TEST(DecodeGpuFeatures, LeftpadTileEdges) {
   check(dc, run_case(dc, rng));
 }
 
+// A one-key decode over a bf16 query and a cache of `cache_dtype` at head_dim d must throw an
+// Error whose message holds `expected`, before any launch.
+void expect_decode_refused(DType cache_dtype, int64_t d, const std::string& expected) {
+  std::mt19937_64 rng(test::case_seed());
+  const std::vector<int64_t> lens = {10};
+  test::PagedKv kv = test::make_paged_kv(rng, cache_dtype, 1, d, 16, lens);
+  const Mirror caches = Mirror::of(kv.storage);
+  const Mirror tbl = Mirror::of(kv.table_storage);
+  const Tensor q = Tensor::zeros({1, 1, d}, DType::kBF16, kGpu);
+  const Tensor out = Tensor::empty({1, 1, d}, DType::kBF16, kGpu);
+  const Tensor lens_dev = test::int_tensor(lens).to(kGpu);
+  DecodeArgs a;
+  a.q = q;
+  a.k_cache = caches.on_device(kv.k_cache);
+  a.v_cache = caches.on_device(kv.v_cache);
+  a.block_table = tbl.on_device(kv.block_table);
+  a.cache_seqlens = lens_dev;
+  a.out = out;
+  a.plan = DecodePlan{1, 0};
+  try {
+    decode_attention(a);
+    ADD_FAILURE() << "no error; expected one holding: " << expected;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+  }
+}
+
 // fp8 at head_dim 256 is refused by name while CudaTuning::fp8_extended_forms is off (this
 // binary turns it on for everything else).
 TEST(DecodeGpu, Fp8HeadDim256IsAReadableErrorWhenOff) {
-  cuda::CudaTuning& t = cuda::cuda_tuning();
-  const cuda::CudaTuning saved = t;
-  t.fp8_extended_forms = 0;
-  std::mt19937_64 rng(test::case_seed());
-  const std::vector<int64_t> lens = {10};
-  test::PagedKv kv = test::make_paged_kv(rng, DType::kF8E4M3, 1, 256, 16, lens);
-  const Mirror caches = Mirror::of(kv.storage);
-  const Mirror tbl = Mirror::of(kv.table_storage);
-  const Tensor q = Tensor::zeros({1, 1, 256}, DType::kBF16, kGpu);
-  const Tensor out = Tensor::empty({1, 1, 256}, DType::kBF16, kGpu);
-  const Tensor lens_dev = test::int_tensor(lens).to(kGpu);
-  DecodeArgs a;
-  a.q = q;
-  a.k_cache = caches.on_device(kv.k_cache);
-  a.v_cache = caches.on_device(kv.v_cache);
-  a.block_table = tbl.on_device(kv.block_table);
-  a.cache_seqlens = lens_dev;
-  a.out = out;
-  a.plan = DecodePlan{1, 0};
-  try {
-    decode_attention(a);
-    ADD_FAILURE() << "no error for fp8 at head_dim 256 with fp8_extended_forms off";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("head_dim 256 over a float8_e4m3 cache"), std::string::npos)
-        << e.what();
-  }
-  t = saved;
+  UseVariant off(Variant{.name = "default", .heads = 8, .stages = 0});
+  cuda::cuda_tuning().fp8_extended_forms = 0;  // restored with the rest by `off`
+  expect_decode_refused(DType::kF8E4M3, 256, "head_dim 256 over a float8_e4m3 cache");
 }
 
 TEST(DecodeGpu, UnsupportedHeadDimIsAReadableError) {
-  std::mt19937_64 rng(test::case_seed());
-  const std::vector<int64_t> lens = {10};
-  test::PagedKv kv = test::make_paged_kv(rng, DType::kBF16, 1, 72, 16, lens);
-  const Mirror caches = Mirror::of(kv.storage);
-  const Mirror tbl = Mirror::of(kv.table_storage);
-  const Tensor q = Tensor::zeros({1, 1, 72}, DType::kBF16, kGpu);
-  const Tensor out = Tensor::empty({1, 1, 72}, DType::kBF16, kGpu);
-  const Tensor lens_dev = test::int_tensor(lens).to(kGpu);
-  DecodeArgs a;
-  a.q = q;
-  a.k_cache = caches.on_device(kv.k_cache);
-  a.v_cache = caches.on_device(kv.v_cache);
-  a.block_table = tbl.on_device(kv.block_table);
-  a.cache_seqlens = lens_dev;
-  a.out = out;
-  a.plan = DecodePlan{1, 0};
-  try {
-    decode_attention(a);
-    ADD_FAILURE() << "no error for head_dim 72";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("unsupported head_dim: 72"), std::string::npos) << e.what();
-  }
+  expect_decode_refused(DType::kBF16, 72, "unsupported head_dim: 72");
 }
 
 }  // namespace
