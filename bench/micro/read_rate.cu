@@ -148,9 +148,15 @@ __global__ void read_bulk(const uint8_t* src, int64_t chunks, int chunk, int sta
 // warp then reads its head's rows. The order a CTA-level page load (one TMA box of all KV
 // heads a page) would read in, against the warp's 16 strided 128- or 256-byte rows
 // (docs/notes/decode-next.md, session 29).
-template <int S, bool kPages>
+//
+// kHnd (warp order only): the cache as HND pages [pages, heads, 16, row_bytes / 2] (FlashInfer's
+// and vLLM's other layout), so a warp's 16 rows of its head are one contiguous 16 x row_bytes
+// chunk instead of 16 rows strided by heads x row_bytes (session 30: is the NHD d64 cache's
+// 128-byte row the loss at 96x4096 9/3?).
+template <int S, bool kPages, bool kHnd = false>
 __global__ void read_paged(const uint8_t* kc, const uint8_t* vc, const int* table, int64_t pages,
                            int row_bytes, int chain, uint32_t* out) {
+  static_assert(!(kPages && kHnd), "a whole page is contiguous in either layout");
   extern __shared__ __align__(128) uint8_t smem[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int heads = blockDim.x >> 5;
@@ -180,7 +186,8 @@ __global__ void read_paged(const uint8_t* kc, const uint8_t* vc, const int* tabl
         }
       } else {
         for (int key = key0; key < 16; key += keys_per_copy) {
-          const int64_t src = base + int64_t{key} * heads * row_bytes + head_off;
+          const int64_t src = kHnd ? base + (int64_t{warp} * 16 + key) * row_bytes + chunk * 16
+                                   : base + int64_t{key} * heads * row_bytes + head_off;
           const uint32_t o = key * row_bytes + chunk * 16;
           copy16(d + o, kc + src);
           copy16(d + 16 * row_bytes + o, vc + src);
@@ -310,6 +317,7 @@ int main(int argc, char** argv) {
         {"96x4096 3 heads d64, 3 st, 5 CTA/SM", 96 * 4096, 3, 128, 3, 5},
         {"256x1024 8 heads d64", 256 * 1024, 8, 128, 2, 1},
         {"256x1024 8 heads d64, 2 CTA/SM", 256 * 1024, 8, 128, 2, 2},
+        {"96x4096 3 heads fp8 d64, 3 st", 96 * 4096, 3, 64, 3, 4},
     };
     for (const PagedCase& c : cases) {
       const int64_t pages = c.keys / 16;
@@ -319,8 +327,9 @@ int main(int argc, char** argv) {
       // By warp rows (the decode's order) and by CTA page sweeps.
       auto by_rows = c.stages == 3 ? read_paged<3, false> : read_paged<2, false>;
       auto by_pages = c.stages == 3 ? read_paged<3, true> : read_paged<2, true>;
+      auto by_rows_hnd = c.stages == 3 ? read_paged<3, false, true> : read_paged<2, false, true>;
       bool fits = true;
-      for (auto kernel : {by_rows, by_pages}) {
+      for (auto kernel : {by_rows, by_pages, by_rows_hnd}) {
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
         int fit = 0;  // a case whose CTAs do not all fit an SM at once would say the wrong thing
         CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, kernel, c.heads * 32, smem));
@@ -346,14 +355,15 @@ int main(int argc, char** argv) {
         }
         CHECK(cudaMemcpy(table, perm.data(), pages * sizeof(int), cudaMemcpyHostToDevice));
         for (int chain : {0, 256, 512, 1024}) {
-          for (int sweep : {0, 1}) {
-            const auto kernel = sweep ? by_pages : by_rows;
+          for (int sweep : {0, 1, 2}) {
+            const auto kernel = sweep == 2 ? by_rows_hnd : sweep ? by_pages : by_rows;
             const double us = time_us([&] {
               kernel<<<sms * c.per_sm, c.heads * 32, smem>>>(buf, buf + cache, table, pages,
                                                             c.row_bytes, chain, out);
             });
             std::printf("paged %-32s %s %s chain %3d %9.1f us  %6.3f TB/s\n", c.name,
-                        sweep ? "cta pages" : "warp rows", shuffled ? "random " : "in order",
+                        sweep == 2 ? "warp HND " : sweep ? "cta pages" : "warp rows",
+                        shuffled ? "random " : "in order",
                         chain, us, 2 * cache / (us * 1e-6) / 1e12);
           }
         }

@@ -17,7 +17,8 @@
 # KVATTN_FP8_EXTENDED_FORMS=1 fills the d256 fp8 rows).
 #   run: bash scripts/sessions/gpu_session31_first.sh > $OUT/summary.txt 2>&1; tail -n 80 $OUT/summary.txt
 #   carry: build-carry-s31a (kernels_decode_gpu_test, kernels_prefill_gpu_test, gpu_decode_bench,
-#          engine_cascade_decode_gpu_test; debs/)
+#          engine_cascade_decode_gpu_test; debs/; read_rate beside them, built by `nvcc
+#          -std=c++20 -O3 -gencode=arch=compute_90a,code=sm_90a -Isrc bench/micro/read_rate.cu`)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device_carried.sh
@@ -71,4 +72,13 @@ for r in data:
     print(name, " ".join(f"{n} {v:.2f}" for v, n in top))
 PY
 done
+# The cache layout at d64 (docs/notes/decode-next.md, session 30): the decode's per-warp loads
+# over NHD pages (16 rows of 128 bytes, 64 at fp8, strided by the KV heads) against HND pages
+# (the warp's 16 rows one contiguous chunk; FlashInfer's and vLLM's other layout) and whole-page
+# CTA sweeps, loads only and with stand-in math (read_rate built beside the carry's binaries).
+room 570 "read_rate" && {
+  timeout 100 build-carry-s31a/read_rate paged >"$OUT/read_rate.log" 2>&1
+  echo "read_rate rc=$?"
+  grep -E "^paged" "$OUT/read_rate.log" | grep -E "d64" | grep -E "chain +(0|512) "
+}
 echo "end ${SECONDS}s"
