@@ -289,8 +289,9 @@ TEST(GemmaCuda, PassesTheCudaChecks) {
   }
 }
 
-// fp8 KV caches: the CUDA paged prefill has no window, no soft-cap and no head_dim 256 over
-// them; each refused up front by name (Gemma 2's window first: layer 0 slides).
+// fp8 KV caches: the CUDA kernels take no window, no soft-cap and no head_dim 256 over them
+// until fp8_cache_extended_forms (kvattn/kernels/fp8_cache_forms.h; off by default); each
+// refused up front by name (Gemma 2's window first: layer 0 slides).
 TEST(GemmaCuda, Fp8CachesAreRefusedByName) {
   ModelOptions fp8;
   fp8.kv_cache_dtype = KVCacheDType::kFP8;

@@ -10,6 +10,7 @@
 #include "engine/model/factories.h"
 #include "engine/parallel/tp_model.h"
 #include "kvattn/cache/kv_pool.h"
+#include "kvattn/kernels/fp8_cache_forms.h"
 
 namespace kvattn {
 
@@ -57,10 +58,13 @@ void check_cuda_architecture(const ModelConfig& c, Device device, const ModelOpt
   KVATTN_CHECK(c.rope_scaling.type != RopeScaling::Type::kDynamic || c.rope_freq_factors.empty(),
                "Model::create: rope scaling 'dynamic' together with rope_freqs factors is not "
                "supported on ", device, " (CPU only)");
-  // The paged prefill kernels (prefix hits, chunked prefill) refuse float8_e4m3 caches with a
-  // window; refused here, before serving, rather than at the first chunked prompt.
+  // The CUDA kernels' fp8 forms (kvattn/kernels/fp8_cache_forms.h): a window, a soft-cap or
+  // head_dim 256 over float8_e4m3 caches only where fp8_cache_extended_forms says (off by
+  // default until they have run on a GPU), head_dim 80 and 96 never (no fp8 decode tile);
+  // refused here, before serving, rather than at the first chunked prompt.
   if (options.kv_cache_dtype == KVCacheDType::kFP8) {
-    for (int64_t l = 0; l < c.num_layers; ++l) {
+    const bool extended = fp8_cache_extended_forms(device);
+    for (int64_t l = 0; l < c.num_layers && !extended; ++l) {
       KVATTN_CHECK(c.window_left(l) < 0, "Model::create: kv_cache_dtype fp8 with sliding_window ",
                    c.sliding_window, " (layer ", l, ", ", c.architecture,
                    ") is not supported on ", device,
@@ -69,15 +73,16 @@ void check_cuda_architecture(const ModelConfig& c, Device device, const ModelOpt
     }
     // The same kernel's limits that Gemma reaches without a window (e.g. Gemma 3 with every
     // layer global): no soft-cap, and head_dim 64 or 128 only, over float8_e4m3 caches.
-    KVATTN_CHECK(c.attn_logit_softcap == 0, "Model::create: kv_cache_dtype fp8 with attention "
-                 "logit softcap ", c.attn_logit_softcap, " (", c.architecture,
+    KVATTN_CHECK(extended || c.attn_logit_softcap == 0, "Model::create: kv_cache_dtype fp8 with "
+                 "attention logit softcap ", c.attn_logit_softcap, " (", c.architecture,
                  ") is not supported on ", device,
                  ": the CUDA paged prefill has no soft-cap over float8_e4m3 caches "
                  "(use kv_cache_dtype bf16, or the CPU)");
-    KVATTN_CHECK(c.head_dim == 64 || c.head_dim == 128, "Model::create: kv_cache_dtype fp8 "
-                 "with head_dim ", c.head_dim, " (", c.architecture, ") is not supported on ",
-                 device, ": the CUDA paged prefill reads float8_e4m3 caches at head_dim 64 "
-                 "and 128 only (use kv_cache_dtype bf16, or the CPU)");
+    KVATTN_CHECK(c.head_dim == 64 || c.head_dim == 128 || (extended && c.head_dim == 256),
+                 "Model::create: kv_cache_dtype fp8 with head_dim ", c.head_dim, " (",
+                 c.architecture, ") is not supported on ", device, ": the CUDA kernels read "
+                 "float8_e4m3 caches at head_dim 64 and 128", extended ? " and 256" : "",
+                 " only (use kv_cache_dtype bf16, or the CPU)");
   }
 }
 

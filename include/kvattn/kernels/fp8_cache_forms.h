@@ -1,0 +1,17 @@
+// Which attention forms read float8_e4m3 paged KV caches on a device (decode_attention and the
+// paged prefill_attention alike), for callers that choose a cache dtype before serving (the
+// engine's Model::create).
+#pragma once
+
+#include "kvattn/core/device.h"
+
+namespace kvattn {
+
+// Window, softcap, ALiBi and head_dim 256 over float8_e4m3 caches: always on the CPU; on CUDA
+// only where the environment sets KVATTN_FP8_EXTENDED_FORMS=1 (EXPERIMENTAL: written, not yet
+// run on a GPU), else refused by name. (head_dim 64 and 128 without them run on both; 80 and
+// 96 over fp8 caches only on the CPU: CUDA's decode has no fp8 tile for them.) A build without
+// CUDA answers false for a CUDA device.
+bool fp8_cache_extended_forms(Device device);
+
+}  // namespace kvattn
