@@ -10,9 +10,9 @@
 #     PrefillGpuFeatures.Fp8PagedSweep (full), the rest of the features suite and the fp8 paged
 #     sweep as regression (launch_prefill_ext gained a template argument), both sanitizers;
 #   - the bench's fp8 rows beside their bf16 twins (`--only fp8`; the two d256 rows are new).
-# If all pass: fp8_extended_forms = 1 by default (tuning.h), the engine's fp8 gate
-# (src/engine/model/model.cpp) relaxed to head_dim 80 / 96 only (the decode has no fp8 at
-# 80 / 96), tests/engine/gemma_test.cpp's refusals updated, and the same-run peers
+# If all pass: fp8_extended_forms = 1 by default (tuning.h; the engine's fp8 gate follows it
+# through fp8_cache_extended_forms), tests/engine/gemma_test.cpp's refusals updated (Gemma then
+# runs an fp8 cache on CUDA), and the same-run peers
 # (`TESTS=0 PEERS_TIMEOUT=340 bash scripts/gpu_decode_peers.sh` with
 # KVATTN_FP8_EXTENDED_FORMS=1 fills the d256 fp8 rows).
 #   run: bash scripts/sessions/gpu_session31_first.sh > $OUT/summary.txt 2>&1; tail -n 80 $OUT/summary.txt
