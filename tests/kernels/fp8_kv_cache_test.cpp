@@ -210,9 +210,9 @@ void run_fp8_decode(const Fp8Case& fc, const TensorView& q, const TensorView& ou
   a.q_len = q_len;
   set_shared_args(a, fc, mods, out, lse);
   ASSERT_NO_THROW(decode_attention(a));
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(2)));
   ref = test::decode_reference(q, fc.k_deq.view(), fc.v_deq.view(), fc.kv.block_table,
-                               seqlens.view(), q_len, 1.0 / std::sqrt(static_cast<double>(q.size(2))),
-                               mods.causal, mods.mask);
+                               seqlens.view(), q_len, scale, mods.causal, mods.mask);
 }
 
 // The same for the paged prefill (sequence b: cu_q / cu_k's rows and keys).
@@ -320,8 +320,12 @@ TEST(Fp8KvCache, FeaturesAndWideHeadsMatchReferenceOnStoredBytes) {
     const bool decode = c % 2 == 0;
     Fp8Mods mods;
     test::RefMask& mask = mods.mask;
-    if (uniform_int(rng, 0, 2) != 0) mask.window_left = test::pick(rng, std::vector<int64_t>{0, 7, 40});
-    if (uniform_int(rng, 0, 2) == 0) mask.window_right = test::pick(rng, std::vector<int64_t>{0, 3});
+    if (uniform_int(rng, 0, 2) != 0) {
+      mask.window_left = test::pick(rng, std::vector<int64_t>{0, 7, 40});
+    }
+    if (uniform_int(rng, 0, 2) == 0) {
+      mask.window_right = test::pick(rng, std::vector<int64_t>{0, 3});
+    }
     if (uniform_int(rng, 0, 1) == 0) mask.softcap = test::pick(rng, std::vector<double>{2.0, 10.0});
     if (uniform_int(rng, 0, 1) == 0) {
       mods.slopes = random_scales(rng, H, 0.01f, 0.5f);

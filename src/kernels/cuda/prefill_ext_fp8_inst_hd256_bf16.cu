@@ -4,6 +4,7 @@
 
 namespace kvattn::cuda {
 
-template void launch_prefill_ext<__nv_bfloat16, 256, true, true>(const PrefillParams&, cudaStream_t);
+template void launch_prefill_ext<__nv_bfloat16, 256, true, true>(const PrefillParams&,
+                                                                 cudaStream_t);
 
 }  // namespace kvattn::cuda

@@ -115,10 +115,9 @@ struct DecodeParams {
   int32_t* ws_meta = nullptr;
   uint64_t* ws_ll = nullptr;             // small mode: the pieces' LL words (values)
   uint64_t* ws_ll_lse = nullptr;         // small mode: the pieces' LL words (LSEs)
-  uint32_t* ws_gen = nullptr;            // small mode, fused merge: per (sequence, unit), the last tag
+  uint32_t* ws_gen = nullptr;            // small mode, fused merge: per (sequence, unit), last tag
   uint32_t* fault_word = nullptr;
-  uint32_t epoch = 1;                    // small mode, fused merge: a fresh value per host launch
-
+  uint32_t epoch = 1;                    // small mode, fused merge: fresh per host launch
   // Diagnostics (cuda_tuning().decode_probe): per-CTA phase stamps of the small kernel, or null.
   unsigned long long* probe = nullptr;
 
@@ -278,8 +277,7 @@ inline bool decode_use_swap(int knob, int64_t rows, int64_t tile_dim, bool fp8, 
 
 // Stream-mode CTAs per slice on `device`: resident CTAs (occupancy) over slices. fp8_swap: of
 // the fp8 swapped tile's kernel (c from decode_config with kv_bytes 1, kDecodeSwapRows; head_dim
-// 64, 128 or 256),
-// else of the 16-bit 16-row kernel (256: the swapped one).
+// 64, 128 or 256), else of the 16-bit 16-row kernel (256: the swapped one).
 int decode_parts(int device, const DecodeConfig& c, int64_t head_dim, int64_t num_seqs,
                  bool fp8_swap = false);
 

@@ -153,18 +153,20 @@ __device__ __forceinline__ void fused_row_elems(int hr, int lane, F&& f) {
 
 // Waits for every piece of sequence b (slots owner + b .. part + b; the last one this warp's)
 // and merges this lane's rows of them into mo / mm / ml (normalized output, log2 LSE, 1; or
-// zeros, -inf, 0 where no piece saw a key), ready for write_piece as a whole piece. False
-// (nothing merged, the fault recorded) when a piece never arrived. Whole warp.
+// zeros, -inf, 0 where no piece saw a key), ready for write_piece as a whole piece; `tag`:
+// this launch's tag of the unit, for fused_merge_done. False (nothing merged, the fault
+// recorded) when a piece never arrived. Whole warp.
 template <typename KV, int D, bool kSwap, int kOT>
 __device__ bool fused_merge_rows(const DecodeParams& p, int b, int owner, int part, int kvh, int rc,
-                                 int lane, float (&mo)[kOT][4], float (&mm)[2], float (&ml)[2]) {
+                                 int lane, float (&mo)[kOT][4], float (&mm)[2], float (&ml)[2],
+                                 uint32_t& tag) {
   constexpr int kUnitRows = kSwap ? kSwapRows : kDecodeRows;
   const int gid = lane >> 2, t4 = lane & 3;
   const int pieces = part - owner + 1;
   const int64_t slot0 = static_cast<int64_t>(owner) + b;
   const uint32_t gen =
       __shfl_sync(0xffffffffu, lane == 0 ? ld_relaxed_u32(fused_gen_word(p, b, kvh, rc)) : 0u, 0);
-  const uint32_t tag = ll_tag_after(gen, p.epoch);
+  tag = ll_tag_after(gen, p.epoch);
   bool arrived = true;
   for (int j = lane; j < pieces; j += 32) {
     const uint32_t* const flag = fused_flag(p, slot0 + j, kvh, rc);
@@ -212,9 +214,9 @@ __device__ bool fused_merge_rows(const DecodeParams& p, int b, int owner, int pa
 
 // After the merged piece went out: this launch's tag becomes the unit's gen word (every piece
 // of the launch read the old one before it tagged its piece). One lane.
-__device__ __forceinline__ void fused_merge_done(const DecodeParams& p, int b, int kvh, int rc) {
-  uint32_t* const gen_word = fused_gen_word(p, b, kvh, rc);
-  st_relaxed_u32(gen_word, ll_tag_after(ld_relaxed_u32(gen_word), p.epoch));
+__device__ __forceinline__ void fused_merge_done(const DecodeParams& p, int b, int kvh, int rc,
+                                                 uint32_t tag) {
+  st_relaxed_u32(fused_gen_word(p, b, kvh, rc), tag);
 }
 
 // kExt: window, softcap, ALiBi (decode_mask.cuh); without it, the plain causal kernel.
@@ -665,11 +667,12 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   }
   cp_async_wait<0>();
   if constexpr (kFused) {  // o, m, l: free now; the merged rows go out as a whole piece
-    if (merge_b >= 0 &&
-        fused_merge_rows<KV, D, kSwap>(p, merge_b, merge_owner, part, kvh, rc, lane, o, m, l)) {
+    uint32_t tag = 0;
+    if (merge_b >= 0 && fused_merge_rows<KV, D, kSwap>(p, merge_b, merge_owner, part, kvh, rc,
+                                                       lane, o, m, l, tag)) {
       write_piece(merge_b, true, o, m, l);
       __syncwarp();  // every lane read the pieces before the gen word moves on
-      if (lane == 0) fused_merge_done(p, merge_b, kvh, rc);
+      if (lane == 0) fused_merge_done(p, merge_b, kvh, rc, tag);
     }
   }
 }
