@@ -59,7 +59,13 @@ void print_config(const ModelConfig& c) {
     if (rs.type == RopeScaling::Type::kLlama3) {
       std::printf(", low/high freq factor %g/%g", rs.low_freq_factor, rs.high_freq_factor);
     }
-    if (rs.type == RopeScaling::Type::kYarn) std::printf(", attention factor %g", rs.attention_factor);
+    if (rs.type == RopeScaling::Type::kYarn || rs.type == RopeScaling::Type::kLongRope) {
+      std::printf(", attention factor %g", rs.attention_factor);
+    }
+    if (rs.type == RopeScaling::Type::kLongRope) {
+      std::printf(", %zu factor pairs (long ones above the original context)",
+                  rs.short_factor.size());
+    }
     std::printf("\n");
   }
   if (c.sliding_window > 0) {

@@ -440,6 +440,107 @@ def make_family(name, root):
     print(f"wrote {out}: {sum(p.numel() for p in model.parameters())} parameters")
 
 
+PHI3_ORIGINAL = 32  # the tiny Phi-3's original context: prompts of 1 and 7 tokens stay below it
+
+
+def build_phi3():
+    """Phi-3 (Phi3ForCausalLM): fused qkv_proj / gate_up_proj, LongRoPE short / long factors over
+    an original context of 32 in 128 positions (HF picks the long ones per forward pass when
+    the sequence is longer than 32: here the 33- and 70-token prompts), a window of 16."""
+    from transformers import Phi3Config, Phi3ForCausalLM
+    gen = torch.Generator().manual_seed(444)
+    half = 32  # head_dim 64
+    short = (1.0 + 0.1 * torch.rand(half, generator=gen)).tolist()
+    long = torch.linspace(1.0, 12.0, half).mul(1.0 + 0.05 * torch.rand(half, generator=gen)).tolist()
+    cfg = Phi3Config(vocab_size=SMALL_VOCAB, hidden_size=128, intermediate_size=96,
+                     num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                     max_position_embeddings=128, original_max_position_embeddings=PHI3_ORIGINAL,
+                     rope_scaling={"type": "longrope", "short_factor": short, "long_factor": long,
+                                   "rope_theta": 10000.0},
+                     sliding_window=16, rms_norm_eps=1e-6, bos_token_id=1, eos_token_id=2,
+                     pad_token_id=0, tie_word_embeddings=False, attn_implementation="eager",
+                     torch_dtype=torch.float32)
+    model = Phi3ForCausalLM(cfg)
+    with torch.no_grad():
+        for pname, p in model.named_parameters():
+            if pname.endswith("norm.weight"):
+                p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=gen))
+            elif p.dim() == 2 and "embed_tokens" in pname:
+                p.copy_(torch.randn(p.shape, generator=gen))
+            else:
+                p.copy_(torch.randn(p.shape, generator=gen) / math.sqrt(p.shape[1]))
+            p.copy_(p.to(torch.bfloat16).float())
+    model.eval()
+    return model
+
+
+def write_gguf_phi3(model, out):
+    """convert_hf_to_gguf.py's Phi3MiniModel: fused attn_qkv and ffn_up (gate rows, then up)
+    as the checkpoint has them, rope_factors_{long,short} tensors, the LongRoPE attention factor
+    and original context as rope.scaling.* keys, the window as attention.sliding_window."""
+    import gguf
+    cfg = model.config
+    rp = cfg.rope_parameters
+    w = gguf.GGUFWriter(os.path.join(out, "model.gguf"), "phi3")
+    w.add_name("tiny phi3")
+    w.add_block_count(cfg.num_hidden_layers)
+    w.add_context_length(cfg.max_position_embeddings)
+    w.add_embedding_length(cfg.hidden_size)
+    w.add_feed_forward_length(cfg.intermediate_size)
+    w.add_head_count(cfg.num_attention_heads)
+    w.add_head_count_kv(cfg.num_key_value_heads)
+    w.add_rope_dimension_count(cfg.hidden_size // cfg.num_attention_heads)
+    w.add_rope_freq_base(rp["rope_theta"])
+    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    w.add_vocab_size(cfg.vocab_size)
+    w.add_bos_token_id(cfg.bos_token_id)
+    w.add_eos_token_id(cfg.eos_token_id)
+    w.add_rope_scaling_orig_ctx_len(cfg.original_max_position_embeddings)
+    scale = cfg.max_position_embeddings / cfg.original_max_position_embeddings
+    w.add_rope_scaling_attn_factors(
+        max(math.sqrt(1 + math.log(scale) / math.log(cfg.original_max_position_embeddings)), 1.0))
+    w.add_sliding_window(cfg.sliding_window)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_BF16)
+
+    def put(gname, t):
+        if t.dim() == 2:
+            a = t.detach().float().numpy()
+            w.add_tensor(gname, gguf.quants.quantize(a, gguf.GGMLQuantizationType.BF16),
+                         raw_dtype=gguf.GGMLQuantizationType.BF16)
+        else:
+            w.add_tensor(gname, t.detach().float().numpy())
+
+    w.add_tensor("rope_factors_long.weight", np.array(rp["long_factor"], dtype=np.float32))
+    w.add_tensor("rope_factors_short.weight", np.array(rp["short_factor"], dtype=np.float32))
+    sd = model.state_dict()
+    put("token_embd.weight", sd["model.embed_tokens.weight"])
+    put("output_norm.weight", sd["model.norm.weight"])
+    put("output.weight", sd["lm_head.weight"])
+    names = {"input_layernorm.weight": "attn_norm.weight",
+             "self_attn.qkv_proj.weight": "attn_qkv.weight",
+             "self_attn.o_proj.weight": "attn_output.weight",
+             "post_attention_layernorm.weight": "ffn_norm.weight",
+             "mlp.gate_up_proj.weight": "ffn_up.weight", "mlp.down_proj.weight": "ffn_down.weight"}
+    for i in range(cfg.num_hidden_layers):
+        for hf, g in names.items():
+            put(f"blk.{i}.{g}", sd[f"model.layers.{i}.{hf}"])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def make_phi3(root):
+    model = build_phi3()
+    out = os.path.join(root, "tiny_phi3")
+    os.makedirs(out, exist_ok=True)
+    write_config(model, out)
+    write_safetensors_bf16(model, out)
+    write_gguf_phi3(model, out)
+    write_expected(model, os.path.join(out, "expected.json"), SMALL_VOCAB, 44)
+    print(f"wrote {out}: {sum(p.numel() for p in model.parameters())} parameters")
+
+
 def make_llama_rope_variants(root):
     """HF's logits of tiny_llama's weights under linear and dynamic-NTK scaling."""
     src = os.path.join(root, "tiny_llama")
@@ -472,7 +573,7 @@ def main():
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "tests", "data"))
     ap.add_argument("--families", nargs="*",
                     default=["llama", "qwen3", "llama3", "qwen2", "mistral", "llama_rope",
-                             "gemma2", "gemma3"])
+                             "gemma2", "gemma3", "phi3"])
     args = ap.parse_args()
     torch.manual_seed(0)
     for name in args.families:
@@ -480,6 +581,8 @@ def main():
             make_family(name, args.out)
         elif name in ("gemma2", "gemma3"):
             make_gemma(name, args.out)
+        elif name == "phi3":
+            make_phi3(args.out)
         elif name == "llama_rope":
             make_llama_rope_variants(args.out)
         elif name in ("llama", "qwen3"):

@@ -356,9 +356,9 @@ TEST(GemmaConfig, BadHFConfigsNameTheField) {
       "rope_parameters.chunked_attention is not a layer type");
   has(error_with("gemma3",
                  [](auto& c) {
-                   c["rope_parameters"]["full_attention"] = {{"rope_type", "longrope"}};
+                   c["rope_parameters"]["full_attention"] = {{"rope_type", "mrope"}};
                  }),
-      "rope scaling type 'longrope' is not supported");
+      "rope scaling type 'mrope' is not supported");
   has(error_with("gemma3", [](auto& c) { c["use_bidirectional_attention"] = true; }),
       "use_bidirectional_attention = true (EmbeddingGemma) is not supported");
   has(error_with("gemma3",

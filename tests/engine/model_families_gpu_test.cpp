@@ -26,6 +26,9 @@
 //     step whose HF margin is within twice the teacher-forced logit error there (a near-tie).
 //   - CUDA graphs on and off give the same tokens (the same kernels on the same buffers; the
 //     final soft-cap is inside the captured graph).
+// Phi-3 (tiny_phi3: fused qkv / gate_up, LongRoPE's short and long lists, a window of 16):
+// each list against HF's cases on its side of the original context, and the other list
+// missing them by more; the LLM at the long context with CUDA graphs on and off.
 // Exits 77 without a CUDA device.
 #include <gtest/gtest.h>
 
@@ -343,6 +346,68 @@ TEST(RopeScalingGpu, DynamicNtkMatchesHFsCachedGenerate) {
   const double without = versus_hf(*ref, cases, 16, 4096).mean_rel_l2;
   std::printf("[llama dynamic] mean relative L2 vs HF: %.3e with, %.3e without\n", with, without);
   EXPECT_LT(with, 0.5 * without);
+}
+
+// ---- Phi-3: fused projections, LongRoPE's two lists, a window of 16 ---------------------------
+
+// tiny_phi3's HF cases on one side of its original context (32): HF rotated the 1- and
+// 7-token prompts with the short factors, the 33- and 70-token ones with the long factors.
+std::vector<Case> phi3_cases(bool long_side) {
+  std::vector<Case> out;
+  for (const Case& c : load_cases("phi3")) {
+    if ((static_cast<int64_t>(c.prompt.size() + c.greedy.size()) > 32) == long_side) {
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
+TEST(Phi3Gpu, EachFactorListMatchesHFAndIsApplied) {
+  for (const char* format : {"safetensors", "gguf"}) {
+    for (bool use_long : {false, true}) {
+      const std::string what = std::string("phi3/") + format + (use_long ? " long" : " short");
+      const auto cases = phi3_cases(use_long);
+      ASSERT_EQ(cases.size(), 2u);
+      ModelWeights w = load("phi3", format);
+      w.config.rope_scaling.use_long_factors = use_long;
+      auto model = Model::create(std::move(w), Device::cuda(0));
+      const Errors e = versus_hf(*model, cases, 16, 4096);
+      expect_within_bf16(e, what + ", blocks 16");
+      expect_within_bf16(versus_hf(*model, cases, 1, 5), what + ", blocks 1, chunks of 5");
+      model.reset();
+      // The other list misses HF by more: the GPU rotates with the list it was given.
+      ModelWeights other = load("phi3", format);
+      other.config.rope_scaling.use_long_factors = !use_long;
+      auto wrong = Model::create(std::move(other), Device::cuda(0));
+      const double without = versus_hf(*wrong, cases, 16, 4096).mean_rel_l2;
+      std::printf("[%s] mean relative L2 vs HF: %.3e with its list, %.3e with the other\n",
+                  what.c_str(), e.mean_rel_l2, without);
+      EXPECT_LT(e.mean_rel_l2, 0.5 * without) << what;
+    }
+  }
+  EXPECT_EQ(read_device_faults(Device::cuda(0), true), 0u);
+}
+
+// The LLM at ctx_size 128 (the long list): CUDA graphs on and off give the same tokens, and
+// every block is free afterwards.
+TEST(Phi3Gpu, LongContextGraphsOnEqualsOff) {
+  std::vector<std::vector<int32_t>> prompts;
+  for (const auto& c : phi3_cases(true)) prompts.push_back(c.prompt);
+  SamplingParams sp;
+  sp.max_tokens = 16;
+  sp.ignore_eos = true;
+  std::vector<std::vector<int32_t>> tokens[2];
+  for (const bool graphs : {true, false}) {
+    LLMOptions o = test::gpu_options();
+    o.cuda_graphs = graphs;
+    o.ctx_size = 128;
+    LLM llm(load("phi3", "gguf"), std::nullopt, o);
+    ASSERT_TRUE(llm.config().rope_scaling.use_long_factors);
+    for (const auto& out : llm.generate(prompts, sp)) tokens[graphs].push_back(out.token_ids);
+    EXPECT_EQ(llm.cache_stats().num_used_blocks, 0);
+  }
+  for (size_t c = 0; c < prompts.size(); ++c) EXPECT_EQ(tokens[1][c], tokens[0][c]) << c;
+  EXPECT_EQ(read_device_faults(Device::cuda(0), true), 0u);
 }
 
 }  // namespace

@@ -224,10 +224,10 @@ TEST(HfModel, Transformers5RopeParameters) {
   testing::write_text(dir.path() / "config.json", cfg.dump());
   EXPECT_EQ(load_hf_model(dir.path().string()).config.rope_theta, 1e6);
   EXPECT_EQ(config_from_hf_json((dir.path() / "config.json").string()).rope_theta, 1e6);
-  cfg["rope_parameters"]["rope_type"] = "longrope";  // yarn, llama3, ...: model_families_test
+  cfg["rope_parameters"]["rope_type"] = "mrope";  // yarn, llama3, ...: model_families_test
   testing::write_text(dir.path() / "config.json", cfg.dump());
   const std::string e = error_of([&] { load_hf_model(dir.path().string()); });
-  EXPECT_NE(e.find("config.json: rope scaling type 'longrope' is not supported"),
+  EXPECT_NE(e.find("config.json: rope scaling type 'mrope' is not supported"),
             std::string::npos) << e;
 }
 
@@ -274,10 +274,10 @@ TEST(HfModel, BrokenDirectoriesNameTheProblem) {
   EXPECT_TRUE(has(e, "field 'num_hidden_layers' must be an integer")) << e;
   e = error_in(1, [&](const fs::path& d) {
     auto c = testing::tiny_hf_config(s);
-    c["rope_scaling"] = {{"rope_type", "longrope"}, {"factor", 4.0}};
+    c["rope_scaling"] = {{"rope_type", "mrope"}, {"factor", 4.0}};
     testing::write_text(d / "config.json", c.dump());
   });
-  EXPECT_TRUE(has(e, "rope scaling type 'longrope' is not supported")) << e;
+  EXPECT_TRUE(has(e, "rope scaling type 'mrope' is not supported")) << e;
   e = error_in(1, [&](const fs::path& d) {
     auto c = testing::tiny_hf_config(s);
     c["hidden_size"] = 32;  // tensors stay 64 wide

@@ -1,4 +1,5 @@
-// ModelConfig: the shape of a Llama-family decoder (Llama 2/3.x, Mistral, Qwen2/2.5, Qwen3, Gemma 2/3), read
+// ModelConfig: the shape of a Llama-family decoder (Llama 2/3.x, Mistral, Qwen2/2.5, Qwen3, Gemma 2/3,
+// Phi-3), read
 // from GGUF metadata or from an HF config.json (see weights.h). Everything the forward pass needs
 // to interpret the weights.
 #pragma once
@@ -14,20 +15,31 @@ namespace kvattn {
 // rope_parameters, llama.cpp's rope.scaling.* keys). engine/model/rope.h turns it into the
 // per-dimension inverse frequencies and the cos/sin multiplier.
 struct RopeScaling {
-  enum class Type : uint8_t { kNone, kLinear, kDynamic, kLlama3, kYarn };
+  enum class Type : uint8_t { kNone, kLinear, kDynamic, kLlama3, kYarn, kLongRope };
   Type type = Type::kNone;
-  double factor = 1.0;            // linear, dynamic, llama3, yarn
+  double factor = 1.0;            // linear, dynamic, llama3, yarn, longrope
   double low_freq_factor = 1.0;   // llama3
   double high_freq_factor = 4.0;  // llama3
-  int64_t original_max_position_embeddings = 0;  // llama3, yarn (the pretraining context)
+  int64_t original_max_position_embeddings = 0;  // llama3, yarn, longrope (the pretraining context)
   double beta_fast = 32.0, beta_slow = 1.0;      // yarn
   bool truncate = true;                          // yarn: integer correction range
-  double attention_factor = 1.0;  // yarn: cos/sin multiplier (resolved at load: mscale)
+  double attention_factor = 1.0;  // yarn, longrope: cos/sin multiplier (resolved at load)
+  // longrope (Phi-3 / Phi-3.5, HF "longrope" or "su"; llama.cpp's rope_factors_{short,long}
+  // tensors): inv_freq[i] = 1 / (factor[i] * base^(2i / head_dim)), [head_dim / 2] each.
+  // Which list applies is fixed for the whole engine, not per sequence (vLLM's and
+  // llama.cpp's rule): the long one when the context a sequence may use exceeds
+  // original_max_position_embeddings (LLMEngine sets use_long_factors from its ctx_size), so
+  // every key in a cache was rotated with the same table. HF switches per forward pass by the
+  // current length instead; the two agree whenever a sequence stays on one side of the
+  // original context (the default context of such a model is that original length).
+  std::vector<float> short_factor, long_factor;
+  bool use_long_factors = false;
 };
 std::string_view rope_scaling_name(RopeScaling::Type t);  // "none" | "linear" | ...
 
 struct ModelConfig {
-  std::string architecture;  // "llama" | "mistral" | "qwen2" | "qwen3" | "gemma2" | "gemma3"
+  // "llama" | "mistral" | "qwen2" | "qwen3" | "gemma2" | "gemma3" | "phi3"
+  std::string architecture;
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;

@@ -18,7 +18,10 @@
 //   model.layers.N.mlp.down_proj.weight           [hidden, intermediate]
 //   model.norm.weight                             [hidden]
 //   lm_head.weight                                [vocab, hidden]     (absent when tied)
-// Both loaders check that every one of these exists with exactly this shape.
+// Both loaders check that every one of these exists with exactly this shape. Phi-3's fused
+// tensors (HF self_attn.qkv_proj / mlp.gate_up_proj; GGUF attn_qkv / ffn_up holding gate then
+// up) are split into these names at load, each part a row range sharing the fused tensor's
+// memory (or, kept quantized, its file blocks).
 //
 // RoPE pairing: llama-architecture GGUF files store the Q/K rows of each head permuted (HF's
 // convert script interleaves the two halves so that GGML can rotate adjacent pairs). We keep
@@ -80,8 +83,9 @@ struct GgufLoadOptions {
 // `progress` (optional) is called with the fraction of tensor bytes loaded so far, in [0, 1].
 using LoadProgress = std::function<void(double)>;
 
-// GGUF (architectures "llama", "qwen2", "qwen3", "gemma2" and "gemma3"; llama.cpp's names, biases included; the
-// Llama 3 tensor rope_freqs.weight goes into config.rope_freq_factors): dequantizes F32/F16/BF16/Q8_0/Q4_0/Q4_1/
+// GGUF (architectures "llama", "qwen2", "qwen3", "gemma2", "gemma3" and "phi3"; llama.cpp's names, biases
+// included; the Llama 3 tensor rope_freqs.weight goes into config.rope_freq_factors, Phi-3's
+// rope_factors_{short,long}.weight into config.rope_scaling): dequantizes F32/F16/BF16/Q8_0/Q4_0/Q4_1/
 // Q5_0/Q5_1 and Q2_K/Q3_K/Q4_K/Q5_K/Q6_K to float32 (unless keep_quantized) and renames tensors to the HF names
 // above.
 ModelWeights load_gguf_model(const std::string& path, const LoadProgress& progress = {},
@@ -101,7 +105,7 @@ struct HfLoadOptions {
 // HF directory: config.json plus model.safetensors, or model.safetensors.index.json and the
 // shards it names (bf16/f16/f32 converted to float32 unless options.keep_16bit).
 // Architectures LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM,
-// Gemma2ForCausalLM and Gemma3ForCausalLM (text-only). Gemma's norm weights stay as the file
+// Gemma2ForCausalLM, Gemma3ForCausalLM (text-only) and Phi3ForCausalLM. Gemma's norm weights stay as the file
 // has them (w; the model applies 1 + w, config.norm_weight_offset).
 ModelWeights load_hf_model(const std::string& dir, const LoadProgress& progress = {},
                            const HfLoadOptions& options = {});

@@ -37,16 +37,29 @@ LLMEngine::LLMEngine(ModelWeights weights, std::optional<Tokenizer> tokenizer,
   mo.max_decode_batch = options.max_num_seqs;
   mo.tensor_parallel = options.tensor_parallel;
   mo.kv_cache_dtype = options.kv_cache_dtype;
+  KVATTN_CHECK(options.ctx_size >= 0, "LLM: ctx_size must be >= 0 (0: automatic) but is ",
+               options.ctx_size);
+  {
+    ModelConfig& wc = weights.config;
+    const int64_t model_len =
+        wc.max_position_embeddings > 0 ? wc.max_position_embeddings : (1 << 20);
+    // The CPU's default context is capped: its pool is host memory, and a 128k-context model
+    // would otherwise size it for contexts nobody asked for.
+    int64_t default_len = options.device.is_cpu() ? std::min<int64_t>(model_len, 4096) : model_len;
+    RopeScaling& rs = wc.rope_scaling;
+    if (rs.type == RopeScaling::Type::kLongRope) {
+      // LongRoPE (vLLM's rule): the factor list is fixed by the context, so by default the
+      // context is the original one (short factors, HF's result for every such prompt); a
+      // longer --ctx-size rotates every position with the long factors.
+      default_len = std::min(default_len, rs.original_max_position_embeddings);
+    }
+    max_model_len_ = options.ctx_size > 0 ? std::min(options.ctx_size, model_len) : default_len;
+    rs.use_long_factors = rs.type == RopeScaling::Type::kLongRope &&
+                          max_model_len_ > rs.original_max_position_embeddings;
+  }
   model_ = Model::create(std::move(weights), options.device, mo);
   phase_timing_ = options.phase_timing && model_->set_phase_timing(true);
   const ModelConfig& c = model_->config();
-  const int64_t model_len = c.max_position_embeddings > 0 ? c.max_position_embeddings : (1 << 20);
-  KVATTN_CHECK(options.ctx_size >= 0, "LLM: ctx_size must be >= 0 (0: automatic) but is ",
-               options.ctx_size);
-  // The CPU's default context is capped: its pool is host memory, and a 128k-context model
-  // would otherwise size it for contexts nobody asked for.
-  const int64_t default_len = options.device.is_cpu() ? std::min<int64_t>(model_len, 4096) : model_len;
-  max_model_len_ = options.ctx_size > 0 ? std::min(options.ctx_size, model_len) : default_len;
 
   if (c.eos_token_id >= 0) eos_ids_.push_back(static_cast<int32_t>(c.eos_token_id));
   for (int64_t id : c.extra_eos_ids) eos_ids_.push_back(static_cast<int32_t>(id));

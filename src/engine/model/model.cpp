@@ -18,9 +18,10 @@ void check_model_weights(const ModelWeights& w) {
   const ModelConfig& c = w.config;
   KVATTN_CHECK(c.architecture == "llama" || c.architecture == "mistral" ||
                    c.architecture == "qwen2" || c.architecture == "qwen3" ||
-                   c.architecture == "gemma2" || c.architecture == "gemma3",
-               "Model: architecture must be llama, mistral, qwen2, qwen3, gemma2 or gemma3 but "
-               "is '", c.architecture, "'");
+                   c.architecture == "gemma2" || c.architecture == "gemma3" ||
+                   c.architecture == "phi3",
+               "Model: architecture must be llama, mistral, qwen2, qwen3, gemma2, gemma3 or phi3 "
+               "but is '", c.architecture, "'");
   KVATTN_CHECK(c.hidden_size > 0 && c.num_layers > 0 && c.num_heads > 0 &&
                    c.num_kv_heads > 0 && c.head_dim > 0 && c.vocab_size > 0 &&
                    c.intermediate_size > 0,

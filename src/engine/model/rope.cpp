@@ -100,6 +100,15 @@ std::vector<float> inv_freq(const ModelConfig& c, int64_t seq_len) {
     case RopeScaling::Type::kYarn:
       yarn(s, base, dim, c.rope_freq_factors, f);
       break;
+    case RopeScaling::Type::kLongRope: {
+      // HF's _compute_longrope_parameters: 1 / (ext_factors * base ** (arange(0, dim, 2) / dim)),
+      // in float32 (the product first, then the reciprocal).
+      const std::vector<float>& ext = s.use_long_factors ? s.long_factor : s.short_factor;
+      for (size_t i = 0; i < f.size() && i < ext.size(); ++i) {
+        f[i] = 1.0f / (ext[i] * std::pow(base, static_cast<float>(2 * i) / static_cast<float>(dim)));
+      }
+      break;
+    }
   }
   return f;
 }
@@ -110,7 +119,8 @@ std::vector<float> local_inv_freq(const ModelConfig& c) {
 }
 
 float attention_factor(const ModelConfig& c) {
-  return c.rope_scaling.type == RopeScaling::Type::kYarn
+  return c.rope_scaling.type == RopeScaling::Type::kYarn ||
+                 c.rope_scaling.type == RopeScaling::Type::kLongRope
              ? static_cast<float>(c.rope_scaling.attention_factor)
              : 1.0f;
 }

@@ -16,7 +16,9 @@ namespace fs = std::filesystem;
 // GGUF tensor name -> HF name. Per-layer names are "blk.N.<suffix>". llama.cpp's ffn_norm is
 // the MLP's input norm: Llama's post_attention_layernorm, Gemma's pre_feedforward_layernorm
 // (Gemma's post_attention_layernorm is GGUF's post_attention_norm).
-std::string hf_name_for_gguf(const std::string& name, bool sandwich_norms) {
+// Phi-3 files fuse projections (HF qkv_proj / gate_up_proj; GGUF attn_qkv, and ffn_up holding
+// gate then up): they load under the fused HF names and split_fused_projections cuts them.
+std::string hf_name_for_gguf(const std::string& name, bool sandwich_norms, bool fused_gate_up) {
   static const std::pair<const char*, const char*> kGlobal[] = {
       {"token_embd.weight", "model.embed_tokens.weight"},
       {"output_norm.weight", "model.norm.weight"},
@@ -26,6 +28,7 @@ std::string hf_name_for_gguf(const std::string& name, bool sandwich_norms) {
       {"attn_q.weight", "self_attn.q_proj.weight"},
       {"attn_k.weight", "self_attn.k_proj.weight"},
       {"attn_v.weight", "self_attn.v_proj.weight"},
+      {"attn_qkv.weight", "self_attn.qkv_proj.weight"},
       {"attn_output.weight", "self_attn.o_proj.weight"},
       {"attn_q.bias", "self_attn.q_proj.bias"},
       {"attn_k.bias", "self_attn.k_proj.bias"},
@@ -52,6 +55,9 @@ std::string hf_name_for_gguf(const std::string& name, bool sandwich_norms) {
                                : "post_attention_layernorm.weight");
       }
       if (!sandwich_norms && suffix.starts_with("post_")) return {};
+      if (fused_gate_up && suffix == "ffn_up.weight") {
+        return "model.layers." + layer + ".mlp.gate_up_proj.weight";
+      }
       for (const auto& [g, h] : kLayer) {
         if (suffix == g) return "model.layers." + layer + "." + h;
       }
@@ -68,6 +74,71 @@ bool is_block_type(GgmlType t) {
 }
 
 bool is_float_dtype(const std::string& d) { return d == "F32" || d == "F16" || d == "BF16"; }
+
+// Rows [begin, end) of a weight, sharing its memory (a row range of a row-major tensor, or of
+// a block-quantized one, whose rows are whole blocks, is contiguous).
+Tensor rows_of(const Tensor& t, int64_t begin, int64_t end) {
+  return Tensor::wrap(t.view().slice0(begin, end), std::make_shared<Tensor>(t));
+}
+
+QuantizedWeight rows_of(const QuantizedWeight& q, int64_t begin, int64_t end) {
+  QuantizedWeight out = q;
+  out.shape = {end - begin, q.shape[1]};
+  out.bytes = q.bytes.subspan(static_cast<size_t>(begin * q.row_bytes()),
+                              static_cast<size_t>((end - begin) * q.row_bytes()));
+  return out;
+}
+
+// Replaces `fused` (in `tensors` or `quantized`) by consecutive row ranges named `parts`, whose
+// sizes are `rows` (their sum must be the fused tensor's row count).
+void split_rows(ModelWeights& w, const std::string& fused, const std::vector<std::string>& parts,
+                const std::vector<int64_t>& rows, const std::string& source) {
+  int64_t total = 0;
+  for (int64_t r : rows) total += r;
+  auto check = [&](const std::vector<int64_t>& shape) {
+    KVATTN_CHECK(shape.size() == 2 && shape[0] == total, source, ": tensor '", fused, "' has ",
+                 shape.size() == 2 ? shape[0] : -1, " rows but the config needs ", total);
+  };
+  if (w.tensors.count(fused) == 0 && w.quantized.count(fused) == 0) return;
+  for (const std::string& p : parts) {
+    KVATTN_CHECK(w.tensors.count(p) == 0 && w.quantized.count(p) == 0, source, ": tensor '", p,
+                 "' is present beside the fused '", fused, "'");
+  }
+  int64_t begin = 0;
+  if (auto it = w.tensors.find(fused); it != w.tensors.end()) {
+    const Tensor t = it->second;
+    const TensorView& v = t.view();
+    check(std::vector<int64_t>(v.shape.begin(), v.shape.begin() + v.ndim));
+    for (size_t i = 0; i < parts.size(); begin += rows[i], ++i) {
+      w.tensors.emplace(parts[i], rows_of(t, begin, begin + rows[i]));
+    }
+    w.tensors.erase(it);
+  } else if (auto q = w.quantized.find(fused); q != w.quantized.end()) {
+    const QuantizedWeight whole = q->second;
+    check(whole.shape);
+    for (size_t i = 0; i < parts.size(); begin += rows[i], ++i) {
+      w.quantized.emplace(parts[i], rows_of(whole, begin, begin + rows[i]));
+    }
+    w.quantized.erase(q);
+  }
+}
+
+// Phi-3's fused projections into the separate HF names the models read: qkv_proj rows are
+// q, k, v; gate_up_proj rows are gate, then up (HF's chunk(2); llama.cpp's SwiGLU halves).
+void split_fused_projections(ModelWeights& w, const std::string& source) {
+  const ModelConfig& c = w.config;
+  const int64_t q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim;
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    split_rows(w, p + "self_attn.qkv_proj.weight",
+               {p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight",
+                p + "self_attn.v_proj.weight"},
+               {q, kv, kv}, source);
+    split_rows(w, p + "mlp.gate_up_proj.weight",
+               {p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"},
+               {c.intermediate_size, c.intermediate_size}, source);
+  }
+}
 
 // The shard file names of an index.json, checked to stay inside the model directory.
 std::map<std::string, std::string> read_index(const fs::path& index_path) {
@@ -199,7 +270,8 @@ ModelWeights load_gguf_model(const GgufFile& g, const LoadProgress& progress,
   for (const auto& t : g.tensors()) total += t.nbytes;
   if (progress) progress(0.0);
   for (const auto& t : g.tensors()) {
-    const std::string name = hf_name_for_gguf(t.name, w.config.sandwich_norms);
+    const std::string name =
+        hf_name_for_gguf(t.name, w.config.sandwich_norms, w.config.architecture == "phi3");
     if (!name.empty() && options.keep_quantized && t.ne.size() == 2 && is_block_type(t.type)) {
       const auto d = g.tensor_data(t);
       w.quantized.emplace(name, QuantizedWeight{t.type, t.shape(), d, g.mapping()});
@@ -209,6 +281,7 @@ ModelWeights load_gguf_model(const GgufFile& g, const LoadProgress& progress,
     done += t.nbytes;
     if (progress && total > 0) progress(static_cast<double>(done) / static_cast<double>(total));
   }
+  split_fused_projections(w, g.path());
   validate_weights(w, g.path());
   return w;
 }
@@ -276,6 +349,7 @@ ModelWeights load_hf_model(const std::string& dir, const LoadProgress& progress,
                  "' named by model.safetensors.index.json is missing or not a float tensor");
   }
   if (w.config.tie_word_embeddings) w.tensors.erase("lm_head.weight");
+  split_fused_projections(w, dir);
   validate_weights(w, dir);
   if (progress) progress(1.0);
   return w;

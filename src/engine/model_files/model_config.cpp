@@ -39,6 +39,13 @@ void validate_config(const ModelConfig& c, const std::string& file) {
   check_range(file, "eos_token_id", c.eos_token_id, -1, c.vocab_size - 1);
   for (int64_t id : c.extra_eos_ids) check_range(file, "eos_token_id", id, 0, c.vocab_size - 1);
   validate_rope_scaling(c.rope_scaling, file);
+  if (c.rope_scaling.type == RopeScaling::Type::kLongRope) {
+    KVATTN_CHECK(static_cast<int64_t>(c.rope_scaling.short_factor.size()) == c.head_dim / 2,
+                 file, ": rope scaling (longrope) has ", c.rope_scaling.short_factor.size(),
+                 " factors a list but head_dim / 2 is ", c.head_dim / 2);
+    KVATTN_CHECK(c.rope_freq_factors.empty(), file,
+                 ": rope_freqs and LongRoPE factors cannot both apply");
+  }
   KVATTN_CHECK(c.rope_freq_factors.empty() ||
                    static_cast<int64_t>(c.rope_freq_factors.size()) == c.head_dim / 2,
                file, ": rope_freq_factors has ", c.rope_freq_factors.size(),
@@ -58,6 +65,17 @@ void validate_config(const ModelConfig& c, const std::string& file) {
   }
 }
 
+// A window no shorter than the context never masks a key (Phi-3 128k: 262144 over 131072
+// positions): drop it, so that nothing downstream pays for it or refuses it (the CUDA fp8
+// cache refuses windows). Not where the sliding layers also pick Gemma 3's local RoPE.
+void drop_inert_window(ModelConfig& c) {
+  if (c.sliding_window > 0 && c.max_position_embeddings > 0 && c.rope_local_theta == 0 &&
+      c.sliding_window >= c.max_position_embeddings) {
+    c.sliding_window = 0;
+    c.sliding_layers.clear();
+  }
+}
+
 }  // namespace
 
 ModelConfig config_from_gguf(const GgufFile& g) {
@@ -65,9 +83,9 @@ ModelConfig config_from_gguf(const GgufFile& g) {
   ModelConfig c;
   c.architecture = g.get_string("general.architecture", "");
   KVATTN_CHECK(c.architecture == "llama" || c.architecture == "qwen2" ||
-                   c.architecture == "qwen3" || is_gemma(c),
+                   c.architecture == "qwen3" || c.architecture == "phi3" || is_gemma(c),
                file, ": general.architecture is '", c.architecture,
-               "' (supported: llama, qwen2, qwen3, gemma2, gemma3)");
+               "' (supported: llama, qwen2, qwen3, phi3, gemma2, gemma3)");
   const std::string a = c.architecture + ".";
   auto need = [&](const std::string& key) {
     KVATTN_CHECK(g.find(key) != nullptr, file, ": metadata key '", key, "' is missing");
@@ -110,6 +128,7 @@ ModelConfig config_from_gguf(const GgufFile& g) {
   c.eos_token_id = g.get_int("tokenizer.ggml.eos_token_id", -1);
   const int64_t eot = g.get_int("tokenizer.ggml.eot_token_id", -1);
   if (eot >= 0 && eot != c.eos_token_id) c.extra_eos_ids.push_back(eot);
+  drop_inert_window(c);
   validate_config(c, file);
   return c;
 }
@@ -138,9 +157,10 @@ ModelConfig config_from_hf_json(const std::string& path) {
   else if (arch == "Qwen3ForCausalLM") c.architecture = "qwen3";
   else if (arch == "Gemma2ForCausalLM") c.architecture = "gemma2";
   else if (arch == "Gemma3ForCausalLM") c.architecture = "gemma3";  // text-only (gemma3_text)
+  else if (arch == "Phi3ForCausalLM") c.architecture = "phi3";
   else KVATTN_FAIL(path, ": architecture '", arch,
                    "' is not supported (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
-                   "Qwen3ForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM)");
+                   "Qwen3ForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Phi3ForCausalLM)");
 
   c.vocab_size = json_int(field("vocab_size"), "vocab_size", path);
   c.hidden_size = json_int(field("hidden_size"), "hidden_size", path);
@@ -175,11 +195,21 @@ ModelConfig config_from_hf_json(const std::string& path) {
   };
   KVATTN_CHECK(!flag("mlp_bias"), path, ": mlp_bias = true is not supported");
   // Qwen2 hard-codes q/k/v biases; Llama and Qwen3 put q/k/v/o biases behind attention_bias;
-  // HF's Mistral has none and ignores the flag.
+  // HF's Mistral and Phi-3 have none and ignore the flag.
   if (c.architecture == "qwen2") {
     c.qkv_bias = true;
-  } else if (c.architecture != "mistral") {
+  } else if (c.architecture != "mistral" && c.architecture != "phi3") {
     c.qkv_bias = c.o_bias = flag("attention_bias");
+  }
+  if (c.architecture == "phi3") {
+    // Phi-3's MLP is SwiGLU on its fused gate_up_proj; Phi-4-mini rotates 3/4 of each head.
+    if (auto act = j.find("hidden_act"); act != j.end() && !act->is_null()) {
+      const std::string& a = json_string(*act, "hidden_act", path);
+      KVATTN_CHECK(a == "silu", path, ": hidden_act is '", a, "' (Phi3ForCausalLM: silu)");
+    }
+    const double prf = num_or("partial_rotary_factor", 1.0);
+    KVATTN_CHECK(prf == 1.0, path, ": partial_rotary_factor is ", prf,
+                 " (partial rotary embeddings are not supported)");
   }
   sliding_window_from_hf(j, c, path);
   c.rope_style = ModelConfig::RopeStyle::kRotateHalf;
@@ -197,6 +227,7 @@ ModelConfig config_from_hf_json(const std::string& path) {
       c.eos_token_id = json_int(*eos, "eos_token_id", path);
     }
   }
+  drop_inert_window(c);
   validate_config(c, path);
   return c;
 }

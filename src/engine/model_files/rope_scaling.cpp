@@ -12,6 +12,15 @@ namespace {
 
 using Type = RopeScaling::Type;
 
+// LongRoPE's default cos/sin multiplier for a context stretched `scale` times over
+// `original` positions: sqrt(1 + ln(scale) / ln(original)), 1 when not stretched (HF's
+// _compute_longrope_parameters; llama.cpp's converter writes the same as attn_factor).
+double longrope_mscale(double scale, int64_t original) {
+  return scale <= 1.0 || original <= 1
+             ? 1.0
+             : std::sqrt(1.0 + std::log(scale) / std::log(static_cast<double>(original)));
+}
+
 // YaRN's default cos/sin multiplier (the paper's 0.1 ln(s) + 1), as HF's get_mscale.
 double yarn_mscale(double scale, double mscale = 1.0) {
   return scale <= 1.0 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0;
@@ -28,6 +37,7 @@ std::string_view rope_scaling_name(RopeScaling::Type t) {
     case Type::kDynamic: return "dynamic";
     case Type::kLlama3: return "llama3";
     case Type::kYarn: return "yarn";
+    case Type::kLongRope: return "longrope";
   }
   return "?";
 }
@@ -37,7 +47,7 @@ void validate_rope_scaling(const RopeScaling& s, const std::string& file) {
   if (s.type == Type::kNone) return;
   KVATTN_CHECK(finite_positive(s.factor), file, ": rope scaling (", t,
                ") factor must be finite and > 0 but is ", s.factor);
-  if (s.type == Type::kLlama3 || s.type == Type::kYarn) {
+  if (s.type == Type::kLlama3 || s.type == Type::kYarn || s.type == Type::kLongRope) {
     KVATTN_CHECK(s.original_max_position_embeddings >= 1 &&
                      s.original_max_position_embeddings <= (int64_t{1} << 32),
                  file, ": rope scaling (", t, ") original_max_position_embeddings must lie in [1, ",
@@ -54,11 +64,27 @@ void validate_rope_scaling(const RopeScaling& s, const std::string& file) {
     KVATTN_CHECK(finite_positive(s.beta_fast) && finite_positive(s.beta_slow), file,
                  ": rope scaling (yarn) beta_fast ", s.beta_fast, " and beta_slow ", s.beta_slow,
                  " must be finite and > 0");
-    KVATTN_CHECK(finite_positive(s.attention_factor), file,
-                 ": rope scaling (yarn) attention_factor must be finite and > 0 but is ",
-                 s.attention_factor);
+  }
+  if (s.type == Type::kYarn || s.type == Type::kLongRope) {
+    KVATTN_CHECK(finite_positive(s.attention_factor), file, ": rope scaling (", t,
+                 ") attention_factor must be finite and > 0 but is ", s.attention_factor);
+  }
+  if (s.type == Type::kLongRope) {
+    KVATTN_CHECK(!s.short_factor.empty() && s.short_factor.size() == s.long_factor.size(), file,
+                 ": rope scaling (longrope) short_factor and long_factor must be non-empty and "
+                 "of one length but have ", s.short_factor.size(), " and ", s.long_factor.size(),
+                 " entries");
+    for (const auto* list : {&s.short_factor, &s.long_factor}) {
+      const char* name = list == &s.short_factor ? "short_factor" : "long_factor";
+      for (size_t i = 0; i < list->size(); ++i) {
+        KVATTN_CHECK(finite_positive((*list)[i]), file, ": rope scaling (longrope) ", name, "[",
+                     i, "] must be finite and > 0 but is ", (*list)[i]);
+      }
+    }
   }
 }
+
+
 
 RopeScaling rope_scaling_from_hf(const nlohmann::json& p, const nlohmann::json& top,
                                  const ModelConfig& c, const std::string& file) {
@@ -126,9 +152,37 @@ RopeScaling rope_scaling_from_hf(const nlohmann::json& p, const nlohmann::json& 
                                     ? yarn_mscale(s.factor, mscale) /
                                           yarn_mscale(s.factor, mscale_all_dim)
                                     : yarn_mscale(s.factor));
+  } else if (type == "longrope" || type == "su") {
+    // HF's _compute_longrope_parameters: the default cos/sin multiplier comes from `factor`,
+    // else from max_position_embeddings / original_max_position_embeddings (Phi-3 keeps the
+    // latter at the top level). short_mscale / long_mscale (vLLM's) are not HF's: ignored, as
+    // HF ignores them.
+    s.type = Type::kLongRope;
+    s.original_max_position_embeddings = original_max();
+    s.factor = num("factor", s.original_max_position_embeddings > 0
+                                 ? static_cast<double>(c.max_position_embeddings) /
+                                       static_cast<double>(s.original_max_position_embeddings)
+                                 : 1.0);
+    s.attention_factor =
+        num("attention_factor", longrope_mscale(s.factor, s.original_max_position_embeddings));
+    auto factors = [&](const char* key) {
+      const nlohmann::json& a = json_field(p, key, file);
+      KVATTN_CHECK(a.is_array(), file, ": rope scaling (longrope) ", key, " must be an array");
+      std::vector<float> out;
+      for (size_t i = 0; i < a.size(); ++i) {
+        out.push_back(static_cast<float>(
+            json_number(a[i], std::string(key) + "[" + std::to_string(i) + "]", file)));
+      }
+      return out;
+    };
+    s.short_factor = factors("short_factor");
+    s.long_factor = factors("long_factor");
+    KVATTN_CHECK(static_cast<int64_t>(s.short_factor.size()) == c.head_dim / 2, file,
+                 ": rope scaling (longrope) short_factor has ", s.short_factor.size(),
+                 " entries but head_dim / 2 is ", c.head_dim / 2);
   } else {
     KVATTN_FAIL(file, ": rope scaling type '", type,
-                "' is not supported (default, linear, dynamic, llama3, yarn)");
+                "' is not supported (default, linear, dynamic, llama3, yarn, longrope)");
   }
   if (auto prf = p.find("partial_rotary_factor"); prf != p.end() && !prf->is_null()) {
     const double f = json_number(*prf, "partial_rotary_factor", file);
@@ -139,12 +193,59 @@ RopeScaling rope_scaling_from_hf(const nlohmann::json& p, const nlohmann::json& 
   return s;
 }
 
+namespace {
+
+// A 1-D float tensor of head_dim / 2 entries (rope_freqs, rope_factors_*), or empty if absent.
+std::vector<float> rope_factor_tensor(const GgufFile& g, const ModelConfig& c, const char* name) {
+  const GgufTensorInfo* t = g.find_tensor(name);
+  if (t == nullptr) return {};
+  const int64_t half = c.head_dim / 2;
+  KVATTN_CHECK(t->ne.size() == 1 && static_cast<int64_t>(t->ne[0]) == half, g.path(),
+               ": tensor '", name, "' must be 1-D with head_dim / 2 = ", half, " entries but has ",
+               t->ne.size(), " dims, ", t->ne.empty() ? 0 : t->ne[0], " entries first");
+  const Tensor f = g.dequantize(*t);
+  std::vector<float> out(f.ptr<const float>(), f.ptr<const float>() + half);
+  for (int64_t i = 0; i < half; ++i) {
+    KVATTN_CHECK(finite_positive(out[i]), g.path(), ": ", name, "[", i,
+                 "] must be finite and > 0 but is ", out[i]);
+  }
+  return out;
+}
+
+// llama.cpp's LongRoPE (Phi-3 128k / 3.5): the tensors rope_factors_short.weight and
+// rope_factors_long.weight, "<arch>.rope.scaling.original_context_length" and
+// ".attn_factor" (the cos/sin multiplier; absent: HF's default from the two lengths).
+RopeScaling longrope_from_gguf(const GgufFile& g, const ModelConfig& c) {
+  RopeScaling s;
+  s.short_factor = rope_factor_tensor(g, c, "rope_factors_short.weight");
+  s.long_factor = rope_factor_tensor(g, c, "rope_factors_long.weight");
+  if (s.short_factor.empty() && s.long_factor.empty()) return s;
+  KVATTN_CHECK(!s.short_factor.empty() && !s.long_factor.empty(), g.path(),
+               ": rope_factors_short.weight and rope_factors_long.weight come together, but only ",
+               s.short_factor.empty() ? "the long" : "the short", " one is present");
+  const std::string a = c.architecture + ".rope.scaling.";
+  s.type = RopeScaling::Type::kLongRope;
+  KVATTN_CHECK(g.find(a + "original_context_length") != nullptr, g.path(), ": metadata key '", a,
+               "original_context_length' is missing (LongRoPE factors need it)");
+  s.original_max_position_embeddings = g.get_int(a + "original_context_length", 0);
+  s.factor = s.original_max_position_embeddings > 0
+                 ? static_cast<double>(c.max_position_embeddings) /
+                       static_cast<double>(s.original_max_position_embeddings)
+                 : 1.0;
+  s.attention_factor =
+      g.get_float(a + "attn_factor", longrope_mscale(s.factor, s.original_max_position_embeddings));
+  validate_rope_scaling(s, g.path());
+  return s;
+}
+
+}  // namespace
+
 RopeScaling rope_scaling_from_gguf(const GgufFile& g, const ModelConfig& c) {
   const std::string& file = g.path();
   const std::string a = c.architecture + ".rope.scaling.";
   RopeScaling s;
   const std::string type = g.get_string(a + "type", "none");
-  if (type == "none") return s;
+  if (type == "none") return longrope_from_gguf(g, c);
   const double factor = g.get_float(a + "factor", 0.0);
   if (type == "linear") {
     s.type = Type::kLinear;
@@ -168,26 +269,14 @@ RopeScaling rope_scaling_from_gguf(const GgufFile& g, const ModelConfig& c) {
 }
 
 std::vector<float> rope_freq_factors_from_gguf(const GgufFile& g, const ModelConfig& c) {
-  const GgufTensorInfo* t = g.find_tensor("rope_freqs.weight");
-  if (t == nullptr) return {};
-  const int64_t half = c.head_dim / 2;
-  KVATTN_CHECK(t->ne.size() == 1 && static_cast<int64_t>(t->ne[0]) == half, g.path(),
-               ": tensor 'rope_freqs.weight' must be 1-D with head_dim / 2 = ", half,
-               " entries but has ", t->ne.size(), " dims, ", t->ne.empty() ? 0 : t->ne[0],
-               " entries first");
-  const Tensor f = g.dequantize(*t);
-  std::vector<float> out(f.ptr<const float>(), f.ptr<const float>() + half);
-  for (int64_t i = 0; i < half; ++i) {
-    KVATTN_CHECK(finite_positive(out[i]), g.path(), ": rope_freqs.weight[", i,
-                 "] must be finite and > 0 but is ", out[i]);
-  }
-  return out;
+  return rope_factor_tensor(g, c, "rope_freqs.weight");
 }
 
 void sliding_window_from_hf(const nlohmann::json& j, ModelConfig& c, const std::string& file) {
   c.sliding_window = 0;
   c.sliding_layers.clear();
-  if (c.architecture != "mistral" && c.architecture != "qwen2" && c.architecture != "qwen3") {
+  if (c.architecture != "mistral" && c.architecture != "qwen2" && c.architecture != "qwen3" &&
+      c.architecture != "phi3") {
     return;  // HF's Llama ignores sliding_window
   }
   auto use = j.find("use_sliding_window");
@@ -216,7 +305,7 @@ void sliding_window_from_hf(const nlohmann::json& j, ModelConfig& c, const std::
                               : json_int(*mw, "max_window_layers", file);
     for (int64_t i = 0; i < c.num_layers; ++i) c.sliding_layers.push_back(i >= first ? 1 : 0);
   }
-  // Mistral: every layer (sliding_layers stays empty).
+  // Mistral, Phi-3: every layer (sliding_layers stays empty).
 }
 
 }  // namespace kvattn
