@@ -27,21 +27,25 @@ std::vector<StreamEvent> wait_events(RequestStream& s) {
   return evs;
 }
 
+// logprobs: non-null when the request asked for log-probabilities.
 void respond_whole(RequestStream& stream, std::vector<StreamEvent> evs,
                    const ResponseMeta& meta, size_t num_choices, bool with_token_ids,
-                   httplib::Response& res) {
+                   const LogprobsFormat* logprobs, httplib::Response& res) {
   std::vector<ChoiceResult> choices(num_choices);
   for (;;) {
     for (StreamEvent& e : evs) {
       if (e.kind == Kind::kToken) {
-        choices.at(e.choice).text += e.text;
-        if (e.token >= 0) choices.at(e.choice).token_ids.push_back(e.token);
+        ChoiceResult& c = choices.at(e.choice);
+        c.text += e.text;
+        if (e.token >= 0) c.token_ids.push_back(e.token);
+        if (e.token >= 0 && e.logprobs) c.logprobs.push_back(std::move(*e.logprobs));
       } else if (e.kind == Kind::kChoiceEnd) {
         choices.at(e.choice).finish_reason = e.finish_reason;
       } else if (e.kind == Kind::kError) {
         throw *e.error;
       } else if (e.kind == Kind::kDone) {
-        res.set_content(dump(full_response(meta, choices, e.usage, with_token_ids)), "application/json");
+        res.set_content(dump(full_response(meta, choices, e.usage, with_token_ids, logprobs)),
+                        "application/json");
         return;
       }
     }
@@ -59,9 +63,23 @@ struct SseState {
   size_t num_choices = 0;
   bool include_usage = false;
   bool token_ids = false;  // return_token_ids
+  std::optional<LogprobsFormat> logprobs;  // the request asked for log-probabilities
+  std::vector<int64_t> text_offsets;       // completions' logprobs: per choice
   bool opened = false;
   bool done = false;
 };
+
+// The "logprobs" of a token event's chunk: its token's, in the endpoint's shape.
+nlohmann::json event_logprobs(SseState& st, const StreamEvent& e) {
+  std::vector<int32_t> ids;
+  std::vector<TokenLogprobs> lps;
+  if (e.token >= 0 && e.logprobs) {
+    ids.push_back(e.token);
+    lps.push_back(*e.logprobs);
+  }
+  if (st.meta.endpoint == Endpoint::kChat) return chat_logprobs(*st.logprobs, ids, lps);
+  return completion_logprobs(*st.logprobs, ids, lps, st.text_offsets.at(e.choice));
+}
 
 bool write_sse(SseState& st, httplib::DataSink& sink) {
   std::vector<StreamEvent> evs;
@@ -80,15 +98,18 @@ bool write_sse(SseState& st, httplib::DataSink& sink) {
   st.opened = true;
   for (const StreamEvent& e : evs) {
     switch (e.kind) {
-      case Kind::kToken:
-        if (st.token_ids) {
-          std::vector<int32_t> ids;
-          if (e.token >= 0) ids.push_back(e.token);
-          out += sse(stream_chunk(st.meta, e.choice, e.text, std::nullopt, st.include_usage, &ids));
-        } else if (!e.text.empty()) {
-          out += sse(stream_chunk(st.meta, e.choice, e.text, std::nullopt, st.include_usage));
-        }
+      case Kind::kToken: {
+        // A token with log-probabilities gets its chunk even while its text is held back.
+        const bool with_lp = st.logprobs && e.token >= 0;
+        if (!st.token_ids && !with_lp && e.text.empty()) break;
+        std::vector<int32_t> ids;
+        if (e.token >= 0) ids.push_back(e.token);
+        nlohmann::json lp;
+        if (st.logprobs) lp = event_logprobs(st, e);
+        out += sse(stream_chunk(st.meta, e.choice, e.text, std::nullopt, st.include_usage,
+                                st.token_ids ? &ids : nullptr, st.logprobs ? &lp : nullptr));
         break;
+      }
       case Kind::kChoiceEnd:
         out += sse(stream_chunk(st.meta, e.choice, "", e.finish_reason, st.include_usage));
         break;
@@ -137,8 +158,11 @@ void handle_completion(ServerContext& ctx, const httplib::Request& req, httplib:
   meta.id = ctx.new_id(endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-");
   meta.model = ctx.model_name;
   meta.created = static_cast<int64_t>(std::time(nullptr));
+  std::optional<LogprobsFormat> logprobs;
+  if (pr.params.logprobs >= 0) logprobs = LogprobsFormat{ctx.llm.tokenizer()};
   if (!pr.stream) {
-    respond_whole(*stream, std::move(evs), meta, num_choices, pr.return_token_ids, res);
+    respond_whole(*stream, std::move(evs), meta, num_choices, pr.return_token_ids,
+                  logprobs ? &*logprobs : nullptr, res);
     return;
   }
   auto st = std::make_shared<SseState>();
@@ -149,6 +173,8 @@ void handle_completion(ServerContext& ctx, const httplib::Request& req, httplib:
   st->num_choices = num_choices;
   st->include_usage = pr.include_usage;
   st->token_ids = pr.return_token_ids;
+  st->logprobs = logprobs;
+  st->text_offsets.assign(num_choices, 0);
   res.set_header("Cache-Control", "no-cache");
   ++ctx.open_streams;
   res.set_chunked_content_provider(

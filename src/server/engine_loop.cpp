@@ -187,12 +187,14 @@ void EngineLoop::on_token(const TokenEvent& e) {
     ev.kind = StreamEvent::Kind::kToken;
     ev.text = std::string(e.text);
     ev.token = e.token;
+    if (e.logprobs != nullptr) ev.logprobs = *e.logprobs;
     l.job->stream->push(ev);
   }
   if (e.finished) {
     ev.kind = StreamEvent::Kind::kChoiceEnd;
     ev.text.clear();
     ev.token = -1;
+    ev.logprobs.reset();
     ev.finish_reason = e.finish_reason;
     metrics_.request_finished(e.finish_reason);
     l.job->stream->push(std::move(ev));

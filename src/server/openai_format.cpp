@@ -1,5 +1,8 @@
 #include "server/openai_format.h"
 
+#include <algorithm>
+#include <cmath>
+
 namespace kvattn::server {
 namespace {
 
@@ -11,7 +14,66 @@ Json head(const ResponseMeta& m, const char* object) {
 
 bool chat(const ResponseMeta& m) { return m.endpoint == Endpoint::kChat; }
 
+// JSON has no infinity: OpenAI and vLLM send -9999.0 for a token of probability 0. NaN (a
+// broken row) stays null.
+Json logprob_value(float lp) {
+  if (std::isnan(lp)) return nullptr;
+  return std::max(static_cast<double>(lp), -9999.0);
+}
+
+Json byte_list(const std::string& s) {
+  Json b = Json::array();
+  for (unsigned char c : s) b.push_back(static_cast<int>(c));
+  return b;
+}
+
 }  // namespace
+
+std::string LogprobsFormat::token(int32_t id) const {
+  if (tokenizer != nullptr && id >= 0 && id < tokenizer->vocab_size()) {
+    return tokenizer->token_bytes(id);
+  }
+  return "token_id:" + std::to_string(id);
+}
+
+Json chat_logprobs(const LogprobsFormat& f, const std::vector<int32_t>& ids,
+                   const std::vector<TokenLogprobs>& lps) {
+  Json content = Json::array();
+  for (size_t i = 0; i < ids.size() && i < lps.size(); ++i) {
+    Json top = Json::array();
+    for (const TokenLogprob& t : lps[i].top) {
+      const std::string s = f.token(t.token);
+      top.push_back({{"token", s}, {"logprob", logprob_value(t.logprob)}, {"bytes", byte_list(s)}});
+    }
+    const std::string s = f.token(ids[i]);
+    content.push_back({{"token", s},
+                       {"logprob", logprob_value(lps[i].logprob)},
+                       {"bytes", byte_list(s)},
+                       {"top_logprobs", std::move(top)}});
+  }
+  return {{"content", std::move(content)}, {"refusal", nullptr}};
+}
+
+Json completion_logprobs(const LogprobsFormat& f, const std::vector<int32_t>& ids,
+                         const std::vector<TokenLogprobs>& lps, int64_t& offset) {
+  Json tokens = Json::array(), token_lps = Json::array(), tops = Json::array(),
+       offsets = Json::array();
+  for (size_t i = 0; i < ids.size() && i < lps.size(); ++i) {
+    const std::string s = f.token(ids[i]);
+    tokens.push_back(s);
+    token_lps.push_back(logprob_value(lps[i].logprob));
+    Json top = Json::object();
+    for (const TokenLogprob& t : lps[i].top) top[f.token(t.token)] = logprob_value(t.logprob);
+    top[s] = logprob_value(lps[i].logprob);  // the chosen token is always listed (vLLM)
+    tops.push_back(std::move(top));
+    offsets.push_back(offset);
+    offset += static_cast<int64_t>(s.size());
+  }
+  return {{"tokens", std::move(tokens)},
+          {"token_logprobs", std::move(token_lps)},
+          {"top_logprobs", std::move(tops)},
+          {"text_offset", std::move(offsets)}};
+}
 
 std::string dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
 
@@ -25,7 +87,7 @@ Json usage_json(const Usage& u) {
 }
 
 Json full_response(const ResponseMeta& m, const std::vector<ChoiceResult>& choices,
-                   const Usage& u, bool with_token_ids) {
+                   const Usage& u, bool with_token_ids, const LogprobsFormat* logprobs) {
   Json r = head(m, chat(m) ? "chat.completion" : "text_completion");
   Json list = Json::array();
   for (size_t i = 0; i < choices.size(); ++i) {
@@ -36,7 +98,15 @@ Json full_response(const ResponseMeta& m, const std::vector<ChoiceResult>& choic
       c["text"] = choices[i].text;
     }
     if (with_token_ids) c["token_ids"] = choices[i].token_ids;
-    c["logprobs"] = nullptr;
+    if (logprobs == nullptr) {
+      c["logprobs"] = nullptr;
+    } else if (chat(m)) {
+      c["logprobs"] = chat_logprobs(*logprobs, choices[i].token_ids, choices[i].logprobs);
+    } else {
+      int64_t offset = 0;
+      c["logprobs"] =
+          completion_logprobs(*logprobs, choices[i].token_ids, choices[i].logprobs, offset);
+    }
     c["finish_reason"] = finish_reason_name(choices[i].finish_reason);
     list.push_back(std::move(c));
   }
@@ -47,7 +117,7 @@ Json full_response(const ResponseMeta& m, const std::vector<ChoiceResult>& choic
 
 Json stream_chunk(const ResponseMeta& m, uint32_t choice, const std::string& text,
                   std::optional<FinishReason> finish, bool include_usage,
-                  const std::vector<int32_t>* token_ids) {
+                  const std::vector<int32_t>* token_ids, const Json* logprobs) {
   Json r = head(m, chat(m) ? "chat.completion.chunk" : "text_completion");
   Json c = {{"index", choice}};
   if (chat(m)) {
@@ -56,7 +126,7 @@ Json stream_chunk(const ResponseMeta& m, uint32_t choice, const std::string& tex
     c["text"] = text;
   }
   if (token_ids != nullptr) c["token_ids"] = *token_ids;
-  c["logprobs"] = nullptr;
+  c["logprobs"] = logprobs != nullptr ? *logprobs : Json(nullptr);
   c["finish_reason"] = finish ? Json(finish_reason_name(*finish)) : Json(nullptr);
   r["choices"] = Json::array({std::move(c)});
   if (include_usage) r["usage"] = nullptr;

@@ -25,21 +25,42 @@ struct ResponseMeta {
 struct ChoiceResult {
   std::string text;
   std::vector<int32_t> token_ids;
+  std::vector<TokenLogprobs> logprobs;  // one per token id when the request asked
   FinishReason finish_reason = FinishReason::kLength;
 };
 
+// Log-probabilities in OpenAI's two shapes. A token's string is its bytes (Tokenizer::
+// token_bytes; "token_id:N", vLLM's form, without a tokenizer); -inf is sent as -9999.0, as
+// OpenAI and vLLM do (JSON has no infinity).
+struct LogprobsFormat {
+  const Tokenizer* tokenizer = nullptr;
+  std::string token(int32_t id) const;
+};
+// Chat: {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}, ...]}.
+nlohmann::json chat_logprobs(const LogprobsFormat& f, const std::vector<int32_t>& ids,
+                             const std::vector<TokenLogprobs>& lps);
+// Completions: {"tokens", "token_logprobs", "top_logprobs" (dicts: the alternatives and the
+// chosen token), "text_offset"}; `offset` is the first token's offset in the choice's text
+// and advances past the tokens (streams carry it from chunk to chunk).
+nlohmann::json completion_logprobs(const LogprobsFormat& f, const std::vector<int32_t>& ids,
+                                   const std::vector<TokenLogprobs>& lps, int64_t& offset);
+
 nlohmann::json usage_json(const Usage& u);
 // with_token_ids: each choice also carries "token_ids" (vLLM's return_token_ids).
+// logprobs: non-null when the request asked for log-probabilities (choices carry them).
 nlohmann::json full_response(const ResponseMeta& m, const std::vector<ChoiceResult>& choices,
-                             const Usage& u, bool with_token_ids);
+                             const Usage& u, bool with_token_ids,
+                             const LogprobsFormat* logprobs = nullptr);
 // One streamed chunk for one choice: text (chat: the delta's content) and, on its last chunk,
 // the finish reason. Chat streams open each choice with a role chunk (delta {"role":
 // "assistant", "content": ""}). include_usage adds "usage": null, as OpenAI does on every
 // chunk but the final usage chunk.
-// token_ids: non-null adds "token_ids" to the choice.
+// token_ids: non-null adds "token_ids" to the choice; logprobs: non-null is the choice's
+// "logprobs" (chat_logprobs / completion_logprobs of the chunk's tokens).
 nlohmann::json stream_chunk(const ResponseMeta& m, uint32_t choice, const std::string& text,
                             std::optional<FinishReason> finish, bool include_usage,
-                            const std::vector<int32_t>* token_ids = nullptr);
+                            const std::vector<int32_t>* token_ids = nullptr,
+                            const nlohmann::json* logprobs = nullptr);
 nlohmann::json role_chunk(const ResponseMeta& m, uint32_t choice, bool include_usage);
 // The last chunk with stream_options.include_usage: no choices, the usage.
 nlohmann::json usage_chunk(const ResponseMeta& m, const Usage& u);

@@ -235,6 +235,8 @@ ParsedRequest parse_request(std::string_view body, Endpoint endpoint) {
   p.max_tokens = chat ? 0 : 16;  // chat: up to the context (prompt_builder), completions: 16
   bool have_prompt = false;
   int64_t best_of = 0;
+  bool chat_logprobs = false;  // chat's logprobs (a bool there; completions': a count)
+  int top_logprobs = 0;
   for (const auto& [key, v] : j.items()) {
     if (v.is_null()) continue;  // OpenAI: null means not given
     const char* k = key.c_str();
@@ -284,9 +286,14 @@ ParsedRequest parse_request(std::string_view body, Endpoint endpoint) {
       p.skip_special_tokens = get_bool(v, k);
     } else if (key == "user") {
       (void)get_string(v, k);
+    } else if (key == "logprobs" && chat) {
+      chat_logprobs = get_bool(v, k);
+    } else if (key == "top_logprobs" && chat) {
+      top_logprobs = static_cast<int>(get_int(v, k, 0, SamplingParams::kMaxLogprobs));
+    } else if (key == "logprobs") {  // completions: how many alternatives, null = none
+      p.logprobs = static_cast<int>(get_int(v, k, 0, SamplingParams::kMaxLogprobs));
     } else if (key == "presence_penalty" || key == "frequency_penalty" || key == "logit_bias" ||
-               key == "logprobs" || (key == "echo" && !chat) ||
-               (key == "top_logprobs" && chat)) {
+               (key == "echo" && !chat)) {
       require_off(v, key);
     } else if (key == "best_of" && !chat) {
       best_of = get_int(v, k, 1, 128);
@@ -300,6 +307,13 @@ ParsedRequest parse_request(std::string_view body, Endpoint endpoint) {
     } else {
       throw bad_request("unknown parameter '" + key + "'", key, "unknown_parameter");
     }
+  }
+  if (chat) {
+    // OpenAI: top_logprobs needs logprobs: true; logprobs alone returns the tokens' own.
+    if (top_logprobs > 0 && !chat_logprobs) {
+      throw bad_request("top_logprobs needs logprobs: true", "top_logprobs");
+    }
+    p.logprobs = chat_logprobs ? top_logprobs : -1;
   }
   if (!have_prompt) {
     const char* what = chat ? "messages" : "prompt";

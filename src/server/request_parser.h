@@ -8,13 +8,16 @@
 //                stream, stream_options.include_usage, user (ignored), and vLLM's
 //                extensions ignore_eos, skip_special_tokens and return_token_ids (each choice,
 //                or chunk, also carries the generated ids as "token_ids");
-//                presence_penalty / frequency_penalty only at 0, logit_bias only empty,
-//                logprobs only false / 0 (kvattn does not return logprobs);
+//                presence_penalty / frequency_penalty only at 0, logit_bias only empty;
 //   completions: prompt (string, list of strings, token ids, or list of token-id lists),
-//                echo (false), best_of (== n), suffix (null);
+//                echo (false), best_of (== n), suffix (null), logprobs [0, 20] (the legacy
+//                API's count of alternatives; OpenAI allows 5, vLLM 20);
 //   chat:        messages (system / developer / user / assistant; content a string or a list
 //                of {"type": "text", "text": ...} parts), max_completion_tokens,
-//                top_logprobs (0), response_format {"type": "text"}.
+//                logprobs (bool), top_logprobs [0, 20] (needs logprobs: true),
+//                response_format {"type": "text"}.
+// Log-probabilities (SamplingParams::logprobs) are the raw model's, before temperature and
+// the top-k / top-p / min-p filters (vLLM's default).
 // Defaults are OpenAI's: temperature 1, max_tokens 16 (completions) or up to the context (chat).
 // Any other field is an error ("unknown parameter"), so a typo never silently changes nothing.
 #pragma once

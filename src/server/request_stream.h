@@ -30,6 +30,7 @@ struct StreamEvent {
   uint32_t choice = 0;  // kToken, kChoiceEnd: the OpenAI choice index
   std::string text;     // kToken (may be empty: held back)
   int32_t token = -1;   // kToken: the generated id
+  std::optional<TokenLogprobs> logprobs;  // kToken: the id's, when the request asked
   FinishReason finish_reason = FinishReason::kLength;  // kChoiceEnd
   Usage usage;                                         // kDone
   std::optional<ApiError> error;                       // kError

@@ -207,7 +207,12 @@ StepResult run_step(Model& m, const ModelInput& in, int64_t step) {
   m.forward_sample(in, greedy_rows(R), r.greedy);
   r.random.assign(R, -1);
   const auto rows = random_rows(R, step);
-  m.forward_sample(in, rows, r.random);
+  // With a logits span (SamplingParams::logprobs), the rows it sampled come back too: the
+  // same bits forward() returns, general and fixed (graph) steps alike.
+  std::vector<float> sampled_from(R * V, NAN);
+  m.forward_sample(in, rows, r.random, sampled_from);
+  EXPECT_EQ(std::memcmp(sampled_from.data(), r.logits.data(), R * V * sizeof(float)), 0)
+      << "forward_sample's logits differ from forward()'s at step " << step;
   return r;
 }
 

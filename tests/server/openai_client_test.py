@@ -160,6 +160,44 @@ class OpenAIClient(unittest.TestCase):
                                              max_tokens=4, temperature=0)
         self.assertEqual(ids.usage.prompt_tokens, 3)
 
+    def test_logprobs(self):
+        # Chat: logprobs=True with top_logprobs, through the client's typed objects.
+        r = self.chat("What is the capital of France?", max_tokens=8, logprobs=True,
+                      top_logprobs=3)
+        content = r.choices[0].logprobs.content
+        self.assertEqual(len(content), r.usage.completion_tokens)
+        self.assertEqual("".join(t.token for t in content), r.choices[0].message.content)
+        for t in content:
+            self.assertLessEqual(t.logprob, 0.0)
+            self.assertEqual(len(t.top_logprobs), 3)
+            self.assertEqual(t.top_logprobs[0].token, t.token)  # greedy: the most likely
+            self.assertAlmostEqual(t.top_logprobs[0].logprob, t.logprob, places=6)
+            self.assertEqual(bytes(t.bytes).decode("utf-8", "replace"), t.token)
+            self.assertGreaterEqual(t.top_logprobs[1].logprob, t.top_logprobs[2].logprob)
+        # Streamed: the same entries, chunk by chunk.
+        streamed = []
+        for chunk in self.chat("What is the capital of France?", max_tokens=8, logprobs=True,
+                               top_logprobs=3, stream=True):
+            for c in chunk.choices:
+                if c.logprobs is not None and c.logprobs.content:
+                    streamed.extend(c.logprobs.content)
+        self.assertEqual([(t.token, round(t.logprob, 5)) for t in streamed],
+                         [(t.token, round(t.logprob, 5)) for t in content])
+        # Completions: the legacy shape.
+        c = self.client.completions.create(model=self.model, prompt="The capital of France is",
+                                           max_tokens=5, temperature=0, logprobs=2)
+        lp = c.choices[0].logprobs
+        self.assertEqual(len(lp.tokens), 5)
+        self.assertEqual("".join(lp.tokens), c.choices[0].text)
+        self.assertEqual(lp.text_offset[0], 0)
+        for tok, value, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs):
+            self.assertIn(tok, top)
+            self.assertAlmostEqual(top[tok], value, places=6)
+        # top_logprobs without logprobs: 400 naming it.
+        with self.assertRaises(self.openai.BadRequestError) as e:
+            self.chat("hi", max_tokens=2, top_logprobs=2)
+        self.assertEqual(e.exception.body["param"], "top_logprobs")
+
     def test_stop_strings(self):
         full = self.chat("Write a short poem about the sea.", max_tokens=40).choices[0]
         words = full.message.content.split()

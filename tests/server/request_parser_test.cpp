@@ -119,6 +119,31 @@ TEST(RequestParser, ChatMessages) {
   EXPECT_EQ(error_of(R"({"prompt": "p", "messages": []})").code(), "unknown_parameter");
 }
 
+// Log-probabilities: completions take a count (the legacy API), chat a bool plus
+// top_logprobs; both become SamplingParams::logprobs (-1: none).
+TEST(RequestParser, Logprobs) {
+  EXPECT_EQ(parse(R"({"prompt": "x"})").params.logprobs, -1);
+  EXPECT_EQ(parse(R"({"prompt": "x", "logprobs": null})").params.logprobs, -1);
+  EXPECT_EQ(parse(R"({"prompt": "x", "logprobs": 0})").params.logprobs, 0);
+  EXPECT_EQ(parse(R"({"prompt": "x", "logprobs": 20})").params.logprobs, 20);
+  const std::string m = R"("messages": [{"role": "user", "content": "x"}])";
+  auto chat = [&](const std::string& extra) {
+    return parse("{" + m + extra + "}", Endpoint::kChat).params.logprobs;
+  };
+  EXPECT_EQ(chat(""), -1);
+  EXPECT_EQ(chat(R"(, "logprobs": false)"), -1);
+  EXPECT_EQ(chat(R"(, "logprobs": true)"), 0);
+  EXPECT_EQ(chat(R"(, "logprobs": true, "top_logprobs": 5)"), 5);
+  EXPECT_EQ(chat(R"(, "logprobs": false, "top_logprobs": 0)"), -1);
+  for (const std::string bad : {R"(, "top_logprobs": 3)", R"(, "logprobs": false, "top_logprobs": 2)",
+                                R"(, "logprobs": true, "top_logprobs": 21)",
+                                R"(, "logprobs": 2)"}) {
+    const ApiError e = error_of("{" + m + bad + "}", Endpoint::kChat);
+    EXPECT_EQ(e.status(), 400) << bad;
+    EXPECT_TRUE(e.param() == "top_logprobs" || e.param() == "logprobs") << bad << ": " << e.param();
+  }
+}
+
 TEST(RequestParser, BadValuesNameTheirParameter) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {R"("max_tokens": 0)", "max_tokens"},
@@ -144,7 +169,9 @@ TEST(RequestParser, BadValuesNameTheirParameter) {
       {R"("stream": true, "stream_options": {"bogus": true})", "stream_options"},
       {R"("ignore_eos": 1)", "ignore_eos"},
       {R"("presence_penalty": 0.5)", "presence_penalty"},
-      {R"("logprobs": 3)", "logprobs"},
+      {R"("logprobs": 21)", "logprobs"},
+      {R"("logprobs": -1)", "logprobs"},
+      {R"("logprobs": true)", "logprobs"},
       {R"("echo": true)", "echo"},
       {R"("best_of": 3)", "best_of"},
       {R"("suffix": "x")", "suffix"},

@@ -197,6 +197,65 @@ TEST(Server, GreedyMatchesGenerateStreamedAndNot) {
   s.stop();
 }
 
+// logprobs (completions: a count): each token's log-probability is the LLM's, the top dict
+// holds the alternatives and the chosen token, text_offset advances by the token strings
+// ("token_id:N" without a tokenizer); streamed chunks carry the same values.
+TEST(Server, CompletionLogprobsEqualTheEnginesStreamedAndNot) {
+  std::mt19937_64 rng(3);
+  const Ids prompt = random_prompt(rng, 21);
+  SamplingParams sp;
+  sp.max_tokens = 9;
+  sp.ignore_eos = true;
+  sp.logprobs = 2;
+  const RequestOutput want = tiny_llm()->generate({prompt}, sp)[0];
+  ASSERT_EQ(want.logprobs.size(), 9u);
+
+  Running s;
+  auto c = s.client();
+  Json body = completion_body(prompt, 9, false);
+  body["logprobs"] = 2;
+  auto r = c.Post("/v1/completions", body.dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const Json lp = Json::parse(r->body)["choices"][0]["logprobs"];
+  ASSERT_EQ(lp["tokens"].size(), 9u);
+  int64_t offset = 0;
+  for (size_t t = 0; t < 9; ++t) {
+    const std::string tok = "token_id:" + std::to_string(want.token_ids[t]);
+    EXPECT_EQ(lp["tokens"][t], tok);
+    EXPECT_EQ(lp["token_logprobs"][t].get<float>(), want.logprobs[t].logprob) << t;
+    EXPECT_EQ(lp["text_offset"][t], offset);
+    offset += static_cast<int64_t>(tok.size());
+    const Json& top = lp["top_logprobs"][t];
+    EXPECT_TRUE(top.contains(tok));
+    for (const TokenLogprob& x : want.logprobs[t].top) {
+      EXPECT_EQ(top["token_id:" + std::to_string(x.token)].get<float>(), x.logprob);
+    }
+    EXPECT_LE(top.size(), 3u);  // two alternatives and the chosen token (greedy: among them)
+  }
+  // Streamed: one token a chunk, the same values and offsets in order.
+  body["stream"] = true;
+  auto st = c.Post("/v1/completions", body.dump(), "application/json");
+  ASSERT_TRUE(st);
+  Json tokens = Json::array(), values = Json::array(), offsets = Json::array();
+  for (const std::string& d : sse_data(st->body)) {
+    if (d == "[DONE]") break;
+    const Json ch = Json::parse(d)["choices"][0];
+    if (ch["logprobs"].is_null()) continue;  // the finish chunk
+    for (const Json& x : ch["logprobs"]["tokens"]) tokens.push_back(x);
+    for (const Json& x : ch["logprobs"]["token_logprobs"]) values.push_back(x);
+    for (const Json& x : ch["logprobs"]["text_offset"]) offsets.push_back(x);
+  }
+  EXPECT_EQ(tokens, lp["tokens"]);
+  EXPECT_EQ(values, lp["token_logprobs"]);
+  EXPECT_EQ(offsets, lp["text_offset"]);
+  // Without logprobs the field stays null.
+  auto plain = c.Post("/v1/completions", completion_body(prompt, 2, false).dump(), "application/json");
+  ASSERT_TRUE(plain);
+  EXPECT_TRUE(Json::parse(plain->body)["choices"][0]["logprobs"].is_null());
+  s.stop();
+}
+
 TEST(Server, ParallelSamplesAndSeeds) {
   Running s;
   auto c = s.client();

@@ -115,6 +115,8 @@ struct CompletionOutput {
   std::vector<int32_t> token_ids;  // generated ids, the stop token excluded
   FinishReason finish_reason = FinishReason::kLength;
   int32_t stop_token = -1;         // the id that ended it, if any
+  // SamplingParams::logprobs >= 0: one entry per token_ids entry (the stop token has none).
+  std::vector<TokenLogprobs> logprobs;
 };
 
 // One prompt's result. With SamplingParams::n > 1, `samples` holds the n completions in
@@ -125,6 +127,7 @@ struct RequestOutput {
   std::vector<int32_t> token_ids;
   FinishReason finish_reason = FinishReason::kLength;
   int32_t stop_token = -1;
+  std::vector<TokenLogprobs> logprobs;  // samples[0]'s
   int64_t num_prompt_tokens = 0;
   int64_t num_cached_tokens = 0;   // prompt tokens served by the prefix cache (first admission)
   uint64_t request_id = 0;         // add_request's id (generate: its own requests' ids)
@@ -206,6 +209,9 @@ struct TokenEvent {
   std::string_view text;
   bool finished = false;
   FinishReason finish_reason = FinishReason::kLength;
+  // The token's log-probabilities when its request asked (SamplingParams::logprobs >= 0) and
+  // the token is part of the output; null otherwise. Valid during the callback only.
+  const TokenLogprobs* logprobs = nullptr;
 };
 using TokenCallback = std::function<void(const TokenEvent&)>;
 

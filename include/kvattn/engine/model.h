@@ -165,9 +165,15 @@ class Model {
   // to the host); `rows` and `tokens` have input.logit_rows.size() entries. Otherwise the
   // caller runs forward() and samples the logits on the host; the default forward_sample()
   // throws.
+  // `logits`, when not empty (host float32 [rows, vocab_size]), also receives the logits the
+  // tokens were drawn from (for SamplingParams::logprobs; one extra copy from the device).
   virtual bool samples_on_device() const { return false; }
   virtual void forward_sample(const ModelInput& input, std::span<const RowSampling> rows,
-                              std::span<int32_t> tokens);
+                              std::span<int32_t> tokens, std::span<float> logits);
+  void forward_sample(const ModelInput& input, std::span<const RowSampling> rows,
+                      std::span<int32_t> tokens) {
+    forward_sample(input, rows, tokens, {});
+  }
 
   // Per-phase timing of forward() and forward_sample(). set_phase_timing(true) returns false
   // when this model cannot time its phases (last_phase_times() then stays zero). The CPU

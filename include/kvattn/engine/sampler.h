@@ -35,7 +35,29 @@ struct SamplingParams {
   // false: no text (outputs and events carry ids only), which saves host time per token in
   // benchmarks. Stop strings need text, so they must be empty then.
   bool detokenize = true;
+  // >= 0: every generated token carries its log-probability under the model and the
+  // `logprobs` most likely tokens' (TokenLogprobs; at most kMaxLogprobs). As vLLM's default
+  // (and OpenAI's), these are the raw distribution's: log_softmax of the logits before
+  // temperature, top-k/top-p/min-p. -1: none (no logits leave the device for them).
+  int logprobs = -1;
+  static constexpr int kMaxLogprobs = 20;
 };
+
+// One token's log-probability.
+struct TokenLogprob {
+  int32_t token = -1;
+  float logprob = 0.0f;
+};
+
+// A generated token's log-probability and the most likely alternatives at its step.
+struct TokenLogprobs {
+  float logprob = 0.0f;           // of the generated token
+  std::vector<TokenLogprob> top;  // most likely first; equal logits: the lower id first
+};
+
+// log_softmax(logits)[token] and the top_n largest entries (0 <= top_n <= kMaxLogprobs), in
+// float64 internally. A row with a NaN gives NaN log-probabilities; -inf logits give -inf.
+TokenLogprobs token_logprobs(std::span<const float> logits, int32_t token, int top_n);
 
 // Checks the parameters; throws kvattn::Error naming the bad one.
 void validate(const SamplingParams& params);

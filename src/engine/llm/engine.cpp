@@ -204,6 +204,7 @@ void LLMEngine::deliver(Sample& s, const TokenOutcome& o, const TokenCallback& c
     e.text = o.text;
     e.finished = o.finished;
     e.finish_reason = s.out.finish_reason;
+    e.logprobs = o.logprobs;
     cb(e);
   }
   if (o.finished && --r.num_unfinished == 0) {

@@ -65,9 +65,12 @@ class LLMEngine {
   void run_step(const TokenCallback& cb);
   // logit_rows_ and targets_ for the step's rows.
   void plan_rows(const SchedulerStep& st);
-  // tokens_ := one draw per logit row (on the device or on the host); returns the seconds
-  // spent inside the model.
+  // tokens_ := one draw per logit row (on the device or on the host), and logprobs_ for the
+  // rows whose request asks (SamplingParams::logprobs); returns the seconds spent inside the
+  // model.
   double sample_rows(const ModelInput& in);
+  // logprobs_[k] for every row k that asks, from logits_ (rows x vocab).
+  void row_logprobs();
   // Charges one step (or a loop turn without a batch: model_seconds 0, counted false) to
   // stats_'s prefill or decode split.
   void account_step(bool prefill, double seconds, double model_seconds, bool counted);
@@ -107,6 +110,7 @@ class LLMEngine {
   std::vector<RowSampling> row_sampling_;
   std::vector<int32_t> tokens_;
   std::vector<float> logits_;
+  std::vector<TokenLogprobs> logprobs_;  // per row; meaningful where the row's request asks
   std::vector<Request*> fork_now_;
   std::vector<BlockCopy> copies_;
 };

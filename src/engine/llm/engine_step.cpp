@@ -72,7 +72,8 @@ void LLMEngine::run_step(const TokenCallback& cb) {
   const StopRules rules{eos_ids_, max_model_len_};
   for (size_t k = 0; k < targets_.size(); ++k) {
     Sample& s = *targets_[k].sample;
-    deliver(s, accept_token(s, tokens_[k], rules), cb);
+    const TokenLogprobs* lp = s.req.params.logprobs >= 0 ? &logprobs_[k] : nullptr;
+    deliver(s, accept_token(s, tokens_[k], rules, lp), cb);
   }
 
   const auto rows = static_cast<int64_t>(st.batch.size());
@@ -139,7 +140,10 @@ void LLMEngine::plan_rows(const SchedulerStep& st) {
 
 double LLMEngine::sample_rows(const ModelInput& in) {
   const size_t rows = logit_rows_.size();
+  const auto vocab = static_cast<size_t>(config().vocab_size);
   tokens_.resize(rows);
+  bool any_logprobs = false;
+  for (const RowTarget& t : targets_) any_logprobs |= t.sample->req.params.logprobs >= 0;
   if (model_->samples_on_device()) {
     row_sampling_.resize(rows);
     for (size_t k = 0; k < rows; ++k) {
@@ -148,11 +152,14 @@ double LLMEngine::sample_rows(const ModelInput& in) {
       row_sampling_[k] = RowSampling{p.temperature, p.top_k, p.top_p, p.min_p, p.seed,
                                      s.req.stream_of(s.index), targets_[k].step};
     }
+    // The logits cross to the host only in steps where some row asks for logprobs.
+    logits_.resize(any_logprobs ? rows * vocab : 0);
     const auto t = Clock::now();
-    model_->forward_sample(in, row_sampling_, tokens_);
-    return seconds_since(t);
+    model_->forward_sample(in, row_sampling_, tokens_, logits_);
+    const double model_seconds = seconds_since(t);
+    if (any_logprobs) row_logprobs();
+    return model_seconds;
   }
-  const auto vocab = static_cast<size_t>(config().vocab_size);
   logits_.resize(rows * vocab);
   const auto t = Clock::now();
   model_->forward(in, logits_);
@@ -161,7 +168,19 @@ double LLMEngine::sample_rows(const ModelInput& in) {
     tokens_[k] = targets_[k].sample->sampler.sample(
         std::span<const float>(logits_.data() + k * vocab, vocab));
   }
+  if (any_logprobs) row_logprobs();
   return model_seconds;
+}
+
+void LLMEngine::row_logprobs() {
+  const auto vocab = static_cast<size_t>(config().vocab_size);
+  logprobs_.resize(targets_.size());
+  for (size_t k = 0; k < targets_.size(); ++k) {
+    const int n = targets_[k].sample->req.params.logprobs;
+    if (n < 0) continue;
+    logprobs_[k] =
+        token_logprobs(std::span<const float>(logits_.data() + k * vocab, vocab), tokens_[k], n);
+  }
 }
 
 // Samples 1..n-1 split off sample 0 after its prefill: its full blocks are shared, a partly

@@ -33,7 +33,8 @@ Sample::Sample(Request& request, uint32_t index_, SeqId seq_id, std::vector<int3
   }
 }
 
-TokenOutcome accept_token(Sample& s, int32_t token, const StopRules& rules) {
+TokenOutcome accept_token(Sample& s, int32_t token, const StopRules& rules,
+                          const TokenLogprobs* logprobs) {
   TokenOutcome o;
   if (is_stop_token(s, token, rules)) {
     auto m = s.stops.push(s.decoder ? s.decoder->flush() : std::string());
@@ -44,6 +45,10 @@ TokenOutcome accept_token(Sample& s, int32_t token, const StopRules& rules) {
     return o;
   }
   s.out.token_ids.push_back(token);
+  if (logprobs != nullptr) {
+    s.out.logprobs.push_back(*logprobs);
+    o.logprobs = &s.out.logprobs.back();
+  }
   s.seq.append_token(token);
   o.event_token = token;
   auto m = s.stops.push(s.decoder ? s.decoder->push(token) : std::string());
@@ -89,6 +94,7 @@ RequestOutput Request::take_output() {
   r.token_ids = first.token_ids;
   r.finish_reason = first.finish_reason;
   r.stop_token = first.stop_token;
+  r.logprobs = first.logprobs;
   return r;
 }
 

@@ -64,11 +64,14 @@ struct TokenOutcome {
   int32_t event_token = -1;  // -1: the token is not part of the output (a stop token)
   std::string text;          // what the event shows
   bool finished = false;
+  const TokenLogprobs* logprobs = nullptr;  // the token's, in s.out.logprobs (when asked)
 };
 
-// Applies `token` to s: appends it to the output and the sequence unless it is a stop token,
-// runs the stop-string matcher and the length limits, and fills s.out when the sample ends.
-TokenOutcome accept_token(Sample& s, int32_t token, const StopRules& rules);
+// Applies `token` to s: appends it to the output and the sequence unless it is a stop token
+// (with `logprobs`, when given, to s.out.logprobs), runs the stop-string matcher and the
+// length limits, and fills s.out when the sample ends.
+TokenOutcome accept_token(Sample& s, int32_t token, const StopRules& rules,
+                          const TokenLogprobs* logprobs = nullptr);
 
 // Ends s without a token (max_tokens == 0, or the pool cannot hold it): kLength.
 TokenOutcome end_sample(Sample& s);

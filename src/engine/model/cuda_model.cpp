@@ -393,7 +393,7 @@ class CudaModel final : public Model {
   void forward(const ModelInput& in, std::span<float> logits) override;
   bool samples_on_device() const override { return true; }
   void forward_sample(const ModelInput& in, std::span<const RowSampling> rows,
-                      std::span<int32_t> tokens) override;
+                      std::span<int32_t> tokens, std::span<float> logits) override;
   void copy_kv_blocks(std::span<const BlockCopy> copies) override;
   int64_t kv_cache_budget(int64_t max_num_batched_tokens, double memory_fraction) override;
   void set_kv_scales(std::span<const float> k, std::span<const float> v) override;
@@ -425,7 +425,7 @@ class CudaModel final : public Model {
 
  private:
   struct Out {
-    std::span<float> logits;           // forward()
+    std::span<float> logits;           // forward(); forward_sample() when it is not empty
     std::span<const RowSampling> rows;  // forward_sample()
     std::span<int32_t> tokens;
     bool sample = false;
@@ -1065,10 +1065,11 @@ void CudaModel::forward(const ModelInput& in, std::span<float> logits) {
 }
 
 void CudaModel::forward_sample(const ModelInput& in, std::span<const RowSampling> rows,
-                               std::span<int32_t> tokens) {
+                               std::span<int32_t> tokens, std::span<float> logits) {
   Out out;
   out.rows = rows;
   out.tokens = tokens;
+  out.logits = logits;  // empty unless some row asks for logprobs
   out.sample = true;
   step(in, out);
 }
@@ -1086,6 +1087,9 @@ void CudaModel::check_input(const ModelInput& in, const Out& out) const {
                      static_cast<int64_t>(out.tokens.size()) == R,
                  "Model::forward_sample: rows (", out.rows.size(), ") and tokens (",
                  out.tokens.size(), ") must have one entry per logit row (", R, ")");
+    KVATTN_CHECK(out.logits.empty() || static_cast<int64_t>(out.logits.size()) == R * V,
+                 "Model::forward_sample: logits has ", out.logits.size(), " entries but ", R,
+                 " rows of ", V, " are needed (or none)");
   } else {
     KVATTN_CHECK(static_cast<int64_t>(out.logits.size()) == R * V, "Model::forward: logits has ",
                  out.logits.size(), " entries but ", R, " rows of ", V, " are needed");
@@ -1290,22 +1294,28 @@ void CudaModel::finish(int64_t R, const Out& out, const int32_t* dev_tokens) {
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     return;
   }
-  if (out.sample) {
-    auto* host = static_cast<int32_t*>(pinned_tokens_.ensure(R * sizeof(int32_t)));
-    CUDA_CHECK(cudaMemcpyAsync(host, dev_tokens, R * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
-    timeline_.end(stream_);
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
-    std::memcpy(out.tokens.data(), host, R * sizeof(int32_t));
-    return;
+  // The logit rows (forward(), or forward_sample() asked for them): rows 0..R-1 of the
+  // logits buffer, in both the general and the fixed (graph) step; sampling only reads them.
+  bf16_t* host_logits = nullptr;
+  if (!out.logits.empty()) {
+    const size_t bytes = static_cast<size_t>(R * V) * sizeof(bf16_t);
+    host_logits = static_cast<bf16_t*>(pinned_logits_.ensure(bytes));
+    CUDA_CHECK(cudaMemcpy2DAsync(host_logits, V * sizeof(bf16_t), full_logits(),
+                                 full_logits_ld() * sizeof(bf16_t), V * sizeof(bf16_t), R,
+                                 cudaMemcpyDeviceToHost, stream_));
   }
-  const size_t bytes = static_cast<size_t>(R * V) * sizeof(bf16_t);
-  auto* host = static_cast<bf16_t*>(pinned_logits_.ensure(bytes));
-  CUDA_CHECK(cudaMemcpy2DAsync(host, V * sizeof(bf16_t), full_logits(),
-                               full_logits_ld() * sizeof(bf16_t), V * sizeof(bf16_t), R,
+  int32_t* host_tokens = nullptr;
+  if (out.sample) {
+    host_tokens = static_cast<int32_t*>(pinned_tokens_.ensure(R * sizeof(int32_t)));
+    CUDA_CHECK(cudaMemcpyAsync(host_tokens, dev_tokens, R * sizeof(int32_t),
                                cudaMemcpyDeviceToHost, stream_));
+  }
   timeline_.end(stream_);
   CUDA_CHECK(cudaStreamSynchronize(stream_));
-  for (int64_t i = 0; i < R * V; ++i) out.logits[i] = bf16_to_float(host[i]);
+  if (host_tokens != nullptr) std::memcpy(out.tokens.data(), host_tokens, R * sizeof(int32_t));
+  if (host_logits != nullptr) {
+    for (int64_t i = 0; i < R * V; ++i) out.logits[i] = bf16_to_float(host_logits[i]);
+  }
 }
 
 void CudaModel::rope_lengths(const ModelInput& in, std::vector<int32_t>& lens) const {

@@ -23,6 +23,9 @@ void validate(const SamplingParams& p) {
   for (const auto& s : p.stop) {
     KVATTN_CHECK(!s.empty(), "SamplingParams: stop strings must not be empty");
   }
+  KVATTN_CHECK(p.logprobs >= -1 && p.logprobs <= SamplingParams::kMaxLogprobs,
+               "SamplingParams: logprobs must be -1 (off) or in [0, ", SamplingParams::kMaxLogprobs,
+               "] but is ", p.logprobs);
 }
 
 int32_t argmax(std::span<const float> logits) {
