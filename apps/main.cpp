@@ -71,6 +71,16 @@ int main(int argc, char** argv) {
   gen->add_option("--top-p", g.sampling.top_p, "1 => off")->default_val(1.0);
   gen->add_option("--min-p", g.sampling.min_p, "0 => off")->default_val(0.0);
   gen->add_option("--seed", g.sampling.seed, "Seed of the sampler")->default_val(0);
+  gen->add_option("--repeat-penalty,--repetition-penalty", g.sampling.repetition_penalty,
+                  "Divide positive (multiply negative) logits of tokens already in the prompt "
+                  "or output by this (1 => off; vLLM's repetition_penalty)")
+      ->default_val(1.0);
+  gen->add_option("--presence-penalty", g.sampling.presence_penalty,
+                  "Subtract from the logits of tokens already generated, in [-2, 2]")
+      ->default_val(0.0);
+  gen->add_option("--frequency-penalty", g.sampling.frequency_penalty,
+                  "Subtract this times the count of each token already generated, in [-2, 2]")
+      ->default_val(0.0);
   gen->add_flag("--ignore-eos", g.sampling.ignore_eos,
                 "Keep going past end-of-text tokens (they are dropped from the text unless "
                 "--special)");

@@ -292,8 +292,13 @@ ParsedRequest parse_request(std::string_view body, Endpoint endpoint) {
       top_logprobs = static_cast<int>(get_int(v, k, 0, SamplingParams::kMaxLogprobs));
     } else if (key == "logprobs") {  // completions: how many alternatives, null = none
       p.logprobs = static_cast<int>(get_int(v, k, 0, SamplingParams::kMaxLogprobs));
-    } else if (key == "presence_penalty" || key == "frequency_penalty" || key == "logit_bias" ||
-               (key == "echo" && !chat)) {
+    } else if (key == "presence_penalty") {
+      p.presence_penalty = static_cast<float>(get_number(v, k, -2.0, 2.0));
+    } else if (key == "frequency_penalty") {
+      p.frequency_penalty = static_cast<float>(get_number(v, k, -2.0, 2.0));
+    } else if (key == "repetition_penalty") {  // vLLM's extension
+      p.repetition_penalty = static_cast<float>(get_number(v, k, 0.0, 100.0, /*lo_open=*/true));
+    } else if (key == "logit_bias" || (key == "echo" && !chat)) {
       require_off(v, key);
     } else if (key == "best_of" && !chat) {
       best_of = get_int(v, k, 1, 128);

@@ -8,7 +8,8 @@
 //                stream, stream_options.include_usage, user (ignored), and vLLM's
 //                extensions ignore_eos, skip_special_tokens and return_token_ids (each choice,
 //                or chunk, also carries the generated ids as "token_ids");
-//                presence_penalty / frequency_penalty only at 0, logit_bias only empty;
+//                presence_penalty / frequency_penalty [-2, 2], vLLM's repetition_penalty
+//                (0, 100], logit_bias only empty;
 //   completions: prompt (string, list of strings, token ids, or list of token-id lists),
 //                echo (false), best_of (== n), suffix (null), logprobs [0, 20] (the legacy
 //                API's count of alternatives; OpenAI allows 5, vLLM 20);

@@ -207,12 +207,20 @@ StepResult run_step(Model& m, const ModelInput& in, int64_t step) {
   m.forward_sample(in, greedy_rows(R), r.greedy);
   r.random.assign(R, -1);
   const auto rows = random_rows(R, step);
-  // With a logits span (SamplingParams::logprobs), the rows it sampled come back too: the
-  // same bits forward() returns, general and fixed (graph) steps alike.
-  std::vector<float> sampled_from(R * V, NAN);
-  m.forward_sample(in, rows, r.random, sampled_from);
-  EXPECT_EQ(std::memcmp(sampled_from.data(), r.logits.data(), R * V * sizeof(float)), 0)
-      << "forward_sample's logits differ from forward()'s at step " << step;
+  // copy_rows (SamplingParams::logprobs, penalties): the rows named come back too, the same
+  // bits forward() returns, general and fixed (graph) steps alike; here every other row.
+  std::vector<int32_t> copy_rows;
+  for (size_t k = step % 2; k < R; k += 2) copy_rows.push_back(static_cast<int32_t>(k));
+  std::vector<float> sampled_from(copy_rows.size() * V, NAN);
+  std::vector<int32_t> again(R, -1);
+  m.forward_sample(in, rows, again, copy_rows, sampled_from);
+  EXPECT_EQ(again, r.random) << "copying rows changed the draws at step " << step;
+  for (size_t j = 0; j < copy_rows.size(); ++j) {
+    EXPECT_EQ(std::memcmp(sampled_from.data() + j * V, r.logits.data() + copy_rows[j] * V,
+                          V * sizeof(float)),
+              0)
+        << "forward_sample's row " << copy_rows[j] << " differs from forward()'s at step " << step;
+  }
   return r;
 }
 

@@ -119,6 +119,16 @@ TEST(RequestParser, ChatMessages) {
   EXPECT_EQ(error_of(R"({"prompt": "p", "messages": []})").code(), "unknown_parameter");
 }
 
+TEST(RequestParser, Penalties) {
+  const ParsedRequest r = parse(R"({"prompt": "x", "presence_penalty": 0.5,
+      "frequency_penalty": -1.25, "repetition_penalty": 1.1})");
+  EXPECT_FLOAT_EQ(r.params.presence_penalty, 0.5f);
+  EXPECT_FLOAT_EQ(r.params.frequency_penalty, -1.25f);
+  EXPECT_FLOAT_EQ(r.params.repetition_penalty, 1.1f);
+  const ParsedRequest d = parse(R"({"prompt": "x", "presence_penalty": 0})");
+  EXPECT_FALSE(d.params.has_penalties());
+}
+
 // Log-probabilities: completions take a count (the legacy API), chat a bool plus
 // top_logprobs; both become SamplingParams::logprobs (-1: none).
 TEST(RequestParser, Logprobs) {
@@ -168,7 +178,10 @@ TEST(RequestParser, BadValuesNameTheirParameter) {
       {R"("stream_options": {"include_usage": true})", "stream_options"},
       {R"("stream": true, "stream_options": {"bogus": true})", "stream_options"},
       {R"("ignore_eos": 1)", "ignore_eos"},
-      {R"("presence_penalty": 0.5)", "presence_penalty"},
+      {R"("presence_penalty": 2.5)", "presence_penalty"},
+      {R"("frequency_penalty": -3)", "frequency_penalty"},
+      {R"("repetition_penalty": 0)", "repetition_penalty"},
+      {R"("repetition_penalty": "x")", "repetition_penalty"},
       {R"("logprobs": 21)", "logprobs"},
       {R"("logprobs": -1)", "logprobs"},
       {R"("logprobs": true)", "logprobs"},

@@ -256,6 +256,33 @@ TEST(Server, CompletionLogprobsEqualTheEnginesStreamedAndNot) {
   s.stop();
 }
 
+// presence / frequency / repetition penalties reach the engine: the server's greedy tokens
+// equal LLM::generate's with the same penalties, and differ from the unpenalised ones.
+TEST(Server, PenaltiesEqualTheEngines) {
+  std::mt19937_64 rng(4);
+  const Ids prompt = random_prompt(rng, 15);
+  SamplingParams sp;
+  sp.max_tokens = 24;
+  sp.ignore_eos = true;
+  const Ids plain = tiny_llm()->generate({prompt}, sp)[0].token_ids;
+  sp.presence_penalty = 0.5f;
+  sp.frequency_penalty = 1.5f;
+  sp.repetition_penalty = 1.3f;
+  const Ids want = tiny_llm()->generate({prompt}, sp)[0].token_ids;
+  EXPECT_NE(want, plain);
+  Running s;
+  auto c = s.client();
+  Json body = completion_body(prompt, 24, false);
+  body["presence_penalty"] = 0.5;
+  body["frequency_penalty"] = 1.5;
+  body["repetition_penalty"] = 1.3;
+  auto r = c.Post("/v1/completions", body.dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(Json::parse(r->body)["choices"][0]["token_ids"].get<Ids>(), want);
+  s.stop();
+}
+
 TEST(Server, ParallelSamplesAndSeeds) {
   Running s;
   auto c = s.client();

@@ -165,14 +165,16 @@ class Model {
   // to the host); `rows` and `tokens` have input.logit_rows.size() entries. Otherwise the
   // caller runs forward() and samples the logits on the host; the default forward_sample()
   // throws.
-  // `logits`, when not empty (host float32 [rows, vocab_size]), also receives the logits the
-  // tokens were drawn from (for SamplingParams::logprobs; one extra copy from the device).
+  // `copy_rows` (increasing indices into the logit rows) name rows whose logits also come
+  // back, in that order, into `logits` (host float32 [copy_rows.size(), vocab_size]): what
+  // the host needs for SamplingParams::logprobs and penalties; only those rows cross.
   virtual bool samples_on_device() const { return false; }
   virtual void forward_sample(const ModelInput& input, std::span<const RowSampling> rows,
-                              std::span<int32_t> tokens, std::span<float> logits);
+                              std::span<int32_t> tokens, std::span<const int32_t> copy_rows,
+                              std::span<float> logits);
   void forward_sample(const ModelInput& input, std::span<const RowSampling> rows,
                       std::span<int32_t> tokens) {
-    forward_sample(input, rows, tokens, {});
+    forward_sample(input, rows, tokens, {}, {});
   }
 
   // Per-phase timing of forward() and forward_sample(). set_phase_timing(true) returns false

@@ -41,6 +41,18 @@ struct SamplingParams {
   // temperature, top-k/top-p/min-p. -1: none (no logits leave the device for them).
   int logprobs = -1;
   static constexpr int kMaxLogprobs = 20;
+  // Penalties on tokens already seen, applied to the logits before temperature and the
+  // filters (vLLM's and OpenAI's order), as vLLM defines them: a token generated c > 0 times
+  // loses frequency_penalty * c + presence_penalty (OpenAI's, [-2, 2]; generated tokens
+  // only); a token in the prompt or the output has its logit divided by repetition_penalty
+  // when positive, multiplied when not (vLLM's / HF's, > 0, 1 = off). Log-probabilities stay
+  // the raw model's. On CUDA a penalised row is drawn on the host from its penalised logits.
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  float repetition_penalty = 1.0f;
+  bool has_penalties() const {
+    return presence_penalty != 0.0f || frequency_penalty != 0.0f || repetition_penalty != 1.0f;
+  }
 };
 
 // One token's log-probability.

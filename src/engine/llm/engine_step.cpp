@@ -142,22 +142,27 @@ double LLMEngine::sample_rows(const ModelInput& in) {
   const size_t rows = logit_rows_.size();
   const auto vocab = static_cast<size_t>(config().vocab_size);
   tokens_.resize(rows);
-  bool any_logprobs = false;
-  for (const RowTarget& t : targets_) any_logprobs |= t.sample->req.params.logprobs >= 0;
+  logprobs_.resize(rows);
   if (model_->samples_on_device()) {
     row_sampling_.resize(rows);
+    copy_rows_.clear();
     for (size_t k = 0; k < rows; ++k) {
       const Sample& s = *targets_[k].sample;
       const SamplingParams& p = s.req.params;
       row_sampling_[k] = RowSampling{p.temperature, p.top_k, p.top_p, p.min_p, p.seed,
                                      s.req.stream_of(s.index), targets_[k].step};
+      if (p.logprobs >= 0 || s.penalties.active()) copy_rows_.push_back(static_cast<int32_t>(k));
     }
-    // The logits cross to the host only in steps where some row asks for logprobs.
-    logits_.resize(any_logprobs ? rows * vocab : 0);
+    // Only rows that ask for logprobs or carry penalties cross to the host (usually none).
+    logits_.resize(copy_rows_.size() * vocab);
     const auto t = Clock::now();
-    model_->forward_sample(in, row_sampling_, tokens_, logits_);
+    model_->forward_sample(in, row_sampling_, tokens_, copy_rows_, logits_);
     const double model_seconds = seconds_since(t);
-    if (any_logprobs) row_logprobs();
+    for (size_t j = 0; j < copy_rows_.size(); ++j) {
+      const auto k = static_cast<size_t>(copy_rows_[j]);
+      host_row(k, std::span<const float>(logits_.data() + j * vocab, vocab),
+               targets_[k].sample->penalties.active());
+    }
     return model_seconds;
   }
   logits_.resize(rows * vocab);
@@ -165,21 +170,24 @@ double LLMEngine::sample_rows(const ModelInput& in) {
   model_->forward(in, logits_);
   const double model_seconds = seconds_since(t);
   for (size_t k = 0; k < rows; ++k) {
-    tokens_[k] = targets_[k].sample->sampler.sample(
-        std::span<const float>(logits_.data() + k * vocab, vocab));
+    host_row(k, std::span<const float>(logits_.data() + k * vocab, vocab), /*draw=*/true);
   }
-  if (any_logprobs) row_logprobs();
   return model_seconds;
 }
 
-void LLMEngine::row_logprobs() {
-  const auto vocab = static_cast<size_t>(config().vocab_size);
-  logprobs_.resize(targets_.size());
-  for (size_t k = 0; k < targets_.size(); ++k) {
-    const int n = targets_[k].sample->req.params.logprobs;
-    if (n < 0) continue;
-    logprobs_[k] =
-        token_logprobs(std::span<const float>(logits_.data() + k * vocab, vocab), tokens_[k], n);
+void LLMEngine::host_row(size_t k, std::span<const float> logits, bool draw) {
+  Sample& s = *targets_[k].sample;
+  if (draw) {
+    if (s.penalties.active()) {
+      penalised_.assign(logits.begin(), logits.end());
+      s.penalties.apply(penalised_);
+      tokens_[k] = s.sampler.sample(penalised_);
+    } else {
+      tokens_[k] = s.sampler.sample(logits);
+    }
+  }
+  if (s.req.params.logprobs >= 0) {
+    logprobs_[k] = token_logprobs(logits, tokens_[k], s.req.params.logprobs);
   }
 }
 

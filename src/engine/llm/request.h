@@ -13,6 +13,7 @@
 #include "kvattn/engine/llm.h"
 #include "kvattn/engine/sampler.h"
 #include "kvattn/engine/tokenizer.h"
+#include "engine/sampling/penalties.h"
 
 namespace kvattn {
 
@@ -28,6 +29,7 @@ struct Sample {
   uint32_t index;
   Sequence seq;
   Sampler sampler;  // stream req.stream_base * n + index
+  TokenPenalties penalties;  // SamplingParams' presence / frequency / repetition penalties
   std::optional<StreamDecoder> decoder;
   StopStringMatcher stops;
   CompletionOutput out;

@@ -393,7 +393,8 @@ class CudaModel final : public Model {
   void forward(const ModelInput& in, std::span<float> logits) override;
   bool samples_on_device() const override { return true; }
   void forward_sample(const ModelInput& in, std::span<const RowSampling> rows,
-                      std::span<int32_t> tokens, std::span<float> logits) override;
+                      std::span<int32_t> tokens, std::span<const int32_t> copy_rows,
+                      std::span<float> logits) override;
   void copy_kv_blocks(std::span<const BlockCopy> copies) override;
   int64_t kv_cache_budget(int64_t max_num_batched_tokens, double memory_fraction) override;
   void set_kv_scales(std::span<const float> k, std::span<const float> v) override;
@@ -425,9 +426,10 @@ class CudaModel final : public Model {
 
  private:
   struct Out {
-    std::span<float> logits;           // forward(); forward_sample() when it is not empty
+    std::span<float> logits;           // forward(): every row; forward_sample(): copy_rows'
     std::span<const RowSampling> rows;  // forward_sample()
     std::span<int32_t> tokens;
+    std::span<const int32_t> copy_rows;  // forward_sample()
     bool sample = false;
   };
   struct Activations {
@@ -1013,7 +1015,7 @@ int64_t CudaModel::kv_cache_budget(int64_t max_num_batched_tokens, double memory
     ModelInput in{ids, pos, rows, &hc};
     std::vector<RowSampling> rs(R);
     std::vector<int32_t> toks(R);
-    step_general(in, Out{{}, rs, toks, true});
+    step_general(in, Out{{}, rs, toks, {}, true});
   }
 
   // 2. The largest decode step on a one-block pool, with the fixed buffers at the widest
@@ -1065,11 +1067,13 @@ void CudaModel::forward(const ModelInput& in, std::span<float> logits) {
 }
 
 void CudaModel::forward_sample(const ModelInput& in, std::span<const RowSampling> rows,
-                               std::span<int32_t> tokens, std::span<float> logits) {
+                               std::span<int32_t> tokens, std::span<const int32_t> copy_rows,
+                               std::span<float> logits) {
   Out out;
   out.rows = rows;
   out.tokens = tokens;
-  out.logits = logits;  // empty unless some row asks for logprobs
+  out.copy_rows = copy_rows;  // rows the host needs (logprobs, penalties), usually none
+  out.logits = logits;
   out.sample = true;
   step(in, out);
 }
@@ -1087,9 +1091,16 @@ void CudaModel::check_input(const ModelInput& in, const Out& out) const {
                      static_cast<int64_t>(out.tokens.size()) == R,
                  "Model::forward_sample: rows (", out.rows.size(), ") and tokens (",
                  out.tokens.size(), ") must have one entry per logit row (", R, ")");
-    KVATTN_CHECK(out.logits.empty() || static_cast<int64_t>(out.logits.size()) == R * V,
-                 "Model::forward_sample: logits has ", out.logits.size(), " entries but ", R,
-                 " rows of ", V, " are needed (or none)");
+    const auto C = static_cast<int64_t>(out.copy_rows.size());
+    KVATTN_CHECK(static_cast<int64_t>(out.logits.size()) == C * V,
+                 "Model::forward_sample: logits has ", out.logits.size(), " entries but ", C,
+                 " copied rows of ", V, " are needed");
+    for (int64_t i = 0; i < C; ++i) {
+      KVATTN_CHECK(out.copy_rows[i] >= 0 && out.copy_rows[i] < R &&
+                       (i == 0 || out.copy_rows[i] > out.copy_rows[i - 1]),
+                   "Model::forward_sample: copy_rows must increase within [0, ", R,
+                   ") but entry ", i, " is ", out.copy_rows[i]);
+    }
   } else {
     KVATTN_CHECK(static_cast<int64_t>(out.logits.size()) == R * V, "Model::forward: logits has ",
                  out.logits.size(), " entries but ", R, " rows of ", V, " are needed");
@@ -1294,15 +1305,25 @@ void CudaModel::finish(int64_t R, const Out& out, const int32_t* dev_tokens) {
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     return;
   }
-  // The logit rows (forward(), or forward_sample() asked for them): rows 0..R-1 of the
-  // logits buffer, in both the general and the fixed (graph) step; sampling only reads them.
+  // The logit rows the host gets (forward(): all R; forward_sample(): copy_rows, for logprobs
+  // and penalties): row r is row r of the logits buffer, in both the general and the fixed
+  // (graph) step; sampling only reads it.
+  const int64_t copies = out.sample ? static_cast<int64_t>(out.copy_rows.size()) : R;
   bf16_t* host_logits = nullptr;
-  if (!out.logits.empty()) {
-    const size_t bytes = static_cast<size_t>(R * V) * sizeof(bf16_t);
-    host_logits = static_cast<bf16_t*>(pinned_logits_.ensure(bytes));
-    CUDA_CHECK(cudaMemcpy2DAsync(host_logits, V * sizeof(bf16_t), full_logits(),
-                                 full_logits_ld() * sizeof(bf16_t), V * sizeof(bf16_t), R,
-                                 cudaMemcpyDeviceToHost, stream_));
+  if (copies > 0) {
+    host_logits = static_cast<bf16_t*>(
+        pinned_logits_.ensure(static_cast<size_t>(copies * V) * sizeof(bf16_t)));
+    const auto* dev = static_cast<const bf16_t*>(full_logits());
+    const size_t row_bytes = static_cast<size_t>(V) * sizeof(bf16_t);
+    if (!out.sample) {
+      CUDA_CHECK(cudaMemcpy2DAsync(host_logits, row_bytes, dev, full_logits_ld() * sizeof(bf16_t),
+                                   row_bytes, R, cudaMemcpyDeviceToHost, stream_));
+    } else {
+      for (int64_t i = 0; i < copies; ++i) {
+        CUDA_CHECK(cudaMemcpyAsync(host_logits + i * V, dev + out.copy_rows[i] * full_logits_ld(),
+                                   row_bytes, cudaMemcpyDeviceToHost, stream_));
+      }
+    }
   }
   int32_t* host_tokens = nullptr;
   if (out.sample) {
@@ -1314,7 +1335,7 @@ void CudaModel::finish(int64_t R, const Out& out, const int32_t* dev_tokens) {
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   if (host_tokens != nullptr) std::memcpy(out.tokens.data(), host_tokens, R * sizeof(int32_t));
   if (host_logits != nullptr) {
-    for (int64_t i = 0; i < R * V; ++i) out.logits[i] = bf16_to_float(host_logits[i]);
+    for (int64_t i = 0; i < copies * V; ++i) out.logits[i] = bf16_to_float(host_logits[i]);
   }
 }
 

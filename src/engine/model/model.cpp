@@ -144,7 +144,8 @@ void Model::kv_amax(std::span<float> /*k_amax*/, std::span<float> /*v_amax*/) co
 }
 
 void Model::forward_sample(const ModelInput& /*input*/, std::span<const RowSampling> /*rows*/,
-                           std::span<int32_t> /*tokens*/, std::span<float> /*logits*/) {
+                           std::span<int32_t> /*tokens*/, std::span<const int32_t> /*copy_rows*/,
+                           std::span<float> /*logits*/) {
   KVATTN_FAIL("Model::forward_sample: this ", device(),
               " model does not sample on its device; call forward() and sample on the host");
 }

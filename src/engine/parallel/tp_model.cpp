@@ -157,14 +157,16 @@ class TensorParallelModel final : public Model {
   // Every rank draws from the same gathered logits with the same (seed, stream, step): their
   // tokens agree; rank 0's are returned (and its logits, when asked).
   void forward_sample(const ModelInput& in, std::span<const RowSampling> rows,
-                      std::span<int32_t> tokens, std::span<float> logits) override {
+                      std::span<int32_t> tokens, std::span<const int32_t> copy_rows,
+                      std::span<float> logits) override {
     threads_->run([&](int r) {
       std::span<int32_t> out = tokens;
       if (r > 0) {
         rank_tokens_[r].resize(tokens.size());
         out = rank_tokens_[r];
       }
-      ranks_[r]->forward_sample(in, rows, out, r == 0 ? logits : std::span<float>{});
+      ranks_[r]->forward_sample(in, rows, out, r == 0 ? copy_rows : std::span<const int32_t>{},
+                                r == 0 ? logits : std::span<float>{});
     });
   }
 

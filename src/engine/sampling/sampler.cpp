@@ -23,6 +23,14 @@ void validate(const SamplingParams& p) {
   for (const auto& s : p.stop) {
     KVATTN_CHECK(!s.empty(), "SamplingParams: stop strings must not be empty");
   }
+  for (auto [name, v] : {std::pair{"presence_penalty", p.presence_penalty},
+                         std::pair{"frequency_penalty", p.frequency_penalty}}) {
+    KVATTN_CHECK(v >= -2.0f && v <= 2.0f, "SamplingParams: ", name, " must be in [-2, 2] but is ",
+                 v);
+  }
+  KVATTN_CHECK(p.repetition_penalty > 0.0f && std::isfinite(p.repetition_penalty),
+               "SamplingParams: repetition_penalty must be finite and > 0 (1 = off) but is ",
+               p.repetition_penalty);
   KVATTN_CHECK(p.logprobs >= -1 && p.logprobs <= SamplingParams::kMaxLogprobs,
                "SamplingParams: logprobs must be -1 (off) or in [0, ", SamplingParams::kMaxLogprobs,
                "] but is ", p.logprobs);

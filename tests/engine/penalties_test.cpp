@@ -1,0 +1,166 @@
+// SamplingParams' presence / frequency / repetition penalties: TokenPenalties against the
+// formula on hand-made rows, and the LLM's penalised greedy tokens against the penalised
+// argmax of the model's own logits, teacher-forced over the same tokens (tiny_llama).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/sampling/penalties.h"
+#include "hf_reference.h"
+#include "kvattn/core/error.h"
+#include "kvattn/engine/llm.h"
+#include "kvattn/engine/model.h"
+#include "kvattn/engine/sampler.h"
+#include "kvattn/engine/weights.h"
+
+namespace kvattn {
+namespace {
+
+using test::Case;
+using test::load_cases;
+using test::tiny_dir;
+
+// vLLM's definition, written out: repetition on prompt and output tokens, then frequency and
+// presence on output tokens.
+std::vector<float> penalised(std::vector<float> row, const SamplingParams& p,
+                             const std::vector<int32_t>& prompt,
+                             const std::vector<int32_t>& output) {
+  std::map<int32_t, int> count;
+  for (int32_t t : output) ++count[t];
+  for (size_t t = 0; t < row.size(); ++t) {
+    const auto id = static_cast<int32_t>(t);
+    const bool seen = count.count(id) != 0 ||
+                      std::find(prompt.begin(), prompt.end(), id) != prompt.end();
+    if (seen) {
+      row[t] = row[t] > 0 ? row[t] / p.repetition_penalty : row[t] * p.repetition_penalty;
+    }
+    if (count.count(id) != 0) {
+      row[t] -= p.frequency_penalty * static_cast<float>(count[id]) + p.presence_penalty;
+    }
+  }
+  return row;
+}
+
+TEST(TokenPenalties, FollowTheDefinition) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  for (int trial = 0; trial < 50; ++trial) {
+    SamplingParams p;
+    p.presence_penalty = static_cast<float>(trial % 5) * 0.5f - 1.0f;
+    p.frequency_penalty = static_cast<float>(trial % 3) * 0.7f - 0.7f;
+    p.repetition_penalty = trial % 4 == 0 ? 1.0f : 0.6f + 0.2f * static_cast<float>(trial % 4);
+    if (!p.has_penalties()) p.repetition_penalty = 1.3f;
+    std::vector<int32_t> prompt, output;
+    for (int i = 0; i < 20; ++i) prompt.push_back(static_cast<int32_t>(rng() % 64));
+    TokenPenalties tp(p, prompt);
+    ASSERT_TRUE(tp.active());
+    for (int i = 0; i < 30; ++i) {
+      output.push_back(static_cast<int32_t>(rng() % 100));
+      tp.on_generated(output.back());
+    }
+    std::vector<float> row(100);
+    for (float& x : row) x = nd(rng);
+    std::vector<float> got = row;
+    tp.apply(got);
+    const std::vector<float> want = penalised(row, p, prompt, output);
+    for (size_t t = 0; t < row.size(); ++t) EXPECT_EQ(got[t], want[t]) << "token " << t;
+  }
+  SamplingParams none;
+  EXPECT_FALSE(TokenPenalties(none, std::vector<int32_t>{1, 2}).active());
+}
+
+TEST(TokenPenalties, ParamsAreChecked) {
+  for (auto edit : std::vector<void (*)(SamplingParams&)>{
+           [](SamplingParams& p) { p.presence_penalty = 2.5f; },
+           [](SamplingParams& p) { p.frequency_penalty = -2.5f; },
+           [](SamplingParams& p) { p.repetition_penalty = 0.0f; },
+           [](SamplingParams& p) { p.repetition_penalty = NAN; }}) {
+    SamplingParams p;
+    edit(p);
+    EXPECT_THROW(validate(p), Error);
+  }
+}
+
+LLMOptions small_pool() {
+  LLMOptions o;
+  o.kv_cache_bytes = 1 << 20;
+  return o;
+}
+
+// The LLM's greedy tokens with penalties, checked step by step: each is the argmax of the
+// penalised logits the model gives for the tokens before it.
+TEST(LLMPenalties, GreedyTokensAreThePenalisedArgmax) {
+  const auto cases = load_cases("llama");
+  for (int variant = 0; variant < 3; ++variant) {
+    SamplingParams sp;
+    sp.max_tokens = 24;
+    sp.ignore_eos = true;
+    if (variant == 0) sp.repetition_penalty = 1.5f;
+    if (variant == 1) sp.frequency_penalty = 1.5f;
+    if (variant == 2) {
+      sp.presence_penalty = 1.0f;
+      sp.repetition_penalty = 0.8f;  // < 1 favours repeats: the other direction
+    }
+    SCOPED_TRACE("variant " + std::to_string(variant));
+    std::vector<std::vector<int32_t>> prompts;
+    for (const auto& c : cases) prompts.push_back(c.prompt);
+    LLM llm(load_hf_model(tiny_dir("llama")), std::nullopt, small_pool());
+    const auto outs = llm.generate(prompts, sp);
+    const auto plain = [&] {
+      SamplingParams q = sp;
+      q.presence_penalty = q.frequency_penalty = 0.0f;
+      q.repetition_penalty = 1.0f;
+      return llm.generate(prompts, q);
+    }();
+    // Teacher-forced over the penalised run's tokens: the model's raw logits at every step.
+    std::vector<Case> forced;
+    for (size_t i = 0; i < cases.size(); ++i) forced.push_back({cases[i].prompt, outs[i].token_ids, {}});
+    auto model = Model::create(load_hf_model(tiny_dir("llama")), Device::cpu());
+    size_t differs_from_plain = 0;
+    test::teacher_forced_steps(*model, forced, 16, 4096, [&](size_t i, size_t step, const float* l) {
+      std::vector<float> row(l, l + model->config().vocab_size);
+      const std::vector<int32_t> before(outs[i].token_ids.begin(),
+                                        outs[i].token_ids.begin() + static_cast<long>(step));
+      const std::vector<float> pen = penalised(row, sp, cases[i].prompt, before);
+      const auto best = static_cast<int32_t>(std::max_element(pen.begin(), pen.end()) - pen.begin());
+      EXPECT_EQ(outs[i].token_ids[step], best) << "prompt " << i << " step " << step;
+    });
+    for (size_t i = 0; i < cases.size(); ++i) differs_from_plain += outs[i].token_ids != plain[i].token_ids;
+    EXPECT_GT(differs_from_plain, 0u) << "the penalties changed nothing";
+    EXPECT_EQ(llm.cache_stats().num_used_blocks, 0);
+  }
+}
+
+// A seeded, penalised request draws the same tokens alone and beside others (its draws do
+// not depend on the batch), and n = 2 samples keep their own counts.
+TEST(LLMPenalties, SeededDrawsDoNotDependOnTheBatch) {
+  const auto cases = load_cases("llama");
+  SamplingParams sp;
+  sp.max_tokens = 16;
+  sp.ignore_eos = true;
+  sp.temperature = 0.9f;
+  sp.seed = 7;
+  sp.n = 2;
+  sp.frequency_penalty = 0.8f;
+  sp.repetition_penalty = 1.2f;
+  LLM llm(load_hf_model(tiny_dir("llama")), std::nullopt, small_pool());
+  const auto alone = llm.generate({cases[1].prompt}, sp);
+  SamplingParams other;
+  other.max_tokens = 16;
+  other.ignore_eos = true;
+  std::vector<SamplingParams> both = {sp, other};
+  const auto together = llm.generate({cases[1].prompt, cases[3].prompt}, both);
+  ASSERT_EQ(alone[0].samples.size(), 2u);
+  for (size_t j = 0; j < 2; ++j) {
+    EXPECT_EQ(alone[0].samples[j].token_ids, together[0].samples[j].token_ids) << "sample " << j;
+  }
+  EXPECT_NE(alone[0].samples[0].token_ids, alone[0].samples[1].token_ids);
+}
+
+}  // namespace
+}  // namespace kvattn
