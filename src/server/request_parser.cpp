@@ -199,6 +199,31 @@ void parse_stop(const Json& j, SamplingParams& p) {
 }
 
 // Fields accepted only at their "off" value, since kvattn does not implement them.
+// OpenAI's logit_bias: {"<token id>": bias in [-100, 100], ...}; ids beyond the vocabulary
+// are the engine's to refuse (it knows the vocabulary).
+void parse_logit_bias(const Json& v, SamplingParams& p) {
+  const char* k = "logit_bias";
+  if (!v.is_object()) throw bad_request("logit_bias must be an object but is " + type_name(v), k);
+  if (v.size() > kMaxLogitBias) {
+    throw bad_request("logit_bias has " + std::to_string(v.size()) + " entries; at most " +
+                          std::to_string(kMaxLogitBias) + " are accepted",
+                      k);
+  }
+  for (const auto& [id, bias] : v.items()) {
+    int64_t token = -1;
+    const bool digits = !id.empty() && id.size() <= 9 &&
+                        id.find_first_not_of("0123456789") == std::string::npos;
+    if (digits) token = std::stoll(id);
+    if (!digits) {
+      throw bad_request("logit_bias keys must be token ids (decimal strings) but one is '" + id +
+                            "'",
+                        k);
+    }
+    p.logit_bias.emplace_back(static_cast<int32_t>(token),
+                              static_cast<float>(get_number(bias, k, -100.0, 100.0)));
+  }
+}
+
 void require_off(const Json& v, const std::string& key) {
   const bool off = (v.is_number() && v.get<double>() == 0.0) || (v.is_boolean() && !v.get<bool>()) ||
                    (v.is_object() && v.empty());
@@ -298,7 +323,9 @@ ParsedRequest parse_request(std::string_view body, Endpoint endpoint) {
       p.frequency_penalty = static_cast<float>(get_number(v, k, -2.0, 2.0));
     } else if (key == "repetition_penalty") {  // vLLM's extension
       p.repetition_penalty = static_cast<float>(get_number(v, k, 0.0, 100.0, /*lo_open=*/true));
-    } else if (key == "logit_bias" || (key == "echo" && !chat)) {
+    } else if (key == "logit_bias") {
+      parse_logit_bias(v, p);
+    } else if (key == "echo" && !chat) {
       require_off(v, key);
     } else if (key == "best_of" && !chat) {
       best_of = get_int(v, k, 1, 128);

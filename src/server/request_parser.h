@@ -9,7 +9,7 @@
 //                extensions ignore_eos, skip_special_tokens and return_token_ids (each choice,
 //                or chunk, also carries the generated ids as "token_ids");
 //                presence_penalty / frequency_penalty [-2, 2], vLLM's repetition_penalty
-//                (0, 100], logit_bias only empty;
+//                (0, 100], logit_bias {"<token id>": [-100, 100]} (at most 1024);
 //   completions: prompt (string, list of strings, token ids, or list of token-id lists),
 //                echo (false), best_of (== n), suffix (null), logprobs [0, 20] (the legacy
 //                API's count of alternatives; OpenAI allows 5, vLLM 20);
@@ -55,6 +55,7 @@ inline constexpr int kMaxJsonDepth = 32;
 inline constexpr size_t kMaxPrompts = 64;
 inline constexpr size_t kMaxMessages = 4096;
 inline constexpr size_t kMaxStops = 16;
+inline constexpr size_t kMaxLogitBias = 1024;
 
 ParsedRequest parse_request(std::string_view body, Endpoint endpoint);
 

@@ -3,6 +3,7 @@
 // numbers, invalid UTF-8, deep nesting, random bytes) only ever produce ApiError.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
@@ -127,6 +128,11 @@ TEST(RequestParser, Penalties) {
   EXPECT_FLOAT_EQ(r.params.repetition_penalty, 1.1f);
   const ParsedRequest d = parse(R"({"prompt": "x", "presence_penalty": 0})");
   EXPECT_FALSE(d.params.has_penalties());
+  const ParsedRequest b = parse(R"({"prompt": "x", "logit_bias": {"7": -100, "12": 2.5}})");
+  auto bias = b.params.logit_bias;
+  std::sort(bias.begin(), bias.end());
+  EXPECT_EQ(bias, (std::vector<std::pair<int32_t, float>>{{7, -100.0f}, {12, 2.5f}}));
+  EXPECT_TRUE(parse(R"({"prompt": "x", "logit_bias": {}})").params.logit_bias.empty());
 }
 
 // Log-probabilities: completions take a count (the legacy API), chat a bool plus
@@ -188,7 +194,11 @@ TEST(RequestParser, BadValuesNameTheirParameter) {
       {R"("echo": true)", "echo"},
       {R"("best_of": 3)", "best_of"},
       {R"("suffix": "x")", "suffix"},
-      {R"("logit_bias": {"1": 5})", "logit_bias"},
+      {R"("logit_bias": {"x": 5})", "logit_bias"},
+      {R"("logit_bias": {"-1": 5})", "logit_bias"},
+      {R"("logit_bias": {"1": 101})", "logit_bias"},
+      {R"("logit_bias": [1, 2])", "logit_bias"},
+      {R"("logit_bias": {"99999999999": 1})", "logit_bias"},
       {R"("frobnicate": 1)", "frobnicate"},
       {R"("model": 5)", "model"},
   };

@@ -280,6 +280,16 @@ TEST(Server, PenaltiesEqualTheEngines) {
   ASSERT_TRUE(r);
   ASSERT_EQ(r->status, 200) << r->body;
   EXPECT_EQ(Json::parse(r->body)["choices"][0]["token_ids"].get<Ids>(), want);
+  // logit_bias: banning the greedy first token changes it; an id outside the vocabulary is a
+  // 400 from the engine, naming logit_bias.
+  Json ban = completion_body(prompt, 1, false);
+  ban["logit_bias"] = {{std::to_string(plain[0]), -100}};
+  auto rb = c.Post("/v1/completions", ban.dump(), "application/json");
+  ASSERT_TRUE(rb);
+  ASSERT_EQ(rb->status, 200) << rb->body;
+  EXPECT_NE(Json::parse(rb->body)["choices"][0]["token_ids"][0].get<int32_t>(), plain[0]);
+  ban["logit_bias"] = {{"5000", 1}};
+  expect_error(c.Post("/v1/completions", ban.dump(), "application/json"), 400);
   s.stop();
 }
 

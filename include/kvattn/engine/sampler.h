@@ -11,6 +11,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace kvattn {
@@ -46,13 +47,17 @@ struct SamplingParams {
   // loses frequency_penalty * c + presence_penalty (OpenAI's, [-2, 2]; generated tokens
   // only); a token in the prompt or the output has its logit divided by repetition_penalty
   // when positive, multiplied when not (vLLM's / HF's, > 0, 1 = off). Log-probabilities stay
-  // the raw model's. On CUDA a penalised row is drawn on the host from its penalised logits.
+  // the raw model's. On CUDA a penalised (or biased) row is drawn on the host.
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;
   float repetition_penalty = 1.0f;
   bool has_penalties() const {
     return presence_penalty != 0.0f || frequency_penalty != 0.0f || repetition_penalty != 1.0f;
   }
+  // Added to the named tokens' logits before the penalties, each bias in [-100, 100]
+  // (OpenAI's logit_bias: -100 bans a token, 100 all but forces it). Ids must lie in the
+  // vocabulary (LLM checks them); a repeated id adds once per entry.
+  std::vector<std::pair<int32_t, float>> logit_bias;
 };
 
 // One token's log-probability.

@@ -112,6 +112,10 @@ void LLMEngine::check_request(size_t i, const std::vector<int32_t>& prompt,
                ") sequences run together");
   KVATTN_CHECK(!prompt.empty(), "LLM: prompt ", i, " is empty");
   const int64_t vocab = config().vocab_size;
+  for (const auto& [token, bias] : params.logit_bias) {
+    KVATTN_CHECK(token < vocab, "LLM: request ", i, ": logit_bias names token ", token,
+                 ", outside the vocabulary [0, ", vocab, ")");
+  }
   for (size_t t = 0; t < prompt.size(); ++t) {
     KVATTN_CHECK(prompt[t] >= 0 && prompt[t] < vocab, "LLM: prompt ", i, " token ", t, " is ",
                  prompt[t], ", outside the vocabulary [0, ", vocab, ")");

@@ -69,8 +69,9 @@ class LLMEngine {
   // rows whose request asks (SamplingParams::logprobs); returns the seconds spent inside the
   // model.
   double sample_rows(const ModelInput& in);
-  // What the host does with row k's logits (host float32, the raw model's): a penalised
-  // sample's draw (from a penalised copy) when `draw`, then its logprobs when asked.
+  // What the host does with row k's logits (host float32, the raw model's): the draw when
+  // `draw` (a sample with LogitRules draws from a copy they adjusted), then its logprobs
+  // when asked.
   void host_row(size_t k, std::span<const float> logits, bool draw);
   // Charges one step (or a loop turn without a batch: model_seconds 0, counted false) to
   // stats_'s prefill or decode split.
@@ -113,7 +114,7 @@ class LLMEngine {
   std::vector<float> logits_;
   std::vector<TokenLogprobs> logprobs_;  // per row; meaningful where the row's request asks
   std::vector<int32_t> copy_rows_;       // device sampling: rows whose logits the host needs
-  std::vector<float> penalised_;         // one row's logits with its sample's penalties
+  std::vector<float> penalised_;         // one row's logits after its sample's LogitRules
   std::vector<Request*> fork_now_;
   std::vector<BlockCopy> copies_;
 };

@@ -151,9 +151,10 @@ double LLMEngine::sample_rows(const ModelInput& in) {
       const SamplingParams& p = s.req.params;
       row_sampling_[k] = RowSampling{p.temperature, p.top_k, p.top_p, p.min_p, p.seed,
                                      s.req.stream_of(s.index), targets_[k].step};
-      if (p.logprobs >= 0 || s.penalties.active()) copy_rows_.push_back(static_cast<int32_t>(k));
+      if (p.logprobs >= 0 || s.logit_rules.active()) copy_rows_.push_back(static_cast<int32_t>(k));
     }
-    // Only rows that ask for logprobs or carry penalties cross to the host (usually none).
+    // Only rows that ask for logprobs or carry a bias or penalties cross to the host
+    // (usually none).
     logits_.resize(copy_rows_.size() * vocab);
     const auto t = Clock::now();
     model_->forward_sample(in, row_sampling_, tokens_, copy_rows_, logits_);
@@ -161,7 +162,7 @@ double LLMEngine::sample_rows(const ModelInput& in) {
     for (size_t j = 0; j < copy_rows_.size(); ++j) {
       const auto k = static_cast<size_t>(copy_rows_[j]);
       host_row(k, std::span<const float>(logits_.data() + j * vocab, vocab),
-               targets_[k].sample->penalties.active());
+               targets_[k].sample->logit_rules.active());
     }
     return model_seconds;
   }
@@ -178,9 +179,9 @@ double LLMEngine::sample_rows(const ModelInput& in) {
 void LLMEngine::host_row(size_t k, std::span<const float> logits, bool draw) {
   Sample& s = *targets_[k].sample;
   if (draw) {
-    if (s.penalties.active()) {
+    if (s.logit_rules.active()) {
       penalised_.assign(logits.begin(), logits.end());
-      s.penalties.apply(penalised_);
+      s.logit_rules.apply(penalised_);
       tokens_[k] = s.sampler.sample(penalised_);
     } else {
       tokens_[k] = s.sampler.sample(logits);

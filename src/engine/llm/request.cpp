@@ -27,7 +27,7 @@ Sample::Sample(Request& request, uint32_t index_, SeqId seq_id, std::vector<int3
       index(index_),
       seq(seq_id, std::move(prompt)),
       sampler(request.params, request.stream_of(index_)),
-      penalties(request.params, seq.token_ids()),
+      logit_rules(request.params, seq.token_ids()),
       stops(request.params.stop) {
   if (tokenizer != nullptr && request.params.detokenize) {
     decoder.emplace(*tokenizer, request.params.skip_special_tokens);
@@ -51,7 +51,7 @@ TokenOutcome accept_token(Sample& s, int32_t token, const StopRules& rules,
     o.logprobs = &s.out.logprobs.back();
   }
   s.seq.append_token(token);
-  s.penalties.on_generated(token);
+  s.logit_rules.on_generated(token);
   o.event_token = token;
   auto m = s.stops.push(s.decoder ? s.decoder->push(token) : std::string());
   if (m.stopped) {

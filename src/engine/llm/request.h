@@ -13,7 +13,7 @@
 #include "kvattn/engine/llm.h"
 #include "kvattn/engine/sampler.h"
 #include "kvattn/engine/tokenizer.h"
-#include "engine/sampling/penalties.h"
+#include "engine/sampling/logit_rules.h"
 
 namespace kvattn {
 
@@ -29,7 +29,7 @@ struct Sample {
   uint32_t index;
   Sequence seq;
   Sampler sampler;  // stream req.stream_base * n + index
-  TokenPenalties penalties;  // SamplingParams' presence / frequency / repetition penalties
+  LogitRules logit_rules;  // SamplingParams' logit_bias and presence / frequency / repetition penalties
   std::optional<StreamDecoder> decoder;
   StopStringMatcher stops;
   CompletionOutput out;

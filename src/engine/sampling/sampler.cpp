@@ -31,6 +31,11 @@ void validate(const SamplingParams& p) {
   KVATTN_CHECK(p.repetition_penalty > 0.0f && std::isfinite(p.repetition_penalty),
                "SamplingParams: repetition_penalty must be finite and > 0 (1 = off) but is ",
                p.repetition_penalty);
+  for (const auto& [token, bias] : p.logit_bias) {
+    KVATTN_CHECK(token >= 0, "SamplingParams: logit_bias token ", token, " is negative");
+    KVATTN_CHECK(bias >= -100.0f && bias <= 100.0f, "SamplingParams: logit_bias of token ", token,
+                 " must be in [-100, 100] but is ", bias);
+  }
   KVATTN_CHECK(p.logprobs >= -1 && p.logprobs <= SamplingParams::kMaxLogprobs,
                "SamplingParams: logprobs must be -1 (off) or in [0, ", SamplingParams::kMaxLogprobs,
                "] but is ", p.logprobs);

@@ -1,6 +1,6 @@
-// SamplingParams' presence / frequency / repetition penalties: TokenPenalties against the
-// formula on hand-made rows, and the LLM's penalised greedy tokens against the penalised
-// argmax of the model's own logits, teacher-forced over the same tokens (tiny_llama).
+// SamplingParams' logit_bias and presence / frequency / repetition penalties: LogitRules
+// against the definition on random rows, and the LLM's greedy tokens under them against the
+// adjusted argmax of the model's own logits, teacher-forced over the same tokens (tiny_llama).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/sampling/penalties.h"
+#include "engine/sampling/logit_rules.h"
 #include "hf_reference.h"
 #include "kvattn/core/error.h"
 #include "kvattn/engine/llm.h"
@@ -25,11 +25,12 @@ using test::Case;
 using test::load_cases;
 using test::tiny_dir;
 
-// vLLM's definition, written out: repetition on prompt and output tokens, then frequency and
-// presence on output tokens.
+// vLLM's definitions, written out: the logit bias; then repetition on prompt and output
+// tokens, frequency and presence on output tokens.
 std::vector<float> penalised(std::vector<float> row, const SamplingParams& p,
                              const std::vector<int32_t>& prompt,
                              const std::vector<int32_t>& output) {
+  for (const auto& [token, bias] : p.logit_bias) row[static_cast<size_t>(token)] += bias;
   std::map<int32_t, int> count;
   for (int32_t t : output) ++count[t];
   for (size_t t = 0; t < row.size(); ++t) {
@@ -46,7 +47,7 @@ std::vector<float> penalised(std::vector<float> row, const SamplingParams& p,
   return row;
 }
 
-TEST(TokenPenalties, FollowTheDefinition) {
+TEST(LogitRules, FollowTheDefinition) {
   std::mt19937 rng(5);
   std::normal_distribution<float> nd(0.0f, 2.0f);
   for (int trial = 0; trial < 50; ++trial) {
@@ -55,9 +56,10 @@ TEST(TokenPenalties, FollowTheDefinition) {
     p.frequency_penalty = static_cast<float>(trial % 3) * 0.7f - 0.7f;
     p.repetition_penalty = trial % 4 == 0 ? 1.0f : 0.6f + 0.2f * static_cast<float>(trial % 4);
     if (!p.has_penalties()) p.repetition_penalty = 1.3f;
+    if (trial % 2 == 1) p.logit_bias = {{3, 5.0f}, {70, -100.0f}, {3, 1.5f}, {99, 0.25f}};
     std::vector<int32_t> prompt, output;
     for (int i = 0; i < 20; ++i) prompt.push_back(static_cast<int32_t>(rng() % 64));
-    TokenPenalties tp(p, prompt);
+    LogitRules tp(p, prompt);
     ASSERT_TRUE(tp.active());
     for (int i = 0; i < 30; ++i) {
       output.push_back(static_cast<int32_t>(rng() % 100));
@@ -71,15 +73,25 @@ TEST(TokenPenalties, FollowTheDefinition) {
     for (size_t t = 0; t < row.size(); ++t) EXPECT_EQ(got[t], want[t]) << "token " << t;
   }
   SamplingParams none;
-  EXPECT_FALSE(TokenPenalties(none, std::vector<int32_t>{1, 2}).active());
+  EXPECT_FALSE(LogitRules(none, std::vector<int32_t>{1, 2}).active());
+  SamplingParams bias_only;
+  bias_only.logit_bias = {{1, -3.0f}};
+  LogitRules b(bias_only, std::vector<int32_t>{1, 2});
+  ASSERT_TRUE(b.active());
+  b.on_generated(1);  // no penalties: nothing counts
+  std::vector<float> row = {1.0f, 1.0f, 1.0f};
+  b.apply(row);
+  EXPECT_EQ(row, (std::vector<float>{1.0f, -2.0f, 1.0f}));
 }
 
-TEST(TokenPenalties, ParamsAreChecked) {
+TEST(LogitRules, ParamsAreChecked) {
   for (auto edit : std::vector<void (*)(SamplingParams&)>{
            [](SamplingParams& p) { p.presence_penalty = 2.5f; },
            [](SamplingParams& p) { p.frequency_penalty = -2.5f; },
            [](SamplingParams& p) { p.repetition_penalty = 0.0f; },
-           [](SamplingParams& p) { p.repetition_penalty = NAN; }}) {
+           [](SamplingParams& p) { p.repetition_penalty = NAN; },
+           [](SamplingParams& p) { p.logit_bias = {{4, 100.5f}}; },
+           [](SamplingParams& p) { p.logit_bias = {{-1, 1.0f}}; }}) {
     SamplingParams p;
     edit(p);
     EXPECT_THROW(validate(p), Error);
@@ -96,7 +108,7 @@ LLMOptions small_pool() {
 // penalised logits the model gives for the tokens before it.
 TEST(LLMPenalties, GreedyTokensAreThePenalisedArgmax) {
   const auto cases = load_cases("llama");
-  for (int variant = 0; variant < 3; ++variant) {
+  for (int variant = 0; variant < 4; ++variant) {
     SamplingParams sp;
     sp.max_tokens = 24;
     sp.ignore_eos = true;
@@ -105,6 +117,11 @@ TEST(LLMPenalties, GreedyTokensAreThePenalisedArgmax) {
     if (variant == 2) {
       sp.presence_penalty = 1.0f;
       sp.repetition_penalty = 0.8f;  // < 1 favours repeats: the other direction
+    }
+    if (variant == 3) {  // a bias alone: ban each prompt's first greedy token, lift another
+      sp.logit_bias = {{cases[0].greedy[0], -100.0f}, {cases[1].greedy[0], -100.0f},
+                       {cases[2].greedy[0], -100.0f}, {cases[3].greedy[0], -100.0f},
+                       {17, 4.0f}};
     }
     SCOPED_TRACE("variant " + std::to_string(variant));
     std::vector<std::vector<int32_t>> prompts;
@@ -115,8 +132,16 @@ TEST(LLMPenalties, GreedyTokensAreThePenalisedArgmax) {
       SamplingParams q = sp;
       q.presence_penalty = q.frequency_penalty = 0.0f;
       q.repetition_penalty = 1.0f;
+      q.logit_bias.clear();
       return llm.generate(prompts, q);
     }();
+    for (const auto& [token, bias] : sp.logit_bias) {
+      if (bias > -100.0f) continue;
+      for (const auto& o : outs) {
+        EXPECT_EQ(std::count(o.token_ids.begin(), o.token_ids.end(), token), 0)
+            << "banned token " << token << " was generated";
+      }
+    }
     // Teacher-forced over the penalised run's tokens: the model's raw logits at every step.
     std::vector<Case> forced;
     for (size_t i = 0; i < cases.size(); ++i) forced.push_back({cases[i].prompt, outs[i].token_ids, {}});
@@ -134,6 +159,22 @@ TEST(LLMPenalties, GreedyTokensAreThePenalisedArgmax) {
     EXPECT_GT(differs_from_plain, 0u) << "the penalties changed nothing";
     EXPECT_EQ(llm.cache_stats().num_used_blocks, 0);
   }
+}
+
+TEST(LLMLogitBias, IdsOutsideTheVocabularyAreRefused) {
+  LLM llm(load_hf_model(tiny_dir("llama")), std::nullopt, small_pool());
+  SamplingParams sp;
+  sp.max_tokens = 2;
+  sp.logit_bias = {{320, 1.0f}};
+  try {
+    llm.generate({std::vector<int32_t>{5, 6}}, sp);
+    ADD_FAILURE() << "token 320 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("logit_bias names token 320, outside the vocabulary"),
+              std::string::npos)
+        << e.what();
+  }
+  llm.check_kv_cache_idle();
 }
 
 // A seeded, penalised request draws the same tokens alone and beside others (its draws do

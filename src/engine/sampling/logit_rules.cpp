@@ -1,17 +1,19 @@
-#include "engine/sampling/penalties.h"
+#include "engine/sampling/logit_rules.h"
 
 namespace kvattn {
 
-TokenPenalties::TokenPenalties(const SamplingParams& params, std::span<const int32_t> prompt)
-    : active_(params.has_penalties()),
+LogitRules::LogitRules(const SamplingParams& params, std::span<const int32_t> prompt)
+    : penalties_(params.has_penalties()),
       presence_(params.presence_penalty),
       frequency_(params.frequency_penalty),
-      repetition_(params.repetition_penalty) {
-  if (!active_) return;
+      repetition_(params.repetition_penalty),
+      bias_(params.logit_bias) {
+  active_ = penalties_ || !bias_.empty();
+  if (!penalties_) return;
   for (int32_t t : prompt) touch(t);
 }
 
-size_t TokenPenalties::touch(int32_t token) {
+size_t LogitRules::touch(int32_t token) {
   const auto [it, fresh] = index_.try_emplace(token, seen_.size());
   if (fresh) {
     seen_.push_back(token);
@@ -20,12 +22,15 @@ size_t TokenPenalties::touch(int32_t token) {
   return it->second;
 }
 
-void TokenPenalties::on_generated(int32_t token) {
-  if (!active_) return;
+void LogitRules::on_generated(int32_t token) {
+  if (!penalties_) return;
   ++generated_[touch(token)];
 }
 
-void TokenPenalties::apply(std::span<float> logits) const {
+void LogitRules::apply(std::span<float> logits) const {
+  for (const auto& [token, bias] : bias_) {
+    if (token >= 0 && static_cast<size_t>(token) < logits.size()) logits[token] += bias;
+  }
   for (size_t i = 0; i < seen_.size(); ++i) {
     const auto t = static_cast<size_t>(seen_[i]);
     if (t >= logits.size()) continue;

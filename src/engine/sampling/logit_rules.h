@@ -1,6 +1,6 @@
-// Internal: one sample's penalty state (SamplingParams::presence_penalty, frequency_penalty,
-// repetition_penalty): which tokens its prompt holds and how often it generated each, and
-// their application to a row of logits.
+// Internal: what one sample does to its logits before drawing, on the host: the request's
+// logit_bias, then the presence / frequency / repetition penalties (vLLM's order), with the
+// state the penalties need (which tokens the prompt holds, how often each was generated).
 #pragma once
 
 #include <cstdint>
@@ -12,21 +12,23 @@
 
 namespace kvattn {
 
-class TokenPenalties {
+class LogitRules {
  public:
-  // Inactive (apply() never called) unless params.has_penalties().
-  TokenPenalties(const SamplingParams& params, std::span<const int32_t> prompt);
+  // Inactive (apply() never called) unless params has a logit_bias or penalties.
+  LogitRules(const SamplingParams& params, std::span<const int32_t> prompt);
   bool active() const { return active_; }
   void on_generated(int32_t token);
-  // The penalties on `logits` (the full vocabulary row), in place: repetition first, then
-  // frequency and presence (vLLM's order). Touches only tokens seen so far.
+  // The rules on `logits` (the full vocabulary row), in place. Touches only the biased
+  // tokens and the tokens seen so far.
   void apply(std::span<float> logits) const;
 
  private:
   size_t touch(int32_t token);  // the token's index in seen_
 
   bool active_ = false;
+  bool penalties_ = false;
   float presence_ = 0.0f, frequency_ = 0.0f, repetition_ = 1.0f;
+  std::vector<std::pair<int32_t, float>> bias_;
   // Per seen token (prompt or output), in first-seen order, and its count among the
   // generated tokens: the sample's distinct tokens, no vocabulary-sized state.
   std::vector<int32_t> seen_;
