@@ -1,4 +1,5 @@
-// Helpers shared by the engine tests: checkpoint paths under tests/data, random prompts,
+// Helpers shared by the engine tests: error messages (error_of, EXPECT_ERROR_HAS), checkpoint
+// paths under tests/data, random prompts,
 // greedy SamplingParams, token ids of generate()'s outputs, the GPU LLMOptions, and the main()
 // of the GPU tests (exit 77, ctest's skip code, without a CUDA device or without NCCL).
 #pragma once
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "kvattn/core/device.h"
+#include "kvattn/core/error.h"
 #include "kvattn/engine/llm.h"
 
 #ifdef KVATTN_WITH_NCCL
@@ -19,6 +21,23 @@
 #endif
 
 namespace kvattn::test {
+
+// What f() throws as kvattn::Error, or "(no error)".
+std::string error_of(auto&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+// stmt throws a kvattn::Error whose message contains text.
+#define EXPECT_ERROR_HAS(stmt, text)                                                 \
+  do {                                                                               \
+    const std::string msg_ = ::kvattn::test::error_of([&] { stmt; });                \
+    EXPECT_NE(msg_.find(text), std::string::npos) << "error was: " << msg_;          \
+  } while (0)
 
 // tests/data/<name> (a tiny checkpoint: "tiny_llama", "tiny_qwen3").
 inline std::string checkpoint(const std::string& name) {

@@ -16,6 +16,7 @@
 
 #include "engine/model/rope.h"
 #include "engine/model_file_writer.h"
+#include "engine_test_util.h"
 #include "hf_reference.h"
 #include "kvattn/engine/model.h"
 #include "kvattn/engine/weights.h"
@@ -27,24 +28,10 @@ namespace {
 namespace fs = std::filesystem;
 using test::load_cases;
 using test::teacher_forced_error;
+using test::error_of;
 using test::tiny_dir;
 
 using test::TempDir;
-
-std::string error_of(auto&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
-#define EXPECT_ERROR_HAS(stmt, text)                                        \
-  do {                                                                      \
-    const std::string msg_ = error_of([&] { stmt; });                       \
-    EXPECT_NE(msg_.find(text), std::string::npos) << "error was: " << msg_; \
-  } while (0)
 
 // A copy of tests/data/tiny_<arch> whose config.json is `edit`ed.
 template <typename Edit>

@@ -23,6 +23,7 @@
 
 #include "engine/model/rope.h"
 #include "engine/model_file_writer.h"
+#include "engine_test_util.h"
 #include "hf_reference.h"
 #include "kvattn/engine/llm.h"
 #include "kvattn/engine/model.h"
@@ -35,6 +36,7 @@ namespace {
 namespace fs = std::filesystem;
 using test::load_cases;
 using test::teacher_forced_error;
+using test::error_of;
 using test::tiny_dir;
 
 using test::TempDir;
@@ -52,21 +54,6 @@ void edited_checkpoint(const std::string& arch, const fs::path& dir, Edit edit) 
   edit(cfg);
   std::ofstream(dir / "config.json") << cfg.dump(2);
 }
-
-std::string error_of(auto&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
-#define EXPECT_ERROR_HAS(stmt, text)                                              \
-  do {                                                                            \
-    const std::string msg_ = error_of([&] { stmt; });                             \
-    EXPECT_NE(msg_.find(text), std::string::npos) << "error was: " << msg_;       \
-  } while (0)
 
 ModelWeights load(const std::string& arch, const std::string& format) {
   return format == "gguf" ? load_gguf_model(tiny_dir(arch) + "/model.gguf")

@@ -16,6 +16,7 @@
 
 #include "engine/model/rope.h"
 #include "engine/model_file_writer.h"
+#include "engine_test_util.h"
 #include "hf_reference.h"
 #include "kvattn/engine/llm.h"
 #include "kvattn/engine/model.h"
@@ -31,24 +32,10 @@ using test::Case;
 using test::load_cases;
 using test::teacher_forced_error;
 using test::TempDir;
+using test::error_of;
 using test::tiny_dir;
 
 constexpr int64_t kOriginal = 32;
-
-std::string error_of(auto&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
-#define EXPECT_ERROR_HAS(stmt, text)                                        \
-  do {                                                                      \
-    const std::string msg_ = error_of([&] { stmt; });                       \
-    EXPECT_NE(msg_.find(text), std::string::npos) << "error was: " << msg_; \
-  } while (0)
 
 ModelWeights load(const std::string& format) {
   return format == "gguf" ? load_gguf_model(tiny_dir("phi3") + "/model.gguf")
