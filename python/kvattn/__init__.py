@@ -10,13 +10,20 @@ flash-attn arguments kvattn does not implement raise ``NotImplementedError``.
 
 from . import _C
 from ._C import Error
+from .batched import (flash_attn_func, flash_attn_kvpacked_func, flash_attn_qkvpacked_func,
+                      flash_attn_varlen_kvpacked_func, flash_attn_varlen_qkvpacked_func)
 from .interface import flash_attn_varlen_func, flash_attn_with_kvcache, store_kvcache
 
 __version__ = "0.1.0"
 __all__ = [
     "Error",
     "cuda_available",
+    "flash_attn_func",
+    "flash_attn_kvpacked_func",
+    "flash_attn_qkvpacked_func",
     "flash_attn_varlen_func",
+    "flash_attn_varlen_kvpacked_func",
+    "flash_attn_varlen_qkvpacked_func",
     "flash_attn_with_kvcache",
     "read_device_faults",
     "release_workspaces",
