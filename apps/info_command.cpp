@@ -40,9 +40,14 @@ void print_config(const ModelConfig& c) {
               static_cast<long long>(c.head_dim));
   std::printf("vocab:               %lld\n", static_cast<long long>(c.vocab_size));
   std::printf("context:             %lld\n", static_cast<long long>(c.max_position_embeddings));
-  std::printf("rope:                theta %g, %s pairs\n", c.rope_theta,
+  std::printf("rope:                theta %g, %s pairs", c.rope_theta,
               c.rope_style == ModelConfig::RopeStyle::kRotateHalf ? "rotate-half"
                                                                    : "interleaved");
+  if (c.rope_dim() != c.head_dim) {
+    std::printf(", %lld of %lld dims a head", static_cast<long long>(c.rope_dim()),
+                static_cast<long long>(c.head_dim));
+  }
+  std::printf("\n");
   const RopeScaling& rs = c.rope_scaling;
   if (!c.rope_freq_factors.empty()) {
     std::printf("rope scaling:        rope_freqs factors (llama3, %zu pairs)\n",

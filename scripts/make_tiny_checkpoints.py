@@ -443,23 +443,28 @@ def make_family(name, root):
 PHI3_ORIGINAL = 32  # the tiny Phi-3's original context: prompts of 1 and 7 tokens stay below it
 
 
-def build_phi3():
+def build_phi3(name="phi3"):
     """Phi-3 (Phi3ForCausalLM): fused qkv_proj / gate_up_proj, LongRoPE short / long factors over
     an original context of 32 in 128 positions (HF picks the long ones per forward pass when
-    the sequence is longer than 32: here the 33- and 70-token prompts), a window of 16."""
+    the sequence is longer than 32: here the 33- and 70-token prompts), a window of 16.
+    "phi4mini": Phi-4-mini's shape instead: partial rotary embeddings (half of each head's 64
+    dims rotate), tied embeddings, no window."""
     from transformers import Phi3Config, Phi3ForCausalLM
-    gen = torch.Generator().manual_seed(444)
-    half = 32  # head_dim 64
+    partial = 0.5 if name == "phi4mini" else 1.0
+    gen = torch.Generator().manual_seed(444 if name == "phi3" else 555)
+    half = int(64 * partial) // 2  # head_dim 64
     short = (1.0 + 0.1 * torch.rand(half, generator=gen)).tolist()
     long = torch.linspace(1.0, 12.0, half).mul(1.0 + 0.05 * torch.rand(half, generator=gen)).tolist()
+    tied = name == "phi4mini"
     cfg = Phi3Config(vocab_size=SMALL_VOCAB, hidden_size=128, intermediate_size=96,
                      num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
                      max_position_embeddings=128, original_max_position_embeddings=PHI3_ORIGINAL,
                      rope_scaling={"type": "longrope", "short_factor": short, "long_factor": long,
                                    "rope_theta": 10000.0},
-                     sliding_window=16, rms_norm_eps=1e-6, bos_token_id=1, eos_token_id=2,
-                     pad_token_id=0, tie_word_embeddings=False, attn_implementation="eager",
-                     torch_dtype=torch.float32)
+                     partial_rotary_factor=partial,
+                     sliding_window=None if tied else 16, rms_norm_eps=1e-6, bos_token_id=1,
+                     eos_token_id=2, pad_token_id=0, tie_word_embeddings=tied,
+                     attn_implementation="eager", torch_dtype=torch.float32)
     model = Phi3ForCausalLM(cfg)
     with torch.no_grad():
         for pname, p in model.named_parameters():
@@ -482,14 +487,15 @@ def write_gguf_phi3(model, out):
     cfg = model.config
     rp = cfg.rope_parameters
     w = gguf.GGUFWriter(os.path.join(out, "model.gguf"), "phi3")
-    w.add_name("tiny phi3")
+    w.add_name("tiny " + os.path.basename(out)[len("tiny_"):])
     w.add_block_count(cfg.num_hidden_layers)
     w.add_context_length(cfg.max_position_embeddings)
     w.add_embedding_length(cfg.hidden_size)
     w.add_feed_forward_length(cfg.intermediate_size)
     w.add_head_count(cfg.num_attention_heads)
     w.add_head_count_kv(cfg.num_key_value_heads)
-    w.add_rope_dimension_count(cfg.hidden_size // cfg.num_attention_heads)
+    w.add_rope_dimension_count(int(cfg.hidden_size // cfg.num_attention_heads
+                                   * rp.get("partial_rotary_factor", 1.0)))
     w.add_rope_freq_base(rp["rope_theta"])
     w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
     w.add_vocab_size(cfg.vocab_size)
@@ -499,7 +505,8 @@ def write_gguf_phi3(model, out):
     scale = cfg.max_position_embeddings / cfg.original_max_position_embeddings
     w.add_rope_scaling_attn_factors(
         max(math.sqrt(1 + math.log(scale) / math.log(cfg.original_max_position_embeddings)), 1.0))
-    w.add_sliding_window(cfg.sliding_window)
+    if cfg.sliding_window:
+        w.add_sliding_window(cfg.sliding_window)
     w.add_file_type(gguf.LlamaFileType.MOSTLY_BF16)
 
     def put(gname, t):
@@ -515,7 +522,8 @@ def write_gguf_phi3(model, out):
     sd = model.state_dict()
     put("token_embd.weight", sd["model.embed_tokens.weight"])
     put("output_norm.weight", sd["model.norm.weight"])
-    put("output.weight", sd["lm_head.weight"])
+    if not cfg.tie_word_embeddings:
+        put("output.weight", sd["lm_head.weight"])
     names = {"input_layernorm.weight": "attn_norm.weight",
              "self_attn.qkv_proj.weight": "attn_qkv.weight",
              "self_attn.o_proj.weight": "attn_output.weight",
@@ -530,14 +538,14 @@ def write_gguf_phi3(model, out):
     w.close()
 
 
-def make_phi3(root):
-    model = build_phi3()
-    out = os.path.join(root, "tiny_phi3")
+def make_phi3(root, name="phi3"):
+    model = build_phi3(name)
+    out = os.path.join(root, "tiny_" + name)
     os.makedirs(out, exist_ok=True)
     write_config(model, out)
     write_safetensors_bf16(model, out)
     write_gguf_phi3(model, out)
-    write_expected(model, os.path.join(out, "expected.json"), SMALL_VOCAB, 44)
+    write_expected(model, os.path.join(out, "expected.json"), SMALL_VOCAB, 44 if name == "phi3" else 45)
     print(f"wrote {out}: {sum(p.numel() for p in model.parameters())} parameters")
 
 
@@ -573,7 +581,7 @@ def main():
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "tests", "data"))
     ap.add_argument("--families", nargs="*",
                     default=["llama", "qwen3", "llama3", "qwen2", "mistral", "llama_rope",
-                             "gemma2", "gemma3", "phi3"])
+                             "gemma2", "gemma3", "phi3", "phi4mini"])
     args = ap.parse_args()
     torch.manual_seed(0)
     for name in args.families:
@@ -581,8 +589,8 @@ def main():
             make_family(name, args.out)
         elif name in ("gemma2", "gemma3"):
             make_gemma(name, args.out)
-        elif name == "phi3":
-            make_phi3(args.out)
+        elif name in ("phi3", "phi4mini"):
+            make_phi3(args.out, name)
         elif name == "llama_rope":
             make_llama_rope_variants(args.out)
         elif name in ("llama", "qwen3"):

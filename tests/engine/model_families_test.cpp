@@ -425,7 +425,7 @@ TEST(FamilyConfig, GgufRopeScalingKeysAndBadValues) {
   GgufBuilder freqs = testing::tiny_gguf(s, nullptr);
   freqs.tensor("rope_freqs.weight", {static_cast<uint64_t>(half + 1)}, 0,
                testing::f32_bytes(std::vector<float>(half + 1, 1.0f)));
-  EXPECT_ERROR_HAS(open(freqs), "tensor 'rope_freqs.weight' must be 1-D with head_dim / 2");
+  EXPECT_ERROR_HAS(open(freqs), "tensor 'rope_freqs.weight' must be 1-D with rotary dims / 2");
   GgufBuilder neg = testing::tiny_gguf(s, nullptr);
   std::vector<float> f(half, 1.0f);
   f[3] = -1.0f;

@@ -1,7 +1,8 @@
 // Phi-3 (Phi3ForCausalLM / GGUF arch phi3) against HF transformers, from HF safetensors and from
-// GGUF: tests/data/tiny_phi3 (scripts/make_tiny_checkpoints.py --families phi3) has fused
-// qkv_proj / gate_up_proj, LongRoPE short and long factors over an original context of 32 in
-// 128 positions, and a window of 16. HF picks the factor list per forward pass by the
+// GGUF: tests/data/tiny_phi3 (scripts/make_tiny_checkpoints.py --families phi3 phi4mini) has
+// fused qkv_proj / gate_up_proj, LongRoPE short and long factors over an original context of 32
+// in 128 positions, and a window of 16; tiny_phi4mini is Phi-4-mini's shape: half of each
+// head's dims rotate (partial_rotary_factor 0.5), tied embeddings, no window. HF picks the factor list per forward pass by the
 // sequence's length, so its logits of the 1- and 7-token prompts (at most 15 positions) used
 // the short factors and those of the 33- and 70-token prompts the long ones; the engine picks
 // one list for its whole context (LLMEngine: the long one when ctx_size exceeds 32).
@@ -37,16 +38,16 @@ using test::tiny_dir;
 
 constexpr int64_t kOriginal = 32;
 
-ModelWeights load(const std::string& format) {
-  return format == "gguf" ? load_gguf_model(tiny_dir("phi3") + "/model.gguf")
-                          : load_hf_model(tiny_dir("phi3"));
+ModelWeights load(const std::string& format, const std::string& arch = "phi3") {
+  return format == "gguf" ? load_gguf_model(tiny_dir(arch) + "/model.gguf")
+                          : load_hf_model(tiny_dir(arch));
 }
 
 // The cases whose whole sequence (prompt and HF's new tokens) fits the original context: HF
 // rotated them with the short factors. The others it rotated with the long ones.
-std::vector<Case> cases_on(bool long_side) {
+std::vector<Case> cases_on(bool long_side, const std::string& arch = "phi3") {
   std::vector<Case> out;
-  for (const Case& c : load_cases("phi3")) {
+  for (const Case& c : load_cases(arch)) {
     const bool fits = static_cast<int64_t>(c.prompt.size() + c.greedy.size()) <= kOriginal;
     if (fits != long_side) out.push_back(c);
   }
@@ -133,22 +134,27 @@ TEST(Phi3Weights, FusedProjectionsSplitRowForRow) {
 
 // ---- HF parity -------------------------------------------------------------------------------
 
-class Phi3Format : public ::testing::TestWithParam<std::string> {};
+class Phi3Format : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {
+ protected:
+  std::string arch() const { return std::get<0>(GetParam()); }
+  std::string format() const { return std::get<1>(GetParam()); }
+  ModelWeights weights() const { return load(format(), arch()); }
+};
 
 TEST_P(Phi3Format, LogitsMatchHFWithEachFactorList) {
   for (bool use_long : {false, true}) {
-    ModelWeights w = load(GetParam());
+    ModelWeights w = weights();
     w.config.rope_scaling.use_long_factors = use_long;
     auto model = Model::create(std::move(w), Device::cpu());
-    const auto cases = cases_on(use_long);
+    const auto cases = cases_on(use_long, arch());
     for (auto [bs, chunk] : {std::pair<int64_t, int64_t>{16, 4096}, {1, 4096}, {7, 5}}) {
       SCOPED_TRACE(std::string(use_long ? "long" : "short") + " factors, block " +
                    std::to_string(bs) + " chunk " + std::to_string(chunk));
       const double worst = teacher_forced_error(*model, cases, bs, chunk);
-      std::printf("[phi3 %s, %s factors] block %lld chunk %lld: max relative logit error vs HF "
+      std::printf("[%s %s, %s factors] block %lld chunk %lld: max relative logit error vs HF "
                   "%.2e\n",
-                  GetParam().c_str(), use_long ? "long" : "short", static_cast<long long>(bs),
-                  static_cast<long long>(chunk), worst);
+                  arch().c_str(), format().c_str(), use_long ? "long" : "short",
+                  static_cast<long long>(bs), static_cast<long long>(chunk), worst);
     }
   }
 }
@@ -159,12 +165,12 @@ TEST_P(Phi3Format, LLMPicksTheFactorsByItsContext) {
   SamplingParams sp;
   sp.ignore_eos = true;
   for (auto [ctx, use_long] : {std::pair<int64_t, bool>{0, false}, {128, true}}) {
-    const auto cases = cases_on(use_long);
+    const auto cases = cases_on(use_long, arch());
     sp.max_tokens = static_cast<int>(cases[0].greedy.size());
     LLMOptions opt;
     opt.kv_cache_bytes = 1 << 20;
     opt.ctx_size = ctx;
-    LLM llm(load(GetParam()), std::nullopt, opt);
+    LLM llm(weights(), std::nullopt, opt);
     EXPECT_EQ(llm.max_model_len(), use_long ? 128 : kOriginal);
     std::vector<std::vector<int32_t>> prompts;
     for (const auto& c : cases) prompts.push_back(c.prompt);
@@ -181,12 +187,44 @@ TEST_P(Phi3Format, LLMPicksTheFactorsByItsContext) {
     LLMOptions opt;
     opt.kv_cache_bytes = 1 << 20;
     opt.ctx_size = ctx;
-    LLM llm(load(GetParam()), std::nullopt, opt);
+    LLM llm(weights(), std::nullopt, opt);
     EXPECT_EQ(llm.config().rope_scaling.use_long_factors, use_long) << "ctx " << ctx;
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(HF, Phi3Format, ::testing::Values("safetensors", "gguf"));
+INSTANTIATE_TEST_SUITE_P(HF, Phi3Format,
+                         ::testing::Combine(::testing::Values("phi3", "phi4mini"),
+                                            ::testing::Values("safetensors", "gguf")),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_" + std::get<1>(info.param);
+                         });
+
+// Phi-4-mini's partial rotary embeddings: 32 of each head's 64 dims rotate (both formats), the
+// LongRoPE lists have 16 entries, and the dims must matter: rotating whole heads misses HF.
+TEST(Phi4Mini, PartialRotaryFromBothFormats) {
+  const ModelConfig hf = config_from_hf_json(tiny_dir("phi4mini") + "/config.json");
+  const ModelConfig gg = config_from_gguf(GgufFile::open(tiny_dir("phi4mini") + "/model.gguf"));
+  for (const ModelConfig* c : {&hf, &gg}) {
+    EXPECT_EQ(c->head_dim, 64);
+    EXPECT_EQ(c->rotary_dim, 32);
+    EXPECT_EQ(c->rope_dim(), 32);
+    EXPECT_TRUE(c->tie_word_embeddings);
+    EXPECT_EQ(c->window_left(0), -1);
+    EXPECT_EQ(c->rope_scaling.short_factor.size(), 16u);
+    EXPECT_EQ(rope::inv_freq(*c).size(), 16u);
+  }
+  EXPECT_EQ(hf.rope_scaling.long_factor, gg.rope_scaling.long_factor);
+  ModelWeights w = load_hf_model(tiny_dir("phi4mini"));
+  w.config.rotary_dim = 0;  // whole heads, with whole-head frequencies
+  w.config.rope_scaling.short_factor.resize(32, 1.0f);
+  w.config.rope_scaling.long_factor.resize(32, 1.0f);
+  auto whole = Model::create(std::move(w), Device::cpu());
+  EXPECT_GT(test::teacher_forced_error(*whole, cases_on(false, "phi4mini"), 16, 4096, INFINITY),
+            1e-2);
+  // The CUDA RoPE kernels rotate whole heads: refused by name before anything is uploaded.
+  EXPECT_ERROR_HAS(Model::create(load_hf_model(tiny_dir("phi4mini")), Device::cuda(0)),
+                   "partial rotary embeddings (32 of 64 dims a head, phi3) are not supported");
+}
 
 // Each Phi-3 feature matters: without it the HF reference is missed.
 double error_with(bool use_long, auto&& edit) {
@@ -282,10 +320,12 @@ TEST(Phi3Errors, NameWhatIsWrong) {
   auto has = [](const std::string& msg, const std::string& text) {
     EXPECT_NE(msg.find(text), std::string::npos) << "error was: " << msg;
   };
-  // Phi-4-mini rotates 3/4 of each head (HF 4.x writes the factor at the top level).
-  has(hf_error([](auto& c) { c["partial_rotary_factor"] = 0.75; }), "partial_rotary_factor is 0.75");
+  // A partial rotary factor must agree with the LongRoPE lists (3/4 of 64 dims: 24 pairs);
+  // transformers 5 keeps it in rope_parameters, where it wins over the 4.x top-level key.
   has(hf_error([](auto& c) { c["rope_parameters"]["partial_rotary_factor"] = 0.75; }),
-      "partial_rotary_factor is 0.75");
+      "short_factor has 32 entries but the rotary dims / 2 are 24");
+  has(hf_error([](auto& c) { c["rope_parameters"]["partial_rotary_factor"] = 1.5; }),
+      "partial_rotary_factor must be in (0, 1] but is 1.5");
   has(hf_error([](auto& c) { c["hidden_act"] = "gelu"; }), "hidden_act is 'gelu'");
   has(hf_error([](auto& c) { c["rope_parameters"]["long_factor"].erase(0); }),
       "short_factor and long_factor must be non-empty and of one length but have 32 and 31");
@@ -293,7 +333,7 @@ TEST(Phi3Errors, NameWhatIsWrong) {
         c["rope_parameters"]["short_factor"].erase(0);
         c["rope_parameters"]["long_factor"].erase(0);
       }),
-      "short_factor has 31 entries but head_dim / 2 is 32");
+      "short_factor has 31 entries but the rotary dims / 2 are 32");
   has(hf_error([](auto& c) { c["rope_parameters"]["long_factor"][3] = -1.0; }),
       "long_factor[3] must be finite and > 0 but is -1");
   has(hf_error([](auto& c) { c["rope_parameters"].erase("long_factor"); }), "long_factor");

@@ -56,6 +56,11 @@ struct ModelConfig {
   //   kInterleaved: (2i, 2i + 1)         -- llama-architecture GGUF files, whose Q/K rows the
   //                                         converter permuted; the loader keeps GGUF's row order.
   enum class RopeStyle { kRotateHalf, kInterleaved } rope_style = RopeStyle::kRotateHalf;
+  // Partial rotary embeddings (Phi-4-mini: partial_rotary_factor 0.75; GGUF
+  // rope.dimension_count < head_dim): only a head's first rotary_dim dimensions rotate, paired
+  // within them ((i, i + rotary_dim / 2) or (2i, 2i + 1)); the rest pass through. 0 => all.
+  int64_t rotary_dim = 0;
+  int64_t rope_dim() const { return rotary_dim > 0 ? rotary_dim : head_dim; }
   bool qk_norm = false;  // Qwen3: per-head RMSNorm on q and k before RoPE
   RopeScaling rope_scaling;
   // llama.cpp's form of Llama 3 scaling (GGUF tensor rope_freqs.weight, [head_dim / 2]):

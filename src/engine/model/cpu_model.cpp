@@ -274,7 +274,7 @@ void CpuModel::rope_tables(const ModelInput& in) {
                    cu.ndim == 1 && cu.shape[0] >= 1,
                "Model::forward: dynamic RoPE scaling needs ctx.cu_seqlens_q (int32, on the host)");
   const auto* b = static_cast<const int32_t*>(cu.data);
-  const int64_t half = cfg_.head_dim / 2, T = static_cast<int64_t>(in.positions.size());
+  const int64_t half = cfg_.rope_dim() / 2, T = static_cast<int64_t>(in.positions.size());
   for (int64_t s = 0; s + 1 < cu.shape[0]; ++s) {
     const int64_t begin = b[s], end = b[s + 1];
     KVATTN_CHECK(begin >= 0 && begin <= end && end <= T, "Model::forward: cu_seqlens_q[", s,
@@ -367,8 +367,9 @@ void CpuModel::forward(const ModelInput& in, std::span<float> logits) {
     }
     const float* cos_t = l.local_rope ? cos_local_.data() : cos_.data();
     const float* sin_t = l.local_rope ? sin_local_.data() : sin_.data();
-    cpu_model::apply_rope(q, qkv_dim, T, nh, D, cfg_.rope_style, cos_t, sin_t);
-    cpu_model::apply_rope(k, qkv_dim, T, nkv, D, cfg_.rope_style, cos_t, sin_t);
+    const int64_t R = cfg_.rope_dim();
+    cpu_model::apply_rope(q, qkv_dim, T, nh, D, R, cfg_.rope_style, cos_t, sin_t);
+    cpu_model::apply_rope(k, qkv_dim, T, nkv, D, R, cfg_.rope_style, cos_t, sin_t);
     const Device cpu = Device::cpu();
     if (kv_scales_.tracking()) {
       kv_scales_.record(&l - layers_.data(), k, v, T, qkv_dim, D);

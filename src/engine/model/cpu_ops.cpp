@@ -32,8 +32,9 @@ void rope_tables(std::span<const int32_t> positions, std::span<const float> inv_
 }
 
 void apply_rope(float* x, int64_t ld, int64_t tokens, int64_t heads, int64_t head_dim,
-                ModelConfig::RopeStyle style, const float* cos_t, const float* sin_t) {
-  const int64_t half = head_dim / 2;
+                int64_t rotary_dim, ModelConfig::RopeStyle style, const float* cos_t,
+                const float* sin_t) {
+  const int64_t half = rotary_dim / 2;  // dims from rotary_dim on pass through
   for (int64_t t = 0; t < tokens; ++t) {
     const float* c = cos_t + t * half;
     const float* s = sin_t + t * half;

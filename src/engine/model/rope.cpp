@@ -74,7 +74,7 @@ void yarn(const RopeScaling& s, float base, int64_t dim, std::span<const float> 
 
 std::vector<float> inv_freq(const ModelConfig& c, int64_t seq_len) {
   const RopeScaling& s = c.rope_scaling;
-  const int64_t dim = c.head_dim;
+  const int64_t dim = c.rope_dim();  // partial rotary: the rotated dims only (HF's `dim`)
   auto base = static_cast<float>(c.rope_theta);
   if (s.type == RopeScaling::Type::kDynamic && seq_len > c.max_position_embeddings) {
     // HF's _compute_dynamic_ntk_parameters (float32: seq_len arrives as a tensor).
@@ -115,7 +115,7 @@ std::vector<float> inv_freq(const ModelConfig& c, int64_t seq_len) {
 
 std::vector<float> local_inv_freq(const ModelConfig& c) {
   if (c.rope_local_theta <= 0) return {};
-  return default_inv_freq(static_cast<float>(c.rope_local_theta), c.head_dim);
+  return default_inv_freq(static_cast<float>(c.rope_local_theta), c.rope_dim());
 }
 
 float attention_factor(const ModelConfig& c) {

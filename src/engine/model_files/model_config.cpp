@@ -39,17 +39,21 @@ void validate_config(const ModelConfig& c, const std::string& file) {
   check_range(file, "eos_token_id", c.eos_token_id, -1, c.vocab_size - 1);
   for (int64_t id : c.extra_eos_ids) check_range(file, "eos_token_id", id, 0, c.vocab_size - 1);
   validate_rope_scaling(c.rope_scaling, file);
+  KVATTN_CHECK(c.rotary_dim == 0 || (c.rotary_dim >= 2 && c.rotary_dim < c.head_dim &&
+                                      c.rotary_dim % 2 == 0),
+               file, ": the rotary dims (", c.rotary_dim, ") must be even and in [2, head_dim = ",
+               c.head_dim, "]");
   if (c.rope_scaling.type == RopeScaling::Type::kLongRope) {
-    KVATTN_CHECK(static_cast<int64_t>(c.rope_scaling.short_factor.size()) == c.head_dim / 2,
+    KVATTN_CHECK(static_cast<int64_t>(c.rope_scaling.short_factor.size()) == c.rope_dim() / 2,
                  file, ": rope scaling (longrope) has ", c.rope_scaling.short_factor.size(),
-                 " factors a list but head_dim / 2 is ", c.head_dim / 2);
+                 " factors a list but the rotary dims / 2 are ", c.rope_dim() / 2);
     KVATTN_CHECK(c.rope_freq_factors.empty(), file,
                  ": rope_freqs and LongRoPE factors cannot both apply");
   }
   KVATTN_CHECK(c.rope_freq_factors.empty() ||
-                   static_cast<int64_t>(c.rope_freq_factors.size()) == c.head_dim / 2,
+                   static_cast<int64_t>(c.rope_freq_factors.size()) == c.rope_dim() / 2,
                file, ": rope_freq_factors has ", c.rope_freq_factors.size(),
-               " entries but head_dim / 2 is ", c.head_dim / 2);
+               " entries but the rotary dims / 2 are ", c.rope_dim() / 2);
   check_range(file, "sliding_window", c.sliding_window, 0, int64_t{1} << 32);
   KVATTN_CHECK(c.sliding_layers.empty() ||
                    static_cast<int64_t>(c.sliding_layers.size()) == c.num_layers,
@@ -99,8 +103,11 @@ ModelConfig config_from_gguf(const GgufFile& g) {
   c.head_dim = g.get_int(a + "attention.key_length",
                          c.num_heads > 0 ? c.hidden_size / c.num_heads : 0);
   const int64_t rope_dims = g.get_int(a + "rope.dimension_count", c.head_dim);
-  KVATTN_CHECK(rope_dims == c.head_dim, file, ": ", a, "rope.dimension_count is ", rope_dims,
-               " but head_dim is ", c.head_dim, " (partial rotary embeddings are not supported)");
+  // Partial rotary embeddings: phi3 only (Phi-4-mini); the other graphs rotate whole heads.
+  KVATTN_CHECK(rope_dims == c.head_dim || (c.architecture == "phi3" && rope_dims < c.head_dim),
+               file, ": ", a, "rope.dimension_count is ", rope_dims, " but head_dim is ",
+               c.head_dim, " (partial rotary embeddings are supported for phi3 only)");
+  c.rotary_dim = rope_dims == c.head_dim ? 0 : rope_dims;
   const int64_t value_len = g.get_int(a + "attention.value_length", c.head_dim);
   KVATTN_CHECK(value_len == c.head_dim, file, ": ", a, "attention.value_length is ", value_len,
                " but key_length is ", c.head_dim);
@@ -186,6 +193,21 @@ ModelConfig config_from_hf_json(const std::string& path) {
   c.tie_word_embeddings = tie != j.end() && json_bool(*tie, "tie_word_embeddings", path);
   // transformers 4.x: rope_scaling (it wins over a 5.x rope_parameters in the same file).
   if (auto rs = j.find("rope_scaling"); rs != j.end() && !rs->is_null()) rope_params = &*rs;
+  if (c.architecture == "phi3") {
+    // Phi-4-mini rotates int(head_dim * partial_rotary_factor) dims of each head (HF's Phi3
+    // splits q/k there); transformers 5 keeps the factor in rope_parameters, 4.x at the top.
+    double prf = num_or("partial_rotary_factor", 1.0);
+    if (rope_params != nullptr && rope_params->is_object()) {
+      if (auto f = rope_params->find("partial_rotary_factor");
+          f != rope_params->end() && !f->is_null()) {
+        prf = json_number(*f, "partial_rotary_factor", path);
+      }
+    }
+    KVATTN_CHECK(prf > 0.0 && prf <= 1.0, path, ": partial_rotary_factor must be in (0, 1] but is ",
+                 prf);
+    const auto rd = static_cast<int64_t>(static_cast<double>(c.head_dim) * prf);
+    c.rotary_dim = rd == c.head_dim ? 0 : rd;
+  }
   if (rope_params != nullptr && c.architecture != "gemma3") {  // gemma3: per layer type
     c.rope_scaling = rope_scaling_from_hf(*rope_params, j, c, path);
   }
@@ -207,9 +229,6 @@ ModelConfig config_from_hf_json(const std::string& path) {
       const std::string& a = json_string(*act, "hidden_act", path);
       KVATTN_CHECK(a == "silu", path, ": hidden_act is '", a, "' (Phi3ForCausalLM: silu)");
     }
-    const double prf = num_or("partial_rotary_factor", 1.0);
-    KVATTN_CHECK(prf == 1.0, path, ": partial_rotary_factor is ", prf,
-                 " (partial rotary embeddings are not supported)");
   }
   sliding_window_from_hf(j, c, path);
   c.rope_style = ModelConfig::RopeStyle::kRotateHalf;

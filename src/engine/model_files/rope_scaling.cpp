@@ -177,14 +177,17 @@ RopeScaling rope_scaling_from_hf(const nlohmann::json& p, const nlohmann::json& 
     };
     s.short_factor = factors("short_factor");
     s.long_factor = factors("long_factor");
-    KVATTN_CHECK(static_cast<int64_t>(s.short_factor.size()) == c.head_dim / 2, file,
+    KVATTN_CHECK(static_cast<int64_t>(s.short_factor.size()) == c.rope_dim() / 2, file,
                  ": rope scaling (longrope) short_factor has ", s.short_factor.size(),
-                 " entries but head_dim / 2 is ", c.head_dim / 2);
+                 " entries but the rotary dims / 2 are ", c.rope_dim() / 2);
   } else {
     KVATTN_FAIL(file, ": rope scaling type '", type,
                 "' is not supported (default, linear, dynamic, llama3, yarn, longrope)");
   }
-  if (auto prf = p.find("partial_rotary_factor"); prf != p.end() && !prf->is_null()) {
+  // Phi-3's factor is read by config_from_hf_json (c.rotary_dim); other architectures rotate
+  // whole heads.
+  if (auto prf = p.find("partial_rotary_factor");
+      c.architecture != "phi3" && prf != p.end() && !prf->is_null()) {
     const double f = json_number(*prf, "partial_rotary_factor", file);
     KVATTN_CHECK(f == 1.0, file, ": partial_rotary_factor is ", f,
                  " (partial rotary embeddings are not supported)");
@@ -195,13 +198,13 @@ RopeScaling rope_scaling_from_hf(const nlohmann::json& p, const nlohmann::json& 
 
 namespace {
 
-// A 1-D float tensor of head_dim / 2 entries (rope_freqs, rope_factors_*), or empty if absent.
+// A 1-D float tensor of rotary dims / 2 entries (rope_freqs, rope_factors_*), or empty if absent.
 std::vector<float> rope_factor_tensor(const GgufFile& g, const ModelConfig& c, const char* name) {
   const GgufTensorInfo* t = g.find_tensor(name);
   if (t == nullptr) return {};
-  const int64_t half = c.head_dim / 2;
+  const int64_t half = c.rope_dim() / 2;
   KVATTN_CHECK(t->ne.size() == 1 && static_cast<int64_t>(t->ne[0]) == half, g.path(),
-               ": tensor '", name, "' must be 1-D with head_dim / 2 = ", half, " entries but has ",
+               ": tensor '", name, "' must be 1-D with rotary dims / 2 = ", half, " entries but has ",
                t->ne.size(), " dims, ", t->ne.empty() ? 0 : t->ne[0], " entries first");
   const Tensor f = g.dequantize(*t);
   std::vector<float> out(f.ptr<const float>(), f.ptr<const float>() + half);
