@@ -104,6 +104,16 @@ Json prompt_json(size_t i, const std::string& prompt, const std::vector<int32_t>
   j["finish_reason"] = finish_reason_name(o.finish_reason);
   j["stop_token"] = o.stop_token >= 0 ? Json(o.stop_token) : Json(nullptr);
   j["num_cached_tokens"] = o.num_cached_tokens;
+  if (!o.logprobs.empty()) {
+    // --logprobs N: per generated token its log-probability and the N most likely ids.
+    Json lps = Json::array();
+    for (const TokenLogprobs& lp : o.logprobs) {
+      Json top = Json::array();
+      for (const TokenLogprob& t : lp.top) top.push_back({{"token_id", t.token}, {"logprob", t.logprob}});
+      lps.push_back({{"logprob", lp.logprob}, {"top", std::move(top)}});
+    }
+    j["logprobs"] = std::move(lps);
+  }
   j["timings"] = {{"load_s", load_s},
                   {"first_token_s", seconds(times.first_token[i])},
                   {"finished_s", seconds(times.finished[i])},

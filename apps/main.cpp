@@ -71,6 +71,10 @@ int main(int argc, char** argv) {
   gen->add_option("--top-p", g.sampling.top_p, "1 => off")->default_val(1.0);
   gen->add_option("--min-p", g.sampling.min_p, "0 => off")->default_val(0.0);
   gen->add_option("--seed", g.sampling.seed, "Seed of the sampler")->default_val(0);
+  gen->add_option("--logprobs", g.sampling.logprobs,
+                  "With --json: each generated token's log-probability and the N most likely "
+                  "token ids (0-20; -1 = none)")
+      ->default_val(-1)->check(CLI::Range(-1, kvattn::SamplingParams::kMaxLogprobs));
   gen->add_option("--repeat-penalty,--repetition-penalty", g.sampling.repetition_penalty,
                   "Divide positive (multiply negative) logits of tokens already in the prompt "
                   "or output by this (1 => off; vLLM's repetition_penalty)")

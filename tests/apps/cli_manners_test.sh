@@ -83,7 +83,15 @@ json)  # one object per prompt; its ids agree with the text, the prompt and a on
   [ "$(jq -r .text "$dir/one")" = "$(cat "$out")" ] || fail "stdout is not the JSON's text"
   # --json -: the objects on stdout instead of the text.
   run generate -q --model "$model" -n 2 --json - "$prompt" || fail "exit $?"
-  jq -e '.token_ids | length == 2' "$out" >/dev/null || fail "--json - is not JSON on stdout" ;;
+  jq -e '.token_ids | length == 2' "$out" >/dev/null || fail "--json - is not JSON on stdout"
+  jq -e 'has("logprobs") | not' "$out" >/dev/null || fail "logprobs without --logprobs"
+  # --logprobs 3: one entry per token, the greedy token first among its 3 alternatives.
+  run generate -q --model "$model" -n 4 --ignore-eos --logprobs 3 --json - "$prompt" ||
+    fail "exit $?"
+  jq -e '(.logprobs | length) == (.token_ids | length) and
+         ([.logprobs[] | (.top | length) == 3 and .logprob <= 0] | all) and
+         ([.token_ids, [.logprobs[].top[0].token_id]] | .[0] == .[1])' "$out" >/dev/null ||
+    fail "--logprobs: $(cat "$out")" ;;
 special)  # --special shows end-of-text tokens that --ignore-eos otherwise drops silently
   command -v jq >/dev/null || { echo "skip: no jq"; exit 77; }
   run generate -q --model "$model" -n 12 --ignore-eos --special --json "$dir/j" "$prompt" ||
