@@ -207,6 +207,7 @@ StepResult run_step(Model& m, const ModelInput& in, int64_t step) {
   m.forward_sample(in, greedy_rows(R), r.greedy);
   r.random.assign(R, -1);
   const auto rows = random_rows(R, step);
+  m.forward_sample(in, rows, r.random);
   // copy_rows (SamplingParams::logprobs, penalties): the rows named come back too, the same
   // bits forward() returns, general and fixed (graph) steps alike; here every other row.
   std::vector<int32_t> copy_rows;

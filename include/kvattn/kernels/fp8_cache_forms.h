@@ -8,8 +8,7 @@
 namespace kvattn {
 
 // Window, softcap, ALiBi and head_dim 256 over float8_e4m3 caches: always on the CPU; on CUDA
-// only where the environment sets KVATTN_FP8_EXTENDED_FORMS=1 (EXPERIMENTAL: written, not yet
-// run on a GPU), else refused by name. (head_dim 64 and 128 without them run on both; 80 and
+// unless the environment sets KVATTN_FP8_EXTENDED_FORMS=0 (then refused by name). (head_dim 64 and 128 without them run on both; 80 and
 // 96 over fp8 caches only on the CPU: CUDA's decode has no fp8 tile for them.) A build without
 // CUDA answers false for a CUDA device.
 bool fp8_cache_extended_forms(Device device);

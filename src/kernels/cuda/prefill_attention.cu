@@ -167,12 +167,11 @@ void prefill_attention(const PrefillArgs& a, const AttentionShape& s) {
                         s.softcap > 0.0f || a.alibi_slopes.defined();
   const bool ext = features || (s.head_dim != 64 && s.head_dim != 128);
   // fp8 with window / softcap / ALiBi / head_dim 80, 96, 256: the extended sm_80 kernel over
-  // fp8 codes, written without a device (session 30): refused unless
-  // CudaTuning::fp8_extended_forms turns it on (tuning.h).
+  // fp8 codes (session 30; on by default since session 31), refused where
+  // CudaTuning::fp8_extended_forms turns it off (tuning.h).
   KVATTN_CHECK(!(ext && fp8) || cuda_tuning().fp8_extended_forms != 0, kFn,
-               ": float8_e4m3 caches are not supported on the GPU together with window_size, "
-               "softcap, alibi_slopes or head_dim ", s.head_dim, " yet (written, not yet run on "
-               "a GPU: KVATTN_FP8_EXTENDED_FORMS=1 turns it on)");
+               ": float8_e4m3 caches together with window_size, softcap, alibi_slopes or "
+               "head_dim ", s.head_dim, " are turned off (KVATTN_FP8_EXTENDED_FORMS=0)");
   const bool sm90 = !fp8 && prefill_sm90_eligible(p, s.paged, a.q.device.index, features);
   auto with_dtype = [&](auto tag) {
     using T = typename decltype(tag)::type;

@@ -394,12 +394,12 @@ void decode_attention(const DecodeArgs& args, const AttentionShape& shape) {
                    shape.num_seqs < (int64_t{1} << 30),
                fn, ": sizes past the CUDA kernel's 32-bit indexing (capacity ", capacity,
                ", num_blocks ", shape.num_blocks, ")");
-  // fp8 at head_dim 256 (the swapped tile over fp8 codes), written without a device (session
-  // 30): refused unless CudaTuning::fp8_extended_forms turns it on (tuning.h).
+  // fp8 at head_dim 256 (the swapped tile over fp8 codes; session 30, on by default since
+  // session 31): refused where CudaTuning::fp8_extended_forms turns it off (tuning.h).
   KVATTN_CHECK(args.k_cache.dtype != DType::kF8E4M3 || shape.head_dim != 256 ||
                    cuda_tuning().fp8_extended_forms != 0,
-               fn, ": head_dim 256 over a float8_e4m3 cache is not supported on CUDA yet "
-               "(written, not yet run on a GPU: KVATTN_FP8_EXTENDED_FORMS=1 turns it on)");
+               fn, ": head_dim 256 over a float8_e4m3 cache is turned off "
+               "(KVATTN_FP8_EXTENDED_FORMS=0)");
 
   DecodeParams p;
   p.q = args.q.data;

@@ -34,8 +34,7 @@ DecodePlan plan_decode(int64_t num_seqs, int64_t num_heads, int64_t num_kv_heads
   // as such a batch skips the small-batch kernel, the stream ranges are sized even where a
   // 16-bit cache would take the small kernel.
   const int64_t rows = group * q_len;
-  // (fp8 at head_dim 256 only where CudaTuning::fp8_extended_forms allows it: until it has run
-  // on a GPU, 16-bit d256 plans stay as they were.)
+  // (fp8 at head_dim 256 only where CudaTuning::fp8_extended_forms allows it, the default.)
   const bool fp8_swap_possible =
       tile_dim == head_dim && (tile_dim != 256 || cuda_tuning().fp8_extended_forms != 0) &&
       decode_use_swap(cuda_tuning().decode_swap, rows, tile_dim, /*fp8=*/true, /*ext=*/false);
