@@ -189,10 +189,9 @@ def flash_attn_varlen_func(
     combined with ``causal`` and the bottom-right alignment.
     ``alibi_slopes``: float32 [num_heads] or [batch, num_heads]; the score of query i and key j
     gets -slope * |i + Lk - Lq - j| added (after softcap), flash-attn's documented bias.
-    head_dim: any on the CPU; 64, 80, 96, 128 and 256 on CUDA. On CUDA, fp8 caches take none of
-    window_size, softcap, alibi_slopes or head_dim 80/96/256 (kvattn.Error naming them) unless
-    the environment sets KVATTN_FP8_EXTENDED_FORMS=1 (EXPERIMENTAL: written, not yet run on a
-    GPU).
+    head_dim: any on the CPU; 64, 80, 96, 128 and 256 on CUDA, fp8 caches included (the
+    environment's KVATTN_FP8_EXTENDED_FORMS=0 turns off fp8 with window_size, softcap,
+    alibi_slopes or head_dim 80/96/256: kvattn.Error naming them).
 
     fp8 paged caches (torch.float8_e4m3fn, or uint8 e4m3 bytes) are read as e4m3 * scale with
     ``k_scale`` / ``v_scale`` (a number or float32 [num_kv_heads]; None = 1.0), float32
