@@ -20,6 +20,7 @@
 #include "hf_reference.h"
 #include "kvattn/engine/model.h"
 #include "kvattn/engine/weights.h"
+#include "kvattn/kernels/fp8_cache_forms.h"
 #include "temp_dir.h"
 
 namespace kvattn {
