@@ -168,22 +168,32 @@ TEST_P(FamilyGpu, GreedyTokensMatchHFOrANearTie) {
   EXPECT_EQ(llm.cache_stats().num_used_blocks, 0);
 }
 
-// The fixed decode path replayed from CUDA graphs and launched eagerly: the same tokens.
-TEST_P(FamilyGpu, CudaGraphsOnEqualsOff) {
-  const auto cases = load_cases(arch());
+// The greedy tokens (16 a prompt, EOS ignored) of the cases' prompts from an LLM over
+// `weights` with `o`, CUDA graphs on or off; `check` sees the LLM after the run.
+std::vector<std::vector<int32_t>> greedy16(ModelWeights weights, LLMOptions o, bool graphs,
+                                          const std::vector<Case>& cases,
+                                          const std::function<void(const LLM&)>& check = {}) {
   std::vector<std::vector<int32_t>> prompts;
   for (const auto& c : cases) prompts.push_back(c.prompt);
   SamplingParams sp;
   sp.max_tokens = 16;
   sp.ignore_eos = true;
+  o.cuda_graphs = graphs;
+  LLM llm(std::move(weights), std::nullopt, o);
+  std::vector<std::vector<int32_t>> tokens;
+  for (const auto& out : llm.generate(prompts, sp)) tokens.push_back(out.token_ids);
+  if (check) check(llm);
+  return tokens;
+}
+
+// The fixed decode path replayed from CUDA graphs and launched eagerly: the same tokens.
+TEST_P(FamilyGpu, CudaGraphsOnEqualsOff) {
+  const auto cases = load_cases(arch());
   std::vector<std::vector<int32_t>> tokens[2];
   for (const bool graphs : {true, false}) {
-    LLMOptions o = test::gpu_options();
-    o.cuda_graphs = graphs;
-    LLM llm(load(arch(), format()), std::nullopt, o);
-    for (const auto& out : llm.generate(prompts, sp)) tokens[graphs].push_back(out.token_ids);
+    tokens[graphs] = greedy16(load(arch(), format()), test::gpu_options(), graphs, cases);
   }
-  for (size_t c = 0; c < prompts.size(); ++c) {
+  for (size_t c = 0; c < cases.size(); ++c) {
     EXPECT_EQ(tokens[1][c], tokens[0][c]) << label() << " prompt " << c;
   }
   EXPECT_EQ(read_device_faults(Device::cuda(0), true), 0u);
@@ -391,22 +401,17 @@ TEST(Phi3Gpu, EachFactorListMatchesHFAndIsApplied) {
 // The LLM at ctx_size 128 (the long list): CUDA graphs on and off give the same tokens, and
 // every block is free afterwards.
 TEST(Phi3Gpu, LongContextGraphsOnEqualsOff) {
-  std::vector<std::vector<int32_t>> prompts;
-  for (const auto& c : phi3_cases(true)) prompts.push_back(c.prompt);
-  SamplingParams sp;
-  sp.max_tokens = 16;
-  sp.ignore_eos = true;
+  const auto cases = phi3_cases(true);
+  LLMOptions o = test::gpu_options();
+  o.ctx_size = 128;
   std::vector<std::vector<int32_t>> tokens[2];
   for (const bool graphs : {true, false}) {
-    LLMOptions o = test::gpu_options();
-    o.cuda_graphs = graphs;
-    o.ctx_size = 128;
-    LLM llm(load("phi3", "gguf"), std::nullopt, o);
-    ASSERT_TRUE(llm.config().rope_scaling.use_long_factors);
-    for (const auto& out : llm.generate(prompts, sp)) tokens[graphs].push_back(out.token_ids);
-    EXPECT_EQ(llm.cache_stats().num_used_blocks, 0);
+    tokens[graphs] = greedy16(load("phi3", "gguf"), o, graphs, cases, [](const LLM& llm) {
+      EXPECT_TRUE(llm.config().rope_scaling.use_long_factors);
+      EXPECT_EQ(llm.cache_stats().num_used_blocks, 0);
+    });
   }
-  for (size_t c = 0; c < prompts.size(); ++c) EXPECT_EQ(tokens[1][c], tokens[0][c]) << c;
+  for (size_t c = 0; c < cases.size(); ++c) EXPECT_EQ(tokens[1][c], tokens[0][c]) << c;
   EXPECT_EQ(read_device_faults(Device::cuda(0), true), 0u);
 }
 

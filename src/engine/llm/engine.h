@@ -114,7 +114,7 @@ class LLMEngine {
   std::vector<float> logits_;
   std::vector<TokenLogprobs> logprobs_;  // per row; meaningful where the row's request asks
   std::vector<int32_t> copy_rows_;       // device sampling: rows whose logits the host needs
-  std::vector<float> penalised_;         // one row's logits after its sample's LogitRules
+  std::vector<float> adjusted_;          // one row's logits after its sample's LogitRules
   std::vector<Request*> fork_now_;
   std::vector<BlockCopy> copies_;
 };

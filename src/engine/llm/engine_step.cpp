@@ -180,9 +180,9 @@ void LLMEngine::host_row(size_t k, std::span<const float> logits, bool draw) {
   Sample& s = *targets_[k].sample;
   if (draw) {
     if (s.logit_rules.active()) {
-      penalised_.assign(logits.begin(), logits.end());
-      s.logit_rules.apply(penalised_);
-      tokens_[k] = s.sampler.sample(penalised_);
+      adjusted_.assign(logits.begin(), logits.end());
+      s.logit_rules.apply(adjusted_);
+      tokens_[k] = s.sampler.sample(adjusted_);
     } else {
       tokens_[k] = s.sampler.sample(logits);
     }

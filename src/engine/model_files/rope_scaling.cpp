@@ -15,6 +15,14 @@ using Type = RopeScaling::Type;
 // LongRoPE's default cos/sin multiplier for a context stretched `scale` times over
 // `original` positions: sqrt(1 + ln(scale) / ln(original)), 1 when not stretched (HF's
 // _compute_longrope_parameters; llama.cpp's converter writes the same as attn_factor).
+// How many times the model's context stretches its pretraining one: max_position_embeddings /
+// original (YaRN's and LongRoPE's default factor), or `fallback` without an original length.
+double context_stretch(const ModelConfig& c, int64_t original, double fallback) {
+  return original > 0 ? static_cast<double>(c.max_position_embeddings) /
+                            static_cast<double>(original)
+                      : fallback;
+}
+
 double longrope_mscale(double scale, int64_t original) {
   return scale <= 1.0 || original <= 1
              ? 1.0
@@ -135,10 +143,7 @@ RopeScaling rope_scaling_from_hf(const nlohmann::json& p, const nlohmann::json& 
   } else if (type == "yarn") {
     s.type = Type::kYarn;
     s.original_max_position_embeddings = original_max();
-    s.factor = num("factor", s.original_max_position_embeddings > 0
-                                 ? static_cast<double>(c.max_position_embeddings) /
-                                       static_cast<double>(s.original_max_position_embeddings)
-                                 : 0.0);
+    s.factor = num("factor", context_stretch(c, s.original_max_position_embeddings, 0.0));
     s.beta_fast = num("beta_fast", 32.0);
     s.beta_slow = num("beta_slow", 1.0);
     if (s.beta_fast == 0) s.beta_fast = 32.0;  // HF: `get("beta_fast") or 32`
@@ -159,10 +164,7 @@ RopeScaling rope_scaling_from_hf(const nlohmann::json& p, const nlohmann::json& 
     // HF ignores them.
     s.type = Type::kLongRope;
     s.original_max_position_embeddings = original_max();
-    s.factor = num("factor", s.original_max_position_embeddings > 0
-                                 ? static_cast<double>(c.max_position_embeddings) /
-                                       static_cast<double>(s.original_max_position_embeddings)
-                                 : 1.0);
+    s.factor = num("factor", context_stretch(c, s.original_max_position_embeddings, 1.0));
     s.attention_factor =
         num("attention_factor", longrope_mscale(s.factor, s.original_max_position_embeddings));
     auto factors = [&](const char* key) {
@@ -231,10 +233,7 @@ RopeScaling longrope_from_gguf(const GgufFile& g, const ModelConfig& c) {
   KVATTN_CHECK(g.find(a + "original_context_length") != nullptr, g.path(), ": metadata key '", a,
                "original_context_length' is missing (LongRoPE factors need it)");
   s.original_max_position_embeddings = g.get_int(a + "original_context_length", 0);
-  s.factor = s.original_max_position_embeddings > 0
-                 ? static_cast<double>(c.max_position_embeddings) /
-                       static_cast<double>(s.original_max_position_embeddings)
-                 : 1.0;
+  s.factor = context_stretch(c, s.original_max_position_embeddings, 1.0);
   s.attention_factor =
       g.get_float(a + "attn_factor", longrope_mscale(s.factor, s.original_max_position_embeddings));
   validate_rope_scaling(s, g.path());
