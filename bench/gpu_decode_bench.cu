@@ -213,6 +213,7 @@ struct DecodeVariant {
   int tma = -1;          // the TMA copy issue where eligible (decode_tma; -1: default)
   int tma_prefetch = -1; // ... with the next tile asked of L2 (decode_tma_prefetch; -1: default)
   int fused = -1;        // stream mode: the fused merge (decode_fused_merge; -1: default)
+  int cta_sweep = -1;    // split kernel, fp8 d64: the CTA page sweep (decode_cta_sweep; -1: default)
 };
 // The default first: the others' outputs are compared with its. "diag" rows are diagnostics
 // (not candidates): the split kernel alone, to price the merge launch.
@@ -231,6 +232,12 @@ const DecodeVariant kDecodeVariants[] = {
     {.name = "tma noswap", .heads = 8, .stages = 0, .swap = 0, .tma = 1},
     {.name = "tma pf", .heads = 8, .stages = 0, .tma = 1, .tma_prefetch = 1},
     {.name = "tma pf swap", .heads = 8, .stages = 0, .swap = 1, .tma = 1, .tma_prefetch = 1},
+    // The split kernel's CTA page sweep (fp8 d64; elsewhere the default kernels run), on the
+    // default tile and each tile, and with a fourth stage.
+    {.name = "cta sweep", .heads = 8, .stages = 0, .cta_sweep = 1},
+    {.name = "cta sweep swap", .heads = 8, .stages = 0, .swap = 1, .cta_sweep = 1},
+    {.name = "cta sweep noswap", .heads = 8, .stages = 0, .swap = 0, .cta_sweep = 1},
+    {.name = "cta sweep s4", .heads = 8, .stages = 4, .cta_sweep = 1},
     // A third stage with the lean and TMA forms (the plain one is "s3" below).
     {.name = "lean s3", .heads = 8, .stages = 3, .lean_issue = 1, .tma = 0},
     {.name = "tma s3", .heads = 8, .stages = 3, .tma = 1},
@@ -326,7 +333,8 @@ std::vector<DecodeVariant> all_variants_for(bool fp8) {
                                        "tma",     "tma swap", "tma noswap", "tma pf", "tma pf swap",
                                        "noswap",  "swap",    "swap s2",   "swap s3",
                                        "swap s4", "swap s6", "swap h4",   "nosmall", "s3",
-                                       "fused merge"};
+                                       "fused merge", "cta sweep", "cta sweep swap",
+                                       "cta sweep noswap", "cta sweep s4"};
   for (const char* n : kNames) {
     for (const DecodeVariant& v : kDecodeVariants) {
       if (std::strcmp(v.name, n) == 0) out.push_back(v);
@@ -446,6 +454,7 @@ void bench_decode(const std::string& name, const std::vector<int64_t>& lens, int
     if (v.tma >= 0) tuning.decode_tma = v.tma;
     if (v.tma_prefetch >= 0) tuning.decode_tma_prefetch = v.tma_prefetch;
     if (v.fused >= 0) tuning.decode_fused_merge = v.fused;
+    if (v.cta_sweep >= 0) tuning.decode_cta_sweep = v.cta_sweep;
   };
   auto plan = [&] { return kvattn::plan_decode(B, hq, hkv, d, 1, pc.width * block_size, kGpu); };
   const std::vector<DecodeVariant> variants = variants_for(fp8);

@@ -1,34 +1,53 @@
 #!/usr/bin/env bash
-# Session 32, call 1: the engine (issue 20 / issue 16's engine rows) on the card lent, from
-# binaries built here at 9db6ebb (session 31's final code; the engine was not timed then).
-#   1. random Qwen3-0.6B: `kvattn bench` (nano-vllm's workload, single stream 128 + 256, TTFT
-#      4096) at bf16 and at fp8, twice each, alternating;
-#   2. the default model's shape (SmolLM2-135M, random Llama weights: CUDA dequantises GGUF
-#      to bf16, so this is the same network; the 98 MB GGUF is over the carry) the same way:
-#      issue 20's ">= 2,000 tok/s single stream", last measured in session 12 (917);
+# Session 32, call 1 (one machine start for everything: two refused starts cost 6 minutes):
+#   1. the split kernel's CTA page sweep (decode_cta_sweep.cuh, fp8 caches at head_dim 64, off
+#      by default): its test (quick, then full), racecheck and memcheck over it, the fp8
+#      sweeps of the variants test; then the bench's fp8 rows (each beside its bf16 twin) with
+#      the sweep on each tile against the default;
+#   2. the engine (issue 20 / issue 16's engine rows; not timed in session 31): random
+#      Qwen3-0.6B `kvattn bench` (nano-vllm's workload, single stream 128 + 256, TTFT 4096) at
+#      bf16 and fp8; the default model's shape (SmolLM2-135M, random Llama weights: CUDA
+#      dequantises GGUF to bf16, so the same network; the 98 MB GGUF is over the carry) at
+#      bf16, fp8, and fp8 with the sweep (KVATTN_DECODE_CTA_SWEEP=1);
 #   3. engine_cuda_serving_gpu_test (session 31 changed its step counters, not yet run).
 #   run: bash scripts/sessions/gpu_session32_first.sh > $OUT/summary.txt 2>&1
-#   carry: build-carry-s32a (kvattn, engine_cuda_serving_gpu_test; debs/)
+#   carry: build-carry-s32b (kvattn, engine_cuda_serving_gpu_test, kernels_decode_gpu_test,
+#          gpu_decode_bench; debs/)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device_carried.sh
-carried_unpack build-carry-s32a
+carried_unpack build-carry-s32b
 trap pack_out EXIT
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
+KVATTN_GPU_TEST_QUICK=1 run_logged sweep_quick "$B/kernels_decode_gpu_test" \
+  --gtest_filter='DecodeGpu.Fp8CtaSweep'
+run_logged sweep_full "$B/kernels_decode_gpu_test" --gtest_filter='DecodeGpu.Fp8CtaSweep'
+room 200 "sanitizers" && both_sanitizers sweep "$B/kernels_decode_gpu_test" 'DecodeGpu.Fp8CtaSweep'
+room 220 "variants" && KVATTN_GPU_TEST_QUICK=1 run_logged variants "$B/kernels_decode_gpu_test" \
+  --gtest_filter='DecodeGpuVariants.Sweep'
+room 260 "fp8 bench" && {
+  timeout 150 "$B/gpu_decode_bench" --only fp8 \
+    --variants 'cta sweep,cta sweep swap,cta sweep noswap,cta sweep s4' >"$OUT/fp8_bench.log" 2>&1
+  echo "fp8 bench rc=$?"
+  grep -E '"decode (default|cta sweep[^"]*)"' "$OUT/fp8_bench.log" | grep -E 'no flush|flush: read' |
+    sed -E 's/.*"op": "decode ([^"]*)", "shape": "([^"]*)", "us": ([0-9.]+).*"frac_copy": ([0-9.]+).*"note": "([^"]*)".*/\2 | \1 | \3 us | \4 | \5/' | head -n 80
+}
 random_qwen3_06b
 (PYTHONUNBUFFERED=1 timeout 100 python3 scripts/make_random_qwen3.py --shape smollm2-135m \
   --out /tmp/smol 2>&1 | tail -n 1)
-bench_line() {  # LABEL MODEL KV
-  timeout 120 "$B/kvattn" bench --model "$2" --device cuda --kv-cache-dtype "$3" \
-    --json "$OUT/bench_$1.json" >"$OUT/bench_$1.log" 2>&1
+bench_line() {  # LABEL MODEL KV [ENV=VALUE]
+  env ${4:-KVATTN_NOTHING=0} timeout 120 "$B/kvattn" bench --model "$2" --device cuda \
+    --kv-cache-dtype "$3" --json "$OUT/bench_$1.json" >"$OUT/bench_$1.log" 2>&1
   echo "$1 rc=$?: $(tr '\r' '\n' < "$OUT/bench_$1.log" |
     grep -E "Throughput|KV pool|single|first token|leak|rror" | tr '\n' ' ')"
 }
 for r in 1 2; do
-  for kv in bf16 fp8; do
-    room 420 "q06 $kv r$r" && bench_line "q06_${kv}_r$r" /tmp/q06 $kv
-    room 440 "smol $kv r$r" && bench_line "smol_${kv}_r$r" /tmp/smol $kv
-  done
+  room $((r == 1 ? 420 : 500)) "engine r$r" || break
+  bench_line "q06_bf16_r$r" /tmp/q06 bf16
+  bench_line "q06_fp8_r$r" /tmp/q06 fp8
+  bench_line "smol_bf16_r$r" /tmp/smol bf16
+  bench_line "smol_fp8_r$r" /tmp/smol fp8
+  bench_line "smol_fp8_sweep_r$r" /tmp/smol fp8 KVATTN_DECODE_CTA_SWEEP=1
 done
-room 480 "serving test" && run_logged serving "$B/engine_cuda_serving_gpu_test"
+room 540 "serving test" && run_logged serving "$B/engine_cuda_serving_gpu_test"
 echo "end ${SECONDS}s"

@@ -546,6 +546,7 @@ struct Variant {
   int tma = -1;                    // the TMA copy issue where eligible (-1: the default)
   int tma_prefetch = -1;           // ... asking L2 for each next tile (-1: the default)
   int fused_merge = -1;            // stream mode's fused merge (-1: the default)
+  int cta_sweep = -1;              // split kernel, fp8 d64: the CTA page sweep (-1: default)
 };
 const Variant kVariants[] = {
     {.name = "s2", .heads = 8, .stages = 2},
@@ -591,6 +592,10 @@ const Variant kVariants[] = {
     {.name = "fused merge nosmall", .heads = 8, .stages = 0, .small = 0, .fused_merge = 1},
     {.name = "fused merge swap nosmall", .heads = 8, .stages = 0, .small = 0, .swap = 1,
      .fused_merge = 1},
+    // The split kernel's CTA page sweep (fp8 caches at head_dim 64), on both tiles.
+    {.name = "cta sweep nosmall", .heads = 8, .stages = 0, .small = 0, .cta_sweep = 1},
+    {.name = "cta sweep noswap nosmall h4 s2", .heads = 4, .stages = 2, .small = 0, .swap = 0,
+     .cta_sweep = 1},
 };
 
 // The TMA copy issue (decode_tma.cuh) with the small kernel on and off: the edge tests of the
@@ -623,6 +628,7 @@ class UseVariant {
     if (v.tma >= 0) t.decode_tma = v.tma;
     if (v.tma_prefetch >= 0) t.decode_tma_prefetch = v.tma_prefetch;
     if (v.fused_merge >= 0) t.decode_fused_merge = v.fused_merge;
+    if (v.cta_sweep >= 0) t.decode_cta_sweep = v.cta_sweep;
   }
   ~UseVariant() { cuda::cuda_tuning() = saved_; }
 
@@ -672,6 +678,57 @@ TEST(DecodeGpu, ModerateBatchesAcrossKernelChoices) {
       SCOPED_TRACE(test::case_note(c, seed, dc.describe()));
       check(dc, run_case(dc, rng));
     }
+  }
+}
+
+// The split kernel's CTA page sweep (decode_cta_sweep.cuh) over fp8 caches at head_dim 64, the
+// form it exists for: KV head counts whose CTAs hold every head, some of them, or leave warps
+// without a unit (5 heads at 4 a CTA: the launcher keeps the per-warp issue there), row chunks
+// shared by several warps (group 8 x q_len 3 on the swapped tile's 8-row units), pages that
+// split tiles (12, 48) and page 1, empty and short sequences, stream and whole-sequence modes,
+// K and V block strides that differ; on both tiles, against the float64 reference on the
+// stored bytes.
+TEST(DecodeGpu, Fp8CtaSweep) {
+  const Variant forms[] = {
+      {.name = "cta sweep nosmall", .heads = 8, .stages = 0, .small = 0, .cta_sweep = 1},
+      {.name = "cta sweep noswap nosmall", .heads = 8, .stages = 0, .small = 0, .swap = 0,
+       .cta_sweep = 1},
+      {.name = "cta sweep h4 s4 nosmall", .heads = 4, .stages = 4, .small = 0, .cta_sweep = 1}};
+  const bool quick = test::quick_mode();
+  const std::vector<int64_t> pages = {16, 1, 12, 48, 256, 32};
+  const int64_t before = cuda::decode_host::cta_sweep_launches();
+  for (const Variant& v : forms) {
+    SCOPED_TRACE(v.name);
+    UseVariant use(v);
+    for (int c = 0; c < (quick ? 6 : 24); ++c) {
+      if (!test::case_selected(c)) continue;
+      const uint64_t seed = test::case_seed();
+      std::mt19937_64 rng(seed);
+      DecodeCase dc;
+      dc.d = 64;
+      dc.fp8 = true;
+      dc.fp8_scale = pick(rng, std::vector<float>{0.0f, 0.01f, 0.2f});
+      dc.dt = c % 2 ? DType::kBF16 : DType::kF16;
+      dc.bs = pages[static_cast<size_t>(c) % pages.size()];
+      dc.hkv = std::vector<int64_t>{3, 8, 1, 5, 6, 2}[static_cast<size_t>(c / 2) % 6];
+      dc.group = pick(rng, std::vector<int64_t>{1, 3, 4, 8});
+      if (c % 3 == 1) {
+        dc.q_len = pick(rng, std::vector<int64_t>{2, 3});
+        dc.causal = uniform_int(rng, 0, 3) != 0;
+      }
+      const int64_t B = pick(rng, std::vector<int64_t>{1, 5, 40});
+      dc.lens = random_lens(rng, B, quick ? 300 : 1500, true);
+      dc.plan_mode = static_cast<int>(pick(rng, std::vector<int64_t>{0, 1, 2, 3}));
+      dc.forced_splits = static_cast<int>(pick(rng, std::vector<int64_t>{1, 3, 7}));
+      dc.with_lse = uniform_int(rng, 0, 1) == 1;
+      SCOPED_TRACE(test::case_note(c, seed, dc.describe()));
+      check(dc, run_case(dc, rng));
+    }
+  }
+  // The split kernel served some of them by the sweep (the small kernel is off; forced splits
+  // of 1 and plans for few sequences may still take the whole-sequence mode, which has it too).
+  if (std::getenv("KVATTN_TEST_CASE") == nullptr) {
+    EXPECT_GT(cuda::decode_host::cta_sweep_launches(), before) << "no case took the CTA sweep";
   }
 }
 

@@ -43,6 +43,7 @@ CudaTuning& cuda_tuning() {
     from_env("KVATTN_DECODE_SMALL_ONE_WAVE", t.decode_small_one_wave, 0, 1);
     from_env("KVATTN_DECODE_LEAN_ISSUE", t.decode_lean_issue, -1, 1);
     from_env("KVATTN_DECODE_TMA", t.decode_tma, -1, 1);
+    from_env("KVATTN_DECODE_CTA_SWEEP", t.decode_cta_sweep, 0, 1);
     from_env("KVATTN_DECODE_TMA_PREFETCH", t.decode_tma_prefetch, 0, 1);
     from_env("KVATTN_DECODE_FP8_HW_CVT", t.decode_fp8_hw_cvt, 0, 1);
     from_env("KVATTN_DECODE_FP8_Q_F16", t.decode_fp8_q_f16, 0, 1);

@@ -179,6 +179,13 @@ struct CudaTuning {
   // docs/perf/NOTES.md "Session 29". Env KVATTN_DECODE_LEAN_ISSUE, KVATTN_DECODE_TMA.
   int decode_lean_issue = -1;
   int decode_tma = -1;
+  // Decode's split kernel over float8_e4m3 caches at head_dim 64: 1 = the CTA copies a tile's
+  // rows of all its KV heads together, consecutive threads on consecutive cache bytes
+  // (decode_cta_sweep.cuh; where every warp of the CTA has a unit), instead of each warp its
+  // head's strided 64-byte rows. read_rate, H200, session 31: those loads alone 43.7 -> 39.3
+  // us at 96 x 4096 9/3. 0 (default) until the whole kernel is measured. Env
+  // KVATTN_DECODE_CTA_SWEEP.
+  int decode_cta_sweep = 0;
   // Decode's TMA form: 1 = each tile's issue also asks L2 for the next tile of the warp
   // (cp.async.bulk.prefetch.tensor), a deeper look-ahead than the shared-memory stages hold.
   // 0 (default): it lost 13-27% on every bandwidth-bound shape (H200, session 29: 64x4096 32/8

@@ -59,12 +59,17 @@ namespace decode_host {
 
 namespace {
 std::atomic<int64_t> tma_launch_count{0};
+std::atomic<int64_t> cta_sweep_launch_count{0};
 std::atomic<int64_t> tma_refusal_count{0};
 std::atomic<int> tma_last_refusal{0};
 }  // namespace
 
 int64_t tma_launches() { return tma_launch_count.load(std::memory_order_relaxed); }
 void count_tma_launch() { tma_launch_count.fetch_add(1, std::memory_order_relaxed); }
+int64_t cta_sweep_launches() { return cta_sweep_launch_count.load(std::memory_order_relaxed); }
+void count_cta_sweep_launch() {
+  cta_sweep_launch_count.fetch_add(1, std::memory_order_relaxed);
+}
 int64_t tma_refusals() { return tma_refusal_count.load(std::memory_order_relaxed); }
 int last_tma_refusal() { return tma_last_refusal.load(std::memory_order_relaxed); }
 void note_tma_refusal(int cu_result) {

@@ -55,6 +55,10 @@ bool stream_ok(int64_t num_seqs, int64_t capacity);
 // launcher: tests check that the cases meant for it took it.
 int64_t tma_launches();
 void count_tma_launch();
+// Launches of the split kernel's CTA page sweep (CopyIssue::kCtaSweep, decode_cta_sweep.cuh),
+// likewise.
+int64_t cta_sweep_launches();
+void count_cta_sweep_launch();
 // The driver's refusals of the TMA form's tensor maps (the launch then took a cp.async form),
 // and the last refusal's CUresult (0: none yet): what a test prints when TMA was not taken.
 int64_t tma_refusals();

@@ -176,6 +176,19 @@ void launch_kernels(DecodeParams p, bool aligned, int64_t ws_bytes, int device,
     return aligned ? f.template operator()<true, CopyIssue::kByCopy>(smem)
                    : f.template operator()<false, CopyIssue::kByCopy>(smem);
   };
+  // The split kernel's CTA page sweep (decode_cta_sweep.cuh; cuda_tuning().decode_cta_sweep):
+  // a twin for the plain kernels over fp8 caches at head_dim 64, the form read_rate measured
+  // faster (16-bit d64 read the same either way).
+  constexpr bool kSweepAble = !kExt && kIsFp8<KV> && D == 64;
+  // with_issue for the split kernel, which also has the CTA sweep's twin.
+  auto with_split_issue = [&](CopyIssue issue, int smem, auto&& f) {
+    if constexpr (kSweepAble) {
+      if (issue == CopyIssue::kCtaSweep) {
+        return f.template operator()<true, CopyIssue::kCtaSweep>(smem);
+      }
+    }
+    return with_issue(issue, smem, f);
+  };
   const int unit_rows = swap ? kSwapRows : kDecodeRows;
   p.row_chunks = (p.rows + unit_rows - 1) / unit_rows;
   const DecodeConfig c =
@@ -249,22 +262,31 @@ void launch_kernels(DecodeParams p, bool aligned, int64_t ws_bytes, int device,
   p.prefix_bytes = stream_mode ? decode_host::prefix_bytes_for(B) : 0;
   const int threads = c.warps * 32;
   const int smem_tiles = decode_host::split_smem(c, p.prefix_bytes);
-  const CopyIssue issue = pick_issue(smem_tiles, false);
-  // (kFu: the fused twin, which exists for the plain kernels only; p.fused_merge is 0 for the
-  // others.)
+  // The CTA sweep's contract: every warp has a unit (the CTA's heads divide the KV heads, its
+  // row chunks the unit's), the merge kernel, no padded tile.
+  const bool cta_sweep = kSweepAble && aligned && cuda_tuning().decode_cta_sweep != 0 &&
+                         p.fused_merge == 0 && p.head_dim == D &&
+                         p.num_kv_heads % c.heads_per_cta == 0 &&
+                         p.row_chunks % c.rc_per_cta == 0;
+  const CopyIssue issue = cta_sweep ? CopyIssue::kCtaSweep : pick_issue(smem_tiles, false);
+  if (cta_sweep) decode_host::count_cta_sweep_launch();
+  // (kFu: the fused twin, which exists for the plain kernels of the per-warp issues only;
+  // p.fused_merge is 0 for the others.)
   const bool fu = p.fused_merge != 0;
-  const int ctas = with_issue(issue, smem_tiles, [&]<bool kAl, CopyIssue kIs>(int smem) {
+  const int ctas = with_split_issue(issue, smem_tiles, [&]<bool kAl, CopyIssue kIs>(int smem) {
+    constexpr bool kFuseable = !kExt && kIs != CopyIssue::kCtaSweep;
     auto occ = [&]<bool kSw, bool kFu>() {
       return split_occupancy<T, KV, D, kAl, false, kExt, kSw, kIs, kFu>(device, threads, smem);
     };
     if constexpr (kCanSwap) {
       if (swap) {
-        return fu ? occ.template operator()<true, !kExt>() : occ.template operator()<true, false>();
+        return fu ? occ.template operator()<true, kFuseable>()
+                  : occ.template operator()<true, false>();
       }
     }
     if constexpr (!kOnlySwap) {
       if (!swap) {
-        return fu ? occ.template operator()<false, !kExt>()
+        return fu ? occ.template operator()<false, kFuseable>()
                   : occ.template operator()<false, false>();
       }
     }
@@ -295,9 +317,10 @@ void launch_kernels(DecodeParams p, bool aligned, int64_t ws_bytes, int device,
                 compute_capability(device) >= 90 ? 1 : 0;
   const auto grid = static_cast<unsigned>(static_cast<int64_t>(p.parts) * p.slices);
   const dim3 block(static_cast<unsigned>(threads));
-  with_issue(issue, smem_tiles, [&]<bool kAl, CopyIssue kIs>(int smem) {
+  with_split_issue(issue, smem_tiles, [&]<bool kAl, CopyIssue kIs>(int smem) {
+    constexpr bool kFuseable = !kExt && kIs != CopyIssue::kCtaSweep;
     auto launch = [&]<bool kSw>() {
-      launch_maybe_pdl(fu ? decode_kernel<T, KV, D, kAl, kExt, kSw, kIs, !kExt>
+      launch_maybe_pdl(fu ? decode_kernel<T, KV, D, kAl, kExt, kSw, kIs, kFuseable>
                           : decode_kernel<T, KV, D, kAl, kExt, kSw, kIs>,
                        grid, block, smem, stream, pdl, p);
     };

@@ -91,9 +91,11 @@ constexpr int decode_tile_pitch(int head_dim, int kv_bytes) {
 // How a kernel's warps copy their K/V tiles into shared memory (a template argument of the
 // split and small kernels): 16-byte cp.async copies that each derive their address
 // (issue_tile_by_copy, and the only form over caches not 16-byte aligned), the same copies
-// from one row offset per key (issue_tile_lean, DecodeParams::lean_issue), or tensor-map
-// loads issued by one lane (decode_tma.cuh, DecodeParams::tma).
-enum class CopyIssue : int { kByCopy = 0, kLean = 1, kTma = 2 };
+// from one row offset per key (issue_tile_lean, DecodeParams::lean_issue), tensor-map
+// loads issued by one lane (decode_tma.cuh, DecodeParams::tma), or the split kernel's CTA
+// copying all its heads' rows of a tile together (decode_cta_sweep.cuh,
+// cuda_tuning().decode_cta_sweep).
+enum class CopyIssue : int { kByCopy = 0, kLean = 1, kTma = 2, kCtaSweep = 3 };
 
 // A CUtensorMap's 128 opaque bytes (cuda.h's type, kept out of this header).
 struct alignas(64) DecodeTensorMap {

@@ -3,6 +3,7 @@
 // by a range boundary go to the workspace for merge_kernel (decode_merge_kernel.cuh).
 #pragma once
 
+#include "kernels/cuda/decode/decode_cta_sweep.cuh"
 #include "kernels/cuda/decode/decode_swap_tile.cuh"
 #include "kernels/cuda/decode/decode_tma.cuh"
 #include "kernels/cuda/decode/decode_warp_tile.cuh"
@@ -228,7 +229,8 @@ __device__ __forceinline__ void fused_merge_done(const DecodeParams& p, int b, i
 // __launch_bounds__ argument, 1 included, changes ptxas's register choice for every
 // instantiation: 16-bit d256 170 -> 207, the 16-row fp8 d128 216 -> 230.)
 // kIssue: how the warps copy their tiles (CopyIssue; kTma: decode_tma.cuh's ring, whose
-// shared memory the launcher sizes with kDecodeTmaSmemExtra).
+// shared memory the launcher sizes with kDecodeTmaSmemExtra; kCtaSweep: the CTA copies its
+// heads' tiles together, decode_cta_sweep.cuh, whose contract the launcher checks).
 // kFused: stream mode's fused merge (DecodeParams::fused_merge; plain kernels only), a twin of
 // its own: as a runtime branch in the default kernels its code raised their registers even where
 // not taken (the swapped d64 tile's lean form 80 -> 116).
@@ -242,6 +244,8 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   constexpr bool kTma = kIssue == CopyIssue::kTma;
   static_assert(!kTma || (kAligned16 && (!kIsFp8<KV> || D == 128)),
                 "TMA: aligned 16-bit caches, or fp8 ones at head_dim 128");
+  constexpr bool kSweep = kIssue == CopyIssue::kCtaSweep;
+  static_assert(!kSweep || (kAligned16 && !kFused), "CTA sweep: aligned caches, merge kernel");
   using L = StageTile<KV, D, kIssue>;
   // Output fragments per lane: O (D/8 n-tiles of 16 rows) or O^T (D/16 m-tiles of 8 rows).
   constexpr int kOT = kSwap ? D / 16 : D / 8;
@@ -347,7 +351,8 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     ptx::grid_dependency_wait();  // PDL: as in stream mode
     if (p.pdl_trigger != 0) ptx::grid_launch_dependents();
   }
-  if (!unit_ok) return;  // no CTA-wide barrier below
+  // No CTA-wide barrier below but the CTA sweep's, whose launcher gives every warp a unit.
+  if (!unit_ok) return;
 
   const int gid = lane >> 2;  // mma row group
   const int t4 = lane & 3;    // mma thread in group
@@ -475,6 +480,9 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   if constexpr (kTma) {
     ring.init(smem_u32(tiles), warp, static_cast<int>(blockDim.x >> 5), stages, lane);
     wbase = ring.tiles;
+  } else if constexpr (kSweep) {  // the ring of the warp's head, shared by its row chunks
+    wbase = smem_u32(tiles) +
+            static_cast<uint32_t>((warp / p.rc_per_cta) * stages * L::kStageBytes);
   } else {
     wbase = smem_u32(tiles) + static_cast<uint32_t>(warp * stages * L::kStageBytes);
   }
@@ -507,6 +515,9 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     if constexpr (kTma) {
       ring.template issue<false>(p, stage, nid, noff, lane, kvh, 0);
       if (p.tma_prefetch != 0) ring.prefetch_next(p, nid, noff, lane, kvh);
+    } else if constexpr (kSweep) {
+      issue_tile_cta_sweep<KV, D>(p, smem_u32(tiles), stage, stages, nid, noff, lane,
+                                  (slice % p.head_blocks) * p.heads_per_cta, p.heads_per_cta);
     } else {
       issue_tile<KV, D, kAligned16, false, kIssue>(p, wbase + stage * L::kStageBytes, nid, noff,
                                                    lane, kvh, 0);
@@ -613,7 +624,13 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     } else {
       cp_async_wait_dyn(stages - 2);
     }
-    __syncwarp();  // this tile landed for every lane; the stage refilled below is free
+    // This tile landed for every lane (kSweep: every thread's copies of every head's tile);
+    // the stage refilled below is free (kSweep: every warp finished with it).
+    if constexpr (kSweep) {
+      __syncthreads();
+    } else {
+      __syncwarp();
+    }
     if (!ic.done) {
       issue(istage);
       step_issue();
