@@ -9,10 +9,13 @@
 #      bf16 and fp8; the default model's shape (SmolLM2-135M, random Llama weights: CUDA
 #      dequantises GGUF to bf16, so the same network; the 98 MB GGUF is over the carry) at
 #      bf16, fp8, and fp8 with the sweep (KVATTN_DECODE_CTA_SWEEP=1);
-#   3. engine_cuda_serving_gpu_test (session 31 changed its step counters, not yet run).
+#   3. engine_cuda_serving_gpu_test (session 31 changed its step counters, not yet run);
+#   1b. partial rotary embeddings on CUDA (Phi-4-mini): the RoPE kernels' tests and the family
+#      test against HF.
 #   run: bash scripts/sessions/gpu_session32_first.sh > $OUT/summary.txt 2>&1
 #   carry: build-carry-s32b (kvattn, engine_cuda_serving_gpu_test, kernels_decode_gpu_test,
-#          gpu_decode_bench; debs/)
+#          gpu_decode_bench, engine_fused_rope_kv_gpu_test, engine_gemv_rope_kv_gpu_test,
+#          engine_model_families_gpu_test; debs/)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device_carried.sh
@@ -25,7 +28,15 @@ run_logged sweep_full "$B/kernels_decode_gpu_test" --gtest_filter='DecodeGpu.Fp8
 room 200 "sanitizers" && both_sanitizers sweep "$B/kernels_decode_gpu_test" 'DecodeGpu.Fp8CtaSweep'
 room 220 "variants" && KVATTN_GPU_TEST_QUICK=1 run_logged variants "$B/kernels_decode_gpu_test" \
   --gtest_filter='DecodeGpuVariants.Sweep'
-room 260 "fp8 bench" && {
+# Partial rotary embeddings on CUDA (Phi-4-mini; the three RoPE forms take rotary_dim): the
+# kernels' byte-equality tests with partial cases, and the family test against HF.
+room 240 "rope tests" && {
+  run_logged rope_fused "$B/engine_fused_rope_kv_gpu_test"
+  run_logged rope_gemv "$B/engine_gemv_rope_kv_gpu_test"
+  run_logged phi4mini "$B/engine_model_families_gpu_test" --gtest_filter='Phi4MiniGpu.*:Phi3Gpu.*'
+  grep -E "^\[phi4mini" "$OUT/phi4mini.log" | head -n 8
+}
+room 280 "fp8 bench" && {
   timeout 150 "$B/gpu_decode_bench" --only fp8 \
     --variants 'cta sweep,cta sweep swap,cta sweep noswap,cta sweep s4' >"$OUT/fp8_bench.log" 2>&1
   echo "fp8 bench rc=$?"

@@ -2,7 +2,8 @@
 // kernels it replaces, qk_norm_rope then kvattn::store_kv, on the same random inputs: the
 // rotated qkv rows and every byte of both caches must be identical (bf16 and e4m3 caches,
 // head_dim 64 and 128, GQA groups 1, 2 and 8, qwen3's q/k norms on and off, both RoPE
-// styles, page sizes 1 and 16, 1 to 100 tokens, pad rows). Both paths run the same device
+// styles, partial rotary dims (Phi-4-mini's half of a head; the rest pass through), page
+// sizes 1 and 16, 1 to 100 tokens, pad rows). Both paths run the same device
 // arithmetic (norm_head, rope_pair) and the same e4m3 conversion (quantize_e4m3), so nothing
 // less than equality is accepted. The caches start poisoned: slots no token maps to, and every
 // pad row's, must keep the poison. A float64 model of the norm and rotation checks the shared
@@ -54,6 +55,7 @@ struct Case {
   int64_t tokens, heads, kv_heads, head_dim, block_size;
   bool qk_norm, interleaved, fp8;
   int64_t pad_cols;  // qkv row stride = (heads + 2 kv_heads) * head_dim + pad_cols
+  int64_t rotary = 0;  // rotated dims of a head (0: all; partial rotary embeddings)
 };
 
 std::string describe(const Case& c) {
@@ -62,6 +64,7 @@ std::string describe(const Case& c) {
      << " bs " << c.block_size << (c.qk_norm ? " qk_norm" : "")
      << (c.interleaved ? " interleaved" : " rotate-half") << (c.fp8 ? " e4m3" : " bf16")
      << " ld+" << c.pad_cols;
+  if (c.rotary > 0) os << " rotary " << c.rotary;
   return os.str();
 }
 
@@ -144,7 +147,7 @@ cuda_model::QkNormRope rope_of(const Case& c, const Inputs& in, const Run& r) {
   return test::test_rope(r.qkv.data(), in.ld, c.tokens, c.heads, c.kv_heads, c.head_dim,
                          c.qk_norm ? r.q_norm.data() : nullptr,
                          c.qk_norm ? r.k_norm.data() : nullptr, r.pos.ptr<const int32_t>(),
-                         c.interleaved);
+                         c.interleaved, c.rotary);
 }
 
 // The float64 model of one head: norm (when given) and rotation, no intermediate rounding.
@@ -153,8 +156,10 @@ cuda_model::QkNormRope rope_of(const Case& c, const Inputs& in, const Run& r) {
 // angle in float32 (at positions < 4096 within 3 * 4096 * 2^-24 < 2^-9 rad), so each output is
 // within about 6 * 2^-9 (|a| + |b|) of the model, a and b the normed pair; the bound taken is
 // 2^-5 (|a| + |b|) + 1e-3, well above that and far below a wrong rotation or norm.
+// Partial rotary: the first R dims rotate (pairs within them, frequencies over R); the others
+// must hold the normed values within 2^-7 |x| + 1e-3 (one bf16 rounding more than the model).
 void expect_close_to_model(const Case& c, const Inputs& in, const std::vector<uint16_t>& out) {
-  const int64_t D = c.head_dim, half = D / 2;
+  const int64_t D = c.head_dim, R = c.rotary > 0 ? c.rotary : D, half = R / 2;
   int64_t bad = 0;
   double worst = 0.0;
   for (int64_t t = 0; t < c.tokens; ++t) {
@@ -172,7 +177,7 @@ void expect_close_to_model(const Case& c, const Inputs& in, const std::vector<ui
         for (int64_t i = 0; i < D; ++i) s[i] = bf2f(nw[i]) * s[i] * inv;
       }
       for (int64_t i = 0; i < half; ++i) {
-        const double ang = in.pos[t] / std::pow(1000000.0, 2.0 * i / D);
+        const double ang = in.pos[t] / std::pow(1000000.0, 2.0 * i / R);
         const int64_t ia = c.interleaved ? 2 * i : i, ib = c.interleaved ? 2 * i + 1 : i + half;
         const double a = s[ia], b = s[ib];
         const double ra = a * std::cos(ang) - b * std::sin(ang);
@@ -182,6 +187,12 @@ void expect_close_to_model(const Case& c, const Inputs& in, const std::vector<ui
         const double eb = std::fabs(bf2f(out[t * in.ld + h * D + ib]) - rb);
         worst = std::max({worst, ea / tol, eb / tol});
         bad += (!(ea <= tol)) + (!(eb <= tol));
+      }
+      for (int64_t i = R; i < D; ++i) {  // partial rotary: passed through
+        const double tol = std::ldexp(std::fabs(s[i]), -7) + 1e-3;
+        const double e = std::fabs(bf2f(out[t * in.ld + h * D + i]) - s[i]);
+        worst = std::max(worst, e / tol);
+        bad += !(e <= tol);
       }
     }
   }
@@ -277,6 +288,9 @@ TEST_P(FusedRopeKv, EqualsQkNormRopeThenStoreKv) {
         const bool qk = (T + h) % 2 == 0;  // both settings over the sweep
         cases.push_back(Case{T, h, kvh, D, T == 3 ? 1 : 16, qk, T == 17, fp8, T == 1 ? 8 : 0});
         cases.push_back(Case{T, h, kvh, D, 16, !qk, false, fp8, 0});
+        // Partial rotary (half the head, as Phi-4-mini; a quarter, interleaved).
+        cases.push_back(Case{T, h, kvh, D, 16, qk, false, fp8, 0, D / 2});
+        if (T == 17) cases.push_back(Case{T, h, kvh, D, 1, !qk, true, fp8, 8, D / 4});
       }
     }
   }
@@ -330,9 +344,10 @@ void run_legacy_case(const LegacyCase& lc, uint64_t seed) {
       q.inv_freq = dtable.ptr<const float>();
       q.attention_factor = 1.1f;
     } else if (lc.freqs == Freqs::kDynamic) {
+      const double rot = static_cast<double>(c.rotary > 0 ? c.rotary : c.head_dim);
       q.dynamic.factor = 2.0f;
       q.dynamic.factor_minus_one = 1.0f;
-      q.dynamic.exponent = static_cast<float>(c.head_dim / (c.head_dim - 2.0));
+      q.dynamic.exponent = static_cast<float>(rot / (rot - 2.0));
       q.dynamic.max_position = 2048;
     }
     return q;
@@ -388,6 +403,11 @@ TEST_P(FusedRopeKv, LegacyKernel) {
     cases.push_back({Case{T, 8, 4, 256, 16, true, odd, fp8, 0}, Freqs::kDynamic});
     cases.push_back({Case{T, 4, 4, 128, 1, odd, true, fp8, 8}, Freqs::kTheta});
     cases.push_back({Case{T, 4, 2, 64, 16, true, false, fp8, 2}, Freqs::kTable});  // legacy path
+    // Partial rotary (Phi-4-mini: 24 heads of 128 dims, 96 rotating; here smaller): both
+    // kernels, with a table, a dynamic base, and the legacy path's row stride.
+    cases.push_back({Case{T, 8, 2, 128, 16, false, false, fp8, 0, 96}, Freqs::kTable});
+    cases.push_back({Case{T, 4, 4, 64, 16, true, odd, fp8, 0, 32}, Freqs::kDynamic});
+    cases.push_back({Case{T, 4, 2, 64, 16, true, false, fp8, 2, 16}, Freqs::kTheta});
   }
   for (const LegacyCase& c : cases) {
     run_legacy_case(c, test::case_seed());

@@ -51,6 +51,7 @@ struct Case {
   bool qk_norm, interleaved, fp8, with_add;
   int64_t pad_cols = 0;  // ldy = n + pad_cols
   bool bad_slot = false;
+  int64_t rotary = 0;  // rotated dims of a head (0: all; partial rotary embeddings)
 };
 
 std::string describe(const Case& c) {
@@ -59,6 +60,7 @@ std::string describe(const Case& c) {
      << " D " << c.head_dim << " bs " << c.block_size << (c.qk_norm ? " qk_norm" : "")
      << (c.interleaved ? " interleaved" : "") << (c.fp8 ? " e4m3" : " bf16")
      << (c.with_add ? " +add" : "") << " ld+" << c.pad_cols << (c.bad_slot ? " bad slot" : "");
+  if (c.rotary > 0) os << " rotary " << c.rotary;
   return os.str();
 }
 
@@ -158,7 +160,7 @@ PathState stage(const Case& c, const Inputs& in) {
   r.rope = test::test_rope(r.y.data(), in.ldy, c.rows, c.heads, c.kv_heads, c.head_dim,
                            c.qk_norm ? r.q_norm.data() : nullptr,
                            c.qk_norm ? r.k_norm.data() : nullptr, r.pos.ptr<const int32_t>(),
-                           c.interleaved);
+                           c.interleaved, c.rotary);
   const test::PagedKV views =
       test::paged_kv_views(r.cache.data(), c.fp8 ? DType::kF8E4M3 : DType::kBF16,
                            c.fp8 ? 1 : 2, in.num_blocks, c.block_size, c.kv_heads, c.head_dim);
@@ -252,6 +254,9 @@ TEST_P(GemvRopeKv, EqualsRunRmsnormThenQkNormRopeStoreKv) {
     }
   }
   cases.push_back(Case{3, 1024, 16, 8, 128, 16, true, false, fp8, true, 0, true});
+  // Partial rotary embeddings (half a head, as Phi-4-mini; a quarter, interleaved).
+  cases.push_back(Case{2, 1024, 16, 8, 128, 16, false, false, fp8, true, 0, false, 64});
+  cases.push_back(Case{3, 576, 9, 3, 64, 16, true, true, fp8, false, 0, false, 16});
   for (const Case& c : cases) {
     run_case(gemv, c, test::case_seed(), How::kPlain);
     if (::testing::Test::HasFailure()) return;

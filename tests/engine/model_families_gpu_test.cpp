@@ -360,11 +360,12 @@ TEST(RopeScalingGpu, DynamicNtkMatchesHFsCachedGenerate) {
 
 // ---- Phi-3: fused projections, LongRoPE's two lists, a window of 16 ---------------------------
 
-// tiny_phi3's HF cases on one side of its original context (32): HF rotated the 1- and
-// 7-token prompts with the short factors, the 33- and 70-token ones with the long factors.
-std::vector<Case> phi3_cases(bool long_side) {
+// tiny_phi3's (or tiny_phi4mini's) HF cases on one side of its original context (32): HF
+// rotated the 1- and 7-token prompts with the short factors, the 33- and 70-token ones with
+// the long factors.
+std::vector<Case> phi3_cases(bool long_side, const std::string& arch = "phi3") {
   std::vector<Case> out;
-  for (const Case& c : load_cases("phi3")) {
+  for (const Case& c : load_cases(arch)) {
     if ((static_cast<int64_t>(c.prompt.size() + c.greedy.size()) > 32) == long_side) {
       out.push_back(c);
     }
@@ -412,6 +413,34 @@ TEST(Phi3Gpu, LongContextGraphsOnEqualsOff) {
     });
   }
   for (size_t c = 0; c < cases.size(); ++c) EXPECT_EQ(tokens[1][c], tokens[0][c]) << c;
+  EXPECT_EQ(read_device_faults(Device::cuda(0), true), 0u);
+}
+
+// Phi-4-mini's partial rotary embeddings (32 of each head's 64 dims rotate; the RoPE kernels'
+// rotary_dim): HF's logits from both formats, in one chunk and in chunks of 5 over pages of
+// 1, and rotating whole heads misses them.
+TEST(Phi4MiniGpu, PartialRotaryMatchesHF) {
+  const auto cases = phi3_cases(false, "phi4mini");
+  ASSERT_EQ(cases.size(), 2u);
+  double with = 0;
+  for (const char* format : {"safetensors", "gguf"}) {
+    const std::string what = std::string("phi4mini/") + format;
+    auto model = Model::create(load("phi4mini", format), Device::cuda(0));
+    ASSERT_EQ(model->config().rope_dim(), 32);
+    const Errors e = versus_hf(*model, cases, 16, 4096);
+    expect_within_bf16(e, what + ", blocks 16");
+    expect_within_bf16(versus_hf(*model, cases, 1, 5), what + ", blocks 1, chunks of 5");
+    with = std::max(with, e.mean_rel_l2);
+  }
+  ModelWeights w = load("phi4mini", "safetensors");
+  w.config.rotary_dim = 0;  // whole heads, with whole-head frequencies
+  w.config.rope_scaling.short_factor.resize(32, 1.0f);
+  w.config.rope_scaling.long_factor.resize(32, 1.0f);
+  auto whole = Model::create(std::move(w), Device::cuda(0));
+  const double without = versus_hf(*whole, cases, 16, 4096).mean_rel_l2;
+  std::printf("[phi4mini] mean relative L2 vs HF: %.3e partial, %.3e whole heads\n", with,
+              without);
+  EXPECT_LT(with, 0.5 * without);
   EXPECT_EQ(read_device_faults(Device::cuda(0), true), 0u);
 }
 

@@ -52,7 +52,7 @@ inline PagedKV paged_kv_views(void* base, DType dt, int64_t elem, int64_t num_bl
 inline cuda_model::QkNormRope test_rope(void* qkv, int64_t ld, int64_t tokens, int64_t heads,
                                         int64_t kv_heads, int64_t head_dim, const void* q_norm,
                                         const void* k_norm, const int32_t* positions,
-                                        bool interleaved) {
+                                        bool interleaved, int64_t rotary_dim = 0) {
   cuda_model::QkNormRope p;
   p.qkv = qkv;
   p.ld = ld;
@@ -60,6 +60,7 @@ inline cuda_model::QkNormRope test_rope(void* qkv, int64_t ld, int64_t tokens, i
   p.num_heads = heads;
   p.num_kv_heads = kv_heads;
   p.head_dim = head_dim;
+  p.rotary_dim = rotary_dim;
   p.q_norm = q_norm;
   p.k_norm = k_norm;
   p.eps = 1e-6f;

@@ -364,11 +364,12 @@ __device__ __forceinline__ void rope_epilogue(const Params& p, const __nv_bfloat
       if (rp.q_norm != nullptr) norm_row(row, is_q ? rp.q_norm : rp.k_norm, rp.eps, D, lane);
       const float pos = static_cast<float>(rp.positions[m]);
       const float base = rope_base(rp, m);
-      for (int i = lane; i < D / 2; i += 32) {
+      const int R = rp.rotary_dim;  // partial rotary: the dims past R stay as normed
+      for (int i = lane; i < R / 2; i += 32) {
         float cs, sn;
-        rope_cos_sin(i, D, pos, base, rp.inv_freq, rp.attention_factor, cs, sn);
+        rope_cos_sin(i, R, pos, base, rp.inv_freq, rp.attention_factor, cs, sn);
         int ia, ib;
-        pair_of(i, D, rp.interleaved != 0, ia, ib);
+        pair_of(i, R, rp.interleaved != 0, ia, ib);
         rotate(f(row[ia]), f(row[ib]), cs, sn, row[ia], row[ib]);
       }
       __syncwarp();

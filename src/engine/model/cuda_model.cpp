@@ -1397,6 +1397,7 @@ void CudaModel::run_layers(int64_t T, int64_t R, const int32_t* ids, const int32
   rope.num_heads = nh;
   rope.num_kv_heads = nkv;
   rope.head_dim = D;
+  rope.rotary_dim = cfg_.rope_dim();
   rope.eps = eps;
   rope.positions = pos;
   rope.inv_freq = inv_freq_.ptr<const float>();
@@ -1406,7 +1407,8 @@ void CudaModel::run_layers(int64_t T, int64_t R, const int32_t* ids, const int32
     const RopeScaling& sc = cfg_.rope_scaling;
     rope.dynamic.factor = static_cast<float>(sc.factor);
     rope.dynamic.factor_minus_one = static_cast<float>(sc.factor - 1);
-    rope.dynamic.exponent = static_cast<float>(static_cast<double>(D) / (D - 2));
+    const double R = static_cast<double>(cfg_.rope_dim());  // rope.cpp's dim
+    rope.dynamic.exponent = static_cast<float>(R / (R - 2));
     rope.dynamic.max_position = cfg_.max_position_embeddings;
     rope.seq_lens = rope_lens;
   }

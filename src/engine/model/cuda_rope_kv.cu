@@ -93,10 +93,11 @@ __global__ void __launch_bounds__(128)
   norm_head(v, is_k ? p.k_norm : p.q_norm, p.eps, D, s, lane);
   const float pos = static_cast<float>(p.positions[t]);
   const float base = rope_base(p, t);
-  for (int i = lane; i < D / 2; i += 32) {
+  const int R = p.rotary_dim;
+  for (int i = lane; i < R / 2; i += 32) {
     int ia, ib;
     bf16 oa, ob;
-    rope_pair(s, i, D, pos, base, p.inv_freq, p.attention_factor, p.interleaved != 0, ia, ib,
+    rope_pair(s, i, R, pos, base, p.inv_freq, p.attention_factor, p.interleaved != 0, ia, ib,
               oa, ob);
     v[ia] = oa;
     v[ib] = ob;
@@ -105,6 +106,14 @@ __global__ void __launch_bounds__(128)
         kd[ia] = to_cache<Cache>(oa, ks);
         kd[ib] = to_cache<Cache>(ob, ks);
       }
+    }
+  }
+  // Partial rotary: the dims past R pass through, normed (s holds bf16 values: b() is exact).
+  for (int i = R + lane; i < D; i += 32) {
+    const bf16 x = b(s[i]);
+    v[i] = x;
+    if constexpr (kStore) {
+      if (kd != nullptr) kd[i] = to_cache<Cache>(x, ks);
     }
   }
   if constexpr (kStore) {
@@ -129,7 +138,8 @@ constexpr int kMaxDim = kRopeMaxDim;
 // One CTA per token, warps over its heads (issue 20's form; cuda_rope_kv.cu's opening comment).
 // Shared memory: the token's q and k heads (and v heads when storing) as bf16, then cos and
 // sin of each pair and the q and k norm weights as float32: row_elems * 2 bytes (a multiple
-// of 16), then (D / 2 + D / 2 + D + D) * 4.
+// of 16), then (D / 2 + D / 2 + D + D) * 4 (R / 2 pairs used of D / 2). Partial rotary: the
+// dims past R are normed and left as they are.
 template <typename Cache>
 __global__ void __launch_bounds__(1024)
     qk_norm_rope_token_kernel(const __grid_constant__ RopeParams p,
@@ -167,8 +177,9 @@ __global__ void __launch_bounds__(1024)
   const int64_t slot = kStore ? int64_t{c.slots[t]} : 0;
   const float pos = static_cast<float>(p.positions[t]);
   const float base = rope_base(p, t);
-  for (int i = threadIdx.x; i < D / 2; i += blockDim.x) {
-    rope_cos_sin(i, D, pos, base, p.inv_freq, p.attention_factor, cs[i], sn[i]);
+  const int R = p.rotary_dim;
+  for (int i = threadIdx.x; i < R / 2; i += blockDim.x) {
+    rope_cos_sin(i, R, pos, base, p.inv_freq, p.attention_factor, cs[i], sn[i]);
   }
   cuda::ptx::cp_async_wait<0>();
   __syncthreads();
@@ -181,9 +192,9 @@ __global__ void __launch_bounds__(1024)
     bf16* v = row + h * D;
     const bool is_q = h < p.num_heads;
     if (p.q_norm != nullptr) norm_row(v, is_q ? qw : kw, p.eps, D, lane);  // both or neither
-    for (int i = lane; i < D / 2; i += 32) {
+    for (int i = lane; i < R / 2; i += 32) {
       int ia, ib;
-      pair_of(i, D, interleaved, ia, ib);
+      pair_of(i, R, interleaved, ia, ib);
       rotate(f(v[ia]), f(v[ib]), cs[i], sn[i], v[ia], v[ib]);
     }
   }
@@ -286,12 +297,16 @@ RopeParams rope_params(const QkNormRope& q) {
                ", theta ", q.theta, ", exponent ", d.exponent);
   KVATTN_CHECK(q.inv_freq != nullptr || q.theta > 0.0f,
                "cuda model: RoPE needs an inv_freq table or theta > 0 but theta is ", q.theta);
+  const int64_t rotary = q.rotary_dim == 0 ? q.head_dim : q.rotary_dim;
+  KVATTN_CHECK(rotary > 0 && rotary <= q.head_dim && rotary % 2 == 0,
+               "cuda model: rotary_dim must be even and in (0, head_dim = ", q.head_dim,
+               "] (0: head_dim) but is ", q.rotary_dim);
   return RopeParams{static_cast<bf16*>(q.qkv), q.ld, q.tokens, static_cast<int>(q.num_heads),
                     static_cast<int>(q.num_kv_heads), static_cast<int>(q.head_dim),
                     static_cast<const bf16*>(q.q_norm), static_cast<const bf16*>(q.k_norm),
                     q.eps, q.positions, q.inv_freq, q.theta, q.attention_factor, d.factor,
                     d.factor_minus_one, d.exponent, d.max_position, q.seq_lens,
-                    q.interleaved ? 1 : 0};
+                    q.interleaved ? 1 : 0, static_cast<int>(rotary)};
 }
 
 CacheParams cache_params(const QkNormRope& q, const KVWrite& kv, std::string_view kFn) {

@@ -19,13 +19,17 @@ struct QkNormRope {
   int64_t ld = 0;  // row stride, elements (even)
   int64_t tokens = 0;
   int64_t num_heads = 0, num_kv_heads = 0, head_dim = 0;  // head_dim even, <= 256
+  // Partial rotary embeddings (Phi-4-mini, GPT-NeoX's rotary_pct): the first rotary_dim dims
+  // of each q and k head rotate, pairs (i, i + rotary_dim / 2) or (2i, 2i + 1) within them;
+  // the others pass through (normed, if the model norms q and k). Even; 0: head_dim.
+  int64_t rotary_dim = 0;
   const void* q_norm = nullptr;  // qwen3's per-head RMSNorm weights, bf16 [head_dim]; or both
   const void* k_norm = nullptr;  // null (no q/k norm)
   float eps = 1e-6f;
   const int32_t* positions = nullptr;  // [tokens], on the device
-  // RoPE's frequencies: pair i at position p turns by p * inv_freq[i], float32 [head_dim / 2]
-  // on the device (engine/model/rope.h computes them with their scaling: linear, llama3,
-  // YaRN, llama.cpp's rope_freqs). Null: plain RoPE, inv_freq[i] = 1 / theta^(2i / head_dim)
+  // RoPE's frequencies: pair i at position p turns by p * inv_freq[i], float32 [rotary_dim /
+  // 2] on the device (engine/model/rope.h computes them with their scaling: linear, llama3,
+  // YaRN, llama.cpp's rope_freqs). Null: plain RoPE, inv_freq[i] = 1 / theta^(2i / rotary_dim)
   // computed in the kernel.
   const float* inv_freq = nullptr;
   float theta = 10000.0f;
@@ -34,13 +38,13 @@ struct QkNormRope {
   float attention_factor = 1.0f;
   // Dynamic NTK (HF's dynamic_rope_update), off while factor is 0: a token of a sequence whose
   // length after this step, L, exceeds max_position turns at base theta * (factor * L /
-  // max_position - (factor - 1))^(head_dim / (head_dim - 2)) instead of inv_freq (rope.cpp's
+  // max_position - (factor - 1))^(rotary_dim / (rotary_dim - 2)) instead of inv_freq (rope.cpp's
   // float32 formula). L is seq_lens[t], or positions[t] + 1 when seq_lens is null (one token
   // per sequence, e.g. decode). Graph-safe: everything is read on the device.
   struct Dynamic {
     float factor = 0.0f;            // 0: off
     float factor_minus_one = 0.0f;  // float(factor - 1), computed in double as rope.cpp does
-    float exponent = 0.0f;          // float(head_dim / (head_dim - 2.0))
+    float exponent = 0.0f;          // float(rotary_dim / (rotary_dim - 2.0))
     int64_t max_position = 0;       // max_position_embeddings
   } dynamic;
   const int32_t* seq_lens = nullptr;  // [tokens], on the device, or null

@@ -37,6 +37,7 @@ struct RopeParams {
   int64_t dyn_max_position;
   const int32_t* seq_lens;  // dynamic NTK's lengths, or null (positions[t] + 1)
   int interleaved;
+  int rotary_dim;  // the rotated dims of a head (<= head_dim, even); the rest pass through
 };
 
 // The KV write's caches: [num_blocks, block_size, num_kv_heads, head_dim] each, a block's rows
@@ -97,15 +98,16 @@ __device__ __forceinline__ float rope_base(const RopeParams& p, int64_t t) {
   return p.inv_freq == nullptr ? p.theta : 0.0f;
 }
 
-// Pair i (< head_dim / 2) of the rotation at position pos: its cos and sin. Its frequency:
-// 1 / base^(2i / head_dim) when base != 0, else inv_freq[i]; cos and sin are scaled by `scale`
-// in float32, then rounded to bf16 (HF: (cos * attention_scaling).to(bf16)).
-__device__ __forceinline__ void rope_cos_sin(int i, int head_dim, float pos, float base,
+// Pair i (< rotary_dim / 2) of the rotation at position pos: its cos and sin. Its frequency:
+// 1 / base^(2i / rotary_dim) when base != 0, else inv_freq[i]; cos and sin are scaled by
+// `scale` in float32, then rounded to bf16 (HF: (cos * attention_scaling).to(bf16)).
+__device__ __forceinline__ void rope_cos_sin(int i, int rotary_dim, float pos, float base,
                                              const float* inv_freq, float scale, float& c,
                                              float& sn) {
-  const float freq = base != 0.0f
-                         ? 1.0f / powf(base, static_cast<float>(2 * i) / static_cast<float>(head_dim))
-                         : __ldg(inv_freq + i);
+  const float freq =
+      base != 0.0f
+          ? 1.0f / powf(base, static_cast<float>(2 * i) / static_cast<float>(rotary_dim))
+          : __ldg(inv_freq + i);
   const float angle = pos * freq;
   c = r(cosf(angle) * scale);
   sn = r(sinf(angle) * scale);
@@ -117,20 +119,21 @@ __device__ __forceinline__ void rotate(float a, float bb, float c, float sn, bf1
   ob = b(r(bb * c) + r(a * sn));
 }
 
-// Pair i's element indices: (2i, 2i + 1) interleaved, else (i, i + head_dim / 2).
-__device__ __forceinline__ void pair_of(int i, int head_dim, bool interleaved, int& ia, int& ib) {
+// Pair i's element indices: (2i, 2i + 1) interleaved, else (i, i + rotary_dim / 2).
+__device__ __forceinline__ void pair_of(int i, int rotary_dim, bool interleaved, int& ia,
+                                        int& ib) {
   ia = interleaved ? 2 * i : i;
-  ib = interleaved ? 2 * i + 1 : i + head_dim / 2;
+  ib = interleaved ? 2 * i + 1 : i + rotary_dim / 2;
 }
 
 // Pair i of the head in s, rotated at position pos (rope_cos_sin, rotate): elements ia, ib.
-__device__ __forceinline__ void rope_pair(const float* s, int i, int head_dim, float pos,
+__device__ __forceinline__ void rope_pair(const float* s, int i, int rotary_dim, float pos,
                                           float base, const float* inv_freq, float scale,
                                           bool interleaved, int& ia, int& ib, bf16& oa,
                                           bf16& ob) {
   float c, sn;
-  rope_cos_sin(i, head_dim, pos, base, inv_freq, scale, c, sn);
-  pair_of(i, head_dim, interleaved, ia, ib);
+  rope_cos_sin(i, rotary_dim, pos, base, inv_freq, scale, c, sn);
+  pair_of(i, rotary_dim, interleaved, ia, ib);
   rotate(s[ia], s[ib], c, sn, oa, ob);
 }
 

@@ -59,10 +59,6 @@ void check_cuda_architecture(const ModelConfig& c, Device device, const ModelOpt
   KVATTN_CHECK(c.rope_scaling.type != RopeScaling::Type::kDynamic || c.rope_freq_factors.empty(),
                "Model::create: rope scaling 'dynamic' together with rope_freqs factors is not "
                "supported on ", device, " (CPU only)");
-  // The CUDA RoPE kernels (cuda_rope_kv.cu, the fused GEMV's epilogue) rotate whole heads.
-  KVATTN_CHECK(c.rope_dim() == c.head_dim, "Model::create: partial rotary embeddings (",
-               c.rope_dim(), " of ", c.head_dim, " dims a head, ", c.architecture,
-               ") are not supported on ", device, " yet (CPU only)");
   // The CUDA kernels' fp8 forms (kvattn/kernels/fp8_cache_forms.h): a window, a soft-cap or
   // head_dim 256 over float8_e4m3 caches only where fp8_cache_extended_forms says (off by
   // default until they have run on a GPU), head_dim 80 and 96 never (no fp8 decode tile);
