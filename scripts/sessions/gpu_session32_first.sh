@@ -10,6 +10,7 @@
 #      dequantises GGUF to bf16, so the same network; the 98 MB GGUF is over the carry) at
 #      bf16, fp8, and fp8 with the sweep (KVATTN_DECODE_CTA_SWEEP=1);
 #   3. engine_cuda_serving_gpu_test (session 31 changed its step counters, not yet run);
+#   1c. fp8 decode at head_dim 80 / 96 (the padded 128 tiles): the fp8 sweeps with them;
 #   1b. partial rotary embeddings on CUDA (Phi-4-mini): the RoPE kernels' tests and the family
 #      test against HF.
 #   run: bash scripts/sessions/gpu_session32_first.sh > $OUT/summary.txt 2>&1
@@ -25,7 +26,14 @@ nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
 KVATTN_GPU_TEST_QUICK=1 run_logged sweep_quick "$B/kernels_decode_gpu_test" \
   --gtest_filter='DecodeGpu.Fp8CtaSweep'
 run_logged sweep_full "$B/kernels_decode_gpu_test" --gtest_filter='DecodeGpu.Fp8CtaSweep'
-room 200 "sanitizers" && both_sanitizers sweep "$B/kernels_decode_gpu_test" 'DecodeGpu.Fp8CtaSweep'
+# fp8 decode at head_dim 80 / 96 (the padded 128 tiles, session 32): the fp8 sweeps and the
+# features' sweep now include them.
+run_logged fp8_padded "$B/kernels_decode_gpu_test" \
+  --gtest_filter='DecodeGpu.Fp8CacheSweepAgainstReferenceOnStoredBytes:DecodeGpu.Fp8IntegerConversion'
+KVATTN_GPU_TEST_QUICK=1 run_logged features "$B/kernels_decode_gpu_test" \
+  --gtest_filter='DecodeGpuFeatures.*'
+room 200 "sanitizers" && both_sanitizers sweep "$B/kernels_decode_gpu_test" \
+  'DecodeGpu.Fp8CtaSweep:DecodeGpu.Fp8CacheSweepAgainstReferenceOnStoredBytes'
 room 220 "variants" && KVATTN_GPU_TEST_QUICK=1 run_logged variants "$B/kernels_decode_gpu_test" \
   --gtest_filter='DecodeGpuVariants.Sweep'
 # Partial rotary embeddings on CUDA (Phi-4-mini; the three RoPE forms take rotary_dim): the
@@ -53,7 +61,7 @@ bench_line() {  # LABEL MODEL KV [ENV=VALUE]
     grep -E "Throughput|KV pool|single|first token|leak|rror" | tr '\n' ' ')"
 }
 for r in 1 2; do
-  room $((r == 1 ? 420 : 500)) "engine r$r" || break
+  room $((r == 1 ? 400 : 480)) "engine r$r" || break
   bench_line "q06_bf16_r$r" /tmp/q06 bf16
   bench_line "q06_fp8_r$r" /tmp/q06 fp8
   bench_line "smol_bf16_r$r" /tmp/smol bf16

@@ -415,10 +415,8 @@ void sweep(int cases, bool fp8 = false) {
     DecodeCase dc;
     dc.dt = c % 2 ? DType::kBF16 : DType::kF16;
     dc.d = (c / 2) % 2 ? 128 : 64;
-    // 256 (the swapped tile); 16-bit caches only: 80 and 96 (padded 128 tiles).
-    if ((c / 2) % 3 == 2 && (!fp8 || (c / 6) % 3 == 0)) {
-      dc.d = std::vector<int64_t>{256, 80, 96}[(c / 6) % 3];
-    }
+    // 256 (the swapped tile); 80 and 96 (padded 128 tiles; fp8 caches too since session 32).
+    if ((c / 2) % 3 == 2) dc.d = std::vector<int64_t>{256, 80, 96}[(c / 6) % 3];
     dc.bs = pages[(c / 4) % pages.size()];
     dc.group = std::vector<int64_t>{1, 2, 4, 8}[(c / 24) % 4];
     dc.hkv = pick(rng, std::vector<int64_t>{1, 2, 3});
@@ -1264,10 +1262,8 @@ DecodeCase feature_case(int c, std::mt19937_64& rng, bool fp8) {
   DecodeCase dc;
   dc.dt = c % 2 ? DType::kBF16 : DType::kF16;
   dc.d = (c / 2) % 2 ? 128 : 64;
-  // 256 (the swapped tile); 16-bit caches only: 80 and 96 (padded 128 tiles).
-  if ((c / 2) % 3 == 2 && (!fp8 || (c / 6) % 3 == 0)) {
-    dc.d = std::vector<int64_t>{256, 80, 96}[(c / 6) % 3];
-  }
+  // 256 (the swapped tile); 80 and 96 (padded 128 tiles; fp8 caches too since session 32).
+  if ((c / 2) % 3 == 2) dc.d = std::vector<int64_t>{256, 80, 96}[(c / 6) % 3];
   dc.bs = std::vector<int64_t>{1, 16, 256}[(c / 4) % 3];
   dc.group = std::vector<int64_t>{1, 2, 3, 4, 6, 8}[(c / 12) % 6];
   dc.hkv = pick(rng, std::vector<int64_t>{1, 2, 3});

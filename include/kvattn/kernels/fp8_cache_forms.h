@@ -7,10 +7,10 @@
 
 namespace kvattn {
 
-// Window, softcap, ALiBi and head_dim 256 over float8_e4m3 caches: always on the CPU; on CUDA
-// unless the environment sets KVATTN_FP8_EXTENDED_FORMS=0 (then refused by name). (head_dim 64 and 128 without them run on both; 80 and
-// 96 over fp8 caches only on the CPU: CUDA's decode has no fp8 tile for them.) A build without
-// CUDA answers false for a CUDA device.
+// Window, softcap, ALiBi and head_dim 80, 96 and 256 over float8_e4m3 caches: always on the
+// CPU; on CUDA unless the environment sets KVATTN_FP8_EXTENDED_FORMS=0 (then refused by name).
+// (head_dim 64 and 128 without them run on both.) A build without CUDA answers false for a
+// CUDA device.
 bool fp8_cache_extended_forms(Device device);
 
 }  // namespace kvattn

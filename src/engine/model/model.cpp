@@ -61,7 +61,7 @@ void check_cuda_architecture(const ModelConfig& c, Device device, const ModelOpt
                "supported on ", device, " (CPU only)");
   // The CUDA kernels' fp8 forms (kvattn/kernels/fp8_cache_forms.h): a window, a soft-cap or
   // head_dim 256 over float8_e4m3 caches only where fp8_cache_extended_forms says (off by
-  // default until they have run on a GPU), head_dim 80 and 96 never (no fp8 decode tile);
+  // default until they have run on a GPU), head_dim 80 and 96 likewise (the padded 128 tiles);
   // refused here, before serving, rather than at the first chunked prompt.
   if (options.kv_cache_dtype == KVCacheDType::kFP8) {
     const bool extended = fp8_cache_extended_forms(device);
@@ -79,10 +79,11 @@ void check_cuda_architecture(const ModelConfig& c, Device device, const ModelOpt
                  ") is not supported on ", device,
                  ": the CUDA paged prefill has no soft-cap over float8_e4m3 caches "
                  "(use kv_cache_dtype bf16, or the CPU)");
-    KVATTN_CHECK(c.head_dim == 64 || c.head_dim == 128 || (extended && c.head_dim == 256),
+    const bool extended_dim = c.head_dim == 80 || c.head_dim == 96 || c.head_dim == 256;
+    KVATTN_CHECK(c.head_dim == 64 || c.head_dim == 128 || (extended && extended_dim),
                  "Model::create: kv_cache_dtype fp8 with head_dim ", c.head_dim, " (",
                  c.architecture, ") is not supported on ", device, ": the CUDA kernels read "
-                 "float8_e4m3 caches at head_dim 64 and 128", extended ? " and 256" : "",
+                 "float8_e4m3 caches at head_dim 64 and 128", extended ? ", 80, 96 and 256" : "",
                  " only (use kv_cache_dtype bf16, or the CPU)");
   }
 }

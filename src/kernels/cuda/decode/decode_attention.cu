@@ -131,8 +131,8 @@ namespace {
 
 // The one dispatch point: q dtype x cache dtype x head_dim. Supported: bf16, fp16 queries over
 // caches of their own dtype or float8_e4m3 (KV = uint8_t), head_dim 64, 128 and 256 (256: the
-// swapped tile of the stream kernel only, no small-batch kernel); head_dim 80 and 96 over
-// 16-bit caches on the 128 tiles (decode_tile_dim; stream kernel).
+// swapped tile of the stream kernel only, no small-batch kernel); head_dim 80 and 96 on the
+// 128 tiles (decode_tile_dim; stream kernel; fp8 caches where fp8_extended_forms allows).
 template <typename Fn>
 void dispatch(DType dtype, DType cache_dtype, int64_t head_dim, Fn&& fn) {
   KVATTN_CHECK(dtype == DType::kBF16 || dtype == DType::kF16,
@@ -153,8 +153,6 @@ void dispatch(DType dtype, DType cache_dtype, int64_t head_dim, Fn&& fn) {
   switch (head_dim) {
     case 80:
     case 96:
-      KVATTN_CHECK(!fp8, "decode_attention: head_dim ", head_dim, " over a float8_e4m3 cache is "
-                         "not supported on CUDA (16-bit caches only)");
       with_d.template operator()<128>();
       return;
     case 64: with_d.template operator()<64>(); return;
@@ -400,10 +398,12 @@ void decode_attention(const DecodeArgs& args, const AttentionShape& shape) {
                fn, ": sizes past the CUDA kernel's 32-bit indexing (capacity ", capacity,
                ", num_blocks ", shape.num_blocks, ")");
   // fp8 at head_dim 256 (the swapped tile over fp8 codes; session 30, on by default since
-  // session 31): refused where CudaTuning::fp8_extended_forms turns it off (tuning.h).
-  KVATTN_CHECK(args.k_cache.dtype != DType::kF8E4M3 || shape.head_dim != 256 ||
+  // session 31) and at 80 / 96 (the padded 128 tiles; session 32): refused where
+  // CudaTuning::fp8_extended_forms turns them off (tuning.h).
+  KVATTN_CHECK(args.k_cache.dtype != DType::kF8E4M3 ||
+                   (shape.head_dim != 256 && shape.head_dim != 80 && shape.head_dim != 96) ||
                    cuda_tuning().fp8_extended_forms != 0,
-               fn, ": head_dim 256 over a float8_e4m3 cache is turned off "
+               fn, ": head_dim ", shape.head_dim, " over a float8_e4m3 cache is turned off "
                "(KVATTN_FP8_EXTENDED_FORMS=0)");
 
   DecodeParams p;

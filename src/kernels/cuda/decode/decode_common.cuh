@@ -158,10 +158,11 @@ __device__ __forceinline__ uint4 load_16_bytes_unaligned(const uint8_t* src) {
 
 // The tensors' head_dim for kernels of tile dim D over a cache of element size kKvBytes: D
 // itself, known at compile time, except where D = 128 hosts the padded head dims 80 and 96
-// (decode_tile_dim; 16-bit caches only): p.head_dim there.
+// (decode_tile_dim; 16-bit and fp8 caches: whole 16-byte chunks either way): p.head_dim there.
 template <int D, int kKvBytes = 2>
 __device__ __forceinline__ int mem_head_dim(const DecodeParams& p) {
-  if constexpr (D == 128 && kKvBytes == 2) {
+  static_assert(kKvBytes == 1 || kKvBytes == 2);
+  if constexpr (D == 128) {
     return p.head_dim;
   } else {
     return D;

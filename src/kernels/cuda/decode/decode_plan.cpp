@@ -34,12 +34,15 @@ DecodePlan plan_decode(int64_t num_seqs, int64_t num_heads, int64_t num_kv_heads
   // as such a batch skips the small-batch kernel, the stream ranges are sized even where a
   // 16-bit cache would take the small kernel.
   const int64_t rows = group * q_len;
-  // (fp8 at head_dim 256 only where CudaTuning::fp8_extended_forms allows it, the default.)
+  // (fp8 at head_dim 256, and at 80 / 96 on the padded 128 tile, only where
+  // CudaTuning::fp8_extended_forms allows it, the default.)
+  const bool padded = tile_dim != head_dim;
   const bool fp8_swap_possible =
-      tile_dim == head_dim && (tile_dim != 256 || cuda_tuning().fp8_extended_forms != 0) &&
+      ((!padded && tile_dim != 256) || cuda_tuning().fp8_extended_forms != 0) &&
       decode_use_swap(cuda_tuning().decode_swap, rows, tile_dim, /*fp8=*/true, /*ext=*/false);
   if (fp8_swap_possible) {
-    const DecodeConfig c8 = decode_config(num_kv_heads, rows, tile_dim, 1, kDecodeSwapRows);
+    const DecodeConfig c8 =
+        decode_config(num_kv_heads, rows, tile_dim, 1, kDecodeSwapRows, padded);
     const int64_t parts8 =
         decode_parts(device, c8, tile_dim, std::max<int64_t>(num_seqs, 1), /*fp8_swap=*/true);
     parts = std::max(parts, parts8);

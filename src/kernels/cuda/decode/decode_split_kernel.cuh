@@ -381,6 +381,7 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
         if constexpr (kSwap && kIsFp8<KV>) {  // dims 32 c + 4 gid .. + 3 (fp8_swap_o_dim)
 #pragma unroll
           for (int c = 0; c < kOT / 2; ++c) {
+            if (32 * c + 4 * gid >= hd) break;  // a padded tile: all four dims past head_dim
             uint16_t* dst = row_out + 32 * c + 4 * gid;
             const uint16_t v0 = to_bits<T>(o[2 * c][hr] * inv);
             const uint16_t v1 = to_bits<T>(o[2 * c][hr + 2] * inv);

@@ -42,7 +42,9 @@ __device__ __forceinline__ void load_q_swap(uint32_t (&qb)[D / 16][2], const uin
       uint32_t v = 0;
       const int d = kFp8 ? decode_fp8_q_dim(ks, h, t4) : ks * 16 + h * 8 + 2 * t4;
       const int d2 = d + (kFp8 ? kFp8QPairStep : 1);
-      if (valid && (kFp8 || d < head_dim)) {
+      // fp8: dims 16 ks .. 16 ks + 15 (decode_fp8_q_dim) are all in or all out, head_dim a
+      // multiple of 16 (80 and 96 on the 128 tile).
+      if (valid && (kFp8 ? ks * 16 < head_dim : d < head_dim)) {
         v = static_cast<uint32_t>(qrow[d]) | (static_cast<uint32_t>(qrow[d2]) << 16);
       }
       qb[ks][h] = v;
