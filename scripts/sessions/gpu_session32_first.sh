@@ -25,7 +25,8 @@ trap pack_out EXIT
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
 KVATTN_GPU_TEST_QUICK=1 run_logged sweep_quick "$B/kernels_decode_gpu_test" \
   --gtest_filter='DecodeGpu.Fp8CtaSweep'
-run_logged sweep_full "$B/kernels_decode_gpu_test" --gtest_filter='DecodeGpu.Fp8CtaSweep'
+run_logged sweep_full "$B/kernels_decode_gpu_test" \
+  --gtest_filter='DecodeGpu.Fp8CtaSweep:DecodeGpu.BadIndicesAreCaughtByTheFaultWord'
 # fp8 decode at head_dim 80 / 96 (the padded 128 tiles, session 32): the fp8 sweeps and the
 # features' sweep now include them.
 run_logged fp8_padded "$B/kernels_decode_gpu_test" \
@@ -33,7 +34,7 @@ run_logged fp8_padded "$B/kernels_decode_gpu_test" \
 KVATTN_GPU_TEST_QUICK=1 run_logged features "$B/kernels_decode_gpu_test" \
   --gtest_filter='DecodeGpuFeatures.*'
 room 200 "sanitizers" && both_sanitizers sweep "$B/kernels_decode_gpu_test" \
-  'DecodeGpu.Fp8CtaSweep:DecodeGpu.Fp8CacheSweepAgainstReferenceOnStoredBytes'
+  'DecodeGpu.Fp8CtaSweep:DecodeGpu.Fp8CacheSweepAgainstReferenceOnStoredBytes:DecodeGpu.BadIndicesAreCaughtByTheFaultWord'
 room 220 "variants" && KVATTN_GPU_TEST_QUICK=1 run_logged variants "$B/kernels_decode_gpu_test" \
   --gtest_filter='DecodeGpuVariants.Sweep'
 # Partial rotary embeddings on CUDA (Phi-4-mini; the three RoPE forms take rotary_dim): the

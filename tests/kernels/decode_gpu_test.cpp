@@ -879,19 +879,28 @@ TEST(DecodeGpu, ShapesAtTheEdgesBothTiles) {
 
 // Bad block ids and lengths: the kernel never touches memory outside the cache (memcheck
 // proves it), records the fault bits, and the healthy sequences still come out right.
-void bad_indices() {
+// fp8_d64: over an fp8 cache at head_dim 64 with 3 KV heads (the CTA sweep's case), the
+// reference on the stored bytes.
+void bad_indices(bool fp8_d64 = false) {
   const uint64_t seed = test::case_seed();
   std::mt19937_64 rng(seed);
-  SCOPED_TRACE(test::case_note(0, seed, "bad block ids and cache_seqlens"));
-  const int64_t hkv = 2, group = 4, d = 128, bs = 16, H = hkv * group;
+  SCOPED_TRACE(test::case_note(0, seed, std::string("bad block ids and cache_seqlens") +
+                                            (fp8_d64 ? ", fp8 d64" : "")));
+  const int64_t hkv = fp8_d64 ? 3 : 2, group = 4, d = fp8_d64 ? 64 : 128, bs = 16;
+  const int64_t H = hkv * group;
   const std::vector<int64_t> lens = {100, 200, 50, 300};
   test::PagedKv kv = test::make_paged_kv(rng, DType::kBF16, hkv, d, bs, lens);
   Relaid r = relayout_aligned(rng, kv);
+  Fp8Caches f8;
+  if (fp8_d64) f8 = quantise_caches(rng, r.k, r.v, 0.0f, /*aligned=*/true);
   test::RowBuffer qb = test::make_rows(4, H, d, DType::kBF16, 0);
   test::fill_uniform(qb.view, rng);
   Tensor lens_t = test::int_tensor(lens);
+  const double scale = 1 / std::sqrt(static_cast<double>(d));
   const test::RefAttention ref =
-      test::decode_reference(qb.view, r.k, r.v, kv.block_table, lens_t, 1, 1 / std::sqrt(128.0), true);
+      fp8_d64 ? test::decode_reference(qb.view, f8.k_ref, f8.v_ref, kv.block_table, lens_t, 1,
+                                       scale, true)
+              : test::decode_reference(qb.view, r.k, r.v, kv.block_table, lens_t, 1, scale, true);
 
   for (int mode = 0; mode < 2; ++mode) {
     // Corrupt sequence 1's table (mode 0) or sequence 1's and 3's lengths (mode 1).
@@ -909,7 +918,7 @@ void bad_indices() {
       bad_lens[3] = -5;
     }
     Tensor bad_lens_t = test::int_tensor(bad_lens);
-    const Mirror caches = Mirror::of(r.storage);
+    const Mirror caches = Mirror::of(fp8_d64 ? f8.storage : r.storage);
     const Mirror tbl = Mirror::of(table);
     const Tensor q = qb.storage.to(kGpu);
     test::RowBuffer ob = test::make_rows(4, H, d, DType::kBF16, 0);
@@ -918,8 +927,8 @@ void bad_indices() {
     for (int splits : {1, 5}) {
       DecodeArgs a;
       a.q = TensorView(q.data(), DType::kBF16, kGpu, {4, H, d});
-      a.k_cache = caches.on_device(r.k);
-      a.v_cache = caches.on_device(r.v);
+      a.k_cache = caches.on_device(fp8_d64 ? f8.k : r.k);
+      a.v_cache = caches.on_device(fp8_d64 ? f8.v : r.v);
       a.block_table = tbl.on_device(table_view);
       a.cache_seqlens = lens_dev;
       a.out = out.on_device(ob.view);
@@ -979,6 +988,16 @@ TEST(DecodeGpu, BadIndicesAreCaughtByTheFaultWord) {
     SCOPED_TRACE(v.name);
     UseVariant use(v);
     bad_indices();
+  }
+  // The split kernel's CTA sweep (fp8 d64) and the lean issue it stands beside there.
+  const Variant fp8_forms[] = {{.name = "lean issue fp8 d64", .heads = 8, .stages = 0,
+                                .small = 0, .lean_issue = 1},
+                               {.name = "cta sweep fp8 d64", .heads = 8, .stages = 0,
+                                .small = 0, .cta_sweep = 1}};
+  for (const Variant& v : fp8_forms) {
+    SCOPED_TRACE(v.name);
+    UseVariant use(v);
+    bad_indices(/*fp8_d64=*/true);
   }
 }
 

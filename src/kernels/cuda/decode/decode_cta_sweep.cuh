@@ -22,7 +22,7 @@
 
 #include "kernels/cuda/decode/decode_common.cuh"
 #include "kernels/cuda/decode/decode_params.h"
-#include "kernels/cuda/device_faults.cuh"
+#include "kernels/cuda/decode/decode_warp_tile.cuh"
 
 namespace kvattn::cuda {
 namespace {
@@ -39,12 +39,7 @@ __device__ __forceinline__ void issue_tile_cta_sweep(const DecodeParams& p, uint
   using L = KvTile<KV, D>;
   constexpr int64_t kBytes = sizeof(KV);
   constexpr int64_t kRowBytes = int64_t{D} * kBytes;  // one head's row
-  const bool in_range = noff >= 0;
-  const bool id_ok = static_cast<unsigned>(nid) < static_cast<unsigned>(p.num_blocks);
-  if (lane < kDecodeTileKeys && in_range && !id_ok) {
-    record_fault(p.fault_word, kFaultBlockOutOfRange);
-  }
-  const bool key_ok = in_range && id_ok;
+  const bool key_ok = tile_key_ok(p, nid, noff, lane);
   const uint32_t copied = __ballot_sync(0xffffffffu, key_ok);  // bit k: key k (lanes 0-15)
   // Byte offset of key k's row of KV head kvh0 in each cache (lane k); 0 for a key not copied
   // (an address inside the cache, never read: the copy zero-fills).

@@ -9,6 +9,19 @@
 namespace kvattn::cuda {
 namespace {
 
+// Whether lane k's key of a tile (block id nid, in-block offset noff; -1: past the length) is
+// copied: visited, and its block id in range (a visited key's bad id is recorded in the fault
+// word). Lanes 0-15 hold the tile's keys; the ballot of the result has bit k for key k.
+__device__ __forceinline__ bool tile_key_ok(const DecodeParams& p, int nid, int noff,
+                                            int lane) {
+  const bool in_range = noff >= 0;
+  const bool id_ok = static_cast<unsigned>(nid) < static_cast<unsigned>(p.num_blocks);
+  if (lane < kDecodeTileKeys && in_range && !id_ok) {
+    record_fault(p.fault_word, kFaultBlockOutOfRange);
+  }
+  return in_range && id_ok;
+}
+
 // issue_tile's lean form over 16-byte aligned caches (its kLean): lane k < 16 turns key k's
 // (block id, offset) into the byte offset of the key's row in each cache once, and every copy
 // of the key's row takes it by a shuffle (whether the key is copied, from a ballot): a copy is
@@ -29,12 +42,7 @@ __device__ __forceinline__ void issue_tile_lean(const DecodeParams& p, uint32_t 
   const bool chunk_real = copy_chunk * L::kElemsPerChunk < hd;
   const int64_t head_off =
       chunk_real ? static_cast<int64_t>(kvh) * hd + copy_chunk * L::kElemsPerChunk : 0;
-  const bool in_range = noff >= 0;
-  const bool id_ok = static_cast<unsigned>(nid) < static_cast<unsigned>(p.num_blocks);
-  if (lane < kDecodeTileKeys && in_range && !id_ok) {
-    record_fault(p.fault_word, kFaultBlockOutOfRange);
-  }
-  const bool key_ok = in_range && id_ok;
+  const bool key_ok = tile_key_ok(p, nid, noff, lane);
   const uint32_t copied = __ballot_sync(0xffffffffu, key_ok);  // bit k: key k (lanes 0-15)
   const int64_t row = static_cast<int64_t>(noff) * kv_row;
   constexpr int64_t kBytes = sizeof(KV);
