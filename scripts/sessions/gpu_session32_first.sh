@@ -33,20 +33,20 @@ run_logged fp8_padded "$B/kernels_decode_gpu_test" \
   --gtest_filter='DecodeGpu.Fp8CacheSweepAgainstReferenceOnStoredBytes:DecodeGpu.Fp8IntegerConversion'
 KVATTN_GPU_TEST_QUICK=1 run_logged features "$B/kernels_decode_gpu_test" \
   --gtest_filter='DecodeGpuFeatures.*'
-room 200 "sanitizers" && both_sanitizers sweep "$B/kernels_decode_gpu_test" \
+room 150 "sanitizers" && both_sanitizers sweep "$B/kernels_decode_gpu_test" \
   'DecodeGpu.Fp8CtaSweep:DecodeGpu.Fp8CacheSweepAgainstReferenceOnStoredBytes:DecodeGpu.BadIndicesAreCaughtByTheFaultWord'
-room 220 "variants" && KVATTN_GPU_TEST_QUICK=1 run_logged variants "$B/kernels_decode_gpu_test" \
+room 170 "variants" && KVATTN_GPU_TEST_QUICK=1 run_logged variants "$B/kernels_decode_gpu_test" \
   --gtest_filter='DecodeGpuVariants.Sweep'
 # Partial rotary embeddings on CUDA (Phi-4-mini; the three RoPE forms take rotary_dim): the
 # kernels' byte-equality tests with partial cases, and the family test against HF.
-room 240 "rope tests" && {
+room 190 "rope tests" && {
   run_logged rope_fused "$B/engine_fused_rope_kv_gpu_test"
   run_logged rope_gemv "$B/engine_gemv_rope_kv_gpu_test"
   run_logged phi4mini "$B/engine_model_families_gpu_test" --gtest_filter='Phi4MiniGpu.*:Phi3Gpu.*'
   grep -E "^\[phi4mini" "$OUT/phi4mini.log" | head -n 8
 }
-room 280 "fp8 bench" && {
-  timeout 150 "$B/gpu_decode_bench" --only fp8 \
+room 230 "fp8 bench" && {
+  timeout 110 "$B/gpu_decode_bench" --only fp8 \
     --variants 'cta sweep,cta sweep swap,cta sweep noswap,cta sweep s4' >"$OUT/fp8_bench.log" 2>&1
   echo "fp8 bench rc=$?"
   grep -E '"decode (default|cta sweep[^"]*)"' "$OUT/fp8_bench.log" | grep -E 'no flush|flush: read' |
@@ -61,13 +61,10 @@ bench_line() {  # LABEL MODEL KV [ENV=VALUE]
   echo "$1 rc=$?: $(tr '\r' '\n' < "$OUT/bench_$1.log" |
     grep -E "Throughput|KV pool|single|first token|leak|rror" | tr '\n' ' ')"
 }
-for r in 1 2; do
-  room $((r == 1 ? 400 : 480)) "engine r$r" || break
-  bench_line "q06_bf16_r$r" /tmp/q06 bf16
-  bench_line "q06_fp8_r$r" /tmp/q06 fp8
-  bench_line "smol_bf16_r$r" /tmp/smol bf16
-  bench_line "smol_fp8_r$r" /tmp/smol fp8
-  bench_line "smol_fp8_sweep_r$r" /tmp/smol fp8 KVATTN_DECODE_CTA_SWEEP=1
-done
-room 540 "serving test" && run_logged serving "$B/engine_cuda_serving_gpu_test"
+room 350 "engine" && bench_line q06_bf16 /tmp/q06 bf16
+room 380 "engine" && bench_line smol_bf16 /tmp/smol bf16
+room 410 "engine" && bench_line smol_fp8 /tmp/smol fp8
+room 440 "engine" && bench_line smol_fp8_sweep /tmp/smol fp8 KVATTN_DECODE_CTA_SWEEP=1
+room 470 "engine" && bench_line q06_fp8 /tmp/q06 fp8
+room 500 "serving test" && run_logged serving "$B/engine_cuda_serving_gpu_test"
 echo "end ${SECONDS}s"
