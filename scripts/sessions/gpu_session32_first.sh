@@ -56,15 +56,15 @@ random_qwen3_06b
 (PYTHONUNBUFFERED=1 timeout 100 python3 scripts/make_random_qwen3.py --shape smollm2-135m \
   --out /tmp/smol 2>&1 | tail -n 1)
 bench_line() {  # LABEL MODEL KV [ENV=VALUE]
-  env ${4:-KVATTN_NOTHING=0} timeout 120 "$B/kvattn" bench --model "$2" --device cuda \
+  env ${4:-KVATTN_NOTHING=0} timeout 60 "$B/kvattn" bench --model "$2" --device cuda \
     --kv-cache-dtype "$3" --json "$OUT/bench_$1.json" >"$OUT/bench_$1.log" 2>&1
   echo "$1 rc=$?: $(tr '\r' '\n' < "$OUT/bench_$1.log" |
     grep -E "Throughput|KV pool|single|first token|leak|rror" | tr '\n' ' ')"
 }
-room 350 "engine" && bench_line q06_bf16 /tmp/q06 bf16
-room 380 "engine" && bench_line smol_bf16 /tmp/smol bf16
-room 410 "engine" && bench_line smol_fp8 /tmp/smol fp8
-room 440 "engine" && bench_line smol_fp8_sweep /tmp/smol fp8 KVATTN_DECODE_CTA_SWEEP=1
-room 470 "engine" && bench_line q06_fp8 /tmp/q06 fp8
-room 500 "serving test" && run_logged serving "$B/engine_cuda_serving_gpu_test"
+room 290 "engine" && bench_line q06_bf16 /tmp/q06 bf16
+room 320 "engine" && bench_line smol_bf16 /tmp/smol bf16
+room 350 "engine" && bench_line smol_fp8 /tmp/smol fp8
+room 370 "engine" && bench_line smol_fp8_sweep /tmp/smol fp8 KVATTN_DECODE_CTA_SWEEP=1
+room 390 "engine" && bench_line q06_fp8 /tmp/q06 fp8
+room 400 "serving test" && run_logged serving "$B/engine_cuda_serving_gpu_test"
 echo "end ${SECONDS}s"
