@@ -36,6 +36,7 @@ const Device kGpu = Device::cuda(0);
 // it on a GPU) is under test here: on for every test of this binary.
 [[maybe_unused]] const bool kFp8ExtendedFormsOn = [] {
   cuda::cuda_tuning().fp8_extended_forms = 1;
+  cuda::cuda_tuning().fp8_padded_decode = 1;  // fp8 at head_dim 80 / 96 (off by default)
   return true;
 }();
 

@@ -44,9 +44,10 @@ DecodePlan plan_decode(int64_t num_seqs, int64_t num_heads, int64_t num_kv_heads
 // the blocks before it are never touched. cache_leftpad (flash-attn's): sequence b's keys are
 // the cache positions cache_leftpad[b] .. L-1, so key j (as the mask and ALiBi count it) lives
 // at position cache_leftpad[b] + j; positions before it are never read. CUDA: window, softcap,
-// alibi_slopes and cache_leftpad at every head_dim over 16-bit caches and over fp8 caches (fp8
-// with them, and fp8 at head_dim 80, 96 and 256, unless the environment sets
-// KVATTN_FP8_EXTENDED_FORMS=0).
+// alibi_slopes and cache_leftpad at every head_dim over 16-bit caches and over fp8 caches at 64,
+// 128 and 256 (fp8 with them, and at 256, unless the environment sets
+// KVATTN_FP8_EXTENDED_FORMS=0); fp8 at head_dim 80 / 96 only with KVATTN_FP8_PADDED_DECODE=1
+// (written, not yet run on a GPU).
 // Out-of-range block ids, cache_seqlens beyond the table's capacity or a cache_leftpad[b]
 // outside [0, L]: the CPU throws; the GPU never reads out of bounds, clamps, and records a
 // fault in the device fault word.

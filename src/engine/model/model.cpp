@@ -59,10 +59,19 @@ void check_cuda_architecture(const ModelConfig& c, Device device, const ModelOpt
   KVATTN_CHECK(c.rope_scaling.type != RopeScaling::Type::kDynamic || c.rope_freq_factors.empty(),
                "Model::create: rope scaling 'dynamic' together with rope_freqs factors is not "
                "supported on ", device, " (CPU only)");
+  // Partial rotary embeddings: the CUDA RoPE kernels take rotary_dim since session 32 (written
+  // while no device was lent; model_families_gpu_test's Phi4MiniGpu checks them against HF):
+  // off until that has run on a GPU, KVATTN_CUDA_PARTIAL_ROTARY=1 turns them on.
+  const char* partial = std::getenv("KVATTN_CUDA_PARTIAL_ROTARY");
+  KVATTN_CHECK(c.rope_dim() == c.head_dim || (partial != nullptr && std::string_view(partial) == "1"),
+               "Model::create: partial rotary embeddings (", c.rope_dim(), " of ", c.head_dim,
+               " dims a head, ", c.architecture, ") are not yet enabled on ", device,
+               " (written, not yet run on a GPU; KVATTN_CUDA_PARTIAL_ROTARY=1 turns them on)");
   // The CUDA kernels' fp8 forms (kvattn/kernels/fp8_cache_forms.h): a window, a soft-cap or
   // head_dim 256 over float8_e4m3 caches only where fp8_cache_extended_forms says (off by
-  // default until they have run on a GPU), head_dim 80 and 96 likewise (the padded 128 tiles);
-  // refused here, before serving, rather than at the first chunked prompt.
+  // default until they have run on a GPU), head_dim 80 and 96 where fp8_cache_padded_decode
+  // says (the decode's padded 128 tiles); refused here, before serving, rather than at the
+  // first chunked prompt.
   if (options.kv_cache_dtype == KVCacheDType::kFP8) {
     const bool extended = fp8_cache_extended_forms(device);
     for (int64_t l = 0; l < c.num_layers && !extended; ++l) {
@@ -79,12 +88,14 @@ void check_cuda_architecture(const ModelConfig& c, Device device, const ModelOpt
                  ") is not supported on ", device,
                  ": the CUDA paged prefill has no soft-cap over float8_e4m3 caches "
                  "(use kv_cache_dtype bf16, or the CPU)");
-    const bool extended_dim = c.head_dim == 80 || c.head_dim == 96 || c.head_dim == 256;
-    KVATTN_CHECK(c.head_dim == 64 || c.head_dim == 128 || (extended && extended_dim),
-                 "Model::create: kv_cache_dtype fp8 with head_dim ", c.head_dim, " (",
+    const bool padded = fp8_cache_padded_decode(device);
+    const bool ok_dim = c.head_dim == 64 || c.head_dim == 128 ||
+                        (extended && c.head_dim == 256) ||
+                        (padded && (c.head_dim == 80 || c.head_dim == 96));
+    KVATTN_CHECK(ok_dim, "Model::create: kv_cache_dtype fp8 with head_dim ", c.head_dim, " (",
                  c.architecture, ") is not supported on ", device, ": the CUDA kernels read "
-                 "float8_e4m3 caches at head_dim 64 and 128", extended ? ", 80, 96 and 256" : "",
-                 " only (use kv_cache_dtype bf16, or the CPU)");
+                 "float8_e4m3 caches at head_dim 64 and 128", extended ? " and 256" : "",
+                 padded ? ", 80 and 96" : "", " only (use kv_cache_dtype bf16, or the CPU)");
   }
 }
 

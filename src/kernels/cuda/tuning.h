@@ -242,6 +242,11 @@ struct CudaTuning {
   // and prefill suites, memcheck and racecheck passed on the H200, and fp8 d256 decodes 64x4096
   // 16/8 in 279.5 us against 487.3 for bf16); 0: refused by name. Env KVATTN_FP8_EXTENDED_FORMS.
   int fp8_extended_forms = 1;
+  // float8_e4m3 caches: decode at head_dim 80 / 96 on the padded 128 tiles (session 32, written
+  // while the device was not lent; its tests draw those dims). 0 (default until the decode suite
+  // and the sanitizers have run it on a GPU): refused by name; 1: on (also needs
+  // fp8_extended_forms). EXPERIMENTAL. Env KVATTN_FP8_PADDED_DECODE.
+  int fp8_padded_decode = 0;
   // store_kv launch, a warp per (token, part): 1 = CTAs of 256 threads, 0 or 2 = CTAs of 128
   // threads (the default). Env KVATTN_STORE_KV_VARIANT.
   int store_kv_variant = 0;
