@@ -23,6 +23,14 @@ source scripts/device_carried.sh
 carried_unpack build-carry-s32b
 trap pack_out EXIT
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
+# Partial rotary embeddings on CUDA (Phi-4-mini; the three RoPE forms take rotary_dim): the
+# kernels' byte-equality tests with partial cases, and the family test against HF.
+{
+  run_logged rope_fused "$B/engine_fused_rope_kv_gpu_test"
+  run_logged rope_gemv "$B/engine_gemv_rope_kv_gpu_test"
+  run_logged phi4mini "$B/engine_model_families_gpu_test" --gtest_filter='Phi4MiniGpu.*:Phi3Gpu.*'
+  grep -E "^\[phi4mini" "$OUT/phi4mini.log" | head -n 8
+}
 KVATTN_GPU_TEST_QUICK=1 run_logged sweep_quick "$B/kernels_decode_gpu_test" \
   --gtest_filter='DecodeGpu.Fp8CtaSweep'
 run_logged sweep_full "$B/kernels_decode_gpu_test" \
@@ -37,14 +45,6 @@ room 150 "sanitizers" && both_sanitizers sweep "$B/kernels_decode_gpu_test" \
   'DecodeGpu.Fp8CtaSweep:DecodeGpu.Fp8CacheSweepAgainstReferenceOnStoredBytes:DecodeGpu.BadIndicesAreCaughtByTheFaultWord'
 room 170 "variants" && KVATTN_GPU_TEST_QUICK=1 run_logged variants "$B/kernels_decode_gpu_test" \
   --gtest_filter='DecodeGpuVariants.Sweep'
-# Partial rotary embeddings on CUDA (Phi-4-mini; the three RoPE forms take rotary_dim): the
-# kernels' byte-equality tests with partial cases, and the family test against HF.
-room 190 "rope tests" && {
-  run_logged rope_fused "$B/engine_fused_rope_kv_gpu_test"
-  run_logged rope_gemv "$B/engine_gemv_rope_kv_gpu_test"
-  run_logged phi4mini "$B/engine_model_families_gpu_test" --gtest_filter='Phi4MiniGpu.*:Phi3Gpu.*'
-  grep -E "^\[phi4mini" "$OUT/phi4mini.log" | head -n 8
-}
 room 230 "fp8 bench" && {
   timeout 110 "$B/gpu_decode_bench" --only fp8 \
     --variants 'cta sweep,cta sweep swap,cta sweep noswap,cta sweep s4' >"$OUT/fp8_bench.log" 2>&1
