@@ -184,6 +184,18 @@ def build_gemma(name):
     return model
 
 
+def add_gguf_tensor(w, gname, t, quant=True):
+    """Adds tensor t to GGUFWriter w as gname: matrices as BF16 bytes ([rows, 2 cols] from
+    gguf.quants.quantize) when quant, everything else as float32."""
+    import gguf  # as the writers: only the GGUF steps need the package
+    if quant and t.dim() == 2:
+        a = t.detach().float().numpy()
+        w.add_tensor(gname, gguf.quants.quantize(a, gguf.GGMLQuantizationType.BF16),
+                     raw_dtype=gguf.GGMLQuantizationType.BF16)
+    else:
+        w.add_tensor(gname, t.detach().float().numpy())
+
+
 def write_gguf_gemma(name, model, out):
     """convert_hf_to_gguf.py's Gemma2Model / Gemma3Model: norms + 1, no lm_head (tied), NeoX
     RoPE (no Q/K permutation). Two keys llama.cpp's gemma loaders do not read, written because
@@ -220,12 +232,7 @@ def write_gguf_gemma(name, model, out):
         w.add_sliding_window_pattern([t == "sliding_attention" for t in cfg.layer_types])
 
     def put(gname, t):
-        if t.dim() == 2:
-            a = t.detach().float().numpy()
-            w.add_tensor(gname, gguf.quants.quantize(a, gguf.GGMLQuantizationType.BF16),
-                         raw_dtype=gguf.GGMLQuantizationType.BF16)
-        else:
-            w.add_tensor(gname, t.detach().float().numpy())
+        add_gguf_tensor(w, gname, t)
 
     sd = model.state_dict()
     names = {"input_layernorm.weight": "attn_norm.weight",
@@ -350,15 +357,8 @@ def write_gguf(name, model, out):
     if getattr(cfg, "sliding_window", None):
         w.add_sliding_window(cfg.sliding_window)
 
-    def bf16(t):
-        a = t.detach().float().numpy()
-        return gguf.quants.quantize(a, gguf.GGMLQuantizationType.BF16)  # bytes [rows, 2 cols]
-
     def put(gname, t, quant=True):
-        if quant and t.dim() == 2:
-            w.add_tensor(gname, bf16(t), raw_dtype=gguf.GGMLQuantizationType.BF16)
-        else:
-            w.add_tensor(gname, t.detach().float().numpy())
+        add_gguf_tensor(w, gname, t, quant)
 
     if rp.get("rope_type") == "llama3":
         w.add_tensor("rope_freqs.weight", llama3_rope_factors(cfg))
@@ -510,12 +510,7 @@ def write_gguf_phi3(model, out):
     w.add_file_type(gguf.LlamaFileType.MOSTLY_BF16)
 
     def put(gname, t):
-        if t.dim() == 2:
-            a = t.detach().float().numpy()
-            w.add_tensor(gname, gguf.quants.quantize(a, gguf.GGMLQuantizationType.BF16),
-                         raw_dtype=gguf.GGMLQuantizationType.BF16)
-        else:
-            w.add_tensor(gname, t.detach().float().numpy())
+        add_gguf_tensor(w, gname, t)
 
     w.add_tensor("rope_factors_long.weight", np.array(rp["long_factor"], dtype=np.float32))
     w.add_tensor("rope_factors_short.weight", np.array(rp["short_factor"], dtype=np.float32))
