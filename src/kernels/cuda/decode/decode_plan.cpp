@@ -34,12 +34,14 @@ DecodePlan plan_decode(int64_t num_seqs, int64_t num_heads, int64_t num_kv_heads
   // as such a batch skips the small-batch kernel, the stream ranges are sized even where a
   // 16-bit cache would take the small kernel.
   const int64_t rows = group * q_len;
-  // (fp8 at head_dim 256, and at 80 / 96 on the padded 128 tile, only where
-  // CudaTuning::fp8_extended_forms allows it, the default.)
+  // (fp8 at head_dim 256 only where CudaTuning::fp8_extended_forms allows it, the default;
+  // at 80 / 96 on the padded 128 tile only where fp8_padded_decode does too.)
+  const CudaTuning& t = cuda_tuning();
   const bool padded = tile_dim != head_dim;
+  const bool fp8_form = padded ? t.fp8_extended_forms != 0 && t.fp8_padded_decode != 0
+                               : tile_dim != 256 || t.fp8_extended_forms != 0;
   const bool fp8_swap_possible =
-      ((!padded && tile_dim != 256) || cuda_tuning().fp8_extended_forms != 0) &&
-      decode_use_swap(cuda_tuning().decode_swap, rows, tile_dim, /*fp8=*/true, /*ext=*/false);
+      fp8_form && decode_use_swap(t.decode_swap, rows, tile_dim, /*fp8=*/true, /*ext=*/false);
   if (fp8_swap_possible) {
     const DecodeConfig c8 =
         decode_config(num_kv_heads, rows, tile_dim, 1, kDecodeSwapRows, padded);
