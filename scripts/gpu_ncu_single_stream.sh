@@ -7,28 +7,32 @@
 # the gaps between kernels). Needs build-gpu/kvattn (SKIP_BUILD=1 reuses it) and /tmp/q06
 # (made here if missing).
 #   run: bash scripts/gpu_ncu_single_stream.sh > $OUT/summary.txt 2>&1   (carry .deps)
+#   env: KVATTN_BIN (a carried kvattn; no build), MODEL (default /tmp/q06), TAG (output names)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source scripts/device_env.sh  # sets OUT (default ./out) and creates it
-if [ "${SKIP_BUILD:-0}" != 1 ] || [ ! -x build-gpu/kvattn ]; then
+BIN=${KVATTN_BIN:-./build-gpu/kvattn}
+MODEL=${MODEL:-/tmp/q06}
+TAG=${TAG:-single}
+if [ -z "${KVATTN_BIN:-}" ] && { [ "${SKIP_BUILD:-0}" != 1 ] || [ ! -x build-gpu/kvattn ]; }; then
   step build
   kvattn_gpu_build OFF kvattn_cli
 fi
-[ -f /tmp/q06/model.safetensors ] ||
+[ "$MODEL" != /tmp/q06 ] || [ -f /tmp/q06/model.safetensors ] ||
   python3 scripts/make_random_qwen3.py --shape 0.6b --out /tmp/q06 > /tmp/q06.log 2>&1
 step "graph-replay single stream (the time to explain)"
-./build-gpu/kvattn bench --model /tmp/q06 --device cuda --no-compare --num-seqs 1 \
+"$BIN" bench --model "$MODEL" --device cuda --no-compare --num-seqs 1 \
   --prefix-len 0 --min-input 128 --max-input 128 --min-output 64 --max-output 64 2>&1 |
   tr '\r' '\n' | grep -E "single stream|Throughput"
 # Skip the load and warm-up launches (SKIP) and profile a window (COUNT) of the decode loop.
 step "ncu: kernel durations in the decode loop (eager)"
 timeout 400 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
   --launch-skip "${SKIP:-3000}" --launch-count "${COUNT:-900}" \
-  ./build-gpu/kvattn bench --model /tmp/q06 --device cuda --eager --no-compare --num-seqs 1 \
+  "$BIN" bench --model "$MODEL" --device cuda --eager --no-compare --num-seqs 1 \
   --prefix-len 0 --min-input 128 --max-input 128 --min-output 256 --max-output 256 \
-  > "$OUT/ncu_single.csv" 2> "$OUT/ncu_single.err"
-echo "ncu rc=$? ($(wc -l < "$OUT/ncu_single.csv") lines)"
-python3 - "$OUT/ncu_single.csv" <<'PY'
+  > "$OUT/ncu_$TAG.csv" 2> "$OUT/ncu_$TAG.err"
+echo "ncu rc=$? ($(wc -l < "$OUT/ncu_$TAG.csv") lines)"
+python3 - "$OUT/ncu_$TAG.csv" <<'PY'
 import csv, sys, collections
 rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
 if not rows:

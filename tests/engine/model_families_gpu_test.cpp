@@ -421,7 +421,6 @@ TEST(Phi3Gpu, LongContextGraphsOnEqualsOff) {
 // rotary_dim): HF's logits from both formats, in one chunk and in chunks of 5 over pages of
 // 1, and rotating whole heads misses them.
 TEST(Phi4MiniGpu, PartialRotaryMatchesHF) {
-  setenv("KVATTN_CUDA_PARTIAL_ROTARY", "1", 1);  // off by default until this test has run
   const auto cases = phi3_cases(false, "phi4mini");
   ASSERT_EQ(cases.size(), 2u);
   double with = 0;

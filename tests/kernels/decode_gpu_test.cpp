@@ -32,13 +32,6 @@ using test::pick;
 using test::uniform_int;
 
 const Device kGpu = Device::cuda(0);
-// fp8 at head_dim 256 (CudaTuning::fp8_extended_forms, off by default until this suite has run
-// it on a GPU) is under test here: on for every test of this binary.
-[[maybe_unused]] const bool kFp8ExtendedFormsOn = [] {
-  cuda::cuda_tuning().fp8_extended_forms = 1;
-  cuda::cuda_tuning().fp8_padded_decode = 1;  // fp8 at head_dim 80 / 96 (off by default)
-  return true;
-}();
 
 #define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
 
@@ -574,14 +567,15 @@ const Variant kVariants[] = {
     {.name = "small d64 bound 1 MiB", .heads = 8, .stages = 0, .d64_max_mb = 1},
     {.name = "small min chunks 1", .heads = 8, .stages = 0, .min_chunks = 1},
     {.name = "small one wave", .heads = 8, .stages = 0, .one_wave = 1},
-    {.name = "copy issue", .heads = 8, .stages = 0, .lean_issue = 0, .tma = 0},
+    // (cta_sweep 0: at fp8 d64 the CTA page sweep, on by default, would take these launches.)
+    {.name = "copy issue", .heads = 8, .stages = 0, .lean_issue = 0, .tma = 0, .cta_sweep = 0},
     {.name = "copy issue swap nosmall", .heads = 8, .stages = 0, .small = 0, .swap = 1,
-     .lean_issue = 0, .tma = 0},
-    {.name = "lean issue", .heads = 8, .stages = 0, .lean_issue = 1, .tma = 0},
+     .lean_issue = 0, .tma = 0, .cta_sweep = 0},
+    {.name = "lean issue", .heads = 8, .stages = 0, .lean_issue = 1, .tma = 0, .cta_sweep = 0},
     {.name = "lean issue swap nosmall", .heads = 8, .stages = 0, .small = 0, .swap = 1,
-     .lean_issue = 1, .tma = 0},
+     .lean_issue = 1, .tma = 0, .cta_sweep = 0},
     {.name = "lean issue noswap nosmall h4 s2", .heads = 4, .stages = 2, .small = 0, .swap = 0,
-     .lean_issue = 1, .tma = 0},
+     .lean_issue = 1, .tma = 0, .cta_sweep = 0},
     {.name = "tma", .heads = 8, .stages = 0, .tma = 1},
     {.name = "tma swap nosmall", .heads = 8, .stages = 0, .small = 0, .swap = 1, .tma = 1},
     {.name = "tma prefetch", .heads = 8, .stages = 0, .tma = 1, .tma_prefetch = 1},
@@ -992,7 +986,7 @@ TEST(DecodeGpu, BadIndicesAreCaughtByTheFaultWord) {
   }
   // The split kernel's CTA sweep (fp8 d64) and the lean issue it stands beside there.
   const Variant fp8_forms[] = {{.name = "lean issue fp8 d64", .heads = 8, .stages = 0,
-                                .small = 0, .lean_issue = 1},
+                                .small = 0, .lean_issue = 1, .cta_sweep = 0},
                                {.name = "cta sweep fp8 d64", .heads = 8, .stages = 0,
                                 .small = 0, .cta_sweep = 1}};
   for (const Variant& v : fp8_forms) {

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -59,14 +58,8 @@ void check_cuda_architecture(const ModelConfig& c, Device device, const ModelOpt
   KVATTN_CHECK(c.rope_scaling.type != RopeScaling::Type::kDynamic || c.rope_freq_factors.empty(),
                "Model::create: rope scaling 'dynamic' together with rope_freqs factors is not "
                "supported on ", device, " (CPU only)");
-  // Partial rotary embeddings: the CUDA RoPE kernels take rotary_dim since session 32 (written
-  // while no device was lent; model_families_gpu_test's Phi4MiniGpu checks them against HF):
-  // off until that has run on a GPU, KVATTN_CUDA_PARTIAL_ROTARY=1 turns them on.
-  const char* partial = std::getenv("KVATTN_CUDA_PARTIAL_ROTARY");
-  KVATTN_CHECK(c.rope_dim() == c.head_dim || (partial != nullptr && std::string_view(partial) == "1"),
-               "Model::create: partial rotary embeddings (", c.rope_dim(), " of ", c.head_dim,
-               " dims a head, ", c.architecture, ") are not yet enabled on ", device,
-               " (written, not yet run on a GPU; KVATTN_CUDA_PARTIAL_ROTARY=1 turns them on)");
+  // Partial rotary embeddings (Phi-4-mini): the CUDA RoPE kernels take rotary_dim (session 32;
+  // model_families_gpu_test's Phi4MiniGpu matched HF on the H100 in session 33).
   // The CUDA kernels' fp8 forms (kvattn/kernels/fp8_cache_forms.h): a window, a soft-cap or
   // head_dim 256 over float8_e4m3 caches only where fp8_cache_extended_forms says (off by
   // default until they have run on a GPU), head_dim 80 and 96 where fp8_cache_padded_decode

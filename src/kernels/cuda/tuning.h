@@ -182,10 +182,10 @@ struct CudaTuning {
   // Decode's split kernel over float8_e4m3 caches at head_dim 64: 1 = the CTA copies a tile's
   // rows of all its KV heads together, consecutive threads on consecutive cache bytes
   // (decode_cta_sweep.cuh; where every warp of the CTA has a unit), instead of each warp its
-  // head's strided 64-byte rows. read_rate, H200, session 31: those loads alone 43.7 -> 39.3
-  // us at 96 x 4096 9/3. 0 (default) until the whole kernel is measured. Env
-  // KVATTN_DECODE_CTA_SWEEP.
-  int decode_cta_sweep = 0;
+  // head's strided 64-byte rows. 1 (default since session 33; H100, one bench process: 256 x
+  // 1024 8/8 138.2 -> 124.5 us, 64 x 4096 32/8 d64 141.7 -> 124.7, the 9/3 shapes within 1%;
+  // suite, memcheck and racecheck passed); 0: the per-warp issue. Env KVATTN_DECODE_CTA_SWEEP.
+  int decode_cta_sweep = 1;
   // Decode's TMA form: 1 = each tile's issue also asks L2 for the next tile of the warp
   // (cp.async.bulk.prefetch.tensor), a deeper look-ahead than the shared-memory stages hold.
   // 0 (default): it lost 13-27% on every bandwidth-bound shape (H200, session 29: 64x4096 32/8
@@ -242,11 +242,11 @@ struct CudaTuning {
   // and prefill suites, memcheck and racecheck passed on the H200, and fp8 d256 decodes 64x4096
   // 16/8 in 279.5 us against 487.3 for bf16); 0: refused by name. Env KVATTN_FP8_EXTENDED_FORMS.
   int fp8_extended_forms = 1;
-  // float8_e4m3 caches: decode at head_dim 80 / 96 on the padded 128 tiles (session 32, written
-  // while the device was not lent; its tests draw those dims). 0 (default until the decode suite
-  // and the sanitizers have run it on a GPU): refused by name; 1: on (also needs
-  // fp8_extended_forms). EXPERIMENTAL. Env KVATTN_FP8_PADDED_DECODE.
-  int fp8_padded_decode = 0;
+  // float8_e4m3 caches: decode at head_dim 80 / 96 on the padded 128 tiles (session 32). 1
+  // (default since session 33: the fp8 decode sweeps over those dims, memcheck and racecheck
+  // passed on the H100); 0: refused by name. Needs fp8_extended_forms too. Env
+  // KVATTN_FP8_PADDED_DECODE.
+  int fp8_padded_decode = 1;
   // store_kv launch, a warp per (token, part): 1 = CTAs of 256 threads, 0 or 2 = CTAs of 128
   // threads (the default). Env KVATTN_STORE_KV_VARIANT.
   int store_kv_variant = 0;

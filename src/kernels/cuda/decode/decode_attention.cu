@@ -398,17 +398,17 @@ void decode_attention(const DecodeArgs& args, const AttentionShape& shape) {
                fn, ": sizes past the CUDA kernel's 32-bit indexing (capacity ", capacity,
                ", num_blocks ", shape.num_blocks, ")");
   // fp8 at head_dim 256 (the swapped tile over fp8 codes; session 30, on by default since
-  // session 31) and at 80 / 96 (the padded 128 tiles; session 32, off by default until it has
-  // run on a GPU): refused where CudaTuning::fp8_extended_forms / fp8_padded_decode turn them
-  // off (tuning.h).
+  // session 31) and at 80 / 96 (the padded 128 tiles; session 32, on by default since session
+  // 33): refused where CudaTuning::fp8_extended_forms / fp8_padded_decode turn them off
+  // (tuning.h).
   if (args.k_cache.dtype == DType::kF8E4M3) {
     const bool padded = shape.head_dim == 80 || shape.head_dim == 96;
     KVATTN_CHECK((shape.head_dim != 256 && !padded) || cuda_tuning().fp8_extended_forms != 0,
                  fn, ": head_dim ", shape.head_dim, " over a float8_e4m3 cache is turned off "
                  "(KVATTN_FP8_EXTENDED_FORMS=0)");
     KVATTN_CHECK(!padded || cuda_tuning().fp8_padded_decode != 0, fn, ": head_dim ",
-                 shape.head_dim, " over a float8_e4m3 cache is not yet enabled on CUDA (written, "
-                 "not yet run on a GPU; KVATTN_FP8_PADDED_DECODE=1 turns it on)");
+                 shape.head_dim, " over a float8_e4m3 cache is turned off "
+                 "(KVATTN_FP8_PADDED_DECODE=0)");
   }
 
   DecodeParams p;
