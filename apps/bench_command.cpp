@@ -138,7 +138,19 @@ std::string split_text(const StepTimeSplit& s, bool timed) {
   return buf;
 }
 
-void print_breakdown(const GenerationStats& st) {
+// Decode steps' K/V reads: attended keys x the cache's bytes a token (sliding-window layers
+// read fewer, so there this is an upper bound), and the rate over the attention time when the
+// phases are timed, else over the model time (a lower bound on the attention's own rate).
+double decode_kv_bytes(const GenerationStats& st, int64_t kv_bytes_per_token) {
+  return static_cast<double>(st.decode_steps.attended_keys) * static_cast<double>(kv_bytes_per_token);
+}
+double decode_kv_rate(const GenerationStats& st, int64_t kv_bytes_per_token) {
+  const StepTimeSplit& d = st.decode_steps;
+  return ratio(decode_kv_bytes(st, kv_bytes_per_token),
+               st.phases_timed ? d.attention_seconds : d.model_seconds);
+}
+
+void print_breakdown(const GenerationStats& st, int64_t kv_bytes_per_token) {
   const auto line = [&](const char* what, const StepTimeSplit& s) {
     std::printf("  %-14s %6lld steps, %8.2f ms/step: %s\n", what, static_cast<long long>(s.steps),
                 1e3 * ratio(s.seconds(), static_cast<double>(s.steps)),
@@ -148,6 +160,14 @@ void print_breakdown(const GenerationStats& st) {
   line("all steps", st.all_steps());
   line("prefill steps", st.prefill_steps);
   line("decode steps", st.decode_steps);
+  if (st.decode_steps.steps > 0) {
+    std::printf("  decode K/V reads: %.2f GB (%.0f keys a step), %.2f TB/s over the %s time\n",
+                1e-9 * decode_kv_bytes(st, kv_bytes_per_token),
+                ratio(static_cast<double>(st.decode_steps.attended_keys),
+                      static_cast<double>(st.decode_steps.steps)),
+                1e-12 * decode_kv_rate(st, kv_bytes_per_token),
+                st.phases_timed ? "attention" : "model");
+  }
 }
 
 Json split_json(const StepTimeSplit& s, bool timed) {
@@ -169,11 +189,15 @@ Json split_json(const StepTimeSplit& s, bool timed) {
   return j;
 }
 
-Json breakdown_json(const GenerationStats& st) {
+Json breakdown_json(const GenerationStats& st, int64_t kv_bytes_per_token) {
+  Json decode = split_json(st.decode_steps, st.phases_timed);
+  decode["attended_keys"] = st.decode_steps.attended_keys;
+  decode["kv_bytes"] = decode_kv_bytes(st, kv_bytes_per_token);
+  decode["kv_read_bytes_per_s"] = decode_kv_rate(st, kv_bytes_per_token);
   return {{"timed", st.phases_timed},
           {"all_steps", split_json(st.all_steps(), st.phases_timed)},
           {"prefill_steps", split_json(st.prefill_steps, st.phases_timed)},
-          {"decode_steps", split_json(st.decode_steps, st.phases_timed)}};
+          {"decode_steps", decode}};
 }
 
 // --timeline: the device's busy share and its idle gaps between steps.
@@ -213,7 +237,7 @@ Json stats_json(const GenerationStats& s) {
           {"host_s", s.host_seconds}};
 }
 
-Json run_json(const Run& r, int64_t prompt_tokens) {
+Json run_json(const Run& r, int64_t prompt_tokens, int64_t kv_bytes_per_token) {
   const GenerationStats& s = r.stats;
   const double step_s = s.model_seconds + s.host_seconds;
   const double model_share = ratio(s.model_seconds, step_s);
@@ -225,7 +249,7 @@ Json run_json(const Run& r, int64_t prompt_tokens) {
           {"host_share", 1.0 - model_share},
           {"prefix_hit_rate", s.prefix_hit_rate()},
           {"stats", stats_json(s)},
-          {"breakdown", breakdown_json(s)}};
+          {"breakdown", breakdown_json(s, kv_bytes_per_token)}};
 }
 
 }  // namespace
@@ -338,7 +362,7 @@ int run_bench(const BenchArgs& a) {
               static_cast<long long>(main_stats.num_mixed_steps),
               static_cast<long long>(main_stats.num_preemptions),
               static_cast<long long>(main_stats.num_cached_tokens));
-  print_breakdown(main_stats);
+  print_breakdown(main_stats, llm.kv_bytes_per_token());
   if (a.timeline) print_timeline(main_timeline);
   if (main_stats.num_cascade_steps > 0) {
     std::printf("cascade decode: %lld of %lld decode steps read a shared prefix once\n",
@@ -387,20 +411,20 @@ int run_bench(const BenchArgs& a) {
           {"temperature", a.temperature}, {"top_k", a.top_k}, {"top_p", a.top_p},
           {"prompt_tokens", w.input_tokens},
           {"output_tokens", w.output_tokens}}},
-        {"throughput", run_json(main_run, w.input_tokens)},
-        {"breakdown", breakdown_json(main_stats)},
+        {"throughput", run_json(main_run, w.input_tokens, llm.kv_bytes_per_token())},
+        {"breakdown", breakdown_json(main_stats, llm.kv_bytes_per_token())},
         {"timeline", timeline_json(main_timeline)},
         {"prefix_cache",
          {{"enabled", opt.enable_prefix_caching},
           {"hit_rate", main_stats.prefix_hit_rate()},
           {"cached_tokens", main_stats.num_cached_tokens},
           {"prompt_tokens", main_stats.num_prompt_tokens},
-          {"off", off_run ? run_json(*off_run, w.input_tokens) : Json()},
+          {"off", off_run ? run_json(*off_run, w.input_tokens, llm.kv_bytes_per_token()) : Json()},
           {"speedup", off_run ? Json(ratio(main_run.tok_per_s(), off_run->tok_per_s())) : Json()}}},
         {"single_stream",
          {{"prompt_tokens", single_in}, {"new_tokens", single_out},
           {"decode_tok_per_s", single_decode}, {"wall_s", single_wall},
-          {"breakdown", breakdown_json(single_stats)}}},
+          {"breakdown", breakdown_json(single_stats, llm.kv_bytes_per_token())}}},
         {"ttft", {{"prompt_tokens", ttft_in}, {"seconds", ttft}}},
         {"kv_cache",
          {{"blocks", cache.num_blocks}, {"free_blocks_after", cache.num_free_blocks},

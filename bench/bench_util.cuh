@@ -102,4 +102,27 @@ double median_us(Fn&& fn, Flush flush, int reps, int warmup = 10) {
   return 1000.0 * ms[ms.size() / 2];
 }
 
+// The copy ceiling: a 1 GB device-to-device copy on `st` (best of 5 after one untimed), in
+// GB/s counting read + write bytes.
+inline double measure_copy_gbps(cudaStream_t st, cudaEvent_t e0, cudaEvent_t e1) {
+  const size_t bytes = size_t{1} << 30;
+  void *a = nullptr, *b = nullptr;
+  BENCH_CUDA(cudaMalloc(&a, bytes));
+  BENCH_CUDA(cudaMalloc(&b, bytes));
+  BENCH_CUDA(cudaMemsetAsync(a, 1, bytes, st));
+  float best = 1e30f;
+  for (int r = 0; r < 6; ++r) {
+    BENCH_CUDA(cudaEventRecord(e0, st));
+    BENCH_CUDA(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, st));
+    BENCH_CUDA(cudaEventRecord(e1, st));
+    BENCH_CUDA(cudaEventSynchronize(e1));
+    float ms = 0;
+    BENCH_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+    if (r > 0) best = std::min(best, ms);
+  }
+  BENCH_CUDA(cudaFree(a));
+  BENCH_CUDA(cudaFree(b));
+  return 2.0 * bytes / (best * 1e-3) / 1e9;
+}
+
 }  // namespace

@@ -596,6 +596,37 @@ int main(int argc, char** argv) {
                    16, rng, m.d, false, m.table);
     }
   }
+  // `--only engine`: decode batches as nano-vllm's workload gives the engine (Qwen3-0.6B's
+  // heads, 16/8 d128, page 16; lengths drawn from [100, 2048]), each planned with its longest
+  // length (an eager step) and with the table width of the engine's graphs (ctx 40960): the
+  // engine's decode attention read 2.64 TB/s there against 2.89 for uniform shapes (H100,
+  // session 33); does the graphs' plan cost it?
+  if (only == "engine") {
+    for (int64_t batch : {64, 148, 256}) {
+      std::uniform_int_distribution<int64_t> len(100, 2048);
+      std::vector<int64_t> lens(static_cast<size_t>(batch));
+      for (auto& l : lens) l = len(rng);
+      const std::string name = std::to_string(batch) + "x[100,2048]";
+      for (bool fp8 : {false, true}) {
+        bench_decode(name, lens, 16, 8, 16, rng, 128, fp8);
+        bench_decode(name, lens, 16, 8, 16, rng, 128, fp8, 40960);
+      }
+    }
+  }
+  // `--only short`: a single stream's short contexts (SmolLM2's 9/3 d64, Qwen3-0.6B's 16/8
+  // d128) planned with the engine graphs' table width (SmolLM2's ctx 8192) and with their own
+  // length, over the small-kernel variants: the attention is the largest kernel of SmolLM2's
+  // single-stream token (8.65 us a layer under ncu, session 33).
+  if (only == "short") {
+    g_small_map = true;
+    for (int64_t len : {128, 256, 384}) {
+      const std::vector<int64_t> lens(1, len);
+      const std::string name = "1x" + std::to_string(len);
+      bench_decode(name, lens, 9, 3, 16, rng, 64, false, 8192);
+      bench_decode(name, lens, 9, 3, 16, rng, 64);
+      bench_decode(name, lens, 16, 8, 16, rng, 128, false, 8192);
+    }
+  }
   // `--only d64`: SmolLM2's head shape alone (96 x 4096, 9/3, d64, page 16), for a profiler
   // run of one kernel (the 16-row tile by default, the swapped one with KVATTN_DECODE_SWAP=1).
   if (only == "d64") {

@@ -62,30 +62,8 @@ int main(int argc, char** argv) {
   BENCH_CUDA(cudaEventCreate(&e0));
   BENCH_CUDA(cudaEventCreate(&e1));
 
-  // Copy ceiling: 1 GB device to device.
-  double copy_gbps = 0.0;
-  {
-    const size_t bytes = size_t{1} << 30;
-    void *a = nullptr, *b = nullptr;
-    BENCH_CUDA(cudaMalloc(&a, bytes));
-    BENCH_CUDA(cudaMalloc(&b, bytes));
-    BENCH_CUDA(cudaMemsetAsync(a, 1, bytes, st));
-    float best = 1e30f;
-    for (int r = 0; r < 6; ++r) {
-      BENCH_CUDA(cudaEventRecord(e0, st));
-      BENCH_CUDA(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, st));
-      BENCH_CUDA(cudaEventRecord(e1, st));
-      BENCH_CUDA(cudaEventSynchronize(e1));
-      float ms = 0;
-      BENCH_CUDA(cudaEventElapsedTime(&ms, e0, e1));
-      if (r > 0) best = std::min(best, ms);
-    }
-    copy_gbps = 2.0 * bytes / (best * 1e-3) / 1e9;
-    std::printf("copy ceiling: 1 GB D2D in %.3f ms = %.0f GB/s (read + write)\n", best,
-                copy_gbps);
-    BENCH_CUDA(cudaFree(a));
-    BENCH_CUDA(cudaFree(b));
-  }
+  const double copy_gbps = measure_copy_gbps(st, e0, e1);  // 1 GB device to device
+  std::printf("copy ceiling: %.0f GB/s (read + write)\n", copy_gbps);
 
   kvattn::cuda_model::Gemm lt(0), gv(0);
   lt.use_gemv(false);

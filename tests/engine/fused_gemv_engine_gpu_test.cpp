@@ -131,8 +131,10 @@ TEST_P(FusedGemvLogits, TeacherForcedLogitsBitEqual) {
   EXPECT_EQ(cuda_model_stats(*off).fused_gemv_steps, 0);
   EXPECT_GT(cuda_model_stats(*on_graphs).fused_gemv_steps, 0) << "the fused path never ran";
   EXPECT_GT(cuda_model_stats(*on_eager).fused_gemv_steps, 0) << "the fused path never ran";
-  // The qkv GEMV's q/k norm + RoPE + KV write epilogue (Gemv::run_rmsnorm_rope_kv) ran too
-  // where asked (KVATTN_FUSED_ROPE=1; tiny checkpoints: heads of 64 = two tiles of the split).
+  // The qkv GEMV's q/k norm + RoPE + KV write epilogue ran too where asked and it applies
+  // (KVATTN_FUSED_ROPE=1, Gemv::run_rmsnorm_rope_kv; tiny checkpoints: heads of 64 = two tiles
+  // of the split; KVATTN_FUSED_ROPE_PAIRS=1, run_rmsnorm_rope_pairs: llama, not qwen3's q/k
+  // norms).
   EXPECT_EQ(cuda_model_stats(*off).fused_rope_layers, 0);
   for (const Model* m : {on_graphs.get(), on_eager.get()}) {
     if (cuda_model_stats(*m).fused_rope) {

@@ -1,5 +1,6 @@
 // The qkv GEMV with the q/k norm + RoPE + KV write as its epilogue (engine/model/cuda_gemv.h
-// run_rmsnorm_rope_kv, thread block clusters of one head each) against the two launches it
+// run_rmsnorm_rope_kv, thread block clusters of one head each; run_rmsnorm_rope_pairs, warps
+// owning rotation pairs, for heads without q/k norms rotated whole) against the two launches it
 // replaces, Gemv::run_rmsnorm then qk_norm_rope_store_kv, on the same random inputs: every
 // element of qkv (y, padding columns included), of the residual written back, and every byte of
 // both caches must be identical, and the fault word the same (the epilogue runs the standalone
@@ -175,18 +176,28 @@ PathState stage(const Case& c, const Inputs& in) {
 }
 
 enum class How { kPlain, kPdl, kGraph };
+// Which epilogue: run_rmsnorm_rope_kv (clusters) or run_rmsnorm_rope_pairs.
+enum class Form { kClusters, kPairs };
+
+bool call_fused(const k::Gemv& gemv, const Case& c, const Inputs& in, PathState& r, Form form,
+                k::Launch on) {
+  return form == Form::kPairs
+             ? gemv.run_rmsnorm_rope_pairs(r.nin, c.rows, c.hidden, r.w.data(), in.n, r.y.data(),
+                                           in.ldy, r.rope, r.kv, on)
+             : gemv.run_rmsnorm_rope_kv(r.nin, c.rows, c.hidden, r.w.data(), in.n, r.y.data(),
+                                        in.ldy, r.rope, r.kv, on);
+}
 
 // Runs the fused entry as `how` says; returns what it returned.
-bool run_fused(const k::Gemv& gemv, const Case& c, const Inputs& in, PathState& r, How how) {
+bool run_fused(const k::Gemv& gemv, const Case& c, const Inputs& in, PathState& r, How how,
+               Form form = Form::kClusters) {
   if (how == How::kGraph) {
     cudaStream_t s = nullptr;
     EXPECT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
     cudaGraph_t g = nullptr;
     cudaGraphExec_t e = nullptr;
     EXPECT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-    const bool ran = gemv.run_rmsnorm_rope_kv(r.nin, c.rows, c.hidden, r.w.data(), in.n,
-                                              r.y.data(), in.ldy, r.rope, r.kv,
-                                              k::Launch(s, true));
+    const bool ran = call_fused(gemv, c, in, r, form, k::Launch(s, true));
     EXPECT_EQ(cudaStreamEndCapture(s, &g), cudaSuccess);
     EXPECT_EQ(cudaGraphInstantiate(&e, g, 0), cudaSuccess);
     for (int i = 0; i < 2; ++i) EXPECT_EQ(cudaGraphLaunch(e, s), cudaSuccess);  // idempotent
@@ -196,8 +207,7 @@ bool run_fused(const k::Gemv& gemv, const Case& c, const Inputs& in, PathState& 
     cudaStreamDestroy(s);
     return ran;
   }
-  return gemv.run_rmsnorm_rope_kv(r.nin, c.rows, c.hidden, r.w.data(), in.n, r.y.data(), in.ldy,
-                                  r.rope, r.kv, k::Launch(nullptr, how == How::kPdl));
+  return call_fused(gemv, c, in, r, form, k::Launch(nullptr, how == How::kPdl));
 }
 
 template <typename T>
@@ -207,10 +217,12 @@ int64_t count_diff(const std::vector<T>& a, const std::vector<T>& b) {
   return d + static_cast<int64_t>(std::max(a.size(), b.size()) - std::min(a.size(), b.size()));
 }
 
-void run_case(const k::Gemv& gemv, const Case& c, uint64_t seed, How how) {
-  SCOPED_TRACE(test::case_note(0, seed, describe(c) + (how == How::kPdl     ? " pdl"
-                                                        : how == How::kGraph ? " graph"
-                                                                             : "")));
+void run_case(const k::Gemv& gemv, const Case& c, uint64_t seed, How how,
+              Form form = Form::kClusters) {
+  SCOPED_TRACE(test::case_note(0, seed, describe(c) + (form == Form::kPairs ? " pairs" : "") +
+                                            (how == How::kPdl     ? " pdl"
+                                             : how == How::kGraph ? " graph"
+                                                                  : "")));
   const Inputs in = make_inputs(c, seed);
   PathState a = stage(c, in), b = stage(c, in);
   ASSERT_EQ(read_device_faults(Device::cuda(0), true), 0u);
@@ -220,7 +232,7 @@ void run_case(const k::Gemv& gemv, const Case& c, uint64_t seed, How how) {
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const uint32_t faults_a = read_device_faults(Device::cuda(0), true);
 
-  ASSERT_TRUE(run_fused(gemv, c, in, b, how)) << "the epilogue declined a case it covers";
+  ASSERT_TRUE(run_fused(gemv, c, in, b, how, form)) << "the epilogue declined a case it covers";
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const uint32_t faults_b = read_device_faults(Device::cuda(0), true);
 
@@ -270,6 +282,43 @@ TEST_P(GemvRopeKv, EqualsRunRmsnormThenQkNormRopeStoreKv) {
 INSTANTIATE_TEST_SUITE_P(Cache, GemvRopeKv, ::testing::Values(false, true),
                          [](const auto& info) { return info.param ? "e4m3" : "bf16"; });
 
+// The rotation-pair epilogue (run_rmsnorm_rope_pairs) on the heads it covers (no q/k norms,
+// rotated whole): the same shapes (SmolLM2's 9/3 of 64 on the K-split work split; Qwen3 and
+// Llama-8B widths; GQA 1; a tiny model), rows 1-4, both RoPE styles, pages 1 and 16, pad rows
+// and padding columns, a slot past the cache, and plain, PDL and graph launches.
+class GemvRopePairs : public ::testing::TestWithParam<bool> {};  // the cache is e4m3
+
+TEST_P(GemvRopePairs, EqualsRunRmsnormThenQkNormRopeStoreKv) {
+  const bool fp8 = GetParam();
+  k::Gemv gemv(0);
+  struct Shape {
+    int64_t hidden, heads, kv_heads, head_dim;
+  };
+  const std::vector<Shape> shapes = {{576, 9, 3, 64},    {1024, 16, 8, 128}, {1024, 8, 8, 128},
+                                     {4096, 32, 8, 128}, {64, 4, 2, 32},     {768, 6, 2, 96}};
+  std::vector<Case> cases;
+  for (const Shape& s : shapes) {
+    for (int64_t rows = 1; rows <= k::Gemv::kFusedPreferredRows; ++rows) {
+      cases.push_back(Case{rows, s.hidden, s.heads, s.kv_heads, s.head_dim, rows == 2 ? 1 : 16,
+                           false, rows % 2 == 1, fp8, rows > 1, rows == 4 ? 8 : 0});
+    }
+  }
+  cases.push_back(Case{3, 576, 9, 3, 64, 16, false, false, fp8, true, 0, true});
+  for (const Case& c : cases) {
+    run_case(gemv, c, test::case_seed(), How::kPlain, Form::kPairs);
+    if (::testing::Test::HasFailure()) return;
+  }
+  for (How how : {How::kPdl, How::kGraph}) {
+    run_case(gemv, Case{1, 576, 9, 3, 64, 16, false, false, fp8, true}, test::case_seed(), how,
+             Form::kPairs);
+    run_case(gemv, Case{4, 1024, 16, 8, 128, 16, false, true, fp8, true}, test::case_seed(), how,
+             Form::kPairs);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cache, GemvRopePairs, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "e4m3" : "bf16"; });
+
 // Cases outside the epilogue: false, nothing launched (y keeps its poison), no fault.
 TEST(GemvRopeKvDeclines, LaunchesNothingWhereItDoesNotApply) {
   k::Gemv gemv(0);
@@ -277,15 +326,23 @@ TEST(GemvRopeKvDeclines, LaunchesNothingWhereItDoesNotApply) {
       Case{5, 1024, 16, 8, 128, 16, true, false, false, true},   // rows > kFusedPreferredRows
       Case{1, 1024, 8, 4, 256, 16, true, false, false, true},    // a head of 16 tiles
   };
-  for (const Case& c : declined) {
-    SCOPED_TRACE(describe(c));
-    const Inputs in = make_inputs(c, test::case_seed());
-    PathState r = stage(c, in);
-    EXPECT_FALSE(run_fused(gemv, c, in, r, How::kPlain));
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    EXPECT_EQ(count_diff(download<uint16_t>(r.y), in.y_poison), 0) << "y was written";
-    EXPECT_EQ(count_diff(download<uint8_t>(r.cache), in.cache), 0) << "a cache was written";
-    EXPECT_EQ(read_device_faults(Device::cuda(0), true), 0u);
+  // The pairs: q/k norms, partial rotary, too many rows.
+  const std::vector<Case> declined_pairs = {
+      Case{1, 576, 9, 3, 64, 16, true, false, false, true},
+      Case{2, 1024, 16, 8, 128, 16, false, false, false, true, 0, false, 64},
+      Case{5, 576, 9, 3, 64, 16, false, false, false, true},
+  };
+  for (Form form : {Form::kClusters, Form::kPairs}) {
+    for (const Case& c : form == Form::kPairs ? declined_pairs : declined) {
+      SCOPED_TRACE(describe(c) + (form == Form::kPairs ? " pairs" : ""));
+      const Inputs in = make_inputs(c, test::case_seed());
+      PathState r = stage(c, in);
+      EXPECT_FALSE(run_fused(gemv, c, in, r, How::kPlain, form));
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      EXPECT_EQ(count_diff(download<uint16_t>(r.y), in.y_poison), 0) << "y was written";
+      EXPECT_EQ(count_diff(download<uint8_t>(r.cache), in.cache), 0) << "a cache was written";
+      EXPECT_EQ(read_device_faults(Device::cuda(0), true), 0u);
+    }
   }
 }
 

@@ -80,6 +80,26 @@ TEST(StepBreakdown, OffByDefaultAndModelHostSplitStillKept) {
   EXPECT_EQ(all.other_seconds, 0.0);
 }
 
+// attended_keys: each row's sequence length at the end of its step. One 150-token prompt in
+// 64-token steps: chunks ending at 64, 128 and 150 (the last yields the first token), then
+// four decode steps at lengths 151..154.
+TEST(StepBreakdown, AttendedKeysAreEachRowsLengthAfterItsStep) {
+  auto llm = make_llm(false);
+  std::mt19937_64 rng(5);
+  llm->generate({test::random_tokens(rng, 150)}, test::greedy(5));
+  const GenerationStats& s = llm->last_stats();
+  EXPECT_EQ(s.prefill_steps.steps, 3);
+  EXPECT_EQ(s.prefill_steps.attended_keys, 64 + 128 + 150);
+  EXPECT_EQ(s.decode_steps.steps, 4);
+  EXPECT_EQ(s.decode_steps.attended_keys, 151 + 152 + 153 + 154);
+  EXPECT_EQ(s.all_steps().attended_keys, 342 + 610);
+  const ModelConfig& c = llm->config();
+  const int64_t per_element = 2 * c.num_layers * c.num_kv_heads * c.head_dim;
+  EXPECT_GT(llm->kv_bytes_per_token(), 0);
+  EXPECT_EQ(llm->kv_bytes_per_token() % per_element, 0);
+  EXPECT_LE(llm->kv_bytes_per_token(), 4 * per_element);
+}
+
 TEST(StepBreakdown, PhaseTimingChangesNoToken) {
   const auto p = prompts(4, 3);
   auto timed = make_llm(true);

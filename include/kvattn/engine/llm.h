@@ -144,6 +144,10 @@ struct StepTimeSplit {
   double model_seconds = 0.0;
   double attention_seconds = 0.0, gemm_seconds = 0.0, other_seconds = 0.0;
   double host_seconds = 0.0;
+  // Keys the steps' attention attended, per layer and KV head: each row's sequence length at
+  // the end of its step, summed (a decode row reads that many keys of its cache). With the
+  // model's KV bytes a key, attended_keys / attention_seconds is decode's achieved read rate.
+  int64_t attended_keys = 0;
   double seconds() const { return model_seconds + host_seconds; }
   StepTimeSplit& operator+=(const StepTimeSplit& o);
 };
@@ -281,6 +285,9 @@ class LLM {
   // cached prefixes are dropped either way. Throws while requests are unfinished.
   void set_prefix_caching(bool on);
   int64_t kv_cache_tokens() const;  // pool capacity in tokens
+  // The K and V bytes one token holds in the cache over every layer and KV head (the cache's
+  // element size; fp8 caches' per-head scales not counted).
+  int64_t kv_bytes_per_token() const;
   int64_t max_model_len() const;    // the context one sequence may use (ctx_size resolved)
 
   static int64_t kv_cache_bytes_default(Device device);

@@ -49,6 +49,10 @@ class LLMEngine {
   void check_kv_cache_idle() const;
   void set_prefix_caching(bool on);
   int64_t kv_cache_tokens() const { return blocks_->num_blocks() * blocks_->block_size(); }
+  int64_t kv_bytes_per_token() const {
+    const ModelConfig& c = model_->config();
+    return 2 * c.num_layers * c.num_kv_heads * c.head_dim * dtype_size(model_->kv_dtype());
+  }
   int64_t max_model_len() const { return max_model_len_; }
 
  private:

@@ -53,6 +53,9 @@ void LLMEngine::run_step(const TokenCallback& cb) {
     return;
   }
 
+  int64_t attended = 0;  // before the step: the sequences' lengths at its end
+  for (const ScheduledSequence& s : st.batch)
+    attended += s.seq->num_computed_tokens() + s.num_new_tokens;
   const BatchMetadata& meta = builder_->build(st.batch, build_options_);
   if (meta.ctx.cascade_prefix_len > 0) ++stats_.num_cascade_steps;
   BatchContext ctx = meta.ctx;
@@ -86,6 +89,7 @@ void LLMEngine::run_step(const TokenCallback& cb) {
   stats_.model_seconds += model_seconds;
   stats_.host_seconds += std::max(0.0, dt - model_seconds);
   account_step(prefill, dt, model_seconds, /*counted=*/true);
+  (prefill ? stats_.prefill_steps : stats_.decode_steps).attended_keys += attended;
   if (prefill) {
     stats_.prefill_seconds += dt;
   } else {

@@ -124,6 +124,7 @@ StepTimeSplit& StepTimeSplit::operator+=(const StepTimeSplit& o) {
   gemm_seconds += o.gemm_seconds;
   other_seconds += o.other_seconds;
   host_seconds += o.host_seconds;
+  attended_keys += o.attended_keys;
   return *this;
 }
 
@@ -143,6 +144,7 @@ const GenerationStats& LLM::last_stats() const { return engine_->stats(); }
 std::optional<StepTimeline> LLM::step_timeline() const { return engine_->step_timeline(); }
 BlockManagerStats LLM::cache_stats() const { return engine_->cache_stats(); }
 int64_t LLM::kv_cache_tokens() const { return engine_->kv_cache_tokens(); }
+int64_t LLM::kv_bytes_per_token() const { return engine_->kv_bytes_per_token(); }
 int64_t LLM::max_model_len() const { return engine_->max_model_len(); }
 
 }  // namespace kvattn

@@ -136,8 +136,15 @@ __device__ __forceinline__ float reduce_scatter(float (&a)[VP], int lane) {
 // What a kernel does besides y = x w^T (Gemv::Variant): kPlain stages x as given; kNorm
 // stages rmsnorm(x [+ add]) (norm_stage); kNormSilu also pairs each warp's gate and up rows
 // and writes bf16(bf16(silu(g)) * u) instead of y; kNormRope is kNorm whose CTAs, in clusters
-// owning one head each, finish the head with q/k norm + RoPE + the KV write (rope_epilogue).
-constexpr int kPlain = 0, kNorm = 1, kNormSilu = 2, kNormRope = 3;
+// owning one head each, finish the head with q/k norm + RoPE + the KV write (rope_epilogue);
+// kRopePairs is kNorm whose warps own both rows of RoPE pairs (heads without q/k norms,
+// rotated whole) and rotate and store them (rope_pair_store).
+constexpr int kPlain = 0, kNorm = 1, kNormSilu = 2, kNormRope = 3, kRopePairs = 4;
+
+// How a warp's R weight rows are chosen (weight_row): kRows, R consecutive rows; kHalves,
+// kNormSilu's gate / up pairs (rows j and n/2 + j); kRotations, kRopePairs' rotation pairs
+// (a head's elements ia and ib of pair_of, cuda_rope_math.cuh).
+constexpr int kRows = 0, kHalves = 1, kRotations = 2;
 
 // One params struct for the three variants (fields a variant does not use are ignored).
 struct Params {
@@ -161,18 +168,28 @@ struct Params {
   int cluster, rows_per_tile;
 };
 
-// The weight row a warp's r-th row is, for tile `tile` and row group g. Plain: R consecutive
-// rows. Paired (kNormSilu): R/2 consecutive features j0.., rows j (gate) then n/2 + j (up).
-// Returns -1 past the end.
-template <int R, bool Pair>
+// The weight row a warp's r-th row is, for tile `tile` and row group g. kRows: R consecutive
+// rows. kHalves (kNormSilu): R/2 consecutive features j0.., rows j (gate) then n/2 + j (up).
+// kRotations (kRopePairs): R/2 consecutive rotation pairs j0..; pair j is pair i = j % (D/2)
+// of head j / (D/2), rows head * D + ia (r < R/2) and head * D + ib (pair_of). Returns -1
+// past the end.
+template <int R, int Pair>
 __device__ __forceinline__ int weight_row(const Params& p, int tile, int g, int r) {
   const int groups = kWarps / p.ks;
-  if constexpr (Pair) {
+  if constexpr (Pair != kRows) {
     constexpr int P = R / 2;
     const int half = p.n >> 1;
     const int j = tile * groups * P + g * P + (r % P);
     if (j >= half) return -1;
-    return r < P ? j : half + j;
+    if constexpr (Pair == kHalves) {
+      return r < P ? j : half + j;
+    } else {
+      const int D = p.rope.head_dim;
+      const int head = j / (D >> 1);
+      int ia, ib;
+      pair_of(j - head * (D >> 1), D, p.rope.interleaved != 0, ia, ib);
+      return head * D + (r < P ? ia : ib);
+    }
   } else {
     const int row = tile * groups * R + g * R + r;
     return row < p.n ? row : -1;
@@ -184,7 +201,7 @@ __device__ __forceinline__ int weight_row(const Params& p, int tile, int g, int 
 // kernel of a step, so touching them before the wait is safe (cuda_launch.h's contract
 // concerns data a previous kernel produces); x, which the previous kernel writes, is read
 // only after pdl_enter.
-template <int R, bool Pair>
+template <int R, int Pair>
 __device__ __forceinline__ void prefetch_first_tile(const Params& p) {
   const int tile = blockIdx.x;
   if (tile >= p.tiles) return;
@@ -408,12 +425,63 @@ __device__ __forceinline__ void rope_epilogue(const Params& p, const __nv_bfloat
 #endif
 }
 
+// kRopePairs: token m's sums of rows ra and rb, a rotation pair of one head (weight_row's
+// kRotations). qk_norm_rope_store_kv's arithmetic on them (heads without norms: rope_pair on
+// the bf16-rounded sums): q and k pairs rotated, v pairs as summed; both elements written to
+// y, and k and v ones to the caches at slot[m] (< 0: a pad row, nothing stored; >= num_slots:
+// skipped and recorded in the fault word). So y and the caches hold the bits run_rmsnorm +
+// qk_norm_rope_store_kv leave.
+__device__ __forceinline__ void rope_pair_store(const Params& p, int m, int ra, int rb,
+                                                float sum_a, float sum_b) {
+  const RopeParams& rp = p.rope;
+  const int D = rp.head_dim;
+  const int head = ra / D;
+  const bool is_q = head < rp.num_heads;
+  const bool is_v = head >= rp.num_heads + rp.num_kv_heads;
+  bf16 oa = __float2bfloat16_rn(sum_a), ob = __float2bfloat16_rn(sum_b);
+  const int ia = ra - head * D, ib = rb - head * D;
+  if (!is_v) {
+    const int i = rp.interleaved != 0 ? ia >> 1 : ia;
+    float cs, sn;
+    rope_cos_sin(i, D, static_cast<float>(rp.positions[m]), rope_base(rp, m), rp.inv_freq,
+                 rp.attention_factor, cs, sn);
+    rotate(f(oa), f(ob), cs, sn, oa, ob);
+  }
+  p.y[m * p.ldy + ra] = oa;
+  p.y[m * p.ldy + rb] = ob;
+  if (is_q) return;
+  const CacheParams& c = p.cache;
+  const int kvh = head - rp.num_heads - (is_v ? rp.num_kv_heads : 0);
+  const int64_t slot = c.slots[m];
+  if (slot >= c.num_slots) {
+    if (!is_v) cuda::record_fault(c.fault_word, kFaultSlotOutOfRange);
+    return;
+  }
+  if (slot < 0) return;
+  const int64_t block = slot / c.block_size;
+  const int64_t at = (slot - block * c.block_size) * rp.num_kv_heads * D +
+                     static_cast<int64_t>(kvh) * D;
+  void* base_ptr = is_v ? c.v_cache : c.k_cache;
+  const int64_t stride = is_v ? c.v_block_stride : c.k_block_stride;
+  if (p.cache_fp8 != 0) {
+    const float* scales = is_v ? c.v_scale : c.k_scale;
+    const float scale = scales != nullptr ? __ldg(scales + kvh) : 1.0f;
+    uint8_t* dst = static_cast<uint8_t*>(base_ptr) + block * stride + at;
+    dst[ia] = to_cache<uint8_t>(oa, scale);
+    dst[ib] = to_cache<uint8_t>(ob, scale);
+  } else {
+    bf16* dst = static_cast<bf16*>(base_ptr) + block * stride + at;
+    dst[ia] = oa;
+    dst[ib] = ob;
+  }
+}
+
 template <int M, int R, int V>
 __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(const __grid_constant__ Params p) {
   using S = Shape<M, R>;
   constexpr int U = S::kUnroll;
-  constexpr bool kPair = V == kNormSilu;
-  constexpr int P = kPair ? R / 2 : R;  // outputs per warp and row of x
+  constexpr int kPair = V == kNormSilu ? kHalves : V == kRopePairs ? kRotations : kRows;
+  constexpr int P = kPair != kRows ? R / 2 : R;  // outputs per warp and row of x
   uint4 norm_w_first[kNormBatch];
   if constexpr (V != kPlain) load_norm_weight<M>(p, norm_w_first);
   if (p.prefetch != 0) prefetch_first_tile<R, kPair>(p);
@@ -455,7 +523,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(const __grid_constant
     for (int r = 0; r < R; ++r) {
       const int row = weight_row<R, kPair>(p, tile, g, r);
       // Past the end: a valid row (its sums are dropped), so the loads stay in bounds.
-      const int safe = row >= 0 ? row : (kPair ? (r < R / 2 ? 0 : n >> 1) : n - 1);
+      const int safe = row >= 0 ? row : (kPair == kHalves ? (r < R / 2 ? 0 : n >> 1) : n - 1);
       wr[r] = reinterpret_cast<const uint4*>(p.w + int64_t{safe} * k);
     }
 
@@ -501,14 +569,21 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(const __grid_constant
 
     if (ks == 1) {
       const int r = idx / M, m = idx % M;
-      if constexpr (kPair) {
-        // The up sum of the same feature and row of x: index idx + P * M, on another lane.
+      if constexpr (kPair != kRows) {
+        // The pair's other sum (up, or the rotation partner) of the same row of x: index
+        // idx + P * M, on another lane.
         const int src = min(idx + P * M, S::kVP - 1) << owner_shift;
-        const float up = __shfl_sync(0xffffffffu, sum, src);
-        const int row = weight_row<R, true>(p, tile, g, r);
-        if (owner && r < P && row >= 0) p.y[m * p.ldy + row] = silu_mul(sum, up);
+        const float other = __shfl_sync(0xffffffffu, sum, src);
+        const int row = weight_row<R, kPair>(p, tile, g, r);
+        if (owner && r < P && row >= 0) {
+          if constexpr (V == kRopePairs) {
+            rope_pair_store(p, m, row, weight_row<R, kPair>(p, tile, g, r + P), sum, other);
+          } else {
+            p.y[m * p.ldy + row] = silu_mul(sum, other);
+          }
+        }
       } else {
-        const int row = weight_row<R, false>(p, tile, g, r);
+        const int row = weight_row<R, kRows>(p, tile, g, r);
         if (owner && row >= 0) {
           if constexpr (V == kNormRope) {
             ys[m * p.rows_per_tile + g * R + r] = __float2bfloat16_rn(sum);
@@ -527,10 +602,15 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(const __grid_constant
         for (int ss = 0; ss < ks; ++ss) total += red[(gg * ks + ss) * S::kVP + i];
         const int row = weight_row<R, kPair>(p, tile, gg, i / M);
         if (row < 0) continue;
-        if constexpr (kPair) {
-          float up = 0.0f;
-          for (int ss = 0; ss < ks; ++ss) up += red[(gg * ks + ss) * S::kVP + i + P * M];
-          p.y[(i % M) * p.ldy + row] = silu_mul(total, up);
+        if constexpr (kPair != kRows) {
+          float other = 0.0f;
+          for (int ss = 0; ss < ks; ++ss) other += red[(gg * ks + ss) * S::kVP + i + P * M];
+          if constexpr (V == kRopePairs) {
+            rope_pair_store(p, i % M, row, weight_row<R, kPair>(p, tile, gg, i / M + P), total,
+                            other);
+          } else {
+            p.y[(i % M) * p.ldy + row] = silu_mul(total, other);
+          }
         } else if constexpr (V == kNormRope) {
           ys[(i % M) * p.rows_per_tile + gg * R + i / M] = __float2bfloat16_rn(total);
         } else {
@@ -552,15 +632,15 @@ constexpr std::array<Kernel, Gemv::kMaxRows> row_kernels(std::integer_sequence<i
 template <int V, int R>
 constexpr auto kRowKernels = row_kernels<V, R>(std::make_integer_sequence<int, Gemv::kMaxRows>{});
 
-// kNormRope: built for the fused path's rows only (Gemv::kFusedPreferredRows).
-template <int R, int... Ms>
+// kNormRope, kRopePairs: built for the fused path's rows only (Gemv::kFusedPreferredRows).
+template <int V, int R, int... Ms>
 constexpr std::array<Kernel, Gemv::kFusedPreferredRows> rope_kernels(
     std::integer_sequence<int, Ms...>) {
-  return {gemv_kernel<Ms + 1, R, kNormRope>...};
+  return {gemv_kernel<Ms + 1, R, V>...};
 }
-template <int R>
+template <int V, int R>
 constexpr auto kRopeKernels =
-    rope_kernels<R>(std::make_integer_sequence<int, Gemv::kFusedPreferredRows>{});
+    rope_kernels<V, R>(std::make_integer_sequence<int, Gemv::kFusedPreferredRows>{});
 
 // [variant][rows per warp 2 or 4][rows - 1]; null where no kernel is built.
 Kernel kernel_for(int v, int R, int64_t rows) {
@@ -572,8 +652,11 @@ Kernel kernel_for(int v, int R, int64_t rows) {
     case 3: return kRowKernels<kNorm, 4>[m];
     case 4: return kRowKernels<kNormSilu, 2>[m];
     case 5: return kRowKernels<kNormSilu, 4>[m];
-    case 6: return m < kRopeKernels<2>.size() ? kRopeKernels<2>[m] : nullptr;
-    default: return m < kRopeKernels<4>.size() ? kRopeKernels<4>[m] : nullptr;
+    case 6: return m < kRopeKernels<kNormRope, 2>.size() ? kRopeKernels<kNormRope, 2>[m] : nullptr;
+    case 7: return m < kRopeKernels<kNormRope, 4>.size() ? kRopeKernels<kNormRope, 4>[m] : nullptr;
+    case 8: return m < kRopeKernels<kRopePairs, 2>.size() ? kRopeKernels<kRopePairs, 2>[m] : nullptr;
+    default:
+      return m < kRopeKernels<kRopePairs, 4>.size() ? kRopeKernels<kRopePairs, 4>[m] : nullptr;
   }
 }
 
@@ -716,20 +799,35 @@ void Gemv::run_rmsnorm_silu(const NormInput& in, int64_t rows, int64_t hidden,
   launch(kNormSilu, in, in.x, hidden, rows, w_gate_up, 2 * inter, hidden, act, ldact, on);
 }
 
+namespace {
+
+// The two RoPE epilogues' argument checks (check_fused's, the RoPE rows being the GEMV's
+// output, n the heads' width, then rope_params' and cache_params'; kvattn::Error naming `fn`'s
+// argument); their typed parameters.
+std::pair<RopeParams, CacheParams> check_rope_kv(std::string_view fn, const Gemv& gemv,
+                                                 const Gemv::NormInput& in, int64_t rows,
+                                                 int64_t hidden, const void* w, int64_t n,
+                                                 const void* y, int64_t ldy,
+                                                 const QkNormRope& rope, const KVWrite& kv) {
+  check_fused(fn.data(), gemv, in, rows, hidden, w, n, y);
+  const int64_t D = rope.head_dim;
+  KVATTN_CHECK(rope.qkv == y && rope.ld == ldy && rope.tokens == rows, fn,
+               ": the RoPE rows must be the GEMV's output (qkv == y, ld == ldy, tokens == rows)");
+  KVATTN_CHECK(D > 0 && n == (rope.num_heads + 2 * rope.num_kv_heads) * D, fn,
+               ": n must be (num_heads + 2 num_kv_heads) * head_dim = ",
+               (rope.num_heads + 2 * rope.num_kv_heads) * D, " but is ", n);
+  KVATTN_CHECK(ldy >= n, fn, ": ldy must be >= n = ", n, " but is ", ldy);
+  return {rope_params(rope), cache_params(rope, kv, fn)};
+}
+
+}  // namespace
+
 bool Gemv::run_rmsnorm_rope_kv(const NormInput& in, int64_t rows, int64_t hidden, const void* w,
                                int64_t n, void* y, int64_t ldy, const QkNormRope& rope,
                                const KVWrite& kv, Launch on) const {
   constexpr std::string_view kFn = "Gemv::run_rmsnorm_rope_kv";
-  check_fused(kFn.data(), *this, in, rows, hidden, w, n, y);
+  const auto [rp, cp] = check_rope_kv(kFn, *this, in, rows, hidden, w, n, y, ldy, rope, kv);
   const int64_t D = rope.head_dim;
-  KVATTN_CHECK(rope.qkv == y && rope.ld == ldy && rope.tokens == rows, kFn,
-               ": the RoPE rows must be the GEMV's output (qkv == y, ld == ldy, tokens == rows)");
-  KVATTN_CHECK(D > 0 && n == (rope.num_heads + 2 * rope.num_kv_heads) * D, kFn,
-               ": n must be (num_heads + 2 num_kv_heads) * head_dim = ",
-               (rope.num_heads + 2 * rope.num_kv_heads) * D, " but is ", n);
-  KVATTN_CHECK(ldy >= n, kFn, ": ldy must be >= n = ", n, " but is ", ldy);
-  const RopeParams rp = rope_params(rope);
-  const CacheParams cp = cache_params(rope, kv, kFn);
   // The cases the epilogue covers; the caller runs run_rmsnorm + qk_norm_rope_store_kv on the
   // others (the same bits).
   if (!clusters_ || legacy_kernels() || rows > kFusedPreferredRows) return false;
@@ -759,6 +857,30 @@ bool Gemv::run_rmsnorm_rope_kv(const NormInput& in, int64_t rows, int64_t hidden
   return true;
 }
 
+bool Gemv::run_rmsnorm_rope_pairs(const NormInput& in, int64_t rows, int64_t hidden,
+                                  const void* w, int64_t n, void* y, int64_t ldy,
+                                  const QkNormRope& rope, const KVWrite& kv, Launch on) const {
+  constexpr std::string_view kFn = "Gemv::run_rmsnorm_rope_pairs";
+  const auto [rp, cp] = check_rope_kv(kFn, *this, in, rows, hidden, w, n, y, ldy, rope, kv);
+  // The cases the pairs cover; the caller runs run_rmsnorm + qk_norm_rope_store_kv on the
+  // others (the same bits).
+  if (legacy_kernels() || rows > kFusedPreferredRows) return false;
+  if (rp.q_norm != nullptr || rp.k_norm != nullptr || rp.rotary_dim != rp.head_dim) return false;
+  const Split sp = split(n, hidden);
+  const int64_t pairs_per_tile = (kWarps / sp.ks) * sp.rows_per_warp / 2;
+  const int64_t tiles = (n / 2 + pairs_per_tile - 1) / pairs_per_tile;
+  const size_t smem = static_cast<size_t>(rows * hidden) * 2 + kRedBytes;
+  Params p = params(in, in.x, hidden, w, n, hidden, y, ldy, sp, on);
+  p.tiles = static_cast<int>(tiles);
+  p.rope = rp;
+  p.cache = cp;
+  p.cache_fp8 = kv.k_cache.dtype == DType::kBF16 ? 0 : 1;
+  const int64_t grid = resident_grid(kRopePairs, sp.rows_per_warp, rows, tiles, smem);
+  launch_kernel(kernel_for(kRopePairs, sp.rows_per_warp, rows), static_cast<unsigned>(grid),
+                kThreads, smem, on, p);
+  return true;
+}
+
 size_t Gemv::rope_smem(int64_t rows, int64_t hidden, int64_t rows_per_tile, int64_t head_dim) {
   return static_cast<size_t>(rows * hidden) * 2 + kRedBytes +
          static_cast<size_t>((rows * rows_per_tile + 7) / 8 * 8 + rows * head_dim) * 2;
@@ -772,19 +894,22 @@ void Gemv::launch(Variant v, const NormInput& in, const void* x, int64_t ldx, in
   const int64_t tiles = v == kNormSilu ? (n / 2 + per_tile / 2 - 1) / (per_tile / 2)
                                        : (n + per_tile - 1) / per_tile;
   const size_t smem = static_cast<size_t>(rows * k) * 2 + kRedBytes;
-
-  // One wave of resident CTAs at most (registers, shared memory, threads).
-  const int r = regs_[v][sp.rows_per_warp == 4 ? 1 : 0][rows - 1];
-  const int regs = (r + 7) / 8 * 8;
-  int per_sm = std::min<int>(65536 / (regs * kThreads), 2048 / kThreads);
-  per_sm = std::min<int>(per_sm, static_cast<int>(smem_per_sm_ / (smem + 1024)));
-  per_sm = std::max(per_sm, 1);
-  const int64_t grid = std::min<int64_t>(tiles, int64_t{sms_} * per_sm);
+  const int64_t grid = resident_grid(v, sp.rows_per_warp, rows, tiles, smem);
 
   Params p = params(in, x, ldx, w, n, k, y, ldy, sp, on);
   p.tiles = static_cast<int>(tiles);
   launch_kernel(kernel_for(v, sp.rows_per_warp, rows), static_cast<unsigned>(grid), kThreads,
                 smem, on, p);
+}
+
+int64_t Gemv::resident_grid(Variant v, int rows_per_warp, int64_t rows, int64_t tiles,
+                            size_t smem) const {
+  const int r = regs_[v][rows_per_warp == 4 ? 1 : 0][rows - 1];
+  const int regs = (r + 7) / 8 * 8;
+  int per_sm = std::min<int>(65536 / (regs * kThreads), 2048 / kThreads);
+  per_sm = std::min<int>(per_sm, static_cast<int>(smem_per_sm_ / (smem + 1024)));
+  per_sm = std::max(per_sm, 1);
+  return std::min<int64_t>(tiles, int64_t{sms_} * per_sm);
 }
 
 }  // namespace kvattn::cuda_model

@@ -89,6 +89,16 @@ class Gemv {
   bool run_rmsnorm_rope_kv(const NormInput& in, int64_t rows, int64_t hidden, const void* w,
                            int64_t n, void* y, int64_t ldy, const QkNormRope& rope,
                            const KVWrite& kv, Launch on) const;
+  // The same contract and bits as run_rmsnorm_rope_kv, by another work split that needs no
+  // clusters and no gather: each warp owns both rows of its RoPE rotation pairs (elements ia
+  // and ib of one head, pair_of in cuda_rope_math.cuh), so its epilogue rotates the pair in
+  // registers and writes it to y and, for k and v heads, to the caches. It covers heads
+  // without q/k norms rotated whole (Llama, Mistral, SmolLM2, Phi-3-mini; no bias: the caller
+  // adds none after it); returns false, launching nothing, otherwise (q/k norms, partial
+  // rotary, legacy_kernels(), rows > kFusedPreferredRows). Same argument checks.
+  bool run_rmsnorm_rope_pairs(const NormInput& in, int64_t rows, int64_t hidden, const void* w,
+                              int64_t n, void* y, int64_t ldy, const QkNormRope& rope,
+                              const KVWrite& kv, Launch on) const;
 
   // The work split of an n x k case: R weight rows per warp, ks warps splitting K. A case's
   // sums depend on ks only (not on R), so run(), run_rmsnorm and run_rmsnorm_silu give the
@@ -119,9 +129,20 @@ class Gemv {
 
  private:
   // Which kernel: how x reaches shared memory (as given, or normalised) and the epilogue.
-  enum Variant { kPlain = 0, kNorm = 1, kNormSilu = 2, kNormRope = 3, kVariants = 4 };
+  enum Variant {
+    kPlain = 0,
+    kNorm = 1,
+    kNormSilu = 2,
+    kNormRope = 3,
+    kRopePairs = 4,
+    kVariants = 5
+  };
   void launch(Variant v, const NormInput& in, const void* x, int64_t ldx, int64_t rows,
               const void* w, int64_t n, int64_t k, void* y, int64_t ldy, Launch on) const;
+  // The CTAs launch() starts for `tiles` tiles: one wave of resident CTAs at most (registers,
+  // shared memory `smem`, threads), each looping over tiles.
+  int64_t resident_grid(Variant v, int rows_per_warp, int64_t rows, int64_t tiles,
+                        size_t smem) const;
 
   // kNormRope's shared memory: x, the K-split buffer, the tile's rows, a head row a token.
   static size_t rope_smem(int64_t rows, int64_t hidden, int64_t rows_per_tile, int64_t head_dim);

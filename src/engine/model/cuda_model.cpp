@@ -546,6 +546,11 @@ class CudaModel final : public Model {
   // (Gemv::run_rmsnorm_rope_kv) with KVATTN_FUSED_ROPE=1; off by default: bit-equal but slower
   // on the H200 (session 18: single stream -4.7%; docs/notes/single-stream-decode.md).
   bool fused_rope_ = false;
+  // The same epilogue by rotation pairs (Gemv::run_rmsnorm_rope_pairs: heads without q/k
+  // norms, rotated whole, no qkv bias; no clusters) with KVATTN_FUSED_ROPE_PAIRS=1 on models it
+  // covers; off by default: bit-equal but no faster (H100, session 33: SmolLM2's single stream
+  // 1,335-1,357 tok/s with it against 1,359-1,367 without, alternating).
+  bool fused_rope_pairs_ = false;
   CudaModelStats stats_;
   k::PhaseEvents phase_;
   k::StepEvents timeline_;
@@ -564,7 +569,9 @@ CudaModel::CudaModel(ModelWeights w, Device device, const ModelOptions& options,
       fused_gemv_(fused_gemv_wanted(options.fused_gemv) && rank.size == 1 &&
                   !w.config.sandwich_norms &&
                   w.config.activation == ModelConfig::Activation::kSilu),
-      fused_rope_(env_switch_on("KVATTN_FUSED_ROPE")) {
+      fused_rope_(env_switch_on("KVATTN_FUSED_ROPE")),
+      fused_rope_pairs_(env_switch_on("KVATTN_FUSED_ROPE_PAIRS") && !w.config.qk_norm &&
+                        !w.config.qkv_bias && w.config.rope_dim() == w.config.head_dim) {
   KVATTN_CHECK(rank_.size == 1 || rank_.nccl != nullptr,
                "Model: a CUDA tensor-parallel rank needs an NCCL communicator");
   cuda::DeviceGuard guard(device.index);
@@ -679,7 +686,7 @@ CudaModelStats CudaModel::stats() const {
   s.fused_kernels = fused_;
   s.pdl = pdl_;
   s.fused_gemv = fused_gemv_;
-  s.fused_rope = fused_gemv_ && fused_rope_;
+  s.fused_rope = fused_gemv_ && (fused_rope_ || fused_rope_pairs_);
   return s;
 }
 
@@ -1471,12 +1478,20 @@ void CudaModel::run_layers(int64_t T, int64_t R, const int32_t* ids, const int32
       nin.x_out = i == 0 ? nullptr : xn;
       lap(kOther);
       // With the KV write fused (and no qkv bias), the q/k norm + RoPE + KV write run as the
-      // GEMV's epilogue where it applies (cuda_gemv.h run_rmsnorm_rope_kv), one launch fewer.
+      // GEMV's epilogue where it applies (cuda_gemv.h run_rmsnorm_rope_pairs, else
+      // run_rmsnorm_rope_kv), one launch fewer. Both leave in qkv what the unfused kernels
+      // leave (kv_amax_record's calibration reads it).
       rope_done = false;
-      if (fuse_kv && fused_rope_ && !l.qkv_bias.defined()) {
+      if (fuse_kv && !l.qkv_bias.defined()) {
         l.kv.slot_mapping = ctx.slot_mapping;
-        rope_done = gemm_.gemv().run_rmsnorm_rope_kv(nin, T, H, l.wqkv.data(), qkv_dim, qkv,
-                                                     qkv_dim, layer_rope(l), l.kv, on);
+        if (fused_rope_pairs_) {
+          rope_done = gemm_.gemv().run_rmsnorm_rope_pairs(nin, T, H, l.wqkv.data(), qkv_dim, qkv,
+                                                          qkv_dim, layer_rope(l), l.kv, on);
+        }
+        if (!rope_done && fused_rope_) {
+          rope_done = gemm_.gemv().run_rmsnorm_rope_kv(nin, T, H, l.wqkv.data(), qkv_dim, qkv,
+                                                       qkv_dim, layer_rope(l), l.kv, on);
+        }
         if (rope_done) ++stats_.fused_rope_layers;
       }
       if (!rope_done) gemm_.gemv().run_rmsnorm(nin, T, H, l.wqkv.data(), qkv_dim, qkv, qkv_dim, on);

@@ -21,7 +21,8 @@ struct CudaModelStats {
   bool pdl = false;  // ModelOptions::pdl after KVATTN_PDL=0 and the device's support
   bool fused_gemv = false;  // ModelOptions::fused_gemv after KVATTN_FUSED_GEMV
   int64_t fused_gemv_steps = 0;  // run_layers calls that took the fused GEMV path
-  bool fused_rope = false;  // the qkv GEMV may run the q/k norm + RoPE + KV write (KVATTN_FUSED_ROPE)
+  // the qkv GEMV may run the q/k norm + RoPE + KV write (KVATTN_FUSED_ROPE, _PAIRS)
+  bool fused_rope = false;
   int64_t fused_rope_layers = 0;  // layers whose qkv GEMV ran the q/k norm + RoPE + KV write
   std::vector<int64_t> ladder;    // padded decode batch sizes
 };
