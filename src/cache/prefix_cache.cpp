@@ -64,7 +64,7 @@ const std::vector<BlockId>& BlockManager::match_prefix(const Sequence& seq) cons
   seq.match_epoch_ = cache_epoch_;
   seq.match_num_tokens_ = seq.num_tokens();
   seq.match_collided_ = false;
-  if (!prefix_caching_) return hits;
+  if (!prefix_caching_ || !seq.reads_prefix_cache()) return hits;
   const int64_t max_hits = (seq.num_tokens() - 1) / block_size_;
   BlockId parent = -1;
   uint32_t parent_gen = 0;

@@ -41,6 +41,7 @@ Sequence& Sequence::operator=(Sequence&& other) noexcept {
   match_epoch_ = std::exchange(other.match_epoch_, 0);
   match_num_tokens_ = std::exchange(other.match_num_tokens_, 0);
   match_collided_ = std::exchange(other.match_collided_, false);
+  reads_prefix_cache_ = std::exchange(other.reads_prefix_cache_, true);
   build_stamp_ = std::exchange(other.build_stamp_, 0);
   build_row_ = std::exchange(other.build_row_, -1);
   other.tokens_.clear();

@@ -7,6 +7,7 @@
 #include <ctime>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "server/api_error.h"
@@ -27,14 +28,47 @@ std::vector<StreamEvent> wait_events(RequestStream& s) {
   return evs;
 }
 
-// logprobs: non-null when the request asked for log-probabilities.
+// Completions' echo: each prompt's text and ids, which lead its n choices.
+struct EchoPrompts {
+  std::vector<std::string> texts;
+  std::vector<std::vector<int32_t>> ids;
+  size_t n = 1;
+};
+
+EchoPrompts echo_prompts(const ParsedRequest& pr, const EnginePrompts& ep, const LLM& llm) {
+  EchoPrompts e;
+  e.ids = ep.prompts;
+  e.n = static_cast<size_t>(ep.params.n);
+  for (size_t i = 0; i < ep.prompts.size(); ++i) {
+    if (i < pr.text_prompts.size()) {
+      e.texts.push_back(pr.text_prompts[i]);  // as sent
+    } else {
+      e.texts.push_back(llm.tokenizer() != nullptr ? llm.tokenizer()->decode(ep.prompts[i]) : "");
+    }
+  }
+  return e;
+}
+
+// logprobs: non-null when the request asked for log-probabilities; echo: non-null with echo.
 void respond_whole(RequestStream& stream, std::vector<StreamEvent> evs,
                    const ResponseMeta& meta, size_t num_choices, bool with_token_ids,
-                   const LogprobsFormat* logprobs, httplib::Response& res) {
+                   const LogprobsFormat* logprobs, const EchoPrompts* echo,
+                   httplib::Response& res) {
   std::vector<ChoiceResult> choices(num_choices);
+  if (echo != nullptr) {
+    for (size_t c = 0; c < num_choices; ++c) {
+      choices[c].echo = true;
+      choices[c].prompt_text = echo->texts.at(c / echo->n);
+      choices[c].prompt_ids = echo->ids.at(c / echo->n);
+    }
+  }
   for (;;) {
     for (StreamEvent& e : evs) {
-      if (e.kind == Kind::kToken) {
+      if (e.kind == Kind::kPromptLogprobs) {
+        for (size_t c = e.choice; c < e.choice + (echo != nullptr ? echo->n : 0); ++c) {
+          choices.at(c).prompt_logprobs = e.prompt_logprobs;
+        }
+      } else if (e.kind == Kind::kToken) {
         ChoiceResult& c = choices.at(e.choice);
         c.text += e.text;
         if (e.token >= 0) c.token_ids.push_back(e.token);
@@ -124,6 +158,7 @@ bool write_sse(SseState& st, httplib::DataSink& sink) {
         st.done = true;
         break;
       case Kind::kAccepted:
+      case Kind::kPromptLogprobs:  // echo: not with stream (request_parser.h)
         break;
     }
   }
@@ -149,6 +184,8 @@ void handle_completion(ServerContext& ctx, const httplib::Request& req, httplib:
   }
   EnginePrompts ep = build_prompts(pr, ctx.llm, ctx.random());
   const size_t num_choices = ep.prompts.size() * static_cast<size_t>(ep.params.n);
+  std::optional<EchoPrompts> echo;
+  if (pr.echo) echo = echo_prompts(pr, ep, ctx.llm);
   auto stream = ctx.loop.submit(std::move(ep.prompts), ep.params, arrival);
 
   std::vector<StreamEvent> evs = wait_events(*stream);
@@ -162,7 +199,7 @@ void handle_completion(ServerContext& ctx, const httplib::Request& req, httplib:
   if (pr.params.logprobs >= 0) logprobs = LogprobsFormat{ctx.llm.tokenizer()};
   if (!pr.stream) {
     respond_whole(*stream, std::move(evs), meta, num_choices, pr.return_token_ids,
-                  logprobs ? &*logprobs : nullptr, res);
+                  logprobs ? &*logprobs : nullptr, echo ? &*echo : nullptr, res);
     return;
   }
   auto st = std::make_shared<SseState>();

@@ -205,6 +205,13 @@ void EngineLoop::on_finished(const RequestOutput& o) {
   const auto it = live_.find(o.request_id);
   if (it == live_.end()) return;
   std::shared_ptr<Job> job = it->second.job;
+  if (!o.prompt_logprobs.empty()) {
+    StreamEvent p;
+    p.kind = StreamEvent::Kind::kPromptLogprobs;
+    p.choice = it->second.choice_base;
+    p.prompt_logprobs = o.prompt_logprobs;
+    job->stream->push(std::move(p));
+  }
   live_.erase(it);
   Usage& u = job->usage;
   u.prompt_tokens += o.num_prompt_tokens;

@@ -75,6 +75,38 @@ Json completion_logprobs(const LogprobsFormat& f, const std::vector<int32_t>& id
           {"text_offset", std::move(offsets)}};
 }
 
+Json echo_completion_logprobs(const LogprobsFormat& f, const ChoiceResult& c) {
+  Json tokens = Json::array(), token_lps = Json::array(), tops = Json::array(),
+       offsets = Json::array();
+  int64_t offset = 0;
+  for (size_t j = 0; j < c.prompt_ids.size(); ++j) {
+    const std::string s = f.token(c.prompt_ids[j]);
+    tokens.push_back(s);
+    offsets.push_back(offset);
+    offset += static_cast<int64_t>(s.size());
+    if (j == 0 || j - 1 >= c.prompt_logprobs.size()) {
+      token_lps.push_back(nullptr);
+      tops.push_back(nullptr);
+      continue;
+    }
+    const TokenLogprobs& lp = c.prompt_logprobs[j - 1];
+    token_lps.push_back(logprob_value(lp.logprob));
+    Json top = Json::object();
+    for (const TokenLogprob& t : lp.top) top[f.token(t.token)] = logprob_value(t.logprob);
+    top[s] = logprob_value(lp.logprob);  // the prompt's token is always listed (vLLM)
+    tops.push_back(std::move(top));
+  }
+  Json gen = completion_logprobs(f, c.token_ids, c.logprobs, offset);
+  for (Json& x : gen["tokens"]) tokens.push_back(std::move(x));
+  for (Json& x : gen["token_logprobs"]) token_lps.push_back(std::move(x));
+  for (Json& x : gen["top_logprobs"]) tops.push_back(std::move(x));
+  for (Json& x : gen["text_offset"]) offsets.push_back(std::move(x));
+  return {{"tokens", std::move(tokens)},
+          {"token_logprobs", std::move(token_lps)},
+          {"top_logprobs", std::move(tops)},
+          {"text_offset", std::move(offsets)}};
+}
+
 std::string dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
 
 std::string sse(const Json& j) { return "data: " + dump(j) + "\n\n"; }
@@ -95,13 +127,15 @@ Json full_response(const ResponseMeta& m, const std::vector<ChoiceResult>& choic
     if (chat(m)) {
       c["message"] = {{"role", "assistant"}, {"content", choices[i].text}};
     } else {
-      c["text"] = choices[i].text;
+      c["text"] = choices[i].echo ? choices[i].prompt_text + choices[i].text : choices[i].text;
     }
     if (with_token_ids) c["token_ids"] = choices[i].token_ids;
     if (logprobs == nullptr) {
       c["logprobs"] = nullptr;
     } else if (chat(m)) {
       c["logprobs"] = chat_logprobs(*logprobs, choices[i].token_ids, choices[i].logprobs);
+    } else if (choices[i].echo) {
+      c["logprobs"] = echo_completion_logprobs(*logprobs, choices[i]);
     } else {
       int64_t offset = 0;
       c["logprobs"] =

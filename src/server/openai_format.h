@@ -27,6 +27,12 @@ struct ChoiceResult {
   std::vector<int32_t> token_ids;
   std::vector<TokenLogprobs> logprobs;  // one per token id when the request asked
   FinishReason finish_reason = FinishReason::kLength;
+  // Completions' echo: the prompt leads the choice's text and, with logprobs, its tokens
+  // lead the logprobs (prompt_logprobs[j] is token j + 1's; the first token's is null).
+  bool echo = false;
+  std::string prompt_text;
+  std::vector<int32_t> prompt_ids;
+  std::vector<TokenLogprobs> prompt_logprobs;
 };
 
 // Log-probabilities in OpenAI's two shapes. A token's string is its bytes (Tokenizer::
@@ -44,6 +50,9 @@ nlohmann::json chat_logprobs(const LogprobsFormat& f, const std::vector<int32_t>
 // and advances past the tokens (streams carry it from chunk to chunk).
 nlohmann::json completion_logprobs(const LogprobsFormat& f, const std::vector<int32_t>& ids,
                                    const std::vector<TokenLogprobs>& lps, int64_t& offset);
+// The same shape for an echoed choice: the prompt's tokens first (the first one's logprob
+// and top_logprobs null, as OpenAI and vLLM send it), then the generated ones.
+nlohmann::json echo_completion_logprobs(const LogprobsFormat& f, const ChoiceResult& c);
 
 nlohmann::json usage_json(const Usage& u);
 // with_token_ids: each choice also carries "token_ids" (vLLM's return_token_ids).

@@ -224,15 +224,6 @@ void parse_logit_bias(const Json& v, SamplingParams& p) {
   }
 }
 
-void require_off(const Json& v, const std::string& key) {
-  const bool off = (v.is_number() && v.get<double>() == 0.0) || (v.is_boolean() && !v.get<bool>()) ||
-                   (v.is_object() && v.empty());
-  if (!off) {
-    throw bad_request(key + " is not supported by kvattn (only its default is accepted)", key,
-                      "unsupported_parameter");
-  }
-}
-
 }  // namespace
 
 ParsedRequest parse_request(std::string_view body, Endpoint endpoint) {
@@ -274,7 +265,8 @@ ParsedRequest parse_request(std::string_view body, Endpoint endpoint) {
       parse_messages(v, r);
       have_prompt = true;
     } else if (key == "max_tokens" || (key == "max_completion_tokens" && chat)) {
-      p.max_tokens = static_cast<int>(get_int(v, k, 1, std::numeric_limits<int32_t>::max()));
+      // Completions take 0 with echo (score the prompt, generate nothing), checked below.
+      p.max_tokens = static_cast<int>(get_int(v, k, chat ? 1 : 0, std::numeric_limits<int32_t>::max()));
       r.max_tokens_given = true;
     } else if (key == "temperature") {
       p.temperature = static_cast<float>(get_number(v, k, 0.0, 2.0));
@@ -326,7 +318,7 @@ ParsedRequest parse_request(std::string_view body, Endpoint endpoint) {
     } else if (key == "logit_bias") {
       parse_logit_bias(v, p);
     } else if (key == "echo" && !chat) {
-      require_off(v, key);
+      r.echo = get_bool(v, k);
     } else if (key == "best_of" && !chat) {
       best_of = get_int(v, k, 1, 128);
     } else if (key == "suffix" && !chat) {
@@ -355,6 +347,16 @@ ParsedRequest parse_request(std::string_view body, Endpoint endpoint) {
     throw bad_request("best_of must equal n (kvattn returns every sample)", "best_of",
                       "unsupported_parameter");
   }
+  if (!chat && p.max_tokens == 0 && !r.echo) {
+    throw bad_request("max_tokens must be >= 1 (0 only with echo: true)", "max_tokens");
+  }
+  if (r.echo && r.stream) {
+    throw bad_request("echo with stream: true is not supported by kvattn", "echo",
+                      "unsupported_parameter");
+  }
+  // OpenAI's echo with logprobs: the prompt tokens' log-probabilities too (the first token's
+  // is null), with as many alternatives.
+  if (r.echo) p.prompt_logprobs = p.logprobs;
   if (r.include_usage && !r.stream) {
     throw bad_request("stream_options is only allowed with stream: true", "stream_options");
   }

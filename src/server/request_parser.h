@@ -11,15 +11,19 @@
 //                presence_penalty / frequency_penalty [-2, 2], vLLM's repetition_penalty
 //                (0, 100], logit_bias {"<token id>": [-100, 100]} (at most 1024);
 //   completions: prompt (string, list of strings, token ids, or list of token-id lists),
-//                echo (false), best_of (== n), suffix (null), logprobs [0, 20] (the legacy
-//                API's count of alternatives; OpenAI allows 5, vLLM 20);
+//                echo (each choice's text and logprobs start with its prompt's; with
+//                logprobs, the prompt tokens' log-probabilities, SamplingParams::
+//                prompt_logprobs; not with stream: true), best_of (== n), suffix (null),
+//                logprobs [0, 20] (the legacy API's count of alternatives; OpenAI allows 5,
+//                vLLM 20);
 //   chat:        messages (system / developer / user / assistant; content a string or a list
 //                of {"type": "text", "text": ...} parts), max_completion_tokens,
 //                logprobs (bool), top_logprobs [0, 20] (needs logprobs: true),
 //                response_format {"type": "text"}.
 // Log-probabilities (SamplingParams::logprobs) are the raw model's, before temperature and
 // the top-k / top-p / min-p filters (vLLM's default).
-// Defaults are OpenAI's: temperature 1, max_tokens 16 (completions) or up to the context (chat).
+// Defaults are OpenAI's: temperature 1, max_tokens 16 (completions) or up to the context (chat);
+// completions take max_tokens 0 with echo (the prompt scored, nothing generated).
 // Any other field is an error ("unknown parameter"), so a typo never silently changes nothing.
 #pragma once
 
@@ -48,6 +52,7 @@ struct ParsedRequest {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   bool return_token_ids = false;
+  bool echo = false;  // completions: the prompt leads each choice (prompt_logprobs with logprobs)
 };
 
 // Limits on untrusted bodies (beyond them: 400).

@@ -25,12 +25,15 @@ struct Usage {
 };
 
 struct StreamEvent {
-  enum class Kind { kAccepted, kToken, kChoiceEnd, kDone, kError };
+  // kPromptLogprobs: a prompt's token log-probabilities (echo with logprobs), once per prompt
+  // after its choices ended; `choice` is the prompt's first choice.
+  enum class Kind { kAccepted, kToken, kChoiceEnd, kPromptLogprobs, kDone, kError };
   Kind kind = Kind::kToken;
   uint32_t choice = 0;  // kToken, kChoiceEnd: the OpenAI choice index
   std::string text;     // kToken (may be empty: held back)
   int32_t token = -1;   // kToken: the generated id
   std::optional<TokenLogprobs> logprobs;  // kToken: the id's, when the request asked
+  std::vector<TokenLogprobs> prompt_logprobs;  // kPromptLogprobs: RequestOutput's
   FinishReason finish_reason = FinishReason::kLength;  // kChoiceEnd
   Usage usage;                                         // kDone
   std::optional<ApiError> error;                       // kError

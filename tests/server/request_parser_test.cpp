@@ -160,6 +160,32 @@ TEST(RequestParser, Logprobs) {
   }
 }
 
+// echo (completions): the prompt leads each choice; with logprobs its tokens' log-
+// probabilities come too (SamplingParams::prompt_logprobs = logprobs); max_tokens 0 is taken
+// with echo only (the prompt scored, nothing generated).
+TEST(RequestParser, Echo) {
+  const ParsedRequest off = parse(R"({"prompt": "x"})");
+  EXPECT_FALSE(off.echo);
+  EXPECT_EQ(off.params.prompt_logprobs, -1);
+  const ParsedRequest plain = parse(R"({"prompt": "x", "echo": true})");
+  EXPECT_TRUE(plain.echo);
+  EXPECT_EQ(plain.params.prompt_logprobs, -1);
+  const ParsedRequest lp = parse(R"({"prompt": "x", "logprobs": 3, "echo": true})");
+  EXPECT_TRUE(lp.echo);
+  EXPECT_EQ(lp.params.prompt_logprobs, 3);
+  EXPECT_EQ(lp.params.logprobs, 3);
+  const ParsedRequest score = parse(R"({"prompt": "x", "echo": true, "max_tokens": 0, "logprobs": 0})");
+  EXPECT_EQ(score.params.max_tokens, 0);
+  EXPECT_EQ(score.params.prompt_logprobs, 0);
+  EXPECT_FALSE(parse(R"({"prompt": "x", "echo": false})").echo);
+  EXPECT_FALSE(parse(R"({"prompt": "x", "echo": null})").echo);
+  EXPECT_EQ(error_of(R"({"prompt": "x", "max_tokens": 0})").param(), "max_tokens");
+  const ApiError chat =
+      error_of(R"({"messages": [{"role": "user", "content": "x"}], "echo": true})", Endpoint::kChat);
+  EXPECT_EQ(chat.status(), 400);
+  EXPECT_EQ(chat.param(), "echo");
+}
+
 TEST(RequestParser, BadValuesNameTheirParameter) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {R"("max_tokens": 0)", "max_tokens"},
@@ -191,7 +217,8 @@ TEST(RequestParser, BadValuesNameTheirParameter) {
       {R"("logprobs": 21)", "logprobs"},
       {R"("logprobs": -1)", "logprobs"},
       {R"("logprobs": true)", "logprobs"},
-      {R"("echo": true)", "echo"},
+      {R"("echo": true, "stream": true)", "echo"},
+      {R"("echo": 1)", "echo"},
       {R"("best_of": 3)", "best_of"},
       {R"("suffix": "x")", "suffix"},
       {R"("logit_bias": {"x": 5})", "logit_bias"},

@@ -256,6 +256,67 @@ TEST(Server, CompletionLogprobsEqualTheEnginesStreamedAndNot) {
   s.stop();
 }
 
+// echo with logprobs (lm-eval's loglikelihood requests): the prompt's tokens lead the
+// choice's logprobs, the first with null, the others the LLM's prompt_logprobs, then the
+// generated tokens'; max_tokens 0 scores the prompt alone. Without logprobs, echo only leads
+// the text (no tokenizer here: an id prompt's text is empty).
+TEST(Server, EchoWithLogprobsEqualsTheEnginesPromptLogprobs) {
+  std::mt19937_64 rng(8);
+  const Ids prompt = random_prompt(rng, 17);
+  SamplingParams sp;
+  sp.max_tokens = 3;
+  sp.ignore_eos = true;
+  sp.logprobs = 1;
+  sp.prompt_logprobs = 1;
+  const RequestOutput want = tiny_llm()->generate({prompt}, sp)[0];
+  ASSERT_EQ(want.prompt_logprobs.size(), prompt.size() - 1);
+
+  Running s;
+  auto c = s.client();
+  for (int max_tokens : {3, 0}) {
+    SCOPED_TRACE("max_tokens " + std::to_string(max_tokens));
+    Json body = completion_body(prompt, max_tokens, false);
+    body["logprobs"] = 1;
+    body["echo"] = true;
+    auto r = c.Post("/v1/completions", body.dump(), "application/json");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    const Json choice = Json::parse(r->body)["choices"][0];
+    const Json& lp = choice["logprobs"];
+    const size_t gen = static_cast<size_t>(max_tokens);
+    ASSERT_EQ(lp["tokens"].size(), prompt.size() + gen);
+    ASSERT_EQ(lp["token_logprobs"].size(), prompt.size() + gen);
+    int64_t offset = 0;
+    for (size_t t = 0; t < prompt.size() + gen; ++t) {
+      const int32_t id = t < prompt.size() ? prompt[t] : want.token_ids[t - prompt.size()];
+      const std::string tok = "token_id:" + std::to_string(id);
+      EXPECT_EQ(lp["tokens"][t], tok) << t;
+      EXPECT_EQ(lp["text_offset"][t], offset) << t;
+      offset += static_cast<int64_t>(tok.size());
+      if (t == 0) {
+        EXPECT_TRUE(lp["token_logprobs"][t].is_null());
+        EXPECT_TRUE(lp["top_logprobs"][t].is_null());
+        continue;
+      }
+      const TokenLogprobs& w =
+          t < prompt.size() ? want.prompt_logprobs[t - 1] : want.logprobs[t - prompt.size()];
+      EXPECT_EQ(lp["token_logprobs"][t].get<float>(), w.logprob) << t;
+      EXPECT_TRUE(lp["top_logprobs"][t].contains(tok)) << t;
+      EXPECT_EQ(lp["top_logprobs"][t]["token_id:" + std::to_string(w.top.at(0).token)].get<float>(),
+                w.top.at(0).logprob) << t;
+    }
+    EXPECT_EQ(choice["finish_reason"], "length");
+    EXPECT_EQ(Json::parse(r->body)["usage"]["completion_tokens"], max_tokens);
+  }
+  Json plain = completion_body(prompt, 2, false);
+  plain["echo"] = true;
+  auto r = c.Post("/v1/completions", plain.dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_TRUE(Json::parse(r->body)["choices"][0]["logprobs"].is_null());
+  s.stop();
+}
+
 // presence / frequency / repetition penalties reach the engine: the server's greedy tokens
 // equal LLM::generate's with the same penalties, and differ from the unpenalised ones.
 TEST(Server, PenaltiesEqualTheEngines) {

@@ -60,6 +60,11 @@ class Sequence {
   int64_t num_uncomputed_tokens() const { return num_tokens() - num_computed_tokens_; }
   // Tokens served by the prefix cache at the last allocate (a multiple of the block size).
   int64_t num_cached_tokens() const { return num_cached_tokens_; }
+  // false: BlockManager::allocate serves none of this sequence's tokens from the prefix cache
+  // (every token is computed, e.g. for its prompt's log-probabilities); its computed blocks
+  // still join the cache for others. Default true.
+  bool reads_prefix_cache() const { return reads_prefix_cache_; }
+  void set_reads_prefix_cache(bool on) { reads_prefix_cache_ = on; }
 
   // Block i holds the KV of tokens [i * block_size, (i + 1) * block_size).
   std::span<const BlockId> block_table() const { return block_table_; }
@@ -115,6 +120,7 @@ class BatchMetadataBuilder;
   mutable uint64_t match_epoch_ = 0;
   mutable int64_t match_num_tokens_ = 0;
   mutable bool match_collided_ = false;
+  bool reads_prefix_cache_ = true;
 };
 
 }  // namespace kvattn

@@ -128,6 +128,9 @@ struct RequestOutput {
   FinishReason finish_reason = FinishReason::kLength;
   int32_t stop_token = -1;
   std::vector<TokenLogprobs> logprobs;  // samples[0]'s
+  // SamplingParams::prompt_logprobs >= 0: entry i for prompt token i + 1 given tokens 0..i
+  // (the first prompt token has no context, so no entry: num_prompt_tokens - 1 entries).
+  std::vector<TokenLogprobs> prompt_logprobs;
   int64_t num_prompt_tokens = 0;
   int64_t num_cached_tokens = 0;   // prompt tokens served by the prefix cache (first admission)
   uint64_t request_id = 0;         // add_request's id (generate: its own requests' ids)

@@ -42,6 +42,14 @@ struct SamplingParams {
   // temperature, top-k/top-p/min-p. -1: none (no logits leave the device for them).
   int logprobs = -1;
   static constexpr int kMaxLogprobs = 20;
+  // >= 0: every prompt token after the first carries its log-probability given the tokens
+  // before it and the `prompt_logprobs` most likely tokens' there (RequestOutput::
+  // prompt_logprobs; vLLM's prompt_logprobs, what OpenAI's echo + logprobs return). Such a
+  // request computes every prompt token (the prefix cache serves it none) in chunks of at
+  // most kPromptLogprobsChunk tokens a step, since each prompt row's logits cross to the host.
+  // With max_tokens == 0 the prompt still runs and nothing is generated. -1: none.
+  int prompt_logprobs = -1;
+  static constexpr int64_t kPromptLogprobsChunk = 128;
   // Penalties on tokens already seen, applied to the logits before temperature and the
   // filters (vLLM's and OpenAI's order), as vLLM defines them: a token generated c > 0 times
   // loses frequency_penalty * c + presence_penalty (OpenAI's, [-2, 2]; generated tokens

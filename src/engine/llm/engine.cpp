@@ -149,10 +149,18 @@ uint64_t LLMEngine::enqueue(std::vector<int32_t> prompt, const SamplingParams& p
     by_seq_[r->samples.back()->seq.id()] = r->samples.back().get();
   }
   stats_.num_prompt_tokens += r->num_prompt_tokens;
-  if (params.max_tokens == 0) {
+  const bool prompt_logprobs = params.prompt_logprobs >= 0;
+  if (params.max_tokens == 0 && !prompt_logprobs) {
     for (auto& s : r->samples) ending_.push_back(s.get());
   } else {
-    scheduler_->add(r->samples.front()->seq, params.n);
+    // Prompt log-probabilities: every prompt row computed here (no prefix-cache hit), in
+    // chunks whose logits the host can take.
+    Sequence& seq = r->samples.front()->seq;
+    if (prompt_logprobs) {
+      seq.set_reads_prefix_cache(false);
+      r->prompt_logprobs.resize(static_cast<size_t>(r->num_prompt_tokens - 1));
+    }
+    scheduler_->add(seq, params.n, prompt_logprobs ? SamplingParams::kPromptLogprobsChunk : 0);
     r->samples.front()->in_scheduler = true;
   }
   const uint64_t id = r->id;

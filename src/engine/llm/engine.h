@@ -57,9 +57,16 @@ class LLMEngine {
 
  private:
   // A sampled row: which sample draws it (fork rows of one prompt name each sample).
+  // A logit row's use: a token drawn for `sample` (step: tokens it generated before), or with
+  // prompt_pos > 0 the log-probability of prompt token prompt_pos (prompt_logprobs; nothing
+  // drawn), or with end_request the prompt's last row of a max_tokens == 0 request (its
+  // samples end without a token).
   struct RowTarget {
     Sample* sample;
-    uint64_t step;  // tokens that sample generated before this one
+    uint64_t step;
+    int64_t prompt_pos = 0;
+    bool end_request = false;
+    bool draws() const { return prompt_pos == 0 && !end_request; }
   };
 
   void check_request(size_t i, const std::vector<int32_t>& prompt,
@@ -113,6 +120,7 @@ class LLMEngine {
   // Per step, reused.
   std::vector<int32_t> logit_rows_;
   std::vector<RowTarget> targets_;
+  int64_t num_drawn_ = 0;  // targets_ that draw a token
   std::vector<RowSampling> row_sampling_;
   std::vector<int32_t> tokens_;
   std::vector<float> logits_;

@@ -74,7 +74,14 @@ void LLMEngine::run_step(const TokenCallback& cb) {
   if (!copies_.empty()) model_->copy_kv_blocks(copies_);  // before the next forward
   const StopRules rules{eos_ids_, max_model_len_};
   for (size_t k = 0; k < targets_.size(); ++k) {
-    Sample& s = *targets_[k].sample;
+    const RowTarget& t = targets_[k];
+    if (t.end_request) {  // max_tokens == 0: the prompt ran for its log-probabilities
+      Request& r = t.sample->req;
+      for (size_t j = r.samples.size(); j-- > 0;) deliver(*r.samples[j], end_sample(*r.samples[j]), cb);
+      continue;
+    }
+    if (!t.draws()) continue;
+    Sample& s = *t.sample;
     const TokenLogprobs* lp = s.req.params.logprobs >= 0 ? &logprobs_[k] : nullptr;
     deliver(s, accept_token(s, tokens_[k], rules, lp), cb);
   }
@@ -85,7 +92,7 @@ void LLMEngine::run_step(const TokenCallback& cb) {
   ++stats_.num_steps;
   if (prefill && st.num_decode_rows > 0) ++stats_.num_mixed_steps;
   stats_.num_prefill_tokens += st.num_prefill_tokens;
-  stats_.num_generated_tokens += static_cast<int64_t>(targets_.size());
+  stats_.num_generated_tokens += num_drawn_;
   stats_.model_seconds += model_seconds;
   stats_.host_seconds += std::max(0.0, dt - model_seconds);
   account_step(prefill, dt, model_seconds, /*counted=*/true);
@@ -94,7 +101,7 @@ void LLMEngine::run_step(const TokenCallback& cb) {
     stats_.prefill_seconds += dt;
   } else {
     stats_.decode_seconds += dt;
-    stats_.num_decode_tokens += static_cast<int64_t>(targets_.size());
+    stats_.num_decode_tokens += num_drawn_;
   }
 }
 
@@ -120,15 +127,27 @@ void LLMEngine::plan_rows(const SchedulerStep& st) {
   int64_t row = 0;
   for (size_t i = 0; i < st.batch.size(); ++i) {
     const int64_t n = st.batch[i].num_new_tokens;
+    const int64_t first = row;
     const auto last = static_cast<int32_t>(row + n - 1);
     row += n;
+    Sample& s = *by_seq_.at(st.seqs[i]->id());
+    Request& r = s.req;
+    // Prompt log-probabilities: the row at position p predicts prompt token p + 1.
+    if (s.index == 0 && !r.forked && r.params.prompt_logprobs >= 0) {
+      const int64_t c = st.seqs[i]->num_computed_tokens();
+      for (int64_t p = c; p < std::min(c + n, r.num_prompt_tokens - 1); ++p) {
+        logit_rows_.push_back(static_cast<int32_t>(first + p - c));
+        targets_.push_back({&s, 0, p + 1});
+      }
+    }
     if (!st.completes(i)) {
       if (static_cast<int64_t>(i) >= st.num_decode_rows) ++stats_.num_partial_prefills;
       continue;
     }
-    Sample& s = *by_seq_.at(st.seqs[i]->id());
-    Request& r = s.req;
-    if (s.index == 0 && !r.forked && r.params.n > 1) {
+    if (r.params.max_tokens == 0) {  // scheduled for its prompt log-probabilities only
+      logit_rows_.push_back(last);
+      targets_.push_back({&s, 0, 0, /*end_request=*/true});
+    } else if (s.index == 0 && !r.forked && r.params.n > 1) {
       // The prompt's last row, once per sample: each sample draws its first token from it.
       for (auto& x : r.samples) {
         logit_rows_.push_back(last);
@@ -140,6 +159,8 @@ void LLMEngine::plan_rows(const SchedulerStep& st) {
       targets_.push_back({&s, static_cast<uint64_t>(s.seq.num_completion_tokens())});
     }
   }
+  num_drawn_ = std::count_if(targets_.begin(), targets_.end(),
+                             [](const RowTarget& t) { return t.draws(); });
 }
 
 double LLMEngine::sample_rows(const ModelInput& in) {
@@ -155,7 +176,9 @@ double LLMEngine::sample_rows(const ModelInput& in) {
       const SamplingParams& p = s.req.params;
       row_sampling_[k] = RowSampling{p.temperature, p.top_k, p.top_p, p.min_p, p.seed,
                                      s.req.stream_of(s.index), targets_[k].step};
-      if (p.logprobs >= 0 || s.logit_rules.active()) copy_rows_.push_back(static_cast<int32_t>(k));
+      if (p.logprobs >= 0 || s.logit_rules.active() || targets_[k].prompt_pos > 0) {
+        copy_rows_.push_back(static_cast<int32_t>(k));
+      }
     }
     // Only rows that ask for logprobs or carry a bias or penalties cross to the host
     // (usually none).
@@ -166,7 +189,7 @@ double LLMEngine::sample_rows(const ModelInput& in) {
     for (size_t j = 0; j < copy_rows_.size(); ++j) {
       const auto k = static_cast<size_t>(copy_rows_[j]);
       host_row(k, std::span<const float>(logits_.data() + j * vocab, vocab),
-               targets_[k].sample->logit_rules.active());
+               targets_[k].draws() && targets_[k].sample->logit_rules.active());
     }
     return model_seconds;
   }
@@ -175,13 +198,20 @@ double LLMEngine::sample_rows(const ModelInput& in) {
   model_->forward(in, logits_);
   const double model_seconds = seconds_since(t);
   for (size_t k = 0; k < rows; ++k) {
-    host_row(k, std::span<const float>(logits_.data() + k * vocab, vocab), /*draw=*/true);
+    host_row(k, std::span<const float>(logits_.data() + k * vocab, vocab), targets_[k].draws());
   }
   return model_seconds;
 }
 
 void LLMEngine::host_row(size_t k, std::span<const float> logits, bool draw) {
   Sample& s = *targets_[k].sample;
+  if (const int64_t pos = targets_[k].prompt_pos; pos > 0) {
+    const int32_t token = s.seq.token_ids()[static_cast<size_t>(pos)];
+    s.req.prompt_logprobs[static_cast<size_t>(pos - 1)] =
+        token_logprobs(logits, token, s.req.params.prompt_logprobs);
+    return;
+  }
+  if (!targets_[k].draws()) return;  // end_request: nothing drawn
   if (draw) {
     if (s.logit_rules.active()) {
       adjusted_.assign(logits.begin(), logits.end());

@@ -97,6 +97,7 @@ RequestOutput Request::take_output() {
   r.finish_reason = first.finish_reason;
   r.stop_token = first.stop_token;
   r.logprobs = first.logprobs;
+  r.prompt_logprobs = std::move(prompt_logprobs);
   return r;
 }
 

@@ -45,6 +45,9 @@ struct Request {
   std::vector<std::unique_ptr<Sample>> samples;  // params.n of them
   int64_t num_prompt_tokens = 0;
   int64_t num_cached_tokens = 0;
+  // params.prompt_logprobs >= 0: RequestOutput::prompt_logprobs, filled as the prompt's rows
+  // run (a recomputed row after a preemption writes the same entry again).
+  std::vector<TokenLogprobs> prompt_logprobs;
   bool admitted_once = false;
   bool forked = false;      // samples 1..n-1 were split off sample 0
   int64_t num_unfinished = 0;

@@ -15,14 +15,16 @@ Scheduler::Scheduler(BlockManager& blocks, const SchedulerOptions& options)
                options.max_num_batched_tokens);
 }
 
-void Scheduler::add(Sequence& seq, int64_t num_samples) {
+void Scheduler::add(Sequence& seq, int64_t num_samples, int64_t max_chunk) {
   KVATTN_CHECK(!seq.is_allocated(), "Scheduler::add: sequence ", seq.id(),
                " must hold no blocks but holds ", seq.num_blocks());
   KVATTN_CHECK(num_samples >= 1 && num_samples <= options_.max_num_seqs,
                "Scheduler::add: num_samples of sequence ", seq.id(), " must be in [1, ",
                options_.max_num_seqs, "] (max_num_seqs) but is ", num_samples);
+  KVATTN_CHECK(max_chunk >= 0, "Scheduler::add: max_chunk of sequence ", seq.id(),
+               " must be >= 0 but is ", max_chunk);
   seq.set_status(SequenceStatus::kWaiting);
-  waiting_.push_back({&seq, num_samples, false});
+  waiting_.push_back({&seq, num_samples, false, 0, max_chunk});
 }
 
 size_t Scheduler::find_running(const Sequence& seq) const {
@@ -58,9 +60,7 @@ const SchedulerStep& Scheduler::schedule() {
   }
   // 2. Chunks of prefills already running (their blocks were allocated at admission).
   for (size_t i = 0; i < running_.size() && budget_ > 0; ++i) {
-    if (running_[i].prefilling) {
-      schedule_row(i, std::min(running_[i].seq->num_uncomputed_tokens(), budget_));
-    }
+    if (running_[i].prefilling) schedule_row(i, running_[i].chunk(budget_));
   }
   // 3. Admission (vLLM: none in a step that had to preempt).
   if (step_.preempted.empty()) admit_waiting();
@@ -130,7 +130,7 @@ void Scheduler::admit_waiting() {
     running_.push_back(e);
     reserved_ += e.slots;
     step_.admitted.push_back(e.seq);
-    schedule_row(running_.size() - 1, std::min(e.seq->num_uncomputed_tokens(), budget_));
+    schedule_row(running_.size() - 1, running_.back().chunk(budget_));
   }
 }
 

@@ -23,6 +23,7 @@
 // Not thread-safe. Sequences must stay at the same address while the scheduler knows them.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <span>
@@ -64,8 +65,9 @@ class Scheduler {
   Scheduler& operator=(const Scheduler&) = delete;
 
   // A new sequence at the back of `waiting`. It must hold no blocks; num_samples (in
-  // [1, max_num_seqs]) slots are reserved for it and its future forks.
-  void add(Sequence& seq, int64_t num_samples = 1);
+  // [1, max_num_seqs]) slots are reserved for it and its future forks. max_chunk > 0: its
+  // prefill computes at most that many tokens a step (0: as the step's budget allows).
+  void add(Sequence& seq, int64_t num_samples = 1, int64_t max_chunk = 0);
 
   // Plans one step (see the file comment). The result is valid until the next schedule().
   // Throws when the previous step was not completed or a running sequence has no token to
@@ -101,6 +103,11 @@ class Scheduler {
     int64_t slots = 1;        // max_num_seqs slots it holds (n before its forks, then 1)
     bool prefilling = false;  // admitted, and this admission's first token not computed yet
     int64_t forks = 0;        // forked children placed right after it in running_
+    int64_t max_chunk = 0;    // add's max_chunk (0: none)
+    int64_t chunk(int64_t budget) const {
+      const int64_t n = std::min(seq->num_uncomputed_tokens(), budget);
+      return max_chunk > 0 ? std::min(n, max_chunk) : n;
+    }
   };
 
   // Blocks for the tokens of running_[i] (decode), preempting the youngest as needed. False

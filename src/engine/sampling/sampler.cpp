@@ -39,6 +39,9 @@ void validate(const SamplingParams& p) {
   KVATTN_CHECK(p.logprobs >= -1 && p.logprobs <= SamplingParams::kMaxLogprobs,
                "SamplingParams: logprobs must be -1 (off) or in [0, ", SamplingParams::kMaxLogprobs,
                "] but is ", p.logprobs);
+  KVATTN_CHECK(p.prompt_logprobs >= -1 && p.prompt_logprobs <= SamplingParams::kMaxLogprobs,
+               "SamplingParams: prompt_logprobs must be -1 (off) or in [0, ",
+               SamplingParams::kMaxLogprobs, "] but is ", p.prompt_logprobs);
 }
 
 int32_t argmax(std::span<const float> logits) {
