@@ -3,7 +3,8 @@
 
 Starts `kvattn serve --port 0` (a free port), then checks: chat and completions, streamed and
 not; greedy chat output equals `kvattn generate`; stop strings; n = 2; the same seed gives the
-same text; 32 concurrent streaming clients each get what they get alone and every KV block is
+same text; completions' echo with logprobs scores the prompt (max_tokens 0 and 1); 32
+concurrent streaming clients each get what they get alone and every KV block is
 free afterwards; a client that disconnects after 3 tokens has its blocks freed; the error
 statuses (400, 401, 404) with OpenAI's error body; malformed raw bodies; and that SIGTERM ends
 the server with exit code 0 and no block held.
@@ -197,6 +198,42 @@ class OpenAIClient(unittest.TestCase):
         with self.assertRaises(self.openai.BadRequestError) as e:
             self.chat("hi", max_tokens=2, top_logprobs=2)
         self.assertEqual(e.exception.body["param"], "top_logprobs")
+
+    def test_echo_scores_the_prompt(self):
+        # lm-eval's loglikelihood request: echo the prompt with its tokens' log-probabilities,
+        # generating nothing (max_tokens=0) or one token.
+        prompt = "The capital of France is Paris"
+        for max_tokens in (0, 1):
+            c = self.client.completions.create(model=self.model, prompt=prompt, echo=True,
+                                               logprobs=1, max_tokens=max_tokens, temperature=0)
+            choice = c.choices[0]
+            self.assertTrue(choice.text.startswith(prompt), choice.text)
+            lp = choice.logprobs
+            self.assertEqual(len(lp.tokens), c.usage.prompt_tokens + max_tokens)
+            self.assertEqual(c.usage.completion_tokens, max_tokens)
+            self.assertIsNone(lp.token_logprobs[0])
+            self.assertIsNone(lp.top_logprobs[0])
+            for tok, value, top in zip(lp.tokens[1:], lp.token_logprobs[1:], lp.top_logprobs[1:]):
+                self.assertLessEqual(value, 0.0)
+                self.assertIn(tok, top)
+                self.assertAlmostEqual(top[tok], value, places=6)
+                self.assertLessEqual(len(top), 2)  # one alternative and the token itself
+            self.assertEqual(lp.text_offset[0], 0)
+            self.assertEqual(lp.text_offset, sorted(lp.text_offset))
+        # The prompt's log-probabilities do not depend on max_tokens, and " Paris" after "The
+        # capital of France is" is likelier than after an unrelated prefix.
+        scored = self.client.completions.create(model=self.model, prompt=prompt, echo=True,
+                                                logprobs=0, max_tokens=0)
+        other = self.client.completions.create(model=self.model,
+                                               prompt="The colour of grass is Paris",
+                                               echo=True, logprobs=0, max_tokens=0)
+        self.assertGreater(scored.choices[0].logprobs.token_logprobs[-1],
+                           other.choices[0].logprobs.token_logprobs[-1])
+        # Not with stream: true.
+        with self.assertRaises(self.openai.BadRequestError) as e:
+            list(self.client.completions.create(model=self.model, prompt=prompt, echo=True,
+                                                max_tokens=2, stream=True))
+        self.assertEqual(e.exception.body["param"], "echo")
 
     def test_stop_strings(self):
         full = self.chat("Write a short poem about the sea.", max_tokens=40).choices[0]
