@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <vector>
 
 // Evaluates a CUDA runtime call; on an error prints where and what, and exits 1.
@@ -102,6 +103,38 @@ double median_us(Fn&& fn, Flush flush, int reps, int warmup = 10) {
   return 1000.0 * ms[ms.size() / 2];
 }
 
+// Graph of `iters` calls of fn(i, stream); min time per call over 5 replays, in us.
+inline double time_graph(cudaStream_t st, int iters,
+                          const std::function<void(int, cudaStream_t)>& fn) {
+  fn(0, st);  // first-call work (cuBLASLt plans, attributes) outside the capture
+  BENCH_CUDA(cudaStreamSynchronize(st));
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  BENCH_CUDA(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+  for (int i = 0; i < iters; ++i) fn(i, st);
+  BENCH_CUDA(cudaStreamEndCapture(st, &graph));
+  BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  BENCH_CUDA(cudaGraphLaunch(exec, st));
+  cudaEvent_t e0, e1;
+  BENCH_CUDA(cudaEventCreate(&e0));
+  BENCH_CUDA(cudaEventCreate(&e1));
+  float best = 1e30f;
+  for (int r = 0; r < 5; ++r) {
+    BENCH_CUDA(cudaEventRecord(e0, st));
+    BENCH_CUDA(cudaGraphLaunch(exec, st));
+    BENCH_CUDA(cudaEventRecord(e1, st));
+    BENCH_CUDA(cudaEventSynchronize(e1));
+    float ms = 0;
+    BENCH_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+    best = std::min(best, ms);
+  }
+  BENCH_CUDA(cudaEventDestroy(e0));
+  BENCH_CUDA(cudaEventDestroy(e1));
+  BENCH_CUDA(cudaGraphExecDestroy(exec));
+  BENCH_CUDA(cudaGraphDestroy(graph));
+  return best * 1e3 / iters;
+}
+
 // The copy ceiling: a 1 GB device-to-device copy on `st` (best of 5 after one untimed), in
 // GB/s counting read + write bytes.
 inline double measure_copy_gbps(cudaStream_t st, cudaEvent_t e0, cudaEvent_t e1) {
@@ -123,6 +156,29 @@ inline double measure_copy_gbps(cudaStream_t st, cudaEvent_t e0, cudaEvent_t e1)
   BENCH_CUDA(cudaFree(a));
   BENCH_CUDA(cudaFree(b));
   return 2.0 * bytes / (best * 1e-3) / 1e9;
+}
+
+// A GEMM benchmark's device: its properties and a stream, after printing the device line and
+// the copy ceiling (measure_copy_gbps) that its "of copy" columns divide by.
+struct BenchDevice {
+  cudaDeviceProp prop{};
+  cudaStream_t stream = nullptr;
+  double copy_gbps = 0.0;
+};
+inline BenchDevice open_bench_device() {
+  BenchDevice d;
+  BENCH_CUDA(cudaGetDeviceProperties(&d.prop, 0));
+  std::printf("device: %s, %d SMs, L2 %.0f MB\n", d.prop.name, d.prop.multiProcessorCount,
+              d.prop.l2CacheSize / 1e6);
+  BENCH_CUDA(cudaStreamCreateWithFlags(&d.stream, cudaStreamNonBlocking));
+  cudaEvent_t e0, e1;
+  BENCH_CUDA(cudaEventCreate(&e0));
+  BENCH_CUDA(cudaEventCreate(&e1));
+  d.copy_gbps = measure_copy_gbps(d.stream, e0, e1);  // 1 GB device to device
+  BENCH_CUDA(cudaEventDestroy(e0));
+  BENCH_CUDA(cudaEventDestroy(e1));
+  std::printf("copy ceiling: %.0f GB/s (read + write)\n", d.copy_gbps);
+  return d;
 }
 
 }  // namespace

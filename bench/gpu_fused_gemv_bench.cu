@@ -35,37 +35,6 @@ namespace {
 
 namespace k = kvattn::cuda_model;
 
-// Graph of `iters` calls of fn(i, stream); min time per call over 5 replays, in us.
-double time_graph(cudaStream_t st, int iters, const std::function<void(int, cudaStream_t)>& fn) {
-  fn(0, st);  // plans (cuBLASLt) outside the capture
-  BENCH_CUDA(cudaStreamSynchronize(st));
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  BENCH_CUDA(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-  for (int i = 0; i < iters; ++i) fn(i, st);
-  BENCH_CUDA(cudaStreamEndCapture(st, &graph));
-  BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-  BENCH_CUDA(cudaGraphLaunch(exec, st));
-  cudaEvent_t e0, e1;
-  BENCH_CUDA(cudaEventCreate(&e0));
-  BENCH_CUDA(cudaEventCreate(&e1));
-  float best = 1e30f;
-  for (int r = 0; r < 5; ++r) {
-    BENCH_CUDA(cudaEventRecord(e0, st));
-    BENCH_CUDA(cudaGraphLaunch(exec, st));
-    BENCH_CUDA(cudaEventRecord(e1, st));
-    BENCH_CUDA(cudaEventSynchronize(e1));
-    float ms = 0;
-    BENCH_CUDA(cudaEventElapsedTime(&ms, e0, e1));
-    best = std::min(best, ms);
-  }
-  BENCH_CUDA(cudaEventDestroy(e0));
-  BENCH_CUDA(cudaEventDestroy(e1));
-  BENCH_CUDA(cudaGraphExecDestroy(exec));
-  BENCH_CUDA(cudaGraphDestroy(graph));
-  return best * 1e3 / iters;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {

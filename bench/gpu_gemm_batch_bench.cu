@@ -94,17 +94,10 @@ int main(int argc, char** argv) {
     std::printf("no CUDA device: nothing to benchmark\n");
     return 0;
   }
-  cudaDeviceProp prop{};
-  BENCH_CUDA(cudaGetDeviceProperties(&prop, 0));
-  std::printf("device: %s, %d SMs, L2 %.0f MB\n", prop.name, prop.multiProcessorCount,
-              prop.l2CacheSize / 1e6);
-  cudaStream_t st = nullptr;
-  BENCH_CUDA(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  cudaEvent_t e0, e1;
-  BENCH_CUDA(cudaEventCreate(&e0));
-  BENCH_CUDA(cudaEventCreate(&e1));
-  const double copy_gbps = measure_copy_gbps(st, e0, e1);
-  std::printf("copy ceiling: %.0f GB/s (read + write)\n", copy_gbps);
+  const BenchDevice dev = open_bench_device();
+  const cudaDeviceProp& prop = dev.prop;
+  cudaStream_t st = dev.stream;
+  const double copy_gbps = dev.copy_gbps;
 
   cublasLtHandle_t lt = nullptr;
   BENCH_LT(cublasLtCreate(&lt));
@@ -185,26 +178,9 @@ int main(int argc, char** argv) {
           for (size_t i = 0; i < outs; ++i)
             maxd = std::max(maxd, static_cast<double>(std::fabs(bf2f(h0[i]) - bf2f(h[i]))));
         }
-        cudaGraph_t graph = nullptr;
-        cudaGraphExec_t exec = nullptr;
-        BENCH_CUDA(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-        for (int i = 0; i < iters; ++i) BENCH_LT(call(w + (i % copies) * (wbytes / 2), y));
-        BENCH_CUDA(cudaStreamEndCapture(st, &graph));
-        BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-        BENCH_CUDA(cudaGraphLaunch(exec, st));
-        float ms = 1e30f;
-        for (int r = 0; r < 5; ++r) {
-          BENCH_CUDA(cudaEventRecord(e0, st));
-          BENCH_CUDA(cudaGraphLaunch(exec, st));
-          BENCH_CUDA(cudaEventRecord(e1, st));
-          BENCH_CUDA(cudaEventSynchronize(e1));
-          float t = 0;
-          BENCH_CUDA(cudaEventElapsedTime(&t, e0, e1));
-          ms = std::min(ms, t);
-        }
-        BENCH_CUDA(cudaGraphExecDestroy(exec));
-        BENCH_CUDA(cudaGraphDestroy(graph));
-        const double us = ms * 1e3 / iters;
+        const double us = time_graph(st, iters, [&](int i, cudaStream_t) {
+          BENCH_LT(call(w + (i % copies) * (wbytes / 2), y));
+        });
         if (a == 0) first = us;
         if (split_of[a] > 0) split_us[split_of[a]] = us;
         if (us < best) best = us, best_i = a;

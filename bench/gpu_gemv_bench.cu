@@ -52,18 +52,10 @@ int main(int argc, char** argv) {
     std::printf("no CUDA device: nothing to benchmark\n");
     return 0;
   }
-  cudaDeviceProp prop{};
-  BENCH_CUDA(cudaGetDeviceProperties(&prop, 0));
-  std::printf("device: %s, %d SMs, L2 %.0f MB\n", prop.name, prop.multiProcessorCount,
-              prop.l2CacheSize / 1e6);
-  cudaStream_t st = nullptr;
-  BENCH_CUDA(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  cudaEvent_t e0, e1;
-  BENCH_CUDA(cudaEventCreate(&e0));
-  BENCH_CUDA(cudaEventCreate(&e1));
-
-  const double copy_gbps = measure_copy_gbps(st, e0, e1);  // 1 GB device to device
-  std::printf("copy ceiling: %.0f GB/s (read + write)\n", copy_gbps);
+  const BenchDevice dev = open_bench_device();
+  const cudaDeviceProp& prop = dev.prop;
+  cudaStream_t st = dev.stream;
+  const double copy_gbps = dev.copy_gbps;
 
   kvattn::cuda_model::Gemm lt(0), gv(0);
   lt.use_gemv(false);
@@ -98,29 +90,9 @@ int main(int argc, char** argv) {
       for (int impl = 0; impl < 2; ++impl) {
         kvattn::cuda_model::Gemm& g = impl == 0 ? lt : gv;
         __nv_bfloat16* y = impl == 0 ? y0 : y1;
-        g.run(x, s.k, m, w, s.n, s.k, y, s.n, st);  // plans outside the capture
-        BENCH_CUDA(cudaStreamSynchronize(st));
-        cudaGraph_t graph = nullptr;
-        cudaGraphExec_t exec = nullptr;
-        BENCH_CUDA(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-        for (int i = 0; i < iters; ++i)
-          g.run(x, s.k, m, w + (i % copies) * (wbytes / 2), s.n, s.k, y, s.n, st);
-        BENCH_CUDA(cudaStreamEndCapture(st, &graph));
-        BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-        BENCH_CUDA(cudaGraphLaunch(exec, st));
-        float best = 1e30f;
-        for (int r = 0; r < 5; ++r) {
-          BENCH_CUDA(cudaEventRecord(e0, st));
-          BENCH_CUDA(cudaGraphLaunch(exec, st));
-          BENCH_CUDA(cudaEventRecord(e1, st));
-          BENCH_CUDA(cudaEventSynchronize(e1));
-          float ms_ = 0;
-          BENCH_CUDA(cudaEventElapsedTime(&ms_, e0, e1));
-          best = std::min(best, ms_);
-        }
-        us[si][mi][impl] = best * 1e3 / iters;
-        BENCH_CUDA(cudaGraphExecDestroy(exec));
-        BENCH_CUDA(cudaGraphDestroy(graph));
+        us[si][mi][impl] = time_graph(st, iters, [&](int i, cudaStream_t stream) {
+          g.run(x, s.k, m, w + (i % copies) * (wbytes / 2), s.n, s.k, y, s.n, stream);
+        });
       }
       // Same inputs (the last copy each wrote): compare the two outputs.
       const int last = (iters - 1) % copies;
