@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <vector>
 
@@ -157,6 +158,27 @@ inline double measure_copy_gbps(cudaStream_t st, cudaEvent_t e0, cudaEvent_t e1)
   BENCH_CUDA(cudaFree(b));
   return 2.0 * bytes / (best * 1e-3) / 1e9;
 }
+
+// A bf16 value's bits as float (exact).
+inline float bf16_bits_to_float(uint16_t b) {
+  const uint32_t u = uint32_t{b} << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// Qwen3-0.6B's decode projections, y[M, n] = x[M, k] W[n, k]^T: 28 layers of the first four,
+// then the lm_head once a step (the GEMM benchmarks' shapes and their per-step sums).
+struct Projection {
+  const char* name;
+  int64_t n, k;
+  double per_step;  // calls a decode step
+};
+inline constexpr Projection kQwen3Projections[] = {{"qkv", 4096, 1024, 28},
+                                                   {"o_proj", 1024, 2048, 28},
+                                                   {"gate_up", 6144, 1024, 28},
+                                                   {"down", 1024, 3072, 28},
+                                                   {"lm_head", 151936, 1024, 1}};
 
 // A GEMM benchmark's device: its properties and a stream, after printing the device line and
 // the copy ceiling (measure_copy_gbps) that its "of copy" columns divide by.

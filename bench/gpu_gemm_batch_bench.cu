@@ -40,18 +40,6 @@
 
 namespace {
 
-struct Shape {
-  const char* name;
-  int64_t n, k;
-};
-
-float bf2f(uint16_t b) {
-  const uint32_t u = uint32_t{b} << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
 // The descriptors of cuda_model::Gemm::plan (row-major y = x w^T as column-major y^T = w^T x^T).
 struct Desc {
   cublasLtMatmulDesc_t op = nullptr;
@@ -105,17 +93,13 @@ int main(int argc, char** argv) {
   void* ws = nullptr;
   BENCH_CUDA(cudaMalloc(&ws, ws_bytes));
 
-  const Shape shapes[] = {{"qkv", 4096, 1024},
-                          {"o_proj", 1024, 2048},
-                          {"gate_up", 6144, 1024},
-                          {"down", 1024, 3072},
-                          {"lm_head", 151936, 1024}};
+  const auto& shapes = kQwen3Projections;
   const int max_rows = *std::max_element(rows.begin(), rows.end());
   std::vector<double> first_us(rows.size(), 0.0), best_us(rows.size(), 0.0);
   std::printf("\n| shape | M | algos | first us | of copy | best us | of copy | best is # | "
               "first / best | first split-K 2 / 4 / 8 us | max |diff| |\n"
               "|---|---|---|---|---|---|---|---|---|---|---|\n");
-  for (const Shape& s : shapes) {
+  for (const Projection& s : shapes) {
     const size_t wbytes = static_cast<size_t>(s.n * s.k) * 2;
     const int copies = static_cast<int>(
         std::max<size_t>(2, (4 * static_cast<size_t>(prop.l2CacheSize) + wbytes - 1) / wbytes));
@@ -176,7 +160,7 @@ int main(int argc, char** argv) {
                               cudaMemcpyDeviceToHost));
         if (a > 0) {
           for (size_t i = 0; i < outs; ++i)
-            maxd = std::max(maxd, static_cast<double>(std::fabs(bf2f(h0[i]) - bf2f(h[i]))));
+            maxd = std::max(maxd, static_cast<double>(std::fabs(bf16_bits_to_float(h0[i]) - bf16_bits_to_float(h[i]))));
         }
         const double us = time_graph(st, iters, [&](int i, cudaStream_t) {
           BENCH_LT(call(w + (i % copies) * (wbytes / 2), y));
@@ -185,7 +169,7 @@ int main(int argc, char** argv) {
         if (split_of[a] > 0) split_us[split_of[a]] = us;
         if (us < best) best = us, best_i = a;
       }
-      const double wgt = std::strcmp(s.name, "lm_head") == 0 ? 1.0 : 28.0;
+      const double wgt = s.per_step;
       first_us[ri] += wgt * first;
       best_us[ri] += wgt * best;
       const auto frac = [&](double us) { return 100.0 * wbytes / (us * 1e-6) / 1e9 / copy_gbps; };
@@ -200,8 +184,8 @@ int main(int argc, char** argv) {
     BENCH_CUDA(cudaFree(y0));
   }
   double token_bytes = 0.0;
-  for (const Shape& s : shapes)
-    token_bytes += (std::strcmp(s.name, "lm_head") == 0 ? 1.0 : 28.0) * s.n * s.k * 2;
+  for (const Projection& s : shapes)
+    token_bytes += s.per_step * s.n * s.k * 2;
   std::printf("\nper decode step (28 x (qkv + o_proj + gate_up + down) + lm_head, %.3f GB of "
               "weights; floor at the copy rate %.1f us):\n| M | first us | best us |\n|---|---|---|\n",
               token_bytes / 1e9, token_bytes / copy_gbps / 1e3);

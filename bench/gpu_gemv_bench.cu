@@ -27,21 +27,6 @@
 #include "engine/model/cuda_gemm.h"
 #include "kvattn/core/device.h"
 
-namespace {
-
-struct Shape {
-  const char* name;
-  int64_t n, k;
-};
-
-float bf2f(uint16_t b) {
-  const uint32_t u = uint32_t{b} << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   int iters = 200;
@@ -61,17 +46,13 @@ int main(int argc, char** argv) {
   lt.use_gemv(false);
   gv.use_gemv(true);
 
-  const Shape shapes[] = {{"qkv", 4096, 1024},
-                          {"o_proj", 1024, 2048},
-                          {"gate_up", 6144, 1024},
-                          {"down", 1024, 3072},
-                          {"lm_head", 151936, 1024}};
+  const auto& shapes = kQwen3Projections;
   const int ms[] = {1, 4, 8};
   double us[5][3][2] = {};  // shape, M, impl (0 cuBLASLt, 1 GEMV)
   std::printf("\n| shape | N x K | MB | M | cuBLASLt us | GB/s | of copy | GEMV us | GB/s | of copy "
               "| speedup | max |gemv-lt| |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
-  for (int si = 0; si < 5; ++si) {
-    const Shape& s = shapes[si];
+  for (size_t si = 0; si < std::size(shapes); ++si) {
+    const Projection& s = shapes[si];
     const size_t wbytes = static_cast<size_t>(s.n * s.k) * 2;
     const int copies = static_cast<int>(
         std::max<size_t>(2, (4 * static_cast<size_t>(prop.l2CacheSize) + wbytes - 1) / wbytes));
@@ -104,7 +85,7 @@ int main(int argc, char** argv) {
       BENCH_CUDA(cudaMemcpy(h1.data(), y1, h1.size() * 2, cudaMemcpyDeviceToHost));
       double maxd = 0.0;
       for (size_t i = 0; i < h0.size(); ++i)
-        maxd = std::max(maxd, static_cast<double>(std::fabs(bf2f(h0[i]) - bf2f(h1[i]))));
+        maxd = std::max(maxd, static_cast<double>(std::fabs(bf16_bits_to_float(h0[i]) - bf16_bits_to_float(h1[i]))));
       const double gb = wbytes / 1e9;
       const double t0 = us[si][mi][0], t1 = us[si][mi][1];
       std::printf("| %s | %ldx%ld | %.1f | %d | %.2f | %.0f | %.0f%% | %.2f | %.0f | %.0f%% | "
@@ -120,8 +101,8 @@ int main(int argc, char** argv) {
   }
 
   double token_bytes = 0.0;
-  for (int si = 0; si < 5; ++si)
-    token_bytes += (si == 4 ? 1.0 : 28.0) * static_cast<double>(shapes[si].n * shapes[si].k) * 2;
+  for (size_t si = 0; si < std::size(shapes); ++si)
+    token_bytes += shapes[si].per_step * static_cast<double>(shapes[si].n * shapes[si].k) * 2;
   std::printf("\nper decode token (28 x (qkv + o_proj + gate_up + down) + lm_head, %.3f GB; "
               "floor at the copy rate %.1f us):\n",
               token_bytes / 1e9, token_bytes / copy_gbps / 1e3);
@@ -130,8 +111,8 @@ int main(int argc, char** argv) {
               "| auto saves us |\n|---|---|---|---|---|---|---|---|\n");
   for (int mi = 0; mi < 3; ++mi) {
     double t[3] = {0, 0, 0};
-    for (int si = 0; si < 5; ++si) {
-      const double wgt = si == 4 ? 1.0 : 28.0;
+    for (size_t si = 0; si < std::size(shapes); ++si) {
+      const double wgt = shapes[si].per_step;
       t[0] += wgt * us[si][mi][0];
       t[1] += wgt * us[si][mi][1];
       const bool pick = kvattn::cuda_model::Gemv::preferred(ms[mi], shapes[si].n, shapes[si].k);
