@@ -48,7 +48,7 @@ int main(int argc, char** argv) {
 
   const auto& shapes = kQwen3Projections;
   const int ms[] = {1, 4, 8};
-  double us[5][3][2] = {};  // shape, M, impl (0 cuBLASLt, 1 GEMV)
+  double us[std::size(kQwen3Projections)][3][2] = {};  // shape, M, impl (0 cuBLASLt, 1 GEMV)
   std::printf("\n| shape | N x K | MB | M | cuBLASLt us | GB/s | of copy | GEMV us | GB/s | of copy "
               "| speedup | max |gemv-lt| |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (size_t si = 0; si < std::size(shapes); ++si) {
