@@ -317,6 +317,13 @@ ParsedRequest parse_request(std::string_view body, Endpoint endpoint) {
       p.repetition_penalty = static_cast<float>(get_number(v, k, 0.0, 100.0, /*lo_open=*/true));
     } else if (key == "logit_bias") {
       parse_logit_bias(v, p);
+    } else if (key == "stop_token_ids") {  // vLLM's extension
+      if (!v.is_array() || v.size() > kMaxStops) {
+        throw bad_request("stop_token_ids must be a list of at most " + std::to_string(kMaxStops) +
+                              " token ids",
+                          k);
+      }
+      p.stop_token_ids = token_ids(v, k);
     } else if (key == "echo" && !chat) {
       r.echo = get_bool(v, k);
     } else if (key == "best_of" && !chat) {

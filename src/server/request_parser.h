@@ -9,7 +9,9 @@
 //                extensions ignore_eos, skip_special_tokens and return_token_ids (each choice,
 //                or chunk, also carries the generated ids as "token_ids");
 //                presence_penalty / frequency_penalty [-2, 2], vLLM's repetition_penalty
-//                (0, 100], logit_bias {"<token id>": [-100, 100]} (at most 1024);
+//                (0, 100], logit_bias {"<token id>": [-100, 100]} (at most 1024), vLLM's
+//                stop_token_ids (up to 16 ids: generation ends at them, as at the model's
+//                end tokens, and they are left out of the text);
 //   completions: prompt (string, list of strings, token ids, or list of token-id lists),
 //                echo (each choice's text and logprobs start with its prompt's; with
 //                logprobs, the prompt tokens' log-probabilities, SamplingParams::

@@ -160,6 +160,18 @@ TEST(RequestParser, Logprobs) {
   }
 }
 
+// vLLM's stop_token_ids reach SamplingParams as given (both endpoints).
+TEST(RequestParser, StopTokenIds) {
+  EXPECT_TRUE(parse(R"({"prompt": "x"})").params.stop_token_ids.empty());
+  EXPECT_EQ(parse(R"({"prompt": "x", "stop_token_ids": [7, 3]})").params.stop_token_ids,
+            (std::vector<int32_t>{7, 3}));
+  EXPECT_TRUE(parse(R"({"prompt": "x", "stop_token_ids": []})").params.stop_token_ids.empty());
+  EXPECT_EQ(parse(R"({"messages": [{"role": "user", "content": "x"}], "stop_token_ids": [9]})",
+                  Endpoint::kChat)
+                .params.stop_token_ids,
+            (std::vector<int32_t>{9}));
+}
+
 // echo (completions): the prompt leads each choice; with logprobs its tokens' log-
 // probabilities come too (SamplingParams::prompt_logprobs = logprobs); max_tokens 0 is taken
 // with echo only (the prompt scored, nothing generated).
@@ -218,6 +230,10 @@ TEST(RequestParser, BadValuesNameTheirParameter) {
       {R"("logprobs": -1)", "logprobs"},
       {R"("logprobs": true)", "logprobs"},
       {R"("echo": true, "stream": true)", "echo"},
+      {R"("stop_token_ids": 5)", "stop_token_ids"},
+      {R"("stop_token_ids": [-1])", "stop_token_ids"},
+      {R"("stop_token_ids": [1, "2"])", "stop_token_ids"},
+      {R"("stop_token_ids": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17])", "stop_token_ids"},
       {R"("echo": 1)", "echo"},
       {R"("best_of": 3)", "best_of"},
       {R"("suffix": "x")", "suffix"},

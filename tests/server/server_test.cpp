@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -314,6 +315,33 @@ TEST(Server, EchoWithLogprobsEqualsTheEnginesPromptLogprobs) {
   ASSERT_TRUE(r);
   ASSERT_EQ(r->status, 200) << r->body;
   EXPECT_TRUE(Json::parse(r->body)["choices"][0]["logprobs"].is_null());
+  s.stop();
+}
+
+// vLLM's stop_token_ids: the greedy output stops before the first listed id it generates
+// (finish_reason "stop", the id left out), as the engine's SamplingParams::stop_token_ids.
+TEST(Server, StopTokenIdsEndTheChoice) {
+  std::mt19937_64 rng(9);
+  const Ids prompt = random_prompt(rng, 12);
+  SamplingParams sp;
+  sp.max_tokens = 10;
+  sp.ignore_eos = true;
+  const RequestOutput free_run = tiny_llm()->generate({prompt}, sp)[0];
+  ASSERT_EQ(free_run.token_ids.size(), 10u);
+  const int32_t stop = free_run.token_ids[4];
+  const auto first = std::find(free_run.token_ids.begin(), free_run.token_ids.end(), stop);
+  const Ids want(free_run.token_ids.begin(), first);
+
+  Running s;
+  auto c = s.client();
+  Json body = completion_body(prompt, 10, false);
+  body["stop_token_ids"] = {stop};
+  auto r = c.Post("/v1/completions", body.dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const Json choice = Json::parse(r->body)["choices"][0];
+  EXPECT_EQ(choice["token_ids"].get<Ids>(), want);
+  EXPECT_EQ(choice["finish_reason"], "stop");
   s.stop();
 }
 
