@@ -152,7 +152,7 @@ You are Qwen.<|im_end|>
     write_text(root / ("tokenizer_encode/spm" + std::to_string(i)),
                std::string(1, static_cast<char>(3 + i % 3)) + kSpmTexts[i]);
   }
-  // Server request bodies (first byte: 0 completions, 1 chat).
+  // Server request bodies (first byte: 0 completions, 1 chat, 2 /tokenize, 3 /detokenize).
   const std::vector<std::string> bodies = {
       std::string(1, '\0') + R"({"model": "m", "prompt": "hello", "max_tokens": 5, "temperature": 0.7,)"
                               R"( "top_p": 0.9, "top_k": 40, "min_p": 0.05, "seed": 3, "stop": ["x", "y"],)"
@@ -163,6 +163,12 @@ You are Qwen.<|im_end|>
                               R"( {"role": "user", "content": [{"type": "text", "text": "hi"}]},)"
                               R"( {"role": "assistant", "content": null}], "max_completion_tokens": 9,)"
                               R"( "response_format": {"type": "text"}, "top_logprobs": 0})",
+      std::string(1, '\0') + R"({"prompt": "score me", "echo": true, "logprobs": 1, "max_tokens": 0,)"
+                              R"( "stop_token_ids": [2, 7]})",
+      std::string(1, '\2') + R"({"prompt": "hello", "add_special_tokens": false, "model": "m"})",
+      std::string(1, '\2') + R"({"messages": [{"role": "user", "content": "hi"}],)"
+                              R"( "add_generation_prompt": true})",
+      std::string(1, '\3') + R"({"tokens": [1, 2, 3], "model": "m"})",
   };
   for (size_t i = 0; i < bodies.size(); ++i) {
     write_text(root / ("request_parser/body" + std::to_string(i)), bodies[i]);

@@ -1,6 +1,6 @@
-// The server's request parser on arbitrary bytes (first byte: 0 completions, else chat): it
-// returns a ParsedRequest or throws ApiError (400, non-empty message); nothing else escapes.
-// A parsed request must satisfy the limits the parser promises.
+// The server's request parsers on arbitrary bytes (first byte: 0 completions, 2 /tokenize,
+// 3 /detokenize, else chat): each returns its request or throws ApiError (400, non-empty
+// message); nothing else escapes. A parsed request must satisfy the limits the parser promises.
 #include <cstdint>
 #include <string_view>
 
@@ -14,7 +14,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const Endpoint endpoint = data[0] == 0 ? Endpoint::kCompletions : Endpoint::kChat;
   const std::string_view body(reinterpret_cast<const char*>(data) + 1, size - 1);
   try {
+    if (data[0] == 2) {
+      const TokenizeRequest t = parse_tokenize(body);
+      FUZZ_ASSERT(t.chat == !t.messages.empty());
+      FUZZ_ASSERT(t.messages.size() <= kMaxMessages);
+      return 0;
+    }
+    if (data[0] == 3) {
+      for (int32_t id : parse_detokenize(body).tokens) FUZZ_ASSERT(id >= 0);
+      return 0;
+    }
     const ParsedRequest r = parse_request(body, endpoint);
+    FUZZ_ASSERT(r.params.prompt_logprobs <= r.params.logprobs);
+    FUZZ_ASSERT(r.params.prompt_logprobs < 0 || r.echo);
+    for (int32_t id : r.params.stop_token_ids) FUZZ_ASSERT(id >= 0);
     FUZZ_ASSERT(r.params.n >= 1 && r.params.n <= 128);
     FUZZ_ASSERT(r.params.max_tokens >= 0);
     FUZZ_ASSERT(r.params.temperature >= 0.0f && r.params.temperature <= 2.0f);

@@ -224,9 +224,8 @@ void parse_logit_bias(const Json& v, SamplingParams& p) {
   }
 }
 
-}  // namespace
-
-ParsedRequest parse_request(std::string_view body, Endpoint endpoint) {
+// The body as a JSON object (400 invalid_json otherwise, and past kMaxJsonDepth).
+Json body_object(std::string_view body) {
   if (json_depth(body) > kMaxJsonDepth) {
     throw bad_request("request body nests deeper than " + std::to_string(kMaxJsonDepth) +
                           " levels",
@@ -243,6 +242,13 @@ ParsedRequest parse_request(std::string_view body, Endpoint endpoint) {
     throw bad_request("request body must be a JSON object but is " + type_name(j), "",
                       "invalid_json");
   }
+  return j;
+}
+
+}  // namespace
+
+ParsedRequest parse_request(std::string_view body, Endpoint endpoint) {
+  const Json j = body_object(body);
   ParsedRequest r;
   r.endpoint = endpoint;
   const bool chat = endpoint == Endpoint::kChat;
@@ -367,6 +373,59 @@ ParsedRequest parse_request(std::string_view body, Endpoint endpoint) {
   if (r.include_usage && !r.stream) {
     throw bad_request("stream_options is only allowed with stream: true", "stream_options");
   }
+  return r;
+}
+
+TokenizeRequest parse_tokenize(std::string_view body) {
+  const Json j = body_object(body);
+  TokenizeRequest r;
+  bool have_prompt = false;
+  for (const auto& [key, v] : j.items()) {
+    if (v.is_null()) continue;
+    const char* k = key.c_str();
+    if (key == "model") {
+      r.model = get_string(v, k);
+    } else if (key == "prompt") {
+      r.prompt = get_string(v, k);
+      have_prompt = true;
+    } else if (key == "messages") {
+      ParsedRequest m;
+      parse_messages(v, m);
+      r.messages = std::move(m.messages);
+      r.chat = true;
+    } else if (key == "add_special_tokens") {
+      r.add_special_tokens = get_bool(v, k);
+    } else if (key == "add_generation_prompt") {
+      r.add_generation_prompt = get_bool(v, k);
+    } else {
+      throw bad_request("unknown parameter '" + key + "'", key, "unknown_parameter");
+    }
+  }
+  if (have_prompt == r.chat) {
+    throw bad_request("give exactly one of prompt and messages", have_prompt ? "messages" : "prompt",
+                      have_prompt ? "invalid_value" : "missing_required_parameter");
+  }
+  return r;
+}
+
+DetokenizeRequest parse_detokenize(std::string_view body) {
+  const Json j = body_object(body);
+  DetokenizeRequest r;
+  bool have_tokens = false;
+  for (const auto& [key, v] : j.items()) {
+    if (v.is_null()) continue;
+    const char* k = key.c_str();
+    if (key == "model") {
+      r.model = get_string(v, k);
+    } else if (key == "tokens") {
+      if (!v.is_array()) throw bad_request("tokens must be a list of token ids", k);
+      r.tokens = token_ids(v, k);
+      have_tokens = true;
+    } else {
+      throw bad_request("unknown parameter '" + key + "'", key, "unknown_parameter");
+    }
+  }
+  if (!have_tokens) throw bad_request("tokens is required", "tokens", "missing_required_parameter");
   return r;
 }
 

@@ -66,4 +66,24 @@ inline constexpr size_t kMaxLogitBias = 1024;
 
 ParsedRequest parse_request(std::string_view body, Endpoint endpoint);
 
+// vLLM's POST /tokenize: {"prompt": text} or {"messages": [...]} (the chat template applied,
+// add_generation_prompt default true), add_special_tokens (default true: the model's BOS where
+// its tokenizer adds one, as the completion endpoints encode; vLLM's chat default is false,
+// its chat path encodes without it), model. POST /detokenize: {"tokens": [ids]}, model. Same
+// limits and errors as parse_request.
+struct TokenizeRequest {
+  std::string model;
+  std::string prompt;
+  std::vector<ChatMessage> messages;
+  bool chat = false;  // messages given
+  bool add_special_tokens = true;
+  bool add_generation_prompt = true;
+};
+TokenizeRequest parse_tokenize(std::string_view body);
+struct DetokenizeRequest {
+  std::string model;
+  std::vector<int32_t> tokens;
+};
+DetokenizeRequest parse_detokenize(std::string_view body);
+
 }  // namespace kvattn::server

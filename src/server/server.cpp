@@ -124,6 +124,12 @@ Server::Server(LLM& llm, ServerOptions options)
   http.Post("/v1/chat/completions", guarded([&ctx](const auto& req, auto& res) {
               handle_completion(ctx, req, res, Endpoint::kChat);
             }));
+  http.Post("/tokenize", guarded([&ctx](const auto& req, auto& res) {
+              handle_tokenize(ctx, req, res);
+            }));
+  http.Post("/detokenize", guarded([&ctx](const auto& req, auto& res) {
+              handle_detokenize(ctx, req, res);
+            }));
   http.Get("/v1/models", guarded([&ctx](const auto&, auto& res) {
              const Json list = {{"object", "list"}, {"data", Json::array({model_card(ctx)})}};
              res.set_content(dump(list), "application/json");

@@ -44,5 +44,8 @@ struct ServerContext {
 // POST /v1/completions and /v1/chat/completions. Throws ApiError for the error response.
 void handle_completion(ServerContext& ctx, const httplib::Request& req, httplib::Response& res,
                        Endpoint endpoint);
+// POST /tokenize and /detokenize (vLLM's; tokenize_handler.cpp). Throw ApiError likewise.
+void handle_tokenize(ServerContext& ctx, const httplib::Request& req, httplib::Response& res);
+void handle_detokenize(ServerContext& ctx, const httplib::Request& req, httplib::Response& res);
 
 }  // namespace kvattn::server

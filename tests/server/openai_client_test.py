@@ -3,7 +3,8 @@
 
 Starts `kvattn serve --port 0` (a free port), then checks: chat and completions, streamed and
 not; greedy chat output equals `kvattn generate`; stop strings; n = 2; the same seed gives the
-same text; completions' echo with logprobs scores the prompt (max_tokens 0 and 1); 32
+same text; completions' echo with logprobs scores the prompt (max_tokens 0 and 1); /tokenize
+and /detokenize; 32
 concurrent streaming clients each get what they get alone and every KV block is
 free afterwards; a client that disconnects after 3 tokens has its blocks freed; the error
 statuses (400, 401, 404) with OpenAI's error body; malformed raw bodies; and that SIGTERM ends
@@ -234,6 +235,31 @@ class OpenAIClient(unittest.TestCase):
             list(self.client.completions.create(model=self.model, prompt=prompt, echo=True,
                                                 max_tokens=2, stream=True))
         self.assertEqual(e.exception.body["param"], "echo")
+
+    def test_tokenize_and_detokenize(self):
+        # vLLM's routes: the ids the completion endpoints use, and back.
+        prompt = "The capital of France is"
+        status, body = raw_post("/tokenize", json.dumps({"prompt": prompt}))
+        self.assertEqual(status, 200, body)
+        t = json.loads(body)
+        self.assertEqual(t["count"], len(t["tokens"]))
+        self.assertGreater(t["max_model_len"], 0)
+        c = self.client.completions.create(model=self.model, prompt=prompt, max_tokens=1)
+        self.assertEqual(t["count"], c.usage.prompt_tokens)
+        messages = [{"role": "user", "content": "hi"}]
+        status, body = raw_post("/tokenize", json.dumps({"messages": messages}))
+        self.assertEqual(status, 200, body)
+        r = self.client.chat.completions.create(model=self.model, messages=messages, max_tokens=1)
+        self.assertEqual(json.loads(body)["count"], r.usage.prompt_tokens)
+        status, body = raw_post("/tokenize", json.dumps({"prompt": prompt,
+                                                          "add_special_tokens": False}))
+        self.assertEqual(status, 200, body)
+        status, back = raw_post("/detokenize", json.dumps({"tokens": json.loads(body)["tokens"]}))
+        self.assertEqual(status, 200, back)
+        self.assertEqual(json.loads(back)["prompt"], prompt)
+        status, body = raw_post("/detokenize", json.dumps({"tokens": [10 ** 9]}))
+        self.assertEqual(status, 400, body)
+        self.assertEqual(json.loads(body)["error"]["param"], "tokens")
 
     def test_stop_strings(self):
         full = self.chat("Write a short poem about the sea.", max_tokens=40).choices[0]

@@ -160,6 +160,51 @@ TEST(RequestParser, Logprobs) {
   }
 }
 
+// vLLM's /tokenize and /detokenize bodies.
+TEST(RequestParser, TokenizeAndDetokenize) {
+  const TokenizeRequest t = parse_tokenize(R"({"prompt": "hi there", "model": "m"})");
+  EXPECT_FALSE(t.chat);
+  EXPECT_EQ(t.prompt, "hi there");
+  EXPECT_EQ(t.model, "m");
+  EXPECT_TRUE(t.add_special_tokens);
+  const TokenizeRequest c = parse_tokenize(
+      R"({"messages": [{"role": "user", "content": "x"}], "add_generation_prompt": false,
+          "add_special_tokens": false})");
+  EXPECT_TRUE(c.chat);
+  ASSERT_EQ(c.messages.size(), 1u);
+  EXPECT_FALSE(c.add_generation_prompt);
+  EXPECT_FALSE(c.add_special_tokens);
+  EXPECT_EQ(parse_detokenize(R"({"tokens": [3, 1, 4]})").tokens, (std::vector<int32_t>{3, 1, 4}));
+  EXPECT_TRUE(parse_detokenize(R"({"tokens": []})").tokens.empty());
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {R"({})", "prompt"},
+      {R"({"prompt": "x", "messages": [{"role": "user", "content": "x"}]})", "messages"},
+      {R"({"prompt": 5})", "prompt"},
+      {R"({"prompt": "x", "add_special_tokens": 1})", "add_special_tokens"},
+      {R"({"prompt": "x", "temperature": 1})", "temperature"},
+      {R"({"messages": []})", "messages"}};
+  for (const auto& [body, param] : bad) {
+    try {
+      parse_tokenize(body);
+      ADD_FAILURE() << body << " was accepted";
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status(), 400) << body;
+      EXPECT_EQ(e.param(), param) << body;
+    }
+  }
+  for (const auto& [body, param] : std::vector<std::pair<std::string, std::string>>{
+           {R"({})", "tokens"}, {R"({"tokens": 5})", "tokens"}, {R"({"tokens": [-1]})", "tokens"},
+           {R"({"tokens": [1], "prompt": "x"})", "prompt"}, {R"([1, 2])", ""}}) {
+    try {
+      parse_detokenize(body);
+      ADD_FAILURE() << body << " was accepted";
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status(), 400) << body;
+      EXPECT_EQ(e.param(), param) << body;
+    }
+  }
+}
+
 // vLLM's stop_token_ids reach SamplingParams as given (both endpoints).
 TEST(RequestParser, StopTokenIds) {
   EXPECT_TRUE(parse(R"({"prompt": "x"})").params.stop_token_ids.empty());

@@ -345,6 +345,36 @@ TEST(Server, StopTokenIdsEndTheChoice) {
   s.stop();
 }
 
+// /tokenize and /detokenize are routed and checked; this tiny model has no tokenizer, so
+// both answer 400 saying so (the openai client test runs them on the default model).
+TEST(Server, TokenizeRoutesAndRefusesWithoutATokenizer) {
+  Running s;
+  auto c = s.client();
+  for (const char* path : {"/tokenize", "/detokenize"}) {
+    SCOPED_TRACE(path);
+    const std::string body = path == std::string("/tokenize") ? R"({"prompt": "hi"})"
+                                                               : R"({"tokens": [1, 2]})";
+    auto r = c.Post(path, body, "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400);
+    EXPECT_NE(Json::parse(r->body)["error"]["message"].get<std::string>().find("no tokenizer"),
+              std::string::npos)
+        << r->body;
+    auto wrong = c.Post(path, R"({"model": "other", "prompt": "x", "tokens": []})",
+                        "application/json");
+    ASSERT_TRUE(wrong);
+    EXPECT_EQ(wrong->status, 400);  // the unknown field, found before the model
+    auto bad = c.Post(path, "{", "application/json");
+    ASSERT_TRUE(bad);
+    EXPECT_EQ(bad->status, 400);
+    EXPECT_EQ(Json::parse(bad->body)["error"]["code"], "invalid_json");
+  }
+  auto other = c.Post("/tokenize", R"({"model": "other", "prompt": "x"})", "application/json");
+  ASSERT_TRUE(other);
+  EXPECT_EQ(other->status, 404);
+  s.stop();
+}
+
 // presence / frequency / repetition penalties reach the engine: the server's greedy tokens
 // equal LLM::generate's with the same penalties, and differ from the unpenalised ones.
 TEST(Server, PenaltiesEqualTheEngines) {
