@@ -28,6 +28,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_ASSERT(r.params.prompt_logprobs <= r.params.logprobs);
     FUZZ_ASSERT(r.params.prompt_logprobs < 0 || r.echo);
     for (int32_t id : r.params.stop_token_ids) FUZZ_ASSERT(id >= 0);
+    FUZZ_ASSERT(r.params.min_tokens >= 0);
     FUZZ_ASSERT(r.params.n >= 1 && r.params.n <= 128);
     FUZZ_ASSERT(r.params.max_tokens >= 0);
     FUZZ_ASSERT(r.params.temperature >= 0.0f && r.params.temperature <= 2.0f);

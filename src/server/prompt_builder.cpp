@@ -75,6 +75,12 @@ EnginePrompts build_prompts(const ParsedRequest& r, const LLM& llm, uint64_t ran
                           std::to_string(context) + " tokens",
                       r.max_tokens_given ? "max_tokens" : param, "context_length_exceeded");
   }
+  if (out.params.min_tokens > out.params.max_tokens) {
+    throw bad_request("min_tokens (" + std::to_string(out.params.min_tokens) +
+                          ") must not exceed max_tokens (" + std::to_string(out.params.max_tokens) +
+                          ")",
+                      "min_tokens");
+  }
   if (!r.seed_given) out.params.seed = random_seed;
   try {
     validate(out.params);

@@ -323,6 +323,8 @@ ParsedRequest parse_request(std::string_view body, Endpoint endpoint) {
       p.repetition_penalty = static_cast<float>(get_number(v, k, 0.0, 100.0, /*lo_open=*/true));
     } else if (key == "logit_bias") {
       parse_logit_bias(v, p);
+    } else if (key == "min_tokens") {  // vLLM's extension (<= max_tokens: prompt_builder)
+      p.min_tokens = static_cast<int>(get_int(v, k, 0, std::numeric_limits<int32_t>::max()));
     } else if (key == "stop_token_ids") {  // vLLM's extension
       if (!v.is_array() || v.size() > kMaxStops) {
         throw bad_request("stop_token_ids must be a list of at most " + std::to_string(kMaxStops) +

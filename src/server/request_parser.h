@@ -11,7 +11,8 @@
 //                presence_penalty / frequency_penalty [-2, 2], vLLM's repetition_penalty
 //                (0, 100], logit_bias {"<token id>": [-100, 100]} (at most 1024), vLLM's
 //                stop_token_ids (up to 16 ids: generation ends at them, as at the model's
-//                end tokens, and they are left out of the text);
+//                end tokens, and they are left out of the text), vLLM's min_tokens (the end
+//                and stop ids are held back until then; <= max_tokens);
 //   completions: prompt (string, list of strings, token ids, or list of token-id lists),
 //                echo (each choice's text and logprobs start with its prompt's; with
 //                logprobs, the prompt tokens' log-probabilities, SamplingParams::

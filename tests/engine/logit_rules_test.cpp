@@ -91,11 +91,46 @@ TEST(LogitRules, ParamsAreChecked) {
            [](SamplingParams& p) { p.repetition_penalty = 0.0f; },
            [](SamplingParams& p) { p.repetition_penalty = NAN; },
            [](SamplingParams& p) { p.logit_bias = {{4, 100.5f}}; },
-           [](SamplingParams& p) { p.logit_bias = {{-1, 1.0f}}; }}) {
+           [](SamplingParams& p) { p.logit_bias = {{-1, 1.0f}}; },
+           [](SamplingParams& p) { p.min_tokens = -1; },
+           [](SamplingParams& p) { p.min_tokens = p.max_tokens + 1; }}) {
     SamplingParams p;
     edit(p);
     EXPECT_THROW(validate(p), Error);
   }
+}
+
+// min_tokens: the stop ids and (without ignore_eos) the end ids are masked until that many
+// tokens were generated, then the rules go quiet (no host draws on CUDA after it).
+TEST(LogitRules, MinTokensHoldsTheEndIdsBack) {
+  SamplingParams p;
+  p.min_tokens = 2;
+  p.stop_token_ids = {7};
+  const std::vector<int32_t> eos = {3};
+  LogitRules rules(p, std::vector<int32_t>{1, 2}, eos);
+  EXPECT_TRUE(rules.active());
+  std::vector<float> row(10, 0.5f);
+  rules.apply(row);
+  EXPECT_EQ(row[7], -INFINITY);
+  EXPECT_EQ(row[3], -INFINITY);
+  EXPECT_EQ(row[4], 0.5f);
+  rules.on_generated(4);
+  EXPECT_TRUE(rules.holding());
+  rules.on_generated(5);
+  EXPECT_FALSE(rules.holding());
+  EXPECT_FALSE(rules.active());
+  std::vector<float> after(10, 0.5f);
+  rules.apply(after);
+  EXPECT_EQ(after[7], 0.5f);
+  // ignore_eos: only the stop ids are held; no min_tokens: nothing.
+  p.ignore_eos = true;
+  LogitRules no_eos(p, {}, eos);
+  std::vector<float> r2(10, 0.5f);
+  no_eos.apply(r2);
+  EXPECT_EQ(r2[3], 0.5f);
+  EXPECT_EQ(r2[7], -INFINITY);
+  p.min_tokens = 0;
+  EXPECT_FALSE(LogitRules(p, {}, eos).active());
 }
 
 LLMOptions small_pool() {
@@ -159,6 +194,30 @@ TEST(LLMPenalties, GreedyTokensAreThePenalisedArgmax) {
     EXPECT_GT(differs_from_plain, 0u) << "the penalties changed nothing";
     EXPECT_EQ(llm.cache_stats().num_used_blocks, 0);
   }
+}
+
+// The LLM with min_tokens: a stop id the free greedy run generates second ends it there
+// without min_tokens; with min_tokens = 5 the output has at least 5 tokens, none of the first
+// 5 the stop id, and the tokens before the first forced change are the free run's.
+TEST(LLMMinTokens, StopIdsWaitForMinTokens) {
+  LLM llm(load_hf_model(tiny_dir("llama")), std::nullopt, small_pool());
+  SamplingParams sp;
+  sp.max_tokens = 12;
+  sp.ignore_eos = true;
+  const std::vector<int32_t> prompt = {5, 6, 7, 8};
+  const RequestOutput free_run = llm.generate({prompt}, sp)[0];
+  ASSERT_EQ(free_run.token_ids.size(), 12u);
+  sp.stop_token_ids = {free_run.token_ids[1]};
+  const RequestOutput stopped = llm.generate({prompt}, sp)[0];
+  EXPECT_LE(stopped.token_ids.size(), 1u);
+  EXPECT_EQ(stopped.finish_reason, FinishReason::kStop);
+  sp.min_tokens = 5;
+  const RequestOutput held = llm.generate({prompt}, sp)[0];
+  ASSERT_GE(held.token_ids.size(), 5u);
+  for (size_t i = 0; i < 5; ++i) EXPECT_NE(held.token_ids[i], sp.stop_token_ids[0]) << i;
+  EXPECT_EQ(held.token_ids[0], free_run.token_ids[0]);
+  if (held.token_ids.size() < 12) EXPECT_EQ(held.finish_reason, FinishReason::kStop);
+  llm.check_kv_cache_idle();
 }
 
 TEST(LLMLogitBias, IdsOutsideTheVocabularyAreRefused) {

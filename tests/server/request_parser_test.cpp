@@ -211,6 +211,8 @@ TEST(RequestParser, StopTokenIds) {
   EXPECT_EQ(parse(R"({"prompt": "x", "stop_token_ids": [7, 3]})").params.stop_token_ids,
             (std::vector<int32_t>{7, 3}));
   EXPECT_TRUE(parse(R"({"prompt": "x", "stop_token_ids": []})").params.stop_token_ids.empty());
+  EXPECT_EQ(parse(R"({"prompt": "x", "min_tokens": 4})").params.min_tokens, 4);
+  EXPECT_EQ(parse(R"({"prompt": "x"})").params.min_tokens, 0);
   EXPECT_EQ(parse(R"({"messages": [{"role": "user", "content": "x"}], "stop_token_ids": [9]})",
                   Endpoint::kChat)
                 .params.stop_token_ids,
@@ -276,6 +278,8 @@ TEST(RequestParser, BadValuesNameTheirParameter) {
       {R"("logprobs": true)", "logprobs"},
       {R"("echo": true, "stream": true)", "echo"},
       {R"("stop_token_ids": 5)", "stop_token_ids"},
+      {R"("min_tokens": -1)", "min_tokens"},
+      {R"("min_tokens": 1.5)", "min_tokens"},
       {R"("stop_token_ids": [-1])", "stop_token_ids"},
       {R"("stop_token_ids": [1, "2"])", "stop_token_ids"},
       {R"("stop_token_ids": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17])", "stop_token_ids"},

@@ -319,8 +319,9 @@ TEST(Server, EchoWithLogprobsEqualsTheEnginesPromptLogprobs) {
 }
 
 // vLLM's stop_token_ids: the greedy output stops before the first listed id it generates
-// (finish_reason "stop", the id left out), as the engine's SamplingParams::stop_token_ids.
-TEST(Server, StopTokenIdsEndTheChoice) {
+// (finish_reason "stop", the id left out), as the engine's SamplingParams::stop_token_ids;
+// vLLM's min_tokens holds it back.
+TEST(Server, StopTokenIdsAndMinTokens) {
   std::mt19937_64 rng(9);
   const Ids prompt = random_prompt(rng, 12);
   SamplingParams sp;
@@ -342,6 +343,19 @@ TEST(Server, StopTokenIdsEndTheChoice) {
   const Json choice = Json::parse(r->body)["choices"][0];
   EXPECT_EQ(choice["token_ids"].get<Ids>(), want);
   EXPECT_EQ(choice["finish_reason"], "stop");
+  // vLLM's min_tokens holds the stop id back: at least 6 tokens, the stop id not among them.
+  body["min_tokens"] = 6;
+  auto held = c.Post("/v1/completions", body.dump(), "application/json");
+  ASSERT_TRUE(held);
+  ASSERT_EQ(held->status, 200) << held->body;
+  const Ids got = Json::parse(held->body)["choices"][0]["token_ids"].get<Ids>();
+  ASSERT_GE(got.size(), 6u);
+  for (size_t i = 0; i < 6; ++i) EXPECT_NE(got[i], stop) << i;
+  body["min_tokens"] = 11;  // above max_tokens 10
+  auto over = c.Post("/v1/completions", body.dump(), "application/json");
+  ASSERT_TRUE(over);
+  EXPECT_EQ(over->status, 400);
+  EXPECT_EQ(Json::parse(over->body)["error"]["param"], "min_tokens");
   s.stop();
 }
 

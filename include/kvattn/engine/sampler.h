@@ -29,6 +29,11 @@ struct SamplingParams {
   // samples then share its KV blocks (copy-on-write) and each draws from its own stream.
   int n = 1;
   int max_tokens = 256;                   // generated tokens, stop token excluded
+  // vLLM's min_tokens: until this many tokens are generated, the model's end tokens (unless
+  // ignore_eos) and stop_token_ids are masked out of the distribution (they cannot be drawn
+  // and end nothing). Unlike vLLM, which defers stop strings too, those apply from the first
+  // token. <= max_tokens.
+  int min_tokens = 0;
   bool ignore_eos = false;                // do not stop at the model's end/eos tokens
   std::vector<int32_t> stop_token_ids;    // extra stop ids (apply even with ignore_eos)
   std::vector<std::string> stop;          // stop strings; the text is cut before the match

@@ -145,7 +145,8 @@ uint64_t LLMEngine::enqueue(std::vector<int32_t> prompt, const SamplingParams& p
   r->num_unfinished = params.n;
   for (int j = 0; j < params.n; ++j) {
     r->samples.push_back(
-        std::make_unique<Sample>(*r, static_cast<uint32_t>(j), next_seq_id_++, prompt, tokenizer()));
+        std::make_unique<Sample>(*r, static_cast<uint32_t>(j), next_seq_id_++, prompt, tokenizer(),
+                                 eos_ids_));
     by_seq_[r->samples.back()->seq.id()] = r->samples.back().get();
   }
   stats_.num_prompt_tokens += r->num_prompt_tokens;

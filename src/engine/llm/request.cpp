@@ -13,6 +13,8 @@ void finish(Sample& s, FinishReason reason, int32_t stop_token, const std::strin
 }
 
 bool is_stop_token(const Sample& s, int32_t token, const StopRules& rules) {
+  // min_tokens: LogitRules masks the end ids until then; none ends the sample early.
+  if (static_cast<int64_t>(s.out.token_ids.size()) < s.req.params.min_tokens) return false;
   const auto& extra = s.req.params.stop_token_ids;
   if (std::find(extra.begin(), extra.end(), token) != extra.end()) return true;
   return !s.req.params.ignore_eos &&
@@ -22,12 +24,12 @@ bool is_stop_token(const Sample& s, int32_t token, const StopRules& rules) {
 }  // namespace
 
 Sample::Sample(Request& request, uint32_t index_, SeqId seq_id, std::vector<int32_t> prompt,
-               const Tokenizer* tokenizer)
+               const Tokenizer* tokenizer, std::span<const int32_t> eos_ids)
     : req(request),
       index(index_),
       seq(seq_id, std::move(prompt)),
       sampler(request.params, request.stream_of(index_)),
-      logit_rules(request.params, seq.token_ids()),
+      logit_rules(request.params, seq.token_ids(), eos_ids),
       stops(request.params.stop) {
   if (tokenizer != nullptr && request.params.detokenize) {
     decoder.emplace(*tokenizer, request.params.skip_special_tokens);

@@ -22,8 +22,9 @@ struct Request;
 // One completion. Sample 0's sequence is the prompt's; the others start as placeholders with
 // the prompt's tokens and become forks of sample 0 after its prefill.
 struct Sample {
+  // eos_ids: the model's end tokens (min_tokens holds them back: LogitRules).
   Sample(Request& request, uint32_t index, SeqId seq_id, std::vector<int32_t> prompt,
-         const Tokenizer* tokenizer);
+         const Tokenizer* tokenizer, std::span<const int32_t> eos_ids = {});
 
   Request& req;
   uint32_t index;

@@ -1,14 +1,22 @@
 #include "engine/sampling/logit_rules.h"
 
+#include <limits>
+
 namespace kvattn {
 
-LogitRules::LogitRules(const SamplingParams& params, std::span<const int32_t> prompt)
+LogitRules::LogitRules(const SamplingParams& params, std::span<const int32_t> prompt,
+                       std::span<const int32_t> eos_ids)
     : penalties_(params.has_penalties()),
+      min_tokens_(params.min_tokens),
       presence_(params.presence_penalty),
       frequency_(params.frequency_penalty),
       repetition_(params.repetition_penalty),
       bias_(params.logit_bias) {
   active_ = penalties_ || !bias_.empty();
+  if (min_tokens_ > 0) {
+    held_ = params.stop_token_ids;
+    if (!params.ignore_eos) held_.insert(held_.end(), eos_ids.begin(), eos_ids.end());
+  }
   if (!penalties_) return;
   for (int32_t t : prompt) touch(t);
 }
@@ -23,6 +31,7 @@ size_t LogitRules::touch(int32_t token) {
 }
 
 void LogitRules::on_generated(int32_t token) {
+  ++generated_total_;
   if (!penalties_) return;
   ++generated_[touch(token)];
 }
@@ -38,6 +47,13 @@ void LogitRules::apply(std::span<float> logits) const {
     if (repetition_ != 1.0f) x = x > 0.0f ? x / repetition_ : x * repetition_;
     if (generated_[i] > 0) {
       x -= frequency_ * static_cast<float>(generated_[i]) + presence_;
+    }
+  }
+  if (holding()) {
+    for (int32_t t : held_) {
+      if (t >= 0 && static_cast<size_t>(t) < logits.size()) {
+        logits[static_cast<size_t>(t)] = -std::numeric_limits<float>::infinity();
+      }
     }
   }
 }

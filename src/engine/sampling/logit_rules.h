@@ -14,9 +14,14 @@ namespace kvattn {
 
 class LogitRules {
  public:
-  // Inactive (apply() never called) unless params has a logit_bias or penalties.
-  LogitRules(const SamplingParams& params, std::span<const int32_t> prompt);
-  bool active() const { return active_; }
+  // Inactive (apply() never called) unless params has a logit_bias or penalties, or, while
+  // fewer than params.min_tokens tokens were generated, ids to hold back: params'
+  // stop_token_ids and, without ignore_eos, `eos_ids` (the model's end tokens).
+  LogitRules(const SamplingParams& params, std::span<const int32_t> prompt,
+             std::span<const int32_t> eos_ids = {});
+  bool active() const { return active_ || holding(); }
+  // True while min_tokens holds the end ids back (they are masked to -inf by apply()).
+  bool holding() const { return generated_total_ < min_tokens_ && !held_.empty(); }
   void on_generated(int32_t token);
   // The rules on `logits` (the full vocabulary row), in place. Touches only the biased
   // tokens and the tokens seen so far.
@@ -27,6 +32,9 @@ class LogitRules {
 
   bool active_ = false;
   bool penalties_ = false;
+  int64_t min_tokens_ = 0;
+  int64_t generated_total_ = 0;
+  std::vector<int32_t> held_;  // ids masked while holding()
   float presence_ = 0.0f, frequency_ = 0.0f, repetition_ = 1.0f;
   std::vector<std::pair<int32_t, float>> bias_;
   // Per seen token (prompt or output), in first-seen order, and its count among the

@@ -17,6 +17,9 @@ void validate(const SamplingParams& p) {
                "SamplingParams: min_p must be in [0, 1] but is ", p.min_p);
   KVATTN_CHECK(p.max_tokens >= 0, "SamplingParams: max_tokens must be >= 0 but is ",
                p.max_tokens);
+  KVATTN_CHECK(p.min_tokens >= 0 && p.min_tokens <= p.max_tokens,
+               "SamplingParams: min_tokens must be in [0, max_tokens = ", p.max_tokens,
+               "] but is ", p.min_tokens);
   KVATTN_CHECK(p.n >= 1, "SamplingParams: n must be >= 1 but is ", p.n);
   KVATTN_CHECK(p.detokenize || p.stop.empty(), "SamplingParams: stop strings need text, so ",
                "detokenize must be true but is false (", p.stop.size(), " stop strings given)");
