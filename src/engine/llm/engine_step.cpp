@@ -77,7 +77,10 @@ void LLMEngine::run_step(const TokenCallback& cb) {
     const RowTarget& t = targets_[k];
     if (t.end_request) {  // max_tokens == 0: the prompt ran for its log-probabilities
       Request& r = t.sample->req;
-      for (size_t j = r.samples.size(); j-- > 0;) deliver(*r.samples[j], end_sample(*r.samples[j]), cb);
+      // Sample 0 last: the delivery that ends the last sample destroys the request.
+      for (size_t j = r.samples.size(); j-- > 0;) {
+        deliver(*r.samples[j], end_sample(*r.samples[j]), cb);
+      }
       continue;
     }
     if (!t.draws()) continue;
