@@ -2,8 +2,9 @@
 // Qwen3-0.6B projections at the row counts of a continuous-batching decode step (M = 16-256),
 // through cuBLASLt as cuda_model::Gemm calls it (its heuristic's first algorithm) and through
 // every other algorithm the heuristic offers (up to 16), and its first with split-K 2 / 4 / 8:
-// is the first one the fastest, and how far from the weight-bandwidth floor are they? nano-vllm's workload on the H100 (session 33)
-// spends ~1.5 ms a decode step in GEMMs at ~148 rows against ~0.36 ms of weight bytes.
+// is the first one the fastest, and how far from the weight-bandwidth floor are they?
+// (Session 33, H100: within 0-7% of the best; ~0.82 ms a step at 128 rows against ~0.40 ms of
+// weight bytes at the copy rate; nano-vllm's steps run at ~148 rows.)
 //
 // Timing as gpu_gemv_bench: a CUDA graph of --iters back-to-back calls, each reading another
 // copy of W (copies spanning 4x the L2: weights come from HBM, as in a step where every layer's
@@ -160,7 +161,8 @@ int main(int argc, char** argv) {
                               cudaMemcpyDeviceToHost));
         if (a > 0) {
           for (size_t i = 0; i < outs; ++i)
-            maxd = std::max(maxd, static_cast<double>(std::fabs(bf16_bits_to_float(h0[i]) - bf16_bits_to_float(h[i]))));
+            maxd = std::max(maxd, static_cast<double>(std::fabs(bf16_bits_to_float(h0[i]) -
+                                                                bf16_bits_to_float(h[i]))));
         }
         const double us = time_graph(st, iters, [&](int i, cudaStream_t) {
           BENCH_LT(call(w + (i % copies) * (wbytes / 2), y));
@@ -175,7 +177,8 @@ int main(int argc, char** argv) {
       const auto frac = [&](double us) { return 100.0 * wbytes / (us * 1e-6) / 1e9 / copy_gbps; };
       std::printf("| %s | %d | %d | %.2f | %.0f%% | %.2f | %.0f%% | %s%d | %.2fx | %.2f / %.2f / "
                   "%.2f | %.3g |\n", s.name, m, found, first, frac(first), best, frac(best),
-                  split_of[best_i] > 0 ? "0 split " : "", split_of[best_i] > 0 ? split_of[best_i] : best_i,
+                  split_of[best_i] > 0 ? "0 split " : "",
+                  split_of[best_i] > 0 ? split_of[best_i] : best_i,
                   first / best, split_us[2], split_us[4], split_us[8], maxd);
     }
     BENCH_CUDA(cudaFree(w));
