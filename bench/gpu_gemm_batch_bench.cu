@@ -171,6 +171,10 @@ int main(int argc, char** argv) {
         if (split_of[a] > 0) split_us[split_of[a]] = us;
         if (us < best) best = us, best_i = a;
       }
+      if (best_i < 0 || first == 0.0) {  // cuBLASLt ran none of them (or not its first)
+        std::printf("| %s | %d | %d | no algorithm ran |\n", s.name, m, found);
+        continue;
+      }
       const double wgt = s.per_step;
       first_us[ri] += wgt * first;
       best_us[ri] += wgt * best;
