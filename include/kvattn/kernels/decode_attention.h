@@ -46,8 +46,7 @@ DecodePlan plan_decode(int64_t num_seqs, int64_t num_heads, int64_t num_kv_heads
 // at position cache_leftpad[b] + j; positions before it are never read. CUDA: window, softcap,
 // alibi_slopes and cache_leftpad at every head_dim over 16-bit caches and over fp8 caches at 64,
 // 128 and 256 (fp8 with them, and at 256, unless the environment sets
-// KVATTN_FP8_EXTENDED_FORMS=0); fp8 at head_dim 80 / 96 only with KVATTN_FP8_PADDED_DECODE=1
-// (written, not yet run on a GPU).
+// KVATTN_FP8_EXTENDED_FORMS=0); fp8 at head_dim 80 / 96 too (unless KVATTN_FP8_PADDED_DECODE=0).
 // Out-of-range block ids, cache_seqlens beyond the table's capacity or a cache_leftpad[b]
 // outside [0, L]: the CPU throws; the GPU never reads out of bounds, clamps, and records a
 // fault in the device fault word.

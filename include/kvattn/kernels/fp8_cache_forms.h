@@ -13,9 +13,8 @@ namespace kvattn {
 // CUDA device.
 bool fp8_cache_extended_forms(Device device);
 
-// Decode over float8_e4m3 caches at head_dim 80 and 96: always on the CPU; on CUDA only where
-// the environment sets KVATTN_FP8_PADDED_DECODE=1 (written in session 32, not yet run on a
-// GPU) and the extended forms are on.
+// Decode over float8_e4m3 caches at head_dim 80 and 96: always on the CPU; on CUDA unless the
+// environment sets KVATTN_FP8_PADDED_DECODE=0 (on since session 33), with the extended forms.
 bool fp8_cache_padded_decode(Device device);
 
 }  // namespace kvattn
