@@ -125,6 +125,30 @@ TEST(BlockManager, PrefixHitReusesComputedFullBlocks) {
   m.check_invariants();
 }
 
+// A sequence that does not read the prefix cache computes every token (no hit, no cached
+// tokens), while its computed blocks still join the cache for the next one.
+TEST(BlockManager, ASequenceThatDoesNotReadThePrefixCacheGetsNoHit) {
+  BlockManager m(16, 4);
+  Sequence a(1, iota_tokens(10));
+  m.allocate(a);
+  m.mark_computed(a, 10);
+  m.free(a);
+  Sequence b(2, iota_tokens(10));
+  b.set_reads_prefix_cache(false);
+  EXPECT_EQ(m.num_prefix_hit_tokens(b), 0);
+  m.allocate(b);
+  EXPECT_EQ(b.num_computed_tokens(), 0);
+  EXPECT_EQ(b.num_cached_tokens(), 0);
+  m.mark_computed(b, 10);
+  m.free(b);
+  Sequence c(3, iota_tokens(10));
+  EXPECT_EQ(m.num_prefix_hit_tokens(c), 8);
+  Sequence moved = std::move(b);
+  EXPECT_FALSE(moved.reads_prefix_cache());
+  EXPECT_TRUE(b.reads_prefix_cache());  // NOLINT(bugprone-use-after-move): reset by the move
+  m.check_invariants();
+}
+
 TEST(BlockManager, PrefixHitStopsInsideAPartlyMatchingBlock) {
   BlockManager m(16, 4);
   Sequence a(1, iota_tokens(12));

@@ -28,9 +28,9 @@ std::vector<int32_t> tokens(std::mt19937_64& rng, int64_t n) {
 struct Fixture {
   Fixture(int64_t num_blocks, int64_t block_size, SchedulerOptions o)
       : blocks(num_blocks, block_size), sched(blocks, o) {}
-  Sequence& add(int64_t prompt_len, int64_t samples = 1) {
+  Sequence& add(int64_t prompt_len, int64_t samples = 1, int64_t max_chunk = 0) {
     seqs.push_back(std::make_unique<Sequence>(next_id++, tokens(rng, prompt_len)));
-    sched.add(*seqs.back(), samples);
+    sched.add(*seqs.back(), samples, max_chunk);
     return *seqs.back();
   }
   // complete_step, then every sequence that computed its last token "samples" one.
@@ -80,6 +80,32 @@ TEST(Scheduler, ChunksALongPromptUnderTheBudget) {
   EXPECT_EQ(st.num_decode_rows, 1);
   EXPECT_EQ(st.batch[0].num_new_tokens, 1);
   EXPECT_TRUE(st.completes(0));
+}
+
+// Scheduler::add's max_chunk caps a prefill's chunk below the budget (prompt log-probabilities:
+// each prompt row's logits cross to the host); the budget left goes to the next prompt.
+TEST(Scheduler, MaxChunkCapsAPrefillBelowTheBudget) {
+  Fixture f(64, 16, {.max_num_seqs = 8, .max_num_batched_tokens = 10});
+  Sequence& a = f.add(9, 1, /*max_chunk=*/4);
+  Sequence& b = f.add(3);
+  const SchedulerStep& st = f.step();
+  ASSERT_EQ(st.batch.size(), 2u);
+  EXPECT_EQ(st.batch[0].seq, &a);
+  EXPECT_EQ(st.batch[0].num_new_tokens, 4);
+  EXPECT_EQ(st.batch[1].seq, &b);
+  EXPECT_EQ(st.batch[1].num_new_tokens, 3);
+  f.complete_and_sample();
+  for (int64_t expect : {4, 1}) {
+    const SchedulerStep& s2 = f.step();
+    ASSERT_GE(s2.batch.size(), 1u);
+    const auto it = std::find_if(s2.batch.begin(), s2.batch.end(),
+                                 [&](const ScheduledSequence& r) { return r.seq == &a; });
+    ASSERT_NE(it, s2.batch.end());
+    EXPECT_EQ(it->num_new_tokens, expect);
+    f.complete_and_sample();
+  }
+  EXPECT_EQ(a.num_computed_tokens(), 9);
+  EXPECT_THROW(f.sched.add(*f.seqs.front(), 1, -1), Error);
 }
 
 TEST(Scheduler, DecodeRowsComeFirstThenPrefillChunksFillTheBudget) {
