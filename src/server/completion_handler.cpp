@@ -57,7 +57,6 @@ void respond_whole(RequestStream& stream, std::vector<StreamEvent> evs,
   std::vector<ChoiceResult> choices(num_choices);
   if (echo != nullptr) {
     for (size_t c = 0; c < num_choices; ++c) {
-      choices[c].echo = true;
       choices[c].prompt_text = echo->texts.at(c / echo->n);
       choices[c].prompt_ids = echo->ids.at(c / echo->n);
     }

@@ -127,14 +127,14 @@ Json full_response(const ResponseMeta& m, const std::vector<ChoiceResult>& choic
     if (chat(m)) {
       c["message"] = {{"role", "assistant"}, {"content", choices[i].text}};
     } else {
-      c["text"] = choices[i].echo ? choices[i].prompt_text + choices[i].text : choices[i].text;
+      c["text"] = choices[i].echoed() ? choices[i].prompt_text + choices[i].text : choices[i].text;
     }
     if (with_token_ids) c["token_ids"] = choices[i].token_ids;
     if (logprobs == nullptr) {
       c["logprobs"] = nullptr;
     } else if (chat(m)) {
       c["logprobs"] = chat_logprobs(*logprobs, choices[i].token_ids, choices[i].logprobs);
-    } else if (choices[i].echo) {
+    } else if (choices[i].echoed()) {
       c["logprobs"] = echo_completion_logprobs(*logprobs, choices[i]);
     } else {
       int64_t offset = 0;

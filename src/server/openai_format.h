@@ -27,12 +27,13 @@ struct ChoiceResult {
   std::vector<int32_t> token_ids;
   std::vector<TokenLogprobs> logprobs;  // one per token id when the request asked
   FinishReason finish_reason = FinishReason::kLength;
-  // Completions' echo: the prompt leads the choice's text and, with logprobs, its tokens
-  // lead the logprobs (prompt_logprobs[j] is token j + 1's; the first token's is null).
-  bool echo = false;
+  // Completions' echo (prompt_ids given: prompts are never empty): the prompt leads the
+  // choice's text and, with logprobs, its tokens lead the logprobs (prompt_logprobs[j] is
+  // token j + 1's; the first token's is null).
   std::string prompt_text;
   std::vector<int32_t> prompt_ids;
   std::vector<TokenLogprobs> prompt_logprobs;
+  bool echoed() const { return !prompt_ids.empty(); }
 };
 
 // Log-probabilities in OpenAI's two shapes. A token's string is its bytes (Tokenizer::

@@ -394,7 +394,6 @@ TokenizeRequest parse_tokenize(std::string_view body) {
       ParsedRequest m;
       parse_messages(v, m);
       r.messages = std::move(m.messages);
-      r.chat = true;
     } else if (key == "add_special_tokens") {
       r.add_special_tokens = get_bool(v, k);
     } else if (key == "add_generation_prompt") {
@@ -403,7 +402,7 @@ TokenizeRequest parse_tokenize(std::string_view body) {
       throw bad_request("unknown parameter '" + key + "'", key, "unknown_parameter");
     }
   }
-  if (have_prompt == r.chat) {
+  if (have_prompt == r.chat()) {
     throw bad_request("give exactly one of prompt and messages", have_prompt ? "messages" : "prompt",
                       have_prompt ? "invalid_value" : "missing_required_parameter");
   }

@@ -75,10 +75,10 @@ ParsedRequest parse_request(std::string_view body, Endpoint endpoint);
 struct TokenizeRequest {
   std::string model;
   std::string prompt;
-  std::vector<ChatMessage> messages;
-  bool chat = false;  // messages given
+  std::vector<ChatMessage> messages;  // never empty when given
   bool add_special_tokens = true;
   bool add_generation_prompt = true;
+  bool chat() const { return !messages.empty(); }  // messages given (else prompt)
 };
 TokenizeRequest parse_tokenize(std::string_view body);
 struct DetokenizeRequest {

@@ -30,12 +30,12 @@ const Tokenizer& tokenizer_of(const ServerContext& ctx, const std::string& model
 void handle_tokenize(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
   const TokenizeRequest r = parse_tokenize(req.body);
   const Tokenizer& tok = tokenizer_of(ctx, r.model);
-  if (r.chat && !tok.chat_template()) {
+  if (r.chat() && !tok.chat_template()) {
     throw ApiError(400, "this model has no chat template", "messages", "invalid_value");
   }
   // As the completion endpoints encode (prompt_builder.cpp): LLM::encode adds the model's BOS.
   const std::string text =
-      r.chat ? tok.apply_chat_template(r.messages, r.add_generation_prompt) : r.prompt;
+      r.chat() ? tok.apply_chat_template(r.messages, r.add_generation_prompt) : r.prompt;
   const std::vector<int32_t> ids = r.add_special_tokens ? ctx.llm.encode(text) : tok.encode(text);
   const nlohmann::json out = {{"count", ids.size()},
                               {"max_model_len", ctx.llm.max_model_len()},
