@@ -31,11 +31,12 @@ inline float margin(const float* l, int64_t n) {
 // split_prefill: the prefill runs as two chunks, the first half of each prompt (at least one
 // token) and then the rest, so the second chunk reads the first from the paged cache through
 // the block tables (the prefix-hit / chunked-prefill path); only the second chunk's logits are
-// returned (step 0). Prompts need at least 2 tokens then.
+// returned (step 0). Prompts need at least 2 tokens then. The pool: num_blocks blocks of bs
+// tokens.
 inline std::vector<std::vector<std::vector<float>>> teacher_forced(
     const std::vector<Model*>& models, const std::vector<std::vector<int32_t>>& prompts,
-    int steps, bool split_prefill = false) {
-  const int64_t vocab = models[0]->config().vocab_size, bs = 16, num_blocks = 64;
+    int steps, bool split_prefill = false, int64_t num_blocks = 64, int64_t bs = 16) {
+  const int64_t vocab = models[0]->config().vocab_size;
   for (Model* m : models) m->allocate_kv_cache(num_blocks, bs);
   BlockManager bm(num_blocks, bs, /*enable_prefix_caching=*/false);
   BatchMetadataBuilder builder(bm);

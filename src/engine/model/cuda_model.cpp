@@ -111,6 +111,7 @@ std::vector<int64_t> decode_graph_ladder(int64_t max_decode_batch) {
 #include "engine/model/kv_copy.h"
 #include "engine/model/kv_scales.h"
 #include "engine/model/rope.h"
+#include "engine/model/token_layers/token_runner.h"
 #include "engine/parallel/nccl_comm.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kvattn/attention/attention.h"
@@ -492,6 +493,10 @@ class CudaModel final : public Model {
   void drop_graphs();
   void ensure_activations(int64_t tokens, int64_t rows);
   void reset_pool(std::unique_ptr<KVPool> pool);
+  // The token kernel's layer table for the bound pool (none for an fp8 cache).
+  void bind_token_layers();
+  // Whether this run_layers call goes through the token kernel (token_runner.h).
+  bool token_step(int64_t T, int64_t R, const BatchContext& ctx) const;
   size_t rung_for(int64_t n) const;
 
   ModelConfig cfg_;  // this rank's shard (vocab_size: its slice) when tensor parallel
@@ -551,6 +556,9 @@ class CudaModel final : public Model {
   // covers; off by default: bit-equal but no faster (H100, session 33: SmolLM2's single stream
   // 1,335-1,357 tok/s with it against 1,359-1,367 without, alternating).
   bool fused_rope_pairs_ = false;
+  // One decode token of one sequence through every layer in one persistent kernel
+  // (token_layers/token_runner.h; KVATTN_TOKEN_KERNEL=1, off by default).
+  k::TokenRunner token_;
   CudaModelStats stats_;
   k::PhaseEvents phase_;
   k::StepEvents timeline_;
@@ -609,6 +617,8 @@ CudaModel::CudaModel(ModelWeights w, Device device, const ModelOptions& options,
     Tensor host = Tensor::empty({static_cast<int64_t>(f.size())}, DType::kF32);
     std::copy(f.begin(), f.end(), host.ptr<float>());
     inv_freq_ = host.to(device);
+    token_ = k::TokenRunner(cfg_, k::token_kernel_wanted(), rank_.size > 1,
+                            inv_freq_.ptr<const float>(), rope::attention_factor(cfg_), device);
     const std::vector<float> lf = rope::local_inv_freq(cfg_);  // empty unless Gemma 3
     if (!lf.empty()) {
       Tensor lh = Tensor::empty({static_cast<int64_t>(lf.size())}, DType::kF32);
@@ -687,6 +697,7 @@ CudaModelStats CudaModel::stats() const {
   s.pdl = pdl_;
   s.fused_gemv = fused_gemv_;
   s.fused_rope = fused_gemv_ && (fused_rope_ || fused_rope_pairs_);
+  s.token_kernel = token_.ready();
   return s;
 }
 
@@ -764,6 +775,30 @@ void CudaModel::reset_pool(std::unique_ptr<KVPool> pool) {
     }
     layers_[i].attn->bind_cache(kv.k_cache, kv.v_cache, kv.k_scale, kv.v_scale);
   }
+  bind_token_layers();
+}
+
+void CudaModel::bind_token_layers() {
+  std::vector<k::TokenLayer> t;
+  if (token_.planned() && kv_dtype_ == DType::kBF16 && fused_gemv_) {
+    for (const Layer& l : layers_) {
+      k::TokenLayer tl{};
+      tl.input_norm = l.input_norm.data();
+      tl.post_norm = l.post_norm.data();
+      tl.wqkv = l.wqkv.data();
+      tl.q_norm = cfg_.qk_norm ? l.q_norm.data() : nullptr;
+      tl.k_norm = cfg_.qk_norm ? l.k_norm.data() : nullptr;
+      tl.wo = l.wo.data();
+      tl.wgate_up = l.wgate_up.data();
+      tl.wdown = l.wdown.data();
+      tl.k_cache = l.kv.k_cache.data;
+      tl.v_cache = l.kv.v_cache.data;
+      tl.k_block_stride = l.kv.k_cache.stride(0);
+      tl.v_block_stride = l.kv.v_cache.stride(0);
+      t.push_back(tl);
+    }
+  }
+  token_.bind(t, pool_->spec().block_size, pool_->num_blocks());
 }
 
 void CudaModel::track_kv_amax(bool on) {
@@ -1441,6 +1476,24 @@ void CudaModel::run_layers(int64_t T, int64_t R, const int32_t* ids, const int32
   constexpr double PhaseTimes::*kAttention = &PhaseTimes::attention_s;
   constexpr double PhaseTimes::*kGemm = &PhaseTimes::gemm_s;
   constexpr double PhaseTimes::*kOther = &PhaseTimes::other_s;
+  if (token_step(T, R, step_ctx)) {
+    // Every layer in one kernel (token_runner.h): it takes the embedding row in x and leaves
+    // the final residual in x2 and the last down projection in o. Its time counts as GEMM
+    // time in the phase split (mostly the weights' bytes).
+    k::embed(embed_.data(), ids, T, H, 0, V, x, on);
+    lap(kOther);
+    token_.run(pos, step_ctx.slot_mapping.ptr<const int32_t>(),
+               step_ctx.context_lens.ptr<const int32_t>(),
+               step_ctx.block_tables.ptr<const int32_t>(), step_ctx.block_tables.size(1), x,
+               act_.x2.data(), o, qkv, act, stream_);
+    ++stats_.token_kernel_steps;
+    lap(kGemm);
+    k::add_rmsnorm(act_.x2.data(), o, final_norm_.data(), eps, fin, rows, R, H, on);
+    lap(kOther);
+    gemm_.run(fin, H, R, lm_head_.data(), V, H, lg, V, on);
+    lap(kGemm);
+    return;
+  }
   // Fused: the embedding rows and the first input norm in one launch (one rank only: a
   // tensor-parallel rank's rows are complete only after the all-reduce).
   // Gemma: the embedding scale and the first input norm (Gemma's) after the gather.
@@ -1599,6 +1652,17 @@ void CudaModel::run_layers(int64_t T, int64_t R, const int32_t* ids, const int32
     k::softcap_logits(full, full_logits_ld(), R, full_vocab_, final_softcap_, on);
     lap(kOther);
   }
+}
+
+bool CudaModel::token_step(int64_t T, int64_t R, const BatchContext& ctx) const {
+  if (!token_.ready() || T != 1 || R > 1) return false;
+  if (!fused_ || !fused_gemv_ || track_amax_ || gemma_ || tensor_parallel()) return false;
+  if (final_softcap_ > 0.0f || pool_ == nullptr || pool_->num_blocks() == 0) return false;
+  if (ctx.phase != Phase::kDecode || ctx.cascade_prefix_len > 0) return false;
+  const auto i32 = [](const TensorView& t) { return t.defined() && t.dtype == DType::kI32; };
+  return i32(ctx.slot_mapping) && ctx.slot_mapping.numel() >= 1 && i32(ctx.context_lens) &&
+         ctx.context_lens.numel() == 1 && i32(ctx.block_tables) && ctx.block_tables.ndim == 2 &&
+         ctx.block_tables.size(0) == 1 && ctx.block_tables.stride(1) == 1;
 }
 
 void CudaModel::all_reduce(void* buf, int64_t count) {

@@ -1,0 +1,337 @@
+// The token kernel's attention (phases B and C of token_layers.h): one query token of one
+// sequence over its L keys, GQA groups of up to kMaxGroup query heads per KV head.
+//
+// Work: every KV head's keys split into Pieces (plan_pieces); CTA b takes items b, b + n, ...
+// (item = head * pieces + piece). An item's cached K/V rows go to shared memory by cp.async in
+// rounds of kRoundKeys keys (the first round of the CTA's first item is issued during phase A,
+// before the qkv GEMV, since the cache below this token does not change in the launch); the
+// token's own key L - 1 is taken from the q/k norm + RoPE the item computes from qkv (and the
+// piece 0 item writes it, with V, into the caches: qk_norm_rope_store_kv's bytes). Warps take
+// keys w, w + 8, ... of a round with an online softmax in fp32 (scores in log2 units), lanes
+// holding D / 32 consecutive dims; the eight warps' states meet in shared memory and the item
+// leaves (acc[D], max, sum) per query head in the workspace. Phase C merges the pieces of
+// every head in every CTA (the o_proj GEMV needs all of them) into bf16 rows.
+//
+// Layout of the attention area of shared memory (AttSmem, floats unless said): q[kMaxGroup][D]
+// (rotated, bf16 values), knew[D], vnew[D], raw[kWarps][D] bf16 (a head's row from qkv),
+// norm[kWarps][D] (norm_head's output), then a union of the round's K and V rows (bf16
+// [kRoundKeys][D] each) and the warps' states [kWarps][kMaxGroup][D + 2].
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "engine/model/cuda_rope_math.cuh"
+#include "engine/model/token_layers/token_params.cuh"
+#include "kernels/cuda/device_faults.cuh"
+#include "kernels/cuda/ptx.cuh"
+#include "kvattn/kernels/device_faults.h"
+
+namespace kvattn::cuda_model::token {
+
+template <int D>
+struct AttSmem {
+  static constexpr int kE = D / 32;  // dims a lane holds
+  static constexpr size_t kQ = 0;
+  static constexpr size_t kKnew = kQ + sizeof(float) * kMaxGroup * D;
+  static constexpr size_t kVnew = kKnew + sizeof(float) * D;
+  static constexpr size_t kRaw = kVnew + sizeof(float) * D;
+  static constexpr size_t kNorm = kRaw + sizeof(bf16) * kWarps * D;
+  static constexpr size_t kUnion = kNorm + sizeof(float) * kWarps * D;
+  static constexpr size_t kRoundBytes = sizeof(bf16) * 2 * kRoundKeys * D;
+  static constexpr size_t kStateBytes = sizeof(float) * kWarps * kMaxGroup * (D + 2);
+  static constexpr size_t kBytes = kUnion + (kRoundBytes > kStateBytes ? kRoundBytes : kStateBytes);
+};
+
+// Host and device: the attention area's size for head_dim d (64 or 128).
+constexpr size_t att_smem_bytes(int d) {
+  return d == 64 ? AttSmem<64>::kBytes : AttSmem<128>::kBytes;
+}
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+// Keys [j0, j1) of KV head h: their K and V rows of the layer's caches into the round buffers
+// (rows 0..), by cp.async (one commit group). The token's key (L - 1) is not read; a block id
+// outside the table or the pool zero-fills its rows and records the fault.
+template <int D>
+__device__ __forceinline__ void load_round(const Params& p, const TokenLayer& w, int h, int j0,
+                                           int j1, int L, bf16* kr, bf16* vr) {
+  constexpr int kChunks = D / 8;  // 16-byte pieces of a row
+  const int n = (j1 - j0) * kChunks;
+  const int64_t bs = p.block_size;
+  for (int i = threadIdx.x; i < 2 * n; i += kThreads) {
+    const bool is_v = i >= n;
+    const int ii = is_v ? i - n : i;
+    const int key = ii / kChunks, c = ii - key * kChunks;
+    const int j = j0 + key;
+    if (j >= L - 1) continue;
+    const int64_t bi = j / bs;
+    const int block = bi < p.table_width ? __ldg(p.block_table + bi) : -1;
+    bf16* dst = (is_v ? vr : kr) + key * D + c * 8;
+    const bool ok = block >= 0 && block < p.num_blocks;
+    if (!ok && c == 0 && !is_v) {
+      cuda::record_fault(p.fault_word,
+                         bi < p.table_width ? kFaultBlockOutOfRange : kFaultSeqlenOutOfRange);
+    }
+    const bf16* base = static_cast<const bf16*>(is_v ? w.v_cache : w.k_cache);
+    const int64_t stride = is_v ? w.v_block_stride : w.k_block_stride;
+    const bf16* src = ok ? base + int64_t{block} * stride + (j - bi * bs) * p.nkv * D +
+                               int64_t{h} * D + c * 8
+                         : base;
+    cuda::ptx::cp_async_16(cuda::ptx::smem_addr(dst), src, ok);
+  }
+  cuda::ptx::cp_async_commit();
+}
+
+// The group's query heads of KV head h normed and rotated into q (floats of the bf16 values
+// qk_norm_rope leaves), the token's key into knew and its value into vnew; the piece 0 item
+// also writes the key and value rows into the caches at the token's slot.
+template <int D>
+__device__ __forceinline__ void prepare_token(const Params& p, const TokenLayer& w, int h,
+                                              bool store, uint8_t* att) {
+  using S = AttSmem<D>;
+  float* q = reinterpret_cast<float*>(att + S::kQ);
+  float* knew = reinterpret_cast<float*>(att + S::kKnew);
+  float* vnew = reinterpret_cast<float*>(att + S::kVnew);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  bf16* raw = reinterpret_cast<bf16*>(att + S::kRaw) + warp * D;
+  float* s = reinterpret_cast<float*>(att + S::kNorm) + warp * D;
+  const float pos = static_cast<float>(__ldg(p.position));
+  const int R = p.rotary_dim;
+  for (int hh = warp; hh <= p.group; hh += kWarps) {
+    const bool is_k = hh == p.group;
+    const int head = is_k ? p.nh + h : h * p.group + hh;
+    const bf16* src = p.qkv + int64_t{head} * D;
+    if (lane < D / 8) {
+      *reinterpret_cast<uint4*>(raw + lane * 8) = ld_cg16(src + lane * 8);
+    }
+    __syncwarp();
+    norm_head(raw, static_cast<const bf16*>(is_k ? w.k_norm : w.q_norm), p.eps, D, s, lane);
+    float* out = is_k ? knew : q + hh * D;
+    bf16* kdst = nullptr;
+    bf16* vdst = nullptr;
+    if (is_k && store) {
+      const int64_t slot = __ldg(p.slot);
+      const int64_t num_slots = p.num_blocks * p.block_size;
+      if (slot >= num_slots) {
+        if (h == 0 && lane == 0) cuda::record_fault(p.fault_word, kFaultSlotOutOfRange);
+      } else if (slot >= 0) {
+        const int64_t block = slot / p.block_size;
+        const int64_t row = (slot - block * p.block_size) * p.nkv * D + int64_t{h} * D;
+        kdst = static_cast<bf16*>(w.k_cache) + block * w.k_block_stride + row;
+        vdst = static_cast<bf16*>(w.v_cache) + block * w.v_block_stride + row;
+      }
+    }
+    for (int i = lane; i < R / 2; i += 32) {
+      int ia, ib;
+      bf16 oa, ob;
+      rope_pair(s, i, R, pos, p.rope_base, p.inv_freq, p.attention_factor, p.interleaved != 0,
+                ia, ib, oa, ob);
+      out[ia] = bf(oa);
+      out[ib] = bf(ob);
+      if (kdst != nullptr) {
+        kdst[ia] = oa;
+        kdst[ib] = ob;
+      }
+    }
+    for (int i = R + lane; i < D; i += 32) {  // partial rotary: the rest pass through
+      const bf16 x = __float2bfloat16(s[i]);
+      out[i] = bf(x);
+      if (kdst != nullptr) kdst[i] = x;
+    }
+    if (is_k) {
+      const bf16* vsrc = p.qkv + int64_t{p.nh + p.nkv + h} * D;
+      if (lane < D / 8) {
+        const uint4 v = ld_cg16(vsrc + lane * 8);
+        float f[8];
+        to_f8(v, f);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) vnew[lane * 8 + e] = f[e];
+        if (vdst != nullptr) *reinterpret_cast<uint4*>(vdst + lane * 8) = v;
+      }
+    }
+    __syncwarp();
+  }
+  __syncthreads();
+}
+
+// One warp's online-softmax state for the group's heads (lane: dims lane * E .. + E).
+template <int D>
+struct WarpState {
+  static constexpr int kE = D / 32;
+  float q[kMaxGroup][kE];
+  float acc[kMaxGroup][kE];
+  float m[kMaxGroup], l[kMaxGroup];
+};
+
+// Keys [j0, j1) (the round in kr / vr from row 0; key L - 1 from knew / vnew), warps over keys.
+template <int D>
+__device__ __forceinline__ void attend_round(const Params& p, int j0, int j1, int L,
+                                             const bf16* kr, const bf16* vr, const float* knew,
+                                             const float* vnew, WarpState<D>& st) {
+  constexpr int E = D / 32;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  for (int j = j0 + warp; j < j1; j += kWarps) {
+    float k[E], v[E];
+    if (j == L - 1) {
+#pragma unroll
+      for (int e = 0; e < E; ++e) {
+        k[e] = knew[lane * E + e];
+        v[e] = vnew[lane * E + e];
+      }
+    } else {
+      const bf16* kp = kr + (j - j0) * D + lane * E;
+      const bf16* vp = vr + (j - j0) * D + lane * E;
+#pragma unroll
+      for (int e = 0; e < E; ++e) {
+        k[e] = bf(kp[e]);
+        v[e] = bf(vp[e]);
+      }
+    }
+#pragma unroll
+    for (int hh = 0; hh < kMaxGroup; ++hh) {
+      if (hh < p.group) {
+        float d = 0.0f;
+#pragma unroll
+        for (int e = 0; e < E; ++e) d = fmaf(st.q[hh][e], k[e], d);
+        const float s = warp_sum32(d) * p.scale_log2;
+        const float m = fmaxf(st.m[hh], s);
+        const float corr = exp2f(st.m[hh] - m);
+        const float pr = exp2f(s - m);
+        st.l[hh] = st.l[hh] * corr + pr;
+#pragma unroll
+        for (int e = 0; e < E; ++e) st.acc[hh][e] = fmaf(pr, v[e], st.acc[hh][e] * corr);
+        st.m[hh] = m;
+      }
+    }
+  }
+}
+
+// Phase B: every item of this CTA. `prefetched`: round 0 of item blockIdx.x was issued in
+// phase A.
+template <int D>
+__device__ __forceinline__ void attention_items(const Params& p, const TokenLayer& w, int L,
+                                                Pieces pc, uint8_t* att) {
+  using S = AttSmem<D>;
+  constexpr int E = D / 32;
+  const float* q = reinterpret_cast<const float*>(att + S::kQ);
+  const float* knew = reinterpret_cast<const float*>(att + S::kKnew);
+  const float* vnew = reinterpret_cast<const float*>(att + S::kVnew);
+  bf16* kr = reinterpret_cast<bf16*>(att + S::kUnion);
+  bf16* vr = kr + kRoundKeys * D;
+  float* states = reinterpret_cast<float*>(att + S::kUnion);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = p.group;
+  for (int item = blockIdx.x; item < pc.items; item += gridDim.x) {
+    const int h = item / pc.pieces, piece = item - h * pc.pieces;
+    const int k0 = min(L, piece * pc.chunk), k1 = min(L, k0 + pc.chunk);
+    prepare_token<D>(p, w, h, piece == 0, att);
+    WarpState<D> st;
+#pragma unroll
+    for (int hh = 0; hh < kMaxGroup; ++hh) {
+      st.m[hh] = -INFINITY;
+      st.l[hh] = 0.0f;
+#pragma unroll
+      for (int e = 0; e < E; ++e) {
+        st.acc[hh][e] = 0.0f;
+        st.q[hh][e] = hh < g ? q[hh * D + lane * E + e] : 0.0f;
+      }
+    }
+    for (int j0 = k0; j0 < k1; j0 += kRoundKeys) {
+      const int j1 = min(k1, j0 + kRoundKeys);
+      const bool issued = item == static_cast<int>(blockIdx.x) && j0 == k0;
+      if (!issued) load_round<D>(p, w, h, j0, j1, L, kr, vr);
+      cuda::ptx::cp_async_wait<0>();
+      __syncthreads();
+      attend_round<D>(p, j0, j1, L, kr, vr, knew, vnew, st);
+      __syncthreads();  // the buffers are refilled (or hold the states) next
+    }
+    if (k0 >= k1) {  // an empty piece still drains round 0's (empty) group
+      cuda::ptx::cp_async_wait<0>();
+      __syncthreads();
+    }
+    // The warps' states, then their merge into the item's piece in the workspace.
+#pragma unroll
+    for (int hh = 0; hh < kMaxGroup; ++hh) {
+      if (hh < g) {
+        float* sw = states + (warp * kMaxGroup + hh) * (D + 2);
+#pragma unroll
+        for (int e = 0; e < E; ++e) sw[lane * E + e] = st.acc[hh][e];
+        if (lane == 0) {
+          sw[D] = st.m[hh];
+          sw[D + 1] = st.l[hh];
+        }
+      }
+    }
+    __syncthreads();
+    float* out = p.workspace + int64_t{h * p.max_pieces + piece} * g * (D + 2);
+    for (int i = threadIdx.x; i < g * (D + 2); i += kThreads) {
+      const int hh = i / (D + 2), d = i - hh * (D + 2);
+      float M = -INFINITY;
+      for (int ww = 0; ww < kWarps; ++ww) M = fmaxf(M, states[(ww * kMaxGroup + hh) * (D + 2) + D]);
+      float sum = 0.0f;
+      if (M != -INFINITY) {
+        const int at = d < D ? d : D + 1;
+        for (int ww = 0; ww < kWarps; ++ww) {
+          const float* sw = states + (ww * kMaxGroup + hh) * (D + 2);
+          if (sw[D + 1] > 0.0f) sum += sw[at] * exp2f(sw[D] - M);
+        }
+      }
+      out[hh * (D + 2) + d] = d == D ? M : sum;
+    }
+    __syncthreads();  // states (the round buffers) are reused by the next item
+  }
+}
+
+// Phase C: xs (bf16 [nh * D]) = every head's pieces merged (zeros when L is 0). First each
+// (query head, piece)'s weight exp2(m - M) / sum over the head's pieces of l exp2(m - M) goes
+// to shared memory (the round buffers, free in phase C), so each output then reads only its
+// pieces' accumulators.
+template <int D>
+__device__ __forceinline__ void merge_pieces(const Params& p, Pieces pc, bf16* xs, uint8_t* att) {
+  using S = AttSmem<D>;
+  const int g = p.group, P = pc.pieces, n = p.nh * P;
+  float* wt = reinterpret_cast<float*>(att + S::kUnion);  // [nh][P]: m, then the weight
+  float* ls = wt + n;                                    // [nh][P]: l
+  auto piece_of = [&](int qh, int piece) {
+    const int h = qh / g;
+    return p.workspace + (int64_t{h * p.max_pieces + piece} * g + (qh - h * g)) * (D + 2);
+  };
+  for (int i = threadIdx.x; i < n; i += kThreads) {
+    const float* s = piece_of(i / P, i % P);
+    wt[i] = __ldcg(s + D);
+    ls[i] = __ldcg(s + D + 1);
+  }
+  __syncthreads();
+  for (int qh = threadIdx.x; qh < p.nh; qh += kThreads) {
+    float M = -INFINITY;
+    for (int piece = 0; piece < P; ++piece) {
+      if (ls[qh * P + piece] > 0.0f) M = fmaxf(M, wt[qh * P + piece]);
+    }
+    float den = 0.0f;
+    for (int piece = 0; piece < P; ++piece) {
+      const float l = ls[qh * P + piece];
+      if (l > 0.0f) den += l * exp2f(wt[qh * P + piece] - M);
+    }
+    for (int piece = 0; piece < P; ++piece) {
+      const float l = ls[qh * P + piece];
+      wt[qh * P + piece] = l > 0.0f ? exp2f(wt[qh * P + piece] - M) / den : 0.0f;
+    }
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < p.nh * D; i += kThreads) {
+    const int qh = i / D, d = i - qh * D;
+    float out = 0.0f;
+    for (int piece = 0; piece < P; ++piece) {
+      const float w = wt[qh * P + piece];
+      if (w != 0.0f) out = fmaf(__ldcg(piece_of(qh, piece) + d), w, out);
+    }
+    xs[i] = __float2bfloat16(out);
+  }
+  __syncthreads();
+}
+
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
+}  // namespace kvattn::cuda_model::token

@@ -1,0 +1,151 @@
+// The token kernel's GEMV phases: the input of a projection staged in shared memory (a norm,
+// or a plain copy), the CTA's weight rows fed into shared memory by bulk copies one phase
+// ahead (WeightSlab), and the row dot products from shared memory.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "engine/model/token_layers/token_params.cuh"
+#include "kernels/cuda/hopper/sm90_ptx.cuh"
+
+namespace kvattn::cuda_model::token {
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+// One of the two shared-memory weight buffers: an mbarrier whose phases complete as the bulk
+// copies into it land. A slab's copies are issued by thread 0 after the CTA's last read of the
+// buffer's previous slab (a grid barrier lies between); every thread waits on the phase it
+// expects before reading, the phases alternating parity.
+struct WeightSlab {
+  uint32_t bar;   // shared address of the mbarrier
+  uint32_t data;  // shared address of the buffer
+  uint32_t parity;
+
+  // Thread 0: rows [first, first + count) of w ([*, k] bf16) to the buffer's start, and, when
+  // w2 is set, the same rows of w2 right after them (gate and up).
+  __device__ __forceinline__ void issue(const void* w, const void* w2, int first, int count,
+                                        int k) const {
+    const uint32_t bytes = static_cast<uint32_t>(count) * static_cast<uint32_t>(k) * 2u;
+    const uint32_t total = w2 != nullptr ? 2u * bytes : bytes;
+    cuda::sm90::fence_proxy_async_smem();  // the generic reads of the previous slab come first
+    if (total == 0) {
+      cuda::sm90::mbar_arrive(bar);
+      return;
+    }
+    cuda::sm90::mbar_arrive_expect_tx(bar, total);
+    const auto* src = static_cast<const char*>(w) + int64_t{first} * k * 2;
+    cuda::sm90::bulk_load(data, src, bytes, bar);
+    if (w2 != nullptr) {
+      const auto* src2 = static_cast<const char*>(w2) + int64_t{first} * k * 2;
+      cuda::sm90::bulk_load(data + bytes, src2, bytes, bar);
+    }
+  }
+
+  __device__ __forceinline__ void wait() {
+    cuda::sm90::mbar_wait(bar, parity);
+    parity ^= 1u;
+  }
+};
+
+// xs[0:k) = rmsnorm(x (+ add)) * w as cuda_gemv.cu's norm_stage computes it for one row (and
+// so add_rmsnorm, bit for bit): v = bf16(x + add); thread t sums v * v over elements t,
+// t + 256, ... in order; warp sums, then the eight warp sums in one warp; inv = rsqrt(ss / k +
+// eps); xs = bf16(w * bf16(v * inv)). x and add were written by other CTAs (read past L1);
+// x_out (CTA 0 only, or null) receives v.
+__device__ __forceinline__ void norm_stage(const bf16* x, const bf16* add, const bf16* w,
+                                           float eps, int k, bf16* x_out, uint4* xs,
+                                           float* red) {
+  const int C = k >> 3;
+  for (int i = threadIdx.x; i < C; i += kThreads) {
+    uint4 v = ld_cg16(x + int64_t{i} * 8);
+    if (add != nullptr) {
+      float a[8], b[8];
+      to_f8(v, a);
+      to_f8(ld_cg16(add + int64_t{i} * 8), b);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) a[e] = a[e] + b[e];
+      v = pack8(a);
+      if (x_out != nullptr) *reinterpret_cast<uint4*>(x_out + int64_t{i} * 8) = v;
+    }
+    xs[i] = v;
+  }
+  __syncthreads();
+  const bf16* xh = reinterpret_cast<const bf16*>(xs);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  float ss = 0.0f;
+  for (int i = threadIdx.x; i < k; i += kThreads) {
+    const float v = bf(xh[i]);
+    ss += v * v;
+  }
+  ss = warp_sum32(ss);
+  if (lane == 0) red[warp] = ss;
+  __syncthreads();
+  if (warp == 0) {
+    float v = lane < kWarps ? red[lane] : 0.0f;
+    v = warp_sum32(v);
+    if (lane == 0) red[kWarps] = rsqrtf(v / static_cast<float>(k) + eps);
+  }
+  __syncthreads();
+  const float inv = red[kWarps];
+  for (int i = threadIdx.x; i < C; i += kThreads) {
+    float v[8], g[8];
+    to_f8(xs[i], v);
+    to_f8(*reinterpret_cast<const uint4*>(w + int64_t{i} * 8), g);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) v[e] = g[e] * round_bf16(v[e] * inv);
+    xs[i] = pack8(v);
+  }
+  __syncthreads();
+}
+
+// xs[0:k) = src[0:k) (written by other CTAs).
+__device__ __forceinline__ void stage_plain(const bf16* src, int k, uint4* xs) {
+  for (int i = threadIdx.x; i < (k >> 3); i += kThreads) xs[i] = ld_cg16(src + int64_t{i} * 8);
+  __syncthreads();
+}
+
+// A warp's dot product of slab row r (k / 8 16-byte chunks) with xs, summed over the warp
+// (every lane holds the sum).
+__device__ __forceinline__ float row_dot(const uint4* slab, int r, const uint4* xs, int C,
+                                         int lane) {
+  float acc = 0.0f;
+  const uint4* row = slab + int64_t{r} * C;
+  for (int c = lane; c < C; c += 32) {
+    float wf[8], xf[8];
+    to_f8(row[c], wf);
+    to_f8(xs[c], xf);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc = fmaf(wf[e], xf[e], acc);
+  }
+  return warp_sum32(acc);
+}
+
+// y[first + r] = bf16(slab row r . xs) for the CTA's rows, warps over rows.
+__device__ __forceinline__ void gemv_rows(const uint4* slab, const uint4* xs, int k, RowRange rr,
+                                          bf16* y) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int C = k >> 3;
+  for (int r = warp; r < rr.count; r += kWarps) {
+    const float s = row_dot(slab, r, xs, C, lane);
+    if (lane == 0) y[rr.first + r] = __float2bfloat16(s);
+  }
+}
+
+// act[first + j] = silu_mul of the gate row j and the up row j (the slab holds count gate rows
+// then count up rows): k::silu_mul's formula on the bf16-rounded sums.
+__device__ __forceinline__ void gate_up_rows(const uint4* slab, const uint4* xs, int k,
+                                             RowRange rr, bf16* act) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int C = k >> 3;
+  for (int j = warp; j < rr.count; j += kWarps) {
+    const float g = round_bf16(row_dot(slab, j, xs, C, lane));
+    const float u = round_bf16(row_dot(slab, rr.count + j, xs, C, lane));
+    if (lane == 0) act[rr.first + j] = __float2bfloat16(round_bf16(g / (1.0f + expf(-g))) * u);
+  }
+}
+
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
+}  // namespace kvattn::cuda_model::token

@@ -1,0 +1,237 @@
+// The token kernel (token_layers.h): the phase sequence of each layer, and its plan and launch.
+#ifdef KVATTN_WITH_CUDA
+
+#include "engine/model/token_layers/token_layers.h"
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "engine/model/token_layers/grid_barrier.cuh"
+#include "engine/model/token_layers/token_attention.cuh"
+#include "engine/model/token_layers/token_gemv.cuh"
+#include "engine/model/token_layers/token_params.cuh"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/pdl_launch.h"
+
+namespace kvattn::cuda_model {
+namespace token {
+namespace {
+
+// Phase order and the weight slabs' schedule (slot 0: qkv, gate_up; slot 1: o_proj, down):
+//   A: issue o_proj -> slot 1; round 0 of the attention's K/V; input norm; wait slot 0 (qkv)
+//   B: issue gate_up -> slot 0; attention pieces
+//   C: merge; wait slot 1 (o_proj)
+//   D: issue down -> slot 1; residual + post norm; wait slot 0 (gate_up)
+//   E: issue the next layer's qkv -> slot 0; stage act; wait slot 1 (down)
+// Each issue follows the CTA's last read of that buffer's previous slab across a grid barrier.
+template <int D>
+__global__ void __launch_bounds__(kThreads, 1) token_layers_kernel(const __grid_constant__ Params p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ __align__(1024) uint8_t smem[];
+  uint64_t* bars = reinterpret_cast<uint64_t*>(smem);
+  uint4* xs = reinterpret_cast<uint4*>(smem + p.off_xs);
+  const uint4* slab0 = reinterpret_cast<const uint4*>(smem + p.off_slab0);
+  const uint4* slab1 = reinterpret_cast<const uint4*>(smem + p.off_slab1);
+  uint8_t* att = smem + p.off_att;
+  float* red = reinterpret_cast<float*>(smem + p.off_red);
+  WeightSlab s0{cuda::ptx::smem_addr(bars), cuda::ptx::smem_addr(slab0), 0u};
+  WeightSlab s1{cuda::ptx::smem_addr(bars + 1), cuda::ptx::smem_addr(slab1), 0u};
+  const bool lead = threadIdx.x == 0;
+  if (lead) {
+    cuda::sm90::mbar_init(s0.bar, 1);
+    cuda::sm90::mbar_init(s1.bar, 1);
+    cuda::sm90::fence_barrier_init();
+  }
+  __syncthreads();
+
+  const int L = max(0, __ldg(p.context_len));
+  const Pieces pc = plan_pieces(p, L);
+  const int H = p.hidden, I = p.inter, QD = p.nh * D;
+  const RowRange r_qkv = row_range(p.qkv_dim, p.rows_qkv);
+  const RowRange r_o = row_range(H, p.rows_o);
+  const RowRange r_gu = row_range(I, p.rows_gate_up);
+  const RowRange r_down = row_range(H, p.rows_down);
+  using S = AttSmem<D>;
+  bf16* kr = reinterpret_cast<bf16*>(att + S::kUnion);
+  bf16* vr = kr + kRoundKeys * D;
+  const bool first_item = static_cast<int>(blockIdx.x) < pc.items;
+  const int fh = first_item ? static_cast<int>(blockIdx.x) / pc.pieces : 0;
+  const int fk0 = first_item ? min(L, (static_cast<int>(blockIdx.x) - fh * pc.pieces) * pc.chunk) : 0;
+  const int fk1 = first_item ? min(L, fk0 + pc.chunk) : 0;
+
+  const bf16* xc = p.x;
+  bf16* xn = p.x2;
+  if (lead) s0.issue(p.layers[0].wqkv, nullptr, r_qkv.first, r_qkv.count, H);
+  for (int l = 0; l < p.num_layers; ++l) {
+    const TokenLayer w = p.layers[l];
+    // ---- A: input norm + qkv ----
+    if (lead) s1.issue(w.wo, nullptr, r_o.first, r_o.count, QD);
+    if (first_item) load_round<D>(p, w, fh, fk0, min(fk1, fk0 + kRoundKeys), L, kr, vr);
+    norm_stage(xc, l == 0 ? nullptr : p.o, static_cast<const bf16*>(w.input_norm), p.eps, H,
+               l > 0 && blockIdx.x == 0 ? xn : nullptr, xs, red);
+    s0.wait();
+    gemv_rows(slab0, xs, H, r_qkv, p.qkv);
+    if (l > 0) {
+      const bf16* t = xc;
+      xc = xn;
+      xn = const_cast<bf16*>(t);
+    }
+    grid_barrier(p.barrier);
+    // ---- B: attention pieces ----
+    if (lead) {
+      const auto* gu = static_cast<const bf16*>(w.wgate_up);
+      s0.issue(gu, gu + int64_t{I} * H, r_gu.first, r_gu.count, H);
+    }
+    attention_items<D>(p, w, L, pc, att);
+    grid_barrier(p.barrier);
+    // ---- C: merge + o_proj ----
+    merge_pieces<D>(p, pc, reinterpret_cast<bf16*>(xs), att);
+    s1.wait();
+    gemv_rows(slab1, xs, QD, r_o, p.o);
+    grid_barrier(p.barrier);
+    // ---- D: residual + post-attention norm + gate_up ----
+    if (lead) s1.issue(w.wdown, nullptr, r_down.first, r_down.count, I);
+    norm_stage(xc, p.o, static_cast<const bf16*>(w.post_norm), p.eps, H,
+               blockIdx.x == 0 ? xn : nullptr, xs, red);
+    s0.wait();
+    gate_up_rows(slab0, xs, H, r_gu, p.act);
+    {
+      const bf16* t = xc;
+      xc = xn;
+      xn = const_cast<bf16*>(t);
+    }
+    grid_barrier(p.barrier);
+    // ---- E: down ----
+    if (lead && l + 1 < p.num_layers) s0.issue(p.layers[l + 1].wqkv, nullptr, r_qkv.first, r_qkv.count, H);
+    stage_plain(p.act, I, xs);
+    s1.wait();
+    gemv_rows(slab1, xs, I, r_down, p.o);
+    if (l + 1 < p.num_layers) grid_barrier(p.barrier);
+  }
+#endif
+}
+
+constexpr size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+}  // namespace
+}  // namespace token
+
+TokenLayersPlan token_layers_plan(const TokenShape& s, int device) {
+  TokenLayersPlan plan;
+  auto no = [&](std::string why) {
+    plan.ok = false;
+    plan.why_not = std::move(why);
+    return plan;
+  };
+  if (s.num_layers <= 0) return no("no layers");
+  if (s.head_dim != 64 && s.head_dim != 128) return no("head_dim is not 64 or 128");
+  if (s.num_kv_heads <= 0 || s.num_heads % s.num_kv_heads != 0) return no("heads");
+  const int g = s.num_heads / s.num_kv_heads;
+  if (g > token::kMaxGroup) return no("GQA group above 8");
+  if (s.hidden % 8 != 0 || s.inter % 8 != 0) return no("hidden or intermediate size not a multiple of 8");
+  const int R = s.rotary_dim == 0 ? s.head_dim : s.rotary_dim;
+  if (R % 2 != 0 || R > s.head_dim) return no("rotary_dim");
+  int major = 0, sms = 0, coop = 0, optin = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  if (major != 9) return no("not an sm_90 device");
+  if (coop == 0) return no("no cooperative launch");
+  const int n = sms;
+  auto per = [n](int rows) { return (rows + n - 1) / n; };
+  const int D = s.head_dim, H = s.hidden, I = s.inter, QD = s.num_heads * D;
+  const int qkv_dim = (s.num_heads + 2 * s.num_kv_heads) * D;
+  plan.ctas = n;
+  plan.rows_qkv = per(qkv_dim);
+  plan.rows_o = per(H);
+  plan.rows_gate_up = per(I);
+  plan.rows_down = per(H);
+  plan.max_pieces = std::max(1, std::min(token::kMaxPiecesPerHead, n / s.num_kv_heads));
+  const size_t slab0 = std::max(size_t(plan.rows_qkv) * H, size_t(2) * plan.rows_gate_up * H) * 2;
+  const size_t slab1 = std::max(size_t(plan.rows_o) * QD, size_t(plan.rows_down) * I) * 2;
+  const size_t xs = size_t(std::max({H, QD, I})) * 2;
+  size_t off = 16;  // the two mbarriers
+  plan.off_red = off;
+  off = token::align_up(off + sizeof(float) * 16, 128);
+  plan.off_xs = off;
+  off = token::align_up(off + xs, 128);
+  plan.off_slab0 = off;
+  off = token::align_up(off + slab0, 128);
+  plan.off_slab1 = off;
+  off = token::align_up(off + slab1, 128);
+  plan.off_att = off;
+  off = token::align_up(off + token::att_smem_bytes(D), 128);
+  plan.smem_bytes = off;
+  if (plan.smem_bytes > static_cast<size_t>(optin)) return no("shared memory above the device's limit");
+  plan.workspace_bytes = sizeof(float) * size_t(s.num_kv_heads) * plan.max_pieces * g * (D + 2);
+  auto kernel = D == 64 ? token::token_layers_kernel<64> : token::token_layers_kernel<128>;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(plan.smem_bytes)));
+  int per_sm = 0;
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, token::kThreads,
+                                                           plan.smem_bytes));
+  if (per_sm < 1) return no("the kernel does not fit an SM");
+  plan.ok = true;
+  return plan;
+}
+
+void token_layers(const TokenShape& s, const TokenLayersPlan& plan, const TokenLayersArgs& a,
+                  cudaStream_t stream) {
+  token::Params p{};
+  p.layers = a.layers;
+  p.num_layers = s.num_layers;
+  p.hidden = s.hidden;
+  p.nh = s.num_heads;
+  p.nkv = s.num_kv_heads;
+  p.group = s.num_heads / s.num_kv_heads;
+  p.head_dim = s.head_dim;
+  p.inter = s.inter;
+  p.qkv_dim = (s.num_heads + 2 * s.num_kv_heads) * s.head_dim;
+  p.eps = s.eps;
+  const float scale = s.scale > 0.0f ? s.scale : 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+  p.scale_log2 = scale * 1.4426950408889634f;
+  p.inv_freq = s.inv_freq;
+  p.rope_base = s.inv_freq != nullptr ? 0.0f : s.theta;
+  p.attention_factor = s.attention_factor;
+  p.rotary_dim = s.rotary_dim == 0 ? s.head_dim : s.rotary_dim;
+  p.interleaved = s.interleaved ? 1 : 0;
+  p.position = a.position;
+  p.slot = a.slot;
+  p.context_len = a.context_len;
+  p.block_table = a.block_table;
+  p.table_width = a.table_width;
+  p.block_size = a.block_size;
+  p.num_blocks = a.num_blocks;
+  p.x = static_cast<token::bf16*>(a.x);
+  p.x2 = static_cast<token::bf16*>(a.x2);
+  p.o = static_cast<token::bf16*>(a.o);
+  p.qkv = static_cast<token::bf16*>(a.qkv);
+  p.act = static_cast<token::bf16*>(a.act);
+  p.workspace = a.workspace;
+  p.barrier = a.barrier;
+  p.fault_word = a.fault_word;
+  p.rows_qkv = plan.rows_qkv;
+  p.rows_o = plan.rows_o;
+  p.rows_gate_up = plan.rows_gate_up;
+  p.rows_down = plan.rows_down;
+  p.max_pieces = plan.max_pieces;
+  p.off_xs = static_cast<uint32_t>(plan.off_xs);
+  p.off_slab0 = static_cast<uint32_t>(plan.off_slab0);
+  p.off_slab1 = static_cast<uint32_t>(plan.off_slab1);
+  p.off_att = static_cast<uint32_t>(plan.off_att);
+  p.off_red = static_cast<uint32_t>(plan.off_red);
+  auto kernel = s.head_dim == 64 ? token::token_layers_kernel<64> : token::token_layers_kernel<128>;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeCooperative;
+  attr[0].val.cooperative = 1;
+  cuda::launch_kernel_ex(kernel, dim3(plan.ctas), dim3(token::kThreads), plan.smem_bytes, stream,
+                         attr, 1, p);
+}
+
+}  // namespace kvattn::cuda_model
+
+#endif  // KVATTN_WITH_CUDA

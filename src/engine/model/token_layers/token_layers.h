@@ -1,0 +1,101 @@
+// One decode token of one sequence through every decoder layer in a single persistent kernel
+// (issue 20: the single stream's fixed cost per kernel; docs/notes/single-stream-decode.md,
+// option 3). The kernel runs one CTA per SM, co-resident by a cooperative launch, and the
+// phases of a layer meet at grid barriers instead of kernel boundaries:
+//   A  input norm (every CTA, redundantly) + the qkv GEMV rows the CTA owns
+//   B  attention: q/k norm + RoPE of the token, the KV write, and (KV head, key range) pieces
+//   C  the pieces merged (every CTA, redundantly) + the o_proj GEMV rows
+//   D  residual add + post-attention norm + the gate_up GEMV with SiLU * up
+//   E  the down GEMV rows
+// What a kernel boundary cannot do, the barriers allow: each GEMV phase's weight rows are
+// copied into shared memory (bulk copies on an mbarrier) one phase ahead, and the cached K/V
+// rows a CTA attends are copied in during phase A; after a barrier a phase computes from
+// shared memory and reads only the small activations from L2.
+//
+// Arithmetic follows the unfused path where its bits are cheap to keep: the norms are
+// norm_stage's (cuda_gemv.cu) and the q/k norm + RoPE + cache bytes are cuda_rope_math.cuh's,
+// so the caches hold what qk_norm_rope_store_kv writes. The projections sum in another order
+// than the GEMV (fp32, rounded to bf16 once) and the attention is fp32 throughout (the decode
+// kernel rounds P to bf16), so logits differ from the layered path at rounding level.
+//
+// Eligible models (token_layers_plan says why not): no biases, SiLU, no sliding window,
+// soft-cap or dynamic RoPE, head_dim 64 or 128, GQA group <= 8, dims multiples of 8, a bf16
+// KV cache, and every phase's shared memory within the device's opt-in limit (small models:
+// SmolLM2-135M, Qwen3-0.6B). sm_90 only (bulk copies).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace kvattn::cuda_model {
+
+// A layer's device pointers (bf16 unless said). q_norm / k_norm: both or neither.
+struct TokenLayer {
+  const void* input_norm;
+  const void* post_norm;
+  const void* wqkv;  // [(nh + 2 nkv) * D, hidden]
+  const void* q_norm;
+  const void* k_norm;
+  const void* wo;        // [hidden, nh * D]
+  const void* wgate_up;  // [2 * inter, hidden]: gate rows, then up rows
+  const void* wdown;     // [hidden, inter]
+  void* k_cache;         // [num_blocks, block_size, nkv, D]
+  void* v_cache;
+  int64_t k_block_stride, v_block_stride;  // elements
+};
+
+// The model's shape and its RoPE (the fields of QkNormRope the kernel supports).
+struct TokenShape {
+  int num_layers = 0, hidden = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0, inter = 0;
+  float eps = 1e-6f;
+  float scale = 0.0f;  // softmax scale (1/sqrt(head_dim) when 0)
+  const float* inv_freq = nullptr;  // device [rotary_dim / 2] or null (plain RoPE at theta)
+  float theta = 10000.0f;
+  float attention_factor = 1.0f;
+  int rotary_dim = 0;  // 0: head_dim
+  bool interleaved = false;
+  bool qk_norm = false;
+};
+
+struct TokenLayersPlan {
+  bool ok = false;
+  std::string why_not;  // when !ok
+  int ctas = 0;
+  size_t smem_bytes = 0;
+  size_t workspace_bytes = 0;  // the attention pieces (float)
+  // Shared-memory layout (byte offsets) and the per-CTA row counts of each GEMV phase.
+  size_t off_xs = 0, off_slab0 = 0, off_slab1 = 0, off_att = 0, off_red = 0;
+  int rows_qkv = 0, rows_o = 0, rows_gate_up = 0, rows_down = 0;
+  int max_pieces = 0;  // attention pieces per KV head at most
+};
+
+// Whether (and how) `shape` runs on `device` (no allocation, no launch).
+TokenLayersPlan token_layers_plan(const TokenShape& shape, int device);
+
+// One step's inputs and buffers (device pointers).
+struct TokenLayersArgs {
+  const TokenLayer* layers;  // [num_layers], device memory
+  const int32_t* position;   // [1]
+  const int32_t* slot;       // [1]; < 0: nothing written to the caches
+  const int32_t* context_len;  // [1], keys including this token; 0: a pad row
+  const int32_t* block_table;  // [table_width]
+  int64_t table_width = 0, block_size = 0, num_blocks = 0;
+  void* x;    // the residual after the embedding [hidden]; also the first of the two buffers
+  void* x2;   // the other residual buffer [hidden]: holds the final residual on return
+  void* o;    // [hidden]: holds the last down projection on return
+  void* qkv;  // [(nh + 2 nkv) * D] scratch
+  void* act;  // [inter] scratch
+  float* workspace;        // plan.workspace_bytes
+  unsigned* barrier;       // one word, zero before the first launch (self-resetting after)
+  uint32_t* fault_word;
+};
+
+// Launches the kernel (cooperative, graph-capturable). The final residual is in args.x2 and
+// the last layer's down projection in args.o (add_rmsnorm(x2, o) gives the final norm's input).
+void token_layers(const TokenShape& shape, const TokenLayersPlan& plan,
+                  const TokenLayersArgs& args, cudaStream_t stream);
+
+}  // namespace kvattn::cuda_model

@@ -1,0 +1,111 @@
+// The token kernel's parameters (token_layers.h's shape, plan and step arguments, typed) and
+// the helpers every phase uses: sizes, loads past L1, and the mbarrier-fed weight slabs.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "engine/model/token_layers/token_layers.h"
+
+namespace kvattn::cuda_model::token {
+
+using bf16 = __nv_bfloat16;
+
+inline constexpr int kWarps = 8;
+inline constexpr int kThreads = kWarps * 32;
+inline constexpr int kMaxGroup = 8;         // query heads per KV head
+inline constexpr int kRoundKeys = 64;       // cached keys a CTA holds in shared memory at once
+inline constexpr int kMinPieceKeys = 32;    // keys below which a KV head is not split further
+inline constexpr int kMaxPiecesPerHead = 32;
+
+struct Params {
+  const TokenLayer* layers;
+  int num_layers, hidden, nh, nkv, group, head_dim, inter, qkv_dim;
+  float eps;
+  float scale_log2;  // softmax scale * log2(e)
+  const float* inv_freq;
+  float rope_base;  // theta, or 0 with the inv_freq table
+  float attention_factor;
+  int rotary_dim, interleaved;
+  const int32_t* position;
+  const int32_t* slot;
+  const int32_t* context_len;
+  const int32_t* block_table;
+  int64_t table_width, block_size, num_blocks;
+  bf16* x;
+  bf16* x2;
+  bf16* o;
+  bf16* qkv;
+  bf16* act;
+  float* workspace;
+  unsigned* barrier;
+  uint32_t* fault_word;
+  // Rows of each GEMV phase a CTA owns (CTA b: [b * rows, (b + 1) * rows) of the outputs).
+  int rows_qkv, rows_o, rows_gate_up, rows_down;
+  int max_pieces;
+  uint32_t off_xs, off_slab0, off_slab1, off_att, off_red;
+};
+
+// 16 bytes that another CTA of this launch wrote (ld.global.cg: L2, never a stale L1 line).
+__device__ __forceinline__ uint4 ld_cg16(const void* p) {
+  return __ldcg(reinterpret_cast<const uint4*>(p));
+}
+
+__device__ __forceinline__ float bf(bf16 v) { return __bfloat162float(v); }
+
+// bf16 pair in a 32-bit word -> two floats (exact).
+__device__ __forceinline__ float lo_f(uint32_t u) { return __uint_as_float(u << 16); }
+__device__ __forceinline__ float hi_f(uint32_t u) { return __uint_as_float(u & 0xffff0000u); }
+
+__device__ __forceinline__ void to_f8(const uint4& v, float (&f)[8]) {
+  f[0] = lo_f(v.x);
+  f[1] = hi_f(v.x);
+  f[2] = lo_f(v.y);
+  f[3] = hi_f(v.y);
+  f[4] = lo_f(v.z);
+  f[5] = hi_f(v.z);
+  f[6] = lo_f(v.w);
+  f[7] = hi_f(v.w);
+}
+
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+__device__ __forceinline__ uint4 pack8(const float (&f)[8]) {
+  return make_uint4(pack2(f[0], f[1]), pack2(f[2], f[3]), pack2(f[4], f[5]), pack2(f[6], f[7]));
+}
+__device__ __forceinline__ float round_bf16(float v) {
+  return __bfloat162float(__float2bfloat16(v));
+}
+
+__device__ __forceinline__ float warp_sum32(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// The output rows [first, first + count) CTA b owns of a phase of n rows, `rows` a CTA.
+struct RowRange {
+  int first, count;
+};
+__device__ __forceinline__ RowRange row_range(int n, int rows) {
+  const int first = static_cast<int>(blockIdx.x) * rows;
+  return {first, max(0, min(rows, n - first))};
+}
+
+// The attention pieces of this step: every KV head's keys split into `pieces` ranges of
+// `chunk` keys (the last shorter, or empty), pieces * nkv items over the CTAs.
+struct Pieces {
+  int pieces, chunk, items;
+};
+__device__ __forceinline__ Pieces plan_pieces(const Params& p, int L) {
+  if (L <= 0) return {0, 0, 0};
+  const int want = (L + kMinPieceKeys - 1) / kMinPieceKeys;
+  const int pieces = max(1, min(want, p.max_pieces));
+  const int chunk = (L + pieces - 1) / pieces;
+  return {pieces, chunk, pieces * p.nkv};
+}
+
+}  // namespace kvattn::cuda_model::token

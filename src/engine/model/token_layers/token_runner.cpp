@@ -1,0 +1,113 @@
+#ifdef KVATTN_WITH_CUDA
+
+#include "engine/model/token_layers/token_runner.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "engine/model/rope.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_faults.cuh"
+
+namespace kvattn::cuda_model {
+
+bool token_kernel_wanted() {
+  const char* e = std::getenv("KVATTN_TOKEN_KERNEL");
+  return e != nullptr && std::strcmp(e, "1") == 0;
+}
+
+namespace {
+
+// Why the model's layers are not the kernel's, or "".
+std::string model_not_covered(const ModelConfig& c, bool tensor_parallel) {
+  if (tensor_parallel) return "tensor parallel";
+  if (c.sandwich_norms) return "sandwich norms (Gemma)";
+  if (c.activation != ModelConfig::Activation::kSilu) return "not SiLU";
+  if (c.qkv_bias || c.o_bias) return "attention biases";
+  if (c.attn_logit_softcap != 0.0) return "attention soft-cap";
+  if (c.attention_scale < 0.0) return "attention scale";
+  if (rope::depends_on_length(c)) return "dynamic RoPE";
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    if (c.window_left(i) >= 0) return "a sliding window";
+  }
+  return "";
+}
+
+}  // namespace
+
+TokenRunner::TokenRunner(const ModelConfig& cfg, bool wanted, bool tensor_parallel,
+                         const float* inv_freq, float attention_factor, Device device)
+    : device_(device) {
+  if (!wanted) {
+    why_not_ = "off (KVATTN_TOKEN_KERNEL=1 turns it on)";
+    return;
+  }
+  why_not_ = model_not_covered(cfg, tensor_parallel);
+  if (!why_not_.empty()) return;
+  shape_.num_layers = static_cast<int>(cfg.num_layers);
+  shape_.hidden = static_cast<int>(cfg.hidden_size);
+  shape_.num_heads = static_cast<int>(cfg.num_heads);
+  shape_.num_kv_heads = static_cast<int>(cfg.num_kv_heads);
+  shape_.head_dim = static_cast<int>(cfg.head_dim);
+  shape_.inter = static_cast<int>(cfg.intermediate_size);
+  shape_.eps = static_cast<float>(cfg.rms_norm_eps);
+  shape_.scale = static_cast<float>(cfg.attention_scale);
+  shape_.inv_freq = inv_freq;
+  shape_.theta = static_cast<float>(cfg.rope_theta);
+  shape_.attention_factor = attention_factor;
+  shape_.rotary_dim = static_cast<int>(cfg.rope_dim());
+  shape_.interleaved = cfg.rope_style == ModelConfig::RopeStyle::kInterleaved;
+  shape_.qk_norm = cfg.qk_norm;
+  plan_ = token_layers_plan(shape_, device.index);
+  if (!plan_.ok) {
+    why_not_ = plan_.why_not;
+    return;
+  }
+  workspace_ = Tensor::empty({static_cast<int64_t>(plan_.workspace_bytes)}, DType::kU8, device);
+  barrier_ = Tensor::empty({16}, DType::kU8, device);
+  CUDA_CHECK(cudaMemset(barrier_.data(), 0, 16));
+  (void)cuda::fault_word_ptr(device.index);  // created outside any capture
+}
+
+void TokenRunner::bind(const std::vector<TokenLayer>& layers, int64_t block_size,
+                       int64_t num_blocks) {
+  bound_ = false;
+  if (!plan_.ok || layers.empty()) return;
+  const auto bytes = static_cast<int64_t>(layers.size() * sizeof(TokenLayer));
+  if (!layers_.defined() || layers_.nbytes() < bytes) {
+    layers_ = Tensor::empty({bytes}, DType::kU8, device_);
+  }
+  CUDA_CHECK(cudaMemcpy(layers_.data(), layers.data(), bytes, cudaMemcpyHostToDevice));
+  block_size_ = block_size;
+  num_blocks_ = num_blocks;
+  bound_ = true;
+}
+
+void TokenRunner::run(const int32_t* position, const int32_t* slot, const int32_t* context_len,
+                      const int32_t* block_table, int64_t table_width, void* x, void* x2,
+                      void* o, void* qkv, void* act, cudaStream_t stream) const {
+  TokenLayersArgs a;
+  a.layers = static_cast<const TokenLayer*>(layers_.data());
+  a.position = position;
+  a.slot = slot;
+  a.context_len = context_len;
+  a.block_table = block_table;
+  a.table_width = table_width;
+  a.block_size = block_size_;
+  a.num_blocks = num_blocks_;
+  a.x = x;
+  a.x2 = x2;
+  a.o = o;
+  a.qkv = qkv;
+  a.act = act;
+  a.workspace = static_cast<float*>(workspace_.data());
+  a.barrier = static_cast<unsigned*>(barrier_.data());
+  a.fault_word = cuda::fault_word_ptr(device_.index);
+  token_layers(shape_, plan_, a, stream);
+}
+
+}  // namespace kvattn::cuda_model
+
+#endif  // KVATTN_WITH_CUDA

@@ -1,0 +1,59 @@
+// The CUDA model's side of the token kernel (token_layers.h): which models and steps take it,
+// its plan, and the device state it keeps (the layers' pointer table, rebuilt when the model's
+// KV pool changes; the attention workspace; the grid barrier's word).
+//
+// Off unless KVATTN_TOKEN_KERNEL=1 (measured before it becomes a default). On, a step takes it
+// when it decodes one token of one sequence (the batch-1 rung of the decode graphs, or the
+// eager step of one row) over a bf16 cache, on a model the kernel covers: one rank, the
+// Llama / Qwen3 layer (SiLU, no biases, no sandwich norms, no window or soft-cap, RoPE without
+// dynamic scaling) and the plan's shape limits.
+#pragma once
+
+#ifdef KVATTN_WITH_CUDA
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/model/token_layers/token_layers.h"
+#include "kvattn/core/tensor.h"
+#include "kvattn/engine/model_config.h"
+
+namespace kvattn::cuda_model {
+
+class TokenRunner {
+ public:
+  TokenRunner() = default;
+  // `wanted`: the switch (KVATTN_TOKEN_KERNEL=1). inv_freq: the model's RoPE table on the device.
+  TokenRunner(const ModelConfig& cfg, bool wanted, bool tensor_parallel, const float* inv_freq,
+              float attention_factor, Device device);
+
+  bool planned() const { return plan_.ok; }
+  const std::string& why_not() const { return why_not_; }
+  // The layers' pointers for a bound pool (bf16 caches), or none (unbound / fp8: not taken).
+  void bind(const std::vector<TokenLayer>& layers, int64_t block_size, int64_t num_blocks);
+  bool ready() const { return plan_.ok && bound_; }
+
+  // One token through every layer: x holds the embedding row; on return x2 holds the final
+  // residual and o the last down projection (token_layers). Device pointers; graph-safe.
+  void run(const int32_t* position, const int32_t* slot, const int32_t* context_len,
+           const int32_t* block_table, int64_t table_width, void* x, void* x2, void* o,
+           void* qkv, void* act, cudaStream_t stream) const;
+
+ private:
+  TokenShape shape_;
+  TokenLayersPlan plan_;
+  std::string why_not_;
+  Device device_;
+  Tensor layers_, workspace_, barrier_;
+  bool bound_ = false;
+  int64_t block_size_ = 0, num_blocks_ = 0;
+};
+
+bool token_kernel_wanted();  // KVATTN_TOKEN_KERNEL=1
+
+}  // namespace kvattn::cuda_model
+
+#endif  // KVATTN_WITH_CUDA

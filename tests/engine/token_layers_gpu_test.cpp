@@ -1,0 +1,143 @@
+// The token kernel (src/engine/model/token_layers: one decode token of one sequence through
+// every layer in one persistent kernel; KVATTN_TOKEN_KERNEL=1) against the layered CUDA path:
+// - teacher-forced logits of batch-1 decode steps, graphs and eager, on the tiny Llama, Qwen3
+//   (q/k norms), Llama 3 (scaled RoPE table, tied embeddings) and Phi-4-mini (partial rotary)
+//   checkpoints, at context lengths around the kernel's piece (32 keys) and round (64 keys)
+//   sizes and at pages of 1, 16 and 256 tokens. The kernel sums the projections in another
+//   order and keeps the attention in fp32, so the logits agree to rounding, not bit for bit:
+//   the largest difference is bounded relative to the logits' scale, and the argmax may differ
+//   only where the reference's top two are within a near-tie;
+// - the kernel really ran (CudaModelStats), and the device fault word stays 0;
+// - models it does not cover (biases, a sliding window, Gemma, an fp8 cache) keep the layered
+//   path, and it is off without the switch.
+// KVATTN_TOKEN_TEST_MODEL=<HF folder> adds the same comparison on that model (the device
+// scripts pass a random Qwen3-0.6B: head_dim 128). Exits 77 without a CUDA device.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine_test_util.h"
+#include "kvattn/engine/model.h"
+#include "kvattn/engine/weights.h"
+#include "kvattn/kernels/device_faults.h"
+#include "teacher_forced.h"
+
+#ifdef KVATTN_WITH_CUDA
+#include "engine/model/cuda_model.h"
+#endif
+
+namespace kvattn {
+namespace {
+
+#ifdef KVATTN_WITH_CUDA
+
+// Sets KVATTN_TOKEN_KERNEL for the scope (the model reads it at construction).
+struct TokenEnv {
+  explicit TokenEnv(bool on) { setenv("KVATTN_TOKEN_KERNEL", on ? "1" : "0", 1); }
+  ~TokenEnv() { unsetenv("KVATTN_TOKEN_KERNEL"); }
+};
+
+std::unique_ptr<Model> make_model(const std::string& dir, bool token, bool graphs,
+                                  KVCacheDType kv = KVCacheDType::kAuto) {
+  TokenEnv env(token);
+  ModelOptions mo;
+  mo.cuda_graphs = graphs;
+  mo.max_decode_batch = 8;
+  mo.kv_cache_dtype = kv;
+  return Model::create(load_hf_model(dir), Device::cuda(0), mo);
+}
+
+struct Case {
+  int64_t prompt_len, block_size, num_blocks;
+};
+
+// The layered path vs the token kernel (graphs and eager) over every case: one prompt, a
+// prefill (layered for both) and `steps` decode steps.
+void compare_on(const std::string& dir, const std::vector<Case>& cases, int steps) {
+  auto ref = make_model(dir, false, true);
+  auto graphs = make_model(dir, true, true);
+  auto eager = make_model(dir, true, false);
+  ASSERT_FALSE(cuda_model_stats(*ref).token_kernel);
+  const int64_t vocab = ref->config().vocab_size;
+  std::mt19937_64 rng(7100);
+  for (const Case& c : cases) {
+    std::uniform_int_distribution<int32_t> id(3, static_cast<int32_t>(std::min<int64_t>(vocab, 320)) - 1);
+    std::vector<int32_t> prompt(c.prompt_len);
+    for (auto& t : prompt) t = id(rng);
+    const auto logits = test::teacher_forced({ref.get(), graphs.get(), eager.get()}, {prompt},
+                                             steps, false, c.num_blocks, c.block_size);
+    ASSERT_TRUE(cuda_model_stats(*graphs).token_kernel) << dir << ": the kernel is not bound";
+    for (size_t m = 1; m < logits.size(); ++m) {
+      const std::string what = dir.substr(dir.find_last_of('/') + 1) + " prompt " +
+                               std::to_string(c.prompt_len) + " page " +
+                               std::to_string(c.block_size) + (m == 1 ? " graphs" : " eager");
+      // Step 0 is the prefill (the layered path in every model): equal.
+      EXPECT_EQ(test::max_diff(logits[0][0], logits[m][0]), 0.0) << what;
+      float scale = 1.0f;
+      for (const auto& step : logits[0]) {
+        for (float v : step) scale = std::max(scale, std::fabs(v));
+      }
+      const test::Agreement a = test::compare(logits[0], logits[m], vocab, what.c_str());
+      EXPECT_LE(a.max_logit_diff, 0.03 * scale) << what << ": logits differ beyond rounding";
+      EXPECT_LE(a.worst_margin, 0.03f * scale) << what << ": argmax differs away from a near-tie";
+      for (float v : logits[m].back()) ASSERT_TRUE(std::isfinite(v)) << what;
+    }
+  }
+  EXPECT_GT(cuda_model_stats(*graphs).token_kernel_steps, 0) << "the kernel never ran (graphs)";
+  EXPECT_GT(cuda_model_stats(*eager).token_kernel_steps, 0) << "the kernel never ran (eager)";
+  EXPECT_EQ(cuda_model_stats(*ref).token_kernel_steps, 0);
+  EXPECT_EQ(read_device_faults(Device::cuda(0), true), 0u);
+}
+
+// Lengths around the piece size (32 keys: 31 / 33 / 64 / 65 keys after the first steps),
+// a context whose pieces need two rounds (> 32 pieces x 64 keys), and pages 1 and 256.
+const std::vector<Case> kCases = {
+    {1, 16, 64},  {2, 16, 64},  {29, 16, 64}, {62, 16, 64}, {300, 16, 64},
+    {2200, 16, 160}, {45, 1, 256}, {700, 256, 8},
+};
+
+class TokenLayers : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(TokenLayers, TeacherForcedLogitsMatchTheLayeredPath) {
+  compare_on(test::checkpoint("tiny_" + GetParam()), kCases, 6);
+}
+
+INSTANTIATE_TEST_SUITE_P(Tiny, TokenLayers,
+                         ::testing::Values("llama", "qwen3", "llama3", "phi4mini"));
+
+TEST(TokenLayersModel, GivenModelFolder) {
+  const char* dir = std::getenv("KVATTN_TOKEN_TEST_MODEL");
+  if (dir == nullptr || *dir == 0) GTEST_SKIP() << "KVATTN_TOKEN_TEST_MODEL not set";
+  compare_on(dir, {{5, 16, 512}, {130, 16, 512}, {1500, 16, 512}, {600, 256, 16}}, 8);
+}
+
+TEST(TokenLayers, ModelsItDoesNotCoverKeepTheLayeredPath) {
+  for (const char* m : {"tiny_qwen2", "tiny_mistral", "tiny_gemma2"}) {
+    auto model = make_model(test::checkpoint(m), true, true);
+    model->allocate_kv_cache(16, 16);
+    EXPECT_FALSE(cuda_model_stats(*model).token_kernel) << m;
+  }
+  auto fp8 = make_model(test::checkpoint("tiny_llama"), true, true, KVCacheDType::kFP8);
+  fp8->allocate_kv_cache(16, 16);
+  EXPECT_FALSE(cuda_model_stats(*fp8).token_kernel) << "an fp8 cache";
+  auto off = make_model(test::checkpoint("tiny_llama"), false, true);
+  off->allocate_kv_cache(16, 16);
+  EXPECT_FALSE(cuda_model_stats(*off).token_kernel) << "without the switch";
+  auto on = make_model(test::checkpoint("tiny_llama"), true, true);
+  on->allocate_kv_cache(16, 16);
+  EXPECT_TRUE(cuda_model_stats(*on).token_kernel) << "tiny_llama with the switch";
+}
+
+#endif  // KVATTN_WITH_CUDA
+
+}  // namespace
+}  // namespace kvattn
+
+int main(int argc, char** argv) { return kvattn::test::gpu_test_main(argc, argv); }
