@@ -14,7 +14,8 @@
 //
 // Layout of the attention area of shared memory (AttSmem, floats unless said): q[kMaxGroup][D]
 // (rotated, bf16 values), knew[D], vnew[D], raw[kWarps][D] bf16 (a head's row from qkv),
-// norm[kWarps][D] (norm_head's output), then a union of the round's K and V rows (bf16
+// norm[kWarps][D] (norm_head's output), the token's RoPE cos and sin [D / 2] (rope_table, once a
+// launch), the layer's q and k norm weights bf16 [D] each (staged in phase E before), then a union of the round's K and V rows (bf16
 // [kRoundKeys][D] each) and the warps' states [kWarps][kMaxGroup][D + 2].
 #pragma once
 
@@ -38,7 +39,9 @@ struct AttSmem {
   static constexpr size_t kVnew = kKnew + sizeof(float) * D;
   static constexpr size_t kRaw = kVnew + sizeof(float) * D;
   static constexpr size_t kNorm = kRaw + sizeof(bf16) * kWarps * D;
-  static constexpr size_t kUnion = kNorm + sizeof(float) * kWarps * D;
+  static constexpr size_t kRope = kNorm + sizeof(float) * kWarps * D;   // cos, sin [D / 2] each
+  static constexpr size_t kQkNorm = kRope + sizeof(float) * D;          // q, k norm weights bf16 [D]
+  static constexpr size_t kUnion = kQkNorm + sizeof(bf16) * 2 * D;
   static constexpr size_t kRoundBytes = sizeof(bf16) * 2 * kRoundKeys * D;
   static constexpr size_t kStateBytes = sizeof(float) * kWarps * kMaxGroup * (D + 2);
   static constexpr size_t kBytes = kUnion + (kRoundBytes > kStateBytes ? kRoundBytes : kStateBytes);
@@ -84,6 +87,19 @@ __device__ __forceinline__ void load_round(const Params& p, const TokenLayer& w,
   cuda::ptx::cp_async_commit();
 }
 
+// The token's RoPE cos and sin for every pair (rope_cos_sin: the same bits as rope_pair), once
+// a launch (every layer rotates at the same position with the same table).
+template <int D>
+__device__ __forceinline__ void rope_table(const Params& p, uint8_t* att) {
+  using S = AttSmem<D>;
+  float* rc = reinterpret_cast<float*>(att + S::kRope);
+  const float pos = static_cast<float>(__ldg(p.position));
+  for (int i = threadIdx.x; i < p.rotary_dim / 2; i += kThreads) {
+    rope_cos_sin(i, p.rotary_dim, pos, p.rope_base, p.inv_freq, p.attention_factor, rc[i],
+                 rc[D / 2 + i]);
+  }
+}
+
 // The group's query heads of KV head h normed and rotated into q (floats of the bf16 values
 // qk_norm_rope leaves), the token's key into knew and its value into vnew; the piece 0 item
 // also writes the key and value rows into the caches at the token's slot.
@@ -97,7 +113,9 @@ __device__ __forceinline__ void prepare_token(const Params& p, const TokenLayer&
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   bf16* raw = reinterpret_cast<bf16*>(att + S::kRaw) + warp * D;
   float* s = reinterpret_cast<float*>(att + S::kNorm) + warp * D;
-  const float pos = static_cast<float>(__ldg(p.position));
+  const float* rc = reinterpret_cast<const float*>(att + S::kRope);
+  const float* rs = rc + D / 2;
+  const bf16* qn = reinterpret_cast<const bf16*>(att + S::kQkNorm);
   const int R = p.rotary_dim;
   for (int hh = warp; hh <= p.group; hh += kWarps) {
     const bool is_k = hh == p.group;
@@ -107,7 +125,7 @@ __device__ __forceinline__ void prepare_token(const Params& p, const TokenLayer&
       *reinterpret_cast<uint4*>(raw + lane * 8) = ld_cg16(src + lane * 8);
     }
     __syncwarp();
-    norm_head(raw, static_cast<const bf16*>(is_k ? w.k_norm : w.q_norm), p.eps, D, s, lane);
+    norm_head(raw, w.q_norm == nullptr ? nullptr : qn + (is_k ? D : 0), p.eps, D, s, lane);
     float* out = is_k ? knew : q + hh * D;
     bf16* kdst = nullptr;
     bf16* vdst = nullptr;
@@ -126,8 +144,8 @@ __device__ __forceinline__ void prepare_token(const Params& p, const TokenLayer&
     for (int i = lane; i < R / 2; i += 32) {
       int ia, ib;
       bf16 oa, ob;
-      rope_pair(s, i, R, pos, p.rope_base, p.inv_freq, p.attention_factor, p.interleaved != 0,
-                ia, ib, oa, ob);
+      pair_of(i, R, p.interleaved != 0, ia, ib);
+      rotate(s[ia], s[ib], rc[i], rs[i], oa, ob);  // rope_pair's arithmetic, table from rope_table
       out[ia] = bf(oa);
       out[ib] = bf(ob);
       if (kdst != nullptr) {
@@ -156,63 +174,94 @@ __device__ __forceinline__ void prepare_token(const Params& p, const TokenLayer&
   __syncthreads();
 }
 
-// One warp's online-softmax state for the group's heads (lane: dims lane * E .. + E).
-template <int D>
+// One warp's online-softmax state for the group's G heads (lane: dims lane * E .. + E).
+template <int D, int G>
 struct WarpState {
   static constexpr int kE = D / 32;
-  float q[kMaxGroup][kE];
-  float acc[kMaxGroup][kE];
-  float m[kMaxGroup], l[kMaxGroup];
+  float q[G][kE];
+  float acc[G][kE];
+  float m[G], l[G];
 };
 
-// Keys [j0, j1) (the round in kr / vr from row 0; key L - 1 from knew / vnew), warps over keys.
+// A key's row for this lane: kE floats of the round's bf16 row (or of knew / vnew for the
+// token's own key, or zeros past the round).
 template <int D>
+__device__ __forceinline__ void key_row(int j, int j0, int j1, int L, const bf16* buf,
+                                        const float* fresh, int lane, float (&x)[D / 32]) {
+  constexpr int E = D / 32;
+  if (j >= j1) {
+#pragma unroll
+    for (int e = 0; e < E; ++e) x[e] = 0.0f;
+  } else if (j == L - 1) {
+#pragma unroll
+    for (int e = 0; e < E; ++e) x[e] = fresh[lane * E + e];
+  } else {
+    const bf16* r = buf + (j - j0) * D + lane * E;
+#pragma unroll
+    for (int e = 0; e < E; ++e) x[e] = bf(r[e]);
+  }
+}
+
+// Keys [j0, j1) (the round in kr / vr from row 0; key L - 1 from knew / vnew): warp w takes
+// keys j0 + w, j0 + w + 8, ..., two at a time (keys a and b = a + 8), so that the 2G dot
+// products' shuffle chains overlap.
+template <int D, int G>
 __device__ __forceinline__ void attend_round(const Params& p, int j0, int j1, int L,
                                              const bf16* kr, const bf16* vr, const float* knew,
-                                             const float* vnew, WarpState<D>& st) {
+                                             const float* vnew, WarpState<D, G>& st) {
   constexpr int E = D / 32;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  for (int j = j0 + warp; j < j1; j += kWarps) {
-    float k[E], v[E];
-    if (j == L - 1) {
+  for (int ja = j0 + warp; ja < j1; ja += 2 * kWarps) {
+    const int jb = ja + kWarps;
+    float ka[E], va[E], kb[E], vb[E];
+    key_row<D>(ja, j0, j1, L, kr, knew, lane, ka);
+    key_row<D>(ja, j0, j1, L, vr, vnew, lane, va);
+    key_row<D>(jb, j0, j1, L, kr, knew, lane, kb);
+    key_row<D>(jb, j0, j1, L, vr, vnew, lane, vb);
+    float sa[G], sb[G];
+#pragma unroll
+    for (int hh = 0; hh < G; ++hh) {
+      float da = 0.0f, db = 0.0f;
 #pragma unroll
       for (int e = 0; e < E; ++e) {
-        k[e] = knew[lane * E + e];
-        v[e] = vnew[lane * E + e];
+        da = fmaf(st.q[hh][e], ka[e], da);
+        db = fmaf(st.q[hh][e], kb[e], db);
       }
-    } else {
-      const bf16* kp = kr + (j - j0) * D + lane * E;
-      const bf16* vp = vr + (j - j0) * D + lane * E;
-#pragma unroll
-      for (int e = 0; e < E; ++e) {
-        k[e] = bf(kp[e]);
-        v[e] = bf(vp[e]);
-      }
+      sa[hh] = da;
+      sb[hh] = db;
     }
 #pragma unroll
-    for (int hh = 0; hh < kMaxGroup; ++hh) {
-      if (hh < p.group) {
-        float d = 0.0f;
+    for (int o = 16; o > 0; o >>= 1) {
 #pragma unroll
-        for (int e = 0; e < E; ++e) d = fmaf(st.q[hh][e], k[e], d);
-        const float s = warp_sum32(d) * p.scale_log2;
-        const float m = fmaxf(st.m[hh], s);
-        const float corr = exp2f(st.m[hh] - m);
-        const float pr = exp2f(s - m);
-        st.l[hh] = st.l[hh] * corr + pr;
-#pragma unroll
-        for (int e = 0; e < E; ++e) st.acc[hh][e] = fmaf(pr, v[e], st.acc[hh][e] * corr);
-        st.m[hh] = m;
+      for (int hh = 0; hh < G; ++hh) {
+        sa[hh] += __shfl_xor_sync(0xffffffffu, sa[hh], o);
+        sb[hh] += __shfl_xor_sync(0xffffffffu, sb[hh], o);
       }
+    }
+    const bool has_b = jb < j1;
+#pragma unroll
+    for (int hh = 0; hh < G; ++hh) {
+      const float a = sa[hh] * p.scale_log2;
+      const float bsc = has_b ? sb[hh] * p.scale_log2 : -INFINITY;
+      const float m = fmaxf(st.m[hh], fmaxf(a, bsc));
+      const float corr = exp2f(st.m[hh] - m);
+      const float pa = exp2f(a - m);
+      const float pb = exp2f(bsc - m);
+      st.l[hh] = st.l[hh] * corr + pa + pb;
+#pragma unroll
+      for (int e = 0; e < E; ++e) {
+        st.acc[hh][e] = fmaf(pb, vb[e], fmaf(pa, va[e], st.acc[hh][e] * corr));
+      }
+      st.m[hh] = m;
     }
   }
 }
 
 // Phase B: every item of this CTA. `prefetched`: round 0 of item blockIdx.x was issued in
 // phase A.
-template <int D>
+template <int D, int G>
 __device__ __forceinline__ void attention_items(const Params& p, const TokenLayer& w, int L,
-                                                Pieces pc, uint8_t* att) {
+                                                Pieces pc, uint8_t* att, int layer) {
   using S = AttSmem<D>;
   constexpr int E = D / 32;
   const float* q = reinterpret_cast<const float*>(att + S::kQ);
@@ -227,15 +276,16 @@ __device__ __forceinline__ void attention_items(const Params& p, const TokenLaye
     const int h = item / pc.pieces, piece = item - h * pc.pieces;
     const int k0 = min(L, piece * pc.chunk), k1 = min(L, k0 + pc.chunk);
     prepare_token<D>(p, w, h, piece == 0, att);
-    WarpState<D> st;
+    if (item == static_cast<int>(blockIdx.x)) stamp(p, layer, kStampB1);
+    WarpState<D, G> st;
 #pragma unroll
-    for (int hh = 0; hh < kMaxGroup; ++hh) {
+    for (int hh = 0; hh < G; ++hh) {
       st.m[hh] = -INFINITY;
       st.l[hh] = 0.0f;
 #pragma unroll
       for (int e = 0; e < E; ++e) {
         st.acc[hh][e] = 0.0f;
-        st.q[hh][e] = hh < g ? q[hh * D + lane * E + e] : 0.0f;
+        st.q[hh][e] = q[hh * D + lane * E + e];
       }
     }
     for (int j0 = k0; j0 < k1; j0 += kRoundKeys) {
@@ -244,7 +294,7 @@ __device__ __forceinline__ void attention_items(const Params& p, const TokenLaye
       if (!issued) load_round<D>(p, w, h, j0, j1, L, kr, vr);
       cuda::ptx::cp_async_wait<0>();
       __syncthreads();
-      attend_round<D>(p, j0, j1, L, kr, vr, knew, vnew, st);
+      attend_round<D, G>(p, j0, j1, L, kr, vr, knew, vnew, st);
       __syncthreads();  // the buffers are refilled (or hold the states) next
     }
     if (k0 >= k1) {  // an empty piece still drains round 0's (empty) group
@@ -253,15 +303,13 @@ __device__ __forceinline__ void attention_items(const Params& p, const TokenLaye
     }
     // The warps' states, then their merge into the item's piece in the workspace.
 #pragma unroll
-    for (int hh = 0; hh < kMaxGroup; ++hh) {
-      if (hh < g) {
-        float* sw = states + (warp * kMaxGroup + hh) * (D + 2);
+    for (int hh = 0; hh < G; ++hh) {
+      float* sw = states + (warp * kMaxGroup + hh) * (D + 2);
 #pragma unroll
-        for (int e = 0; e < E; ++e) sw[lane * E + e] = st.acc[hh][e];
-        if (lane == 0) {
-          sw[D] = st.m[hh];
-          sw[D + 1] = st.l[hh];
-        }
+      for (int e = 0; e < E; ++e) sw[lane * E + e] = st.acc[hh][e];
+      if (lane == 0) {
+        sw[D] = st.m[hh];
+        sw[D + 1] = st.l[hh];
       }
     }
     __syncthreads();
@@ -320,14 +368,34 @@ __device__ __forceinline__ void merge_pieces(const Params& p, Pieces pc, bf16* x
     }
   }
   __syncthreads();
-  for (int i = threadIdx.x; i < p.nh * D; i += kThreads) {
-    const int qh = i / D, d = i - qh * D;
-    float out = 0.0f;
-    for (int piece = 0; piece < P; ++piece) {
-      const float w = wt[qh * P + piece];
-      if (w != 0.0f) out = fmaf(__ldcg(piece_of(qh, piece) + d), w, out);
+  // Four outputs a thread at a time, eight pieces each: 32 independent loads in flight.
+  constexpr int kOut = 4, kPc = 8;
+  for (int i0 = threadIdx.x; i0 < p.nh * D; i0 += kOut * kThreads) {
+    float out[kOut] = {};
+    for (int p0 = 0; p0 < P; p0 += kPc) {
+      float a[kOut][kPc];
+#pragma unroll
+      for (int o = 0; o < kOut; ++o) {
+        const int i = min(i0 + o * kThreads, p.nh * D - 1);
+        const int qh = i / D, d = i - qh * D;
+#pragma unroll
+        for (int u = 0; u < kPc; ++u) {
+          a[o][u] = p0 + u < P ? __ldcg(piece_of(qh, p0 + u) + d) : 0.0f;
+        }
+      }
+#pragma unroll
+      for (int o = 0; o < kOut; ++o) {
+        const int qh = min(i0 + o * kThreads, p.nh * D - 1) / D;
+#pragma unroll
+        for (int u = 0; u < kPc; ++u) {
+          if (p0 + u < P) out[o] = fmaf(a[o][u], wt[qh * P + p0 + u], out[o]);
+        }
+      }
     }
-    xs[i] = __float2bfloat16(out);
+#pragma unroll
+    for (int o = 0; o < kOut; ++o) {
+      if (i0 + o * kThreads < p.nh * D) xs[i0 + o * kThreads] = __float2bfloat16(out[o]);
+    }
   }
   __syncthreads();
 }

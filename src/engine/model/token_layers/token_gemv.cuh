@@ -9,6 +9,7 @@
 
 #include "engine/model/token_layers/token_params.cuh"
 #include "kernels/cuda/hopper/sm90_ptx.cuh"
+#include "kernels/cuda/ptx.cuh"
 
 namespace kvattn::cuda_model::token {
 
@@ -53,11 +54,13 @@ struct WeightSlab {
 // so add_rmsnorm, bit for bit): v = bf16(x + add); thread t sums v * v over elements t,
 // t + 256, ... in order; warp sums, then the eight warp sums in one warp; inv = rsqrt(ss / k +
 // eps); xs = bf16(w * bf16(v * inv)). x and add were written by other CTAs (read past L1);
-// x_out (CTA 0 only, or null) receives v.
+// x_out (CTA 0 only, or null) receives v. w: the weight in shared memory (stage_weights; the
+// staging's cp.async groups are waited for here, none other may be pending).
 __device__ __forceinline__ void norm_stage(const bf16* x, const bf16* add, const bf16* w,
                                            float eps, int k, bf16* x_out, uint4* xs,
                                            float* red) {
   const int C = k >> 3;
+  cuda::ptx::cp_async_wait<0>();  // w (shared memory) was staged by stage_weights
   for (int i = threadIdx.x; i < C; i += kThreads) {
     uint4 v = ld_cg16(x + int64_t{i} * 8);
     if (add != nullptr) {
@@ -106,44 +109,82 @@ __device__ __forceinline__ void stage_plain(const bf16* src, int k, uint4* xs) {
   __syncthreads();
 }
 
-// A warp's dot product of slab row r (k / 8 16-byte chunks) with xs, summed over the warp
-// (every lane holds the sum).
-__device__ __forceinline__ float row_dot(const uint4* slab, int r, const uint4* xs, int C,
-                                         int lane) {
-  float acc = 0.0f;
-  const uint4* row = slab + int64_t{r} * C;
+// A warp's dot products of N slab rows (k / 8 16-byte chunks each) with xs, summed over the
+// warp (every lane holds the sums): N independent chains, so their loads and shuffles overlap.
+template <int N>
+__device__ __forceinline__ void row_dots(const uint4* slab, const int (&rows)[N], const uint4* xs,
+                                         int C, int lane, float (&out)[N]) {
+  float acc[N];
+#pragma unroll
+  for (int n = 0; n < N; ++n) acc[n] = 0.0f;
   for (int c = lane; c < C; c += 32) {
-    float wf[8], xf[8];
-    to_f8(row[c], wf);
+    float xf[8];
     to_f8(xs[c], xf);
 #pragma unroll
-    for (int e = 0; e < 8; ++e) acc = fmaf(wf[e], xf[e], acc);
+    for (int n = 0; n < N; ++n) {
+      float wf[8];
+      to_f8(slab[int64_t{rows[n]} * C + c], wf);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) acc[n] = fmaf(wf[e], xf[e], acc[n]);
+    }
   }
-  return warp_sum32(acc);
+#pragma unroll
+  for (int n = 0; n < N; ++n) out[n] = warp_sum32(acc[n]);
 }
 
-// y[first + r] = bf16(slab row r . xs) for the CTA's rows, warps over rows.
+inline constexpr int kRowsAtOnce = 4;
+
+// y[first + r] = bf16(slab row r . xs) for the CTA's rows: warp w takes rows w, w + 8, ...,
+// kRowsAtOnce of them at a time.
 __device__ __forceinline__ void gemv_rows(const uint4* slab, const uint4* xs, int k, RowRange rr,
                                           bf16* y) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int C = k >> 3;
-  for (int r = warp; r < rr.count; r += kWarps) {
-    const float s = row_dot(slab, r, xs, C, lane);
-    if (lane == 0) y[rr.first + r] = __float2bfloat16(s);
+  for (int r0 = warp; r0 < rr.count; r0 += kWarps * kRowsAtOnce) {
+    int rows[kRowsAtOnce];
+#pragma unroll
+    for (int n = 0; n < kRowsAtOnce; ++n) rows[n] = min(r0 + n * kWarps, rr.count - 1);
+    float sum[kRowsAtOnce];
+    row_dots(slab, rows, xs, C, lane, sum);
+#pragma unroll
+    for (int n = 0; n < kRowsAtOnce; ++n) {
+      if (lane == n && r0 + n * kWarps < rr.count) y[rr.first + rows[n]] = __float2bfloat16(sum[n]);
+    }
   }
 }
 
 // act[first + j] = silu_mul of the gate row j and the up row j (the slab holds count gate rows
-// then count up rows): k::silu_mul's formula on the bf16-rounded sums.
+// then count up rows): k::silu_mul's formula on the bf16-rounded sums. Two features at a time.
 __device__ __forceinline__ void gate_up_rows(const uint4* slab, const uint4* xs, int k,
                                              RowRange rr, bf16* act) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int C = k >> 3;
-  for (int j = warp; j < rr.count; j += kWarps) {
-    const float g = round_bf16(row_dot(slab, j, xs, C, lane));
-    const float u = round_bf16(row_dot(slab, rr.count + j, xs, C, lane));
-    if (lane == 0) act[rr.first + j] = __float2bfloat16(round_bf16(g / (1.0f + expf(-g))) * u);
+  for (int j0 = warp; j0 < rr.count; j0 += 2 * kWarps) {
+    const int j1 = min(j0 + kWarps, rr.count - 1);
+    const int rows[4] = {j0, rr.count + j0, j1, rr.count + j1};
+    float sum[4];
+    row_dots(slab, rows, xs, C, lane, sum);
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+      const int j = n == 0 ? j0 : j0 + kWarps;
+      if (lane == n && j < rr.count) {
+        const float g = round_bf16(sum[2 * n]);
+        const float u = round_bf16(sum[2 * n + 1]);
+        act[rr.first + j] = __float2bfloat16(round_bf16(g / (1.0f + expf(-g))) * u);
+      }
+    }
   }
+}
+
+// Thread-wide copy of n bf16 (n % 8 == 0, 16-byte aligned) into shared memory by cp.async, one
+// commit group: read-only weights staged a phase before they are used (the user waits with
+// cp_async_wait<0> and a __syncthreads first).
+__device__ __forceinline__ void stage_weights(bf16* dst, const void* src, int n) {
+  for (int i = threadIdx.x; i < (n >> 3); i += kThreads) {
+    cuda::ptx::cp_async_16(cuda::ptx::smem_addr(dst + i * 8),
+                           static_cast<const bf16*>(src) + i * 8, true);
+  }
+  cuda::ptx::cp_async_commit();
 }
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL

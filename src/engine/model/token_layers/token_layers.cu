@@ -21,13 +21,17 @@ namespace token {
 namespace {
 
 // Phase order and the weight slabs' schedule (slot 0: qkv, gate_up; slot 1: o_proj, down):
-//   A: issue o_proj -> slot 1; round 0 of the attention's K/V; input norm; wait slot 0 (qkv)
+//   A: issue o_proj -> slot 1; input norm; round 0 of the attention's K/V; wait slot 0 (qkv)
 //   B: issue gate_up -> slot 0; attention pieces
-//   C: merge; wait slot 1 (o_proj)
+//   C: stage the post norm's weight; merge; wait slot 1 (o_proj)
 //   D: issue down -> slot 1; residual + post norm; wait slot 0 (gate_up)
-//   E: issue the next layer's qkv -> slot 0; stage act; wait slot 1 (down)
+//   E: issue the next layer's qkv -> slot 0, stage its input and q/k norm weights; stage act;
+//      wait slot 1 (down)
 // Each issue follows the CTA's last read of that buffer's previous slab across a grid barrier.
-template <int D>
+// The norm weights are staged by cp.async a phase ahead; nothing else is pending when
+// norm_stage waits for them (the K/V round is issued after the input norm). The RoPE table of
+// the token's position is computed once, before the first layer.
+template <int D, int G>
 __global__ void __launch_bounds__(kThreads, 1) token_layers_kernel(const __grid_constant__ Params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) uint8_t smem[];
@@ -37,6 +41,8 @@ __global__ void __launch_bounds__(kThreads, 1) token_layers_kernel(const __grid_
   const uint4* slab1 = reinterpret_cast<const uint4*>(smem + p.off_slab1);
   uint8_t* att = smem + p.off_att;
   float* red = reinterpret_cast<float*>(smem + p.off_red);
+  bf16* nw_in = reinterpret_cast<bf16*>(smem + p.off_norm);
+  bf16* nw_post = nw_in + p.hidden;
   WeightSlab s0{cuda::ptx::smem_addr(bars), cuda::ptx::smem_addr(slab0), 0u};
   WeightSlab s1{cuda::ptx::smem_addr(bars + 1), cuda::ptx::smem_addr(slab1), 0u};
   const bool lead = threadIdx.x == 0;
@@ -64,16 +70,28 @@ __global__ void __launch_bounds__(kThreads, 1) token_layers_kernel(const __grid_
 
   const bf16* xc = p.x;
   bf16* xn = p.x2;
+  if (p.wall != nullptr && blockIdx.x == 0 && lead) p.wall[0] = globaltimer();
   if (lead) s0.issue(p.layers[0].wqkv, nullptr, r_qkv.first, r_qkv.count, H);
+  bf16* qk_norms = reinterpret_cast<bf16*>(att + S::kQkNorm);
+  rope_table<D>(p, att);
+  stage_weights(nw_in, p.layers[0].input_norm, H);
+  if (p.layers[0].q_norm != nullptr) {
+    stage_weights(qk_norms, p.layers[0].q_norm, D);
+    stage_weights(qk_norms + D, p.layers[0].k_norm, D);
+  }
   for (int l = 0; l < p.num_layers; ++l) {
     const TokenLayer w = p.layers[l];
     // ---- A: input norm + qkv ----
+    stamp(p, l, kStampA0);
     if (lead) s1.issue(w.wo, nullptr, r_o.first, r_o.count, QD);
-    if (first_item) load_round<D>(p, w, fh, fk0, min(fk1, fk0 + kRoundKeys), L, kr, vr);
-    norm_stage(xc, l == 0 ? nullptr : p.o, static_cast<const bf16*>(w.input_norm), p.eps, H,
+    norm_stage(xc, l == 0 ? nullptr : p.o, nw_in, p.eps, H,
                l > 0 && blockIdx.x == 0 ? xn : nullptr, xs, red);
+    if (first_item) load_round<D>(p, w, fh, fk0, min(fk1, fk0 + kRoundKeys), L, kr, vr);
+    stamp(p, l, kStampA1);
     s0.wait();
+    stamp(p, l, kStampA2);
     gemv_rows(slab0, xs, H, r_qkv, p.qkv);
+    stamp(p, l, kStampA3);
     if (l > 0) {
       const bf16* t = xc;
       xc = xn;
@@ -81,23 +99,34 @@ __global__ void __launch_bounds__(kThreads, 1) token_layers_kernel(const __grid_
     }
     grid_barrier(p.barrier);
     // ---- B: attention pieces ----
+    stamp(p, l, kStampB0);
     if (lead) {
       const auto* gu = static_cast<const bf16*>(w.wgate_up);
       s0.issue(gu, gu + int64_t{I} * H, r_gu.first, r_gu.count, H);
     }
-    attention_items<D>(p, w, L, pc, att);
+    attention_items<D, G>(p, w, L, pc, att, l);
+    stamp(p, l, kStampB2);
     grid_barrier(p.barrier);
     // ---- C: merge + o_proj ----
+    stamp(p, l, kStampC0);
+    stage_weights(nw_post, w.post_norm, H);
     merge_pieces<D>(p, pc, reinterpret_cast<bf16*>(xs), att);
+    stamp(p, l, kStampC1);
     s1.wait();
+    stamp(p, l, kStampC2);
     gemv_rows(slab1, xs, QD, r_o, p.o);
+    stamp(p, l, kStampC3);
     grid_barrier(p.barrier);
     // ---- D: residual + post-attention norm + gate_up ----
+    stamp(p, l, kStampD0);
     if (lead) s1.issue(w.wdown, nullptr, r_down.first, r_down.count, I);
-    norm_stage(xc, p.o, static_cast<const bf16*>(w.post_norm), p.eps, H,
+    norm_stage(xc, p.o, nw_post, p.eps, H,
                blockIdx.x == 0 ? xn : nullptr, xs, red);
+    stamp(p, l, kStampD1);
     s0.wait();
+    stamp(p, l, kStampD2);
     gate_up_rows(slab0, xs, H, r_gu, p.act);
+    stamp(p, l, kStampD3);
     {
       const bf16* t = xc;
       xc = xn;
@@ -105,16 +134,49 @@ __global__ void __launch_bounds__(kThreads, 1) token_layers_kernel(const __grid_
     }
     grid_barrier(p.barrier);
     // ---- E: down ----
-    if (lead && l + 1 < p.num_layers) s0.issue(p.layers[l + 1].wqkv, nullptr, r_qkv.first, r_qkv.count, H);
+    stamp(p, l, kStampE0);
+    if (l + 1 < p.num_layers) {
+      const TokenLayer& next = p.layers[l + 1];
+      if (lead) s0.issue(next.wqkv, nullptr, r_qkv.first, r_qkv.count, H);
+      stage_weights(nw_in, next.input_norm, H);
+      if (next.q_norm != nullptr) {
+        stage_weights(qk_norms, next.q_norm, D);
+        stage_weights(qk_norms + D, next.k_norm, D);
+      }
+    }
     stage_plain(p.act, I, xs);
+    stamp(p, l, kStampE1);
     s1.wait();
+    stamp(p, l, kStampE2);
     gemv_rows(slab1, xs, I, r_down, p.o);
+    stamp(p, l, kStampE3);
     if (l + 1 < p.num_layers) grid_barrier(p.barrier);
+    stamp(p, l, kStampEnd);
   }
+  if (p.wall != nullptr && blockIdx.x == 0 && lead) p.wall[1] = globaltimer();
 #endif
 }
 
 constexpr size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+using Kernel = void (*)(Params);
+
+template <int D>
+Kernel kernel_for_group(int g) {
+  switch (g) {
+    case 1: return token_layers_kernel<D, 1>;
+    case 2: return token_layers_kernel<D, 2>;
+    case 3: return token_layers_kernel<D, 3>;
+    case 4: return token_layers_kernel<D, 4>;
+    case 5: return token_layers_kernel<D, 5>;
+    case 6: return token_layers_kernel<D, 6>;
+    case 7: return token_layers_kernel<D, 7>;
+    default: return token_layers_kernel<D, 8>;
+  }
+}
+
+// The instantiation for head_dim d (64 or 128) and GQA group g (1-8).
+Kernel kernel_for(int d, int g) { return d == 64 ? kernel_for_group<64>(g) : kernel_for_group<128>(g); }
 
 }  // namespace
 }  // namespace token
@@ -165,10 +227,12 @@ TokenLayersPlan token_layers_plan(const TokenShape& s, int device) {
   off = token::align_up(off + slab1, 128);
   plan.off_att = off;
   off = token::align_up(off + token::att_smem_bytes(D), 128);
+  plan.off_norm = off;
+  off = token::align_up(off + size_t(4) * H, 128);
   plan.smem_bytes = off;
   if (plan.smem_bytes > static_cast<size_t>(optin)) return no("shared memory above the device's limit");
   plan.workspace_bytes = sizeof(float) * size_t(s.num_kv_heads) * plan.max_pieces * g * (D + 2);
-  auto kernel = D == 64 ? token::token_layers_kernel<64> : token::token_layers_kernel<128>;
+  auto kernel = token::kernel_for(D, g);
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   static_cast<int>(plan.smem_bytes)));
   int per_sm = 0;
@@ -219,12 +283,15 @@ void token_layers(const TokenShape& s, const TokenLayersPlan& plan, const TokenL
   p.rows_gate_up = plan.rows_gate_up;
   p.rows_down = plan.rows_down;
   p.max_pieces = plan.max_pieces;
+  p.stamps = a.stamps;
+  p.wall = a.wall;
   p.off_xs = static_cast<uint32_t>(plan.off_xs);
   p.off_slab0 = static_cast<uint32_t>(plan.off_slab0);
   p.off_slab1 = static_cast<uint32_t>(plan.off_slab1);
   p.off_att = static_cast<uint32_t>(plan.off_att);
   p.off_red = static_cast<uint32_t>(plan.off_red);
-  auto kernel = s.head_dim == 64 ? token::token_layers_kernel<64> : token::token_layers_kernel<128>;
+  p.off_norm = static_cast<uint32_t>(plan.off_norm);
+  auto kernel = token::kernel_for(s.head_dim, p.group);
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeCooperative;
   attr[0].val.cooperative = 1;

@@ -67,7 +67,7 @@ struct TokenLayersPlan {
   size_t smem_bytes = 0;
   size_t workspace_bytes = 0;  // the attention pieces (float)
   // Shared-memory layout (byte offsets) and the per-CTA row counts of each GEMV phase.
-  size_t off_xs = 0, off_slab0 = 0, off_slab1 = 0, off_att = 0, off_red = 0;
+  size_t off_xs = 0, off_slab0 = 0, off_slab1 = 0, off_att = 0, off_red = 0, off_norm = 0;
   int rows_qkv = 0, rows_o = 0, rows_gate_up = 0, rows_down = 0;
   int max_pieces = 0;  // attention pieces per KV head at most
 };
@@ -91,6 +91,18 @@ struct TokenLayersArgs {
   float* workspace;        // plan.workspace_bytes
   unsigned* barrier;       // one word, zero before the first launch (self-resetting after)
   uint32_t* fault_word;
+  // Diagnostics, normally null: [ctas][num_layers][20] clock64 stamps (TokenStamp) and [2]
+  // globaltimer ns at CTA 0's start and end (the clock's rate).
+  unsigned long long* stamps = nullptr;
+  unsigned long long* wall = nullptr;
+};
+
+// The stamps' order within a layer (each phase: start after its barrier, inputs staged, weight
+// slab landed, done before the next barrier; B: start, the first item's token prepared, done).
+enum TokenStamp : int {
+  kStampA0, kStampA1, kStampA2, kStampA3, kStampB0, kStampB1, kStampB2, kStampC0, kStampC1,
+  kStampC2, kStampC3, kStampD0, kStampD1, kStampD2, kStampD3, kStampE0, kStampE1, kStampE2,
+  kStampE3, kStampEnd
 };
 
 // Launches the kernel (cooperative, graph-capturable). The final residual is in args.x2 and

@@ -16,8 +16,9 @@ inline constexpr int kWarps = 8;
 inline constexpr int kThreads = kWarps * 32;
 inline constexpr int kMaxGroup = 8;         // query heads per KV head
 inline constexpr int kRoundKeys = 64;       // cached keys a CTA holds in shared memory at once
-inline constexpr int kMinPieceKeys = 32;    // keys below which a KV head is not split further
+inline constexpr int kMinPieceKeys = 64;    // keys below which a KV head is not split further
 inline constexpr int kMaxPiecesPerHead = 32;
+inline constexpr int kStamps = 20;  // token_layers.h TokenStamp
 
 struct Params {
   const TokenLayer* layers;
@@ -44,8 +45,25 @@ struct Params {
   // Rows of each GEMV phase a CTA owns (CTA b: [b * rows, (b + 1) * rows) of the outputs).
   int rows_qkv, rows_o, rows_gate_up, rows_down;
   int max_pieces;
-  uint32_t off_xs, off_slab0, off_slab1, off_att, off_red;
+  // Diagnostics (token_layers.h TokenLayersArgs::stamps): null, or [ctas][num_layers][kStamps]
+  // clock64 values at the phases' boundaries, and [2] globaltimer at CTA 0's start and end.
+  unsigned long long* stamps;
+  unsigned long long* wall;
+  uint32_t off_xs, off_slab0, off_slab1, off_att, off_red, off_norm;
 };
+
+__device__ __forceinline__ unsigned long long globaltimer() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Thread 0 records clock64 at stamp k of layer l (when stamps are asked for).
+__device__ __forceinline__ void stamp(const Params& p, int l, int k) {
+  if (p.stamps != nullptr && threadIdx.x == 0) {
+    p.stamps[(int64_t{blockIdx.x} * p.num_layers + l) * kStamps + k] = clock64();
+  }
+}
 
 // 16 bytes that another CTA of this launch wrote (ld.global.cg: L2, never a stale L1 line).
 __device__ __forceinline__ uint4 ld_cg16(const void* p) {

@@ -4,6 +4,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -69,6 +71,76 @@ TokenRunner::TokenRunner(const ModelConfig& cfg, bool wanted, bool tensor_parall
   barrier_ = Tensor::empty({16}, DType::kU8, device);
   CUDA_CHECK(cudaMemset(barrier_.data(), 0, 16));
   (void)cuda::fault_word_ptr(device.index);  // created outside any capture
+  const char* prof = std::getenv("KVATTN_TOKEN_PROFILE");
+  if (prof != nullptr && std::strcmp(prof, "1") == 0) {
+    const int64_t n = int64_t{plan_.ctas} * shape_.num_layers * kStampEnd + plan_.ctas *
+                      shape_.num_layers + 2;  // kStampEnd + 1 stamps a layer, then the wall
+    stamps_ = Tensor::empty({n * 8}, DType::kU8, device);
+    CUDA_CHECK(cudaMemset(stamps_.data(), 0, n * 8));
+  }
+}
+
+TokenRunner::~TokenRunner() {
+  if (stamps_.defined()) print_profile();
+}
+
+void TokenRunner::print_profile() const {
+  const int per = kStampEnd + 1;
+  const size_t n = size_t(plan_.ctas) * shape_.num_layers * per;
+  std::vector<unsigned long long> h(n + 2);
+  if (cudaMemcpy(h.data(), stamps_.data(), h.size() * 8, cudaMemcpyDeviceToHost) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return;
+  }
+  const unsigned long long wall = h[n + 1] - h[n];
+  // CTA 0's cycles from its first stamp to its last: the clock's rate against the wall time.
+  const int64_t cycles = static_cast<int64_t>(h[size_t(shape_.num_layers - 1) * per + kStampEnd - 1] - h[0]);
+  h.resize(n);
+  std::fprintf(stderr, "%s", token_profile_summary(h, plan_.ctas, shape_.num_layers, wall, cycles).c_str());
+}
+
+std::string token_profile_summary(const std::vector<unsigned long long>& st, int ctas,
+                                  int layers, unsigned long long wall_ns, int64_t cycles) {
+  const int per = kStampEnd + 1;
+  const double ns_per_cycle = cycles > 0 ? double(wall_ns) / double(cycles) : 0.0;
+  static const char* names[kStampEnd] = {
+      "A norm", "A slab wait", "A gemv", "A barrier", "B prepare", "B keys", "B barrier",
+      "C merge", "C slab wait", "C gemv", "C barrier", "D norm", "D slab wait", "D gemv",
+      "D barrier", "E stage", "E slab wait", "E gemv", "E barrier"};
+  std::string out = "token kernel profile (last launch, us per layer, mean / max over CTAs):\n";
+  for (int k = 0; k < kStampEnd; ++k) {
+    double sum = 0.0, worst = 0.0;
+    int count = 0;
+    for (int b = 0; b < ctas; ++b) {
+      for (int l = 0; l < layers; ++l) {
+        const size_t at = (size_t(b) * layers + l) * per;
+        // B's "prepared" stamp exists only on CTAs with an item: B0 -> B2 there.
+        int k0 = k, k1 = k + 1;
+        if (k == kStampB0 || k == kStampB1) {
+          if (st[at + kStampB1] == 0 || st[at + kStampB1] < st[at + kStampB0]) {
+            if (k == kStampB1) continue;
+            k1 = kStampB2;
+          }
+        }
+        if (k == kStampE3 && l + 1 == layers) continue;  // no barrier after the last layer
+        if (st[at + k1] < st[at + k0]) continue;
+        const double us = double(st[at + k1] - st[at + k0]) * ns_per_cycle * 1e-3;
+        sum += us;
+        worst = std::max(worst, us);
+        ++count;
+      }
+    }
+    const double mean = count > 0 ? sum / count : 0.0;
+    char line[160];
+    std::snprintf(line, sizeof line, "  %-12s %7.2f / %7.2f\n", names[k], mean, worst);
+    out += line;
+  }
+  char line[200];
+  std::snprintf(line, sizeof line,
+                "  launch %.1f us (CTA 0's wall clock), %.3f ns a cycle, %d layers, %d CTAs\n",
+                double(wall_ns) * 1e-3, ns_per_cycle, layers, ctas);
+  out += line;
+  return out;
 }
 
 void TokenRunner::bind(const std::vector<TokenLayer>& layers, int64_t block_size,
@@ -105,6 +177,11 @@ void TokenRunner::run(const int32_t* position, const int32_t* slot, const int32_
   a.workspace = static_cast<float*>(workspace_.data());
   a.barrier = static_cast<unsigned*>(barrier_.data());
   a.fault_word = cuda::fault_word_ptr(device_.index);
+  if (stamps_.defined()) {
+    auto* st = static_cast<unsigned long long*>(stamps_.data());
+    a.stamps = st;
+    a.wall = st + int64_t{plan_.ctas} * shape_.num_layers * (kStampEnd + 1);
+  }
   token_layers(shape_, plan_, a, stream);
 }
 

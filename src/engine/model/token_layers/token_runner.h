@@ -26,6 +26,9 @@ namespace kvattn::cuda_model {
 class TokenRunner {
  public:
   TokenRunner() = default;
+  TokenRunner(TokenRunner&&) = default;
+  TokenRunner& operator=(TokenRunner&&) = default;
+  ~TokenRunner();
   // `wanted`: the switch (KVATTN_TOKEN_KERNEL=1). inv_freq: the model's RoPE table on the device.
   TokenRunner(const ModelConfig& cfg, bool wanted, bool tensor_parallel, const float* inv_freq,
               float attention_factor, Device device);
@@ -48,11 +51,20 @@ class TokenRunner {
   std::string why_not_;
   Device device_;
   Tensor layers_, workspace_, barrier_;
+  // KVATTN_TOKEN_PROFILE=1: the last launch's phase stamps (token_layers.h), summarised on
+  // stderr when the runner goes (profile_summary).
+  Tensor stamps_;
+  void print_profile() const;
   bool bound_ = false;
   int64_t block_size_ = 0, num_blocks_ = 0;
 };
 
 bool token_kernel_wanted();  // KVATTN_TOKEN_KERNEL=1
+
+// The phases' mean durations over CTAs and layers from a launch's stamps (token_layers.h),
+// in us at the rate the two wall stamps give: a table, one line per interval.
+std::string token_profile_summary(const std::vector<unsigned long long>& stamps, int ctas,
+                                  int layers, unsigned long long wall_ns, int64_t cycles);
 
 }  // namespace kvattn::cuda_model
 
