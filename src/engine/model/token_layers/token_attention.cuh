@@ -9,7 +9,7 @@
 // piece 0 item writes it, with V, into the caches: qk_norm_rope_store_kv's bytes). Warps take
 // keys w, w + 8, ... of a round with an online softmax in fp32 (scores in log2 units), lanes
 // holding D / 32 consecutive dims; the eight warps' states meet in shared memory and the item
-// leaves (acc[D], max, sum) per query head in the workspace. Phase C merges the pieces of
+// leaves (acc[D], max, sum) per query head in the workspace (workspace_acc / _ml). Phase C merges the pieces of
 // every head in every CTA (the o_proj GEMV needs all of them) into bf16 rows.
 //
 // Layout of the attention area of shared memory (AttSmem, floats unless said): q[kMaxGroup][D]
@@ -54,6 +54,19 @@ constexpr size_t att_smem_bytes(int d) {
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
+// The workspace: every piece's accumulators [max_pieces][nh][D], then its (max, sum) pairs
+// [max_pieces][nh][2] (floats).
+__device__ __forceinline__ float* workspace_acc_d(const Params& p, int piece, int D) {
+  return p.workspace + int64_t{piece} * p.nh * D;
+}
+template <int D>
+__device__ __forceinline__ float* workspace_acc(const Params& p, int piece) {
+  return workspace_acc_d(p, piece, D);
+}
+__device__ __forceinline__ float* workspace_ml(const Params& p, int piece) {
+  return p.workspace + int64_t{p.max_pieces} * p.nh * p.head_dim + int64_t{piece} * p.nh * 2;
+}
+
 // Keys [j0, j1) of KV head h: their K and V rows of the layer's caches into the round buffers
 // (rows 0..), by cp.async (one commit group). The token's key (L - 1) is not read; a block id
 // outside the table or the pool zero-fills its rows and records the fault.
@@ -63,7 +76,8 @@ __device__ __forceinline__ void load_round(const Params& p, const TokenLayer& w,
   constexpr int kChunks = D / 8;  // 16-byte pieces of a row
   const int n = (j1 - j0) * kChunks;
   const int64_t bs = p.block_size;
-  for (int i = threadIdx.x; i < 2 * n; i += kThreads) {
+  // Warps 1-7 issue the copies (thread 0 arrives at the grid barriers: grid_barrier.cuh).
+  for (int i = static_cast<int>(threadIdx.x) - 32; i >= 0 && i < 2 * n; i += kThreads - 32) {
     const bool is_v = i >= n;
     const int ii = is_v ? i - n : i;
     const int key = ii / kChunks, c = ii - key * kChunks;
@@ -313,7 +327,8 @@ __device__ __forceinline__ void attention_items(const Params& p, const TokenLaye
       }
     }
     __syncthreads();
-    float* out = p.workspace + int64_t{h * p.max_pieces + piece} * g * (D + 2);
+    float* acc_out = workspace_acc<D>(p, piece) + int64_t{h} * g * D;
+    float* ml_out = workspace_ml(p, piece) + int64_t{h} * g * 2;
     for (int i = threadIdx.x; i < g * (D + 2); i += kThreads) {
       const int hh = i / (D + 2), d = i - hh * (D + 2);
       float M = -INFINITY;
@@ -326,7 +341,11 @@ __device__ __forceinline__ void attention_items(const Params& p, const TokenLaye
           if (sw[D + 1] > 0.0f) sum += sw[at] * exp2f(sw[D] - M);
         }
       }
-      out[hh * (D + 2) + d] = d == D ? M : sum;
+      if (d < D) {
+        acc_out[hh * D + d] = sum;
+      } else {
+        ml_out[hh * 2 + (d - D)] = d == D ? M : sum;
+      }
     }
     __syncthreads();  // states (the round buffers) are reused by the next item
   }
@@ -334,25 +353,23 @@ __device__ __forceinline__ void attention_items(const Params& p, const TokenLaye
 
 // Phase C: xs (bf16 [nh * D]) = every head's pieces merged (zeros when L is 0). First each
 // (query head, piece)'s weight exp2(m - M) / sum over the head's pieces of l exp2(m - M) goes
-// to shared memory (the round buffers, free in phase C), so each output then reads only its
-// pieces' accumulators.
+// to shared memory (the round buffers, free in phase C); then each thread takes four
+// consecutive outputs and reads their accumulators of every piece as float4s (8 pieces' loads
+// in flight at a time).
 template <int D>
 __device__ __forceinline__ void merge_pieces(const Params& p, Pieces pc, bf16* xs, uint8_t* att) {
   using S = AttSmem<D>;
-  const int g = p.group, P = pc.pieces, n = p.nh * P;
+  const int P = pc.pieces, nh = p.nh, n = nh * P;
   float* wt = reinterpret_cast<float*>(att + S::kUnion);  // [nh][P]: m, then the weight
   float* ls = wt + n;                                    // [nh][P]: l
-  auto piece_of = [&](int qh, int piece) {
-    const int h = qh / g;
-    return p.workspace + (int64_t{h * p.max_pieces + piece} * g + (qh - h * g)) * (D + 2);
-  };
   for (int i = threadIdx.x; i < n; i += kThreads) {
-    const float* s = piece_of(i / P, i % P);
-    wt[i] = __ldcg(s + D);
-    ls[i] = __ldcg(s + D + 1);
+    const int piece = i / nh, qh = i - piece * nh;
+    const float2 v = __ldcg(reinterpret_cast<const float2*>(workspace_ml(p, piece)) + qh);
+    wt[qh * P + piece] = v.x;
+    ls[qh * P + piece] = v.y;
   }
   __syncthreads();
-  for (int qh = threadIdx.x; qh < p.nh; qh += kThreads) {
+  for (int qh = threadIdx.x; qh < nh; qh += kThreads) {
     float M = -INFINITY;
     for (int piece = 0; piece < P; ++piece) {
       if (ls[qh * P + piece] > 0.0f) M = fmaxf(M, wt[qh * P + piece]);
@@ -368,34 +385,29 @@ __device__ __forceinline__ void merge_pieces(const Params& p, Pieces pc, bf16* x
     }
   }
   __syncthreads();
-  // Four outputs a thread at a time, eight pieces each: 32 independent loads in flight.
-  constexpr int kOut = 4, kPc = 8;
-  for (int i0 = threadIdx.x; i0 < p.nh * D; i0 += kOut * kThreads) {
-    float out[kOut] = {};
+  constexpr int kPc = 8;
+  for (int i4 = threadIdx.x; i4 < nh * D / 4; i4 += kThreads) {
+    const int qh = i4 * 4 / D;
+    float4 out = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     for (int p0 = 0; p0 < P; p0 += kPc) {
-      float a[kOut][kPc];
+      float4 a[kPc];
 #pragma unroll
-      for (int o = 0; o < kOut; ++o) {
-        const int i = min(i0 + o * kThreads, p.nh * D - 1);
-        const int qh = i / D, d = i - qh * D;
-#pragma unroll
-        for (int u = 0; u < kPc; ++u) {
-          a[o][u] = p0 + u < P ? __ldcg(piece_of(qh, p0 + u) + d) : 0.0f;
-        }
+      for (int u = 0; u < kPc; ++u) {
+        a[u] = p0 + u < P ? __ldcg(reinterpret_cast<const float4*>(workspace_acc<D>(p, p0 + u)) + i4)
+                          : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       }
 #pragma unroll
-      for (int o = 0; o < kOut; ++o) {
-        const int qh = min(i0 + o * kThreads, p.nh * D - 1) / D;
-#pragma unroll
-        for (int u = 0; u < kPc; ++u) {
-          if (p0 + u < P) out[o] = fmaf(a[o][u], wt[qh * P + p0 + u], out[o]);
-        }
+      for (int u = 0; u < kPc; ++u) {
+        const float w = p0 + u < P ? wt[qh * P + p0 + u] : 0.0f;
+        out.x = fmaf(a[u].x, w, out.x);
+        out.y = fmaf(a[u].y, w, out.y);
+        out.z = fmaf(a[u].z, w, out.z);
+        out.w = fmaf(a[u].w, w, out.w);
       }
     }
-#pragma unroll
-    for (int o = 0; o < kOut; ++o) {
-      if (i0 + o * kThreads < p.nh * D) xs[i0 + o * kThreads] = __float2bfloat16(out[o]);
-    }
+    __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(xs + i4 * 4);
+    dst[0] = __floats2bfloat162_rn(out.x, out.y);
+    dst[1] = __floats2bfloat162_rn(out.z, out.w);
   }
   __syncthreads();
 }

@@ -176,11 +176,11 @@ __device__ __forceinline__ void gate_up_rows(const uint4* slab, const uint4* xs,
   }
 }
 
-// Thread-wide copy of n bf16 (n % 8 == 0, 16-byte aligned) into shared memory by cp.async, one
-// commit group: read-only weights staged a phase before they are used (the user waits with
+// Warps 1-7 copy n bf16 (warp 0's thread 0 arrives at the grid barriers: grid_barrier.cuh) (n % 8 == 0, 16-byte aligned) into shared memory by cp.async, one
+// by cp.async, one commit group: read-only weights staged a phase before they are used (the user waits with
 // cp_async_wait<0> and a __syncthreads first).
 __device__ __forceinline__ void stage_weights(bf16* dst, const void* src, int n) {
-  for (int i = threadIdx.x; i < (n >> 3); i += kThreads) {
+  for (int i = static_cast<int>(threadIdx.x) - 32; i >= 0 && i < (n >> 3); i += kThreads - 32) {
     cuda::ptx::cp_async_16(cuda::ptx::smem_addr(dst + i * 8),
                            static_cast<const bf16*>(src) + i * 8, true);
   }

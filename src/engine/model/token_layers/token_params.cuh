@@ -16,7 +16,7 @@ inline constexpr int kWarps = 8;
 inline constexpr int kThreads = kWarps * 32;
 inline constexpr int kMaxGroup = 8;         // query heads per KV head
 inline constexpr int kRoundKeys = 64;       // cached keys a CTA holds in shared memory at once
-inline constexpr int kMinPieceKeys = 64;    // keys below which a KV head is not split further
+inline constexpr int kMinPieceKeys = 32;    // keys below which a KV head is not split further
 inline constexpr int kMaxPiecesPerHead = 32;
 inline constexpr int kStamps = 20;  // token_layers.h TokenStamp
 
