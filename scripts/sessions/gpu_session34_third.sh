@@ -4,11 +4,11 @@
 # four at a time, norm weights staged a phase ahead, the RoPE table once a launch): its test,
 # then the profile and single streams off / on, alternating.
 #   run: bash scripts/sessions/gpu_session34_third.sh > $OUT/summary.txt 2>&1
-#   carry: build-carry-s34d (kvattn, engine_token_layers_gpu_test; debs/)
+#   carry: build-carry-s34e (kvattn, engine_token_layers_gpu_test; debs/)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device_carried.sh
-carried_unpack build-carry-s34d
+carried_unpack build-carry-s34e
 trap pack_out EXIT
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
 random_qwen3_06b

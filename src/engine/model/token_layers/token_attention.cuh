@@ -15,7 +15,8 @@
 // Layout of the attention area of shared memory (AttSmem, floats unless said): q[kMaxGroup][D]
 // (rotated, bf16 values), knew[D], vnew[D], raw[kWarps][D] bf16 (a head's row from qkv),
 // norm[kWarps][D] (norm_head's output), the token's RoPE cos and sin [D / 2] (rope_table, once a
-// launch), the layer's q and k norm weights bf16 [D] each (staged in phase E before), then a union of the round's K and V rows (bf16
+// launch), the layer's q and k norm weights bf16 [D] each (staged in phase E before), the block
+// ids of the CTA's first round (first_round_blocks, once a launch), then a union of the round's K and V rows (bf16
 // [kRoundKeys][D] each) and the warps' states [kWarps][kMaxGroup][D + 2].
 #pragma once
 
@@ -41,7 +42,8 @@ struct AttSmem {
   static constexpr size_t kNorm = kRaw + sizeof(bf16) * kWarps * D;
   static constexpr size_t kRope = kNorm + sizeof(float) * kWarps * D;   // cos, sin [D / 2] each
   static constexpr size_t kQkNorm = kRope + sizeof(float) * D;          // q, k norm weights bf16 [D]
-  static constexpr size_t kUnion = kQkNorm + sizeof(bf16) * 2 * D;
+  static constexpr size_t kBlocks = kQkNorm + sizeof(bf16) * 2 * D;   // int [kRoundKeys]
+  static constexpr size_t kUnion = kBlocks + sizeof(int) * kRoundKeys;
   static constexpr size_t kRoundBytes = sizeof(bf16) * 2 * kRoundKeys * D;
   static constexpr size_t kStateBytes = sizeof(float) * kWarps * kMaxGroup * (D + 2);
   static constexpr size_t kBytes = kUnion + (kRoundBytes > kStateBytes ? kRoundBytes : kStateBytes);
@@ -72,7 +74,8 @@ __device__ __forceinline__ float* workspace_ml(const Params& p, int piece) {
 // outside the table or the pool zero-fills its rows and records the fault.
 template <int D>
 __device__ __forceinline__ void load_round(const Params& p, const TokenLayer& w, int h, int j0,
-                                           int j1, int L, bf16* kr, bf16* vr) {
+                                           int j1, int L, bf16* kr, bf16* vr,
+                                           const int* blocks = nullptr) {
   constexpr int kChunks = D / 8;  // 16-byte pieces of a row
   const int n = (j1 - j0) * kChunks;
   const int64_t bs = p.block_size;
@@ -84,7 +87,9 @@ __device__ __forceinline__ void load_round(const Params& p, const TokenLayer& w,
     const int j = j0 + key;
     if (j >= L - 1) continue;
     const int64_t bi = j / bs;
-    const int block = bi < p.table_width ? __ldg(p.block_table + bi) : -1;
+    const int block = blocks != nullptr           ? blocks[key]
+                      : bi < p.table_width ? __ldg(p.block_table + bi)
+                                           : -1;
     bf16* dst = (is_v ? vr : kr) + key * D + c * 8;
     const bool ok = block >= 0 && block < p.num_blocks;
     if (!ok && c == 0 && !is_v) {
@@ -99,6 +104,15 @@ __device__ __forceinline__ void load_round(const Params& p, const TokenLayer& w,
     cuda::ptx::cp_async_16(cuda::ptx::smem_addr(dst), src, ok);
   }
   cuda::ptx::cp_async_commit();
+}
+
+// The block id of each key of the CTA's first round (keys [j0, j1)), once a launch: the table
+// and the length do not change during it, so phase A's K/V copies need no dependent load.
+__device__ __forceinline__ void first_round_blocks(const Params& p, int j0, int j1, int* blocks) {
+  for (int t = threadIdx.x; t < j1 - j0; t += kThreads) {
+    const int64_t bi = (j0 + t) / p.block_size;
+    blocks[t] = bi < p.table_width ? __ldg(p.block_table + bi) : -1;
+  }
 }
 
 // The token's RoPE cos and sin for every pair (rope_cos_sin: the same bits as rope_pair), once
@@ -362,6 +376,17 @@ __device__ __forceinline__ void merge_pieces(const Params& p, Pieces pc, bf16* x
   const int P = pc.pieces, nh = p.nh, n = nh * P;
   float* wt = reinterpret_cast<float*>(att + S::kUnion);  // [nh][P]: m, then the weight
   float* ls = wt + n;                                    // [nh][P]: l
+  constexpr int kPc = 8;
+  const int n4 = nh * D / 4;
+  // The first output group's first kPc pieces, loaded beside the (max, sum) pairs: one L2 round
+  // trip for both where the thread has one group and at most kPc pieces.
+  float4 first[kPc];
+#pragma unroll
+  for (int u = 0; u < kPc; ++u) {
+    first[u] = u < P && static_cast<int>(threadIdx.x) < n4
+                   ? __ldcg(reinterpret_cast<const float4*>(workspace_acc<D>(p, u)) + threadIdx.x)
+                   : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
   for (int i = threadIdx.x; i < n; i += kThreads) {
     const int piece = i / nh, qh = i - piece * nh;
     const float2 v = __ldcg(reinterpret_cast<const float2*>(workspace_ml(p, piece)) + qh);
@@ -385,16 +410,17 @@ __device__ __forceinline__ void merge_pieces(const Params& p, Pieces pc, bf16* x
     }
   }
   __syncthreads();
-  constexpr int kPc = 8;
-  for (int i4 = threadIdx.x; i4 < nh * D / 4; i4 += kThreads) {
+  for (int i4 = threadIdx.x; i4 < n4; i4 += kThreads) {
     const int qh = i4 * 4 / D;
     float4 out = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     for (int p0 = 0; p0 < P; p0 += kPc) {
       float4 a[kPc];
+      const bool loaded = i4 == static_cast<int>(threadIdx.x) && p0 == 0;
 #pragma unroll
       for (int u = 0; u < kPc; ++u) {
-        a[u] = p0 + u < P ? __ldcg(reinterpret_cast<const float4*>(workspace_acc<D>(p, p0 + u)) + i4)
-                          : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        a[u] = loaded       ? first[u]
+               : p0 + u < P ? __ldcg(reinterpret_cast<const float4*>(workspace_acc<D>(p, p0 + u)) + i4)
+                            : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       }
 #pragma unroll
       for (int u = 0; u < kPc; ++u) {

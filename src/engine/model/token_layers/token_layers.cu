@@ -74,19 +74,22 @@ __global__ void __launch_bounds__(kThreads, 1) token_layers_kernel(const __grid_
   if (lead) s0.issue(p.layers[0].wqkv, nullptr, r_qkv.first, r_qkv.count, H);
   bf16* qk_norms = reinterpret_cast<bf16*>(att + S::kQkNorm);
   rope_table<D>(p, att);
+  int* blocks = reinterpret_cast<int*>(att + S::kBlocks);
+  const int fr1 = min(fk1, fk0 + kRoundKeys);  // the first item's first round: keys [fk0, fr1)
+  if (first_item) first_round_blocks(p, fk0, fr1, blocks);
   stage_weights(nw_in, p.layers[0].input_norm, H);
   if (p.layers[0].q_norm != nullptr) {
     stage_weights(qk_norms, p.layers[0].q_norm, D);
     stage_weights(qk_norms + D, p.layers[0].k_norm, D);
   }
+  TokenLayer w = p.layers[0];
   for (int l = 0; l < p.num_layers; ++l) {
-    const TokenLayer w = p.layers[l];
     // ---- A: input norm + qkv ----
     stamp(p, l, kStampA0);
     if (lead) s1.issue(w.wo, nullptr, r_o.first, r_o.count, QD);
     norm_stage(xc, l == 0 ? nullptr : p.o, nw_in, p.eps, H,
                l > 0 && blockIdx.x == 0 ? xn : nullptr, xs, red);
-    if (first_item) load_round<D>(p, w, fh, fk0, min(fk1, fk0 + kRoundKeys), L, kr, vr);
+    if (first_item) load_round<D>(p, w, fh, fk0, fr1, L, kr, vr, blocks);
     stamp(p, l, kStampA1);
     s0.wait();
     stamp(p, l, kStampA2);
@@ -135,8 +138,9 @@ __global__ void __launch_bounds__(kThreads, 1) token_layers_kernel(const __grid_
     grid_barrier(p.barrier);
     // ---- E: down ----
     stamp(p, l, kStampE0);
+    TokenLayer next = w;
     if (l + 1 < p.num_layers) {
-      const TokenLayer& next = p.layers[l + 1];
+      next = p.layers[l + 1];
       if (lead) s0.issue(next.wqkv, nullptr, r_qkv.first, r_qkv.count, H);
       stage_weights(nw_in, next.input_norm, H);
       if (next.q_norm != nullptr) {
@@ -152,6 +156,7 @@ __global__ void __launch_bounds__(kThreads, 1) token_layers_kernel(const __grid_
     stamp(p, l, kStampE3);
     if (l + 1 < p.num_layers) grid_barrier(p.barrier);
     stamp(p, l, kStampEnd);
+    w = next;
   }
   if (p.wall != nullptr && blockIdx.x == 0 && lead) p.wall[1] = globaltimer();
 #endif
