@@ -285,11 +285,12 @@ __device__ __forceinline__ void attend_round(const Params& p, int j0, int j1, in
   }
 }
 
-// Phase B: every item of this CTA. `prefetched`: round 0 of item blockIdx.x was issued in
-// phase A.
+// Phase B: every item of this CTA. `ahead`: round 0 of item blockIdx.x was issued before the
+// phase (token_layers.cu, Params::prefetch).
 template <int D, int G>
 __device__ __forceinline__ void attention_items(const Params& p, const TokenLayer& w, int L,
-                                                Pieces pc, uint8_t* att, int layer) {
+                                                Pieces pc, uint8_t* att, int layer,
+                                                bool ahead) {
   using S = AttSmem<D>;
   constexpr int E = D / 32;
   const float* q = reinterpret_cast<const float*>(att + S::kQ);
@@ -318,7 +319,7 @@ __device__ __forceinline__ void attention_items(const Params& p, const TokenLaye
     }
     for (int j0 = k0; j0 < k1; j0 += kRoundKeys) {
       const int j1 = min(k1, j0 + kRoundKeys);
-      const bool issued = item == static_cast<int>(blockIdx.x) && j0 == k0;
+      const bool issued = ahead && item == static_cast<int>(blockIdx.x) && j0 == k0;
       if (!issued) load_round<D>(p, w, h, j0, j1, L, kr, vr);
       cuda::ptx::cp_async_wait<0>();
       __syncthreads();

@@ -77,6 +77,13 @@ __global__ void __launch_bounds__(kThreads, 1) token_layers_kernel(const __grid_
   int* blocks = reinterpret_cast<int*>(att + S::kBlocks);
   const int fr1 = min(fk1, fk0 + kRoundKeys);  // the first item's first round: keys [fk0, fr1)
   if (first_item) first_round_blocks(p, fk0, fr1, blocks);
+  // Where the first round's K/V copies go out (Params::prefetch): 1 in phase A after the input
+  // norm, 2 in the previous layer's phase E (layer 0: here), 0 not ahead (phase B loads it).
+  const bool ahead = first_item && p.prefetch != 0;
+  if (ahead && p.prefetch == 2) {
+    __syncthreads();  // blocks
+    load_round<D>(p, p.layers[0], fh, fk0, fr1, L, kr, vr, blocks);
+  }
   stage_weights(nw_in, p.layers[0].input_norm, H);
   if (p.layers[0].q_norm != nullptr) {
     stage_weights(qk_norms, p.layers[0].q_norm, D);
@@ -89,7 +96,7 @@ __global__ void __launch_bounds__(kThreads, 1) token_layers_kernel(const __grid_
     if (lead) s1.issue(w.wo, nullptr, r_o.first, r_o.count, QD);
     norm_stage(xc, l == 0 ? nullptr : p.o, nw_in, p.eps, H,
                l > 0 && blockIdx.x == 0 ? xn : nullptr, xs, red);
-    if (first_item) load_round<D>(p, w, fh, fk0, fr1, L, kr, vr, blocks);
+    if (ahead && p.prefetch == 1) load_round<D>(p, w, fh, fk0, fr1, L, kr, vr, blocks);
     stamp(p, l, kStampA1);
     s0.wait();
     stamp(p, l, kStampA2);
@@ -107,7 +114,7 @@ __global__ void __launch_bounds__(kThreads, 1) token_layers_kernel(const __grid_
       const auto* gu = static_cast<const bf16*>(w.wgate_up);
       s0.issue(gu, gu + int64_t{I} * H, r_gu.first, r_gu.count, H);
     }
-    attention_items<D, G>(p, w, L, pc, att, l);
+    attention_items<D, G>(p, w, L, pc, att, l, ahead);
     stamp(p, l, kStampB2);
     grid_barrier(p.barrier);
     // ---- C: merge + o_proj ----
@@ -143,6 +150,7 @@ __global__ void __launch_bounds__(kThreads, 1) token_layers_kernel(const __grid_
       next = p.layers[l + 1];
       if (lead) s0.issue(next.wqkv, nullptr, r_qkv.first, r_qkv.count, H);
       stage_weights(nw_in, next.input_norm, H);
+      if (ahead && p.prefetch == 2) load_round<D>(p, next, fh, fk0, fr1, L, kr, vr, blocks);
       if (next.q_norm != nullptr) {
         stage_weights(qk_norms, next.q_norm, D);
         stage_weights(qk_norms + D, next.k_norm, D);
@@ -288,6 +296,7 @@ void token_layers(const TokenShape& s, const TokenLayersPlan& plan, const TokenL
   p.rows_gate_up = plan.rows_gate_up;
   p.rows_down = plan.rows_down;
   p.max_pieces = plan.max_pieces;
+  p.prefetch = a.prefetch;
   p.stamps = a.stamps;
   p.wall = a.wall;
   p.off_xs = static_cast<uint32_t>(plan.off_xs);

@@ -91,6 +91,9 @@ struct TokenLayersArgs {
   float* workspace;        // plan.workspace_bytes
   unsigned* barrier;       // one word, zero before the first launch (self-resetting after)
   uint32_t* fault_word;
+  // When the CTA's first K/V round is copied in: 0 in phase B, 1 in phase A after the input
+  // norm, 2 in the previous layer's phase E (KVATTN_TOKEN_PREFETCH; token_runner.cpp's default).
+  int prefetch = 1;
   // Diagnostics, normally null: [ctas][num_layers][20] clock64 stamps (TokenStamp) and [2]
   // globaltimer ns at CTA 0's start and end (the clock's rate).
   unsigned long long* stamps = nullptr;

@@ -45,6 +45,7 @@ struct Params {
   // Rows of each GEMV phase a CTA owns (CTA b: [b * rows, (b + 1) * rows) of the outputs).
   int rows_qkv, rows_o, rows_gate_up, rows_down;
   int max_pieces;
+  int prefetch;  // the first K/V round's copies: 0 in phase B, 1 phase A, 2 the previous phase E
   // Diagnostics (token_layers.h TokenLayersArgs::stamps): null, or [ctas][num_layers][kStamps]
   // clock64 values at the phases' boundaries, and [2] globaltimer at CTA 0's start and end.
   unsigned long long* stamps;

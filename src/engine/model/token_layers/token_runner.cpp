@@ -71,6 +71,9 @@ TokenRunner::TokenRunner(const ModelConfig& cfg, bool wanted, bool tensor_parall
   barrier_ = Tensor::empty({16}, DType::kU8, device);
   CUDA_CHECK(cudaMemset(barrier_.data(), 0, 16));
   (void)cuda::fault_word_ptr(device.index);  // created outside any capture
+  if (const char* pf = std::getenv("KVATTN_TOKEN_PREFETCH"); pf != nullptr && pf[0] >= '0' && pf[0] <= '2' && pf[1] == 0) {
+    prefetch_ = pf[0] - '0';
+  }
   const char* prof = std::getenv("KVATTN_TOKEN_PROFILE");
   if (prof != nullptr && std::strcmp(prof, "1") == 0) {
     const int64_t n = int64_t{plan_.ctas} * shape_.num_layers * kStampEnd + plan_.ctas *
@@ -177,6 +180,7 @@ void TokenRunner::run(const int32_t* position, const int32_t* slot, const int32_
   a.workspace = static_cast<float*>(workspace_.data());
   a.barrier = static_cast<unsigned*>(barrier_.data());
   a.fault_word = cuda::fault_word_ptr(device_.index);
+  a.prefetch = prefetch_;
   if (stamps_.defined()) {
     auto* st = static_cast<unsigned long long*>(stamps_.data());
     a.stamps = st;
