@@ -369,7 +369,7 @@ __device__ __forceinline__ void attention_items(const Params& p, const TokenLaye
 // Phase C: xs (bf16 [nh * D]) = every head's pieces merged (zeros when L is 0). First each
 // (query head, piece)'s weight exp2(m - M) / sum over the head's pieces of l exp2(m - M) goes
 // to shared memory (the round buffers, free in phase C); then each thread takes four
-// consecutive outputs and reads their accumulators of every piece as float4s (8 pieces' loads
+// consecutive outputs and reads their accumulators of every piece as float4s (16 pieces' loads
 // in flight at a time).
 template <int D>
 __device__ __forceinline__ void merge_pieces(const Params& p, Pieces pc, bf16* xs, uint8_t* att) {
@@ -377,7 +377,7 @@ __device__ __forceinline__ void merge_pieces(const Params& p, Pieces pc, bf16* x
   const int P = pc.pieces, nh = p.nh, n = nh * P;
   float* wt = reinterpret_cast<float*>(att + S::kUnion);  // [nh][P]: m, then the weight
   float* ls = wt + n;                                    // [nh][P]: l
-  constexpr int kPc = 8;
+  constexpr int kPc = 16;
   const int n4 = nh * D / 4;
   // The first output group's first kPc pieces, loaded beside the (max, sum) pairs: one L2 round
   // trip for both where the thread has one group and at most kPc pieces.
@@ -395,19 +395,17 @@ __device__ __forceinline__ void merge_pieces(const Params& p, Pieces pc, bf16* x
     ls[qh * P + piece] = v.y;
   }
   __syncthreads();
-  for (int qh = threadIdx.x; qh < nh; qh += kThreads) {
-    float M = -INFINITY;
-    for (int piece = 0; piece < P; ++piece) {
-      if (ls[qh * P + piece] > 0.0f) M = fmaxf(M, wt[qh * P + piece]);
-    }
-    float den = 0.0f;
-    for (int piece = 0; piece < P; ++piece) {
-      const float l = ls[qh * P + piece];
-      if (l > 0.0f) den += l * exp2f(wt[qh * P + piece] - M);
-    }
-    for (int piece = 0; piece < P; ++piece) {
-      const float l = ls[qh * P + piece];
-      wt[qh * P + piece] = l > 0.0f ? exp2f(wt[qh * P + piece] - M) / den : 0.0f;
+  {  // a warp per query head, a lane per piece (P <= kMaxPiecesPerHead = 32)
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    for (int qh = warp; qh < nh; qh += kWarps) {
+      const float l = lane < P ? ls[qh * P + lane] : 0.0f;
+      const float m = l > 0.0f ? wt[qh * P + lane] : -INFINITY;
+      float M = m;
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+      const float e = l > 0.0f ? exp2f(m - M) : 0.0f;
+      const float den = warp_sum32(l * e);
+      if (lane < P) wt[qh * P + lane] = l > 0.0f ? e / den : 0.0f;
     }
   }
   __syncthreads();

@@ -92,8 +92,10 @@ struct TokenLayersArgs {
   unsigned* barrier;       // one word, zero before the first launch (self-resetting after)
   uint32_t* fault_word;
   // When the CTA's first K/V round is copied in: 0 in phase B, 1 in phase A after the input
-  // norm, 2 in the previous layer's phase E (KVATTN_TOKEN_PREFETCH; token_runner.cpp's default).
-  int prefetch = 1;
+  // norm, 2 in the previous layer's phase E (the default: copies still in flight at a grid
+  // barrier hold the CTA's arrival back, ~3 us at phase A's; session 34 call 5:
+  // KVATTN_TOKEN_PREFETCH=0 / 1 / 2 gave SmolLM2's single stream 1,486 / 1,433 / 1,531 tok/s).
+  int prefetch = 2;
   // Diagnostics, normally null: [ctas][num_layers][20] clock64 stamps (TokenStamp) and [2]
   // globaltimer ns at CTA 0's start and end (the clock's rate).
   unsigned long long* stamps = nullptr;

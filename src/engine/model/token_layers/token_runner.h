@@ -56,7 +56,7 @@ class TokenRunner {
   Tensor stamps_;
   void print_profile() const;
   bool bound_ = false;
-  int prefetch_ = 1;  // TokenLayersArgs::prefetch (KVATTN_TOKEN_PREFETCH=0|1|2)
+  int prefetch_ = 2;  // TokenLayersArgs::prefetch (KVATTN_TOKEN_PREFETCH=0|1|2)
   int64_t block_size_ = 0, num_blocks_ = 0;
 };
 
