@@ -174,5 +174,8 @@ TEST(FusedGemv, TheOptionAndKVATTN_FUSED_GEMVReachTheModel) {
 int main(int argc, char** argv) {
   // The unfused reference through the GEMV (file comment); read once per process.
   setenv("KVATTN_GEMV", "all", 0);
+  // Bit-equality at batch 1 needs both sides on the layered path: the token kernel
+  // (token_layers/token_runner.h) runs only where the fused GEMVs are on.
+  setenv("KVATTN_TOKEN_KERNEL", "0", 0);
   return kvattn::test::gpu_test_main(argc, argv);
 }

@@ -109,4 +109,9 @@ TEST(FusedKernels, TheOptionAndKVATTN_UNFUSEDReachTheModel) {
 }  // namespace
 }  // namespace kvattn
 
-KVATTN_GPU_TEST_MAIN()
+int main(int argc, char** argv) {
+  // Fused vs unfused bit for bit at batch 1 too: the token kernel (token_layers/token_runner.h)
+  // runs only on the fused path, so both sides stay on the layered one.
+  setenv("KVATTN_TOKEN_KERNEL", "0", 0);
+  return kvattn::test::gpu_test_main(argc, argv);
+}

@@ -1,5 +1,5 @@
 // The token kernel (src/engine/model/token_layers: one decode token of one sequence through
-// every layer in one persistent kernel; KVATTN_TOKEN_KERNEL=1) against the layered CUDA path:
+// every layer in one persistent kernel; on by default, KVATTN_TOKEN_KERNEL=0 turns it off) against the layered CUDA path:
 // - teacher-forced logits of batch-1 decode steps, graphs and eager, on the tiny Llama, Qwen3
 //   (q/k norms), Llama 3 (scaled RoPE table, tied embeddings) and Phi-4-mini (partial rotary)
 //   checkpoints, at context lengths around the kernel's piece (32 keys) and round (64 keys)
@@ -9,7 +9,7 @@
 //   only where the reference's top two are within a near-tie;
 // - the kernel really ran (CudaModelStats), and the device fault word stays 0;
 // - models it does not cover (biases, a sliding window, Gemma, an fp8 cache) keep the layered
-//   path, and it is off without the switch.
+//   path; it is on by default and off with KVATTN_TOKEN_KERNEL=0.
 // KVATTN_TOKEN_TEST_MODEL=<HF folder> adds the same comparison on that model (the device
 // scripts pass a random Qwen3-0.6B: head_dim 128). Exits 77 without a CUDA device.
 #include <gtest/gtest.h>
@@ -129,7 +129,13 @@ TEST(TokenLayers, ModelsItDoesNotCoverKeepTheLayeredPath) {
   EXPECT_FALSE(cuda_model_stats(*fp8).token_kernel) << "an fp8 cache";
   auto off = make_model(test::checkpoint("tiny_llama"), false, true);
   off->allocate_kv_cache(16, 16);
-  EXPECT_FALSE(cuda_model_stats(*off).token_kernel) << "without the switch";
+  EXPECT_FALSE(cuda_model_stats(*off).token_kernel) << "KVATTN_TOKEN_KERNEL=0";
+  {  // on by default
+    ModelOptions mo;
+    auto by_default = Model::create(load_hf_model(test::checkpoint("tiny_llama")), Device::cuda(0), mo);
+    by_default->allocate_kv_cache(16, 16);
+    EXPECT_TRUE(cuda_model_stats(*by_default).token_kernel) << "by default";
+  }
   auto on = make_model(test::checkpoint("tiny_llama"), true, true);
   on->allocate_kv_cache(16, 16);
   EXPECT_TRUE(cuda_model_stats(*on).token_kernel) << "tiny_llama with the switch";

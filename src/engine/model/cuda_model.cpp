@@ -557,7 +557,7 @@ class CudaModel final : public Model {
   // 1,335-1,357 tok/s with it against 1,359-1,367 without, alternating).
   bool fused_rope_pairs_ = false;
   // One decode token of one sequence through every layer in one persistent kernel
-  // (token_layers/token_runner.h; KVATTN_TOKEN_KERNEL=1, off by default).
+  // (token_layers/token_runner.h; on by default, KVATTN_TOKEN_KERNEL=0 turns it off).
   k::TokenRunner token_;
   CudaModelStats stats_;
   k::PhaseEvents phase_;
