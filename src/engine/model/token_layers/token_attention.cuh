@@ -3,21 +3,23 @@
 //
 // Work: every KV head's keys split into Pieces (plan_pieces); CTA b takes items b, b + n, ...
 // (item = head * pieces + piece). An item's cached K/V rows go to shared memory by cp.async in
-// rounds of kRoundKeys keys (the first round of the CTA's first item is issued during phase A,
-// before the qkv GEMV, since the cache below this token does not change in the launch); the
-// token's own key L - 1 is taken from the q/k norm + RoPE the item computes from qkv (and the
-// piece 0 item writes it, with V, into the caches: qk_norm_rope_store_kv's bytes). Warps take
-// keys w, w + 8, ... of a round with an online softmax in fp32 (scores in log2 units), lanes
-// holding D / 32 consecutive dims; the eight warps' states meet in shared memory and the item
-// leaves (acc[D], max, sum) per query head in the workspace (workspace_acc / _ml). Phase C merges the pieces of
-// every head in every CTA (the o_proj GEMV needs all of them) into bf16 rows.
+// rounds of kRoundKeys keys (the first round of the CTA's first item ahead of the phase:
+// token_layers.cu, Params::prefetch, since the cache below this token does not change in the
+// launch); the token's own key L - 1 is taken from the q/k norm + RoPE the item computes from
+// qkv (and the piece 0 item writes it, with V, into the caches: qk_norm_rope_store_kv's bytes).
+// Warps take keys w, w + 8, ... of a round, two at a time, with an online softmax in fp32
+// (scores in log2 units), lanes holding D / 32 consecutive dims; the eight warps' states meet in
+// shared memory and the item leaves (acc[D], max, sum) per query head in the workspace
+// (workspace_acc / _ml). Phase C merges the pieces of every head in every CTA (the o_proj GEMV
+// needs all of them) into bf16 rows.
 //
 // Layout of the attention area of shared memory (AttSmem, floats unless said): q[kMaxGroup][D]
 // (rotated, bf16 values), knew[D], vnew[D], raw[kWarps][D] bf16 (a head's row from qkv),
-// norm[kWarps][D] (norm_head's output), the token's RoPE cos and sin [D / 2] (rope_table, once a
-// launch), the layer's q and k norm weights bf16 [D] each (staged in phase E before), the block
-// ids of the CTA's first round (first_round_blocks, once a launch), then a union of the round's K and V rows (bf16
-// [kRoundKeys][D] each) and the warps' states [kWarps][kMaxGroup][D + 2].
+// norm[kWarps][D] (norm_head's output), the token's RoPE cos and sin [D / 2] (rope_table, once
+// a launch), the layer's q and k norm weights bf16 [D] each (staged in phase E before), the
+// block ids of the CTA's first round (first_round_blocks, once a launch), then a union of the
+// round's K and V rows (bf16 [kRoundKeys][D] each), the warps' states [kWarps][kMaxGroup][D + 2]
+// and the merge's weights.
 #pragma once
 
 #include <cuda_bf16.h>

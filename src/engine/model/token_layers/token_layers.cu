@@ -21,16 +21,17 @@ namespace token {
 namespace {
 
 // Phase order and the weight slabs' schedule (slot 0: qkv, gate_up; slot 1: o_proj, down):
-//   A: issue o_proj -> slot 1; input norm; round 0 of the attention's K/V; wait slot 0 (qkv)
+//   A: issue o_proj -> slot 1; input norm; wait slot 0 (qkv)
 //   B: issue gate_up -> slot 0; attention pieces
 //   C: stage the post norm's weight; merge; wait slot 1 (o_proj)
 //   D: issue down -> slot 1; residual + post norm; wait slot 0 (gate_up)
-//   E: issue the next layer's qkv -> slot 0, stage its input and q/k norm weights; stage act;
-//      wait slot 1 (down)
+//   E: issue the next layer's qkv -> slot 0, stage its input and q/k norm weights and copy its
+//      first K/V round (Params::prefetch 2, the default); stage act; wait slot 1 (down)
 // Each issue follows the CTA's last read of that buffer's previous slab across a grid barrier.
-// The norm weights are staged by cp.async a phase ahead; nothing else is pending when
-// norm_stage waits for them (the K/V round is issued after the input norm). The RoPE table of
-// the token's position is computed once, before the first layer.
+// The norm weights are staged by cp.async a phase ahead; norm_stage waits for every copy in
+// flight, which by then are only those (and the K/V round, issued a phase earlier: copies
+// still in flight at a grid barrier would hold the CTA's arrival back). The RoPE table of the
+// token's position and the first round's block ids are computed once, before the first layer.
 template <int D, int G>
 __global__ void __launch_bounds__(kThreads, 1) token_layers_kernel(const __grid_constant__ Params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)

@@ -9,8 +9,9 @@
 //   E  the down GEMV rows
 // What a kernel boundary cannot do, the barriers allow: each GEMV phase's weight rows are
 // copied into shared memory (bulk copies on an mbarrier) one phase ahead, and the cached K/V
-// rows a CTA attends are copied in during phase A; after a barrier a phase computes from
-// shared memory and reads only the small activations from L2.
+// rows a CTA attends first are copied in during the previous layer's phase E (the cache below
+// the token does not change in the launch); after a barrier a phase computes from shared
+// memory and reads only the small activations from L2.
 //
 // Arithmetic follows the unfused path where its bits are cheap to keep: the norms are
 // norm_stage's (cuda_gemv.cu) and the q/k norm + RoPE + cache bytes are cuda_rope_math.cuh's,
