@@ -91,20 +91,6 @@ __device__ __forceinline__ void prefetch_l2(const void* p) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
 
-// bf16 pair in a 32-bit word -> two floats (exact).
-__device__ __forceinline__ float lo_f(uint32_t u) { return __uint_as_float(u << 16); }
-__device__ __forceinline__ float hi_f(uint32_t u) { return __uint_as_float(u & 0xffff0000u); }
-
-__device__ __forceinline__ void to_f8(const uint4& v, float (&f)[8]) {
-  f[0] = lo_f(v.x);
-  f[1] = hi_f(v.x);
-  f[2] = lo_f(v.y);
-  f[3] = hi_f(v.y);
-  f[4] = lo_f(v.z);
-  f[5] = hi_f(v.z);
-  f[6] = lo_f(v.w);
-  f[7] = hi_f(v.w);
-}
 
 // One reduce-scatter step: lanes with bit `o` keep the upper half of a[0:N], the others the
 // lower half, each adding its partner's copy of the half it keeps.
@@ -214,13 +200,6 @@ __device__ __forceinline__ void prefetch_first_tile(const Params& p) {
   }
 }
 
-__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-__device__ __forceinline__ uint4 pack8(const float (&f)[8]) {
-  return make_uint4(pack2(f[0], f[1]), pack2(f[2], f[3]), pack2(f[4], f[5]), pack2(f[6], f[7]));
-}
 __device__ __forceinline__ float round_bf16(float v) {
   return __bfloat162float(__float2bfloat16(v));
 }

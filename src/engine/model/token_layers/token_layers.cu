@@ -284,11 +284,11 @@ void token_layers(const TokenShape& s, const TokenLayersPlan& plan, const TokenL
   p.table_width = a.table_width;
   p.block_size = a.block_size;
   p.num_blocks = a.num_blocks;
-  p.x = static_cast<token::bf16*>(a.x);
-  p.x2 = static_cast<token::bf16*>(a.x2);
-  p.o = static_cast<token::bf16*>(a.o);
-  p.qkv = static_cast<token::bf16*>(a.qkv);
-  p.act = static_cast<token::bf16*>(a.act);
+  p.x = static_cast<__nv_bfloat16*>(a.x);
+  p.x2 = static_cast<__nv_bfloat16*>(a.x2);
+  p.o = static_cast<__nv_bfloat16*>(a.o);
+  p.qkv = static_cast<__nv_bfloat16*>(a.qkv);
+  p.act = static_cast<__nv_bfloat16*>(a.act);
   p.workspace = a.workspace;
   p.barrier = a.barrier;
   p.fault_word = a.fault_word;

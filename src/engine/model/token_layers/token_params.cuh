@@ -6,11 +6,11 @@
 
 #include <cstdint>
 
+#include "engine/model/cuda_bf16_math.cuh"
 #include "engine/model/token_layers/token_layers.h"
 
 namespace kvattn::cuda_model::token {
 
-using bf16 = __nv_bfloat16;
 
 inline constexpr int kWarps = 8;
 inline constexpr int kThreads = kWarps * 32;
@@ -71,39 +71,10 @@ __device__ __forceinline__ uint4 ld_cg16(const void* p) {
   return __ldcg(reinterpret_cast<const uint4*>(p));
 }
 
-__device__ __forceinline__ float bf(bf16 v) { return __bfloat162float(v); }
-
-// bf16 pair in a 32-bit word -> two floats (exact).
-__device__ __forceinline__ float lo_f(uint32_t u) { return __uint_as_float(u << 16); }
-__device__ __forceinline__ float hi_f(uint32_t u) { return __uint_as_float(u & 0xffff0000u); }
-
-__device__ __forceinline__ void to_f8(const uint4& v, float (&f)[8]) {
-  f[0] = lo_f(v.x);
-  f[1] = hi_f(v.x);
-  f[2] = lo_f(v.y);
-  f[3] = hi_f(v.y);
-  f[4] = lo_f(v.z);
-  f[5] = hi_f(v.z);
-  f[6] = lo_f(v.w);
-  f[7] = hi_f(v.w);
-}
-
-__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-__device__ __forceinline__ uint4 pack8(const float (&f)[8]) {
-  return make_uint4(pack2(f[0], f[1]), pack2(f[2], f[3]), pack2(f[4], f[5]), pack2(f[6], f[7]));
-}
-__device__ __forceinline__ float round_bf16(float v) {
-  return __bfloat162float(__float2bfloat16(v));
-}
-
-__device__ __forceinline__ float warp_sum32(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
+// (lo_f, hi_f, to_f8, pack2, pack8, r(), f() and warp_sum: cuda_bf16_math.cuh.)
+__device__ __forceinline__ float bf(bf16 v) { return f(v); }
+__device__ __forceinline__ float round_bf16(float v) { return r(v); }
+__device__ __forceinline__ float warp_sum32(float v) { return warp_sum(v); }
 
 // The output rows [first, first + count) CTA b owns of a phase of n rows, `rows` a CTA.
 struct RowRange {
