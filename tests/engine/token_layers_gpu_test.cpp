@@ -7,7 +7,8 @@
 //   order and keeps the attention in fp32, so the logits agree to rounding, not bit for bit:
 //   the largest difference is bounded relative to the logits' scale, and the argmax may differ
 //   only where the reference's top two are within a near-tie;
-// - the kernel really ran (CudaModelStats), and the device fault word stays 0;
+// - the kernel really ran (CudaModelStats) on exactly the steps whose context it takes (longer
+//   single contexts keep the layered path), and the device fault word stays 0;
 // - models it does not cover (biases, a sliding window, Gemma, an fp8 cache) keep the layered
 //   path; it is on by default and off with KVATTN_TOKEN_KERNEL=0.
 // KVATTN_TOKEN_TEST_MODEL=<HF folder> adds the same comparison on that model (the device
@@ -71,9 +72,17 @@ void compare_on(const std::string& dir, const std::vector<Case>& cases, int step
     std::uniform_int_distribution<int32_t> id(3, static_cast<int32_t>(std::min<int64_t>(vocab, 320)) - 1);
     std::vector<int32_t> prompt(c.prompt_len);
     for (auto& t : prompt) t = id(rng);
+    const int64_t before = cuda_model_stats(*graphs).token_kernel_steps;
     const auto logits = test::teacher_forced({ref.get(), graphs.get(), eager.get()}, {prompt},
                                              steps, false, c.num_blocks, c.block_size);
-    ASSERT_TRUE(cuda_model_stats(*graphs).token_kernel) << dir << ": the kernel is not bound";
+    const CudaModelStats st = cuda_model_stats(*graphs);
+    ASSERT_TRUE(st.token_kernel) << dir << ": the kernel is not bound";
+    // Decode steps see prompt_len + 1 .. prompt_len + steps keys: those within the kernel's
+    // single-round capacity take it, longer ones keep the layered path (its rung-1 twin).
+    int64_t want = 0;
+    for (int s = 1; s <= steps; ++s) want += c.prompt_len + s <= st.token_kernel_max_context;
+    EXPECT_EQ(st.token_kernel_steps - before, want)
+        << dir << " prompt " << c.prompt_len << ": steps through the token kernel";
     for (size_t m = 1; m < logits.size(); ++m) {
       const std::string what = dir.substr(dir.find_last_of('/') + 1) + " prompt " +
                                std::to_string(c.prompt_len) + " page " +
@@ -97,7 +106,8 @@ void compare_on(const std::string& dir, const std::vector<Case>& cases, int step
 }
 
 // Lengths around the piece size (32 keys: 31 / 33 / 64 / 65 keys after the first steps),
-// a context whose pieces need two rounds (> 32 pieces x 64 keys), and pages 1 and 256.
+// 2,200 keys (above the tiny models' single-round capacity, 32 pieces x 64 keys: the layered
+// path, through rung 1's twin graph), and pages 1 and 256.
 const std::vector<Case> kCases = {
     {1, 16, 64},  {2, 16, 64},  {29, 16, 64}, {62, 16, 64}, {300, 16, 64},
     {2200, 16, 160}, {45, 1, 256}, {700, 256, 8},

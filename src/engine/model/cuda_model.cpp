@@ -455,6 +455,8 @@ class CudaModel final : public Model {
     size_t off_tokens = 0, off_pos = 0, off_slots = 0, off_lens = 0, off_rows = 0,
            off_params = 0, off_meta = 0, off_compact = 0, off_out = 0, off_table = 0, total = 0;
     std::vector<cudaGraphExec_t> graphs;  // per rung; null until captured
+    // Rung 1 without the token kernel (one sequence longer than it takes: token_fits).
+    cudaGraphExec_t graph_one_layered = nullptr;
   };
 
   void step(const ModelInput& in, const Out& out);
@@ -487,7 +489,8 @@ class CudaModel final : public Model {
   HostHeader host_header();
   void write_pad_header();
   void upload_header(size_t table_bytes);
-  void capture(size_t rung);
+  // Captures rung's fixed body into slot (fx_.graphs[rung], or fx_.graph_one_layered).
+  void capture(size_t rung, cudaGraphExec_t& slot);
   void setup_fixed(int64_t width, int64_t block_size);
   void release_fixed();
   void drop_graphs();
@@ -497,6 +500,18 @@ class CudaModel final : public Model {
   void bind_token_layers();
   // Whether this run_layers call goes through the token kernel (token_runner.h).
   bool token_step(int64_t T, int64_t R, const BatchContext& ctx) const;
+  // Whether one sequence of len keys (this step's token included) takes the token kernel:
+  // every attention piece then fits one round (TokenLayersPlan::max_context; longer single
+  // contexts ran slower in it than on the layered path: session 34 call 9).
+  bool token_fits(int64_t len) const { return len <= token_.max_context(); }
+  // Cleared around a step that must keep the layered path (token_fits), restored after.
+  struct TokenAllowed {
+    TokenAllowed(bool& flag, bool value) : flag_(flag) { flag_ = value; }
+    ~TokenAllowed() { flag_ = true; }
+    TokenAllowed(const TokenAllowed&) = delete;
+    TokenAllowed& operator=(const TokenAllowed&) = delete;
+    bool& flag_;
+  };
   size_t rung_for(int64_t n) const;
 
   ModelConfig cfg_;  // this rank's shard (vocab_size: its slice) when tensor parallel
@@ -559,6 +574,7 @@ class CudaModel final : public Model {
   // One decode token of one sequence through every layer in one persistent kernel
   // (token_layers/token_runner.h; on by default, KVATTN_TOKEN_KERNEL=0 turns it off).
   k::TokenRunner token_;
+  bool token_allowed_ = true;  // TokenAllowed
   CudaModelStats stats_;
   k::PhaseEvents phase_;
   k::StepEvents timeline_;
@@ -684,6 +700,7 @@ CudaModel::~CudaModel() {
     if (g != nullptr) cudaGraphExecDestroy(g);
   }
   fx_.graphs.clear();
+  if (fx_.graph_one_layered != nullptr) cudaGraphExecDestroy(fx_.graph_one_layered);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
   if (switched) cudaSetDevice(previous);
 }
@@ -698,6 +715,7 @@ CudaModelStats CudaModel::stats() const {
   s.fused_gemv = fused_gemv_;
   s.fused_rope = fused_gemv_ && (fused_rope_ || fused_rope_pairs_);
   s.token_kernel = token_.ready();
+  s.token_kernel_max_context = token_.ready() ? token_.max_context() : 0;
   return s;
 }
 
@@ -709,6 +727,8 @@ void CudaModel::drop_graphs() {
     if (g != nullptr) CUDA_CHECK(cudaGraphExecDestroy(g));
     g = nullptr;
   }
+  if (fx_.graph_one_layered != nullptr) CUDA_CHECK(cudaGraphExecDestroy(fx_.graph_one_layered));
+  fx_.graph_one_layered = nullptr;
 }
 
 void CudaModel::release_fixed() {
@@ -973,7 +993,7 @@ void CudaModel::run_fixed_body(size_t rung) {
                  k::Launch{stream_, pdl_}, sample_max_slices());
 }
 
-void CudaModel::capture(size_t rung) {
+void CudaModel::capture(size_t rung, cudaGraphExec_t& slot) {
   phase_.cancel();  // no event may be recorded into the capture
   // Warm-up on pad rows (writes nothing): first-use work (GEMM plans, kernel attributes,
   // occupancy queries) happens here, outside the capture.
@@ -996,10 +1016,10 @@ void CudaModel::capture(size_t rung) {
   const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
   cudaGraphDestroy(graph);
   CUDA_CHECK(e);
-  fx_.graphs[rung] = exec;
+  slot = exec;
   CUDA_CHECK(cudaGraphUpload(exec, stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
-  ++stats_.graph_captures;
+  ++(&slot == &fx_.graph_one_layered ? stats_.layered_one_captures : stats_.graph_captures);
 }
 
 void CudaModel::allocate_kv_cache(int64_t num_blocks, int64_t block_size) {
@@ -1011,7 +1031,11 @@ void CudaModel::allocate_kv_cache(int64_t num_blocks, int64_t block_size) {
   if (planned_ && options_.max_decode_batch > 0) {
     setup_fixed(pool_table_width(), block_size);
     if (options_.cuda_graphs) {
-      for (size_t r = 0; r < fx_.ladder.size(); ++r) capture(r);
+      for (size_t r = 0; r < fx_.ladder.size(); ++r) capture(r, fx_.graphs[r]);
+      if (token_.ready() && !fx_.ladder.empty() && fx_.ladder[0] == 1) {
+        const TokenAllowed layered(token_allowed_, false);  // rung 1 for long single contexts
+        capture(0, fx_.graph_one_layered);
+      }
     }
   }
 }
@@ -1080,7 +1104,7 @@ int64_t CudaModel::kv_cache_budget(int64_t max_num_batched_tokens, double memory
     size_t free0 = 0, total0 = 0;
     CUDA_CHECK(cudaMemGetInfo(&free0, &total0));
     if (options_.cuda_graphs) {
-      capture(top);
+      capture(top, fx_.graphs[top]);
       CUDA_CHECK(cudaGraphLaunch(fx_.graphs[top], stream_));
       CUDA_CHECK(cudaStreamSynchronize(stream_));
       size_t free1 = 0, total1 = 0;
@@ -1201,11 +1225,15 @@ void CudaModel::step_fixed(const ModelInput& in, const Out& out) {
   const size_t rung = rung_for(n);
   const int64_t b = fx_.ladder[rung];
   const bool graphs = options_.cuda_graphs && !phase_.on;  // phase timing runs eagerly
-  if (graphs && fx_.graphs[rung] == nullptr) capture(rung);
-
   const BatchContext& hc = *in.ctx;
   const auto slots = host_span(hc.slot_mapping);
   const auto lens = host_span(hc.context_lens);
+  // One sequence too long for the token kernel: rung 1's layered twin (graph and eager).
+  const bool layered_one = b == 1 && token_.ready() && !token_fits(lens[0]);
+  const TokenAllowed allowed(token_allowed_, !layered_one);
+  cudaGraphExec_t& graph = layered_one ? fx_.graph_one_layered : fx_.graphs[rung];
+  if (graphs && graph == nullptr) capture(rung, graph);
+
   const auto table = host_span(hc.block_tables);
   const int64_t w = hc.block_tables.size(1);
   const HostHeader hh = host_header();
@@ -1227,7 +1255,7 @@ void CudaModel::step_fixed(const ModelInput& in, const Out& out) {
   timeline_.begin(stream_);  // after any capture: the step's first device operation follows
   upload_header(table_bytes);
   if (graphs) {
-    CUDA_CHECK(cudaGraphLaunch(fx_.graphs[rung], stream_));
+    CUDA_CHECK(cudaGraphLaunch(graph, stream_));
     ++stats_.graph_replays;
   } else {
     phase_.begin(stream_);
@@ -1325,6 +1353,8 @@ void CudaModel::step_general(const ModelInput& in, const Out& out) {
     }
   }
   phase_.begin(stream_);
+  const auto lens = host_span(hc.context_lens);
+  const TokenAllowed allowed(token_allowed_, lens.size() == 1 && token_fits(lens[0]));
   run_layers(T, R, reinterpret_cast<const int32_t*>(dp + off[0]),
              reinterpret_cast<const int32_t*>(dp + off[1]),
              reinterpret_cast<const int32_t*>(dp + off[2]),
@@ -1655,7 +1685,7 @@ void CudaModel::run_layers(int64_t T, int64_t R, const int32_t* ids, const int32
 }
 
 bool CudaModel::token_step(int64_t T, int64_t R, const BatchContext& ctx) const {
-  if (!token_.ready() || T != 1 || R > 1) return false;
+  if (!token_allowed_ || !token_.ready() || T != 1 || R > 1) return false;
   if (!fused_ || !fused_gemv_ || track_amax_ || gemma_ || tensor_parallel()) return false;
   if (final_softcap_ > 0.0f || pool_ == nullptr || pool_->num_blocks() == 0) return false;
   if (ctx.phase != Phase::kDecode || ctx.cascade_prefix_len > 0) return false;

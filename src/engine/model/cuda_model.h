@@ -10,6 +10,8 @@ namespace kvattn {
 
 struct CudaModelStats {
   int64_t graph_captures = 0;     // decode graphs captured (every rung of every pool)
+  // rung 1's twin without the token kernel, for single contexts longer than it takes
+  int64_t layered_one_captures = 0;
   int64_t graph_replays = 0;      // decode steps replayed from a graph
   int64_t fixed_eager_steps = 0;  // padded decode steps launched eagerly (cuda_graphs off)
   int64_t general_steps = 0;      // prefill / mixed steps, and decode steps off the ladder
@@ -28,6 +30,7 @@ struct CudaModelStats {
   // to the pool, and the steps that took it.
   bool token_kernel = false;
   int64_t token_kernel_steps = 0;
+  int64_t token_kernel_max_context = 0;  // longer single contexts keep the layered path
   std::vector<int64_t> ladder;    // padded decode batch sizes
 };
 

@@ -227,6 +227,7 @@ TokenLayersPlan token_layers_plan(const TokenShape& s, int device) {
   plan.rows_gate_up = per(I);
   plan.rows_down = per(H);
   plan.max_pieces = std::max(1, std::min(token::kMaxPiecesPerHead, n / s.num_kv_heads));
+  plan.max_context = int64_t{plan.max_pieces} * token::kRoundKeys;
   const size_t slab0 = std::max(size_t(plan.rows_qkv) * H, size_t(2) * plan.rows_gate_up * H) * 2;
   const size_t slab1 = std::max(size_t(plan.rows_o) * QD, size_t(plan.rows_down) * I) * 2;
   const size_t xs = size_t(std::max({H, QD, I})) * 2;

@@ -71,6 +71,10 @@ struct TokenLayersPlan {
   size_t off_xs = 0, off_slab0 = 0, off_slab1 = 0, off_att = 0, off_red = 0, off_norm = 0;
   int rows_qkv = 0, rows_o = 0, rows_gate_up = 0, rows_down = 0;
   int max_pieces = 0;  // attention pieces per KV head at most
+  // max_pieces x the keys of one round: longer contexts read a piece in several dependent
+  // rounds (correct, but slower than the layered path's decode kernel; the model keeps those
+  // on the layered path).
+  int64_t max_context = 0;
 };
 
 // Whether (and how) `shape` runs on `device` (no allocation, no launch).

@@ -40,6 +40,9 @@ class TokenRunner {
   // The layers' pointers for a bound pool (bf16 caches), or none (unbound / fp8: not taken).
   void bind(const std::vector<TokenLayer>& layers, int64_t block_size, int64_t num_blocks);
   bool ready() const { return plan_.ok && bound_; }
+  // The longest context (keys, this token's included) whose attention pieces fit one round
+  // each (TokenLayersPlan::max_context); 0 when not planned.
+  int64_t max_context() const { return plan_.ok ? plan_.max_context : 0; }
 
   // One token through every layer: x holds the embedding row; on return x2 holds the final
   // residual and o the last down projection (token_layers). Device pointers; graph-safe.
