@@ -457,6 +457,7 @@ class CudaModel final : public Model {
     std::vector<cudaGraphExec_t> graphs;  // per rung; null until captured
     // Rung 1 without the token kernel (one sequence longer than it takes: token_fits).
     cudaGraphExec_t graph_one_layered = nullptr;
+    std::vector<bool> graph_takes_token;  // per rung: its graph holds the token kernel
   };
 
   void step(const ModelInput& in, const Out& out);
@@ -572,9 +573,11 @@ class CudaModel final : public Model {
   // 1,335-1,357 tok/s with it against 1,359-1,367 without, alternating).
   bool fused_rope_pairs_ = false;
   // One decode token of one sequence through every layer in one persistent kernel
-  // (token_layers/token_runner.h; on by default, KVATTN_TOKEN_KERNEL=0 turns it off).
+  // (token_layers/token_runner.h; KVATTN_TOKEN_KERNEL=1 turns it on) where the sequence's
+  // context fits it (token_fits).
   k::TokenRunner token_;
   bool token_allowed_ = true;  // TokenAllowed
+  bool took_token_ = false;    // the last run_layers call went through the token kernel
   CudaModelStats stats_;
   k::PhaseEvents phase_;
   k::StepEvents timeline_;
@@ -734,6 +737,7 @@ void CudaModel::drop_graphs() {
 void CudaModel::release_fixed() {
   drop_graphs();
   fx_.graphs.clear();
+  fx_.graph_takes_token.clear();
   fx_.ready = false;
   fx_.dev = Tensor();
   fx_.workspace = Tensor();
@@ -1020,6 +1024,10 @@ void CudaModel::capture(size_t rung, cudaGraphExec_t& slot) {
   CUDA_CHECK(cudaGraphUpload(exec, stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   ++(&slot == &fx_.graph_one_layered ? stats_.layered_one_captures : stats_.graph_captures);
+  if (&slot == &fx_.graphs[rung]) {
+    if (fx_.graph_takes_token.size() < fx_.graphs.size()) fx_.graph_takes_token.resize(fx_.graphs.size());
+    fx_.graph_takes_token[rung] = took_token_;  // run_layers' choice while captured
+  }
 }
 
 void CudaModel::allocate_kv_cache(int64_t num_blocks, int64_t block_size) {
@@ -1257,10 +1265,15 @@ void CudaModel::step_fixed(const ModelInput& in, const Out& out) {
   if (graphs) {
     CUDA_CHECK(cudaGraphLaunch(graph, stream_));
     ++stats_.graph_replays;
+    if (&graph == &fx_.graphs[rung] && rung < fx_.graph_takes_token.size() &&
+        fx_.graph_takes_token[rung]) {
+      ++stats_.token_kernel_steps;
+    }
   } else {
     phase_.begin(stream_);
     run_fixed_body(rung);
     ++stats_.fixed_eager_steps;
+    if (took_token_) ++stats_.token_kernel_steps;
   }
   finish(R, out, reinterpret_cast<const int32_t*>(static_cast<char*>(fx_.dev.data()) + fx_.off_out));
 }
@@ -1367,6 +1380,7 @@ void CudaModel::step_general(const ModelInput& in, const Out& out) {
                    sample_scratch_.data(), k::Launch{stream_, pdl_}, sample_max_slices());
   }
   ++stats_.general_steps;
+  if (took_token_) ++stats_.token_kernel_steps;
   finish(R, out, dev_tokens);
 }
 
@@ -1506,6 +1520,7 @@ void CudaModel::run_layers(int64_t T, int64_t R, const int32_t* ids, const int32
   constexpr double PhaseTimes::*kAttention = &PhaseTimes::attention_s;
   constexpr double PhaseTimes::*kGemm = &PhaseTimes::gemm_s;
   constexpr double PhaseTimes::*kOther = &PhaseTimes::other_s;
+  took_token_ = false;
   if (token_step(T, R, step_ctx)) {
     // Every layer in one kernel (token_runner.h): it takes the embedding row in x and leaves
     // the final residual in x2 and the last down projection in o. Its time counts as GEMM
@@ -1516,7 +1531,7 @@ void CudaModel::run_layers(int64_t T, int64_t R, const int32_t* ids, const int32
                step_ctx.context_lens.ptr<const int32_t>(),
                step_ctx.block_tables.ptr<const int32_t>(), step_ctx.block_tables.size(1), x,
                act_.x2.data(), o, qkv, act, stream_);
-    ++stats_.token_kernel_steps;
+    took_token_ = true;
     lap(kGemm);
     k::add_rmsnorm(act_.x2.data(), o, final_norm_.data(), eps, fin, rows, R, H, on);
     lap(kOther);
