@@ -4,7 +4,8 @@
 # kernel's test (which now checks per case which steps took it), the serving test (graph
 # counts), and single streams off / on at 128, 4,096 and 16,384 prompt tokens.
 #   run: bash scripts/sessions/gpu_session34_tenth.sh > $OUT/summary.txt 2>&1
-#   carry: build-carry-s34k (kvattn, engine_token_layers_gpu_test, engine_cuda_serving_gpu_test; debs/)
+#   carry: build-carry-s34k (kvattn, engine_token_layers_gpu_test, engine_cuda_serving_gpu_test; debs/),
+#          rebuilt from the final session-34 code (not run in session 34: no device time left)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device_carried.sh
