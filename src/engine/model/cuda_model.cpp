@@ -505,13 +505,15 @@ class CudaModel final : public Model {
   // every attention piece then fits one round (TokenLayersPlan::max_context; longer single
   // contexts ran slower in it than on the layered path: session 34 call 9).
   bool token_fits(int64_t len) const { return len <= token_.max_context(); }
-  // Cleared around a step that must keep the layered path (token_fits), restored after.
+  // Set around a step (cleared where it must keep the layered path: token_fits), restored
+  // after.
   struct TokenAllowed {
-    TokenAllowed(bool& flag, bool value) : flag_(flag) { flag_ = value; }
-    ~TokenAllowed() { flag_ = true; }
+    TokenAllowed(bool& flag, bool value) : flag_(flag), before_(flag) { flag_ = value; }
+    ~TokenAllowed() { flag_ = before_; }
     TokenAllowed(const TokenAllowed&) = delete;
     TokenAllowed& operator=(const TokenAllowed&) = delete;
     bool& flag_;
+    const bool before_;
   };
   size_t rung_for(int64_t n) const;
 
@@ -918,6 +920,7 @@ void CudaModel::setup_fixed(int64_t width, int64_t block_size) {
   CUDA_CHECK(cudaMemsetAsync(static_cast<char*>(fx_.dev.data()) + fx_.off_table, 0xFF,
                              Bs * static_cast<size_t>(width) * 4, stream_));
   fx_.graphs.assign(fx_.ladder.size(), nullptr);
+  fx_.graph_takes_token.assign(fx_.ladder.size(), false);
   ensure_activations(B, B);
   write_pad_header();
   upload_header(0);
@@ -1023,9 +1026,10 @@ void CudaModel::capture(size_t rung, cudaGraphExec_t& slot) {
   slot = exec;
   CUDA_CHECK(cudaGraphUpload(exec, stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
-  ++(&slot == &fx_.graph_one_layered ? stats_.layered_one_captures : stats_.graph_captures);
-  if (&slot == &fx_.graphs[rung]) {
-    if (fx_.graph_takes_token.size() < fx_.graphs.size()) fx_.graph_takes_token.resize(fx_.graphs.size());
+  if (&slot == &fx_.graph_one_layered) {
+    ++stats_.layered_one_captures;
+  } else {
+    ++stats_.graph_captures;
     fx_.graph_takes_token[rung] = took_token_;  // run_layers' choice while captured
   }
 }
@@ -1265,10 +1269,7 @@ void CudaModel::step_fixed(const ModelInput& in, const Out& out) {
   if (graphs) {
     CUDA_CHECK(cudaGraphLaunch(graph, stream_));
     ++stats_.graph_replays;
-    if (&graph == &fx_.graphs[rung] && rung < fx_.graph_takes_token.size() &&
-        fx_.graph_takes_token[rung]) {
-      ++stats_.token_kernel_steps;
-    }
+    if (!layered_one && fx_.graph_takes_token[rung]) ++stats_.token_kernel_steps;
   } else {
     phase_.begin(stream_);
     run_fixed_body(rung);

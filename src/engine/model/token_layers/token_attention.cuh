@@ -36,7 +36,6 @@ namespace kvattn::cuda_model::token {
 
 template <int D>
 struct AttSmem {
-  static constexpr int kE = D / 32;  // dims a lane holds
   static constexpr size_t kQ = 0;
   static constexpr size_t kKnew = kQ + sizeof(float) * kMaxGroup * D;
   static constexpr size_t kVnew = kKnew + sizeof(float) * D;
@@ -60,12 +59,9 @@ constexpr size_t att_smem_bytes(int d) {
 
 // The workspace: every piece's accumulators [max_pieces][nh][D], then its (max, sum) pairs
 // [max_pieces][nh][2] (floats).
-__device__ __forceinline__ float* workspace_acc_d(const Params& p, int piece, int D) {
-  return p.workspace + int64_t{piece} * p.nh * D;
-}
 template <int D>
 __device__ __forceinline__ float* workspace_acc(const Params& p, int piece) {
-  return workspace_acc_d(p, piece, D);
+  return p.workspace + int64_t{piece} * p.nh * D;
 }
 __device__ __forceinline__ float* workspace_ml(const Params& p, int piece) {
   return p.workspace + int64_t{p.max_pieces} * p.nh * p.head_dim + int64_t{piece} * p.nh * 2;
@@ -176,8 +172,8 @@ __device__ __forceinline__ void prepare_token(const Params& p, const TokenLayer&
       bf16 oa, ob;
       pair_of(i, R, p.interleaved != 0, ia, ib);
       rotate(s[ia], s[ib], rc[i], rs[i], oa, ob);  // rope_pair's arithmetic, table from rope_table
-      out[ia] = bf(oa);
-      out[ib] = bf(ob);
+      out[ia] = f(oa);
+      out[ib] = f(ob);
       if (kdst != nullptr) {
         kdst[ia] = oa;
         kdst[ib] = ob;
@@ -185,7 +181,7 @@ __device__ __forceinline__ void prepare_token(const Params& p, const TokenLayer&
     }
     for (int i = R + lane; i < D; i += 32) {  // partial rotary: the rest pass through
       const bf16 x = __float2bfloat16(s[i]);
-      out[i] = bf(x);
+      out[i] = f(x);
       if (kdst != nullptr) kdst[i] = x;
     }
     if (is_k) {
@@ -228,7 +224,7 @@ __device__ __forceinline__ void key_row(int j, int j0, int j1, int L, const bf16
   } else {
     const bf16* r = buf + (j - j0) * D + lane * E;
 #pragma unroll
-    for (int e = 0; e < E; ++e) x[e] = bf(r[e]);
+    for (int e = 0; e < E; ++e) x[e] = f(r[e]);
   }
 }
 
@@ -406,7 +402,7 @@ __device__ __forceinline__ void merge_pieces(const Params& p, Pieces pc, bf16* x
 #pragma unroll
       for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
       const float e = l > 0.0f ? exp2f(m - M) : 0.0f;
-      const float den = warp_sum32(l * e);
+      const float den = warp_sum(l * e);
       if (lane < P) wt[qh * P + lane] = l > 0.0f ? e / den : 0.0f;
     }
   }

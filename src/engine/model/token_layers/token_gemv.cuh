@@ -79,15 +79,15 @@ __device__ __forceinline__ void norm_stage(const bf16* x, const bf16* add, const
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   float ss = 0.0f;
   for (int i = threadIdx.x; i < k; i += kThreads) {
-    const float v = bf(xh[i]);
+    const float v = f(xh[i]);
     ss += v * v;
   }
-  ss = warp_sum32(ss);
+  ss = warp_sum(ss);
   if (lane == 0) red[warp] = ss;
   __syncthreads();
   if (warp == 0) {
     float v = lane < kWarps ? red[lane] : 0.0f;
-    v = warp_sum32(v);
+    v = warp_sum(v);
     if (lane == 0) red[kWarps] = rsqrtf(v / static_cast<float>(k) + eps);
   }
   __syncthreads();
@@ -97,7 +97,7 @@ __device__ __forceinline__ void norm_stage(const bf16* x, const bf16* add, const
     to_f8(xs[i], v);
     to_f8(*reinterpret_cast<const uint4*>(w + int64_t{i} * 8), g);
 #pragma unroll
-    for (int e = 0; e < 8; ++e) v[e] = g[e] * round_bf16(v[e] * inv);
+    for (int e = 0; e < 8; ++e) v[e] = g[e] * r(v[e] * inv);
     xs[i] = pack8(v);
   }
   __syncthreads();
@@ -129,7 +129,7 @@ __device__ __forceinline__ void row_dots(const uint4* slab, const int (&rows)[N]
     }
   }
 #pragma unroll
-  for (int n = 0; n < N; ++n) out[n] = warp_sum32(acc[n]);
+  for (int n = 0; n < N; ++n) out[n] = warp_sum(acc[n]);
 }
 
 inline constexpr int kRowsAtOnce = 4;
@@ -168,9 +168,9 @@ __device__ __forceinline__ void gate_up_rows(const uint4* slab, const uint4* xs,
     for (int n = 0; n < 2; ++n) {
       const int j = n == 0 ? j0 : j0 + kWarps;
       if (lane == n && j < rr.count) {
-        const float g = round_bf16(sum[2 * n]);
-        const float u = round_bf16(sum[2 * n + 1]);
-        act[rr.first + j] = __float2bfloat16(round_bf16(g / (1.0f + expf(-g))) * u);
+        const float g = r(sum[2 * n]);
+        const float u = r(sum[2 * n + 1]);
+        act[rr.first + j] = __float2bfloat16(r(g / (1.0f + expf(-g))) * u);
       }
     }
   }

@@ -58,7 +58,6 @@ struct TokenShape {
   float attention_factor = 1.0f;
   int rotary_dim = 0;  // 0: head_dim
   bool interleaved = false;
-  bool qk_norm = false;
 };
 
 struct TokenLayersPlan {

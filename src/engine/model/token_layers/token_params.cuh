@@ -71,10 +71,7 @@ __device__ __forceinline__ uint4 ld_cg16(const void* p) {
   return __ldcg(reinterpret_cast<const uint4*>(p));
 }
 
-// (lo_f, hi_f, to_f8, pack2, pack8, r(), f() and warp_sum: cuda_bf16_math.cuh.)
-__device__ __forceinline__ float bf(bf16 v) { return f(v); }
-__device__ __forceinline__ float round_bf16(float v) { return r(v); }
-__device__ __forceinline__ float warp_sum32(float v) { return warp_sum(v); }
+// (f, r, lo_f, hi_f, to_f8, pack2, pack8 and warp_sum: cuda_bf16_math.cuh.)
 
 // The output rows [first, first + count) CTA b owns of a phase of n rows, `rows` a CTA.
 struct RowRange {

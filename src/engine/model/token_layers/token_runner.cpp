@@ -61,7 +61,6 @@ TokenRunner::TokenRunner(const ModelConfig& cfg, bool wanted, bool tensor_parall
   shape_.attention_factor = attention_factor;
   shape_.rotary_dim = static_cast<int>(cfg.rope_dim());
   shape_.interleaved = cfg.rope_style == ModelConfig::RopeStyle::kInterleaved;
-  shape_.qk_norm = cfg.qk_norm;
   plan_ = token_layers_plan(shape_, device.index);
   if (!plan_.ok) {
     why_not_ = plan_.why_not;
