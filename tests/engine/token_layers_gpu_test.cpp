@@ -12,6 +12,8 @@
 //   single contexts keep the layered path), and the device fault word stays 0;
 // - models it does not cover (biases, a sliding window, Gemma, an fp8 cache) keep the layered
 //   path; it is off by default (until its length rule has run on a GPU: token_runner.h).
+// - the three-phase form (KVATTN_TOKEN_FLOW=1, token_flow.cu) the same way, and graphs and
+//   eager give the same bits with either form (its split-K sums are fixed point).
 // KVATTN_TOKEN_TEST_MODEL=<HF folder> adds the same comparison on that model (the device
 // scripts pass a random Qwen3-0.6B: head_dim 128). Exits 77 without a CUDA device.
 #include <gtest/gtest.h>
@@ -23,6 +25,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -41,15 +44,22 @@ namespace {
 
 #ifdef KVATTN_WITH_CUDA
 
-// Sets KVATTN_TOKEN_KERNEL for the scope (the model reads it at construction).
+// Sets KVATTN_TOKEN_KERNEL and KVATTN_TOKEN_FLOW for the scope (the model reads them at
+// construction).
 struct TokenEnv {
-  explicit TokenEnv(bool on) { setenv("KVATTN_TOKEN_KERNEL", on ? "1" : "0", 1); }
-  ~TokenEnv() { unsetenv("KVATTN_TOKEN_KERNEL"); }
+  TokenEnv(bool on, bool flow) {
+    setenv("KVATTN_TOKEN_KERNEL", on ? "1" : "0", 1);
+    setenv("KVATTN_TOKEN_FLOW", flow ? "1" : "0", 1);
+  }
+  ~TokenEnv() {
+    unsetenv("KVATTN_TOKEN_KERNEL");
+    unsetenv("KVATTN_TOKEN_FLOW");
+  }
 };
 
 std::unique_ptr<Model> make_model(const std::string& dir, bool token, bool graphs,
-                                  KVCacheDType kv = KVCacheDType::kAuto) {
-  TokenEnv env(token);
+                                  KVCacheDType kv = KVCacheDType::kAuto, bool flow = false) {
+  TokenEnv env(token, flow);
   ModelOptions mo;
   mo.cuda_graphs = graphs;
   mo.max_decode_batch = 8;
@@ -61,12 +71,12 @@ struct Case {
   int64_t prompt_len, block_size, num_blocks;
 };
 
-// The layered path vs the token kernel (graphs and eager) over every case: one prompt, a
-// prefill (layered for both) and `steps` decode steps.
-void compare_on(const std::string& dir, const std::vector<Case>& cases, int steps) {
+// The layered path vs the token kernel (graphs and eager; `flow`: the three-phase form) over
+// every case: one prompt, a prefill (layered for both) and `steps` decode steps.
+void compare_on(const std::string& dir, const std::vector<Case>& cases, int steps, bool flow) {
   auto ref = make_model(dir, false, true);
-  auto graphs = make_model(dir, true, true);
-  auto eager = make_model(dir, true, false);
+  auto graphs = make_model(dir, true, true, KVCacheDType::kAuto, flow);
+  auto eager = make_model(dir, true, false, KVCacheDType::kAuto, flow);
   ASSERT_FALSE(cuda_model_stats(*ref).token_kernel);
   const int64_t vocab = ref->config().vocab_size;
   std::mt19937_64 rng(7100);
@@ -79,6 +89,7 @@ void compare_on(const std::string& dir, const std::vector<Case>& cases, int step
                                              steps, false, c.num_blocks, c.block_size);
     const CudaModelStats st = cuda_model_stats(*graphs);
     ASSERT_TRUE(st.token_kernel) << dir << ": the kernel is not bound";
+    ASSERT_EQ(st.token_kernel_flow, flow) << dir << ": the kernel's form";
     // Decode steps see prompt_len + 1 .. prompt_len + steps keys: those within the kernel's
     // single-round capacity take it, longer ones keep the layered path (its rung-1 twin).
     int64_t want = 0;
@@ -100,6 +111,12 @@ void compare_on(const std::string& dir, const std::vector<Case>& cases, int step
       EXPECT_LE(a.worst_margin, 0.03f * scale) << what << ": argmax differs away from a near-tie";
       for (float v : logits[m].back()) ASSERT_TRUE(std::isfinite(v)) << what;
     }
+    // The same kernel replayed by a graph and launched eagerly: the same bits (the three-phase
+    // form's split-K sums are fixed point, so the order the CTAs add in does not show).
+    for (size_t s = 0; s < logits[1].size(); ++s) {
+      EXPECT_EQ(test::max_diff(logits[1][s], logits[2][s]), 0.0)
+          << dir << " prompt " << c.prompt_len << " step " << s << ": graphs vs eager";
+    }
   }
   EXPECT_GT(cuda_model_stats(*graphs).token_kernel_steps, 0) << "the kernel never ran (graphs)";
   EXPECT_GT(cuda_model_stats(*eager).token_kernel_steps, 0) << "the kernel never ran (eager)";
@@ -115,21 +132,31 @@ const std::vector<Case> kCases = {
     {2200, 16, 160}, {45, 1, 256}, {700, 256, 8},
 };
 
-class TokenLayers : public ::testing::TestWithParam<std::string> {};
+// (model, the three-phase form).
+class TokenLayers : public ::testing::TestWithParam<std::tuple<std::string, bool>> {};
 
 TEST_P(TokenLayers, TeacherForcedLogitsMatchTheLayeredPath) {
-  compare_on(test::checkpoint("tiny_" + GetParam()), kCases, 6);
+  compare_on(test::checkpoint("tiny_" + std::get<0>(GetParam())), kCases, 6,
+             std::get<1>(GetParam()));
 }
 
 INSTANTIATE_TEST_SUITE_P(Tiny, TokenLayers,
-                         ::testing::Values("llama", "qwen3", "llama3", "phi4mini"));
+                         ::testing::Combine(::testing::Values("llama", "qwen3", "llama3",
+                                                              "phi4mini"),
+                                            ::testing::Bool()),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) +
+                                  (std::get<1>(info.param) ? "_flow" : "");
+                         });
 
 // KVATTN_TOKEN_TEST_MODEL's comparison (registered by main only when it is set).
 class GivenModelFolder : public ::testing::Test {
  public:
   explicit GivenModelFolder(std::string dir) : dir_(std::move(dir)) {}
   void TestBody() override {
-    compare_on(dir_, {{5, 16, 512}, {130, 16, 512}, {1500, 16, 512}, {600, 256, 16}}, 8);
+    for (bool flow : {false, true}) {
+      compare_on(dir_, {{5, 16, 512}, {130, 16, 512}, {1500, 16, 512}, {600, 256, 16}}, 8, flow);
+    }
   }
 
  private:
@@ -166,6 +193,10 @@ TEST(TokenLayers, ModelsItDoesNotCoverKeepTheLayeredPath) {
   auto on = make_model(test::checkpoint("tiny_llama"), true, true);
   on->allocate_kv_cache(16, 16);
   EXPECT_TRUE(cuda_model_stats(*on).token_kernel) << "tiny_llama with the switch";
+  EXPECT_FALSE(cuda_model_stats(*on).token_kernel_flow) << "the five-phase form by default";
+  auto flow = make_model(test::checkpoint("tiny_llama"), true, true, KVCacheDType::kAuto, true);
+  flow->allocate_kv_cache(16, 16);
+  EXPECT_TRUE(cuda_model_stats(*flow).token_kernel_flow) << "KVATTN_TOKEN_FLOW=1";
 }
 
 #endif  // KVATTN_WITH_CUDA

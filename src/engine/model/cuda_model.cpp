@@ -721,6 +721,7 @@ CudaModelStats CudaModel::stats() const {
   s.fused_rope = fused_gemv_ && (fused_rope_ || fused_rope_pairs_);
   s.token_kernel = token_.ready();
   s.token_kernel_max_context = token_.ready() ? token_.max_context() : 0;
+  s.token_kernel_flow = token_.ready() && token_.flow();
   return s;
 }
 

@@ -31,6 +31,7 @@ struct CudaModelStats {
   bool token_kernel = false;
   int64_t token_kernel_steps = 0;
   int64_t token_kernel_max_context = 0;  // longer single contexts keep the layered path
+  bool token_kernel_flow = false;  // the three-phase form (KVATTN_TOKEN_FLOW=1, token_flow.cu)
   std::vector<int64_t> ladder;    // padded decode batch sizes
 };
 

@@ -29,6 +29,19 @@ __device__ __forceinline__ unsigned atom_add_release_gpu(unsigned* p, unsigned v
   return old;
 }
 
+__device__ __forceinline__ unsigned atom_add_acq_rel_gpu(unsigned* p, unsigned v) {
+  unsigned old;
+  asm volatile("atom.add.acq_rel.gpu.global.u32 %0, [%1], %2;\n"
+               : "=r"(old)
+               : "l"(p), "r"(v)
+               : "memory");
+  return old;
+}
+
+__device__ __forceinline__ void red_add_release_gpu(unsigned* p, unsigned v) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+
 // Thread 0 arrives with a releasing add and polls with acquiring loads (no sequentially
 // consistent fence: __threadfence's MEMBAR.SC cost ~2 us a barrier). The CTA barriers on either
 // side extend the release to the block's earlier writes and the acquire to its later reads.

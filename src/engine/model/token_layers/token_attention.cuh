@@ -364,38 +364,42 @@ __device__ __forceinline__ void attention_items(const Params& p, const TokenLaye
   }
 }
 
-// Phase C: xs (bf16 [nh * D]) = every head's pieces merged (zeros when L is 0). First each
-// (query head, piece)'s weight exp2(m - M) / sum over the head's pieces of l exp2(m - M) goes
-// to shared memory (the round buffers, free in phase C); then each thread takes four
-// consecutive outputs and reads their accumulators of every piece as float4s (16 pieces' loads
-// in flight at a time).
+// dst (bf16 [nq * D]) = the pieces of query heads [qh0, qh0 + nq) merged (zeros when L is 0):
+// phase C of the five-phase kernel merges every head into xs, the three-phase kernel's merging
+// CTA one KV head's group into global memory (token_flow.cuh). First each (query head, piece)'s
+// weight exp2(m - M) / sum over the head's pieces of l exp2(m - M) goes to shared memory (the
+// round buffers, free by then); then each thread takes four consecutive outputs and reads
+// their accumulators of every piece as float4s (16 pieces' loads in flight at a time).
 template <int D>
-__device__ __forceinline__ void merge_pieces(const Params& p, Pieces pc, bf16* xs, uint8_t* att) {
+__device__ __forceinline__ void merge_pieces(const Params& p, Pieces pc, int qh0, int nq,
+                                             bf16* dst, uint8_t* att) {
   using S = AttSmem<D>;
-  const int P = pc.pieces, nh = p.nh, n = nh * P;
-  float* wt = reinterpret_cast<float*>(att + S::kUnion);  // [nh][P]: m, then the weight
-  float* ls = wt + n;                                    // [nh][P]: l
+  const int P = pc.pieces, n = nq * P;
+  float* wt = reinterpret_cast<float*>(att + S::kUnion);  // [nq][P]: m, then the weight
+  float* ls = wt + n;                                    // [nq][P]: l
   constexpr int kPc = 16;
-  const int n4 = nh * D / 4;
+  const int n4 = nq * D / 4;
+  const int base4 = qh0 * D / 4;  // the first output's float4 within a piece's accumulators
   // The first output group's first kPc pieces, loaded beside the (max, sum) pairs: one L2 round
   // trip for both where the thread has one group and at most kPc pieces.
   float4 first[kPc];
 #pragma unroll
   for (int u = 0; u < kPc; ++u) {
     first[u] = u < P && static_cast<int>(threadIdx.x) < n4
-                   ? __ldcg(reinterpret_cast<const float4*>(workspace_acc<D>(p, u)) + threadIdx.x)
+                   ? __ldcg(reinterpret_cast<const float4*>(workspace_acc<D>(p, u)) + base4 +
+                            threadIdx.x)
                    : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   }
   for (int i = threadIdx.x; i < n; i += kThreads) {
-    const int piece = i / nh, qh = i - piece * nh;
-    const float2 v = __ldcg(reinterpret_cast<const float2*>(workspace_ml(p, piece)) + qh);
+    const int piece = i / nq, qh = i - piece * nq;
+    const float2 v = __ldcg(reinterpret_cast<const float2*>(workspace_ml(p, piece)) + qh0 + qh);
     wt[qh * P + piece] = v.x;
     ls[qh * P + piece] = v.y;
   }
   __syncthreads();
   {  // a warp per query head, a lane per piece (P <= kMaxPiecesPerHead = 32)
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    for (int qh = warp; qh < nh; qh += kWarps) {
+    for (int qh = warp; qh < nq; qh += kWarps) {
       const float l = lane < P ? ls[qh * P + lane] : 0.0f;
       const float m = l > 0.0f ? wt[qh * P + lane] : -INFINITY;
       float M = m;
@@ -416,7 +420,8 @@ __device__ __forceinline__ void merge_pieces(const Params& p, Pieces pc, bf16* x
 #pragma unroll
       for (int u = 0; u < kPc; ++u) {
         a[u] = loaded       ? first[u]
-               : p0 + u < P ? __ldcg(reinterpret_cast<const float4*>(workspace_acc<D>(p, p0 + u)) + i4)
+               : p0 + u < P ? __ldcg(reinterpret_cast<const float4*>(workspace_acc<D>(p, p0 + u)) +
+                                     base4 + i4)
                             : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       }
 #pragma unroll
@@ -428,9 +433,9 @@ __device__ __forceinline__ void merge_pieces(const Params& p, Pieces pc, bf16* x
         out.w = fmaf(a[u].w, w, out.w);
       }
     }
-    __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(xs + i4 * 4);
-    dst[0] = __floats2bfloat162_rn(out.x, out.y);
-    dst[1] = __floats2bfloat162_rn(out.z, out.w);
+    __nv_bfloat162* d2 = reinterpret_cast<__nv_bfloat162*>(dst + i4 * 4);
+    d2[0] = __floats2bfloat162_rn(out.x, out.y);
+    d2[1] = __floats2bfloat162_rn(out.z, out.w);
   }
   __syncthreads();
 }

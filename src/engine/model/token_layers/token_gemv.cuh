@@ -50,23 +50,39 @@ struct WeightSlab {
   }
 };
 
+// The residual's addend in norm_stage: none, bf16 values another CTA wrote, or a fixed-point
+// split-K sum (token_flow.cuh's FixedSum, read as the bf16 the unfused path would have stored).
+struct NoAdd {
+  __device__ __forceinline__ bool present() const { return false; }
+  __device__ __forceinline__ void load(int, float (&)[8]) const {}
+};
+struct AddBf16 {
+  const bf16* p;  // null: none
+  __device__ __forceinline__ bool present() const { return p != nullptr; }
+  __device__ __forceinline__ void load(int chunk, float (&b)[8]) const {
+    to_f8(ld_cg16(p + int64_t{chunk} * 8), b);
+  }
+};
+
 // xs[0:k) = rmsnorm(x (+ add)) * w as cuda_gemv.cu's norm_stage computes it for one row (and
 // so add_rmsnorm, bit for bit): v = bf16(x + add); thread t sums v * v over elements t,
 // t + 256, ... in order; warp sums, then the eight warp sums in one warp; inv = rsqrt(ss / k +
 // eps); xs = bf16(w * bf16(v * inv)). x and add were written by other CTAs (read past L1);
-// x_out (CTA 0 only, or null) receives v. w: the weight in shared memory (stage_weights; the
-// staging's cp.async groups are waited for here, none other may be pending).
-__device__ __forceinline__ void norm_stage(const bf16* x, const bf16* add, const bf16* w,
+// x_out (CTA 0 only, or null) receives v when there is an addend. w: the weight in shared
+// memory (stage_weights; the staging's cp.async groups are waited for here, none other may be
+// pending).
+template <class Add>
+__device__ __forceinline__ void norm_stage_add(const bf16* x, const Add& add, const bf16* w,
                                            float eps, int k, bf16* x_out, uint4* xs,
                                            float* red) {
   const int C = k >> 3;
   cuda::ptx::cp_async_wait<0>();  // w (shared memory) was staged by stage_weights
   for (int i = threadIdx.x; i < C; i += kThreads) {
     uint4 v = ld_cg16(x + int64_t{i} * 8);
-    if (add != nullptr) {
+    if (add.present()) {
       float a[8], b[8];
       to_f8(v, a);
-      to_f8(ld_cg16(add + int64_t{i} * 8), b);
+      add.load(i, b);
 #pragma unroll
       for (int e = 0; e < 8; ++e) a[e] = a[e] + b[e];
       v = pack8(a);
@@ -103,6 +119,13 @@ __device__ __forceinline__ void norm_stage(const bf16* x, const bf16* add, const
   __syncthreads();
 }
 
+// The two-pointer form (add null: no addend), as the five-phase kernel calls it.
+__device__ __forceinline__ void norm_stage(const bf16* x, const bf16* add, const bf16* w,
+                                           float eps, int k, bf16* x_out, uint4* xs,
+                                           float* red) {
+  norm_stage_add(x, AddBf16{add}, w, eps, k, x_out, xs, red);
+}
+
 // xs[0:k) = src[0:k) (written by other CTAs).
 __device__ __forceinline__ void stage_plain(const bf16* src, int k, uint4* xs) {
   for (int i = threadIdx.x; i < (k >> 3); i += kThreads) xs[i] = ld_cg16(src + int64_t{i} * 8);
@@ -134,46 +157,63 @@ __device__ __forceinline__ void row_dots(const uint4* slab, const int (&rows)[N]
 
 inline constexpr int kRowsAtOnce = 4;
 
-// y[first + r] = bf16(slab row r . xs) for the CTA's rows: warp w takes rows w, w + 8, ...,
-// kRowsAtOnce of them at a time.
-__device__ __forceinline__ void gemv_rows(const uint4* slab, const uint4* xs, int k, RowRange rr,
-                                          bf16* y) {
+// out(r, sum) for each of the CTA's rows r in [0, count) (sum: slab row r . xs, fp32): warp w
+// takes rows w, w + 8, ..., kRowsAtOnce of them at a time; lane n of the warp calls out for
+// its n-th row.
+template <class Out>
+__device__ __forceinline__ void gemv_rows_to(const uint4* slab, const uint4* xs, int k,
+                                             int count, const Out& out) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int C = k >> 3;
-  for (int r0 = warp; r0 < rr.count; r0 += kWarps * kRowsAtOnce) {
+  for (int r0 = warp; r0 < count; r0 += kWarps * kRowsAtOnce) {
     int rows[kRowsAtOnce];
 #pragma unroll
-    for (int n = 0; n < kRowsAtOnce; ++n) rows[n] = min(r0 + n * kWarps, rr.count - 1);
+    for (int n = 0; n < kRowsAtOnce; ++n) rows[n] = min(r0 + n * kWarps, count - 1);
     float sum[kRowsAtOnce];
     row_dots(slab, rows, xs, C, lane, sum);
 #pragma unroll
     for (int n = 0; n < kRowsAtOnce; ++n) {
-      if (lane == n && r0 + n * kWarps < rr.count) y[rr.first + rows[n]] = __float2bfloat16(sum[n]);
+      if (lane == n && r0 + n * kWarps < count) out(rows[n], sum[n]);
     }
   }
 }
 
-// act[first + j] = silu_mul of the gate row j and the up row j (the slab holds count gate rows
-// then count up rows): k::silu_mul's formula on the bf16-rounded sums. Two features at a time.
-__device__ __forceinline__ void gate_up_rows(const uint4* slab, const uint4* xs, int k,
-                                             RowRange rr, bf16* act) {
+// y[first + r] = bf16(slab row r . xs) for the CTA's rows.
+__device__ __forceinline__ void gemv_rows(const uint4* slab, const uint4* xs, int k, RowRange rr,
+                                          bf16* y) {
+  gemv_rows_to(slab, xs, k, rr.count,
+               [&](int row, float sum) { y[rr.first + row] = __float2bfloat16(sum); });
+}
+
+// out(j, silu_mul) for j in [0, count), from the gate row j and the up row j (the slab holds
+// count gate rows then count up rows): k::silu_mul's formula on the bf16-rounded sums, the
+// result bf16. Two features at a time.
+template <class Out>
+__device__ __forceinline__ void gate_up_rows_to(const uint4* slab, const uint4* xs, int k,
+                                                int count, const Out& out) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int C = k >> 3;
-  for (int j0 = warp; j0 < rr.count; j0 += 2 * kWarps) {
-    const int j1 = min(j0 + kWarps, rr.count - 1);
-    const int rows[4] = {j0, rr.count + j0, j1, rr.count + j1};
+  for (int j0 = warp; j0 < count; j0 += 2 * kWarps) {
+    const int j1 = min(j0 + kWarps, count - 1);
+    const int rows[4] = {j0, count + j0, j1, count + j1};
     float sum[4];
     row_dots(slab, rows, xs, C, lane, sum);
 #pragma unroll
     for (int n = 0; n < 2; ++n) {
       const int j = n == 0 ? j0 : j0 + kWarps;
-      if (lane == n && j < rr.count) {
+      if (lane == n && j < count) {
         const float g = r(sum[2 * n]);
         const float u = r(sum[2 * n + 1]);
-        act[rr.first + j] = __float2bfloat16(r(g / (1.0f + expf(-g))) * u);
+        out(j, __float2bfloat16(r(g / (1.0f + expf(-g))) * u));
       }
     }
   }
+}
+
+// act[first + j] for the CTA's features.
+__device__ __forceinline__ void gate_up_rows(const uint4* slab, const uint4* xs, int k,
+                                             RowRange rr, bf16* act) {
+  gate_up_rows_to(slab, xs, k, rr.count, [&](int j, bf16 v) { act[rr.first + j] = v; });
 }
 
 // Warps 1-7 copy n bf16 (warp 0's thread 0 arrives at the grid barriers: grid_barrier.cuh) (n % 8 == 0, 16-byte aligned) into shared memory by cp.async, one

@@ -11,9 +11,12 @@
 
 #include "engine/model/token_layers/grid_barrier.cuh"
 #include "engine/model/token_layers/token_attention.cuh"
+#include "engine/model/token_layers/token_cta.cuh"
 #include "engine/model/token_layers/token_gemv.cuh"
 #include "engine/model/token_layers/token_params.cuh"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/hopper/tensor_map.h"
+#include "kvattn/core/error.h"
 #include "kernels/cuda/pdl_launch.h"
 
 namespace kvattn::cuda_model {
@@ -36,166 +39,93 @@ template <int D, int G>
 __global__ void __launch_bounds__(kThreads, 1) token_layers_kernel(const __grid_constant__ Params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) uint8_t smem[];
-  uint64_t* bars = reinterpret_cast<uint64_t*>(smem);
-  uint4* xs = reinterpret_cast<uint4*>(smem + p.off_xs);
-  const uint4* slab0 = reinterpret_cast<const uint4*>(smem + p.off_slab0);
-  const uint4* slab1 = reinterpret_cast<const uint4*>(smem + p.off_slab1);
-  uint8_t* att = smem + p.off_att;
-  float* red = reinterpret_cast<float*>(smem + p.off_red);
-  bf16* nw_in = reinterpret_cast<bf16*>(smem + p.off_norm);
-  bf16* nw_post = nw_in + p.hidden;
-  WeightSlab s0{cuda::ptx::smem_addr(bars), cuda::ptx::smem_addr(slab0), 0u};
-  WeightSlab s1{cuda::ptx::smem_addr(bars + 1), cuda::ptx::smem_addr(slab1), 0u};
-  const bool lead = threadIdx.x == 0;
-  if (lead) {
-    cuda::sm90::mbar_init(s0.bar, 1);
-    cuda::sm90::mbar_init(s1.bar, 1);
-    cuda::sm90::fence_barrier_init();
-  }
-  __syncthreads();
-
-  const int L = max(0, __ldg(p.context_len));
-  const Pieces pc = plan_pieces(p, L);
+  TokenCta<D> c(p, smem);
   const int H = p.hidden, I = p.inter, QD = p.nh * D;
   const RowRange r_qkv = row_range(p.qkv_dim, p.rows_qkv);
   const RowRange r_o = row_range(H, p.rows_o);
   const RowRange r_gu = row_range(I, p.rows_gate_up);
   const RowRange r_down = row_range(H, p.rows_down);
-  using S = AttSmem<D>;
-  bf16* kr = reinterpret_cast<bf16*>(att + S::kUnion);
-  bf16* vr = kr + kRoundKeys * D;
-  const bool first_item = static_cast<int>(blockIdx.x) < pc.items;
-  const int fh = first_item ? static_cast<int>(blockIdx.x) / pc.pieces : 0;
-  const int fk0 = first_item ? min(L, (static_cast<int>(blockIdx.x) - fh * pc.pieces) * pc.chunk) : 0;
-  const int fk1 = first_item ? min(L, fk0 + pc.chunk) : 0;
-
-  const bf16* xc = p.x;
-  bf16* xn = p.x2;
-  if (p.wall != nullptr && blockIdx.x == 0 && lead) p.wall[0] = globaltimer();
-  if (lead) s0.issue(p.layers[0].wqkv, nullptr, r_qkv.first, r_qkv.count, H);
-  bf16* qk_norms = reinterpret_cast<bf16*>(att + S::kQkNorm);
-  rope_table<D>(p, att);
-  int* blocks = reinterpret_cast<int*>(att + S::kBlocks);
-  const int fr1 = min(fk1, fk0 + kRoundKeys);  // the first item's first round: keys [fk0, fr1)
-  if (first_item) first_round_blocks(p, fk0, fr1, blocks);
-  // Where the first round's K/V copies go out (Params::prefetch): 1 in phase A after the input
-  // norm, 2 in the previous layer's phase E (layer 0: here), 0 not ahead (phase B loads it).
-  const bool ahead = first_item && p.prefetch != 0;
-  if (ahead && p.prefetch == 2) {
-    __syncthreads();  // blocks
-    load_round<D>(p, p.layers[0], fh, fk0, fr1, L, kr, vr, blocks);
-  }
-  stage_weights(nw_in, p.layers[0].input_norm, H);
-  if (p.layers[0].q_norm != nullptr) {
-    stage_weights(qk_norms, p.layers[0].q_norm, D);
-    stage_weights(qk_norms + D, p.layers[0].k_norm, D);
-  }
+  c.start(p, r_qkv);
   TokenLayer w = p.layers[0];
   for (int l = 0; l < p.num_layers; ++l) {
     // ---- A: input norm + qkv ----
     stamp(p, l, kStampA0);
-    if (lead) s1.issue(w.wo, nullptr, r_o.first, r_o.count, QD);
-    norm_stage(xc, l == 0 ? nullptr : p.o, nw_in, p.eps, H,
-               l > 0 && blockIdx.x == 0 ? xn : nullptr, xs, red);
-    if (ahead && p.prefetch == 1) load_round<D>(p, w, fh, fk0, fr1, L, kr, vr, blocks);
+    if (c.lead) c.s1.issue(w.wo, nullptr, r_o.first, r_o.count, QD);
+    norm_stage(c.xc, l == 0 ? nullptr : p.o, c.nw_in, p.eps, H,
+               l > 0 && blockIdx.x == 0 ? c.xn : nullptr, c.xs, c.red);
+    c.load_in_phase_a(p, w);
     stamp(p, l, kStampA1);
-    s0.wait();
+    c.s0.wait();
     stamp(p, l, kStampA2);
-    gemv_rows(slab0, xs, H, r_qkv, p.qkv);
+    gemv_rows(c.slab0, c.xs, H, r_qkv, p.qkv);
     stamp(p, l, kStampA3);
-    if (l > 0) {
-      const bf16* t = xc;
-      xc = xn;
-      xn = const_cast<bf16*>(t);
-    }
+    if (l > 0) c.swap_residual();
     grid_barrier(p.barrier);
     // ---- B: attention pieces ----
     stamp(p, l, kStampB0);
-    if (lead) {
+    if (c.lead) {
       const auto* gu = static_cast<const bf16*>(w.wgate_up);
-      s0.issue(gu, gu + int64_t{I} * H, r_gu.first, r_gu.count, H);
+      c.s0.issue(gu, gu + int64_t{I} * H, r_gu.first, r_gu.count, H);
     }
-    attention_items<D, G>(p, w, L, pc, att, l, ahead);
+    attention_items<D, G>(p, w, c.L, c.pc, c.att, l, c.ahead);
     stamp(p, l, kStampB2);
     grid_barrier(p.barrier);
     // ---- C: merge + o_proj ----
     stamp(p, l, kStampC0);
-    stage_weights(nw_post, w.post_norm, H);
-    merge_pieces<D>(p, pc, reinterpret_cast<bf16*>(xs), att);
+    stage_weights(c.nw_post, w.post_norm, H);
+    merge_pieces<D>(p, c.pc, 0, p.nh, reinterpret_cast<bf16*>(c.xs), c.att);
     stamp(p, l, kStampC1);
-    s1.wait();
+    c.s1.wait();
     stamp(p, l, kStampC2);
-    gemv_rows(slab1, xs, QD, r_o, p.o);
+    gemv_rows(c.slab1, c.xs, QD, r_o, p.o);
     stamp(p, l, kStampC3);
     grid_barrier(p.barrier);
     // ---- D: residual + post-attention norm + gate_up ----
     stamp(p, l, kStampD0);
-    if (lead) s1.issue(w.wdown, nullptr, r_down.first, r_down.count, I);
-    norm_stage(xc, p.o, nw_post, p.eps, H,
-               blockIdx.x == 0 ? xn : nullptr, xs, red);
+    if (c.lead) c.s1.issue(w.wdown, nullptr, r_down.first, r_down.count, I);
+    norm_stage(c.xc, p.o, c.nw_post, p.eps, H, blockIdx.x == 0 ? c.xn : nullptr, c.xs, c.red);
     stamp(p, l, kStampD1);
-    s0.wait();
+    c.s0.wait();
     stamp(p, l, kStampD2);
-    gate_up_rows(slab0, xs, H, r_gu, p.act);
+    gate_up_rows(c.slab0, c.xs, H, r_gu, p.act);
     stamp(p, l, kStampD3);
-    {
-      const bf16* t = xc;
-      xc = xn;
-      xn = const_cast<bf16*>(t);
-    }
+    c.swap_residual();
     grid_barrier(p.barrier);
     // ---- E: down ----
     stamp(p, l, kStampE0);
     TokenLayer next = w;
     if (l + 1 < p.num_layers) {
       next = p.layers[l + 1];
-      if (lead) s0.issue(next.wqkv, nullptr, r_qkv.first, r_qkv.count, H);
-      stage_weights(nw_in, next.input_norm, H);
-      if (ahead && p.prefetch == 2) load_round<D>(p, next, fh, fk0, fr1, L, kr, vr, blocks);
-      if (next.q_norm != nullptr) {
-        stage_weights(qk_norms, next.q_norm, D);
-        stage_weights(qk_norms + D, next.k_norm, D);
-      }
+      if (c.lead) c.s0.issue(next.wqkv, nullptr, r_qkv.first, r_qkv.count, H);
+      c.stage_next(p, next);
     }
-    stage_plain(p.act, I, xs);
+    stage_plain(p.act, I, c.xs);
     stamp(p, l, kStampE1);
-    s1.wait();
+    c.s1.wait();
     stamp(p, l, kStampE2);
-    gemv_rows(slab1, xs, I, r_down, p.o);
+    gemv_rows(c.slab1, c.xs, I, r_down, p.o);
     stamp(p, l, kStampE3);
     if (l + 1 < p.num_layers) grid_barrier(p.barrier);
     stamp(p, l, kStampEnd);
     w = next;
   }
-  if (p.wall != nullptr && blockIdx.x == 0 && lead) p.wall[1] = globaltimer();
+  if (p.wall != nullptr && blockIdx.x == 0 && c.lead) p.wall[1] = globaltimer();
 #endif
 }
 
 constexpr size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
-using Kernel = void (*)(Params);
+}  // namespace
 
-template <int D>
-Kernel kernel_for_group(int g) {
-  switch (g) {
-    case 1: return token_layers_kernel<D, 1>;
-    case 2: return token_layers_kernel<D, 2>;
-    case 3: return token_layers_kernel<D, 3>;
-    case 4: return token_layers_kernel<D, 4>;
-    case 5: return token_layers_kernel<D, 5>;
-    case 6: return token_layers_kernel<D, 6>;
-    case 7: return token_layers_kernel<D, 7>;
-    default: return token_layers_kernel<D, 8>;
-  }
+Kernel kernel_for(int d, int g) {
+  return instantiate(d, g, [](auto dd, auto gg) -> Kernel {
+    return token_layers_kernel<decltype(dd)::value, decltype(gg)::value>;
+  });
 }
 
-// The instantiation for head_dim d (64 or 128) and GQA group g (1-8).
-Kernel kernel_for(int d, int g) { return d == 64 ? kernel_for_group<64>(g) : kernel_for_group<128>(g); }
-
-}  // namespace
 }  // namespace token
 
-TokenLayersPlan token_layers_plan(const TokenShape& s, int device) {
+TokenLayersPlan token_layers_plan(const TokenShape& s, int device, bool flow) {
   TokenLayersPlan plan;
   auto no = [&](std::string why) {
     plan.ok = false;
@@ -228,8 +158,30 @@ TokenLayersPlan token_layers_plan(const TokenShape& s, int device) {
   plan.rows_down = per(H);
   plan.max_pieces = std::max(1, std::min(token::kMaxPiecesPerHead, n / s.num_kv_heads));
   plan.max_context = int64_t{plan.max_pieces} * token::kRoundKeys;
-  const size_t slab0 = std::max(size_t(plan.rows_qkv) * H, size_t(2) * plan.rows_gate_up * H) * 2;
-  const size_t slab1 = std::max(size_t(plan.rows_o) * QD, size_t(plan.rows_down) * I) * 2;
+  size_t slab0 = std::max(size_t(plan.rows_qkv) * H, size_t(2) * plan.rows_gate_up * H) * 2;
+  size_t slab1 = std::max(size_t(plan.rows_o) * QD, size_t(plan.rows_down) * I) * 2;
+  if (flow) {
+    // token_flow.cu: o_proj split by query head (o_per_head CTAs each, o_rows output rows a
+    // CTA), down by the CTA's gate_up features (a multiple of 8 columns, so that its boxes'
+    // rows are whole 16-byte units); both shares arrive as TMA boxes of at most 256 rows.
+    if (s.num_heads > n) return no("more query heads than SMs (the split o_proj)");
+    if (s.num_layers > token::kMaxFlowLayers) return no("more layers than the kernel's parameters hold");
+    plan.flow = true;
+    plan.o_per_head = n / s.num_heads;
+    plan.o_rows = (H + plan.o_per_head - 1) / plan.o_per_head;
+    plan.o_box_rows = std::min(plan.o_rows, 256);
+    const int cols = (per(I) + 7) / 8 * 8;
+    if (cols > 256) return no("more than 256 intermediate features a CTA (the split down)");
+    plan.rows_gate_up = cols;
+    plan.down_box_rows = std::min(H, 256);
+    auto padded = [](int rows, int box) { return size_t((rows + box - 1) / box) * box; };
+    slab0 = std::max(size_t(plan.rows_qkv) * H, size_t(2) * cols * H) * 2;
+    slab1 = std::max(padded(plan.o_rows, plan.o_box_rows) * D,
+                     padded(H, plan.down_box_rows) * cols) * 2;
+    plan.flow_state_bytes = token::align_up(sizeof(uint64_t) * 2 * H, 128) +
+                            token::align_up(sizeof(unsigned) * (2 + 2 * s.num_kv_heads), 128) +
+                            size_t(2) * QD;
+  }
   const size_t xs = size_t(std::max({H, QD, I})) * 2;
   size_t off = 16;  // the two mbarriers
   plan.off_red = off;
@@ -244,10 +196,15 @@ TokenLayersPlan token_layers_plan(const TokenShape& s, int device) {
   off = token::align_up(off + token::att_smem_bytes(D), 128);
   plan.off_norm = off;
   off = token::align_up(off + size_t(4) * H, 128);
+  if (plan.flow) {
+    plan.off_act = off;
+    off = token::align_up(off + sizeof(float) * plan.rows_gate_up, 128);
+  }
   plan.smem_bytes = off;
   if (plan.smem_bytes > static_cast<size_t>(optin)) return no("shared memory above the device's limit");
   plan.workspace_bytes = sizeof(float) * size_t(s.num_kv_heads) * plan.max_pieces * g * (D + 2);
-  auto kernel = token::kernel_for(D, g);
+  const void* kernel = flow ? reinterpret_cast<const void*>(token::flow_kernel_for(D, g))
+                            : reinterpret_cast<const void*>(token::kernel_for(D, g));
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   static_cast<int>(plan.smem_bytes)));
   int per_sm = 0;
@@ -307,12 +264,48 @@ void token_layers(const TokenShape& s, const TokenLayersPlan& plan, const TokenL
   p.off_att = static_cast<uint32_t>(plan.off_att);
   p.off_red = static_cast<uint32_t>(plan.off_red);
   p.off_norm = static_cast<uint32_t>(plan.off_norm);
-  auto kernel = token::kernel_for(s.head_dim, p.group);
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeCooperative;
   attr[0].val.cooperative = 1;
-  cuda::launch_kernel_ex(kernel, dim3(plan.ctas), dim3(token::kThreads), plan.smem_bytes, stream,
-                         attr, 1, p);
+  if (!plan.flow) {
+    cuda::launch_kernel_ex(token::kernel_for(s.head_dim, p.group), dim3(plan.ctas),
+                           dim3(token::kThreads), plan.smem_bytes, stream, attr, 1, p);
+    return;
+  }
+  // flow_state: the two fixed-point sums, then the two flags and the KV heads' counters, then
+  // the merged attention rows (token_layers_plan's flow_state_bytes).
+  auto* base = static_cast<uint8_t*>(a.flow_state);
+  const size_t sums = token::align_up(sizeof(uint64_t) * 2 * s.hidden, 128);
+  const size_t words = token::align_up(sizeof(unsigned) * (2 + 2 * s.num_kv_heads), 128);
+  p.acc = reinterpret_cast<unsigned long long*>(base);
+  p.acc_bad = reinterpret_cast<unsigned*>(base + sums);
+  p.group_sync = p.acc_bad + 2;
+  p.attn = reinterpret_cast<__nv_bfloat16*>(base + sums + words);
+  p.o_per_head = plan.o_per_head;
+  p.o_rows = plan.o_rows;
+  p.o_box_rows = plan.o_box_rows;
+  p.down_box_rows = plan.down_box_rows;
+  p.off_act = static_cast<uint32_t>(plan.off_act);
+  token::FlowParams fp{};  // about 16 KB, copied by the launch (a graph keeps its copy)
+  fp.p = p;
+  std::copy(a.maps, a.maps + s.num_layers, fp.maps);
+  cuda::launch_kernel_ex(token::flow_kernel_for(s.head_dim, p.group), dim3(plan.ctas),
+                         dim3(token::kThreads), plan.smem_bytes, stream, attr, 1, fp);
+}
+
+TokenMaps token_layers_tensor_maps(const TokenShape& s, const TokenLayersPlan& plan,
+                                   const TokenLayer& w) {
+  KVATTN_CHECK(plan.flow, "token_layers_tensor_maps: the plan is not the three-phase kernel's");
+  const auto H = static_cast<uint64_t>(s.hidden), I = static_cast<uint64_t>(s.inter);
+  const auto QD = static_cast<uint64_t>(s.num_heads) * s.head_dim;
+  TokenMaps m{};
+  m.o = cuda::make_tensor_map_2byte_plain("token kernel o_proj", w.wo, {QD, H}, {QD * 2},
+                                          {static_cast<uint32_t>(s.head_dim),
+                                           static_cast<uint32_t>(plan.o_box_rows)});
+  m.down = cuda::make_tensor_map_2byte_plain("token kernel down", w.wdown, {I, H}, {I * 2},
+                                             {static_cast<uint32_t>(plan.rows_gate_up),
+                                              static_cast<uint32_t>(plan.down_box_rows)});
+  return m;
 }
 
 }  // namespace kvattn::cuda_model

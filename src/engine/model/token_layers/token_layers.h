@@ -25,6 +25,7 @@
 // SmolLM2-135M, Qwen3-0.6B). sm_90 only (bulk copies).
 #pragma once
 
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -46,6 +47,14 @@ struct TokenLayer {
   void* k_cache;         // [num_blocks, block_size, nkv, D]
   void* v_cache;
   int64_t k_block_stride, v_block_stride;  // elements
+};
+
+// A layer's TMA descriptors for the three-phase kernel (plain, unswizzled boxes): o_proj
+// [hidden, nh * D] in boxes of (D columns, o_box_rows rows), down [hidden, inter] in boxes of
+// (rows_gate_up columns, down_box_rows rows) (token_layers_tensor_maps).
+struct TokenMaps {
+  CUtensorMap o;
+  CUtensorMap down;
 };
 
 // The model's shape and its RoPE (the fields of QkNormRope the kernel supports).
@@ -74,10 +83,20 @@ struct TokenLayersPlan {
   // rounds (correct, but slower than the layered path's decode kernel; the model keeps those
   // on the layered path).
   int64_t max_context = 0;
+  // The three-phase kernel (token_flow.cu) when set; its splits (token_params.cuh Params).
+  bool flow = false;
+  int o_per_head = 0, o_rows = 0, o_box_rows = 0, down_box_rows = 0;
+  size_t off_act = 0;
+  size_t flow_state_bytes = 0;  // TokenLayersArgs::flow_state
 };
 
-// Whether (and how) `shape` runs on `device` (no allocation, no launch).
-TokenLayersPlan token_layers_plan(const TokenShape& shape, int device);
+// Whether (and how) `shape` runs on `device` (no allocation, no launch), as the five-phase
+// kernel, or with `flow` as the three-phase one (token_flow.cu).
+TokenLayersPlan token_layers_plan(const TokenShape& shape, int device, bool flow = false);
+
+// The three-phase kernel's tensor maps of one layer (host; the plan's boxes).
+TokenMaps token_layers_tensor_maps(const TokenShape& shape, const TokenLayersPlan& plan,
+                                   const TokenLayer& layer);
 
 // One step's inputs and buffers (device pointers).
 struct TokenLayersArgs {
@@ -95,6 +114,11 @@ struct TokenLayersArgs {
   float* workspace;        // plan.workspace_bytes
   unsigned* barrier;       // one word, zero before the first launch (self-resetting after)
   uint32_t* fault_word;
+  // The three-phase kernel only: its layers' tensor maps [num_layers] (host memory: they
+  // travel in the kernel's parameters) and its state (device memory, plan.flow_state_bytes,
+  // zeroed once when allocated; the kernel leaves it reusable).
+  const TokenMaps* maps = nullptr;
+  void* flow_state = nullptr;
   // When the CTA's first K/V round is copied in: 0 in phase B, 1 in phase A after the input
   // norm, 2 in the previous layer's phase E (the default: copies still in flight at a grid
   // barrier hold the CTA's arrival back, ~3 us at phase A's; session 34 call 5:

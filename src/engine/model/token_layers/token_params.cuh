@@ -5,6 +5,7 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "engine/model/cuda_bf16_math.cuh"
 #include "engine/model/token_layers/token_layers.h"
@@ -51,7 +52,56 @@ struct Params {
   unsigned long long* stamps;
   unsigned long long* wall;
   uint32_t off_xs, off_slab0, off_slab1, off_att, off_red, off_norm;
+  // The three-phase kernel (token_flow.cu; unused by the five-phase one): the two fixed-point
+  // sums [2][hidden] (o_proj's, down's) and their non-finite flags [2], the KV heads' piece
+  // arrivals and merges [2][nkv] (counters), the merged attention rows [nh * D], and the split
+  // of o_proj (o_per_head CTAs a query head, o_rows output rows
+  // each, loaded in boxes of o_box_rows rows) and of down (rows_gate_up columns a CTA, boxes
+  // of down_box_rows rows); off_act: the CTA's SiLU * up values (floats [rows_gate_up]).
+  unsigned long long* acc;
+  unsigned* acc_bad;
+  unsigned* group_sync;
+  bf16* attn;
+  int o_per_head, o_rows, o_box_rows, down_box_rows;
+  uint32_t off_act;
 };
+
+// The three-phase kernel's parameters: Params and its layers' tensor maps, which TMA reads
+// from the kernel's parameter space (__grid_constant__: no tensormap fence, as a map in global
+// memory written by the host would need before every use).
+inline constexpr int kMaxFlowLayers = 64;
+struct FlowParams {
+  Params p;
+  TokenMaps maps[kMaxFlowLayers];
+};
+
+// The kernels for head_dim d (64 or 128) and GQA group g (1-8): the five-phase one
+// (token_layers.cu) and the three-phase one (token_flow.cu).
+using Kernel = void (*)(Params);
+using FlowKernel = void (*)(FlowParams);
+Kernel kernel_for(int d, int g);
+FlowKernel flow_kernel_for(int d, int g);
+
+// pick(D, G) for head_dim d (64 or 128) and group g (1-8) as integral constants: the
+// instantiation tables of kernel_for and flow_kernel_for.
+template <class Pick>
+auto instantiate(int d, int g, Pick pick) {
+  using K = decltype(pick(std::integral_constant<int, 64>{}, std::integral_constant<int, 1>{}));
+  auto by_group = [&](auto dd) -> K {
+    switch (g) {
+      case 1: return pick(dd, std::integral_constant<int, 1>{});
+      case 2: return pick(dd, std::integral_constant<int, 2>{});
+      case 3: return pick(dd, std::integral_constant<int, 3>{});
+      case 4: return pick(dd, std::integral_constant<int, 4>{});
+      case 5: return pick(dd, std::integral_constant<int, 5>{});
+      case 6: return pick(dd, std::integral_constant<int, 6>{});
+      case 7: return pick(dd, std::integral_constant<int, 7>{});
+      default: return pick(dd, std::integral_constant<int, 8>{});
+    }
+  };
+  return d == 64 ? by_group(std::integral_constant<int, 64>{})
+                 : by_group(std::integral_constant<int, 128>{});
+}
 
 __device__ __forceinline__ unsigned long long globaltimer() {
   unsigned long long t;

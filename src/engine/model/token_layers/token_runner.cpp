@@ -20,6 +20,11 @@ bool token_kernel_wanted() {
   return e != nullptr && std::strcmp(e, "1") == 0;
 }
 
+bool token_flow_wanted() {
+  const char* e = std::getenv("KVATTN_TOKEN_FLOW");
+  return e != nullptr && std::strcmp(e, "1") == 0;
+}
+
 namespace {
 
 // Why the model's layers are not the kernel's, or "".
@@ -61,7 +66,11 @@ TokenRunner::TokenRunner(const ModelConfig& cfg, bool wanted, bool tensor_parall
   shape_.attention_factor = attention_factor;
   shape_.rotary_dim = static_cast<int>(cfg.rope_dim());
   shape_.interleaved = cfg.rope_style == ModelConfig::RopeStyle::kInterleaved;
-  plan_ = token_layers_plan(shape_, device.index);
+  if (token_flow_wanted()) {
+    plan_ = token_layers_plan(shape_, device.index, /*flow=*/true);
+    if (!plan_.ok) flow_why_not_ = plan_.why_not;
+  }
+  if (!plan_.ok) plan_ = token_layers_plan(shape_, device.index);
   if (!plan_.ok) {
     why_not_ = plan_.why_not;
     return;
@@ -69,6 +78,10 @@ TokenRunner::TokenRunner(const ModelConfig& cfg, bool wanted, bool tensor_parall
   workspace_ = Tensor::empty({static_cast<int64_t>(plan_.workspace_bytes)}, DType::kU8, device);
   barrier_ = Tensor::empty({16}, DType::kU8, device);
   CUDA_CHECK(cudaMemset(barrier_.data(), 0, 16));
+  if (plan_.flow) {
+    flow_state_ = Tensor::empty({static_cast<int64_t>(plan_.flow_state_bytes)}, DType::kU8, device);
+    CUDA_CHECK(cudaMemset(flow_state_.data(), 0, plan_.flow_state_bytes));
+  }
   (void)cuda::fault_word_ptr(device.index);  // created outside any capture
   if (const char* pf = std::getenv("KVATTN_TOKEN_PREFETCH"); pf != nullptr && pf[0] >= '0' && pf[0] <= '2' && pf[1] == 0) {
     prefetch_ = pf[0] - '0';
@@ -98,19 +111,28 @@ void TokenRunner::print_profile() const {
   // CTA 0's cycles from its first stamp to its last: the clock's rate against the wall time.
   const int64_t cycles = static_cast<int64_t>(h[size_t(shape_.num_layers - 1) * per + kStampEnd - 1] - h[0]);
   h.resize(n);
-  std::fprintf(stderr, "%s", token_profile_summary(h, plan_.ctas, shape_.num_layers, wall, cycles).c_str());
+  std::fprintf(stderr, "%s",
+               token_profile_summary(h, plan_.ctas, shape_.num_layers, wall, cycles, plan_.flow)
+                   .c_str());
 }
 
 std::string token_profile_summary(const std::vector<unsigned long long>& st, int ctas,
-                                  int layers, unsigned long long wall_ns, int64_t cycles) {
+                                  int layers, unsigned long long wall_ns, int64_t cycles,
+                                  bool flow) {
   const int per = kStampEnd + 1;
   const double ns_per_cycle = cycles > 0 ? double(wall_ns) / double(cycles) : 0.0;
   static const char* names[kStampEnd] = {
       "A norm", "A slab wait", "A gemv", "A barrier", "B prepare", "B keys", "B barrier",
       "C merge", "C slab wait", "C gemv", "C barrier", "D norm", "D slab wait", "D gemv",
       "D barrier", "E stage", "E slab wait", "E gemv", "E barrier"};
+  // The three-phase kernel's stamps (token_flow.cu) at the same indices.
+  static const char* flow_names[kStampEnd] = {
+      "A norm", "A slab wait", "A gemv", "A barrier", "B prepare", "B keys", "B arrive/merge",
+      "B head wait", "B slab wait", "B o share", "B barrier", "D norm", "D slab wait",
+      "D gate_up", "D (none)", "D stage next", "D slab wait", "D down share", "D barrier"};
   std::string out = "token kernel profile (last launch, us per layer, mean / max over CTAs):\n";
   for (int k = 0; k < kStampEnd; ++k) {
+    if (flow && k == kStampD3) continue;  // D3 and E0 are one point there
     double sum = 0.0, worst = 0.0;
     int count = 0;
     for (int b = 0; b < ctas; ++b) {
@@ -124,7 +146,7 @@ std::string token_profile_summary(const std::vector<unsigned long long>& st, int
             k1 = kStampB2;
           }
         }
-        if (k == kStampE3 && l + 1 == layers) continue;  // no barrier after the last layer
+        if (k == kStampE3 && l + 1 == layers && !flow) continue;  // no barrier after the last
         if (st[at + k1] < st[at + k0]) continue;
         const double us = double(st[at + k1] - st[at + k0]) * ns_per_cycle * 1e-3;
         sum += us;
@@ -134,7 +156,8 @@ std::string token_profile_summary(const std::vector<unsigned long long>& st, int
     }
     const double mean = count > 0 ? sum / count : 0.0;
     char line[160];
-    std::snprintf(line, sizeof line, "  %-12s %7.2f / %7.2f\n", names[k], mean, worst);
+    std::snprintf(line, sizeof line, "  %-16s %7.2f / %7.2f\n", flow ? flow_names[k] : names[k],
+                  mean, worst);
     out += line;
   }
   char line[200];
@@ -154,6 +177,10 @@ void TokenRunner::bind(const std::vector<TokenLayer>& layers, int64_t block_size
     layers_ = Tensor::empty({bytes}, DType::kU8, device_);
   }
   CUDA_CHECK(cudaMemcpy(layers_.data(), layers.data(), bytes, cudaMemcpyHostToDevice));
+  maps_.clear();
+  if (plan_.flow) {
+    for (const TokenLayer& l : layers) maps_.push_back(token_layers_tensor_maps(shape_, plan_, l));
+  }
   block_size_ = block_size;
   num_blocks_ = num_blocks;
   bound_ = true;
@@ -180,6 +207,10 @@ void TokenRunner::run(const int32_t* position, const int32_t* slot, const int32_
   a.barrier = static_cast<unsigned*>(barrier_.data());
   a.fault_word = cuda::fault_word_ptr(device_.index);
   a.prefetch = prefetch_;
+  if (plan_.flow) {
+    a.maps = maps_.data();
+    a.flow_state = flow_state_.data();
+  }
   if (stamps_.defined()) {
     auto* st = static_cast<unsigned long long*>(stamps_.data());
     a.stamps = st;

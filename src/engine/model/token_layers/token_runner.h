@@ -40,6 +40,10 @@ class TokenRunner {
               float attention_factor, Device device);
 
   bool planned() const { return plan_.ok; }
+  // The three-phase kernel (KVATTN_TOKEN_FLOW=1 and its plan fits), else the five-phase one.
+  bool flow() const { return plan_.ok && plan_.flow; }
+  // Why KVATTN_TOKEN_FLOW=1 fell back to the five-phase kernel ("" when it did not).
+  const std::string& flow_why_not() const { return flow_why_not_; }
   const std::string& why_not() const { return why_not_; }
   // The layers' pointers for a bound pool (bf16 caches), or none (unbound / fp8: not taken).
   void bind(const std::vector<TokenLayer>& layers, int64_t block_size, int64_t num_blocks);
@@ -57,9 +61,13 @@ class TokenRunner {
  private:
   TokenShape shape_;
   TokenLayersPlan plan_;
-  std::string why_not_;
+  std::string why_not_, flow_why_not_;
   Device device_;
   Tensor layers_, workspace_, barrier_;
+  // The three-phase kernel's (token_layers.h TokenLayersArgs): the layers' tensor maps (host:
+  // they travel in the launch's parameters) and its state.
+  std::vector<TokenMaps> maps_;
+  Tensor flow_state_;
   // KVATTN_TOKEN_PROFILE=1: the last launch's phase stamps (token_layers.h), summarised on
   // stderr when the runner goes (profile_summary).
   Tensor stamps_;
@@ -70,11 +78,15 @@ class TokenRunner {
 };
 
 bool token_kernel_wanted();  // KVATTN_TOKEN_KERNEL=1
+// KVATTN_TOKEN_FLOW=1: the three-phase kernel (token_flow.cu) where it fits. Off until it has
+// run on a GPU (written in session 35 without one).
+bool token_flow_wanted();
 
 // The phases' mean durations over CTAs and layers from a launch's stamps (token_layers.h),
 // in us at the rate the two wall stamps give: a table, one line per interval.
 std::string token_profile_summary(const std::vector<unsigned long long>& stamps, int ctas,
-                                  int layers, unsigned long long wall_ns, int64_t cycles);
+                                  int layers, unsigned long long wall_ns, int64_t cycles,
+                                  bool flow = false);
 
 }  // namespace kvattn::cuda_model
 

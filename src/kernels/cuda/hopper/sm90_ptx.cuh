@@ -52,6 +52,15 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
 // The tensor map is a __grid_constant__ kernel parameter (its generic address is passed).
 // Coordinates are in elements, innermost first; out-of-range boxes are zero-filled and still
 // count their full size towards the barrier's transaction bytes.
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const void* tmap, uint32_t bar, int c0,
+                                            int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4}], [%2];\n" ::"r"(dst),
+      "l"(tmap), "r"(bar), "r"(c0), "r"(c1)
+      : "memory");
+}
+
 __device__ __forceinline__ void tma_load_3d(uint32_t dst, const void* tmap, uint32_t bar, int c0,
                                             int c1, int c2) {
   asm volatile(

@@ -28,7 +28,8 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
 CUresult encode(CUtensorMap* map, CUtensorMapDataType type, const void* base,
                 std::initializer_list<uint64_t> dims,
                 std::initializer_list<uint64_t> strides_bytes,
-                std::initializer_list<uint32_t> box) {
+                std::initializer_list<uint32_t> box,
+                CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_128B) {
   constexpr size_t kMaxRank = 5;
   const size_t rank = dims.size();
   KVATTN_CHECK(rank >= 1 && rank <= kMaxRank && box.size() == rank &&
@@ -51,19 +52,20 @@ CUresult encode(CUtensorMap* map, CUtensorMapDataType type, const void* base,
     b[i++] = v;
   }
   return fn(map, type, static_cast<cuuint32_t>(rank), const_cast<void*>(base), d.data(),
-            s.data(), b.data(), e.data(), CU_TENSOR_MAP_INTERLEAVE_NONE,
-            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            s.data(), b.data(), e.data(), CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+            CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
 }
 
 CUtensorMap make_tensor_map(const char* what, CUtensorMapDataType type, const void* base,
                             std::initializer_list<uint64_t> dims,
                             std::initializer_list<uint64_t> strides_bytes,
-                            std::initializer_list<uint32_t> box) {
+                            std::initializer_list<uint32_t> box,
+                            CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_128B) {
   KVATTN_CHECK(encode_fn() != nullptr,
                "TMA: cuTensorMapEncodeTiled is not available from the driver (", what, ")");
   CUtensorMap map{};
-  const CUresult r = encode(&map, type, base, dims, strides_bytes, box);
+  const CUresult r = encode(&map, type, base, dims, strides_bytes, box, swizzle);
   KVATTN_CHECK(r == CUDA_SUCCESS, "TMA: cuTensorMapEncodeTiled failed for ", what, " (CUresult ",
                static_cast<int>(r), ")");
   return map;
@@ -83,6 +85,14 @@ CUtensorMap make_tensor_map_1byte(const char* what, const void* base,
                                   std::initializer_list<uint64_t> strides_bytes,
                                   std::initializer_list<uint32_t> box) {
   return make_tensor_map(what, CU_TENSOR_MAP_DATA_TYPE_UINT8, base, dims, strides_bytes, box);
+}
+
+CUtensorMap make_tensor_map_2byte_plain(const char* what, const void* base,
+                                        std::initializer_list<uint64_t> dims,
+                                        std::initializer_list<uint64_t> strides_bytes,
+                                        std::initializer_list<uint32_t> box) {
+  return make_tensor_map(what, CU_TENSOR_MAP_DATA_TYPE_UINT16, base, dims, strides_bytes, box,
+                         CU_TENSOR_MAP_SWIZZLE_NONE);
 }
 
 std::optional<CUtensorMap> try_tensor_map(int elem_bytes, const void* base,

@@ -18,6 +18,13 @@ CUtensorMap make_tensor_map_2byte(const char* what, const void* base,
                                   std::initializer_list<uint64_t> strides_bytes,
                                   std::initializer_list<uint32_t> box);
 
+// The same without a swizzle: boxes land row after row, box[0] * 2 bytes each (a multiple of
+// 16; box[0] <= 256), for kernels that read the rows as plain arrays.
+CUtensorMap make_tensor_map_2byte_plain(const char* what, const void* base,
+                                        std::initializer_list<uint64_t> dims,
+                                        std::initializer_list<uint64_t> strides_bytes,
+                                        std::initializer_list<uint32_t> box);
+
 // The same over 1-byte elements (float8_e4m3 codes): box[0] <= 128.
 CUtensorMap make_tensor_map_1byte(const char* what, const void* base,
                                   std::initializer_list<uint64_t> dims,
