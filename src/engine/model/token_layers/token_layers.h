@@ -13,6 +13,11 @@
 // the token does not change in the launch); after a barrier a phase computes from shared
 // memory and reads only the small activations from L2.
 //
+// A three-phase form (token_flow.cu, TokenLayersPlan::flow) removes two of the four barriers:
+// o_proj and down are split over the CTAs by columns (split-K) and summed in fixed point, and
+// each KV head's pieces are merged by the CTA that completes them, which signals the CTAs
+// waiting for that head by a counter instead of a grid barrier.
+//
 // Arithmetic follows the unfused path where its bits are cheap to keep: the norms are
 // norm_stage's (cuda_gemv.cu) and the q/k norm + RoPE + cache bytes are cuda_rope_math.cuh's,
 // so the caches hold what qk_norm_rope_store_kv writes. The projections sum in another order

@@ -12,7 +12,8 @@
 // when it decodes one token of one sequence (the batch-1 rung of the decode graphs, or the
 // eager step of one row) over a bf16 cache, on a model the kernel covers: one rank, the
 // Llama / Qwen3 layer (SiLU, no biases, no sandwich norms, no window or soft-cap, RoPE without
-// dynamic scaling) and the plan's shape limits.
+// dynamic scaling) and the plan's shape limits. KVATTN_TOKEN_FLOW=1 selects the three-phase
+// form (token_flow.cu) where its plan fits, the five-phase one otherwise.
 #pragma once
 
 #ifdef KVATTN_WITH_CUDA
