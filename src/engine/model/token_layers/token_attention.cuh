@@ -34,26 +34,7 @@
 
 namespace kvattn::cuda_model::token {
 
-template <int D>
-struct AttSmem {
-  static constexpr size_t kQ = 0;
-  static constexpr size_t kKnew = kQ + sizeof(float) * kMaxGroup * D;
-  static constexpr size_t kVnew = kKnew + sizeof(float) * D;
-  static constexpr size_t kRaw = kVnew + sizeof(float) * D;
-  static constexpr size_t kNorm = kRaw + sizeof(bf16) * kWarps * D;
-  static constexpr size_t kRope = kNorm + sizeof(float) * kWarps * D;   // cos, sin [D / 2] each
-  static constexpr size_t kQkNorm = kRope + sizeof(float) * D;          // q, k norm weights bf16 [D]
-  static constexpr size_t kBlocks = kQkNorm + sizeof(bf16) * 2 * D;   // int [kRoundKeys]
-  static constexpr size_t kUnion = kBlocks + sizeof(int) * kRoundKeys;
-  static constexpr size_t kRoundBytes = sizeof(bf16) * 2 * kRoundKeys * D;
-  static constexpr size_t kStateBytes = sizeof(float) * kWarps * kMaxGroup * (D + 2);
-  static constexpr size_t kBytes = kUnion + (kRoundBytes > kStateBytes ? kRoundBytes : kStateBytes);
-};
-
-// Host and device: the attention area's size for head_dim d (64 or 128).
-constexpr size_t att_smem_bytes(int d) {
-  return d == 64 ? AttSmem<64>::kBytes : AttSmem<128>::kBytes;
-}
+// (AttSmem, the layout above, and att_smem_bytes: token_split.h.)
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 

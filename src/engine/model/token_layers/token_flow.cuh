@@ -22,8 +22,7 @@
 
 namespace kvattn::cuda_model::token {
 
-inline constexpr float kFixedOne = 4294967296.0f;  // 2^32 units per 1.0
-inline constexpr float kFixedClamp = 8388608.0f;   // 2^23
+// (kFixedOne, kFixedClamp, fixed_of and fixed_sum_value: token_split.h.)
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
@@ -37,8 +36,7 @@ struct FixedSum {
       atomicOr(bad, 1u);
       return;
     }
-    x = fminf(fmaxf(x, -kFixedClamp), kFixedClamp);
-    atomicAdd(v + i, static_cast<unsigned long long>(__float2ll_rn(x * kFixedOne)));
+    atomicAdd(v + i, fixed_of(x));
   }
 
   // The whole CTA, in a phase where no CTA adds to or reads the sum (grid barriers on both
@@ -51,8 +49,7 @@ struct FixedSum {
 
 // A sum's value as the bf16 the unfused path would have stored (as a float).
 __device__ __forceinline__ float fixed_value(unsigned long long a) {
-  const double x = static_cast<double>(static_cast<long long>(a)) * (1.0 / 4294967296.0);
-  return f(__float2bfloat16(static_cast<float>(x)));
+  return f(__float2bfloat16(fixed_sum_value(a)));
 }
 
 // norm_stage's addend read from a FixedSum another CTA completed (read past L1).
@@ -91,15 +88,9 @@ __device__ __forceinline__ void issue_boxes(const WeightSlab& s, const CUtensorM
   }
 }
 
-// The CTA's share of o_proj: query head qh's D columns of output rows [r0, r0 + nr) (nr 0: none).
-struct OUnit {
-  int qh, r0, nr;
-};
+// CTA blockIdx.x's o_proj share (token_split.h o_unit_of).
 __device__ __forceinline__ OUnit o_unit(const Params& p) {
-  const int qh = static_cast<int>(blockIdx.x) / p.o_per_head;
-  if (qh >= p.nh) return {0, 0, 0};
-  const int r0 = (static_cast<int>(blockIdx.x) - qh * p.o_per_head) * p.o_rows;
-  return {qh, r0, max(0, min(p.o_rows, p.hidden - r0))};
+  return o_unit_of(static_cast<int>(blockIdx.x), p.nh, p.o_per_head, p.o_rows, p.hidden);
 }
 
 // After phase B's item (attention_items ends with a __syncthreads, so the item's piece is in

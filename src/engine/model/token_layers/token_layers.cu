@@ -113,8 +113,6 @@ __global__ void __launch_bounds__(kThreads, 1) token_layers_kernel(const __grid_
 #endif
 }
 
-constexpr size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
-
 }  // namespace
 
 Kernel kernel_for(int d, int g) {
@@ -126,83 +124,21 @@ Kernel kernel_for(int d, int g) {
 }  // namespace token
 
 TokenLayersPlan token_layers_plan(const TokenShape& s, int device, bool flow) {
-  TokenLayersPlan plan;
-  auto no = [&](std::string why) {
-    plan.ok = false;
-    plan.why_not = std::move(why);
-    return plan;
-  };
-  if (s.num_layers <= 0) return no("no layers");
-  if (s.head_dim != 64 && s.head_dim != 128) return no("head_dim is not 64 or 128");
-  if (s.num_kv_heads <= 0 || s.num_heads % s.num_kv_heads != 0) return no("heads");
-  const int g = s.num_heads / s.num_kv_heads;
-  if (g > token::kMaxGroup) return no("GQA group above 8");
-  if (s.hidden % 8 != 0 || s.inter % 8 != 0) return no("hidden or intermediate size not a multiple of 8");
-  const int R = s.rotary_dim == 0 ? s.head_dim : s.rotary_dim;
-  if (R % 2 != 0 || R > s.head_dim) return no("rotary_dim");
   int major = 0, sms = 0, coop = 0, optin = 0;
   CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   CUDA_CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, device));
   CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  TokenLayersPlan plan = token_layers_layout(s, sms, static_cast<size_t>(optin), flow);
+  auto no = [&](std::string why) {
+    plan.ok = false;
+    plan.why_not = std::move(why);
+    return plan;
+  };
+  if (!plan.ok) return plan;
   if (major != 9) return no("not an sm_90 device");
   if (coop == 0) return no("no cooperative launch");
-  const int n = sms;
-  auto per = [n](int rows) { return (rows + n - 1) / n; };
-  const int D = s.head_dim, H = s.hidden, I = s.inter, QD = s.num_heads * D;
-  const int qkv_dim = (s.num_heads + 2 * s.num_kv_heads) * D;
-  plan.ctas = n;
-  plan.rows_qkv = per(qkv_dim);
-  plan.rows_o = per(H);
-  plan.rows_gate_up = per(I);
-  plan.rows_down = per(H);
-  plan.max_pieces = std::max(1, std::min(token::kMaxPiecesPerHead, n / s.num_kv_heads));
-  plan.max_context = int64_t{plan.max_pieces} * token::kRoundKeys;
-  size_t slab0 = std::max(size_t(plan.rows_qkv) * H, size_t(2) * plan.rows_gate_up * H) * 2;
-  size_t slab1 = std::max(size_t(plan.rows_o) * QD, size_t(plan.rows_down) * I) * 2;
-  if (flow) {
-    // token_flow.cu: o_proj split by query head (o_per_head CTAs each, o_rows output rows a
-    // CTA), down by the CTA's gate_up features (a multiple of 8 columns, so that its boxes'
-    // rows are whole 16-byte units); both shares arrive as TMA boxes of at most 256 rows.
-    if (s.num_heads > n) return no("more query heads than SMs (the split o_proj)");
-    if (s.num_layers > token::kMaxFlowLayers) return no("more layers than the kernel's parameters hold");
-    plan.flow = true;
-    plan.o_per_head = n / s.num_heads;
-    plan.o_rows = (H + plan.o_per_head - 1) / plan.o_per_head;
-    plan.o_box_rows = std::min(plan.o_rows, 256);
-    const int cols = (per(I) + 7) / 8 * 8;
-    if (cols > 256) return no("more than 256 intermediate features a CTA (the split down)");
-    plan.rows_gate_up = cols;
-    plan.down_box_rows = std::min(H, 256);
-    auto padded = [](int rows, int box) { return size_t((rows + box - 1) / box) * box; };
-    slab0 = std::max(size_t(plan.rows_qkv) * H, size_t(2) * cols * H) * 2;
-    slab1 = std::max(padded(plan.o_rows, plan.o_box_rows) * D,
-                     padded(H, plan.down_box_rows) * cols) * 2;
-    plan.flow_state_bytes = token::align_up(sizeof(uint64_t) * 2 * H, 128) +
-                            token::align_up(sizeof(unsigned) * (2 + 2 * s.num_kv_heads), 128) +
-                            size_t(2) * QD;
-  }
-  const size_t xs = size_t(std::max({H, QD, I})) * 2;
-  size_t off = 16;  // the two mbarriers
-  plan.off_red = off;
-  off = token::align_up(off + sizeof(float) * 16, 128);
-  plan.off_xs = off;
-  off = token::align_up(off + xs, 128);
-  plan.off_slab0 = off;
-  off = token::align_up(off + slab0, 128);
-  plan.off_slab1 = off;
-  off = token::align_up(off + slab1, 128);
-  plan.off_att = off;
-  off = token::align_up(off + token::att_smem_bytes(D), 128);
-  plan.off_norm = off;
-  off = token::align_up(off + size_t(4) * H, 128);
-  if (plan.flow) {
-    plan.off_act = off;
-    off = token::align_up(off + sizeof(float) * plan.rows_gate_up, 128);
-  }
-  plan.smem_bytes = off;
-  if (plan.smem_bytes > static_cast<size_t>(optin)) return no("shared memory above the device's limit");
-  plan.workspace_bytes = sizeof(float) * size_t(s.num_kv_heads) * plan.max_pieces * g * (D + 2);
+  const int D = s.head_dim, g = s.num_heads / s.num_kv_heads;
   const void* kernel = flow ? reinterpret_cast<const void*>(token::flow_kernel_for(D, g))
                             : reinterpret_cast<const void*>(token::kernel_for(D, g));
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -211,7 +147,6 @@ TokenLayersPlan token_layers_plan(const TokenShape& s, int device, bool flow) {
   CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, token::kThreads,
                                                            plan.smem_bytes));
   if (per_sm < 1) return no("the kernel does not fit an SM");
-  plan.ok = true;
   return plan;
 }
 

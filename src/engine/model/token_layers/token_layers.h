@@ -37,6 +37,8 @@
 #include <cstdint>
 #include <string>
 
+#include "engine/model/token_layers/token_split.h"
+
 namespace kvattn::cuda_model {
 
 // A layer's device pointers (bf16 unless said). q_norm / k_norm: both or neither.
@@ -60,39 +62,6 @@ struct TokenLayer {
 struct TokenMaps {
   CUtensorMap o;
   CUtensorMap down;
-};
-
-// The model's shape and its RoPE (the fields of QkNormRope the kernel supports).
-struct TokenShape {
-  int num_layers = 0, hidden = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0, inter = 0;
-  float eps = 1e-6f;
-  float scale = 0.0f;  // softmax scale (1/sqrt(head_dim) when 0)
-  const float* inv_freq = nullptr;  // device [rotary_dim / 2] or null (plain RoPE at theta)
-  float theta = 10000.0f;
-  float attention_factor = 1.0f;
-  int rotary_dim = 0;  // 0: head_dim
-  bool interleaved = false;
-};
-
-struct TokenLayersPlan {
-  bool ok = false;
-  std::string why_not;  // when !ok
-  int ctas = 0;
-  size_t smem_bytes = 0;
-  size_t workspace_bytes = 0;  // the attention pieces (float)
-  // Shared-memory layout (byte offsets) and the per-CTA row counts of each GEMV phase.
-  size_t off_xs = 0, off_slab0 = 0, off_slab1 = 0, off_att = 0, off_red = 0, off_norm = 0;
-  int rows_qkv = 0, rows_o = 0, rows_gate_up = 0, rows_down = 0;
-  int max_pieces = 0;  // attention pieces per KV head at most
-  // max_pieces x the keys of one round: longer contexts read a piece in several dependent
-  // rounds (correct, but slower than the layered path's decode kernel; the model keeps those
-  // on the layered path).
-  int64_t max_context = 0;
-  // The three-phase kernel (token_flow.cu) when set; its splits (token_params.cuh Params).
-  bool flow = false;
-  int o_per_head = 0, o_rows = 0, o_box_rows = 0, down_box_rows = 0;
-  size_t off_act = 0;
-  size_t flow_state_bytes = 0;  // TokenLayersArgs::flow_state
 };
 
 // Whether (and how) `shape` runs on `device` (no allocation, no launch), as the five-phase

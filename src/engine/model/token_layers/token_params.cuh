@@ -12,13 +12,8 @@
 
 namespace kvattn::cuda_model::token {
 
-
-inline constexpr int kWarps = 8;
-inline constexpr int kThreads = kWarps * 32;
-inline constexpr int kMaxGroup = 8;         // query heads per KV head
-inline constexpr int kRoundKeys = 64;       // cached keys a CTA holds in shared memory at once
-inline constexpr int kMinPieceKeys = 32;    // keys below which a KV head is not split further
-inline constexpr int kMaxPiecesPerHead = 32;
+// (kWarps, kThreads, kMaxGroup, kRoundKeys, the pieces' sizes, RowRange, Pieces, OUnit and the
+// fixed-point helpers: token_split.h.)
 inline constexpr int kStamps = 20;  // token_layers.h TokenStamp
 
 struct Params {
@@ -69,7 +64,6 @@ struct Params {
 // The three-phase kernel's parameters: Params and its layers' tensor maps, which TMA reads
 // from the kernel's parameter space (__grid_constant__: no tensormap fence, as a map in global
 // memory written by the host would need before every use).
-inline constexpr int kMaxFlowLayers = 64;
 struct FlowParams {
   Params p;
   TokenMaps maps[kMaxFlowLayers];
@@ -123,26 +117,14 @@ __device__ __forceinline__ uint4 ld_cg16(const void* p) {
 
 // (f, r, lo_f, hi_f, to_f8, pack2, pack8 and warp_sum: cuda_bf16_math.cuh.)
 
-// The output rows [first, first + count) CTA b owns of a phase of n rows, `rows` a CTA.
-struct RowRange {
-  int first, count;
-};
+// CTA blockIdx.x's share of a phase of n rows, `rows` a CTA (token_split.h row_range_of).
 __device__ __forceinline__ RowRange row_range(int n, int rows) {
-  const int first = static_cast<int>(blockIdx.x) * rows;
-  return {first, max(0, min(rows, n - first))};
+  return row_range_of(static_cast<int>(blockIdx.x), n, rows);
 }
 
-// The attention pieces of this step: every KV head's keys split into `pieces` ranges of
-// `chunk` keys (the last shorter, or empty), pieces * nkv items over the CTAs.
-struct Pieces {
-  int pieces, chunk, items;
-};
+// The attention pieces of a step over L keys (token_split.h pieces_of).
 __device__ __forceinline__ Pieces plan_pieces(const Params& p, int L) {
-  if (L <= 0) return {0, 0, 0};
-  const int want = (L + kMinPieceKeys - 1) / kMinPieceKeys;
-  const int pieces = max(1, min(want, p.max_pieces));
-  const int chunk = (L + pieces - 1) / pieces;
-  return {pieces, chunk, pieces * p.nkv};
+  return pieces_of(L, p.max_pieces, p.nkv);
 }
 
 }  // namespace kvattn::cuda_model::token
