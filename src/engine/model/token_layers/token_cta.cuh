@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "engine/model/token_layers/grid_barrier.cuh"
 #include "engine/model/token_layers/token_attention.cuh"
 #include "engine/model/token_layers/token_gemv.cuh"
 #include "engine/model/token_layers/token_params.cuh"
@@ -109,9 +110,28 @@ struct TokenCta {
     stage_qk_norms(next);
   }
 
-  // The prefetch 1 placement: the layer's first K/V round after phase A's norm.
-  __device__ __forceinline__ void load_in_phase_a(const Params& p, const TokenLayer& w) {
+  // Phase A after its norm (xs holds the normed input): (prefetch 1) the layer's first K/V
+  // round, the CTA's qkv rows `r_qkv`, the residual swapped (from layer 1 on: CTA 0 wrote the
+  // sum in the norm), then the grid barrier.
+  __device__ __forceinline__ void finish_phase_a(const Params& p, const TokenLayer& w, int l,
+                                                 RowRange r_qkv) {
     if (ahead && p.prefetch == 1) load_round<D>(p, w, fh, fk0, fr1, L, kr, vr, blocks);
+    stamp(p, l, kStampA1);
+    s0.wait();
+    stamp(p, l, kStampA2);
+    gemv_rows(slab0, xs, p.hidden, r_qkv, p.qkv);
+    stamp(p, l, kStampA3);
+    if (l > 0) swap_residual();
+    grid_barrier(p.barrier);
+  }
+
+  // Thread 0, at phase B's start: the gate and up rows of the CTA's features `r_gu` -> slab 0.
+  __device__ __forceinline__ void issue_gate_up(const Params& p, const TokenLayer& w,
+                                                RowRange r_gu) {
+    if (lead) {
+      const auto* gu = static_cast<const bf16*>(w.wgate_up);
+      s0.issue(gu, gu + int64_t{p.inter} * p.hidden, r_gu.first, r_gu.count, p.hidden);
+    }
   }
 
   // CTA 0 wrote the next residual into xn: it becomes the current one.

@@ -75,20 +75,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       norm_stage_add(c.xc, AddFixed(down_sum), c.nw_in, p.eps, H, blockIdx.x == 0 ? c.xn : nullptr,
                  c.xs, c.red);
     }
-    c.load_in_phase_a(p, w);
-    stamp(p, l, kStampA1);
-    c.s0.wait();
-    stamp(p, l, kStampA2);
-    gemv_rows(c.slab0, c.xs, H, r_qkv, p.qkv);
-    stamp(p, l, kStampA3);
-    if (l > 0) c.swap_residual();
-    grid_barrier(p.barrier);
+    c.finish_phase_a(p, w, l, r_qkv);
     // ---- B: attention, the merges, the o_proj shares ----
     stamp(p, l, kStampB0);
-    if (c.lead) {
-      const auto* gu = static_cast<const bf16*>(w.wgate_up);
-      c.s0.issue(gu, gu + int64_t{I} * H, r_gu.first, r_gu.count, H);
-    }
+    c.issue_gate_up(p, w, r_gu);
     if (zeroes) down_sum.zero(H);  // read in phase A, added to in phase D
     stage_weights(c.nw_post, w.post_norm, H);
     attention_items<D, G>(p, w, c.L, c.pc, c.att, l, c.ahead);

@@ -216,9 +216,10 @@ __device__ __forceinline__ void gate_up_rows(const uint4* slab, const uint4* xs,
   gate_up_rows_to(slab, xs, k, rr.count, [&](int j, bf16 v) { act[rr.first + j] = v; });
 }
 
-// Warps 1-7 copy n bf16 (warp 0's thread 0 arrives at the grid barriers: grid_barrier.cuh) (n % 8 == 0, 16-byte aligned) into shared memory by cp.async, one
-// by cp.async, one commit group: read-only weights staged a phase before they are used (the user waits with
-// cp_async_wait<0> and a __syncthreads first).
+// Warps 1-7 copy n bf16 (n % 8 == 0, 16-byte aligned) into shared memory by cp.async, one
+// commit group (warp 0's thread 0 arrives at the grid barriers and issues none: grid_barrier.cuh):
+// read-only weights staged a phase before they are used (the user waits with cp_async_wait<0>
+// and a __syncthreads first).
 __device__ __forceinline__ void stage_weights(bf16* dst, const void* src, int n) {
   for (int i = static_cast<int>(threadIdx.x) - 32; i >= 0 && i < (n >> 3); i += kThreads - 32) {
     cuda::ptx::cp_async_16(cuda::ptx::smem_addr(dst + i * 8),

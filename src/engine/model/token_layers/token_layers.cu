@@ -53,20 +53,10 @@ __global__ void __launch_bounds__(kThreads, 1) token_layers_kernel(const __grid_
     if (c.lead) c.s1.issue(w.wo, nullptr, r_o.first, r_o.count, QD);
     norm_stage(c.xc, l == 0 ? nullptr : p.o, c.nw_in, p.eps, H,
                l > 0 && blockIdx.x == 0 ? c.xn : nullptr, c.xs, c.red);
-    c.load_in_phase_a(p, w);
-    stamp(p, l, kStampA1);
-    c.s0.wait();
-    stamp(p, l, kStampA2);
-    gemv_rows(c.slab0, c.xs, H, r_qkv, p.qkv);
-    stamp(p, l, kStampA3);
-    if (l > 0) c.swap_residual();
-    grid_barrier(p.barrier);
+    c.finish_phase_a(p, w, l, r_qkv);
     // ---- B: attention pieces ----
     stamp(p, l, kStampB0);
-    if (c.lead) {
-      const auto* gu = static_cast<const bf16*>(w.wgate_up);
-      c.s0.issue(gu, gu + int64_t{I} * H, r_gu.first, r_gu.count, H);
-    }
+    c.issue_gate_up(p, w, r_gu);
     attention_items<D, G>(p, w, c.L, c.pc, c.att, l, c.ahead);
     stamp(p, l, kStampB2);
     grid_barrier(p.barrier);

@@ -66,11 +66,8 @@ TokenRunner::TokenRunner(const ModelConfig& cfg, bool wanted, bool tensor_parall
   shape_.attention_factor = attention_factor;
   shape_.rotary_dim = static_cast<int>(cfg.rope_dim());
   shape_.interleaved = cfg.rope_style == ModelConfig::RopeStyle::kInterleaved;
-  if (token_flow_wanted()) {
-    plan_ = token_layers_plan(shape_, device.index, /*flow=*/true);
-    if (!plan_.ok) flow_why_not_ = plan_.why_not;
-  }
-  if (!plan_.ok) plan_ = token_layers_plan(shape_, device.index);
+  if (token_flow_wanted()) plan_ = token_layers_plan(shape_, device.index, /*flow=*/true);
+  if (!plan_.ok) plan_ = token_layers_plan(shape_, device.index);  // the five-phase form
   if (!plan_.ok) {
     why_not_ = plan_.why_not;
     return;

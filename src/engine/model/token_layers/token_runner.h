@@ -43,8 +43,6 @@ class TokenRunner {
   bool planned() const { return plan_.ok; }
   // The three-phase kernel (KVATTN_TOKEN_FLOW=1 and its plan fits), else the five-phase one.
   bool flow() const { return plan_.ok && plan_.flow; }
-  // Why KVATTN_TOKEN_FLOW=1 fell back to the five-phase kernel ("" when it did not).
-  const std::string& flow_why_not() const { return flow_why_not_; }
   const std::string& why_not() const { return why_not_; }
   // The layers' pointers for a bound pool (bf16 caches), or none (unbound / fp8: not taken).
   void bind(const std::vector<TokenLayer>& layers, int64_t block_size, int64_t num_blocks);
@@ -62,7 +60,7 @@ class TokenRunner {
  private:
   TokenShape shape_;
   TokenLayersPlan plan_;
-  std::string why_not_, flow_why_not_;
+  std::string why_not_;
   Device device_;
   Tensor layers_, workspace_, barrier_;
   // The three-phase kernel's (token_layers.h TokenLayersArgs): the layers' tensor maps (host:
