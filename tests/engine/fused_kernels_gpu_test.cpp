@@ -112,6 +112,6 @@ TEST(FusedKernels, TheOptionAndKVATTN_UNFUSEDReachTheModel) {
 int main(int argc, char** argv) {
   // Fused vs unfused bit for bit at batch 1 too: the token kernel (token_layers/token_runner.h)
   // runs only on the fused path, so both sides stay on the layered one.
-  setenv("KVATTN_TOKEN_KERNEL", "0", 0);
+  setenv("KVATTN_TOKEN_KERNEL", "0", 1);  // whatever the caller set: the comparison needs it off
   return kvattn::test::gpu_test_main(argc, argv);
 }

@@ -159,8 +159,7 @@ void check_plan(const TokenShape& s, int sms, size_t optin, bool flow) {
   RC_ASSERT(contributors <= token::kMaxFlowCtas);
   RC_ASSERT(s.num_layers <= token::kMaxFlowLayers);
   RC_ASSERT(p.flow_state_bytes >= sizeof(uint64_t) * 2 * H +
-                                      sizeof(unsigned) * (2 + 2 * s.num_kv_heads) +
-                                      size_t(2) * QD);
+                                      sizeof(unsigned) * (2 + s.num_kv_heads));
 }
 
 RC_GTEST_PROP(TokenSplit, EveryShareIsOwnedOnceAndFitsItsSlab, ()) {

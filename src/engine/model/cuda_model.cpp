@@ -575,7 +575,7 @@ class CudaModel final : public Model {
   // 1,335-1,357 tok/s with it against 1,359-1,367 without, alternating).
   bool fused_rope_pairs_ = false;
   // One decode token of one sequence through every layer in one persistent kernel
-  // (token_layers/token_runner.h; KVATTN_TOKEN_KERNEL=1 turns it on) where the sequence's
+  // (token_layers/token_runner.h; on unless KVATTN_TOKEN_KERNEL=0) where the sequence's
   // context fits it (token_fits).
   k::TokenRunner token_;
   bool token_allowed_ = true;  // TokenAllowed

@@ -26,7 +26,7 @@ struct CudaModelStats {
   // the qkv GEMV may run the q/k norm + RoPE + KV write (KVATTN_FUSED_ROPE, _PAIRS)
   bool fused_rope = false;
   int64_t fused_rope_layers = 0;  // layers whose qkv GEMV ran the q/k norm + RoPE + KV write
-  // The token kernel (token_layers/token_runner.h; KVATTN_TOKEN_KERNEL=1 turns it on) is planned and bound
+  // The token kernel (token_layers/token_runner.h; on unless KVATTN_TOKEN_KERNEL=0) is planned and bound
   // to the pool, and the steps that took it.
   bool token_kernel = false;
   int64_t token_kernel_steps = 0;

@@ -346,8 +346,8 @@ __device__ __forceinline__ void attention_items(const Params& p, const TokenLaye
 }
 
 // dst (bf16 [nq * D]) = the pieces of query heads [qh0, qh0 + nq) merged (zeros when L is 0):
-// phase C of the five-phase kernel merges every head into xs, the three-phase kernel's merging
-// CTA one KV head's group into global memory (token_flow.cuh). First each (query head, piece)'s
+// phase C of the five-phase kernel merges every head into xs, each CTA of the three-phase one
+// the query head its o_proj share needs (token_flow.cu). First each (query head, piece)'s
 // weight exp2(m - M) / sum over the head's pieces of l exp2(m - M) goes to shared memory (the
 // round buffers, free by then); then each thread takes four consecutive outputs and reads
 // their accumulators of every piece as float4s (16 pieces' loads in flight at a time).

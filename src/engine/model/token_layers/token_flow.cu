@@ -1,9 +1,9 @@
 // The three-phase token kernel: token_layers.cu's five phases a layer with two of their four
 // grid barriers replaced (docs/notes/single-stream-decode.md, session 35).
 //   A  input norm (the down projection's fixed-point sum added) + the CTA's qkv rows
-//   B  attention pieces; each KV head's last piece to arrive merges the group into p.attn and
-//      raises the head's flag; each CTA then waits for the one head its o_proj share needs
-//      and adds query head qh's columns times that head's row into the o_proj sum (split-K)
+//   B  attention pieces, each counted on its KV head's arrival counter; each CTA then waits for
+//      the one head its o_proj share needs, merges that query head's pieces itself and adds
+//      query head qh's columns times the merged row into the o_proj sum (split-K)
 //   D  post norm (the o_proj sum added) + the CTA's gate_up features with SiLU * up, kept in
 //      shared memory, times the down projection's columns of those features, added into the
 //      down sum (split-K)
@@ -15,8 +15,8 @@
 //   A: issue the o_proj share (boxes of the o map) -> slot 1; zero the o_proj sum (last CTA);
 //      norm; wait slot 0 (qkv)
 //   B: issue gate_up -> slot 0; zero the down sum (last CTA); stage the post norm's weight;
-//      attention; arrive / merge; wait for the head; wait slot 1; o_proj share; issue the down
-//      share (boxes of the down map) -> slot 1
+//      attention; arrive; wait for the head's pieces and merge it; wait slot 1; o_proj share;
+//      issue the down share (boxes of the down map) -> slot 1
 //   D: norm; wait slot 0 (gate_up); SiLU * up; issue the next qkv -> slot 0 and stage the next
 //      layer's small inputs (TokenCta::stage_next); wait slot 1; down share
 // After the last layer CTA 0 writes the down sum into p.o as bf16 (token_layers.h's contract).
@@ -43,7 +43,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   extern __shared__ __align__(1024) uint8_t smem[];
   TokenCta<D> c(p, smem);
   float* act = reinterpret_cast<float*>(smem + p.off_act);
-  int* flag = reinterpret_cast<int*>(c.red + kWarps + 2);  // past norm_stage's red[0..kWarps]
   const int H = p.hidden, I = p.inter;
   const RowRange r_qkv = row_range(p.qkv_dim, p.rows_qkv);
   const RowRange r_gu = row_range(I, p.rows_gate_up);  // features = the down share's columns
@@ -57,11 +56,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   const bool zeroes = blockIdx.x == gridDim.x - 1;
   const FixedSum o_sum{p.acc, p.acc_bad};
   const FixedSum down_sum{p.acc + H, p.acc_bad + 1};
-  // Thread 0: the arrival counter of its item's KV head and the merge counter of the head its
-  // o_proj share waits for, as the launch began (both only grow; token_flow.cuh).
-  unsigned arrived_base = 0, merged_base = 0;
-  if (c.lead && c.first_item) arrived_base = ld_acquire_gpu(p.group_sync + c.fh);
-  if (c.lead && ou.nr > 0) merged_base = ld_acquire_gpu(p.group_sync + p.nkv + ou.qh / p.group);
+  // Thread 0: the arrival counter of the KV head its o_proj share waits for, as the launch
+  // began (it only grows; token_flow.cuh).
+  unsigned arrived_base = 0;
+  if (c.lead && ou.nr > 0) arrived_base = ld_acquire_gpu(p.group_sync + ou.qh / p.group);
   c.start(p, r_qkv);
   TokenLayer w = p.layers[0];
   for (int l = 0; l < p.num_layers; ++l) {
@@ -83,13 +81,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     stage_weights(c.nw_post, w.post_norm, H);
     attention_items<D, G>(p, w, c.L, c.pc, c.att, l, c.ahead);
     stamp(p, l, kStampB2);
-    arrive_and_merge<D>(p, c.pc, c.att, flag, arrived_base, l);
+    arrive(p, c.pc);
     stamp(p, l, kStampC0);
     const bool o_share = attends && ou.nr > 0;  // L = 0: attention and o_proj are zero
-    if (o_share) {
-      wait_merged(p, ou.qh / p.group, merged_base, static_cast<unsigned>(l + 1));
-      if (threadIdx.x < D / 8) c.xs[threadIdx.x] = ld_cg16(p.attn + int64_t{ou.qh} * D + threadIdx.x * 8);
-      __syncthreads();
+    if (o_share) {  // head qh's pieces, merged by this CTA into xs (bf16 [D])
+      wait_arrivals(p, ou.qh / p.group, arrived_base,
+                    static_cast<unsigned>((l + 1) * c.pc.pieces));
+      merge_pieces<D>(p, c.pc, ou.qh, 1, reinterpret_cast<bf16*>(c.xs), c.att);
     }
     stamp(p, l, kStampC1);
     c.s1.wait();

@@ -1,5 +1,6 @@
 // The three-phase token kernel's own parts (token_flow.cu): split-K sums in fixed point, the
-// KV heads' merges signalled by flags instead of a grid barrier, and the two split GEMVs.
+// KV heads' pieces counted by arrival counters instead of a grid barrier, and the two split
+// GEMVs.
 //
 // Fixed point, because the sums must not depend on the order the CTAs add in (greedy outputs
 // must repeat, graphs or not): a partial p (fp32) adds round(p * 2^32) to a 64-bit integer
@@ -95,35 +96,19 @@ __device__ __forceinline__ OUnit o_unit(const Params& p) {
 
 // After phase B's item (attention_items ends with a __syncthreads, so the item's piece is in
 // the workspace; a CTA has at most one item: the plan keeps pieces x KV heads <= CTAs): thread 0
-// counts it towards its KV head's arrivals (acquire-release); the CTA whose arrival completes
-// the head's pieces of layer `layer` merges the group's query heads into p.attn (bf16,
-// merge_pieces) and raises the head's merge counter (release). The counters only grow:
-// `base` is the head's arrival count when the launch began (no arrival of this launch comes
-// before the first grid barrier). `flag`: one int of shared memory.
-template <int D>
-__device__ __forceinline__ void arrive_and_merge(const Params& p, Pieces pc, uint8_t* att,
-                                                 int* flag, unsigned base, int layer) {
-  if (static_cast<int>(blockIdx.x) >= pc.items) return;
-  const int h = static_cast<int>(blockIdx.x) / pc.pieces;
-  if (threadIdx.x == 0) {
-    const unsigned before = atom_add_acq_rel_gpu(p.group_sync + h, 1u);
-    const unsigned last = static_cast<unsigned>((layer + 1) * pc.pieces - 1);
-    *flag = before - base == last ? 1 : 0;
-  }
-  __syncthreads();
-  if (*flag != 0) {
-    merge_pieces<D>(p, pc, h * p.group, p.group, p.attn + int64_t{h} * p.group * D, att);
-    // merge_pieces ends with a __syncthreads: every thread's stores come before the release
-    if (threadIdx.x == 0) red_add_release_gpu(p.group_sync + p.nkv + h, 1u);
-  }
+// counts it towards its KV head's arrivals (release). The counters only grow.
+__device__ __forceinline__ void arrive(const Params& p, Pieces pc) {
+  if (static_cast<int>(blockIdx.x) >= pc.items || threadIdx.x != 0) return;
+  red_add_release_gpu(p.group_sync + static_cast<int>(blockIdx.x) / pc.pieces, 1u);
 }
 
-// Thread 0 waits until KV head h's merge counter has advanced `count` past `base` (its value
-// when the launch began), then the block reads p.attn.
-__device__ __forceinline__ void wait_merged(const Params& p, int h, unsigned base, unsigned count) {
+// Thread 0 waits until KV head h's arrival counter has advanced `count` past `base` (its value
+// when the launch began: no arrival of this launch comes before the first grid barrier), then
+// the block reads the head's pieces.
+__device__ __forceinline__ void wait_arrivals(const Params& p, int h, unsigned base,
+                                              unsigned count) {
   if (threadIdx.x == 0) {
-    const unsigned* merged = p.group_sync + p.nkv + h;
-    while (ld_acquire_gpu(merged) - base < count) {
+    while (ld_acquire_gpu(p.group_sync + h) - base < count) {
     }
   }
   __syncthreads();

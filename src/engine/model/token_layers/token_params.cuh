@@ -49,14 +49,12 @@ struct Params {
   uint32_t off_xs, off_slab0, off_slab1, off_att, off_red, off_norm;
   // The three-phase kernel (token_flow.cu; unused by the five-phase one): the two fixed-point
   // sums [2][hidden] (o_proj's, down's) and their non-finite flags [2], the KV heads' piece
-  // arrivals and merges [2][nkv] (counters), the merged attention rows [nh * D], and the split
-  // of o_proj (o_per_head CTAs a query head, o_rows output rows
+  // arrivals [nkv] (counters), and the split of o_proj (o_per_head CTAs a query head, o_rows output rows
   // each, loaded in boxes of o_box_rows rows) and of down (rows_gate_up columns a CTA, boxes
   // of down_box_rows rows); off_act: the CTA's SiLU * up values (floats [rows_gate_up]).
   unsigned long long* acc;
   unsigned* acc_bad;
   unsigned* group_sync;
-  bf16* attn;
   int o_per_head, o_rows, o_box_rows, down_box_rows;
   uint32_t off_act;
 };

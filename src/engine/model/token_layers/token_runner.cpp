@@ -17,7 +17,7 @@ namespace kvattn::cuda_model {
 
 bool token_kernel_wanted() {
   const char* e = std::getenv("KVATTN_TOKEN_KERNEL");
-  return e != nullptr && std::strcmp(e, "1") == 0;
+  return e == nullptr || std::strcmp(e, "0") != 0;
 }
 
 bool token_flow_wanted() {
@@ -48,7 +48,7 @@ TokenRunner::TokenRunner(const ModelConfig& cfg, bool wanted, bool tensor_parall
                          const float* inv_freq, float attention_factor, Device device)
     : device_(device) {
   if (!wanted) {
-    why_not_ = "off (KVATTN_TOKEN_KERNEL=1 turns it on)";
+    why_not_ = "off (KVATTN_TOKEN_KERNEL=0)";
     return;
   }
   why_not_ = model_not_covered(cfg, tensor_parallel);

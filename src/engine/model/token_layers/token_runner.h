@@ -2,13 +2,12 @@
 // its plan, and the device state it keeps (the layers' pointer table, rebuilt when the model's
 // KV pool changes; the attention workspace; the grid barrier's word).
 //
-// Off unless KVATTN_TOKEN_KERNEL=1. Session 34 (H100) measured it on by default with every
-// engine GPU test passing (SmolLM2-135M's single stream 1,378 -> 1,576 tok/s, Qwen3-0.6B's
-// 956 -> 1,038), then found it slower on long single contexts (Qwen3-0.6B at 4,096 keys 808 ->
-// 651, at 16,384 573 -> 288) and added the length rule below (CudaModel::token_fits: longer
-// contexts replay rung 1's layered twin graph), which no GPU has run yet: the default goes on
-// once it has (scripts/sessions/gpu_session34_tenth.sh, then the engine GPU tests). Tests that
-// compare bit for bit against a configuration without it pin it off. A step takes it
+// On by default (KVATTN_TOKEN_KERNEL=0 turns it off) since session 35, when the length rule
+// (CudaModel::token_fits: single contexts longer than the kernel reads in one round replay rung
+// 1's layered twin graph) and every engine GPU test ran with it on a GPU (H100: SmolLM2-135M's
+// single stream 1,378 -> 1,590 tok/s, Qwen3-0.6B 964 -> 1,058; at 1,024 and 4,096 prompt tokens
+// equal to the layered path, which takes those steps). Tests that compare bit for bit against a
+// configuration without it pin it off. A step takes it
 // when it decodes one token of one sequence (the batch-1 rung of the decode graphs, or the
 // eager step of one row) over a bf16 cache, on a model the kernel covers: one rank, the
 // Llama / Qwen3 layer (SiLU, no biases, no sandwich norms, no window or soft-cap, RoPE without
@@ -76,9 +75,10 @@ class TokenRunner {
   int64_t block_size_ = 0, num_blocks_ = 0;
 };
 
-bool token_kernel_wanted();  // KVATTN_TOKEN_KERNEL=1
-// KVATTN_TOKEN_FLOW=1: the three-phase kernel (token_flow.cu) where it fits. Off until it has
-// run on a GPU (written in session 35 without one).
+bool token_kernel_wanted();  // unless KVATTN_TOKEN_KERNEL=0
+// KVATTN_TOKEN_FLOW=1: the three-phase kernel (token_flow.cu) where it fits. Off: measured
+// slower than the five-phase one (session 35, H100: SmolLM2-135M 1,489 vs 1,592 tok/s,
+// Qwen3-0.6B 994 vs 1,058; docs/notes/single-stream-decode.md).
 bool token_flow_wanted();
 
 // The phases' mean durations over CTAs and layers from a launch's stamps (token_layers.h),
