@@ -7,6 +7,10 @@
 #   carried_bins DIR DEST  a second carry's binaries into DEST (an A/B against another build;
 #                          its packages come from the first carry's carried_unpack)
 #   random_qwen3_06b       writes the random Qwen3-0.6B-shaped model to /tmp/q06
+#   random_smollm2         writes the random SmolLM2-135M-shaped model to /tmp/smol
+#   single_bench LABEL MODEL PROMPT [ENV=VALUE...]   `kvattn bench`'s single stream (PROMPT
+#                          tokens + 256 new, one 16-token warm-up request) with ENV, log
+#                          $OUT/ss_LABEL.log, one summary line
 #   single_stream LABEL BIN [PROMPT]   `kvattn bench`'s single stream (PROMPT tokens, default
 #                          128, + 256 new) with $BIN, log $OUT/ss_LABEL.log, one summary line;
 #                          the environment is the caller's
@@ -39,6 +43,19 @@ carried_bins() {
 random_qwen3_06b() {
   (PYTHONUNBUFFERED=1 timeout 100 python3 scripts/make_random_qwen3.py --shape 0.6b --out /tmp/q06 2>&1 |
     tail -n 1)
+}
+
+random_smollm2() {
+  (PYTHONUNBUFFERED=1 timeout 100 python3 scripts/make_random_qwen3.py --shape smollm2-135m \
+    --out /tmp/smol 2>&1 | tail -n 1)
+}
+
+single_bench() {
+  local label=$1 model=$2 prompt=$3; shift 3
+  env KVATTN_NOTHING=0 "$@" timeout 60 "$B/kvattn" bench --model "$model" --device cuda \
+    --no-compare --num-seqs 1 --min-input 16 --max-input 16 --min-output 4 --max-output 4 \
+    --single-input "$prompt" --single-output 256 >"$OUT/ss_$label.log" 2>&1
+  echo "$label rc=$?: $(tr '\r' '\n' < "$OUT/ss_$label.log" | grep -E "single stream|first token|rror" | tr '\n' ' ')"
 }
 
 single_stream() {
