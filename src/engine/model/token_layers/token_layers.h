@@ -15,8 +15,9 @@
 //
 // A three-phase form (token_flow.cu, TokenLayersPlan::flow) removes two of the four barriers:
 // o_proj and down are split over the CTAs by columns (split-K) and summed in fixed point, and
-// each KV head's pieces are merged by the CTA that completes them, which signals the CTAs
-// waiting for that head by a counter instead of a grid barrier.
+// each CTA waits for its o_proj share's KV head on an arrival counter instead of a grid barrier,
+// then merges that query head's pieces itself. Measured slower than the five-phase form
+// (token_runner.h), so opt-in.
 //
 // Arithmetic follows the unfused path where its bits are cheap to keep: the norms are
 // norm_stage's (cuda_gemv.cu) and the q/k norm + RoPE + cache bytes are cuda_rope_math.cuh's,
