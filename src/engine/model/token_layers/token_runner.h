@@ -77,8 +77,8 @@ class TokenRunner {
 
 bool token_kernel_wanted();  // unless KVATTN_TOKEN_KERNEL=0
 // KVATTN_TOKEN_FLOW=1: the three-phase kernel (token_flow.cu) where it fits. Off: measured
-// slower than the five-phase one (session 35, H100: SmolLM2-135M 1,489 vs 1,592 tok/s,
-// Qwen3-0.6B 994 vs 1,058; docs/notes/single-stream-decode.md).
+// slower than the five-phase one (session 35, H100: SmolLM2-135M 1,540 vs 1,590 tok/s,
+// Qwen3-0.6B 1,026 vs 1,056; docs/notes/single-stream-decode.md).
 bool token_flow_wanted();
 
 // The phases' mean durations over CTAs and layers from a launch's stamps (token_layers.h),
