@@ -160,6 +160,9 @@ void check_plan(const TokenShape& s, int sms, size_t optin, bool flow) {
   RC_ASSERT(s.num_layers <= token::kMaxFlowLayers);
   RC_ASSERT(p.flow_state_bytes >= sizeof(uint64_t) * 2 * H +
                                       sizeof(unsigned) * (2 + s.num_kv_heads));
+  RC_ASSERT(token::flow_flags_offset(H) >= sizeof(uint64_t) * 2 * H);
+  RC_ASSERT(token::flow_flags_offset(H) + sizeof(unsigned) * (2 + s.num_kv_heads) <=
+            p.flow_state_bytes);
 }
 
 RC_GTEST_PROP(TokenSplit, EveryShareIsOwnedOnceAndFitsItsSlab, ()) {

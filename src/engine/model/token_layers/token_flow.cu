@@ -59,7 +59,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Thread 0: the arrival counter of the KV head its o_proj share waits for, as the launch
   // began (it only grows; token_flow.cuh).
   unsigned arrived_base = 0;
-  if (c.lead && ou.nr > 0) arrived_base = ld_acquire_gpu(p.group_sync + ou.qh / p.group);
+  if (c.lead && ou.nr > 0) arrived_base = ld_acquire_gpu(p.arrived + ou.qh / p.group);
   c.start(p, r_qkv);
   TokenLayer w = p.layers[0];
   for (int l = 0; l < p.num_layers; ++l) {

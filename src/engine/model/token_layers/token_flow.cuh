@@ -99,7 +99,7 @@ __device__ __forceinline__ OUnit o_unit(const Params& p) {
 // counts it towards its KV head's arrivals (release). The counters only grow.
 __device__ __forceinline__ void arrive(const Params& p, Pieces pc) {
   if (static_cast<int>(blockIdx.x) >= pc.items || threadIdx.x != 0) return;
-  red_add_release_gpu(p.group_sync + static_cast<int>(blockIdx.x) / pc.pieces, 1u);
+  red_add_release_gpu(p.arrived + static_cast<int>(blockIdx.x) / pc.pieces, 1u);
 }
 
 // Thread 0 waits until KV head h's arrival counter has advanced `count` past `base` (its value
@@ -108,7 +108,7 @@ __device__ __forceinline__ void arrive(const Params& p, Pieces pc) {
 __device__ __forceinline__ void wait_arrivals(const Params& p, int h, unsigned base,
                                               unsigned count) {
   if (threadIdx.x == 0) {
-    while (ld_acquire_gpu(p.group_sync + h) - base < count) {
+    while (ld_acquire_gpu(p.arrived + h) - base < count) {
     }
   }
   __syncthreads();

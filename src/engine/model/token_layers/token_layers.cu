@@ -197,13 +197,11 @@ void token_layers(const TokenShape& s, const TokenLayersPlan& plan, const TokenL
                            dim3(token::kThreads), plan.smem_bytes, stream, attr, 1, p);
     return;
   }
-  // flow_state: the two fixed-point sums, then the two flags and the KV heads' arrival
-  // counters (token_layers_layout's flow_state_bytes).
+  // flow_state (token_split.h flow_state_bytes): the sums, then their flags and the counters.
   auto* base = static_cast<uint8_t*>(a.flow_state);
-  const size_t sums = token::align_up(sizeof(uint64_t) * 2 * s.hidden, 128);
   p.acc = reinterpret_cast<unsigned long long*>(base);
-  p.acc_bad = reinterpret_cast<unsigned*>(base + sums);
-  p.group_sync = p.acc_bad + 2;
+  p.acc_bad = reinterpret_cast<unsigned*>(base + token::flow_flags_offset(s.hidden));
+  p.arrived = p.acc_bad + 2;
   p.o_per_head = plan.o_per_head;
   p.o_rows = plan.o_rows;
   p.o_box_rows = plan.o_box_rows;

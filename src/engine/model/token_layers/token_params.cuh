@@ -54,7 +54,7 @@ struct Params {
   // of down_box_rows rows); off_act: the CTA's SiLU * up values (floats [rows_gate_up]).
   unsigned long long* acc;
   unsigned* acc_bad;
-  unsigned* group_sync;
+  unsigned* arrived;
   int o_per_head, o_rows, o_box_rows, down_box_rows;
   uint32_t off_act;
 };

@@ -62,8 +62,7 @@ TokenLayersPlan token_layers_layout(const TokenShape& s, int sms, size_t smem_op
     slab0 = std::max(size_t(plan.rows_qkv) * H, size_t(2) * cols * H) * 2;
     slab1 = std::max(padded(plan.o_rows, plan.o_box_rows) * D,
                      padded(H, plan.down_box_rows) * cols) * 2;
-    plan.flow_state_bytes = token::align_up(sizeof(uint64_t) * 2 * H, 128) +
-                            token::align_up(sizeof(unsigned) * (2 + s.num_kv_heads), 128);
+    plan.flow_state_bytes = token::flow_state_bytes(H, s.num_kv_heads);
   }
   plan.slab0_bytes = slab0;
   plan.slab1_bytes = slab1;

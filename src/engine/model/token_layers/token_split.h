@@ -131,6 +131,14 @@ KVATTN_TOKEN_HD inline OUnit o_unit_of(int b, int nh, int o_per_head, int o_rows
   return {qh, r0, left <= 0 ? 0 : (left < o_rows ? left : o_rows)};
 }
 
+// The three-phase form's state (TokenLayersArgs::flow_state): the two fixed-point sums
+// [2][hidden] (u64), then their non-finite flags [2] and the KV heads' arrival counters [nkv]
+// (u32), each part 128-byte aligned.
+constexpr size_t flow_flags_offset(int hidden) { return align_up(sizeof(uint64_t) * 2 * hidden, 128); }
+constexpr size_t flow_state_bytes(int hidden, int nkv) {
+  return flow_flags_offset(hidden) + align_up(sizeof(unsigned) * (2 + nkv), 128);
+}
+
 // Fixed point for the split-K sums (token_flow.cuh): 2^32 units per 1.0, partials clamped to
 // 2^23 in magnitude (kMaxFlowCtas of them stay below 2^63).
 inline constexpr float kFixedOne = 4294967296.0f;
