@@ -9,7 +9,11 @@
 //    done, its piece was stored, (the merger) every piece had arrived and was merged, and its
 //    exit; printed as min / median / max over CTAs in microseconds, with the launch skew
 //    (entry times) and the last exit. Non-mergers count 0 in the "merged" row.
-//   gpu_decode_probe [--reps N]
+// 3. The split (stream-mode) kernel's balance: per CTA its entry and each warp's end (when its
+//    last tile was done), for uniform and ragged batches: how far the last CTA ends after the
+//    median one (the tail a static split of the tiles leaves), and what the event time holds
+//    beyond the CTAs' lifetimes (launch, the merge kernel).
+//   gpu_decode_probe [--reps N] [--only split]
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -171,7 +175,7 @@ void phases(int64_t B, int64_t len, int max_chunks = 0) {
     BENCH_CUDA(cudaMemcpy(st.data(), dev, st.size() * 8, cudaMemcpyDeviceToHost));
     constexpr int S = kvattn::cuda::kDecodeProbeSlots;
     size_t n = 0;
-    while (n < kMaxCtas && st[n * S + 0] != 0) ++n;
+    while (n < kMaxCtas && st[n * S + 0] != 0 && st[n * S + 11] != kvattn::cuda::kDecodeProbeSplit) ++n;
     if (n == 0) {
       std::printf("%lldx%lld: no stamps (the small kernel did not run: splits %d)\n",
                   static_cast<long long>(B), static_cast<long long>(len), a.plan.num_splits);
@@ -214,11 +218,80 @@ void phases(int64_t B, int64_t len, int max_chunks = 0) {
   BENCH_CUDA(cudaFree(dev));
 }
 
+// One decode of `lens` (hq / hkv heads of d dims, page 16) in stream mode with the probe on,
+// `runs` times after a read flush (and once unflushed); prints, per run, the CTAs' end times
+// (the latest of their warps', from the first entry) as min / median / p90 / max, the tail
+// (max - median), the spread of warps' ends inside a CTA, and the event time against the
+// first entry -> last end span.
+void split_balance(const char* name, const std::vector<int64_t>& lens, int64_t hq, int64_t hkv,
+                   int64_t d, int runs = 3) {
+  std::mt19937_64 rng(11);
+  const PagedDecodeCase pc = make_paged_decode_case(lens, hq, hkv, 16, rng, d);
+  kvattn::DecodeArgs a = pc.args();
+  const auto B = static_cast<int64_t>(lens.size());
+  a.plan = kvattn::plan_decode(B, hq, hkv, d, 1, *std::max_element(lens.begin(), lens.end()), kGpu);
+  Tensor ws = Tensor::empty({std::max<int64_t>(a.plan.workspace_bytes, 16)}, DType::kU8, kGpu);
+  a.workspace = ws;
+  constexpr int S = kvattn::cuda::kDecodeProbeSlots;
+  const size_t kMaxCtas = 1 << 14;
+  std::vector<unsigned long long> st(kMaxCtas * S);
+  unsigned long long* dev = nullptr;
+  BENCH_CUDA(cudaMalloc(&dev, st.size() * 8));
+  auto& tuning = kvattn::cuda::cuda_tuning();
+  std::printf("\n## split balance: %s (%lld sequences, %.1f MB of K/V, splits %d)\n", name,
+              static_cast<long long>(B), pc.kv_bytes / 1e6, a.plan.num_splits);
+  std::printf("%-10s %7s %7s %6s | %-38s | %6s %6s | %8s %8s\n", "flush", "event", "plain",
+              "ctas", "CTA end from first entry: min/med/p90/max", "tail", "warps", "span",
+              "TB/s");
+  for (int run = 0; run <= runs; ++run) {
+    const Flush f = run < runs ? Flush::kRead : Flush::kNone;
+    const double plain = median_us([&] { kvattn::decode_attention(a); }, f, g_reps);
+    BENCH_CUDA(cudaMemset(dev, 0, st.size() * 8));
+    tuning.decode_probe = dev;
+    const double probed = median_us([&] { kvattn::decode_attention(a); }, f, 1, 0);
+    tuning.decode_probe = nullptr;
+    BENCH_CUDA(cudaMemcpy(st.data(), dev, st.size() * 8, cudaMemcpyDeviceToHost));
+    unsigned long long t0 = ~0ull, tend = 0;
+    std::vector<double> ends, spreads;
+    for (size_t i = 0; i < kMaxCtas; ++i) {
+      const unsigned long long* w = &st[i * S];
+      if (w[11] != kvattn::cuda::kDecodeProbeSplit) continue;
+      t0 = std::min(t0, w[0]);
+    }
+    if (t0 == ~0ull) {
+      std::printf("no split-kernel stamps (another kernel ran)\n");
+      break;
+    }
+    for (size_t i = 0; i < kMaxCtas; ++i) {
+      const unsigned long long* w = &st[i * S];
+      if (w[11] != kvattn::cuda::kDecodeProbeSplit) continue;
+      unsigned long long lo = ~0ull, hi = 0;
+      for (int k = 2; k < 2 + kvattn::cuda::kDecodeMaxWarps; ++k) {
+        if (w[k] == 0) continue;
+        lo = std::min(lo, w[k]);
+        hi = std::max(hi, w[k]);
+      }
+      if (hi == 0) continue;  // no range (or no unit)
+      ends.push_back((hi - t0) * 1e-3);
+      spreads.push_back((hi - lo) * 1e-3);
+      tend = std::max(tend, hi);
+    }
+    const double span = (tend - t0) * 1e-3;
+    std::printf("%-10s %7.2f %7.2f %6zu | %8.2f %8.2f %8.2f %8.2f       | %6.2f %6.2f | %8.2f %8.3f\n",
+                flush_name(f), probed, plain, ends.size(), pct(ends, 0), pct(ends, 0.5),
+                pct(ends, 0.9), pct(ends, 1.0), pct(ends, 1.0) - pct(ends, 0.5), pct(spreads, 0.5),
+                span, pc.kv_bytes / (plain * 1e-6) / 1e12);
+  }
+  BENCH_CUDA(cudaFree(dev));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  bool only_split = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) g_reps = std::atoi(argv[++i]);
+    if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only_split = !std::strcmp(argv[++i], "split");
   }
   if (!kvattn::cuda_available()) {
     std::printf("no CUDA device: nothing to probe\n");
@@ -231,6 +304,20 @@ int main(int argc, char** argv) {
   std::printf("# %s, %d SMs, L2 %d MB, SM clock %d MHz\n", prop.name, prop.multiProcessorCount,
               prop.l2CacheSize >> 20, khz / 1000);
   init_l2_flush();
+  // The split kernel's balance: the uniform acceptance shapes of issue 16 and the engine's
+  // ragged batches (lengths drawn from [100, 2048], as nano-vllm's workload decodes).
+  auto ragged = [](int n) {
+    std::mt19937_64 r(5);
+    std::vector<int64_t> v(static_cast<size_t>(n));
+    for (auto& x : v) x = 100 + static_cast<int64_t>(r() % 1949);
+    return v;
+  };
+  split_balance("64x4096 32/8 d128", std::vector<int64_t>(64, 4096), 32, 8, 128);
+  split_balance("256x1024 16/8 d128", std::vector<int64_t>(256, 1024), 16, 8, 128);
+  split_balance("96x4096 9/3 d64", std::vector<int64_t>(96, 4096), 9, 3, 64);
+  split_balance("148 ragged [100,2048] 16/8 d128", ragged(148), 16, 8, 128);
+  split_balance("64 ragged [100,2048] 16/8 d128", ragged(64), 16, 8, 128);
+  if (only_split) return 0;
   floors();
   cluster_capacity();
   phases(1, 8192);

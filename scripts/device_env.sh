@@ -64,7 +64,11 @@ kvattn_install_python_and_peers() {
 # carried Debian headers in CPATH.
 kvattn_run_peers() {
   local harness=$1 log=$2 tail_lines=${3:-8}
-  kvattn_install_python_and_peers || return 1
+  # Installed once per script: a second harness in the same call reuses the package.
+  if [ -z "${KVATTN_PEERS_READY:-}" ]; then
+    kvattn_install_python_and_peers || return 1
+    KVATTN_PEERS_READY=1
+  fi
   step "peers, same run: $harness"
   (unset CPATH LIBRARY_PATH
    cd /tmp && PYTHONUNBUFFERED=1 OUT="$OUT" MAX_JOBS=$(nproc) FLASHINFER_CUDA_ARCH_LIST=9.0a \

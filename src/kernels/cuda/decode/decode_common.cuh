@@ -20,6 +20,28 @@
 namespace kvattn::cuda {
 namespace {
 
+// ---- diagnostics (p.probe, cuda_tuning().decode_probe): the small kernel's phase stamps and
+// the split kernel's entry and exit times, kDecodeProbeSlots words per CTA; null: nothing is
+// written ----
+
+// The device's nanosecond timer and this CTA's SM.
+__device__ __forceinline__ unsigned long long global_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+__device__ __forceinline__ unsigned sm_id() {
+  unsigned id;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
+  return id;
+}
+// This CTA's kDecodeProbeSlots stamps in p.probe (non-null probe only).
+__device__ __forceinline__ unsigned long long* probe_row(const DecodeParams& p) {
+  const int64_t cta =
+      (static_cast<int64_t>(blockIdx.z) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+  return p.probe + cta * kDecodeProbeSlots;
+}
+
 // ---- tags between a launch's pieces and their merger (the small kernel's LL words, the
 // split kernel's fused merge) ----
 

@@ -258,6 +258,7 @@ void launch_kernels(DecodeParams p, bool aligned, int64_t ws_bytes, int device,
   p.head_blocks = c.head_blocks;
   p.slices = c.head_blocks * c.rc_blocks;
   p.stages = c.stages;
+  p.probe = cuda_tuning().decode_probe;
   p.stream = stream_mode ? 1 : 0;
   p.prefix_bytes = stream_mode ? decode_host::prefix_bytes_for(B) : 0;
   const int threads = c.warps * 32;

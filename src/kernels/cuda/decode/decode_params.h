@@ -305,6 +305,9 @@ inline int64_t decode_small_ws_bytes(int64_t num_seqs, int64_t num_kv_heads, int
 // entry when [3] the length arrived, [4] warp 0's first tile landed, [5] warp 0's last tile
 // was done, [6] all warps were done, [7] the piece was stored (published, or kept by the
 // merger), [8] the merger had every piece and had merged; [9] 1 for the merger, [10] its SM.
+// The split kernel's: [0] globaltimer at entry, [2 + w] when warp w finished its tiles (0: a
+// warp without a unit, or a CTA without a range), [10] its SM, [11] kDecodeProbeSplit.
 inline constexpr int kDecodeProbeSlots = 12;
+inline constexpr unsigned long long kDecodeProbeSplit = 3;
 
 }  // namespace kvattn::cuda

@@ -34,24 +34,7 @@ __device__ __forceinline__ uint64_t ld_ll(const uint64_t* p) {
 __device__ __forceinline__ void ld_ll2(const uint64_t* p, uint64_t& a, uint64_t& b) {
   asm volatile("ld.relaxed.gpu.global.v2.b64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(p) : "memory");
 }
-// Diagnostics (p.probe): the device's nanosecond timer, and one phase stamp of this CTA (clock
-// cycles since its entry) written by thread 0. Null probe: nothing is written.
-__device__ __forceinline__ unsigned long long global_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-__device__ __forceinline__ unsigned sm_id() {
-  unsigned id;
-  asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
-  return id;
-}
-// This CTA's kDecodeProbeSlots stamps in p.probe (non-null probe only).
-__device__ __forceinline__ unsigned long long* probe_row(const DecodeParams& p) {
-  const int64_t cta =
-      (static_cast<int64_t>(blockIdx.z) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
-  return p.probe + cta * kDecodeProbeSlots;
-}
+// One phase stamp of this CTA (clock cycles since its entry c0), written by thread 0.
 __device__ __forceinline__ void probe_stamp(const DecodeParams& p, int slot, long long c0) {
   if (p.probe != nullptr && threadIdx.x == 0) {
     probe_row(p)[slot] = static_cast<unsigned long long>(clock64() - c0);

@@ -261,6 +261,12 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   const int rc = (slice / p.head_blocks) * p.rc_per_cta + warp % p.rc_per_cta;
   const bool unit_ok = kvh < p.num_kv_heads && rc < p.row_chunks;
   const int B = p.num_seqs;
+  if (p.probe != nullptr && tid == 0) {  // diagnostics: kDecodeProbeSlots' split layout
+    unsigned long long* st = probe_row(p);
+    st[0] = global_ns();
+    st[10] = sm_id();
+    st[11] = kDecodeProbeSplit;
+  }
 
   Source src;
   src.prefix = reinterpret_cast<const int*>(smem);
@@ -684,6 +690,7 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     if (piece_done && !cc.done) begin_piece(cc);
   }
   cp_async_wait<0>();
+  if (p.probe != nullptr && lane == 0) probe_row(p)[2 + warp] = global_ns();
   if constexpr (kFused) {  // o, m, l: free now; the merged rows go out as a whole piece
     uint32_t tag = 0;
     if (merge_b >= 0 && fused_merge_rows<KV, D, kSwap>(p, merge_b, merge_owner, part, kvh, rc,
