@@ -214,6 +214,7 @@ struct DecodeVariant {
   int tma_prefetch = -1; // ... with the next tile asked of L2 (decode_tma_prefetch; -1: default)
   int fused = -1;        // stream mode: the fused merge (decode_fused_merge; -1: default)
   int cta_sweep = -1;    // split kernel, fp8 d64: the CTA page sweep (decode_cta_sweep; -1: default)
+  int waves = 0;         // stream mode's waves of ranges (decode_stream_waves; 0: default)
 };
 // The default first: the others' outputs are compared with its. "diag" rows are diagnostics
 // (not candidates): the split kernel alone, to price the merge launch.
@@ -238,6 +239,13 @@ const DecodeVariant kDecodeVariants[] = {
     {.name = "cta sweep swap", .heads = 8, .stages = 0, .swap = 1, .cta_sweep = 1},
     {.name = "cta sweep noswap", .heads = 8, .stages = 0, .swap = 0, .cta_sweep = 1},
     {.name = "cta sweep s4", .heads = 8, .stages = 4, .cta_sweep = 1},
+    // Stream mode in W waves of W times shorter ranges (decode_stream_waves): the hardware's
+    // block scheduler balances the SMs; with 4 heads a CTA (two CTAs an SM) one CTA's ramp
+    // overlaps the other's streaming.
+    {.name = "waves 2", .heads = 8, .stages = 0, .waves = 2},
+    {.name = "waves 4", .heads = 8, .stages = 0, .waves = 4},
+    {.name = "swap h4 s3 waves 2", .heads = 4, .stages = 3, .swap = 1, .waves = 2},
+    {.name = "swap h4 s3 waves 4", .heads = 4, .stages = 3, .swap = 1, .waves = 4},
     // A third stage with the lean and TMA forms (the plain one is "s3" below).
     {.name = "lean s3", .heads = 8, .stages = 3, .lean_issue = 1, .tma = 0},
     {.name = "tma s3", .heads = 8, .stages = 3, .tma = 1},
@@ -455,6 +463,7 @@ void bench_decode(const std::string& name, const std::vector<int64_t>& lens, int
     if (v.tma_prefetch >= 0) tuning.decode_tma_prefetch = v.tma_prefetch;
     if (v.fused >= 0) tuning.decode_fused_merge = v.fused;
     if (v.cta_sweep >= 0) tuning.decode_cta_sweep = v.cta_sweep;
+    if (v.waves > 0) tuning.decode_stream_waves = v.waves;
   };
   auto plan = [&] { return kvattn::plan_decode(B, hq, hkv, d, 1, pc.width * block_size, kGpu); };
   const std::vector<DecodeVariant> variants = variants_for(fp8);

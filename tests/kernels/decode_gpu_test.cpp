@@ -539,6 +539,7 @@ struct Variant {
   int tma_prefetch = -1;           // ... asking L2 for each next tile (-1: the default)
   int fused_merge = -1;            // stream mode's fused merge (-1: the default)
   int cta_sweep = -1;              // split kernel, fp8 d64: the CTA page sweep (-1: default)
+  int stream_waves = 0;            // stream mode's waves of ranges (0: the default)
 };
 const Variant kVariants[] = {
     {.name = "s2", .heads = 8, .stages = 2},
@@ -589,6 +590,10 @@ const Variant kVariants[] = {
     {.name = "cta sweep nosmall", .heads = 8, .stages = 0, .small = 0, .cta_sweep = 1},
     {.name = "cta sweep noswap nosmall h4 s2", .heads = 4, .stages = 2, .small = 0, .swap = 0,
      .cta_sweep = 1},
+    // Stream mode in three waves of shorter ranges (decode_stream_waves), on both tiles.
+    {.name = "waves 3 nosmall", .heads = 8, .stages = 0, .small = 0, .stream_waves = 3},
+    {.name = "waves 3 noswap nosmall h4 s2", .heads = 4, .stages = 2, .small = 0, .swap = 0,
+     .stream_waves = 3},
 };
 
 // The TMA copy issue (decode_tma.cuh) with the small kernel on and off: the edge tests of the
@@ -622,6 +627,7 @@ class UseVariant {
     if (v.tma_prefetch >= 0) t.decode_tma_prefetch = v.tma_prefetch;
     if (v.fused_merge >= 0) t.decode_fused_merge = v.fused_merge;
     if (v.cta_sweep >= 0) t.decode_cta_sweep = v.cta_sweep;
+    if (v.stream_waves > 0) t.decode_stream_waves = v.stream_waves;
   }
   ~UseVariant() { cuda::cuda_tuning() = saved_; }
 

@@ -233,6 +233,14 @@ struct CudaTuning {
   // Written in session 30 without a device (the merge kernel took 5.8-6.0 of 121 us at 96 x
   // 4096 9/3 d64 on the H100). EXPERIMENTAL. Env KVATTN_DECODE_FUSED_MERGE.
   int decode_fused_merge = 0;
+  // Decode, stream mode: ranges per resident CTA. 1 (default): one wave of CTAs, each one
+  // range of the batch's tiles (stream-K). W > 1: W waves of ranges W times shorter, so that
+  // the hardware's block scheduler hands the later ranges to whichever SM frees first (a
+  // dynamic balance between SMs that read at different rates, for more pieces to merge and a
+  // pipeline ramp a range). Not with the fused merge (one wave). Written in session 36 beside
+  // the split kernel's balance probe (gpu_decode_probe --only split), to be measured there.
+  // Env KVATTN_DECODE_STREAM_WAVES.
+  int decode_stream_waves = 1;
   // Diagnostics only (wrong results): skip the stream kernel's merge launch, to time the split
   // kernel alone. Set by the benchmark, never from the environment.
   int decode_debug_no_merge = 0;

@@ -254,6 +254,11 @@ bool stream_ok(int64_t num_seqs, int64_t capacity) {
          num_seqs * ((capacity + kDecodeTileKeys - 1) / kDecodeTileKeys) < (int64_t{1} << 31);
 }
 
+int stream_waves() {
+  const CudaTuning& t = cuda_tuning();
+  return t.decode_fused_merge != 0 ? 1 : std::clamp(t.decode_stream_waves, 1, 8);
+}
+
 }  // namespace decode_host
 
 using namespace decode_host;  // NOLINT(google-build-using-namespace): this file defines them
@@ -372,7 +377,8 @@ int decode_parts(int device, const DecodeConfig& c, int64_t head_dim, int64_t nu
     });
   }
   return static_cast<int>(std::max<int64_t>(1, int64_t{sm_count(device)} * ctas /
-                                                   (c.head_blocks * c.rc_blocks)));
+                                                   (c.head_blocks * c.rc_blocks))) *
+         stream_waves();
 }
 
 bool decode_stream_ok(int64_t num_seqs, int64_t capacity) { return stream_ok(num_seqs, capacity); }

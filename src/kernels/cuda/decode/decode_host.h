@@ -51,6 +51,9 @@ SmallChoice small_choice(int device, int64_t num_seqs, int64_t num_kv_heads, int
 uint32_t next_epoch();
 // Stream mode is possible: few enough sequences for the shared prefix sum, 32-bit tile indices.
 bool stream_ok(int64_t num_seqs, int64_t capacity);
+// Stream mode's ranges per resident CTA (cuda_tuning().decode_stream_waves; 1 where the fused
+// merge is on, which wants one wave). The planner's workspace and the launcher's grid agree.
+int stream_waves();
 // Launches of the TMA form (CopyIssue::kTma, decode_tma.cuh) in this process, counted by the
 // launcher: tests check that the cases meant for it took it.
 int64_t tma_launches();

@@ -304,7 +304,7 @@ void launch_kernels(DecodeParams p, bool aligned, int64_t ws_bytes, int device,
       p.ws_gen = p.ws_flag + slots * units_total;
       p.epoch = decode_host::next_epoch();
     }
-    p.parts = static_cast<int>(per_slice);
+    p.parts = static_cast<int>(per_slice * decode_host::stream_waves());
     p.part_cap = static_cast<int>(std::min<int64_t>(slots - B + 1, 1 << 30));
     const int64_t ranges = std::min<int64_t>(p.parts, p.part_cap);
     pieces_per_seq = std::min<int64_t>(ranges, (ranges + B - 1) / B + 1);

@@ -277,7 +277,8 @@ inline bool decode_use_swap(int knob, int64_t rows, int64_t tile_dim, bool fp8, 
   return !ext && (knob == 1 || (knob < 0 && tile_dim == 128));
 }
 
-// Stream-mode CTAs per slice on `device`: resident CTAs (occupancy) over slices. fp8_swap: of
+// Stream-mode CTAs per slice on `device`: resident CTAs (occupancy) over slices, times the
+// waves of ranges (decode_host::stream_waves). fp8_swap: of
 // the fp8 swapped tile's kernel (c from decode_config with kv_bytes 1, kDecodeSwapRows; head_dim
 // 64, 128 or 256), else of the 16-bit 16-row kernel (256: the swapped one).
 int decode_parts(int device, const DecodeConfig& c, int64_t head_dim, int64_t num_seqs,
