@@ -6,18 +6,18 @@
 # the decode test (quick) on the changed kernels, the uniform and engine shapes' variants, and
 # the engine on random Qwen3-0.6B / SmolLM2-135M (nano-vllm's workload, single streams).
 #   run: bash scripts/sessions/gpu_session36_probe.sh > $OUT/summary.txt 2>&1
-#   carry: build-carry-s36a (gpu_decode_probe, gpu_decode_bench, kernels_decode_gpu_test, kvattn; debs/)
+#   carry: build-carry-s36b (gpu_decode_probe, gpu_decode_bench, kernels_decode_gpu_test, kvattn; debs/)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device_carried.sh
-carried_unpack build-carry-s36a
+carried_unpack build-carry-s36b
 trap pack_out EXIT
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
 run_logged decode_test env KVATTN_GPU_TEST_QUICK=1 "$B/kernels_decode_gpu_test"
 timeout 150 "$B/gpu_decode_probe" --only split --reps 20 > "$OUT/probe_split.txt" 2>&1
 echo "probe rc=$?"; grep -v '^{' "$OUT/probe_split.txt"
 for only in d128 engine; do
-  timeout 120 "$B/gpu_decode_bench" --only $only --variants 'diag nomerge,swap h4,swap h4 s3,swap h2 s3' \
+  timeout 120 "$B/gpu_decode_bench" --only $only --variants 'diag nomerge,swap h4 s3,waves 2,waves 4,swap h4 s3 waves 2,swap h4 s3 waves 4' \
     > "$OUT/bench_$only.txt" 2>&1
   echo "bench $only rc=$?"
   grep -o '"op": "[^"]*", "shape": "[^"]*", "us": [0-9.]*' "$OUT/bench_$only.txt" | head -40
