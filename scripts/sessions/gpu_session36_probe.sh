@@ -14,6 +14,7 @@ carried_unpack build-carry-s36b
 trap pack_out EXIT
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
 run_logged decode_test env KVATTN_GPU_TEST_QUICK=1 "$B/kernels_decode_gpu_test"
+both_sanitizers waves "$B/kernels_decode_gpu_test" 'DecodeGpu.StreamWaves'
 timeout 150 "$B/gpu_decode_probe" --only split --reps 20 > "$OUT/probe_split.txt" 2>&1
 echo "probe rc=$?"; grep -v '^{' "$OUT/probe_split.txt"
 for only in d128 engine; do
