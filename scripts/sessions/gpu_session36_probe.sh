@@ -13,8 +13,6 @@ source scripts/device_carried.sh
 carried_unpack build-carry-s36b
 trap pack_out EXIT
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
-run_logged decode_test env KVATTN_GPU_TEST_QUICK=1 "$B/kernels_decode_gpu_test"
-both_sanitizers waves "$B/kernels_decode_gpu_test" 'DecodeGpu.StreamWaves'
 timeout 150 "$B/gpu_decode_probe" --only split --reps 20 > "$OUT/probe_split.txt" 2>&1
 echo "probe rc=$?"; grep -v '^{' "$OUT/probe_split.txt"
 for only in d128 engine; do
@@ -23,6 +21,8 @@ for only in d128 engine; do
   echo "bench $only rc=$?"
   grep -o '"op": "[^"]*", "shape": "[^"]*", "us": [0-9.]*' "$OUT/bench_$only.txt" | head -40
 done
+room 200 "decode test" && run_logged decode_test env KVATTN_GPU_TEST_QUICK=1 "$B/kernels_decode_gpu_test"
+room 260 "sanitizers" && both_sanitizers waves "$B/kernels_decode_gpu_test" 'DecodeGpu.StreamWaves'
 random_qwen3_06b
 random_smollm2
 run_bench() {  # LABEL MODEL KV [ARGS...]
@@ -33,9 +33,9 @@ run_bench() {  # LABEL MODEL KV [ARGS...]
   echo "$label rc=$?: $(tr '\r' '\n' < "$OUT/bench_$label.log" |
     grep -E "Throughput|single stream|first token|decode K/V|rror" | tr '\n' ' ')"
 }
-room 420 "engine" && run_bench q06_bf16 /tmp/q06 bf16
-room 470 "engine fp8" && run_bench q06_fp8 /tmp/q06 fp8
+room 330 "engine" && run_bench q06_bf16 /tmp/q06 bf16
+room 400 "engine fp8" && run_bench q06_fp8 /tmp/q06 fp8
 for m in smol q06; do
-  room 540 "single $m" && single_bench "${m}_default" /tmp/$m 128
+  room 450 "single $m" && single_bench "${m}_default" /tmp/$m 128
 done
 echo "end ${SECONDS}s"
