@@ -13,7 +13,7 @@
 //    last tile was done), for uniform and ragged batches: how far the last CTA ends after the
 //    median one (the tail a static split of the tiles leaves), and what the event time holds
 //    beyond the CTAs' lifetimes (launch, the merge kernel).
-//   gpu_decode_probe [--reps N] [--only split]
+//   gpu_decode_probe [--reps N] [--only split] [--sm-ends]
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -40,6 +40,7 @@ using kvattn::DType;
 using kvattn::Tensor;
 const kvattn::Device kGpu = kvattn::Device::cuda(0);
 int g_reps = 50;
+bool g_sm_ends = false;  // --sm-ends: the split kernel's CTA end times by SM
 
 // Each CTA reads a contiguous slice of n16 16-byte words, 8 loads in flight per thread.
 __global__ void stream_read(const int4* p, int64_t n16, int* sink) {
@@ -278,6 +279,20 @@ void split_balance(const char* name, const std::vector<int64_t>& lens, int64_t h
       spreads.push_back((hi - lo) * 1e-3);
       tend = std::max(tend, hi);
     }
+    if (g_sm_ends) {  // CTA end by SM (one CTA an SM at d128): is a slow SM slow every run?
+      std::vector<std::pair<unsigned long long, double>> by_sm;
+      for (size_t i = 0; i < kMaxCtas; ++i) {
+        const unsigned long long* w = &st[i * S];
+        if (w[11] != kvattn::cuda::kDecodeProbeSplit) continue;
+        unsigned long long hi = 0;
+        for (int k = 2; k < 2 + kvattn::cuda::kDecodeMaxWarps; ++k) hi = std::max(hi, w[k]);
+        if (hi != 0) by_sm.emplace_back(w[10], (hi - t0) * 1e-3);
+      }
+      std::sort(by_sm.begin(), by_sm.end());
+      std::printf("sm ends (%s):", flush_name(f));
+      for (const auto& [sm, end] : by_sm) std::printf(" %llu:%.0f", sm, end);
+      std::printf("\n");
+    }
     const double span = (tend - t0) * 1e-3;
     std::printf("%-10s %7.2f %7.2f %6zu | %8.2f %8.2f %8.2f %8.2f       | %6.2f %6.2f | %8.2f %8.3f\n",
                 flush_name(f), probed, plain, ends.size(), pct(ends, 0), pct(ends, 0.5),
@@ -295,6 +310,7 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) g_reps = std::atoi(argv[++i]);
     if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only_split = !std::strcmp(argv[++i], "split");
+    if (!std::strcmp(argv[i], "--sm-ends")) g_sm_ends = true;
   }
   if (!kvattn::cuda_available()) {
     std::printf("no CUDA device: nothing to probe\n");
@@ -316,6 +332,16 @@ int main(int argc, char** argv) {
     return v;
   };
   split_balance("64x4096 32/8 d128", std::vector<int64_t>(64, 4096), 32, 8, 128);
+  if (g_sm_ends) {  // the same shape with two CTAs of 4 KV heads an SM
+    auto& t = kvattn::cuda::cuda_tuning();
+    const kvattn::cuda::CudaTuning saved = t;
+    t.decode_heads_per_cta = 4;
+    t.decode_stages = 3;
+    split_balance("64x4096 32/8 d128, 4 heads a CTA, 3 stages", std::vector<int64_t>(64, 4096),
+                  32, 8, 128);
+    t = saved;
+    return 0;
+  }
   split_balance("256x1024 16/8 d128", std::vector<int64_t>(256, 1024), 16, 8, 128);
   split_balance("96x4096 9/3 d64", std::vector<int64_t>(96, 4096), 9, 3, 64);
   split_balance("148 ragged [100,2048] 16/8 d128", ragged(148), 16, 8, 128);

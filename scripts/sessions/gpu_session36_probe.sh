@@ -33,9 +33,9 @@ run_bench() {  # LABEL MODEL KV [ARGS...]
   echo "$label rc=$?: $(tr '\r' '\n' < "$OUT/bench_$label.log" |
     grep -E "Throughput|single stream|first token|decode K/V|rror" | tr '\n' ' ')"
 }
-room 330 "engine" && run_bench q06_bf16 /tmp/q06 bf16
-room 400 "engine fp8" && run_bench q06_fp8 /tmp/q06 fp8
+room 250 "engine" && run_bench q06_bf16 /tmp/q06 bf16
+room 300 "engine fp8" && run_bench q06_fp8 /tmp/q06 fp8
 for m in smol q06; do
-  room 450 "single $m" && single_bench "${m}_default" /tmp/$m 128
+  room 340 "single $m" && single_bench "${m}_default" /tmp/$m 128
 done
 echo "end ${SECONDS}s"
