@@ -150,6 +150,21 @@ double pct(std::vector<double> v, double q) {
   return v[static_cast<size_t>(q * (v.size() - 1) + 0.5)];
 }
 
+// The decode's median time after flush f (unprobed), then one probed launch whose stamps land
+// in st (via the device buffer dev, zeroed first): {median us, probed launch's us}.
+std::pair<double, double> timed_and_probed(const kvattn::DecodeArgs& a, Flush f,
+                                           unsigned long long* dev,
+                                           std::vector<unsigned long long>& st) {
+  auto& tuning = kvattn::cuda::cuda_tuning();
+  const double plain = median_us([&] { kvattn::decode_attention(a); }, f, g_reps);
+  BENCH_CUDA(cudaMemset(dev, 0, st.size() * 8));
+  tuning.decode_probe = dev;
+  const double probed = median_us([&] { kvattn::decode_attention(a); }, f, 1, 0);
+  tuning.decode_probe = nullptr;
+  BENCH_CUDA(cudaMemcpy(st.data(), dev, st.size() * 8, cudaMemcpyDeviceToHost));
+  return {plain, probed};
+}
+
 // One decode of B sequences of `len` keys (32/8 heads, D 128, page 16, shuffled blocks) with
 // the phase probe on, after each flush; prints the phase table.
 void phases(int64_t B, int64_t len, int max_chunks = 0) {
@@ -168,12 +183,7 @@ void phases(int64_t B, int64_t len, int max_chunks = 0) {
   Tensor ws = Tensor::empty({std::max<int64_t>(a.plan.workspace_bytes, 16)}, DType::kU8, kGpu);
   a.workspace = ws;
   for (Flush f : {Flush::kMemset, Flush::kRead, Flush::kNone}) {
-    const double plain = median_us([&] { kvattn::decode_attention(a); }, f, g_reps);
-    BENCH_CUDA(cudaMemset(dev, 0, st.size() * 8));
-    tuning.decode_probe = dev;
-    const double probed = median_us([&] { kvattn::decode_attention(a); }, f, 1, 0);
-    tuning.decode_probe = nullptr;
-    BENCH_CUDA(cudaMemcpy(st.data(), dev, st.size() * 8, cudaMemcpyDeviceToHost));
+    const auto [plain, probed] = timed_and_probed(a, f, dev, st);
     constexpr int S = kvattn::cuda::kDecodeProbeSlots;
     size_t n = 0;
     while (n < kMaxCtas && st[n * S + 0] != 0 && st[n * S + 11] != kvattn::cuda::kDecodeProbeSplit) ++n;
@@ -248,12 +258,7 @@ void split_balance(const char* name, const std::vector<int64_t>& lens, int64_t h
               "TB/s");
   for (int run = 0; run <= runs; ++run) {
     const Flush f = run < runs ? Flush::kRead : Flush::kNone;
-    const double plain = median_us([&] { kvattn::decode_attention(a); }, f, g_reps);
-    BENCH_CUDA(cudaMemset(dev, 0, st.size() * 8));
-    tuning.decode_probe = dev;
-    const double probed = median_us([&] { kvattn::decode_attention(a); }, f, 1, 0);
-    tuning.decode_probe = nullptr;
-    BENCH_CUDA(cudaMemcpy(st.data(), dev, st.size() * 8, cudaMemcpyDeviceToHost));
+    const auto [plain, probed] = timed_and_probed(a, f, dev, st);
     unsigned long long t0 = ~0ull, tend = 0;
     std::vector<double> ends, spreads;
     for (size_t i = 0; i < kMaxCtas; ++i) {
