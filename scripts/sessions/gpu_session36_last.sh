@@ -2,14 +2,14 @@
 # Session 36, last call: the split kernel's CTA end times by SM (one CTA of 8 KV heads an SM,
 # then two of 4), and, on whichever card comes, the engine's single streams and nano-vllm.
 #   run: bash scripts/sessions/gpu_session36_last.sh > $OUT/summary.txt 2>&1
-#   carry: build-carry-s36b (kvattn, ...; debs/), build-carry-s36c (gpu_decode_probe with --sm-ends)
+#   carry: build-carry-s36d (kvattn, gpu_decode_probe with --sm-ends; debs/)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device_carried.sh
-carried_unpack build-carry-s36b
-carried_bins build-carry-s36c /tmp/bin2
+carried_unpack build-carry-s36d
+
 nvidia-smi --query-gpu=name --format=csv,noheader
-timeout 100 /tmp/bin2/gpu_decode_probe --only split --sm-ends --reps 20 2>&1 | grep -v '^{'
+timeout 100 "$B/gpu_decode_probe" --only split --sm-ends --reps 20 2>&1 | grep -v '^{'
 random_qwen3_06b
 random_smollm2
 for m in smol q06; do single_bench "${m}_default" /tmp/$m 128; done
