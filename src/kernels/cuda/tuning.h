@@ -237,8 +237,11 @@ struct CudaTuning {
   // range of the batch's tiles (stream-K). W > 1: W waves of ranges W times shorter, so that
   // the hardware's block scheduler hands the later ranges to whichever SM frees first (a
   // dynamic balance between SMs that read at different rates, for more pieces to merge and a
-  // pipeline ramp a range). Not with the fused merge (one wave). Written in session 36 beside
-  // the split kernel's balance probe (gpu_decode_probe --only split), to be measured there.
+  // pipeline ramp a range). Not with the fused merge (one wave). Measured slower everywhere
+  // (H100, session 36, one bench process: 64x4096 32/8 d128 375.5 -> 387.4 / 396.6 us at 2 / 4
+  // waves, 148 ragged rows of [100, 2048] keys 249.5 -> 256.0 / 261.5): each range pays a CTA
+  // start and more pieces to merge, and a few ranges an SM are too coarse to balance the SMs'
+  // rates (docs/notes/decode-next.md "Session 36": the dynamic split that would). 1 stays.
   // Env KVATTN_DECODE_STREAM_WAVES.
   int decode_stream_waves = 1;
   // Diagnostics only (wrong results): skip the stream kernel's merge launch, to time the split
