@@ -120,7 +120,9 @@ struct DecodeParams {
   uint32_t* ws_gen = nullptr;            // small mode, fused merge: per (sequence, unit), last tag
   uint32_t* fault_word = nullptr;
   uint32_t epoch = 1;                    // small mode, fused merge: fresh per host launch
-  // Diagnostics (cuda_tuning().decode_probe): per-CTA phase stamps of the small kernel, or null.
+  // Diagnostics (cuda_tuning().decode_probe): per-CTA stamps of the small kernel's phases or of
+  // the split kernel's entry and warps' ends (kDecodeProbeSlots words a CTA of the grid), or
+  // null.
   unsigned long long* probe = nullptr;
 
   int64_t q_stride = 0;
