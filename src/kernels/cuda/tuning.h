@@ -262,7 +262,9 @@ struct CudaTuning {
   // threads (the default). Env KVATTN_STORE_KV_VARIANT.
   int store_kv_variant = 0;
   // Diagnostics only: when set, the small-batch decode kernel writes kDecodeProbeSlots phase
-  // stamps per CTA here (decode_params.h). Set by the benchmark, never from the environment.
+  // stamps per CTA here, the split kernel its CTAs' entry and warps' end times
+  // (decode_params.h); room for every CTA of the grid. Set by the benchmark, never from the
+  // environment.
   unsigned long long* decode_probe = nullptr;
 };
 
