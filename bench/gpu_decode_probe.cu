@@ -259,43 +259,39 @@ void split_balance(const char* name, const std::vector<int64_t>& lens, int64_t h
   for (int run = 0; run <= runs; ++run) {
     const Flush f = run < runs ? Flush::kRead : Flush::kNone;
     const auto [plain, probed] = timed_and_probed(a, f, dev, st);
+    // Per CTA of the split kernel with a range: its SM and its warps' first and last ends.
+    struct CtaEnds {
+      unsigned long long sm, lo, hi;
+    };
+    std::vector<CtaEnds> ctas;
     unsigned long long t0 = ~0ull, tend = 0;
-    std::vector<double> ends, spreads;
     for (size_t i = 0; i < kMaxCtas; ++i) {
       const unsigned long long* w = &st[i * S];
       if (w[11] != kvattn::cuda::kDecodeProbeSplit) continue;
       t0 = std::min(t0, w[0]);
+      CtaEnds c{w[10], ~0ull, 0};
+      for (int k = 2; k < 2 + kvattn::cuda::kDecodeMaxWarps; ++k) {
+        if (w[k] == 0) continue;  // a warp without a unit
+        c.lo = std::min(c.lo, w[k]);
+        c.hi = std::max(c.hi, w[k]);
+      }
+      if (c.hi == 0) continue;  // no range
+      ctas.push_back(c);
+      tend = std::max(tend, c.hi);
     }
     if (t0 == ~0ull) {
       std::printf("no split-kernel stamps (another kernel ran)\n");
       break;
     }
-    for (size_t i = 0; i < kMaxCtas; ++i) {
-      const unsigned long long* w = &st[i * S];
-      if (w[11] != kvattn::cuda::kDecodeProbeSplit) continue;
-      unsigned long long lo = ~0ull, hi = 0;
-      for (int k = 2; k < 2 + kvattn::cuda::kDecodeMaxWarps; ++k) {
-        if (w[k] == 0) continue;
-        lo = std::min(lo, w[k]);
-        hi = std::max(hi, w[k]);
-      }
-      if (hi == 0) continue;  // no range (or no unit)
-      ends.push_back((hi - t0) * 1e-3);
-      spreads.push_back((hi - lo) * 1e-3);
-      tend = std::max(tend, hi);
+    std::vector<double> ends, spreads;
+    for (const CtaEnds& c : ctas) {
+      ends.push_back((c.hi - t0) * 1e-3);
+      spreads.push_back((c.hi - c.lo) * 1e-3);
     }
     if (g_sm_ends) {  // CTA end by SM (one CTA an SM at d128): is a slow SM slow every run?
-      std::vector<std::pair<unsigned long long, double>> by_sm;
-      for (size_t i = 0; i < kMaxCtas; ++i) {
-        const unsigned long long* w = &st[i * S];
-        if (w[11] != kvattn::cuda::kDecodeProbeSplit) continue;
-        unsigned long long hi = 0;
-        for (int k = 2; k < 2 + kvattn::cuda::kDecodeMaxWarps; ++k) hi = std::max(hi, w[k]);
-        if (hi != 0) by_sm.emplace_back(w[10], (hi - t0) * 1e-3);
-      }
-      std::sort(by_sm.begin(), by_sm.end());
+      std::sort(ctas.begin(), ctas.end(), [](const CtaEnds& x, const CtaEnds& y) { return x.sm < y.sm; });
       std::printf("sm ends (%s):", flush_name(f));
-      for (const auto& [sm, end] : by_sm) std::printf(" %llu:%.0f", sm, end);
+      for (const CtaEnds& c : ctas) std::printf(" %llu:%.0f", c.sm, (c.hi - t0) * 1e-3);
       std::printf("\n");
     }
     const double span = (tend - t0) * 1e-3;

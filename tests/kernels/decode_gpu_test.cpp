@@ -631,15 +631,20 @@ class UseVariant {
   cuda::CudaTuning saved_;
 };
 
-// Every variant computes the same thing (the default is covered above).
-TEST(DecodeGpuVariants, Sweep) {
-  for (const Variant& v : kVariants) {
+// The 16-bit sweep (quick_cases in quick mode, else 16 cases) and the fp8 one (2, else 8) under
+// each of `forms`.
+template <size_t N>
+void sweep_each(const Variant (&forms)[N], int quick_cases) {
+  for (const Variant& v : forms) {
     SCOPED_TRACE(v.name);
     UseVariant use(v);
-    sweep(test::quick_mode() ? 3 : 16);
+    sweep(test::quick_mode() ? quick_cases : 16);
     sweep(test::quick_mode() ? 2 : 8, /*fp8=*/true);
   }
 }
+
+// Every variant computes the same thing (the default is covered above).
+TEST(DecodeGpuVariants, Sweep) { sweep_each(kVariants, 3); }
 
 // Stream mode in waves of shorter ranges (decode_stream_waves): more ranges than resident CTAs,
 // so more pieces a sequence for the merge kernel; on both tiles, two CTAs an SM, and with the
@@ -651,12 +656,7 @@ TEST(DecodeGpu, StreamWaves) {
        .stream_waves = 2},
       {.name = "waves 8 noswap nosmall h4 s2", .heads = 4, .stages = 2, .small = 0, .swap = 0,
        .stream_waves = 8}};
-  for (const Variant& v : forms) {
-    SCOPED_TRACE(v.name);
-    UseVariant use(v);
-    sweep(test::quick_mode() ? 4 : 16);
-    sweep(test::quick_mode() ? 2 : 8, /*fp8=*/true);
-  }
+  sweep_each(forms, 4);
 }
 
 // Moderate batches, where the planner's thresholds decide between the small and the stream
