@@ -215,6 +215,7 @@ struct DecodeVariant {
   int fused = -1;        // stream mode: the fused merge (decode_fused_merge; -1: default)
   int cta_sweep = -1;    // split kernel, fp8 d64: the CTA page sweep (decode_cta_sweep; -1: default)
   int waves = 0;         // stream mode's waves of ranges (decode_stream_waves; 0: default)
+  int dynamic = -1;      // stream mode's dynamic split (decode_dynamic_split; -1: default)
 };
 // The default first: the others' outputs are compared with its. "diag" rows are diagnostics
 // (not candidates): the split kernel alone, to price the merge launch.
@@ -246,6 +247,11 @@ const DecodeVariant kDecodeVariants[] = {
     {.name = "waves 4", .heads = 8, .stages = 0, .waves = 4},
     {.name = "swap h4 s3 waves 2", .heads = 4, .stages = 3, .swap = 1, .waves = 2},
     {.name = "swap h4 s3 waves 4", .heads = 4, .stages = 3, .swap = 1, .waves = 4},
+    // The dynamic split (decode_dynamic_split): CTAs claim the last quarter's ranges as they
+    // finish; static for contrast where the default flips.
+    {.name = "dynamic", .heads = 8, .stages = 0, .dynamic = 1},
+    {.name = "static", .heads = 8, .stages = 0, .dynamic = 0},
+    {.name = "swap h4 s3 dynamic", .heads = 4, .stages = 3, .swap = 1, .dynamic = 1},
     // A third stage with the lean and TMA forms (the plain one is "s3" below).
     {.name = "lean s3", .heads = 8, .stages = 3, .lean_issue = 1, .tma = 0},
     {.name = "tma s3", .heads = 8, .stages = 3, .tma = 1},
@@ -342,7 +348,7 @@ std::vector<DecodeVariant> all_variants_for(bool fp8) {
                                        "noswap",  "swap",    "swap s2",   "swap s3",
                                        "swap s4", "swap s6", "swap h4",   "nosmall", "s3",
                                        "fused merge", "cta sweep", "cta sweep swap",
-                                       "cta sweep noswap", "cta sweep s4"};
+                                       "cta sweep noswap", "cta sweep s4", "dynamic", "static"};
   for (const char* n : kNames) {
     for (const DecodeVariant& v : kDecodeVariants) {
       if (std::strcmp(v.name, n) == 0) out.push_back(v);
@@ -464,6 +470,7 @@ void bench_decode(const std::string& name, const std::vector<int64_t>& lens, int
     if (v.fused >= 0) tuning.decode_fused_merge = v.fused;
     if (v.cta_sweep >= 0) tuning.decode_cta_sweep = v.cta_sweep;
     if (v.waves > 0) tuning.decode_stream_waves = v.waves;
+    if (v.dynamic >= 0) tuning.decode_dynamic_split = v.dynamic;
   };
   auto plan = [&] { return kvattn::plan_decode(B, hq, hkv, d, 1, pc.width * block_size, kGpu); };
   const std::vector<DecodeVariant> variants = variants_for(fp8);

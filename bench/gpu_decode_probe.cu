@@ -235,10 +235,11 @@ void phases(int64_t B, int64_t len, int max_chunks = 0) {
 // (max - median), the spread of warps' ends inside a CTA, and the event time against the
 // first entry -> last end span.
 void split_balance(const char* name, const std::vector<int64_t>& lens, int64_t hq, int64_t hkv,
-                   int64_t d, int waves = 1, int runs = 3) {
+                   int64_t d, int waves = 1, bool dynamic = false, int runs = 3) {
   auto& tuning = kvattn::cuda::cuda_tuning();
-  const int saved_waves = tuning.decode_stream_waves;
+  const kvattn::cuda::CudaTuning saved = tuning;
   tuning.decode_stream_waves = waves;
+  tuning.decode_dynamic_split = dynamic ? 1 : 0;
   std::mt19937_64 rng(11);
   const PagedDecodeCase pc = make_paged_decode_case(lens, hq, hkv, 16, rng, d);
   kvattn::DecodeArgs a = pc.args();
@@ -251,8 +252,9 @@ void split_balance(const char* name, const std::vector<int64_t>& lens, int64_t h
   std::vector<unsigned long long> st(kMaxCtas * S);
   unsigned long long* dev = nullptr;
   BENCH_CUDA(cudaMalloc(&dev, st.size() * 8));
-  std::printf("\n## split balance: %s (%lld sequences, %.1f MB of K/V, splits %d, waves %d)\n",
-              name, static_cast<long long>(B), pc.kv_bytes / 1e6, a.plan.num_splits, waves);
+  std::printf("\n## split balance: %s (%lld sequences, %.1f MB of K/V, splits %d, %s)\n", name,
+              static_cast<long long>(B), pc.kv_bytes / 1e6, a.plan.num_splits,
+              dynamic ? "dynamic split" : waves > 1 ? "waves" : "static split");
   std::printf("%-10s %7s %7s %6s | %-38s | %6s %6s | %8s %8s\n", "flush", "event", "plain",
               "ctas", "CTA end from first entry: min/med/p90/max", "tail", "warps", "span",
               "TB/s");
@@ -301,7 +303,7 @@ void split_balance(const char* name, const std::vector<int64_t>& lens, int64_t h
                 span, pc.kv_bytes / (plain * 1e-6) / 1e12);
   }
   BENCH_CUDA(cudaFree(dev));
-  tuning.decode_stream_waves = saved_waves;
+  tuning = saved;
 }
 
 }  // namespace
@@ -347,8 +349,13 @@ int main(int argc, char** argv) {
   split_balance("96x4096 9/3 d64", std::vector<int64_t>(96, 4096), 9, 3, 64);
   split_balance("148 ragged [100,2048] 16/8 d128", ragged(148), 16, 8, 128);
   split_balance("64 ragged [100,2048] 16/8 d128", ragged(64), 16, 8, 128);
-  split_balance("64x4096 32/8 d128", std::vector<int64_t>(64, 4096), 32, 8, 128, 3);
-  split_balance("148 ragged [100,2048] 16/8 d128", ragged(148), 16, 8, 128, 3);
+  // The dynamic split (decode_dynamic_split): CTAs that finish first claim more of the last
+  // quarter's ranges.
+  split_balance("64x4096 32/8 d128", std::vector<int64_t>(64, 4096), 32, 8, 128, 1, true);
+  split_balance("256x1024 16/8 d128", std::vector<int64_t>(256, 1024), 16, 8, 128, 1, true);
+  split_balance("96x4096 9/3 d64", std::vector<int64_t>(96, 4096), 9, 3, 64, 1, true);
+  split_balance("148 ragged [100,2048] 16/8 d128", ragged(148), 16, 8, 128, 1, true);
+  split_balance("64 ragged [100,2048] 16/8 d128", ragged(64), 16, 8, 128, 1, true);
   if (only_split) return 0;
   floors();
   cluster_capacity();

@@ -540,6 +540,7 @@ struct Variant {
   int fused_merge = -1;            // stream mode's fused merge (-1: the default)
   int cta_sweep = -1;              // split kernel, fp8 d64: the CTA page sweep (-1: default)
   int stream_waves = 0;            // stream mode's waves of ranges (0: the default)
+  int dynamic_split = -1;          // stream mode's dynamic split (-1: the default)
 };
 const Variant kVariants[] = {
     {.name = "s2", .heads = 8, .stages = 2},
@@ -624,6 +625,7 @@ class UseVariant {
     if (v.fused_merge >= 0) t.decode_fused_merge = v.fused_merge;
     if (v.cta_sweep >= 0) t.decode_cta_sweep = v.cta_sweep;
     if (v.stream_waves > 0) t.decode_stream_waves = v.stream_waves;
+    if (v.dynamic_split >= 0) t.decode_dynamic_split = v.dynamic_split;
   }
   ~UseVariant() { cuda::cuda_tuning() = saved_; }
 
@@ -657,6 +659,63 @@ TEST(DecodeGpu, StreamWaves) {
       {.name = "waves 8 noswap nosmall h4 s2", .heads = 4, .stages = 2, .small = 0, .swap = 0,
        .stream_waves = 8}};
   sweep_each(forms, 4);
+}
+
+// The dynamic split (decode_dynamic_split, decode_stream_ranges.cuh): batches of enough tiles
+// for its ranges (five a resident CTA of a slice, so a few thousand tiles), ragged, with empty,
+// one-key and one-tile sequences, q_len > 1, plans for the table's width, the longest length
+// and a workspace too small for the dynamic ranges (the static split then); each variant runs
+// its cases over fresh workspaces of 0xFF bytes (the claim counters' garbage) and, as the
+// cases follow each other, over the words the previous launch left.
+void dynamic_cases(int cases, bool fp8) {
+  const bool quick = test::quick_mode();
+  for (int c = 0; c < cases; ++c) {
+    if (!test::case_selected(c)) continue;
+    const uint64_t seed = test::case_seed();
+    std::mt19937_64 rng(seed);
+    DecodeCase dc;
+    dc.dt = c % 2 ? DType::kBF16 : DType::kF16;
+    dc.d = std::vector<int64_t>{128, 64, 256, 96}[(c / 2) % 4];
+    dc.bs = pick(rng, std::vector<int64_t>{16, 64, 12, 256});
+    dc.hkv = pick(rng, std::vector<int64_t>{1, 2, 3, 8});
+    dc.group = pick(rng, std::vector<int64_t>{1, 4, 8});
+    const int64_t B = uniform_int(rng, quick ? 40 : 24, quick ? 90 : 260);
+    dc.lens = random_lens(rng, B, quick ? 2600 : 6000, true);
+    if (c % 4 == 1) {
+      dc.q_len = pick(rng, std::vector<int64_t>{2, 3});
+      dc.causal = uniform_int(rng, 0, 3) != 0;
+    }
+    dc.plan_mode = std::vector<int>{1, 3, 0, 2}[c % 4];
+    dc.forced_splits = 3;  // plan_mode 2: fewer ranges than the dynamic split's
+    dc.with_lse = c % 3 != 2;
+    dc.fp8 = fp8;
+    dc.fp8_scale = pick(rng, std::vector<float>{0.0f, 0.2f});
+    SCOPED_TRACE(test::case_note(c, seed, dc.describe()));
+    check(dc, run_case(dc, rng));
+  }
+}
+
+TEST(DecodeGpu, DynamicSplit) {
+  const Variant forms[] = {
+      {.name = "dynamic nosmall", .heads = 8, .stages = 0, .small = 0, .dynamic_split = 1},
+      {.name = "dynamic swap h4 s3 nosmall", .heads = 4, .stages = 3, .small = 0, .swap = 1,
+       .dynamic_split = 1},
+      {.name = "dynamic noswap h4 s2 nosmall", .heads = 4, .stages = 2, .small = 0, .swap = 0,
+       .dynamic_split = 1},
+      {.name = "dynamic tma nosmall", .heads = 8, .stages = 0, .small = 0, .tma = 1,
+       .dynamic_split = 1},
+      {.name = "dynamic cta sweep nosmall", .heads = 8, .stages = 0, .small = 0, .cta_sweep = 1,
+       .dynamic_split = 1},
+      {.name = "dynamic beside the fused merge (static)", .heads = 8, .stages = 0, .small = 0,
+       .fused_merge = 1, .dynamic_split = 1}};
+  const int64_t before = cuda::decode_host::dynamic_launches();
+  for (const Variant& v : forms) {
+    SCOPED_TRACE(v.name);
+    UseVariant use(v);
+    dynamic_cases(test::quick_mode() ? 4 : 8, false);
+    dynamic_cases(test::quick_mode() ? 2 : 4, true);
+  }
+  EXPECT_GT(cuda::decode_host::dynamic_launches(), before) << "no case took the dynamic split";
 }
 
 // Moderate batches, where the planner's thresholds decide between the small and the stream
@@ -1182,10 +1241,23 @@ TEST(DecodeGpu, CudaGraphCaptureAndReplay) {
     graph_capture_and_replay();
     graph_capture_and_replay({2500}, 2500);
   }
-  SCOPED_TRACE("nosmall: stream kernel + merge kernel");
-  UseVariant use(kVariants[4]);
-  graph_capture_and_replay();
-  graph_capture_and_replay({700, 2900, 31, 0, 1500, 900, 2200, 64, 1800, 333});
+  {
+    SCOPED_TRACE("nosmall: stream kernel + merge kernel");
+    UseVariant use(kVariants[4]);
+    graph_capture_and_replay();
+    graph_capture_and_replay({700, 2900, 31, 0, 1500, 900, 2200, 64, 1800, 333});
+  }
+}
+
+// The dynamic split's claim counters restart in every replay (their tags chain): ~3,400 tiles,
+// enough for its ranges in the first replays, fewer than that in the last ones (the static
+// split, inside the same graph). (Its own test: the sanitizer runs take it alone.)
+TEST(DecodeGpu, DynamicSplitGraphReplay) {
+  UseVariant dyn(Variant{.name = "dynamic nosmall", .heads = 8, .stages = 0, .small = 0,
+                         .dynamic_split = 1});
+  const int64_t before = cuda::decode_host::dynamic_launches();
+  graph_capture_and_replay({8000, 17, 0, 12000, 6400, 9000, 31, 15000, 64, 3000});
+  EXPECT_GT(cuda::decode_host::dynamic_launches(), before);
 }
 
 // DecodeArgs::pdl: a decode launched with programmatic dependent launch right after a kernel

@@ -45,6 +45,7 @@ CudaTuning& cuda_tuning() {
     from_env("KVATTN_DECODE_TMA", t.decode_tma, -1, 1);
     from_env("KVATTN_DECODE_CTA_SWEEP", t.decode_cta_sweep, 0, 1);
     from_env("KVATTN_DECODE_STREAM_WAVES", t.decode_stream_waves, 1, 8);
+    from_env("KVATTN_DECODE_DYNAMIC_SPLIT", t.decode_dynamic_split, 0, 1);
     from_env("KVATTN_DECODE_TMA_PREFETCH", t.decode_tma_prefetch, 0, 1);
     from_env("KVATTN_DECODE_FP8_HW_CVT", t.decode_fp8_hw_cvt, 0, 1);
     from_env("KVATTN_DECODE_FP8_Q_F16", t.decode_fp8_q_f16, 0, 1);

@@ -244,6 +244,13 @@ struct CudaTuning {
   // rates (docs/notes/decode-next.md "Session 36": the dynamic split that would). 1 stays.
   // Env KVATTN_DECODE_STREAM_WAVES.
   int decode_stream_waves = 1;
+  // Decode, stream mode: the dynamic split (decode_stream_ranges.cuh). 1: the resident CTAs
+  // take equal ranges of 3/4 of the batch's tiles, then claim ranges of decreasing size of the
+  // last quarter as they finish (a counter a slice in the workspace), so that SMs that stream
+  // faster take more. 0 (default): one equal range a CTA. Plain kernels only (not the extended
+  // ones: window, softcap, ALiBi, leftpad), not with the fused merge; above
+  // decode_stream_waves. Env KVATTN_DECODE_DYNAMIC_SPLIT.
+  int decode_dynamic_split = 0;
   // Diagnostics only (wrong results): skip the stream kernel's merge launch, to time the split
   // kernel alone. Set by the benchmark, never from the environment.
   int decode_debug_no_merge = 0;

@@ -60,6 +60,7 @@ namespace decode_host {
 namespace {
 std::atomic<int64_t> tma_launch_count{0};
 std::atomic<int64_t> cta_sweep_launch_count{0};
+std::atomic<int64_t> dynamic_launch_count{0};
 std::atomic<int64_t> tma_refusal_count{0};
 std::atomic<int> tma_last_refusal{0};
 }  // namespace
@@ -70,6 +71,8 @@ int64_t cta_sweep_launches() { return cta_sweep_launch_count.load(std::memory_or
 void count_cta_sweep_launch() {
   cta_sweep_launch_count.fetch_add(1, std::memory_order_relaxed);
 }
+int64_t dynamic_launches() { return dynamic_launch_count.load(std::memory_order_relaxed); }
+void count_dynamic_launch() { dynamic_launch_count.fetch_add(1, std::memory_order_relaxed); }
 int64_t tma_refusals() { return tma_refusal_count.load(std::memory_order_relaxed); }
 int last_tma_refusal() { return tma_last_refusal.load(std::memory_order_relaxed); }
 void note_tma_refusal(int cu_result) {
@@ -100,8 +103,9 @@ int max_optin_smem(int device) {
   return n;
 }
 
-int prefix_bytes_for(int64_t num_seqs) {
-  return static_cast<int>(((num_seqs + 1 + 8) * 4 + 127) / 128 * 128);
+int prefix_bytes_for(int64_t num_seqs, int claim_entries) {
+  return static_cast<int>(((num_seqs + 1 + kDecodeMaxWarps + claim_entries) * 4 + 127) / 128 *
+                          128);
 }
 
 int split_smem(const DecodeConfig& c, int prefix_bytes) {
@@ -259,6 +263,13 @@ int stream_waves() {
   return t.decode_fused_merge != 0 ? 1 : std::clamp(t.decode_stream_waves, 1, 8);
 }
 
+bool dynamic_split() {
+  const CudaTuning& t = cuda_tuning();
+  return t.decode_fused_merge == 0 && t.decode_dynamic_split != 0;
+}
+
+int stream_ranges_per_cta() { return dynamic_split() ? 1 + kDynamicTiers : stream_waves(); }
+
 }  // namespace decode_host
 
 using namespace decode_host;  // NOLINT(google-build-using-namespace): this file defines them
@@ -378,7 +389,7 @@ int decode_parts(int device, const DecodeConfig& c, int64_t head_dim, int64_t nu
   }
   return static_cast<int>(std::max<int64_t>(1, int64_t{sm_count(device)} * ctas /
                                                    (c.head_blocks * c.rc_blocks))) *
-         stream_waves();
+         stream_ranges_per_cta();
 }
 
 bool decode_stream_ok(int64_t num_seqs, int64_t capacity) { return stream_ok(num_seqs, capacity); }

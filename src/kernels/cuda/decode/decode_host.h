@@ -24,8 +24,9 @@ inline int kv_bytes_of(DType cache_dtype) { return cache_dtype == DType::kF8E4M3
 void check_device_index(int device);
 // The device's opt-in shared-memory limit per CTA (cached).
 int max_optin_smem(int device);
-// Bytes of the stream kernel's shared prefix sum for num_seqs sequences.
-int prefix_bytes_for(int64_t num_seqs);
+// Bytes of the stream kernel's shared prefix sum for num_seqs sequences (and its warp sums),
+// then `claim_entries` ints of the dynamic split's claim list.
+int prefix_bytes_for(int64_t num_seqs, int claim_entries = 0);
 int split_smem(const DecodeConfig& c, int prefix_bytes);
 
 // The small-batch kernel's CTA of `warps` warps: stages as the stream kernel's, shared memory
@@ -54,6 +55,11 @@ bool stream_ok(int64_t num_seqs, int64_t capacity);
 // Stream mode's ranges per resident CTA (cuda_tuning().decode_stream_waves; 1 where the fused
 // merge is on, which wants one wave). The planner's workspace and the launcher's grid agree.
 int stream_waves();
+// Whether stream mode asks for the dynamic split (cuda_tuning().decode_dynamic_split; not with
+// the fused merge), and its ranges per resident CTA (1 + kDynamicTiers) else stream_waves():
+// what the planner sizes the workspace for.
+bool dynamic_split();
+int stream_ranges_per_cta();
 // Launches of the TMA form (CopyIssue::kTma, decode_tma.cuh) in this process, counted by the
 // launcher: tests check that the cases meant for it took it.
 int64_t tma_launches();
@@ -62,6 +68,10 @@ void count_tma_launch();
 // likewise.
 int64_t cta_sweep_launches();
 void count_cta_sweep_launch();
+// Launches that asked for the dynamic split (p.dynamic_split; the device still takes the static
+// one for batches of fewer tiles than its ranges), likewise.
+int64_t dynamic_launches();
+void count_dynamic_launch();
 // The driver's refusals of the TMA form's tensor maps (the launch then took a cp.async form),
 // and the last refusal's CUresult (0: none yet): what a test prints when TMA was not taken.
 int64_t tma_refusals();

@@ -274,26 +274,48 @@ void launch_kernels(DecodeParams p, bool aligned, int64_t ws_bytes, int device,
   // (kFu: the fused twin, which exists for the plain kernels of the per-warp issues only;
   // p.fused_merge is 0 for the others.)
   const bool fu = p.fused_merge != 0;
-  const int ctas = with_split_issue(issue, smem_tiles, [&]<bool kAl, CopyIssue kIs>(int smem) {
-    constexpr bool kFuseable = !kExt && kIs != CopyIssue::kCtaSweep;
-    auto occ = [&]<bool kSw, bool kFu>() {
-      return split_occupancy<T, KV, D, kAl, false, kExt, kSw, kIs, kFu>(device, threads, smem);
-    };
-    if constexpr (kCanSwap) {
-      if (swap) {
-        return fu ? occ.template operator()<true, kFuseable>()
-                  : occ.template operator()<true, false>();
+  auto occupancy = [&](int smem_total) {
+    return with_split_issue(issue, smem_total, [&]<bool kAl, CopyIssue kIs>(int smem) {
+      constexpr bool kFuseable = !kExt && kIs != CopyIssue::kCtaSweep;
+      auto occ = [&]<bool kSw, bool kFu>() {
+        return split_occupancy<T, KV, D, kAl, false, kExt, kSw, kIs, kFu>(device, threads,
+                                                                           smem);
+      };
+      if constexpr (kCanSwap) {
+        if (swap) {
+          return fu ? occ.template operator()<true, kFuseable>()
+                    : occ.template operator()<true, false>();
+        }
       }
-    }
-    if constexpr (!kOnlySwap) {
-      if (!swap) {
-        return fu ? occ.template operator()<false, kFuseable>()
-                  : occ.template operator()<false, false>();
+      if constexpr (!kOnlySwap) {
+        if (!swap) {
+          return fu ? occ.template operator()<false, kFuseable>()
+                    : occ.template operator()<false, false>();
+        }
       }
-    }
-    return 0;
-  });
+      return 0;
+    });
+  };
+  const int ctas = occupancy(smem_tiles);
   const int64_t per_slice = std::max<int64_t>(1, int64_t{sm_count(device)} * ctas / p.slices);
+  // The dynamic split (decode_stream_ranges.cuh) where asked, the kernel is a plain one (not
+  // the extended or the fused), the workspace holds its ranges and its claim list leaves the
+  // CTAs per SM as they are; else the static one.
+  int smem_launch = smem_tiles;
+  bool dynamic = false;
+  if (!kExt && stream_mode && p.fused_merge == 0 && decode_host::dynamic_split() &&
+      slots - B + 1 >= (1 + kDynamicTiers) * per_slice && per_slice <= (1 << 20)) {
+    const int prefix_dyn =
+        decode_host::prefix_bytes_for(B, dynamic_claim_entries(static_cast<int>(per_slice)));
+    const int smem_dyn = decode_host::split_smem(c, prefix_dyn);
+    if (occupancy(smem_dyn) == ctas) {
+      dynamic = true;
+      p.prefix_bytes = prefix_dyn;
+      smem_launch = smem_dyn;
+    }
+  }
+  p.dynamic_split = dynamic ? 1 : 0;
+  if (dynamic) decode_host::count_dynamic_launch();
   int64_t pieces_per_seq = 1;
   if (stream_mode) {
     const int64_t rows_total = static_cast<int64_t>(p.num_kv_heads) * p.rows;
@@ -303,10 +325,15 @@ void launch_kernels(DecodeParams p, bool aligned, int64_t ws_bytes, int device,
       p.ws_flag = reinterpret_cast<uint32_t*>(p.ws_meta + 2 * B);
       p.ws_gen = p.ws_flag + slots * units_total;
       p.epoch = decode_host::next_epoch();
+    } else {  // the claim words at the next 8-byte boundary (decode_ws_slots left room)
+      const auto at = reinterpret_cast<uintptr_t>(p.ws_meta + 2 * B);
+      p.ws_claim = reinterpret_cast<uint64_t*>((at + 7) & ~uintptr_t{7});
+      if (dynamic) p.epoch = decode_host::next_epoch();
     }
-    p.parts = static_cast<int>(per_slice * decode_host::stream_waves());
+    p.parts = static_cast<int>(per_slice * (dynamic ? 1 : decode_host::stream_waves()));
     p.part_cap = static_cast<int>(std::min<int64_t>(slots - B + 1, 1 << 30));
-    const int64_t ranges = std::min<int64_t>(p.parts, p.part_cap);
+    const int64_t ranges =
+        dynamic ? (1 + kDynamicTiers) * per_slice : std::min<int64_t>(p.parts, p.part_cap);
     pieces_per_seq = std::min<int64_t>(ranges, (ranges + B - 1) / B + 1);
   } else {
     p.parts = static_cast<int>(std::min<int64_t>(B, per_slice));
@@ -318,7 +345,7 @@ void launch_kernels(DecodeParams p, bool aligned, int64_t ws_bytes, int device,
                 compute_capability(device) >= 90 ? 1 : 0;
   const auto grid = static_cast<unsigned>(static_cast<int64_t>(p.parts) * p.slices);
   const dim3 block(static_cast<unsigned>(threads));
-  with_split_issue(issue, smem_tiles, [&]<bool kAl, CopyIssue kIs>(int smem) {
+  with_split_issue(issue, smem_launch, [&]<bool kAl, CopyIssue kIs>(int smem) {
     constexpr bool kFuseable = !kExt && kIs != CopyIssue::kCtaSweep;
     auto launch = [&]<bool kSw>() {
       launch_maybe_pdl(fu ? decode_kernel<T, KV, D, kAl, kExt, kSw, kIs, kFuseable>

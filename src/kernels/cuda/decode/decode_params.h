@@ -11,9 +11,11 @@
 // keys of the whole batch:
 // - stream mode (plan.num_splits > 1; at most kDecodeMaxStreamSeqs sequences): the tiles of
 //   all sequences, concatenated, are cut into P equal ranges, one per CTA (stream-K), so every
-//   CTA streams the same number of bytes whatever the lengths. A sequence cut by a range
-//   boundary is computed in pieces whose normalized partials + log2-LSE go to the workspace;
-//   a merge kernel combines them. The piece of (range p, sequence b) uses slot p + b.
+//   CTA streams the same number of bytes whatever the lengths (or, with the dynamic split,
+//   P equal ranges of 3/4 of them and 4P smaller ones the CTAs claim as they finish:
+//   decode_stream_ranges.cuh). A sequence cut by a range boundary is computed in pieces whose
+//   normalized partials + log2-LSE go to the workspace; a merge kernel combines them. The
+//   piece of (range p, sequence b) uses slot p + b.
 // - whole mode (num_splits == 1): CTA p of a slice takes whole sequences p, p + P, ...; no
 //   workspace, no merge.
 // - small mode (few sequences x KV heads for the SMs; decode_small_chunks() > 0): a separate
@@ -53,7 +55,9 @@
 //              ws_o[wi*D .. wi*D+D) = that piece's normalized output, ws_lse[wi] = its
 //              log2-domain LSE (scaled scores), -inf when it saw no key; then ws_meta[2b],
 //              ws_meta[2b+1] = first slot and number of pieces of sequence b (written by the
-//              split kernel; the merge kernel combines sequences of 2+ pieces). Fused merge
+//              split kernel; the merge kernel combines sequences of 2+ pieces); then, from
+//              the next 8-byte boundary, ws_claim: 2 uint64 words a slice (the dynamic
+//              split's counter and gen word; room for rows_total slices). Fused merge
 //              (p.fused_merge): then ws_flag: uint32 [slots][units], the tag of the piece in
 //              that slot, and ws_gen: uint32 [num_seqs][units], the last tag of each
 //              (sequence, unit); units = num_kv_heads x row_chunks (unit = kvh x row_chunks +
@@ -80,6 +84,12 @@ inline constexpr int kDecodeMaxStreamSeqs = 2048; // stream mode keeps a tile pr
 inline constexpr int kDecodeMaxStages = 8;
 // Most chunks per (sequence, unit) in small mode (bounds the merger's serial work).
 inline constexpr int kSmallMaxChunks = 1024;
+// The dynamic split's tiers of claimed ranges (decode_stream_ranges.cuh): kDynamicTiers ranges
+// a resident CTA besides its static one.
+inline constexpr int kDynamicTiers = 4;
+// Entries a CTA's claim list needs for `parts` CTAs a slice: every dynamic range, and the
+// claim that comes back empty.
+constexpr int dynamic_claim_entries(int parts) { return kDynamicTiers * parts + 1; }
 
 // Bytes between two key rows of a stage: 16-bit tiles XOR-swizzle unpadded rows
 // (decode_common.cuh); fp8 tiles pad each row by a 16-byte chunk (decode_fp8.cuh), which
@@ -202,6 +212,13 @@ struct DecodeParams {
   // (Last in the struct: fields added before the others moved the default kernels' registers.)
   int fused_merge = 0;
   uint32_t* ws_flag = nullptr;  // fused merge: per (slot, unit), its piece's tag
+
+  // Stream mode: 1 = the dynamic split (decode_stream_ranges.cuh; not with the fused merge):
+  // parts static ranges, then kDynamicTiers x parts claimed ones (part_cap holds them all); the
+  // CTA's claim list follows the prefix sum in shared memory (prefix_bytes covers it).
+  // cuda_tuning().decode_dynamic_split.
+  int dynamic_split = 0;
+  uint64_t* ws_claim = nullptr;  // dynamic split: per slice, {tag, count} counter and gen word
 };
 
 // The tile dim the kernels run a head_dim on: 80 and 96 on the 128 tiles, others as they are.
@@ -227,11 +244,12 @@ inline int64_t decode_workspace_bytes(int64_t num_seqs, int64_t num_heads, int64
   return num_seqs * num_splits * num_heads * q_len * (head_dim + 1) * 4;
 }
 
-// Slots of partials a workspace of `bytes` holds next to the per-sequence meta (stream mode).
+// Slots of partials a workspace of `bytes` holds next to the per-sequence meta and the dynamic
+// split's claim words (stream mode; at most rows_total slices, aligned to 8 bytes).
 inline int64_t decode_ws_slots(int64_t bytes, int64_t num_seqs, int64_t rows_total,
                                int64_t head_dim) {
-  const int64_t meta = num_seqs * 2 * 4;
-  return bytes > meta ? (bytes - meta) / (rows_total * (head_dim + 1) * 4) : 0;
+  const int64_t fixed = num_seqs * 2 * 4 + 8 + rows_total * 16;
+  return bytes > fixed ? (bytes - fixed) / (rows_total * (head_dim + 1) * 4) : 0;
 }
 
 // The same with the fused merge's words (DecodeParams::fused_merge): a tag per (slot, unit)

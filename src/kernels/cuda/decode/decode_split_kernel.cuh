@@ -4,6 +4,7 @@
 #pragma once
 
 #include "kernels/cuda/decode/decode_cta_sweep.cuh"
+#include "kernels/cuda/decode/decode_stream_ranges.cuh"
 #include "kernels/cuda/decode/decode_swap_tile.cuh"
 #include "kernels/cuda/decode/decode_tma.cuh"
 #include "kernels/cuda/decode/decode_warp_tile.cuh"
@@ -25,44 +26,76 @@ __device__ __forceinline__ int lower_bound_smem(const int* a, int n, int x) {
 
 // A position in a CTA's stream of tiles: tile t of sequence b, inside the segment
 // [t0, t_end) of b's tiles that this CTA computes (absolute tile indices: kExt's sequences
-// start at their window's first tile, first_tile<kExt>).
+// start at their window's first tile, first_tile<kExt>); stream mode: in the range of entry k
+// of the CTA's list (Source::range).
 struct Cursor {
   int b;
   int t;
   int t0;
   int t_end;
   int len;
+  int k;
   bool done;
 };
 
-// Where a CTA's tiles come from: a range [g0, g1) of the concatenated tiles (stream mode,
-// prefix = tile prefix sum in shared memory) or sequences part, part + parts, ... (whole mode).
+// Where a CTA's tiles come from: ranges of the concatenated tiles (stream mode, prefix = tile
+// prefix sum in shared memory; entry 0 the static range [g0, g1), entries k >= 1 the dynamic
+// ranges the CTA claims, decode_stream_ranges.cuh) or sequences part, part + parts, ... (whole
+// mode).
 struct Source {
   const int* prefix;
   int g0, g1;
   int part, parts;
   bool stream;
+  StreamRanges ranges;
+  int* list;             // the CTA's claims (dynamic split)
+  uint64_t* claim_word;  // the slice's counter and gen word (dynamic split)
+
+  // The range of entry k (-1: none left; an entry k >= 1 this warp already took, so final,
+  // read as another warp stored it).
+  __device__ __forceinline__ int range(int k) const {
+    return k == 0 ? part : *reinterpret_cast<const volatile int*>(list + (k - 1));
+  }
 };
 
-// Moves c to the first non-empty segment of sequence `b` or a later one.
+// Moves c to the first non-empty segment of sequence `b` or a later one (stream mode: in the
+// range of entry c.k, starting at tile g0 of the batch, then in the CTA's next ranges).
 template <bool kExt>
-__device__ __forceinline__ void seek(const DecodeParams& p, const Source& s, int b, Cursor& c) {
+__device__ __forceinline__ void seek(const DecodeParams& p, const Source& s, int b, Cursor& c,
+                                     int g0 = 0) {
   if (s.stream) {
-    while (b < p.num_seqs && s.prefix[b + 1] == s.prefix[b]) ++b;
-    if (b >= p.num_seqs || s.prefix[b] >= s.g1) {
-      c.done = true;
-      return;
+    int g1 = c.k == 0 ? s.g1 : s.ranges.bound(s.range(c.k) + 1);
+    for (;;) {
+      while (b < p.num_seqs && s.prefix[b + 1] == s.prefix[b]) ++b;
+      if (b < p.num_seqs && s.prefix[b] < g1) break;
+      // The range is done: the CTA's next one (dynamic split, plain kernels only: its code
+      // raised the extended fp8 d128 kernel past the 128 registers of two CTAs an SM), claimed
+      // by the first warp here.
+      int r = -1;
+      if constexpr (!kExt) {
+        if (s.ranges.ndyn > 0) {
+          r = dynamic_entry(s.list, c.k + 1, s.claim_word, s.ranges, p.epoch, threadIdx.x & 31);
+        }
+      }
+      if (r < 0) {
+        c.done = true;
+        return;
+      }
+      ++c.k;
+      g0 = s.ranges.bound(r);
+      g1 = s.ranges.bound(r + 1);
+      b = lower_bound_smem(s.prefix, p.num_seqs, g0 + 1) - 1;
     }
     const int base = s.prefix[b];
     c.b = b;
     if constexpr (kExt) {  // prefix counts the visited tiles, from the window's first one
       c.len = seq_len(p, b, false);
       const int first = first_tile<kExt>(p, b, c.len);
-      c.t0 = c.t = first + max(s.g0 - base, 0);
-      c.t_end = first + min(s.prefix[b + 1], s.g1) - base;
+      c.t0 = c.t = first + max(g0 - base, 0);
+      c.t_end = first + min(s.prefix[b + 1], g1) - base;
     } else {
-      c.t0 = c.t = max(s.g0 - base, 0);
-      c.t_end = min(s.prefix[b + 1], s.g1) - base;
+      c.t0 = c.t = max(g0 - base, 0);
+      c.t_end = min(s.prefix[b + 1], g1) - base;
       c.len = seq_len(p, b, false);
     }
     c.done = false;
@@ -274,7 +307,9 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   src.parts = p.parts;
   src.stream = p.stream != 0;
   src.g0 = src.g1 = 0;
-  int b_lo = 0, b_hi = 0, total = 0;
+  src.list = nullptr;
+  src.claim_word = nullptr;
+  int total = 0;
   // Fused merge (kFused): the sequence whose last piece this range holds while its
   // first piece lies in an earlier range (-1: none), and that earlier range (its owner).
   int merge_b = -1, merge_owner = 0;
@@ -282,6 +317,15 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     // Exclusive prefix sum of the sequences' tile counts: prefix[0..B], warp sums after it.
     int* prefix = reinterpret_cast<int*>(smem);
     int* wsum = prefix + B + 1;
+    // The dynamic split's claim list after them (decode_host::prefix_bytes_for), all empty.
+    const bool dynamic = !kFused && !kExt && p.dynamic_split != 0;
+    src.list = wsum + kDecodeMaxWarps;
+    if (dynamic) {
+      for (int i = tid; i < dynamic_claim_entries(p.parts); i += blockDim.x) {
+        src.list[i] = kClaimEmpty;
+      }
+      src.claim_word = p.ws_claim + 2 * slice;
+    }
     const int per = (B + blockDim.x - 1) / blockDim.x;
     const int lo = min(B, tid * per);
     const int hi = min(B, lo + per);
@@ -310,21 +354,17 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     }
     __syncthreads();
     total = prefix[B];
-    const int nparts = max(1, min(p.parts, min(total, p.part_cap)));
+    src.ranges = StreamRanges::make(total, p.parts, p.part_cap, dynamic);
+    const int nparts = src.ranges.nstatic;
     if (part >= nparts) return;  // CTA-uniform
     src.parts = nparts;
-    src.g0 = static_cast<int>(static_cast<int64_t>(part) * total / nparts);
-    src.g1 = static_cast<int>(static_cast<int64_t>(part + 1) * total / nparts);
-    // This range owns the sequences whose first tile lies in it (the last range also those
-    // starting at the end): it writes their meta, and zeros for the empty ones.
-    b_lo = lower_bound_smem(prefix, B, src.g0);
-    b_hi = part == nparts - 1 ? B : lower_bound_smem(prefix, B, src.g1);
+    src.g0 = src.ranges.bound(part);
+    src.g1 = src.ranges.bound(part + 1);
     if constexpr (kFused) {  // the sequence holding tile g0: prefix[bf] <= g0 < prefix[bf + 1]
       const int bf = lower_bound_smem(prefix, B, src.g0 + 1) - 1;
       if (prefix[bf] < src.g0 && prefix[bf + 1] <= src.g1) {
-        merge_b = bf;  // the range holding tile g: ((g + 1) nparts - 1) / total
-        merge_owner =
-            static_cast<int>((static_cast<int64_t>(prefix[bf] + 1) * nparts - 1) / total);
+        merge_b = bf;
+        merge_owner = src.ranges.of_tile(prefix[bf]);
       }
     }
     // PDL (DecodeArgs::pdl): the lengths above may be read while the previous kernel finishes;
@@ -333,18 +373,16 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     // which may then be scheduled while this grid runs (it waits for its completion).
     ptx::grid_dependency_wait();
     if (p.pdl_trigger != 0 || p.merge_pdl != 0) ptx::grid_launch_dependents();
+    // CTA `part` owns sequences part, part + nparts, ...: it writes their meta (the first
+    // piece's slot and the pieces: those of the ranges holding the first and the last tile, and
+    // of every range between), and zeros for the empty ones (below).
     if (slice == 0 && warp == 0) {
-      for (int b = b_lo + lane; b < b_hi; b += 32) {
+      for (int b = part + lane * nparts; b < B; b += 32 * nparts) {
         const int first = prefix[b];
         const int n = prefix[b + 1] - first;
-        int pieces = 0;
-        if (n > 0) {
-          const int last_part =
-              static_cast<int>((static_cast<int64_t>(first + n) * nparts - 1) / total);
-          pieces = last_part - part + 1;
-        }
-        p.ws_meta[2 * b] = part + b;
-        p.ws_meta[2 * b + 1] = pieces;
+        const int r0 = n > 0 ? src.ranges.of_tile(first) : 0;
+        p.ws_meta[2 * b] = r0 + b;
+        p.ws_meta[2 * b + 1] = n > 0 ? src.ranges.of_tile(first + n - 1) - r0 + 1 : 0;
       }
     }
   } else {
@@ -366,9 +404,9 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
 
   // Writes a finished piece of sequence b: o, m (log2 domain, scaled), l (summed over the
   // lanes of a row) of this warp's rows, to out (+ lse) when the piece is all of b, else to
-  // slot part + b. A lane's rows hr = 0, 1: gid and gid + 8 (O), or 2 t4 and 2 t4 + 1 (O^T).
-  auto write_piece = [&](int b, bool direct, const float (&o)[kOT][4], const float (&m)[2],
-                         const float (&l)[2]) {
+  // slot range + b. A lane's rows hr = 0, 1: gid and gid + 8 (O), or 2 t4 and 2 t4 + 1 (O^T).
+  auto write_piece = [&](int b, bool direct, int range, const float (&o)[kOT][4],
+                         const float (&m)[2], const float (&l)[2]) {
     const bool lse_lane = kSwap ? gid == 0 : t4 == 0;
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
@@ -430,7 +468,7 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
         }
       } else {
         const int64_t wi =
-            (static_cast<int64_t>(part + b) * p.num_kv_heads + kvh) * p.rows + r;
+            (static_cast<int64_t>(range + b) * p.num_kv_heads + kvh) * p.rows + r;
         float* const row_ws = p.ws_o + wi * D;
         if constexpr (kSwap && kIsFp8<KV>) {  // dims 32 c + 4 gid .. + 3
 #pragma unroll
@@ -470,12 +508,12 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   // Empty sequences this CTA owns: zeros (and lse -inf) for this warp's rows.
   reset_state();
   if (src.stream) {
-    for (int b = b_lo; b < b_hi; ++b) {
-      if (src.prefix[b + 1] == src.prefix[b]) write_piece(b, true, o, m, l);
+    for (int b = part; b < B; b += src.parts) {
+      if (src.prefix[b + 1] == src.prefix[b]) write_piece(b, true, part, o, m, l);
     }
   } else {
     for (int b = part; b < B; b += p.parts) {
-      if (seq_len(p, b, false) == 0) write_piece(b, true, o, m, l);
+      if (seq_len(p, b, false) == 0) write_piece(b, true, part, o, m, l);
     }
   }
 
@@ -495,7 +533,9 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   }
 
   Cursor cc;  // the tile computed next
-  seek<kExt>(p, src, src.stream ? lower_bound_smem(src.prefix, B, src.g0 + 1) - 1 : part, cc);
+  cc.k = 0;
+  seek<kExt>(p, src, src.stream ? lower_bound_smem(src.prefix, B, src.g0 + 1) - 1 : part, cc,
+             src.g0);
   Cursor ic = cc;  // the tile issued next
   Cursor pc = ic;  // the one after it
   advance<kExt>(p, src, pc);
@@ -681,8 +721,8 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
         }
       }
       const bool direct = cc.t0 == first_tile<kExt>(p, cc.b, cc.len) && cc.t_end == tiles_of(cc.len);
-      write_piece(cc.b, direct, o, m, lq);
-      if constexpr (kFused) {
+      write_piece(cc.b, direct, src.range(cc.k), o, m, lq);
+      if constexpr (kFused) {  // static ranges only: cc.k == 0
         if (!direct) fused_publish(p, cc.b, part, kvh, rc, lane);
       }
     }
@@ -695,7 +735,7 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     uint32_t tag = 0;
     if (merge_b >= 0 && fused_merge_rows<KV, D, kSwap>(p, merge_b, merge_owner, part, kvh, rc,
                                                        lane, o, m, l, tag)) {
-      write_piece(merge_b, true, o, m, l);
+      write_piece(merge_b, true, part, o, m, l);
       __syncwarp();  // every lane read the pieces before the gen word moves on
       if (lane == 0) fused_merge_done(p, merge_b, kvh, rc, tag);
     }
