@@ -1,23 +1,23 @@
 #!/usr/bin/env bash
-# Session 37, call 1: the dynamic split of the stream decode kernel (decode_dynamic_split,
+# Session 37, calls 1 and 2: the dynamic split of the stream decode kernel (decode_dynamic_split,
 # decode_stream_ranges.cuh), first run. Correctness first (its tests, then the decode suite,
 # then racecheck and memcheck of its graph replay), then its balance (gpu_decode_probe --only
 # split: CTA end times, static then dynamic rows), its speed beside the static split in one
 # bench process (uniform d128 and the engine's ragged batches, bf16 and fp8), the decode sweep's
 # shapes, and the engine (nano-vllm's workload) with KVATTN_DECODE_DYNAMIC_SPLIT 0 / 1.
-#   run: bash scripts/sessions/gpu_session37_dynamic.sh > $OUT/summary.txt 2>&1
-#   carry: build-carry-s37 (kvattn, gpu_decode_probe, gpu_decode_bench, kernels_decode_gpu_test;
-#          debs/)
+#   run: bash scripts/sessions/gpu_session37_dynamic.sh [CARRY] > $OUT/summary.txt 2>&1
+#   carry: CARRY, default build-carry-s37 (kvattn, gpu_decode_probe, gpu_decode_bench,
+#          kernels_decode_gpu_test; debs/); call 2 carried build-carry-s37b
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device_carried.sh
-carried_unpack build-carry-s37
+carried_unpack "${1:-build-carry-s37}"
 trap pack_out EXIT
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
 run_logged dyn_tests env KVATTN_GPU_TEST_QUICK=1 "$B/kernels_decode_gpu_test" \
   --gtest_filter='DecodeGpu.DynamicSplit*:DecodeGpu.CudaGraphCaptureAndReplay'
 timeout 150 "$B/gpu_decode_probe" --only split --reps 10 > "$OUT/probe_split.txt" 2>&1
-echo "probe rc=$?"; grep -v '^{' "$OUT/probe_split.txt" | grep -E "^##|^read|^none|^flush"
+echo "probe rc=$?"; grep -v '^{' "$OUT/probe_split.txt" | grep -E "^##|flush"
 bench() {  # LABEL ARGS...
   local label=$1; shift
   timeout 150 "$B/gpu_decode_bench" "$@" > "$OUT/bench_$label.txt" 2>&1

@@ -14,7 +14,8 @@ enum DeviceFault : uint32_t {
   kFaultBlockOutOfRange = 1u << 1,    // a block_table entry outside [0, num_blocks)
   kFaultSeqlenOutOfRange = 1u << 2,   // cache_seqlens / Lk beyond the block table's capacity
   kFaultBadCuSeqlens = 1u << 3,       // cu_seqlens not non-decreasing or past the tensor
-  kFaultDecodeMergeStalled = 1u << 4, // decode: a split's piece never reached its merger
+  kFaultDecodeMergeStalled = 1u << 4, // decode: a split's piece never reached its merger (or a
+                                      // dynamic split's claim never saw its launch's counter)
   kFaultLeftpadOutOfRange = 1u << 5,  // decode: cache_leftpad[b] outside [0, cache_seqlens[b]]
 };
 

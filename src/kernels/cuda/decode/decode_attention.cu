@@ -103,9 +103,8 @@ int max_optin_smem(int device) {
   return n;
 }
 
-int prefix_bytes_for(int64_t num_seqs, int claim_entries) {
-  return static_cast<int>(((num_seqs + 1 + kDecodeMaxWarps + claim_entries) * 4 + 127) / 128 *
-                          128);
+int prefix_bytes_for(int64_t num_seqs, int claim_ints) {
+  return static_cast<int>(((num_seqs + 1 + kDecodeMaxWarps + claim_ints) * 4 + 127) / 128 * 128);
 }
 
 int split_smem(const DecodeConfig& c, int prefix_bytes) {

@@ -25,8 +25,8 @@ void check_device_index(int device);
 // The device's opt-in shared-memory limit per CTA (cached).
 int max_optin_smem(int device);
 // Bytes of the stream kernel's shared prefix sum for num_seqs sequences (and its warp sums),
-// then `claim_entries` ints of the dynamic split's claim list.
-int prefix_bytes_for(int64_t num_seqs, int claim_entries = 0);
+// then `claim_ints` ints of the dynamic split's claims (kDecodeClaimRingInts).
+int prefix_bytes_for(int64_t num_seqs, int claim_ints = 0);
 int split_smem(const DecodeConfig& c, int prefix_bytes);
 
 // The small-batch kernel's CTA of `warps` warps: stages as the stream kernel's, shared memory

@@ -305,8 +305,7 @@ void launch_kernels(DecodeParams p, bool aligned, int64_t ws_bytes, int device,
   bool dynamic = false;
   if (!kExt && stream_mode && p.fused_merge == 0 && decode_host::dynamic_split() &&
       slots - B + 1 >= (1 + kDynamicTiers) * per_slice && per_slice <= (1 << 20)) {
-    const int prefix_dyn =
-        decode_host::prefix_bytes_for(B, dynamic_claim_entries(static_cast<int>(per_slice)));
+    const int prefix_dyn = decode_host::prefix_bytes_for(B, kDecodeClaimRingInts);
     const int smem_dyn = decode_host::split_smem(c, prefix_dyn);
     if (occupancy(smem_dyn) == ctas) {
       dynamic = true;
@@ -328,7 +327,6 @@ void launch_kernels(DecodeParams p, bool aligned, int64_t ws_bytes, int device,
     } else {  // the claim words at the next 8-byte boundary (decode_ws_slots left room)
       const auto at = reinterpret_cast<uintptr_t>(p.ws_meta + 2 * B);
       p.ws_claim = reinterpret_cast<uint64_t*>((at + 7) & ~uintptr_t{7});
-      if (dynamic) p.epoch = decode_host::next_epoch();
     }
     p.parts = static_cast<int>(per_slice * (dynamic ? 1 : decode_host::stream_waves()));
     p.part_cap = static_cast<int>(std::min<int64_t>(slots - B + 1, 1 << 30));

@@ -87,9 +87,9 @@ inline constexpr int kSmallMaxChunks = 1024;
 // The dynamic split's tiers of claimed ranges (decode_stream_ranges.cuh): kDynamicTiers ranges
 // a resident CTA besides its static one.
 inline constexpr int kDynamicTiers = 4;
-// Entries a CTA's claim list needs for `parts` CTAs a slice: every dynamic range, and the
-// claim that comes back empty.
-constexpr int dynamic_claim_entries(int parts) { return kDynamicTiers * parts + 1; }
+// Ints of shared memory after the prefix sum that hold a CTA's claims (ClaimRing,
+// decode_stream_ranges.cuh).
+inline constexpr int kDecodeClaimRingInts = 32;
 
 // Bytes between two key rows of a stage: 16-bit tiles XOR-swizzle unpadded rows
 // (decode_common.cuh); fp8 tiles pad each row by a 16-byte chunk (decode_fp8.cuh), which
@@ -215,7 +215,7 @@ struct DecodeParams {
 
   // Stream mode: 1 = the dynamic split (decode_stream_ranges.cuh; not with the fused merge):
   // parts static ranges, then kDynamicTiers x parts claimed ones (part_cap holds them all); the
-  // CTA's claim list follows the prefix sum in shared memory (prefix_bytes covers it).
+  // CTA's claims follow the prefix sum in shared memory (prefix_bytes covers them).
   // cuda_tuning().decode_dynamic_split.
   int dynamic_split = 0;
   uint64_t* ws_claim = nullptr;  // dynamic split: per slice, {tag, count} counter and gen word

@@ -3,6 +3,8 @@
 // by a range boundary go to the workspace for merge_kernel (decode_merge_kernel.cuh).
 #pragma once
 
+#include <climits>
+
 #include "kernels/cuda/decode/decode_cta_sweep.cuh"
 #include "kernels/cuda/decode/decode_stream_ranges.cuh"
 #include "kernels/cuda/decode/decode_swap_tile.cuh"
@@ -48,13 +50,13 @@ struct Source {
   int part, parts;
   bool stream;
   StreamRanges ranges;
-  int* list;             // the CTA's claims (dynamic split)
+  ClaimRing* ring;       // the CTA's claims (dynamic split)
   uint64_t* claim_word;  // the slice's counter and gen word (dynamic split)
 
-  // The range of entry k (-1: none left; an entry k >= 1 this warp already took, so final,
-  // read as another warp stored it).
+  // The range of entry k (-1: none left), for a cursor that reached entry k (its slot is not
+  // reused while this warp computes in it or before it).
   __device__ __forceinline__ int range(int k) const {
-    return k == 0 ? part : *reinterpret_cast<const volatile int*>(list + (k - 1));
+    return k == 0 ? part : *reinterpret_cast<const volatile int*>(ring->val + k % kClaimRing);
   }
 };
 
@@ -74,7 +76,8 @@ __device__ __forceinline__ void seek(const DecodeParams& p, const Source& s, int
       int r = -1;
       if constexpr (!kExt) {
         if (s.ranges.ndyn > 0) {
-          r = dynamic_entry(s.list, c.k + 1, s.claim_word, s.ranges, p.epoch, threadIdx.x & 31);
+          r = dynamic_entry(s.ring, c.k + 1, s.claim_word, s.ranges, p.fault_word,
+                            threadIdx.x & 31);
         }
       }
       if (r < 0) {
@@ -307,7 +310,7 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   src.parts = p.parts;
   src.stream = p.stream != 0;
   src.g0 = src.g1 = 0;
-  src.list = nullptr;
+  src.ring = nullptr;
   src.claim_word = nullptr;
   int total = 0;
   // Fused merge (kFused): the sequence whose last piece this range holds while its
@@ -317,13 +320,23 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     // Exclusive prefix sum of the sequences' tile counts: prefix[0..B], warp sums after it.
     int* prefix = reinterpret_cast<int*>(smem);
     int* wsum = prefix + B + 1;
-    // The dynamic split's claim list after them (decode_host::prefix_bytes_for), all empty.
+    // The dynamic split's claims after them (decode_host::prefix_bytes_for): none yet; every
+    // warp with a unit computes in entry 0.
     const bool dynamic = !kFused && !kExt && p.dynamic_split != 0;
-    src.list = wsum + kDecodeMaxWarps;
+    src.ring = reinterpret_cast<ClaimRing*>(wsum + kDecodeMaxWarps);
     if (dynamic) {
-      for (int i = tid; i < dynamic_claim_entries(p.parts); i += blockDim.x) {
-        src.list[i] = kClaimEmpty;
+      if (tid < kClaimRing) {
+        src.ring->key[tid] = -1;
+        src.ring->val[tid] = -1;
       }
+      if (tid < kDecodeMaxWarps) {
+        const int w_kvh = (slice % p.head_blocks) * p.heads_per_cta + tid / p.rc_per_cta;
+        const int w_rc = (slice / p.head_blocks) * p.rc_per_cta + tid % p.rc_per_cta;
+        const bool w_unit = tid < static_cast<int>(blockDim.x >> 5) &&
+                            w_kvh < p.num_kv_heads && w_rc < p.row_chunks;
+        src.ring->warp_entry[tid] = w_unit ? 0 : INT_MAX;
+      }
+      if (tid == 0) src.ring->upto = 0;
       src.claim_word = p.ws_claim + 2 * slice;
     }
     const int per = (B + blockDim.x - 1) / blockDim.x;
@@ -373,6 +386,9 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     // which may then be scheduled while this grid runs (it waits for its completion).
     ptx::grid_dependency_wait();
     if (p.pdl_trigger != 0 || p.merge_pdl != 0) ptx::grid_launch_dependents();
+    if constexpr (!kExt && !kFused) {
+      if (src.ranges.ndyn > 0 && part == 0 && tid == 0) install_claim_counter(src.claim_word);
+    }
     // CTA `part` owns sequences part, part + nparts, ...: it writes their meta (the first
     // piece's slot and the pieces: those of the ranges holding the first and the last tile, and
     // of every range between), and zeros for the empty ones (below).
@@ -727,7 +743,16 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
       }
     }
     advance<kExt>(p, src, cc);
-    if (piece_done && !cc.done) begin_piece(cc);
+    if (piece_done) {
+      // The dynamic split: this warp's entry, for claimers that would reuse a slot.
+      if constexpr (!kExt && !kFused) {
+        if (src.ranges.ndyn > 0 && lane == 0) {
+          *reinterpret_cast<volatile int*>(src.ring->warp_entry + warp) =
+              cc.done ? INT_MAX : cc.k;
+        }
+      }
+      if (!cc.done) begin_piece(cc);
+    }
   }
   cp_async_wait<0>();
   if (p.probe != nullptr && lane == 0) probe_row(p)[2 + warp] = global_ns();
