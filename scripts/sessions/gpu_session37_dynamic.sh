@@ -7,7 +7,7 @@
 # shapes, and the engine (nano-vllm's workload) with KVATTN_DECODE_DYNAMIC_SPLIT 0 / 1.
 #   run: bash scripts/sessions/gpu_session37_dynamic.sh [CARRY] > $OUT/summary.txt 2>&1
 #   carry: CARRY, default build-carry-s37 (kvattn, gpu_decode_probe, gpu_decode_bench,
-#          kernels_decode_gpu_test; debs/); call 2 carried build-carry-s37b
+#          kernels_decode_gpu_test; debs/); call 2 carried build-carry-s37c
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/device_carried.sh

@@ -294,7 +294,8 @@ DecodeConfig decode_config(int64_t num_kv_heads, int64_t rows, int64_t head_dim,
   c.stage_bytes = 2 * kDecodeTileKeys * decode_tile_pitch(static_cast<int>(head_dim), kv_bytes);
   // Tiles fit next to the largest prefix sum; a CTA holds as many warps as 2 stages each fit
   // (8, or 6 at head_dim 256).
-  const int prefix = prefix_bytes_for(kDecodeMaxStreamSeqs);
+  // (With the dynamic split's claims: they must never push a CTA past the opt-in limit.)
+  const int prefix = prefix_bytes_for(kDecodeMaxStreamSeqs, kDecodeClaimRingInts);
   const int budget = (227 << 10) - prefix;
   const int max_warps = std::clamp(budget / (2 * c.stage_bytes), 1, kDecodeMaxWarps);
   const int64_t rc = (rows + unit_rows - 1) / unit_rows;
