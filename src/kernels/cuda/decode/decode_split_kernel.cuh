@@ -56,7 +56,7 @@ struct Source {
   // The range of entry k (-1: none left), for a cursor that reached entry k (its slot is not
   // reused while this warp computes in it or before it).
   __device__ __forceinline__ int range(int k) const {
-    return k == 0 ? part : *reinterpret_cast<const volatile int*>(ring->val + k % kClaimRing);
+    return k == 0 ? part : smem_load(ring->val + k % kClaimRing);
   }
 };
 
@@ -552,6 +552,11 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   cc.k = 0;
   seek<kExt>(p, src, src.stream ? lower_bound_smem(src.prefix, B, src.g0 + 1) - 1 : part, cc,
              src.g0);
+  if constexpr (!kExt && !kFused) {  // the dynamic split: the CTA's first claim, ahead
+    if (src.ranges.ndyn > 0 && lane == 0) {
+      claim_entry_if_first(src.ring, 1, src.claim_word, src.ranges, p.fault_word);
+    }
+  }
   Cursor ic = cc;  // the tile issued next
   Cursor pc = ic;  // the one after it
   advance<kExt>(p, src, pc);
@@ -747,8 +752,7 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
       // The dynamic split: this warp's entry, for claimers that would reuse a slot.
       if constexpr (!kExt && !kFused) {
         if (src.ranges.ndyn > 0 && lane == 0) {
-          *reinterpret_cast<volatile int*>(src.ring->warp_entry + warp) =
-              cc.done ? INT_MAX : cc.k;
+          atomicExch(src.ring->warp_entry + warp, cc.done ? INT_MAX : cc.k);
         }
       }
       if (!cc.done) begin_piece(cc);
