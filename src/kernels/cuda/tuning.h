@@ -249,7 +249,13 @@ struct CudaTuning {
   // last quarter as they finish (a counter a slice in the workspace), so that SMs that stream
   // faster take more. 0 (default): one equal range a CTA. Plain kernels only (not the extended
   // ones: window, softcap, ALiBi, leftpad), not with the fused merge; above
-  // decode_stream_waves. Env KVATTN_DECODE_DYNAMIC_SPLIT.
+  // decode_stream_waves. Measured slower on every shape (H100, session 37, three forms, one
+  // bench process each; the last: 64x4096 32/8 d128 367.9 -> 390.2 us, engine batches of 64 /
+  // 148 / 256 rows of [100, 2048] keys 118.9 -> 137.4, 246.2 -> 259.2, 409.1 -> 422.1,
+  // nano-vllm -3.7%): it ends the CTAs together, but the early-ending SMs of the static split
+  // did not leave DRAM idle, and each claimed range costs a pipeline refill, a Q load and a
+  // piece to merge (docs/notes/decode-next.md "Session 37"). 0 stays.
+  // Env KVATTN_DECODE_DYNAMIC_SPLIT.
   int decode_dynamic_split = 0;
   // Diagnostics only (wrong results): skip the stream kernel's merge launch, to time the split
   // kernel alone. Set by the benchmark, never from the environment.
