@@ -57,10 +57,14 @@ del a, b
 print(f"bf16 GEMM ceiling (torch 8192^3): {ceiling:.1f} TFLOP/s", flush=True)
 print("flashinfer", getattr(flashinfer, "__version__", None), flush=True)
 
-# head_dim 256 first (issue 18's figure: the Hopper kernel's 128 x 80 tiles), then issue 15's.
+# head_dim 256 first (issue 18's figure: the Hopper kernel's 128 x 80 tiles), then issue 15's;
+# PREFILL_PEERS_HEAD_DIMS (e.g. "128,64") keeps the rows of those head dims only.
+HEAD_DIMS = {int(d) for d in os.environ.get("PREFILL_PEERS_HEAD_DIMS", "256,128,64").split(",")}
 for (B, L, Hq, Hkv, D) in [(8, 2048, 16, 8, 256), (1, 16384, 16, 8, 256),
                            (8, 2048, 32, 8, 128), (1, 16384, 32, 8, 128), (16, 1024, 16, 8, 128),
                            (4, 4096, 9, 3, 64), (8, 2048, 32, 8, 64)]:
+    if D not in HEAD_DIMS:
+        continue
     t0 = time.time()
     q = torch.randn(B * L, Hq, D, dtype=torch.bfloat16, device=dev)
     k = torch.randn(B * L, Hkv, D, dtype=torch.bfloat16, device=dev)

@@ -30,6 +30,21 @@ __device__ __forceinline__ int lower_bound_smem(const int* a, int n, int x) {
 // [t0, t_end) of b's tiles that this CTA computes (absolute tile indices: kExt's sequences
 // start at their window's first tile, first_tile<kExt>); stream mode: in the range of entry k
 // of the CTA's list (Source::range).
+// The unit of warp w of a split-kernel CTA in `slice`: KV head kvh, row chunk rc; ok is false
+// for a warp past the slice's heads or row chunks (it has no unit and returns early).
+struct WarpUnit {
+  int kvh = 0;
+  int rc = 0;
+  bool ok = false;
+};
+__device__ __forceinline__ WarpUnit warp_unit(const DecodeParams& p, int slice, int w) {
+  WarpUnit u;
+  u.kvh = (slice % p.head_blocks) * p.heads_per_cta + w / p.rc_per_cta;
+  u.rc = (slice / p.head_blocks) * p.rc_per_cta + w % p.rc_per_cta;
+  u.ok = u.kvh < p.num_kv_heads && u.rc < p.row_chunks;
+  return u;
+}
+
 struct Cursor {
   int b;
   int t;
@@ -293,9 +308,9 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   const int lane = tid & 31;
   const int slice = blockIdx.x % p.slices;
   const int part = blockIdx.x / p.slices;
-  const int kvh = (slice % p.head_blocks) * p.heads_per_cta + warp / p.rc_per_cta;
-  const int rc = (slice / p.head_blocks) * p.rc_per_cta + warp % p.rc_per_cta;
-  const bool unit_ok = kvh < p.num_kv_heads && rc < p.row_chunks;
+  const WarpUnit unit = warp_unit(p, slice, warp);
+  const int kvh = unit.kvh;
+  const int rc = unit.rc;
   const int B = p.num_seqs;
   if (p.probe != nullptr && tid == 0) {  // diagnostics: kDecodeProbeSlots' split layout
     unsigned long long* st = probe_row(p);
@@ -329,11 +344,8 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
         src.ring->key[tid] = -1;
         src.ring->val[tid] = -1;
       }
-      if (tid < kDecodeMaxWarps) {
-        const int w_kvh = (slice % p.head_blocks) * p.heads_per_cta + tid / p.rc_per_cta;
-        const int w_rc = (slice / p.head_blocks) * p.rc_per_cta + tid % p.rc_per_cta;
-        const bool w_unit = tid < static_cast<int>(blockDim.x >> 5) &&
-                            w_kvh < p.num_kv_heads && w_rc < p.row_chunks;
+      if (tid < kDecodeMaxWarps) {  // entry tid: warp tid's (a warp without a unit: none)
+        const bool w_unit = tid < static_cast<int>(blockDim.x >> 5) && warp_unit(p, slice, tid).ok;
         src.ring->warp_entry[tid] = w_unit ? 0 : INT_MAX;
       }
       if (tid == 0) src.ring->upto = 0;
@@ -412,7 +424,7 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     if (p.pdl_trigger != 0) ptx::grid_launch_dependents();
   }
   // No CTA-wide barrier below but the CTA sweep's, whose launcher gives every warp a unit.
-  if (!unit_ok) return;
+  if (!unit.ok) return;
 
   const int gid = lane >> 2;  // mma row group
   const int t4 = lane & 3;    // mma thread in group
