@@ -696,6 +696,9 @@ void dynamic_cases(int cases, bool fp8) {
 }
 
 TEST(DecodeGpu, DynamicSplit) {
+  if (!cuda::kDecodeDynamicSplitBuilt) {
+    GTEST_SKIP() << "the dynamic split is not compiled in (KVATTN_DECODE_DYNAMIC_SPLIT_BUILD)";
+  }
   const Variant forms[] = {
       {.name = "dynamic nosmall", .heads = 8, .stages = 0, .small = 0, .dynamic_split = 1},
       {.name = "dynamic swap h4 s3 nosmall", .heads = 4, .stages = 3, .small = 0, .swap = 1,
@@ -1253,6 +1256,9 @@ TEST(DecodeGpu, CudaGraphCaptureAndReplay) {
 // enough for its ranges in the first replays, fewer than that in the last ones (the static
 // split, inside the same graph). (Its own test: the sanitizer runs take it alone.)
 TEST(DecodeGpu, DynamicSplitGraphReplay) {
+  if (!cuda::kDecodeDynamicSplitBuilt) {
+    GTEST_SKIP() << "the dynamic split is not compiled in (KVATTN_DECODE_DYNAMIC_SPLIT_BUILD)";
+  }
   UseVariant dyn(Variant{.name = "dynamic nosmall", .heads = 8, .stages = 0, .small = 0,
                          .dynamic_split = 1});
   const int64_t before = cuda::decode_host::dynamic_launches();

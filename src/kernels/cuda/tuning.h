@@ -254,8 +254,9 @@ struct CudaTuning {
   // 148 / 256 rows of [100, 2048] keys 118.9 -> 137.4, 246.2 -> 259.2, 409.1 -> 422.1,
   // nano-vllm -3.7%): it ends the CTAs together, but the early-ending SMs of the static split
   // did not leave DRAM idle, and each claimed range costs a pipeline refill, a Q load and a
-  // piece to merge (docs/notes/decode-next.md "Session 37"). 0 stays.
-  // Env KVATTN_DECODE_DYNAMIC_SPLIT.
+  // piece to merge (docs/notes/decode-next.md "Session 37"). 0 stays. Takes effect only in a
+  // build with -DKVATTN_DECODE_DYNAMIC_SPLIT_BUILD=ON (decode_params.h: its code cost the
+  // default kernels registers and spills); otherwise ignored. Env KVATTN_DECODE_DYNAMIC_SPLIT.
   int decode_dynamic_split = 0;
   // Diagnostics only (wrong results): skip the stream kernel's merge launch, to time the split
   // kernel alone. Set by the benchmark, never from the environment.

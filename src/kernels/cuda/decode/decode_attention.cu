@@ -264,7 +264,7 @@ int stream_waves() {
 
 bool dynamic_split() {
   const CudaTuning& t = cuda_tuning();
-  return t.decode_fused_merge == 0 && t.decode_dynamic_split != 0;
+  return kDecodeDynamicSplitBuilt && t.decode_fused_merge == 0 && t.decode_dynamic_split != 0;
 }
 
 int stream_ranges_per_cta() { return dynamic_split() ? 1 + kDynamicTiers : stream_waves(); }

@@ -87,6 +87,16 @@ inline constexpr int kSmallMaxChunks = 1024;
 // The dynamic split's tiers of claimed ranges (decode_stream_ranges.cuh): kDynamicTiers ranges
 // a resident CTA besides its static one.
 inline constexpr int kDynamicTiers = 4;
+// Whether the split kernel carries the dynamic split's code at all (CMake option
+// KVATTN_DECODE_DYNAMIC_SPLIT_BUILD, off): measured slower than the static split on every shape
+// (session 37), and its claims, though never taken by default, raised the default kernels'
+// registers (the 16-bit d64 lean tile 120 -> 128 with 12 bytes of spills, a local load every
+// tile: session 38's ncu). Without it the launcher never asks for it and the kernels compile to
+// the static split alone.
+#ifndef KVATTN_DECODE_DYNAMIC_SPLIT_BUILD
+#define KVATTN_DECODE_DYNAMIC_SPLIT_BUILD 0
+#endif
+inline constexpr bool kDecodeDynamicSplitBuilt = KVATTN_DECODE_DYNAMIC_SPLIT_BUILD != 0;
 // Ints of shared memory after the prefix sum that hold a CTA's claims (ClaimRing,
 // decode_stream_ranges.cuh).
 inline constexpr int kDecodeClaimRingInts = 32;

@@ -71,6 +71,7 @@ struct Source {
   // The range of entry k (-1: none left), for a cursor that reached entry k (its slot is not
   // reused while this warp computes in it or before it).
   __device__ __forceinline__ int range(int k) const {
+    if constexpr (!kDecodeDynamicSplitBuilt) return part;  // entry 0 is the only one
     return k == 0 ? part : smem_load(ring->val + k % kClaimRing);
   }
 };
@@ -89,7 +90,7 @@ __device__ __forceinline__ void seek(const DecodeParams& p, const Source& s, int
       // raised the extended fp8 d128 kernel past the 128 registers of two CTAs an SM), claimed
       // by the first warp here.
       int r = -1;
-      if constexpr (!kExt) {
+      if constexpr (!kExt && kDecodeDynamicSplitBuilt) {
         if (s.ranges.ndyn > 0) {
           r = dynamic_entry(s.ring, c.k + 1, s.claim_word, s.ranges, p.fault_word,
                             threadIdx.x & 31);
@@ -337,7 +338,7 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     int* wsum = prefix + B + 1;
     // The dynamic split's claims after them (decode_host::prefix_bytes_for): none yet; every
     // warp with a unit computes in entry 0.
-    const bool dynamic = !kFused && !kExt && p.dynamic_split != 0;
+    const bool dynamic = kDecodeDynamicSplitBuilt && !kFused && !kExt && p.dynamic_split != 0;
     src.ring = reinterpret_cast<ClaimRing*>(wsum + kDecodeMaxWarps);
     if (dynamic) {
       if (tid < kClaimRing) {
@@ -398,7 +399,7 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     // which may then be scheduled while this grid runs (it waits for its completion).
     ptx::grid_dependency_wait();
     if (p.pdl_trigger != 0 || p.merge_pdl != 0) ptx::grid_launch_dependents();
-    if constexpr (!kExt && !kFused) {
+    if constexpr (!kExt && !kFused && kDecodeDynamicSplitBuilt) {
       if (src.ranges.ndyn > 0 && part == 0 && tid == 0) install_claim_counter(src.claim_word);
     }
     // CTA `part` owns sequences part, part + nparts, ...: it writes their meta (the first
@@ -564,7 +565,7 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   cc.k = 0;
   seek<kExt>(p, src, src.stream ? lower_bound_smem(src.prefix, B, src.g0 + 1) - 1 : part, cc,
              src.g0);
-  if constexpr (!kExt && !kFused) {  // the dynamic split: the CTA's first claim, ahead
+  if constexpr (!kExt && !kFused && kDecodeDynamicSplitBuilt) {  // the CTA's first claim, ahead
     if (src.ranges.ndyn > 0 && lane == 0) {
       claim_entry_if_first(src.ring, 1, src.claim_word, src.ranges, p.fault_word);
     }
@@ -762,7 +763,7 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     advance<kExt>(p, src, cc);
     if (piece_done) {
       // The dynamic split: this warp's entry, for claimers that would reuse a slot.
-      if constexpr (!kExt && !kFused) {
+      if constexpr (!kExt && !kFused && kDecodeDynamicSplitBuilt) {
         if (src.ranges.ndyn > 0 && lane == 0) {
           atomicExch(src.ring->warp_entry + warp, cc.done ? INT_MAX : cc.k);
         }
