@@ -20,7 +20,7 @@
 // sequences (bf16, page 16; kSmallMapVariants).
 // `--variants a,b,...` keeps only the named variants (and "default", always first).
 //   gpu_decode_bench [--reps N] [--quick] [--warm] [--store-rounds N] [--variants NAMES]
-//                    [--only store|decode|fp8|small|d64|d128|single]
+//                    [--only store|decode|fp8|small|d64|d64s|d128|single]
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -644,9 +644,13 @@ int main(int argc, char** argv) {
     }
   }
   // `--only d64`: SmolLM2's head shape alone (96 x 4096, 9/3, d64, page 16), for a profiler
-  // run of one kernel (the 16-row tile by default, the swapped one with KVATTN_DECODE_SWAP=1).
-  if (only == "d64") {
+  // run of one kernel (the 16-row tile by default, the swapped one with KVATTN_DECODE_SWAP=1);
+  // `--only d64s`: both head_dim 64 acceptance shapes (also 256 x 1024, 8/8), for variant maps.
+  if (only == "d64" || only == "d64s") {
     bench_decode("96x4096", std::vector<int64_t>(96, 4096), 9, 3, 16, rng, 64);
+  }
+  if (only == "d64s") {
+    bench_decode("256x1024", std::vector<int64_t>(256, 1024), 8, 8, 16, rng, 64);
   }
   // `--only d128` / `--only single`: one shape each for a profiler run, the uniform d128 shape
   // (issue 16: 0.94-0.97 of cuDNN) and the lone 8192-key sequence (the small-batch kernel).
