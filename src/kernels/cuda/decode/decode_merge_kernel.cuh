@@ -33,33 +33,32 @@ __global__ void __launch_bounds__(256) merge_kernel(const __grid_constant__ Deco
     kvh = head / p.group;
     r = i * p.group + (head - kvh * p.group);
   }
-  // Pieces sub, sub + wpr, ... of this row: their max LSE, then the weighted sum.
+  // Pieces sub, sub + wpr, ... of this row, in batches of kUnroll whose LSEs and partials are
+  // loaded together (one round trip a batch): a running max over the batches (every lane
+  // loads every LSE of its batch, so the max is the warp's without a shuffle), the sum and the
+  // accumulator rescaled when it grows. With one batch (the usual case: n <= kUnroll x wpr)
+  // this is the arithmetic of a max over all the pieces first, bit for bit.
   const int64_t wi0 = (static_cast<int64_t>(slot0) * p.num_kv_heads + kvh) * p.rows + r;
   const int64_t wstep = static_cast<int64_t>(p.num_kv_heads) * p.rows;
   float mx = kNegInf;
-  if (n >= 2) {
-    for (int j = sub + wpr * lane; j < n; j += wpr * 32) mx = fmaxf(mx, p.ws_lse[wi0 + j * wstep]);
-  }
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
   float acc[kPer];
 #pragma unroll
   for (int e = 0; e < kPer; ++e) acc[e] = 0.0f;
   float wsum = 0.0f;
-  if (n >= 2 && mx != kNegInf) {
+  if (n >= 2) {
     constexpr int kUnroll = 8;  // loads in flight per warp
     for (int j0 = sub; j0 < n; j0 += kUnroll * wpr) {
-      float f[kUnroll];
+      float lse[kUnroll];
       float x[kUnroll][kPer];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int j = j0 + u * wpr;
-        f[u] = 0.0f;
+        lse[u] = kNegInf;
 #pragma unroll
         for (int e = 0; e < kPer; ++e) x[u][e] = 0.0f;
         if (j < n) {
           const int64_t wi = wi0 + j * wstep;
-          f[u] = fast_exp2(p.ws_lse[wi] - mx);
+          lse[u] = p.ws_lse[wi];
           const float* src = p.ws_o + wi * D + lane * kPer;
           if constexpr (kPer % 4 == 0) {  // head_dim 128, 256
 #pragma unroll
@@ -78,11 +77,23 @@ __global__ void __launch_bounds__(256) merge_kernel(const __grid_constant__ Deco
           }
         }
       }
+      float bm = mx;
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) bm = fmaxf(bm, lse[u]);
+      if (bm == kNegInf) continue;  // no piece so far saw a key
+      if (bm > mx) {  // mx == -inf: acc and wsum are still 0, the factor 0 keeps them so
+        const float c = mx == kNegInf ? 0.0f : fast_exp2(mx - bm);
+        wsum *= c;
+#pragma unroll
+        for (int e = 0; e < kPer; ++e) acc[e] *= c;
+        mx = bm;
+      }
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
-        wsum += f[u];
+        const float f = lse[u] == kNegInf ? 0.0f : fast_exp2(lse[u] - mx);
+        wsum += f;
 #pragma unroll
-        for (int e = 0; e < kPer; ++e) acc[e] += f[u] * x[u][e];
+        for (int e = 0; e < kPer; ++e) acc[e] += f * x[u][e];
       }
     }
   }
