@@ -277,6 +277,11 @@ class OpenAIClient(unittest.TestCase):
 
     def test_n2_and_seed(self):
         kw = dict(max_tokens=24, temperature=1.0, n=2, seed=1234)
+        # A seed reproduces a text only over the same arithmetic (docs/notes/serve.md): a
+        # prompt that is partly in the prefix cache is computed differently from a cold one
+        # and may diverge at a near-tie. So the prompt is cached first, and every request
+        # below finds the same cached prefix (CI's ASan run once diverged on a cold `a`).
+        self.chat("Tell me a fun fact.", max_tokens=1)
         a = self.chat("Tell me a fun fact.", **kw)
         b = self.chat("Tell me a fun fact.", **kw)
         self.assertEqual([c.index for c in a.choices], [0, 1])
