@@ -39,6 +39,7 @@
 #include "kvattn/kernels/decode_attention.h"
 #include "kvattn/kernels/device_faults.h"
 #include "kvattn/kernels/store_kv.h"
+#include "kernels/cuda/decode/decode_params.h"
 #include "kernels/cuda/tuning.h"
 #include "bench_util.cuh"
 #include "paged_decode_case.cuh"
@@ -372,6 +373,9 @@ std::vector<DecodeVariant> all_variants_for(bool fp8) {
 std::vector<DecodeVariant> variants_for(bool fp8) {
   std::vector<DecodeVariant> out;
   for (const DecodeVariant& v : all_variants_for(fp8)) {
+    // The dynamic split's rows only where it is compiled in (else they would time the static
+    // split under its name).
+    if (v.dynamic == 1 && !kvattn::cuda::kDecodeDynamicSplitBuilt) continue;
     if (variant_kept(v.name)) out.push_back(v);
   }
   return out;

@@ -350,12 +350,14 @@ int main(int argc, char** argv) {
   split_balance("148 ragged [100,2048] 16/8 d128", ragged(148), 16, 8, 128);
   split_balance("64 ragged [100,2048] 16/8 d128", ragged(64), 16, 8, 128);
   // The dynamic split (decode_dynamic_split): CTAs that finish first claim more of the last
-  // quarter's ranges.
-  split_balance("64x4096 32/8 d128", std::vector<int64_t>(64, 4096), 32, 8, 128, 1, true);
-  split_balance("256x1024 16/8 d128", std::vector<int64_t>(256, 1024), 16, 8, 128, 1, true);
-  split_balance("96x4096 9/3 d64", std::vector<int64_t>(96, 4096), 9, 3, 64, 1, true);
-  split_balance("148 ragged [100,2048] 16/8 d128", ragged(148), 16, 8, 128, 1, true);
-  split_balance("64 ragged [100,2048] 16/8 d128", ragged(64), 16, 8, 128, 1, true);
+  // quarter's ranges. Only in a build that compiles it in (KVATTN_DECODE_DYNAMIC_SPLIT_BUILD).
+  if (kvattn::cuda::kDecodeDynamicSplitBuilt) {
+    split_balance("64x4096 32/8 d128", std::vector<int64_t>(64, 4096), 32, 8, 128, 1, true);
+    split_balance("256x1024 16/8 d128", std::vector<int64_t>(256, 1024), 16, 8, 128, 1, true);
+    split_balance("96x4096 9/3 d64", std::vector<int64_t>(96, 4096), 9, 3, 64, 1, true);
+    split_balance("148 ragged [100,2048] 16/8 d128", ragged(148), 16, 8, 128, 1, true);
+    split_balance("64 ragged [100,2048] 16/8 d128", ragged(64), 16, 8, 128, 1, true);
+  }
   if (only_split) return 0;
   floors();
   cluster_capacity();
