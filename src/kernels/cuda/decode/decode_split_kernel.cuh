@@ -26,10 +26,6 @@ __device__ __forceinline__ int lower_bound_smem(const int* a, int n, int x) {
   return lo;
 }
 
-// A position in a CTA's stream of tiles: tile t of sequence b, inside the segment
-// [t0, t_end) of b's tiles that this CTA computes (absolute tile indices: kExt's sequences
-// start at their window's first tile, first_tile<kExt>); stream mode: in the range of entry k
-// of the CTA's list (Source::range).
 // The unit of warp w of a split-kernel CTA in `slice`: KV head kvh, row chunk rc; ok is false
 // for a warp past the slice's heads or row chunks (it has no unit and returns early).
 struct WarpUnit {
@@ -45,6 +41,10 @@ __device__ __forceinline__ WarpUnit warp_unit(const DecodeParams& p, int slice, 
   return u;
 }
 
+// A position in a CTA's stream of tiles: tile t of sequence b, inside the segment
+// [t0, t_end) of b's tiles that this CTA computes (absolute tile indices: kExt's sequences
+// start at their window's first tile, first_tile<kExt>); stream mode: in the range of entry k
+// of the CTA's list (Source::range).
 struct Cursor {
   int b;
   int t;
