@@ -56,7 +56,8 @@ bool stream_ok(int64_t num_seqs, int64_t capacity);
 // merge is on, which wants one wave). The planner's workspace and the launcher's grid agree.
 int stream_waves();
 // Whether stream mode asks for the dynamic split (cuda_tuning().decode_dynamic_split; not with
-// the fused merge), and its ranges per resident CTA (1 + kDynamicTiers) else stream_waves():
+// the fused merge; never unless compiled in: kDecodeDynamicSplitBuilt), and its ranges per
+// resident CTA (1 + kDynamicTiers) else stream_waves():
 // what the planner sizes the workspace for.
 bool dynamic_split();
 int stream_ranges_per_cta();
