@@ -44,20 +44,17 @@ compile() {  # TREE OBJECT REPORT
     { echo "compile failed ($tree, $object):" >&2; tail -n 5 "$report" >&2; return 1; }
 }
 
-changed=0
 for object in "${objects[@]}"; do
   name=$(basename "$object" .cu.o)
-  compile "$here" "$object" "$work/$name.head.txt" &
-  compile "$work/base" "$object" "$work/$name.base.txt" &
-  wait
+  compile "$here" "$object" "$work/$name.head.txt" & head_job=$!
+  compile "$work/base" "$object" "$work/$name.base.txt" & base_job=$!
+  wait "$head_job" && wait "$base_job" || exit 1
   summarize "$work/$name.head.txt" > "$work/$name.head"
   summarize "$work/$name.base.txt" > "$work/$name.base"
   diffs=$(join -a1 -a2 -e - -o 0,1.2,1.3,1.4,1.5,2.2,2.3,2.4,2.5 "$work/$name.base" "$work/$name.head" |
     awk '$2 != $6 || $3 != $7 || $4 != $8 || $5 != $9')
   echo "== $name: $(wc -l < "$work/$name.head") kernels, $(printf '%s' "$diffs" | grep -c . || true) changed"
   if [ -n "$diffs" ]; then
-    changed=1
     printf '%s\n' "$diffs" | awk '{printf "  %s\n    %s: %s regs, stack %s, spills %s/%s  ->  this tree: %s regs, stack %s, spills %s/%s\n", $1, "'"$base"'", $2, $3, $4, $5, $6, $7, $8, $9}'
   fi
 done
-exit 0
