@@ -298,6 +298,9 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
                 "TMA: aligned 16-bit caches, or fp8 ones at head_dim 128");
   constexpr bool kSweep = kIssue == CopyIssue::kCtaSweep;
   static_assert(!kSweep || (kAligned16 && !kFused), "CTA sweep: aligned caches, merge kernel");
+  // The dynamic split's code (decode_stream_ranges.cuh): plain kernels only, not the fused
+  // merge's twin, and only where it is compiled in.
+  constexpr bool kDynamicCode = kDecodeDynamicSplitBuilt && !kExt && !kFused;
   using L = StageTile<KV, D, kIssue>;
   // Output fragments per lane: O (D/8 n-tiles of 16 rows) or O^T (D/16 m-tiles of 8 rows).
   constexpr int kOT = kSwap ? D / 16 : D / 8;
@@ -338,7 +341,7 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     int* wsum = prefix + B + 1;
     // The dynamic split's claims after them (decode_host::prefix_bytes_for): none yet; every
     // warp with a unit computes in entry 0.
-    const bool dynamic = kDecodeDynamicSplitBuilt && !kFused && !kExt && p.dynamic_split != 0;
+    const bool dynamic = kDynamicCode && p.dynamic_split != 0;
     src.ring = reinterpret_cast<ClaimRing*>(wsum + kDecodeMaxWarps);
     if (dynamic) {
       if (tid < kClaimRing) {
@@ -399,7 +402,7 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     // which may then be scheduled while this grid runs (it waits for its completion).
     ptx::grid_dependency_wait();
     if (p.pdl_trigger != 0 || p.merge_pdl != 0) ptx::grid_launch_dependents();
-    if constexpr (!kExt && !kFused && kDecodeDynamicSplitBuilt) {
+    if constexpr (kDynamicCode) {
       if (src.ranges.ndyn > 0 && part == 0 && tid == 0) install_claim_counter(src.claim_word);
     }
     // CTA `part` owns sequences part, part + nparts, ...: it writes their meta (the first
@@ -565,7 +568,7 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   cc.k = 0;
   seek<kExt>(p, src, src.stream ? lower_bound_smem(src.prefix, B, src.g0 + 1) - 1 : part, cc,
              src.g0);
-  if constexpr (!kExt && !kFused && kDecodeDynamicSplitBuilt) {  // the CTA's first claim, ahead
+  if constexpr (kDynamicCode) {  // the CTA's first claim, ahead
     if (src.ranges.ndyn > 0 && lane == 0) {
       claim_entry_if_first(src.ring, 1, src.claim_word, src.ranges, p.fault_word);
     }
@@ -763,7 +766,7 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     advance<kExt>(p, src, cc);
     if (piece_done) {
       // The dynamic split: this warp's entry, for claimers that would reuse a slot.
-      if constexpr (!kExt && !kFused && kDecodeDynamicSplitBuilt) {
+      if constexpr (kDynamicCode) {
         if (src.ranges.ndyn > 0 && lane == 0) {
           atomicExch(src.ring->warp_entry + warp, cc.done ? INT_MAX : cc.k);
         }
