@@ -227,17 +227,19 @@ struct CudaTuning {
   // completion before it reads the workspace. Outputs bit-identical either way.
   // Env KVATTN_DECODE_MERGE_PDL.
   int decode_merge_pdl = 1;
-  // Decode, stream mode: 1 = no merge kernel; the warp of each sequence's last piece waits for
-  // the other pieces' tags and merges them at the end of its range (decode_split_kernel.cuh,
-  // "fused merge"; the small kernel's tag chain, over flags). 0 (default): merge_kernel.
-  // Written in session 30 without a device (the merge kernel took 5.8-6.0 of 121 us at 96 x
-  // 4096 9/3 d64 on the H100). EXPERIMENTAL. Env KVATTN_DECODE_FUSED_MERGE.
-  int decode_fused_merge = 0;
+  // Decode, stream mode: 1 = the split kernel tags each piece it leaves in the workspace and the
+  // merge kernel (merge_polled_kernel, launched by PDL while the split kernel runs, one CTA a
+  // sequence and unit) merges a sequence as soon as its pieces' tags are there, instead of
+  // after the split kernel's completion; it still completes only after the split kernel. 0:
+  // merge_kernel after the split grid's completion. Plain kernels only (the extended ones keep
+  // merge_kernel). Replaces session 30's fused merge, in which a split warp waited for the
+  // other pieces (measured slower in sessions 21 and 31). Env KVATTN_DECODE_MERGE_POLL.
+  int decode_merge_poll = 0;
   // Decode, stream mode: ranges per resident CTA. 1 (default): one wave of CTAs, each one
   // range of the batch's tiles (stream-K). W > 1: W waves of ranges W times shorter, so that
   // the hardware's block scheduler hands the later ranges to whichever SM frees first (a
   // dynamic balance between SMs that read at different rates, for more pieces to merge and a
-  // pipeline ramp a range). Not with the fused merge (one wave). Measured slower everywhere
+  // pipeline ramp a range). Measured slower everywhere
   // (H100, session 36, one bench process: 64x4096 32/8 d128 375.5 -> 387.4 / 396.6 us at 2 / 4
   // waves, 148 ragged rows of [100, 2048] keys 249.5 -> 256.0 / 261.5): each range pays a CTA
   // start and more pieces to merge, and a few ranges an SM are too coarse to balance the SMs'
@@ -248,7 +250,7 @@ struct CudaTuning {
   // take equal ranges of 3/4 of the batch's tiles, then claim ranges of decreasing size of the
   // last quarter as they finish (a counter a slice in the workspace), so that SMs that stream
   // faster take more. 0 (default): one equal range a CTA. Plain kernels only (not the extended
-  // ones: window, softcap, ALiBi, leftpad), not with the fused merge; above
+  // ones: window, softcap, ALiBi, leftpad), not with the polled merge; above
   // decode_stream_waves. Measured slower on every shape (H100, session 37, three forms, one
   // bench process each; the last: 64x4096 32/8 d128 367.9 -> 390.2 us, engine batches of 64 /
   // 148 / 256 rows of [100, 2048] keys 118.9 -> 137.4, 246.2 -> 259.2, 409.1 -> 422.1,

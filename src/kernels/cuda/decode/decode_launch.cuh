@@ -36,7 +36,7 @@ namespace {
 // at (threads, smem); raises its shared-memory limit once per device. Cached: the planner and
 // every launch ask.
 template <typename T, typename KV, int D, bool kAligned16, bool kSmall = false, bool kExt = false,
-          bool kSwap = false, CopyIssue kIssue = CopyIssue::kByCopy, bool kFused = false>
+          bool kSwap = false, CopyIssue kIssue = CopyIssue::kByCopy, bool kPublish = false>
 int split_occupancy(int device, int threads, int smem) {
   struct Entry {
     int device, threads, smem, ctas;
@@ -54,7 +54,7 @@ int split_occupancy(int device, int threads, int smem) {
     if constexpr (kSmall) {
       return decode_small_kernel<T, KV, D, kAligned16, kExt, kIssue>;
     } else {
-      return decode_kernel<T, KV, D, kAligned16, kExt, kSwap, kIssue, kFused>;
+      return decode_kernel<T, KV, D, kAligned16, kExt, kSwap, kIssue, kPublish>;
     }
   }();
   if (!raised[device]) {  // dynamic + static shared memory must stay within the opt-in limit
@@ -243,16 +243,17 @@ void launch_kernels(DecodeParams p, bool aligned, int64_t ws_bytes, int device,
     }
   }
   bool stream_mode = p.num_splits > 1 && decode_host::stream_ok(B, p.capacity);
-  const bool fused = p.fused_merge != 0;
+  const bool poll = p.merge_poll != 0 && !kExt;  // extended kernels: merge_kernel
   const int64_t units_total = static_cast<int64_t>(p.num_kv_heads) * p.row_chunks;
   int64_t slots = 0;
   if (stream_mode) {
     const int64_t rows_total = static_cast<int64_t>(p.num_heads) * p.q_len;
-    slots = fused ? decode_ws_slots_fused(ws_bytes, B, rows_total, D, units_total)
-                  : decode_ws_slots(ws_bytes, B, rows_total, D);
+    slots = poll ? decode_ws_slots_polled(ws_bytes, B, rows_total, D, units_total)
+                 : decode_ws_slots(ws_bytes, B, rows_total, D);
     stream_mode = slots - B + 1 >= 1;
   }
-  p.fused_merge = stream_mode && fused && !kExt ? 1 : 0;  // extended kernels: merge_kernel
+  p.merge_poll = stream_mode && poll ? 1 : 0;
+  p.unit_rows = unit_rows;
   p.heads_per_cta = c.heads_per_cta;
   p.rc_per_cta = c.rc_per_cta;
   p.head_blocks = c.head_blocks;
@@ -266,31 +267,30 @@ void launch_kernels(DecodeParams p, bool aligned, int64_t ws_bytes, int device,
   // The CTA sweep's contract: every warp has a unit (the CTA's heads divide the KV heads, its
   // row chunks the unit's), the merge kernel, no padded tile.
   const bool cta_sweep = kSweepAble && aligned && cuda_tuning().decode_cta_sweep != 0 &&
-                         p.fused_merge == 0 && p.head_dim == D &&
+                         p.head_dim == D &&
                          p.num_kv_heads % c.heads_per_cta == 0 &&
                          p.row_chunks % c.rc_per_cta == 0;
   const CopyIssue issue = cta_sweep ? CopyIssue::kCtaSweep : pick_issue(smem_tiles, false);
   if (cta_sweep) decode_host::count_cta_sweep_launch();
-  // (kFu: the fused twin, which exists for the plain kernels of the per-warp issues only;
-  // p.fused_merge is 0 for the others.)
-  const bool fu = p.fused_merge != 0;
+  // (kPub: the published pieces' twin, which exists for the plain kernels only; p.merge_poll
+  // is 0 for the extended ones.)
+  const bool pub = p.merge_poll != 0;
   auto occupancy = [&](int smem_total) {
     return with_split_issue(issue, smem_total, [&]<bool kAl, CopyIssue kIs>(int smem) {
-      constexpr bool kFuseable = !kExt && kIs != CopyIssue::kCtaSweep;
-      auto occ = [&]<bool kSw, bool kFu>() {
-        return split_occupancy<T, KV, D, kAl, false, kExt, kSw, kIs, kFu>(device, threads,
-                                                                           smem);
+      auto occ = [&]<bool kSw, bool kPub>() {
+        return split_occupancy<T, KV, D, kAl, false, kExt, kSw, kIs, kPub>(device, threads,
+                                                                            smem);
       };
       if constexpr (kCanSwap) {
         if (swap) {
-          return fu ? occ.template operator()<true, kFuseable>()
-                    : occ.template operator()<true, false>();
+          return pub ? occ.template operator()<true, !kExt>()
+                     : occ.template operator()<true, false>();
         }
       }
       if constexpr (!kOnlySwap) {
         if (!swap) {
-          return fu ? occ.template operator()<false, kFuseable>()
-                    : occ.template operator()<false, false>();
+          return pub ? occ.template operator()<false, !kExt>()
+                     : occ.template operator()<false, false>();
         }
       }
       return 0;
@@ -299,11 +299,11 @@ void launch_kernels(DecodeParams p, bool aligned, int64_t ws_bytes, int device,
   const int ctas = occupancy(smem_tiles);
   const int64_t per_slice = std::max<int64_t>(1, int64_t{sm_count(device)} * ctas / p.slices);
   // The dynamic split (decode_stream_ranges.cuh) where asked, the kernel is a plain one (not
-  // the extended or the fused), the workspace holds its ranges and its claim list leaves the
+  // the extended, not with the polled merge), the workspace holds its ranges and its claim list leaves the
   // CTAs per SM as they are; else the static one.
   int smem_launch = smem_tiles;
   bool dynamic = false;
-  if (!kExt && stream_mode && p.fused_merge == 0 && decode_host::dynamic_split() &&
+  if (!kExt && stream_mode && p.merge_poll == 0 && decode_host::dynamic_split() &&
       slots - B + 1 >= (1 + kDynamicTiers) * per_slice && per_slice <= (1 << 20)) {
     const int prefix_dyn = decode_host::prefix_bytes_for(B, kDecodeClaimRingInts);
     const int smem_dyn = decode_host::split_smem(c, prefix_dyn);
@@ -320,7 +320,7 @@ void launch_kernels(DecodeParams p, bool aligned, int64_t ws_bytes, int device,
     const int64_t rows_total = static_cast<int64_t>(p.num_kv_heads) * p.rows;
     p.ws_lse = p.ws_o + slots * rows_total * D;
     p.ws_meta = reinterpret_cast<int32_t*>(p.ws_lse + slots * rows_total);
-    if (p.fused_merge != 0) {
+    if (p.merge_poll != 0) {
       p.ws_flag = reinterpret_cast<uint32_t*>(p.ws_meta + 2 * B);
       p.ws_gen = p.ws_flag + slots * units_total;
       p.epoch = decode_host::next_epoch();
@@ -337,17 +337,15 @@ void launch_kernels(DecodeParams p, bool aligned, int64_t ws_bytes, int device,
     p.parts = static_cast<int>(std::min<int64_t>(B, per_slice));
   }
   p.merge_wpr = pieces_per_seq >= 48 ? 8 : pieces_per_seq >= 12 ? 4 : pieces_per_seq >= 4 ? 2 : 1;
-  const bool merge_follows =
-      stream_mode && p.fused_merge == 0 && cuda_tuning().decode_debug_no_merge == 0;
+  const bool merge_follows = stream_mode && cuda_tuning().decode_debug_no_merge == 0;
   p.merge_pdl = merge_follows && cuda_tuning().decode_merge_pdl != 0 &&
                 compute_capability(device) >= 90 ? 1 : 0;
   const auto grid = static_cast<unsigned>(static_cast<int64_t>(p.parts) * p.slices);
   const dim3 block(static_cast<unsigned>(threads));
   with_split_issue(issue, smem_launch, [&]<bool kAl, CopyIssue kIs>(int smem) {
-    constexpr bool kFuseable = !kExt && kIs != CopyIssue::kCtaSweep;
     auto launch = [&]<bool kSw>() {
-      launch_maybe_pdl(fu ? decode_kernel<T, KV, D, kAl, kExt, kSw, kIs, kFuseable>
-                          : decode_kernel<T, KV, D, kAl, kExt, kSw, kIs>,
+      launch_maybe_pdl(pub ? decode_kernel<T, KV, D, kAl, kExt, kSw, kIs, !kExt>
+                           : decode_kernel<T, KV, D, kAl, kExt, kSw, kIs>,
                        grid, block, smem, stream, pdl, p);
     };
     if constexpr (kCanSwap) {
@@ -358,6 +356,15 @@ void launch_kernels(DecodeParams p, bool aligned, int64_t ws_bytes, int device,
     }
   });
   if (!merge_follows) return;
+  if (p.merge_poll != 0) {  // one CTA a (sequence, unit): wpr warps a row, up to 8 warps
+    const int64_t unit_rows_used = std::min<int64_t>(p.rows, unit_rows);
+    const int64_t warps = std::min<int64_t>(8, unit_rows_used * p.merge_wpr);
+    decode_host::count_polled_merge_launch();
+    launch_maybe_pdl(merge_polled_kernel<T, D>,
+                     dim3(static_cast<unsigned>(B * units_total)),
+                     dim3(static_cast<unsigned>(warps * 32)), 0, stream, p.merge_pdl != 0, p);
+    return;
+  }
   const int64_t rows = B * p.q_len * p.num_heads;
   const int64_t rows_per_block = 8 / p.merge_wpr;
   launch_maybe_pdl(merge_kernel<T, D>,

@@ -53,14 +53,14 @@ DecodePlan plan_decode(int64_t num_seqs, int64_t num_heads, int64_t num_kv_heads
     return DecodePlan{1, 0};
   }
   // Stream mode: the smallest split count whose workspace holds `parts` ranges (with the
-  // fused merge's words where it is on, for at most one unit a row).
+  // polled merge's words where it is on, for at most one unit a row).
   const int64_t rows_total = num_heads * q_len;
-  const bool fused = cuda_tuning().decode_fused_merge != 0;
+  const bool polled = cuda_tuning().decode_merge_poll != 0;
   int64_t stream_splits = 2;
   for (;; ++stream_splits) {
     const int64_t bytes = decode_workspace_bytes(num_seqs, num_heads, tile_dim, q_len, stream_splits);
     const int64_t slots =
-        fused ? decode_ws_slots_fused(bytes, num_seqs, rows_total, tile_dim, rows_total)
+        polled ? decode_ws_slots_polled(bytes, num_seqs, rows_total, tile_dim, rows_total)
               : decode_ws_slots(bytes, num_seqs, rows_total, tile_dim);
     if (slots - num_seqs + 1 >= parts) break;
   }

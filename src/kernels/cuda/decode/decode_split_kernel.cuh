@@ -141,137 +141,6 @@ __device__ __forceinline__ void advance(const DecodeParams& p, const Source& s, 
   seek<kExt>(p, s, s.stream ? c.b + 1 : c.b + s.parts, c);
 }
 
-// ---- fused merge (the kFused twin; stream mode): no merge kernel. A warp that wrote a piece
-// to the workspace tags it (ws_flag of its slot and unit: the launch's tag, which chains from
-// the (sequence, unit)'s gen word as the small kernel's LL words do); the warp of a sequence's
-// last piece (the range the sequence's tiles run into last) waits, at the end of its range,
-// for every piece's tag, merges them, writes out, and leaves the tag in the gen word. It waits
-// only for ranges of lower index (the sequence's earlier pieces), which the GPU dispatches
-// first; a stream-mode grid is one wave of resident CTAs besides. ----
-
-__device__ __forceinline__ int64_t fused_unit(const DecodeParams& p, int kvh, int rc) {
-  return static_cast<int64_t>(kvh) * p.row_chunks + rc;
-}
-__device__ __forceinline__ uint32_t* fused_gen_word(const DecodeParams& p, int b, int kvh,
-                                                    int rc) {
-  return p.ws_gen + static_cast<int64_t>(b) * p.num_kv_heads * p.row_chunks +
-         fused_unit(p, kvh, rc);
-}
-__device__ __forceinline__ uint32_t* fused_flag(const DecodeParams& p, int64_t slot, int kvh,
-                                                int rc) {
-  return p.ws_flag + slot * p.num_kv_heads * p.row_chunks + fused_unit(p, kvh, rc);
-}
-
-// Tags the piece of sequence b that this warp (unit kvh, rc of range `part`) just wrote to slot
-// part + b. Whole warp.
-__device__ __forceinline__ void fused_publish(const DecodeParams& p, int b, int part, int kvh,
-                                              int rc, int lane) {
-  __threadfence();  // this lane's piece before the tag (each lane, then the warp's barrier)
-  __syncwarp();
-  if (lane == 0) {
-    const uint32_t tag = ll_tag_after(ld_relaxed_u32(fused_gen_word(p, b, kvh, rc)), p.epoch);
-    st_relaxed_u32(fused_flag(p, static_cast<int64_t>(part) + b, kvh, rc), tag);
-  }
-}
-
-// The lane's elements of row hr in write_piece's order: f(mt, e, d) for o[mt][e] = head dim d
-// (fp8 swapped tile: 32 c + 4 gid + {0..3}; swapped: 16 mt + gid (+ 8); 16-row: 8 nt + 2 t4
-// (+ 1)).
-template <typename KV, int D, bool kSwap, typename F>
-__device__ __forceinline__ void fused_row_elems(int hr, int lane, F&& f) {
-  const int gid = lane >> 2, t4 = lane & 3;
-  constexpr int kOT = kSwap ? D / 16 : D / 8;
-  if constexpr (kSwap && kIsFp8<KV>) {
-#pragma unroll
-    for (int c = 0; c < kOT / 2; ++c) {
-      f(2 * c, hr, 32 * c + 4 * gid);
-      f(2 * c, hr + 2, 32 * c + 4 * gid + 1);
-      f(2 * c + 1, hr, 32 * c + 4 * gid + 2);
-      f(2 * c + 1, hr + 2, 32 * c + 4 * gid + 3);
-    }
-  } else if constexpr (kSwap) {
-#pragma unroll
-    for (int mt = 0; mt < kOT; ++mt) {
-      f(mt, hr, mt * 16 + gid);
-      f(mt, hr + 2, mt * 16 + gid + 8);
-    }
-  } else {
-#pragma unroll
-    for (int nt = 0; nt < kOT; ++nt) {
-      f(nt, 2 * hr, nt * 8 + 2 * t4);
-      f(nt, 2 * hr + 1, nt * 8 + 2 * t4 + 1);
-    }
-  }
-}
-
-// Waits for every piece of sequence b (slots owner + b .. part + b; the last one this warp's)
-// and merges this lane's rows of them into mo / mm / ml (normalized output, log2 LSE, 1; or
-// zeros, -inf, 0 where no piece saw a key), ready for write_piece as a whole piece; `tag`:
-// this launch's tag of the unit, for fused_merge_done. False (nothing merged, the fault
-// recorded) when a piece never arrived. Whole warp.
-template <typename KV, int D, bool kSwap, int kOT>
-__device__ bool fused_merge_rows(const DecodeParams& p, int b, int owner, int part, int kvh, int rc,
-                                 int lane, float (&mo)[kOT][4], float (&mm)[2], float (&ml)[2],
-                                 uint32_t& tag) {
-  constexpr int kUnitRows = kSwap ? kSwapRows : kDecodeRows;
-  const int gid = lane >> 2, t4 = lane & 3;
-  const int pieces = part - owner + 1;
-  const int64_t slot0 = static_cast<int64_t>(owner) + b;
-  const uint32_t gen =
-      __shfl_sync(0xffffffffu, lane == 0 ? ld_relaxed_u32(fused_gen_word(p, b, kvh, rc)) : 0u, 0);
-  tag = ll_tag_after(gen, p.epoch);
-  bool arrived = true;
-  for (int j = lane; j < pieces; j += 32) {
-    const uint32_t* const flag = fused_flag(p, slot0 + j, kvh, rc);
-    for (int polls = 0; arrived && ld_acquire_u32(flag) != tag; ++polls) {
-      arrived = polls < kMaxPolls;
-    }
-  }
-  if (!__all_sync(0xffffffffu, arrived)) {
-    if (lane == 0) record_fault(p.fault_word, kFaultDecodeMergeStalled);
-    return false;
-  }
-  __syncwarp();  // every lane's acquire before any lane reads the pieces
-#pragma unroll
-  for (int mt = 0; mt < kOT; ++mt) mo[mt][0] = mo[mt][1] = mo[mt][2] = mo[mt][3] = 0.0f;
-  // Row r of piece j at wi0 + j * wstep (the workspace's (slot, kvh, row) order).
-  const int64_t wstep = static_cast<int64_t>(p.num_kv_heads) * p.rows;
-#pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {
-    mm[hr] = kNegInf;
-    ml[hr] = 0.0f;
-    const int r = rc * kUnitRows + (kSwap ? 2 * t4 + hr : gid + 8 * hr);
-    if (r >= p.rows) continue;
-    const int64_t wi0 = (slot0 * p.num_kv_heads + kvh) * p.rows + r;
-    float mx = kNegInf;
-    for (int j = 0; j < pieces; ++j) mx = fmaxf(mx, __ldcg(p.ws_lse + wi0 + j * wstep));
-    if (mx == kNegInf) continue;  // no piece saw a key: zeros, LSE -inf
-    float wsum = 0.0f;
-    for (int j = 0; j < pieces; ++j) {
-      const int64_t wi = wi0 + j * wstep;
-      const float lj = __ldcg(p.ws_lse + wi);
-      const float w = lj == kNegInf ? 0.0f : fast_exp2(lj - mx);
-      wsum += w;
-      const float* const row_ws = p.ws_o + wi * D;
-      fused_row_elems<KV, D, kSwap>(hr, lane, [&](int mt, int e, int d) {
-        mo[mt][e] += w * __ldcg(row_ws + d);
-      });
-    }
-    const float inv = 1.0f / wsum;  // >= 1: the largest piece's weight is 1
-    fused_row_elems<KV, D, kSwap>(hr, lane, [&](int mt, int e, int) { mo[mt][e] *= inv; });
-    mm[hr] = mx + __log2f(wsum);
-    ml[hr] = 1.0f;
-  }
-  return true;
-}
-
-// After the merged piece went out: this launch's tag becomes the unit's gen word (every piece
-// of the launch read the old one before it tagged its piece). One lane.
-__device__ __forceinline__ void fused_merge_done(const DecodeParams& p, int b, int kvh, int rc,
-                                                 uint32_t tag) {
-  st_relaxed_u32(fused_gen_word(p, b, kvh, rc), tag);
-}
-
 // kExt: window, softcap, ALiBi (decode_mask.cuh); without it, the plain causal kernel.
 // kSwap: the swapped tile (decode_swap_tile.cuh; 16-bit caches, and fp8 ones at head_dim 64 and
 // 128): units of kSwapRows rows (the host sets p.row_chunks and the CTA shape for them), else
@@ -283,24 +152,25 @@ __device__ __forceinline__ void fused_merge_done(const DecodeParams& p, int b, i
 // kIssue: how the warps copy their tiles (CopyIssue; kTma: decode_tma.cuh's ring, whose
 // shared memory the launcher sizes with kDecodeTmaSmemExtra; kCtaSweep: the CTA copies its
 // heads' tiles together, decode_cta_sweep.cuh, whose contract the launcher checks).
-// kFused: stream mode's fused merge (DecodeParams::fused_merge; plain kernels only), a twin of
-// its own: as a runtime branch in the default kernels its code raised their registers even where
-// not taken (the swapped d64 tile's lean form 80 -> 116).
+// kPublish: stream mode's published pieces (DecodeParams::merge_poll; plain kernels only): each
+// piece a range boundary cut is tagged once written (publish_piece), for the polled merge
+// kernel. A twin of its own, as the dynamic split's code taught (a runtime branch raised the
+// default kernels' registers even where not taken).
 template <typename T, typename KV, int D, bool kAligned16, bool kExt = false, bool kSwap = false,
-          CopyIssue kIssue = CopyIssue::kByCopy, bool kFused = false>
+          CopyIssue kIssue = CopyIssue::kByCopy, bool kPublish = false>
 __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     decode_kernel(const __grid_constant__ DecodeParams p) {
-  static_assert(!kFused || !kExt, "the fused merge: plain kernels only");
+  static_assert(!kPublish || !kExt, "published pieces: plain kernels only");
   static_assert(!kSwap || !kIsFp8<KV> || D == 64 || D == 128 || D == 256,
                 "fp8 swapped tile: d64 / d128 / d256");
   constexpr bool kTma = kIssue == CopyIssue::kTma;
   static_assert(!kTma || (kAligned16 && (!kIsFp8<KV> || D == 128)),
                 "TMA: aligned 16-bit caches, or fp8 ones at head_dim 128");
   constexpr bool kSweep = kIssue == CopyIssue::kCtaSweep;
-  static_assert(!kSweep || (kAligned16 && !kFused), "CTA sweep: aligned caches, merge kernel");
-  // The dynamic split's code (decode_stream_ranges.cuh): plain kernels only, not the fused
-  // merge's twin, and only where it is compiled in.
-  constexpr bool kDynamicCode = kDecodeDynamicSplitBuilt && !kExt && !kFused;
+  static_assert(!kSweep || kAligned16, "CTA sweep: aligned caches");
+  // The dynamic split's code (decode_stream_ranges.cuh): plain kernels only, not the published
+  // pieces' twin, and only where it is compiled in.
+  constexpr bool kDynamicCode = kDecodeDynamicSplitBuilt && !kExt && !kPublish;
   using L = StageTile<KV, D, kIssue>;
   // Output fragments per lane: O (D/8 n-tiles of 16 rows) or O^T (D/16 m-tiles of 8 rows).
   constexpr int kOT = kSwap ? D / 16 : D / 8;
@@ -332,9 +202,6 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   src.ring = nullptr;
   src.claim_word = nullptr;
   int total = 0;
-  // Fused merge (kFused): the sequence whose last piece this range holds while its
-  // first piece lies in an earlier range (-1: none), and that earlier range (its owner).
-  int merge_b = -1, merge_owner = 0;
   if (src.stream) {
     // Exclusive prefix sum of the sequences' tile counts: prefix[0..B], warp sums after it.
     int* prefix = reinterpret_cast<int*>(smem);
@@ -389,13 +256,6 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     src.parts = nparts;
     src.g0 = src.ranges.bound(part);
     src.g1 = src.ranges.bound(part + 1);
-    if constexpr (kFused) {  // the sequence holding tile g0: prefix[bf] <= g0 < prefix[bf + 1]
-      const int bf = lower_bound_smem(prefix, B, src.g0 + 1) - 1;
-      if (prefix[bf] < src.g0 && prefix[bf + 1] <= src.g1) {
-        merge_b = bf;
-        merge_owner = src.ranges.of_tile(prefix[bf]);
-      }
-    }
     // PDL (DecodeArgs::pdl): the lengths above may be read while the previous kernel finishes;
     // the workspace, q and the caches only after it completed. p.pdl_trigger: as in
     // decode_small_kernel.cuh; p.merge_pdl: the successor is this launch's merge kernel,
@@ -759,8 +619,8 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
       }
       const bool direct = cc.t0 == first_tile<kExt>(p, cc.b, cc.len) && cc.t_end == tiles_of(cc.len);
       write_piece(cc.b, direct, src.range(cc.k), o, m, lq);
-      if constexpr (kFused) {  // static ranges only: cc.k == 0
-        if (!direct) fused_publish(p, cc.b, part, kvh, rc, lane);
+      if constexpr (kPublish) {  // static ranges only: slot part + b
+        if (!direct) publish_piece(p, cc.b, static_cast<int64_t>(part) + cc.b, kvh, rc, lane);
       }
     }
     advance<kExt>(p, src, cc);
@@ -776,15 +636,6 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   }
   cp_async_wait<0>();
   if (p.probe != nullptr && lane == 0) probe_row(p)[2 + warp] = global_ns();
-  if constexpr (kFused) {  // o, m, l: free now; the merged rows go out as a whole piece
-    uint32_t tag = 0;
-    if (merge_b >= 0 && fused_merge_rows<KV, D, kSwap>(p, merge_b, merge_owner, part, kvh, rc,
-                                                       lane, o, m, l, tag)) {
-      write_piece(merge_b, true, part, o, m, l);
-      __syncwarp();  // every lane read the pieces before the gen word moves on
-      if (lane == 0) fused_merge_done(p, merge_b, kvh, rc, tag);
-    }
-  }
 }
 
 }  // namespace
