@@ -299,8 +299,8 @@ void launch_kernels(DecodeParams p, bool aligned, int64_t ws_bytes, int device,
   const int ctas = occupancy(smem_tiles);
   const int64_t per_slice = std::max<int64_t>(1, int64_t{sm_count(device)} * ctas / p.slices);
   // The dynamic split (decode_stream_ranges.cuh) where asked, the kernel is a plain one (not
-  // the extended, not with the polled merge), the workspace holds its ranges and its claim list leaves the
-  // CTAs per SM as they are; else the static one.
+  // the extended; not with the polled merge), the workspace holds its ranges and its claim list
+  // leaves the CTAs per SM as they are; else the static one.
   int smem_launch = smem_tiles;
   bool dynamic = false;
   if (!kExt && stream_mode && p.merge_poll == 0 && decode_host::dynamic_split() &&

@@ -245,7 +245,9 @@ __global__ void __launch_bounds__(256) merge_polled_kernel(const __grid_constant
       if (!__all_sync(0xffffffffu, ok)) {  // the split grid's end, then one more look
         ptx::grid_dependency_wait();
         ok = true;
-        for (int j = lane; j < pieces; j += 32) ok = ok && ld_acquire_u32(piece_flag(p, slot0 + j, kvh, rc)) == tag;
+        for (int j = lane; j < pieces; j += 32) {
+          ok = ok && ld_acquire_u32(piece_flag(p, slot0 + j, kvh, rc)) == tag;
+        }
         ok = __all_sync(0xffffffffu, ok);
         if (!ok && lane == 0) record_fault(p.fault_word, kFaultDecodeMergeStalled);
       }

@@ -224,7 +224,7 @@ struct DecodeParams {
   // the default kernels' registers.)
   int merge_poll = 0;
   uint32_t* ws_flag = nullptr;  // merge_poll: per (slot, unit), its piece's tag
-  int unit_rows = kDecodeRows;  // query rows per unit of the launch's tile (kDecodeSwapRows: swapped)
+  int unit_rows = kDecodeRows;  // query rows a unit of the launch's tile (swapped: kDecodeSwapRows)
 
   // Stream mode: 1 = the dynamic split (decode_stream_ranges.cuh; not with the polled merge):
   // parts static ranges, then kDynamicTiers x parts claimed ones (part_cap holds them all); the
