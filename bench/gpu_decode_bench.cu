@@ -213,7 +213,6 @@ struct DecodeVariant {
   int lean_issue = -1;   // aligned caches: issue_tile_lean (decode_lean_issue; -1: default)
   int tma = -1;          // the TMA copy issue where eligible (decode_tma; -1: default)
   int tma_prefetch = -1; // ... with the next tile asked of L2 (decode_tma_prefetch; -1: default)
-  int poll = -1;         // stream mode: the polled merge (decode_merge_poll; -1: default)
   int cta_sweep = -1;    // split kernel, fp8 d64: the CTA page sweep (decode_cta_sweep; -1: default)
   int waves = 0;         // stream mode's waves of ranges (decode_stream_waves; 0: default)
   int dynamic = -1;      // stream mode's dynamic split (decode_dynamic_split; -1: default)
@@ -262,11 +261,6 @@ const DecodeVariant kDecodeVariants[] = {
     {.name = "nosmall", .heads = 8, .stages = 0, .small = 0},
     {.name = "small w4", .heads = 8, .stages = 0, .small_warps = 4},
     {.name = "diag nomerge", .heads = 8, .stages = 0, .small = 0, .no_merge = 1},
-    // Stream mode's merge polling the pieces' tags while the split kernel runs
-    // (decode_merge_poll), and the form after the split's completion.
-    {.name = "polled merge", .heads = 8, .stages = 0, .poll = 1},
-    {.name = "polled merge nosmall", .heads = 8, .stages = 0, .small = 0, .poll = 1},
-    {.name = "merge after", .heads = 8, .stages = 0, .poll = 0},
     {.name = "small c8", .heads = 8, .stages = 0, .max_chunks = 8},
     {.name = "evict-first", .heads = 8, .stages = 0, .evict = 1},
     {.name = "evict-normal", .heads = 8, .stages = 0, .evict = 0},
@@ -350,7 +344,7 @@ std::vector<DecodeVariant> all_variants_for(bool fp8) {
                                        "tma",     "tma swap", "tma noswap", "tma pf", "tma pf swap",
                                        "noswap",  "swap",    "swap s2",   "swap s3",
                                        "swap s4", "swap s6", "swap h4",   "nosmall", "s3",
-                                       "polled merge", "merge after", "cta sweep", "cta sweep swap",
+                                       "cta sweep", "cta sweep swap",
                                        "cta sweep noswap", "cta sweep s4", "dynamic", "static"};
   for (const char* n : kNames) {
     for (const DecodeVariant& v : kDecodeVariants) {
@@ -473,7 +467,6 @@ void bench_decode(const std::string& name, const std::vector<int64_t>& lens, int
     if (v.lean_issue >= 0) tuning.decode_lean_issue = v.lean_issue;
     if (v.tma >= 0) tuning.decode_tma = v.tma;
     if (v.tma_prefetch >= 0) tuning.decode_tma_prefetch = v.tma_prefetch;
-    if (v.poll >= 0) tuning.decode_merge_poll = v.poll;
     if (v.cta_sweep >= 0) tuning.decode_cta_sweep = v.cta_sweep;
     if (v.waves > 0) tuning.decode_stream_waves = v.waves;
     if (v.dynamic >= 0) tuning.decode_dynamic_split = v.dynamic;

@@ -539,7 +539,6 @@ struct Variant {
   int tma_prefetch = -1;           // ... asking L2 for each next tile (-1: the default)
   int cta_sweep = -1;              // split kernel, fp8 d64: the CTA page sweep (-1: default)
   int stream_waves = 0;            // stream mode's waves of ranges (0: the default)
-  int merge_poll = -1;             // stream mode's polled merge (-1: the default)
   int dynamic_split = -1;          // stream mode's dynamic split (-1: the default)
 };
 const Variant kVariants[] = {
@@ -583,15 +582,6 @@ const Variant kVariants[] = {
     {.name = "tma prefetch", .heads = 8, .stages = 0, .tma = 1, .tma_prefetch = 1},
     // 3 stages everywhere (fp8 defaults to 6 and 8; the "s2" row keeps 16-bit d64 at 2 stages).
     {.name = "s3", .heads = 8, .stages = 3},
-    // Stream mode's merge polling the pieces' tags (decode_merge_poll), on both tiles and
-    // beside the CTA sweep (fp8 d64).
-    {.name = "polled merge nosmall", .heads = 8, .stages = 0, .small = 0, .merge_poll = 1},
-    {.name = "polled merge swap nosmall", .heads = 8, .stages = 0, .small = 0, .swap = 1,
-     .merge_poll = 1},
-    {.name = "polled merge noswap nosmall h4 s2", .heads = 4, .stages = 2, .small = 0,
-     .swap = 0, .merge_poll = 1},
-    {.name = "polled merge cta sweep nosmall", .heads = 8, .stages = 0, .small = 0,
-     .cta_sweep = 1, .merge_poll = 1},
     // The split kernel's CTA page sweep (fp8 caches at head_dim 64), on both tiles.
     {.name = "cta sweep nosmall", .heads = 8, .stages = 0, .small = 0, .cta_sweep = 1},
     {.name = "cta sweep noswap nosmall h4 s2", .heads = 4, .stages = 2, .small = 0, .swap = 0,
@@ -627,7 +617,6 @@ class UseVariant {
     if (v.lean_issue >= 0) t.decode_lean_issue = v.lean_issue;
     if (v.tma >= 0) t.decode_tma = v.tma;
     if (v.tma_prefetch >= 0) t.decode_tma_prefetch = v.tma_prefetch;
-    if (v.merge_poll >= 0) t.decode_merge_poll = v.merge_poll;
     if (v.cta_sweep >= 0) t.decode_cta_sweep = v.cta_sweep;
     if (v.stream_waves > 0) t.decode_stream_waves = v.stream_waves;
     if (v.dynamic_split >= 0) t.decode_dynamic_split = v.dynamic_split;
@@ -722,9 +711,7 @@ TEST(DecodeGpu, DynamicSplit) {
       {.name = "dynamic tma nosmall", .heads = 8, .stages = 0, .small = 0, .tma = 1,
        .dynamic_split = 1},
       {.name = "dynamic cta sweep nosmall", .heads = 8, .stages = 0, .small = 0, .cta_sweep = 1,
-       .dynamic_split = 1},
-      {.name = "dynamic beside the polled merge (static)", .heads = 8, .stages = 0, .small = 0,
-       .merge_poll = 1, .dynamic_split = 1}};
+       .dynamic_split = 1}};
   const int64_t before = cuda::decode_host::dynamic_launches();
   for (const Variant& v : forms) {
     SCOPED_TRACE(v.name);
@@ -733,35 +720,6 @@ TEST(DecodeGpu, DynamicSplit) {
     dynamic_cases(test::quick_mode() ? 2 : 4, true);
   }
   expect_dynamic_launches_since(before);
-}
-
-// The polled merge (decode_merge_poll: the merge kernel waits for each piece's tag, not for the
-// split kernel's completion): the dynamic split's ragged batches (empty, one-key and one-tile
-// sequences, q_len > 1, plans for the table's width), each variant over fresh workspaces of
-// 0xFF bytes (garbage tags and gen words) and over the words the previous case left; on both
-// tiles, in waves of ranges, over the TMA issue and the CTA sweep. Every form must have taken
-// the polled merge.
-TEST(DecodeGpu, PolledMerge) {
-  const Variant forms[] = {
-      {.name = "polled nosmall", .heads = 8, .stages = 0, .small = 0, .merge_poll = 1},
-      {.name = "polled swap h4 s3 nosmall", .heads = 4, .stages = 3, .small = 0, .swap = 1,
-       .merge_poll = 1},
-      {.name = "polled noswap h4 s2 nosmall", .heads = 4, .stages = 2, .small = 0, .swap = 0,
-       .merge_poll = 1},
-      {.name = "polled tma nosmall", .heads = 8, .stages = 0, .small = 0, .tma = 1,
-       .merge_poll = 1},
-      {.name = "polled cta sweep nosmall", .heads = 8, .stages = 0, .small = 0, .cta_sweep = 1,
-       .merge_poll = 1},
-      {.name = "polled waves 3 nosmall", .heads = 8, .stages = 0, .small = 0, .stream_waves = 3,
-       .merge_poll = 1}};
-  for (const Variant& v : forms) {
-    SCOPED_TRACE(v.name);
-    UseVariant use(v);
-    const int64_t before = cuda::decode_host::polled_merge_launches();
-    dynamic_cases(test::quick_mode() ? 4 : 8, false);
-    dynamic_cases(test::quick_mode() ? 2 : 4, true);
-    EXPECT_GT(cuda::decode_host::polled_merge_launches(), before) << "no case took the polled merge";
-  }
 }
 
 // Moderate batches, where the planner's thresholds decide between the small and the stream
@@ -1306,17 +1264,6 @@ TEST(DecodeGpu, DynamicSplitGraphReplay) {
   expect_dynamic_launches_since(before);
 }
 
-// The polled merge's tags chain from replay to replay (its gen words), with moving lengths: a
-// stale tag of the previous replay must never pass for this one's.
-TEST(DecodeGpu, PolledMergeGraphReplay) {
-  UseVariant poll(Variant{.name = "polled nosmall", .heads = 8, .stages = 0, .small = 0,
-                          .merge_poll = 1});
-  const int64_t before = cuda::decode_host::polled_merge_launches();
-  graph_capture_and_replay();
-  graph_capture_and_replay({700, 2900, 31, 0, 1500, 900, 2200, 64, 1800, 333});
-  EXPECT_GT(cuda::decode_host::polled_merge_launches(), before) << "no case took the polled merge";
-}
-
 // DecodeArgs::pdl: a decode launched with programmatic dependent launch right after a kernel
 // that writes its queries (another decode, whose output is this one's q, sharing its
 // workspace) reads them only after that kernel completed: eagerly and in a captured graph with
@@ -1410,14 +1357,8 @@ TEST(DecodeGpu, ProgrammaticLaunchAfterAWriter) {
     SCOPED_TRACE("whole-sequence form (one split)");
     pdl_after_writer({700, 2900, 31, 0, 1500}, 0, true);
   }
-  {
-    SCOPED_TRACE("nosmall: stream kernel + merge kernel");
-    UseVariant use(kVariants[4]);
-    pdl_after_writer({700, 2900, 31, 0, 1500, 900, 2200, 64, 1800, 333}, 0, false);
-  }
-  SCOPED_TRACE("nosmall: stream kernel + polled merge");
-  UseVariant use(Variant{.name = "polled nosmall", .heads = 8, .stages = 0, .small = 0,
-                         .merge_poll = 1});
+  SCOPED_TRACE("nosmall: stream kernel + merge kernel");
+  UseVariant use(kVariants[4]);
   pdl_after_writer({700, 2900, 31, 0, 1500, 900, 2200, 64, 1800, 333}, 0, false);
 }
 

@@ -51,7 +51,6 @@ CudaTuning& cuda_tuning() {
     from_env("KVATTN_DECODE_FP8_Q_F16", t.decode_fp8_q_f16, 0, 1);
     from_env("KVATTN_DECODE_PDL_TRIGGER", t.decode_pdl_trigger, 0, 1);
     from_env("KVATTN_DECODE_MERGE_PDL", t.decode_merge_pdl, 0, 1);
-    from_env("KVATTN_DECODE_MERGE_POLL", t.decode_merge_poll, 0, 1);
     from_env("KVATTN_STORE_KV_VARIANT", t.store_kv_variant, 0, 2);
     from_env("KVATTN_FP8_EXTENDED_FORMS", t.fp8_extended_forms, 0, 1);
     from_env("KVATTN_FP8_PADDED_DECODE", t.fp8_padded_decode, 0, 1);

@@ -224,24 +224,19 @@ struct CudaTuning {
   // PDL (sm_90+) and every split CTA consents to it right after its own grid-dependency wait,
   // so the merge's launch and CTA scheduling overlap the split kernel's tail instead of
   // following its drain; the merge waits (griddepcontrol.wait) for the split kernel's
-  // completion before it reads the workspace. Outputs bit-identical either way.
+  // completion before it reads the workspace. Outputs bit-identical either way. Merging before
+  // the split kernel's completion was measured slower in three forms and removed: a split warp
+  // waiting for the other pieces (sessions 21, 31), the last arriver merging (session 21), and
+  // a merge grid polling tagged pieces while the split kernel runs (session 39, H100: bf16
+  // +0.5-1.2% at the d64 / d128 acceptance shapes, fp8 +1-15%; docs/notes/decode-next.md).
   // Env KVATTN_DECODE_MERGE_PDL.
   int decode_merge_pdl = 1;
-  // Decode, stream mode: 1 = the split kernel tags each piece it leaves in the workspace and the
-  // merge kernel (merge_polled_kernel, launched by PDL while the split kernel runs, one CTA a
-  // sequence and unit) merges a sequence as soon as its pieces' tags are there, instead of
-  // after the split kernel's completion; it still completes only after the split kernel. 0:
-  // merge_kernel after the split grid's completion. Plain kernels only (the extended ones keep
-  // merge_kernel). Replaces session 30's fused merge, in which a split warp waited for the
-  // other pieces (measured slower in sessions 21 and 31). Env KVATTN_DECODE_MERGE_POLL.
-  int decode_merge_poll = 0;
   // Decode, stream mode: ranges per resident CTA. 1 (default): one wave of CTAs, each one
   // range of the batch's tiles (stream-K). W > 1: W waves of ranges W times shorter, so that
   // the hardware's block scheduler hands the later ranges to whichever SM frees first (a
   // dynamic balance between SMs that read at different rates, for more pieces to merge and a
-  // pipeline ramp a range). Measured slower everywhere
-  // (H100, session 36, one bench process: 64x4096 32/8 d128 375.5 -> 387.4 / 396.6 us at 2 / 4
-  // waves, 148 ragged rows of [100, 2048] keys 249.5 -> 256.0 / 261.5): each range pays a CTA
+  // pipeline ramp a range). Measured slower everywhere (H100, session 36, one bench process:
+  // 64x4096 32/8 d128 375.5 -> 387.4 / 396.6 us at 2 / 4 waves, 148 ragged rows of [100, 2048] keys 249.5 -> 256.0 / 261.5): each range pays a CTA
   // start and more pieces to merge, and a few ranges an SM are too coarse to balance the SMs'
   // rates (docs/notes/decode-next.md "Session 36": the dynamic split that would). 1 stays.
   // Env KVATTN_DECODE_STREAM_WAVES.
@@ -250,7 +245,7 @@ struct CudaTuning {
   // take equal ranges of 3/4 of the batch's tiles, then claim ranges of decreasing size of the
   // last quarter as they finish (a counter a slice in the workspace), so that SMs that stream
   // faster take more. 0 (default): one equal range a CTA. Plain kernels only (not the extended
-  // ones: window, softcap, ALiBi, leftpad), not with the polled merge; above
+  // ones: window, softcap, ALiBi, leftpad); above
   // decode_stream_waves. Measured slower on every shape (H100, session 37, three forms, one
   // bench process each; the last: 64x4096 32/8 d128 367.9 -> 390.2 us, engine batches of 64 /
   // 148 / 256 rows of [100, 2048] keys 118.9 -> 137.4, 246.2 -> 259.2, 409.1 -> 422.1,

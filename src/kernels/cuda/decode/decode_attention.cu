@@ -61,7 +61,6 @@ namespace {
 std::atomic<int64_t> tma_launch_count{0};
 std::atomic<int64_t> cta_sweep_launch_count{0};
 std::atomic<int64_t> dynamic_launch_count{0};
-std::atomic<int64_t> polled_merge_launch_count{0};
 std::atomic<int64_t> tma_refusal_count{0};
 std::atomic<int> tma_last_refusal{0};
 }  // namespace
@@ -74,12 +73,6 @@ void count_cta_sweep_launch() {
 }
 int64_t dynamic_launches() { return dynamic_launch_count.load(std::memory_order_relaxed); }
 void count_dynamic_launch() { dynamic_launch_count.fetch_add(1, std::memory_order_relaxed); }
-int64_t polled_merge_launches() {
-  return polled_merge_launch_count.load(std::memory_order_relaxed);
-}
-void count_polled_merge_launch() {
-  polled_merge_launch_count.fetch_add(1, std::memory_order_relaxed);
-}
 int64_t tma_refusals() { return tma_refusal_count.load(std::memory_order_relaxed); }
 int last_tma_refusal() { return tma_last_refusal.load(std::memory_order_relaxed); }
 void note_tma_refusal(int cu_result) {
@@ -271,7 +264,7 @@ int stream_waves() {
 
 bool dynamic_split() {
   const CudaTuning& t = cuda_tuning();
-  return kDecodeDynamicSplitBuilt && t.decode_merge_poll == 0 && t.decode_dynamic_split != 0;
+  return kDecodeDynamicSplitBuilt && t.decode_dynamic_split != 0;
 }
 
 int stream_ranges_per_cta() { return dynamic_split() ? 1 + kDynamicTiers : stream_waves(); }
@@ -477,7 +470,6 @@ void decode_attention(const DecodeArgs& args, const AttentionShape& shape) {
   p.fp8_hw_cvt = cuda_tuning().decode_fp8_hw_cvt;
   p.fp8_q_f16 = cuda_tuning().decode_fp8_q_f16;
   p.pdl_trigger = cuda_tuning().decode_pdl_trigger;
-  p.merge_poll = cuda_tuning().decode_merge_poll;
   int64_t ws_bytes = 0;
   if (p.num_splits > 1) {
     const int64_t need = decode_workspace_bytes(shape.num_seqs, shape.num_heads,

@@ -42,8 +42,7 @@ __device__ __forceinline__ unsigned long long* probe_row(const DecodeParams& p) 
   return p.probe + cta * kDecodeProbeSlots;
 }
 
-// ---- tags between a launch's pieces and their merger (the small kernel's LL words, the
-// split kernel's published pieces) ----
+// ---- tags between a launch's pieces and their merger (the small kernel's LL words) ----
 
 // The tag of a launch whose unit found `gen` in its word of ws_gen (the previous launch's tag;
 // the merger stores this launch's there): a hash of gen and the host's epoch, never gen itself,
@@ -77,36 +76,6 @@ __device__ __forceinline__ uint32_t ld_acquire_u32(const uint32_t* p) {
 }
 __device__ __forceinline__ void st_relaxed_u32(uint32_t* p, uint32_t v) {
   asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-
-// ---- the split kernel's published pieces (stream mode, p.merge_poll): the tag of the piece in
-// (slot, unit) in ws_flag, chained from the (sequence, unit)'s gen word in ws_gen as the small
-// kernel's LL words are; units = num_kv_heads x row_chunks (unit = kvh x row_chunks + rc). The
-// polled merge kernel (decode_merge_kernel.cuh) waits for a sequence's tags, merges, and stores
-// the tag as the next gen. ----
-__device__ __forceinline__ int64_t piece_unit(const DecodeParams& p, int kvh, int rc) {
-  return static_cast<int64_t>(kvh) * p.row_chunks + rc;
-}
-__device__ __forceinline__ uint32_t* piece_gen_word(const DecodeParams& p, int b, int kvh,
-                                                    int rc) {
-  return p.ws_gen + static_cast<int64_t>(b) * p.num_kv_heads * p.row_chunks +
-         piece_unit(p, kvh, rc);
-}
-__device__ __forceinline__ uint32_t* piece_flag(const DecodeParams& p, int64_t slot, int kvh,
-                                                int rc) {
-  return p.ws_flag + slot * p.num_kv_heads * p.row_chunks + piece_unit(p, kvh, rc);
-}
-
-// Tags the piece of sequence b that this warp (unit kvh, rc) just wrote to `slot`: every
-// lane's stores of the piece before the tag. Whole warp.
-__device__ __forceinline__ void publish_piece(const DecodeParams& p, int b, int64_t slot, int kvh,
-                                              int rc, int lane) {
-  __threadfence();  // this lane's part of the piece before the tag (each lane, then the barrier)
-  __syncwarp();
-  if (lane == 0) {
-    const uint32_t tag = ll_tag_after(ld_relaxed_u32(piece_gen_word(p, b, kvh, rc)), p.epoch);
-    st_relaxed_u32(piece_flag(p, slot, kvh, rc), tag);
-  }
 }
 
 // ---- building blocks (kernels/cuda/ptx.cuh has the fragment layouts) ----------------------

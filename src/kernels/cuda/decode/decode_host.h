@@ -55,10 +55,9 @@ bool stream_ok(int64_t num_seqs, int64_t capacity);
 // Stream mode's ranges per resident CTA (cuda_tuning().decode_stream_waves). The planner's
 // workspace and the launcher's grid agree.
 int stream_waves();
-// Whether stream mode asks for the dynamic split (cuda_tuning().decode_dynamic_split; not with
-// the polled merge; never unless compiled in: kDecodeDynamicSplitBuilt), and its ranges per
-// resident CTA (1 + kDynamicTiers) else stream_waves():
-// what the planner sizes the workspace for.
+// Whether stream mode asks for the dynamic split (cuda_tuning().decode_dynamic_split; never
+// unless compiled in: kDecodeDynamicSplitBuilt), and its ranges per resident CTA (1 +
+// kDynamicTiers) else stream_waves(): what the planner sizes the workspace for.
 bool dynamic_split();
 int stream_ranges_per_cta();
 // Launches of the TMA form (CopyIssue::kTma, decode_tma.cuh) in this process, counted by the
@@ -73,9 +72,6 @@ void count_cta_sweep_launch();
 // one for batches of fewer tiles than its ranges), likewise.
 int64_t dynamic_launches();
 void count_dynamic_launch();
-// Launches whose merge polls the pieces' tags (merge_polled_kernel, p.merge_poll), likewise.
-int64_t polled_merge_launches();
-void count_polled_merge_launch();
 // The driver's refusals of the TMA form's tensor maps (the launch then took a cp.async form),
 // and the last refusal's CUresult (0: none yet): what a test prints when TMA was not taken.
 int64_t tma_refusals();

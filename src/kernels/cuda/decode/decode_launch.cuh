@@ -36,7 +36,7 @@ namespace {
 // at (threads, smem); raises its shared-memory limit once per device. Cached: the planner and
 // every launch ask.
 template <typename T, typename KV, int D, bool kAligned16, bool kSmall = false, bool kExt = false,
-          bool kSwap = false, CopyIssue kIssue = CopyIssue::kByCopy, bool kPublish = false>
+          bool kSwap = false, CopyIssue kIssue = CopyIssue::kByCopy>
 int split_occupancy(int device, int threads, int smem) {
   struct Entry {
     int device, threads, smem, ctas;
@@ -54,7 +54,7 @@ int split_occupancy(int device, int threads, int smem) {
     if constexpr (kSmall) {
       return decode_small_kernel<T, KV, D, kAligned16, kExt, kIssue>;
     } else {
-      return decode_kernel<T, KV, D, kAligned16, kExt, kSwap, kIssue, kPublish>;
+      return decode_kernel<T, KV, D, kAligned16, kExt, kSwap, kIssue>;
     }
   }();
   if (!raised[device]) {  // dynamic + static shared memory must stay within the opt-in limit
@@ -243,17 +243,12 @@ void launch_kernels(DecodeParams p, bool aligned, int64_t ws_bytes, int device,
     }
   }
   bool stream_mode = p.num_splits > 1 && decode_host::stream_ok(B, p.capacity);
-  const bool poll = p.merge_poll != 0 && !kExt;  // extended kernels: merge_kernel
-  const int64_t units_total = static_cast<int64_t>(p.num_kv_heads) * p.row_chunks;
   int64_t slots = 0;
   if (stream_mode) {
     const int64_t rows_total = static_cast<int64_t>(p.num_heads) * p.q_len;
-    slots = poll ? decode_ws_slots_polled(ws_bytes, B, rows_total, D, units_total)
-                 : decode_ws_slots(ws_bytes, B, rows_total, D);
+    slots = decode_ws_slots(ws_bytes, B, rows_total, D);
     stream_mode = slots - B + 1 >= 1;
   }
-  p.merge_poll = stream_mode && poll ? 1 : 0;
-  p.unit_rows = unit_rows;
   p.heads_per_cta = c.heads_per_cta;
   p.rc_per_cta = c.rc_per_cta;
   p.head_blocks = c.head_blocks;
@@ -272,26 +267,16 @@ void launch_kernels(DecodeParams p, bool aligned, int64_t ws_bytes, int device,
                          p.row_chunks % c.rc_per_cta == 0;
   const CopyIssue issue = cta_sweep ? CopyIssue::kCtaSweep : pick_issue(smem_tiles, false);
   if (cta_sweep) decode_host::count_cta_sweep_launch();
-  // (kPub: the published pieces' twin, which exists for the plain kernels only; p.merge_poll
-  // is 0 for the extended ones.)
-  const bool pub = p.merge_poll != 0;
   auto occupancy = [&](int smem_total) {
     return with_split_issue(issue, smem_total, [&]<bool kAl, CopyIssue kIs>(int smem) {
-      auto occ = [&]<bool kSw, bool kPub>() {
-        return split_occupancy<T, KV, D, kAl, false, kExt, kSw, kIs, kPub>(device, threads,
-                                                                            smem);
+      auto occ = [&]<bool kSw>() {
+        return split_occupancy<T, KV, D, kAl, false, kExt, kSw, kIs>(device, threads, smem);
       };
       if constexpr (kCanSwap) {
-        if (swap) {
-          return pub ? occ.template operator()<true, !kExt>()
-                     : occ.template operator()<true, false>();
-        }
+        if (swap) return occ.template operator()<true>();
       }
       if constexpr (!kOnlySwap) {
-        if (!swap) {
-          return pub ? occ.template operator()<false, !kExt>()
-                     : occ.template operator()<false, false>();
-        }
+        if (!swap) return occ.template operator()<false>();
       }
       return 0;
     });
@@ -299,11 +284,11 @@ void launch_kernels(DecodeParams p, bool aligned, int64_t ws_bytes, int device,
   const int ctas = occupancy(smem_tiles);
   const int64_t per_slice = std::max<int64_t>(1, int64_t{sm_count(device)} * ctas / p.slices);
   // The dynamic split (decode_stream_ranges.cuh) where asked, the kernel is a plain one (not
-  // the extended; not with the polled merge), the workspace holds its ranges and its claim list
-  // leaves the CTAs per SM as they are; else the static one.
+  // the extended), the workspace holds its ranges and its claim list leaves the CTAs per SM as
+  // they are; else the static one.
   int smem_launch = smem_tiles;
   bool dynamic = false;
-  if (!kExt && stream_mode && p.merge_poll == 0 && decode_host::dynamic_split() &&
+  if (!kExt && stream_mode && decode_host::dynamic_split() &&
       slots - B + 1 >= (1 + kDynamicTiers) * per_slice && per_slice <= (1 << 20)) {
     const int prefix_dyn = decode_host::prefix_bytes_for(B, kDecodeClaimRingInts);
     const int smem_dyn = decode_host::split_smem(c, prefix_dyn);
@@ -320,14 +305,9 @@ void launch_kernels(DecodeParams p, bool aligned, int64_t ws_bytes, int device,
     const int64_t rows_total = static_cast<int64_t>(p.num_kv_heads) * p.rows;
     p.ws_lse = p.ws_o + slots * rows_total * D;
     p.ws_meta = reinterpret_cast<int32_t*>(p.ws_lse + slots * rows_total);
-    if (p.merge_poll != 0) {
-      p.ws_flag = reinterpret_cast<uint32_t*>(p.ws_meta + 2 * B);
-      p.ws_gen = p.ws_flag + slots * units_total;
-      p.epoch = decode_host::next_epoch();
-    } else {  // the claim words at the next 8-byte boundary (decode_ws_slots left room)
-      const auto at = reinterpret_cast<uintptr_t>(p.ws_meta + 2 * B);
-      p.ws_claim = reinterpret_cast<uint64_t*>((at + 7) & ~uintptr_t{7});
-    }
+    // The claim words at the next 8-byte boundary (decode_ws_slots left room).
+    const auto at = reinterpret_cast<uintptr_t>(p.ws_meta + 2 * B);
+    p.ws_claim = reinterpret_cast<uint64_t*>((at + 7) & ~uintptr_t{7});
     p.parts = static_cast<int>(per_slice * (dynamic ? 1 : decode_host::stream_waves()));
     p.part_cap = static_cast<int>(std::min<int64_t>(slots - B + 1, 1 << 30));
     const int64_t ranges =
@@ -344,9 +324,8 @@ void launch_kernels(DecodeParams p, bool aligned, int64_t ws_bytes, int device,
   const dim3 block(static_cast<unsigned>(threads));
   with_split_issue(issue, smem_launch, [&]<bool kAl, CopyIssue kIs>(int smem) {
     auto launch = [&]<bool kSw>() {
-      launch_maybe_pdl(pub ? decode_kernel<T, KV, D, kAl, kExt, kSw, kIs, !kExt>
-                           : decode_kernel<T, KV, D, kAl, kExt, kSw, kIs>,
-                       grid, block, smem, stream, pdl, p);
+      launch_maybe_pdl(decode_kernel<T, KV, D, kAl, kExt, kSw, kIs>, grid, block, smem, stream,
+                       pdl, p);
     };
     if constexpr (kCanSwap) {
       if (swap) launch.template operator()<true>();
@@ -356,15 +335,6 @@ void launch_kernels(DecodeParams p, bool aligned, int64_t ws_bytes, int device,
     }
   });
   if (!merge_follows) return;
-  if (p.merge_poll != 0) {  // one CTA a (sequence, unit): wpr warps a row, up to 8 warps
-    const int64_t unit_rows_used = std::min<int64_t>(p.rows, unit_rows);
-    const int64_t warps = std::min<int64_t>(8, unit_rows_used * p.merge_wpr);
-    decode_host::count_polled_merge_launch();
-    launch_maybe_pdl(merge_polled_kernel<T, D>,
-                     dim3(static_cast<unsigned>(B * units_total)),
-                     dim3(static_cast<unsigned>(warps * 32)), 0, stream, p.merge_pdl != 0, p);
-    return;
-  }
   const int64_t rows = B * p.q_len * p.num_heads;
   const int64_t rows_per_block = 8 / p.merge_wpr;
   launch_maybe_pdl(merge_kernel<T, D>,

@@ -57,11 +57,7 @@
 //              ws_meta[2b+1] = first slot and number of pieces of sequence b (written by the
 //              split kernel; the merge kernel combines sequences of 2+ pieces); then, from
 //              the next 8-byte boundary, ws_claim: 2 uint64 words a slice (the dynamic
-//              split's counter and gen word; room for rows_total slices). Polled merge
-//              (p.merge_poll): then ws_flag: uint32 [slots][units], the tag of the piece in
-//              that slot, and ws_gen: uint32 [num_seqs][units], the last tag of each
-//              (sequence, unit); units = num_kv_heads x row_chunks (unit = kvh x row_chunks +
-//              rc). merge_polled_kernel waits for the tags instead of the split's completion.
+//              split's counter and gen word; room for rows_total slices).
 //              Small mode: piece (slot b*C + c, kvh, row r) at wi as above; values in
 //              ws_ll[wi*D/2 .. wi*D/2 + D/2) (two per word), LSE in ws_ll_lse[wi]; then
 //              ws_gen: uint32 [num_seqs][units], the last tag of each (sequence, unit).
@@ -137,9 +133,9 @@ struct DecodeParams {
   int32_t* ws_meta = nullptr;
   uint64_t* ws_ll = nullptr;             // small mode: the pieces' LL words (values)
   uint64_t* ws_ll_lse = nullptr;         // small mode: the pieces' LL words (LSEs)
-  uint32_t* ws_gen = nullptr;            // small mode, merge_poll: per (sequence, unit), last tag
+  uint32_t* ws_gen = nullptr;            // small mode: per (sequence, unit), last tag
   uint32_t* fault_word = nullptr;
-  uint32_t epoch = 1;                    // small mode, merge_poll: fresh per host launch
+  uint32_t epoch = 1;                    // small mode: fresh per host launch
   // Diagnostics (cuda_tuning().decode_probe): per-CTA stamps of the small kernel's phases or of
   // the split kernel's entry and warps' ends (kDecodeProbeSlots words a CTA of the grid), or
   // null.
@@ -217,16 +213,7 @@ struct DecodeParams {
   DecodeTensorMap tmap_k{};
   DecodeTensorMap tmap_v{};
 
-  // Stream mode: 1 = the split kernel tags each piece it writes to the workspace and
-  // merge_polled_kernel merges a sequence as soon as its pieces' tags are there (while the
-  // split kernel's last CTAs run); 0 = merge_kernel after the split kernel's completion.
-  // cuda_tuning().decode_merge_poll. (Last in the struct: fields added before the others moved
-  // the default kernels' registers.)
-  int merge_poll = 0;
-  uint32_t* ws_flag = nullptr;  // merge_poll: per (slot, unit), its piece's tag
-  int unit_rows = kDecodeRows;  // query rows a unit of the launch's tile (swapped: kDecodeSwapRows)
-
-  // Stream mode: 1 = the dynamic split (decode_stream_ranges.cuh; not with the polled merge):
+  // Stream mode: 1 = the dynamic split (decode_stream_ranges.cuh):
   // parts static ranges, then kDynamicTiers x parts claimed ones (part_cap holds them all); the
   // CTA's claims follow the prefix sum in shared memory (prefix_bytes covers them).
   // cuda_tuning().decode_dynamic_split.
@@ -263,14 +250,6 @@ inline int64_t decode_ws_slots(int64_t bytes, int64_t num_seqs, int64_t rows_tot
                                int64_t head_dim) {
   const int64_t fixed = num_seqs * 2 * 4 + 8 + rows_total * 16;
   return bytes > fixed ? (bytes - fixed) / (rows_total * (head_dim + 1) * 4) : 0;
-}
-
-// The same with the polled merge's words (DecodeParams::merge_poll): a tag per (slot, unit)
-// and a gen word per (sequence, unit), units = num_kv_heads x row chunks (<= rows_total).
-inline int64_t decode_ws_slots_polled(int64_t bytes, int64_t num_seqs, int64_t rows_total,
-                                     int64_t head_dim, int64_t units) {
-  const int64_t fixed = num_seqs * 2 * 4 + num_seqs * units * 4;
-  return bytes > fixed ? (bytes - fixed) / (rows_total * (head_dim + 1) * 4 + units * 4) : 0;
 }
 
 // The CTA shape of the kernel for `num_kv_heads` KV heads of `rows` query rows each in units

@@ -52,16 +52,12 @@ DecodePlan plan_decode(int64_t num_seqs, int64_t num_heads, int64_t num_kv_heads
   if (num_seqs <= 0 || max_seqlen_k <= kDecodeTileKeys || !decode_stream_ok(num_seqs, max_seqlen_k)) {
     return DecodePlan{1, 0};
   }
-  // Stream mode: the smallest split count whose workspace holds `parts` ranges (with the
-  // polled merge's words where it is on, for at most one unit a row).
+  // Stream mode: the smallest split count whose workspace holds `parts` ranges.
   const int64_t rows_total = num_heads * q_len;
-  const bool polled = cuda_tuning().decode_merge_poll != 0;
   int64_t stream_splits = 2;
   for (;; ++stream_splits) {
     const int64_t bytes = decode_workspace_bytes(num_seqs, num_heads, tile_dim, q_len, stream_splits);
-    const int64_t slots =
-        polled ? decode_ws_slots_polled(bytes, num_seqs, rows_total, tile_dim, rows_total)
-              : decode_ws_slots(bytes, num_seqs, rows_total, tile_dim);
+    const int64_t slots = decode_ws_slots(bytes, num_seqs, rows_total, tile_dim);
     if (slots - num_seqs + 1 >= parts) break;
   }
   // Few sequences x KV heads for the SMs: the small-batch kernel, C chunks per (sequence,

@@ -152,15 +152,10 @@ __device__ __forceinline__ void advance(const DecodeParams& p, const Source& s, 
 // kIssue: how the warps copy their tiles (CopyIssue; kTma: decode_tma.cuh's ring, whose
 // shared memory the launcher sizes with kDecodeTmaSmemExtra; kCtaSweep: the CTA copies its
 // heads' tiles together, decode_cta_sweep.cuh, whose contract the launcher checks).
-// kPublish: stream mode's published pieces (DecodeParams::merge_poll; plain kernels only): each
-// piece a range boundary cut is tagged once written (publish_piece), for the polled merge
-// kernel. A twin of its own, as the dynamic split's code taught (a runtime branch raised the
-// default kernels' registers even where not taken).
 template <typename T, typename KV, int D, bool kAligned16, bool kExt = false, bool kSwap = false,
-          CopyIssue kIssue = CopyIssue::kByCopy, bool kPublish = false>
+          CopyIssue kIssue = CopyIssue::kByCopy>
 __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     decode_kernel(const __grid_constant__ DecodeParams p) {
-  static_assert(!kPublish || !kExt, "published pieces: plain kernels only");
   static_assert(!kSwap || !kIsFp8<KV> || D == 64 || D == 128 || D == 256,
                 "fp8 swapped tile: d64 / d128 / d256");
   constexpr bool kTma = kIssue == CopyIssue::kTma;
@@ -168,9 +163,9 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
                 "TMA: aligned 16-bit caches, or fp8 ones at head_dim 128");
   constexpr bool kSweep = kIssue == CopyIssue::kCtaSweep;
   static_assert(!kSweep || kAligned16, "CTA sweep: aligned caches");
-  // The dynamic split's code (decode_stream_ranges.cuh): plain kernels only, not the published
-  // pieces' twin, and only where it is compiled in.
-  constexpr bool kDynamicCode = kDecodeDynamicSplitBuilt && !kExt && !kPublish;
+  // The dynamic split's code (decode_stream_ranges.cuh): plain kernels only, and only where it
+  // is compiled in.
+  constexpr bool kDynamicCode = kDecodeDynamicSplitBuilt && !kExt;
   using L = StageTile<KV, D, kIssue>;
   // Output fragments per lane: O (D/8 n-tiles of 16 rows) or O^T (D/16 m-tiles of 8 rows).
   constexpr int kOT = kSwap ? D / 16 : D / 8;
@@ -619,9 +614,6 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
       }
       const bool direct = cc.t0 == first_tile<kExt>(p, cc.b, cc.len) && cc.t_end == tiles_of(cc.len);
       write_piece(cc.b, direct, src.range(cc.k), o, m, lq);
-      if constexpr (kPublish) {  // static ranges only: slot part + b
-        if (!direct) publish_piece(p, cc.b, static_cast<int64_t>(part) + cc.b, kvh, rc, lane);
-      }
     }
     advance<kExt>(p, src, cc);
     if (piece_done) {
