@@ -14,6 +14,8 @@
 #   single_stream LABEL BIN [PROMPT]   `kvattn bench`'s single stream (PROMPT tokens, default
 #                          128, + 256 new) with $BIN, log $OUT/ss_LABEL.log, one summary line;
 #                          the environment is the caller's
+#   engine_bench LABEL MODEL [ARGS...]   `kvattn bench` on MODEL with ARGS (150 s at most;
+#                          ENGINE_TIMEOUT overrides), log $OUT/engine_LABEL.log, one summary line
 #   run_logged LABEL CMD...   CMD (240 s at most), log $OUT/LABEL.log; prints its exit code,
 #                          the gtest / sanitizer verdict lines and the first failure lines
 #   both_sanitizers LABEL BIN FILTER   racecheck, then memcheck, on BIN's gtest FILTER (quick
@@ -64,6 +66,15 @@ single_stream() {
     --num-seqs 2 --min-input 64 --max-input 64 --min-output 8 --max-output 8 \
     --single-input "$prompt" --single-output 256 >"$OUT/ss_$label.log" 2>&1
   echo "$label rc=$?: $(tr '\r' '\n' < "$OUT/ss_$label.log" | grep -E "single|first token" | tr '\n' ' ')"
+}
+
+engine_bench() {
+  local label=$1 model=$2; shift 2
+  timeout "${ENGINE_TIMEOUT:-150}" "$B/kvattn" bench --model "$model" --device cuda "$@" \
+    > "$OUT/engine_$label.log" 2>&1
+  echo "engine $label rc=$?: $(tr '\r' '\n' < "$OUT/engine_$label.log" |
+    grep -E "Throughput|single stream|first token|decode K/V|KV pool|hit rate|cache on/off|steps|blocks free|rror" |
+    tr '\n' ' ')"
 }
 
 pack_out() {

@@ -7,7 +7,7 @@
 #   run: bash scripts/sessions/gpu_session39_engine.sh [CARRY] > $OUT/summary.txt 2>&1
 #   carry: CARRY, default build-carry-s39c (kvattn, kernels_decode_gpu_test; debs/)
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit
 source scripts/device_carried.sh
 carried_unpack "${1:-build-carry-s39c}"
 trap pack_out EXIT
@@ -15,16 +15,10 @@ nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
 run_logged decode_test env KVATTN_GPU_TEST_QUICK=1 "$B/kernels_decode_gpu_test"
 random_qwen3_06b
 random_smollm2
-engine() {  # LABEL MODEL ARGS...
-  local label=$1 model=$2; shift 2
-  timeout 150 "$B/kvattn" bench --model "$model" --device cuda "$@" > "$OUT/engine_$label.log" 2>&1
-  echo "engine $label rc=$?: $(tr '\r' '\n' < "$OUT/engine_$label.log" |
-    grep -E "Throughput|single stream|first token|decode K/V|KV pool|attention|rror" | tr '\n' ' ')"
-}
-room 300 "qwen3 bf16" && engine q06_bf16_1 /tmp/q06
-room 360 "qwen3 fp8" && engine q06_fp8 /tmp/q06 --kv-cache-dtype fp8
-room 420 "qwen3 bf16" && engine q06_bf16_2 /tmp/q06
-room 450 "long" && engine long /tmp/q06 --workload long --no-compare --json "$OUT/long.json"
+room 300 "qwen3 bf16" && engine_bench q06_bf16_1 /tmp/q06
+room 360 "qwen3 fp8" && engine_bench q06_fp8 /tmp/q06 --kv-cache-dtype fp8
+room 420 "qwen3 bf16" && engine_bench q06_bf16_2 /tmp/q06
+room 450 "long" && engine_bench long /tmp/q06 --workload long --no-compare --json "$OUT/long.json"
 for round in 1 2; do
   room 500 "smollm2 single" && single_bench "smol$round" /tmp/smol 128
 done

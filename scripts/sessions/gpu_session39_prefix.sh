@@ -5,19 +5,12 @@
 #   run: bash scripts/sessions/gpu_session39_prefix.sh [CARRY] > $OUT/summary.txt 2>&1
 #   carry: CARRY, default build-carry-s39c (kvattn, kernels_decode_gpu_test; debs/)
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit
 source scripts/device_carried.sh
 carried_unpack "${1:-build-carry-s39c}"
 trap pack_out EXIT
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
 random_qwen3_06b
-engine() {  # LABEL ARGS...
-  local label=$1; shift
-  timeout 200 "$B/kvattn" bench --model /tmp/q06 --device cuda "$@" > "$OUT/engine_$label.log" 2>&1
-  echo "engine $label rc=$?"
-  tr '\r' '\n' < "$OUT/engine_$label.log" |
-    grep -E "Throughput|hit rate|steps|prefix cache|K/V|blocks free|rror"
-}
-room 300 "prefix" && engine prefix --workload prefix --json "$OUT/prefix.json"
-room 420 "breakdown" && engine nanovllm_breakdown --breakdown --json "$OUT/nanovllm_breakdown.json"
+room 300 "prefix" && ENGINE_TIMEOUT=200 engine_bench prefix /tmp/q06 --workload prefix --json "$OUT/prefix.json"
+room 420 "breakdown" && ENGINE_TIMEOUT=200 engine_bench nanovllm_breakdown /tmp/q06 --breakdown --json "$OUT/nanovllm_breakdown.json"
 echo "end ${SECONDS}s"

@@ -6,7 +6,7 @@
 #   run: bash scripts/sessions/gpu_session39_probe.sh [CARRY] > $OUT/summary.txt 2>&1
 #   carry: CARRY, default build-carry-s39d (gpu_decode_probe, kvattn; debs/)
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit
 source scripts/device_carried.sh
 carried_unpack "${1:-build-carry-s39d}"
 trap pack_out EXIT
