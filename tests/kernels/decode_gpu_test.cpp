@@ -540,6 +540,7 @@ struct Variant {
   int cta_sweep = -1;              // split kernel, fp8 d64: the CTA page sweep (-1: default)
   int stream_waves = 0;            // stream mode's waves of ranges (0: the default)
   int dynamic_split = -1;          // stream mode's dynamic split (-1: the default)
+  int merge_pdl = -1;              // stream mode: the merge kernel launched by PDL (-1: default)
 };
 const Variant kVariants[] = {
     {.name = "s2", .heads = 8, .stages = 2},
@@ -582,6 +583,9 @@ const Variant kVariants[] = {
     {.name = "tma prefetch", .heads = 8, .stages = 0, .tma = 1, .tma_prefetch = 1},
     // 3 stages everywhere (fp8 defaults to 6 and 8; the "s2" row keeps 16-bit d64 at 2 stages).
     {.name = "s3", .heads = 8, .stages = 3},
+    // The merge kernel by a plain launch (decode_merge_pdl 0): it reads the meta the split
+    // kernel wrote instead of computing it from the lengths before its PDL wait.
+    {.name = "merge plain launch nosmall", .heads = 8, .stages = 0, .small = 0, .merge_pdl = 0},
     // The split kernel's CTA page sweep (fp8 caches at head_dim 64), on both tiles.
     {.name = "cta sweep nosmall", .heads = 8, .stages = 0, .small = 0, .cta_sweep = 1},
     {.name = "cta sweep noswap nosmall h4 s2", .heads = 4, .stages = 2, .small = 0, .swap = 0,
@@ -620,6 +624,7 @@ class UseVariant {
     if (v.cta_sweep >= 0) t.decode_cta_sweep = v.cta_sweep;
     if (v.stream_waves > 0) t.decode_stream_waves = v.stream_waves;
     if (v.dynamic_split >= 0) t.decode_dynamic_split = v.dynamic_split;
+    if (v.merge_pdl >= 0) t.decode_merge_pdl = v.merge_pdl;
   }
   ~UseVariant() { cuda::cuda_tuning() = saved_; }
 

@@ -337,7 +337,7 @@ void launch_kernels(DecodeParams p, bool aligned, int64_t ws_bytes, int device,
   if (!merge_follows) return;
   const int64_t rows = B * p.q_len * p.num_heads;
   const int64_t rows_per_block = 8 / p.merge_wpr;
-  launch_maybe_pdl(merge_kernel<T, D>,
+  launch_maybe_pdl(merge_kernel<T, D, kExt>,
                    dim3(static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block)),
                    dim3(256), 0, stream, p.merge_pdl != 0, p);
 }

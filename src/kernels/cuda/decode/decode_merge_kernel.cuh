@@ -3,17 +3,48 @@
 #pragma once
 
 #include "kernels/cuda/decode/decode_common.cuh"
+#include "kernels/cuda/decode/decode_mask.cuh"
+#include "kernels/cuda/decode/decode_stream_ranges.h"
 
 namespace kvattn::cuda {
 namespace {
 
+// Sequence b's first piece slot and piece count, as the split kernel computes them into
+// ws_meta (its tile prefix sum over the lengths and its ranges): from the lengths alone, so
+// that a merge launched by PDL has them before its grid-dependency wait. Whole warp; b < 0:
+// zeros. Reads only the lengths (and cache_leftpad for kExt), which no kernel of this decode
+// writes.
+template <bool kExt>
+__device__ __forceinline__ void stream_meta(const DecodeParams& p, int b, int lane, int& slot0,
+                                            int& n) {
+  int before = 0, mine = 0, all = 0;
+  for (int s = lane; s < p.num_seqs; s += 32) {
+    const int t = visited_tiles<kExt>(p, s, seq_len(p, s, false));
+    all += t;
+    before += s < b ? t : 0;
+    mine += s == b ? t : 0;
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    before += __shfl_xor_sync(0xffffffffu, before, off);
+    mine += __shfl_xor_sync(0xffffffffu, mine, off);
+    all += __shfl_xor_sync(0xffffffffu, all, off);
+  }
+  slot0 = 0;
+  n = 0;
+  if (b < 0 || mine == 0) return;
+  const StreamRanges ranges = StreamRanges::make(all, p.parts, p.part_cap, p.dynamic_split != 0);
+  const int r0 = ranges.of_tile(before);
+  slot0 = r0 + b;
+  n = ranges.of_tile(before + mine - 1) - r0 + 1;
+}
+
 // ---- merge of the pieces: wpr warps per output row -------------------------------------------
-template <typename T, int D>
+// kExt: the launch's split kernel is the extended one (its sequences' tiles start at the
+// window's first tile).
+template <typename T, int D, bool kExt>
 __global__ void __launch_bounds__(256) merge_kernel(const __grid_constant__ DecodeParams p) {
   constexpr int kPer = D / 32;  // floats per lane
-  // Launched with PDL (p.merge_pdl): the split kernel's pieces are complete and visible only
-  // after this wait (a plain launch returns from it at once).
-  ptx::grid_dependency_wait();
   __shared__ float red[8][D + 4];
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
@@ -21,17 +52,25 @@ __global__ void __launch_bounds__(256) merge_kernel(const __grid_constant__ Deco
   const int sub = warp % wpr;
   const int64_t row_id = static_cast<int64_t>(blockIdx.x) * (8 / wpr) + warp / wpr;
   const int64_t total = static_cast<int64_t>(p.num_seqs) * p.q_len * p.num_heads;
-  int n = 0, slot0 = 0, head = 0, kvh = 0, r = 0;
+  int n = 0, slot0 = 0, head = 0, kvh = 0, r = 0, b = -1;
   int64_t token = 0;
   if (row_id < total) {
     head = static_cast<int>(row_id % p.num_heads);
     token = row_id / p.num_heads;
-    const int b = static_cast<int>(token / p.q_len);
+    b = static_cast<int>(token / p.q_len);
     const int i = static_cast<int>(token - static_cast<int64_t>(b) * p.q_len);
-    slot0 = p.ws_meta[2 * b];
-    n = p.ws_meta[2 * b + 1];
     kvh = head / p.group;
     r = i * p.group + (head - kvh * p.group);
+  }
+  // Launched with PDL (p.merge_pdl), this CTA may run while the split kernel does: the row's
+  // meta comes from the lengths meanwhile (one workspace round trip fewer after the split
+  // kernel's completion), the pieces after the wait, which makes them complete and visible. A
+  // plain launch starts after the split kernel and reads the meta it wrote.
+  if (p.merge_pdl != 0) stream_meta<kExt>(p, b, lane, slot0, n);
+  ptx::grid_dependency_wait();
+  if (p.merge_pdl == 0 && b >= 0) {
+    slot0 = p.ws_meta[2 * b];
+    n = p.ws_meta[2 * b + 1];
   }
   // Pieces sub, sub + wpr, ... of this row, in batches of kUnroll whose LSEs and partials are
   // loaded together (one round trip a batch): a running max over the batches (every lane

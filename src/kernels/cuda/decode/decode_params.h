@@ -55,7 +55,9 @@
 //              ws_o[wi*D .. wi*D+D) = that piece's normalized output, ws_lse[wi] = its
 //              log2-domain LSE (scaled scores), -inf when it saw no key; then ws_meta[2b],
 //              ws_meta[2b+1] = first slot and number of pieces of sequence b (written by the
-//              split kernel; the merge kernel combines sequences of 2+ pieces); then, from
+//              split kernel; the merge kernel combines sequences of 2+ pieces, reading these
+//              when launched plainly and computing the same from the lengths before its
+//              grid-dependency wait when launched by PDL); then, from
 //              the next 8-byte boundary, ws_claim: 2 uint64 words a slice (the dynamic
 //              split's counter and gen word; room for rows_total slices).
 //              Small mode: piece (slot b*C + c, kvh, row r) at wi as above; values in
