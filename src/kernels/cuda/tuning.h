@@ -223,12 +223,14 @@ struct CudaTuning {
   // Decode, stream mode (split kernel + merge kernel): 1 = the merge kernel is launched with
   // PDL (sm_90+) and every split CTA consents to it right after its own grid-dependency wait,
   // so the merge's launch and CTA scheduling overlap the split kernel's tail instead of
-  // following its drain; the merge waits (griddepcontrol.wait) for the split kernel's
-  // completion before it reads the workspace. Outputs bit-identical either way. Merging before
-  // the split kernel's completion was measured slower in three forms and removed: a split warp
-  // waiting for the other pieces (sessions 21, 31), the last arriver merging (session 21), and
-  // a merge grid polling tagged pieces while the split kernel runs (session 39, H100: bf16
-  // +0.5-1.2% at the d64 / d128 acceptance shapes, fp8 +1-15%; docs/notes/decode-next.md).
+  // following its drain; the merge computes each row's meta (first slot, pieces) from the
+  // lengths meanwhile (session 39: -0.4 to -1.6% on the H100) and waits (griddepcontrol.wait)
+  // for the split kernel's completion before it reads the pieces. Outputs bit-identical either
+  // way. Merging before the split kernel's completion was measured slower in three forms and
+  // removed: a split warp waiting for the other pieces (sessions 21, 31), the last arriver
+  // merging (session 21), and a merge grid polling tagged pieces while the split kernel runs
+  // (session 39, H100: bf16 +0.5-1.2% at the d64 / d128 acceptance shapes, fp8 +1-15%;
+  // docs/notes/decode-next.md).
   // Env KVATTN_DECODE_MERGE_PDL.
   int decode_merge_pdl = 1;
   // Decode, stream mode: ranges per resident CTA. 1 (default): one wave of CTAs, each one
