@@ -651,10 +651,11 @@ int main(int argc, char** argv) {
   if (only == "d64s") {
     bench_decode("256x1024", std::vector<int64_t>(256, 1024), 8, 8, 16, rng, 64);
   }
-  // `--only d64fp8`: SmolLM2's head shape over an fp8 cache alone, for a profiler run (1.11x
-  // its bf16 on the H200 against 1.45x on the H100: session 39).
+  // `--only d64fp8`: the head_dim 64 shapes over an fp8 cache, SmolLM2's first (a profiler's
+  // first launch; 1.11x its bf16 on the H200 against 1.45x on the H100: session 39).
   if (only == "d64fp8") {
     bench_decode("96x4096", std::vector<int64_t>(96, 4096), 9, 3, 16, rng, 64, true);
+    bench_decode("256x1024", std::vector<int64_t>(256, 1024), 8, 8, 16, rng, 64, true);
   }
   // `--only d128` / `--only single`: one shape each for a profiler run, the uniform d128 shape
   // (issue 16: 0.94-0.97 of cuDNN) and the lone 8192-key sequence (the small-batch kernel).
