@@ -7,7 +7,7 @@
 # engine's batches, the quick decode table and the fp8 rows.
 #   run: bash scripts/sessions/gpu_session39_poll.sh [CARRY] > $OUT/summary.txt 2>&1
 #   carry: CARRY, default build-carry-s39a (gpu_decode_bench, kernels_decode_gpu_test; debs/),
-#          built from branch exp-polled-merge-s39 (main no longer has the polled merge's rows)
+#          built from commit f753913 (main no longer has the polled merge's rows)
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit
 source scripts/device_carried.sh
