@@ -16,6 +16,9 @@
 #                          the environment is the caller's
 #   engine_bench LABEL MODEL [ARGS...]   `kvattn bench` on MODEL with ARGS (150 s at most;
 #                          ENGINE_TIMEOUT overrides), log $OUT/engine_LABEL.log, one summary line
+#   bench_rows LABEL BIN ROWS [ARGS...]   $B/BIN with ARGS (150 s at most; BENCH_TIMEOUT
+#                          overrides), log $OUT/bench_LABEL.txt; prints its exit code and the
+#                          log's lines matching the extended regex ROWS (e.g. "^decode default ")
 #   run_logged LABEL CMD...   CMD (240 s at most), log $OUT/LABEL.log; prints its exit code,
 #                          the gtest / sanitizer verdict lines and the first failure lines
 #   both_sanitizers LABEL BIN FILTER   racecheck, then memcheck, on BIN's gtest FILTER (quick
@@ -75,6 +78,13 @@ engine_bench() {
   echo "engine $label rc=$?: $(tr '\r' '\n' < "$OUT/engine_$label.log" |
     grep -E "Throughput|single stream|first token|decode K/V|KV pool|hit rate|cache on/off|steps|blocks free|rror" |
     tr '\n' ' ')"
+}
+
+bench_rows() {
+  local label=$1 bin=$2 rows=$3; shift 3
+  timeout "${BENCH_TIMEOUT:-150}" "$B/$bin" "$@" > "$OUT/bench_$label.txt" 2>&1
+  echo "bench $label rc=$?"
+  grep -E "$rows" "$OUT/bench_$label.txt" | sed 's/  */ /g'
 }
 
 pack_out() {

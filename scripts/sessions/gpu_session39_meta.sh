@@ -16,18 +16,13 @@ nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
 run_logged decode_test env KVATTN_GPU_TEST_QUICK=1 "$B/kernels_decode_gpu_test"
 room 150 "sanitizers" && both_sanitizers meta "$B/kernels_decode_gpu_test" \
   'DecodeGpu.StreamWaves:DecodeGpu.ModerateBatchesAcrossKernelChoices'
-bench() {  # LABEL BIN ARGS...
-  local label=$1 bin=$2; shift 2
-  timeout 150 "$B/$bin" "$@" > "$OUT/bench_$label.txt" 2>&1
-  echo "bench $label rc=$?"
-  grep -E "^decode default " "$OUT/bench_$label.txt" | sed 's/  */ /g'
-}
+rows="^decode default "
 for round in 1 2; do
   for side in old new; do
     bin=gpu_decode_bench; [ $side = old ] && bin=old_gpu_decode_bench
-    room 330 "bench" && bench "d64s_${side}$round" $bin --only d64s --variants default
-    room 350 "bench" && bench "d128_${side}$round" $bin --only d128 --variants default
-    room 370 "bench" && bench "engine_${side}$round" $bin --only engine --variants default
+    room 330 "bench" && bench_rows "d64s_${side}$round" $bin "$rows" --only d64s --variants default
+    room 350 "bench" && bench_rows "d128_${side}$round" $bin "$rows" --only d128 --variants default
+    room 370 "bench" && bench_rows "engine_${side}$round" $bin "$rows" --only engine --variants default
   done
 done
 echo "end ${SECONDS}s"

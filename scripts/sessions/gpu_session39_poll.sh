@@ -17,17 +17,12 @@ nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
 run_logged decode_test env KVATTN_GPU_TEST_QUICK=1 "$B/kernels_decode_gpu_test"
 room 200 "sanitizers" && both_sanitizers poll "$B/kernels_decode_gpu_test" \
   'DecodeGpu.PolledMerge*:DecodeGpu.ProgrammaticLaunchAfterAWriter'
-bench() {  # LABEL ARGS...
-  local label=$1; shift
-  timeout 150 "$B/gpu_decode_bench" "$@" > "$OUT/bench_$label.txt" 2>&1
-  echo "bench $label rc=$?"
-  grep -E "^decode (default|polled merge|diag nomerge) " "$OUT/bench_$label.txt" | sed 's/  */ /g'
-}
+rows="^decode (default|polled merge|diag nomerge) "
 for round in 1 2; do
-  room 380 "bench" && bench "d64s_$round" --only d64s --variants 'polled merge,diag nomerge'
-  room 400 "bench" && bench "d128_$round" --only d128 --variants 'polled merge,diag nomerge'
-  room 420 "bench" && bench "engine_$round" --only engine --variants 'polled merge'
+  room 380 "bench" && bench_rows "d64s_$round" gpu_decode_bench "$rows" --only d64s --variants 'polled merge,diag nomerge'
+  room 400 "bench" && bench_rows "d128_$round" gpu_decode_bench "$rows" --only d128 --variants 'polled merge,diag nomerge'
+  room 420 "bench" && bench_rows "engine_$round" gpu_decode_bench "$rows" --only engine --variants 'polled merge'
 done
-room 470 "bench" && bench decode_quick --only decode --quick --variants 'polled merge'
-room 520 "bench" && bench fp8 --only fp8 --quick --variants 'polled merge'
+room 470 "bench" && bench_rows decode_quick gpu_decode_bench "$rows" --only decode --quick --variants 'polled merge'
+room 520 "bench" && bench_rows fp8 gpu_decode_bench "$rows" --only fp8 --quick --variants 'polled merge'
 echo "end ${SECONDS}s"

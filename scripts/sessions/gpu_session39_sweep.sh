@@ -15,16 +15,11 @@ trap pack_out EXIT
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
 run_logged decode_test env KVATTN_GPU_TEST_QUICK=1 "$B/kernels_decode_gpu_test"
 room 120 "sanitizers" && both_sanitizers sweep "$B/kernels_decode_gpu_test" 'DecodeGpu.Fp8CtaSweep'
-bench() {  # LABEL BIN ARGS...
-  local label=$1 bin=$2; shift 2
-  timeout 100 "$B/$bin" "$@" > "$OUT/bench_$label.txt" 2>&1
-  echo "bench $label rc=$?"
-  grep -E "^decode default " "$OUT/bench_$label.txt" | sed 's/  */ /g'
-}
 for round in 1 2 3; do
   for side in old new; do
     bin=gpu_decode_bench; [ $side = old ] && bin=old_gpu_decode_bench
-    room 240 "bench" && bench "fp8_${side}$round" $bin --only d64fp8 --variants default
+    room 240 "bench" && BENCH_TIMEOUT=100 bench_rows "fp8_${side}$round" $bin "^decode default " \
+      --only d64fp8 --variants default
   done
 done
 echo "end ${SECONDS}s"
