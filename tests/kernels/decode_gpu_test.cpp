@@ -583,8 +583,8 @@ const Variant kVariants[] = {
     {.name = "tma prefetch", .heads = 8, .stages = 0, .tma = 1, .tma_prefetch = 1},
     // 3 stages everywhere (fp8 defaults to 6 and 8; the "s2" row keeps 16-bit d64 at 2 stages).
     {.name = "s3", .heads = 8, .stages = 3},
-    // The merge kernel by a plain launch (decode_merge_pdl 0): it reads the meta the split
-    // kernel wrote instead of computing it from the lengths before its PDL wait.
+    // The merge kernel by a plain launch (decode_merge_pdl 0): it starts after the split kernel
+    // and derives the pieces' slots from the lengths then, not while the split kernel runs.
     {.name = "merge plain launch nosmall", .heads = 8, .stages = 0, .small = 0, .merge_pdl = 0},
     // The split kernel's CTA page sweep (fp8 caches at head_dim 64), on both tiles.
     {.name = "cta sweep nosmall", .heads = 8, .stages = 0, .small = 0, .cta_sweep = 1},

@@ -200,11 +200,11 @@ struct CudaTuning {
   // 177.2 -> 163.7 us, 8x32768 176-186 -> 161.7, 96x4096 d64 +4-5%, nothing slower).
   // Env KVATTN_DECODE_FP8_HW_CVT.
   int decode_fp8_hw_cvt = 1;
-  // Decode over float8_e4m3 caches, bf16 queries, head_dim 128: 1 = each warp rewrites its Q in f16
-  // (scaled by a power of two so that nothing overflows; the scale folds into the softmax
-  // scale: fp8_q_to_f16) so that K too takes the hardware conversion and S = Q K^T runs in
-  // f16 (the other half of the conversions; f16 queries do this with decode_fp8_hw_cvt
-  // alone). 1 since session 16 (H200, same process: 64x4096 32/8 165.2 us vs 167.5-180.0,
+  // Decode over float8_e4m3 caches, bf16 queries, head_dim 64 and 128: 1 = each warp
+  // rewrites its Q in f16 (scaled by a power of two so that nothing overflows; the scale folds
+  // into the softmax scale: fp8_q_to_f16) so that K too takes the hardware conversion and
+  // S = Q K^T runs in f16 (the other half of the conversions; f16 queries do this with
+  // decode_fp8_hw_cvt alone). Head_dim 64 since session 40. 1 since session 16 (H200, same process: 64x4096 32/8 165.2 us vs 167.5-180.0,
   // 8x32768 162.8 vs 168.3-170.3, 256x1024 16/8 165.4 vs 165.1-167.7, 4x8192 -1.5%; outputs
   // equal to the bf16-Q form on the bench's data: bf16 values convert to f16 exactly after
   // the power-of-two prescale unless they are below ~2^-28 of the warp's largest |q|, and the

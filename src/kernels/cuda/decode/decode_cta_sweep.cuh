@@ -27,58 +27,85 @@
 namespace kvattn::cuda {
 namespace {
 
+// A thread's fixed share of the CTA sweep's copies: chunk `chunk` of head h's row of keys
+// key0, key0 + key_step, ... of every tile. The launcher's contract makes blockDim.x = heads x
+// rc_per_cta x 32, a multiple of the chunks a key (heads x kChunks, kChunks dividing 32), so
+// each thread keeps one (head, chunk) for the whole kernel: the divisions by the run-time
+// head count run once a CTA (cta_sweep_lane), not once a tile or a copy (session 39's ncu: the
+// copy loop's index arithmetic was ~20% of the issue-bound fp8 d64 kernel's instructions).
+struct CtaSweepLane {
+  int64_t src;        // byte offset of the thread's chunk in a key's row of the CTA's heads
+  uint32_t ring_off;  // byte offset of head h's ring from the CTA's first ring
+  int chunk;
+  int key0;
+  int key_step;
+  int iters;          // copies a tile (the same for every thread: the shuffles need whole warps)
+};
+
+template <typename KV, int D>
+__device__ __forceinline__ CtaSweepLane cta_sweep_lane(int stages, int kvh0, int heads) {
+  using L = KvTile<KV, D>;
+  constexpr int64_t kRowBytes = int64_t{D} * sizeof(KV);  // one head's row
+  static_assert(32 % L::kChunks == 0, "chunks a row divide a warp");
+  const int per_key = heads * L::kChunks;
+  CtaSweepLane s;
+  s.key0 = static_cast<int>(threadIdx.x) / per_key;
+  const int in_key = static_cast<int>(threadIdx.x) - s.key0 * per_key;
+  const int h = in_key / L::kChunks;
+  s.chunk = in_key - h * L::kChunks;
+  s.key_step = static_cast<int>(blockDim.x) / per_key;
+  s.iters = (kDecodeTileKeys + s.key_step - 1) / s.key_step;
+  s.src = (kvh0 + h) * kRowBytes + s.chunk * 16;
+  s.ring_off = static_cast<uint32_t>(h * stages * L::kStageBytes);
+  return s;
+}
+
 // Copies the tile whose key k's (block id, in-block offset) lane k of every warp holds (nid,
-// noff; lanes 0-15, the same in every warp; offset -1: past the length) for the CTA's `heads`
-// KV heads from kvh0 on into stage `stage` of each head's ring (head h's stage s at
-// tiles + (h * stages + s) * L::kStageBytes). Keys past the length and bad block ids are
-// zero-filled (a bad id also recorded in the fault word), as issue_tile_lean does. Whole CTA.
+// noff; lanes 0-15, the same in every warp; offset -1: past the length) for the CTA's heads
+// (cta_sweep_lane's share of this thread) into stage `stage` of each head's ring (head h's
+// stage s at tiles + (h * stages + s) * L::kStageBytes). Keys past the length and bad block
+// ids are zero-filled (a bad id also recorded in the fault word), as issue_tile_lean does.
+// Whole CTA.
 template <typename KV, int D>
 __device__ __forceinline__ void issue_tile_cta_sweep(const DecodeParams& p, uint32_t tiles,
-                                                     int stage, int stages, int nid, int noff,
-                                                     int lane, int kvh0, int heads) {
+                                                     int stage, const CtaSweepLane& s, int nid,
+                                                     int noff, int lane) {
   using L = KvTile<KV, D>;
   constexpr int64_t kBytes = sizeof(KV);
-  constexpr int64_t kRowBytes = int64_t{D} * kBytes;  // one head's row
   const bool key_ok = tile_key_ok(p, nid, noff, lane);
   const uint32_t copied = __ballot_sync(0xffffffffu, key_ok);  // bit k: key k (lanes 0-15)
-  // Byte offset of key k's row of KV head kvh0 in each cache (lane k); 0 for a key not copied
-  // (an address inside the cache, never read: the copy zero-fills).
+  // Byte offset of key k's row of the CTA's first head in each cache (lane k); 0 for a key not
+  // copied (an address inside the cache, never read: the copy zero-fills).
   const int64_t row = static_cast<int64_t>(noff) * p.num_kv_heads * D;
   const int64_t k_row = key_ok ? (static_cast<int64_t>(nid) * p.k_block_stride + row) * kBytes : 0;
-  const int64_t v_row = key_ok ? (static_cast<int64_t>(nid) * p.v_block_stride + row) * kBytes : 0;
-  const char* const k_heads = static_cast<const char*>(p.k_cache) + kvh0 * kRowBytes;
-  const char* const v_heads = static_cast<const char*>(p.v_cache) + kvh0 * kRowBytes;
-  // Chunk i of the tile: key i / per_key, then the heads' rows of that key in cache order.
-  // total is a multiple of 32 (16 keys x an even chunk count) and blockDim.x of 32, so each
-  // iteration's shuffles run in whole warps. (key, in_key) = divmod(i, per_key) steps with i
-  // by divmod(blockDim.x, per_key): two divisions by the run-time per_key a call, the same for
-  // every tile of the CTA, not one a copy (session 39: that signed division a copy was ~11% of
-  // the issue-bound fp8 d64 kernel's instructions; removing it: -2 to -3.4%).
-  static_assert((L::kChunks & (L::kChunks - 1)) == 0, "chunks a row: a power of two");
-  const unsigned per_key = static_cast<unsigned>(heads * L::kChunks);
-  const unsigned total = kDecodeTileKeys * per_key;
-  const unsigned step_key = blockDim.x / per_key;
-  const unsigned step_in = blockDim.x - step_key * per_key;
-  unsigned key = threadIdx.x / per_key;
-  unsigned in_key = threadIdx.x - key * per_key;
-#pragma unroll 1
-  for (unsigned i = threadIdx.x; i < total; i += blockDim.x) {
-    const int h = static_cast<int>(in_key / L::kChunks);
-    const int chunk = static_cast<int>(in_key % L::kChunks);
-    const int64_t ko = __shfl_sync(0xffffffffu, k_row, static_cast<int>(key));
-    const int64_t vo = __shfl_sync(0xffffffffu, v_row, static_cast<int>(key));
-    const bool ok = ((copied >> key) & 1u) != 0;
-    const int64_t within = h * kRowBytes + chunk * 16;
-    const uint32_t ring = tiles + static_cast<uint32_t>((h * stages + stage) * L::kStageBytes);
-    const uint32_t dst = L::addr(ring, static_cast<int>(key), chunk);
-    cp_async_16(dst, k_heads + ko + within, ok);
-    cp_async_16(dst + L::kTileBytes, v_heads + vo + within, ok);
-    key += step_key;
-    in_key += step_in;
-    if (in_key >= per_key) {
-      in_key -= per_key;
-      ++key;
+  const char* const k_src = static_cast<const char*>(p.k_cache) + s.src;
+  const char* const v_src = static_cast<const char*>(p.v_cache) + s.src;
+  const uint32_t ring = tiles + s.ring_off + static_cast<uint32_t>(stage * L::kStageBytes);
+  auto copy_rows = [&](auto same_strides) {
+    constexpr bool kSame = decltype(same_strides)::value;
+    [[maybe_unused]] int64_t v_row = 0;
+    if constexpr (!kSame) {
+      v_row = key_ok ? (static_cast<int64_t>(nid) * p.v_block_stride + row) * kBytes : 0;
     }
+    int key = s.key0;
+#pragma unroll 1
+    for (int i = 0; i < s.iters; ++i, key += s.key_step) {
+      const int from = key & (kDecodeTileKeys - 1);  // in range; unused where key >= 16
+      const int64_t ko = __shfl_sync(0xffffffffu, k_row, from);
+      int64_t vo = ko;
+      if constexpr (!kSame) vo = __shfl_sync(0xffffffffu, v_row, from);
+      if (key < kDecodeTileKeys) {  // a key_step past 16 (rc_per_cta 3) leaves threads idle
+        const bool ok = ((copied >> key) & 1u) != 0;
+        const uint32_t dst = L::addr(ring, key, s.chunk);
+        cp_async_16(dst, k_src + ko, ok);
+        cp_async_16(dst + L::kTileBytes, v_src + vo, ok);
+      }
+    }
+  };
+  if (p.k_block_stride == p.v_block_stride) {  // the usual layout: one offset for both caches
+    copy_rows(std::true_type{});
+  } else {
+    copy_rows(std::false_type{});
   }
 }
 

@@ -131,11 +131,12 @@ __device__ __forceinline__ float fp8_q_to_f16(uint32_t (&q)[R][C]) {
 }
 
 // Whether S = Q K^T of an fp8 tile runs in f16 on bf16 queries rewritten by fp8_q_to_f16.
-// head_dim 128 only: at 64 the extra path took the swapped fp8 kernel from 80 to 102 registers
-// (ptxas), which could change the default kernel's occupancy before it is timed.
+// head_dim 64 and 128. (Session 16 left 64 out: the extra path then took the swapped fp8
+// kernel from 80 to 102 registers. Session 40, with the CTA sweep's per-thread copy share,
+// ptxas gives the default fp8 d64 kernel 102 registers with it against 108 before.)
 template <typename T, typename KV, int D>
 __device__ __forceinline__ bool fp8_q_in_f16(const DecodeParams& p) {
-  if constexpr (sizeof(KV) == 1 && D == 128 && std::is_same_v<T, __nv_bfloat16>) {
+  if constexpr (sizeof(KV) == 1 && (D == 64 || D == 128) && std::is_same_v<T, __nv_bfloat16>) {
     return p.fp8_q_f16 != 0;
   } else {
     return false;

@@ -246,7 +246,7 @@ void launch_kernels(DecodeParams p, bool aligned, int64_t ws_bytes, int device,
   int64_t slots = 0;
   if (stream_mode) {
     const int64_t rows_total = static_cast<int64_t>(p.num_heads) * p.q_len;
-    slots = decode_ws_slots(ws_bytes, B, rows_total, D);
+    slots = decode_ws_slots(ws_bytes, rows_total, D);
     stream_mode = slots - B + 1 >= 1;
   }
   p.heads_per_cta = c.heads_per_cta;
@@ -304,9 +304,8 @@ void launch_kernels(DecodeParams p, bool aligned, int64_t ws_bytes, int device,
   if (stream_mode) {
     const int64_t rows_total = static_cast<int64_t>(p.num_kv_heads) * p.rows;
     p.ws_lse = p.ws_o + slots * rows_total * D;
-    p.ws_meta = reinterpret_cast<int32_t*>(p.ws_lse + slots * rows_total);
     // The claim words at the next 8-byte boundary (decode_ws_slots left room).
-    const auto at = reinterpret_cast<uintptr_t>(p.ws_meta + 2 * B);
+    const auto at = reinterpret_cast<uintptr_t>(p.ws_lse + slots * rows_total);
     p.ws_claim = reinterpret_cast<uint64_t*>((at + 7) & ~uintptr_t{7});
     p.parts = static_cast<int>(per_slice * (dynamic ? 1 : decode_host::stream_waves()));
     p.part_cap = static_cast<int>(std::min<int64_t>(slots - B + 1, 1 << 30));

@@ -9,11 +9,10 @@
 namespace kvattn::cuda {
 namespace {
 
-// Sequence b's first piece slot and piece count, as the split kernel computes them into
-// ws_meta (its tile prefix sum over the lengths and its ranges): from the lengths alone, so
-// that a merge launched by PDL has them before its grid-dependency wait. Whole warp; b < 0:
-// zeros. Reads only the lengths (and cache_leftpad for kExt), which no kernel of this decode
-// writes.
+// Sequence b's first piece slot and piece count, from the split kernel's tile prefix sum over
+// the lengths and its ranges: from the lengths alone, so that a merge launched by PDL has them
+// before its grid-dependency wait. Whole warp; b < 0: zeros. Reads only the lengths (and
+// cache_leftpad for kExt), which no kernel of this decode writes.
 template <bool kExt>
 __device__ __forceinline__ void stream_meta(const DecodeParams& p, int b, int lane, int& slot0,
                                             int& n) {
@@ -62,16 +61,12 @@ __global__ void __launch_bounds__(256) merge_kernel(const __grid_constant__ Deco
     kvh = head / p.group;
     r = i * p.group + (head - kvh * p.group);
   }
-  // Launched with PDL (p.merge_pdl), this CTA may run while the split kernel does: the row's
-  // meta comes from the lengths meanwhile (one workspace round trip fewer after the split
-  // kernel's completion), the pieces after the wait, which makes them complete and visible. A
-  // plain launch starts after the split kernel and reads the meta it wrote.
-  if (p.merge_pdl != 0) stream_meta<kExt>(p, b, lane, slot0, n);
+  // The row's meta comes from the lengths: launched with PDL (p.merge_pdl), this CTA may run
+  // while the split kernel does, so that only the pieces' round trip follows the split
+  // kernel's completion (the wait makes them complete and visible). A plain launch starts
+  // after the split kernel and computes the same (the wait is then a no-op).
+  stream_meta<kExt>(p, b, lane, slot0, n);
   ptx::grid_dependency_wait();
-  if (p.merge_pdl == 0 && b >= 0) {
-    slot0 = p.ws_meta[2 * b];
-    n = p.ws_meta[2 * b + 1];
-  }
   // Pieces sub, sub + wpr, ... of this row, in batches of kUnroll whose LSEs and partials are
   // loaded together (one round trip a batch): a running max over the batches (every lane
   // loads every LSE of its batch, so the max is the warp's without a shuffle), the sum and the

@@ -53,13 +53,10 @@
 //   workspace  (stream mode) float32 partials of ws_slots slots, R = num_kv_heads * rows:
 //              (slot, kvh, row r) at wi = (slot*num_kv_heads + kvh)*rows + r:
 //              ws_o[wi*D .. wi*D+D) = that piece's normalized output, ws_lse[wi] = its
-//              log2-domain LSE (scaled scores), -inf when it saw no key; then ws_meta[2b],
-//              ws_meta[2b+1] = first slot and number of pieces of sequence b (written by the
-//              split kernel; the merge kernel combines sequences of 2+ pieces, reading these
-//              when launched plainly and computing the same from the lengths before its
-//              grid-dependency wait when launched by PDL); then, from
-//              the next 8-byte boundary, ws_claim: 2 uint64 words a slice (the dynamic
-//              split's counter and gen word; room for rows_total slices).
+//              log2-domain LSE (scaled scores), -inf when it saw no key (the merge kernel
+//              combines sequences of 2+ pieces, whose slots it derives from the lengths);
+//              then, from the next 8-byte boundary, ws_claim: 2 uint64 words a slice (the
+//              dynamic split's counter and gen word; room for rows_total slices).
 //              Small mode: piece (slot b*C + c, kvh, row r) at wi as above; values in
 //              ws_ll[wi*D/2 .. wi*D/2 + D/2) (two per word), LSE in ws_ll_lse[wi]; then
 //              ws_gen: uint32 [num_seqs][units], the last tag of each (sequence, unit).
@@ -132,7 +129,6 @@ struct DecodeParams {
   const int32_t* cache_seqlens = nullptr;
   float* ws_o = nullptr;
   float* ws_lse = nullptr;
-  int32_t* ws_meta = nullptr;
   uint64_t* ws_ll = nullptr;             // small mode: the pieces' LL words (values)
   uint64_t* ws_ll_lse = nullptr;         // small mode: the pieces' LL words (LSEs)
   uint32_t* ws_gen = nullptr;            // small mode: per (sequence, unit), last tag
@@ -246,11 +242,10 @@ inline int64_t decode_workspace_bytes(int64_t num_seqs, int64_t num_heads, int64
   return num_seqs * num_splits * num_heads * q_len * (head_dim + 1) * 4;
 }
 
-// Slots of partials a workspace of `bytes` holds next to the per-sequence meta and the dynamic
-// split's claim words (stream mode; at most rows_total slices, aligned to 8 bytes).
-inline int64_t decode_ws_slots(int64_t bytes, int64_t num_seqs, int64_t rows_total,
-                               int64_t head_dim) {
-  const int64_t fixed = num_seqs * 2 * 4 + 8 + rows_total * 16;
+// Slots of partials a workspace of `bytes` holds next to the dynamic split's claim words
+// (stream mode; at most rows_total slices, aligned to 8 bytes).
+inline int64_t decode_ws_slots(int64_t bytes, int64_t rows_total, int64_t head_dim) {
+  const int64_t fixed = 8 + rows_total * 16;
   return bytes > fixed ? (bytes - fixed) / (rows_total * (head_dim + 1) * 4) : 0;
 }
 

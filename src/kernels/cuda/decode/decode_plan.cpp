@@ -57,7 +57,7 @@ DecodePlan plan_decode(int64_t num_seqs, int64_t num_heads, int64_t num_kv_heads
   int64_t stream_splits = 2;
   for (;; ++stream_splits) {
     const int64_t bytes = decode_workspace_bytes(num_seqs, num_heads, tile_dim, q_len, stream_splits);
-    const int64_t slots = decode_ws_slots(bytes, num_seqs, rows_total, tile_dim);
+    const int64_t slots = decode_ws_slots(bytes, rows_total, tile_dim);
     if (slots - num_seqs + 1 >= parts) break;
   }
   // Few sequences x KV heads for the SMs: the small-batch kernel, C chunks per (sequence,

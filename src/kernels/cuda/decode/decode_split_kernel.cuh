@@ -260,18 +260,9 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     if constexpr (kDynamicCode) {
       if (src.ranges.ndyn > 0 && part == 0 && tid == 0) install_claim_counter(src.claim_word);
     }
-    // CTA `part` owns sequences part, part + nparts, ...: it writes their meta (the first
-    // piece's slot and the pieces: those of the ranges holding the first and the last tile, and
-    // of every range between), and zeros for the empty ones (below).
-    if (slice == 0 && warp == 0) {
-      for (int b = part + lane * nparts; b < B; b += 32 * nparts) {
-        const int first = prefix[b];
-        const int n = prefix[b + 1] - first;
-        const int r0 = n > 0 ? src.ranges.of_tile(first) : 0;
-        p.ws_meta[2 * b] = r0 + b;
-        p.ws_meta[2 * b + 1] = n > 0 ? src.ranges.of_tile(first + n - 1) - r0 + 1 : 0;
-      }
-    }
+    // CTA `part` owns sequences part, part + nparts, ...: it writes zeros for the empty ones
+    // (below). Each sequence's first piece slot and piece count the merge kernel derives from
+    // the lengths itself (decode_merge_kernel.cuh, stream_meta).
   } else {
     if (slice == 0 && tid == 0) {
       for (int b = part; b < B; b += p.parts) {  // report bad lengths (and pads)
@@ -450,13 +441,17 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   load_ids(ic, lane < 16);
   load_ids(pc, lane >= 16);
 
+  [[maybe_unused]] CtaSweepLane sweep{};  // kSweep: this thread's share of the CTA's copies
+  if constexpr (kSweep) {
+    sweep = cta_sweep_lane<KV, D>(stages, (slice % p.head_blocks) * p.heads_per_cta,
+                                  p.heads_per_cta);
+  }
   auto issue = [&](int stage) {
     if constexpr (kTma) {
       ring.template issue<false>(p, stage, nid, noff, lane, kvh, 0);
       if (p.tma_prefetch != 0) ring.prefetch_next(p, nid, noff, lane, kvh);
     } else if constexpr (kSweep) {
-      issue_tile_cta_sweep<KV, D>(p, smem_u32(tiles), stage, stages, nid, noff, lane,
-                                  (slice % p.head_blocks) * p.heads_per_cta, p.heads_per_cta);
+      issue_tile_cta_sweep<KV, D>(p, smem_u32(tiles), stage, sweep, nid, noff, lane);
     } else {
       issue_tile<KV, D, kAligned16, false, kIssue>(p, wbase + stage * L::kStageBytes, nid, noff,
                                                    lane, kvh, 0);
