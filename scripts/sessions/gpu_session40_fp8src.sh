@@ -30,7 +30,7 @@ room 300 "ncu source" && {
   echo "source: $(wc -l < /tmp/source_fp8.csv) lines"
   xz -T0 -c /tmp/source_fp8.csv > "$OUT/source_fp8.csv.xz"
 }
-rows="^decode default 1x8192"
+rows="^decode default +1x8192"
 for round in 3 4; do
   for side in new old; do
     bin=gpu_decode_bench; [ $side = old ] && bin=old_gpu_decode_bench
