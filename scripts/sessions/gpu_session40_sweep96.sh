@@ -16,14 +16,14 @@ carried_unpack "${1:-build-carry-s40c}"
 trap pack_out EXIT
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
 run_logged decode_test env KVATTN_GPU_TEST_QUICK=1 "$B/kernels_decode_gpu_test"
-room 150 "sanitizers" && both_sanitizers sweep "$B/kernels_decode_gpu_test" 'DecodeGpu.Fp8CtaSweep'
+room 90 "sanitizers" && both_sanitizers sweep "$B/kernels_decode_gpu_test" 'DecodeGpu.Fp8CtaSweep'
 rows="^decode default .*d64 page 16 fp8"
 for round in 1 2; do
   for side in new old; do
     bin=gpu_decode_bench; [ $side = old ] && bin=old_gpu_decode_bench
-    room 250 "bench" && bench_rows "fp8_${side}$round" $bin "$rows" --only fp8 --variants default
+    room 120 "bench" && bench_rows "fp8_${side}$round" $bin "$rows" --only fp8 --variants default
   done
-  room 260 "bench" && KVATTN_DECODE_FP8_Q_F16=0 bench_rows "qbf16_$round" gpu_decode_bench \
+  room 130 "bench" && KVATTN_DECODE_FP8_Q_F16=0 bench_rows "qbf16_$round" gpu_decode_bench \
     "^decode default +1x8192" --only fp8 --variants default
 done
 random_qwen3_06b
@@ -36,10 +36,10 @@ smol() {  # LABEL DTYPE [ENV=VALUE...]: SmolLM2's single stream (128 + 256 token
   echo "$label rc=$?: $(tr '\r' '\n' < "$OUT/ss_$label.log" | grep -E "single stream|rror" | tr '\n' ' ')"
 }
 for round in 1 2; do
-  room 400 "smollm2" && smol "fp8_qf16_$round" fp8
-  room 410 "smollm2" && smol "fp8_qbf16_$round" fp8 KVATTN_DECODE_FP8_Q_F16=0
-  room 420 "smollm2" && smol "bf16_$round" bf16
+  room 170 "smollm2" && smol "fp8_qf16_$round" fp8
+  room 175 "smollm2" && smol "fp8_qbf16_$round" fp8 KVATTN_DECODE_FP8_Q_F16=0
+  room 180 "smollm2" && smol "bf16_$round" bf16
 done
-room 440 "qwen3 bf16" && engine_bench q06_bf16 /tmp/q06
-room 500 "qwen3 fp8" && engine_bench q06_fp8 /tmp/q06 --kv-cache-dtype fp8
+room 200 "qwen3 bf16" && ENGINE_TIMEOUT=60 engine_bench q06_bf16 /tmp/q06
+room 240 "qwen3 fp8" && ENGINE_TIMEOUT=60 engine_bench q06_fp8 /tmp/q06 --kv-cache-dtype fp8
 echo "end ${SECONDS}s"
