@@ -54,7 +54,7 @@ int split_occupancy(int device, int threads, int smem) {
     if constexpr (kSmall) {
       return decode_small_kernel<T, KV, D, kAligned16, kExt, kIssue>;
     } else {
-      return split_kernel<T, KV, D, kAligned16, kExt, kSwap, kIssue>();
+      return decode_kernel<T, KV, D, kAligned16, kExt, kSwap, kIssue>;
     }
   }();
   if (!raised[device]) {  // dynamic + static shared memory must stay within the opt-in limit
@@ -323,7 +323,7 @@ void launch_kernels(DecodeParams p, bool aligned, int64_t ws_bytes, int device,
   const dim3 block(static_cast<unsigned>(threads));
   with_split_issue(issue, smem_launch, [&]<bool kAl, CopyIssue kIs>(int smem) {
     auto launch = [&]<bool kSw>() {
-      launch_maybe_pdl(split_kernel<T, KV, D, kAl, kExt, kSw, kIs>(), grid, block, smem, stream,
+      launch_maybe_pdl(decode_kernel<T, KV, D, kAl, kExt, kSw, kIs>, grid, block, smem, stream,
                        pdl, p);
     };
     if constexpr (kCanSwap) {

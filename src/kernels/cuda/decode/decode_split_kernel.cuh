@@ -152,10 +152,10 @@ __device__ __forceinline__ void advance(const DecodeParams& p, const Source& s, 
 // kIssue: how the warps copy their tiles (CopyIssue; kTma: decode_tma.cuh's ring, whose
 // shared memory the launcher sizes with kDecodeTmaSmemExtra; kCtaSweep: the CTA copies its
 // heads' tiles together, decode_cta_sweep.cuh, whose contract the launcher checks).
-// The body of the split kernels (decode_kernel, decode_kernel_sweep96 below).
-template <typename T, typename KV, int D, bool kAligned16, bool kExt, bool kSwap,
-          CopyIssue kIssue>
-__device__ __forceinline__ void decode_split_body(const DecodeParams& p) {
+template <typename T, typename KV, int D, bool kAligned16, bool kExt = false, bool kSwap = false,
+          CopyIssue kIssue = CopyIssue::kByCopy>
+__global__ void __launch_bounds__(kDecodeMaxWarps * 32)
+    decode_kernel(const __grid_constant__ DecodeParams p) {
   static_assert(!kSwap || !kIsFp8<KV> || D == 64 || D == 128 || D == 256,
                 "fp8 swapped tile: d64 / d128 / d256");
   constexpr bool kTma = kIssue == CopyIssue::kTma;
@@ -623,36 +623,6 @@ __device__ __forceinline__ void decode_split_body(const DecodeParams& p) {
   }
   cp_async_wait<0>();
   if (p.probe != nullptr && lane == 0) probe_row(p)[2 + warp] = global_ns();
-}
-
-template <typename T, typename KV, int D, bool kAligned16, bool kExt = false, bool kSwap = false,
-          CopyIssue kIssue = CopyIssue::kByCopy>
-__global__ void __launch_bounds__(kDecodeMaxWarps * 32)
-    decode_kernel(const __grid_constant__ DecodeParams p) {
-  decode_split_body<T, KV, D, kAligned16, kExt, kSwap, kIssue>(p);
-}
-
-// The swapped tile's CTA sweep (fp8 at head_dim 64, plain) within 96 registers: a scheduler's
-// 16K registers hold 5 warps of <= 96 registers and 4 of 97-128, so CTAs of 3 warps (GQA 3)
-// fit 6 an SM instead of 5 (session 40: 102 registers, 5 CTAs, and ncu saw the kernel bound by
-// latency at 3.6 warps a scheduler). A kernel of its own: a register cap on decode_kernel, even
-// one of 255, changes ptxas's choices for every instantiation (+6 to +18 registers); nvcc
-// takes no __launch_bounds__ beside __maxnreg__ (CTAs of at most kDecodeMaxWarps warps still).
-template <typename T>
-__global__ void __maxnreg__(96) decode_kernel_sweep96(const __grid_constant__ DecodeParams p) {
-  decode_split_body<T, uint8_t, 64, true, false, true, CopyIssue::kCtaSweep>(p);
-}
-
-// The split kernel of a configuration: decode_kernel_sweep96 where it applies.
-template <typename T, typename KV, int D, bool kAligned16, bool kExt, bool kSwap,
-          CopyIssue kIssue>
-constexpr auto split_kernel() {
-  if constexpr (kIsFp8<KV> && D == 64 && kAligned16 && !kExt && kSwap &&
-                kIssue == CopyIssue::kCtaSweep) {
-    return decode_kernel_sweep96<T>;
-  } else {
-    return decode_kernel<T, KV, D, kAligned16, kExt, kSwap, kIssue>;
-  }
 }
 
 }  // namespace
