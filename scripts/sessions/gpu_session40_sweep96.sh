@@ -8,7 +8,8 @@
 # workload (Qwen3-0.6B shape) at bf16 and fp8.
 #   run: bash scripts/sessions/gpu_session40_sweep96.sh [CARRY] > $OUT/summary.txt 2>&1
 #   carry: CARRY, default build-carry-s40c (kvattn, gpu_decode_bench, kernels_decode_gpu_test,
-#          old_gpu_decode_bench; debs/)
+#          old_gpu_decode_bench; debs/). The capped kernel ran slower and was reverted: build
+#          the new side from commit d770636 (branch exp-sweep96-s40).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit
 source scripts/device_carried.sh

@@ -204,7 +204,9 @@ struct CudaTuning {
   // rewrites its Q in f16 (scaled by a power of two so that nothing overflows; the scale folds
   // into the softmax scale: fp8_q_to_f16) so that K too takes the hardware conversion and
   // S = Q K^T runs in f16 (the other half of the conversions; f16 queries do this with
-  // decode_fp8_hw_cvt alone). Head_dim 64 since session 40. 1 since session 16 (H200, same process: 64x4096 32/8 165.2 us vs 167.5-180.0,
+  // decode_fp8_hw_cvt alone). Head_dim 64 since session 40 (with the CTA sweep's copy diet:
+  // H100, fp8 d64 -2.4 to -5%; the lone 8192-key d64 sequence 15.2-15.5 us against 15.9-16.0
+  // with the queries kept in bf16, same binary). 1 since session 16 (H200, same process: 64x4096 32/8 165.2 us vs 167.5-180.0,
   // 8x32768 162.8 vs 168.3-170.3, 256x1024 16/8 165.4 vs 165.1-167.7, 4x8192 -1.5%; outputs
   // equal to the bf16-Q form on the bench's data: bf16 values convert to f16 exactly after
   // the power-of-two prescale unless they are below ~2^-28 of the warp's largest |q|, and the
