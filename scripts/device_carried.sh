@@ -11,6 +11,8 @@
 #   single_bench LABEL MODEL PROMPT [ENV=VALUE...]   `kvattn bench`'s single stream (PROMPT
 #                          tokens + 256 new, one 16-token warm-up request) with ENV, log
 #                          $OUT/ss_LABEL.log, one summary line
+#   single_bench_kv LABEL MODEL PROMPT DTYPE [ENV=VALUE...]   the same with --kv-cache-dtype
+#                          DTYPE (auto, bf16 or fp8)
 #   single_stream LABEL BIN [PROMPT]   `kvattn bench`'s single stream (PROMPT tokens, default
 #                          128, + 256 new) with $BIN, log $OUT/ss_LABEL.log, one summary line;
 #                          the environment is the caller's
@@ -57,9 +59,15 @@ random_smollm2() {
 
 single_bench() {
   local label=$1 model=$2 prompt=$3; shift 3
+  single_bench_kv "$label" "$model" "$prompt" auto "$@"
+}
+
+single_bench_kv() {
+  local label=$1 model=$2 prompt=$3 dtype=$4; shift 4
   env KVATTN_NOTHING=0 "$@" timeout 60 "$B/kvattn" bench --model "$model" --device cuda \
     --no-compare --num-seqs 1 --min-input 16 --max-input 16 --min-output 4 --max-output 4 \
-    --single-input "$prompt" --single-output 256 >"$OUT/ss_$label.log" 2>&1
+    --single-input "$prompt" --single-output 256 --kv-cache-dtype "$dtype" \
+    >"$OUT/ss_$label.log" 2>&1
   echo "$label rc=$?: $(tr '\r' '\n' < "$OUT/ss_$label.log" | grep -E "single stream|first token|rror" | tr '\n' ' ')"
 }
 

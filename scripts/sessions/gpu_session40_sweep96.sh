@@ -29,17 +29,11 @@ for round in 1 2; do
 done
 random_qwen3_06b
 random_smollm2
-smol() {  # LABEL DTYPE [ENV=VALUE...]: SmolLM2's single stream (128 + 256 tokens)
-  local label=$1 dtype=$2; shift 2
-  env KVATTN_NOTHING=0 "$@" timeout 60 "$B/kvattn" bench --model /tmp/smol --device cuda \
-    --no-compare --num-seqs 1 --min-input 16 --max-input 16 --min-output 4 --max-output 4 \
-    --single-input 128 --single-output 256 --kv-cache-dtype "$dtype" >"$OUT/ss_$label.log" 2>&1
-  echo "$label rc=$?: $(tr '\r' '\n' < "$OUT/ss_$label.log" | grep -E "single stream|rror" | tr '\n' ' ')"
-}
 for round in 1 2; do
-  room 170 "smollm2" && smol "fp8_qf16_$round" fp8
-  room 175 "smollm2" && smol "fp8_qbf16_$round" fp8 KVATTN_DECODE_FP8_Q_F16=0
-  room 180 "smollm2" && smol "bf16_$round" bf16
+  room 170 "smollm2" && single_bench_kv "fp8_qf16_$round" /tmp/smol 128 fp8
+  room 175 "smollm2" && single_bench_kv "fp8_qbf16_$round" /tmp/smol 128 fp8 \
+    KVATTN_DECODE_FP8_Q_F16=0
+  room 180 "smollm2" && single_bench_kv "bf16_$round" /tmp/smol 128 bf16
 done
 room 200 "qwen3 bf16" && ENGINE_TIMEOUT=60 engine_bench q06_bf16 /tmp/q06
 room 240 "qwen3 fp8" && ENGINE_TIMEOUT=60 engine_bench q06_fp8 /tmp/q06 --kv-cache-dtype fp8
