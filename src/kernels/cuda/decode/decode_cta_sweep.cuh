@@ -34,7 +34,7 @@ namespace {
 // head count run once a CTA (cta_sweep_lane), not once a tile or a copy (session 39's ncu: the
 // copy loop's index arithmetic was ~20% of the issue-bound fp8 d64 kernel's instructions).
 struct CtaSweepLane {
-  int64_t src;        // byte offset of the thread's chunk in a key's row of the CTA's heads
+  int64_t src;        // byte offset of the thread's chunk in a key's row (all KV heads)
   uint32_t ring_off;  // byte offset of head h's ring from the CTA's first ring
   int chunk;
   int key0;
