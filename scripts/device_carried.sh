@@ -12,7 +12,7 @@
 #                          tokens + 256 new, one 16-token warm-up request) with ENV, log
 #                          $OUT/ss_LABEL.log, one summary line
 #   single_bench_kv LABEL MODEL PROMPT DTYPE [ENV=VALUE...]   the same with --kv-cache-dtype
-#                          DTYPE (auto, bf16 or fp8)
+#                          DTYPE (auto, bf16 or fp8); $KVATTN_BIN instead of $B/kvattn if set
 #   single_stream LABEL BIN [PROMPT]   `kvattn bench`'s single stream (PROMPT tokens, default
 #                          128, + 256 new) with $BIN, log $OUT/ss_LABEL.log, one summary line;
 #                          the environment is the caller's
@@ -64,9 +64,9 @@ single_bench() {
 
 single_bench_kv() {
   local label=$1 model=$2 prompt=$3 dtype=$4; shift 4
-  env KVATTN_NOTHING=0 "$@" timeout 60 "$B/kvattn" bench --model "$model" --device cuda \
-    --no-compare --num-seqs 1 --min-input 16 --max-input 16 --min-output 4 --max-output 4 \
-    --single-input "$prompt" --single-output 256 --kv-cache-dtype "$dtype" \
+  env KVATTN_NOTHING=0 "$@" timeout 60 "${KVATTN_BIN:-$B/kvattn}" bench --model "$model" \
+    --device cuda --no-compare --num-seqs 1 --min-input 16 --max-input 16 --min-output 4 \
+    --max-output 4 --single-input "$prompt" --single-output 256 --kv-cache-dtype "$dtype" \
     >"$OUT/ss_$label.log" 2>&1
   echo "$label rc=$?: $(tr '\r' '\n' < "$OUT/ss_$label.log" | grep -E "single stream|first token|rror" | tr '\n' ' ')"
 }

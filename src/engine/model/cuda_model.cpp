@@ -807,7 +807,8 @@ void CudaModel::reset_pool(std::unique_ptr<KVPool> pool) {
 
 void CudaModel::bind_token_layers() {
   std::vector<k::TokenLayer> t;
-  if (token_.planned() && kv_dtype_ == DType::kBF16 && fused_gemv_) {
+  // bf16 and float8_e4m3 caches (the token kernel reads either: token_attention.cuh).
+  if (token_.planned() && fused_gemv_) {
     for (const Layer& l : layers_) {
       k::TokenLayer tl{};
       tl.input_norm = l.input_norm.data();
@@ -822,6 +823,10 @@ void CudaModel::bind_token_layers() {
       tl.v_cache = l.kv.v_cache.data;
       tl.k_block_stride = l.kv.k_cache.stride(0);
       tl.v_block_stride = l.kv.v_cache.stride(0);
+      if (kv_dtype_ == DType::kF8E4M3) {
+        tl.k_scale = static_cast<const float*>(l.kv.k_scale.data);
+        tl.v_scale = static_cast<const float*>(l.kv.v_scale.data);
+      }
       t.push_back(tl);
     }
   }

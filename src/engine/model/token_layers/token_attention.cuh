@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 
 #include <cstdint>
 
@@ -50,12 +51,14 @@ __device__ __forceinline__ float* workspace_ml(const Params& p, int piece) {
 
 // Keys [j0, j1) of KV head h: their K and V rows of the layer's caches into the round buffers
 // (rows 0..), by cp.async (one commit group). The token's key (L - 1) is not read; a block id
-// outside the table or the pool zero-fills its rows and records the fault.
+// outside the table or the pool zero-fills its rows and records the fault. float8_e4m3 caches
+// (w.k_scale set): rows of D bytes, packed from the buffers' start (their first half).
 template <int D>
 __device__ __forceinline__ void load_round(const Params& p, const TokenLayer& w, int h, int j0,
                                            int j1, int L, bf16* kr, bf16* vr,
                                            const int* blocks = nullptr) {
-  constexpr int kChunks = D / 8;  // 16-byte pieces of a row
+  const int row_bytes = w.k_scale != nullptr ? D : 2 * D;
+  const int kChunks = row_bytes / 16;  // 16-byte pieces of a row
   const int n = (j1 - j0) * kChunks;
   const int64_t bs = p.block_size;
   // Warps 1-7 issue the copies (thread 0 arrives at the grid barriers: grid_barrier.cuh).
@@ -69,17 +72,18 @@ __device__ __forceinline__ void load_round(const Params& p, const TokenLayer& w,
     const int block = blocks != nullptr           ? blocks[key]
                       : bi < p.table_width ? __ldg(p.block_table + bi)
                                            : -1;
-    bf16* dst = (is_v ? vr : kr) + key * D + c * 8;
+    char* dst = reinterpret_cast<char*>(is_v ? vr : kr) + key * row_bytes + c * 16;
     const bool ok = block >= 0 && block < p.num_blocks;
     if (!ok && c == 0 && !is_v) {
       cuda::record_fault(p.fault_word,
                          bi < p.table_width ? kFaultBlockOutOfRange : kFaultSeqlenOutOfRange);
     }
-    const bf16* base = static_cast<const bf16*>(is_v ? w.v_cache : w.k_cache);
-    const int64_t stride = is_v ? w.v_block_stride : w.k_block_stride;
-    const bf16* src = ok ? base + int64_t{block} * stride + (j - bi * bs) * p.nkv * D +
-                               int64_t{h} * D + c * 8
-                         : base;
+    const char* base = static_cast<const char*>(is_v ? w.v_cache : w.k_cache);
+    const int64_t stride = is_v ? w.v_block_stride : w.k_block_stride;  // elements
+    const int64_t elem = row_bytes / D;                                  // bytes an element
+    const char* src =
+        ok ? base + (int64_t{block} * stride + ((j - bi * bs) * p.nkv + h) * D) * elem + c * 16
+           : base;
     cuda::ptx::cp_async_16(cuda::ptx::smem_addr(dst), src, ok);
   }
   cuda::ptx::cp_async_commit();
@@ -107,9 +111,36 @@ __device__ __forceinline__ void rope_table(const Params& p, uint8_t* att) {
   }
 }
 
+// A float8_e4m3 cache code's value before its scale: exact for every finite code, NaN for the
+// NaN codes (as the decode kernels' hardware conversion reads them).
+__device__ __forceinline__ float e4m3_value(uint8_t code) {
+  return __half2float(__half(__nv_cvt_fp8_to_halfraw(code, __NV_E4M3)));
+}
+
+// What the cache holds for x and what a later step reads back from it: x itself (bf16 caches,
+// scale < 0), or the e4m3 code of x / scale (cuda_rope_math.cuh to_cache, store_kv's bytes) and
+// code x scale.
+struct CacheValue {
+  float read;
+  bf16 bits16;
+  uint8_t code;
+};
+__device__ __forceinline__ CacheValue cache_value(bf16 x, float scale) {
+  CacheValue c{};
+  if (scale < 0.0f) {
+    c.bits16 = x;
+    c.read = f(x);
+  } else {
+    c.code = to_cache<uint8_t>(x, scale);
+    c.read = e4m3_value(c.code) * scale;
+  }
+  return c;
+}
+
 // The group's query heads of KV head h normed and rotated into q (floats of the bf16 values
 // qk_norm_rope leaves), the token's key into knew and its value into vnew; the piece 0 item
-// also writes the key and value rows into the caches at the token's slot.
+// also writes the key and value rows into the caches at the token's slot. float8_e4m3 caches:
+// knew and vnew hold what the cache then holds (code x scale), as a later step reads them.
 template <int D>
 __device__ __forceinline__ void prepare_token(const Params& p, const TokenLayer& w, int h,
                                               bool store, uint8_t* att) {
@@ -124,6 +155,10 @@ __device__ __forceinline__ void prepare_token(const Params& p, const TokenLayer&
   const float* rs = rc + D / 2;
   const bf16* qn = reinterpret_cast<const bf16*>(att + S::kQkNorm);
   const int R = p.rotary_dim;
+  const bool fp8 = w.k_scale != nullptr;
+  const float ks = fp8 ? w.k_scale[h] : -1.0f;  // cache_value's scale (< 0: a bf16 cache)
+  const float vs = fp8 ? w.v_scale[h] : -1.0f;
+  const int64_t elem = fp8 ? 1 : 2;  // bytes a cache element
   for (int hh = warp; hh <= p.group; hh += kWarps) {
     const bool is_k = hh == p.group;
     const int head = is_k ? p.nh + h : h * p.group + hh;
@@ -134,8 +169,8 @@ __device__ __forceinline__ void prepare_token(const Params& p, const TokenLayer&
     __syncwarp();
     norm_head(raw, w.q_norm == nullptr ? nullptr : qn + (is_k ? D : 0), p.eps, D, s, lane);
     float* out = is_k ? knew : q + hh * D;
-    bf16* kdst = nullptr;
-    bf16* vdst = nullptr;
+    char* kdst = nullptr;  // the token's rows in the caches (bytes)
+    char* vdst = nullptr;
     if (is_k && store) {
       const int64_t slot = __ldg(p.slot);
       const int64_t num_slots = p.num_blocks * p.block_size;
@@ -144,36 +179,56 @@ __device__ __forceinline__ void prepare_token(const Params& p, const TokenLayer&
       } else if (slot >= 0) {
         const int64_t block = slot / p.block_size;
         const int64_t row = (slot - block * p.block_size) * p.nkv * D + int64_t{h} * D;
-        kdst = static_cast<bf16*>(w.k_cache) + block * w.k_block_stride + row;
-        vdst = static_cast<bf16*>(w.v_cache) + block * w.v_block_stride + row;
+        kdst = static_cast<char*>(w.k_cache) + (block * w.k_block_stride + row) * elem;
+        vdst = static_cast<char*>(w.v_cache) + (block * w.v_block_stride + row) * elem;
       }
     }
+    // Element i of the row: a query's value, or the key's as the cache keeps it (written
+    // there by the storing item).
+    auto put = [&](int i, bf16 x) {
+      if (!is_k) {
+        out[i] = f(x);
+        return;
+      }
+      const CacheValue c = cache_value(x, ks);
+      out[i] = c.read;
+      if (kdst == nullptr) return;
+      if (fp8) {
+        reinterpret_cast<uint8_t*>(kdst)[i] = c.code;
+      } else {
+        reinterpret_cast<bf16*>(kdst)[i] = c.bits16;
+      }
+    };
     for (int i = lane; i < R / 2; i += 32) {
       int ia, ib;
       bf16 oa, ob;
       pair_of(i, R, p.interleaved != 0, ia, ib);
       rotate(s[ia], s[ib], rc[i], rs[i], oa, ob);  // rope_pair's arithmetic, table from rope_table
-      out[ia] = f(oa);
-      out[ib] = f(ob);
-      if (kdst != nullptr) {
-        kdst[ia] = oa;
-        kdst[ib] = ob;
-      }
+      put(ia, oa);
+      put(ib, ob);
     }
-    for (int i = R + lane; i < D; i += 32) {  // partial rotary: the rest pass through
-      const bf16 x = __float2bfloat16(s[i]);
-      out[i] = f(x);
-      if (kdst != nullptr) kdst[i] = x;
-    }
+    for (int i = R + lane; i < D; i += 32) put(i, __float2bfloat16(s[i]));  // partial rotary
     if (is_k) {
       const bf16* vsrc = p.qkv + int64_t{p.nh + p.nkv + h} * D;
       if (lane < D / 8) {
         const uint4 v = ld_cg16(vsrc + lane * 8);
-        float f[8];
-        to_f8(v, f);
+        if (!fp8) {
+          float f[8];
+          to_f8(v, f);
 #pragma unroll
-        for (int e = 0; e < 8; ++e) vnew[lane * 8 + e] = f[e];
-        if (vdst != nullptr) *reinterpret_cast<uint4*>(vdst + lane * 8) = v;
+          for (int e = 0; e < 8; ++e) vnew[lane * 8 + e] = f[e];
+          if (vdst != nullptr) *reinterpret_cast<uint4*>(vdst + lane * 16) = v;
+        } else {
+          const bf16* x = reinterpret_cast<const bf16*>(&v);
+          uint32_t codes[2] = {0u, 0u};
+#pragma unroll
+          for (int e = 0; e < 8; ++e) {
+            const CacheValue c = cache_value(x[e], vs);
+            vnew[lane * 8 + e] = c.read;
+            codes[e / 4] |= static_cast<uint32_t>(c.code) << (8 * (e % 4));
+          }
+          if (vdst != nullptr) *reinterpret_cast<uint2*>(vdst + lane * 8) = make_uint2(codes[0], codes[1]);
+        }
       }
     }
     __syncwarp();
@@ -190,11 +245,13 @@ struct WarpState {
   float m[G], l[G];
 };
 
-// A key's row for this lane: kE floats of the round's bf16 row (or of knew / vnew for the
-// token's own key, or zeros past the round).
+// A key's row for this lane: kE floats of the round's bf16 row, or of its float8_e4m3 codes
+// times `scale` (scale >= 0: load_round's D-byte rows), or of knew / vnew for the token's own
+// key, or zeros past the round.
 template <int D>
 __device__ __forceinline__ void key_row(int j, int j0, int j1, int L, const bf16* buf,
-                                        const float* fresh, int lane, float (&x)[D / 32]) {
+                                        float scale, const float* fresh, int lane,
+                                        float (&x)[D / 32]) {
   constexpr int E = D / 32;
   if (j >= j1) {
 #pragma unroll
@@ -202,6 +259,10 @@ __device__ __forceinline__ void key_row(int j, int j0, int j1, int L, const bf16
   } else if (j == L - 1) {
 #pragma unroll
     for (int e = 0; e < E; ++e) x[e] = fresh[lane * E + e];
+  } else if (scale >= 0.0f) {
+    const uint8_t* r = reinterpret_cast<const uint8_t*>(buf) + (j - j0) * D + lane * E;
+#pragma unroll
+    for (int e = 0; e < E; ++e) x[e] = e4m3_value(r[e]) * scale;
   } else {
     const bf16* r = buf + (j - j0) * D + lane * E;
 #pragma unroll
@@ -211,20 +272,22 @@ __device__ __forceinline__ void key_row(int j, int j0, int j1, int L, const bf16
 
 // Keys [j0, j1) (the round in kr / vr from row 0; key L - 1 from knew / vnew): warp w takes
 // keys j0 + w, j0 + w + 8, ..., two at a time (keys a and b = a + 8), so that the 2G dot
-// products' shuffle chains overlap.
+// products' shuffle chains overlap. ks / vs: the KV head's scales over float8_e4m3 rounds, -1
+// over bf16 ones.
 template <int D, int G>
 __device__ __forceinline__ void attend_round(const Params& p, int j0, int j1, int L,
-                                             const bf16* kr, const bf16* vr, const float* knew,
-                                             const float* vnew, WarpState<D, G>& st) {
+                                             const bf16* kr, const bf16* vr, float ks, float vs,
+                                             const float* knew, const float* vnew,
+                                             WarpState<D, G>& st) {
   constexpr int E = D / 32;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   for (int ja = j0 + warp; ja < j1; ja += 2 * kWarps) {
     const int jb = ja + kWarps;
     float ka[E], va[E], kb[E], vb[E];
-    key_row<D>(ja, j0, j1, L, kr, knew, lane, ka);
-    key_row<D>(ja, j0, j1, L, vr, vnew, lane, va);
-    key_row<D>(jb, j0, j1, L, kr, knew, lane, kb);
-    key_row<D>(jb, j0, j1, L, vr, vnew, lane, vb);
+    key_row<D>(ja, j0, j1, L, kr, ks, knew, lane, ka);
+    key_row<D>(ja, j0, j1, L, vr, vs, vnew, lane, va);
+    key_row<D>(jb, j0, j1, L, kr, ks, knew, lane, kb);
+    key_row<D>(jb, j0, j1, L, vr, vs, vnew, lane, vb);
     float sa[G], sb[G];
 #pragma unroll
     for (int hh = 0; hh < G; ++hh) {
@@ -285,6 +348,8 @@ __device__ __forceinline__ void attention_items(const Params& p, const TokenLaye
     const int k0 = min(L, piece * pc.chunk), k1 = min(L, k0 + pc.chunk);
     prepare_token<D>(p, w, h, piece == 0, att);
     if (item == static_cast<int>(blockIdx.x)) stamp(p, layer, kStampB1);
+    const float ks = w.k_scale != nullptr ? w.k_scale[h] : -1.0f;  // key_row's scales
+    const float vs = w.k_scale != nullptr ? w.v_scale[h] : -1.0f;
     WarpState<D, G> st;
 #pragma unroll
     for (int hh = 0; hh < G; ++hh) {
@@ -302,7 +367,7 @@ __device__ __forceinline__ void attention_items(const Params& p, const TokenLaye
       if (!issued) load_round<D>(p, w, h, j0, j1, L, kr, vr);
       cuda::ptx::cp_async_wait<0>();
       __syncthreads();
-      attend_round<D, G>(p, j0, j1, L, kr, vr, knew, vnew, st);
+      attend_round<D, G>(p, j0, j1, L, kr, vr, ks, vs, knew, vnew, st);
       __syncthreads();  // the buffers are refilled (or hold the states) next
     }
     if (k0 >= k1) {  // an empty piece still drains round 0's (empty) group

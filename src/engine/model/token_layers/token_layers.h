@@ -52,9 +52,13 @@ struct TokenLayer {
   const void* wo;        // [hidden, nh * D]
   const void* wgate_up;  // [2 * inter, hidden]: gate rows, then up rows
   const void* wdown;     // [hidden, inter]
-  void* k_cache;         // [num_blocks, block_size, nkv, D]
+  void* k_cache;         // [num_blocks, block_size, nkv, D]: bf16, or float8_e4m3 codes
   void* v_cache;
   int64_t k_block_stride, v_block_stride;  // elements
+  // float8_e4m3 caches: the layer's scales [nkv] (a key reads as code x k_scale[head]; store_kv's
+  // convention). Null for bf16 caches.
+  const float* k_scale = nullptr;
+  const float* v_scale = nullptr;
 };
 
 // A layer's TMA descriptors for the three-phase kernel (plain, unswizzled boxes): o_proj
