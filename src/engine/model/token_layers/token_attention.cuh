@@ -51,14 +51,14 @@ __device__ __forceinline__ float* workspace_ml(const Params& p, int piece) {
 
 // Keys [j0, j1) of KV head h: their K and V rows of the layer's caches into the round buffers
 // (rows 0..), by cp.async (one commit group). The token's key (L - 1) is not read; a block id
-// outside the table or the pool zero-fills its rows and records the fault. float8_e4m3 caches
-// (w.k_scale set): rows of D bytes, packed from the buffers' start (their first half).
-template <int D>
-__device__ __forceinline__ void load_round(const Params& p, const TokenLayer& w, int h, int j0,
-                                           int j1, int L, bf16* kr, bf16* vr,
-                                           const int* blocks = nullptr) {
-  const int row_bytes = w.k_scale != nullptr ? D : 2 * D;
-  const int kChunks = row_bytes / 16;  // 16-byte pieces of a row
+// outside the table or the pool zero-fills its rows and records the fault. kElem: the cache
+// element's bytes (1: float8_e4m3 codes, rows of D bytes packed from the buffers' start).
+template <int D, int kElem>
+__device__ __forceinline__ void load_round_rows(const Params& p, const TokenLayer& w, int h,
+                                                int j0, int j1, int L, bf16* kr, bf16* vr,
+                                                const int* blocks) {
+  constexpr int row_bytes = D * kElem;
+  constexpr int kChunks = row_bytes / 16;  // 16-byte pieces of a row
   const int n = (j1 - j0) * kChunks;
   const int64_t bs = p.block_size;
   // Warps 1-7 issue the copies (thread 0 arrives at the grid barriers: grid_barrier.cuh).
@@ -80,13 +80,24 @@ __device__ __forceinline__ void load_round(const Params& p, const TokenLayer& w,
     }
     const char* base = static_cast<const char*>(is_v ? w.v_cache : w.k_cache);
     const int64_t stride = is_v ? w.v_block_stride : w.k_block_stride;  // elements
-    const int64_t elem = row_bytes / D;                                  // bytes an element
     const char* src =
-        ok ? base + (int64_t{block} * stride + ((j - bi * bs) * p.nkv + h) * D) * elem + c * 16
+        ok ? base + (int64_t{block} * stride + ((j - bi * bs) * p.nkv + h) * D) * kElem + c * 16
            : base;
     cuda::ptx::cp_async_16(cuda::ptx::smem_addr(dst), src, ok);
   }
   cuda::ptx::cp_async_commit();
+}
+
+// load_round_rows for the layer's cache (w.k_scale set: float8_e4m3).
+template <int D>
+__device__ __forceinline__ void load_round(const Params& p, const TokenLayer& w, int h, int j0,
+                                           int j1, int L, bf16* kr, bf16* vr,
+                                           const int* blocks = nullptr) {
+  if (w.k_scale != nullptr) {
+    load_round_rows<D, 1>(p, w, h, j0, j1, L, kr, vr, blocks);
+  } else {
+    load_round_rows<D, 2>(p, w, h, j0, j1, L, kr, vr, blocks);
+  }
 }
 
 // The block id of each key of the CTA's first round (keys [j0, j1)), once a launch: the table
@@ -245,10 +256,10 @@ struct WarpState {
   float m[G], l[G];
 };
 
-// A key's row for this lane: kE floats of the round's bf16 row, or of its float8_e4m3 codes
-// times `scale` (scale >= 0: load_round's D-byte rows), or of knew / vnew for the token's own
-// key, or zeros past the round.
-template <int D>
+// A key's row for this lane: kE floats of the round's bf16 row, or (kFp8) of its float8_e4m3
+// codes times `scale` (load_round's D-byte rows), or of knew / vnew for the token's own key, or
+// zeros past the round.
+template <int D, bool kFp8>
 __device__ __forceinline__ void key_row(int j, int j0, int j1, int L, const bf16* buf,
                                         float scale, const float* fresh, int lane,
                                         float (&x)[D / 32]) {
@@ -259,7 +270,7 @@ __device__ __forceinline__ void key_row(int j, int j0, int j1, int L, const bf16
   } else if (j == L - 1) {
 #pragma unroll
     for (int e = 0; e < E; ++e) x[e] = fresh[lane * E + e];
-  } else if (scale >= 0.0f) {
+  } else if constexpr (kFp8) {
     const uint8_t* r = reinterpret_cast<const uint8_t*>(buf) + (j - j0) * D + lane * E;
 #pragma unroll
     for (int e = 0; e < E; ++e) x[e] = e4m3_value(r[e]) * scale;
@@ -272,9 +283,8 @@ __device__ __forceinline__ void key_row(int j, int j0, int j1, int L, const bf16
 
 // Keys [j0, j1) (the round in kr / vr from row 0; key L - 1 from knew / vnew): warp w takes
 // keys j0 + w, j0 + w + 8, ..., two at a time (keys a and b = a + 8), so that the 2G dot
-// products' shuffle chains overlap. ks / vs: the KV head's scales over float8_e4m3 rounds, -1
-// over bf16 ones.
-template <int D, int G>
+// products' shuffle chains overlap. kFp8: float8_e4m3 rounds, whose KV head's scales are ks / vs.
+template <int D, int G, bool kFp8>
 __device__ __forceinline__ void attend_round(const Params& p, int j0, int j1, int L,
                                              const bf16* kr, const bf16* vr, float ks, float vs,
                                              const float* knew, const float* vnew,
@@ -284,10 +294,10 @@ __device__ __forceinline__ void attend_round(const Params& p, int j0, int j1, in
   for (int ja = j0 + warp; ja < j1; ja += 2 * kWarps) {
     const int jb = ja + kWarps;
     float ka[E], va[E], kb[E], vb[E];
-    key_row<D>(ja, j0, j1, L, kr, ks, knew, lane, ka);
-    key_row<D>(ja, j0, j1, L, vr, vs, vnew, lane, va);
-    key_row<D>(jb, j0, j1, L, kr, ks, knew, lane, kb);
-    key_row<D>(jb, j0, j1, L, vr, vs, vnew, lane, vb);
+    key_row<D, kFp8>(ja, j0, j1, L, kr, ks, knew, lane, ka);
+    key_row<D, kFp8>(ja, j0, j1, L, vr, vs, vnew, lane, va);
+    key_row<D, kFp8>(jb, j0, j1, L, kr, ks, knew, lane, kb);
+    key_row<D, kFp8>(jb, j0, j1, L, vr, vs, vnew, lane, vb);
     float sa[G], sb[G];
 #pragma unroll
     for (int hh = 0; hh < G; ++hh) {
@@ -348,8 +358,8 @@ __device__ __forceinline__ void attention_items(const Params& p, const TokenLaye
     const int k0 = min(L, piece * pc.chunk), k1 = min(L, k0 + pc.chunk);
     prepare_token<D>(p, w, h, piece == 0, att);
     if (item == static_cast<int>(blockIdx.x)) stamp(p, layer, kStampB1);
-    const float ks = w.k_scale != nullptr ? w.k_scale[h] : -1.0f;  // key_row's scales
-    const float vs = w.k_scale != nullptr ? w.v_scale[h] : -1.0f;
+    const float ks = w.k_scale != nullptr ? w.k_scale[h] : 1.0f;  // fp8 rounds' scales
+    const float vs = w.k_scale != nullptr ? w.v_scale[h] : 1.0f;
     WarpState<D, G> st;
 #pragma unroll
     for (int hh = 0; hh < G; ++hh) {
@@ -367,7 +377,11 @@ __device__ __forceinline__ void attention_items(const Params& p, const TokenLaye
       if (!issued) load_round<D>(p, w, h, j0, j1, L, kr, vr);
       cuda::ptx::cp_async_wait<0>();
       __syncthreads();
-      attend_round<D, G>(p, j0, j1, L, kr, vr, ks, vs, knew, vnew, st);
+      if (w.k_scale != nullptr) {
+        attend_round<D, G, true>(p, j0, j1, L, kr, vr, ks, vs, knew, vnew, st);
+      } else {
+        attend_round<D, G, false>(p, j0, j1, L, kr, vr, ks, vs, knew, vnew, st);
+      }
       __syncthreads();  // the buffers are refilled (or hold the states) next
     }
     if (k0 >= k1) {  // an empty piece still drains round 0's (empty) group
