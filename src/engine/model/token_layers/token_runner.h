@@ -9,7 +9,7 @@
 // equal to the layered path, which takes those steps). Tests that compare bit for bit against a
 // configuration without it pin it off. A step takes it
 // when it decodes one token of one sequence (the batch-1 rung of the decode graphs, or the
-// eager step of one row) over a bf16 cache, on a model the kernel covers: one rank, the
+// eager step of one row) over a bf16 or fp8 cache, on a model the kernel covers: one rank, the
 // Llama / Qwen3 layer (SiLU, no biases, no sandwich norms, no window or soft-cap, RoPE without
 // dynamic scaling) and the plan's shape limits. KVATTN_TOKEN_FLOW=1 selects the three-phase
 // form (token_flow.cu) where its plan fits, the five-phase one otherwise.
@@ -43,7 +43,8 @@ class TokenRunner {
   // The three-phase kernel (KVATTN_TOKEN_FLOW=1 and its plan fits), else the five-phase one.
   bool flow() const { return plan_.ok && plan_.flow; }
   const std::string& why_not() const { return why_not_; }
-  // The layers' pointers for a bound pool (bf16 caches), or none (unbound / fp8: not taken).
+  // The layers' pointers for a bound pool (bf16 or float8_e4m3 caches), or none (unbound: not
+  // taken).
   void bind(const std::vector<TokenLayer>& layers, int64_t block_size, int64_t num_blocks);
   bool ready() const { return plan_.ok && bound_; }
   // The longest context (keys, this token's included) whose attention pieces fit one round
