@@ -238,7 +238,9 @@ __device__ __forceinline__ void prepare_token(const Params& p, const TokenLayer&
             vnew[lane * 8 + e] = c.read;
             codes[e / 4] |= static_cast<uint32_t>(c.code) << (8 * (e % 4));
           }
-          if (vdst != nullptr) *reinterpret_cast<uint2*>(vdst + lane * 8) = make_uint2(codes[0], codes[1]);
+          if (vdst != nullptr) {
+            *reinterpret_cast<uint2*>(vdst + lane * 8) = make_uint2(codes[0], codes[1]);
+          }
         }
       }
     }
