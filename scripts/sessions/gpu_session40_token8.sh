@@ -6,7 +6,8 @@
 # with call 3's (old_kvattn: fp8 without the token kernel), alternating, and Qwen3-0.6B's.
 #   run: bash scripts/sessions/gpu_session40_token8.sh [CARRY] > $OUT/summary.txt 2>&1
 #   carry: CARRY, default build-carry-s40d (kvattn, old_kvattn, engine_token_layers_gpu_test;
-#          debs/)
+#          debs/). Call 4 ran 070edb1's build (the first form); the landed form (templated
+#          fp8 choice, 4f49bb6) is build-carry-s40e's shape, not yet run.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit
 source scripts/device_carried.sh
