@@ -128,18 +128,16 @@ __device__ __forceinline__ float e4m3_value(uint8_t code) {
   return __half2float(__half(__nv_cvt_fp8_to_halfraw(code, __NV_E4M3)));
 }
 
-// What the cache holds for x and what a later step reads back from it: x itself (bf16 caches,
-// scale < 0), or the e4m3 code of x / scale (cuda_rope_math.cuh to_cache, store_kv's bytes) and
-// code x scale.
+// What a later step reads back of x from the cache: x itself (bf16 caches, scale < 0; the
+// cache holds x), or code x scale, where code is the e4m3 code of x / scale that a float8_e4m3
+// cache holds (cuda_rope_math.cuh to_cache, store_kv's bytes).
 struct CacheValue {
   float read;
-  bf16 bits16;
-  uint8_t code;
+  uint8_t code;  // float8_e4m3 caches only
 };
 __device__ __forceinline__ CacheValue cache_value(bf16 x, float scale) {
   CacheValue c{};
   if (scale < 0.0f) {
-    c.bits16 = x;
     c.read = f(x);
   } else {
     c.code = to_cache<uint8_t>(x, scale);
@@ -207,7 +205,7 @@ __device__ __forceinline__ void prepare_token(const Params& p, const TokenLayer&
       if (fp8) {
         reinterpret_cast<uint8_t*>(kdst)[i] = c.code;
       } else {
-        reinterpret_cast<bf16*>(kdst)[i] = c.bits16;
+        reinterpret_cast<bf16*>(kdst)[i] = x;
       }
     };
     for (int i = lane; i < R / 2; i += 32) {
