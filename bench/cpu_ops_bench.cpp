@@ -107,6 +107,9 @@ void BM_Decode(benchmark::State& state) {
   report(state, 2.0 * seqs * len * hkv * dim * 4);
 }
 BENCHMARK(BM_Decode)
+    ->Args({1, 8192, 9, 3, 64})      // one sequence: its items are cut into key pieces
+    ->Args({1, 32768, 32, 8, 128})
+    ->Args({4, 2048, 9, 3, 64})
     ->Args({64, 4096, 32, 8, 128})
     ->Args({8, 32768, 32, 8, 128})
     ->Args({256, 1024, 16, 8, 128})

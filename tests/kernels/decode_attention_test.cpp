@@ -1,11 +1,13 @@
 // decode_attention against the float64 reference on random adversarial cases (DESIGN §5):
 // q_len 1 and > 1 (causal bottom-right), cache_seqlens = 0 rows, batch 1/3/17, pages
 // 1/16/256, lengths off the page, GQA 1-8, head_dim 64/128 (and odd ones), strided q/out,
-// LSE, f32 and bf16, 32k contexts; and batched paged decode == a loop of single-sequence
+// LSE, f32 and bf16, 32k contexts, key ranges cut into pieces (the same bits on any OpenMP
+// team); and batched paged decode == a loop of single-sequence
 // decodes == dense float64 attention.
 #include "kvattn/kernels/decode_attention.h"
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <cstring>
@@ -229,6 +231,62 @@ TEST(DecodeAttention, LongContext32k) {
       cfg.v_lo = -0.5f;
       cfg.v_hi = 1.5f;
       run_case(c, seed, cfg, rng);
+    }
+  }
+}
+
+// Few items with long key ranges are cut into pieces of their keys and merged
+// (src/kernels/cpu/attention_work_plan.h). The cut depends on the shape only, so the output
+// and LSE are the same bits for any OpenMP team, and they match the float64 reference.
+TEST(DecodeAttention, CutKeyRangesGiveTheSameBitsOnAnyTeam) {
+  struct Shape {
+    int64_t q_len, hkv, group, d, bs;
+    std::vector<int64_t> lens;
+  };
+  const std::vector<Shape> shapes = {
+      {1, 3, 3, 64, 16, {8191}},            // SmolLM2's heads, one sequence
+      {3, 2, 4, 128, 1, {4999, 0, 2}},      // q_len 3, a padding row, page 1
+      {1, 1, 8, 64, 256, {3000, 700, 1}},   // one KV head, ragged
+  };
+  const int before = omp_get_max_threads();
+  int c = 3000;
+  for (const Shape& s : shapes) {
+    for (DType dt : {DType::kF32, DType::kBF16}) {
+      ++c;
+      if (!test::case_selected(c)) continue;
+      const uint64_t seed = test::case_seed();
+      std::mt19937_64 rng(seed);
+      Config cfg;
+      cfg.dt = dt;
+      cfg.q_len = s.q_len;
+      cfg.hkv = s.hkv;
+      cfg.group = s.group;
+      cfg.d = s.d;
+      cfg.bs = s.bs;
+      cfg.lens = s.lens;
+      cfg.q_range = 3.0f;
+      SCOPED_TRACE(test::case_note(c, seed, cfg.describe()));
+      Built t = build(cfg, rng);
+      std::vector<std::vector<uint8_t>> outs, lses;
+      for (int team : {1, 2, 3}) {
+        omp_set_num_threads(team);
+        test::poison(t.out.view);
+        test::poison(t.lse.view());
+        ASSERT_NO_THROW(decode_attention(args_for(cfg, t))) << "team " << team;
+        const auto* o = static_cast<const uint8_t*>(t.out.storage.data());
+        const auto* l = static_cast<const uint8_t*>(t.lse.data());
+        outs.emplace_back(o, o + t.out.storage.nbytes());
+        lses.emplace_back(l, l + t.lse.nbytes());
+      }
+      omp_set_num_threads(before);
+      EXPECT_TRUE(outs[1] == outs[0] && outs[2] == outs[0]) << "output differs between teams";
+      EXPECT_TRUE(lses[1] == lses[0] && lses[2] == lses[0]) << "LSE differs between teams";
+      const test::RefAttention ref =
+          test::decode_reference(t.q.view, t.kv.k_cache, t.kv.v_cache, t.kv.block_table,
+                                 t.lens, cfg.q_len, scale_of(cfg), cfg.causal);
+      test::expect_attention_close(ref, t.out.view, t.lse.view(),
+                                   std::string("decode ") + std::string(dtype_name(cfg.dt)),
+                                   "cut " + std::to_string(c));
     }
   }
 }

@@ -1,16 +1,18 @@
 // CPU attention backend, shared by prefill (packed or paged keys) and decode (paged keys).
 //
-// Work is split into items (sequence, KV head, tile of query rows); OpenMP threads take
-// items dynamically. Each item runs a blocked online softmax: key tiles of kKeyTile rows
-// are visited once for all query heads of the GQA group and all rows of the tile, so every
-// K/V byte of a (sequence, KV head) is read once per query tile, and no O(L^2) temporary is
-// ever formed. Arithmetic is float32; bf16/f16 tiles are converted once per tile, and a
-// float8_e4m3 cache is dequantised there too (table[code] * scale of the KV head), so the
-// kernel computes on exactly the values e4m3(stored) * scale. Each query row sees one
-// contiguous key range (causal, sliding window: key_range); an item visits only the union of
-// its rows' ranges, so the keys before a sliding window are never read. Softcap and ALiBi
-// change the score tile before the online softmax; a decode's cache_leftpad moves where a
-// sequence's key 0 lives (Sequence::k_begin). The tile
+// Work is split into items (sequence, KV head, tile of query rows); an item with many keys
+// in a problem of few items is cut into pieces of its key range (attention_work_plan.h: a
+// single decoding sequence has one item per KV head), attended independently and merged by
+// their maxima and sums. OpenMP threads take pieces dynamically. Each piece runs a blocked
+// online softmax: key tiles of kKeyTile rows are visited once for all query heads of the GQA
+// group and all rows of the tile, so every K/V byte of a (sequence, KV head) is read once per
+// query tile, and no O(L^2) temporary is ever formed. Arithmetic is float32; bf16/f16 tiles
+// are converted once per tile, and a float8_e4m3 cache is dequantised there too
+// (table[code] * scale of the KV head), so the kernel computes on exactly the values
+// e4m3(stored) * scale. Each query row sees one contiguous key range (causal, sliding window:
+// key_range); an item visits only the union of its rows' ranges, so the keys before a sliding
+// window are never read. Softcap and ALiBi change the score tile before the online softmax; a
+// decode's cache_leftpad moves where a sequence's key 0 lives (Sequence::k_begin). The tile
 // loops (scores, exp, weighted sum of V) run AVX2+FMA code when the CPU has it
 // (attention_tile_math.h).
 #include <algorithm>
@@ -21,6 +23,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/cpu/attention_tile_math.h"
+#include "kernels/cpu/attention_work_plan.h"
 
 namespace kvattn::cpu {
 namespace {
@@ -126,9 +129,7 @@ void prefetch_tile(const Problem<T, KV>& p, const KV* base, int64_t stride, cons
 // Keys visible to query row i: [begin, end) (empty when begin >= end). Bottom-right aligned:
 // with offset = k_len - q_len, key j is visible iff i + offset - left <= j <= i + offset +
 // right, each bound only when it is >= 0 (flash-attn's window_size).
-struct KeyRange {
-  int64_t begin, end;
-};
+using KeyRange = KeySpan;
 template <typename P>
 KeyRange key_range(const P& p, int64_t i, int64_t q_len, int64_t k_len) {
   const int64_t diag = i + k_len - q_len;
@@ -160,11 +161,20 @@ inline void apply_alibi(float* s, int64_t n, float slope, int64_t diag, int64_t 
   }
 }
 
+// Rows of an item: (query row, head of the group) pairs.
+inline int64_t item_rows(const WorkItem& w, int64_t group) {
+  return (w.row_end - w.row_begin) * group;
+}
+
+// Runs the online softmax of item w's rows over its keys in `keys` (a tile-aligned part of
+// item_range, or all of it), leaving each row's unnormalised output in sc.acc, its running
+// maximum in sc.m and its sum in sc.l (-inf and 0 for a row that saw none of these keys).
 template <typename T, typename KV>
-void run_item(const Problem<T, KV>& p, const Sequence& s, const WorkItem& w, Scratch& sc) {
+void attend(const Problem<T, KV>& p, const Sequence& s, const WorkItem& w, KeyRange keys,
+            Scratch& sc) {
   const TileMath& math = tile_math();
   const int64_t d = p.head_dim, g = p.group;
-  const int64_t rows = (w.row_end - w.row_begin) * g;  // (query row, head in group) pairs
+  const int64_t rows = item_rows(w, g);
   sc.q.resize(rows * d);
   sc.acc.assign(rows * d, 0.0f);
   sc.m.assign(rows, -std::numeric_limits<float>::infinity());
@@ -184,7 +194,6 @@ void run_item(const Problem<T, KV>& p, const Sequence& s, const WorkItem& w, Scr
     }
   }
 
-  const KeyRange keys = item_range(p, s, w);
   const int64_t k_end = keys.end;
   for (int64_t j0 = keys.begin; j0 < k_end; j0 += kKeyTile) {
     const int64_t j1 = std::min(j0 + kKeyTile, k_end);
@@ -218,8 +227,14 @@ void run_item(const Problem<T, KV>& p, const Sequence& s, const WorkItem& w, Scr
       sc.m[r] = m_new;
     }
   }
+}
 
-  for (int64_t r = 0; r < rows; ++r) {
+// Writes item w's output rows (and LSE) from the online-softmax state in sc.
+template <typename T, typename KV>
+void write_rows(const Problem<T, KV>& p, const Sequence& s, const WorkItem& w,
+                const Scratch& sc) {
+  const int64_t d = p.head_dim, g = p.group;
+  for (int64_t r = 0; r < item_rows(w, g); ++r) {
     const int64_t i = w.row_begin + r / g;
     const int64_t h = w.kv_head * g + r % g;
     const float l = sc.l[r];
@@ -234,6 +249,39 @@ void run_item(const Problem<T, KV>& p, const Sequence& s, const WorkItem& w, Scr
   }
 }
 
+// A piece's partial state in its slot: acc [rows * d], then m [rows], then l [rows].
+inline int64_t partial_floats(int64_t rows, int64_t d) { return rows * (d + 2); }
+
+void save_partial(const Scratch& sc, int64_t rows, int64_t d, float* slot) {
+  std::copy(sc.acc.begin(), sc.acc.begin() + rows * d, slot);
+  std::copy(sc.m.begin(), sc.m.begin() + rows, slot + rows * d);
+  std::copy(sc.l.begin(), sc.l.begin() + rows, slot + rows * (d + 1));
+}
+
+// Merges `parts` consecutive partial states (in key order) into sc: each row's maximum M over
+// the parts, then sum and output weighted by exp(m_part - M). A row no part saw keeps -inf and
+// 0 (zeros out).
+void merge_partials(const float* first, int64_t parts, int64_t rows, int64_t d, Scratch& sc) {
+  const int64_t stride = partial_floats(rows, d);
+  sc.acc.assign(rows * d, 0.0f);
+  sc.m.assign(rows, -std::numeric_limits<float>::infinity());
+  sc.l.assign(rows, 0.0f);
+  for (int64_t r = 0; r < rows; ++r) {
+    float m = -std::numeric_limits<float>::infinity();
+    for (int64_t k = 0; k < parts; ++k) m = std::max(m, first[k * stride + rows * d + r]);
+    if (m == -std::numeric_limits<float>::infinity()) continue;
+    float* acc = sc.acc.data() + r * d;
+    for (int64_t k = 0; k < parts; ++k) {
+      const float* slot = first + k * stride;
+      const float weight = std::exp(slot[rows * d + r] - m);  // 0 for a part without keys
+      sc.l[r] += weight * slot[rows * (d + 1) + r];
+      const float* part_acc = slot + r * d;
+      for (int64_t x = 0; x < d; ++x) acc[x] += weight * part_acc[x];
+    }
+    sc.m[r] = m;
+  }
+}
+
 template <typename T, typename KV>
 void run(const Problem<T, KV>& p, const std::vector<Sequence>& seqs) {
   std::vector<WorkItem> items;
@@ -244,19 +292,50 @@ void run(const Problem<T, KV>& p, const std::vector<Sequence>& seqs) {
       }
     }
   }
-  // Longest key ranges first, so the dynamic schedule ends balanced.
-  const auto cost = [&](const WorkItem& w) {
-    const KeyRange r = item_range(p, seqs[w.seq], w);
-    return r.end - r.begin;
-  };
-  std::stable_sort(items.begin(), items.end(),
-                   [&](const WorkItem& a, const WorkItem& b) { return cost(a) > cost(b); });
-  const auto n = static_cast<int64_t>(items.size());
+  std::vector<KeySpan> item_keys(items.size());
+  std::vector<int64_t> item_partial(items.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    item_keys[i] = item_range(p, seqs[items[i].seq], items[i]);
+    item_partial[i] = partial_floats(item_rows(items[i], p.group), p.head_dim);
+  }
+  WorkPlanLimits limits;
+  limits.key_tile = kKeyTile;
+  const WorkPlan plan = plan_work(item_keys, item_partial, limits);
+  // Slot k of the partial states starts at slot_offset[k] (items differ in rows).
+  std::vector<int64_t> slot_offset(plan.num_parts + 1, 0);
+  for (const WorkPlan::CutItem& c : plan.cut_items) {
+    for (int64_t k = 0; k < c.parts; ++k) {
+      slot_offset[c.first_part + k + 1] = slot_offset[c.first_part + k] + item_partial[c.item];
+    }
+  }
+  std::vector<float> partials(slot_offset.back());
+
+  const auto pieces = static_cast<int64_t>(plan.pieces.size());
+  const auto cut = static_cast<int64_t>(plan.cut_items.size());
 #pragma omp parallel
   {
     Scratch scratch;
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t w = 0; w < n; ++w) run_item(p, seqs[items[w].seq], items[w], scratch);
+    for (int64_t k = 0; k < pieces; ++k) {
+      const WorkPiece& piece = plan.pieces[k];
+      const WorkItem& w = items[piece.item];
+      const Sequence& s = seqs[w.seq];
+      attend(p, s, w, piece.keys, scratch);
+      if (piece.part < 0) {
+        write_rows(p, s, w, scratch);
+      } else {
+        save_partial(scratch, item_rows(w, p.group), p.head_dim,
+                     partials.data() + slot_offset[piece.part]);
+      }
+    }
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t c = 0; c < cut; ++c) {
+      const WorkPlan::CutItem& ci = plan.cut_items[c];
+      const WorkItem& w = items[ci.item];
+      merge_partials(partials.data() + slot_offset[ci.first_part], ci.parts,
+                     item_rows(w, p.group), p.head_dim, scratch);
+      write_rows(p, seqs[w.seq], w, scratch);
+    }
   }
 }
 
