@@ -52,8 +52,8 @@ TEST(TileMath, ScoresAndWeightedSumMatchFloat64) {
   std::normal_distribution<float> nd(0.0f, 1.0f);
   for (const TileMath* m : variants()) {
     SCOPED_TRACE(m->name);
-    for (int64_t d : {1, 15, 16, 64, 80, 128, 131}) {
-      for (int64_t n : {1, 2, 7, 64}) {
+    for (int64_t d : {1, 8, 15, 16, 24, 64, 80, 96, 128, 131, 256}) {
+      for (int64_t n : {1, 2, 7, 9, 15, 64}) {
         std::vector<float> q(d), k(n * d), v(n * d), acc(d), p(n);
         for (auto* buf : {&q, &k, &v, &acc}) for (auto& e : *buf) e = nd(rng);
         std::vector<const float*> k_rows(n), v_rows(n);

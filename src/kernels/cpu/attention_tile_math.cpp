@@ -1,5 +1,7 @@
 #include "kernels/cpu/attention_tile_math.h"
 
+#include <immintrin.h>
+
 #include <cstring>
 
 namespace kvattn::cpu {
@@ -67,11 +69,92 @@ __attribute__((always_inline)) inline float exp_nonpositive(float x) {
   }
 
 KVATTN_TILE_LOOPS(, generic)
-KVATTN_TILE_LOOPS(__attribute__((target("avx2,fma"))), avx2)
+KVATTN_TILE_LOOPS(__attribute__((target("avx2,fma"))), avx2_loops)
 #undef KVATTN_TILE_LOOPS
 
+// The AVX2 forms for head dims that are whole 8-float vectors (64, 80, 96, 128, 256); other
+// dims take the vectorised loops above.
+#define KVATTN_AVX2 __attribute__((target("avx2,fma"), always_inline)) inline
+
+// Sums of the 8 lanes of each of a[0..7], as one vector: lane j = sum of a[j]'s lanes.
+KVATTN_AVX2 __m256 transpose_sums(const __m256* a) {
+  const __m256 s01 = _mm256_hadd_ps(a[0], a[1]), s23 = _mm256_hadd_ps(a[2], a[3]);
+  const __m256 s45 = _mm256_hadd_ps(a[4], a[5]), s67 = _mm256_hadd_ps(a[6], a[7]);
+  const __m256 s0123 = _mm256_hadd_ps(s01, s23), s4567 = _mm256_hadd_ps(s45, s67);
+  // s0123 holds {0,1,2,3} sums of the low halves then of the high halves; likewise s4567.
+  const __m256 lo = _mm256_permute2f128_ps(s0123, s4567, 0x20);
+  const __m256 hi = _mm256_permute2f128_ps(s0123, s4567, 0x31);
+  return _mm256_add_ps(lo, hi);
+}
+
+KVATTN_AVX2 float horizontal_sum(__m256 a) {
+  const __m128 h = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+  const __m128 q = _mm_add_ps(h, _mm_movehl_ps(h, h));
+  return _mm_cvtss_f32(_mm_add_ss(q, _mm_movehdup_ps(q)));
+}
+
+// Eight keys at a time, one accumulator each, q loaded once per 8 keys; the eight sums leave
+// through one transposing reduction instead of eight horizontal ones.
+__attribute__((target("avx2,fma"))) void scores_avx2(const float* q, const float* const* k_rows,
+                                                     int64_t n, int64_t d, float* s) {
+  if (d % 8 != 0) return scores_avx2_loops(q, k_rows, n, d, s);
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    __m256 acc[8];
+    for (int r = 0; r < 8; ++r) acc[r] = _mm256_setzero_ps();
+    for (int64_t x = 0; x < d; x += 8) {
+      const __m256 qv = _mm256_loadu_ps(q + x);
+      for (int r = 0; r < 8; ++r) {
+        acc[r] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k_rows[j + r] + x), acc[r]);
+      }
+    }
+    _mm256_storeu_ps(s + j, transpose_sums(acc));
+  }
+  for (; j < n; ++j) {
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t x = 0; x < d; x += 8) {
+      acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + x), _mm256_loadu_ps(k_rows[j] + x), acc);
+    }
+    s[j] = horizontal_sum(acc);
+  }
+}
+
+// acc[c .. c + 8R) over all n keys in R registers: loaded and stored once per tile.
+template <int R>
+KVATTN_AVX2 void axpy_columns(float* acc, float corr, const float* p,
+                              const float* const* v_rows, int64_t n, int64_t c) {
+  const __m256 cv = _mm256_set1_ps(corr);
+  __m256 a[R];
+  for (int i = 0; i < R; ++i) a[i] = _mm256_mul_ps(_mm256_loadu_ps(acc + c + 8 * i), cv);
+  for (int64_t j = 0; j < n; ++j) {
+    const __m256 pj = _mm256_set1_ps(p[j]);
+    const float* v = v_rows[j] + c;
+    for (int i = 0; i < R; ++i) a[i] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(v + 8 * i), a[i]);
+  }
+  for (int i = 0; i < R; ++i) _mm256_storeu_ps(acc + c + 8 * i, a[i]);
+}
+
+__attribute__((target("avx2,fma"))) void axpy_avx2(float* acc, float corr, const float* p,
+                                                   const float* const* v_rows, int64_t n,
+                                                   int64_t d) {
+  if (d % 8 != 0) return axpy_avx2_loops(acc, corr, p, v_rows, n, d);
+  int64_t c = 0;
+  for (; c + 64 <= d; c += 64) axpy_columns<8>(acc, corr, p, v_rows, n, c);
+  switch ((d - c) / 8) {
+    case 1: axpy_columns<1>(acc, corr, p, v_rows, n, c); break;
+    case 2: axpy_columns<2>(acc, corr, p, v_rows, n, c); break;
+    case 3: axpy_columns<3>(acc, corr, p, v_rows, n, c); break;
+    case 4: axpy_columns<4>(acc, corr, p, v_rows, n, c); break;
+    case 5: axpy_columns<5>(acc, corr, p, v_rows, n, c); break;
+    case 6: axpy_columns<6>(acc, corr, p, v_rows, n, c); break;
+    case 7: axpy_columns<7>(acc, corr, p, v_rows, n, c); break;
+    default: break;
+  }
+}
+#undef KVATTN_AVX2
+
 const TileMath kGeneric{scores_generic, softmax_generic, axpy_generic, "generic"};
-const TileMath kAvx2{scores_avx2, softmax_avx2, axpy_avx2, "avx2"};
+const TileMath kAvx2{scores_avx2, softmax_avx2_loops, axpy_avx2, "avx2"};
 
 bool cpu_has_avx2() {
   __builtin_cpu_init();
