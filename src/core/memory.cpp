@@ -1,5 +1,6 @@
 #include "memory.h"
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
@@ -45,6 +46,8 @@ constexpr std::size_t kHugePage = std::size_t{2} << 20;
 
 void* host_malloc(std::size_t bytes) {
   const std::size_t align = bytes >= kHugePage ? kHugePage : 64;
+  KVATTN_CHECK(bytes <= SIZE_MAX - align, "Tensor::empty: cannot allocate ", bytes,
+               " bytes on cpu");
   const std::size_t size = (bytes + align - 1) / align * align;
   void* p = std::aligned_alloc(align, size);
   KVATTN_CHECK(p != nullptr, "Tensor::empty: cannot allocate ", bytes, " bytes on cpu");
