@@ -150,6 +150,7 @@ void BM_Prefill(benchmark::State& state) {
       benchmark::Counter(flops * state.iterations() / 1e9, benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_Prefill)
+    ->Args({1, 2048, 9, 3, 64})  // SmolLM2-135M's heads
     ->Args({4, 1024, 32, 8, 128})
     ->Args({2, 1024, 16, 4, 64})
     ->Args({2, 1024, 16, 4, 80})

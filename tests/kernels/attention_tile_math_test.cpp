@@ -1,6 +1,7 @@
 // The CPU attention tile loops (kernels/cpu/attention_tile_math.h), generic and AVX2 (when
 // this CPU has it), against float64 on fresh random tiles: the polynomial exp, the score
-// dot products and the rescaled weighted sum of V rows.
+// dot products and the rescaled weighted sum of V rows, one row at a time and in row blocks
+// (every block height the AVX2 form splits into: 1-13 rows).
 #include "kernels/cpu/attention_tile_math.h"
 
 #include <gtest/gtest.h>
@@ -44,6 +45,12 @@ TEST(TileMath, ExpMatchesFloat64AcrossItsRange) {
     }
     // A float32 sum of ~5000 positive terms: worst case about (n / lanes) * 2^-24 relative.
     EXPECT_NEAR(sum, want_sum, 1e-4 * want_sum);
+    // NaN stays NaN, in a vector's lanes and in the tail alike.
+    std::vector<float> bad(11, -1.0f);
+    bad[3] = bad[10] = std::nanf("");
+    m->softmax(bad.data(), 11, 0.0f);
+    EXPECT_TRUE(std::isnan(bad[3]) && std::isnan(bad[10]));
+    EXPECT_FLOAT_EQ(bad[0], std::exp(-1.0f));
   }
 }
 
@@ -82,6 +89,58 @@ TEST(TileMath, ScoresAndWeightedSumMatchFloat64) {
         m->axpy(acc.data(), corr, p.data(), v_rows.data(), n, d);
         for (int64_t x = 0; x < d; ++x) {
           ASSERT_NEAR(acc[x], want[x], 1e-5 * (1.0 + std::abs(want[x]))) << "d " << d << " n " << n;
+        }
+      }
+    }
+  }
+}
+
+TEST(TileMath, RowBlocksMatchFloat64) {
+  std::mt19937_64 rng(std::random_device{}());
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  constexpr int64_t kts = 64;  // the backend's key tile: K^T rows and score rows of 64 floats
+  for (const TileMath* m : variants()) {
+    SCOPED_TRACE(m->name);
+    for (int64_t d : {8, 16, 40, 64, 80, 128, 256}) {
+      for (int64_t rows : {1, 2, 5, 6, 7, 12, 13}) {
+        for (int64_t n : {1, 16, 29, 64}) {
+          const int64_t nk = (n + 15) / 16 * 16;
+          std::vector<float> q(rows * d), kt(d * kts), v(n * d), acc(rows * d), corr(rows);
+          std::vector<float> p(rows * kts);
+          for (auto* buf : {&q, &kt, &v, &acc, &corr, &p}) for (auto& e : *buf) e = nd(rng);
+          std::vector<float> s(rows * kts, std::nanf(""));
+          m->scores_rows(q.data(), rows, d, kt.data(), kts, nk, s.data(), kts);
+          for (int64_t r = 0; r < rows; ++r) {
+            for (int64_t j = 0; j < nk; ++j) {
+              double want = 0.0, mag = 0.0;
+              for (int64_t x = 0; x < d; ++x) {
+                const double t = static_cast<double>(q[r * d + x]) * kt[x * kts + j];
+                want += t;
+                mag += std::abs(t);
+              }
+              ASSERT_NEAR(s[r * kts + j], want, 1e-6 * mag + 1e-30)
+                  << "d " << d << " rows " << rows << " nk " << nk << " r " << r << " j " << j;
+            }
+            for (int64_t j = nk; j < kts; ++j) {
+              ASSERT_TRUE(std::isnan(s[r * kts + j])) << "wrote past nk: r " << r << " j " << j;
+            }
+          }
+          std::vector<const float*> v_rows(n);
+          for (int64_t j = 0; j < n; ++j) v_rows[j] = v.data() + (n - 1 - j) * d;  // any order
+          std::vector<double> want(rows * d);
+          for (int64_t r = 0; r < rows; ++r) {
+            for (int64_t x = 0; x < d; ++x) {
+              want[r * d + x] = static_cast<double>(acc[r * d + x]) * corr[r];
+              for (int64_t j = 0; j < n; ++j) {
+                want[r * d + x] += static_cast<double>(p[r * kts + j]) * v_rows[j][x];
+              }
+            }
+          }
+          m->axpy_rows(acc.data(), rows, d, corr.data(), p.data(), kts, v_rows.data(), n);
+          for (int64_t k = 0; k < rows * d; ++k) {
+            ASSERT_NEAR(acc[k], want[k], 1e-5 * (1.0 + std::abs(want[k])))
+                << "d " << d << " rows " << rows << " n " << n << " at " << k;
+          }
         }
       }
     }

@@ -44,6 +44,7 @@ __attribute__((always_inline)) inline float exp_nonpositive(float x) {
       s[j] = t;                                                                               \
     }                                                                                         \
   }                                                                                           \
+  [[maybe_unused]]                                                                            \
   ATTR float softmax_##SUFFIX(float* s, int64_t n, float m) {                                 \
     float sum = 0.0f;                                                                         \
     _Pragma("omp simd reduction(+ : sum)") for (int64_t j = 0; j < n; ++j) {                  \
@@ -65,6 +66,26 @@ __attribute__((always_inline)) inline float exp_nonpositive(float x) {
       const float pj = p[j];                                                                  \
       const float* v = v_rows[j];                                                             \
       _Pragma("omp simd") for (int64_t x = 0; x < d; ++x) acc[x] += pj * v[x];                \
+    }                                                                                         \
+  }                                                                                           \
+  [[maybe_unused]]                                                                            \
+  ATTR void scores_rows_##SUFFIX(const float* q, int64_t rows, int64_t d, const float* kt,    \
+                                 int64_t kts, int64_t nk, float* s, int64_t ss) {             \
+    for (int64_t r = 0; r < rows; ++r) {                                                      \
+      float* sr = s + r * ss;                                                                 \
+      for (int64_t j = 0; j < nk; ++j) sr[j] = 0.0f;                                          \
+      for (int64_t x = 0; x < d; ++x) {                                                       \
+        const float qx = q[r * d + x];                                                        \
+        const float* kx = kt + x * kts;                                                       \
+        _Pragma("omp simd") for (int64_t j = 0; j < nk; ++j) sr[j] += qx * kx[j];             \
+      }                                                                                       \
+    }                                                                                         \
+  }                                                                                           \
+  ATTR void axpy_rows_##SUFFIX(float* acc, int64_t rows, int64_t d, const float* corr,       \
+                               const float* p, int64_t ps, const float* const* v_rows,        \
+                               int64_t n) {                                                   \
+    for (int64_t r = 0; r < rows; ++r) {                                                      \
+      axpy_##SUFFIX(acc + r * d, corr[r], p + r * ps, v_rows, n, d);                          \
     }                                                                                         \
   }
 
@@ -91,6 +112,45 @@ KVATTN_AVX2 float horizontal_sum(__m256 a) {
   const __m128 h = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
   const __m128 q = _mm_add_ps(h, _mm_movehl_ps(h, h));
   return _mm_cvtss_f32(_mm_add_ss(q, _mm_movehdup_ps(q)));
+}
+
+// exp_nonpositive on 8 lanes, the same steps (NaN stays NaN: max(lo, x) returns x for a NaN x;
+// below -87.3, -inf included, 0).
+KVATTN_AVX2 __m256 exp_nonpositive8(__m256 x) {
+  const __m256 lo = _mm256_set1_ps(-87.3f);
+  const __m256 xc = _mm256_max_ps(lo, x);
+  const __m256 n = _mm256_floor_ps(
+      _mm256_fmadd_ps(xc, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f)));
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), xc);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_add_ps(_mm256_fmadd_ps(_mm256_mul_ps(p, r), r, r), _mm256_set1_ps(1.0f));
+  const __m256i bits =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(n), _mm256_set1_epi32(127)), 23);
+  const __m256 e = _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
+  return _mm256_andnot_ps(_mm256_cmp_ps(x, lo, _CMP_LT_OQ), e);
+}
+
+__attribute__((target("avx2,fma"))) float softmax_avx2(float* s, int64_t n, float m) {
+  const __m256 mv = _mm256_set1_ps(m);
+  __m256 sum = _mm256_setzero_ps();
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const __m256 e = exp_nonpositive8(_mm256_sub_ps(_mm256_loadu_ps(s + j), mv));
+    _mm256_storeu_ps(s + j, e);
+    sum = _mm256_add_ps(sum, e);
+  }
+  float total = horizontal_sum(sum);
+  for (; j < n; ++j) {
+    s[j] = exp_nonpositive(s[j] - m);
+    total += s[j];
+  }
+  return total;
 }
 
 // Eight keys at a time, one accumulator each, q loaded once per 8 keys; the eight sums leave
@@ -151,10 +211,107 @@ __attribute__((target("avx2,fma"))) void axpy_avx2(float* acc, float corr, const
     default: break;
   }
 }
+// R query rows x 16 keys (two vectors) in 2R registers; per head_dim step two key loads and R
+// query broadcasts feed 2R FMAs.
+template <int R>
+KVATTN_AVX2 void scores_block(const float* q, int64_t d, const float* kt, int64_t kts,
+                              int64_t j, float* s, int64_t ss) {
+  __m256 a[R][2];
+  for (int r = 0; r < R; ++r) a[r][0] = a[r][1] = _mm256_setzero_ps();
+  for (int64_t x = 0; x < d; ++x) {
+    const __m256 k0 = _mm256_loadu_ps(kt + x * kts + j);
+    const __m256 k1 = _mm256_loadu_ps(kt + x * kts + j + 8);
+    for (int r = 0; r < R; ++r) {
+      const __m256 qb = _mm256_broadcast_ss(q + r * d + x);
+      a[r][0] = _mm256_fmadd_ps(qb, k0, a[r][0]);
+      a[r][1] = _mm256_fmadd_ps(qb, k1, a[r][1]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    _mm256_storeu_ps(s + r * ss + j, a[r][0]);
+    _mm256_storeu_ps(s + r * ss + j + 8, a[r][1]);
+  }
+}
+
+__attribute__((target("avx2,fma"))) void scores_rows_avx2(const float* q, int64_t rows,
+                                                          int64_t d, const float* kt,
+                                                          int64_t kts, int64_t nk, float* s,
+                                                          int64_t ss) {
+  int64_t r = 0;
+  for (; r + 6 <= rows; r += 6) {
+    for (int64_t j = 0; j < nk; j += 16) scores_block<6>(q + r * d, d, kt, kts, j, s + r * ss, ss);
+  }
+  const int64_t left = rows - r;
+  for (int64_t j = 0; j < nk; j += 16) {
+    switch (left) {
+      case 1: scores_block<1>(q + r * d, d, kt, kts, j, s + r * ss, ss); break;
+      case 2: scores_block<2>(q + r * d, d, kt, kts, j, s + r * ss, ss); break;
+      case 3: scores_block<3>(q + r * d, d, kt, kts, j, s + r * ss, ss); break;
+      case 4: scores_block<4>(q + r * d, d, kt, kts, j, s + r * ss, ss); break;
+      case 5: scores_block<5>(q + r * d, d, kt, kts, j, s + r * ss, ss); break;
+      default: break;
+    }
+  }
+}
+
+// R rows x 16 head_dim columns (two vectors) of acc in 2R registers over all n keys; per key
+// two V loads and R probability broadcasts feed 2R FMAs.
+template <int R>
+KVATTN_AVX2 void axpy_block(float* acc, int64_t d, const float* corr, const float* p,
+                            int64_t ps, const float* const* v_rows, int64_t n, int64_t c) {
+  __m256 a[R][2];
+  for (int r = 0; r < R; ++r) {
+    const __m256 cr = _mm256_set1_ps(corr[r]);
+    a[r][0] = _mm256_mul_ps(_mm256_loadu_ps(acc + r * d + c), cr);
+    a[r][1] = _mm256_mul_ps(_mm256_loadu_ps(acc + r * d + c + 8), cr);
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    const __m256 v0 = _mm256_loadu_ps(v_rows[j] + c);
+    const __m256 v1 = _mm256_loadu_ps(v_rows[j] + c + 8);
+    for (int r = 0; r < R; ++r) {
+      const __m256 pb = _mm256_broadcast_ss(p + r * ps + j);
+      a[r][0] = _mm256_fmadd_ps(pb, v0, a[r][0]);
+      a[r][1] = _mm256_fmadd_ps(pb, v1, a[r][1]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    _mm256_storeu_ps(acc + r * d + c, a[r][0]);
+    _mm256_storeu_ps(acc + r * d + c + 8, a[r][1]);
+  }
+}
+
+__attribute__((target("avx2,fma"))) void axpy_rows_avx2(float* acc, int64_t rows, int64_t d,
+                                                        const float* corr, const float* p,
+                                                        int64_t ps,
+                                                        const float* const* v_rows, int64_t n) {
+  if (d % 16 != 0) return axpy_rows_avx2_loops(acc, rows, d, corr, p, ps, v_rows, n);
+  int64_t r = 0;
+  for (; r + 6 <= rows; r += 6) {
+    for (int64_t c = 0; c < d; c += 16) {
+      axpy_block<6>(acc + r * d, d, corr + r, p + r * ps, ps, v_rows, n, c);
+    }
+  }
+  const int64_t left = rows - r;
+  float* ar = acc + r * d;
+  const float* cr = corr + r;
+  const float* pr = p + r * ps;
+  for (int64_t c = 0; c < d; c += 16) {
+    switch (left) {
+      case 1: axpy_block<1>(ar, d, cr, pr, ps, v_rows, n, c); break;
+      case 2: axpy_block<2>(ar, d, cr, pr, ps, v_rows, n, c); break;
+      case 3: axpy_block<3>(ar, d, cr, pr, ps, v_rows, n, c); break;
+      case 4: axpy_block<4>(ar, d, cr, pr, ps, v_rows, n, c); break;
+      case 5: axpy_block<5>(ar, d, cr, pr, ps, v_rows, n, c); break;
+      default: break;
+    }
+  }
+}
 #undef KVATTN_AVX2
 
-const TileMath kGeneric{scores_generic, softmax_generic, axpy_generic, "generic"};
-const TileMath kAvx2{scores_avx2, softmax_avx2_loops, axpy_avx2, "avx2"};
+const TileMath kGeneric{scores_generic, softmax_generic, axpy_generic, scores_rows_generic,
+                        axpy_rows_generic, "generic"};
+const TileMath kAvx2{scores_avx2, softmax_avx2, axpy_avx2, scores_rows_avx2,
+                     axpy_rows_avx2, "avx2"};
 
 bool cpu_has_avx2() {
   __builtin_cpu_init();
