@@ -35,6 +35,18 @@ void online_softmax_row(const Problem<T, KV>& p, const Sequence& s, const WorkIt
   sc.m[r] = m_new;
 }
 
+// Points sc.k_rows / sc.v_rows at keys j0 .. j1 - 1 as float rows, and asks for the next
+// tile (up to `end`) ahead of use.
+template <typename T, typename KV>
+void load_kv_tile(const Problem<T, KV>& p, const Sequence& s, const WorkItem& w, int64_t j0,
+                  int64_t j1, int64_t end, Scratch& sc) {
+  const int64_t next_end = std::min(j1 + kKeyTile, end);
+  prefetch_tile(p, p.k, p.k_stride, s, j1, next_end, w.kv_head);
+  prefetch_tile(p, p.v, p.v_stride, s, j1, next_end, w.kv_head);
+  load_tile(p, p.k, p.k_stride, p.k_scale, s, j0, j1, w.kv_head, sc.k_tile, sc.k_rows);
+  load_tile(p, p.v, p.v_stride, p.v_scale, s, j0, j1, w.kv_head, sc.v_tile, sc.v_rows);
+}
+
 // attend's row-block form: per key tile, K is transposed (columns past the tile zeroed up to
 // a multiple of 16), every row's scores come from one scores_rows call, each row's visible
 // keys go through the online softmax (its masked keys get probability 0, a row without a
@@ -50,11 +62,7 @@ void attend_rows(const Problem<T, KV>& p, const Sequence& s, const WorkItem& w, 
   for (int64_t j0 = keys.begin; j0 < keys.end; j0 += kKeyTile) {
     const int64_t j1 = std::min(j0 + kKeyTile, keys.end);
     const int64_t n = j1 - j0, nk = (n + 15) / 16 * 16;
-    const int64_t next_end = std::min(j1 + kKeyTile, keys.end);
-    prefetch_tile(p, p.k, p.k_stride, s, j1, next_end, w.kv_head);
-    prefetch_tile(p, p.v, p.v_stride, s, j1, next_end, w.kv_head);
-    load_tile(p, p.k, p.k_stride, p.k_scale, s, j0, j1, w.kv_head, sc.k_tile, sc.k_rows);
-    load_tile(p, p.v, p.v_stride, p.v_scale, s, j0, j1, w.kv_head, sc.v_tile, sc.v_rows);
+    load_kv_tile(p, s, w, j0, j1, keys.end, sc);
     // Row by row, so each K row is read contiguously.
     for (int64_t j = 0; j < n; ++j) {
       const float* k = sc.k_rows[j];
@@ -120,11 +128,7 @@ void attend(const Problem<T, KV>& p, const Sequence& s, const WorkItem& w, KeyRa
   const int64_t k_end = keys.end;
   for (int64_t j0 = keys.begin; j0 < k_end; j0 += kKeyTile) {
     const int64_t j1 = std::min(j0 + kKeyTile, k_end);
-    const int64_t next_end = std::min(j1 + kKeyTile, k_end);
-    prefetch_tile(p, p.k, p.k_stride, s, j1, next_end, w.kv_head);
-    prefetch_tile(p, p.v, p.v_stride, s, j1, next_end, w.kv_head);
-    load_tile(p, p.k, p.k_stride, p.k_scale, s, j0, j1, w.kv_head, sc.k_tile, sc.k_rows);
-    load_tile(p, p.v, p.v_stride, p.v_scale, s, j0, j1, w.kv_head, sc.v_tile, sc.v_rows);
+    load_kv_tile(p, s, w, j0, j1, k_end, sc);
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t i = w.row_begin + r / g;
       const KeyRange row = key_range(p, i, s.q_len, s.k_len);

@@ -211,25 +211,34 @@ __attribute__((target("avx2,fma"))) void axpy_avx2(float* acc, float corr, const
     default: break;
   }
 }
-// R query rows x 16 keys (two vectors) in 2R registers; per head_dim step two key loads and R
-// query broadcasts feed 2R FMAs.
+// The row blocks' one microkernel: R rows x 16 columns (two vectors) in 2R registers,
+// c[r] += sum_t a[r * as + t] * b_t[0 .. 16) for t < steps, b_t = row(t). Per step two row
+// loads and R broadcasts feed 2R FMAs.
+template <int R, typename Row>
+KVATTN_AVX2 void rank_one_updates(const float* a, int64_t as, Row row, int64_t steps,
+                                  __m256 (&c)[R][2]) {
+  for (int64_t t = 0; t < steps; ++t) {
+    const float* b = row(t);
+    const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+    for (int r = 0; r < R; ++r) {
+      const __m256 ab = _mm256_broadcast_ss(a + r * as + t);
+      c[r][0] = _mm256_fmadd_ps(ab, b0, c[r][0]);
+      c[r][1] = _mm256_fmadd_ps(ab, b1, c[r][1]);
+    }
+  }
+}
+
+// Scores of R query rows against keys j .. j + 15: the steps run over head_dim, the rows over
+// the transposed key tile.
 template <int R>
 KVATTN_AVX2 void scores_block(const float* q, int64_t d, const float* kt, int64_t kts,
                               int64_t j, float* s, int64_t ss) {
-  __m256 a[R][2];
-  for (int r = 0; r < R; ++r) a[r][0] = a[r][1] = _mm256_setzero_ps();
-  for (int64_t x = 0; x < d; ++x) {
-    const __m256 k0 = _mm256_loadu_ps(kt + x * kts + j);
-    const __m256 k1 = _mm256_loadu_ps(kt + x * kts + j + 8);
-    for (int r = 0; r < R; ++r) {
-      const __m256 qb = _mm256_broadcast_ss(q + r * d + x);
-      a[r][0] = _mm256_fmadd_ps(qb, k0, a[r][0]);
-      a[r][1] = _mm256_fmadd_ps(qb, k1, a[r][1]);
-    }
-  }
+  __m256 c[R][2];
+  for (int r = 0; r < R; ++r) c[r][0] = c[r][1] = _mm256_setzero_ps();
+  rank_one_updates<R>(q, d, [=](int64_t x) { return kt + x * kts + j; }, d, c);
   for (int r = 0; r < R; ++r) {
-    _mm256_storeu_ps(s + r * ss + j, a[r][0]);
-    _mm256_storeu_ps(s + r * ss + j + 8, a[r][1]);
+    _mm256_storeu_ps(s + r * ss + j, c[r][0]);
+    _mm256_storeu_ps(s + r * ss + j + 8, c[r][1]);
   }
 }
 
@@ -254,8 +263,8 @@ __attribute__((target("avx2,fma"))) void scores_rows_avx2(const float* q, int64_
   }
 }
 
-// R rows x 16 head_dim columns (two vectors) of acc in 2R registers over all n keys; per key
-// two V loads and R probability broadcasts feed 2R FMAs.
+// Output columns c .. c + 15 of R rows: rescaled by corr, then the steps run over the keys,
+// the rows over V.
 template <int R>
 KVATTN_AVX2 void axpy_block(float* acc, int64_t d, const float* corr, const float* p,
                             int64_t ps, const float* const* v_rows, int64_t n, int64_t c) {
@@ -265,15 +274,7 @@ KVATTN_AVX2 void axpy_block(float* acc, int64_t d, const float* corr, const floa
     a[r][0] = _mm256_mul_ps(_mm256_loadu_ps(acc + r * d + c), cr);
     a[r][1] = _mm256_mul_ps(_mm256_loadu_ps(acc + r * d + c + 8), cr);
   }
-  for (int64_t j = 0; j < n; ++j) {
-    const __m256 v0 = _mm256_loadu_ps(v_rows[j] + c);
-    const __m256 v1 = _mm256_loadu_ps(v_rows[j] + c + 8);
-    for (int r = 0; r < R; ++r) {
-      const __m256 pb = _mm256_broadcast_ss(p + r * ps + j);
-      a[r][0] = _mm256_fmadd_ps(pb, v0, a[r][0]);
-      a[r][1] = _mm256_fmadd_ps(pb, v1, a[r][1]);
-    }
-  }
+  rank_one_updates<R>(p, ps, [=](int64_t j) { return v_rows[j] + c; }, n, a);
   for (int r = 0; r < R; ++r) {
     _mm256_storeu_ps(acc + r * d + c, a[r][0]);
     _mm256_storeu_ps(acc + r * d + c + 8, a[r][1]);
