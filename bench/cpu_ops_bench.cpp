@@ -1,8 +1,10 @@
 // CPU op benchmarks. The first benchmark measures this machine's copy bandwidth (bytes read +
-// written by memcpy over buffers far larger than the caches); every later benchmark reports
-// its own GB/s (or GFLOP/s) and its fraction of that ceiling as the counter `of_copy`.
+// written by memcpy over buffers far larger than the caches), the second its float32 GEMM
+// rate (OpenBLAS sgemm, 2048^3, all cores); every later benchmark reports its own GB/s (or
+// GFLOP/s) and its fraction of the matching ceiling as the counter `of_copy` (`of_gemm`).
 //   build/bench/cpu_ops_bench --benchmark_counters_tabular=true
 #include <benchmark/benchmark.h>
+#include <cblas.h>
 
 #include <algorithm>
 #include <chrono>
@@ -20,6 +22,7 @@ namespace {
 using namespace kvattn;
 
 double g_copy_bytes_per_s = 0.0;
+double g_gemm_flops_per_s = 0.0;
 
 void fill(Tensor& t, uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -53,6 +56,23 @@ void BM_CopyCeiling(benchmark::State& state) {
   report(state, 2.0 * n);
 }
 BENCHMARK(BM_CopyCeiling)->Unit(benchmark::kMillisecond)->Iterations(10)->UseRealTime();
+
+void BM_SgemmCeiling(benchmark::State& state) {
+  const int n = 2048;
+  std::vector<float> a(size_t{1} * n * n, 0.5f), b(a.size(), 0.25f), c(a.size(), 0.0f);
+  double seconds = 0;
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a.data(), n, b.data(),
+                n, 0.0f, c.data(), n);
+    benchmark::DoNotOptimize(c.data());
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  const double flops = 2.0 * n * n * n * static_cast<double>(state.iterations());
+  g_gemm_flops_per_s = flops / seconds;
+  state.counters["GFLOP/s"] = benchmark::Counter(flops / 1e9, benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_SgemmCeiling)->Unit(benchmark::kMillisecond)->Iterations(10)->UseRealTime();
 
 // store_kv: T tokens, 8 KV heads x 128, f32, random distinct slots in a 256k-slot cache.
 void BM_StoreKv(benchmark::State& state) {
@@ -148,6 +168,10 @@ void BM_Prefill(benchmark::State& state) {
   const double flops = 4.0 * seqs * (len * (len + 1) / 2.0) * hq * dim;
   state.counters["GFLOP/s"] =
       benchmark::Counter(flops * state.iterations() / 1e9, benchmark::Counter::kIsRate);
+  if (g_gemm_flops_per_s > 0) {
+    state.counters["of_gemm"] = benchmark::Counter(
+        flops * state.iterations() / g_gemm_flops_per_s, benchmark::Counter::kIsRate);
+  }
 }
 BENCHMARK(BM_Prefill)
     ->Args({1, 2048, 9, 3, 64})  // SmolLM2-135M's heads
