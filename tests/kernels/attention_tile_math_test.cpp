@@ -1,7 +1,7 @@
-// The CPU attention tile loops (kernels/cpu/attention_tile_math.h), generic and AVX2 (when
-// this CPU has it), against float64 on fresh random tiles: the polynomial exp, the score
+// The CPU attention tile loops (kernels/cpu/attention_tile_math.h), generic, AVX2 and AVX-512
+// (those this CPU has), against float64 on fresh random tiles: the polynomial exp, the score
 // dot products and the rescaled weighted sum of V rows, one row at a time and in row blocks
-// (every block height the AVX2 form splits into: 1-13 rows).
+// (every block height the AVX2 and AVX-512 forms split into: 1-17 rows; 16, 32 and 48 keys).
 #include "kernels/cpu/attention_tile_math.h"
 
 #include <gtest/gtest.h>
@@ -16,6 +16,7 @@ namespace {
 std::vector<const TileMath*> variants() {
   std::vector<const TileMath*> v = {&tile_math_generic()};
   if (tile_math_avx2() != nullptr) v.push_back(tile_math_avx2());
+  if (tile_math_avx512() != nullptr) v.push_back(tile_math_avx512());
   return v;
 }
 
@@ -102,8 +103,8 @@ TEST(TileMath, RowBlocksMatchFloat64) {
   for (const TileMath* m : variants()) {
     SCOPED_TRACE(m->name);
     for (int64_t d : {8, 16, 40, 64, 80, 128, 256}) {
-      for (int64_t rows : {1, 2, 5, 6, 7, 12, 13}) {
-        for (int64_t n : {1, 16, 29, 64}) {
+      for (int64_t rows : {1, 2, 5, 6, 7, 8, 9, 12, 13, 16, 17}) {
+        for (int64_t n : {1, 16, 29, 40, 64}) {
           const int64_t nk = (n + 15) / 16 * 16;
           std::vector<float> q(rows * d), kt(d * kts), v(n * d), acc(rows * d), corr(rows);
           std::vector<float> p(rows * kts);

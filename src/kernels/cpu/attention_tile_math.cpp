@@ -329,7 +329,9 @@ const TileMath* tile_math_avx2() {
 }
 
 const TileMath& tile_math() {
-  static const TileMath& best = tile_math_avx2() != nullptr ? kAvx2 : kGeneric;
+  static const TileMath& best = tile_math_avx512() != nullptr ? *tile_math_avx512()
+                                : tile_math_avx2() != nullptr  ? kAvx2
+                                                               : kGeneric;
   return best;
 }
 

@@ -34,8 +34,10 @@ struct TileMath {
 
 // The best variant this CPU runs.
 const TileMath& tile_math();
-// Both variants, for tests: {generic, avx2 or null when the CPU lacks AVX2/FMA}.
+// The variants, for tests: generic, and avx2 (null when the CPU lacks AVX2/FMA).
 const TileMath& tile_math_generic();
 const TileMath* tile_math_avx2();
+// The AVX2 table with AVX-512 row blocks, or null when the CPU lacks AVX-512F (or AVX2/FMA).
+const TileMath* tile_math_avx512();
 
 }  // namespace kvattn::cpu
