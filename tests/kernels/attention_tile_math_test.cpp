@@ -1,7 +1,8 @@
 // The CPU attention tile loops (kernels/cpu/attention_tile_math.h), generic, AVX2 and AVX-512
 // (those this CPU has), against float64 on fresh random tiles: the polynomial exp, the score
 // dot products and the rescaled weighted sum of V rows, one row at a time and in row blocks
-// (every block height the AVX2 and AVX-512 forms split into: 1-17 rows; 16, 32 and 48 keys).
+// (every block height the AVX2 and AVX-512 forms split into: 1-17 rows; 16, 32 and 48 keys),
+// and the key tile's transpose (exact, zero-padded).
 #include "kernels/cpu/attention_tile_math.h"
 
 #include <gtest/gtest.h>
@@ -141,6 +142,38 @@ TEST(TileMath, RowBlocksMatchFloat64) {
           for (int64_t k = 0; k < rows * d; ++k) {
             ASSERT_NEAR(acc[k], want[k], 1e-5 * (1.0 + std::abs(want[k])))
                 << "d " << d << " rows " << rows << " n " << n << " at " << k;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(TileMath, TransposeIsExactAndZeroPads) {
+  std::mt19937_64 rng(std::random_device{}());
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  constexpr int64_t kts = 64;
+  for (const TileMath* m : variants()) {
+    SCOPED_TRACE(m->name);
+    for (int64_t d : {1, 8, 40, 64, 80, 128, 256}) {
+      for (int64_t n : {1, 7, 8, 9, 29, 64}) {
+        const int64_t nk = (n + 15) / 16 * 16;
+        std::vector<float> k(n * d);
+        for (auto& e : k) e = nd(rng);
+        std::vector<const float*> rows(n);
+        for (int64_t j = 0; j < n; ++j) rows[j] = k.data() + (n - 1 - j) * d;  // any order
+        std::vector<float> kt(d * kts, std::nanf(""));
+        m->transpose(rows.data(), n, d, kt.data(), kts, nk);
+        for (int64_t x = 0; x < d; ++x) {
+          for (int64_t j = 0; j < kts; ++j) {
+            const float got = kt[x * kts + j];
+            if (j < n) {
+              ASSERT_EQ(got, rows[j][x]) << "d " << d << " n " << n << " x " << x << " j " << j;
+            } else if (j < nk) {
+              ASSERT_EQ(got, 0.0f) << "padding: d " << d << " n " << n << " x " << x << " j " << j;
+            } else {
+              ASSERT_TRUE(std::isnan(got)) << "wrote past nk: x " << x << " j " << j;
+            }
           }
         }
       }

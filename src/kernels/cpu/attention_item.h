@@ -63,14 +63,7 @@ void attend_rows(const Problem<T, KV>& p, const Sequence& s, const WorkItem& w, 
     const int64_t j1 = std::min(j0 + kKeyTile, keys.end);
     const int64_t n = j1 - j0, nk = (n + 15) / 16 * 16;
     load_kv_tile(p, s, w, j0, j1, keys.end, sc);
-    // Row by row, so each K row is read contiguously.
-    for (int64_t j = 0; j < n; ++j) {
-      const float* k = sc.k_rows[j];
-      for (int64_t x = 0; x < d; ++x) sc.kt[x * kKeyTile + j] = k[x];
-    }
-    for (int64_t x = 0; x < d; ++x) {
-      std::fill(sc.kt.begin() + x * kKeyTile + n, sc.kt.begin() + x * kKeyTile + nk, 0.0f);
-    }
+    math.transpose(sc.k_rows.data(), n, d, sc.kt.data(), kKeyTile, nk);
     math.scores_rows(sc.q.data(), rows, d, sc.kt.data(), kKeyTile, nk, sc.row_scores.data(),
                      kKeyTile);
     for (int64_t r = 0; r < rows; ++r) {

@@ -87,6 +87,15 @@ __attribute__((always_inline)) inline float exp_nonpositive(float x) {
     for (int64_t r = 0; r < rows; ++r) {                                                      \
       axpy_##SUFFIX(acc + r * d, corr[r], p + r * ps, v_rows, n, d);                          \
     }                                                                                         \
+  }                                                                                           \
+  ATTR void transpose_##SUFFIX(const float* const* k_rows, int64_t n, int64_t d, float* kt,  \
+                               int64_t kts, int64_t nk) {                                     \
+    for (int64_t j = 0; j < n; ++j) {                                                         \
+      for (int64_t x = 0; x < d; ++x) kt[x * kts + j] = k_rows[j][x];                         \
+    }                                                                                         \
+    for (int64_t x = 0; x < d; ++x) {                                                         \
+      for (int64_t j = n; j < nk; ++j) kt[x * kts + j] = 0.0f;                                \
+    }                                                                                         \
   }
 
 KVATTN_TILE_LOOPS(, generic)
@@ -307,12 +316,47 @@ __attribute__((target("avx2,fma"))) void axpy_rows_avx2(float* acc, int64_t rows
     }
   }
 }
+// 8 x 8 blocks through registers (unpack, shuffle, lane swap); keys past the last whole
+// block of 8, and head dims that are not whole vectors, go element by element.
+__attribute__((target("avx2,fma"))) void transpose_avx2(const float* const* k_rows, int64_t n,
+                                                        int64_t d, float* kt, int64_t kts,
+                                                        int64_t nk) {
+  if (d % 8 != 0) return transpose_avx2_loops(k_rows, n, d, kt, kts, nk);
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    for (int64_t x = 0; x < d; x += 8) {
+      __m256 r[8];
+      for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(k_rows[j + i] + x);
+      const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+      const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+      const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+      const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+      const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+      const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+      const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+      const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+      // Column c of the block (element x + c of the 8 keys) is u_c's low half beside u_{c+4}'s
+      // low half for c < 4, their high halves for c >= 4.
+      const __m256 lo[4] = {u0, u1, u2, u3}, hi[4] = {u4, u5, u6, u7};
+      for (int c = 0; c < 4; ++c) {
+        _mm256_storeu_ps(kt + (x + c) * kts + j, _mm256_permute2f128_ps(lo[c], hi[c], 0x20));
+        _mm256_storeu_ps(kt + (x + c + 4) * kts + j, _mm256_permute2f128_ps(lo[c], hi[c], 0x31));
+      }
+    }
+  }
+  for (; j < n; ++j) {
+    for (int64_t x = 0; x < d; ++x) kt[x * kts + j] = k_rows[j][x];
+  }
+  for (int64_t x = 0; x < d; ++x) {
+    for (int64_t t = n; t < nk; ++t) kt[x * kts + t] = 0.0f;
+  }
+}
 #undef KVATTN_AVX2
 
 const TileMath kGeneric{scores_generic, softmax_generic, axpy_generic, scores_rows_generic,
-                        axpy_rows_generic, "generic"};
+                        axpy_rows_generic, transpose_generic, "generic"};
 const TileMath kAvx2{scores_avx2, softmax_avx2, axpy_avx2, scores_rows_avx2,
-                     axpy_rows_avx2, "avx2"};
+                     axpy_rows_avx2, transpose_avx2, "avx2"};
 
 bool cpu_has_avx2() {
   __builtin_cpu_init();

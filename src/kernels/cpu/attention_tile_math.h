@@ -12,6 +12,7 @@
 //                (kt: d rows of kts floats, key j in column j; nk a multiple of 16)
 //   axpy_rows:   acc[r * d + x] = acc[r * d + x] * corr[r] + sum_j p[r * ps + j] * v_rows[j][x]
 //                for r < R, j < n
+//   transpose:   kt[x * kts + j] = k_rows[j][x] for j < n, 0 for n <= j < nk; x < d
 // exp is a polynomial (relative error < 2e-7 on [-87, 0], exp(x) = 0 below -87.3): the
 // arguments are <= 0 here, and terms below e^-87 do not change a float32 softmax sum.
 #pragma once
@@ -29,6 +30,8 @@ struct TileMath {
                       int64_t nk, float* s, int64_t ss);
   void (*axpy_rows)(float* acc, int64_t rows, int64_t d, const float* corr, const float* p,
                     int64_t ps, const float* const* v_rows, int64_t n);
+  void (*transpose)(const float* const* k_rows, int64_t n, int64_t d, float* kt, int64_t kts,
+                    int64_t nk);
   const char* name;  // "avx2" or "generic"
 };
 
