@@ -17,8 +17,9 @@ namespace kvattn::cpu::attn {
 // exp(score - new max) in `scores`, the old sum's correction in sc.corr[r], and updates
 // sc.m[r] and sc.l[r] (the caller rescales the row's output by sc.corr[r]).
 template <typename T, typename KV>
-void online_softmax_row(const Problem<T, KV>& p, const Sequence& s, const WorkItem& w,
-                        int64_t r, int64_t jb, float* scores, int64_t n, Scratch& sc) {
+void online_softmax_row(const TileMath& math, const Problem<T, KV>& p, const Sequence& s,
+                        const WorkItem& w, int64_t r, int64_t jb, float* scores, int64_t n,
+                        Scratch& sc) {
   const int64_t g = p.group;
   const int64_t i = w.row_begin + r / g;
   if (p.softcap > 0.0f) apply_softcap(scores, n, p.softcap);
@@ -30,7 +31,7 @@ void online_softmax_row(const Problem<T, KV>& p, const Sequence& s, const WorkIt
   for (int64_t j = 0; j < n; ++j) tile_max = std::max(tile_max, scores[j]);
   const float m_new = std::max(sc.m[r], tile_max);
   sc.corr[r] = std::exp(sc.m[r] - m_new);  // exp(-inf) = 0 on the first tile
-  const float sum = tile_math().softmax(scores, n, m_new);
+  const float sum = math.softmax(scores, n, m_new);
   sc.l[r] = sc.l[r] * sc.corr[r] + sum;
   sc.m[r] = m_new;
 }
@@ -76,7 +77,7 @@ void attend_rows(const Problem<T, KV>& p, const Sequence& s, const WorkItem& w, 
         sc.corr[r] = 1.0f;
         continue;
       }
-      online_softmax_row(p, s, w, r, jb, row_p + (jb - j0), jl - jb, sc);
+      online_softmax_row(math, p, s, w, r, jb, row_p + (jb - j0), jl - jb, sc);
       std::fill(row_p, row_p + (jb - j0), 0.0f);
       std::fill(row_p + (jl - j0), row_p + n, 0.0f);
     }
@@ -132,7 +133,7 @@ void attend(const Problem<T, KV>& p, const Sequence& s, const WorkItem& w, KeyRa
       const int64_t n = jl - jb;
       float* scores = sc.scores.data();
       math.scores(qr, sc.k_rows.data() + (jb - j0), n, d, scores);
-      online_softmax_row(p, s, w, r, jb, scores, n, sc);
+      online_softmax_row(math, p, s, w, r, jb, scores, n, sc);
       math.axpy(sc.acc.data() + r * d, sc.corr[r], scores, sc.v_rows.data() + (jb - j0), n, d);
     }
   }
