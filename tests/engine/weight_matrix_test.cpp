@@ -1,6 +1,7 @@
 // WeightMatrix (the CPU model's GEMMs) against a float64 reference: every storage type, the
-// streaming path (1-4 rows) and the panel + sgemm path, beta 0 and 1, strided rows and odd
-// sizes (tails that are not multiples of 8 or 16).
+// streaming path (1-4 rows) and the panel + sgemm path (narrow panels up to 128 rows, wide
+// panels over blocks of rows beyond), beta 0 and 1, strided rows and odd sizes (tails that are
+// not multiples of 8 or 16, a last panel and a last row block shorter than the others).
 #include "engine/model/weight_matrix.h"
 
 #include <gtest/gtest.h>
@@ -40,7 +41,7 @@ TEST_P(WeightMatrixTest, MatchesFloat64Reference) {
   const double tol = 1e-5;
   for (const Shape s : {Shape{1, 40, 64}, Shape{1, 37, 29}, Shape{2, 100, 576}, Shape{3, 17, 8},
                         Shape{4, 64, 33}, Shape{5, 70, 64}, Shape{33, 129, 96}, Shape{9, 8, 3},
-                        Shape{4, 33, 1536}, Shape{7, 20, 100}}) {
+                        Shape{4, 33, 1536}, Shape{7, 20, 100}, Shape{300, 1100, 40}}) {
     for (float beta : {0.0f, 1.0f}) {
       const uint64_t seed = test::fresh_seed();
       SCOPED_TRACE(::testing::Message() << "rows " << s.rows << " out " << s.out << " in " << s.in
@@ -94,7 +95,8 @@ TEST_P(WeightMatrixTest, MatchesFloat64Reference) {
 // for another panel width, so seeded server requests diverged under load.
 TEST_P(WeightMatrixTest, SameFloatsForEveryTeamSize) {
   const WeightFormat storage = GetParam();
-  for (const Shape s : {Shape{2, 576, 64}, Shape{20, 576, 576}, Shape{33, 1000, 96}}) {
+  for (const Shape s : {Shape{2, 576, 64}, Shape{20, 576, 576}, Shape{33, 1000, 96},
+                        Shape{300, 1100, 40}}) {
     const uint64_t seed = test::fresh_seed();
     SCOPED_TRACE(::testing::Message() << "rows " << s.rows << " out " << s.out << " in " << s.in
                                       << " seed " << seed);

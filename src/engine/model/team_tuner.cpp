@@ -13,6 +13,9 @@ namespace {
 
 // Parallel regions in one step of the model (4 GEMMs and attention per layer, and more).
 constexpr double kRegionsPerStep = 150.0;
+// An empty region's round trip above this means a peer waits for a time slice (free cores:
+// a few microseconds).
+constexpr double kSlowBarrier = 50e-6;
 
 }  // namespace
 
@@ -35,18 +38,25 @@ int TeamTuner::begin(int64_t tokens) {
   tokens_ = tokens < 1 ? 1 : tokens;
   if (fixed_ > 0) return fixed_;
   if (max_threads_ == 1) return 1;
-  cls_ = tokens <= kStreamingMaxRows ? 0 : 1;
-  Stats& s = classes_[cls_];
+  prefill_ = tokens > kStreamingMaxRows;
+  if (prefill_) {
+    choice_ = probe_(max_threads_) > kSlowBarrier ? 1 : 0;
+    return threads(choice_);
+  }
+  Stats& s = decode_;
   const int other = 1 - s.incumbent;
   const bool regret = s.cost[other] > 0.0 && s.cost[s.incumbent] > 2.0 * s.cost[other];
   choice_ = (--s.until_trial <= 0 || regret) ? other : s.incumbent;
   if (choice_ == 0 && s.cost[1] > 0.0) {
     // Before a whole step with all threads, a few empty regions: if barriers already take
-    // time slices, the step would cost ~kRegionsPerStep of them; count it as lost unrun.
+    // time slices, the step would cost ~kRegionsPerStep of them, so one thread runs it (a
+    // challenge of all threads counts as lost unrun; leading, they face one thread's).
     const double barrier = probe_(max_threads_);
-    if (barrier > 50e-6) {
-      lose(s, s.cost[1] + kRegionsPerStep * barrier / static_cast<double>(tokens_));
-      choice_ = s.incumbent;
+    if (barrier > kSlowBarrier) {
+      if (s.incumbent == 1) {
+        lose(s, s.cost[1] + kRegionsPerStep * barrier / static_cast<double>(tokens_));
+      }
+      choice_ = 1;
     }
   }
   return threads(choice_);
@@ -60,8 +70,8 @@ void TeamTuner::lose(Stats& s, double challenger_cost) {
 }
 
 void TeamTuner::end(double seconds) {
-  if (fixed_ > 0 || max_threads_ == 1) return;
-  Stats& s = classes_[cls_];
+  if (fixed_ > 0 || max_threads_ == 1 || prefill_) return;
+  Stats& s = decode_;
   const double per_token = seconds / static_cast<double>(tokens_);
   if (choice_ == s.incumbent) {
     double& c = s.cost[choice_];

@@ -2,17 +2,21 @@
 //
 // On an idle machine every core helps (decode ~1.7x with two). On an oversubscribed one (a
 // shared box, ctest -j) a team that must meet at ~150 barriers per token can run 50x slower
-// than one thread: each barrier waits for a descheduled peer's next time slice. A probe at
-// start-up cannot tell (fresh threads are scheduled eagerly), so the tuner learns from the
-// steps themselves, decode-sized and prefill-sized apart:
-// - it starts with one thread (the choice with the bounded downside);
-// - now and then it runs one step with the other choice, which takes over if cheaper per
-//   token (all threads must win by 15%: their gain is bounded, their loss is not). Before
-//   such a step with all threads, 8 empty parallel regions are timed; if they already wait
-//   for time slices the step is not run and counts as lost;
-// - a losing challenger is retried less often the more it lost by, so probing costs at most
-//   ~1/16 of the time; an incumbent that becomes twice as costly as the other choice last
-//   measured is challenged at once.
+// than one thread: each barrier waits for a descheduled peer's next time slice.
+// - Prefill-sized steps (more than kStreamingMaxRows rows) take all threads unless 8 empty
+//   parallel regions, timed first, already wait for time slices: their regions carry enough
+//   work that a team's barriers cost little on free cores, and such a step may be one long
+//   prompt's whole prefill, so neither a one-thread start nor a one-thread trial step (which
+//   doubles that prompt's time to first token) is affordable.
+// - Decode-sized steps learn from the steps themselves (a probe at start-up cannot tell:
+//   fresh threads are scheduled eagerly). They start with one thread (the choice with the
+//   bounded downside); now and then one step runs with the other choice, which takes over if
+//   cheaper per token (all threads must win by 15%: their gain is bounded, their loss is
+//   not). Before such a step with all threads the 8 empty regions are timed; if they already
+//   wait for time slices the step is not run and counts as lost. A losing challenger is
+//   retried less often the more it lost by, so probing costs at most ~1/16 of the time; an
+//   incumbent that becomes twice as costly as the other choice last measured is challenged
+//   at once.
 #pragma once
 
 #include <cstdint>
@@ -53,8 +57,8 @@ class TeamTuner {
   int max_threads_;
   int fixed_;
   BarrierProbe probe_;
-  Stats classes_[2];  // [decode-sized, prefill-sized]
-  int cls_ = 0;
+  Stats decode_;  // decode-sized steps' choice (prefill-sized ones only probe)
+  bool prefill_ = false;  // the current step is prefill-sized
   int choice_ = 1;
   int64_t tokens_ = 0;
 };

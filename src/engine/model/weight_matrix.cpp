@@ -261,6 +261,31 @@ void rows_to_f32(Q8 w, int64_t in, int64_t n0, int64_t rows, float* out) {
   for (int64_t r = 0; r < rows; ++r) dequant_q8_row(w, in, n0 + r, out + r * in);
 }
 
+// The panel path's work items for a step of `rows` rows over `out` output features.
+// sgemm packs its x block afresh for every call, one float copied per 2 x panel multiply-adds,
+// so a narrow panel spends as much on packing as on arithmetic (32-wide: packing was half of
+// sgemm's kernel time in an engine prefill, session 42). Steps of up to kRowBlock rows keep
+// narrow panels (~32 of them: the parallelism over output features they need); longer steps
+// take panels of up to 512 features and blocks of kRowBlock rows.
+struct PanelPlan {
+  int64_t panel, num_panels, block, num_blocks;
+};
+constexpr int64_t kRowBlock = 128;
+PanelPlan panel_plan(int64_t out, int64_t rows) {
+  PanelPlan p{};
+  if (rows <= kRowBlock) {
+    p.panel = std::clamp<int64_t>(((out + 31) / 32 + 15) / 16 * 16, 32, 512);
+    p.block = rows;
+  } else {
+    const int64_t parts = (out + 511) / 512;
+    p.panel = ((out + parts - 1) / parts + 15) / 16 * 16;
+    p.block = kRowBlock;
+  }
+  p.num_panels = (out + p.panel - 1) / p.panel;
+  p.num_blocks = (rows + p.block - 1) / p.block;
+  return p;
+}
+
 // ---- the two paths ----
 
 template <typename W>
@@ -279,33 +304,39 @@ void apply_typed(W w, int64_t out, int64_t in, const float* x, int64_t ldx, int6
     }
     return;
   }
-  // Panels of output features, each a multiple of 16 rows, sized by the matrix alone, never by
-  // the team: OpenBLAS's sgemm rounds some elements differently for another panel width (20 x
-  // 576 x 576 in 80-wide panels against 144-wide: 292 of 11,520 elements differ, Debian's
-  // 0.3.21 on a Zen 4 core), so a team-sized panel made a token's floats depend on how many
-  // threads the tuner (team_tuner.h) gave the step, i.e. on the machine's load, and seeded
-  // requests diverged between server runs (session 26: the openai client test under ctest
-  // -j2, the tuner at 1 thread for the first requests and 2 later).
-  const int64_t panel = std::clamp<int64_t>(((out + 31) / 32 + 15) / 16 * 16, 32, 512);
-  const int64_t num_panels = (out + panel - 1) / panel;
+  // Items of (a panel of output features) x (a block of rows), each one single-threaded sgemm
+  // over a float32 panel. Sized by the step's shape alone, never by the team: OpenBLAS's sgemm
+  // rounds some elements differently for another panel width (20 x 576 x 576 in 80-wide panels
+  // against 144-wide: 292 of 11,520 elements differ, Debian's 0.3.21 on a Zen 4 core), so a
+  // team-sized item made a token's floats depend on how many threads the tuner (team_tuner.h)
+  // gave the step, i.e. on the machine's load, and seeded requests diverged between server
+  // runs (session 26: the openai client test under ctest -j2, the tuner at 1 thread for the
+  // first requests and 2 later).
+  const PanelPlan plan = panel_plan(out, rows);
+  const int64_t num_items = plan.num_panels * plan.num_blocks;
 #pragma omp parallel num_threads(nt)
   {
     thread_local std::vector<float> buf;
-    if constexpr (!std::is_same_v<W, const float*>) buf.resize(panel * in);
+    if constexpr (!std::is_same_v<W, const float*>) buf.resize(plan.panel * in);
+    int64_t held = -1;  // the panel this thread's buf holds (this call's)
+    // Panel-major order: a thread's consecutive items mostly share a dequantized panel.
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t p = 0; p < num_panels; ++p) {
-      const int64_t n0 = p * panel, nb = std::min(panel, out - n0);
+    for (int64_t item = 0; item < num_items; ++item) {
+      const int64_t p = item / plan.num_blocks, b = item - p * plan.num_blocks;
+      const int64_t n0 = p * plan.panel, nb = std::min(plan.panel, out - n0);
+      const int64_t r0 = b * plan.block, rb = std::min(plan.block, rows - r0);
       const float* wp;
       if constexpr (std::is_same_v<W, const float*>) {
         wp = w + n0 * in;
       } else {
-        rows_to_f32(w, in, n0, nb, buf.data());
+        if (held != p) rows_to_f32(w, in, n0, nb, buf.data());
+        held = p;
         wp = buf.data();
       }
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(rows),
-                  static_cast<blasint>(nb), static_cast<blasint>(in), 1.0f, x,
-                  static_cast<blasint>(ldx), wp, static_cast<blasint>(in), beta, y + n0,
-                  static_cast<blasint>(ldy));
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(rb),
+                  static_cast<blasint>(nb), static_cast<blasint>(in), 1.0f, x + r0 * ldx,
+                  static_cast<blasint>(ldx), wp, static_cast<blasint>(in), beta,
+                  y + r0 * ldy + n0, static_cast<blasint>(ldy));
     }
   }
 }
