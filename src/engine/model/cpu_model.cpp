@@ -358,6 +358,8 @@ void CpuModel::forward(const ModelInput& in, std::span<float> logits) {
     float* k = q + nh * D;
     float* v = k + nkv * D;
     if (cfg_.qk_norm) {
+      // Rows of few heads: the team shares the tokens (rms_norm's own loop then runs serial).
+#pragma omp parallel for schedule(static) if (T >= 64)
       for (int64_t t = 0; t < T; ++t) {
         cpu_model::rms_norm(q + t * qkv_dim, D, nh, D, l.q_norm.ptr<float>(), eps,
                             q + t * qkv_dim, D);

@@ -3,9 +3,18 @@
 #include <cmath>
 
 namespace kvattn::cpu_model {
+namespace {
+
+// Elements from which a loop over rows is shared by the team (omp_set_num_threads: the CPU
+// model's tuner). Rows are independent, so every team computes the same floats; below this a
+// parallel region's cost exceeds the work (decode-sized steps).
+constexpr int64_t kParallelElems = int64_t{1} << 15;
+
+}  // namespace
 
 void rms_norm(const float* x, int64_t ldx, int64_t rows, int64_t dim, const float* weight,
               float eps, float* out, int64_t ldo) {
+#pragma omp parallel for schedule(static) if (rows * dim >= kParallelElems)
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * ldx;
     float* o = out + r * ldo;
@@ -21,7 +30,9 @@ void rms_norm(const float* x, int64_t ldx, int64_t rows, int64_t dim, const floa
 void rope_tables(std::span<const int32_t> positions, std::span<const float> inv_freq,
                  float scale, float* cos_out, float* sin_out) {
   const auto half = static_cast<int64_t>(inv_freq.size());
-  for (size_t t = 0; t < positions.size(); ++t) {
+  const auto tokens = static_cast<int64_t>(positions.size());
+#pragma omp parallel for schedule(static) if (tokens * half * 16 >= kParallelElems)
+  for (int64_t t = 0; t < tokens; ++t) {
     const auto pos = static_cast<float>(positions[t]);
     for (int64_t i = 0; i < half; ++i) {
       const float angle = pos * inv_freq[i];
@@ -35,6 +46,7 @@ void apply_rope(float* x, int64_t ld, int64_t tokens, int64_t heads, int64_t hea
                 int64_t rotary_dim, ModelConfig::RopeStyle style, const float* cos_t,
                 const float* sin_t) {
   const int64_t half = rotary_dim / 2;  // dims from rotary_dim on pass through
+#pragma omp parallel for schedule(static) if (tokens * heads * half >= kParallelElems)
   for (int64_t t = 0; t < tokens; ++t) {
     const float* c = cos_t + t * half;
     const float* s = sin_t + t * half;
@@ -60,6 +72,7 @@ void apply_rope(float* x, int64_t ld, int64_t tokens, int64_t heads, int64_t hea
 
 void add_bias(float* x, int64_t ld, int64_t rows, const float* bias) {
   const int64_t dim = ld;
+#pragma omp parallel for schedule(static) if (rows * dim >= kParallelElems)
   for (int64_t r = 0; r < rows; ++r) {
     float* xr = x + r * ld;
 #pragma omp simd
@@ -68,6 +81,7 @@ void add_bias(float* x, int64_t ld, int64_t rows, const float* bias) {
 }
 
 void silu_mul(const float* gate_up, int64_t rows, int64_t inter, float* out) {
+#pragma omp parallel for schedule(static) if (rows * inter >= kParallelElems)
   for (int64_t r = 0; r < rows; ++r) {
     const float* g = gate_up + r * 2 * inter;
     const float* u = g + inter;
@@ -80,6 +94,7 @@ void gelu_tanh_mul(const float* gate_up, int64_t rows, int64_t inter, float* out
   // PyTorch's GeluType::Tanh: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
   constexpr float kBeta = static_cast<float>(M_SQRT2 * M_2_SQRTPI * 0.5);
   constexpr float kKappa = 0.044715f;
+#pragma omp parallel for schedule(static) if (rows * inter >= kParallelElems)
   for (int64_t r = 0; r < rows; ++r) {
     const float* g = gate_up + r * 2 * inter;
     const float* u = g + inter;
