@@ -2,12 +2,15 @@
 // (those this CPU has), against float64 on fresh random tiles: the polynomial exp, the score
 // dot products and the rescaled weighted sum of V rows, one row at a time and in row blocks
 // (every block height the AVX2 and AVX-512 forms split into: 1-17 rows; 16, 32 and 48 keys),
-// and the key tile's transpose (exact, zero-padded).
+// the row maximum (exact, with its starting value) and the key tile's transpose (exact,
+// zero-padded).
 #include "kernels/cpu/attention_tile_math.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -144,6 +147,28 @@ TEST(TileMath, RowBlocksMatchFloat64) {
                 << "d " << d << " rows " << rows << " n " << n << " at " << k;
           }
         }
+      }
+    }
+  }
+}
+
+TEST(TileMath, MaxIsExactFromItsStart) {
+  std::mt19937_64 rng(std::random_device{}());
+  std::normal_distribution<float> nd(0.0f, 4.0f);
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const TileMath* m : variants()) {
+    SCOPED_TRACE(m->name);
+    for (int64_t n : {0, 1, 7, 8, 9, 15, 16, 17, 31, 64, 100, 128}) {
+      for (int trial = 0; trial < 20; ++trial) {
+        std::vector<float> s(n);
+        for (auto& e : s) e = nd(rng);
+        // The maximum anywhere (a vector body, a lane of the second accumulator, the tail),
+        // a start above every score, or -inf (a row's first tile).
+        if (n > 0 && trial % 3 == 0) s[rng() % n] = 100.0f + static_cast<float>(trial);
+        const float start = trial % 4 == 1 ? 50.0f : trial % 4 == 2 ? nd(rng) : -inf;
+        float want = start;
+        for (float e : s) want = std::max(want, e);
+        ASSERT_EQ(m->max(s.data(), n, start), want) << "n " << n << " trial " << trial;
       }
     }
   }

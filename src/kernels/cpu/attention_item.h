@@ -27,9 +27,7 @@ void online_softmax_row(const TileMath& math, const Problem<T, KV>& p, const Seq
     const float slope = p.alibi[s.index * p.alibi_seq_stride + w.kv_head * g + r % g];
     apply_alibi(scores, n, slope, i + s.k_len - s.q_len, jb);
   }
-  float tile_max = -std::numeric_limits<float>::infinity();
-  for (int64_t j = 0; j < n; ++j) tile_max = std::max(tile_max, scores[j]);
-  const float m_new = std::max(sc.m[r], tile_max);
+  const float m_new = math.max(scores, n, sc.m[r]);
   sc.corr[r] = std::exp(sc.m[r] - m_new);  // exp(-inf) = 0 on the first tile
   const float sum = math.softmax(scores, n, m_new);
   sc.l[r] = sc.l[r] * sc.corr[r] + sum;

@@ -4,6 +4,7 @@
 //
 // Contracts (n keys of the tile, d = head_dim, all float32):
 //   scores:  s[j] = dot(q, k_rows[j])                          for j < n
+//   max:     returns max(m, s[0], .., s[n - 1])               (exact; NaN inputs: any result)
 //   softmax: p[j] = exp(s[j] - m) in place; returns sum p[j]   (m >= every s[j]; m finite)
 //   axpy:    acc[x] = acc[x] * corr + sum_j p[j] * v_rows[j][x]
 // and the same over a block of R query rows sharing the tile (prefill, wide GQA groups), with
@@ -23,6 +24,7 @@ namespace kvattn::cpu {
 
 struct TileMath {
   void (*scores)(const float* q, const float* const* k_rows, int64_t n, int64_t d, float* s);
+  float (*max)(const float* s, int64_t n, float m);
   float (*softmax)(float* s, int64_t n, float m);
   void (*axpy)(float* acc, float corr, const float* p, const float* const* v_rows, int64_t n,
                int64_t d);
