@@ -56,12 +56,19 @@ KVPool::KVPool(const KVCacheSpec& spec, int64_t num_blocks, Device device)
   storage_ = Tensor::empty(
       {2, spec.num_layers, num_blocks, spec.block_size, spec.num_kv_heads, spec.head_dim},
       spec.dtype, device);
-  // A host pool is written once here so its pages (huge pages, core/memory.cpp) are faulted
-  // in and zeroed now rather than one by one inside the steps that first fill them: on a
+  // A host pool is written once here, by all threads, so its pages (huge pages,
+  // core/memory.cpp) are faulted in and zeroed now rather than one by one inside the steps
+  // that first fill them, where the team waits at a barrier for the faulting thread: on a
   // 2-core VM that moved ~8% of a 4,095-token prefill and ~10% of a batch's steps out of the
   // timed path (docs/perf/NOTES.md session 42). llama.cpp clears its KV buffer the same way.
   if (device.is_cpu()) {
-    std::memset(storage_.data(), 0, static_cast<std::size_t>(storage_.nbytes()));
+    constexpr int64_t kChunk = int64_t{2} << 20;
+    char* base = static_cast<char*>(storage_.data());
+    const int64_t bytes = storage_.nbytes();
+#pragma omp parallel for schedule(static)
+    for (int64_t at = 0; at < bytes; at += kChunk) {
+      std::memset(base + at, 0, static_cast<std::size_t>(std::min(kChunk, bytes - at)));
+    }
   }
 }
 
