@@ -21,8 +21,10 @@ random_smollm2
 room 120 "qwen3 bf16" && engine_bench q06_bf16 /tmp/q06
 room 200 "qwen3 fp8" && engine_bench q06_fp8 /tmp/q06 --kv-cache-dtype fp8
 room 260 "smollm2 single" && single_bench smol /tmp/smol 128
-room 280 "decode peers" && DECODE_PEERS_HEAD_DIMS=128,64 PEERS_TIMEOUT=200 \
-  kvattn_run_peers bench/decode_peers_same_run.py decode_peers.log 16
-room 470 "prefill peers" && PREFILL_PEERS_HEAD_DIMS=128,64 PREFILL_PEERS_BACKENDS=fa3 \
-  PEERS_TIMEOUT=$((575 - SECONDS)) kvattn_run_peers bench/prefill_peers_same_run.py prefill_peers.log 10
+# LIMIT: the call's limit in seconds (the device budget left bounds it).
+LIMIT=${LIMIT:-580}
+room $((LIMIT - 200)) "decode peers" && DECODE_PEERS_HEAD_DIMS=128,64 \
+  PEERS_TIMEOUT=$((LIMIT - 15 - SECONDS)) kvattn_run_peers bench/decode_peers_same_run.py decode_peers.log 16
+room $((LIMIT - 110)) "prefill peers" && PREFILL_PEERS_HEAD_DIMS=128,64 PREFILL_PEERS_BACKENDS=fa3 \
+  PEERS_TIMEOUT=$((LIMIT - 10 - SECONDS)) kvattn_run_peers bench/prefill_peers_same_run.py prefill_peers.log 10
 echo "end ${SECONDS}s"
