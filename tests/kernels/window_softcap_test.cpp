@@ -107,6 +107,10 @@ TEST(WindowSoftcap, AdversarialShapes) {
       {Mode::kPacked, false, 2, 1, 0.0f, 16, 0, {25}, {4}},            // Lq > Lk, not causal
       {Mode::kPacked, false, -1, 0, 0.0f, 16, 0, {10}, {3}},           // right-only, Lq > Lk
       {Mode::kPaged, false, 10, 50, 1e-3f, 256, 0, {40}, {300}},
+      // Long prefills (>= 256 queries: items of 64 query rows run in blocks of 16 over each
+      // key tile; blocks whose window ends before a tile, or starts after it, skip it).
+      {Mode::kPaged, true, 40, -1, 30.0f, 16, 0, {300, 260}, {330, 260}},
+      {Mode::kPacked, false, 70, 20, 0.0f, 16, 0, {280}, {280}},
       {Mode::kDecode, true, 0, -1, 0.0f, 16, 1, {1, 1, 1}, {0, 1, 1000}},
       {Mode::kDecode, true, 31, -1, 50.0f, 1, 4, {4, 4, 4}, {3, 4, 1000}},
       {Mode::kDecode, false, 5, 2, 1e4f, 256, 3, {3, 3}, {2, 600}},

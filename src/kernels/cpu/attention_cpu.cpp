@@ -37,8 +37,9 @@ void run(const Problem<T, KV>& p, const std::vector<Sequence>& seqs) {
   std::vector<WorkItem> items;
   for (int64_t b = 0; b < static_cast<int64_t>(seqs.size()); ++b) {
     for (int64_t h = 0; h < p.num_kv_heads; ++h) {
-      for (int64_t i = 0; i < seqs[b].q_len; i += kQueryTile) {
-        items.push_back({b, h, i, std::min(i + kQueryTile, seqs[b].q_len)});
+      const int64_t tile = query_tile(seqs[b].q_len);
+      for (int64_t i = 0; i < seqs[b].q_len; i += tile) {
+        items.push_back({b, h, i, std::min(i + tile, seqs[b].q_len)});
       }
     }
   }

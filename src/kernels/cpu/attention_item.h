@@ -47,15 +47,18 @@ void load_kv_tile(const Problem<T, KV>& p, const Sequence& s, const WorkItem& w,
 }
 
 // attend's row-block form: per key tile, K is transposed (columns past the tile zeroed up to
-// a multiple of 16), every row's scores come from one scores_rows call, each row's visible
-// keys go through the online softmax (its masked keys get probability 0, a row without a
-// visible key correction 1), and one axpy_rows call adds P V to every row.
+// a multiple of 16); then each block of kQueryTile query rows (times the group) whose keys
+// reach the tile gets its scores from one scores_rows call, each of its rows' visible keys go
+// through the online softmax (its masked keys get probability 0, a row without a visible key
+// correction 1), and one axpy_rows call adds P V to its rows. A block whose rows see none of
+// the tile's keys skips it (as a correction of 1 and zero probabilities would).
 template <typename T, typename KV>
 void attend_rows(const Problem<T, KV>& p, const Sequence& s, const WorkItem& w, KeyRange keys,
                  Scratch& sc) {
   const TileMath& math = tile_math();
   const int64_t d = p.head_dim, g = p.group;
   const int64_t rows = item_rows(w, g);
+  const int64_t block_rows = kQueryTile * g;
   sc.kt.resize(d * kKeyTile);
   sc.row_scores.resize(rows * kKeyTile);
   for (int64_t j0 = keys.begin; j0 < keys.end; j0 += kKeyTile) {
@@ -63,24 +66,35 @@ void attend_rows(const Problem<T, KV>& p, const Sequence& s, const WorkItem& w, 
     const int64_t n = j1 - j0, nk = (n + 15) / 16 * 16;
     load_kv_tile(p, s, w, j0, j1, keys.end, sc);
     math.transpose(sc.k_rows.data(), n, d, sc.kt.data(), kKeyTile, nk);
-    math.scores_rows(sc.q.data(), rows, d, sc.kt.data(), kKeyTile, nk, sc.row_scores.data(),
-                     kKeyTile);
-    for (int64_t r = 0; r < rows; ++r) {
-      float* row_p = sc.row_scores.data() + r * kKeyTile;
-      const KeyRange row = key_range(p, w.row_begin + r / g, s.q_len, s.k_len);
-      const int64_t jb = std::max(j0, row.begin);
-      const int64_t jl = std::min(j1, row.end);
-      if (jl <= jb) {
-        std::fill(row_p, row_p + n, 0.0f);
-        sc.corr[r] = 1.0f;
+    for (int64_t b0 = 0; b0 < rows; b0 += block_rows) {
+      const int64_t b1 = std::min(rows, b0 + block_rows);
+      // Key ranges grow with the query row: the block's union runs from its first row's
+      // start to its last row's end.
+      const int64_t first = w.row_begin + b0 / g, last = w.row_begin + (b1 - 1) / g;
+      if (key_range(p, last, s.q_len, s.k_len).end <= j0 ||
+          key_range(p, first, s.q_len, s.k_len).begin >= j1) {
         continue;
       }
-      online_softmax_row(math, p, s, w, r, jb, row_p + (jb - j0), jl - jb, sc);
-      std::fill(row_p, row_p + (jb - j0), 0.0f);
-      std::fill(row_p + (jl - j0), row_p + n, 0.0f);
+      float* block_scores = sc.row_scores.data() + b0 * kKeyTile;
+      math.scores_rows(sc.q.data() + b0 * d, b1 - b0, d, sc.kt.data(), kKeyTile, nk,
+                       block_scores, kKeyTile);
+      for (int64_t r = b0; r < b1; ++r) {
+        float* row_p = sc.row_scores.data() + r * kKeyTile;
+        const KeyRange row = key_range(p, w.row_begin + r / g, s.q_len, s.k_len);
+        const int64_t jb = std::max(j0, row.begin);
+        const int64_t jl = std::min(j1, row.end);
+        if (jl <= jb) {
+          std::fill(row_p, row_p + n, 0.0f);
+          sc.corr[r] = 1.0f;
+          continue;
+        }
+        online_softmax_row(math, p, s, w, r, jb, row_p + (jb - j0), jl - jb, sc);
+        std::fill(row_p, row_p + (jb - j0), 0.0f);
+        std::fill(row_p + (jl - j0), row_p + n, 0.0f);
+      }
+      math.axpy_rows(sc.acc.data() + b0 * d, b1 - b0, d, sc.corr.data() + b0, block_scores,
+                     kKeyTile, sc.v_rows.data(), n);
     }
-    math.axpy_rows(sc.acc.data(), rows, d, sc.corr.data(), sc.row_scores.data(), kKeyTile,
-                   sc.v_rows.data(), n);
   }
 }
 

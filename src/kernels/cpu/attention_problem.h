@@ -16,7 +16,16 @@
 namespace kvattn::cpu::attn {
 
 constexpr int64_t kKeyTile = 64;
-constexpr int64_t kQueryTile = 16;  // query rows per work item (times the GQA group)
+// Query rows per work item (times the GQA group): kQueryTile, or kLongQueryTile in sequences of
+// at least kLongQueryRows queries (a long prefill), whose items run their rows in blocks of
+// kQueryTile query rows over each transposed key tile (attend_rows): one transpose and one
+// tile load for four blocks. Chosen by the shape alone, so results never depend on the team.
+constexpr int64_t kQueryTile = 16;
+constexpr int64_t kLongQueryTile = 64;
+constexpr int64_t kLongQueryRows = 256;
+inline int64_t query_tile(int64_t q_len) {
+  return q_len >= kLongQueryRows ? kLongQueryTile : kQueryTile;
+}
 
 // T: q/out element type; KV: the keys' and values' (T, or a cache's bf16 / float8_e4m3).
 template <typename T, typename KV>
