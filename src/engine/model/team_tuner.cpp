@@ -20,15 +20,23 @@ constexpr double kSlowBarrier = 50e-6;
 }  // namespace
 
 double barrier_seconds(int threads) {
+  // Stops once the rounds so far take more than kRounds slow round trips in all: the mean is
+  // then above kSlowBarrier whatever the rest would take, and a busy machine (every prefill-
+  // sized step probes) pays about one time slice, not eight.
   constexpr int kRounds = 8;
   volatile int sink = 0;
   const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < kRounds; ++i) {
+  double elapsed = 0.0;
+  int rounds = 0;
+  while (rounds < kRounds) {
 #pragma omp parallel num_threads(threads)
     { sink = omp_get_thread_num(); }
+    ++rounds;
+    elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (elapsed > kRounds * kSlowBarrier) break;
   }
   (void)sink;
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / kRounds;
+  return elapsed / rounds;
 }
 
 TeamTuner::TeamTuner(int max_threads, int fixed, BarrierProbe probe)

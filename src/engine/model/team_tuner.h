@@ -26,6 +26,7 @@ namespace kvattn::cpu_model {
 
 // Mean wall time of an empty parallel region of `threads` threads (a barrier round trip):
 // microseconds when the cores are free, milliseconds when a peer waits for a time slice.
+// Over 8 rounds, or fewer once those run already exceed 8 slow round trips in all.
 double barrier_seconds(int threads);
 
 class TeamTuner {
