@@ -3,8 +3,8 @@
 // On an idle machine every core helps (decode ~1.7x with two). On an oversubscribed one (a
 // shared box, ctest -j) a team that must meet at ~150 barriers per token can run 50x slower
 // than one thread: each barrier waits for a descheduled peer's next time slice.
-// - Prefill-sized steps (more than kStreamingMaxRows rows) take all threads unless 8 empty
-//   parallel regions, timed first, already wait for time slices: their regions carry enough
+// - Prefill-sized steps (more than kStreamingMaxRows rows) take all threads unless up to 8
+//   empty parallel regions, timed first, already wait for time slices: their regions carry enough
 //   work that a team's barriers cost little on free cores, and such a step may be one long
 //   prompt's whole prefill, so neither a one-thread start nor a one-thread trial step (which
 //   doubles that prompt's time to first token) is affordable.
