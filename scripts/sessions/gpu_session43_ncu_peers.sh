@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Session 43, call 2: Nsight Compute of kvattn's, cuDNN's and FlashInfer's decode kernels on
+# the same shapes (bench/decode_ncu_peers.py: 1x8192 32/8 d128, 64x4096 32/8 d128, 96x4096 9/3
+# d64, page 16), warm launches with the caches kept (--cache-control none, as in graph replay):
+# each kernel's grid, block, registers, shared memory, duration, DRAM / L2 throughput,
+# occupancy and stall mix, to see how the peers organise the shapes kvattn trails on.
+#   run: bash scripts/sessions/gpu_session43_ncu_peers.sh 2>&1 | tee $OUT/summary.txt
+#   carry: .deps/private, .peers (the package is built here)
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit
+source scripts/device_env.sh
+source scripts/device_carried.sh  # room, pack_out
+trap pack_out EXIT
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
+kvattn_install_python_and_peers || exit 1
+step "ncu: decode kernels of the three backends"
+(unset CPATH LIBRARY_PATH
+ cd /tmp && PYTHONUNBUFFERED=1 MAX_JOBS=$(nproc) FLASHINFER_CUDA_ARCH_LIST=9.0a \
+   timeout "${NCU_TIMEOUT:-420}" ncu --profile-from-start off --cache-control none \
+   --clock-control none --nvtx --section LaunchStats --section Occupancy --section SpeedOfLight \
+   --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
+   -o /tmp/ncu_dec -f python3 "$OLDPWD/bench/decode_ncu_peers.py" > "$OUT/ncu_run.log" 2>&1
+ echo "ncu rc=$?"; grep -vE "^==PROF==|Warning" "$OUT/ncu_run.log" | tail -n 12)
+ncu --import /tmp/ncu_dec.ncu-rep --page raw --csv > "$OUT/ncu_raw.csv" 2>/dev/null
+ncu --import /tmp/ncu_dec.ncu-rep --page details --csv --print-nvtx-rename kernel \
+  > "$OUT/ncu_details.csv" 2>/dev/null
+python3 scripts/ncu_kernel_table.py "$OUT/ncu_raw.csv"
+echo "end ${SECONDS}s"
