@@ -4,7 +4,8 @@
 # (with `--cache-control none` the K/V stay in L2 as in graph replay). The launches of one
 # backend sit in an NVTX range named after it.
 #   ncu --profile-from-start off --cache-control none --nvtx ... python3 bench/decode_ncu_peers.py
-#   DECODE_NCU_CASES="1x8192,64x4096,96x4096" (default all three)
+#   DECODE_NCU_CASES="1x8192,64x4096,96x4096" (default all three); DECODE_NCU_BACKENDS="kvattn"
+#   keeps those backends only (default all)
 import os
 
 import torch
@@ -66,10 +67,13 @@ def backends(lens, Hq, Hkv, D, P=16):
 
 
 names = os.environ.get("DECODE_NCU_CASES", ",".join(CASES)).split(",")
+keep = os.environ.get("DECODE_NCU_BACKENDS")
 for name in names:
     lens, Hq, Hkv, D = CASES[name]
     fns = backends(lens, Hq, Hkv, D)
     for label, fn in fns.items():
+        if keep and label not in keep.split(","):
+            continue
         for _ in range(3):
             fn()
         torch.cuda.synchronize()

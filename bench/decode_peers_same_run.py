@@ -152,18 +152,20 @@ ragged = torch.randint(1, 8193, (64,), generator=g).tolist()
 # head_dim 256 first (issue 18's figure), then the issue 16 shapes; DECODE_PEERS_HEAD_DIMS
 # (e.g. "128,64") keeps the rows of those head dims only.
 HEAD_DIMS = {int(d) for d in os.environ.get("DECODE_PEERS_HEAD_DIMS", "256,128,64").split(",")}
+# DECODE_PEERS_CASES (e.g. "1x8192"): those page-16 rows only, and no page-256 rows.
+CASES = [c for c in os.environ.get("DECODE_PEERS_CASES", "").split(",") if c]
 for args in [("64x4096", [4096] * 64, 16, 8, 256), ("16x8192", [8192] * 16, 16, 8, 256),
              ("64x4096", [4096] * 64, 32, 8, 128), ("256x1024", [1024] * 256, 16, 8, 128),
              ("8x32768", [32768] * 8, 32, 8, 128), ("96x4096", [4096] * 96, 9, 3, 64),
              ("256x1024", [1024] * 256, 8, 8, 64), ("1x8192", [8192], 32, 8, 128),
              ("skewed 4x16384+60x512", [16384] * 4 + [512] * 60, 32, 8, 128),
              ("ragged 64x[1,8192]", ragged, 32, 8, 128)]:
-    if args[4] in HEAD_DIMS:
+    if args[4] in HEAD_DIMS and (not CASES or args[0] in CASES):
         case(*args)
 # Page 256: whether a shape's gap to cuDNN (contiguous K/V) is the page-16 layout's reads.
 for args in [("64x4096", [4096] * 64, 32, 8, 128), ("96x4096", [4096] * 96, 9, 3, 64),
              ("256x1024", [1024] * 256, 8, 8, 64)]:
-    if args[4] in HEAD_DIMS:
+    if args[4] in HEAD_DIMS and not CASES:
         case(*args, P=256)
 
 # torch's sum reads ~4.35 TB/s on the H200; loads of 1024 threads an SM or the decode's own

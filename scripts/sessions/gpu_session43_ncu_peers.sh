@@ -3,7 +3,10 @@
 # the same shapes (bench/decode_ncu_peers.py: 1x8192 32/8 d128, 64x4096 32/8 d128, 96x4096 9/3
 # d64, page 16), warm launches with the caches kept (--cache-control none, as in graph replay):
 # each kernel's grid, block, registers, shared memory, duration, DRAM / L2 throughput,
-# occupancy and stall mix, to see how the peers organise the shapes kvattn trails on.
+# occupancy and stall mix, to see how the peers organise the shapes kvattn trails on. Then
+# the 1x8192 row of the peers harness with the small kernel's evict-first K/V loads on (the
+# default) and off (KVATTN_DECODE_KV_EVICT_FIRST=0), two rounds alternating: graph replay
+# keeps a lone sequence's 33.5 MB in L2, which evict-first lines may not be.
 #   run: bash scripts/sessions/gpu_session43_ncu_peers.sh 2>&1 | tee $OUT/summary.txt
 #   carry: .deps/private, .peers (the package is built here)
 set -uo pipefail
@@ -13,6 +16,7 @@ source scripts/device_carried.sh  # room, pack_out
 trap pack_out EXIT
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
 kvattn_install_python_and_peers || exit 1
+KVATTN_PEERS_READY=1
 step "ncu: decode kernels of the three backends"
 (unset CPATH LIBRARY_PATH
  cd /tmp && PYTHONUNBUFFERED=1 MAX_JOBS=$(nproc) FLASHINFER_CUDA_ARCH_LIST=9.0a \
@@ -25,4 +29,21 @@ ncu --import /tmp/ncu_dec.ncu-rep --page raw --csv > "$OUT/ncu_raw.csv" 2>/dev/n
 ncu --import /tmp/ncu_dec.ncu-rep --page details --csv --print-nvtx-rename kernel \
   > "$OUT/ncu_details.csv" 2>/dev/null
 python3 scripts/ncu_kernel_table.py "$OUT/ncu_raw.csv"
+for round in 1 2; do
+  for ef in 1 0; do
+    room 520 "1x8192 evict-first $ef" || break
+    KVATTN_DECODE_KV_EVICT_FIRST=$ef DECODE_PEERS_CASES=1x8192 DECODE_PEERS_HEAD_DIMS=128 \
+      PEERS_TIMEOUT=120 kvattn_run_peers bench/decode_peers_same_run.py \
+      "decode_1x8192_ef${ef}_r${round}.log" 1
+  done
+done
+room 480 "ncu kvattn without evict-first" && (unset CPATH LIBRARY_PATH
+ cd /tmp && KVATTN_DECODE_KV_EVICT_FIRST=0 DECODE_NCU_CASES=1x8192 DECODE_NCU_BACKENDS=kvattn \
+   timeout 120 ncu --profile-from-start off --cache-control none --clock-control none \
+   --section LaunchStats --section Occupancy --section SpeedOfLight \
+   --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
+   -o /tmp/ncu_ef0 -f python3 "$OLDPWD/bench/decode_ncu_peers.py" > "$OUT/ncu_ef0.log" 2>&1
+ echo "ncu ef0 rc=$?"
+ ncu --import /tmp/ncu_ef0.ncu-rep --page raw --csv > "$OUT/ncu_ef0_raw.csv" 2>/dev/null
+ python3 "$OLDPWD/scripts/ncu_kernel_table.py" "$OUT/ncu_ef0_raw.csv")
 echo "end ${SECONDS}s"
