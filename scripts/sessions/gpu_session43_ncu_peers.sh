@@ -20,7 +20,7 @@ KVATTN_PEERS_READY=1
 step "ncu: decode kernels of the three backends"
 (unset CPATH LIBRARY_PATH
  cd /tmp && PYTHONUNBUFFERED=1 MAX_JOBS=$(nproc) FLASHINFER_CUDA_ARCH_LIST=9.0a \
-   timeout "${NCU_TIMEOUT:-420}" ncu --profile-from-start off --cache-control none \
+   timeout "${NCU_TIMEOUT:-240}" ncu --profile-from-start off --cache-control none \
    --clock-control none --nvtx --section LaunchStats --section Occupancy --section SpeedOfLight \
    --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
    -o /tmp/ncu_dec -f python3 "$OLDPWD/bench/decode_ncu_peers.py" > "$OUT/ncu_run.log" 2>&1
