@@ -10,7 +10,7 @@ jobs=${KVATTN_JOBS:-$(nproc)}
 bash scripts/setup.sh
 bash scripts/fetch_model.sh || echo "test: default model not fetched; its test will be skipped"
 
-echo "== build (release) =="
+echo "== build (release) == ($(date +%T), ${SECONDS}s)"
 # Without a GPU the CUDA sources are compiled for sm_90a alone: that code generation compiles
 # every kernel source (the Hopper kernels exist only there; sm_80 differs only by a few
 # __CUDA_ARCH__ fallbacks), and a second one (the default "90a;80") would cost CI ~5 minutes of
@@ -27,13 +27,13 @@ fi
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "${archs[@]}" \
   -DKVATTN_TEST_CXX_FLAGS=-O1
 cmake --build build -j "$jobs"
-echo "== ctest (release) =="
+echo "== ctest (release) == ($(date +%T), ${SECONDS}s)"
 ctest --test-dir build --output-on-failure -j "$jobs" -L cpu
 
-echo "== python package (cpu, numpy) =="
+echo "== python package (cpu, numpy) == ($(date +%T), ${SECONDS}s)"
 bash tests/python/run_cpu.sh
 
-echo "== build (asan+ubsan, cpu only) =="
+echo "== build (asan+ubsan, cpu only) == ($(date +%T), ${SECONDS}s)"
 # -O1 -g1 (line tables): sanitizer reports keep file:line, and the build takes ~half the time of
 # -O2 -g (9.6 vs 17.6 min on a 2-core machine; the tests run 45 vs 40 s). The library and the
 # engine keep their -O3 (CMakeLists.txt says why). The test binaries' own code at -O0
@@ -44,14 +44,14 @@ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVATTN_CUD
   -DKVATTN_SANITIZE=ON -DKVATTN_BENCH=OFF -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
   -DKVATTN_TEST_CXX_FLAGS=-O0
 cmake --build build-asan -j "$jobs"
-echo "== ctest (asan+ubsan) =="
+echo "== ctest (asan+ubsan) == ($(date +%T), ${SECONDS}s)"
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan --output-on-failure -j "$jobs" -L cpu
 
 if [ -x scripts/fuzz.sh ]; then
-  echo "== fuzz =="
+  echo "== fuzz == ($(date +%T), ${SECONDS}s)"
   # 10 s a target here (scripts/fuzz.sh's default is 20): CI's time guideline; longer runs
   # with KVATTN_FUZZ_SECONDS.
   KVATTN_FUZZ_SECONDS=${KVATTN_FUZZ_SECONDS:-10} bash scripts/fuzz.sh
 fi
-echo "test: all passed"
+echo "test: all passed (${SECONDS}s)"
