@@ -17,10 +17,19 @@ trap pack_out EXIT
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
 kvattn_install_python_and_peers || exit 1
 KVATTN_PEERS_READY=1
+for round in 1 2; do
+  for ef in 1 0; do
+    room 220 "1x8192 evict-first $ef" || break
+    KVATTN_DECODE_KV_EVICT_FIRST=$ef DECODE_PEERS_CASES=1x8192 DECODE_PEERS_HEAD_DIMS=128 \
+      PEERS_TIMEOUT=120 kvattn_run_peers bench/decode_peers_same_run.py \
+      "decode_1x8192_ef${ef}_r${round}.log" 1
+  done
+done
+if room 250 "ncu of the three backends"; then
 step "ncu: decode kernels of the three backends"
 (unset CPATH LIBRARY_PATH
- cd /tmp && PYTHONUNBUFFERED=1 MAX_JOBS=$(nproc) FLASHINFER_CUDA_ARCH_LIST=9.0a \
-   timeout "${NCU_TIMEOUT:-240}" ncu --profile-from-start off --cache-control none \
+ cd /tmp && KVATTN_DECODE_KV_EVICT_FIRST=1 PYTHONUNBUFFERED=1 MAX_JOBS=$(nproc) FLASHINFER_CUDA_ARCH_LIST=9.0a \
+   timeout "$((390 - SECONDS))" ncu --profile-from-start off --cache-control none \
    --clock-control none --nvtx --section LaunchStats --section Occupancy --section SpeedOfLight \
    --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
    -o /tmp/ncu_dec -f python3 "$OLDPWD/bench/decode_ncu_peers.py" > "$OUT/ncu_run.log" 2>&1
@@ -29,17 +38,10 @@ ncu --import /tmp/ncu_dec.ncu-rep --page raw --csv > "$OUT/ncu_raw.csv" 2>/dev/n
 ncu --import /tmp/ncu_dec.ncu-rep --page details --csv --print-nvtx-rename kernel \
   > "$OUT/ncu_details.csv" 2>/dev/null
 python3 scripts/ncu_kernel_table.py "$OUT/ncu_raw.csv"
-for round in 1 2; do
-  for ef in 1 0; do
-    room 520 "1x8192 evict-first $ef" || break
-    KVATTN_DECODE_KV_EVICT_FIRST=$ef DECODE_PEERS_CASES=1x8192 DECODE_PEERS_HEAD_DIMS=128 \
-      PEERS_TIMEOUT=120 kvattn_run_peers bench/decode_peers_same_run.py \
-      "decode_1x8192_ef${ef}_r${round}.log" 1
-  done
-done
-room 480 "ncu kvattn without evict-first" && (unset CPATH LIBRARY_PATH
+fi
+room 330 "ncu kvattn without evict-first" && (unset CPATH LIBRARY_PATH
  cd /tmp && KVATTN_DECODE_KV_EVICT_FIRST=0 DECODE_NCU_CASES=1x8192 DECODE_NCU_BACKENDS=kvattn \
-   timeout 120 ncu --profile-from-start off --cache-control none --clock-control none \
+   timeout "$((400 - SECONDS))" ncu --profile-from-start off --cache-control none --clock-control none \
    --section LaunchStats --section Occupancy --section SpeedOfLight \
    --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
    -o /tmp/ncu_ef0 -f python3 "$OLDPWD/bench/decode_ncu_peers.py" > "$OUT/ncu_ef0.log" 2>&1
