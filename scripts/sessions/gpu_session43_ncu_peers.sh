@@ -8,7 +8,8 @@
 # default) and off (KVATTN_DECODE_KV_EVICT_FIRST=0), two rounds alternating: graph replay
 # keeps a lone sequence's 33.5 MB in L2, which evict-first lines may not be.
 #   run: bash scripts/sessions/gpu_session43_ncu_peers.sh 2>&1 | tee $OUT/summary.txt
-#   carry: .deps/private, .peers (the package is built here)
+#   carry: .deps/private, .peers (the package is built here). ROUNDS (default 2) A/B rounds;
+#   NCU=0 skips the profiles.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit
 source scripts/device_env.sh
@@ -17,7 +18,7 @@ trap pack_out EXIT
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
 kvattn_install_python_and_peers || exit 1
 KVATTN_PEERS_READY=1
-for round in 1 2; do
+for round in $(seq 1 "${ROUNDS:-2}"); do
   for ef in 1 0; do
     room 220 "1x8192 evict-first $ef" || break
     KVATTN_DECODE_KV_EVICT_FIRST=$ef DECODE_PEERS_CASES=1x8192 DECODE_PEERS_HEAD_DIMS=128 \
@@ -25,7 +26,7 @@ for round in 1 2; do
       "decode_1x8192_ef${ef}_r${round}.log" 1
   done
 done
-if room 250 "ncu of the three backends"; then
+if [ "${NCU:-1}" = 1 ] && room 250 "ncu of the three backends"; then
 step "ncu: decode kernels of the three backends"
 (unset CPATH LIBRARY_PATH
  cd /tmp && KVATTN_DECODE_KV_EVICT_FIRST=1 PYTHONUNBUFFERED=1 MAX_JOBS=$(nproc) FLASHINFER_CUDA_ARCH_LIST=9.0a \
@@ -39,7 +40,7 @@ ncu --import /tmp/ncu_dec.ncu-rep --page details --csv --print-nvtx-rename kerne
   > "$OUT/ncu_details.csv" 2>/dev/null
 python3 scripts/ncu_kernel_table.py "$OUT/ncu_raw.csv"
 fi
-room 330 "ncu kvattn without evict-first" && (unset CPATH LIBRARY_PATH
+[ "${NCU:-1}" = 1 ] && room 330 "ncu kvattn without evict-first" && (unset CPATH LIBRARY_PATH
  cd /tmp && KVATTN_DECODE_KV_EVICT_FIRST=0 DECODE_NCU_CASES=1x8192 DECODE_NCU_BACKENDS=kvattn \
    timeout "$((400 - SECONDS))" ncu --profile-from-start off --cache-control none --clock-control none \
    --section LaunchStats --section Occupancy --section SpeedOfLight \
