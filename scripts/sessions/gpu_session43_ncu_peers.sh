@@ -29,7 +29,7 @@ done
 if [ "${NCU:-1}" = 1 ] && room 250 "ncu of the three backends"; then
 step "ncu: decode kernels of the three backends"
 (unset CPATH LIBRARY_PATH
- cd /tmp && KVATTN_DECODE_KV_EVICT_FIRST=1 PYTHONUNBUFFERED=1 MAX_JOBS=$(nproc) FLASHINFER_CUDA_ARCH_LIST=9.0a \
+ cd /tmp && PYTHONUNBUFFERED=1 MAX_JOBS=$(nproc) FLASHINFER_CUDA_ARCH_LIST=9.0a \
    timeout "$((390 - SECONDS))" ncu --profile-from-start off --cache-control none \
    --clock-control none --nvtx --section LaunchStats --section Occupancy --section SpeedOfLight \
    --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \

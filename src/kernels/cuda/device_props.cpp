@@ -49,13 +49,4 @@ int compute_capability(int device) {
   });
 }
 
-int l2_cache_bytes(int device) {
-  static DeviceCache cache{};
-  return cached(cache, device, "l2_cache_bytes", [](int d) {
-    int n = 0;
-    CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrL2CacheSize, d));
-    return n > 0 ? n : 1;  // the cache holds positive facts only
-  });
-}
-
 }  // namespace kvattn::cuda

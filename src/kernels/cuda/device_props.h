@@ -9,7 +9,4 @@ int sm_count(int device);
 // Compute capability of `device` as major * 10 + minor (90 for Hopper), cached.
 int compute_capability(int device);
 
-// Bytes of `device`'s L2 cache (cudaDevAttrL2CacheSize), cached.
-int l2_cache_bytes(int device);
-
 }  // namespace kvattn::cuda
