@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Session 43, call 2: Nsight Compute of kvattn's, cuDNN's and FlashInfer's decode kernels on
-# the same shapes (bench/decode_ncu_peers.py: 1x8192 32/8 d128, 64x4096 32/8 d128, 96x4096 9/3
-# d64, page 16), warm launches with the caches kept (--cache-control none, as in graph replay):
-# each kernel's grid, block, registers, shared memory, duration, DRAM / L2 throughput,
-# occupancy and stall mix, to see how the peers organise the shapes kvattn trails on. Then
-# the 1x8192 row of the peers harness with the small kernel's evict-first K/V loads on (the
-# default) and off (KVATTN_DECODE_KV_EVICT_FIRST=0), two rounds alternating: graph replay
-# keeps a lone sequence's 33.5 MB in L2, which evict-first lines may not be.
+# Session 43's prepared call (no machine came for it; the next session's first): first the
+# 1x8192 32/8 d128 row of the peers harness with the small kernel's evict-first K/V copies on
+# (the default) and off (KVATTN_DECODE_KV_EVICT_FIRST=0), ROUNDS rounds alternating, each
+# process with cuDNN and FlashInfer: graph replay keeps a lone sequence's 33.5 MB in L2, which
+# evict-first lines may not be. Then Nsight Compute of kvattn's, cuDNN's and FlashInfer's
+# decode kernels on the same shapes (bench/decode_ncu_peers.py: 1x8192 32/8 d128, 64x4096
+# 32/8 d128, 96x4096 9/3 d64, page 16), warm launches with the caches kept (--cache-control
+# none, as in graph replay): grid, block, registers, shared memory, duration, DRAM / L2
+# throughput, occupancy and stalls a kernel (scripts/ncu_kernel_table.py); then kvattn's
+# 1x8192 without evict-first.
 #   run: bash scripts/sessions/gpu_session43_ncu_peers.sh 2>&1 | tee $OUT/summary.txt
 #   carry: .deps/private, .peers (the package is built here). ROUNDS (default 2) A/B rounds;
 #   NCU=0 skips the profiles.
