@@ -4,10 +4,12 @@
 #include <cstdlib>
 #include <CLI/CLI.hpp>
 
+#include <charconv>
 #include <cstdio>
 #include <exception>
 #include <limits>
 #include <string>
+#include <system_error>
 
 #include "commands.h"
 
@@ -42,6 +44,70 @@ void add_threads_option(CLI::App* cmd, int& threads, const char* automatic) {
           "0.." + std::to_string(kvattn::cli::kMaxThreads), "threads"));
 }
 
+
+// A whole number of at least `lo`, named in the error ("must be >= 1 but is '-3'"), where
+// CLI11's PositiveNumber would print the range as doubles (and its parse saturates numbers
+// past int64).
+CLI::Validator at_least(int64_t lo) {
+  return CLI::Validator(
+      [lo](std::string& v) -> std::string {
+        int64_t x = 0;
+        const char* end = v.data() + v.size();
+        const auto [stop, ec] = std::from_chars(v.data(), end, x);  // out of range: an error
+        if (ec != std::errc() || stop != end || x < lo)
+          return "must be a whole number >= " + std::to_string(lo) + " but is '" + v + "'";
+        return "";
+      },
+      ">=" + std::to_string(lo), "at_least");
+}
+
+// The options generate, bench and serve share, defined once so that their help and checks
+// agree: a bad value is refused here, naming the flag, before a model is looked for.
+template <typename Args>
+void add_engine_options(CLI::App* cmd, Args& a, const char* model_help) {
+  cmd->add_option("-m,--model", a.model, model_help);
+  cmd->add_option("--device", a.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_option("--weights", a.weights,
+                  "CPU weight storage: auto (gguf for GGUF files, f32 for HF directories), "
+                  "gguf (the file's quantized blocks, computed on in place), f32, f16, bf16, "
+                  "q8 (int8, one scale per 32)")
+      ->check(CLI::IsMember({"auto", "gguf", "f32", "f16", "bf16", "q8"}));
+  cmd->add_option("--tensor-parallel", a.tensor_parallel,
+                  "Ranks of tensor parallelism (GPUs from cuda:0 on; CPU: threads)")
+      ->default_val(1)->check(CLI::Range(1, 64));
+  cmd->add_option("--kv-cache-mb", a.kv_cache_mb,
+                  "KV cache size in MiB (0 => GPU: what --gpu-memory-utilization leaves, 0.9 "
+                  "for generate; CPU: sized for --ctx-size)")
+      ->default_val(0)->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
+  cmd->add_option("--ctx-size", a.ctx_size,
+                  "Context length: tokens one sequence may hold, prompt and output (0 => the "
+                  "model's; on the CPU at most 4096, and the KV pool is sized for it when "
+                  "--kv-cache-mb is 0)")
+      ->default_val(0)->check(at_least(0));
+  add_kv_cache_options(cmd, a.kv);
+}
+
+// bench and serve: the GPU memory share and the scheduler's bounds.
+template <typename Args>
+void add_server_sizing_options(CLI::App* cmd, Args& a, int64_t batched_tokens_default,
+                               const char* batched_tokens_help) {
+  cmd->add_option("--gpu-memory-utilization", a.gpu_memory_utilization,
+                  "Fraction of GPU memory for weights, activations and the KV pool, in (0, 1]")
+      ->default_val(0.9)
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            double x = 0;
+            if (!CLI::detail::lexical_cast(v, x) || !(x > 0 && x <= 1))
+              return "must be in (0, 1] but is '" + v + "'";
+            return "";
+          },
+          "(0, 1]", "fraction"));
+  cmd->add_option("--max-num-seqs", a.max_num_seqs, "Running sequences at most")
+      ->default_val(256)->check(at_least(1));
+  auto* t = cmd->add_option("--max-num-batched-tokens", a.max_num_batched_tokens,
+                            batched_tokens_help)->check(at_least(1));
+  if (batched_tokens_default > 0) t->default_val(batched_tokens_default);
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -54,11 +120,9 @@ int main(int argc, char** argv) {
   auto* gen = app.add_subcommand(
       "generate", "Generate text for one or more prompts (streams when there is one)");
   gen->add_option("prompts", g.prompts, "Prompt text (one or more)")->required();
-  gen->add_option("-m,--model", g.model,
-                  "A .gguf file or an HF directory (default: SmolLM2-135M-Instruct from "
-                  "models/, fetched by scripts/fetch_model.sh; or $KVATTN_MODEL)");
-  gen->add_option("--device", g.device, "cpu or cuda")
-      ->check(CLI::IsMember({"cpu", "cuda"}));
+  add_engine_options(gen, g,
+                     "A .gguf file or an HF directory (default: SmolLM2-135M-Instruct from "
+                     "models/, fetched by scripts/fetch_model.sh; or $KVATTN_MODEL)");
   gen->add_flag("--chat", g.chat,
                 "Wrap each prompt in the model's chat template (the default when the model "
                 "has one)");
@@ -95,22 +159,6 @@ int main(int argc, char** argv) {
   gen->add_option("--stop", g.sampling.stop, "Stop string (repeatable); not printed")
       ->allow_extra_args(false);
   add_threads_option(gen, g.threads, "all cores, or one while the machine is oversubscribed");
-  gen->add_option("--weights", g.weights,
-                  "CPU weight storage: auto (gguf for GGUF files, f32 for HF directories), "
-                  "gguf (the file's quantized blocks, computed on in place), f32, f16, bf16, "
-                  "q8 (int8, one scale per 32)")
-      ->check(CLI::IsMember({"auto", "gguf", "f32", "f16", "bf16", "q8"}));
-  gen->add_option("--kv-cache-mb", g.kv_cache_mb, "KV cache size in MiB (0 => automatic)")
-      ->default_val(0);
-  gen->add_option("--ctx-size", g.ctx_size,
-                  "Context length: tokens one sequence may hold, prompt and output (0 => the "
-                  "model's; on the CPU at most 4096, and the KV pool is sized for it when "
-                  "--kv-cache-mb is 0)")
-      ->default_val(0)->check(CLI::NonNegativeNumber);
-  add_kv_cache_options(gen, g.kv);
-  gen->add_option("--tensor-parallel", g.tensor_parallel,
-                  "Ranks of tensor parallelism (GPUs from cuda:0 on; CPU: threads)")
-      ->default_val(1)->check(CLI::Range(1, 64));
   gen->add_option("--json", g.json,
                   "Also write one JSON object per prompt, one per line, to this file (- : to "
                   "stdout, instead of the text): prompt and prompt_token_ids, token_ids, text, "
@@ -128,8 +176,7 @@ int main(int argc, char** argv) {
       "bench", "Throughput benchmark: a workload of random prompts (ignore_eos; nano-vllm's by "
                "default), then single-stream decode and time to first token, with each step's "
                "time split into attention, GEMMs, other and host");
-  bench->add_option("-m,--model", b.model, "A .gguf file or an HF directory (default: as generate)");
-  bench->add_option("--device", b.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  add_engine_options(bench, b, "A .gguf file or an HF directory (default: as generate)");
   bench->add_option("--workload", b.workload,
                     "nano-vllm (256 prompts of 100-1024 tokens, 100-1024 output tokens), prefix "
                     "(the same behind one shared 2000-token system prompt; also run with the "
@@ -138,7 +185,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"nano-vllm", "prefix", "long"}))->default_val("nano-vllm");
   const auto size = [&](const char* flag, int64_t& field, const char* what) {
     bench->add_option(flag, field, std::string(what) + " (default: the workload's)")
-        ->check(CLI::NonNegativeNumber);
+        ->check(at_least(0));
   };
   size("--num-seqs", b.num_seqs, "Prompts in the main run");
   size("--prefix-len", b.prefix_len, "Tokens of the shared system prompt");
@@ -167,29 +214,9 @@ int main(int argc, char** argv) {
       ->default_val(1.0)
       ->check(CLI::Range(0.0, 1.0));
   bench->add_flag("--eager", b.eager, "No CUDA graphs (eager launches)");
-  bench->add_option("--tensor-parallel", b.tensor_parallel,
-                    "Ranks of tensor parallelism (GPUs from cuda:0 on; CPU: threads)")
-      ->default_val(1)->check(CLI::Range(1, 64));
-  bench->add_option("--max-num-seqs", b.max_num_seqs, "Running sequences at most")
-      ->default_val(256);
-  bench->add_option("--max-num-batched-tokens", b.max_num_batched_tokens,
-                    "Tokens per step (default: 16384 times --scale, at least 16)")
-      ->check(CLI::PositiveNumber);
-  bench->add_option("--kv-cache-mb", b.kv_cache_mb,
-                    "KV cache size in MiB (0 => GPU: --gpu-memory-utilization; CPU: default)")
-      ->default_val(0);
-  bench->add_option("--ctx-size", b.ctx_size,
-                    "Context length: tokens one sequence may hold, prompt and output (0 => "
-                    "the model's; on the CPU at most 4096, and the KV pool is sized for it "
-                    "when --kv-cache-mb is 0)")
-      ->default_val(0)->check(CLI::NonNegativeNumber);
-  add_kv_cache_options(bench, b.kv);
-  bench->add_option("--gpu-memory-utilization", b.gpu_memory_utilization,
-                    "Fraction of GPU memory for weights, activations and the KV pool")
-      ->default_val(0.9);
+  add_server_sizing_options(bench, b, 0,
+                            "Tokens per step (default: 16384 times --scale, at least 16)");
   add_threads_option(bench, b.threads, "automatic");
-  bench->add_option("--weights", b.weights, "CPU weight storage: auto, gguf, f32, f16, bf16, q8")
-      ->check(CLI::IsMember({"auto", "gguf", "f32", "f16", "bf16", "q8"}));
   bench->add_option("--single-input", b.single_input, "Prompt of the single-stream run")
       ->default_val(128);
   bench->add_option("--single-output", b.single_output, "Tokens of the single-stream run")
@@ -205,8 +232,7 @@ int main(int argc, char** argv) {
   auto* serve = app.add_subcommand(
       "serve", "OpenAI-compatible HTTP server: /v1/completions, /v1/chat/completions (SSE "
                "streaming), /v1/models, /health, /metrics");
-  serve->add_option("-m,--model", sv.model, "A .gguf file or an HF directory (default: as generate)");
-  serve->add_option("--device", sv.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  add_engine_options(serve, sv, "A .gguf file or an HF directory (default: as generate)");
   serve->add_option("--host", sv.host, "Address to listen on")->default_val("127.0.0.1");
   serve->add_option("--port", sv.port, "Port (0: any free port, printed at start)")
       ->default_val(8000)->check(CLI::Range(0, 65535));
@@ -214,30 +240,10 @@ int main(int argc, char** argv) {
                     "Require 'Authorization: Bearer KEY' on /v1/* (default: $KVATTN_API_KEY)");
   serve->add_option("--served-model-name", sv.served_model_name,
                     "Model id in the API (default: the model file's name)");
-  serve->add_option("--max-num-seqs", sv.max_num_seqs, "Running sequences at most")
-      ->default_val(256)->check(CLI::PositiveNumber);
-  serve->add_option("--max-num-batched-tokens", sv.max_num_batched_tokens, "Tokens per step")
-      ->default_val(16384)->check(CLI::PositiveNumber);
-  serve->add_option("--kv-cache-mb", sv.kv_cache_mb,
-                    "KV cache size in MiB (0 => GPU: --gpu-memory-utilization; CPU: default)")
-      ->default_val(0)->check(CLI::NonNegativeNumber);
-  serve->add_option("--ctx-size", sv.ctx_size,
-                    "Context length: tokens one sequence may hold, prompt and output (0 => "
-                    "the model's; on the CPU at most 4096, and the KV pool is sized for it "
-                    "when --kv-cache-mb is 0)")
-      ->default_val(0)->check(CLI::NonNegativeNumber);
-  add_kv_cache_options(serve, sv.kv);
-  serve->add_option("--gpu-memory-utilization", sv.gpu_memory_utilization,
-                    "Fraction of GPU memory for weights, activations and the KV pool")
-      ->default_val(0.9);
-  serve->add_option("--tensor-parallel", sv.tensor_parallel,
-                    "Ranks of tensor parallelism (GPUs from cuda:0 on; CPU: threads)")
-      ->default_val(1)->check(CLI::Range(1, 64));
+  add_server_sizing_options(serve, sv, 16384, "Tokens per step");
   serve->add_flag("--eager", sv.eager, "No CUDA graphs (eager launches)");
   serve->add_flag("--no-prefix-caching", sv.no_prefix_caching, "Turn the prefix cache off");
   add_threads_option(serve, sv.threads, "automatic");
-  serve->add_option("--weights", sv.weights, "CPU weight storage: auto, gguf, f32, f16, bf16, q8")
-      ->check(CLI::IsMember({"auto", "gguf", "f32", "f16", "bf16", "q8"}));
   serve->add_option("--max-queue", sv.max_queue,
                     "Answer 503 while this many sequences wait for admission")
       ->default_val(1024)->check(CLI::PositiveNumber);

@@ -1,12 +1,13 @@
 #!/bin/sh
 # kvattn's command-line manners (issue 21), with stdout and stderr captured apart:
 #   cli_manners_test.sh KVATTN MODEL CASE
-# CASE: stdout_text | threads_invalid | threads_warning | zero_tokens | json | special.
-# Exits 77 (ctest: skipped) when MODEL (the default GGUF) or jq is missing; threads_invalid
-# needs no model (the option is refused before one is looked for).
+# CASE: stdout_text | threads_invalid | sizes_invalid | threads_warning | zero_tokens | json |
+# special. Exits 77 (ctest: skipped) when MODEL (the default GGUF) or jq is missing;
+# threads_invalid and sizes_invalid need no model (the options are refused before one is
+# looked for).
 set -u
 kvattn=$1 model=$2 case=$3
-[ -f "$model" ] || [ "$case" = threads_invalid ] || { echo "skip: $model not fetched (scripts/fetch_model.sh)"; exit 77; }
+[ -f "$model" ] || [ "$case" = threads_invalid ] || [ "$case" = sizes_invalid ] || { echo "skip: $model not fetched (scripts/fetch_model.sh)"; exit 77; }
 dir=$(mktemp -d) || exit 1
 trap 'rm -rf "$dir"' EXIT
 out=$dir/out err=$dir/err
@@ -37,6 +38,31 @@ threads_invalid)  # rejected before loading, naming the option and the range
   has "$err" "^--threads: must be 0" || fail "bench: no clear error"
   run serve --model "$model" --threads -1 && fail "serve --threads -1 accepted"
   has "$err" "^--threads: must be 0" || fail "serve: no clear error" ;;
+sizes_invalid)  # the engine's sizes, checked alike by generate, bench and serve, before loading
+  bad() {  # bad COMMAND FLAG VALUE EXPECTED-ERROR-REGEX
+    extra=; [ "$1" = generate ] && extra=hi
+    run "$1" --model "$model" "$2" "$3" $extra && fail "$1 $2 $3 accepted"
+    [ -s "$out" ] && fail "$1 $2 $3 wrote stdout"
+    has "$err" "^$2: $4" || fail "$1 $2 $3: no clear error"
+    has "$err" "loaded|loading" && fail "$1 $2 $3: a model was loaded first"
+    return 0
+  }
+  for cmd in generate bench serve; do
+    bad $cmd --kv-cache-mb -5 "Value -5 not in range 0 to"
+    bad $cmd --kv-cache-mb 99999999999 "Value 99999999999 not in range 0 to"
+    bad $cmd --ctx-size -1 "must be a whole number >= 0 but is '-1'"
+    bad $cmd --tensor-parallel 0 "Value 0 not in range 1 to 64"
+    bad $cmd --weights q3 "q3 not in"
+  done
+  for cmd in bench serve; do
+    for f in 0 1.5 -0.1 abc; do
+      bad $cmd --gpu-memory-utilization $f "must be in \\(0, 1\\] but is '$f'"
+    done
+    bad $cmd --max-num-seqs 0 "must be a whole number >= 1 but is '0'"
+    bad $cmd --max-num-seqs 99999999999999999999 "must be a whole number >= 1"
+    bad $cmd --max-num-batched-tokens -3 "must be a whole number >= 1 but is '-3'"
+  done
+  bad bench --num-seqs 1.5 "must be a whole number >= 0 but is '1.5'" ;;
 threads_warning)  # more threads than cores: a warning on stderr, and the run goes on
   cores=$(nproc)
   run generate -q --model "$model" --threads $((cores + 1)) -n 4 "$prompt" || fail "exit $?"
