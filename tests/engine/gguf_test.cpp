@@ -6,6 +6,7 @@
 
 #include <filesystem>
 
+#include "engine/expect_weights.h"
 #include "engine/model_file_writer.h"
 #include "kvattn/engine/gguf.h"
 #include "kvattn/engine/weights.h"
@@ -358,16 +359,7 @@ TEST(Gguf, OpenFromDiskAndMissingFile) {
   EXPECT_THROW(GgufFile::open(dir.path().string()), Error);  // a directory
 }
 
-void expect_weights_equal(const ModelWeights& w,
-                          const std::map<std::string, std::vector<float>>& values) {
-  EXPECT_EQ(w.tensors.size(), values.size());
-  for (const auto& [name, v] : values) {
-    auto it = w.tensors.find(name);
-    ASSERT_NE(it, w.tensors.end()) << name;
-    ASSERT_EQ(it->second.numel(), static_cast<int64_t>(v.size())) << name;
-    EXPECT_EQ(std::memcmp(it->second.data(), v.data(), v.size() * 4), 0) << name;
-  }
-}
+using testing::expect_weights_equal;
 
 TEST(GgufModel, TinyLlamaLoadsUnderHfNames) {
   TempDir dir;
