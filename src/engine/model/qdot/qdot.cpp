@@ -144,7 +144,9 @@ void dec_q3_k(const uint8_t* b, KBlock* k) {
   }
 }
 
-void dec_q4_k(const uint8_t* b, KBlock* k) {
+// Q4_K and Q5_K share their first 16 bytes: d, dmin, then eight 6-bit (scale, min) pairs,
+// one pair per 32 elements (two of KBlock's 16-element groups each).
+void dec_k4_header(const uint8_t* b, KBlock* k) {
   uint8_t sc[8], mn[8];
   k4_scales(b + 4, sc, mn);
   k->d = half(b);
@@ -153,6 +155,10 @@ void dec_q4_k(const uint8_t* b, KBlock* k) {
     k->scale16[g] = sc[g / 2];
     k->min16[g] = mn[g / 2];
   }
+}
+
+void dec_q4_k(const uint8_t* b, KBlock* k) {
+  dec_k4_header(b, k);
   const uint8_t* qs = b + 16;
   for (int e = 0; e < 256; ++e) {
     const int c = e / 32, i = e % 32;
@@ -162,14 +168,7 @@ void dec_q4_k(const uint8_t* b, KBlock* k) {
 }
 
 void dec_q5_k(const uint8_t* b, KBlock* k) {
-  uint8_t sc[8], mn[8];
-  k4_scales(b + 4, sc, mn);
-  k->d = half(b);
-  k->dmin = half(b + 2);
-  for (int g = 0; g < 16; ++g) {
-    k->scale16[g] = sc[g / 2];
-    k->min16[g] = mn[g / 2];
-  }
+  dec_k4_header(b, k);
   const uint8_t* qh = b + 16;
   const uint8_t* qs = b + 48;
   for (int e = 0; e < 256; ++e) {
