@@ -135,16 +135,7 @@ void gemma_from_hf(const nlohmann::json& j, ModelConfig& c, const std::string& f
   c.sliding_window = 0;
   c.sliding_layers.clear();
   if (auto lt = j.find("layer_types"); lt != j.end() && !lt->is_null()) {
-    KVATTN_CHECK(lt->is_array() && static_cast<int64_t>(lt->size()) == c.num_layers, file,
-                 ": layer_types must be an array of num_hidden_layers (", c.num_layers,
-                 ") strings");
-    for (size_t i = 0; i < lt->size(); ++i) {
-      const std::string key = "layer_types[" + std::to_string(i) + "]";
-      const std::string& t = json_string((*lt)[i], key, file);
-      KVATTN_CHECK(t == "full_attention" || t == "sliding_attention", file, ": ", key, " is '",
-                   t, "' (full_attention or sliding_attention)");
-      c.sliding_layers.push_back(t == "sliding_attention" ? 1 : 0);
-    }
+    c.sliding_layers = sliding_layers_from_layer_types(*lt, c.num_layers, file);
   } else {
     int64_t pattern = 2;
     if (!g2) {

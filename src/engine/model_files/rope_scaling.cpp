@@ -274,6 +274,22 @@ std::vector<float> rope_freq_factors_from_gguf(const GgufFile& g, const ModelCon
   return rope_factor_tensor(g, c, "rope_freqs.weight");
 }
 
+std::vector<uint8_t> sliding_layers_from_layer_types(const nlohmann::json& lt, int64_t num_layers,
+                                                     const std::string& file) {
+  KVATTN_CHECK(lt.is_array() && static_cast<int64_t>(lt.size()) == num_layers, file,
+               ": layer_types must be an array of num_hidden_layers (", num_layers,
+               ") strings");
+  std::vector<uint8_t> sliding;
+  for (size_t i = 0; i < lt.size(); ++i) {
+    const std::string key = "layer_types[" + std::to_string(i) + "]";
+    const std::string& t = json_string(lt[i], key, file);
+    KVATTN_CHECK(t == "full_attention" || t == "sliding_attention", file, ": ", key, " is '", t,
+                 "' (full_attention or sliding_attention)");
+    sliding.push_back(t == "sliding_attention" ? 1 : 0);
+  }
+  return sliding;
+}
+
 void sliding_window_from_hf(const nlohmann::json& j, ModelConfig& c, const std::string& file) {
   c.sliding_window = 0;
   c.sliding_layers.clear();
@@ -290,16 +306,7 @@ void sliding_window_from_hf(const nlohmann::json& j, ModelConfig& c, const std::
                ": sliding_window must lie in [1, ", int64_t{1} << 32, "] but is ",
                c.sliding_window);
   if (auto lt = j.find("layer_types"); lt != j.end() && !lt->is_null()) {
-    KVATTN_CHECK(lt->is_array() && static_cast<int64_t>(lt->size()) == c.num_layers, file,
-                 ": layer_types must be an array of num_hidden_layers (", c.num_layers,
-                 ") strings");
-    for (size_t i = 0; i < lt->size(); ++i) {
-      const std::string key = "layer_types[" + std::to_string(i) + "]";
-      const std::string& t = json_string((*lt)[i], key, file);
-      KVATTN_CHECK(t == "full_attention" || t == "sliding_attention", file, ": ", key, " is '",
-                   t, "' (full_attention or sliding_attention)");
-      c.sliding_layers.push_back(t == "sliding_attention" ? 1 : 0);
-    }
+    c.sliding_layers = sliding_layers_from_layer_types(*lt, c.num_layers, file);
   } else if (use != j.end() && !use->is_null()) {  // Qwen2/Qwen3: the layers from max_window_layers
     auto mw = j.find("max_window_layers");
     const int64_t first = mw == j.end() || mw->is_null()

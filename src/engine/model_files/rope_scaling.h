@@ -2,8 +2,10 @@
 // config.json or from GGUF metadata, validated (every value comes from an untrusted file).
 #pragma once
 
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "kvattn/engine/gguf.h"
 #include "kvattn/engine/model_config.h"
@@ -29,6 +31,11 @@ std::vector<float> rope_freq_factors_from_gguf(const GgufFile& g, const ModelCon
 
 // Throws naming the field when a value is out of range (factor < 1, NaN, ...).
 void validate_rope_scaling(const RopeScaling& s, const std::string& file);
+
+// transformers 5's `layer_types` (an array of "full_attention" / "sliding_attention", one per
+// layer): 1 for each sliding layer, 0 for each full one. Throws naming the entry.
+std::vector<uint8_t> sliding_layers_from_layer_types(const nlohmann::json& lt, int64_t num_layers,
+                                                     const std::string& file);
 
 // HF sliding window: Mistral (`sliding_window`, every layer), Qwen2 (`use_sliding_window`,
 // `max_window_layers`) and transformers 5's `layer_types`. Sets c.sliding_window and
