@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import kvattn
+from paged_decode_inputs import paged_decode_inputs
 
 try:
     import flashinfer
@@ -31,18 +32,8 @@ ws = torch.empty(256 << 20, dtype=torch.uint8, device=dev)
 
 def backends(lens, Hq, Hkv, D, P=16):
     """name -> a callable running one decode of the shape (all inputs built here)."""
-    B = len(lens)
-    pages = [(n + P - 1) // P for n in lens]
-    kc = torch.randn(sum(pages), P, Hkv, D, dtype=torch.bfloat16, device=dev)
-    vc = torch.randn_like(kc)
-    perm = torch.randperm(sum(pages), device=dev).int()
-    bt = torch.full((B, max(pages)), -1, dtype=torch.int32, device=dev)
-    indptr = [0]
-    for b, n in enumerate(pages):
-        bt[b, :n] = perm[indptr[-1]:indptr[-1] + n]
-        indptr.append(indptr[-1] + n)
-    sl = torch.tensor(lens, dtype=torch.int32, device=dev)
-    q = torch.randn(B, Hq, D, dtype=torch.bfloat16, device=dev)
+    x = paged_decode_inputs(lens, Hq, Hkv, D, P, dev)
+    B, kc, vc, bt, sl, q = len(lens), x.kc, x.vc, x.bt, x.seqlens, x.q
     fns = {"kvattn": lambda: kvattn.flash_attn_with_kvcache(q.unsqueeze(1), kc, vc,
                                                             cache_seqlens=sl, block_table=bt)}
     if len(set(lens)) == 1:
@@ -55,12 +46,8 @@ def backends(lens, Hq, Hkv, D, P=16):
                 return F.scaled_dot_product_attention(qq, k, v, enable_gqa=True)
         fns["cudnn"] = cudnn
     if flashinfer is not None:
-        ip = torch.tensor(indptr, dtype=torch.int32, device=dev)
-        last = torch.tensor([n - (m - 1) * P for n, m in zip(lens, pages)], dtype=torch.int32,
-                            device=dev)
-        idx = torch.cat([bt[b, :n] for b, n in enumerate(pages)])
         w = flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD", use_tensor_cores=True)
-        w.plan(ip, idx, last, Hq, Hkv, D, P, data_type=torch.bfloat16,
+        w.plan(x.indptr, x.indices, x.last, Hq, Hkv, D, P, data_type=torch.bfloat16,
                q_data_type=torch.bfloat16)
         fns["flashinfer"] = lambda: w.run(q, (kc, vc))
     return fns

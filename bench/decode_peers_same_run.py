@@ -14,6 +14,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from triton.testing import do_bench
 
 import kvattn
+from paged_decode_inputs import paged_decode_inputs
 
 try:
     import flashinfer
@@ -72,18 +73,8 @@ def fp8_cache(c, scale):
 def case(name, lens, Hq, Hkv, D, P=16):
     t0 = time.time()
     B = len(lens)
-    pages = [(l + P - 1) // P for l in lens]
-    npg_total, width = sum(pages), max(pages)
-    kc = torch.randn(npg_total, P, Hkv, D, dtype=torch.bfloat16, device=dev)
-    vc = torch.randn_like(kc)
-    perm = torch.randperm(npg_total, device=dev).int()
-    bt = torch.full((B, width), -1, dtype=torch.int32, device=dev)
-    indptr = [0]
-    for b, n in enumerate(pages):
-        bt[b, :n] = perm[indptr[-1]:indptr[-1] + n]
-        indptr.append(indptr[-1] + n)
-    sl = torch.tensor(lens, dtype=torch.int32, device=dev)
-    q = torch.randn(B, Hq, D, dtype=torch.bfloat16, device=dev)
+    x = paged_decode_inputs(lens, Hq, Hkv, D, P, dev)
+    kc, vc, bt, sl, q = x.kc, x.vc, x.bt, x.seqlens, x.q
     ks = (kc.float().abs().amax(dim=(0, 1, 3)) / 448).contiguous()
     vs = (vc.float().abs().amax(dim=(0, 1, 3)) / 448).contiguous()
     kc8, vc8 = fp8_cache(kc, ks), fp8_cache(vc, vs)
@@ -102,16 +93,12 @@ def case(name, lens, Hq, Hkv, D, P=16):
     except Exception:
         r["kvattn_fp8"] = {"error": traceback.format_exc()[-300:]}
     if flashinfer is not None:
-        ip = torch.tensor(indptr, dtype=torch.int32, device=dev)
-        last = torch.tensor([l - (n - 1) * P for l, n in zip(lens, pages)], dtype=torch.int32,
-                            device=dev)
-        idx = torch.cat([bt[b, :n] for b, n in enumerate(pages)])
         # Tensor-core decode (faster than the CUDA-core one at these GQA groups: TARGETS.md).
         variants = [("flashinfer_tc1", True, False), ("flashinfer_fp8_tc1", True, True)]
         for key, tc, fp8 in variants:
             try:
                 w = flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD", use_tensor_cores=tc)
-                w.plan(ip, idx, last, Hq, Hkv, D, P,
+                w.plan(x.indptr, x.indices, x.last, Hq, Hkv, D, P,
                        data_type=torch.float8_e4m3fn if fp8 else torch.bfloat16,
                        q_data_type=torch.bfloat16)
                 if fp8:  # FlashInfer takes one scale per tensor: the largest of the heads'

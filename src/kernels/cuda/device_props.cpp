@@ -49,4 +49,18 @@ int compute_capability(int device) {
   });
 }
 
+int l2_cache_bytes(int device) {
+  static DeviceCache cache{};
+  return cached(cache, device, "l2_cache_bytes", [](int d) {
+    // A hint only (the decode's L2 policy): an unreadable size is 1 byte, so every launch
+    // keeps evict-first, rather than an error.
+    int n = 0;
+    if (cudaDeviceGetAttribute(&n, cudaDevAttrL2CacheSize, d) != cudaSuccess) {
+      (void)cudaGetLastError();
+      n = 0;
+    }
+    return n > 0 ? n : 1;  // the cache holds positive facts only
+  });
+}
+
 }  // namespace kvattn::cuda

@@ -35,7 +35,7 @@ CudaTuning& cuda_tuning() {
     from_env("KVATTN_DECODE_SMALL_WARPS", t.decode_small_warps, 0, 8);
     from_env("KVATTN_DECODE_SMALL_MAX_CHUNKS", t.decode_small_max_chunks, 0, 1024);
     from_env("KVATTN_DECODE_SMALL_CHUNKS", t.decode_small_chunks, 0, 1024);
-    from_env("KVATTN_DECODE_KV_EVICT_FIRST", t.decode_kv_evict_first, 0, 1);
+    from_env("KVATTN_DECODE_KV_EVICT_FIRST", t.decode_kv_evict_first, -1, 1);
     from_env("KVATTN_DECODE_SMALL_INTERLEAVE", t.decode_small_interleave, 0, 1);
     from_env("KVATTN_DECODE_SMALL_MIN_TILES", t.decode_small_min_tiles, 0, 1 << 16);
     from_env("KVATTN_DECODE_SMALL_D64_MAX_MB", t.decode_small_d64_max_mb, 0, 1 << 20);

@@ -119,9 +119,12 @@ struct CudaTuning {
   int decode_small_chunks = 0;
   // Decode, small-batch kernel: 1 = the K/V copies carry an L2 evict-first policy (read
   // once; after do_bench's memset flush the L2 then recycles their lines instead of writing
-  // back the flush's dirty ones: 1x8192 19.7 vs 21.0 us on the H200), 0 = normal priority.
+  // back the flush's dirty ones: 1x8192 19.7 vs 21.0 us on the H200), 0 = normal priority,
+  // -1 = by size (decode_kv_evict_first in decode_params.h): evict-first only when the
+  // launch's K/V bytes exceed the L2, so that a launch whose K/V fit can find them there again
+  // (graph replay, a second call over the same cache).
   // Env KVATTN_DECODE_KV_EVICT_FIRST.
-  int decode_kv_evict_first = 1;
+  int decode_kv_evict_first = -1;
   // Decode, small-batch kernel: 1 = a chunk's tiles interleave (chunk c takes tiles c, c + C,
   // ...; decode_small_kernel.cuh), so each warp's first block ids load with the length instead
   // of after it when the length guess is wrong (always, in the engine's graphs: the guess is the
