@@ -44,10 +44,9 @@ void add_threads_option(CLI::App* cmd, int& threads, const char* automatic) {
           "0.." + std::to_string(kvattn::cli::kMaxThreads), "threads"));
 }
 
-
-// A whole number of at least `lo`, named in the error ("must be >= 1 but is '-3'"), where
-// CLI11's PositiveNumber would print the range as doubles (and its parse saturates numbers
-// past int64).
+// A whole number of at least `lo`, named in the error ("--max-num-seqs: must be a whole
+// number >= 1 but is '-3'"), where CLI11's PositiveNumber would print the range as doubles
+// (and its parse saturates numbers past int64).
 CLI::Validator at_least(int64_t lo) {
   return CLI::Validator(
       [lo](std::string& v) -> std::string {
@@ -108,6 +107,7 @@ void add_server_sizing_options(CLI::App* cmd, Args& a, int64_t batched_tokens_de
                             batched_tokens_help)->check(at_least(1));
   if (batched_tokens_default > 0) t->default_val(batched_tokens_default);
 }
+
 }  // namespace
 
 int main(int argc, char** argv) {
