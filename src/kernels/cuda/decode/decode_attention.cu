@@ -285,12 +285,6 @@ int resident_warps(int warps, int cta_bytes) {
   return kSmemPerSm / (cta_bytes + kReservedPerCta) * warps;
 }
 
-// The small kernel's L2 policy for this launch (decode_kv_evict_first in decode_params.h).
-int kv_evict_first(int device, const AttentionShape& shape, int64_t keys, int64_t kv_es) {
-  return decode_kv_evict_first(cuda_tuning().decode_kv_evict_first, shape.num_seqs, keys,
-                               shape.num_kv_heads, shape.head_dim, kv_es, l2_cache_bytes(device));
-}
-
 }  // namespace
 
 DecodeConfig decode_config(int64_t num_kv_heads, int64_t rows, int64_t head_dim, int kv_bytes,
@@ -469,7 +463,9 @@ void decode_attention(const DecodeArgs& args, const AttentionShape& shape) {
   p.causal = args.causal ? 1 : 0;
   p.out_aligned4 = (reinterpret_cast<uintptr_t>(args.out.data) & 3u) == 0 && p.out_stride % 2 == 0;
   p.q_aligned16 = aligned16(args.q.data) && (p.q_stride * es) % 16 == 0;
-  p.kv_evict_first = kv_evict_first(args.q.device.index, shape, p.len_hint, kv_es);
+  p.kv_evict_first = decode_kv_evict_first(
+      cuda_tuning().decode_kv_evict_first, shape.num_seqs, p.len_hint, shape.num_kv_heads,
+      shape.head_dim, kv_es, l2_cache_bytes(args.q.device.index));
   p.lean_issue = cuda_tuning().decode_lean_issue;
   p.tma = cuda_tuning().decode_tma;
   p.tma_prefetch = cuda_tuning().decode_tma_prefetch;

@@ -162,7 +162,7 @@ struct DecodeParams {
   int causal = 1;
   int out_aligned4 = 0;     // out rows allow 4-byte stores
   int q_aligned16 = 0;      // q rows are 16-byte aligned (small kernel: cp.async of the q tile)
-  int kv_evict_first = 1;   // small kernel: K/V copies evict-first in L2 (cuda_tuning())
+  int kv_evict_first = 1;   // small kernel: K/V copies evict-first in L2 (decode_kv_evict_first)
   int lean_issue = -1;      // aligned plain kernels: the kLean twins (issue_tile_lean); -1 auto
   int small_interleave = 0; // small kernel: chunks take interleaved tiles (cuda_tuning())
   int small_min_tiles = 0;  // small kernel: tiles per warp below which chunks go unused (ditto)
