@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Session 45, call 1: session 44's L2 policy by size (decode_kv_evict_first, landed without a
 # GPU run) built and run here, on HEAD's tree, then the map that decides the next decode lever.
-#   1. build-gpu here (sm_90a; kernels_decode_gpu_test, gpu_decode_bench), the decode suite
-#      (quick), racecheck and memcheck of the small kernel's graph case;
+#   1. the decode suite (quick; kernels_decode_gpu_test and gpu_decode_bench from CARRY, else
+#      built here, sm_90a), racecheck and memcheck of the small kernel's graph case;
 #   2. the C++ bench's lone 8192-key row: the default (by size) beside both forced policies,
 #      warm and flushed;
 #   3. the uniformity map: the acceptance shapes (page 16, --quick) with the small kernel at
@@ -11,8 +11,9 @@
 #      one CTA a (sequence, KV head) beat the split + merge where the lengths are uniform?
 #   4. as time allows, the peers' whole decode table (the Python package built here; HEAD's
 #      bench/paged_decode_inputs.py runs for the first time).
-#   run: LIMIT=560 bash scripts/sessions/gpu_session45_verify.sh 2>&1 | tee $OUT/summary.txt
-#   carry: .deps/private, .peers
+#   run: LIMIT=560 bash scripts/sessions/gpu_session45_verify.sh [CARRY] 2>&1 | tee $OUT/summary.txt
+#   carry: CARRY (build-carry-s45a: bins.tar.xz with both binaries, HEAD 2026-12-07), .deps/private,
+#          .peers
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit
 source scripts/device_env.sh      # .deps' packages, OUT, step, kvattn_gpu_build, the peers
@@ -20,13 +21,18 @@ source scripts/device_carried.sh  # run_logged, both_sanitizers, room, pack_out
 trap pack_out EXIT
 LIMIT=${LIMIT:-560}
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
-step build
-kvattn_gpu_build ON kernels_decode_gpu_test gpu_decode_bench
-echo "built at ${SECONDS}s"
-T=build-gpu/tests/kernels/kernels_decode_gpu_test
-BENCH=build-gpu/bench/gpu_decode_bench
-[ -x "$T" ] || T=$(find build-gpu -name kernels_decode_gpu_test -type f | head -n 1)
-[ -x "$BENCH" ] || BENCH=$(find build-gpu -name gpu_decode_bench -type f | head -n 1)
+if [ -n "${1:-}" ]; then
+  carried_bins "$1" "$B"
+  T=$B/kernels_decode_gpu_test
+  BENCH=$B/gpu_decode_bench
+else
+  step build
+  kvattn_gpu_build ON kernels_decode_gpu_test gpu_decode_bench
+  echo "built at ${SECONDS}s"
+  T=build-gpu/tests/kernels/kernels_decode_gpu_test
+  BENCH=build-gpu/bench/gpu_decode_bench
+fi
+ldd "$T" | grep "not found"
 step "decode suite (quick)"
 run_logged decode_test timeout 200 env KVATTN_GPU_TEST_QUICK=1 "$T"
 step "lone 8192-key sequence: L2 policy"
