@@ -6,7 +6,7 @@
 #   2. the C++ bench's lone 8192-key row: the default (by size) beside both forced policies,
 #      warm and flushed;
 #   3. the uniformity map: the acceptance shapes (page 16, --quick) with the small kernel at
-#      one chunk (no merge: "small c1" 8 warps, "small c1 w4"), two chunks, and the stream
+#      one chunk (no merge: "small c1" 8 warps, "small c1 w4"), two chunks (8 and 4 warps), and the stream
 #      kernel without its merge ("diag nomerge", a wrong result timed only for its cost); does
 #      one CTA a (sequence, KV head) beat the split + merge where the lengths are uniform?
 #   4. as time allows, the peers' whole decode table (the Python package built here; HEAD's
@@ -47,7 +47,7 @@ room $((LIMIT - 150)) "sanitizers" && both_sanitizers small "$T" 'DecodeGpu.Cuda
 step "uniformity map"
 room $((LIMIT - 200)) "uniformity map" && {
   timeout 150 "$BENCH" --only decode --quick \
-    --variants "small c1,small c1 w4,small c2 w4,diag nomerge" > "$OUT/map.txt" 2>&1
+    --variants "small c1,small c1 w4,small c2,small c2 w4,diag nomerge" > "$OUT/map.txt" 2>&1
   echo "map rc=$?"
   grep -E '"op": "decode ' "$OUT/map.txt" |
     sed -E 's/.*"op": "([^"]+)".*"shape": "([^"]*)".*"us": ([0-9.]+).*/\1 | \2 | \3/'
