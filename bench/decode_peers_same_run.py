@@ -1,7 +1,8 @@
 # Paged decode against cuDNN and FlashInfer in one process on the GPU machine, every kernel
 # timed the same way (TARGETS.md): CUDA-graph replay of 20 calls, and triton's do_bench with
 # its L2 flush between calls. kvattn runs with a bfloat16 and with a float8_e4m3 cache (per-KV-
-# head scales); FlashInfer's paged decode (tensor cores) runs bf16 and fp8;
+# head scales), and on uniform shapes with the lengths given as an int too ("kvattn_int");
+# FlashInfer's paged decode (tensor cores) runs bf16 and fp8;
 # cuDNN (torch SDPA) runs on a contiguous bf16 cache. Ceilings measured in the same run: a
 # read-only stream (torch.sum over 4 GiB) and a copy (read + write).
 #   python3 bench/decode_peers_same_run.py   (after pip-installing kvattn and FlashInfer;
@@ -86,6 +87,14 @@ def case(name, lens, Hq, Hkv, D, P=16):
                                                     block_table=bt, k_scale=ks, v_scale=vs)
     ref16 = call16()[:, 0].float()
     r["kvattn"] = both(call16)
+    if len(set(lens)) == 1:
+        # flash-attn's int cache_seqlens: the lengths known uniform on the host (as FlashInfer's
+        # plan() and cuDNN's contiguous cache know them), so kvattn may plan for that.
+        call_int = lambda: kvattn.flash_attn_with_kvcache(q.unsqueeze(1), kc, vc,
+                                                          cache_seqlens=lens[0], block_table=bt)
+        out_int = call_int()[:, 0].float()
+        r["kvattn_int"] = both(call_int)
+        r["kvattn_int"]["maxdiff_vs_kvattn_bf16"] = (out_int - ref16).abs().max().item()
     try:  # head_dim 256: no fp8 cache on CUDA (a kvattn.Error)
         out8 = call8()[:, 0].float()
         r["kvattn_fp8"] = both(call8)
@@ -163,8 +172,8 @@ print(f"\n=== SUMMARY: graph us / flushed us; TB/s of the bf16 bytes at graph ti
       f"bench/micro/read_rate.cu), copy {ceil['copy_TBps']:.2f} ===")
 for r in rows:
     parts = []
-    for key in ("kvattn", "kvattn_fp8", "cuDNN", "flashinfer_tc0", "flashinfer_tc1",
-                "flashinfer_fp8_tc1"):
+    for key in ("kvattn", "kvattn_int", "kvattn_fp8", "cuDNN", "flashinfer_tc0",
+                "flashinfer_tc1", "flashinfer_fp8_tc1"):
         x = r.get(key)
         if x is None:
             continue

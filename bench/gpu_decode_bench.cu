@@ -216,6 +216,8 @@ struct DecodeVariant {
   int cta_sweep = -1;    // split kernel, fp8 d64: the CTA page sweep (decode_cta_sweep; -1: default)
   int waves = 0;         // stream mode's waves of ranges (decode_stream_waves; 0: default)
   int dynamic = -1;      // stream mode's dynamic split (decode_dynamic_split; -1: default)
+  int uniform = 0;       // 1: planned with DecodePlan::uniform_lengths where the lengths are
+                         // uniform (flash-attn's int cache_seqlens); else as "default"
 };
 // The default first: the others' outputs are compared with its. "diag" rows are diagnostics
 // (not candidates): the split kernel alone, to price the merge launch.
@@ -262,6 +264,9 @@ const DecodeVariant kDecodeVariants[] = {
     {.name = "small w4", .heads = 8, .stages = 0, .small_warps = 4},
     {.name = "diag nomerge", .heads = 8, .stages = 0, .small = 0, .no_merge = 1},
     {.name = "small c8", .heads = 8, .stages = 0, .max_chunks = 8},
+    // The caller's promise of uniform lengths (DecodePlan::uniform_lengths: one 4-warp CTA a
+    // (sequence, KV head), no merge, where decode_uniform_one_chunk says so).
+    {.name = "uniform", .heads = 8, .stages = 0, .uniform = 1},
     {.name = "evict-first", .heads = 8, .stages = 0, .evict = 1},
     {.name = "evict-normal", .heads = 8, .stages = 0, .evict = 0},
     {.name = "swap", .heads = 8, .stages = 0, .swap = 1},
@@ -471,17 +476,27 @@ void bench_decode(const std::string& name, const std::vector<int64_t>& lens, int
     if (v.waves > 0) tuning.decode_stream_waves = v.waves;
     if (v.dynamic >= 0) tuning.decode_dynamic_split = v.dynamic;
   };
-  auto plan = [&] { return kvattn::plan_decode(B, hq, hkv, d, 1, pc.width * block_size, kGpu); };
+  const bool lens_uniform = std::all_of(lens.begin(), lens.end(),
+                                        [&](int64_t n) { return n == lens.front(); });
+  const DecodeVariant* current = nullptr;
+  auto plan = [&] {
+    if (current != nullptr && current->uniform != 0 && lens_uniform && min_table_keys == 0) {
+      return kvattn::plan_decode(B, hq, hkv, d, 1, lens.front(), kGpu, true);
+    }
+    return kvattn::plan_decode(B, hq, hkv, d, 1, pc.width * block_size, kGpu);
+  };
   const std::vector<DecodeVariant> variants = variants_for(fp8);
   int64_t ws_bytes = 16;
   for (const DecodeVariant& v : variants) {
     use(v);
+    current = &v;
     ws_bytes = std::max<int64_t>(ws_bytes, plan().workspace_bytes);
   }
   const Tensor ws = Tensor::empty({ws_bytes}, DType::kU8, kGpu);
   std::vector<float> ref;
   for (const DecodeVariant& v : variants) {
     use(v);
+    current = &v;
     const bool diag = std::strncmp(v.name, "diag", 4) == 0;
     try {
       kvattn::DecodeArgs a = pc.args();

@@ -403,12 +403,18 @@ def _kvcache_general(
 
     block_size = k_cache.shape[1]
     capacity = block_table.shape[1] * block_size
+    # Lengths known equal here (an int or none given) let the GPU plan for uniform lengths
+    # (uniform_seqlen_k: the keys each sequence attends; -1 unknown).
+    uniform_seqlen_k = -1
     if cache_seqlens is None:
-        cache_seqlens = xp.full_int32(batch, 0 if k is not None else capacity)
+        uniform_seqlen_k = 0 if k is not None else capacity
+        cache_seqlens = xp.full_int32(batch, uniform_seqlen_k)
     elif isinstance(cache_seqlens, int):
+        uniform_seqlen_k = cache_seqlens
         cache_seqlens = xp.full_int32(batch, cache_seqlens)
 
     if cache_leftpad is not None:
+        uniform_seqlen_k = -1
         _check_index(fn, "cache_leftpad", cache_leftpad, batch, 0, None, ">= 0")
         _check_leftpad_fits(fn, xp, cache_leftpad, cache_seqlens, 0 if k is None else k.shape[1])
     if rotary_cos is not None or rotary_sin is not None:
@@ -429,11 +435,13 @@ def _kvcache_general(
             v_scale,
         )
         cache_seqlens = xp.add_int32(cache_seqlens, seqlen_new)
+        if uniform_seqlen_k >= 0:
+            uniform_seqlen_k += seqlen_new
 
     res = _kvcache(
         q, k_cache, v_cache, block_table, cache_seqlens, _scale(softmax_scale), causal,
         num_splits, out, return_softmax_lse, k_scale, v_scale, left, right, softcap,
-        alibi_slopes, cache_leftpad,
+        alibi_slopes, cache_leftpad, uniform_seqlen_k,
     )
     if return_softmax_lse:
         return res[0], _lse_bhs(res[1], q.shape[0], q.shape[1])

@@ -526,22 +526,24 @@ int release_workspaces() {
 // plan_decode's result for the last shapes seen (a decode loop calls with one shape per batch
 // size): the plan depends only on these sizes and the device, so it is computed once.
 struct PlanEntry {
-  std::array<int64_t, 7> key{};
+  std::array<int64_t, 8> key{};
   DecodePlan plan;
   bool valid = false;
 };
 std::array<PlanEntry, 16> g_plans;
 size_t g_plan_next = 0;
 
+// uniform: every sequence holds exactly max_seqlen_k keys (DecodePlan::uniform_lengths).
 DecodePlan cached_plan(int64_t num_seqs, int64_t num_heads, int64_t num_kv_heads,
-                       int64_t head_dim, int64_t q_len, int64_t max_seqlen_k, Device device) {
-  const std::array<int64_t, 7> key{num_seqs, num_heads, num_kv_heads, head_dim,
-                                   q_len,    max_seqlen_k, device.index};
+                       int64_t head_dim, int64_t q_len, int64_t max_seqlen_k, Device device,
+                       bool uniform) {
+  const std::array<int64_t, 8> key{num_seqs,     num_heads,    num_kv_heads, head_dim,
+                                   q_len,        max_seqlen_k, device.index, uniform ? 1 : 0};
   for (const PlanEntry& e : g_plans) {
     if (e.valid && e.key == key) return e.plan;
   }
-  const DecodePlan plan =
-      plan_decode(num_seqs, num_heads, num_kv_heads, head_dim, q_len, max_seqlen_k, device);
+  const DecodePlan plan = plan_decode(num_seqs, num_heads, num_kv_heads, head_dim, q_len,
+                                      max_seqlen_k, device, uniform);
   PlanEntry& e = g_plans[g_plan_next];
   g_plan_next = (g_plan_next + 1) % g_plans.size();
   e.key = key;
@@ -644,7 +646,7 @@ nb::object kvcache(nb::handle q, nb::handle k_cache, nb::handle v_cache, nb::han
                   nb::handle cache_seqlens, double softmax_scale, bool causal, int num_splits,
                   nb::handle out, bool want_lse, nb::handle k_scale, nb::handle v_scale,
                   int64_t window_left, int64_t window_right, double softcap,
-                  nb::handle alibi_slopes, nb::handle cache_leftpad) {
+                  nb::handle alibi_slopes, nb::handle cache_leftpad, int64_t uniform_seqlen_k) {
   CallScope scope;
   const TypeInfo* info = nullptr;
   DecodeArgs a;
@@ -697,8 +699,12 @@ nb::object kvcache(nb::handle q, nb::handle k_cache, nb::handle v_cache, nb::han
     // with concurrent streams, CUDA-graph aware) instead of the library's one shared scratch:
     // a buffer kept per stream, or, while the stream is being captured, a fresh one from the
     // graph's pool.
+    // uniform_seqlen_k >= 0: every sequence holds that many keys (the package's int
+    // cache_seqlens), so the plan may promise uniform lengths; else it bounds by the capacity.
+    const int64_t capacity = a.block_table.shape[1] * a.k_cache.shape[1];
+    const bool uniform = uniform_seqlen_k >= 0 && uniform_seqlen_k <= capacity;
     a.plan = cached_plan(a.cache_seqlens.shape[0], q4.shape[2], a.k_cache.shape[2], q4.shape[3],
-                         a.q_len, a.block_table.shape[1] * a.k_cache.shape[1], device);
+                         a.q_len, uniform ? uniform_seqlen_k : capacity, device, uniform);
     if (a.plan.workspace_bytes > 0) {
       if (stream_capturing(a.stream)) {
         DLManagedTensorVersioned* m =
@@ -786,7 +792,8 @@ NB_MODULE(_C, m) {
         nb::arg("causal"), nb::arg("num_splits"), nb::arg("out").none(), nb::arg("want_lse"),
         nb::arg("k_scale").none() = nb::none(), nb::arg("v_scale").none() = nb::none(),
         nb::arg("window_left") = -1, nb::arg("window_right") = -1, nb::arg("softcap") = 0.0,
-        nb::arg("alibi_slopes").none() = nb::none(), nb::arg("cache_leftpad").none() = nb::none());
+        nb::arg("alibi_slopes").none() = nb::none(), nb::arg("cache_leftpad").none() = nb::none(),
+        nb::arg("uniform_seqlen_k") = -1);
   m.def("inspect", &Guarded<&inspect>::call, nb::arg("tensor"));
   m.def("device_faults", &Guarded<&device_faults>::call, nb::arg("device_index"), nb::arg("clear") = true);
   m.def("cuda_available", [] { return kvattn::cuda_available(); });

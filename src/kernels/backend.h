@@ -54,7 +54,8 @@ void prefill_attention(const PrefillArgs& args, const AttentionShape& shape);
 // workspace holds at least args.plan.workspace_bytes.
 void decode_attention(const DecodeArgs& args, const AttentionShape& shape);
 DecodePlan plan_decode(int64_t num_seqs, int64_t num_heads, int64_t num_kv_heads,
-                       int64_t head_dim, int64_t q_len, int64_t max_seqlen_k, int device);
+                       int64_t head_dim, int64_t q_len, int64_t max_seqlen_k, int device,
+                       bool uniform_lengths = false);
 // Library-owned workspace for callers that pass plan.num_splits == 0 (grows; not capturable).
 TensorView scratch_workspace(int device, int64_t bytes);
 uint32_t read_device_faults(int device, bool clear);

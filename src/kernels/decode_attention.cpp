@@ -14,7 +14,8 @@ constexpr std::string_view kFn = "decode_attention";
 }
 
 DecodePlan plan_decode(int64_t num_seqs, int64_t num_heads, int64_t num_kv_heads,
-                       int64_t head_dim, int64_t q_len, int64_t max_seqlen_k, Device device) {
+                       int64_t head_dim, int64_t q_len, int64_t max_seqlen_k, Device device,
+                       bool uniform_lengths) {
   KVATTN_CHECK(num_seqs >= 0 && num_heads > 0 && num_kv_heads > 0 && head_dim > 0 &&
                    q_len >= 1 && max_seqlen_k >= 0,
                "plan_decode: sizes must be positive but got num_seqs=", num_seqs,
@@ -25,8 +26,9 @@ DecodePlan plan_decode(int64_t num_seqs, int64_t num_heads, int64_t num_kv_heads
   if (device.is_cpu()) return DecodePlan{1, 0};
 #ifdef KVATTN_WITH_CUDA
   return cuda::plan_decode(num_seqs, num_heads, num_kv_heads, head_dim, q_len, max_seqlen_k,
-                           device.index);
+                           device.index, uniform_lengths);
 #else
+  (void)uniform_lengths;
   KVATTN_FAIL("plan_decode: device is ", device, " but this build has no CUDA backend");
 #endif
 }

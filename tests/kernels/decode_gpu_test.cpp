@@ -42,7 +42,9 @@ struct DecodeCase {
   bool causal = true;
   // 0: library plan; 1: plan_decode for the capacity + own workspace; 2: forced splits;
   // 3: plan_decode for the batch's longest length (the small kernel's guess is right for it);
-  // 4: plan_decode for half that (an understated bound: every guess wrong, still correct).
+  // 4: plan_decode for half that (an understated bound: every guess wrong, still correct);
+  // 5: plan_decode for the longest length with uniform_lengths (a promise that ragged lengths
+  // break: still correct).
   int plan_mode = 0;
   int forced_splits = 1;
   bool aligned_cache = true;  // 16-byte aligned layout (fast path) or the generator's layout
@@ -333,11 +335,12 @@ Outcome run_case(const DecodeCase& dc, std::mt19937_64& rng) {
     a.cache_leftpad = pad_dev;
   }
   Tensor workspace;
-  if (dc.plan_mode == 1 || dc.plan_mode == 3 || dc.plan_mode == 4) {
+  if (dc.plan_mode == 1 || dc.plan_mode == 3 || dc.plan_mode == 4 || dc.plan_mode == 5) {
     const int64_t longest = *std::max_element(dc.lens.begin(), dc.lens.end());
     const int64_t bound = dc.plan_mode == 1 ? kv.block_table.size(1) * dc.bs
-                                            : (dc.plan_mode == 3 ? longest : longest / 2 + 1);
-    a.plan = plan_decode(B, H, dc.hkv, dc.d, dc.q_len, bound, kGpu);
+                          : dc.plan_mode == 4 ? longest / 2 + 1
+                                              : longest;
+    a.plan = plan_decode(B, H, dc.hkv, dc.d, dc.q_len, bound, kGpu, dc.plan_mode == 5);
   } else if (dc.plan_mode == 2) {
     // DecodePlan's contract for a hand-made plan: rows of the kernels' tile dim.
     const int64_t tile_dim = dc.d == 80 || dc.d == 96 ? 128 : dc.d;
@@ -759,6 +762,46 @@ TEST(DecodeGpu, ModerateBatchesAcrossKernelChoices) {
       SCOPED_TRACE(test::case_note(c, seed, dc.describe()));
       check(dc, run_case(dc, rng));
     }
+  }
+}
+
+// The caller's promise of uniform lengths (DecodePlan::uniform_lengths): batches whose units fill
+// a wave of 4-warp CTAs at >= 16 tiles a warp (decode_uniform_one_chunk) take one small-kernel
+// CTA a (sequence, unit) without a merge; the promise kept (uniform lengths, around the tile
+// and page edges) and broken (ragged lengths under the same plan), head_dim 128 where the rule
+// applies and 64 where it must not, GQA 1-8, bf16 and fp16, against the references.
+TEST(DecodeGpu, UniformLengthsPromise) {
+  const bool quick = test::quick_mode();
+  const int device = 0;
+  for (int c = 0; c < (quick ? 6 : 16); ++c) {
+    if (!test::case_selected(c)) continue;
+    const uint64_t seed = test::case_seed();
+    std::mt19937_64 rng(seed);
+    DecodeCase dc;
+    dc.d = c % 4 == 3 ? 64 : 128;
+    dc.dt = c % 2 ? DType::kBF16 : DType::kF16;
+    dc.hkv = pick(rng, std::vector<int64_t>{4, 8});
+    dc.group = pick(rng, std::vector<int64_t>{1, 2, 3, 4, 8});
+    dc.bs = pick(rng, std::vector<int64_t>{16, 64, 48});
+    // Units past three 4-warp CTAs an SM (two fit at head_dim 128), >= 16 tiles a warp.
+    const int64_t units = dc.hkv * ((dc.group + 15) / 16);
+    const int64_t B = (int64_t{kvattn::cuda::sm_count(device)} * 3 + units - 1) / units +
+                      uniform_int(rng, 0, 8);
+    const int64_t L = pick(rng, std::vector<int64_t>{1024, 1025, 1039, 1040, 1500});
+    dc.lens.assign(static_cast<size_t>(B), L);
+    const bool broken = c % 3 == 2;
+    if (broken) {  // ragged lengths under the uniform plan for L
+      for (auto& l : dc.lens) l = uniform_int(rng, 0, L);
+      dc.lens[0] = L;
+    }
+    dc.plan_mode = 5;
+    dc.with_lse = c % 2 == 0;
+    if (!broken && dc.d == 128) {  // the rule takes it (the default tuning)
+      EXPECT_EQ(kvattn::cuda::decode_small_chunks(device, B, dc.hkv, dc.group, dc.d, L, true), 1)
+          << "B " << B << " hkv " << dc.hkv << " group " << dc.group << " L " << L;
+    }
+    SCOPED_TRACE(test::case_note(c, seed, dc.describe()) + (broken ? " (promise broken)" : ""));
+    check(dc, run_case(dc, rng));
   }
 }
 

@@ -24,12 +24,19 @@ struct DecodePlan {
   // it starts reading keys one memory round trip earlier on the GPU (the kernel guesses each
   // sequence's key split from it before cache_seqlens arrives); any lengths stay correct.
   int64_t max_seqlen_k = 0;
+  // The caller's promise that every cache_seqlens entry equals max_seqlen_k (flash-attn's
+  // int cache_seqlens; plan_decode's uniform_lengths). Where that is faster the GPU then runs
+  // one CTA per (sequence, KV head) without a merge; lengths that break the promise are still
+  // computed right, only maybe slower.
+  bool uniform_lengths = false;
 };
 
 // Plans for a batch: `max_seqlen_k` bounds every cache_seqlens entry (for CUDA-graph capture,
-// pass the capacity). On the CPU the plan is always {1, 0}.
+// pass the capacity). `uniform_lengths`: every entry will equal max_seqlen_k (DecodePlan's
+// field says what that buys). On the CPU the plan is always {1, 0}.
 DecodePlan plan_decode(int64_t num_seqs, int64_t num_heads, int64_t num_kv_heads,
-                       int64_t head_dim, int64_t q_len, int64_t max_seqlen_k, Device device);
+                       int64_t head_dim, int64_t q_len, int64_t max_seqlen_k, Device device,
+                       bool uniform_lengths = false);
 
 // Layouts:
 //   q, out:         [num_seqs * q_len, num_heads, head_dim] (token-major: sequence b owns rows

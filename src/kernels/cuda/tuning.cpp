@@ -41,6 +41,7 @@ CudaTuning& cuda_tuning() {
     from_env("KVATTN_DECODE_SMALL_D64_MAX_MB", t.decode_small_d64_max_mb, 0, 1 << 20);
     from_env("KVATTN_DECODE_SMALL_MIN_CHUNKS", t.decode_small_min_chunks, 1, 64);
     from_env("KVATTN_DECODE_SMALL_ONE_WAVE", t.decode_small_one_wave, 0, 1);
+    from_env("KVATTN_DECODE_UNIFORM_ONE_CHUNK", t.decode_uniform_one_chunk, 0, 1);
     from_env("KVATTN_DECODE_LEAN_ISSUE", t.decode_lean_issue, -1, 1);
     from_env("KVATTN_DECODE_TMA", t.decode_tma, -1, 1);
     from_env("KVATTN_DECODE_CTA_SWEEP", t.decode_cta_sweep, 0, 1);

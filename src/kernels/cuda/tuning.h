@@ -166,6 +166,12 @@ struct CudaTuning {
   // 64x300 16/8 unchanged) without the long-d64 losses (head_dim 64 is left out); 0 (default)
   // until this form has run. Env KVATTN_DECODE_SMALL_ONE_WAVE.
   int decode_small_one_wave = 0;
+  // Decode at head_dim 128 over 16-bit caches, for plans whose lengths are uniform
+  // (DecodePlan::uniform_lengths: flash-attn's int cache_seqlens, plan_decode's flag): 1 = one
+  // small-kernel CTA of 4 warps per (sequence, unit), no merge, where decode_uniform_one_chunk
+  // (decode_params.h, with the measurements) says so; 0 = the stream kernel as without the
+  // promise. Env KVATTN_DECODE_UNIFORM_ONE_CHUNK.
+  int decode_uniform_one_chunk = 1;
   // Decode's copy issue (CopyIssue), -1 = by measurement (default), 0 = off, 1 = on wherever
   // it can serve. The lean issue (issue_tile_lean: each key's row offset computed once by its
   // lane and shuffled to the copies, ~10-15 instructions a copy instead of ~55-70; the plain

@@ -187,7 +187,7 @@ void dispatch(DType dtype, DType cache_dtype, int64_t head_dim, Fn&& fn) {
 namespace decode_host {
 
 SmallChoice small_choice(int device, int64_t num_seqs, int64_t num_kv_heads, int64_t rows,
-                         int64_t head_dim, DType cache_dtype, int64_t max_keys) {
+                         int64_t head_dim, DType cache_dtype, int64_t max_keys, bool uniform) {
   const CudaTuning& tuning = cuda_tuning();
   if (!tuning.decode_small || num_seqs <= 0 || num_seqs >= (int64_t{1} << 16)) return {};
   if (head_dim != 64 && head_dim != 128) return {};  // 80, 96, 256: the stream kernel only
@@ -235,6 +235,19 @@ SmallChoice small_choice(int device, int64_t num_seqs, int64_t num_kv_heads, int
   if (choice.chunks == 0 && tuning.decode_small_one_wave != 0 && head_dim == 128 &&
       cache_dtype != DType::kF8E4M3) {
     choice = first_with(1);
+  }
+  // Uniform lengths (decode_uniform_one_chunk): one 4-warp CTA a unit, no merge, where the
+  // units fill a wave of them (chunks_at[1] == 0: not even one chunk each fits at once).
+  if (choice.chunks == 0 && uniform && tuning.decode_uniform_one_chunk != 0 && forced <= 0 &&
+      head_dim == 128 && cache_dtype != DType::kF8E4M3 && chunks_at[1] == 0) {
+    int ctas = 0;
+    const SmallConfig sc = small_config(num_kv_heads, rows, head_dim, kv_bytes_of(cache_dtype), 4);
+    dispatch(DType::kBF16, DType::kBF16, head_dim, [&]<typename T, typename KV, int D>() {
+      if constexpr (D != 256) ctas = DecodeKernels<T, KV, D>::small_ctas(device, 128, sc.smem);
+    });
+    if (decode_uniform_one_chunk(num_seqs, units, int64_t{sm_count(device)} * ctas, max_keys)) {
+      choice = {1, 4};
+    }
   }
   return choice;
 }
@@ -395,8 +408,9 @@ int decode_parts(int device, const DecodeConfig& c, int64_t head_dim, int64_t nu
 bool decode_stream_ok(int64_t num_seqs, int64_t capacity) { return stream_ok(num_seqs, capacity); }
 
 int decode_small_chunks(int device, int64_t num_seqs, int64_t num_kv_heads, int64_t rows,
-                        int64_t head_dim, int64_t max_keys) {
-  return small_choice(device, num_seqs, num_kv_heads, rows, head_dim, DType::kBF16, max_keys)
+                        int64_t head_dim, int64_t max_keys, bool uniform) {
+  return small_choice(device, num_seqs, num_kv_heads, rows, head_dim, DType::kBF16, max_keys,
+                      uniform)
       .chunks;
 }
 
@@ -459,6 +473,7 @@ void decode_attention(const DecodeArgs& args, const AttentionShape& shape) {
   p.len_hint = static_cast<int>(
       args.plan.max_seqlen_k > 0 ? std::min(args.plan.max_seqlen_k, capacity) : capacity);
   p.num_splits = args.plan.num_splits;
+  p.uniform_lengths = args.plan.uniform_lengths ? 1 : 0;
   p.scale_log2 = shape.scale * 1.4426950408889634f;
   p.causal = args.causal ? 1 : 0;
   p.out_aligned4 = (reinterpret_cast<uintptr_t>(args.out.data) & 3u) == 0 && p.out_stride % 2 == 0;

@@ -44,9 +44,11 @@ struct SmallChoice {
   int chunks = 0;
   int warps = 8;
 };
-// max_keys: the longest sequence the batch may hold (the plan's bound, else the table's width).
+// max_keys: the longest sequence the batch may hold (the plan's bound, else the table's width);
+// uniform: every sequence holds exactly max_keys (DecodePlan::uniform_lengths).
 SmallChoice small_choice(int device, int64_t num_seqs, int64_t num_kv_heads, int64_t rows,
-                         int64_t head_dim, DType cache_dtype, int64_t max_keys);
+                         int64_t head_dim, DType cache_dtype, int64_t max_keys,
+                         bool uniform = false);
 
 // A fresh tag per launch for the small kernel's LL words (never 0 nor all ones).
 uint32_t next_epoch();

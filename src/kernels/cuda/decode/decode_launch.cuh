@@ -208,13 +208,13 @@ void launch_kernels(DecodeParams p, bool aligned, int64_t ws_bytes, int device,
     const int64_t per_chunk = decode_small_ws_bytes(B, p.num_kv_heads, p.rows, D, 1) - fixed;
     const int64_t fit = (ws_bytes - fixed) / per_chunk;
     const decode_host::SmallChoice choice = decode_host::small_choice(
-        device, B, p.num_kv_heads, p.rows, D, cache_dtype, key_bound);
+        device, B, p.num_kv_heads, p.rows, D, cache_dtype, key_bound, p.uniform_lengths != 0);
     const int64_t chunks = std::min<int64_t>(choice.chunks, fit);
     // One chunk only where forced (decode_small_chunks) or allowed (decode_small_min_chunks 1,
-    // decode_small_one_wave): else the stream kernel, as before.
+    // decode_small_one_wave, uniform lengths): else the stream kernel, as before.
     const bool one_ok = cuda_tuning().decode_small_chunks > 0 ||
                         cuda_tuning().decode_small_min_chunks <= 1 ||
-                        cuda_tuning().decode_small_one_wave != 0;
+                        cuda_tuning().decode_small_one_wave != 0 || p.uniform_lengths != 0;
     if (chunks >= (one_ok ? 1 : 2)) {
       const decode_host::SmallConfig sc =
           decode_host::small_config(p.num_kv_heads, p.rows, D, kKvBytes, choice.warps);

@@ -170,6 +170,7 @@ struct DecodeParams {
   int fp8_q_f16 = 0;        // fp8, bf16 queries: Q in f16 (scaled), K by the hardware conversion
   int pdl_trigger = 0;      // griddepcontrol.launch_dependents after the PDL wait (cuda_tuning())
   int merge_pdl = 0;        // stream mode: the merge kernel follows by PDL (the split kernel triggers)
+  int uniform_lengths = 0;  // the plan's promise (DecodePlan::uniform_lengths); the launcher's choice
 
   // CTA shape (decode_config) and the partition of the work.
   int heads_per_cta = 1;
@@ -314,10 +315,26 @@ int decode_parts(int device, const DecodeConfig& c, int64_t head_dim, int64_t nu
 bool decode_stream_ok(int64_t num_seqs, int64_t capacity);
 
 // Small mode: chunks per (sequence, unit) the small-batch kernel would use on `device` for a
-// 16-bit cache and sequences of at most `max_keys` keys, or 0 when the batch is large enough
-// for the stream kernel (or small mode is off).
+// 16-bit cache and sequences of at most `max_keys` keys (exactly that many each where
+// `uniform`: DecodePlan::uniform_lengths), or 0 when the batch is large enough for the stream
+// kernel (or small mode is off).
 int decode_small_chunks(int device, int64_t num_seqs, int64_t num_kv_heads, int64_t rows,
-                        int64_t head_dim, int64_t max_keys);
+                        int64_t head_dim, int64_t max_keys, bool uniform = false);
+
+// Batches of uniform lengths (DecodePlan::uniform_lengths; head_dim 128, 16-bit caches, where
+// CudaTuning::decode_uniform_one_chunk allows): one small-kernel CTA of 4 warps per (sequence,
+// unit), no merge, instead of the stream kernel's split and merge, when those CTAs fill at
+// least one wave (`slots_w4`: SMs x resident 4-warp CTAs) and each warp streams at least 16
+// tiles of the `keys` keys. With lengths as uneven as a ragged batch's, one CTA a sequence
+// would end as unevenly as they do; uniform ones end together. H100, session 45 (C++ bench,
+// memset flush, us; docs/perf/NOTES.md): 64x4096 32/8 d128 362.9 -> 351.3, 256x1024 16/8
+// 362.7 -> 351.4; 8x32768 32/8 (64 CTAs, a quarter wave) and every d64 shape lose with it.
+inline bool decode_uniform_one_chunk(int64_t num_seqs, int64_t units, int64_t slots_w4,
+                                     int64_t keys) {
+  if (num_seqs <= 0 || units <= 0 || slots_w4 <= 0 || keys <= 0) return false;
+  const int64_t tiles_per_warp = (keys + kDecodeTileKeys - 1) / kDecodeTileKeys / 4;
+  return num_seqs * units >= slots_w4 && tiles_per_warp >= 16;
+}
 
 // Bytes a small-mode workspace of `chunks` chunks needs: per piece row, head_dim / 2 LL words
 // of values and one of LSE (8 bytes each); one gen word per (sequence, unit).

@@ -21,7 +21,8 @@
 namespace kvattn::cuda {
 
 DecodePlan plan_decode(int64_t num_seqs, int64_t num_heads, int64_t num_kv_heads,
-                       int64_t head_dim, int64_t q_len, int64_t max_seqlen_k, int device) {
+                       int64_t head_dim, int64_t q_len, int64_t max_seqlen_k, int device,
+                       bool uniform_lengths) {
   const int64_t group = num_heads / num_kv_heads;
   const int64_t tile_dim = decode_tile_dim(head_dim);  // the workspace holds tile_dim floats a row
   const DecodeConfig c =
@@ -64,7 +65,7 @@ DecodePlan plan_decode(int64_t num_seqs, int64_t num_heads, int64_t num_kv_heads
   // unit); the smallest split count whose workspace holds its LL pieces and gen words (and,
   // where an fp8 cache would run in stream mode instead, the stream ranges too).
   const int64_t chunks = decode_small_chunks(device, num_seqs, num_kv_heads, rows, head_dim,
-                                             max_seqlen_k);
+                                             max_seqlen_k, uniform_lengths);
   if (chunks >= 1) {  // >= 4 by the occupancy rule; any count where forced (tuning.h)
     const int64_t need = decode_small_ws_bytes(num_seqs, num_kv_heads, rows, tile_dim, chunks);
     for (int64_t s = std::max<int64_t>(chunks, 2);; ++s) {  // small mode needs >= 2 splits
@@ -73,13 +74,13 @@ DecodePlan plan_decode(int64_t num_seqs, int64_t num_heads, int64_t num_kv_heads
         const int64_t splits = fp8_swap_possible ? std::max(s, stream_splits) : s;
         return DecodePlan{static_cast<int>(splits),
                           decode_workspace_bytes(num_seqs, num_heads, tile_dim, q_len, splits),
-                          max_seqlen_k};
+                          max_seqlen_k, uniform_lengths};
       }
     }
   }
   return DecodePlan{static_cast<int>(stream_splits),
                     decode_workspace_bytes(num_seqs, num_heads, tile_dim, q_len, stream_splits),
-                    max_seqlen_k};
+                    max_seqlen_k, uniform_lengths};
 }
 
 TensorView scratch_workspace(int device, int64_t bytes) {
