@@ -21,9 +21,8 @@ nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
 step build
 kvattn_gpu_build ON kernels_prefill_gpu_test gpu_prefill_bench kernels_decode_gpu_test gpu_decode_bench
 echo "built at ${SECONDS}s"
-step "suites (quick)"
-run_logged prefill_test timeout 120 env KVATTN_GPU_TEST_QUICK=1 build-gpu/tests/kernels/kernels_prefill_gpu_test
-run_logged decode_test timeout 120 env KVATTN_GPU_TEST_QUICK=1 build-gpu/tests/kernels/kernels_decode_gpu_test
+step "decode suite (quick)"
+run_logged decode_test timeout 100 env KVATTN_GPU_TEST_QUICK=1 build-gpu/tests/kernels/kernels_decode_gpu_test
 step "decode: uniform lengths"
 room $((LIMIT - 60)) "decode uniform rows" && {
   timeout 60 build-gpu/bench/gpu_decode_bench --only decode --quick --variants uniform \
@@ -33,10 +32,13 @@ room $((LIMIT - 60)) "decode uniform rows" && {
     grep -E '64x4096 32/8 page|256x1024 16/8 page|8x32768 32/8 page|96x4096|256x1024 8/8' |
     sed -E 's/.*"op": "([^"]+)".*"shape": "([^"]*)".*"us": ([0-9.]+).*"note": "([^"]*)".*/\1 | \2 | \3 (\4)/'
 }
+step "prefill suite (quick)"
+room $((LIMIT - 100)) "prefill suite" &&
+  run_logged prefill_test timeout 100 env KVATTN_GPU_TEST_QUICK=1 build-gpu/tests/kernels/kernels_prefill_gpu_test
 step "prefill A/B rounds"
 for round in 1 2 3; do
   for side in base new; do
-    room $((LIMIT - 30)) "round $round $side" || break 2
+    room $((LIMIT - 25)) "round $round $side" || break 2
     bin=build-gpu/bench/gpu_prefill_bench
     [ "$side" = base ] && bin=$B/gpu_prefill_bench_base
     for shape in 16384 page16; do
