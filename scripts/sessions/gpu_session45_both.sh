@@ -9,7 +9,8 @@
 #      cache_seqlens): the decode suite (quick; UniformLengthsPromise is new), then the C++
 #      bench's "uniform" rows beside the default on the acceptance shapes (page 16).
 #   run: LIMIT=450 bash scripts/sessions/gpu_session45_both.sh [CARRY] 2>&1 | tee $OUT/summary.txt
-#   carry: CARRY (default build-carry-s45d: gpu_prefill_bench_base, HEAD's bench), .deps/private
+#   carry: CARRY (build-carry-s45e: every binary, built here at a1ff1e5; or build-carry-s45d:
+#          gpu_prefill_bench_base alone, HEAD's bench, the rest built there), .deps/private
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit
 source scripts/device_env.sh
@@ -18,9 +19,22 @@ carried_bins "${1:-build-carry-s45d}" "$B"
 trap pack_out EXIT
 LIMIT=${LIMIT:-450}
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
-step build
-kvattn_gpu_build ON kernels_prefill_gpu_test gpu_prefill_bench kernels_decode_gpu_test gpu_decode_bench
-echo "built at ${SECONDS}s"
+# A carry of all five binaries (build-carry-s45e: a_gpu_prefill_bench_base, b_gpu_prefill_bench,
+# c_kernels_prefill_gpu_test, d_kernels_decode_gpu_test, e_gpu_decode_bench, one xz stream with
+# a 512 MiB dictionary) needs no build here; else build the new ones.
+if [ -x "$B/b_gpu_prefill_bench" ]; then
+  mkdir -p build-gpu/tests/kernels build-gpu/bench
+  ln -sf "$B/a_gpu_prefill_bench_base" "$B/gpu_prefill_bench_base"
+  ln -sf "$B/b_gpu_prefill_bench" build-gpu/bench/gpu_prefill_bench
+  ln -sf "$B/c_kernels_prefill_gpu_test" build-gpu/tests/kernels/kernels_prefill_gpu_test
+  ln -sf "$B/d_kernels_decode_gpu_test" build-gpu/tests/kernels/kernels_decode_gpu_test
+  ln -sf "$B/e_gpu_decode_bench" build-gpu/bench/gpu_decode_bench
+  ldd "$B/d_kernels_decode_gpu_test" | grep "not found"
+else
+  step build
+  kvattn_gpu_build ON kernels_prefill_gpu_test gpu_prefill_bench kernels_decode_gpu_test gpu_decode_bench
+  echo "built at ${SECONDS}s"
+fi
 step "decode suite (quick)"
 run_logged decode_test timeout 100 env KVATTN_GPU_TEST_QUICK=1 build-gpu/tests/kernels/kernels_decode_gpu_test
 step "decode: uniform lengths"
