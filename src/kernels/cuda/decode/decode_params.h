@@ -327,8 +327,8 @@ int decode_small_chunks(int device, int64_t num_seqs, int64_t num_kv_heads, int6
 // least one wave (`slots_w4`: SMs x resident 4-warp CTAs) and each warp streams at least 16
 // tiles of the `keys` keys. With lengths as uneven as a ragged batch's, one CTA a sequence
 // would end as unevenly as they do; uniform ones end together. H100, session 45 (C++ bench,
-// memset flush, us; docs/perf/NOTES.md): 64x4096 32/8 d128 362.9 -> 351.3, 256x1024 16/8
-// 362.7 -> 351.4; 8x32768 32/8 (64 CTAs, a quarter wave) and every d64 shape lose with it.
+// us; docs/perf/NOTES.md calls 1 and 3): 64x4096 32/8 d128 362.8 -> 351.5, 256x1024 16/8
+// 363.3 -> 351.3; 8x32768 32/8 (64 CTAs, a quarter wave) and every d64 shape lose with it.
 inline bool decode_uniform_one_chunk(int64_t num_seqs, int64_t units, int64_t slots_w4,
                                      int64_t keys) {
   if (num_seqs <= 0 || units <= 0 || slots_w4 <= 0 || keys <= 0) return false;
