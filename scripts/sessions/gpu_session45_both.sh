@@ -9,7 +9,8 @@
 #      cache_seqlens): the decode suite (quick; UniformLengthsPromise is new), then the C++
 #      bench's "uniform" rows beside the default on the acceptance shapes (page 16).
 #   run: LIMIT=450 bash scripts/sessions/gpu_session45_both.sh [CARRY] 2>&1 | tee $OUT/summary.txt
-#   carry: CARRY (build-carry-s45e: every binary, built here at a1ff1e5; or build-carry-s45d:
+#   carry: CARRY (build-carry-s45e: every binary, built here: decode at a1ff1e5, prefill at 5234a8a,
+#          the base prefill bench at 85b65d9; or build-carry-s45d:
 #          gpu_prefill_bench_base alone, HEAD's bench, the rest built there), .deps/private
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit
