@@ -1352,8 +1352,12 @@ void CudaModel::step_general(const ModelInput& in, const Out& out) {
     const auto num_seqs = static_cast<int64_t>(lens.size());
     KVATTN_CHECK(num_seqs > 0 && T % num_seqs == 0,
                  "Model::forward: a decode step needs context_lens for its ", T, " tokens");
+    // An eager step knows its lengths: equal ones let the plan promise uniform lengths
+    // (DecodePlan::uniform_lengths). A graph's plan is for the table's width instead.
+    const bool uniform =
+        std::all_of(lens.begin(), lens.end(), [&](int32_t len) { return len == max_k; });
     ctx.decode_plan = plan_decode(num_seqs, cfg_.num_heads, cfg_.num_kv_heads, cfg_.head_dim,
-                                  T / num_seqs, max_k, device_);
+                                  T / num_seqs, max_k, device_, uniform);
     void* ws = workspace_.ensure(ctx.decode_plan.workspace_bytes, device_);
     ctx.decode_workspace = TensorView(ws, DType::kU8, device_, {ctx.decode_plan.workspace_bytes});
     if (cascade) {
