@@ -478,9 +478,8 @@ void bench_decode(const std::string& name, const std::vector<int64_t>& lens, int
   };
   const bool lens_uniform = std::all_of(lens.begin(), lens.end(),
                                         [&](int64_t n) { return n == lens.front(); });
-  const DecodeVariant* current = nullptr;
-  auto plan = [&] {
-    if (current != nullptr && current->uniform != 0 && lens_uniform && min_table_keys == 0) {
+  auto plan = [&](const DecodeVariant& v) {
+    if (v.uniform != 0 && lens_uniform && min_table_keys == 0) {
       return kvattn::plan_decode(B, hq, hkv, d, 1, lens.front(), kGpu, true);
     }
     return kvattn::plan_decode(B, hq, hkv, d, 1, pc.width * block_size, kGpu);
@@ -489,14 +488,12 @@ void bench_decode(const std::string& name, const std::vector<int64_t>& lens, int
   int64_t ws_bytes = 16;
   for (const DecodeVariant& v : variants) {
     use(v);
-    current = &v;
-    ws_bytes = std::max<int64_t>(ws_bytes, plan().workspace_bytes);
+    ws_bytes = std::max<int64_t>(ws_bytes, plan(v).workspace_bytes);
   }
   const Tensor ws = Tensor::empty({ws_bytes}, DType::kU8, kGpu);
   std::vector<float> ref;
   for (const DecodeVariant& v : variants) {
     use(v);
-    current = &v;
     const bool diag = std::strncmp(v.name, "diag", 4) == 0;
     try {
       kvattn::DecodeArgs a = pc.args();
@@ -504,7 +501,7 @@ void bench_decode(const std::string& name, const std::vector<int64_t>& lens, int
         a.k_cache = k8;
         a.v_cache = v8;
       }
-      a.plan = plan();
+      a.plan = plan(v);
       if (a.plan.workspace_bytes > 0) a.workspace = ws;
       BENCH_CUDA(cudaMemset(pc.out.data(), 0xFF, static_cast<size_t>(pc.out.nbytes())));
       kvattn::decode_attention(a);

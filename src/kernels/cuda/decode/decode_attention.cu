@@ -204,6 +204,7 @@ SmallChoice small_choice(int device, int64_t num_seqs, int64_t num_kv_heads, int
   // Chunks a unit that fill the SMs at each warp count tried: 8, then 4 (or the forced count).
   const int tries[2] = {forced > 0 ? forced : 8, forced > 0 ? 0 : 4};
   int64_t chunks_at[2] = {0, 0};
+  int64_t slots_at[2] = {0, 0};  // resident CTAs of that warp count on the device
   for (int i = 0; i < 2 && tries[i] > 0; ++i) {
     const SmallConfig sc =
         small_config(num_kv_heads, rows, head_dim, kv_bytes_of(cache_dtype), tries[i]);
@@ -214,7 +215,8 @@ SmallChoice small_choice(int device, int64_t num_seqs, int64_t num_kv_heads, int
                  ctas = DecodeKernels<T, KV, D>::small_ctas(device, sc.warps * 32, sc.smem);
                }
              });
-    chunks_at[i] = int64_t{sm_count(device)} * ctas / (num_seqs * units);
+    slots_at[i] = int64_t{sm_count(device)} * ctas;
+    chunks_at[i] = slots_at[i] / (num_seqs * units);
     if (tuning.decode_small_max_chunks > 0) {
       chunks_at[i] = std::min<int64_t>(chunks_at[i], tuning.decode_small_max_chunks);
     }
@@ -238,16 +240,11 @@ SmallChoice small_choice(int device, int64_t num_seqs, int64_t num_kv_heads, int
   }
   // Uniform lengths (decode_uniform_one_chunk): one 4-warp CTA a unit, no merge, where the
   // units fill a wave of them (chunks_at[1] == 0: not even one chunk each fits at once).
+  // (tries[1] is 4 whenever no warp count is forced.)
   if (choice.chunks == 0 && uniform && tuning.decode_uniform_one_chunk != 0 && forced <= 0 &&
-      head_dim == 128 && cache_dtype != DType::kF8E4M3 && chunks_at[1] == 0) {
-    int ctas = 0;
-    const SmallConfig sc = small_config(num_kv_heads, rows, head_dim, kv_bytes_of(cache_dtype), 4);
-    dispatch(DType::kBF16, DType::kBF16, head_dim, [&]<typename T, typename KV, int D>() {
-      if constexpr (D != 256) ctas = DecodeKernels<T, KV, D>::small_ctas(device, 128, sc.smem);
-    });
-    if (decode_uniform_one_chunk(num_seqs, units, int64_t{sm_count(device)} * ctas, max_keys)) {
-      choice = {1, 4};
-    }
+      head_dim == 128 && cache_dtype != DType::kF8E4M3 && chunks_at[1] == 0 &&
+      decode_uniform_one_chunk(num_seqs, units, slots_at[1], max_keys)) {
+    choice = {1, 4};
   }
   return choice;
 }
