@@ -262,7 +262,7 @@ struct PrefillConsumer {
     if (lane == 0) mbar_arrive(s.k_empty(slot(0)));
     release_q(0);
     mask(sc, kMods ? n_first + n_blocks - 1 : n_blocks - 1);  // the last key tile
-    softmax.update<Tile::kPolyExpTiles>(sc, scale_log2, corr);  // O is still 0: nothing to rescale
+    softmax.update(sc, scale_log2, corr);  // O is still 0: nothing to rescale
     pack_p(sc, pa);
 
     // Tile::kRescaleBeforeTurn: O *= corr before the warpgroup waits for its GEMM turn, pinned
@@ -319,9 +319,9 @@ struct PrefillConsumer {
         schedule_boundary(it, mx_scaled);  // it >= 1
         wgmma_wait<0>();
         fence_operands(o);
-        softmax.update_exp<Tile::kPolyExpTiles>(sc, scale_log2, corr, mx_scaled);
+        softmax.update_exp(sc, scale_log2, corr, mx_scaled);
       } else {
-        softmax.update<Tile::kPolyExpTiles>(sc, scale_log2, corr);
+        softmax.update(sc, scale_log2, corr);
         wgmma_wait<0>();
         fence_operands(o);
       }

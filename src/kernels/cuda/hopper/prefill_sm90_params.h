@@ -93,16 +93,6 @@ inline constexpr bool kSm90LookAhead = KVATTN_PREFILL_SM90_LOOKAHEAD != 0;
 // zeroing peeled out of the loop (its test reloaded a kernel parameter every key tile); the
 // mask test one comparison against a bound computed per tile. The plain kernels only (the
 // window / softcap / ALiBi ones keep their loop). The same arithmetic on the scores.
-// The exponentials on the FMA pipe (prefill_sm90_softmax.cuh, exp2_fma): how many of a key
-// tile's kBlockN / 8 column tiles take them, per head_dim. -D overrides (CMake's
-// KVATTN_PREFILL_SM90_POLY_EXP_D64 / _D128 set them on the Hopper prefill sources only).
-#ifndef KVATTN_PREFILL_SM90_POLY_EXP_D64
-#define KVATTN_PREFILL_SM90_POLY_EXP_D64 0
-#endif
-#ifndef KVATTN_PREFILL_SM90_POLY_EXP_D128
-#define KVATTN_PREFILL_SM90_POLY_EXP_D128 0
-#endif
-
 template <int kHeadDim_, int kConsumerWarpgroups_, int kStages_, int kBlockN_,
           bool kRescaleInTurn_ = true, bool kSmemEpilogue_ = false, bool kProducerDecode_ = false,
           bool kRescaleBeforeTurn_ = false, bool kUniformWarpgroup_ = false,
@@ -121,9 +111,6 @@ struct Sm90PrefillTileConfig {
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = kStages_;
   static constexpr int kThreads = 128 * (1 + kConsumerWarpgroups);
-  static constexpr int kPolyExpTiles = kHeadDim == 64    ? KVATTN_PREFILL_SM90_POLY_EXP_D64
-                                       : kHeadDim == 128 ? KVATTN_PREFILL_SM90_POLY_EXP_D128
-                                                         : 0;
   // head_dim 256 (O alone is 128 registers a thread): FlashAttention-3's 24 / 240.
   static constexpr int kProducerRegs = kHeadDim == 256 ? 24 : (kConsumerWarpgroups == 2 ? 40 : 32);
   static constexpr int kConsumerRegs =

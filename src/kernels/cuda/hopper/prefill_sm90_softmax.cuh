@@ -3,13 +3,10 @@
 // correction factor without touching O; rescale() applies it once that GEMM has completed.
 // Layout as in prefill_softmax.cuh (a warp owns 16 rows; a thread rows g and g + 8, two
 // adjacent columns per 8-column tile); scores stay raw, p = exp2(s * scale_log2 - max_scaled).
-// kPolyTiles of a row's kNT 8-column tiles take p from exp2_fma (exp2_fma.h: the FMA pipe)
-// instead of the MUFU's ex2.
 #pragma once
 
 #include <cmath>
 
-#include "kernels/cuda/hopper/exp2_fma.h"
 #include "kernels/cuda/ptx.cuh"
 
 namespace kvattn::cuda::sm90 {
@@ -30,11 +27,11 @@ struct RowSoftmax {
   // has seen no key keeps max = -inf and gets p = 0 (its max is taken as 0 for the
   // subtraction, so -inf - -inf never happens). update_max then update_exp is update, split
   // so that a caller can put a wait between the two (Tile::kMaxBeforeWait).
-  template <int kPolyTiles, int kNT>
+  template <int kNT>
   __device__ __forceinline__ void update(float (&s)[kNT][4], float scale_log2, float (&corr)[2]) {
     float mx_scaled[2];
     update_max(s, scale_log2, corr, mx_scaled);
-    update_exp<kPolyTiles>(s, scale_log2, corr, mx_scaled);
+    update_exp(s, scale_log2, corr, mx_scaled);
   }
 
   // Each row's new max (row_max), its scaled form for update_exp, and corr.
@@ -55,7 +52,7 @@ struct RowSoftmax {
   }
 
   // s <- p and the rows' running sums, from update_max's results.
-  template <int kPolyTiles, int kNT>
+  template <int kNT>
   __device__ __forceinline__ void update_exp(float (&s)[kNT][4], float scale_log2,
                                              const float (&corr)[2], const float (&mx_scaled)[2]) {
 #pragma unroll
@@ -65,9 +62,7 @@ struct RowSoftmax {
       for (int nt = 0; nt < kNT; ++nt) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const float x = fmaf(s[nt][hr * 2 + e], scale_log2, -mx_scaled[hr]);
-          const float p =
-              poly_exp_tile<kPolyTiles, kNT>(nt) ? exp2_fma(x) : ptx::exp2_approx(x);
+          const float p = ptx::exp2_approx(fmaf(s[nt][hr * 2 + e], scale_log2, -mx_scaled[hr]));
           s[nt][hr * 2 + e] = p;
           sum += p;
         }
