@@ -6,7 +6,8 @@
 #      ran functionally on an H100 and an H200; its sanitizers are owed);
 #   2. the decode uniform plan against the default, warm and after do_bench's memset
 #      (--memset-large), two rounds: session 46's H200 harness saw the one-chunk kernel pay
-#      twice the split kernel's memset penalty (decide: keep, make it card-aware, or off);
+#      twice the split kernel's memset penalty (decide: keep, make it card-aware, or off), with
+#      the small kernel's one-chunk forms for every batch (8 and 4 warps) beside it;
 #   3. issue 20's engine figures: nano-vllm's workload bf16 and fp8 (Qwen3-0.6B shape, random
 #      weights, graphs), with the single streams and TTFT; SmolLM2-135M's single stream.
 #   run: LIMIT=560 bash scripts/sessions/gpu_session47_first.sh 2>&1 | tee $OUT/summary.txt
@@ -29,9 +30,9 @@ step "decode: uniform plan vs default, warm and after a memset"
 for round in 1 2; do
   room $((LIMIT - 300)) "uniform round $round" || break
   timeout 90 build-gpu/bench/gpu_decode_bench --only decode --quick --memset-large \
-    --variants uniform > "$OUT/uniform_r$round.txt" 2>&1
+    --variants "uniform,small c1,small c1 w4" > "$OUT/uniform_r$round.txt" 2>&1
   echo "uniform r$round rc=$?"
-  grep -E '"op": "decode (default|uniform)"' "$OUT/uniform_r$round.txt" |
+  grep -E '"op": "decode (default|uniform|small c1|small c1 w4)"' "$OUT/uniform_r$round.txt" |
     grep -E '64x4096 32/8 page|256x1024 16/8 page|8x32768 32/8 page|96x4096|256x1024 8/8' |
     sed -E 's/.*"op": "([^"]+)".*"shape": "([^"]*)".*"us": ([0-9.]+).*"note": "([^"]*)".*/\1 | \2 | \3 (\4)/'
 done
