@@ -6,6 +6,8 @@
 # rounds on the head_dim 64 and 128 plain shapes (graph replay and flushed, as the bench times);
 # then the prefill suite (quick) on the N-variant test binary and the sanitizers on its tile
 # edges.
+# Ran once (docs/perf/NOTES.md session 46 call 1); the exponentials were then removed: the
+# binaries need b876047 (its CMake knobs KVATTN_PREFILL_SM90_POLY_EXP_D64 / _D128).
 #   run: LIMIT=300 bash scripts/sessions/gpu_session46_poly.sh CARRY 2>&1 | tee $OUT/summary.txt
 #   carry: CARRY (bins.tar.xz: a_bench_p0, b_bench_p2, c_bench_p3, d_bench_p4,
 #          e_kernels_prefill_gpu_test: the variant named in CARRY/README), .deps/private
