@@ -63,10 +63,10 @@ double time_us(Fn&& fn, Flush flush, int warmup = 10) {
 // `--warm`: working sets that fit the L2 four times over are also timed without a flush (as
 // the peers' graph replay sees them: cuDNN's 1 x 8192 d128 runs from L2 there).
 bool g_warm = false;
-// `--memset-large`: working sets larger than that are also timed after the memset flush, as the
-// peers' harness times its "flushed" column (do_bench zeroes 256 MB before each call: the L2's
-// dirty lines are written back while the kernel reads; session 46 saw the uniform plan's
-// one-chunk kernel pay twice what the split kernel pays for that on the H200).
+// `--memset-large`: working sets past four times the L2 are also timed after the memset flush,
+// as the peers' harness times its "flushed" column (do_bench zeroes 256 MB before each call:
+// the L2's dirty lines are written back while the kernel reads; session 46 saw the uniform
+// plan's one-chunk kernel pay twice what the split kernel pays for that on the H200).
 bool g_memset_large = false;
 
 // The flush modes a working set of `bytes` is timed under: working sets far larger than L2

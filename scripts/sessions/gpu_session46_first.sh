@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Session 46's first call: session 45's prepared call (gpu_session46_peers.sh: the same-run peers
-# on session 45's build, then the sanitizers) with this session's FMA-pipe exponentials in the
-# Hopper prefill's head_dim 64 softmax (exp2_fma.h; 3 of 16 column tiles, the default here)
-# checked first by the prefill suite. Everything is built here (sm_90a).
+# Session 46, call 2: session 45's prepared call (the same-run peers on session 45's build, then
+# the sanitizers), with the prefill suite first. Ran on b876047's tree with the FMA-pipe
+# exponentials at 0 column tiles (call 1 had measured them slower), i.e. 413691a's kernels.
+# Everything is built here (sm_90a).
 #   1. the prefill suite (quick) and the decode suite's uniform-lengths test;
 #   2. decode peers, head_dim 128 and 64, with the "kvattn_int" rows (lengths as an int);
 #   3. prefill peers (FA3 backend), head_dim 128 and 64, ROUNDS rounds (default 2);

@@ -47,7 +47,9 @@ __global__ void __launch_bounds__(Tile::kThreads, 1)
   // session 26's lead 2); passed through a shuffle, whose result it does not recompute, it is
   // computed once and kept (H100, session 45, three rounds: 1x16384 d128 by graph 633-640 ->
   // 650-652 TFLOP/s). Only where a register is free for it: the plain head_dim 128 kernels
-  // (sm_90a, ptxas of CUDA 13: no spills); at 64 and 256 and with kMods it spilled.
+  // (sm_90a, ptxas of CUDA 13: no spills); at 64 and 256 and with kMods it spilled. (Session
+  // 46: the unpaged head_dim 64 kernels keep it without spills, but their key loop already holds
+  // the base in uniform registers, so it saves ~8 instructions outside the loop: not taken.)
   const uint32_t aligned_base = (ptx::smem_addr(smem_raw) + 1023) & ~1023u;
   constexpr bool kPinnedBase = Tile::kHeadDim == 128 && !kMods;
   const sm90::PrefillSmem<Tile> smem(kPinnedBase ? __shfl_sync(0xffffffffu, aligned_base, 0)
