@@ -68,11 +68,24 @@ __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t w) {
 #endif
 }
 
-// e4m3x4_to<__half>'s pairing by the hardware conversion: lo = (byte 0, byte 2), hi = (byte 1,
-// byte 3).
-__device__ __forceinline__ void e4m3x4_to_f16_hw(uint32_t q, uint32_t& lo, uint32_t& hi) {
-  lo = e4m3x2_to_f16x2(byte_perm(q, 0, 0x20u));
-  hi = e4m3x2_to_f16x2(byte_perm(q, 0, 0x31u));
+// Four e4m3 codes as two f16 pairs of adjacent codes: lo = (byte 0, byte 1), hi = (byte 2,
+// byte 3), by the hardware conversion reading each 16-bit half of q in place (one F2FP a pair,
+// no byte permute: `mov.b32 {lo, hi}` lets ptxas select the half, F2FP ... R.H1). Exact for
+// every finite code; NaN codes give NaN. Elsewhere (before sm_89) the integer form after one
+// byte permute, with the same results for every finite code.
+__device__ __forceinline__ void e4m3x4_to_f16_halves(uint32_t q, uint32_t& lo, uint32_t& hi) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  asm("{\n"
+      "  .reg .b16 q_lo, q_hi;\n"
+      "  mov.b32 {q_lo, q_hi}, %2;\n"
+      "  cvt.rn.f16x2.e4m3x2 %0, q_lo;\n"
+      "  cvt.rn.f16x2.e4m3x2 %1, q_hi;\n"
+      "}\n"
+      : "=r"(lo), "=r"(hi)
+      : "r"(q));
+#else
+  e4m3x4_to<__half>(byte_perm(q, 0, 0x3120u), lo, hi);  // bytes (0, 2, 1, 3): pairs (0,1), (2,3)
+#endif
 }
 
 }  // namespace kvattn::cuda

@@ -9,12 +9,14 @@
 //
 // ldmatrix moves 16-bit elements, so the fragments are read with 32-bit shared loads instead,
 // in orders chosen so that each load brings whole fragment registers. The conversion takes
-// four codes (one 32-bit word) at a time and pairs bytes (0, 2) and (1, 3) (e4m3x4_to).
+// four codes (one 32-bit word) at a time: the integer form (e4m3x4_to) pairs bytes (0, 2) and
+// (1, 3), the hardware one (e4m3x4_to_f16_halves) bytes (0, 1) and (2, 3).
 // - S = Q K^T: the reduction runs over head dims in any order, as long as Q and K agree. In
 //   k-step ks the mma k indices {2t, 2t+1} of lane quad-index t stand for dims 16 ks + 4t +
-//   {0, 2} and {2t+8, 2t+9} for 16 ks + 4t + {1, 3}: one 32-bit word of key row n = g
-//   (lane / 4) gives both B registers; Q's A registers are read with the same map
-//   (decode_fp8_q_dim: the first dim of a pair, the second is 2 further).
+//   {0, 2} and {2t+8, 2t+9} for 16 ks + 4t + {1, 3} (integer form), or {0, 1} and {2, 3}
+//   (hardware form, fp8_k_by_hw): one 32-bit word of key row n = g (lane / 4) gives both B
+//   registers; Q's A registers are read with the same map (decode_fp8_q_dim: the first dim
+//   of a pair, the second fp8_q_pair_step further).
 // - O = P V: the mma n index (a head dim of O) is free to relabel as long as O is relabelled
 //   back. In 32-dim group c, n-tile j = 4c + jj, n index g stands for dim 32c + 4g + jj: one
 //   word of each of the keys 2t, 2t+1, 2t+8, 2t+9 (dims 32c + 4g ..) holds the B registers
@@ -34,7 +36,8 @@
 // reads the same layout with the same two relabellings:
 // - S^T = K Q^T: K is the A operand (rows = keys g and g + 8). Its registers a0 / a2 (key g,
 //   k indices 2t.. / 2t+8..) are fp8_qk's two B registers of key g: one word at dims 16 ks +
-//   4t; a1 / a3 likewise from key g + 8. Q^T (B: row g) uses decode_fp8_q_dim as Q does.
+//   4t; a1 / a3 likewise from key g + 8. Q^T (B: row g) uses decode_fp8_q_dim as Q does
+//   (the same `adjacent`).
 // - O^T += V^T P^T: V^T is the A operand (rows = head dims, k = keys). In 32-dim group c, row
 //   g (+ 8) of m-tile 2c + h stands for dim 32c + 4g + 2h (+ 1): the four words of keys 2t,
 //   2t+1, 2t+8, 2t+9 at dims 32c + 4g (the loads of fp8_pv) give the A registers of both
@@ -74,12 +77,14 @@ struct Fp8Tile {
 };
 
 // The head dims that the query element pair (k-step ks, half, lane quad-index t4) of an A
-// fragment stands for in the fp8 S = Q K^T: this one and the one 2 further (16-bit tiles:
-// ks*16 + half*8 + 2*t4 and the next).
-__device__ __forceinline__ int decode_fp8_q_dim(int ks, int half, int t4) {
-  return ks * 16 + 4 * t4 + half;
+// fragment stands for in the fp8 S = Q K^T (16-bit tiles: ks*16 + half*8 + 2*t4 and the next).
+// `adjacent` (fp8_k_by_hw: K converted by the hardware instruction, whose pairs are adjacent
+// codes): dims 16 ks + 4 t4 + 2 half and the next; else (the integer conversion pairs bytes
+// (0, 2) and (1, 3)) 16 ks + 4 t4 + half and the one 2 further.
+__device__ __forceinline__ int decode_fp8_q_dim(int ks, int half, int t4, bool adjacent) {
+  return ks * 16 + 4 * t4 + (adjacent ? 2 * half : half);
 }
-inline constexpr int kFp8QPairStep = 2;
+__device__ __forceinline__ int fp8_q_pair_step(bool adjacent) { return adjacent ? 1 : 2; }
 
 __device__ __forceinline__ uint32_t lds32(uint32_t addr) {
   uint32_t v;
@@ -87,12 +92,14 @@ __device__ __forceinline__ uint32_t lds32(uint32_t addr) {
   return v;
 }
 
-// The K codes of one 32-bit word in the query type T, paired as e4m3x4_to pairs them; by the
-// hardware conversion when kHw and T is f16.
+// The K codes of one 32-bit word in the query type T: by the hardware conversion when kHw and
+// T is f16, as pairs of adjacent codes (bytes (0, 1), (2, 3): e4m3x4_to_f16_halves, no byte
+// permute), else paired as e4m3x4_to pairs them ((0, 2), (1, 3)). Q's dim order follows
+// (decode_fp8_q_dim's `adjacent`, chosen by fp8_k_by_hw).
 template <typename T, bool kHw>
 __device__ __forceinline__ void fp8_k_pairs(uint32_t w, uint32_t& lo, uint32_t& hi) {
   if constexpr (kHw && std::is_same_v<T, __half>) {
-    e4m3x4_to_f16_hw(w, lo, hi);
+    e4m3x4_to_f16_halves(w, lo, hi);
   } else {
     e4m3x4_to<T>(w, lo, hi);
   }
@@ -140,6 +147,19 @@ __device__ __forceinline__ bool fp8_q_in_f16(const DecodeParams& p) {
     return p.fp8_q_f16 != 0;
   } else {
     return false;
+  }
+}
+
+// Whether S = Q K^T of an fp8 tile converts K by the hardware instruction (fp8_k_pairs with
+// kHw and f16): f16 queries with fp8_hw_cvt, bf16 ones rewritten in f16 (fp8_q_in_f16), as
+// attend_tile / attend_tile_swap choose. Q's dims are then loaded in the adjacent order
+// (decode_fp8_q_dim).
+template <typename T, typename KV, int D>
+__device__ __forceinline__ bool fp8_k_by_hw(const DecodeParams& p) {
+  if constexpr (std::is_same_v<T, __half>) {
+    return p.fp8_hw_cvt != 0;
+  } else {
+    return fp8_q_in_f16<T, KV, D>(p);
   }
 }
 
@@ -202,17 +222,19 @@ __device__ __forceinline__ void fp8_v_pairs(uint32_t vbase, int c, int g, int t4
 }
 
 // fp8_v_pairs as f16 pairs by the hardware conversion: b[k][0] = dim 32c + 4g + k of keys (2t,
-// 2t+1) is bytes k of w0 and w1 (byte_perm selector k | (4 + k) << 4), b[k][1] of w2 and w3.
+// 2t+1) is bytes k of w0 and w1, b[k][1] of w2 and w3. One byte permute interleaves two keys'
+// bytes 0-1 (selector 0x5140: w0.b0, w1.b0, w0.b1, w1.b1), another bytes 2-3 (0x7362), and the
+// conversion reads each 16-bit half in place (e4m3x4_to_f16_halves): 2 permutes a key pair and
+// group instead of 4.
 template <int D, class L = Fp8Tile<D>>
 __device__ __forceinline__ void fp8_v_pairs_f16(uint32_t vbase, int c, int g, int t4,
                                                 uint32_t (&b)[4][2]) {
   uint32_t w[4];
   fp8_v_words<D, L>(vbase, c, g, t4, w);
 #pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    const uint32_t sel = static_cast<uint32_t>(k | (4 + k) << 4);
-    b[k][0] = e4m3x2_to_f16x2(byte_perm(w[0], w[1], sel));
-    b[k][1] = e4m3x2_to_f16x2(byte_perm(w[2], w[3], sel));
+  for (int j = 0; j < 2; ++j) {  // keys (2t, 2t+1), then (2t+8, 2t+9)
+    e4m3x4_to_f16_halves(byte_perm(w[2 * j], w[2 * j + 1], 0x5140u), b[0][j], b[1][j]);
+    e4m3x4_to_f16_halves(byte_perm(w[2 * j], w[2 * j + 1], 0x7362u), b[2][j], b[3][j]);
   }
 }
 
@@ -292,7 +314,8 @@ __device__ __forceinline__ void fp8_restore_o(float (&o)[D / 8][4], float v_scal
 // ---- the swapped tile (decode_swap_tile.cuh) ----
 
 // S^T = K Q^T of one fp8 K tile at kbase, in two mma chains (even and odd k-steps); qb holds
-// Q^T in the decode_fp8_q_dim order (B registers of row g: dims 16 ks + 4t + {h, h + 2}).
+// Q^T in the decode_fp8_q_dim order (B registers of row g: dims 16 ks + 4t + {h, h + 2}, or
+// with the hardware conversion {2h, 2h + 1}).
 template <typename T, int D, bool kHw = false, class L = Fp8Tile<D>>
 __device__ __forceinline__ void fp8_qk_swap(uint32_t kbase, const uint32_t (&qb)[D / 16][2],
                                             float (&s)[4], float (&s2)[4], int lane) {

@@ -420,15 +420,18 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   __syncthreads();
   uint32_t qf[D / 16][4];
   if constexpr (kIsFp8<KV>) {  // the fp8 tile's dim order (decode_fp8.cuh)
+    const bool adjacent = fp8_k_by_hw<T, KV, D>(p);
+    const int step = fp8_q_pair_step(adjacent);
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
 #pragma unroll
         for (int hr = 0; hr < 2; ++hr) {
-          const uint16_t* row = s_q + (gid + 8 * hr) * kQRow + decode_fp8_q_dim(ks, half, t4);
+          const uint16_t* row =
+              s_q + (gid + 8 * hr) * kQRow + decode_fp8_q_dim(ks, half, t4, adjacent);
           qf[ks][hr + 2 * half] =
-              static_cast<uint32_t>(row[0]) | (static_cast<uint32_t>(row[kFp8QPairStep]) << 16);
+              static_cast<uint32_t>(row[0]) | (static_cast<uint32_t>(row[step]) << 16);
         }
       }
     }

@@ -490,6 +490,8 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   [[maybe_unused]] int first_visited = 0;
   auto begin_piece = [&](const Cursor& c) {
     const int len = c.len;
+    // fp8: Q's dims in the order of K's conversion (decode_fp8_q_dim).
+    [[maybe_unused]] const bool fp8_adjacent = kIsFp8<KV> && fp8_k_by_hw<T, KV, D>(p);
     if constexpr (kTma && kExt) first_visited = first_key(p, c.b, len);
     // The query row of row r of the unit for sequence c.b (null past p.rows).
     auto q_row = [&](int r) -> const uint16_t* {
@@ -502,7 +504,7 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
     };
     if constexpr (kSwap) {  // Q^T: row gid; limits of rows 2 t4, 2 t4 + 1
       const uint16_t* qrow = q_row(rc * kSwapRows + gid);
-      load_q_swap<D, kIsFp8<KV>>(qf, qrow, qrow != nullptr, t4, hd);
+      load_q_swap<D, kIsFp8<KV>>(qf, qrow, qrow != nullptr, t4, hd, fp8_adjacent);
       if constexpr (!kExt) {
 #pragma unroll
         for (int hr = 0; hr < 2; ++hr) {
@@ -523,8 +525,9 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
           for (int half = 0; half < 2; ++half) {
             uint32_t v = 0;
             if (valid && ks * 16 < hd) {  // a padded tile's dims past head_dim: 0
-              const int d = kIsFp8<KV> ? decode_fp8_q_dim(ks, half, t4) : ks * 16 + half * 8 + 2 * t4;
-              const int d2 = d + (kIsFp8<KV> ? kFp8QPairStep : 1);
+              const int d = kIsFp8<KV> ? decode_fp8_q_dim(ks, half, t4, fp8_adjacent)
+                                       : ks * 16 + half * 8 + 2 * t4;
+              const int d2 = d + (kIsFp8<KV> ? fp8_q_pair_step(fp8_adjacent) : 1);
               v = static_cast<uint32_t>(qrow[d]) | (static_cast<uint32_t>(qrow[d2]) << 16);
             }
             qf[ks][hr + 2 * half] = v;

@@ -32,16 +32,18 @@ inline constexpr int kSwapRows = kDecodeSwapRows;
 // Loads row `r` (lane row g) of the unit's queries as Q^T B fragments; zeros when !valid and
 // for the dims from head_dim on (a padded tile). fp8 caches (kFp8): the dims of
 // decode_fp8_q_dim (no padded tiles there).
+// fp8_adjacent: decode_fp8_q_dim's order for K converted by the hardware (fp8_k_by_hw).
 template <int D, bool kFp8 = false>
 __device__ __forceinline__ void load_q_swap(uint32_t (&qb)[D / 16][2], const uint16_t* qrow,
-                                            bool valid, int t4, int head_dim) {
+                                            bool valid, int t4, int head_dim,
+                                            bool fp8_adjacent = false) {
 #pragma unroll
   for (int ks = 0; ks < D / 16; ++ks) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       uint32_t v = 0;
-      const int d = kFp8 ? decode_fp8_q_dim(ks, h, t4) : ks * 16 + h * 8 + 2 * t4;
-      const int d2 = d + (kFp8 ? kFp8QPairStep : 1);
+      const int d = kFp8 ? decode_fp8_q_dim(ks, h, t4, fp8_adjacent) : ks * 16 + h * 8 + 2 * t4;
+      const int d2 = d + (kFp8 ? fp8_q_pair_step(fp8_adjacent) : 1);
       // fp8: dims 16 ks .. 16 ks + 15 (decode_fp8_q_dim) are all in or all out, head_dim a
       // multiple of 16 (80 and 96 on the 128 tile).
       if (valid && (kFp8 ? ks * 16 < head_dim : d < head_dim)) {
