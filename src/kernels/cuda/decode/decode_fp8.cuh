@@ -13,10 +13,11 @@
 // (1, 3), the hardware one (e4m3x4_to_f16_halves) bytes (0, 1) and (2, 3).
 // - S = Q K^T: the reduction runs over head dims in any order, as long as Q and K agree. In
 //   k-step ks the mma k indices {2t, 2t+1} of lane quad-index t stand for dims 16 ks + 4t +
-//   {0, 2} and {2t+8, 2t+9} for 16 ks + 4t + {1, 3} (integer form), or {0, 1} and {2, 3}
-//   (hardware form, fp8_k_by_hw): one 32-bit word of key row n = g (lane / 4) gives both B
-//   registers; Q's A registers are read with the same map (decode_fp8_q_dim: the first dim
-//   of a pair, the second fp8_q_pair_step further).
+//   {0, 2} and {2t+8, 2t+9} for 16 ks + 4t + {1, 3}, or {0, 1} and {2, 3} where K's pairs
+//   are adjacent codes (fp8_q_adjacent: the hardware form at head_dim 128 and 256): one
+//   32-bit word of key row n = g (lane / 4) gives both B registers; Q's A registers are read
+//   with the same map (decode_fp8_q_dim: the first dim of a pair, the second
+//   fp8_q_pair_step further).
 // - O = P V: the mma n index (a head dim of O) is free to relabel as long as O is relabelled
 //   back. In 32-dim group c, n-tile j = 4c + jj, n index g stands for dim 32c + 4g + jj: one
 //   word of each of the keys 2t, 2t+1, 2t+8, 2t+9 (dims 32c + 4g ..) holds the B registers
@@ -78,9 +79,8 @@ struct Fp8Tile {
 
 // The head dims that the query element pair (k-step ks, half, lane quad-index t4) of an A
 // fragment stands for in the fp8 S = Q K^T (16-bit tiles: ks*16 + half*8 + 2*t4 and the next).
-// `adjacent` (fp8_k_by_hw: K converted by the hardware instruction, whose pairs are adjacent
-// codes): dims 16 ks + 4 t4 + 2 half and the next; else (the integer conversion pairs bytes
-// (0, 2) and (1, 3)) 16 ks + 4 t4 + half and the one 2 further.
+// `adjacent` (fp8_q_adjacent: K's pairs are adjacent codes): dims 16 ks + 4 t4 + 2 half and
+// the next; else (pairs of bytes (0, 2) and (1, 3)) 16 ks + 4 t4 + half and the one 2 further.
 __device__ __forceinline__ int decode_fp8_q_dim(int ks, int half, int t4, bool adjacent) {
   return ks * 16 + 4 * t4 + (adjacent ? 2 * half : half);
 }
@@ -92,14 +92,24 @@ __device__ __forceinline__ uint32_t lds32(uint32_t addr) {
   return v;
 }
 
+// Whether K's codes converted by the hardware instruction pair as adjacent codes at head_dim
+// D (e4m3x4_to_f16_halves: each 16-bit half read in place, no byte permute): 128 and 256. At
+// 64 they keep the integer form's pairing through two byte permutes a word (a form kept to
+// compare; see docs/perf/NOTES.md, session 47).
+template <int D>
+inline constexpr bool kFp8AdjacentK = D != 64;
+
 // The K codes of one 32-bit word in the query type T: by the hardware conversion when kHw and
-// T is f16, as pairs of adjacent codes (bytes (0, 1), (2, 3): e4m3x4_to_f16_halves, no byte
-// permute), else paired as e4m3x4_to pairs them ((0, 2), (1, 3)). Q's dim order follows
-// (decode_fp8_q_dim's `adjacent`, chosen by fp8_k_by_hw).
-template <typename T, bool kHw>
+// T is f16, as pairs of adjacent codes (bytes (0, 1), (2, 3)) where kFp8AdjacentK<D>, else
+// paired as e4m3x4_to pairs them ((0, 2), (1, 3)). Q's dim order follows (decode_fp8_q_dim's
+// `adjacent`, chosen by fp8_q_adjacent).
+template <typename T, int D, bool kHw>
 __device__ __forceinline__ void fp8_k_pairs(uint32_t w, uint32_t& lo, uint32_t& hi) {
-  if constexpr (kHw && std::is_same_v<T, __half>) {
+  if constexpr (kHw && std::is_same_v<T, __half> && kFp8AdjacentK<D>) {
     e4m3x4_to_f16_halves(w, lo, hi);
+  } else if constexpr (kHw && std::is_same_v<T, __half>) {
+    lo = e4m3x2_to_f16x2(byte_perm(w, 0, 0x20u));
+    hi = e4m3x2_to_f16x2(byte_perm(w, 0, 0x31u));
   } else {
     e4m3x4_to<T>(w, lo, hi);
   }
@@ -150,13 +160,15 @@ __device__ __forceinline__ bool fp8_q_in_f16(const DecodeParams& p) {
   }
 }
 
-// Whether S = Q K^T of an fp8 tile converts K by the hardware instruction (fp8_k_pairs with
-// kHw and f16): f16 queries with fp8_hw_cvt, bf16 ones rewritten in f16 (fp8_q_in_f16), as
-// attend_tile / attend_tile_swap choose. Q's dims are then loaded in the adjacent order
-// (decode_fp8_q_dim).
+// Whether S = Q K^T of an fp8 tile reads K as pairs of adjacent codes (fp8_k_pairs): the
+// hardware conversion (f16 queries with fp8_hw_cvt, bf16 ones rewritten in f16: fp8_q_in_f16,
+// as attend_tile / attend_tile_swap choose) at a head_dim of kFp8AdjacentK. Q's dims are then
+// loaded in the adjacent order (decode_fp8_q_dim).
 template <typename T, typename KV, int D>
-__device__ __forceinline__ bool fp8_k_by_hw(const DecodeParams& p) {
-  if constexpr (std::is_same_v<T, __half>) {
+__device__ __forceinline__ bool fp8_q_adjacent(const DecodeParams& p) {
+  if constexpr (!kFp8AdjacentK<D>) {
+    return false;
+  } else if constexpr (std::is_same_v<T, __half>) {
     return p.fp8_hw_cvt != 0;
   } else {
     return fp8_q_in_f16<T, KV, D>(p);
@@ -180,7 +192,7 @@ __device__ __forceinline__ void fp8_qk(uint32_t kbase, const uint32_t (&qf)[D / 
     for (int nt = 0; nt < 2; ++nt) {
       const uint32_t w = lds32(L::addr(kbase, nt * 8 + g, ks) + 4 * t4);
       uint32_t b0, b1;  // dims 16 ks + 4 t4 + {0, 2} and + {1, 3}
-      fp8_k_pairs<T, kHw>(w, b0, b1);
+      fp8_k_pairs<T, D, kHw>(w, b0, b1);
       if (ks & 1) {
         ptx::mma_16816<T>(s2[nt], qf[ks], b0, b1);
       } else {
@@ -326,8 +338,8 @@ __device__ __forceinline__ void fp8_qk_swap(uint32_t kbase, const uint32_t (&qb)
     const uint32_t w0 = lds32(L::addr(kbase, g, ks) + 4 * t4);
     const uint32_t w1 = lds32(L::addr(kbase, g + 8, ks) + 4 * t4);
     uint32_t ka[4];  // keys g / g + 8 x dims 16 ks + 4t + {0, 2} / {1, 3}
-    fp8_k_pairs<T, kHw>(w0, ka[0], ka[2]);
-    fp8_k_pairs<T, kHw>(w1, ka[1], ka[3]);
+    fp8_k_pairs<T, D, kHw>(w0, ka[0], ka[2]);
+    fp8_k_pairs<T, D, kHw>(w1, ka[1], ka[3]);
     if (ks & 1) {
       ptx::mma_16816<T>(s2, ka, qb[ks][0], qb[ks][1]);
     } else {

@@ -420,7 +420,7 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   __syncthreads();
   uint32_t qf[D / 16][4];
   if constexpr (kIsFp8<KV>) {  // the fp8 tile's dim order (decode_fp8.cuh)
-    const bool adjacent = fp8_k_by_hw<T, KV, D>(p);
+    const bool adjacent = fp8_q_adjacent<T, KV, D>(p);
     const int step = fp8_q_pair_step(adjacent);
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {

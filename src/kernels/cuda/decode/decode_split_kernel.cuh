@@ -491,7 +491,7 @@ __global__ void __launch_bounds__(kDecodeMaxWarps * 32)
   auto begin_piece = [&](const Cursor& c) {
     const int len = c.len;
     // fp8: Q's dims in the order of K's conversion (decode_fp8_q_dim).
-    [[maybe_unused]] const bool fp8_adjacent = kIsFp8<KV> && fp8_k_by_hw<T, KV, D>(p);
+    [[maybe_unused]] const bool fp8_adjacent = kIsFp8<KV> && fp8_q_adjacent<T, KV, D>(p);
     if constexpr (kTma && kExt) first_visited = first_key(p, c.b, len);
     // The query row of row r of the unit for sequence c.b (null past p.rows).
     auto q_row = [&](int r) -> const uint16_t* {
