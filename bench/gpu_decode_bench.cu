@@ -222,7 +222,7 @@ struct DecodeVariant {
   int lean_issue = -1;   // aligned caches: issue_tile_lean (decode_lean_issue; -1: default)
   int tma = -1;          // the TMA copy issue where eligible (decode_tma; -1: default)
   int tma_prefetch = -1; // ... with the next tile asked of L2 (decode_tma_prefetch; -1: default)
-  int cta_sweep = -1;    // split kernel, fp8 d64 / d128: the CTA page sweep (decode_cta_sweep; -1: default)
+  int cta_sweep = -1;    // split kernel, fp8 d64: the CTA page sweep (decode_cta_sweep; -1: default)
   int waves = 0;         // stream mode's waves of ranges (decode_stream_waves; 0: default)
   int dynamic = -1;      // stream mode's dynamic split (decode_dynamic_split; -1: default)
   int uniform = 0;       // 1: planned with DecodePlan::uniform_lengths where the lengths are
@@ -245,8 +245,8 @@ const DecodeVariant kDecodeVariants[] = {
     {.name = "tma noswap", .heads = 8, .stages = 0, .swap = 0, .tma = 1},
     {.name = "tma pf", .heads = 8, .stages = 0, .tma = 1, .tma_prefetch = 1},
     {.name = "tma pf swap", .heads = 8, .stages = 0, .swap = 1, .tma = 1, .tma_prefetch = 1},
-    // The split kernel's CTA page sweep (fp8 d64 and d128; elsewhere the default kernels
-    // run), on the default tile and each tile, and with a fourth stage.
+    // The split kernel's CTA page sweep (fp8 d64; elsewhere the default kernels run), on the
+    // default tile and each tile, and with a fourth stage.
     {.name = "cta sweep", .heads = 8, .stages = 0, .cta_sweep = 1},
     {.name = "cta sweep swap", .heads = 8, .stages = 0, .swap = 1, .cta_sweep = 1},
     {.name = "cta sweep noswap", .heads = 8, .stages = 0, .swap = 0, .cta_sweep = 1},

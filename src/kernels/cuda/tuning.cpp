@@ -44,7 +44,7 @@ CudaTuning& cuda_tuning() {
     from_env("KVATTN_DECODE_UNIFORM_ONE_CHUNK", t.decode_uniform_one_chunk, 0, 1);
     from_env("KVATTN_DECODE_LEAN_ISSUE", t.decode_lean_issue, -1, 1);
     from_env("KVATTN_DECODE_TMA", t.decode_tma, -1, 1);
-    from_env("KVATTN_DECODE_CTA_SWEEP", t.decode_cta_sweep, -1, 1);
+    from_env("KVATTN_DECODE_CTA_SWEEP", t.decode_cta_sweep, 0, 1);
     from_env("KVATTN_DECODE_STREAM_WAVES", t.decode_stream_waves, 1, 8);
     from_env("KVATTN_DECODE_DYNAMIC_SPLIT", t.decode_dynamic_split, 0, 1);
     from_env("KVATTN_DECODE_TMA_PREFETCH", t.decode_tma_prefetch, 0, 1);

@@ -188,16 +188,13 @@ struct CudaTuning {
   // docs/perf/NOTES.md "Session 29". Env KVATTN_DECODE_LEAN_ISSUE, KVATTN_DECODE_TMA.
   int decode_lean_issue = -1;
   int decode_tma = -1;
-  // Decode's split kernel over float8_e4m3 caches at head_dim 64 and 128: the CTA copies a
-  // tile's rows of all its KV heads together, consecutive threads on consecutive cache bytes
+  // Decode's split kernel over float8_e4m3 caches at head_dim 64: 1 = the CTA copies a tile's
+  // rows of all its KV heads together, consecutive threads on consecutive cache bytes
   // (decode_cta_sweep.cuh; where every warp of the CTA has a unit), instead of each warp its
-  // head's strided rows (64 bytes at head_dim 64; 128 at 128, by TMA there). -1 (default): at
-  // head_dim 64 only (since session 33; H100, one bench process: 256 x 1024 8/8 138.2 -> 124.5
-  // us, 64 x 4096 32/8 d64 141.7 -> 124.7, the 9/3 shapes within 1%; suite, memcheck and
-  // racecheck passed); 1: at 64 and 128 (written in session 47 against the fp8 d128 kernel's
-  // 81.5% of DRAM peak on 128-byte rows, bf16 d128 reading 90% on 256-byte ones); 0: never.
-  // Env KVATTN_DECODE_CTA_SWEEP.
-  int decode_cta_sweep = -1;
+  // head's strided 64-byte rows. 1 (default since session 33; H100, one bench process: 256 x
+  // 1024 8/8 138.2 -> 124.5 us, 64 x 4096 32/8 d64 141.7 -> 124.7, the 9/3 shapes within 1%;
+  // suite, memcheck and racecheck passed); 0: the per-warp issue. Env KVATTN_DECODE_CTA_SWEEP.
+  int decode_cta_sweep = 1;
   // Decode's TMA form: 1 = each tile's issue also asks L2 for the next tile of the warp
   // (cp.async.bulk.prefetch.tensor), a deeper look-ahead than the shared-memory stages hold.
   // 0 (default): it lost 13-27% on every bandwidth-bound shape (H200, session 29: 64x4096 32/8

@@ -178,11 +178,8 @@ void launch_kernels(DecodeParams p, bool aligned, int64_t ws_bytes, int device,
   };
   // The split kernel's CTA page sweep (decode_cta_sweep.cuh; cuda_tuning().decode_cta_sweep):
   // a twin for the plain kernels over fp8 caches at head_dim 64, the form read_rate measured
-  // faster (16-bit d64 read the same either way), and at 128, where it replaces the TMA issue
-  // only when asked (the knob's 1; session 47).
-  constexpr bool kSweepAble = !kExt && kIsFp8<KV> && (D == 64 || D == 128);
-  const int sweep_knob = cuda_tuning().decode_cta_sweep;
-  const bool sweep_wanted = sweep_knob > 0 || (sweep_knob < 0 && D == 64);
+  // faster (16-bit d64 read the same either way).
+  constexpr bool kSweepAble = !kExt && kIsFp8<KV> && D == 64;
   // with_issue for the split kernel, which also has the CTA sweep's twin.
   auto with_split_issue = [&](CopyIssue issue, int smem, auto&& f) {
     if constexpr (kSweepAble) {
@@ -264,7 +261,7 @@ void launch_kernels(DecodeParams p, bool aligned, int64_t ws_bytes, int device,
   const int smem_tiles = decode_host::split_smem(c, p.prefix_bytes);
   // The CTA sweep's contract: every warp has a unit (the CTA's heads divide the KV heads, its
   // row chunks the unit's), the merge kernel, no padded tile.
-  const bool cta_sweep = kSweepAble && aligned && sweep_wanted &&
+  const bool cta_sweep = kSweepAble && aligned && cuda_tuning().decode_cta_sweep != 0 &&
                          p.head_dim == D &&
                          p.num_kv_heads % c.heads_per_cta == 0 &&
                          p.row_chunks % c.rc_per_cta == 0;
