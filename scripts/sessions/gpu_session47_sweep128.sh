@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Session 47, call 5 (ran on d4ed685, whose sweep at head_dim 128 measured slower and was
 # reverted in 1792ab0: check that commit out to run this again): the CTA page sweep at fp8
-# head_dim 128 (KVATTN_DECODE_CTA_SWEEP=1; the default kept TMA there). Call 4's ncu put the fp8 d128 kernel at 81.5% of DRAM peak on
-# 128-byte head rows against bf16 d128's 90% on 256-byte ones; the sweep reads a key's rows of
-# all the CTA's heads as one run (1 KB at 8 KV heads). Built here (sm_90a).
+# head_dim 128 (KVATTN_DECODE_CTA_SWEEP=1; the default kept TMA there). Call 4's ncu put the
+# fp8 d128 kernel at 81.5% of DRAM peak on 128-byte head rows against bf16 d128's 90% on
+# 256-byte ones; the sweep reads a key's rows of all the CTA's heads as one run (1 KB at 8 KV
+# heads). Built here (sm_90a).
 #   1. the decode suite (quick; DecodeGpu.Fp8CtaSweep now covers head_dim 128 too), then
 #      racecheck and memcheck on DecodeGpu.Fp8CtaSweep;
 #   2. gpu_decode_bench --only fp8 --variants "cta sweep", three rounds (default and sweep rows
