@@ -10,7 +10,8 @@
 // ldmatrix moves 16-bit elements, so the fragments are read with 32-bit shared loads instead,
 // in orders chosen so that each load brings whole fragment registers. The conversion takes
 // four codes (one 32-bit word) at a time: the integer form (e4m3x4_to) pairs bytes (0, 2) and
-// (1, 3), the hardware one (e4m3x4_to_f16_halves) bytes (0, 1) and (2, 3).
+// (1, 3); the hardware one converts the two codes of a 16-bit half (e4m3x4_to_f16_halves reads
+// both halves of a word in place; byte permutes choose other pairs).
 // - S = Q K^T: the reduction runs over head dims in any order, as long as Q and K agree. In
 //   k-step ks the mma k indices {2t, 2t+1} of lane quad-index t stand for dims 16 ks + 4t +
 //   {0, 2} and {2t+8, 2t+9} for 16 ks + 4t + {1, 3}, or {0, 1} and {2, 3} where K's pairs
@@ -94,8 +95,9 @@ __device__ __forceinline__ uint32_t lds32(uint32_t addr) {
 
 // Whether K's codes converted by the hardware instruction pair as adjacent codes at head_dim
 // D (e4m3x4_to_f16_halves: each 16-bit half read in place, no byte permute): 128 and 256. At
-// 64 they keep the integer form's pairing through two byte permutes a word (a form kept to
-// compare; see docs/perf/NOTES.md, session 47).
+// 64 they keep the integer form's pairing through two byte permutes a word: read in place,
+// ptxas gave the swapped CTA-sweep kernel 113 registers instead of 102 and 8x32768 9/3 fp8
+// lost 1-2% (H100, docs/perf/NOTES.md session 47).
 template <int D>
 inline constexpr bool kFp8AdjacentK = D != 64;
 
@@ -191,7 +193,7 @@ __device__ __forceinline__ void fp8_qk(uint32_t kbase, const uint32_t (&qf)[D / 
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) {
       const uint32_t w = lds32(L::addr(kbase, nt * 8 + g, ks) + 4 * t4);
-      uint32_t b0, b1;  // dims 16 ks + 4 t4 + {0, 2} and + {1, 3}
+      uint32_t b0, b1;  // dims 16 ks + 4 t4 + {0, 2} and + {1, 3} (adjacent: {0, 1}, {2, 3})
       fp8_k_pairs<T, D, kHw>(w, b0, b1);
       if (ks & 1) {
         ptx::mma_16816<T>(s2[nt], qf[ks], b0, b1);
@@ -337,7 +339,7 @@ __device__ __forceinline__ void fp8_qk_swap(uint32_t kbase, const uint32_t (&qb)
   for (int ks = 0; ks < D / 16; ++ks) {
     const uint32_t w0 = lds32(L::addr(kbase, g, ks) + 4 * t4);
     const uint32_t w1 = lds32(L::addr(kbase, g + 8, ks) + 4 * t4);
-    uint32_t ka[4];  // keys g / g + 8 x dims 16 ks + 4t + {0, 2} / {1, 3}
+    uint32_t ka[4];  // keys g / g + 8 x dims 16 ks + 4t + {0, 2} / {1, 3} (or {0, 1} / {2, 3})
     fp8_k_pairs<T, D, kHw>(w0, ka[0], ka[2]);
     fp8_k_pairs<T, D, kHw>(w1, ka[1], ka[3]);
     if (ks & 1) {

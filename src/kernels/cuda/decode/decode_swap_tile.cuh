@@ -32,7 +32,7 @@ inline constexpr int kSwapRows = kDecodeSwapRows;
 // Loads row `r` (lane row g) of the unit's queries as Q^T B fragments; zeros when !valid and
 // for the dims from head_dim on (a padded tile). fp8 caches (kFp8): the dims of
 // decode_fp8_q_dim (no padded tiles there).
-// fp8_adjacent: decode_fp8_q_dim's order for K converted by the hardware (fp8_q_adjacent).
+// fp8_adjacent: decode_fp8_q_dim's order where K's pairs are adjacent codes (fp8_q_adjacent).
 template <int D, bool kFp8 = false>
 __device__ __forceinline__ void load_q_swap(uint32_t (&qb)[D / 16][2], const uint16_t* qrow,
                                             bool valid, int t4, int head_dim,
