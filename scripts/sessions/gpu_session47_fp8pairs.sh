@@ -9,6 +9,9 @@
 #      new / old / new: the bf16 twins are the control (their kernels did not change);
 #   3. Nsight Compute: instructions and time of the fp8 split kernel at 64x4096 32/8 d128 and
 #      96x4096 9/3 d64, old and new.
+# As run (call 2), step 2's row filter and step 3's kernel regex matched nothing (the bench
+# prints JSON lines; ncu's demangled names read "(int)128"): gpu_session47_fp8pairs2.sh mends
+# both. The rows are in the call's logs.
 #   run: LIMIT=480 bash scripts/sessions/gpu_session47_fp8pairs.sh 2>&1 | tee $OUT/summary.txt
 #   carry: .deps/private, build-carry-s47
 set -uo pipefail
