@@ -13,6 +13,11 @@ source scripts/device_carried.sh  # B, pack_out
 trap pack_out EXIT
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
 mkdir -p "$B"
+[ -f build-carry-s47/gpu_decode_bench_old.xz ] && [ -f build-carry-s47/gpu_decode_bench_new1.xz ] || {
+  echo "build-carry-s47 is missing: build gpu_decode_bench at 3576928 and c239d4a, strip, xz -6"
+  echo "them to build-carry-s47/gpu_decode_bench_{old,new1}.xz (docs/notes/decode-next.md)"
+  exit 1
+}
 for v in old new1; do
   xz -dc "build-carry-s47/gpu_decode_bench_$v.xz" > "$B/gpu_decode_bench_$v" && chmod +x "$B/gpu_decode_bench_$v"
 done
