@@ -32,20 +32,4 @@ for round in 1 2 3; do
   done
 done
 python3 scripts/bench_ab_table.py "decode default" "old=$old" "new1=$new"
-python3 - "$old" "$new" <<'PY'
-import json, sys
-for label, logs in (("old", sys.argv[1]), ("new1", sys.argv[2])):
-    best = {}
-    for path in logs.split(","):
-        for line in open(path):
-            if line.startswith("{"):
-                r = json.loads(line)
-                if r["op"] == "decode default":
-                    k = (r["shape"], r["note"].split(", ")[-1])
-                    best[k] = min(best.get(k, 1e30), r["us"])
-    for shape in ("64x4096 32/8 page 16", "8x32768 32/8 page 16", "256x1024 16/8 page 16"):
-        for (s, note), us in best.items():
-            if s == shape and (s + " fp8", note) in best:
-                print(f"{label}: {shape} {note}: bf16 {us:.1f} us / fp8 {best[(s + ' fp8', note)]:.1f} us = {us / best[(s + ' fp8', note)]:.3f}")
-PY
 echo "end ${SECONDS}s"
