@@ -76,6 +76,14 @@ struct Fp8Tile {
   __device__ __forceinline__ static uint32_t addr(uint32_t base, int key, int chunk) {
     return base + key * kPitch + (chunk << 4);
   }
+  // The fragment reads' address: byte `byte` (< 16) of chunk chunk_lane + chunk_const of key
+  // row `key` (the two chunk parts with disjoint bits: the lane's and the loop's). Here addr's
+  // sum; Fp8TmaTile::read_addr is the XOR form that kXorReads names (fp8_v_words).
+  static constexpr bool kXorReads = false;
+  __device__ __forceinline__ static uint32_t read_addr(uint32_t base, int key, int chunk_lane,
+                                                       int byte, int chunk_const) {
+    return addr(base, key, chunk_const + chunk_lane) + static_cast<uint32_t>(byte);
+  }
 };
 
 // The head dims that the query element pair (k-step ks, half, lane quad-index t4) of an A
@@ -192,7 +200,7 @@ __device__ __forceinline__ void fp8_qk(uint32_t kbase, const uint32_t (&qf)[D / 
   for (int ks = 0; ks < D / 16; ++ks) {
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) {
-      const uint32_t w = lds32(L::addr(kbase, nt * 8 + g, ks) + 4 * t4);
+      const uint32_t w = lds32(L::read_addr(kbase, nt * 8 + g, 0, 4 * t4, ks));
       uint32_t b0, b1;  // dims 16 ks + 4 t4 + {0, 2} and + {1, 3} (adjacent: {0, 1}, {2, 3})
       fp8_k_pairs<T, D, kHw>(w, b0, b1);
       if (ks & 1) {
@@ -215,12 +223,23 @@ __device__ __forceinline__ void fp8_qk(uint32_t kbase, const uint32_t (&qf)[D / 
 template <int D, class L = Fp8Tile<D>>
 __device__ __forceinline__ void fp8_v_words(uint32_t vbase, int c, int g, int t4,
                                             uint32_t (&w)[4]) {
-  const int chunk = 2 * c + (g >> 2);
-  const uint32_t in_chunk = 4 * (g & 3);
-  w[0] = lds32(L::addr(vbase, 2 * t4, chunk) + in_chunk);
-  w[1] = lds32(L::addr(vbase, 2 * t4 + 1, chunk) + in_chunk);
-  w[2] = lds32(L::addr(vbase, 2 * t4 + 8, chunk) + in_chunk);
-  w[3] = lds32(L::addr(vbase, 2 * t4 + 9, chunk) + in_chunk);
+  if constexpr (L::kXorReads) {
+    const int lane_chunk = g >> 2;  // chunk 2c + g / 4: the lane's bit 0, the loop's bits 1-
+    const int in_chunk = 4 * (g & 3);
+    w[0] = lds32(L::read_addr(vbase, 2 * t4, lane_chunk, in_chunk, 2 * c));
+    w[1] = lds32(L::read_addr(vbase, 2 * t4 + 1, lane_chunk, in_chunk, 2 * c));
+    w[2] = lds32(L::read_addr(vbase, 2 * t4 + 8, lane_chunk, in_chunk, 2 * c));
+    w[3] = lds32(L::read_addr(vbase, 2 * t4 + 9, lane_chunk, in_chunk, 2 * c));
+  } else {
+    // The same addresses through read_addr gave the padded layout's head_dim 64 kernels other
+    // code and their CTA sweep +2-3% (H100, session 48): this form is the measured one.
+    const int chunk = 2 * c + (g >> 2);
+    const uint32_t in_chunk = 4 * (g & 3);
+    w[0] = lds32(L::addr(vbase, 2 * t4, chunk) + in_chunk);
+    w[1] = lds32(L::addr(vbase, 2 * t4 + 1, chunk) + in_chunk);
+    w[2] = lds32(L::addr(vbase, 2 * t4 + 8, chunk) + in_chunk);
+    w[3] = lds32(L::addr(vbase, 2 * t4 + 9, chunk) + in_chunk);
+  }
 }
 
 template <typename T, int D, class L = Fp8Tile<D>>
@@ -337,8 +356,8 @@ __device__ __forceinline__ void fp8_qk_swap(uint32_t kbase, const uint32_t (&qb)
   const int t4 = lane & 3;
 #pragma unroll
   for (int ks = 0; ks < D / 16; ++ks) {
-    const uint32_t w0 = lds32(L::addr(kbase, g, ks) + 4 * t4);
-    const uint32_t w1 = lds32(L::addr(kbase, g + 8, ks) + 4 * t4);
+    const uint32_t w0 = lds32(L::read_addr(kbase, g, 0, 4 * t4, ks));
+    const uint32_t w1 = lds32(L::read_addr(kbase, g + 8, 0, 4 * t4, ks));
     uint32_t ka[4];  // keys g / g + 8 x dims 16 ks + 4t + {0, 2} / {1, 3} (or {0, 1} / {2, 3})
     fp8_k_pairs<T, D, kHw>(w0, ka[0], ka[2]);
     fp8_k_pairs<T, D, kHw>(w1, ka[1], ka[3]);

@@ -74,6 +74,18 @@ struct Fp8TmaTile : Fp8Tile<D> {
   __device__ __forceinline__ static uint32_t addr(uint32_t base, int key, int chunk) {
     return tma_tile_addr(base, key, chunk);
   }
+  // Fp8Tile::read_addr in this layout. With `base` on a 1024-byte boundary (every stage tile
+  // here) and one 128-byte column block, base + key * 128 + (((chunk ^ key) & 7) << 4) + byte
+  // = (base + key * 128 + ((key & 7) << 4) + byte) ^ (chunk << 4): bits 4-6 of the sum are
+  // those of (key & 7) << 4 alone. So the per-lane part is added once a tile and each read
+  // XORs the loop's chunk in as an immediate (one LOP3), where tma_tile_addr's form had ptxas
+  // recompute the swizzle for every read (~80 of a warp-tile's ~480 instructions, session 47).
+  static constexpr bool kXorReads = true;
+  __device__ __forceinline__ static uint32_t read_addr(uint32_t base, int key, int chunk_lane,
+                                                       int byte, int chunk_const) {
+    const uint32_t lane = base + static_cast<uint32_t>(key * 128 + ((key & 7) << 4) + byte);
+    return (lane ^ static_cast<uint32_t>(chunk_lane << 4)) ^ static_cast<uint32_t>(chunk_const << 4);
+  }
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
