@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Session 48's last call. On an H200 (the acceptance card, none since session 46): the
+# acceptance figures first (scripts/gpu_acceptance.sh: decode peers with fp8 / bf16 after the
+# permute diet and the XOR addresses, the engine, prefill peers if room), then the check
+# below if room. On any other card only the check: the decode GPU test as split into files by
+# concern this session (carried, built here at sm_90a): the whole suite (quick), the same
+# test list as before the split, racecheck + memcheck on two of its moved cases.
+#   run: LIMIT=570 bash scripts/sessions/gpu_session48_final.sh 2>&1 | tee $OUT/summary.txt
+#   carry: build-carry-s48b, .deps/private, .peers
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit
+source scripts/device_carried.sh  # B, carried_bins, run_logged, both_sanitizers, room, pack_out
+trap pack_out EXIT
+LIMIT=${LIMIT:-570}
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
+if [[ $gpu == *H200* ]]; then
+  echo "== an H200: the acceptance figures first"
+  mkdir -p "$OUT/acceptance"
+  OUT="$OUT/acceptance" LIMIT=$((LIMIT - 70)) bash scripts/gpu_acceptance.sh 2>&1 |
+    tee "$OUT/acceptance/summary.txt"
+fi
+room $((LIMIT - 60)) "the split decode test" || exit 0
+source scripts/device_env.sh      # step
+carried_bins build-carry-s48b "$B"
+step "the split decode test: list, suite (quick), sanitizers"
+# test_list_before.txt: Suite.Name of every TEST( of the file before the split, sorted.
+"$B/kernels_decode_gpu_test" --gtest_list_tests 2>&1 |
+  awk '/^[A-Za-z]/ {suite = $1} /^  [A-Za-z]/ {print suite $1}' | sort > "$OUT/test_list.txt"
+if diff build-carry-s48b/test_list_before.txt "$OUT/test_list.txt" > "$OUT/test_list.diff"; then
+  echo "test list: identical to before the split ($(wc -l < "$OUT/test_list.txt") tests)"
+else
+  echo "test list DIFFERS from before the split:"; head -n 20 "$OUT/test_list.diff"
+fi
+run_logged decode_test_split timeout 220 env KVATTN_GPU_TEST_QUICK=1 "$B/kernels_decode_gpu_test"
+room $((LIMIT - 40)) "sanitizers" && both_sanitizers split "$B/kernels_decode_gpu_test" \
+  'DecodeGpu.ShapesAtTheEdges:DecodeGpuFeatures.WindowTileEdges'
+echo "end ${SECONDS}s"
