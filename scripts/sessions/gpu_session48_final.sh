@@ -6,6 +6,7 @@
 # into files by concern this session (carried, built here at sm_90a): each whole suite
 # (quick), the same test list as before the split, racecheck + memcheck on moved cases.
 #   run: LIMIT=570 bash scripts/sessions/gpu_session48_final.sh 2>&1 | tee $OUT/summary.txt
+#   (PARTS and ACC_LIMIT, if set, go to gpu_acceptance.sh: its parts and its own limit)
 #   carry: build-carry-s48b, .deps/private, .peers
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit
@@ -17,7 +18,7 @@ nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
 if [[ $gpu == *H200* ]]; then
   echo "== an H200: the acceptance figures first"
   mkdir -p "$OUT/acceptance"
-  OUT="$OUT/acceptance" LIMIT=$((LIMIT - 70)) bash scripts/gpu_acceptance.sh 2>&1 |
+  OUT="$OUT/acceptance" LIMIT=${ACC_LIMIT:-$((LIMIT - 70))} bash scripts/gpu_acceptance.sh 2>&1 |
     tee "$OUT/acceptance/summary.txt"
 fi
 room $((LIMIT - 60)) "the split decode test" || exit 0
