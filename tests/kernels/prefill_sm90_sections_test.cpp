@@ -1,7 +1,8 @@
 // The Hopper prefill's L2 sections (kernels/cuda/hopper/prefill_sm90_sections.h): the slot
 // numbering covers every tile once whatever the section width and padding, heavy row blocks
-// come first inside a section, and the section sizes keep a section's K/V within the budget. Plain C++: runs on
-// the CPU in CI (the kernel itself is tested on the GPU by prefill_gpu_test).
+// come first inside a section, and the section sizes keep a section's K/V within the budget.
+// Plain C++: runs on the CPU in CI (the kernel itself is tested on the GPU by
+// kernels_prefill_gpu_test, PrefillGpu.SmallL2Sections in prefill_gpu_schedule.cpp).
 #include "kernels/cuda/hopper/prefill_sm90_sections.h"
 
 #include <gtest/gtest.h>
