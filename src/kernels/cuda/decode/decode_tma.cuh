@@ -84,7 +84,8 @@ struct Fp8TmaTile : Fp8Tile<D> {
   __device__ __forceinline__ static uint32_t read_addr(uint32_t base, int key, int chunk_lane,
                                                        int byte, int chunk_const) {
     const uint32_t lane = base + static_cast<uint32_t>(key * 128 + ((key & 7) << 4) + byte);
-    return (lane ^ static_cast<uint32_t>(chunk_lane << 4)) ^ static_cast<uint32_t>(chunk_const << 4);
+    return (lane ^ static_cast<uint32_t>(chunk_lane << 4)) ^
+           static_cast<uint32_t>(chunk_const << 4);
   }
 };
 
