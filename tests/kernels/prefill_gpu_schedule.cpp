@@ -180,9 +180,8 @@ TEST(PrefillGpu, DynamicTileSchedule) {
 
 // Paged K/V with 1, 2 and 3 producer warps (the default, 4, runs in every other paged test)
 // issuing a tile's page pieces (KVATTN_PREFILL_SM90_PRODUCER_WARPS; head_dim 128 takes it, 64
-// and 256 keep one warp): pages
-// of 8, 16, 32, 48 and 64 keys (16, 8, 4, 8 and 2 pieces a tile), causal or not, with window /
-// softcap / ALiBi on every other case; float64 reference.
+// and 256 keep one warp): pages of 8, 16, 32, 48 and 64 keys (16, 8, 4, 8 and 2 pieces a
+// tile), causal or not, with window / softcap / ALiBi on every other case; float64 reference.
 TEST(PrefillGpu, PagedProducerWarps) {
   const TuningRestore restore;
   const bool quick = test::quick_mode();
