@@ -120,6 +120,7 @@ struct ServeArgs {
   int64_t max_queue = 1024;
   double drain_s = 0.0;
   int http_threads = 512;
+  std::vector<std::string> allowed_origins = {"*"};  // CORS (ServerOptions::allowed_origins)
   bool quiet = false;
   KvCacheArgs kv;
 };

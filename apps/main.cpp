@@ -253,6 +253,10 @@ int main(int argc, char** argv) {
   serve->add_option("--http-threads", sv.http_threads,
                     "HTTP worker threads (each open stream or keep-alive connection holds one)")
       ->default_val(512)->check(CLI::Range(1, 65536));
+  serve->add_option("--allowed-origins", sv.allowed_origins,
+                    "CORS: origins browsers may call from, \"*\" or exact origins, comma-separated "
+                    "(default \"*\", vLLM's; '' turns CORS off)")
+      ->delimiter(',');
   serve->add_flag("-q,--quiet", sv.quiet, "No loading progress on stderr");
 
   std::string info_model;

@@ -97,6 +97,7 @@ int run_serve(const ServeArgs& args) {
   so.max_queue = args.max_queue;
   so.drain_seconds = args.drain_s;
   so.http_threads = args.http_threads;
+  so.allowed_origins = args.allowed_origins;
   server::Server srv(llm, so);
   const int port = srv.bind();
   std::printf("kvattn serve: listening on http://%s:%d (model %s, %s, %lld KV tokens)\n",

@@ -172,10 +172,10 @@ bool write_sse(SseState& st, httplib::DataSink& sink) {
 
 }  // namespace
 
-void handle_completion(ServerContext& ctx, const httplib::Request& req, httplib::Response& res,
+void handle_completion(ServerContext& ctx, std::string_view body, httplib::Response& res,
                        Endpoint endpoint) {
   const auto arrival = EngineLoop::Clock::now();
-  const ParsedRequest pr = parse_request(req.body, endpoint);
+  const ParsedRequest pr = parse_request(body, endpoint);
   if (!pr.model.empty() && pr.model != ctx.model_name) {
     throw ApiError(404, "The model '" + pr.model + "' does not exist; this server serves '" +
                             ctx.model_name + "'",

@@ -70,10 +70,17 @@ EnginePrompts build_prompts(const ParsedRequest& r, const LLM& llm, uint64_t ran
     out.params.max_tokens = static_cast<int>(chat ? room : std::min<int64_t>(16, room));
   }
   if (longest + out.params.max_tokens > context) {
-    throw bad_request("the prompt has " + std::to_string(longest) + " tokens and max_tokens is " +
-                          std::to_string(out.params.max_tokens) + ", but this model's context is " +
-                          std::to_string(context) + " tokens",
-                      r.max_tokens_given ? "max_tokens" : param, "context_length_exceeded");
+    throw bad_request("the prompt has " + std::to_string(longest) + " tokens and " +
+                          r.max_tokens_field + " is " + std::to_string(out.params.max_tokens) +
+                          ", but this model's context is " + std::to_string(context) + " tokens",
+                      r.max_tokens_given ? r.max_tokens_field : param, "context_length_exceeded");
+  }
+  for (const auto& [id, bias] : out.params.logit_bias) {
+    if (id >= vocab) {  // the parser took ids in [0, 10^9)
+      throw bad_request("logit_bias names token " + std::to_string(id) +
+                            ", outside the vocabulary [0, " + std::to_string(vocab) + ")",
+                        "logit_bias");
+    }
   }
   if (out.params.min_tokens > out.params.max_tokens) {
     throw bad_request("min_tokens (" + std::to_string(out.params.min_tokens) +

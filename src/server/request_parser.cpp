@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "server/api_error.h"
@@ -34,9 +35,32 @@ int json_depth(std::string_view s) {
 
 std::string type_name(const Json& j) { return j.type_name(); }
 
+// A JSON number written with a fraction or exponent that has an integral value (5.0, 1e3):
+// that value, as vLLM's (pydantic's) integer fields take it. Anything else: none.
+std::optional<int64_t> integral_value(const Json& j) {
+  if (!j.is_number_float()) return std::nullopt;
+  const double d = j.get<double>();
+  // 2^63 is exact in a double; every integral double in (-2^63, 2^63) fits int64_t.
+  if (!std::isfinite(d) || d != std::trunc(d) || d < -9.223372036854775808e18 ||
+      d >= 9.223372036854775808e18) {
+    return std::nullopt;
+  }
+  return static_cast<int64_t>(d);
+}
+
 int64_t get_int(const Json& j, const char* name, int64_t lo, int64_t hi) {
+  if (const std::optional<int64_t> v = integral_value(j)) {
+    if (*v < lo || *v > hi) {
+      throw bad_request(std::string(name) + " must be in [" + std::to_string(lo) + ", " +
+                            std::to_string(hi) + "] but is " + j.dump(),
+                        name);
+    }
+    return *v;
+  }
   if (!j.is_number_integer()) {
-    throw bad_request(std::string(name) + " must be an integer but is " + type_name(j), name);
+    throw bad_request(std::string(name) + " must be an integer but is " +
+                          (j.is_number_float() ? j.dump() : type_name(j)),
+                      name);
   }
   if (j.is_number_unsigned() && j.get<uint64_t>() > static_cast<uint64_t>(hi)) {
     throw bad_request(std::string(name) + " must be in [" + std::to_string(lo) + ", " +
@@ -224,6 +248,39 @@ void parse_logit_bias(const Json& v, SamplingParams& p) {
   }
 }
 
+// Fields that clients send at values meaning "nothing to do" here: true when `key` is one
+// of them at such a value; a 400 naming it at any other value; false for other keys.
+//   tools (chat) []: no tools. kvattn has no function calling, so a non-empty list is refused.
+//   tool_choice (chat) "none": vLLM accepts it without tools; anything else needs tools.
+//   modalities (chat) ["text"]: text out is all kvattn makes.
+//   priority 0 (vLLM's): the default; kvattn schedules first come, first served.
+bool is_no_op_field(const std::string& key, const Json& v, bool chat) {
+  const char* k = key.c_str();
+  if (chat && key == "tools") {
+    if (v.is_array() && v.empty()) return true;
+    throw bad_request("tools (function calling) is not supported by kvattn", k,
+                      "unsupported_parameter");
+  }
+  if (chat && key == "tool_choice") {
+    if (v == "none") return true;
+    throw bad_request("tool_choice: only \"none\" is supported (kvattn has no tools)", k,
+                      "unsupported_parameter");
+  }
+  if (chat && key == "modalities") {
+    if (v == Json::array({"text"})) return true;
+    throw bad_request("modalities: only [\"text\"] is supported", k, "unsupported_parameter");
+  }
+  if (key == "priority") {
+    if (get_int(v, k, std::numeric_limits<int64_t>::min(),
+                std::numeric_limits<int64_t>::max()) == 0) {
+      return true;
+    }
+    throw bad_request("priority must be 0: kvattn schedules requests in arrival order", k,
+                      "unsupported_parameter");
+  }
+  return false;
+}
+
 // The body as a JSON object (400 invalid_json otherwise, and past kMaxJsonDepth).
 Json body_object(std::string_view body) {
   if (json_depth(body) > kMaxJsonDepth) {
@@ -258,6 +315,8 @@ ParsedRequest parse_request(std::string_view body, Endpoint endpoint) {
   bool have_prompt = false;
   int64_t best_of = 0;
   bool chat_logprobs = false;  // chat's logprobs (a bool there; completions': a count)
+  // Chat: max_completion_tokens replaces max_tokens (OpenAI); given both, it wins (vLLM).
+  std::optional<int> max_tokens, max_completion_tokens;
   int top_logprobs = 0;
   for (const auto& [key, v] : j.items()) {
     if (v.is_null()) continue;  // OpenAI: null means not given
@@ -272,8 +331,8 @@ ParsedRequest parse_request(std::string_view body, Endpoint endpoint) {
       have_prompt = true;
     } else if (key == "max_tokens" || (key == "max_completion_tokens" && chat)) {
       // Completions take 0 with echo (score the prompt, generate nothing), checked below.
-      p.max_tokens = static_cast<int>(get_int(v, k, chat ? 1 : 0, std::numeric_limits<int32_t>::max()));
-      r.max_tokens_given = true;
+      const int m = static_cast<int>(get_int(v, k, chat ? 1 : 0, std::numeric_limits<int32_t>::max()));
+      (key == "max_tokens" ? max_tokens : max_completion_tokens) = m;
     } else if (key == "temperature") {
       p.temperature = static_cast<float>(get_number(v, k, 0.0, 2.0));
     } else if (key == "top_p") {
@@ -296,10 +355,17 @@ ParsedRequest parse_request(std::string_view body, Endpoint endpoint) {
     } else if (key == "stream_options") {
       if (!v.is_object()) throw bad_request("stream_options must be an object", k);
       for (const auto& [ok, ov] : v.items()) {
-        if (ok != "include_usage") {
+        if (ok == "include_usage") {
+          if (!ov.is_null()) r.include_usage = get_bool(ov, "stream_options.include_usage");
+        } else if (ok == "continuous_usage_stats") {  // vLLM's: usage in every chunk
+          if (!ov.is_null() && get_bool(ov, "stream_options.continuous_usage_stats")) {
+            throw bad_request("stream_options.continuous_usage_stats is not supported by "
+                              "kvattn (include_usage sends the usage once, at the end)",
+                              k, "unsupported_parameter");
+          }
+        } else {
           throw bad_request("stream_options: unknown field '" + ok + "'", k);
         }
-        if (!ov.is_null()) r.include_usage = get_bool(ov, "stream_options.include_usage");
       }
     } else if (key == "ignore_eos") {
       p.ignore_eos = get_bool(v, k);
@@ -307,8 +373,14 @@ ParsedRequest parse_request(std::string_view body, Endpoint endpoint) {
       r.return_token_ids = get_bool(v, k);
     } else if (key == "skip_special_tokens") {
       p.skip_special_tokens = get_bool(v, k);
-    } else if (key == "user") {
+    } else if (key == "user" || key == "service_tier") {  // no effect here
       (void)get_string(v, k);
+    } else if (key == "store" || key == "parallel_tool_calls") {  // nothing stored; no tools
+      (void)get_bool(v, k);
+    } else if (key == "metadata") {  // kept by OpenAI with stored completions: no effect here
+      if (!v.is_object()) throw bad_request("metadata must be an object but is " + type_name(v), k);
+    } else if (is_no_op_field(key, v, chat)) {
+      // tools: [], tool_choice: "none", modalities: ["text"], priority: 0 (below).
     } else if (key == "logprobs" && chat) {
       chat_logprobs = get_bool(v, k);
     } else if (key == "top_logprobs" && chat) {
@@ -346,6 +418,11 @@ ParsedRequest parse_request(std::string_view body, Endpoint endpoint) {
     } else {
       throw bad_request("unknown parameter '" + key + "'", key, "unknown_parameter");
     }
+  }
+  if (max_completion_tokens || max_tokens) {
+    p.max_tokens = max_completion_tokens ? *max_completion_tokens : *max_tokens;
+    r.max_tokens_given = true;
+    r.max_tokens_field = max_completion_tokens ? "max_completion_tokens" : "max_tokens";
   }
   if (chat) {
     // OpenAI: top_logprobs needs logprobs: true; logprobs alone returns the tokens' own.

@@ -5,7 +5,8 @@
 // Accepted fields (OpenAI's names; null means "not given"):
 //   both:        model, max_tokens, temperature [0, 2], top_p (0, 1], top_k (-1 or 0: off),
 //                min_p [0, 1], seed (integer), stop (string or list of up to 16), n [1, 128],
-//                stream, stream_options.include_usage, user (ignored), and vLLM's
+//                stream, stream_options.include_usage (continuous_usage_stats: false only),
+//                user, service_tier, store, metadata (no effect here), priority (0 only), and vLLM's
 //                extensions ignore_eos, skip_special_tokens and return_token_ids (each choice,
 //                or chunk, also carries the generated ids as "token_ids");
 //                presence_penalty / frequency_penalty [-2, 2], vLLM's repetition_penalty
@@ -20,11 +21,14 @@
 //                logprobs [0, 20] (the legacy API's count of alternatives; OpenAI allows 5,
 //                vLLM 20);
 //   chat:        messages (system / developer / user / assistant; content a string or a list
-//                of {"type": "text", "text": ...} parts), max_completion_tokens,
+//                of {"type": "text", "text": ...} parts), max_completion_tokens (wins over
+//                max_tokens, as in vLLM), parallel_tool_calls, tools ([] only), tool_choice
+//                ("none" only), modalities (["text"] only),
 //                logprobs (bool), top_logprobs [0, 20] (needs logprobs: true),
 //                response_format {"type": "text"}.
 // Log-probabilities (SamplingParams::logprobs) are the raw model's, before temperature and
 // the top-k / top-p / min-p filters (vLLM's default).
+// Integer fields also take numbers with an integral value (5.0), as vLLM's do.
 // Defaults are OpenAI's: temperature 1, max_tokens 16 (completions) or up to the context (chat);
 // completions take max_tokens 0 with echo (the prompt scored, nothing generated).
 // Any other field is an error ("unknown parameter"), so a typo never silently changes nothing.
@@ -51,6 +55,7 @@ struct ParsedRequest {
   std::vector<ChatMessage> messages;  // chat
   SamplingParams params;              // max_tokens holds the request's value when given
   bool max_tokens_given = false;
+  const char* max_tokens_field = "max_tokens";  // the field that set it (errors name it)
   bool seed_given = false;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage

@@ -46,6 +46,71 @@ httplib::Server::Handler guarded(F f) {
   };
 }
 
+// A POST route's handler over its whole body, read here whatever the Content-Type says: httplib
+// would otherwise parse an application/x-www-form-urlencoded body (curl -d's default) as a
+// form and refuse one over 8 KiB with a 413. The body limit (max_body_bytes) still applies;
+// multipart bodies are refused (the API takes JSON).
+template <typename F>
+httplib::Server::HandlerWithContentReader with_body(F f) {
+  return [f](const httplib::Request& req, httplib::Response& res,
+             const httplib::ContentReader& reader) {
+    try {
+      if (req.is_multipart_form_data()) {
+        throw bad_request("the request body must be JSON (Content-Type: application/json), not "
+                          "multipart/form-data",
+                          "", "invalid_json");
+      }
+      std::string body;
+      const bool read = reader([&body](const char* data, size_t n) {
+        body.append(data, n);
+        return true;
+      });
+      if (!read) {
+        if (res.status == 413) {
+          throw ApiError(413, "The request body is too large", "", "payload_too_large");
+        }
+        throw bad_request("the request body could not be read (a POST takes a JSON body, sent "
+                          "with Content-Length or chunked)",
+                          "", "invalid_json");
+      }
+      f(std::string_view(body), res);
+    } catch (const ApiError& e) {
+      send_error(res, e);
+    } catch (const std::exception& e) {
+      send_error(res, ApiError(500, std::string("internal error: ") + e.what()));
+    }
+  };
+}
+
+// CORS (vLLM's CORSMiddleware, whose default allows every origin): the origin to allow for
+// this request's Origin header, or empty for none.
+std::string allowed_origin(const ServerOptions& o, const httplib::Request& req) {
+  if (!req.has_header("Origin")) return {};
+  const std::string origin = req.get_header_value("Origin");
+  for (const std::string& a : o.allowed_origins) {
+    if (a == "*") return "*";
+    if (a == origin) return origin;
+  }
+  return {};
+}
+
+// A CORS preflight (OPTIONS with Origin and Access-Control-Request-Method): answered before
+// the API key check, as browsers send preflights without credentials. False: not one.
+bool answer_preflight(const ServerOptions& o, const httplib::Request& req,
+                      httplib::Response& res) {
+  if (req.method != "OPTIONS" || !req.has_header("Access-Control-Request-Method")) return false;
+  const std::string origin = allowed_origin(o, req);
+  if (origin.empty()) return false;
+  res.status = 200;
+  res.set_header("Access-Control-Allow-Origin", origin);
+  res.set_header("Access-Control-Allow-Methods", "GET, HEAD, OPTIONS, POST");
+  const std::string asked = req.get_header_value("Access-Control-Request-Headers");
+  if (!asked.empty()) res.set_header("Access-Control-Allow-Headers", asked);
+  res.set_header("Access-Control-Max-Age", "600");
+  if (origin != "*") res.set_header("Vary", "Origin");
+  return true;
+}
+
 Json model_card(const ServerContext& ctx) {
   return {{"id", ctx.model_name},
           {"object", "model"},
@@ -91,6 +156,7 @@ Server::Server(LLM& llm, ServerOptions options)
   http.set_tcp_nodelay(true);
 
   http.set_pre_routing_handler([&ctx](const httplib::Request& req, httplib::Response& res) {
+    if (answer_preflight(ctx.options, req, res)) return httplib::Server::HandlerResponse::Handled;
     if (ctx.options.api_key.empty() || req.path.rfind("/v1/", 0) != 0) {
       return httplib::Server::HandlerResponse::Unhandled;
     }
@@ -110,25 +176,33 @@ Server::Server(LLM& llm, ServerOptions options)
                                "unknown_url"));
     } else if (res.status == 413) {
       send_error(res, ApiError(413, "The request body is too large", "", "payload_too_large"));
+    } else if (res.status == 400) {
+      send_error(res, bad_request("the HTTP request could not be parsed", "", "invalid_request"));
     } else {
       send_error(res, ApiError(res.status, "HTTP error " + std::to_string(res.status)));
     }
+  });
+  http.set_post_routing_handler([&ctx](const httplib::Request& req, httplib::Response& res) {
+    const std::string origin = allowed_origin(ctx.options, req);
+    if (origin.empty() || res.has_header("Access-Control-Allow-Origin")) return;
+    res.set_header("Access-Control-Allow-Origin", origin);
+    if (origin != "*") res.set_header("Vary", "Origin");
   });
   http.set_logger([&ctx](const httplib::Request&, const httplib::Response& res) {
     if (res.status >= 400) ctx.metrics.http_error(res.status);
   });
 
-  http.Post("/v1/completions", guarded([&ctx](const auto& req, auto& res) {
-              handle_completion(ctx, req, res, Endpoint::kCompletions);
+  http.Post("/v1/completions", with_body([&ctx](std::string_view body, auto& res) {
+              handle_completion(ctx, body, res, Endpoint::kCompletions);
             }));
-  http.Post("/v1/chat/completions", guarded([&ctx](const auto& req, auto& res) {
-              handle_completion(ctx, req, res, Endpoint::kChat);
+  http.Post("/v1/chat/completions", with_body([&ctx](std::string_view body, auto& res) {
+              handle_completion(ctx, body, res, Endpoint::kChat);
             }));
-  http.Post("/tokenize", guarded([&ctx](const auto& req, auto& res) {
-              handle_tokenize(ctx, req, res);
+  http.Post("/tokenize", with_body([&ctx](std::string_view body, auto& res) {
+              handle_tokenize(ctx, body, res);
             }));
-  http.Post("/detokenize", guarded([&ctx](const auto& req, auto& res) {
-              handle_detokenize(ctx, req, res);
+  http.Post("/detokenize", with_body([&ctx](std::string_view body, auto& res) {
+              handle_detokenize(ctx, body, res);
             }));
   http.Get("/v1/models", guarded([&ctx](const auto&, auto& res) {
              const Json list = {{"object", "list"}, {"data", Json::array({model_card(ctx)})}};

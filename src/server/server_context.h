@@ -7,6 +7,7 @@
 #include <mutex>
 #include <random>
 #include <string>
+#include <string_view>
 
 #include "kvattn/engine/llm.h"
 #include "kvattn/server/server.h"
@@ -42,10 +43,10 @@ struct ServerContext {
 };
 
 // POST /v1/completions and /v1/chat/completions. Throws ApiError for the error response.
-void handle_completion(ServerContext& ctx, const httplib::Request& req, httplib::Response& res,
+void handle_completion(ServerContext& ctx, std::string_view body, httplib::Response& res,
                        Endpoint endpoint);
 // POST /tokenize and /detokenize (vLLM's; tokenize_handler.cpp). Throw ApiError likewise.
-void handle_tokenize(ServerContext& ctx, const httplib::Request& req, httplib::Response& res);
-void handle_detokenize(ServerContext& ctx, const httplib::Request& req, httplib::Response& res);
+void handle_tokenize(ServerContext& ctx, std::string_view body, httplib::Response& res);
+void handle_detokenize(ServerContext& ctx, std::string_view body, httplib::Response& res);
 
 }  // namespace kvattn::server

@@ -27,8 +27,8 @@ const Tokenizer& tokenizer_of(const ServerContext& ctx, const std::string& model
 
 }  // namespace
 
-void handle_tokenize(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
-  const TokenizeRequest r = parse_tokenize(req.body);
+void handle_tokenize(ServerContext& ctx, std::string_view body, httplib::Response& res) {
+  const TokenizeRequest r = parse_tokenize(body);
   const Tokenizer& tok = tokenizer_of(ctx, r.model);
   if (r.chat() && !tok.chat_template()) {
     throw ApiError(400, "this model has no chat template", "messages", "invalid_value");
@@ -43,8 +43,8 @@ void handle_tokenize(ServerContext& ctx, const httplib::Request& req, httplib::R
   res.set_content(dump(out), "application/json");
 }
 
-void handle_detokenize(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
-  const DetokenizeRequest r = parse_detokenize(req.body);
+void handle_detokenize(ServerContext& ctx, std::string_view body, httplib::Response& res) {
+  const DetokenizeRequest r = parse_detokenize(body);
   const Tokenizer& tok = tokenizer_of(ctx, r.model);
   for (size_t i = 0; i < r.tokens.size(); ++i) {
     if (r.tokens[i] >= tok.vocab_size()) {

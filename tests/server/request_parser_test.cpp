@@ -242,6 +242,75 @@ TEST(RequestParser, Echo) {
   EXPECT_EQ(chat.param(), "echo");
 }
 
+// vLLM's integer fields take numbers with an integral value (pydantic's lax mode).
+TEST(RequestParser, IntegralNumbersAreIntegers) {
+  const ParsedRequest r = parse(R"({"prompt": "x", "max_tokens": 5.0, "n": 2.0, "seed": -1e3,
+      "top_k": 4e1, "logprobs": 3.0})");
+  EXPECT_EQ(r.params.max_tokens, 5);
+  EXPECT_EQ(r.params.n, 2);
+  EXPECT_EQ(r.params.seed, static_cast<uint64_t>(int64_t{-1000}));
+  EXPECT_EQ(r.params.top_k, 40);
+  EXPECT_EQ(r.params.logprobs, 3);
+  EXPECT_EQ(parse(R"({"prompt": [1, 2.0]})").id_prompts[0], (std::vector<int32_t>{1, 2}));
+  for (const char* bad : {R"({"prompt": "x", "max_tokens": 5.5})",
+                          R"({"prompt": "x", "max_tokens": 1e10})",
+                          R"({"prompt": "x", "max_tokens": -0.0})",
+                          R"({"prompt": "x", "n": 129.0})"}) {
+    const ApiError e = error_of(bad);
+    EXPECT_EQ(e.status(), 400) << bad;
+    EXPECT_TRUE(e.param() == "max_tokens" || e.param() == "n") << bad << ": " << e.what();
+  }
+}
+
+// Chat: max_completion_tokens replaces max_tokens (OpenAI); given both it wins, in either
+// order (vLLM), and errors about the length name it.
+TEST(RequestParser, MaxCompletionTokensWins) {
+  const std::string msgs = R"("messages": [{"role": "user", "content": "hi"}])";
+  for (const std::string& fields : {std::string(R"("max_tokens": 5, "max_completion_tokens": 3)"),
+                                    std::string(R"("max_completion_tokens": 3, "max_tokens": 5)")}) {
+    const ParsedRequest r = parse("{" + msgs + ", " + fields + "}", Endpoint::kChat);
+    EXPECT_EQ(r.params.max_tokens, 3) << fields;
+    EXPECT_TRUE(r.max_tokens_given);
+    EXPECT_STREQ(r.max_tokens_field, "max_completion_tokens");
+  }
+  const ParsedRequest only = parse("{" + msgs + R"(, "max_tokens": 5})", Endpoint::kChat);
+  EXPECT_EQ(only.params.max_tokens, 5);
+  EXPECT_STREQ(only.max_tokens_field, "max_tokens");
+  EXPECT_EQ(error_of(R"({"prompt": "x", "max_completion_tokens": 3})").param(),
+            "max_completion_tokens");  // chat's field only
+}
+
+// Fields OpenAI clients send that mean "nothing to do" here are accepted at those values and
+// refused, naming themselves, at any other.
+TEST(RequestParser, ClientFieldsWithNothingToDo) {
+  const std::string msgs = R"("messages": [{"role": "user", "content": "hi"}])";
+  const ParsedRequest r = parse("{" + msgs + R"(, "store": false, "metadata": {"k": "v"},
+      "service_tier": "auto", "parallel_tool_calls": true, "tools": [], "tool_choice": "none",
+      "modalities": ["text"], "priority": 0, "stream": true,
+      "stream_options": {"include_usage": true, "continuous_usage_stats": false}})",
+                                Endpoint::kChat);
+  EXPECT_TRUE(r.include_usage);
+  EXPECT_EQ(r.messages.size(), 1u);
+  EXPECT_EQ(parse(R"({"prompt": "x", "store": true, "priority": 0.0})").text_prompts.size(), 1u);
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {R"("tools": [{"type": "function", "function": {"name": "f"}}])", "tools"},
+      {R"("tool_choice": "auto")", "tool_choice"},
+      {R"("tool_choice": {"type": "function", "function": {"name": "f"}})", "tool_choice"},
+      {R"("modalities": ["text", "audio"])", "modalities"},
+      {R"("priority": 1)", "priority"},
+      {R"("metadata": "x")", "metadata"},
+      {R"("store": "yes")", "store"},
+      {R"("stream": true, "stream_options": {"continuous_usage_stats": true})", "stream_options"},
+  };
+  for (const auto& [field, param] : refused) {
+    const ApiError e = error_of("{" + msgs + ", " + field + "}", Endpoint::kChat);
+    EXPECT_EQ(e.status(), 400) << field;
+    EXPECT_EQ(e.param(), param) << field << ": " << e.what();
+  }
+  // The chat-only ones are unknown to completions.
+  EXPECT_EQ(error_of(R"({"prompt": "x", "tools": []})").code(), "unknown_parameter");
+}
+
 TEST(RequestParser, BadValuesNameTheirParameter) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {R"("max_tokens": 0)", "max_tokens"},

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kvattn/engine/llm.h"
 
@@ -30,6 +31,10 @@ struct ServerOptions {
   double drain_seconds = 0.0;  // shutdown lets running requests finish for this long
   int http_threads = 512;      // concurrent connections served (a stream holds one)
   size_t max_body_bytes = size_t{16} << 20;
+  // CORS for browser clients (vLLM's default: every origin): "*" or exact origins
+  // ("https://app.example"); a request whose Origin matches gets Access-Control-Allow-Origin,
+  // and its preflight (OPTIONS) an answer without the API key. Empty: no CORS headers.
+  std::vector<std::string> allowed_origins = {"*"};
 };
 
 class Server {
