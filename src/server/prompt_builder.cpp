@@ -34,7 +34,8 @@ EnginePrompts build_prompts(const ParsedRequest& r, const LLM& llm, uint64_t ran
     }
     std::string text;
     try {
-      text = llm.tokenizer()->apply_chat_template(r.messages, /*add_generation_prompt=*/true);
+      text = llm.tokenizer()->apply_chat_template(r.messages, r.add_generation_prompt,
+                                                  r.enable_thinking);
     } catch (const Error& e) {
       throw bad_request(std::string("the chat template failed: ") + e.what(), "messages");
     }

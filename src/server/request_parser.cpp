@@ -281,6 +281,25 @@ bool is_no_op_field(const std::string& key, const Json& v, bool chat) {
   return false;
 }
 
+// vLLM's chat_template_kwargs, the chat template's variables. The templates are rendered
+// natively (chat_template.h), so only the variable they read is taken: Qwen3's
+// enable_thinking (templates without the switch ignore it, as Jinja ignores an unused one).
+void parse_template_kwargs(const Json& v, std::optional<bool>& enable_thinking) {
+  const char* k = "chat_template_kwargs";
+  if (!v.is_object()) {
+    throw bad_request("chat_template_kwargs must be an object but is " + type_name(v), k);
+  }
+  for (const auto& [name, value] : v.items()) {
+    if (value.is_null()) continue;
+    if (name != "enable_thinking") {
+      throw bad_request("chat_template_kwargs: only enable_thinking is supported, not '" + name +
+                            "'",
+                        k, "unsupported_parameter");
+    }
+    enable_thinking = get_bool(value, "chat_template_kwargs.enable_thinking");
+  }
+}
+
 // The body as a JSON object (400 invalid_json otherwise, and past kMaxJsonDepth).
 Json body_object(std::string_view body) {
   if (json_depth(body) > kMaxJsonDepth) {
@@ -410,6 +429,10 @@ ParsedRequest parse_request(std::string_view body, Endpoint endpoint) {
       best_of = get_int(v, k, 1, 128);
     } else if (key == "suffix" && !chat) {
       throw bad_request("suffix is not supported by kvattn", k, "unsupported_parameter");
+    } else if (key == "add_generation_prompt" && chat) {
+      r.add_generation_prompt = get_bool(v, k);
+    } else if (key == "chat_template_kwargs" && chat) {
+      parse_template_kwargs(v, r.enable_thinking);
     } else if (key == "response_format" && chat) {
       if (!v.is_object() || !v.contains("type") || v["type"] != "text" || v.size() != 1) {
         throw bad_request("response_format: only {\"type\": \"text\"} is supported", k,
@@ -475,6 +498,8 @@ TokenizeRequest parse_tokenize(std::string_view body) {
       r.add_special_tokens = get_bool(v, k);
     } else if (key == "add_generation_prompt") {
       r.add_generation_prompt = get_bool(v, k);
+    } else if (key == "chat_template_kwargs") {
+      parse_template_kwargs(v, r.enable_thinking);
     } else {
       throw bad_request("unknown parameter '" + key + "'", key, "unknown_parameter");
     }

@@ -25,7 +25,8 @@
 //                max_tokens, as in vLLM), parallel_tool_calls, tools ([] only), tool_choice
 //                ("none" only), modalities (["text"] only),
 //                logprobs (bool), top_logprobs [0, 20] (needs logprobs: true),
-//                response_format {"type": "text"}.
+//                response_format {"type": "text"}, and vLLM's add_generation_prompt and
+//                chat_template_kwargs ({"enable_thinking": bool} only: Qwen3's switch).
 // Log-probabilities (SamplingParams::logprobs) are the raw model's, before temperature and
 // the top-k / top-p / min-p filters (vLLM's default).
 // Integer fields also take numbers with an integral value (5.0), as vLLM's do.
@@ -35,6 +36,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -61,6 +63,9 @@ struct ParsedRequest {
   bool include_usage = false;  // stream_options.include_usage
   bool return_token_ids = false;
   bool echo = false;  // completions: the prompt leads each choice (prompt_logprobs with logprobs)
+  // Chat, vLLM's: add_generation_prompt (default true) and chat_template_kwargs.enable_thinking.
+  bool add_generation_prompt = true;
+  std::optional<bool> enable_thinking;
 };
 
 // Limits on untrusted bodies (beyond them: 400).
@@ -73,7 +78,8 @@ inline constexpr size_t kMaxLogitBias = 1024;
 ParsedRequest parse_request(std::string_view body, Endpoint endpoint);
 
 // vLLM's POST /tokenize: {"prompt": text} or {"messages": [...]} (the chat template applied,
-// add_generation_prompt default true), add_special_tokens (default true: the model's BOS where
+// add_generation_prompt default true; chat_template_kwargs as in chat), add_special_tokens
+// (default true: the model's BOS where
 // its tokenizer adds one, as the completion endpoints encode; vLLM's chat default is false,
 // its chat path encodes without it), model. POST /detokenize: {"tokens": [ids]}, model. Same
 // limits and errors as parse_request.
@@ -83,6 +89,7 @@ struct TokenizeRequest {
   std::vector<ChatMessage> messages;  // never empty when given
   bool add_special_tokens = true;
   bool add_generation_prompt = true;
+  std::optional<bool> enable_thinking;  // chat_template_kwargs.enable_thinking
   bool chat() const { return !messages.empty(); }  // messages given (else prompt)
 };
 TokenizeRequest parse_tokenize(std::string_view body);

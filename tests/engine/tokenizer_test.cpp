@@ -332,7 +332,9 @@ const char* kQwen3Template =
     "{%- if messages[0].role == 'system' %}{{- '<|im_start|>system\\n' + messages[0].content + "
     "'<|im_end|>\\n' }}{%- endif %}{%- set content = message.content.split('</think>')[-1]"
     ".lstrip('\\n') %}{{- '<|im_start|>' + message.role + '\\n' + content + '<|im_end|>' + "
-    "'\\n' }}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}";
+    "'\\n' }}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- if "
+    "enable_thinking is defined and enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' "
+    "}}{%- endif %}{%- endif %}";
 
 TEST(ChatTemplates, SmolLm2InsertsItsDefaultSystemPrompt) {
   const auto t = ChatTemplate::detect(kSmolLm2Template);
@@ -362,6 +364,25 @@ TEST(ChatTemplates, Qwen3HasNoDefaultAndDropsOldReasoning) {
                       true),
             "<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n4<|im_end|>\n"
             "<|im_start|>user\nand 3+3?<|im_end|>\n<|im_start|>assistant\n");
+}
+
+// Qwen3's enable_thinking (HF's chat_template_kwargs): false closes an empty think block after
+// the generation prompt; true and undefined render as without it; templates that do not read
+// the variable ignore it.
+TEST(ChatTemplates, Qwen3EnableThinking) {
+  const auto t = ChatTemplate::detect(kQwen3Template);
+  ASSERT_TRUE(t.has_value());
+  EXPECT_TRUE(t->thinking_switch);
+  const std::vector<ChatMessage> chat = {{"user", "2+2?"}};
+  const std::string plain = "<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n";
+  EXPECT_EQ(t->render(chat, true), plain);
+  EXPECT_EQ(t->render(chat, true, true), plain);
+  EXPECT_EQ(t->render(chat, true, false), plain + "<think>\n\n</think>\n\n");
+  EXPECT_EQ(t->render(chat, false, false), "<|im_start|>user\n2+2?<|im_end|>\n");
+  const auto smol = ChatTemplate::detect(kSmolLm2Template);
+  ASSERT_TRUE(smol.has_value());
+  EXPECT_FALSE(smol->thinking_switch);
+  EXPECT_EQ(smol->render(chat, true, false), smol->render(chat, true));
 }
 
 TEST(ChatTemplates, Llama3AndUnknown) {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <string>
 
@@ -278,6 +279,39 @@ TEST(RequestParser, MaxCompletionTokensWins) {
   EXPECT_STREQ(only.max_tokens_field, "max_tokens");
   EXPECT_EQ(error_of(R"({"prompt": "x", "max_completion_tokens": 3})").param(),
             "max_completion_tokens");  // chat's field only
+}
+
+// vLLM's chat template fields: add_generation_prompt, and chat_template_kwargs' one variable the
+// native templates read (Qwen3's enable_thinking); /tokenize takes the same.
+TEST(RequestParser, ChatTemplateFields) {
+  const std::string msgs = R"("messages": [{"role": "user", "content": "hi"}])";
+  const ParsedRequest d = parse("{" + msgs + "}", Endpoint::kChat);
+  EXPECT_TRUE(d.add_generation_prompt);
+  EXPECT_FALSE(d.enable_thinking.has_value());
+  const ParsedRequest r = parse("{" + msgs + R"(, "add_generation_prompt": false,
+      "chat_template_kwargs": {"enable_thinking": false}})",
+                                Endpoint::kChat);
+  EXPECT_FALSE(r.add_generation_prompt);
+  EXPECT_EQ(r.enable_thinking, std::optional<bool>(false));
+  EXPECT_EQ(parse("{" + msgs + R"(, "chat_template_kwargs": {"enable_thinking": null}})",
+                  Endpoint::kChat)
+                .enable_thinking,
+            std::nullopt);
+  EXPECT_EQ(parse_tokenize("{" + msgs + R"(, "chat_template_kwargs": {"enable_thinking": true}})")
+                .enable_thinking,
+            std::optional<bool>(true));
+  for (const char* bad : {R"("chat_template_kwargs": {"custom": 1})",
+                          R"("chat_template_kwargs": {"enable_thinking": "no"})",
+                          R"("chat_template_kwargs": [])", R"("add_generation_prompt": 1)"}) {
+    const ApiError e = error_of("{" + msgs + ", " + bad + "}", Endpoint::kChat);
+    EXPECT_EQ(e.status(), 400) << bad;
+    EXPECT_TRUE(e.param() == "chat_template_kwargs" ||
+                e.param() == "chat_template_kwargs.enable_thinking" ||
+                e.param() == "add_generation_prompt")
+        << bad << ": " << e.param();
+  }
+  EXPECT_EQ(error_of(R"({"prompt": "x", "add_generation_prompt": true})").code(),
+            "unknown_parameter");  // chat's
 }
 
 // Fields OpenAI clients send that mean "nothing to do" here are accepted at those values and

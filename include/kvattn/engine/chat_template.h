@@ -39,6 +39,9 @@ struct ChatTemplate {
   std::string default_system_prompt;  // kChatML: used when the first message is not "system"
   // Qwen3: assistant turns before the last user turn keep only the text after "</think>".
   bool strip_history_reasoning = false;
+  // Qwen3: the template reads `enable_thinking`; false closes an empty think block after the
+  // generation prompt ("<think>\n\n</think>\n\n"), so the model answers without reasoning.
+  bool thinking_switch = false;
   // The template's bos_token / eos_token (set by the tokenizer loaders from the vocabulary).
   std::string bos_token = "<s>", eos_token = "</s>";
 
@@ -58,7 +61,10 @@ struct ChatTemplate {
 
   // Throws kvattn::Error with the template's own message where the Jinja source raises (a
   // system message it refuses, roles that do not alternate).
-  std::string render(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const;
+  // enable_thinking: the template variable of that name (HF's chat_template_kwargs, vLLM's
+  // request field); nullopt = undefined. Only templates with thinking_switch read it.
+  std::string render(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                     std::optional<bool> enable_thinking = std::nullopt) const;
 
   // Recognises a Jinja template source; nullopt when it is none of the families.
   static std::optional<ChatTemplate> detect(std::string_view jinja_source);

@@ -102,7 +102,7 @@ void check_alternation(const std::vector<ChatMessage>& msgs, size_t first, const
 }
 
 std::string render_chatml(const ChatTemplate& t, const std::vector<ChatMessage>& messages,
-                          bool add_generation_prompt) {
+                          bool add_generation_prompt, std::optional<bool> enable_thinking) {
   std::string out;
   size_t last_user = 0;
   for (size_t i = 0; i < messages.size(); ++i) {
@@ -121,7 +121,10 @@ std::string render_chatml(const ChatTemplate& t, const std::vector<ChatMessage>&
     out += content;
     out += "<|im_end|>\n";
   }
-  if (add_generation_prompt) out += "<|im_start|>assistant\n";
+  if (add_generation_prompt) {
+    out += "<|im_start|>assistant\n";
+    if (t.thinking_switch && enable_thinking == false) out += "<think>\n\n</think>\n\n";
+  }
   return out;
 }
 
@@ -237,6 +240,7 @@ std::optional<ChatTemplate> ChatTemplate::detect(std::string_view src) {
     t.style = Style::kChatML;
     t.default_system_prompt = find_default_system_prompt(src);
     t.strip_history_reasoning = contains(src, "</think>");
+    t.thinking_switch = contains(src, "enable_thinking");
     return t;
   }
   if (contains(src, "<|start_header_id|>")) {
@@ -264,9 +268,11 @@ std::optional<ChatTemplate> ChatTemplate::detect(std::string_view src) {
 }
 
 std::string ChatTemplate::render(const std::vector<ChatMessage>& messages,
-                                 bool add_generation_prompt) const {
+                                 bool add_generation_prompt,
+                                 std::optional<bool> enable_thinking) const {
   switch (style) {
-    case Style::kChatML: return render_chatml(*this, messages, add_generation_prompt);
+    case Style::kChatML:
+      return render_chatml(*this, messages, add_generation_prompt, enable_thinking);
     case Style::kLlama3: return render_llama3(*this, messages, add_generation_prompt);
     case Style::kGemma: return render_gemma(*this, messages, add_generation_prompt);
     case Style::kMistral: return render_mistral(*this, messages);

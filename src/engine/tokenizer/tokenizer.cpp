@@ -252,10 +252,11 @@ const std::optional<ChatTemplate>& Tokenizer::chat_template() const {
 }
 
 std::string Tokenizer::apply_chat_template(const std::vector<ChatMessage>& messages,
-                                           bool add_generation_prompt) const {
+                                           bool add_generation_prompt,
+                                           std::optional<bool> enable_thinking) const {
   KVATTN_CHECK(impl_->chat_template.has_value(), impl_->name,
                ": the model has no chat template kvattn recognises (ChatML or Llama-3)");
-  return impl_->chat_template->render(messages, add_generation_prompt);
+  return impl_->chat_template->render(messages, add_generation_prompt, enable_thinking);
 }
 
 }  // namespace kvattn
