@@ -111,6 +111,17 @@ bool answer_preflight(const ServerOptions& o, const httplib::Request& req,
   return true;
 }
 
+// The routes and their methods, for a 405 (FastAPI's, vLLM's) where a known path is asked
+// with another method; GET routes also answer HEAD (httplib).
+bool is_post_route(const std::string& path) {
+  return path == "/v1/completions" || path == "/v1/chat/completions" || path == "/tokenize" ||
+         path == "/detokenize";
+}
+bool is_get_route(const std::string& path) {
+  return path == "/v1/models" || path.rfind("/v1/models/", 0) == 0 || path == "/health" ||
+         path == "/metrics";
+}
+
 Json model_card(const ServerContext& ctx) {
   return {{"id", ctx.model_name},
           {"object", "model"},
@@ -171,7 +182,13 @@ Server::Server(LLM& llm, ServerOptions options)
   });
   http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
-    if (res.status == 404) {
+    const bool post = is_post_route(req.path), get = is_get_route(req.path);
+    if (res.status == 404 && (post || get)) {
+      res.set_header("Allow", post ? "POST" : "GET, HEAD");
+      send_error(res, ApiError(405, req.method + " is not allowed on " + req.path + " (use " +
+                                        (post ? "POST" : "GET") + ")",
+                               "", "method_not_allowed"));
+    } else if (res.status == 404) {
       send_error(res, ApiError(404, "Unknown route: " + req.method + " " + req.path, "",
                                "unknown_url"));
     } else if (res.status == 413) {

@@ -3,6 +3,7 @@
 //    httplib alone refused such bodies over 8 KiB with a 413), up to max_body_bytes;
 //    multipart and empty bodies get a 400 naming the problem;
 //  - an error only the model can see (a logit_bias id past the vocabulary) names its field;
+//  - a known path with the wrong method is a 405 naming the right one;
 //  - CORS as vLLM's default: every origin allowed, preflights answered without the API key;
 //    a list of origins allows those alone; an empty list sends no CORS headers.
 #include <gtest/gtest.h>
@@ -76,6 +77,24 @@ TEST(ServerTransport, LogitBiasOutsideTheVocabularyNamesIt) {
   EXPECT_EQ(message.find(".cpp"), std::string::npos) << message;  // no source locations
   b["logit_bias"] = {{"319", 5}};
   EXPECT_EQ(c.Post("/v1/completions", b.dump(), "application/json")->status, 200);
+  s.stop();
+}
+
+// A known path asked with another method: 405 with Allow (FastAPI's, vLLM's), not 404.
+TEST(ServerTransport, WrongMethodIs405) {
+  Running s;
+  auto c = s.client();
+  auto get = c.Get("/v1/chat/completions");
+  expect_error(get, 405);
+  EXPECT_EQ(get->get_header_value("Allow"), "POST");
+  EXPECT_EQ(Json::parse(get->body)["error"]["code"], "method_not_allowed");
+  auto post = c.Post("/v1/models", "{}", "application/json");
+  expect_error(post, 405);
+  EXPECT_EQ(post->get_header_value("Allow"), "GET, HEAD");
+  expect_error(c.Post("/health", "{}", "application/json"), 405);
+  auto unknown = c.Get("/v1/nothing");
+  expect_error(unknown, 404);
+  EXPECT_EQ(Json::parse(unknown->body)["error"]["code"], "unknown_url");
   s.stop();
 }
 
