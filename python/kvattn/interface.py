@@ -410,8 +410,14 @@ def _kvcache_general(
         uniform_seqlen_k = 0 if k is not None else capacity
         cache_seqlens = xp.full_int32(batch, uniform_seqlen_k)
     elif isinstance(cache_seqlens, int):
+        if not 0 <= cache_seqlens < 2**31:  # NumPy would wrap it into int32 silently
+            raise _C.Error("kvattn.%s: cache_seqlens must be in [0, 2^31) but is %d"
+                           % (fn, cache_seqlens))
         uniform_seqlen_k = cache_seqlens
         cache_seqlens = xp.full_int32(batch, cache_seqlens)
+    elif hasattr(cache_seqlens, "shape") and tuple(cache_seqlens.shape) != (batch,):
+        raise _C.Error("kvattn.%s: cache_seqlens must have shape [batch = %d] (q's batch) but "
+                       "has shape %s" % (fn, batch, tuple(cache_seqlens.shape)))
 
     if cache_leftpad is not None:
         uniform_seqlen_k = -1
@@ -422,8 +428,11 @@ def _kvcache_general(
                        capacity, causal or _is_local(left, right, capacity))
 
     if k is not None:
+        _check_new_kv(fn, k, v, batch, k_cache)
         seqlen_new = k.shape[1]
         slots = xp.append_slots(cache_seqlens, block_table, block_size, k_cache.shape[0], seqlen_new)
+        _check_slots_found(fn, xp, slots, k_cache.shape[0], block_size, cache_seqlens,
+                           block_table, seqlen_new)
         kv_heads, dim = k.shape[2], k.shape[3]
         _store(
             k.reshape(batch * seqlen_new, kv_heads, dim),
@@ -519,6 +528,53 @@ def _check_index(fn, name, idx, batch, lo, hi, want):
         b = int(bad.nonzero()[0][0])
         raise _C.Error("kvattn.%s: %s[%d] must be in %s but is %d"
                        % (fn, name, b, want, int(vals[b])))
+
+
+def _check_new_kv(fn, k, v, batch, k_cache):
+    """The appended k / v: [batch, seqlen_new, num_kv_heads, head_dim], alike, with the cache's
+    heads and head_dim (flash-attn's CHECK_SHAPE), before anything reshapes them."""
+    if len(k_cache.shape) != 4:
+        return  # store_kv's own check names k_cache
+    for name, x in (("k", k), ("v", v)):
+        shape = tuple(x.shape)
+        if len(shape) != 4 or shape[0] != batch or shape[2:] != tuple(k_cache.shape[2:]):
+            raise _C.Error("kvattn.%s: %s must have shape [batch = %d, seqlen_new, num_kv_heads "
+                           "= %d, head_dim = %d] (q's batch, the cache's heads) but has shape %s"
+                           % (fn, name, batch, k_cache.shape[2], k_cache.shape[3], shape))
+    if tuple(v.shape) != tuple(k.shape):
+        raise _C.Error("kvattn.%s: v must have k's shape %s but has shape %s"
+                       % (fn, tuple(k.shape), tuple(v.shape)))
+
+
+def _check_slots_found(fn, xp, slots, num_blocks, block_size, cache_seqlens, block_table,
+                       seqlen_new):
+    """CPU: every new key has a slot (append_slots gives `bad` where a position is negative,
+    past the block table, or on a negative block id); else an error naming the sequence and
+    cache_seqlens instead of store_kv's slot_mapping, which the caller never saw. On the GPU
+    this would need a sync: store_kv skips such keys there and records a device fault."""
+    if not (xp.on_cpu(slots) and xp.on_cpu(cache_seqlens) and xp.on_cpu(block_table)):
+        return
+    bad = num_blocks * block_size
+    flat = slots.numpy() if _is_torch(slots) else slots
+    missing = (flat == bad).nonzero()[0]
+    if missing.shape[0] == 0:
+        return
+    i = int(missing[0])
+    b, t = divmod(i, seqlen_new)
+    lens = cache_seqlens.numpy() if _is_torch(cache_seqlens) else cache_seqlens
+    table = block_table.numpy() if _is_torch(block_table) else block_table
+    pos = int(lens[b]) + t
+    width = table.shape[1]
+    if pos < 0:
+        why = "a negative position (cache_seqlens[%d] = %d)" % (b, int(lens[b]))
+    elif pos // block_size >= width:
+        why = ("past the block table's %d slots a row (cache_seqlens[%d] = %d + seqlen_new = %d)"
+               % (width * block_size, b, int(lens[b]), seqlen_new))
+    else:
+        why = "on block_table[%d][%d] = %d (a padding block)" % (b, pos // block_size,
+                                                                 int(table[b][pos // block_size]))
+    raise _C.Error("kvattn.%s: new key %d of sequence %d would go to position %d, %s"
+                   % (fn, t, b, pos, why))
 
 
 def _check_leftpad_fits(fn, xp, pads, cache_seqlens, seqlen_new):
@@ -671,6 +727,11 @@ class _Ops:
         """
         width = block_table.shape[1]
         bad = num_blocks * block_size
+        if width == 0:  # no block to write into: every new key is out of range
+            n = block_table.shape[0] * seqlen_new
+            if self.torch:
+                return self.t.full((n,), bad, dtype=self.t.int64, device=self.device)
+            return self.np.full((n,), bad, dtype=self.np.int64)
         if self.torch:
             t = self.t
             pos = cache_seqlens.to(t.int64).reshape(-1, 1) + t.arange(

@@ -132,6 +132,40 @@ const TypeInfo& type_info(PyTypeObject* tp) {
   raise_python();
 }
 
+// The producer's `__dlpack__()` raised (NumPy refuses read-only, broadcast and non-native
+// byte order arrays there: the legacy protocol cannot say "read-only"): a TypeError naming
+// the argument and what to pass instead, the producer's message kept as its cause.
+[[noreturn]] void raise_export_failure(const char* name) {
+  PyObject *type = nullptr, *value = nullptr, *trace = nullptr;
+  PyErr_Fetch(&type, &value, &trace);
+  PyErr_NormalizeException(&type, &value, &trace);
+  std::string why = "?";
+  if (value != nullptr) {
+    if (PyObject* s = PyObject_Str(value)) {
+      if (const char* c = PyUnicode_AsUTF8(s)) why = c;
+      Py_DECREF(s);
+    }
+  }
+  PyErr_Clear();
+  PyErr_SetString(PyExc_TypeError,
+                  (std::string("kvattn: ") + name + " could not be exported through DLPack (" + why +
+                   "); pass a writable, native-byte-order array, e.g. numpy.array(" + name +
+                   ") or " + name + ".copy()")
+                      .c_str());
+  if (value != nullptr) {
+    PyObject *t2 = nullptr, *v2 = nullptr, *tb2 = nullptr;
+    PyErr_Fetch(&t2, &v2, &tb2);
+    PyErr_NormalizeException(&t2, &v2, &tb2);
+    PyException_SetCause(v2, value);  // steals the reference to value
+    value = nullptr;
+    PyErr_Restore(t2, v2, tb2);
+  }
+  Py_XDECREF(type);
+  Py_XDECREF(value);
+  Py_XDECREF(trace);
+  raise_python();
+}
+
 // ---- one call's imported tensors ----------------------------------------------------------
 
 // Keeps what the views of one call point into alive until the call returns: legacy capsules
@@ -202,6 +236,7 @@ TensorView import_tensor(PyObject* obj, const char* name, CallScope& scope,
     cap = PyObject_CallOneArg(g_torch_to_dlpack, obj);
   } else if (PyObject_HasAttr(obj, g_str_dlpack)) {
     cap = PyObject_CallMethodNoArgs(obj, g_str_dlpack);
+    if (cap == nullptr) raise_export_failure(name);
   } else {
     raise_type(std::string("kvattn: ") + name + " must be a tensor or array that supports DLPack " +
                "(torch.Tensor, numpy.ndarray, ...) but is " + Py_TYPE(obj)->tp_name);
@@ -668,6 +703,12 @@ nb::object kvcache(nb::handle q, nb::handle k_cache, nb::handle v_cache, nb::han
   a.alibi_slopes = import_tensor(alibi_slopes.ptr(), "alibi_slopes", scope);
   a.cache_leftpad = import_tensor(cache_leftpad.ptr(), "cache_leftpad", scope);
   a.q_len = q4.shape[1];
+  // Named here: the kernel would count sequences by cache_seqlens and blame q's token count.
+  if (a.cache_seqlens.ndim != 1 || (q4.ndim == 4 && a.cache_seqlens.shape[0] != q4.shape[0])) {
+    throw Error("kvattn: cache_seqlens must have shape [batch = " +
+                std::to_string(q4.ndim == 4 ? q4.shape[0] : -1) + "] (q's batch) but has shape " +
+                a.cache_seqlens.shape_str());
+  }
   a.softmax_scale = static_cast<float>(softmax_scale);
   a.causal = causal;
   nb::object out_obj;

@@ -223,9 +223,66 @@ def test_kvcache_append_past_capacity_raises(rng):
     kc = np.zeros((1, 4, 1, 8), np.float32)
     k = np.ones((1, 2, 1, 8), np.float32)
     q = np.ones((1, 1, 1, 8), np.float32)
-    with pytest.raises(kvattn.Error, match="slot"):
+    with pytest.raises(kvattn.Error, match=r"position 4, past the block table's 4 slots"):
         kvattn.flash_attn_with_kvcache(q, kc, kc.copy(), k=k, v=k, cache_seqlens=3)
     assert not kc.any()  # nothing written
+
+
+@pytest.mark.parametrize(
+    "lens,table,k_shape,match",
+    [
+        ([2, 31], [[0, 1], [2, 3]], (2, 2, 2, 8), r"sequence 1 .*cache_seqlens\[1\] = 31"),
+        ([2, -1], [[0, 1], [2, 3]], (2, 2, 2, 8), r"negative position \(cache_seqlens\[1\] = -1\)"),
+        ([2, 15], [[0, 1], [2, -1]], (2, 2, 2, 8), r"block_table\[1\]\[1\] = -1 \(a padding"),
+        ([0, 0], np.zeros((2, 0), np.int32), (2, 2, 2, 8), r"past the block table's 0 slots"),
+        ([2, 2], [[0, 1], [2, 3]], (1, 2, 2, 8), r"k must have shape \[batch = 2"),
+        ([2, 2], [[0, 1], [2, 3]], (2, 2, 1, 8), r"k must have shape"),
+        ([2], [[0, 1], [2, 3]], (2, 2, 2, 8), r"cache_seqlens must have shape \[batch = 2\]"),
+    ],
+)
+def test_kvcache_append_errors_name_what_the_caller_passed(rng, lens, table, k_shape, match):
+    """Lengths and shapes of an append are named as the caller gave them (cache_seqlens, the
+    block table, k), not as store_kv's slot_mapping or a reshape error; nothing is written."""
+    kc = np.zeros((8, 16, 2, 8), np.float32)
+    vc = np.zeros_like(kc)
+    q = f32(rng.standard_normal((2, 1, 2, 8)))
+    k = f32(rng.standard_normal(k_shape))
+    with pytest.raises(kvattn.Error, match=match):
+        kvattn.flash_attn_with_kvcache(q, kc, vc, k=k, v=k.copy(), block_table=np.array(table, np.int32),
+                                       cache_seqlens=np.array(lens, np.int32))
+    assert not kc.any() and not vc.any()
+
+
+def test_kvcache_seqlens_of_another_batch_names_cache_seqlens(rng):
+    """The decode path without an append (straight to the extension) names cache_seqlens too."""
+    kc = f32(rng.standard_normal((4, 16, 2, 8)))
+    q = f32(rng.standard_normal((2, 1, 2, 8)))
+    bt = np.array([[0, 1], [2, 3]], np.int32)
+    for lens in (np.array([3], np.int32), np.array([3, 3, 3], np.int32), np.array([[3, 3]], np.int32)):
+        with pytest.raises(kvattn.Error, match=r"cache_seqlens must have shape \[batch = 2\]"):
+            kvattn.flash_attn_with_kvcache(q, kc, kc, cache_seqlens=lens, block_table=bt)
+
+
+@pytest.mark.parametrize("lens", [2**31, 2**32 + 5, -1])
+def test_kvcache_int_seqlens_out_of_int32_raises(rng, lens):
+    kc = f32(rng.standard_normal((2, 16, 1, 8)))
+    q = f32(rng.standard_normal((2, 1, 1, 8)))
+    with pytest.raises(kvattn.Error, match=r"cache_seqlens must be in \[0, 2\^31\)"):
+        kvattn.flash_attn_with_kvcache(q, kc, kc, cache_seqlens=lens)
+
+
+def test_readonly_array_error_names_the_argument(rng):
+    """NumPy's legacy __dlpack__() refuses read-only arrays: the error names the argument and
+    says what to pass (a writable copy), keeping NumPy's message as the cause."""
+    q = f32(rng.standard_normal((3, 2, 8)))
+    k = q.copy()
+    k.setflags(write=False)
+    c = cu([3])
+    with pytest.raises(TypeError, match=r"kvattn: k could not be exported through DLPack") as e:
+        kvattn.flash_attn_varlen_func(q, k, q, c, c, 3, 3)
+    assert e.value.__cause__ is not None
+    out = kvattn.flash_attn_varlen_func(q, np.array(k), q, c, c, 3, 3)  # the advice works
+    assert np.isfinite(out).all()
 
 
 def test_kvcache_bad_seqlens_dtype(rng):
