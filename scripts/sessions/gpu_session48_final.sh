@@ -30,8 +30,9 @@ split_check() {
   local bin="$B/kernels_$1_gpu_test"
   step "the split $1 test: list, suite (quick), sanitizers"
   "$bin" --gtest_list_tests 2>&1 |
-    awk '/^[A-Za-z]/ {suite = $1} /^  [A-Za-z]/ {print suite $1}' | sort > "$OUT/$1_list.txt"
-  if diff "$2" "$OUT/$1_list.txt" > "$OUT/$1_list.diff"; then
+    awk '/^[A-Za-z]/ {suite = $1} /^  [A-Za-z]/ {print suite $1}' | LC_ALL=C sort > "$OUT/$1_list.txt"
+  # One collation on both sides (session 49's run: the device's locale ordered them otherwise).
+  if diff <(LC_ALL=C sort "$2") "$OUT/$1_list.txt" > "$OUT/$1_list.diff"; then
     echo "$1 test list: identical to before the split ($(wc -l < "$OUT/$1_list.txt") tests)"
   else
     echo "$1 test list DIFFERS from before the split:"; head -n 20 "$OUT/$1_list.diff"
