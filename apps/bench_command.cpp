@@ -258,8 +258,13 @@ int run_bench(const BenchArgs& a) {
   check_args(a);
   const WorkloadSpec spec = resolve_spec(a);
   const LLMOptions opt = llm_options(a, spec);
+  if (!a.json.empty()) {  // a bad path fails before the model loads and the workload runs
+    std::ofstream probe(a.json, std::ios::app);
+    KVATTN_CHECK(probe.good(), "bench: cannot write --json file '", a.json, "'");
+  }
   const auto t_load = Clock::now();
   LLM llm(opt);
+  warn_on_sizing(llm, opt, false);
   const double load_s = seconds_since(t_load);
   const ModelConfig& c = llm.config();
   const int64_t context = llm.max_model_len();

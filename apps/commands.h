@@ -26,6 +26,11 @@ void apply_kv_cache_args(const KvCacheArgs& a, LLMOptions& o);
 // for a named format; "auto" leaves the default.
 void apply_weights_arg(const std::string& weights, LLMOptions& o);
 
+// After the model loads (generate, bench, serve): a warning on stderr (unless quiet) where the
+// sizing flags were not taken as given: --ctx-size past the model's context (clamped to it),
+// or a --kv-cache-mb pool smaller than one sequence's context (such sequences end early).
+void warn_on_sizing(const LLM& llm, const LLMOptions& o, bool quiet);
+
 // --threads on generate, bench and serve: 0 (automatic) or 1..kMaxThreads.
 inline constexpr int kMaxThreads = 1024;
 int available_cores();  // the cores this process may run on (its affinity mask)

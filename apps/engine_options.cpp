@@ -2,6 +2,7 @@
 #include "commands.h"
 
 #include <charconv>
+#include <cstdio>
 #include <system_error>
 
 namespace kvattn::cli {
@@ -38,6 +39,23 @@ void apply_weights_arg(const std::string& weights, LLMOptions& o) {
        {WeightFormat::kF32, WeightFormat::kF16, WeightFormat::kBF16, WeightFormat::kQ8,
         WeightFormat::kGguf}) {
     if (weights == weight_format_name(f)) o.weight_format = f;
+  }
+}
+
+void warn_on_sizing(const LLM& llm, const LLMOptions& o, bool quiet) {
+  if (quiet) return;
+  const auto ll = [](int64_t v) { return static_cast<long long>(v); };
+  if (o.ctx_size > llm.max_model_len()) {
+    std::fprintf(stderr,
+                 "kvattn: warning: --ctx-size %lld is more than the model's context; using %lld\n",
+                 ll(o.ctx_size), ll(llm.max_model_len()));
+  }
+  if (o.kv_cache_bytes > 0 && llm.kv_cache_tokens() < llm.max_model_len()) {
+    std::fprintf(stderr,
+                 "kvattn: warning: --kv-cache-mb %lld holds %lld tokens, fewer than one "
+                 "sequence's context (%lld): longer sequences end early; raise --kv-cache-mb or "
+                 "lower --ctx-size\n",
+                 ll(o.kv_cache_bytes >> 20), ll(llm.kv_cache_tokens()), ll(llm.max_model_len()));
   }
 }
 

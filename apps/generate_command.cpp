@@ -167,6 +167,10 @@ int run_generate(const GenerateArgs& args) {
   const auto t0 = std::chrono::steady_clock::now();
   LLM llm(opt);
   progress.done();
+  warn_on_sizing(llm, opt, args.quiet);
+  KVATTN_CHECK(llm.tokenizer() != nullptr, "generate: ", opt.model,
+               " has no tokenizer (an HF directory without tokenizer.json, or a GGUF without "
+               "tokenizer.ggml.*), and generate encodes its prompts with it");
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const ModelConfig& c = llm.config();
   if (!args.quiet) {

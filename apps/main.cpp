@@ -5,7 +5,9 @@
 #include <CLI/CLI.hpp>
 
 #include <charconv>
+#include <cmath>
 #include <cstdio>
+#include <random>
 #include <exception>
 #include <limits>
 #include <string>
@@ -14,6 +16,22 @@
 #include "commands.h"
 
 namespace {
+
+// --seed of generate: 0..2^64-1 as given, -1 a random seed (llama.cpp's convention); anything
+// else is refused (CLI11 alone wraps -1 and saturates values past 2^64 without a word).
+std::string seed_value(std::string& s) {
+  if (s == "-1") {
+    std::random_device rd;
+    s = std::to_string((static_cast<uint64_t>(rd()) << 32) | rd());
+    return {};
+  }
+  uint64_t v = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || end != s.data() + s.size()) {
+    return "--seed must be -1 (random) or an integer in [0, 2^64) but is '" + s + "'";
+  }
+  return {};
+}
 
 void add_kv_cache_options(CLI::App* cmd, kvattn::cli::KvCacheArgs& kv) {
   cmd->add_option("--kv-cache-dtype", kv.dtype,
@@ -134,7 +152,9 @@ int main(int argc, char** argv) {
   gen->add_option("--top-k", g.sampling.top_k, "0 => off")->default_val(0);
   gen->add_option("--top-p", g.sampling.top_p, "1 => off")->default_val(1.0);
   gen->add_option("--min-p", g.sampling.min_p, "0 => off")->default_val(0.0);
-  gen->add_option("--seed", g.sampling.seed, "Seed of the sampler")->default_val(0);
+  gen->add_option("--seed", g.sampling.seed, "Seed of the sampler (-1: a random one, llama.cpp's)")
+      ->default_val(0)
+      ->transform(CLI::Validator(seed_value, "-1|0..2^64-1"));
   gen->add_option("--logprobs", g.sampling.logprobs,
                   "With --json: each generated token's log-probability and the N most likely "
                   "token ids (0-20; -1 = none)")
@@ -195,7 +215,17 @@ int main(int argc, char** argv) {
   size("--max-output", b.max_output, "Most tokens generated");
   bench->add_option("--scale", b.scale,
                     "Multiplies the workload's counts and lengths (e.g. 0.05 for a small CPU run)")
-      ->default_val(1.0)->check(CLI::PositiveNumber);
+      ->default_val(1.0)->check(CLI::Validator(
+          [](const std::string& s) -> std::string {
+            double v = 0;
+            try {
+              v = std::stod(s);
+            } catch (const std::exception&) {
+              return "--scale must be a number > 0 but is '" + s + "'";
+            }
+            return std::isfinite(v) && v > 0 ? "" : "--scale must be a number > 0 but is " + s;
+          },
+          "POSITIVE"));
   bench->add_flag("--no-prefix-caching", b.no_prefix_caching,
                   "Turn the prefix cache off (the prefix workload then runs once)");
   bench->add_flag("--no-compare", b.no_compare,

@@ -85,6 +85,7 @@ int run_serve(const ServeArgs& args) {
   LLMOptions opt = llm_options(args);
   if (!args.quiet) std::fprintf(stderr, "kvattn serve: loading %s\n", opt.model.c_str());
   LLM llm(opt);
+  warn_on_sizing(llm, opt, args.quiet);
 
   server::ServerOptions so;
   so.host = args.host;

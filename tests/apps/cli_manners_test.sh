@@ -2,7 +2,7 @@
 # kvattn's command-line manners (issue 21), with stdout and stderr captured apart:
 #   cli_manners_test.sh KVATTN MODEL CASE
 # CASE: stdout_text | threads_invalid | sizes_invalid | threads_warning | zero_tokens | json |
-# special. Exits 77 (ctest: skipped) when MODEL (the default GGUF) or jq is missing;
+# special | seeds_and_sizing. Exits 77 (ctest: skipped) when MODEL (the default GGUF) or jq is missing;
 # threads_invalid and sizes_invalid need no model (the options are refused before one is
 # looked for).
 set -u
@@ -131,6 +131,32 @@ special)  # --special shows end-of-text tokens that --ignore-eos otherwise drops
   [ "$(jq -c .token_ids "$dir/j")" = "$with" ] || fail "--special changed the token ids"
   run generate -q --model "$model" -n 12 --special "$prompt" || fail "exit $?"
   has "$out" "<\|im_end\|>" && fail "the stop token was printed" ;;
+seeds_and_sizing)  # session 49's probe: --seed -1, tiny temperatures, sizes not taken as given
+  command -v jq >/dev/null || { echo "skip: no jq"; exit 77; }
+  run generate -q --model "$model" -n 6 --json "$dir/g" "$prompt" || fail "exit $?"
+  greedy=$(jq -c .token_ids "$dir/g")
+  for t in 1e-40 1e-30 0.000001; do  # below vLLM's 1e-5: greedy (1 / 1e-40 overflows float)
+    run generate -q --model "$model" -n 6 -t "$t" --seed 3 --json "$dir/t" "$prompt" || fail "exit $?"
+    [ "$(jq -c .token_ids "$dir/t")" = "$greedy" ] || fail "-t $t is not greedy: $(cat "$dir/t")"
+  done
+  for s in -2 18446744073709551616 1.5 abc; do
+    run generate --model "$model" -n 1 --seed "$s" hi && fail "--seed $s accepted"
+    has "$err" "^--seed: --seed must be -1 \(random\) or an integer in \[0, 2\^64\) but is '$s'" ||
+      fail "--seed $s: no clear error"
+  done
+  run generate -q --model "$model" -n 2 --seed -1 -t 1 "$prompt" || fail "--seed -1: exit $?"
+  run generate --model "$model" -n 1 --ctx-size 100000 "$prompt" || fail "exit $?"
+  has "$err" "warning: --ctx-size 100000 is more than the model's context; using 8192" ||
+    fail "no --ctx-size warning"
+  has "$out" warning && fail "warning on stdout"
+  run generate --model "$model" -n 1 --kv-cache-mb 1 --no-chat "Hi" || fail "exit $?"
+  has "$err" "warning: --kv-cache-mb 1 holds [0-9]+ tokens, fewer than one sequence's context" ||
+    fail "no --kv-cache-mb warning"
+  run bench --model "$model" --scale 0.01 --json /nonexistent/dir/b.json && fail "bad --json accepted"
+  has "$err" "cannot write --json file '/nonexistent/dir/b.json'" || fail "bench --json: no clear error"
+  has "$err" "Throughput" && fail "bench ran before refusing --json"
+  run bench --model "$model" --scale 0 && fail "--scale 0 accepted"
+  has "$err" "^--scale: --scale must be a number > 0 but is 0$" || fail "--scale 0: no clear error" ;;
 *) echo "unknown case $case"; exit 2 ;;
 esac
 echo "ok ($case)"

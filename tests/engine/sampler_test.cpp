@@ -50,6 +50,15 @@ TEST(Sampler, GreedyTakesArgmaxLowestIdOnTies) {
   Sampler k1(sampling(1.0f, 1), 0);  // top_k == 1 is greedy too
   EXPECT_EQ(k1.sample(l), 1);
   EXPECT_EQ(support(Sampler(sampling(0.0f), 0).probabilities(l)), (std::vector<int>{1}));
+  // Tiny and negative temperatures are greedy too: 1 / 1e-40 is infinite in float, and the
+  // scaled logits would be inf / NaN (the CLI printed the last vocabulary id every step).
+  for (float t : {1e-40f, 1e-30f, 9e-6f, -1.0f}) {
+    Sampler tiny(sampling(t), 7);
+    EXPECT_EQ(tiny.sample(l), 1) << t;
+    EXPECT_EQ(support(tiny.probabilities(l)), (std::vector<int>{1})) << t;
+  }
+  EXPECT_FALSE(greedy_sampling(kGreedyTemperature, 0));
+  EXPECT_TRUE(greedy_sampling(kGreedyTemperature, 1));
 }
 
 TEST(Sampler, TemperatureScalesTheSoftmax) {

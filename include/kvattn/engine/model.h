@@ -83,10 +83,11 @@ struct ModelOptions {
 
 // How to draw the token of one logit row on the model's device. The draw is a function of
 // the row's logits and (seed, stream, step) only, so it does not depend on the batch the row
-// is in. Filters as in Sampler (sampler.h): temperature <= 0 or top_k == 1 is greedy argmax,
-// lowest id on ties (exactly argmax() of the logits forward() returns); otherwise temperature,
-// top-k (ties at the k-th logit go to the lowest ids), softmax, top-p (the shortest prefix in
-// (p desc, id asc) order reaching top_p of the mass), min-p, then a draw. The GPU draws with
+// is in. Filters as in Sampler (sampler.h): temperature < kGreedyTemperature or top_k == 1
+// is greedy argmax, lowest id on ties (exactly argmax() of the logits forward() returns);
+// otherwise temperature, top-k (ties at the k-th logit go to the lowest ids), softmax, top-p
+// (the shortest prefix in (p desc, id asc) order reaching top_p of the mass), min-p, then a
+// draw. The GPU draws with
 // Philox keyed by (seed, stream, step), not with Sampler's generator: the same distribution,
 // not the same tokens as host sampling.
 struct RowSampling {

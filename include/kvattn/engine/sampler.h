@@ -2,8 +2,8 @@
 //
 // Order of the filters (HF's and vLLM's): temperature, then top-k, then softmax, then top-p
 // (keep the smallest most-probable set whose mass reaches top_p), then min-p (drop
-// p < min_p * p_max), then renormalise and draw. temperature <= 0 (or top_k == 1) is greedy
-// argmax; ties go to the lowest id, so greedy never depends on the seed.
+// p < min_p * p_max), then renormalise and draw. temperature < kGreedyTemperature (or
+// top_k == 1) is greedy argmax; ties go to the lowest id, so greedy never depends on the seed.
 #pragma once
 
 #include <cstdint>
@@ -16,8 +16,15 @@
 
 namespace kvattn {
 
+// Temperatures below this are greedy (vLLM's sampling epsilon): 1 / t overflows float for t
+// near 1e-39, and long before that the draw is the argmax anyway.
+inline constexpr float kGreedyTemperature = 1e-5f;
+inline bool greedy_sampling(float temperature, int top_k) {
+  return temperature < kGreedyTemperature || top_k == 1;
+}
+
 struct SamplingParams {
-  float temperature = 0.0f;  // <= 0 => greedy
+  float temperature = 0.0f;  // < kGreedyTemperature => greedy
   int top_k = 0;             // <= 0 => off
   float top_p = 1.0f;        // >= 1 => off
   float min_p = 0.0f;        // <= 0 => off

@@ -122,10 +122,10 @@ void LLMEngine::check_request(size_t i, const std::vector<int32_t>& prompt,
   }
   const auto n = static_cast<int64_t>(prompt.size());
   KVATTN_CHECK(n <= max_model_len_, "LLM: prompt ", i, " has ", n,
-               " tokens but the context (ctx_size) is ", max_model_len_);
+               " tokens but the context (ctx_size, --ctx-size) is ", max_model_len_);
   KVATTN_CHECK(n <= kv_cache_tokens(), "LLM: prompt ", i, " has ", n,
                " tokens but the KV cache holds only ", kv_cache_tokens(),
-               " (raise LLMOptions::kv_cache_bytes)");
+               " (raise LLMOptions::kv_cache_bytes: --kv-cache-mb on the command line)");
 }
 
 uint64_t LLMEngine::add_request(std::vector<int32_t> prompt, const SamplingParams& params) {

@@ -36,6 +36,7 @@
 #include <cstring>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kvattn/engine/sampler.h"
 
 // Thread block clusters (sm_90+) for the split form's selects; other targets never launch them.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -638,7 +639,7 @@ SampleParams make_sample_params(const RowSampling& r, size_t row_index) {
   KVATTN_CHECK(r.min_p >= 0.0f && r.min_p <= 1.0f, "forward_sample: rows[", row_index,
                "].min_p must be in [0, 1] but is ", r.min_p);
   SampleParams p;
-  const bool greedy = r.temperature <= 0.0f || r.top_k == 1;
+  const bool greedy = greedy_sampling(r.temperature, r.top_k);
   p.mode = greedy ? kSampleGreedy : kSampleRandom;
   p.top_k = r.top_k;
   p.inv_temperature = greedy ? 1.0f : 1.0f / r.temperature;

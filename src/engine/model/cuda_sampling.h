@@ -2,7 +2,7 @@
 // device. Same filters, in the same order, as the host Sampler (sampler.h): temperature,
 // top-k, softmax, top-p, min-p, renormalise, draw.
 //
-// Greedy (temperature <= 0 or top_k == 1): argmax of the bf16 logits with the host argmax()'s
+// Greedy (temperature < kGreedyTemperature or top_k == 1): argmax of the bf16 logits with the host argmax()'s
 // rules exactly (NaN below every number, equal values => the lowest id), so it equals
 // argmax() over the float32 copy of the same row that forward() returns.
 //

@@ -81,7 +81,7 @@ Sampler::Sampler(const SamplingParams& params, uint64_t stream_index)
 void Sampler::filter(std::span<const float> logits) {
   const auto vocab = static_cast<int32_t>(logits.size());
   KVATTN_CHECK(vocab > 0, "Sampler: logits are empty");
-  if (params_.temperature <= 0.0f || params_.top_k == 1) {
+  if (greedy_sampling(params_.temperature, params_.top_k)) {
     cand_.assign(1, argmax(logits));
     probs_.assign(1, 1.0f);
     return;
