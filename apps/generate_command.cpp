@@ -140,9 +140,32 @@ void print_speed(const GenerationStats& s) {
   std::fputc('\n', stderr);
 }
 
+// The sampling flags checked before the model loads, SamplingParams' field names in the
+// message replaced by the flags that set them (validate() speaks for the library's API).
+void check_sampling_flags(const SamplingParams& p) {
+  try {
+    validate(p);
+  } catch (const Error& e) {
+    std::string m = e.what();
+    static const std::pair<const char*, const char*> kFlags[] = {
+        {"SamplingParams: temperature", "--temperature"},
+        {"SamplingParams: top_p", "--top-p"},
+        {"SamplingParams: min_p", "--min-p"},
+        {"SamplingParams: presence_penalty", "--presence-penalty"},
+        {"SamplingParams: frequency_penalty", "--frequency-penalty"},
+        {"SamplingParams: repetition_penalty", "--repeat-penalty"},
+        {"SamplingParams: stop strings", "--stop strings"}};
+    for (const auto& [field, flag] : kFlags) {
+      if (m.rfind(field, 0) == 0) m = flag + m.substr(std::string(field).size());
+    }
+    throw Error("generate: " + m);
+  }
+}
+
 }  // namespace
 
 int run_generate(const GenerateArgs& args) {
+  check_sampling_flags(args.sampling);
   LLMOptions opt;
   opt.model = resolve_model_path(args.model);
   opt.device = parse_device(args.device);

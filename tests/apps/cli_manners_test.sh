@@ -155,6 +155,12 @@ seeds_and_sizing)  # session 49's probe: --seed -1, tiny temperatures, sizes not
   run bench --model "$model" --scale 0.01 --json /nonexistent/dir/b.json && fail "bad --json accepted"
   has "$err" "cannot write --json file '/nonexistent/dir/b.json'" || fail "bench --json: no clear error"
   has "$err" "Throughput" && fail "bench ran before refusing --json"
+  for f in "--top-p 0" "--min-p 2" "--presence-penalty 5" "--repeat-penalty 0"; do
+    flag=${f% *}
+    run generate --model "$model" -n 1 $f hi && fail "$f accepted"
+    has "$err" "^kvattn: error: generate: $flag must be" || fail "$f: the error does not name $flag"
+    has "$err" "loaded|loading" && fail "$f: checked only after the model loaded"
+  done
   run bench --model "$model" --scale 0 && fail "--scale 0 accepted"
   has "$err" "^--scale: --scale must be a number > 0 but is 0$" || fail "--scale 0: no clear error" ;;
 *) echo "unknown case $case"; exit 2 ;;
