@@ -32,53 +32,62 @@ void send_error(httplib::Response& res, const ApiError& e) {
   res.set_content(dump(e.to_json()), "application/json");
 }
 
-// Runs a handler; ApiError becomes its response, anything else a 500.
+// Runs f; ApiError becomes the response, anything else a 500.
+template <typename F>
+void respond_guarded(httplib::Response& res, F&& f) {
+  try {
+    f();
+  } catch (const ApiError& e) {
+    send_error(res, e);
+  } catch (const std::exception& e) {
+    send_error(res, ApiError(500, std::string("internal error: ") + e.what()));
+  }
+}
+
+// A route's handler, guarded (respond_guarded).
 template <typename F>
 httplib::Server::Handler guarded(F f) {
   return [f](const httplib::Request& req, httplib::Response& res) {
-    try {
-      f(req, res);
-    } catch (const ApiError& e) {
-      send_error(res, e);
-    } catch (const std::exception& e) {
-      send_error(res, ApiError(500, std::string("internal error: ") + e.what()));
-    }
+    respond_guarded(res, [&] { f(req, res); });
   };
 }
 
 // A POST route's handler over its whole body, read here whatever the Content-Type says: httplib
 // would otherwise parse an application/x-www-form-urlencoded body (curl -d's default) as a
-// form and refuse one over 8 KiB with a 413. The body limit (max_body_bytes) still applies;
-// multipart bodies are refused (the API takes JSON).
+// form and refuse one over 8 KiB with a 413. The body limit (max_body_bytes) still applies.
+// A multipart body is read to its end (the connection stays in step) and refused: the API
+// takes JSON.
 template <typename F>
 httplib::Server::HandlerWithContentReader with_body(F f) {
   return [f](const httplib::Request& req, httplib::Response& res,
              const httplib::ContentReader& reader) {
-    try {
+    respond_guarded(res, [&] {
+      std::string body;
+      bool read = false;
+      if (req.is_multipart_form_data()) {
+        read = reader([](const httplib::MultipartFormData&) { return true; },
+                      [](const char*, size_t) { return true; });
+      } else {
+        read = reader([&body](const char* data, size_t n) {
+          body.append(data, n);
+          return true;
+        });
+      }
+      if (!read && res.status == 413) {
+        throw ApiError(413, "The request body is too large", "", "payload_too_large");
+      }
       if (req.is_multipart_form_data()) {
         throw bad_request("the request body must be JSON (Content-Type: application/json), not "
                           "multipart/form-data",
                           "", "invalid_json");
       }
-      std::string body;
-      const bool read = reader([&body](const char* data, size_t n) {
-        body.append(data, n);
-        return true;
-      });
       if (!read) {
-        if (res.status == 413) {
-          throw ApiError(413, "The request body is too large", "", "payload_too_large");
-        }
         throw bad_request("the request body could not be read (a POST takes a JSON body, sent "
                           "with Content-Length or chunked)",
                           "", "invalid_json");
       }
       f(std::string_view(body), res);
-    } catch (const ApiError& e) {
-      send_error(res, e);
-    } catch (const std::exception& e) {
-      send_error(res, ApiError(500, std::string("internal error: ") + e.what()));
-    }
+    });
   };
 }
 

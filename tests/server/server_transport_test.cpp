@@ -37,6 +37,7 @@ TEST(ServerTransport, BodyIsJsonWhateverTheContentType) {
   o.max_body_bytes = 64 << 10;
   Running s(o);
   auto c = s.client();
+  c.set_keep_alive(true);  // one connection: every refusal must leave it in step
   Json b = completion_body({5, 6, 7}, 4, false);
   b["user"] = std::string(20000, 'u');  // a 20 KB body: past httplib's 8 KiB form limit
   const std::string body = b.dump();
@@ -60,6 +61,7 @@ TEST(ServerTransport, BodyIsJsonWhateverTheContentType) {
   EXPECT_NE(Json::parse(multipart->body)["error"]["message"].get<std::string>().find("multipart"),
             std::string::npos);
   EXPECT_EQ(ids_of(c.Post("/v1/completions", body, kForm)), want);  // still serving
+  c.stop();  // close the kept-alive connection: the server's stop would wait out its 5 s idle
   s.stop();
 }
 
