@@ -367,6 +367,8 @@ ParsedRequest parse_request(std::string_view body, Endpoint endpoint) {
       r.seed_given = true;
     } else if (key == "stop") {
       parse_stop(v, p);
+    } else if (key == "include_stop_str_in_output") {  // vLLM's extension
+      p.include_stop_str_in_output = get_bool(v, k);
     } else if (key == "n") {
       p.n = static_cast<int>(get_int(v, k, 1, 128));
     } else if (key == "stream") {

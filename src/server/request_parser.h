@@ -11,6 +11,7 @@
 //                or chunk, also carries the generated ids as "token_ids");
 //                presence_penalty / frequency_penalty [-2, 2], vLLM's repetition_penalty
 //                (0, 100], logit_bias {"<token id>": [-100, 100]} (at most 1024), vLLM's
+//                include_stop_str_in_output (the text ends after the matched stop string),
 //                stop_token_ids (up to 16 ids: generation ends at them, as at the model's
 //                end tokens, and they are left out of the text), vLLM's min_tokens (the end
 //                and stop ids are held back until then; <= max_tokens);

@@ -202,6 +202,20 @@ TEST(StopStrings, CutBeforeTheMatchAcrossPieces) {
   EXPECT_TRUE(stopped);
 }
 
+// vLLM's include_stop_str_in_output: the text ends after the match, the whole of it (the
+// longest stop string where several match at one position).
+TEST(StopStrings, IncludeTheMatch) {
+  StopStringMatcher m({"world"}, /*include_match=*/true);
+  bool stopped;
+  EXPECT_EQ(feed(m, {"Hello wo", "r", "ld and more"}, &stopped), "Hello world");
+  EXPECT_TRUE(stopped);
+  StopStringMatcher two({"ab", "abc", "x"}, true);
+  EXPECT_EQ(feed(two, {"zzabcx"}, &stopped), "zzabc");
+  EXPECT_TRUE(stopped);
+  StopStringMatcher cut({"ab", "abc", "x"});
+  EXPECT_EQ(feed(cut, {"zzabcx"}, &stopped), "zz");
+}
+
 TEST(StopStrings, HoldBackOnlyWhatCouldStartAStop) {
   StopStringMatcher m({"STOP", "\n\n"});
   auto r = m.push("abc ST");

@@ -281,6 +281,18 @@ TEST(RequestParser, MaxCompletionTokensWins) {
             "max_completion_tokens");  // chat's field only
 }
 
+TEST(RequestParser, IncludeStopStrInOutput) {  // vLLM's extension, both endpoints
+  EXPECT_FALSE(parse(R"({"prompt": "x", "stop": "y"})").params.include_stop_str_in_output);
+  EXPECT_TRUE(parse(R"({"prompt": "x", "stop": "y", "include_stop_str_in_output": true})")
+                  .params.include_stop_str_in_output);
+  EXPECT_TRUE(parse(R"({"messages": [{"role": "user", "content": "hi"}],
+                        "include_stop_str_in_output": true})",
+                    Endpoint::kChat)
+                  .params.include_stop_str_in_output);
+  EXPECT_EQ(error_of(R"({"prompt": "x", "include_stop_str_in_output": 1})").param(),
+            "include_stop_str_in_output");
+}
+
 // vLLM's chat template fields: add_generation_prompt, and chat_template_kwargs' one variable the
 // native templates read (Qwen3's enable_thinking); /tokenize takes the same.
 TEST(RequestParser, ChatTemplateFields) {

@@ -44,6 +44,7 @@ struct SamplingParams {
   bool ignore_eos = false;                // do not stop at the model's end/eos tokens
   std::vector<int32_t> stop_token_ids;    // extra stop ids (apply even with ignore_eos)
   std::vector<std::string> stop;          // stop strings; the text is cut before the match
+  bool include_stop_str_in_output = false;  // vLLM's: cut after the match instead
   bool skip_special_tokens = true;        // drop special tokens from the output text
   // false: no text (outputs and events carry ids only), which saves host time per token in
   // benchmarks. Stop strings need text, so they must be empty then.
@@ -131,11 +132,13 @@ int32_t argmax(std::span<const float> logits);
 // stop string.
 class StopStringMatcher {
  public:
-  explicit StopStringMatcher(std::vector<std::string> stops);
+  // include_match: the emitted text ends after the matched stop string (vLLM's
+  // include_stop_str_in_output) instead of before it.
+  explicit StopStringMatcher(std::vector<std::string> stops, bool include_match = false);
 
   struct Result {
     std::string emit;      // text safe to show now
-    bool stopped = false;  // a stop string matched; emit ends right before it
+    bool stopped = false;  // a stop string matched; emit ends right before it (or after it)
   };
   Result push(std::string_view piece);
   // End of the stream without a match: what was held back.
@@ -143,6 +146,7 @@ class StopStringMatcher {
 
  private:
   std::vector<std::string> stops_;
+  bool include_match_ = false;
   std::string held_;
   size_t max_stop_ = 0;
 };

@@ -30,7 +30,7 @@ Sample::Sample(Request& request, uint32_t index_, SeqId seq_id, std::vector<int3
       seq(seq_id, std::move(prompt)),
       sampler(request.params, request.stream_of(index_)),
       logit_rules(request.params, seq.token_ids(), eos_ids),
-      stops(request.params.stop) {
+      stops(request.params.stop, request.params.include_stop_str_in_output) {
   if (tokenizer != nullptr && request.params.detokenize) {
     decoder.emplace(*tokenizer, request.params.skip_special_tokens);
   }

@@ -182,7 +182,8 @@ std::vector<float> Sampler::probabilities(std::span<const float> logits) {
 
 // ---- stop strings ----
 
-StopStringMatcher::StopStringMatcher(std::vector<std::string> stops) : stops_(std::move(stops)) {
+StopStringMatcher::StopStringMatcher(std::vector<std::string> stops, bool include_match)
+    : stops_(std::move(stops)), include_match_(include_match) {
   for (const auto& s : stops_) max_stop_ = std::max(max_stop_, s.size());
 }
 
@@ -193,10 +194,18 @@ StopStringMatcher::Result StopStringMatcher::push(std::string_view piece) {
     return r;
   }
   held_.append(piece);
-  size_t first = std::string::npos;
-  for (const auto& s : stops_) first = std::min(first, held_.find(s));
+  // The earliest match; at one position the longest stop string (what vLLM's order-based
+  // search would need the list sorted for), so that "included" text is the whole match.
+  size_t first = std::string::npos, length = 0;
+  for (const auto& s : stops_) {
+    const size_t at = held_.find(s);
+    if (at < first || (at == first && at != std::string::npos && s.size() > length)) {
+      first = at;
+      length = s.size();
+    }
+  }
   if (first != std::string::npos) {
-    r.emit = held_.substr(0, first);
+    r.emit = held_.substr(0, include_match_ ? first + length : first);
     r.stopped = true;
     held_.clear();
     return r;
