@@ -40,7 +40,11 @@ std::unique_ptr<LLMEngine> load(LLMOptions options) {
   load.keep_quantized = options.weight_format == WeightFormat::kGguf &&
                         options.device.is_cpu() && options.tensor_parallel == 1;
   ModelWeights w = load_gguf_model(options.model, options.on_load_progress, load);
-  std::optional<Tokenizer> tok = Tokenizer::from_gguf(GgufFile::open(options.model));
+  // A GGUF without tokenizer keys has no tokenizer (token-id prompts only), as an HF directory
+  // without tokenizer.json; keys of a kind kvattn does not read are an error.
+  const GgufFile g = GgufFile::open(options.model);
+  std::optional<Tokenizer> tok;
+  if (g.find("tokenizer.ggml.model") != nullptr) tok = Tokenizer::from_gguf(g);
   return std::make_unique<LLMEngine>(std::move(w), std::move(tok), options);
 }
 

@@ -16,6 +16,8 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& g) {
   auto t = std::make_shared<Impl>();
   t->name = g.path();
   const std::string& file = t->name;
+  KVATTN_CHECK(g.find("tokenizer.ggml.model") != nullptr, file,
+               ": tokenizer.ggml.model is missing (the file has no tokenizer)");
   const std::string model = g.get_string("tokenizer.ggml.model", "");
   KVATTN_CHECK(model == "gpt2" || model == "llama", file, ": tokenizer.ggml.model is '", model,
                "' (supported: 'gpt2', byte-level BPE, and 'llama', SentencePiece BPE)");
