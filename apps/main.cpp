@@ -133,11 +133,16 @@ int main(int argc, char** argv) {
   setenv("NCCL_NVLS_ENABLE", "0", 1);
   CLI::App app{"kvattn: paged KV-cache attention and a small LLM engine"};
   app.require_subcommand(1);
+  // A flag given twice takes its last value (llama.cpp's and argparse's way: wrapper scripts
+  // append overrides); the repeatable options (prompts, --stop, --allowed-origins) take all.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
 
   kvattn::cli::GenerateArgs g;
   auto* gen = app.add_subcommand(
       "generate", "Generate text for one or more prompts (streams when there is one)");
-  gen->add_option("prompts", g.prompts, "Prompt text (one or more)")->required();
+  gen->add_option("prompts", g.prompts, "Prompt text (one or more)")
+      ->required()
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   add_engine_options(gen, g,
                      "A .gguf file or an HF directory (default: SmolLM2-135M-Instruct from "
                      "models/, fetched by scripts/fetch_model.sh; or $KVATTN_MODEL)");
@@ -177,6 +182,7 @@ int main(int argc, char** argv) {
                 "they are dropped silently. The end-of-text token that stops generation is "
                 "never printed");
   gen->add_option("--stop", g.sampling.stop, "Stop string (repeatable); not printed")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
       ->allow_extra_args(false);
   add_threads_option(gen, g.threads, "all cores, or one while the machine is oversubscribed");
   gen->add_option("--json", g.json,
@@ -286,7 +292,8 @@ int main(int argc, char** argv) {
   serve->add_option("--allowed-origins", sv.allowed_origins,
                     "CORS: origins browsers may call from, \"*\" or exact origins, comma-separated "
                     "(default \"*\", vLLM's; '' turns CORS off)")
-      ->delimiter(',');
+      ->delimiter(',')
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   serve->add_flag("-q,--quiet", sv.quiet, "No loading progress on stderr");
 
   std::string info_model;

@@ -139,6 +139,11 @@ seeds_and_sizing)  # session 49's probe: --seed -1, tiny temperatures, sizes not
     run generate -q --model "$model" -n 6 -t "$t" --seed 3 --json "$dir/t" "$prompt" || fail "exit $?"
     [ "$(jq -c .token_ids "$dir/t")" = "$greedy" ] || fail "-t $t is not greedy: $(cat "$dir/t")"
   done
+  # A flag given twice takes its last value (llama.cpp, argparse); --stop and prompts add up.
+  run generate -q --model "$model" -n 2 -n 5 --ignore-eos --json - "$prompt" || fail "exit $?"
+  jq -e '.token_ids | length == 5' "$out" >/dev/null || fail "-n 2 -n 5 is not 5: $(cat "$out")"
+  run generate -q --model "$model" -n 2 --json - "$prompt" "Say hello." || fail "exit $?"
+  [ "$(wc -l <"$out")" -eq 2 ] || fail "two prompts are not two objects"
   for s in -2 18446744073709551616 1.5 abc; do
     run generate --model "$model" -n 1 --seed "$s" hi && fail "--seed $s accepted"
     has "$err" "^--seed: --seed must be -1 \(random\) or an integer in \[0, 2\^64\) but is '$s'" ||
