@@ -549,14 +549,15 @@ def _check_new_kv(fn, k, v, batch, k_cache):
 def _check_slots_found(fn, xp, slots, num_blocks, block_size, cache_seqlens, block_table,
                        seqlen_new):
     """CPU: every new key has a slot (append_slots gives `bad` where a position is negative,
-    past the block table, or on a negative block id); else an error naming the sequence and
+    past the block table, or on a negative block id; a block id past the cache gives more);
+    else an error naming the sequence and
     cache_seqlens instead of store_kv's slot_mapping, which the caller never saw. On the GPU
     this would need a sync: store_kv skips such keys there and records a device fault."""
     if not (xp.on_cpu(slots) and xp.on_cpu(cache_seqlens) and xp.on_cpu(block_table)):
         return
     bad = num_blocks * block_size
     flat = slots.numpy() if _is_torch(slots) else slots
-    missing = (flat == bad).nonzero()[0]
+    missing = (flat >= bad).nonzero()[0]
     if missing.shape[0] == 0:
         return
     i = int(missing[0])
@@ -571,8 +572,10 @@ def _check_slots_found(fn, xp, slots, num_blocks, block_size, cache_seqlens, blo
         why = ("past the block table's %d slots a row (cache_seqlens[%d] = %d + seqlen_new = %d)"
                % (width * block_size, b, int(lens[b]), seqlen_new))
     else:
-        why = "on block_table[%d][%d] = %d (a padding block)" % (b, pos // block_size,
-                                                                 int(table[b][pos // block_size]))
+        col = pos // block_size
+        blk = int(table[b][col])
+        why = ("on block_table[%d][%d] = %d, %s" % (b, col, blk, "a padding block" if blk < 0
+               else "outside the cache's %d blocks" % num_blocks))
     raise _C.Error("kvattn.%s: new key %d of sequence %d would go to position %d, %s"
                    % (fn, t, b, pos, why))
 

@@ -233,7 +233,8 @@ def test_kvcache_append_past_capacity_raises(rng):
     [
         ([2, 31], [[0, 1], [2, 3]], (2, 2, 2, 8), r"sequence 1 .*cache_seqlens\[1\] = 31"),
         ([2, -1], [[0, 1], [2, 3]], (2, 2, 2, 8), r"negative position \(cache_seqlens\[1\] = -1\)"),
-        ([2, 15], [[0, 1], [2, -1]], (2, 2, 2, 8), r"block_table\[1\]\[1\] = -1 \(a padding"),
+        ([2, 15], [[0, 1], [2, -1]], (2, 2, 2, 8), r"block_table\[1\]\[1\] = -1, a padding"),
+        ([2, 15], [[0, 1], [2, 8]], (2, 2, 2, 8), r"block_table\[1\]\[1\] = 8, outside the cache's 8"),
         ([0, 0], np.zeros((2, 0), np.int32), (2, 2, 2, 8), r"past the block table's 0 slots"),
         ([2, 2], [[0, 1], [2, 3]], (1, 2, 2, 8), r"k must have shape \[batch = 2"),
         ([2, 2], [[0, 1], [2, 3]], (2, 2, 1, 8), r"k must have shape"),
