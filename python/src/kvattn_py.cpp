@@ -134,35 +134,13 @@ const TypeInfo& type_info(PyTypeObject* tp) {
 
 // The producer's `__dlpack__()` raised (NumPy refuses read-only, broadcast and non-native
 // byte order arrays there: the legacy protocol cannot say "read-only"): a TypeError naming
-// the argument and what to pass instead, the producer's message kept as its cause.
+// the argument and what to pass instead, chained onto the producer's error (its cause).
 [[noreturn]] void raise_export_failure(const char* name) {
-  PyObject *type = nullptr, *value = nullptr, *trace = nullptr;
-  PyErr_Fetch(&type, &value, &trace);
-  PyErr_NormalizeException(&type, &value, &trace);
-  std::string why = "?";
-  if (value != nullptr) {
-    if (PyObject* s = PyObject_Str(value)) {
-      if (const char* c = PyUnicode_AsUTF8(s)) why = c;
-      Py_DECREF(s);
-    }
-  }
-  PyErr_Clear();
-  PyErr_SetString(PyExc_TypeError,
-                  (std::string("kvattn: ") + name + " could not be exported through DLPack (" + why +
-                   "); pass a writable, native-byte-order array, e.g. numpy.array(" + name +
-                   ") or " + name + ".copy()")
-                      .c_str());
-  if (value != nullptr) {
-    PyObject *t2 = nullptr, *v2 = nullptr, *tb2 = nullptr;
-    PyErr_Fetch(&t2, &v2, &tb2);
-    PyErr_NormalizeException(&t2, &v2, &tb2);
-    PyException_SetCause(v2, value);  // steals the reference to value
-    value = nullptr;
-    PyErr_Restore(t2, v2, tb2);
-  }
-  Py_XDECREF(type);
-  Py_XDECREF(value);
-  Py_XDECREF(trace);
+  nb::chain_error(PyExc_TypeError,
+                  "kvattn: %s could not be exported through DLPack (NumPy refuses read-only, "
+                  "broadcast and non-native byte order arrays); pass a writable, native-byte-"
+                  "order array, e.g. numpy.array(%s) or %s.copy()",
+                  name, name, name);
   raise_python();
 }
 

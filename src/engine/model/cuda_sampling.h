@@ -2,9 +2,9 @@
 // device. Same filters, in the same order, as the host Sampler (sampler.h): temperature,
 // top-k, softmax, top-p, min-p, renormalise, draw.
 //
-// Greedy (temperature < kGreedyTemperature or top_k == 1): argmax of the bf16 logits with the host argmax()'s
-// rules exactly (NaN below every number, equal values => the lowest id), so it equals
-// argmax() over the float32 copy of the same row that forward() returns.
+// Greedy (temperature < kGreedyTemperature or top_k == 1): argmax of the bf16 logits with the
+// host argmax()'s rules exactly (NaN below every number, equal values => the lowest id), so it
+// equals argmax() over the float32 copy of the same row that forward() returns.
 //
 // Sampled rows, with p_i = exp((l_i - max l) / T) (the max has p = 1, as on the host):
 // - top-k keeps the k largest logits; at the boundary, equal logits go to the lowest ids
