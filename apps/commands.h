@@ -45,6 +45,9 @@ struct GenerateArgs {
   bool chat = false;     // --chat: force the chat template
   bool no_chat = false;  // --no-chat: raw completion
   std::vector<std::string> prompts;
+  // -f/--file: one prompt per file, after the positional ones ("-": standard input), its
+  // one trailing newline dropped (llama.cpp's -f).
+  std::vector<std::string> prompt_files;
   SamplingParams sampling;
   int threads = 0;
   std::string weights = "auto";  // CPU weight storage: auto | gguf | f32 | f16 | bf16 | q8

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,37 @@ class ProgressLine {
   bool quiet_, tty_;
   int last_ = -1;
 };
+
+// The positional prompts, then one per --file (llama.cpp's -f: the file's text with one
+// trailing newline dropped, so `echo text > f` gives "text"; "-" reads standard input once).
+std::vector<std::string> collect_prompts(const GenerateArgs& args) {
+  std::vector<std::string> prompts = args.prompts;
+  bool stdin_read = false;
+  for (const auto& path : args.prompt_files) {
+    std::string text;
+    if (path == "-") {
+      KVATTN_CHECK(!stdin_read, "generate: --file - (standard input) given more than once");
+      stdin_read = true;
+      text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+      KVATTN_CHECK(!std::cin.bad(), "generate: --file -: reading standard input failed");
+    } else {
+      KVATTN_CHECK(!std::filesystem::is_directory(path), "generate: --file: '", path,
+                   "' is a directory, not a prompt file");
+      std::ifstream in(path, std::ios::binary);
+      KVATTN_CHECK(in.good(), "generate: --file: cannot read '", path, "'");
+      text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+      KVATTN_CHECK(!in.bad(), "generate: --file: reading '", path, "' failed");
+    }
+    if (text.size() >= 2 && text.compare(text.size() - 2, 2, "\r\n") == 0) {
+      text.resize(text.size() - 2);
+    } else if (!text.empty() && text.back() == '\n') {
+      text.pop_back();
+    }
+    prompts.push_back(std::move(text));
+  }
+  KVATTN_CHECK(!prompts.empty(), "generate: no prompt: give prompt text or --file FILE");
+  return prompts;
+}
 
 Device parse_device(const std::string& d) {
   if (d == "cpu") return Device::cpu();
@@ -166,6 +198,7 @@ void check_sampling_flags(const SamplingParams& p) {
 
 int run_generate(const GenerateArgs& args) {
   check_sampling_flags(args.sampling);
+  const std::vector<std::string> prompts = collect_prompts(args);
   LLMOptions opt;
   opt.model = resolve_model_path(args.model);
   opt.device = parse_device(args.device);
@@ -174,7 +207,7 @@ int run_generate(const GenerateArgs& args) {
   opt.kv_cache_bytes = args.kv_cache_mb << 20;
   opt.ctx_size = args.ctx_size;
   // The prompts run as one batch: the default CPU pool then holds their contexts, not more.
-  opt.max_num_seqs = std::max<int64_t>(1, static_cast<int64_t>(args.prompts.size()));
+  opt.max_num_seqs = std::max<int64_t>(1, static_cast<int64_t>(prompts.size()));
   apply_kv_cache_args(args.kv, opt);
   apply_weights_arg(args.weights, opt);
   // Open the JSON file before the model loads, so a bad path fails at once.
@@ -210,7 +243,7 @@ int run_generate(const GenerateArgs& args) {
                "generate: --chat was given but the model has no chat template");
   // Encoded here (as LLM::generate would) so --json reports the ids the model saw.
   std::vector<std::vector<int32_t>> prompt_ids;
-  for (const auto& p : args.prompts) prompt_ids.push_back(llm.encode(chat ? llm.chat_prompt(p) : p));
+  for (const auto& p : prompts) prompt_ids.push_back(llm.encode(chat ? llm.chat_prompt(p) : p));
 
   SamplingParams sampling = args.sampling;
   sampling.skip_special_tokens = !args.special;
@@ -224,7 +257,7 @@ int run_generate(const GenerateArgs& args) {
   });
   if (stream) out.end_line();
   for (size_t i = 0; print_text && !stream && i < outs.size(); ++i) {
-    std::printf("=== [%zu] %s\n", i, args.prompts[i].c_str());
+    std::printf("=== [%zu] %s\n", i, prompts[i].c_str());
     out.write(outs[i].text);
     out.end_line();
   }
@@ -232,7 +265,7 @@ int run_generate(const GenerateArgs& args) {
   if (!args.json.empty()) {
     std::ostream& os = json_stdout ? std::cout : json_file;
     for (size_t i = 0; i < outs.size(); ++i) {
-      os << prompt_json(i, args.prompts[i], prompt_ids[i], outs[i], times, s, load_s)
+      os << prompt_json(i, prompts[i], prompt_ids[i], outs[i], times, s, load_s)
                 .dump(-1, ' ', false, Json::error_handler_t::replace)
          << '\n';
     }

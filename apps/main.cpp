@@ -134,15 +134,20 @@ int main(int argc, char** argv) {
   CLI::App app{"kvattn: paged KV-cache attention and a small LLM engine"};
   app.require_subcommand(1);
   // A flag given twice takes its last value (llama.cpp's and argparse's way: wrapper scripts
-  // append overrides); the repeatable options (prompts, --stop, --allowed-origins) take all.
+  // append overrides); the repeatable options (prompts, --file, --stop, --allowed-origins) take
+  // all.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
 
   kvattn::cli::GenerateArgs g;
   auto* gen = app.add_subcommand(
       "generate", "Generate text for one or more prompts (streams when there is one)");
-  gen->add_option("prompts", g.prompts, "Prompt text (one or more)")
-      ->required()
+  gen->add_option("prompts", g.prompts, "Prompt text (one or more; or give --file)")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  gen->add_option("-f,--file", g.prompt_files,
+                  "Read a prompt from this file (repeatable: one prompt a file, after the "
+                  "positional ones; - reads standard input); one trailing newline is dropped")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->allow_extra_args(false);
   add_engine_options(gen, g,
                      "A .gguf file or an HF directory (default: SmolLM2-135M-Instruct from "
                      "models/, fetched by scripts/fetch_model.sh; or $KVATTN_MODEL)");

@@ -2,7 +2,7 @@
 # kvattn's command-line manners (issue 21), with stdout and stderr captured apart:
 #   cli_manners_test.sh KVATTN MODEL CASE
 # CASE: stdout_text | threads_invalid | sizes_invalid | threads_warning | zero_tokens | json |
-# special | seeds_and_sizing. Exits 77 (ctest: skipped) when MODEL (the default GGUF) or jq is missing;
+# special | seeds_and_sizing | prompt_file. Exits 77 (ctest: skipped) when MODEL (the default GGUF) or jq is missing;
 # threads_invalid and sizes_invalid need no model (the options are refused before one is
 # looked for).
 set -u
@@ -168,6 +168,35 @@ seeds_and_sizing)  # session 49's probe: --seed -1, tiny temperatures, sizes not
   done
   run bench --model "$model" --scale 0 && fail "--scale 0 accepted"
   has "$err" "^--scale: --scale must be a number > 0 but is 0$" || fail "--scale 0: no clear error" ;;
+prompt_file)  # -f/--file (llama.cpp's): a prompt from a file or stdin, one trailing newline off
+  command -v jq >/dev/null || { echo "skip: no jq"; exit 77; }
+  run generate -q --model "$model" -n 6 --json "$dir/pos" "$prompt" || fail "exit $?"
+  printf '%s\n' "$prompt" >"$dir/p.txt"
+  run generate -q --model "$model" -n 6 --json "$dir/file" -f "$dir/p.txt" || fail "exit $?"
+  [ "$(jq -c '[.prompt_token_ids, .token_ids]' "$dir/file")" = \
+    "$(jq -c '[.prompt_token_ids, .token_ids]' "$dir/pos")" ] || fail "-f differs: $(cat "$dir/file")"
+  has "$out" "The capital" || fail "no text from -f"
+  printf '%s\r\n' "$prompt" | "$kvattn" generate -q --model "$model" -n 6 --json "$dir/in" \
+    --file - >"$out" 2>"$err" || fail "--file -: exit $?"
+  [ "$(jq -c .prompt_token_ids "$dir/in")" = "$(jq -c .prompt_token_ids "$dir/pos")" ] ||
+    fail "--file - differs: $(cat "$dir/in")"
+  # Positional prompts first, then the files in order.
+  printf 'Say hello.' >"$dir/h.txt"
+  run generate -q --model "$model" -n 2 --json - -f "$dir/h.txt" "$prompt" -f "$dir/p.txt" ||
+    fail "exit $?"
+  jq -e -s --arg p "$prompt" 'map(.prompt) == [$p, "Say hello.", $p]' "$out" >/dev/null ||
+    fail "prompt order: $(cat "$out")"
+  # Refused before the model loads, naming the file.
+  run generate --model "$model" -n 1 -f "$dir/missing.txt" && fail "a missing file accepted"
+  has "$err" "generate: --file: cannot read '$dir/missing.txt'" || fail "missing file: no clear error"
+  has "$err" "loaded|loading" && fail "missing file: checked only after loading"
+  run generate --model "$model" -n 1 -f "$dir" && fail "a directory accepted"
+  has "$err" "is a directory, not a prompt file" || fail "directory: no clear error"
+  run generate --model "$model" -n 1 && fail "no prompt accepted"
+  has "$err" "generate: no prompt: give prompt text or --file FILE" || fail "no prompt: no clear error"
+  echo hi | "$kvattn" generate --model "$model" -n 1 -f - -f - >"$out" 2>"$err" &&
+    fail "stdin twice accepted"
+  has "$err" "more than once" || fail "stdin twice: no clear error" ;;
 *) echo "unknown case $case"; exit 2 ;;
 esac
 echo "ok ($case)"
