@@ -40,8 +40,8 @@ EchoPrompts echo_prompts(const ParsedRequest& pr, const EnginePrompts& ep, const
   e.ids = ep.prompts;
   e.n = static_cast<size_t>(ep.params.n);
   for (size_t i = 0; i < ep.prompts.size(); ++i) {
-    if (i < pr.text_prompts.size()) {
-      e.texts.push_back(pr.text_prompts[i]);  // as sent
+    if (i < pr.text_prompts.size() && !ep.truncated) {
+      e.texts.push_back(pr.text_prompts[i]);  // as sent (truncated: what was kept, below)
     } else {
       e.texts.push_back(llm.tokenizer() != nullptr ? llm.tokenizer()->decode(ep.prompts[i]) : "");
     }

@@ -47,6 +47,15 @@ EnginePrompts build_prompts(const ParsedRequest& r, const LLM& llm, uint64_t ran
 
   const int64_t context = context_of(llm);
   const int64_t vocab = llm.config().vocab_size;
+  if (r.truncate_prompt_tokens) {  // vLLM's: keep the last k tokens (-1: the context's length)
+    const auto keep = static_cast<size_t>(*r.truncate_prompt_tokens < 0 ? context
+                                                                        : *r.truncate_prompt_tokens);
+    for (auto& p : out.prompts) {
+      if (p.size() <= keep) continue;
+      p.erase(p.begin(), p.end() - static_cast<std::ptrdiff_t>(keep));
+      out.truncated = true;
+    }
+  }
   int64_t longest = 0;
   for (const auto& p : out.prompts) {
     if (p.empty()) throw bad_request("the prompt is empty (no tokens)", param);
@@ -81,6 +90,13 @@ EnginePrompts build_prompts(const ParsedRequest& r, const LLM& llm, uint64_t ran
       throw bad_request("logit_bias names token " + std::to_string(id) +
                             ", outside the vocabulary [0, " + std::to_string(vocab) + ")",
                         "logit_bias");
+    }
+  }
+  for (int32_t id : out.params.allowed_token_ids) {
+    if (id >= vocab) {  // the parser took ids in [0, 2^31)
+      throw bad_request("allowed_token_ids holds token " + std::to_string(id) +
+                            ", outside the vocabulary [0, " + std::to_string(vocab) + ")",
+                        "allowed_token_ids");
     }
   }
   if (out.params.min_tokens > out.params.max_tokens) {

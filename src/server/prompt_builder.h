@@ -16,6 +16,7 @@ namespace kvattn::server {
 struct EnginePrompts {
   std::vector<std::vector<int32_t>> prompts;
   SamplingParams params;
+  bool truncated = false;  // truncate_prompt_tokens cut at least one prompt
 };
 
 // `random_seed` is used when the request gives no seed (OpenAI: unseeded requests differ).

@@ -425,6 +425,21 @@ ParsedRequest parse_request(std::string_view body, Endpoint endpoint) {
                           k);
       }
       p.stop_token_ids = token_ids(v, k);
+    } else if (key == "allowed_token_ids") {  // vLLM's extension
+      if (!v.is_array() || v.empty() || v.size() > kMaxAllowedTokenIds) {
+        throw bad_request("allowed_token_ids must be a non-empty list of at most " +
+                              std::to_string(kMaxAllowedTokenIds) + " token ids",
+                          k);
+      }
+      p.allowed_token_ids = token_ids(v, k);
+    } else if (key == "truncate_prompt_tokens") {  // vLLM's extension
+      const int64_t t = get_int(v, k, -1, std::numeric_limits<int32_t>::max());
+      if (t == 0) {
+        throw bad_request("truncate_prompt_tokens must be -1 (the context's length) or >= 1 "
+                          "but is 0",
+                          k);
+      }
+      r.truncate_prompt_tokens = t;
     } else if (key == "echo" && !chat) {
       r.echo = get_bool(v, k);
     } else if (key == "best_of" && !chat) {

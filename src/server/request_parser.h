@@ -14,7 +14,10 @@
 //                include_stop_str_in_output (the text ends after the matched stop string),
 //                stop_token_ids (up to 16 ids: generation ends at them, as at the model's
 //                end tokens, and they are left out of the text), vLLM's min_tokens (the end
-//                and stop ids are held back until then; <= max_tokens);
+//                and stop ids are held back until then; <= max_tokens), vLLM's
+//                allowed_token_ids (a non-empty list: only these ids are drawn) and
+//                truncate_prompt_tokens (k >= 1: each prompt keeps its last k tokens; -1:
+//                its last context-length tokens, as vLLM's; usage counts what was kept);
 //   completions: prompt (string, list of strings, token ids, or list of token-id lists),
 //                echo (each choice's text and logprobs start with its prompt's; with
 //                logprobs, the prompt tokens' log-probabilities, SamplingParams::
@@ -64,6 +67,9 @@ struct ParsedRequest {
   bool include_usage = false;  // stream_options.include_usage
   bool return_token_ids = false;
   bool echo = false;  // completions: the prompt leads each choice (prompt_logprobs with logprobs)
+  // vLLM's truncate_prompt_tokens: each prompt keeps its last k tokens (-1: the context's
+  // length); none: prompts are taken whole.
+  std::optional<int64_t> truncate_prompt_tokens;
   // Chat, vLLM's: add_generation_prompt (default true) and chat_template_kwargs.enable_thinking.
   bool add_generation_prompt = true;
   std::optional<bool> enable_thinking;
@@ -75,6 +81,7 @@ inline constexpr size_t kMaxPrompts = 64;
 inline constexpr size_t kMaxMessages = 4096;
 inline constexpr size_t kMaxStops = 16;
 inline constexpr size_t kMaxLogitBias = 1024;
+inline constexpr size_t kMaxAllowedTokenIds = size_t{1} << 20;
 
 ParsedRequest parse_request(std::string_view body, Endpoint endpoint);
 

@@ -1,4 +1,5 @@
-// SamplingParams' logit_bias and presence / frequency / repetition penalties: LogitRules
+// SamplingParams' allowed_token_ids, logit_bias and presence / frequency / repetition
+// penalties: LogitRules
 // against the definition on random rows, and the LLM's greedy tokens under them against the
 // adjusted argmax of the model's own logits, teacher-forced over the same tokens (tiny_llama).
 #include <gtest/gtest.h>
@@ -133,6 +134,39 @@ TEST(LogitRules, MinTokensHoldsTheEndIdsBack) {
   EXPECT_FALSE(LogitRules(p, {}, eos).active());
 }
 
+// allowed_token_ids: every other id is -inf (unsorted, repeated and past-the-row ids
+// included), before the bias and the penalties, which still apply to the allowed ids.
+TEST(LogitRules, AllowedTokenIdsMaskEveryOtherId) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  for (int trial = 0; trial < 40; ++trial) {
+    const size_t vocab = 1 + rng() % 90;
+    SamplingParams p;
+    const size_t count = 1 + rng() % 12;
+    for (size_t i = 0; i < count; ++i) p.allowed_token_ids.push_back(static_cast<int32_t>(rng() % 100));
+    if (trial % 3 == 0) p.logit_bias = {{static_cast<int32_t>(rng() % vocab), 3.0f}};
+    if (trial % 4 == 1) p.repetition_penalty = 1.7f;
+    const std::vector<int32_t> prompt = {0, static_cast<int32_t>(rng() % vocab)};
+    LogitRules rules(p, prompt);
+    ASSERT_TRUE(rules.active());
+    std::vector<float> row(vocab);
+    for (float& x : row) x = nd(rng);
+    std::vector<float> got = row;
+    rules.apply(got);
+    SamplingParams rest = p;
+    rest.allowed_token_ids.clear();
+    const std::vector<float> want = penalised(row, rest, prompt, {});
+    for (size_t t = 0; t < vocab; ++t) {
+      const bool allowed = std::find(p.allowed_token_ids.begin(), p.allowed_token_ids.end(),
+                                     static_cast<int32_t>(t)) != p.allowed_token_ids.end();
+      EXPECT_EQ(got[t], allowed ? want[t] : -INFINITY) << "trial " << trial << " token " << t;
+    }
+  }
+  SamplingParams negative;
+  negative.allowed_token_ids = {3, -1};
+  EXPECT_THROW(validate(negative), Error);
+}
+
 LLMOptions small_pool() {
   LLMOptions o;
   o.kv_cache_bytes = 1 << 20;
@@ -217,6 +251,44 @@ TEST(LLMMinTokens, StopIdsWaitForMinTokens) {
   for (size_t i = 0; i < 5; ++i) EXPECT_NE(held.token_ids[i], sp.stop_token_ids[0]) << i;
   EXPECT_EQ(held.token_ids[0], free_run.token_ids[0]);
   if (held.token_ids.size() < 12) EXPECT_EQ(held.finish_reason, FinishReason::kStop);
+  llm.check_kv_cache_idle();
+}
+
+// The LLM with allowed_token_ids: greedy picks, teacher-forced, the best allowed id at every
+// step; an id past the vocabulary is refused naming the field.
+TEST(LLMAllowedTokenIds, GreedyTokensAreTheBestAllowed) {
+  const auto cases = load_cases("llama");
+  SamplingParams sp;
+  sp.max_tokens = 12;
+  sp.ignore_eos = true;
+  sp.allowed_token_ids = {40, 7, 300, 7, 123, 5};
+  std::vector<std::vector<int32_t>> prompts;
+  for (const auto& c : cases) prompts.push_back(c.prompt);
+  LLM llm(load_hf_model(tiny_dir("llama")), std::nullopt, small_pool());
+  const auto outs = llm.generate(prompts, sp);
+  std::vector<Case> forced;
+  for (size_t i = 0; i < cases.size(); ++i) forced.push_back({cases[i].prompt, outs[i].token_ids, {}});
+  auto model = Model::create(load_hf_model(tiny_dir("llama")), Device::cpu());
+  size_t steps = 0;
+  test::teacher_forced_steps(*model, forced, 16, 4096, [&](size_t i, size_t step, const float* l) {
+    int32_t best = -1;
+    for (int32_t a : sp.allowed_token_ids) {
+      if (best < 0 || l[a] > l[best] || (l[a] == l[best] && a < best)) best = a;
+    }
+    EXPECT_EQ(outs[i].token_ids[step], best) << "prompt " << i << " step " << step;
+    ++steps;
+  });
+  EXPECT_EQ(steps, cases.size() * 12);
+  EXPECT_EQ(llm.cache_stats().num_used_blocks, 0);
+  sp.allowed_token_ids = {5, 320};
+  try {
+    llm.generate({std::vector<int32_t>{5, 6}}, sp);
+    ADD_FAILURE() << "token 320 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("allowed_token_ids holds 320, outside the vocabulary"),
+              std::string::npos)
+        << e.what();
+  }
   llm.check_kv_cache_idle();
 }
 

@@ -217,6 +217,22 @@ TEST(RequestParser, StopTokenIds) {
             (std::vector<int32_t>{9}));
 }
 
+// vLLM's allowed_token_ids and truncate_prompt_tokens (both endpoints).
+TEST(RequestParser, AllowedTokenIdsAndTruncation) {
+  EXPECT_TRUE(parse(R"({"prompt": "x"})").params.allowed_token_ids.empty());
+  EXPECT_EQ(parse(R"({"prompt": "x", "allowed_token_ids": [7, 3, 7]})").params.allowed_token_ids,
+            (std::vector<int32_t>{7, 3, 7}));
+  EXPECT_FALSE(parse(R"({"prompt": "x"})").truncate_prompt_tokens.has_value());
+  EXPECT_EQ(parse(R"({"prompt": "x", "truncate_prompt_tokens": 5})").truncate_prompt_tokens, 5);
+  EXPECT_EQ(parse(R"({"prompt": "x", "truncate_prompt_tokens": -1})").truncate_prompt_tokens, -1);
+  const ParsedRequest chat =
+      parse(R"({"messages": [{"role": "user", "content": "x"}], "allowed_token_ids": [9],
+                "truncate_prompt_tokens": 64})",
+            Endpoint::kChat);
+  EXPECT_EQ(chat.params.allowed_token_ids, (std::vector<int32_t>{9}));
+  EXPECT_EQ(chat.truncate_prompt_tokens, 64);
+}
+
 // echo (completions): the prompt leads each choice; with logprobs its tokens' log-
 // probabilities come too (SamplingParams::prompt_logprobs = logprobs); max_tokens 0 is taken
 // with echo only (the prompt scored, nothing generated).
@@ -396,6 +412,13 @@ TEST(RequestParser, BadValuesNameTheirParameter) {
       {R"("stop_token_ids": [1, "2"])", "stop_token_ids"},
       {R"("stop_token_ids": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17])", "stop_token_ids"},
       {R"("echo": 1)", "echo"},
+      {R"("allowed_token_ids": [])", "allowed_token_ids"},
+      {R"("allowed_token_ids": 5)", "allowed_token_ids"},
+      {R"("allowed_token_ids": [1, -2])", "allowed_token_ids"},
+      {R"("allowed_token_ids": [1, 2.5])", "allowed_token_ids"},
+      {R"("truncate_prompt_tokens": 0)", "truncate_prompt_tokens"},
+      {R"("truncate_prompt_tokens": -2)", "truncate_prompt_tokens"},
+      {R"("truncate_prompt_tokens": "5")", "truncate_prompt_tokens"},
       {R"("best_of": 3)", "best_of"},
       {R"("suffix": "x")", "suffix"},
       {R"("logit_bias": {"x": 5})", "logit_bias"},

@@ -295,6 +295,56 @@ TEST(Server, StopTokenIdsAndMinTokens) {
   s.stop();
 }
 
+// vLLM's allowed_token_ids: every generated id is among them, and the greedy run equals the
+// engine's with the same list; one past the vocabulary is a 400 naming the field.
+// truncate_prompt_tokens: the prompt keeps its last k ids (usage counts k, the output equals
+// the engine's on those k), -1 keeps it whole when it fits, and echo returns what was kept.
+TEST(Server, AllowedTokenIdsAndPromptTruncation) {
+  std::mt19937_64 rng(21);
+  const Ids prompt = random_prompt(rng, 20);
+  SamplingParams sp;
+  sp.max_tokens = 8;
+  sp.ignore_eos = true;
+  sp.allowed_token_ids = {11, 12, 13, 200};
+  const RequestOutput engine_allowed = tiny_llm()->generate({prompt}, sp)[0];
+  sp.allowed_token_ids.clear();
+  const Ids tail(prompt.end() - 6, prompt.end());
+  const RequestOutput engine_tail = tiny_llm()->generate({tail}, sp)[0];
+
+  Running s;
+  auto c = s.client();
+  Json body = completion_body(prompt, 8, false);
+  body["allowed_token_ids"] = {11, 12, 13, 200};
+  auto r = c.Post("/v1/completions", body.dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const Ids got = Json::parse(r->body)["choices"][0]["token_ids"].get<Ids>();
+  EXPECT_EQ(got, engine_allowed.token_ids);
+  for (int32_t t : got) EXPECT_TRUE(t == 11 || t == 12 || t == 13 || t == 200) << t;
+  body["allowed_token_ids"] = {11, 320};  // the tiny model's vocabulary is [0, 320)
+  auto bad = c.Post("/v1/completions", body.dump(), "application/json");
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400);
+  EXPECT_EQ(Json::parse(bad->body)["error"]["param"], "allowed_token_ids");
+
+  Json cut = completion_body(prompt, 8, false);
+  cut["truncate_prompt_tokens"] = 6;
+  cut["echo"] = true;
+  auto t = c.Post("/v1/completions", cut.dump(), "application/json");
+  ASSERT_TRUE(t);
+  ASSERT_EQ(t->status, 200) << t->body;
+  const Json tj = Json::parse(t->body);
+  EXPECT_EQ(tj["usage"]["prompt_tokens"], 6);
+  const Ids echoed = tj["choices"][0]["token_ids"].get<Ids>();
+  EXPECT_EQ(echoed, engine_tail.token_ids);
+  cut["truncate_prompt_tokens"] = -1;
+  auto whole = c.Post("/v1/completions", cut.dump(), "application/json");
+  ASSERT_TRUE(whole);
+  ASSERT_EQ(whole->status, 200) << whole->body;
+  EXPECT_EQ(Json::parse(whole->body)["usage"]["prompt_tokens"], 20);
+  s.stop();
+}
+
 // /tokenize and /detokenize are routed and checked; this tiny model has no tokenizer, so
 // both answer 400 saying so (the openai client test runs them on the default model).
 TEST(Server, TokenizeRoutesAndRefusesWithoutATokenizer) {

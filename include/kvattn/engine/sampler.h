@@ -79,6 +79,10 @@ struct SamplingParams {
   // (OpenAI's logit_bias: -100 bans a token, 100 all but forces it). Ids must lie in the
   // vocabulary (LLM checks them); a repeated id adds once per entry.
   std::vector<std::pair<int32_t, float>> logit_bias;
+  // vLLM's allowed_token_ids: when not empty, only these ids can be drawn (every other logit
+  // is -inf before the bias and the penalties); ids must lie in the vocabulary (LLM checks
+  // them). Log-probabilities stay the raw model's. On CUDA such a row is drawn on the host.
+  std::vector<int32_t> allowed_token_ids;
 };
 
 // One token's log-probability.

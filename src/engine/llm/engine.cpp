@@ -116,6 +116,10 @@ void LLMEngine::check_request(size_t i, const std::vector<int32_t>& prompt,
     KVATTN_CHECK(token < vocab, "LLM: request ", i, ": logit_bias names token ", token,
                  ", outside the vocabulary [0, ", vocab, ")");
   }
+  for (int32_t token : params.allowed_token_ids) {
+    KVATTN_CHECK(token < vocab, "LLM: request ", i, ": allowed_token_ids holds ", token,
+                 ", outside the vocabulary [0, ", vocab, ")");
+  }
   for (size_t t = 0; t < prompt.size(); ++t) {
     KVATTN_CHECK(prompt[t] >= 0 && prompt[t] < vocab, "LLM: prompt ", i, " token ", t, " is ",
                  prompt[t], ", outside the vocabulary [0, ", vocab, ")");

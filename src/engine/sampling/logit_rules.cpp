@@ -1,5 +1,6 @@
 #include "engine/sampling/logit_rules.h"
 
+#include <algorithm>
 #include <limits>
 
 namespace kvattn {
@@ -11,8 +12,11 @@ LogitRules::LogitRules(const SamplingParams& params, std::span<const int32_t> pr
       presence_(params.presence_penalty),
       frequency_(params.frequency_penalty),
       repetition_(params.repetition_penalty),
-      bias_(params.logit_bias) {
-  active_ = penalties_ || !bias_.empty();
+      bias_(params.logit_bias),
+      allowed_(params.allowed_token_ids) {
+  std::sort(allowed_.begin(), allowed_.end());
+  allowed_.erase(std::unique(allowed_.begin(), allowed_.end()), allowed_.end());
+  active_ = penalties_ || !bias_.empty() || !allowed_.empty();
   if (min_tokens_ > 0) {
     held_ = params.stop_token_ids;
     if (!params.ignore_eos) held_.insert(held_.end(), eos_ids.begin(), eos_ids.end());
@@ -37,6 +41,19 @@ void LogitRules::on_generated(int32_t token) {
 }
 
 void LogitRules::apply(std::span<float> logits) const {
+  if (!allowed_.empty()) {  // -inf between consecutive allowed ids (and past the last)
+    constexpr float kMasked = -std::numeric_limits<float>::infinity();
+    size_t from = 0;
+    for (int32_t a : allowed_) {
+      const size_t to = std::min(static_cast<size_t>(a), logits.size());
+      std::fill(logits.begin() + static_cast<std::ptrdiff_t>(std::min(from, to)),
+                logits.begin() + static_cast<std::ptrdiff_t>(to), kMasked);
+      from = std::max(from, to + 1);
+    }
+    if (from < logits.size()) {
+      std::fill(logits.begin() + static_cast<std::ptrdiff_t>(from), logits.end(), kMasked);
+    }
+  }
   for (const auto& [token, bias] : bias_) {
     if (token >= 0 && static_cast<size_t>(token) < logits.size()) logits[token] += bias;
   }

@@ -1,5 +1,5 @@
 // Internal: what one sample does to its logits before drawing, on the host: the request's
-// logit_bias, then the presence / frequency / repetition penalties (vLLM's order), with the
+// allowed_token_ids (every other id masked), its logit_bias, then the presence / frequency / repetition penalties (vLLM's order), with the
 // state the penalties need (which tokens the prompt holds, how often each was generated).
 #pragma once
 
@@ -14,7 +14,8 @@ namespace kvattn {
 
 class LogitRules {
  public:
-  // Inactive (apply() never called) unless params has a logit_bias or penalties, or, while
+  // Inactive (apply() never called) unless params has allowed_token_ids, a logit_bias or
+  // penalties, or, while
   // fewer than params.min_tokens tokens were generated, ids to hold back: params'
   // stop_token_ids and, without ignore_eos, `eos_ids` (the model's end tokens).
   LogitRules(const SamplingParams& params, std::span<const int32_t> prompt,
@@ -24,7 +25,7 @@ class LogitRules {
   bool holding() const { return generated_total_ < min_tokens_ && !held_.empty(); }
   void on_generated(int32_t token);
   // The rules on `logits` (the full vocabulary row), in place. Touches only the biased
-  // tokens and the tokens seen so far.
+  // tokens and the tokens seen so far, and with allowed_token_ids the whole row.
   void apply(std::span<float> logits) const;
 
  private:
@@ -37,6 +38,7 @@ class LogitRules {
   std::vector<int32_t> held_;  // ids masked while holding()
   float presence_ = 0.0f, frequency_ = 0.0f, repetition_ = 1.0f;
   std::vector<std::pair<int32_t, float>> bias_;
+  std::vector<int32_t> allowed_;  // sorted, unique; empty: every id
   // Per seen token (prompt or output), in first-seen order, and its count among the
   // generated tokens: the sample's distinct tokens, no vocabulary-sized state.
   std::vector<int32_t> seen_;

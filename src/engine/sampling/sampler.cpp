@@ -39,6 +39,9 @@ void validate(const SamplingParams& p) {
     KVATTN_CHECK(bias >= -100.0f && bias <= 100.0f, "SamplingParams: logit_bias of token ", token,
                  " must be in [-100, 100] but is ", bias);
   }
+  for (int32_t token : p.allowed_token_ids) {
+    KVATTN_CHECK(token >= 0, "SamplingParams: allowed_token_ids holds ", token, ", a negative id");
+  }
   KVATTN_CHECK(p.logprobs >= -1 && p.logprobs <= SamplingParams::kMaxLogprobs,
                "SamplingParams: logprobs must be -1 (off) or in [0, ", SamplingParams::kMaxLogprobs,
                "] but is ", p.logprobs);
