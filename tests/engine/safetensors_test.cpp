@@ -291,6 +291,37 @@ TEST(HfModel, BrokenDirectoriesNameTheProblem) {
     testing::write_text(d / "model.safetensors.index.json", text.dump());
   });
   EXPECT_TRUE(has(e, "tensor 'model.extra.weight' named by model.safetensors.index.json is missing")) << e;
+  // A weight stored as an integer is named with its dtype, not reported missing.
+  e = error_in(1, [&](const fs::path& d) {
+    std::vector<testing::StTensor> ts;
+    for (const auto& [name, shape] : testing::tiny_tensor_list(s)) {
+      size_t n = 1;
+      for (int64_t x : shape) n *= static_cast<size_t>(x);
+      const bool as_int = name == "model.norm.weight";
+      ts.push_back({name, as_int ? "I32" : "F32", shape,
+                    as_int ? std::vector<uint8_t>(n * 4, 0)
+                           : testing::f32_bytes(std::vector<float>(n, 0.5f))});
+    }
+    testing::write_file(d / "model.safetensors", testing::build_safetensors(ts));
+  });
+  EXPECT_TRUE(has(e, "tensor 'model.norm.weight' is I32, but weights must be F32, F16 or BF16")) << e;
+  // The MLP is SwiGLU: another hidden_act would silently run as silu, so it is refused.
+  for (const char* act : {"gelu", "gelu_pytorch_tanh", "relu"}) {
+    e = error_in(1, [&](const fs::path& d) {
+      auto c = testing::tiny_hf_config(s);
+      c["hidden_act"] = act;
+      testing::write_text(d / "config.json", c.dump());
+    });
+    EXPECT_TRUE(has(e, std::string("hidden_act is '") + act + "' but kvattn's llama MLP computes silu")) << e;
+  }
+  for (const char* act : {"silu", "swish"}) {
+    TempDir dir;
+    testing::write_tiny_hf(dir.path(), s, 1, nullptr);
+    auto c = testing::tiny_hf_config(s);
+    c["hidden_act"] = act;
+    testing::write_text(dir.path() / "config.json", c.dump());
+    EXPECT_NO_THROW(load_hf_model(dir.path().string())) << act;
+  }
 }
 
 }  // namespace

@@ -62,6 +62,9 @@ struct ModelWeights {
   // Projection and embedding matrices kept quantized (GGUF with keep_quantized): a name is
   // in `tensors` or here, never both. Models that need float32 call dequantize_all().
   std::map<std::string, QuantizedWeight> quantized;
+  // HF files: tensors left out for a dtype other than F32/F16/BF16 (name -> safetensors
+  // dtype), so that validate_weights can say why a required one is not there.
+  std::map<std::string, std::string> skipped_dtypes;
 };
 
 // Moves every `quantized` entry into `tensors` as float32.

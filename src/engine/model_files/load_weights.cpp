@@ -217,7 +217,12 @@ void validate_weights(const ModelWeights& w, const std::string& source) {
       have.assign(v.shape.begin(), v.shape.begin() + v.ndim);
     } else {
       auto q = w.quantized.find(name);
-      KVATTN_CHECK(q != w.quantized.end(), source, ": tensor '", name, "' is missing");
+      if (q == w.quantized.end()) {
+        auto skipped = w.skipped_dtypes.find(name);
+        KVATTN_CHECK(skipped == w.skipped_dtypes.end(), source, ": tensor '", name, "' is ",
+                     skipped->second, ", but weights must be F32, F16 or BF16");
+        KVATTN_FAIL(source, ": tensor '", name, "' is missing");
+      }
       have = q->second.shape;
     }
     TensorView want(nullptr, DType::kF32, Device::cpu(), shape);
@@ -336,7 +341,10 @@ ModelWeights load_hf_model(const std::string& dir, const LoadProgress& progress,
         auto it = index.find(t.name);
         if (it == index.end() || it->second != shards[i]) continue;  // not this shard's tensor
       }
-      if (!is_float_dtype(t.dtype)) continue;
+      if (!is_float_dtype(t.dtype)) {  // e.g. an integer buffer; named if a weight needs it
+        w.skipped_dtypes[t.name] = t.dtype;
+        continue;
+      }
       KVATTN_CHECK(w.tensors.count(t.name) == 0, files[i].path(), ": tensor '", t.name,
                    "' also appears in another shard");
       const bool keep = options.keep_16bit && (t.dtype == "BF16" || t.dtype == "F16");
@@ -345,8 +353,11 @@ ModelWeights load_hf_model(const std::string& dir, const LoadProgress& progress,
     }
   }
   for (const auto& [name, shard] : index) {
+    if (auto skipped = w.skipped_dtypes.find(name); skipped != w.skipped_dtypes.end()) {
+      continue;  // not a float tensor: validate_weights names it if a weight needs it
+    }
     KVATTN_CHECK(w.tensors.count(name) != 0, (root / shard).string(), ": tensor '", name,
-                 "' named by model.safetensors.index.json is missing or not a float tensor");
+                 "' named by model.safetensors.index.json is missing");
   }
   if (w.config.tie_word_embeddings) w.tensors.erase("lm_head.weight");
   split_fused_projections(w, dir);

@@ -223,11 +223,15 @@ ModelConfig config_from_hf_json(const std::string& path) {
   } else if (c.architecture != "mistral" && c.architecture != "phi3") {
     c.qkv_bias = c.o_bias = flag("attention_bias");
   }
-  if (c.architecture == "phi3") {
-    // Phi-3's MLP is SwiGLU on its fused gate_up_proj; Phi-4-mini rotates 3/4 of each head.
+  if (!is_gemma(c)) {
+    // The MLP of Llama, Qwen2/3, Mistral and Phi-3 (fused gate_up_proj) is SwiGLU: HF's
+    // hidden_act names the gate's activation, which kvattn computes as SiLU ("swish" is
+    // transformers' other name for it). Any other would run as SiLU and give wrong tokens
+    // silently, so it is refused. (Gemma's hidden_activation: gemma_config.cpp.)
     if (auto act = j.find("hidden_act"); act != j.end() && !act->is_null()) {
       const std::string& a = json_string(*act, "hidden_act", path);
-      KVATTN_CHECK(a == "silu", path, ": hidden_act is '", a, "' (Phi3ForCausalLM: silu)");
+      KVATTN_CHECK(a == "silu" || a == "swish", path, ": hidden_act is '", a,
+                   "' but kvattn's ", c.architecture, " MLP computes silu (SwiGLU) only");
     }
   }
   sliding_window_from_hf(j, c, path);
