@@ -228,6 +228,60 @@ TEST(RopeScaling, DynamicNtkMatchesHFsCachedGenerate) {
   EXPECT_NE(rope::inv_freq(c, 17), rope::inv_freq(ModelConfig{.head_dim = 64}));
 }
 
+// vLLM's context rule: a RoPE scaling made to extend the context extends it (linear and dynamic
+// from max_position_embeddings, yarn from its original context); llama3 / longrope configs
+// already state the extended length; factors <= 1 shrink nothing.
+TEST(RopeScaling, ScaledContextLength) {
+  ModelConfig c;
+  c.max_position_embeddings = 4096;
+  EXPECT_EQ(scaled_context_length(c), 4096);
+  c.rope_scaling.type = RopeScaling::Type::kLinear;
+  c.rope_scaling.factor = 4.0;
+  EXPECT_EQ(scaled_context_length(c), 16384);
+  c.rope_scaling.type = RopeScaling::Type::kDynamic;
+  c.rope_scaling.factor = 2.5;
+  EXPECT_EQ(scaled_context_length(c), 10240);
+  c.rope_scaling.type = RopeScaling::Type::kYarn;  // Qwen2.5's 128k recipe
+  c.max_position_embeddings = 32768;
+  c.rope_scaling.factor = 4.0;
+  c.rope_scaling.original_max_position_embeddings = 32768;
+  EXPECT_EQ(scaled_context_length(c), 131072);
+  c.rope_scaling.original_max_position_embeddings = 4096;  // DeepSeek-style: 4096 x 40
+  c.rope_scaling.factor = 40.0;
+  c.max_position_embeddings = 163840;
+  EXPECT_EQ(scaled_context_length(c), 163840);
+  c.rope_scaling.factor = 0.5;
+  EXPECT_EQ(scaled_context_length(c), 163840);
+  for (auto t : {RopeScaling::Type::kLlama3, RopeScaling::Type::kLongRope}) {
+    c.rope_scaling.type = t;
+    c.rope_scaling.factor = 8.0;
+    EXPECT_EQ(scaled_context_length(c), 163840);
+  }
+  c.max_position_embeddings = 0;
+  EXPECT_EQ(scaled_context_length(c), 0);
+}
+
+// The LLM takes that context: tiny_llama with dynamic NTK (max_position_embeddings 16, factor
+// 2) runs a 20-token prompt to 32 tokens and refuses a 33-token one, naming the context.
+TEST(RopeScaling, TheEngineTakesTheScaledContext) {
+  TempDir dir;
+  rope_variant("dynamic", dir.path());
+  LLMOptions opt;
+  opt.kv_cache_bytes = 1 << 20;
+  LLM llm(load_hf_model(dir.path().string()), std::nullopt, opt);
+  EXPECT_EQ(llm.max_model_len(), 32);
+  SamplingParams sp;
+  sp.max_tokens = 12;
+  sp.ignore_eos = true;
+  std::vector<int32_t> prompt(20);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(3 + 7 * i % 300);
+  const auto out = llm.generate({prompt}, sp);
+  EXPECT_EQ(out[0].token_ids.size(), 12u);
+  prompt.resize(33, 5);
+  EXPECT_ERROR_HAS(llm.generate({prompt}, sp), "the context (ctx_size, --ctx-size) is 32");
+  llm.check_kv_cache_idle();
+}
+
 // ---- biases under tensor parallelism ------------------------------------------------------
 
 // tiny_llama with random q/k/v/o biases (Llama attention_bias = true): two ranks, which split

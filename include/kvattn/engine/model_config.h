@@ -113,4 +113,11 @@ struct ModelConfig {
   std::vector<int64_t> extra_eos_ids;  // further ids that end generation (HF eos lists)
 };
 
+// The context a model supports (vLLM's rule), 0 when max_position_embeddings is unknown:
+// max_position_embeddings, times the RoPE scaling factor where that scaling exists to extend
+// it: linear and dynamic scale max_position_embeddings, yarn scales its original context
+// (original_max_position_embeddings x factor); llama3 and longrope configs, and Gemma 3's
+// per-layer scaling, already state the extended length. Factors <= 1 extend nothing.
+int64_t scaled_context_length(const ModelConfig& c);
+
 }  // namespace kvattn

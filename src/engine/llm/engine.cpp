@@ -41,8 +41,8 @@ LLMEngine::LLMEngine(ModelWeights weights, std::optional<Tokenizer> tokenizer,
                options.ctx_size);
   {
     ModelConfig& wc = weights.config;
-    const int64_t model_len =
-        wc.max_position_embeddings > 0 ? wc.max_position_embeddings : (1 << 20);
+    // max_position_embeddings, extended by a RoPE scaling made for it (scaled_context_length).
+    const int64_t model_len = wc.max_position_embeddings > 0 ? scaled_context_length(wc) : (1 << 20);
     // The CPU's default context is capped: its pool is host memory, and a 128k-context model
     // would otherwise size it for contexts nobody asked for.
     int64_t default_len = options.device.is_cpu() ? std::min<int64_t>(model_len, 4096) : model_len;

@@ -50,6 +50,23 @@ std::string_view rope_scaling_name(RopeScaling::Type t) {
   return "?";
 }
 
+int64_t scaled_context_length(const ModelConfig& c) {
+  const int64_t base = c.max_position_embeddings;
+  const RopeScaling& s = c.rope_scaling;
+  if (base <= 0 || !(s.factor > 1.0) || !std::isfinite(s.factor)) return base;
+  double extended = 0.0;
+  if (s.type == Type::kLinear || s.type == Type::kDynamic) {
+    extended = static_cast<double>(base) * s.factor;
+  } else if (s.type == Type::kYarn) {
+    const int64_t original = s.original_max_position_embeddings > 0 ? s.original_max_position_embeddings : base;
+    extended = static_cast<double>(original) * s.factor;
+  } else {
+    return base;
+  }
+  constexpr double kMax = static_cast<double>(int64_t{1} << 32);
+  return std::max(base, static_cast<int64_t>(std::min(extended, kMax)));
+}
+
 void validate_rope_scaling(const RopeScaling& s, const std::string& file) {
   const std::string t(rope_scaling_name(s.type));
   if (s.type == Type::kNone) return;
