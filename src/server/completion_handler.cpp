@@ -103,7 +103,7 @@ struct SseState {
 };
 
 // The "logprobs" of a token event's chunk: its token's, in the endpoint's shape.
-nlohmann::json event_logprobs(SseState& st, const StreamEvent& e) {
+ResponseJson event_logprobs(SseState& st, const StreamEvent& e) {
   std::vector<int32_t> ids;
   std::vector<TokenLogprobs> lps;
   if (e.token >= 0 && e.logprobs) {
@@ -137,7 +137,7 @@ bool write_sse(SseState& st, httplib::DataSink& sink) {
         if (!st.token_ids && !with_lp && e.text.empty()) break;
         std::vector<int32_t> ids;
         if (e.token >= 0) ids.push_back(e.token);
-        nlohmann::json lp;
+        ResponseJson lp;
         if (st.logprobs) lp = event_logprobs(st, e);
         out += sse(stream_chunk(st.meta, e.choice, e.text, std::nullopt, st.include_usage,
                                 st.token_ids ? &ids : nullptr, st.logprobs ? &lp : nullptr));

@@ -216,8 +216,10 @@ void EngineLoop::on_finished(const RequestOutput& o) {
   Usage& u = job->usage;
   u.prompt_tokens += o.num_prompt_tokens;
   u.cached_tokens += o.num_cached_tokens;
+  // The end or stop id that ended a sample counts, as vLLM counts it (it is in vLLM's
+  // token_ids; kvattn leaves it out of the text and the ids it returns).
   for (const CompletionOutput& c : o.samples) {
-    u.completion_tokens += static_cast<int64_t>(c.token_ids.size());
+    u.completion_tokens += static_cast<int64_t>(c.token_ids.size()) + (c.stop_token >= 0 ? 1 : 0);
   }
   metrics_.add_prompt_tokens(o.num_prompt_tokens);
   std::erase(job->request_ids, o.request_id);

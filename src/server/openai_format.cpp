@@ -3,10 +3,25 @@
 #include <algorithm>
 #include <cmath>
 
+#include "engine/tokenizer/utf8.h"
+
 namespace kvattn::server {
 namespace {
 
-using Json = nlohmann::json;
+using Json = ResponseJson;
+
+// Characters of a token's text as a client sees it (Python's len() of the bytes decoded with
+// errors="replace"): a well-formed character, an ill-formed subpart or a cut-off prefix
+// counts one.
+int64_t text_length(const std::string& s) {
+  int64_t n = 0;
+  for (size_t i = 0; i < s.size(); ++n) {
+    int bad = 1;
+    const int len = tokenizer_detail::utf8_char_len(s, i, &bad);
+    i += len > 0 ? static_cast<size_t>(len) : len < 0 ? s.size() - i : static_cast<size_t>(std::max(bad, 1));
+  }
+  return n;
+}
 
 Json head(const ResponseMeta& m, const char* object) {
   return {{"id", m.id}, {"object", object}, {"created", m.created}, {"model", m.model}};
@@ -67,7 +82,7 @@ Json completion_logprobs(const LogprobsFormat& f, const std::vector<int32_t>& id
     top[s] = logprob_value(lps[i].logprob);  // the chosen token is always listed (vLLM)
     tops.push_back(std::move(top));
     offsets.push_back(offset);
-    offset += static_cast<int64_t>(s.size());
+    offset += text_length(s);
   }
   return {{"tokens", std::move(tokens)},
           {"token_logprobs", std::move(token_lps)},
@@ -83,7 +98,7 @@ Json echo_completion_logprobs(const LogprobsFormat& f, const ChoiceResult& c) {
     const std::string s = f.token(c.prompt_ids[j]);
     tokens.push_back(s);
     offsets.push_back(offset);
-    offset += static_cast<int64_t>(s.size());
+    offset += text_length(s);
     if (j == 0 || j - 1 >= c.prompt_logprobs.size()) {
       token_lps.push_back(nullptr);
       tops.push_back(nullptr);
@@ -108,8 +123,12 @@ Json echo_completion_logprobs(const LogprobsFormat& f, const ChoiceResult& c) {
 }
 
 std::string dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
+std::string dump(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
 
 std::string sse(const Json& j) { return "data: " + dump(j) + "\n\n"; }
+std::string sse(const nlohmann::json& j) { return "data: " + dump(j) + "\n\n"; }
 
 Json usage_json(const Usage& u) {
   return {{"prompt_tokens", u.prompt_tokens},

@@ -15,6 +15,10 @@
 
 namespace kvattn::server {
 
+// Response bodies keep their keys in the order written (OpenAI's field order; completions'
+// top_logprobs dicts most likely first), unlike nlohmann::json's sorted objects.
+using ResponseJson = nlohmann::ordered_json;
+
 struct ResponseMeta {
   Endpoint endpoint = Endpoint::kCompletions;
   std::string id;     // "cmpl-..." or "chatcmpl-..."
@@ -44,21 +48,23 @@ struct LogprobsFormat {
   std::string token(int32_t id) const;
 };
 // Chat: {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}, ...]}.
-nlohmann::json chat_logprobs(const LogprobsFormat& f, const std::vector<int32_t>& ids,
+ResponseJson chat_logprobs(const LogprobsFormat& f, const std::vector<int32_t>& ids,
                              const std::vector<TokenLogprobs>& lps);
-// Completions: {"tokens", "token_logprobs", "top_logprobs" (dicts: the alternatives and the
-// chosen token), "text_offset"}; `offset` is the first token's offset in the choice's text
-// and advances past the tokens (streams carry it from chunk to chunk).
-nlohmann::json completion_logprobs(const LogprobsFormat& f, const std::vector<int32_t>& ids,
+// Completions: {"tokens", "token_logprobs", "top_logprobs" (dicts: the alternatives, most
+// likely first, and the chosen token), "text_offset"}; `offset` is the first token's offset in
+// the choice's text, in characters (code points, as vLLM's Python len(); an ill-formed byte
+// run counts as the one U+FFFD it is sent as), and advances past the tokens (streams carry it
+// from chunk to chunk).
+ResponseJson completion_logprobs(const LogprobsFormat& f, const std::vector<int32_t>& ids,
                                    const std::vector<TokenLogprobs>& lps, int64_t& offset);
 // The same shape for an echoed choice: the prompt's tokens first (the first one's logprob
 // and top_logprobs null, as OpenAI and vLLM send it), then the generated ones.
-nlohmann::json echo_completion_logprobs(const LogprobsFormat& f, const ChoiceResult& c);
+ResponseJson echo_completion_logprobs(const LogprobsFormat& f, const ChoiceResult& c);
 
-nlohmann::json usage_json(const Usage& u);
+ResponseJson usage_json(const Usage& u);
 // with_token_ids: each choice also carries "token_ids" (vLLM's return_token_ids).
 // logprobs: non-null when the request asked for log-probabilities (choices carry them).
-nlohmann::json full_response(const ResponseMeta& m, const std::vector<ChoiceResult>& choices,
+ResponseJson full_response(const ResponseMeta& m, const std::vector<ChoiceResult>& choices,
                              const Usage& u, bool with_token_ids,
                              const LogprobsFormat* logprobs = nullptr);
 // One streamed chunk for one choice: text (chat: the delta's content) and, on its last chunk,
@@ -67,17 +73,19 @@ nlohmann::json full_response(const ResponseMeta& m, const std::vector<ChoiceResu
 // chunk but the final usage chunk.
 // token_ids: non-null adds "token_ids" to the choice; logprobs: non-null is the choice's
 // "logprobs" (chat_logprobs / completion_logprobs of the chunk's tokens).
-nlohmann::json stream_chunk(const ResponseMeta& m, uint32_t choice, const std::string& text,
+ResponseJson stream_chunk(const ResponseMeta& m, uint32_t choice, const std::string& text,
                             std::optional<FinishReason> finish, bool include_usage,
                             const std::vector<int32_t>* token_ids = nullptr,
-                            const nlohmann::json* logprobs = nullptr);
-nlohmann::json role_chunk(const ResponseMeta& m, uint32_t choice, bool include_usage);
+                            const ResponseJson* logprobs = nullptr);
+ResponseJson role_chunk(const ResponseMeta& m, uint32_t choice, bool include_usage);
 // The last chunk with stream_options.include_usage: no choices, the usage.
-nlohmann::json usage_chunk(const ResponseMeta& m, const Usage& u);
+ResponseJson usage_chunk(const ResponseMeta& m, const Usage& u);
 
 // "data: <json>\n\n". Serialising never throws: invalid UTF-8 is replaced by U+FFFD.
-std::string sse(const nlohmann::json& j);
+std::string sse(const ResponseJson& j);
+std::string sse(const nlohmann::json& j);  // error bodies (ApiError::to_json)
 inline constexpr const char* kSseDone = "data: [DONE]\n\n";
+std::string dump(const ResponseJson& j);
 std::string dump(const nlohmann::json& j);
 
 }  // namespace kvattn::server

@@ -68,10 +68,13 @@ EnginePrompts build_prompts(const ParsedRequest& r, const LLM& llm, uint64_t ran
     }
     longest = std::max<int64_t>(longest, static_cast<int64_t>(p.size()));
   }
+  // The errors' wording is OpenAI's and vLLM's ("maximum context length"), which clients
+  // (litellm, LangChain) match to tell an overflow from other 400s.
   if (longest >= context) {
-    throw bad_request("the prompt has " + std::to_string(longest) +
-                          " tokens but this model's context is " + std::to_string(context) +
-                          " tokens (at least one must be left to generate)",
+    throw bad_request("This model's maximum context length is " + std::to_string(context) +
+                          " tokens. However, your request has " + std::to_string(longest) +
+                          " input tokens (at least one must be left to generate). Please reduce "
+                          "the length of the input " + (chat ? "messages." : "prompt."),
                       param, "context_length_exceeded");
   }
   out.params = r.params;
@@ -80,9 +83,13 @@ EnginePrompts build_prompts(const ParsedRequest& r, const LLM& llm, uint64_t ran
     out.params.max_tokens = static_cast<int>(chat ? room : std::min<int64_t>(16, room));
   }
   if (longest + out.params.max_tokens > context) {
-    throw bad_request("the prompt has " + std::to_string(longest) + " tokens and " +
-                          r.max_tokens_field + " is " + std::to_string(out.params.max_tokens) +
-                          ", but this model's context is " + std::to_string(context) + " tokens",
+    throw bad_request("This model's maximum context length is " + std::to_string(context) +
+                          " tokens. However, you requested " +
+                          std::to_string(longest + out.params.max_tokens) + " tokens (" +
+                          std::to_string(longest) + " in the " + (chat ? "messages" : "prompt") +
+                          ", " + std::to_string(out.params.max_tokens) + " in the completion: " +
+                          r.max_tokens_field + "). Please reduce the length of the " +
+                          (chat ? "messages" : "prompt") + " or completion.",
                       r.max_tokens_given ? r.max_tokens_field : param, "context_length_exceeded");
   }
   for (const auto& [id, bias] : out.params.logit_bias) {

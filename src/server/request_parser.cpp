@@ -157,17 +157,44 @@ std::string message_content(const Json& c, size_t i, const std::string& role) {
                           type_name(c),
                       "messages");
   }
+  // Several text parts are joined by newlines, as vLLM renders them for string templates.
   std::string text;
-  for (const Json& part : c) {
+  for (size_t k = 0; k < c.size(); ++k) {
+    const Json& part = c[k];
     if (!part.is_object() || !part.contains("type") || part["type"] != "text" ||
         !part.contains("text") || !part["text"].is_string()) {
       throw bad_request(name + ": only {\"type\": \"text\", \"text\": \"...\"} parts are "
                                "supported",
                         "messages");
     }
+    if (k > 0) text += '\n';
     text += part["text"].get<std::string>();
   }
   return text;
+}
+
+// Fields an OpenAI or vLLM response's message carries, which clients send back in their
+// history (`messages.append(choice.message.model_dump())`): taken at values that say nothing
+// (null, an empty list) or, for what a chat template would not render here (a refusal, the
+// reasoning text, annotations), ignored. Tool and function calls are refused: kvattn has no
+// tools. True for such a field; false for any other key.
+bool is_history_field(const std::string& key, const Json& v, const std::string& at) {
+  if (key == "tool_calls" || key == "function_call" || key == "audio") {
+    if (v.is_null() || (v.is_array() && v.empty())) return true;
+    throw bad_request(at + "." + key + " is not supported by kvattn (no tools or audio)",
+                      "messages", "unsupported_parameter");
+  }
+  if (key == "refusal" || key == "reasoning_content" || key == "reasoning") {
+    if (v.is_null() || v.is_string()) return true;
+    throw bad_request(at + "." + key + " must be a string or null but is " + type_name(v),
+                      "messages");
+  }
+  if (key == "annotations") {
+    if (v.is_null() || v.is_array()) return true;
+    throw bad_request(at + ".annotations must be a list or null but is " + type_name(v),
+                      "messages");
+  }
+  return false;
 }
 
 void parse_messages(const Json& j, ParsedRequest& r) {
@@ -184,7 +211,7 @@ void parse_messages(const Json& j, ParsedRequest& r) {
     const std::string at = "messages[" + std::to_string(i) + "]";
     if (!m.is_object()) throw bad_request(at + " must be an object", "messages");
     for (const auto& [key, value] : m.items()) {
-      if (key != "role" && key != "content" && key != "name") {
+      if (key != "role" && key != "content" && key != "name" && !is_history_field(key, value, at)) {
         throw bad_request(at + ": unsupported field '" + key + "'", "messages");
       }
     }

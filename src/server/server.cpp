@@ -18,6 +18,8 @@
 namespace kvattn::server {
 namespace {
 
+constexpr const char* kKvattnVersion = KVATTN_VERSION;  // the project's (CMakeLists.txt)
+
 using Json = nlohmann::json;
 
 // httplib 0.11 listens with a backlog of 5: a burst of clients (32 streams connecting at once)
@@ -121,14 +123,21 @@ bool answer_preflight(const ServerOptions& o, const httplib::Request& req,
 }
 
 // The routes and their methods, for a 405 (FastAPI's, vLLM's) where a known path is asked
-// with another method; GET routes also answer HEAD (httplib).
-bool is_post_route(const std::string& path) {
+// with another method; GET routes also answer HEAD (httplib). Every route also answers with
+// one trailing slash (vLLM redirects those to the route).
+std::string without_trailing_slash(std::string path) {
+  if (path.size() > 1 && path.back() == '/') path.pop_back();
+  return path;
+}
+bool is_post_route(const std::string& p) {
+  const std::string path = without_trailing_slash(p);
   return path == "/v1/completions" || path == "/v1/chat/completions" || path == "/tokenize" ||
          path == "/detokenize";
 }
-bool is_get_route(const std::string& path) {
+bool is_get_route(const std::string& p) {
+  const std::string path = without_trailing_slash(p);
   return path == "/v1/models" || path.rfind("/v1/models/", 0) == 0 || path == "/health" ||
-         path == "/metrics";
+         path == "/metrics" || path == "/version";
 }
 
 Json model_card(const ServerContext& ctx) {
@@ -218,23 +227,23 @@ Server::Server(LLM& llm, ServerOptions options)
     if (res.status >= 400) ctx.metrics.http_error(res.status);
   });
 
-  http.Post("/v1/completions", with_body([&ctx](std::string_view body, auto& res) {
+  http.Post("/v1/completions/?", with_body([&ctx](std::string_view body, auto& res) {
               handle_completion(ctx, body, res, Endpoint::kCompletions);
             }));
-  http.Post("/v1/chat/completions", with_body([&ctx](std::string_view body, auto& res) {
+  http.Post("/v1/chat/completions/?", with_body([&ctx](std::string_view body, auto& res) {
               handle_completion(ctx, body, res, Endpoint::kChat);
             }));
-  http.Post("/tokenize", with_body([&ctx](std::string_view body, auto& res) {
+  http.Post("/tokenize/?", with_body([&ctx](std::string_view body, auto& res) {
               handle_tokenize(ctx, body, res);
             }));
-  http.Post("/detokenize", with_body([&ctx](std::string_view body, auto& res) {
+  http.Post("/detokenize/?", with_body([&ctx](std::string_view body, auto& res) {
               handle_detokenize(ctx, body, res);
             }));
-  http.Get("/v1/models", guarded([&ctx](const auto&, auto& res) {
+  http.Get("/v1/models/?", guarded([&ctx](const auto&, auto& res) {
              const Json list = {{"object", "list"}, {"data", Json::array({model_card(ctx)})}};
              res.set_content(dump(list), "application/json");
            }));
-  http.Get("/v1/models/(.+)", guarded([&ctx](const httplib::Request& req, auto& res) {
+  http.Get("/v1/models/([^/]+)/?", guarded([&ctx](const httplib::Request& req, auto& res) {
              if (req.matches[1] != ctx.model_name) {
                throw ApiError(404, "The model '" + std::string(req.matches[1]) +
                                        "' does not exist",
@@ -242,14 +251,21 @@ Server::Server(LLM& llm, ServerOptions options)
              }
              res.set_content(dump(model_card(ctx)), "application/json");
            }));
-  http.Get("/health", [&ctx](const auto&, auto& res) {
+  // /health, and vLLM's /ping (GET or POST; load balancers' probe): 200 while serving.
+  const auto health = [&ctx](const auto&, auto& res) {
     if (ctx.shutting_down) {
       send_error(res, ApiError(503, "the server is shutting down", "", "shutting_down"));
     } else {
       res.set_content("{\"status\":\"ok\"}", "application/json");
     }
+  };
+  http.Get("/health/?", health);
+  http.Get("/ping/?", health);
+  http.Post("/ping/?", health);
+  http.Get("/version/?", [](const auto&, auto& res) {
+    res.set_content(dump(Json{{"version", kKvattnVersion}}), "application/json");
   });
-  http.Get("/metrics", [&ctx](const auto&, auto& res) {
+  http.Get("/metrics/?", [&ctx](const auto&, auto& res) {
     res.set_content(ctx.metrics.render(), "text/plain; version=0.0.4; charset=utf-8");
   });
 }

@@ -135,7 +135,9 @@ class OpenAIClient(unittest.TestCase):
                              capture_output=True, text=True, check=True).stdout
         gen = json.loads(gen)
         self.assertEqual(text, gen["text"])
-        self.assertEqual(r.usage.completion_tokens, len(gen["token_ids"]))
+        # The end token that stopped it counts (vLLM's usage), though not among the ids.
+        self.assertEqual(r.usage.completion_tokens,
+                         len(gen["token_ids"]) + (gen["stop_token"] is not None))
         self.assertGreater(r.usage.prompt_tokens, 0)
         self.assertEqual(r.usage.total_tokens, r.usage.prompt_tokens + r.usage.completion_tokens)
 
@@ -167,7 +169,8 @@ class OpenAIClient(unittest.TestCase):
         r = self.chat("What is the capital of France?", max_tokens=8, logprobs=True,
                       top_logprobs=3)
         content = r.choices[0].logprobs.content
-        self.assertEqual(len(content), r.usage.completion_tokens)
+        self.assertEqual(len(content) + (r.choices[0].finish_reason == "stop"),
+                         r.usage.completion_tokens)
         self.assertEqual("".join(t.token for t in content), r.choices[0].message.content)
         for t in content:
             self.assertLessEqual(t.logprob, 0.0)
@@ -195,6 +198,18 @@ class OpenAIClient(unittest.TestCase):
         for tok, value, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs):
             self.assertIn(tok, top)
             self.assertAlmostEqual(top[tok], value, places=6)
+            ranked = list(top.values())  # the alternatives come most likely first (OpenAI)
+            self.assertEqual(ranked, sorted(ranked, reverse=True))
+        # text_offset counts characters (Python's len, as vLLM's), here over Japanese text
+        # whose tokens hold parts of characters.
+        c = self.client.completions.create(model=self.model, prompt="日本の首都は", max_tokens=8,
+                                           temperature=0, logprobs=1,
+                                           extra_body={"ignore_eos": True})
+        lp = c.choices[0].logprobs
+        self.assertTrue(any(ord(ch) > 127 for ch in c.choices[0].text), c.choices[0].text)
+        for i in range(1, len(lp.tokens)):
+            self.assertEqual(lp.text_offset[i] - lp.text_offset[i - 1], len(lp.tokens[i - 1]),
+                             (lp.tokens, lp.text_offset))
         # top_logprobs without logprobs: 400 naming it.
         with self.assertRaises(self.openai.BadRequestError) as e:
             self.chat("hi", max_tokens=2, top_logprobs=2)

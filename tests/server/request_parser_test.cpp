@@ -101,7 +101,7 @@ TEST(RequestParser, ChatMessages) {
                                 Endpoint::kChat);
   ASSERT_EQ(r.messages.size(), 4u);
   EXPECT_EQ(r.messages[0].role, "system");
-  EXPECT_EQ(r.messages[1].content, "hello");
+  EXPECT_EQ(r.messages[1].content, "hel\nlo");  // parts joined by newlines (vLLM)
   EXPECT_EQ(r.messages[2].content, "");
   EXPECT_EQ(r.params.max_tokens, 5);
   EXPECT_EQ(r.params.max_tokens, 5);
@@ -112,12 +112,28 @@ TEST(RequestParser, ChatMessages) {
                           R"({"messages": [{"role": "user", "content": 3}]})",
                           R"({"messages": [{"role": "user", "content": null}]})",
                           R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})",
-                          R"({"messages": [{"role": "user", "content": "x", "tool_calls": []}]})",
+                          R"({"messages": [{"role": "user", "content": "x", "tool_calls": [{"id": "1"}]}]})",
+                          R"({"messages": [{"role": "assistant", "content": "x", "function_call": {}}]})",
+                          R"({"messages": [{"role": "assistant", "content": "x", "refusal": 3}]})",
+                          R"({"messages": [{"role": "user", "content": "x", "weights": 1}]})",
                           R"({"messages": [7]})"}) {
     const ApiError e = error_of(bad, Endpoint::kChat);
     EXPECT_EQ(e.status(), 400) << bad;
     EXPECT_EQ(e.param(), "messages") << bad;
   }
+  // A response's message sent back as history (the openai client's model_dump(), vLLM's
+  // reasoning_content): its empty and null fields, a refusal or reasoning text are taken.
+  const ParsedRequest h = parse(R"({"messages": [
+      {"role": "user", "content": "hi"},
+      {"role": "assistant", "content": "hello", "refusal": null, "tool_calls": [],
+       "function_call": null, "audio": null, "annotations": [], "reasoning_content": "think"},
+      {"role": "assistant", "content": "no", "refusal": "I can't", "tool_calls": null,
+       "reasoning": null, "annotations": null},
+      {"role": "user", "content": "again"}]})",
+                                Endpoint::kChat);
+  ASSERT_EQ(h.messages.size(), 4u);
+  EXPECT_EQ(h.messages[1].content, "hello");
+  EXPECT_EQ(h.messages[2].content, "no");
   // Fields of the other endpoint are unknown here.
   EXPECT_EQ(error_of(R"({"messages": [{"role": "user", "content": "x"}], "prompt": "p"})",
                      Endpoint::kChat)

@@ -279,6 +279,8 @@ TEST(Server, StopTokenIdsAndMinTokens) {
   const Json choice = Json::parse(r->body)["choices"][0];
   EXPECT_EQ(choice["token_ids"].get<Ids>(), want);
   EXPECT_EQ(choice["finish_reason"], "stop");
+  // The stop id counts in the usage (vLLM's), though it is not among the ids returned.
+  EXPECT_EQ(Json::parse(r->body)["usage"]["completion_tokens"], want.size() + 1);
   // vLLM's min_tokens holds the stop id back: at least 6 tokens, the stop id not among them.
   body["min_tokens"] = 6;
   auto held = c.Post("/v1/completions", body.dump(), "application/json");
@@ -572,8 +574,20 @@ TEST(Server, ErrorStatusesAndBodies) {
   auto longp = c.Post("/v1/completions", b.dump(), "application/json");
   expect_error(longp, 400, "prompt");
   EXPECT_EQ(Json::parse(longp->body)["error"]["code"], "context_length_exceeded");
+  // OpenAI's and vLLM's wording, which clients match to recognise an overflow.
+  EXPECT_NE(Json::parse(longp->body)["error"]["message"].get<std::string>().find(
+                "This model's maximum context length is 4096 tokens. However, your request has "
+                "5000 input tokens"),
+            std::string::npos)
+      << longp->body;
   b = completion_body(Ids(4000, 7), 200, false);
-  expect_error(c.Post("/v1/completions", b.dump(), "application/json"), 400, "max_tokens");
+  auto over = c.Post("/v1/completions", b.dump(), "application/json");
+  expect_error(over, 400, "max_tokens");
+  EXPECT_NE(Json::parse(over->body)["error"]["message"].get<std::string>().find(
+                "maximum context length is 4096 tokens. However, you requested 4200 tokens (4000 "
+                "in the prompt, 200 in the completion"),
+            std::string::npos)
+      << over->body;
   b = {{"prompt", "text needs a tokenizer"}};
   expect_error(c.Post("/v1/completions", b.dump(), "application/json"), 400, "prompt");
   b = {{"messages", {{{"role", "user"}, {"content", "hi"}}}}};

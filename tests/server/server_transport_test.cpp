@@ -3,7 +3,8 @@
 //    httplib alone refused such bodies over 8 KiB with a 413), up to max_body_bytes;
 //    multipart and empty bodies get a 400 naming the problem;
 //  - an error only the model can see (a logit_bias id past the vocabulary) names its field;
-//  - a known path with the wrong method is a 405 naming the right one;
+//  - a known path with the wrong method is a 405 naming the right one; every route answers
+//    with a trailing slash too; vLLM's /version and /ping;
 //  - CORS as vLLM's default: every origin allowed, preflights answered without the API key;
 //    a list of origins allows those alone; an empty list sends no CORS headers.
 #include <gtest/gtest.h>
@@ -97,6 +98,33 @@ TEST(ServerTransport, WrongMethodIs405) {
   auto unknown = c.Get("/v1/nothing");
   expect_error(unknown, 404);
   EXPECT_EQ(Json::parse(unknown->body)["error"]["code"], "unknown_url");
+  s.stop();
+}
+
+// Routes with one trailing slash are the routes (vLLM redirects them); vLLM's /version and
+// /ping (GET and POST) answer.
+TEST(ServerTransport, TrailingSlashVersionAndPing) {
+  Running s;
+  auto c = s.client();
+  const Ids want = ids_of(c.Post("/v1/completions", completion_body({5, 6}, 3, false).dump(),
+                                 "application/json"));
+  EXPECT_EQ(ids_of(c.Post("/v1/completions/", completion_body({5, 6}, 3, false).dump(),
+                          "application/json")),
+            want);
+  for (const char* path : {"/v1/models/", "/v1/models/tiny/", "/health/", "/metrics/"}) {
+    auto r = c.Get(path);
+    ASSERT_TRUE(r) << path;
+    EXPECT_EQ(r->status, 200) << path << ": " << r->body;
+  }
+  EXPECT_EQ(Json::parse(c.Get("/v1/models/")->body)["data"][0]["id"], "tiny");
+  expect_error(c.Get("/v1/models/other/"), 404, "model");
+  expect_error(c.Get("/v1/chat/completions/"), 405);
+  auto v = c.Get("/version");
+  ASSERT_TRUE(v);
+  EXPECT_EQ(v->status, 200);
+  EXPECT_FALSE(Json::parse(v->body)["version"].get<std::string>().empty());
+  EXPECT_EQ(c.Get("/ping")->status, 200);
+  EXPECT_EQ(c.Post("/ping", "", "text/plain")->status, 200);
   s.stop();
 }
 
