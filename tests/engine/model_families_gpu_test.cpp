@@ -359,6 +359,55 @@ TEST(RopeScalingGpu, DynamicNtkMatchesHFsCachedGenerate) {
   EXPECT_LT(with, 0.5 * without);
 }
 
+// The engine's context with dynamic NTK is max_position_embeddings x factor (32 here; vLLM's
+// rule, session 50): on CUDA a sequence past the fixed tables' width (16 positions) takes the
+// general path. A 20-token prompt runs to 32 tokens, graphs on and off alike, with the
+// teacher-forced logits of its positions past 16 within bf16 of the CPU model's.
+TEST(RopeScalingGpu, TheEngineRunsDynamicNtkPastMaxPositions) {
+  std::vector<int32_t> prompt(20);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(3 + (7 * i) % 300);
+  SamplingParams sp;
+  sp.max_tokens = 12;
+  sp.ignore_eos = true;
+  std::vector<std::vector<int32_t>> runs;
+  for (bool graphs : {true, false}) {
+    LLMOptions o = test::gpu_options();
+    o.cuda_graphs = graphs;
+    LLM llm(rope_variant("dynamic"), std::nullopt, o);
+    ASSERT_EQ(llm.max_model_len(), 32);
+    const auto out = llm.generate({prompt}, sp);
+    ASSERT_EQ(out[0].token_ids.size(), 12u);
+    runs.push_back(out[0].token_ids);
+    EXPECT_ERROR_HAS(llm.generate({std::vector<int32_t>(33, 5)}, sp), "is 32");
+    llm.check_kv_cache_idle();
+  }
+  EXPECT_EQ(runs[0], runs[1]) << "graphs on and off differ";
+  std::vector<Case> forced = {{prompt, runs[0], {}}};
+  auto gpu = Model::create(rope_variant("dynamic"), Device::cuda(0));
+  auto cpu = Model::create(rope_variant("dynamic"), Device::cpu());
+  std::vector<std::vector<float>> cpu_rows;
+  const int64_t vocab = cpu->config().vocab_size;
+  test::teacher_forced_steps(*cpu, forced, 16, 4096, [&](size_t, size_t, const float* l) {
+    cpu_rows.emplace_back(l, l + vocab);
+  });
+  size_t k = 0;
+  double worst = 0;
+  test::teacher_forced_steps(*gpu, forced, 16, 4096, [&](size_t, size_t, const float* l) {
+    ASSERT_LT(k, cpu_rows.size());
+    double num = 0, den = 0;
+    for (int64_t t = 0; t < vocab; ++t) {
+      const double d = static_cast<double>(l[t]) - cpu_rows[k][static_cast<size_t>(t)];
+      num += d * d;
+      den += static_cast<double>(cpu_rows[k][static_cast<size_t>(t)]) * cpu_rows[k][static_cast<size_t>(t)];
+    }
+    worst = std::max(worst, std::sqrt(num / std::max(den, 1e-30)));
+    ++k;
+  });
+  EXPECT_EQ(k, cpu_rows.size());
+  std::printf("[llama dynamic past 16 positions] worst relative L2 GPU vs CPU: %.3e\n", worst);
+  EXPECT_LT(worst, 5e-2);
+}
+
 // ---- Phi-3: fused projections, LongRoPE's two lists, a window of 16 ---------------------------
 
 // tiny_phi3's (or tiny_phi4mini's) HF cases on one side of its original context (32): HF
