@@ -155,9 +155,9 @@ def flash_attn_varlen_func(
     k,
     v,
     cu_seqlens_q,
-    cu_seqlens_k,
-    max_seqlen_q,
-    max_seqlen_k,
+    cu_seqlens_k=None,
+    max_seqlen_q=None,
+    max_seqlen_k=None,
     dropout_p=0.0,
     softmax_scale=None,
     causal=False,
@@ -172,6 +172,7 @@ def flash_attn_varlen_func(
     out=None,
     k_scale=None,
     v_scale=None,
+    seqused_k=None,
 ):
     """Attention over packed variable-length sequences (flash-attn 2 semantics).
 
@@ -187,6 +188,10 @@ def flash_attn_varlen_func(
     ``window_size`` = (left, right) (-1 = unbounded) and ``softcap`` (> 0: each scaled score s
     becomes softcap * tanh(s / softcap) before the softmax; 0 = off) have flash-attn's meanings,
     combined with ``causal`` and the bottom-right alignment.
+    ``seqused_k`` (vLLM's fork, keyword): int32 [batch], each sequence's key count, instead of
+    ``cu_seqlens_k``; with ``block_table`` the keys are read through it (cu_seqlens_k, if also
+    given, is then ignored as vLLM's kernels ignore it), without one K/V are packed by these
+    lengths. ``max_seqlen_q`` and ``max_seqlen_k`` are required (keywords with vLLM's order).
     ``alibi_slopes``: float32 [num_heads] or [batch, num_heads]; the score of query i and key j
     gets -slope * |i + Lk - Lq - j| added (after softcap), flash-attn's documented bias.
     head_dim: any on the CPU; 64, 80, 96, 128 and 256 on CUDA, fp8 caches included (the
@@ -197,6 +202,10 @@ def flash_attn_varlen_func(
     ``k_scale`` / ``v_scale`` (a number or float32 [num_kv_heads]; None = 1.0), float32
     accumulation; on CUDA with bfloat16/float16 q only.
     """
+    cu_seqlens_k = _keys_cu_seqlens(cu_seqlens_k, seqused_k, block_table)
+    for name, value in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
+        if value is None:
+            raise _C.Error("kvattn.flash_attn_varlen_func: %s is required" % name)
     args = (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
             softmax_scale, causal, window_size, softcap, alibi_slopes, return_attn_probs,
             block_table, return_softmax_lse, out, k_scale, v_scale)
@@ -204,6 +213,33 @@ def flash_attn_varlen_func(
         return _varlen_impl(*args)
     except _C.NeedsGrad:
         return _forward_only("flash_attn_varlen_func", _varlen_impl, args, out)
+
+
+def _keys_cu_seqlens(cu_seqlens_k, seqused_k, block_table):
+    """The kernels' cu_seqlens_k: as given, or [0, cumsum(seqused_k)] (vLLM's per-sequence key
+    counts; paged K/V only need the lengths, packed K/V are then packed by them)."""
+    fn = "kvattn.flash_attn_varlen_func"
+    if seqused_k is None:
+        if cu_seqlens_k is None:
+            raise _C.Error("%s: give cu_seqlens_k (int32 [batch + 1]) or seqused_k "
+                           "(int32 [batch])" % fn)
+        return cu_seqlens_k
+    if cu_seqlens_k is not None and block_table is None:
+        _unsupported("flash_attn_varlen_func", "seqused_k", seqused_k,
+                     " together with cu_seqlens_k on packed K/V (give one of them, or a "
+                     "block_table)")
+    shape = tuple(getattr(seqused_k, "shape", ()))
+    if len(shape) != 1 or "int32" not in str(getattr(seqused_k, "dtype", "")):
+        raise _C.Error("%s: seqused_k must be an int32 tensor [batch] but is %s of shape %s"
+                       % (fn, getattr(seqused_k, "dtype", type(seqused_k).__name__), shape))
+    if _is_torch(seqused_k):
+        import torch
+
+        zero = torch.zeros(1, dtype=torch.int32, device=seqused_k.device)
+        return torch.cat([zero, torch.cumsum(seqused_k, 0, dtype=torch.int32)])
+    import numpy as np
+
+    return np.concatenate([np.zeros(1, np.int32), np.cumsum(seqused_k, dtype=np.int32)])
 
 
 def _varlen_impl(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,

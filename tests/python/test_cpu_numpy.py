@@ -125,6 +125,45 @@ def test_varlen_paged_prefix_hit(rng, block_size):
     assert max_abs(lse, ref_lse) < 1e-4
 
 
+def test_varlen_seqused_k(rng):
+    """vLLM's seqused_k (keyword, cu_seqlens_k omitted): the same result as cu_seqlens_k, paged
+    (a stale cu_seqlens_k beside a block table is ignored, as vLLM's kernels do) and packed."""
+    hk, group, d = 2, 3, 16
+    lk, lq = [33, 5, 70], [4, 5, 1]
+    k_seqs = [rng.standard_normal((n, hk, d)) for n in lk]
+    v_seqs = [rng.standard_normal((n, hk, d)) for n in lk]
+    case = PagedCase(rng, k_seqs, v_seqs, 16)
+    q = f32(rng.standard_normal((sum(lq), hk * group, d)))
+    cq, ck = cu(lq), cu(lk)
+    used = np.array(lk, np.int32)
+    kc, vc = f32(case.k_cache), f32(case.v_cache)
+    want = kvattn.flash_attn_varlen_func(q, kc, vc, cq, ck, max(lq), max(lk), causal=True,
+                                         block_table=case.block_table)
+    got = kvattn.flash_attn_varlen_func(q=q, k=kc, v=vc, cu_seqlens_q=cq, max_seqlen_q=max(lq),
+                                        seqused_k=used, max_seqlen_k=max(lk), causal=True,
+                                        block_table=case.block_table)
+    assert np.array_equal(got, want)
+    stale = cu([1, 1, 1])
+    got = kvattn.flash_attn_varlen_func(q, kc, vc, cq, stale, max(lq), max(lk), causal=True,
+                                        block_table=case.block_table, seqused_k=used)
+    assert np.array_equal(got, want)
+    kp = f32(np.concatenate(k_seqs))
+    vp = f32(np.concatenate(v_seqs))
+    packed = kvattn.flash_attn_varlen_func(q, kp, vp, cq, None, max(lq), max(lk), causal=True,
+                                           seqused_k=used)
+    assert np.array_equal(packed, kvattn.flash_attn_varlen_func(q, kp, vp, cq, ck, max(lq),
+                                                                max(lk), causal=True))
+    with pytest.raises(kvattn.Error, match="give cu_seqlens_k"):
+        kvattn.flash_attn_varlen_func(q, kp, vp, cq, None, max(lq), max(lk))
+    with pytest.raises(kvattn.Error, match="max_seqlen_k is required"):
+        kvattn.flash_attn_varlen_func(q, kp, vp, cq, ck, max(lq))
+    with pytest.raises(kvattn.Error, match="seqused_k must be an int32"):
+        kvattn.flash_attn_varlen_func(q, kp, vp, cq, None, max(lq), max(lk),
+                                      seqused_k=used.astype(np.int64))
+    with pytest.raises(NotImplementedError, match="seqused_k"):
+        kvattn.flash_attn_varlen_func(q, kp, vp, cq, ck, max(lq), max(lk), seqused_k=used)
+
+
 def test_varlen_return_conventions_and_out(rng):
     q = f32(rng.standard_normal((6, 2, 8)))
     k = f32(rng.standard_normal((6, 2, 8)))

@@ -126,3 +126,24 @@ def test_kvcache_rotary_torch(rng, dtype, interleaved, causal):
         vals = np.concatenate([vc0[b, p:n], F(vn)[b]])
         ref, _ = attention_ref(q_rot, keys, vals, causal, None, (-1, -1), 0.0, F(slopes)[b])
         assert rel_err(F(out)[b], ref) < tol
+
+
+# ---- vLLM's seqused_k with torch tensors ----------------------------------------------------
+
+
+@pytest.mark.parametrize("device", ["cpu"] + (["cuda"] if torch.cuda.is_available() else []))
+def test_varlen_seqused_k_torch(rng, device):
+    """seqused_k (int32 [batch]) in place of cu_seqlens_k: equal to the cu_seqlens_k call, on
+    the tensor's device (the prefix sum runs there)."""
+    dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    lq, lk = [3, 1], [20, 9]
+    q = T(rng.standard_normal((sum(lq), 4, 64)), dtype).to(device)
+    k = T(rng.standard_normal((sum(lk), 2, 64)), dtype).to(device)
+    v = T(rng.standard_normal((sum(lk), 2, 64)), dtype).to(device)
+    cq = torch.tensor(cu(lq), device=device)
+    ck = torch.tensor(cu(lk), device=device)
+    used = torch.tensor(lk, dtype=torch.int32, device=device)
+    want = kvattn.flash_attn_varlen_func(q, k, v, cq, ck, max(lq), max(lk), causal=True)
+    got = kvattn.flash_attn_varlen_func(q=q, k=k, v=v, cu_seqlens_q=cq, max_seqlen_q=max(lq),
+                                        seqused_k=used, max_seqlen_k=max(lk), causal=True)
+    assert torch.equal(got, want)
