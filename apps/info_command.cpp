@@ -39,7 +39,11 @@ void print_config(const ModelConfig& c) {
               static_cast<long long>(c.num_heads), static_cast<long long>(c.num_kv_heads),
               static_cast<long long>(c.head_dim));
   std::printf("vocab:               %lld\n", static_cast<long long>(c.vocab_size));
-  std::printf("context:             %lld\n", static_cast<long long>(c.max_position_embeddings));
+  std::printf("context:             %lld", static_cast<long long>(c.max_position_embeddings));
+  if (const int64_t scaled = scaled_context_length(c); scaled != c.max_position_embeddings) {
+    std::printf(" (%lld with its rope scaling)", static_cast<long long>(scaled));
+  }
+  std::printf("\n");
   std::printf("rope:                theta %g, %s pairs", c.rope_theta,
               c.rope_style == ModelConfig::RopeStyle::kRotateHalf ? "rotate-half"
                                                                    : "interleaved");
