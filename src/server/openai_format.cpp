@@ -18,7 +18,13 @@ int64_t text_length(const std::string& s) {
   for (size_t i = 0; i < s.size(); ++n) {
     int bad = 1;
     const int len = tokenizer_detail::utf8_char_len(s, i, &bad);
-    i += len > 0 ? static_cast<size_t>(len) : len < 0 ? s.size() - i : static_cast<size_t>(std::max(bad, 1));
+    if (len > 0) {
+      i += static_cast<size_t>(len);
+    } else if (len < 0) {
+      i = s.size();  // a character cut off by the end: one U+FFFD
+    } else {
+      i += static_cast<size_t>(std::max(bad, 1));
+    }
   }
   return n;
 }

@@ -58,8 +58,8 @@ int64_t scaled_context_length(const ModelConfig& c) {
   if (s.type == Type::kLinear || s.type == Type::kDynamic) {
     extended = static_cast<double>(base) * s.factor;
   } else if (s.type == Type::kYarn) {
-    const int64_t original = s.original_max_position_embeddings > 0 ? s.original_max_position_embeddings : base;
-    extended = static_cast<double>(original) * s.factor;
+    const int64_t original = s.original_max_position_embeddings;
+    extended = static_cast<double>(original > 0 ? original : base) * s.factor;
   } else {
     return base;
   }

@@ -41,18 +41,17 @@ void LogitRules::on_generated(int32_t token) {
 }
 
 void LogitRules::apply(std::span<float> logits) const {
-  if (!allowed_.empty()) {  // -inf between consecutive allowed ids (and past the last)
+  if (!allowed_.empty()) {  // -inf everywhere but the allowed ids (sorted, unique, >= 0)
     constexpr float kMasked = -std::numeric_limits<float>::infinity();
-    size_t from = 0;
+    const auto at = [&](size_t i) { return logits.begin() + static_cast<std::ptrdiff_t>(i); };
+    size_t next = 0;  // the first id neither masked nor kept yet
     for (int32_t a : allowed_) {
-      const size_t to = std::min(static_cast<size_t>(a), logits.size());
-      std::fill(logits.begin() + static_cast<std::ptrdiff_t>(std::min(from, to)),
-                logits.begin() + static_cast<std::ptrdiff_t>(to), kMasked);
-      from = std::max(from, to + 1);
+      const auto keep = static_cast<size_t>(a);
+      if (keep >= logits.size()) break;
+      std::fill(at(next), at(keep), kMasked);
+      next = keep + 1;
     }
-    if (from < logits.size()) {
-      std::fill(logits.begin() + static_cast<std::ptrdiff_t>(from), logits.end(), kMasked);
-    }
+    std::fill(at(std::min(next, logits.size())), logits.end(), kMasked);
   }
   for (const auto& [token, bias] : bias_) {
     if (token >= 0 && static_cast<size_t>(token) < logits.size()) logits[token] += bias;
