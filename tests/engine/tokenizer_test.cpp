@@ -9,6 +9,7 @@
 #include <random>
 
 #include "engine/model_file_writer.h"
+#include "engine/tokenizer/pretokenizer.h"
 #include "engine/tokenizer/utf8.h"
 #include "kvattn/engine/tokenizer.h"
 
@@ -204,6 +205,50 @@ TEST(Tokenizer, GgufVocabularyEncodesLikeHf) {
     EXPECT_EQ(tok.apply_chat_template({{"user", "hi"}}, true),
               "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
   }
+}
+
+// llama.cpp's names for the pipelines (llama-vocab.cpp): its converter writes "gpt-2", MPT and
+// OLMo files share GPT-2's regex, Command-R StarCoder's / SmolLM's, Falcon 3 Llama 3's; the
+// Llama 3 names add BOS where the file does not say (llama.cpp's default; session 50's probe
+// against llama.cpp's own test vectors).
+TEST(Tokenizer, GgufPreNamesFollowLlamaCpp) {
+  const std::pair<const char*, const char*> aliases[] = {
+      {"gpt-2", "gpt2"},       {"mpt", "gpt2"},          {"olmo", "gpt2"},
+      {"phi-2", "gpt2"},       {"command-r", "smollm"},  {"starcoder", "smollm"},
+      {"exaone", "smollm"},    {"llama3", "llama3"},     {"falcon3", "llama3"},
+      {"pixtral", "llama3"},   {"stablelm2", "qwen2"},   {"deepseek-r1-qwen", "qwen2"}};
+  for (const auto& [pre, expected_name] : aliases) {
+    const Tokenizer tok =
+        Tokenizer::from_gguf(GgufFile::from_bytes(tiny_gguf_tokenizer(pre).build(), "t.gguf"));
+    const auto& expected = kExpected.at(expected_name);
+    for (size_t i = 0; i < kTexts.size(); ++i) {
+      EXPECT_EQ(tok.encode(kTexts[i]), expected[i]) << pre << " text #" << i;
+    }
+  }
+  auto add_bos_without_key = [](const char* pre) {
+    testing::GgufBuilder g = tiny_gguf_tokenizer(pre);
+    g.kvs.pop_back();  // tokenizer.ggml.add_bos_token, the last key
+    return Tokenizer::from_gguf(GgufFile::from_bytes(g.build(), "t.gguf")).add_bos();
+  };
+  EXPECT_TRUE(add_bos_without_key("llama-bpe"));
+  EXPECT_TRUE(add_bos_without_key("falcon3"));
+  EXPECT_FALSE(add_bos_without_key("gpt-2"));
+  EXPECT_FALSE(add_bos_without_key("qwen2"));
+  EXPECT_FALSE(Tokenizer::from_gguf(GgufFile::from_bytes(tiny_gguf_tokenizer("llama-bpe").build(),
+                                                         "t.gguf"))
+                   .add_bos());  // the file's add_bos_token false wins
+}
+
+// No tokenizer.ggml.pre (old GPT-NeoX-era files) is llama.cpp's DEFAULT pipeline: punctuation
+// runs, then GPT-2, then digit runs cut in threes (HF's ByteLevel would keep "'s" and 1234567).
+TEST(Tokenizer, GgufDefaultPreIsLlamaCppsDefault) {
+  const auto p = tokenizer_detail::pretokenizer_for_gguf("default", "t.gguf");
+  EXPECT_FALSE(p.ignore_merges);
+  EXPECT_FALSE(p.add_bos);
+  EXPECT_EQ(p.pre.run("it's 1234567 ok!!"),
+            (std::vector<std::string>{"it", "'", "s", " ", "123", "456", "7", " ok", "!!"}));
+  EXPECT_EQ(tokenizer_detail::pretokenizer_for_gguf("", "t.gguf").pre.run("a$b 12"),
+            (std::vector<std::string>{"a", "$", "b", " ", "12"}));
 }
 
 TEST(Tokenizer, GgufTokenizerErrorsNameTheKey) {

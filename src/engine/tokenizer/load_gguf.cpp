@@ -63,9 +63,13 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& g) {
       t->merges.emplace_back(m.substr(0, sp), m.substr(sp + 1));
     }
   }
+  bool add_bos_default = spm;  // llama.cpp's: SentencePiece and the Llama 3 pre types add BOS
   if (!spm) {
-    t->pre = tokenizer_detail::pretokenizer_for_gguf(
-        g.get_string("tokenizer.ggml.pre", "default"), file, &t->ignore_merges);
+    auto gp = tokenizer_detail::pretokenizer_for_gguf(
+        g.get_string("tokenizer.ggml.pre", "default"), file);
+    t->pre = std::move(gp.pre);
+    t->ignore_merges = gp.ignore_merges;
+    add_bos_default = gp.add_bos;
   }
   // llama.cpp's SentencePiece defaults: <unk> 0, <s> 1, </s> 2, and BOS is added.
   const auto n = static_cast<int64_t>(t->tokens.size());
@@ -78,7 +82,7 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& g) {
   t->unk = id("tokenizer.ggml.unknown_token_id", 0);
   t->bos = id("tokenizer.ggml.bos_token_id", 1);
   t->eos = id("tokenizer.ggml.eos_token_id", 2);
-  t->add_bos = g.get_bool("tokenizer.ggml.add_bos_token", spm);
+  t->add_bos = g.get_bool("tokenizer.ggml.add_bos_token", add_bos_default);
   const std::string tmpl = g.get_string("tokenizer.chat_template", "");
   t->chat_template = ChatTemplate::detect(tmpl);
   t->finalize();

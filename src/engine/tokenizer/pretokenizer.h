@@ -47,8 +47,17 @@ inline constexpr const char* kLlama3Pattern =
 inline constexpr const char* kQwen2Pattern =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
-// The pipeline llama.cpp uses for a GGUF tokenizer.ggml.pre value; throws for unknown values.
-PreTokenizer pretokenizer_for_gguf(const std::string& pre, const std::string& file,
-                                   bool* ignore_merges);
+// llama.cpp writes the GPT-2 pattern without its last "\s+" alternative: the same pieces, since
+// whitespace no alternative matches becomes a piece of its own between two matches.
+// What llama.cpp (llama-vocab.cpp, mid 2026) makes of a GGUF tokenizer.ggml.pre value: its
+// regex pipeline, whether BPE merges are skipped for whole-word tokens (ignore_merges) and
+// whether BOS is added when tokenizer.ggml.add_bos_token is absent. Throws for values whose
+// pipeline kvattn lacks, naming the supported ones.
+struct GgufPreTokenizer {
+  PreTokenizer pre;
+  bool ignore_merges = false;
+  bool add_bos = false;
+};
+GgufPreTokenizer pretokenizer_for_gguf(const std::string& pre, const std::string& file);
 
 }  // namespace kvattn::tokenizer_detail
