@@ -17,6 +17,22 @@
 
 namespace {
 
+// An error as a command-line user reads it: kvattn::Error ends with the file:line of its check
+// (DESIGN's contract, for library callers and bug reports); the command line drops it unless
+// KVATTN_ERROR_LOCATIONS=1, as llama.cpp's and vLLM's messages carry none.
+std::string user_message(std::string m) {
+  const char* keep = std::getenv("KVATTN_ERROR_LOCATIONS");
+  if (keep != nullptr && std::string(keep) == "1") return m;
+  const size_t open = m.rfind(" (");
+  if (open == std::string::npos || m.empty() || m.back() != ')') return m;
+  const std::string loc = m.substr(open + 2, m.size() - open - 3);  // "file.ext:NN"
+  const size_t colon = loc.rfind(':');
+  const bool is_location =
+      colon != std::string::npos && colon + 1 < loc.size() && loc.find(' ') == std::string::npos &&
+      loc.find('.') < colon && loc.find_first_not_of("0123456789", colon + 1) == std::string::npos;
+  return is_location ? m.substr(0, open) : m;
+}
+
 // --seed of generate: 0..2^64-1 as given, -1 a random seed (llama.cpp's convention); anything
 // else is refused (CLI11 alone wraps -1 and saturates values past 2^64 without a word).
 std::string seed_value(std::string& s) {
@@ -328,7 +344,7 @@ int main(int argc, char** argv) {
     return kvattn::cli::run_info(info_model, info_all);
   } catch (const std::exception& e) {
     std::fflush(stdout);
-    std::fprintf(stderr, "\nkvattn: error: %s\n", e.what());
+    std::fprintf(stderr, "\nkvattn: error: %s\n", user_message(e.what()).c_str());
     return 1;
   }
 }

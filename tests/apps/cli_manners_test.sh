@@ -189,6 +189,11 @@ prompt_file)  # -f/--file (llama.cpp's): a prompt from a file or stdin, one trai
   # Refused before the model loads, naming the file.
   run generate --model "$model" -n 1 -f "$dir/missing.txt" && fail "a missing file accepted"
   has "$err" "generate: --file: cannot read '$dir/missing.txt'" || fail "missing file: no clear error"
+  has "$err" "\.cpp:[0-9]+\)" && fail "a source location in a user's error"
+  KVATTN_ERROR_LOCATIONS=1 "$kvattn" generate --model "$model" -n 1 -f "$dir/missing.txt" \
+    >"$out" 2>"$err" && fail "a missing file accepted"
+  has "$err" "cannot read '$dir/missing.txt' \(generate_command\.cpp:[0-9]+\)$" ||
+    fail "KVATTN_ERROR_LOCATIONS=1 keeps no location"
   has "$err" "loaded|loading" && fail "missing file: checked only after loading"
   run generate --model "$model" -n 1 -f "$dir" && fail "a directory accepted"
   has "$err" "is a directory, not a prompt file" || fail "directory: no clear error"
