@@ -191,7 +191,8 @@ void handle_completion(ServerContext& ctx, std::string_view body, httplib::Respo
   if (evs.front().kind == Kind::kError) throw *evs.front().error;
   ResponseMeta meta;
   meta.endpoint = endpoint;
-  meta.id = ctx.new_id(endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-");
+  const char* id_prefix = endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-";
+  meta.id = pr.request_id.empty() ? ctx.new_id(id_prefix) : id_prefix + pr.request_id;
   meta.model = ctx.model_name;
   meta.created = static_cast<int64_t>(std::time(nullptr));
   std::optional<LogprobsFormat> logprobs;

@@ -22,6 +22,27 @@ std::vector<int32_t> encode(const LLM& llm, const std::string& text, const char*
   }
 }
 
+// vLLM's continue_final_message, as HF's apply_chat_template does it: the rendered chat ends
+// right after the final message's content (its end-of-turn marks cut off), so the model goes
+// on with that message. The content is looked for as given, then trimmed (templates such as
+// Llama 3.1's trim messages).
+std::string open_final_message(const std::string& rendered, const std::string& content) {
+  const auto trimmed = [](const std::string& s) {
+    const size_t b = s.find_first_not_of(" \t\n\r");
+    if (b == std::string::npos) return std::string();
+    return s.substr(b, s.find_last_not_of(" \t\n\r") - b + 1);
+  };
+  for (const std::string& c : {content, trimmed(content)}) {
+    if (c.empty()) break;
+    if (const size_t at = rendered.rfind(c); at != std::string::npos) {
+      return rendered.substr(0, at + c.size());
+    }
+  }
+  throw bad_request("continue_final_message needs a final message whose content the chat "
+                    "template renders (it is empty or the template drops it)",
+                    "continue_final_message");
+}
+
 }  // namespace
 
 EnginePrompts build_prompts(const ParsedRequest& r, const LLM& llm, uint64_t random_seed) {
@@ -39,6 +60,7 @@ EnginePrompts build_prompts(const ParsedRequest& r, const LLM& llm, uint64_t ran
     } catch (const Error& e) {
       throw bad_request(std::string("the chat template failed: ") + e.what(), "messages");
     }
+    if (r.continue_final_message) text = open_final_message(text, r.messages.back().content);
     out.prompts.push_back(encode(llm, text, param));
   } else {
     for (const std::string& t : r.text_prompts) out.prompts.push_back(encode(llm, t, param));

@@ -364,6 +364,7 @@ ParsedRequest parse_request(std::string_view body, Endpoint endpoint) {
   // Chat: max_completion_tokens replaces max_tokens (OpenAI); given both, it wins (vLLM).
   std::optional<int> max_tokens, max_completion_tokens;
   int top_logprobs = 0;
+  bool add_generation_prompt_given = false;
   for (const auto& [key, v] : j.items()) {
     if (v.is_null()) continue;  // OpenAI: null means not given
     const char* k = key.c_str();
@@ -475,6 +476,16 @@ ParsedRequest parse_request(std::string_view body, Endpoint endpoint) {
       throw bad_request("suffix is not supported by kvattn", k, "unsupported_parameter");
     } else if (key == "add_generation_prompt" && chat) {
       r.add_generation_prompt = get_bool(v, k);
+      add_generation_prompt_given = true;
+    } else if (key == "continue_final_message" && chat) {  // vLLM's
+      r.continue_final_message = get_bool(v, k);
+    } else if (key == "request_id") {  // vLLM's
+      r.request_id = get_string(v, k);
+      if (r.request_id.size() > kMaxRequestIdBytes) {
+        throw bad_request("request_id must be at most " + std::to_string(kMaxRequestIdBytes) +
+                              " bytes but has " + std::to_string(r.request_id.size()),
+                          k);
+      }
     } else if (key == "chat_template_kwargs" && chat) {
       parse_template_kwargs(v, r.enable_thinking);
     } else if (key == "response_format" && chat) {
@@ -497,6 +508,13 @@ ParsedRequest parse_request(std::string_view body, Endpoint endpoint) {
       throw bad_request("top_logprobs needs logprobs: true", "top_logprobs");
     }
     p.logprobs = chat_logprobs ? top_logprobs : -1;
+  }
+  if (r.continue_final_message) {  // vLLM: both true is an error; given alone, no prompt opens
+    if (add_generation_prompt_given && r.add_generation_prompt) {
+      throw bad_request("continue_final_message and add_generation_prompt cannot both be true",
+                        "continue_final_message");
+    }
+    r.add_generation_prompt = false;
   }
   if (!have_prompt) {
     const char* what = chat ? "messages" : "prompt";

@@ -31,8 +31,13 @@
 //                max_tokens, as in vLLM), parallel_tool_calls, tools ([] only), tool_choice
 //                ("none" only), modalities (["text"] only),
 //                logprobs (bool), top_logprobs [0, 20] (needs logprobs: true),
-//                response_format {"type": "text"}, and vLLM's add_generation_prompt and
-//                chat_template_kwargs ({"enable_thinking": bool} only: Qwen3's switch).
+//                response_format {"type": "text"}, and vLLM's add_generation_prompt,
+//                continue_final_message (the last message is left open for the model to go
+//                on with, as HF's apply_chat_template does; not with add_generation_prompt:
+//                true) and chat_template_kwargs ({"enable_thinking": bool} only: Qwen3's
+//                switch);
+//   both, vLLM's: request_id (a string of at most 256 bytes: the response's id is
+//                "cmpl-" / "chatcmpl-" and it).
 // Log-probabilities (SamplingParams::logprobs) are the raw model's, before temperature and
 // the top-k / top-p / min-p filters (vLLM's default).
 // Integer fields also take numbers with an integral value (5.0), as vLLM's do.
@@ -74,7 +79,9 @@ struct ParsedRequest {
   std::optional<int64_t> truncate_prompt_tokens;
   // Chat, vLLM's: add_generation_prompt (default true) and chat_template_kwargs.enable_thinking.
   bool add_generation_prompt = true;
+  bool continue_final_message = false;
   std::optional<bool> enable_thinking;
+  std::string request_id;  // vLLM's; empty: a random id
 };
 
 // Limits on untrusted bodies (beyond them: 400).
@@ -84,6 +91,7 @@ inline constexpr size_t kMaxMessages = 4096;
 inline constexpr size_t kMaxStops = 16;
 inline constexpr size_t kMaxLogitBias = 1024;
 inline constexpr size_t kMaxAllowedTokenIds = size_t{1} << 20;
+inline constexpr size_t kMaxRequestIdBytes = 256;
 
 ParsedRequest parse_request(std::string_view body, Endpoint endpoint);
 

@@ -276,6 +276,25 @@ class OpenAIClient(unittest.TestCase):
         self.assertEqual(status, 400, body)
         self.assertEqual(json.loads(body)["error"]["param"], "tokens")
 
+    def test_continue_final_message_and_request_id(self):
+        # vLLM's continue_final_message: the assistant's last message is left open and the
+        # model goes on with it; its tokens are /tokenize's of the open chat (the same prompt).
+        messages = [{"role": "user", "content": "What is the capital of France?"},
+                    {"role": "assistant", "content": "The capital of France is"}]
+        r = self.client.chat.completions.create(
+            model=self.model, messages=messages, max_tokens=4, temperature=0,
+            extra_body={"continue_final_message": True, "request_id": "probe-7"})
+        self.assertIn("Paris", r.choices[0].message.content)
+        self.assertEqual(r.id, "chatcmpl-probe-7")
+        closed = self.client.chat.completions.create(model=self.model, messages=messages,
+                                                     max_tokens=4, temperature=0)
+        self.assertGreater(closed.usage.prompt_tokens, r.usage.prompt_tokens)
+        with self.assertRaises(self.openai.BadRequestError) as e:
+            self.client.chat.completions.create(
+                model=self.model, messages=messages, max_tokens=2,
+                extra_body={"continue_final_message": True, "add_generation_prompt": True})
+        self.assertEqual(e.exception.body["param"], "continue_final_message")
+
     def test_stop_strings(self):
         full = self.chat("Write a short poem about the sea.", max_tokens=40).choices[0]
         words = full.message.content.split()

@@ -249,6 +249,33 @@ TEST(RequestParser, AllowedTokenIdsAndTruncation) {
   EXPECT_EQ(chat.truncate_prompt_tokens, 64);
 }
 
+// vLLM's continue_final_message (chat; add_generation_prompt then off, both true refused) and
+// request_id (both endpoints).
+TEST(RequestParser, ContinueFinalMessageAndRequestId) {
+  const char* msgs = R"("messages": [{"role": "user", "content": "x"},
+                                      {"role": "assistant", "content": "The"}])";
+  const ParsedRequest c =
+      parse(std::string("{") + msgs + R"(, "continue_final_message": true})", Endpoint::kChat);
+  EXPECT_TRUE(c.continue_final_message);
+  EXPECT_FALSE(c.add_generation_prompt);
+  EXPECT_TRUE(parse(std::string("{") + msgs + "}", Endpoint::kChat).add_generation_prompt);
+  const ParsedRequest off = parse(
+      std::string("{") + msgs + R"(, "continue_final_message": true, "add_generation_prompt": false})",
+      Endpoint::kChat);
+  EXPECT_TRUE(off.continue_final_message);
+  const ApiError both = error_of(
+      std::string("{") + msgs + R"(, "continue_final_message": true, "add_generation_prompt": true})",
+      Endpoint::kChat);
+  EXPECT_EQ(both.param(), "continue_final_message");
+  EXPECT_EQ(error_of(R"({"prompt": "x", "continue_final_message": true})").code(),
+            "unknown_parameter");  // chat's field only
+  EXPECT_EQ(parse(R"({"prompt": "x", "request_id": "abc-1"})").request_id, "abc-1");
+  EXPECT_TRUE(parse(R"({"prompt": "x"})").request_id.empty());
+  EXPECT_EQ(error_of(R"({"prompt": "x", "request_id": 5})").param(), "request_id");
+  EXPECT_EQ(error_of(R"({"prompt": "x", "request_id": ")" + std::string(300, 'a') + "\"}").param(),
+            "request_id");
+}
+
 // echo (completions): the prompt leads each choice; with logprobs its tokens' log-
 // probabilities come too (SamplingParams::prompt_logprobs = logprobs); max_tokens 0 is taken
 // with echo only (the prompt scored, nothing generated).
