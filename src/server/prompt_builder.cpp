@@ -43,6 +43,28 @@ std::string open_final_message(const std::string& rendered, const std::string& c
                     "continue_final_message");
 }
 
+// vLLM's bad_words as token sequences (get_bad_words_logits_processors): each word, stripped
+// on the left, as it starts the text, and with a space before it where that spells the word
+// with a different first token of as many tokens (the word in mid-text).
+std::vector<std::vector<int32_t>> bad_words_ids(const LLM& llm, const std::vector<std::string>& words) {
+  std::vector<std::vector<int32_t>> ids;
+  if (words.empty()) return ids;
+  if (llm.tokenizer() == nullptr) {
+    throw bad_request("bad_words needs a tokenizer, and this model has none", "bad_words");
+  }
+  for (const std::string& word : words) {
+    const std::string bare = word.substr(word.find_first_not_of(" \t\n\r"));
+    const std::vector<int32_t> start = llm.tokenizer()->encode(bare, /*parse_special=*/false);
+    if (start.empty()) continue;
+    ids.push_back(start);
+    std::vector<int32_t> mid = llm.tokenizer()->encode(" " + bare, /*parse_special=*/false);
+    if (!mid.empty() && mid.front() != start.front() && mid.size() == start.size()) {
+      ids.push_back(std::move(mid));
+    }
+  }
+  return ids;
+}
+
 }  // namespace
 
 EnginePrompts build_prompts(const ParsedRequest& r, const LLM& llm, uint64_t random_seed) {
@@ -121,6 +143,7 @@ EnginePrompts build_prompts(const ParsedRequest& r, const LLM& llm, uint64_t ran
                         "logit_bias");
     }
   }
+  out.params.bad_words_ids = bad_words_ids(llm, r.bad_words);
   for (int32_t id : out.params.allowed_token_ids) {
     if (id >= vocab) {  // the parser took ids in [0, 2^31)
       throw bad_request("allowed_token_ids holds token " + std::to_string(id) +

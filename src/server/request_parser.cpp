@@ -460,6 +460,18 @@ ParsedRequest parse_request(std::string_view body, Endpoint endpoint) {
                           k);
       }
       p.allowed_token_ids = token_ids(v, k);
+    } else if (key == "bad_words") {  // vLLM's extension
+      if (!v.is_array() || v.size() > kMaxBadWords) {
+        throw bad_request("bad_words must be a list of at most " + std::to_string(kMaxBadWords) +
+                              " strings",
+                          k);
+      }
+      for (const Json& w : v) {
+        r.bad_words.push_back(get_string(w, k));
+        if (r.bad_words.back().find_first_not_of(" \t\n\r") == std::string::npos) {
+          throw bad_request("bad_words must not hold empty or blank strings", k);
+        }
+      }
     } else if (key == "truncate_prompt_tokens") {  // vLLM's extension
       const int64_t t = get_int(v, k, -1, std::numeric_limits<int32_t>::max());
       if (t == 0) {

@@ -15,7 +15,8 @@
 //                stop_token_ids (up to 16 ids: generation ends at them, as at the model's
 //                end tokens, and they are left out of the text), vLLM's min_tokens (the end
 //                and stop ids are held back until then; <= max_tokens), vLLM's
-//                allowed_token_ids (a non-empty list: only these ids are drawn) and
+//                allowed_token_ids (a non-empty list: only these ids are drawn), bad_words
+//                (up to 64 strings: never generated, as vLLM tokenizes and bans them) and
 //                truncate_prompt_tokens (k >= 1: each prompt keeps its last k tokens; -1:
 //                its last context-length tokens, as vLLM's; usage counts what was kept);
 //   completions: prompt (string, list of strings, token ids, or list of token-id lists),
@@ -77,6 +78,7 @@ struct ParsedRequest {
   // vLLM's truncate_prompt_tokens: each prompt keeps its last k tokens (-1: the context's
   // length); none: prompts are taken whole.
   std::optional<int64_t> truncate_prompt_tokens;
+  std::vector<std::string> bad_words;  // vLLM's; prompt_builder tokenizes them
   // Chat, vLLM's: add_generation_prompt (default true) and chat_template_kwargs.enable_thinking.
   bool add_generation_prompt = true;
   bool continue_final_message = false;
@@ -92,6 +94,7 @@ inline constexpr size_t kMaxStops = 16;
 inline constexpr size_t kMaxLogitBias = 1024;
 inline constexpr size_t kMaxAllowedTokenIds = size_t{1} << 20;
 inline constexpr size_t kMaxRequestIdBytes = 256;
+inline constexpr size_t kMaxBadWords = 64;
 
 ParsedRequest parse_request(std::string_view body, Endpoint endpoint);
 

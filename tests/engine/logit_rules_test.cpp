@@ -167,6 +167,37 @@ TEST(LogitRules, AllowedTokenIdsMaskEveryOtherId) {
   EXPECT_THROW(validate(negative), Error);
 }
 
+// bad_words_ids (vLLM's): a one-token word is always -inf; a longer word's last token is -inf
+// only right after the output ends with the rest of the word.
+TEST(LogitRules, BadWordsBanTheirLastTokenAfterTheRest) {
+  SamplingParams p;
+  p.bad_words_ids = {{7}, {3, 4, 5}, {9, 9}};
+  LogitRules rules(p, std::vector<int32_t>{3, 4});  // the prompt does not count
+  ASSERT_TRUE(rules.active());
+  auto row_after = [&](std::vector<int32_t> generated) {
+    LogitRules r(p, std::vector<int32_t>{3, 4});
+    for (int32_t t : generated) r.on_generated(t);
+    std::vector<float> row(12, 1.0f);
+    r.apply(row);
+    std::vector<int32_t> banned;
+    for (size_t t = 0; t < row.size(); ++t) {
+      if (row[t] == -INFINITY) banned.push_back(static_cast<int32_t>(t));
+      else EXPECT_EQ(row[t], 1.0f);
+    }
+    return banned;
+  };
+  EXPECT_EQ(row_after({}), (std::vector<int32_t>{7}));
+  EXPECT_EQ(row_after({1, 3, 4}), (std::vector<int32_t>{5, 7}));
+  EXPECT_EQ(row_after({3, 4, 1}), (std::vector<int32_t>{7}));
+  EXPECT_EQ(row_after({9}), (std::vector<int32_t>{7, 9}));
+  EXPECT_EQ(row_after({3, 4, 9}), (std::vector<int32_t>{7, 9}));
+  SamplingParams bad;
+  bad.bad_words_ids = {{}};
+  EXPECT_THROW(validate(bad), Error);
+  bad.bad_words_ids = {{2, -1}};
+  EXPECT_THROW(validate(bad), Error);
+}
+
 LLMOptions small_pool() {
   LLMOptions o;
   o.kv_cache_bytes = 1 << 20;

@@ -295,6 +295,17 @@ class OpenAIClient(unittest.TestCase):
                 extra_body={"continue_final_message": True, "add_generation_prompt": True})
         self.assertEqual(e.exception.body["param"], "continue_final_message")
 
+    def test_bad_words(self):
+        # vLLM's bad_words: the word's tokens (at the start and after a space) are never drawn.
+        free = self.chat("What is the capital of France?", max_tokens=12)
+        self.assertIn("Paris", free.choices[0].message.content)
+        r = self.chat("What is the capital of France?", max_tokens=12,
+                      extra_body={"bad_words": ["Paris"]})
+        self.assertNotIn("Paris", r.choices[0].message.content)
+        with self.assertRaises(self.openai.BadRequestError) as e:
+            self.chat("hi", max_tokens=2, extra_body={"bad_words": [""]})
+        self.assertEqual(e.exception.body["param"], "bad_words")
+
     def test_stop_strings(self):
         full = self.chat("Write a short poem about the sea.", max_tokens=40).choices[0]
         words = full.message.content.split()

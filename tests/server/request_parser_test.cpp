@@ -241,6 +241,8 @@ TEST(RequestParser, AllowedTokenIdsAndTruncation) {
   EXPECT_FALSE(parse(R"({"prompt": "x"})").truncate_prompt_tokens.has_value());
   EXPECT_EQ(parse(R"({"prompt": "x", "truncate_prompt_tokens": 5})").truncate_prompt_tokens, 5);
   EXPECT_EQ(parse(R"({"prompt": "x", "truncate_prompt_tokens": -1})").truncate_prompt_tokens, -1);
+  EXPECT_EQ(parse(R"({"prompt": "x", "bad_words": ["Paris", " the end"]})").bad_words,
+            (std::vector<std::string>{"Paris", " the end"}));
   const ParsedRequest chat =
       parse(R"({"messages": [{"role": "user", "content": "x"}], "allowed_token_ids": [9],
                 "truncate_prompt_tokens": 64})",
@@ -460,6 +462,9 @@ TEST(RequestParser, BadValuesNameTheirParameter) {
       {R"("allowed_token_ids": [1, -2])", "allowed_token_ids"},
       {R"("allowed_token_ids": [1, 2.5])", "allowed_token_ids"},
       {R"("truncate_prompt_tokens": 0)", "truncate_prompt_tokens"},
+      {R"("bad_words": "Paris")", "bad_words"},
+      {R"("bad_words": [1])", "bad_words"},
+      {R"("bad_words": ["  "])", "bad_words"},
       {R"("truncate_prompt_tokens": -2)", "truncate_prompt_tokens"},
       {R"("truncate_prompt_tokens": "5")", "truncate_prompt_tokens"},
       {R"("best_of": 3)", "best_of"},

@@ -83,6 +83,10 @@ struct SamplingParams {
   // is -inf before the bias and the penalties); ids must lie in the vocabulary (LLM checks
   // them). Log-probabilities stay the raw model's. On CUDA such a row is drawn on the host.
   std::vector<int32_t> allowed_token_ids;
+  // vLLM's bad_words as token sequences (the server tokenizes the words): a one-token
+  // sequence is never drawn; a longer one's last token is not drawn right after the sample's
+  // generated tokens end with the rest of it. Ids must lie in the vocabulary (LLM checks them).
+  std::vector<std::vector<int32_t>> bad_words_ids;
 };
 
 // One token's log-probability.

@@ -116,6 +116,12 @@ void LLMEngine::check_request(size_t i, const std::vector<int32_t>& prompt,
     KVATTN_CHECK(token < vocab, "LLM: request ", i, ": logit_bias names token ", token,
                  ", outside the vocabulary [0, ", vocab, ")");
   }
+  for (const auto& seq : params.bad_words_ids) {
+    for (int32_t token : seq) {
+      KVATTN_CHECK(token < vocab, "LLM: request ", i, ": bad_words_ids holds ", token,
+                   ", outside the vocabulary [0, ", vocab, ")");
+    }
+  }
   for (int32_t token : params.allowed_token_ids) {
     KVATTN_CHECK(token < vocab, "LLM: request ", i, ": allowed_token_ids holds ", token,
                  ", outside the vocabulary [0, ", vocab, ")");

@@ -13,10 +13,13 @@ LogitRules::LogitRules(const SamplingParams& params, std::span<const int32_t> pr
       frequency_(params.frequency_penalty),
       repetition_(params.repetition_penalty),
       bias_(params.logit_bias),
-      allowed_(params.allowed_token_ids) {
+      allowed_(params.allowed_token_ids),
+      bad_words_(params.bad_words_ids) {
   std::sort(allowed_.begin(), allowed_.end());
   allowed_.erase(std::unique(allowed_.begin(), allowed_.end()), allowed_.end());
-  active_ = penalties_ || !bias_.empty() || !allowed_.empty();
+  active_ = penalties_ || !bias_.empty() || !allowed_.empty() || !bad_words_.empty();
+  track_output_ = std::any_of(bad_words_.begin(), bad_words_.end(),
+                              [](const auto& w) { return w.size() > 1; });
   if (min_tokens_ > 0) {
     held_ = params.stop_token_ids;
     if (!params.ignore_eos) held_.insert(held_.end(), eos_ids.begin(), eos_ids.end());
@@ -36,6 +39,7 @@ size_t LogitRules::touch(int32_t token) {
 
 void LogitRules::on_generated(int32_t token) {
   ++generated_total_;
+  if (track_output_) output_.push_back(token);
   if (!penalties_) return;
   ++generated_[touch(token)];
 }
@@ -52,6 +56,17 @@ void LogitRules::apply(std::span<float> logits) const {
       next = keep + 1;
     }
     std::fill(at(std::min(next, logits.size())), logits.end(), kMasked);
+  }
+  // vLLM's NoBadWordsLogitsProcessor: a word's last token is banned where the output ends
+  // with the rest of it (always, for a one-token word).
+  for (const auto& w : bad_words_) {
+    const size_t rest = w.size() - 1;
+    if (rest > output_.size() ||
+        !std::equal(w.begin(), w.end() - 1, output_.end() - static_cast<std::ptrdiff_t>(rest))) {
+      continue;
+    }
+    const auto last = static_cast<size_t>(w.back());
+    if (last < logits.size()) logits[last] = -std::numeric_limits<float>::infinity();
   }
   for (const auto& [token, bias] : bias_) {
     if (token >= 0 && static_cast<size_t>(token) < logits.size()) logits[token] += bias;

@@ -1,5 +1,5 @@
 // Internal: what one sample does to its logits before drawing, on the host: the request's
-// allowed_token_ids (every other id masked), its logit_bias, then the presence / frequency / repetition penalties (vLLM's order), with the
+// allowed_token_ids (every other id masked), its bad_words_ids, its logit_bias, then the presence / frequency / repetition penalties (vLLM's order), with the
 // state the penalties need (which tokens the prompt holds, how often each was generated).
 #pragma once
 
@@ -14,8 +14,8 @@ namespace kvattn {
 
 class LogitRules {
  public:
-  // Inactive (apply() never called) unless params has allowed_token_ids, a logit_bias or
-  // penalties, or, while
+  // Inactive (apply() never called) unless params has allowed_token_ids, bad_words_ids, a
+  // logit_bias or penalties, or, while
   // fewer than params.min_tokens tokens were generated, ids to hold back: params'
   // stop_token_ids and, without ignore_eos, `eos_ids` (the model's end tokens).
   LogitRules(const SamplingParams& params, std::span<const int32_t> prompt,
@@ -39,6 +39,9 @@ class LogitRules {
   float presence_ = 0.0f, frequency_ = 0.0f, repetition_ = 1.0f;
   std::vector<std::pair<int32_t, float>> bias_;
   std::vector<int32_t> allowed_;  // sorted, unique; empty: every id
+  std::vector<std::vector<int32_t>> bad_words_;
+  bool track_output_ = false;    // a bad word spans tokens: output_ is kept
+  std::vector<int32_t> output_;  // the generated tokens
   // Per seen token (prompt or output), in first-seen order, and its count among the
   // generated tokens: the sample's distinct tokens, no vocabulary-sized state.
   std::vector<int32_t> seen_;

@@ -39,6 +39,12 @@ void validate(const SamplingParams& p) {
     KVATTN_CHECK(bias >= -100.0f && bias <= 100.0f, "SamplingParams: logit_bias of token ", token,
                  " must be in [-100, 100] but is ", bias);
   }
+  for (const auto& seq : p.bad_words_ids) {
+    KVATTN_CHECK(!seq.empty(), "SamplingParams: bad_words_ids holds an empty sequence");
+    for (int32_t token : seq) {
+      KVATTN_CHECK(token >= 0, "SamplingParams: bad_words_ids holds ", token, ", a negative id");
+    }
+  }
   for (int32_t token : p.allowed_token_ids) {
     KVATTN_CHECK(token >= 0, "SamplingParams: allowed_token_ids holds ", token, ", a negative id");
   }
