@@ -147,12 +147,16 @@ int info_gguf(const std::string& path, bool all) {
   print_config(config_from_gguf(f));
   try {
     Tokenizer tok = Tokenizer::from_gguf(f);
-    std::printf("tokenizer:           byte-level BPE, %d tokens, chat template: %s\n",
-                tok.vocab_size(), tok.chat_template() ? "yes" : "no");
+    const bool spm = f.get_string("tokenizer.ggml.model", "") == "llama";
+    std::printf("tokenizer:           %s, %d tokens, chat template: %s\n",
+                spm ? "SentencePiece BPE" : "byte-level BPE", tok.vocab_size(),
+                tok.chat_template() ? "yes" : "no");
   } catch (const Error& e) {
     std::printf("tokenizer:           unavailable (%s)\n", e.what());
   }
-  std::printf("kvattn CPU weights:  q8 (int8, a scale per 32; `generate --weights` to change)\n");
+  std::printf("kvattn CPU weights:  gguf: Q4_0 / Q4_1 / Q8_0 / Q2_K-Q6_K blocks computed on in "
+              "place, F32 / F16 / BF16 kept, other types as f16 (`generate --weights` to "
+              "change)\n");
   std::vector<TensorRow> rows;
   for (const auto& t : f.tensors()) {
     rows.push_back({t.name, shape_str(t.shape()), ggml_type_name(t.type), t.numel});

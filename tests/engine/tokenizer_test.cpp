@@ -239,6 +239,42 @@ TEST(Tokenizer, GgufPreNamesFollowLlamaCpp) {
                    .add_bos());  // the file's add_bos_token false wins
 }
 
+// HF's lstrip / rstrip on added tokens (Phi-3's <|end|>, <|user|>... carry rstrip): a match
+// eats the whitespace before / after it, which is not tokenized. A GGUF has no such flags;
+// llama.cpp sets rstrip on a Phi-3's special tokens by its general.name, and so does kvattn.
+TEST(Tokenizer, AddedTokensStripWhitespaceAsFlagged) {
+  const std::string text = "hi  \n<|im_end|>\n\t the<|im_start|> x";
+  const Tokenizer plain = variant("gpt2");
+  json j = json::parse(variant_json("gpt2"));
+  for (json& a : j["added_tokens"]) {
+    if (a["content"] == "<|im_end|>") a["rstrip"] = true;
+    if (a["content"] == "<|im_start|>") a["lstrip"] = true;
+  }
+  const Tokenizer strip = Tokenizer::from_hf_json_text(j.dump(), {}, "strip.json");
+  const int32_t end = *plain.token_id("<|im_end|>"), start = *plain.token_id("<|im_start|>");
+  std::vector<int32_t> want = plain.encode("hi  \n", false);
+  want.push_back(end);
+  for (int32_t t : plain.encode("the", false)) want.push_back(t);
+  want.push_back(start);
+  for (int32_t t : plain.encode(" x", false)) want.push_back(t);
+  EXPECT_EQ(strip.encode(text), want);
+  EXPECT_NE(plain.encode(text), want);  // without the flags the whitespace is tokenized
+  EXPECT_EQ(strip.encode(text, false), plain.encode(text, false));  // specials as text: no strip
+
+  auto gguf_named = [](const char* name) {
+    testing::GgufBuilder g = tiny_gguf_tokenizer("gpt-2");
+    g.kv_str("general.name", name);
+    return Tokenizer::from_gguf(GgufFile::from_bytes(g.build(), "t.gguf"));
+  };
+  const std::string chat = "<|im_start|>\nhi<|im_end|>\n";
+  std::vector<int32_t> stripped = {start};
+  for (int32_t t : plain.encode("hi", false)) stripped.push_back(t);
+  stripped.push_back(end);
+  EXPECT_EQ(gguf_named("Phi-3 Mini 4k Instruct").encode(chat), stripped);
+  EXPECT_EQ(gguf_named("phi3-tiny").encode(chat), stripped);
+  EXPECT_EQ(gguf_named("Qwen2").encode(chat), plain.encode(chat));
+}
+
 // No tokenizer.ggml.pre (old GPT-NeoX-era files) is llama.cpp's DEFAULT pipeline: punctuation
 // runs, then GPT-2, then digit runs cut in threes (HF's ByteLevel would keep "'s" and 1234567).
 TEST(Tokenizer, GgufDefaultPreIsLlamaCppsDefault) {

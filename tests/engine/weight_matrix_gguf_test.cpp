@@ -158,9 +158,11 @@ TEST(WeightMatrixGguf, DecodeAndPrefillStepsAgree) {
   }
 }
 
-TEST(WeightMatrixGguf, FallsBackToQ8) {
+// kGguf keeps the precision of what it cannot compute on in place: a type without kernels
+// (Q5_0) as f16, the file's F16 / BF16 / F32 tensors as they were, float32 where stacked parts
+// differ (session 50: they became int8 kQ8 before, which moved greedy tokens of float files).
+TEST(WeightMatrixGguf, FallsBackToTheFilesPrecision) {
   std::mt19937 rng(8);
-  // A type without kernels (Q5_0) and a plain float32 part: both become kQ8.
   ModelWeights w;
   QuantizedWeight q = random_weight(GgmlType::kQ4_1, 8, 64, rng);
   const uint16_t d = float_to_f16(0.01f).bits;
@@ -168,10 +170,29 @@ TEST(WeightMatrixGguf, FallsBackToQ8) {
   for (int b = 0; b < 16; ++b) std::memcpy(buf->data() + b * 22, &d, 2);
   w.quantized.emplace("a", QuantizedWeight{GgmlType::kQ5_0, {8, 64}, std::span<const uint8_t>(*buf), buf});
   w.tensors.emplace("b", Tensor::zeros({4, 64}, DType::kF32));
+  {
+    ModelWeights alone;
+    alone.quantized.emplace("a", w.quantized.at("a"));
+    WeightMatrix q5(alone, {"a"}, WeightFormat::kGguf);
+    EXPECT_EQ(q5.format(), WeightFormat::kF16);
+    std::vector<float> row(64), want(64);
+    q5.row(5, row.data());
+    dequantize_row(GgmlType::kQ5_0, buf->data() + 5 * 2 * 22, want.data(), 64);
+    for (int i = 0; i < 64; ++i) EXPECT_NEAR(row[i], want[i], std::fabs(want[i]) * 1e-3) << i;
+  }
   WeightMatrix m(w, {"a", "b"}, WeightFormat::kGguf);
-  EXPECT_EQ(m.format(), WeightFormat::kQ8);
+  EXPECT_EQ(m.format(), WeightFormat::kF32);  // Q5_0 (f16) beside float32: float32
   EXPECT_EQ(m.out_features(), 12);
   EXPECT_TRUE(w.quantized.empty() && w.tensors.empty());
+  for (const auto& [type, want] : {std::pair{GgmlType::kF16, WeightFormat::kF16},
+                                   std::pair{GgmlType::kBF16, WeightFormat::kBF16},
+                                   std::pair{GgmlType::kF32, WeightFormat::kF32}}) {
+    ModelWeights fw;  // a float tensor as load_gguf_model gives it: float32, its type recorded
+    fw.tensors.emplace("p", Tensor::zeros({4, 64}, DType::kF32));
+    fw.tensors.emplace("r", Tensor::zeros({2, 64}, DType::kF32));
+    fw.file_types = {{"p", type}, {"r", type}};
+    EXPECT_EQ(WeightMatrix(fw, {"p", "r"}, WeightFormat::kGguf).format(), want);
+  }
   // An explicit float format dequantizes quantized parts.
   ModelWeights w2;
   w2.quantized.emplace("c", q);

@@ -42,8 +42,8 @@ struct LLMOptions {
   Device device = Device::cpu();
   int num_threads = 0;            // CPU threads (OpenMP); 0 => all cores
   // CPU weight storage. Unset: kGguf for GGUF files (dot products on the file's own blocks,
-  // read in place from the mapping; types without CPU kernels become kQ8), kF32 otherwise
-  // (exact HF checkpoints).
+  // read in place from the mapping; float tensors keep their precision, other types become
+  // kF16: model.h), kF32 otherwise (exact HF checkpoints).
   std::optional<WeightFormat> weight_format;
   int64_t block_size = 16;        // tokens per KV block
   // KV pool size. 0 => the model's device budget (GPU: gpu_memory_utilization, measured

@@ -33,7 +33,10 @@ struct ModelInput {
 // weights, 8.5 bits a weight) nearly quarters it. kGguf keeps a GGUF file's quantized
 // blocks where the CPU has dot products for their type (Q4_0, Q4_1, Q8_0, Q2_K..Q6_K, given
 // as ModelWeights::quantized and read in place from the mapping; Q4_1 is 5 bits a weight),
-// with int8-quantized activations in decode steps; other tensors are stored as kQ8.
+// with int8-quantized activations in decode steps; other tensors keep their precision: F32,
+// F16 and BF16 ones as kF32 / kF16 / kBF16 (exact), other quantized types (Q5_0, Q5_1) as
+// kF16 (their values to 11 bits). Before session 50 they became kQ8, whose rounding moved
+// greedy tokens of float GGUF files away from llama.cpp's well beyond near-ties.
 enum class WeightFormat : uint8_t { kF32, kF16, kBF16, kQ8, kGguf };
 std::string_view weight_format_name(WeightFormat f);  // "f32" | "f16" | "bf16" | "q8" | "gguf"
 

@@ -65,6 +65,9 @@ struct ModelWeights {
   // HF files: tensors left out for a dtype other than F32/F16/BF16 (name -> safetensors
   // dtype), so that validate_weights can say why a required one is not there.
   std::map<std::string, std::string> skipped_dtypes;
+  // GGUF files: each tensor's type in the file (`tensors` holds float32 copies of the plain
+  // ones), so that the CPU model keeps a float file's precision (WeightFormat::kGguf).
+  std::map<std::string, GgmlType> file_types;
 };
 
 // Moves every `quantized` entry into `tensors` as float32.

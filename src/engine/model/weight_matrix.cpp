@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 
@@ -381,6 +382,27 @@ Tensor stack_f32(std::vector<Tensor> parts) {
   return out;
 }
 
+// kGguf's format for matrices without dot products on their blocks: the file's own precision
+// (a quantized part's type, else ModelWeights::file_types, else float32), f16 for quantized
+// types, float32 where the stacked parts differ. Called before the parts are taken out of w.
+WeightFormat gguf_fallback(const ModelWeights& w, const std::vector<std::string>& names) {
+  std::optional<WeightFormat> common;
+  for (const auto& name : names) {
+    GgmlType t = GgmlType::kF32;
+    if (const auto q = w.quantized.find(name); q != w.quantized.end()) {
+      t = q->second.type;
+    } else if (const auto f = w.file_types.find(name); f != w.file_types.end()) {
+      t = f->second;
+    }
+    const WeightFormat f = t == GgmlType::kF32   ? WeightFormat::kF32
+                           : t == GgmlType::kBF16 ? WeightFormat::kBF16
+                                                  : WeightFormat::kF16;
+    if (common && *common != f) return WeightFormat::kF32;
+    common = f;
+  }
+  return common.value_or(WeightFormat::kF32);
+}
+
 }  // namespace
 
 WeightMatrix::WeightMatrix(ModelWeights& w, const std::vector<std::string>& names,
@@ -412,6 +434,7 @@ WeightMatrix::WeightMatrix(ModelWeights& w, const std::vector<std::string>& name
     }
     return;
   }
+  const WeightFormat stored = format == WeightFormat::kGguf ? gguf_fallback(w, names) : format;
   std::vector<Tensor> parts;
   for (const auto& name : names) {
     if (auto q = w.quantized.find(name); q != w.quantized.end()) {
@@ -424,8 +447,7 @@ WeightMatrix::WeightMatrix(ModelWeights& w, const std::vector<std::string>& name
     parts.push_back(std::move(it->second));
     w.tensors.erase(it);
   }
-  *this = WeightMatrix(stack_f32(std::move(parts)),
-                       format == WeightFormat::kGguf ? WeightFormat::kQ8 : format);
+  *this = WeightMatrix(stack_f32(std::move(parts)), stored);
 }
 
 int64_t WeightMatrix::mapped_bytes() const {

@@ -277,6 +277,7 @@ ModelWeights load_gguf_model(const GgufFile& g, const LoadProgress& progress,
   for (const auto& t : g.tensors()) {
     const std::string name =
         hf_name_for_gguf(t.name, w.config.sandwich_norms, w.config.architecture == "phi3");
+    if (!name.empty()) w.file_types[name] = t.type;
     if (!name.empty() && options.keep_quantized && t.ne.size() == 2 && is_block_type(t.type)) {
       const auto d = g.tensor_data(t);
       w.quantized.emplace(name, QuantizedWeight{t.type, t.shape(), d, g.mapping()});

@@ -1,5 +1,9 @@
 // Tokenizer from GGUF metadata (the keys llama.cpp's converter writes). The SentencePiece keys
 // of tokenizer.ggml.model "llama" are read by load_gguf_spm.cpp.
+#include <algorithm>
+#include <cctype>
+#include <string>
+
 #include "engine/tokenizer/tokenizer_impl.h"
 
 namespace kvattn {
@@ -50,6 +54,17 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& g) {
       }
     }
     if (spm) tokenizer_detail::read_gguf_token_types(*tt, *t);
+  }
+  // GGUF has no strip flags; llama.cpp sets them by the model's name: Phi-3's special tokens
+  // (and </s>) eat the whitespace after them, except <unk>, <s> and <|endoftext|>, as HF's
+  // Phi-3 tokenizer.json says with rstrip.
+  std::string name = g.get_string("general.name", "");
+  std::transform(name.begin(), name.end(), name.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (name.find("phi-3") != std::string::npos || name.find("phi3") != std::string::npos) {
+    for (auto& a : t->added) {
+      a.rstrip = a.content != "<unk>" && a.content != "<s>" && a.content != "<|endoftext|>";
+    }
   }
   if (spm) tokenizer_detail::read_gguf_spm(g, *t);
   if (!spm && g.find("tokenizer.ggml.merges") != nullptr) {

@@ -168,7 +168,8 @@ Tokenizer Tokenizer::from_hf_json_text(std::string_view tokenizer_json,
       const std::string& content = json_string(json_field(a, "content", file), "content", file);
       const int64_t id = json_int(json_field(a, "id", file), "added_tokens.id", file);
       check_new_id(id, content);
-      t->added.push_back({content, static_cast<int32_t>(id), bool_or(a, "special", false, file)});
+      t->added.push_back({content, static_cast<int32_t>(id), bool_or(a, "special", false, file),
+                          bool_or(a, "lstrip", false, file), bool_or(a, "rstrip", false, file)});
     }
   }
   // Real vocabularies are dense; a few holes are tolerated, a forged id of 10^7 is not.

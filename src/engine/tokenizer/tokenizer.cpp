@@ -7,6 +7,15 @@
 #include "engine/tokenizer/utf8.h"
 
 namespace kvattn {
+namespace {
+
+// C's isspace in the "C" locale (llama.cpp's test for lstrip / rstrip).
+bool is_ascii_space(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+}
+
+}  // namespace
+
 namespace tokenizer_detail {
 
 void Impl::check_id(int64_t id, const char* what) const {
@@ -185,9 +194,16 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool parse_special
       ++i;
       continue;
     }
-    encode_span(text.substr(start, i - start), start == 0);
+    size_t end = i;  // of the text before the token
+    if (hit->lstrip) {
+      while (end > start && is_ascii_space(text[end - 1])) --end;
+    }
+    encode_span(text.substr(start, end - start), start == 0);
     out.push_back(hit->id);
     i += hit->content.size();
+    if (hit->rstrip) {
+      while (i < text.size() && is_ascii_space(text[i])) ++i;
+    }
     start = i;
   }
   encode_span(text.substr(start), start == 0);

@@ -21,6 +21,10 @@ struct AddedToken {
   std::string content;
   int32_t id;
   bool special;  // matched only when encode(parse_special = true)
+  // HF's lstrip / rstrip (llama.cpp's LSTRIP / RSTRIP attributes): a match eats the ASCII
+  // whitespace before / after it, which is then not tokenized.
+  bool lstrip = false;
+  bool rstrip = false;
 };
 
 enum class Model : uint8_t {
