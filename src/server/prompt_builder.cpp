@@ -46,7 +46,8 @@ std::string open_final_message(const std::string& rendered, const std::string& c
 // vLLM's bad_words as token sequences (get_bad_words_logits_processors): each word, stripped
 // on the left, as it starts the text, and with a space before it where that spells the word
 // with a different first token of as many tokens (the word in mid-text).
-std::vector<std::vector<int32_t>> bad_words_ids(const LLM& llm, const std::vector<std::string>& words) {
+std::vector<std::vector<int32_t>> bad_words_ids(const LLM& llm,
+                                                const std::vector<std::string>& words) {
   std::vector<std::vector<int32_t>> ids;
   if (words.empty()) return ids;
   if (llm.tokenizer() == nullptr) {
@@ -92,8 +93,8 @@ EnginePrompts build_prompts(const ParsedRequest& r, const LLM& llm, uint64_t ran
   const int64_t context = context_of(llm);
   const int64_t vocab = llm.config().vocab_size;
   if (r.truncate_prompt_tokens) {  // vLLM's: keep the last k tokens (-1: the context's length)
-    const auto keep = static_cast<size_t>(*r.truncate_prompt_tokens < 0 ? context
-                                                                        : *r.truncate_prompt_tokens);
+    const int64_t k = *r.truncate_prompt_tokens;
+    const auto keep = static_cast<size_t>(k < 0 ? context : k);
     for (auto& p : out.prompts) {
       if (p.size() <= keep) continue;
       p.erase(p.begin(), p.end() - static_cast<std::ptrdiff_t>(keep));

@@ -28,9 +28,9 @@
 //   chat:        messages (system / developer / user / assistant; content a string or a list
 //                of {"type": "text", "text": ...} parts, joined by newlines as vLLM does; a
 //                response's fields sent back as history are taken where empty or null, and
-//                refusal / reasoning_content / annotations ignored), max_completion_tokens (wins over
-//                max_tokens, as in vLLM), parallel_tool_calls, tools ([] only), tool_choice
-//                ("none" only), modalities (["text"] only),
+//                refusal / reasoning_content / annotations ignored), max_completion_tokens
+//                (wins over max_tokens, as in vLLM), parallel_tool_calls, tools ([] only),
+//                tool_choice ("none" only), modalities (["text"] only),
 //                logprobs (bool), top_logprobs [0, 20] (needs logprobs: true),
 //                response_format {"type": "text"}, and vLLM's add_generation_prompt,
 //                continue_final_message (the last message is left open for the model to go

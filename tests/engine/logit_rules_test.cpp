@@ -143,7 +143,9 @@ TEST(LogitRules, AllowedTokenIdsMaskEveryOtherId) {
     const size_t vocab = 1 + rng() % 90;
     SamplingParams p;
     const size_t count = 1 + rng() % 12;
-    for (size_t i = 0; i < count; ++i) p.allowed_token_ids.push_back(static_cast<int32_t>(rng() % 100));
+    for (size_t i = 0; i < count; ++i) {
+      p.allowed_token_ids.push_back(static_cast<int32_t>(rng() % 100));
+    }
     if (trial % 3 == 0) p.logit_bias = {{static_cast<int32_t>(rng() % vocab), 3.0f}};
     if (trial % 4 == 1) p.repetition_penalty = 1.7f;
     const std::vector<int32_t> prompt = {0, static_cast<int32_t>(rng() % vocab)};

@@ -42,7 +42,8 @@ LLMEngine::LLMEngine(ModelWeights weights, std::optional<Tokenizer> tokenizer,
   {
     ModelConfig& wc = weights.config;
     // max_position_embeddings, extended by a RoPE scaling made for it (scaled_context_length).
-    const int64_t model_len = wc.max_position_embeddings > 0 ? scaled_context_length(wc) : (1 << 20);
+    const int64_t model_len =
+        wc.max_position_embeddings > 0 ? scaled_context_length(wc) : (1 << 20);
     // The CPU's default context is capped: its pool is host memory, and a 128k-context model
     // would otherwise size it for contexts nobody asked for.
     int64_t default_len = options.device.is_cpu() ? std::min<int64_t>(model_len, 4096) : model_len;

@@ -1,6 +1,7 @@
 // Internal: what one sample does to its logits before drawing, on the host: the request's
-// allowed_token_ids (every other id masked), its bad_words_ids, its logit_bias, then the presence / frequency / repetition penalties (vLLM's order), with the
-// state the penalties need (which tokens the prompt holds, how often each was generated).
+// allowed_token_ids (every other id masked), its bad_words_ids, its logit_bias, then the
+// presence / frequency / repetition penalties (vLLM's order), with the state they need (which
+// tokens the prompt holds, how often each was generated, the output for multi-token words).
 #pragma once
 
 #include <cstdint>
