@@ -137,21 +137,18 @@ EnginePrompts build_prompts(const ParsedRequest& r, const LLM& llm, uint64_t ran
                           (chat ? "messages" : "prompt") + " or completion.",
                       r.max_tokens_given ? r.max_tokens_field : param, "context_length_exceeded");
   }
-  for (const auto& [id, bias] : out.params.logit_bias) {
-    if (id >= vocab) {  // the parser took ids in [0, 10^9)
-      throw bad_request("logit_bias names token " + std::to_string(id) +
+  // Ids the parser took as non-negative must also lie in the vocabulary (only the model
+  // knows it), named by their field.
+  const auto check_id = [&](const char* field, const char* verb, int32_t id) {
+    if (id >= vocab) {
+      throw bad_request(std::string(field) + " " + verb + " token " + std::to_string(id) +
                             ", outside the vocabulary [0, " + std::to_string(vocab) + ")",
-                        "logit_bias");
+                        field);
     }
-  }
+  };
+  for (const auto& [id, bias] : out.params.logit_bias) check_id("logit_bias", "names", id);
+  for (int32_t id : out.params.allowed_token_ids) check_id("allowed_token_ids", "holds", id);
   out.params.bad_words_ids = bad_words_ids(llm, r.bad_words);
-  for (int32_t id : out.params.allowed_token_ids) {
-    if (id >= vocab) {  // the parser took ids in [0, 2^31)
-      throw bad_request("allowed_token_ids holds token " + std::to_string(id) +
-                            ", outside the vocabulary [0, " + std::to_string(vocab) + ")",
-                        "allowed_token_ids");
-    }
-  }
   if (out.params.min_tokens > out.params.max_tokens) {
     throw bad_request("min_tokens (" + std::to_string(out.params.min_tokens) +
                           ") must not exceed max_tokens (" + std::to_string(out.params.max_tokens) +

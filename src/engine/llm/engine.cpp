@@ -113,20 +113,16 @@ void LLMEngine::check_request(size_t i, const std::vector<int32_t>& prompt,
                ") sequences run together");
   KVATTN_CHECK(!prompt.empty(), "LLM: prompt ", i, " is empty");
   const int64_t vocab = config().vocab_size;
-  for (const auto& [token, bias] : params.logit_bias) {
-    KVATTN_CHECK(token < vocab, "LLM: request ", i, ": logit_bias names token ", token,
+  // Sampling ids (validate() checked them >= 0) must lie in the vocabulary.
+  const auto check_id = [&](const char* what, int32_t token) {
+    KVATTN_CHECK(token < vocab, "LLM: request ", i, ": ", what, " ", token,
                  ", outside the vocabulary [0, ", vocab, ")");
-  }
+  };
+  for (const auto& [token, bias] : params.logit_bias) check_id("logit_bias names token", token);
   for (const auto& seq : params.bad_words_ids) {
-    for (int32_t token : seq) {
-      KVATTN_CHECK(token < vocab, "LLM: request ", i, ": bad_words_ids holds ", token,
-                   ", outside the vocabulary [0, ", vocab, ")");
-    }
+    for (int32_t token : seq) check_id("bad_words_ids holds", token);
   }
-  for (int32_t token : params.allowed_token_ids) {
-    KVATTN_CHECK(token < vocab, "LLM: request ", i, ": allowed_token_ids holds ", token,
-                 ", outside the vocabulary [0, ", vocab, ")");
-  }
+  for (int32_t token : params.allowed_token_ids) check_id("allowed_token_ids holds", token);
   for (size_t t = 0; t < prompt.size(); ++t) {
     KVATTN_CHECK(prompt[t] >= 0 && prompt[t] < vocab, "LLM: prompt ", i, " token ", t, " is ",
                  prompt[t], ", outside the vocabulary [0, ", vocab, ")");
