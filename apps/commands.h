@@ -57,6 +57,13 @@ struct GenerateArgs {
   bool quiet = false;    // no loading progress or stats detail on stderr
   bool special = false;  // --special: special tokens (end-of-text...) appear in the text
   std::string json;      // --json FILE: one JSON object per prompt, one per line ("-": stdout)
+  // Structured output (at most one): --json-schema TEXT, --json-schema-file FILE,
+  // --json-object, --regex RE, --choice TEXT (repeatable).
+  std::string json_schema;
+  std::string json_schema_file;
+  bool json_object = false;
+  std::string regex;
+  std::vector<std::string> choices;
   KvCacheArgs kv;
 };
 

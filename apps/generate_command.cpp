@@ -186,7 +186,8 @@ void check_sampling_flags(const SamplingParams& p) {
         {"SamplingParams: presence_penalty", "--presence-penalty"},
         {"SamplingParams: frequency_penalty", "--frequency-penalty"},
         {"SamplingParams: repetition_penalty", "--repeat-penalty"},
-        {"SamplingParams: stop strings", "--stop strings"}};
+        {"SamplingParams: stop strings", "--stop strings"},
+        {"SamplingParams: ignore_eos", "--ignore-eos"}};
     for (const auto& [field, flag] : kFlags) {
       if (m.rfind(field, 0) == 0) m = flag + m.substr(std::string(field).size());
     }
@@ -196,8 +197,35 @@ void check_sampling_flags(const SamplingParams& p) {
 
 }  // namespace
 
+// The structured-output flags as SamplingParams::structured.
+StructuredOutput structured_output(const GenerateArgs& args) {
+  using Kind = StructuredOutput::Kind;
+  StructuredOutput s;
+  if (!args.json_schema.empty()) {
+    s.kind = Kind::kJsonSchema;
+    s.spec = args.json_schema;
+  } else if (!args.json_schema_file.empty()) {
+    std::ifstream in(args.json_schema_file, std::ios::binary);
+    KVATTN_CHECK(in.good(), "generate: --json-schema-file: cannot read '", args.json_schema_file,
+                 "'");
+    s.kind = Kind::kJsonSchema;
+    s.spec.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  } else if (args.json_object) {
+    s.kind = Kind::kJsonObject;
+  } else if (!args.regex.empty()) {
+    s.kind = Kind::kRegex;
+    s.spec = args.regex;
+  } else if (!args.choices.empty()) {
+    s.kind = Kind::kChoice;
+    s.choices = args.choices;
+  }
+  return s;
+}
+
 int run_generate(const GenerateArgs& args) {
-  check_sampling_flags(args.sampling);
+  SamplingParams checked = args.sampling;
+  checked.structured = structured_output(args);
+  check_sampling_flags(checked);
   const std::vector<std::string> prompts = collect_prompts(args);
   LLMOptions opt;
   opt.model = resolve_model_path(args.model);
@@ -245,7 +273,7 @@ int run_generate(const GenerateArgs& args) {
   std::vector<std::vector<int32_t>> prompt_ids;
   for (const auto& p : prompts) prompt_ids.push_back(llm.encode(chat ? llm.chat_prompt(p) : p));
 
-  SamplingParams sampling = args.sampling;
+  SamplingParams sampling = checked;
   sampling.skip_special_tokens = !args.special;
   const bool print_text = !json_stdout && sampling.max_tokens > 0;
   const bool stream = print_text && prompt_ids.size() == 1;

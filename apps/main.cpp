@@ -205,6 +205,28 @@ int main(int argc, char** argv) {
   gen->add_option("--stop", g.sampling.stop, "Stop string (repeatable); not printed")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
       ->allow_extra_args(false);
+  auto* schema = gen->add_option(
+      "-j,--json-schema", g.json_schema,
+      "Structured output: the text is JSON that satisfies this JSON Schema (llama.cpp's -j; "
+      "vLLM's guided_json)");
+  auto* schema_file = gen->add_option("--json-schema-file", g.json_schema_file,
+                                      "Structured output: as --json-schema, read from a file")
+                          ->check(CLI::ExistingFile);
+  auto* object = gen->add_flag("--json-object", g.json_object,
+                               "Structured output: the text is one JSON object");
+  auto* regex = gen->add_option("--regex", g.regex,
+                                "Structured output: the whole text matches this regular "
+                                "expression (vLLM's guided_regex)");
+  auto* choice = gen->add_option("--choice", g.choices,
+                                 "Structured output: the text is exactly one of these "
+                                 "(repeatable; vLLM's guided_choice)")
+                     ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+                     ->allow_extra_args(false);
+  for (auto* a : {schema, schema_file, object, regex, choice}) {
+    for (auto* b : {schema, schema_file, object, regex, choice}) {
+      if (a != b) a->excludes(b);
+    }
+  }
   add_threads_option(gen, g.threads, "all cores, or one while the machine is oversubscribed");
   gen->add_option("--json", g.json,
                   "Also write one JSON object per prompt, one per line, to this file (- : to "

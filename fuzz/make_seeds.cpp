@@ -1,4 +1,5 @@
-// Writes the fuzzers' seed corpora into <dir>/{gguf,safetensors,tokenizer_json,tokenizer_encode}:
+// Writes the fuzzers' seed corpora into <dir>/{gguf,safetensors,tokenizer_json,tokenizer_encode,
+// request_parser,structured}:
 // small valid files from the same writers the parser tests use.
 #include <filesystem>
 #include <iostream>
@@ -23,7 +24,7 @@ int main(int argc, char** argv) {
   }
   const fs::path root = argv[1];
   for (const char* d : {"gguf", "safetensors", "tokenizer_json", "tokenizer_encode",
-                        "request_parser"}) {
+                        "request_parser", "structured"}) {
     fs::create_directories(root / d);
   }
 
@@ -169,9 +170,32 @@ You are Qwen.<|im_end|>
       std::string(1, '\2') + R"({"messages": [{"role": "user", "content": "hi"}],)"
                               R"( "add_generation_prompt": true})",
       std::string(1, '\3') + R"({"tokens": [1, 2, 3], "model": "m"})",
+      std::string(1, '\1') + R"({"messages": [{"role": "user", "content": "hi"}],)"
+                              R"( "response_format": {"type": "json_schema", "json_schema":)"
+                              R"( {"name": "x", "schema": {"type": "object", "properties":)"
+                              R"( {"a": {"type": "integer"}}}, "strict": true}}})",
+      std::string(1, '\0') + R"({"prompt": "p", "guided_choice": ["a", "b"],)"
+                              R"( "guided_decoding_backend": "xgrammar"})",
+      std::string(1, '\0') + R"({"prompt": "p", "structured_outputs": {"regex": "[0-9]{3}"}})",
   };
   for (size_t i = 0; i < bodies.size(); ++i) {
     write_text(root / ("request_parser/body" + std::to_string(i)), bodies[i]);
+  }
+  // Structured outputs: a compiler byte (even: JSON schema, odd: regex), the spec, NUL, a text.
+  const std::vector<std::string> structured = {
+      std::string(1, '\0') + R"({"type": "object", "properties": {"a": {"type": "string",)"
+          R"( "maxLength": 4}, "b": {"type": "array", "items": {"enum": [1, "x", null]}}},)"
+          R"( "required": ["a"]})" + std::string(1, '\0') + R"({"a": "hi", "b": [1, null]})",
+      std::string(1, '\0') + R"({"$defs": {"n": {"type": "object", "properties": {"k":)"
+          R"( {"$ref": "#/$defs/n"}}}}, "$ref": "#/$defs/n"})" + std::string(1, '\0') +
+          R"({"k": {"k": {}}})",
+      std::string(1, '\1') + R"(^(?:[a-z]+|\d{2,4})-[^\s@]{1,3}\.?$)" + std::string(1, '\0') +
+          "abc-x.",
+      std::string(1, '\1') + "[\u00e0-\u00ff]+|caf\u00e9" + std::string(1, '\0') +
+          "caf\xc3\xa9",
+  };
+  for (size_t i = 0; i < structured.size(); ++i) {
+    write_text(root / ("structured/seed" + std::to_string(i)), structured[i]);
   }
   std::cout << "fuzz seeds written to " << root << "\n";
   return 0;

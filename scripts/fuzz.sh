@@ -24,7 +24,7 @@ mkdir -p "$build/artifacts"
 
 # name:max_len
 for target in gguf:65536 safetensors:8192 tokenizer_json:16384 tokenizer_encode:4096 \
-              request_parser:8192; do
+              request_parser:8192 structured:4096; do
   name=${target%%:*}
   max_len=${target##*:}
   mkdir -p "$build/work/$name"

@@ -6,11 +6,13 @@
 #include <nlohmann/json.hpp>
 
 #include "server/api_error.h"
+#include "server/structured_fields.h"
 
 namespace kvattn::server {
 namespace {
 
-using Json = nlohmann::json;
+// Ordered: a JSON schema's properties keep the order the client wrote them in.
+using Json = nlohmann::ordered_json;
 
 // Deepest nesting of arrays/objects, scanning past strings. Checked before parsing so that
 // a body of a million '[' is a clear 400, never a deep recursion anywhere.
@@ -500,11 +502,8 @@ ParsedRequest parse_request(std::string_view body, Endpoint endpoint) {
       }
     } else if (key == "chat_template_kwargs" && chat) {
       parse_template_kwargs(v, r.enable_thinking);
-    } else if (key == "response_format" && chat) {
-      if (!v.is_object() || !v.contains("type") || v["type"] != "text" || v.size() != 1) {
-        throw bad_request("response_format: only {\"type\": \"text\"} is supported", k,
-                          "unsupported_parameter");
-      }
+    } else if (parse_structured_field(key, v, p.structured)) {
+      // response_format, guided_json / guided_regex / guided_choice, structured_outputs
     } else {
       throw bad_request("unknown parameter '" + key + "'", key, "unknown_parameter");
     }

@@ -32,13 +32,15 @@
 //                (wins over max_tokens, as in vLLM), parallel_tool_calls, tools ([] only),
 //                tool_choice ("none" only), modalities (["text"] only),
 //                logprobs (bool), top_logprobs [0, 20] (needs logprobs: true),
-//                response_format {"type": "text"}, and vLLM's add_generation_prompt,
+//                and vLLM's add_generation_prompt,
 //                continue_final_message (the last message is left open for the model to go
 //                on with, as HF's apply_chat_template does; not with add_generation_prompt:
 //                true) and chat_template_kwargs ({"enable_thinking": bool} only: Qwen3's
 //                switch);
 //   both, vLLM's: request_id (a string of at most 256 bytes: the response's id is
 //                "cmpl-" / "chatcmpl-" and it).
+//   both:        structured output: response_format, vLLM's guided_json / guided_regex /
+//                guided_choice and structured_outputs (structured_fields.h).
 // Log-probabilities (SamplingParams::logprobs) are the raw model's, before temperature and
 // the top-k / top-p / min-p filters (vLLM's default).
 // Integer fields also take numbers with an integral value (5.0), as vLLM's do.

@@ -418,6 +418,65 @@ TEST(RequestParser, ClientFieldsWithNothingToDo) {
   EXPECT_EQ(error_of(R"({"prompt": "x", "tools": []})").code(), "unknown_parameter");
 }
 
+TEST(RequestParser, StructuredOutputFields) {
+  using Kind = StructuredOutput::Kind;
+  const std::string msgs = R"("messages": [{"role": "user", "content": "hi"}])";
+  const auto chat = [&](const std::string& field) {
+    return parse("{" + msgs + ", " + field + "}", Endpoint::kChat).params.structured;
+  };
+  EXPECT_FALSE(chat(R"("response_format": {"type": "text"})").active());
+  EXPECT_EQ(chat(R"("response_format": {"type": "json_object"})").kind, Kind::kJsonObject);
+  // The schema keeps the client's property order (declared order is the output's order).
+  const StructuredOutput js = chat(R"("response_format": {"type": "json_schema", "json_schema":
+      {"name": "p", "strict": true, "schema": {"type": "object", "properties":
+      {"zeta": {"type": "string"}, "alpha": {"type": "integer"}}}}})");
+  EXPECT_EQ(js.kind, Kind::kJsonSchema);
+  EXPECT_LT(js.spec.find("zeta"), js.spec.find("alpha")) << js.spec;
+  EXPECT_EQ(chat(R"("response_format": {"type": "json_schema", "json_schema": {"name": "n"}})")
+                .spec,
+            "{}");
+  // vLLM's forms, completions too.
+  const auto completion = [&](const std::string& field) {
+    return parse(R"({"prompt": "p", )" + field + "}").params.structured;
+  };
+  const StructuredOutput gj = completion(R"("guided_json": {"type": "integer"},
+      "guided_decoding_backend": "xgrammar")");
+  EXPECT_EQ(gj.kind, Kind::kJsonSchema);
+  EXPECT_EQ(nlohmann::json::parse(gj.spec), nlohmann::json::parse(R"({"type": "integer"})"));
+  EXPECT_EQ(completion(R"("guided_json": "{\"type\": \"string\"}")").spec,
+            R"({"type": "string"})");
+  EXPECT_EQ(completion(R"("guided_regex": "[0-9]+")").spec, "[0-9]+");
+  const StructuredOutput gc = completion(R"("guided_choice": ["a", "b c"])");
+  EXPECT_EQ(gc.kind, Kind::kChoice);
+  EXPECT_EQ(gc.choices, (std::vector<std::string>{"a", "b c"}));
+  EXPECT_EQ(completion(R"("structured_outputs": {"regex": "x+"})").kind, Kind::kRegex);
+  EXPECT_EQ(completion(R"("structured_outputs": {"choice": ["y"]})").choices,
+            (std::vector<std::string>{"y"}));
+  EXPECT_EQ(completion(R"("structured_outputs": {"json_object": true})").kind,
+            Kind::kJsonObject);
+  EXPECT_EQ(completion(R"("response_format": {"type": "json_object"})").kind, Kind::kJsonObject);
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {R"("response_format": {"type": "json_object"}, "guided_regex": "a")", "guided_regex"},
+      {R"("guided_json": {}, "guided_choice": ["a"])", "guided_choice"},
+      {R"("response_format": {"type": "yaml"})", "response_format"},
+      {R"("response_format": {"type": "json_schema"})", "response_format"},
+      {R"("response_format": {"type": "json_schema", "json_schema": {"schema": 3}})",
+       "response_format.json_schema.schema"},
+      {R"("response_format": "json")", "response_format"},
+      {R"("guided_choice": [])", "guided_choice"},
+      {R"("guided_choice": ["a", 1])", "guided_choice"},
+      {R"("guided_regex": 5)", "guided_regex"},
+      {R"("guided_grammar": "root ::= \"a\"")", "guided_grammar"},
+      {R"("structured_outputs": {"grammar": "root ::= x"})", "structured_outputs.grammar"},
+      {R"("structured_outputs": {"shape": 1})", "structured_outputs.shape"},
+  };
+  for (const auto& [field, param] : refused) {
+    const ApiError e = error_of(R"({"prompt": "p", )" + field + "}");
+    EXPECT_EQ(e.status(), 400) << field;
+    EXPECT_EQ(e.param(), param) << field << ": " << e.what();
+  }
+}
+
 TEST(RequestParser, BadValuesNameTheirParameter) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {R"("max_tokens": 0)", "max_tokens"},

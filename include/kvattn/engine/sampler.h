@@ -23,6 +23,25 @@ inline bool greedy_sampling(float temperature, int top_k) {
   return temperature < kGreedyTemperature || top_k == 1;
 }
 
+// Structured output (vLLM's structured outputs / guided decoding, OpenAI's response_format,
+// llama.cpp's json_schema): every generated token keeps the text a prefix of what `kind`
+// allows, and the model's end tokens (or stop_token_ids) can come only where the text is
+// whole. Once the text is complete and nothing may follow, only an end token can be drawn
+// (it ends the sample even before min_tokens). The rules: docs/notes/structured-output.md.
+struct StructuredOutput {
+  enum class Kind {
+    kNone,
+    kJsonObject,  // any JSON object
+    kJsonSchema,  // `spec`: a JSON Schema (text) the JSON value must satisfy
+    kRegex,       // `spec`: a regular expression the whole text must match
+    kChoice,      // exactly one of `choices`
+  };
+  Kind kind = Kind::kNone;
+  std::string spec;
+  std::vector<std::string> choices;
+  bool active() const { return kind != Kind::kNone; }
+};
+
 struct SamplingParams {
   float temperature = 0.0f;  // < kGreedyTemperature => greedy
   int top_k = 0;             // <= 0 => off
@@ -87,6 +106,9 @@ struct SamplingParams {
   // sequence is never drawn; a longer one's last token is not drawn right after the sample's
   // generated tokens end with the rest of it. Ids must lie in the vocabulary (LLM checks them).
   std::vector<std::vector<int32_t>> bad_words_ids;
+  // The text must follow this (StructuredOutput); needs a model with a tokenizer and an end
+  // token, and is refused with ignore_eos. On CUDA such a row is drawn on the host.
+  StructuredOutput structured;
 };
 
 // One token's log-probability.

@@ -123,6 +123,14 @@ void LLMEngine::check_request(size_t i, const std::vector<int32_t>& prompt,
     for (int32_t token : seq) check_id("bad_words_ids holds", token);
   }
   for (int32_t token : params.allowed_token_ids) check_id("allowed_token_ids holds", token);
+  if (params.structured.active()) {
+    KVATTN_CHECK(tokenizer_.has_value(), "LLM: request ", i,
+                 ": structured output needs the model's tokenizer (this model has none)");
+    KVATTN_CHECK(!eos_ids_.empty() || !params.stop_token_ids.empty(), "LLM: request ", i,
+                 ": structured output needs an end token (the model has none: give "
+                 "stop_token_ids)");
+    grammars_.get(params.structured);  // compiles it, or throws naming what is wrong
+  }
   for (size_t t = 0; t < prompt.size(); ++t) {
     KVATTN_CHECK(prompt[t] >= 0 && prompt[t] < vocab, "LLM: prompt ", i, " token ", t, " is ",
                  prompt[t], ", outside the vocabulary [0, ", vocab, ")");
@@ -140,6 +148,23 @@ uint64_t LLMEngine::add_request(std::vector<int32_t> prompt, const SamplingParam
   return enqueue(std::move(prompt), params, next_request_id_, 0);
 }
 
+namespace {
+
+// The vocabulary's bytes for structured outputs; special tokens never match a grammar.
+std::shared_ptr<const structured::TokenBytes> token_bytes_of(const Tokenizer& tokenizer) {
+  const auto n = static_cast<size_t>(tokenizer.vocab_size());
+  std::vector<std::string> bytes(n);
+  std::vector<bool> eligible(n);
+  for (size_t id = 0; id < n; ++id) {
+    const auto t = static_cast<int32_t>(id);
+    bytes[id] = tokenizer.token_bytes(t);
+    eligible[id] = !tokenizer.is_special(t);
+  }
+  return std::make_shared<const structured::TokenBytes>(std::move(bytes), eligible);
+}
+
+}  // namespace
+
 uint64_t LLMEngine::enqueue(std::vector<int32_t> prompt, const SamplingParams& params,
                             size_t event_index, uint64_t stream_base) {
   if (!has_unfinished()) reset_stats();
@@ -148,6 +173,11 @@ uint64_t LLMEngine::enqueue(std::vector<int32_t> prompt, const SamplingParams& p
   r->event_index = event_index;
   r->stream_base = stream_base;
   r->params = params;
+  if (params.structured.active()) {
+    r->structure = grammars_.get(params.structured);
+    if (!token_bytes_) token_bytes_ = token_bytes_of(*tokenizer_);
+    r->token_bytes = token_bytes_;
+  }
   r->num_prompt_tokens = static_cast<int64_t>(prompt.size());
   r->num_unfinished = params.n;
   for (int j = 0; j < params.n; ++j) {

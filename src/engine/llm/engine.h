@@ -19,6 +19,7 @@
 
 #include "engine/llm/request.h"
 #include "engine/llm/scheduler.h"
+#include "engine/structured/compile.h"
 #include "kvattn/cache/batch_builder.h"
 #include "kvattn/cache/block_manager.h"
 #include "kvattn/engine/llm.h"
@@ -108,6 +109,9 @@ class LLMEngine {
   bool step_timeline_ = false;  // the model records its step timeline (LLMOptions::step_timeline)
   void reset_stats();  // stats_ and the model's step timeline start over
   std::vector<int32_t> eos_ids_;  // the model's end tokens (ignored with ignore_eos)
+  // Structured outputs: recent grammars, and the vocabulary's bytes (made at first use).
+  mutable structured::GrammarCache grammars_;
+  mutable std::shared_ptr<const structured::TokenBytes> token_bytes_;
   SeqId next_seq_id_ = 0;
   uint64_t next_request_id_ = 0;
 

@@ -13,8 +13,12 @@ void finish(Sample& s, FinishReason reason, int32_t stop_token, const std::strin
 }
 
 bool is_stop_token(const Sample& s, int32_t token, const StopRules& rules) {
-  // min_tokens: LogitRules masks the end ids until then; none ends the sample early.
-  if (static_cast<int64_t>(s.out.token_ids.size()) < s.req.params.min_tokens) return false;
+  // min_tokens: LogitRules masks the end ids until then; none ends the sample early, unless
+  // a complete structured output allows nothing else.
+  if (static_cast<int64_t>(s.out.token_ids.size()) < s.req.params.min_tokens &&
+      !s.logit_rules.structure_complete()) {
+    return false;
+  }
   const auto& extra = s.req.params.stop_token_ids;
   if (std::find(extra.begin(), extra.end(), token) != extra.end()) return true;
   return !s.req.params.ignore_eos &&
@@ -29,7 +33,8 @@ Sample::Sample(Request& request, uint32_t index_, SeqId seq_id, std::vector<int3
       index(index_),
       seq(seq_id, std::move(prompt)),
       sampler(request.params, request.stream_of(index_)),
-      logit_rules(request.params, seq.token_ids(), eos_ids),
+      logit_rules(request.params, seq.token_ids(), eos_ids, request.structure.grammar,
+                  request.token_bytes, request.structure.frames),
       stops(request.params.stop, request.params.include_stop_str_in_output) {
   if (tokenizer != nullptr && request.params.detokenize) {
     decoder.emplace(*tokenizer, request.params.skip_special_tokens);

@@ -14,6 +14,7 @@
 #include "kvattn/engine/sampler.h"
 #include "kvattn/engine/tokenizer.h"
 #include "engine/sampling/logit_rules.h"
+#include "engine/structured/compile.h"
 
 namespace kvattn {
 
@@ -43,6 +44,9 @@ struct Request {
   size_t event_index = 0;   // TokenEvent::index
   uint64_t stream_base = 0; // generate()'s prompt index; 0 for add_request
   SamplingParams params;
+  // params.structured compiled, and the vocabulary's bytes it is matched against.
+  structured::CompiledStructure structure;
+  std::shared_ptr<const structured::TokenBytes> token_bytes;
   std::vector<std::unique_ptr<Sample>> samples;  // params.n of them
   int64_t num_prompt_tokens = 0;
   int64_t num_cached_tokens = 0;

@@ -6,7 +6,10 @@
 namespace kvattn {
 
 LogitRules::LogitRules(const SamplingParams& params, std::span<const int32_t> prompt,
-                       std::span<const int32_t> eos_ids)
+                       std::span<const int32_t> eos_ids,
+                       std::shared_ptr<const structured::Grammar> grammar,
+                       std::shared_ptr<const structured::TokenBytes> vocab,
+                       std::shared_ptr<structured::FrameMasks> frames)
     : penalties_(params.has_penalties()),
       min_tokens_(params.min_tokens),
       presence_(params.presence_penalty),
@@ -20,6 +23,11 @@ LogitRules::LogitRules(const SamplingParams& params, std::span<const int32_t> pr
   active_ = penalties_ || !bias_.empty() || !allowed_.empty() || !bad_words_.empty();
   track_output_ = std::any_of(bad_words_.begin(), bad_words_.end(),
                               [](const auto& w) { return w.size() > 1; });
+  if (grammar != nullptr) {
+    std::vector<int32_t> ends(eos_ids.begin(), eos_ids.end());
+    ends.insert(ends.end(), params.stop_token_ids.begin(), params.stop_token_ids.end());
+    constraint_.emplace(std::move(grammar), std::move(vocab), std::move(ends), std::move(frames));
+  }
   if (min_tokens_ > 0) {
     held_ = params.stop_token_ids;
     if (!params.ignore_eos) held_.insert(held_.end(), eos_ids.begin(), eos_ids.end());
@@ -39,12 +47,14 @@ size_t LogitRules::touch(int32_t token) {
 
 void LogitRules::on_generated(int32_t token) {
   ++generated_total_;
+  if (constraint_) constraint_->on_generated(token);
   if (track_output_) output_.push_back(token);
   if (!penalties_) return;
   ++generated_[touch(token)];
 }
 
-void LogitRules::apply(std::span<float> logits) const {
+void LogitRules::apply(std::span<float> logits) {
+  if (constraint_) constraint_->apply(logits);
   if (!allowed_.empty()) {  // -inf everywhere but the allowed ids (sorted, unique, >= 0)
     constexpr float kMasked = -std::numeric_limits<float>::infinity();
     const auto at = [&](size_t i) { return logits.begin() + static_cast<std::ptrdiff_t>(i); };
@@ -80,7 +90,7 @@ void LogitRules::apply(std::span<float> logits) const {
       x -= frequency_ * static_cast<float>(generated_[i]) + presence_;
     }
   }
-  if (holding()) {
+  if (holding() && !structure_complete()) {
     for (int32_t t : held_) {
       if (t >= 0 && static_cast<size_t>(t) < logits.size()) {
         logits[static_cast<size_t>(t)] = -std::numeric_limits<float>::infinity();

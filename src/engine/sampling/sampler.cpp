@@ -1,5 +1,7 @@
 #include "kvattn/engine/sampler.h"
 
+#include "engine/structured/compile.h"
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -54,6 +56,18 @@ void validate(const SamplingParams& p) {
   KVATTN_CHECK(p.prompt_logprobs >= -1 && p.prompt_logprobs <= SamplingParams::kMaxLogprobs,
                "SamplingParams: prompt_logprobs must be -1 (off) or in [0, ",
                SamplingParams::kMaxLogprobs, "] but is ", p.prompt_logprobs);
+  if (p.structured.active()) {
+    KVATTN_CHECK(!p.ignore_eos, "SamplingParams: ignore_eos cannot go with structured output "
+                 "(the output ends at an end token once the structure is complete)");
+    KVATTN_CHECK(p.structured.kind == StructuredOutput::Kind::kChoice ||
+                     p.structured.kind == StructuredOutput::Kind::kJsonObject ||
+                     !p.structured.spec.empty(),
+                 "SamplingParams: structured output needs its spec (a JSON schema or a regex)");
+    KVATTN_CHECK(p.structured.kind != StructuredOutput::Kind::kChoice ||
+                     !p.structured.choices.empty(),
+                 "SamplingParams: structured output of kind choice needs at least one choice");
+    structured::compile(p.structured);  // throws naming what the schema or regex gets wrong
+  }
 }
 
 int32_t argmax(std::span<const float> logits) {

@@ -1,0 +1,42 @@
+#include "engine/structured/compile.h"
+
+#include <algorithm>
+
+#include "engine/structured/json_grammar.h"
+#include "engine/structured/regex_grammar.h"
+
+namespace kvattn::structured {
+
+std::shared_ptr<const Grammar> compile(const StructuredOutput& output) {
+  using Kind = StructuredOutput::Kind;
+  switch (output.kind) {
+    case Kind::kJsonObject: return json_object_grammar();
+    case Kind::kJsonSchema: return json_schema_grammar(output.spec);
+    case Kind::kRegex: return regex_grammar(output.spec);
+    case Kind::kChoice: return choice_grammar(output.choices);
+    case Kind::kNone: break;
+  }
+  return nullptr;
+}
+
+CompiledStructure GrammarCache::get(const StructuredOutput& output) {
+  std::string key(1, static_cast<char>(output.kind));
+  const auto add = [&](const std::string& s) {
+    key += std::to_string(s.size()) + ":" + s;
+  };
+  add(output.spec);
+  for (const auto& c : output.choices) add(c);
+  for (size_t i = 0; i < recent_.size(); ++i) {
+    if (recent_[i].first == key) {
+      std::rotate(recent_.begin(), recent_.begin() + static_cast<std::ptrdiff_t>(i),
+                  recent_.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+      return recent_.front().second;
+    }
+  }
+  CompiledStructure compiled{compile(output), std::make_shared<FrameMasks>()};
+  if (recent_.size() == kCapacity) recent_.pop_back();
+  recent_.insert(recent_.begin(), {std::move(key), compiled});
+  return compiled;
+}
+
+}  // namespace kvattn::structured

@@ -1,0 +1,159 @@
+// Structured output through the LLM on the embedded default model (SmolLM2-135M-Instruct,
+// Q4_1 GGUF; exits 77, skipped, when scripts/fetch_model.sh has not downloaded it): JSON
+// objects, a JSON schema, a regex and a choice, greedy and sampled, n = 2; every output ends
+// at the end token with text the grammar accepts whole. Refusals name what is wrong.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <regex>
+#include <string>
+
+#include "engine/structured/json_grammar.h"
+#include "engine/structured/matcher.h"
+#include "engine/structured/regex_grammar.h"
+#include "kvattn/core/error.h"
+#include "kvattn/engine/llm.h"
+
+namespace kvattn {
+namespace {
+
+const std::string kModel =
+    std::string(KVATTN_SOURCE_DIR) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+
+LLM& llm() {
+  static LLM instance([] {
+    LLMOptions o;
+    o.model = kModel;
+    o.kv_cache_bytes = 64 << 20;
+    return o;
+  }());
+  return instance;
+}
+
+SamplingParams structured(StructuredOutput::Kind kind, std::string spec = {},
+                          std::vector<std::string> choices = {}) {
+  SamplingParams p;
+  p.max_tokens = 160;
+  p.structured.kind = kind;
+  p.structured.spec = std::move(spec);
+  p.structured.choices = std::move(choices);
+  return p;
+}
+
+void expect_whole(const std::shared_ptr<const structured::Grammar>& g, const CompletionOutput& o) {
+  EXPECT_EQ(o.finish_reason, FinishReason::kStop) << o.text;
+  structured::Matcher m(g);
+  EXPECT_TRUE(m.advance(o.text) && m.can_end()) << o.text;
+}
+
+const char* const kPersonSchema =
+    R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 24},
+        "age": {"type": "integer", "minimum": 0}, "city": {"type": "string", "maxLength": 24}},
+        "required": ["name", "age", "city"]})";
+
+TEST(StructuredOutput, GreedyJsonObjectAndSchema) {
+  const std::string prompt = llm().chat_prompt("Describe a person as JSON with name, age, city.");
+  auto p = structured(StructuredOutput::Kind::kJsonObject);
+  const auto obj = llm().generate({prompt}, p);
+  std::printf("json_object: %s\n", obj[0].samples[0].text.c_str());
+  expect_whole(structured::json_object_grammar(), obj[0].samples[0]);
+  EXPECT_TRUE(nlohmann::json::parse(obj[0].samples[0].text).is_object());
+
+  const auto sch = llm().generate({prompt}, structured(StructuredOutput::Kind::kJsonSchema,
+                                                       kPersonSchema));
+  const std::string& text = sch[0].samples[0].text;
+  std::printf("json_schema: %s\n", text.c_str());
+  expect_whole(structured::json_schema_grammar(kPersonSchema), sch[0].samples[0]);
+  const auto v = nlohmann::ordered_json::parse(text);
+  ASSERT_TRUE(v.is_object());
+  EXPECT_TRUE(v["name"].is_string());
+  EXPECT_TRUE(v["age"].is_number_integer() && v["age"].get<int64_t>() >= 0);
+  EXPECT_TRUE(v["city"].is_string());
+  std::vector<std::string> keys;
+  for (const auto& [k, _] : v.items()) keys.push_back(k);
+  EXPECT_EQ(keys, (std::vector<std::string>{"name", "age", "city"}));
+}
+
+TEST(StructuredOutput, RegexAndChoice) {
+  const auto re = llm().generate(
+      {llm().chat_prompt("Give me a phone number.")},
+      structured(StructuredOutput::Kind::kRegex, R"(\(\d{3}\) \d{3}-\d{4})"));
+  const std::string& phone = re[0].samples[0].text;
+  std::printf("regex: %s\n", phone.c_str());
+  EXPECT_TRUE(std::regex_match(phone, std::regex(R"(\(\d{3}\) \d{3}-\d{4})"))) << phone;
+  EXPECT_EQ(re[0].samples[0].finish_reason, FinishReason::kStop);
+
+  const auto ch = llm().generate(
+      {llm().chat_prompt("What is the capital of France? Answer with the city only.")},
+      structured(StructuredOutput::Kind::kChoice, "", {"London", "Paris", "Berlin", "Rome"}));
+  std::printf("choice: %s\n", ch[0].samples[0].text.c_str());
+  EXPECT_EQ(ch[0].samples[0].text, "Paris");
+}
+
+TEST(StructuredOutput, SampledSamplesAllFollowTheSchema) {
+  auto p = structured(StructuredOutput::Kind::kJsonSchema, kPersonSchema);
+  p.temperature = 1.0f;
+  p.top_p = 0.95f;
+  p.n = 2;
+  p.seed = 7;
+  const auto g = structured::json_schema_grammar(kPersonSchema);
+  const auto out = llm().generate(
+      {llm().chat_prompt("Invent a person, as JSON."), llm().chat_prompt("Another one.")}, p);
+  for (const auto& r : out) {
+    ASSERT_EQ(r.samples.size(), 2u);
+    for (const auto& o : r.samples) {
+      std::printf("sampled: %s\n", o.text.c_str());
+      expect_whole(g, o);
+    }
+  }
+  // The same seed draws the same text.
+  const auto again = llm().generate({llm().chat_prompt("Invent a person, as JSON.")}, p);
+  EXPECT_EQ(again[0].samples[0].text, out[0].samples[0].text);
+}
+
+TEST(StructuredOutput, MinTokensYieldsToACompleteStructure) {
+  auto p = structured(StructuredOutput::Kind::kChoice, "", {"yes", "no"});
+  p.min_tokens = 20;
+  const auto out = llm().generate({llm().chat_prompt("Is water wet?")}, p);
+  const std::string& t = out[0].samples[0].text;
+  EXPECT_TRUE(t == "yes" || t == "no") << t;
+  EXPECT_EQ(out[0].samples[0].finish_reason, FinishReason::kStop);
+}
+
+void expect_refused(const SamplingParams& p, const std::string& words) {
+  try {
+    llm().generate({std::string("hi")}, p);
+    ADD_FAILURE() << "accepted; expected an error naming " << words;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+  }
+}
+
+TEST(StructuredOutput, RefusalsNameTheProblem) {
+  auto p = structured(StructuredOutput::Kind::kJsonObject);
+  p.ignore_eos = true;
+  expect_refused(p, "ignore_eos");
+  expect_refused(structured(StructuredOutput::Kind::kJsonSchema, R"({"type": "integer",
+      "maximum": 3})"), "maximum");
+  expect_refused(structured(StructuredOutput::Kind::kRegex, "a(?=b)"), "lookahead");
+  expect_refused(structured(StructuredOutput::Kind::kChoice), "at least one choice");
+  // The engine still serves after the refusals.
+  const auto ok = llm().generate({llm().chat_prompt("Say yes.")},
+                                 structured(StructuredOutput::Kind::kChoice, "", {"yes"}));
+  EXPECT_EQ(ok[0].samples[0].text, "yes");
+}
+
+}  // namespace
+}  // namespace kvattn
+
+int main(int argc, char** argv) {
+  if (!std::filesystem::exists(kvattn::kModel)) {
+    std::printf("skipped: %s not downloaded (scripts/fetch_model.sh)\n", kvattn::kModel.c_str());
+    return 77;
+  }
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
