@@ -75,13 +75,18 @@ TEST(TokenConstraint, MaskEqualsTheGrammarTokenByToken) {
   const std::vector<std::shared_ptr<const Grammar>> grammars = {
       json_object_grammar(),
       json_schema_grammar(R"({"type": "object", "properties": {"a": {"type": "string"},
-          "b": {"type": "array", "items": {"type": "number"}}}, "required": ["a"]})")};
+          "b": {"type": "array", "items": {"type": "number"}}}, "required": ["a"]})"),
+      // Repetition chains longer than the frame masks' horizon (TokenConstraint::kHorizon):
+      // masks shared between their rules must still be exact near both bounds.
+      json_schema_grammar(R"({"type": "object", "properties": {"s": {"type": "string",
+          "minLength": 30, "maxLength": 45}, "l": {"type": "array", "items": {"enum": [1, 22]},
+          "minItems": 27, "maxItems": 29}}, "required": ["s", "l"]})")};
   int steps = 0, ends = 0;
   for (const auto& g : grammars) {
     for (int walk = 0; walk < 6; ++walk) {
       TokenConstraint c(g, bytes, {v.eos});
       Matcher m(g);
-      for (int step = 0; step < 40; ++step) {
+      for (int step = 0; step < 70; ++step) {
         std::vector<float> logits(v.bytes.size() + 5, 0.5f);  // 5 ids past the vocabulary
         c.apply(logits);
         const std::vector<bool> ok = expected_mask(m, v);

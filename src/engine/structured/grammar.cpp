@@ -1,6 +1,7 @@
 #include "engine/structured/grammar.h"
 
 #include <cstdio>
+#include <optional>
 #include <utility>
 
 #include "kvattn/core/error.h"
@@ -64,6 +65,8 @@ int32_t GrammarBuilder::add_rule(std::string name, std::vector<std::vector<int32
   rules_.push_back(std::move(alts));
   names_.push_back(std::move(name));
   defined_.push_back(true);
+  chains_.emplace_back();
+  chain_bodies_.push_back(0);
   return static_cast<int32_t>(rules_.size() - 1);
 }
 
@@ -139,20 +142,38 @@ GrammarBuilder::Symbol GrammarBuilder::repeat(Symbol s, int64_t min, int64_t max
   KVATTN_CHECK(min <= static_cast<int64_t>(kMaxElements) &&
                    max <= static_cast<int64_t>(kMaxElements),
                "grammar: repetition {", min, ",", max, "} is too large");
-  std::vector<Symbol> parts(static_cast<size_t>(min), s);
-  count(parts.size());
+  if (max == 0) return empty();
+  // A chain of rules, innermost first, each one copy of s and the rest of the chain:
+  //   opt_j ::= "" | s opt_{j-1}   (j = max - min down to 1: the optional copies)
+  //   req_m ::= s req_{m-1}        (m = min down to 1: the required ones)
+  // (with star(s) in place of the optional copies when max is unbounded). Each rule records
+  // how many copies it still needs and allows (Grammar::Chain).
+  const int32_t id = next_chain_++;
+  const auto mark = [&](Symbol rule, int64_t required, int64_t total) {
+    const auto r = static_cast<size_t>(Grammar::ref_rule(rule.element));
+    chains_[r] = Grammar::Chain{id, required, total};
+    chain_bodies_[r] = s.element;
+  };
+  std::optional<Symbol> tail;
+  int64_t total = 0;
   if (max < 0) {
-    parts.push_back(star(s));
-  } else if (max > min) {
-    // opt_k ::= "" | s opt_{k+1}, innermost first: at most max - min more copies.
-    Symbol tail = optional(s);
-    for (int64_t k = min + 1; k < max; ++k) {
-      tail = ref(add_rule("rep", {{}, {s.element, tail.element}}));
+    tail = star(s);
+    total = Grammar::kUnbounded;
+    mark(*tail, 0, total);
+  } else {
+    for (int64_t j = 1; j <= max - min; ++j) {
+      tail = ref(add_rule("rep", tail ? std::vector<std::vector<int32_t>>{{}, {s.element, tail->element}}
+                                      : std::vector<std::vector<int32_t>>{{}, {s.element}}));
+      mark(*tail, 0, ++total);
     }
-    parts.push_back(tail);
   }
-  if (parts.empty()) return empty();
-  return sequence(parts);
+  for (int64_t m = 1; m <= min; ++m) {
+    tail = ref(add_rule("req", tail ? std::vector<std::vector<int32_t>>{{s.element, tail->element}}
+                                    : std::vector<std::vector<int32_t>>{{s.element}}));
+    if (total < Grammar::kUnbounded) ++total;
+    mark(*tail, m, total);
+  }
+  return *tail;
 }
 
 GrammarBuilder::Symbol GrammarBuilder::include(const Grammar& other, const ByteSet& allowed) {
@@ -178,6 +199,8 @@ int32_t GrammarBuilder::declare(std::string name) {
   rules_.emplace_back();
   names_.push_back(std::move(name));
   defined_.push_back(false);
+  chains_.emplace_back();
+  chain_bodies_.push_back(0);
   return static_cast<int32_t>(rules_.size() - 1);
 }
 
@@ -254,6 +277,14 @@ std::shared_ptr<const Grammar> GrammarBuilder::build(Symbol root) {
     }
   }
   auto g = std::make_shared<Grammar>();
+  g->chains_ = chains_;
+  for (size_t r = 0; r < n; ++r) {
+    const int32_t body = chain_bodies_[r];
+    if (g->chains_[r].id >= 0 && Grammar::is_ref(body) &&
+        nullable[static_cast<size_t>(Grammar::ref_rule(body))]) {
+      g->chains_[r] = Grammar::Chain{};  // copies of nothing: no count of them holds
+    }
+  }
   g->byte_sets_ = byte_sets_;
   g->names_.resize(n);
   g->alternatives_.resize(n);
@@ -263,6 +294,7 @@ std::shared_ptr<const Grammar> GrammarBuilder::build(Symbol root) {
       g->alternatives_[r].push_back(static_cast<uint32_t>(g->elements_.size()));
       g->elements_.insert(g->elements_.end(), alt.begin(), alt.end());
       g->elements_.push_back(Grammar::kEnd);
+      g->rule_of_.resize(g->elements_.size(), static_cast<int32_t>(r));
     }
   }
   g->root_ = top;

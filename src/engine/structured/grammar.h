@@ -36,6 +36,21 @@ class Grammar {
   }
   int32_t root() const { return root_; }
   size_t num_rules() const { return alternatives_.size(); }
+  // The rule whose alternatives hold element position `pos`.
+  int32_t rule_of(uint32_t pos) const { return rule_of_[pos]; }
+
+  // A rule of a bounded or counted repetition's chain (GrammarBuilder::repeat): `required`
+  // more copies of the body must come, at most `total` may (kUnbounded: no limit), the body
+  // never matching the empty string. Rules of one chain with the same (required, total)
+  // capped at any h match the same texts of fewer than h copies: token_constraint.h shares
+  // their token masks. id < 0: not a chain rule.
+  struct Chain {
+    int32_t id = -1;
+    int64_t required = 0;
+    int64_t total = 0;
+  };
+  static constexpr int64_t kUnbounded = int64_t{1} << 40;
+  const Chain& chain(int32_t rule) const { return chains_[static_cast<size_t>(rule)]; }
   // The grammar in a GBNF-like text, one rule a line (tests and error messages).
   std::string to_string() const;
 
@@ -45,6 +60,8 @@ class Grammar {
   std::vector<ByteSet> byte_sets_;
   std::vector<std::vector<uint32_t>> alternatives_;
   std::vector<std::string> names_;
+  std::vector<int32_t> rule_of_;
+  std::vector<Chain> chains_;
   int32_t root_ = 0;
 };
 
@@ -91,6 +108,9 @@ class GrammarBuilder {
   std::unordered_map<ByteSet, int32_t> set_index_;
   std::vector<std::vector<std::vector<int32_t>>> rules_;
   std::vector<std::string> names_;
+  std::vector<Grammar::Chain> chains_;  // per rule; the body's symbol in chain_bodies_
+  std::vector<int32_t> chain_bodies_;
+  int32_t next_chain_ = 0;
   std::vector<bool> defined_;
   size_t elements_ = 0;
 };

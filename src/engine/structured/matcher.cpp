@@ -145,13 +145,29 @@ void Matcher::compact() {
   nodes_ = std::move(kept);
 }
 
-Matcher::State Matcher::frame(int32_t top, int depth, std::string& key) {
+Matcher::State Matcher::frame(int32_t top, int depth, int64_t horizon, std::string& key) {
   std::vector<uint32_t> positions;
   for (int32_t a = top; a >= 0 && static_cast<int>(positions.size()) < depth;
        a = nodes_[static_cast<size_t>(a)].parent) {
     positions.push_back(nodes_[static_cast<size_t>(a)].pos);
   }
-  key.assign(reinterpret_cast<const char*>(positions.data()), positions.size() * sizeof(uint32_t));
+  // A position inside a repetition's chain is named by the chain, its offset in the rule and
+  // the copies still needed / allowed, capped at `horizon`: rules that differ only beyond it
+  // take the same texts of fewer than `horizon` bytes.
+  key.clear();
+  const auto put = [&](int64_t v) { key.append(reinterpret_cast<const char*>(&v), sizeof v); };
+  for (uint32_t p : positions) {
+    const int32_t r = grammar_->rule_of(p);
+    const Grammar::Chain& c = grammar_->chain(r);
+    if (c.id < 0) {
+      put(p);
+      continue;
+    }
+    put(-1 - c.id);
+    put(std::min(c.required, horizon));
+    put(std::min(c.total, horizon));
+    put(static_cast<int64_t>(p) - grammar_->alternatives(r).front());
+  }
   int32_t below = kFrameBottom;
   for (auto it = positions.rbegin(); it != positions.rend(); ++it) below = node(*it, below);
   State s;

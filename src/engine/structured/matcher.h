@@ -50,9 +50,11 @@ class Matcher {
   size_t mark() const { return nodes_.size(); }
   // The top `depth` frames of the stack whose top is `top`, as a state of their own over an
   // unknown context (a path that ends them sets State::escaped instead of accept), and `key`
-  // := their positions. What such a state takes without escaping, the full stack takes too,
-  // whatever lies below: token_constraint.h caches per key.
-  State frame(int32_t top, int depth, std::string& key);
+  // := their positions, those inside a repetition chain named up to `horizon` copies ahead
+  // (Grammar::Chain). What such a state takes without escaping, the full stack takes too,
+  // whatever lies below; frames of equal keys take the same texts shorter than `horizon`
+  // bytes: token_constraint.h caches per key.
+  State frame(int32_t top, int depth, int64_t horizon, std::string& key);
   void rewind(size_t mark) { nodes_.resize(mark); }
 
  private:

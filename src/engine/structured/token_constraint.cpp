@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <limits>
-#include <numeric>
 
 namespace kvattn::structured {
 
@@ -97,7 +96,7 @@ void TokenConstraint::walk(const Matcher::State& start, std::span<const uint32_t
 const FrameMasks::Mask& TokenConstraint::frame_mask(int32_t top) {
   std::string key;
   const size_t mark = matcher_.mark();
-  Matcher::State start = matcher_.frame(top, kFrameDepth, key);
+  Matcher::State start = matcher_.frame(top, kFrameDepth, kHorizon + 1, key);
   auto& masks = frames_->by_key;
   auto it = masks.find(key);
   if (it == masks.end()) {
@@ -105,7 +104,7 @@ const FrameMasks::Mask& TokenConstraint::frame_mask(int32_t top) {
     FrameMasks::Mask m;
     m.taken.assign((vocab_->vocab_size() + 63) / 64, 0);
     const auto& order = vocab_->order();
-    walk(start, all_entries_,
+    walk(start, short_entries_,
          [&](uint32_t e) { set_bit(m.taken, order[e]); },
          [&](uint32_t e) { m.escaped.push_back(e); });
     it = masks.emplace(std::move(key), std::move(m)).first;
@@ -123,20 +122,22 @@ const std::vector<uint64_t>& TokenConstraint::allowed_bits() {
       return cache_.front().second;
     }
   }
-  if (all_entries_.empty()) {
-    all_entries_.resize(vocab_->order().size());
-    std::iota(all_entries_.begin(), all_entries_.end(), 0u);
+  const auto& order = vocab_->order();
+  if (short_entries_.empty() && long_entries_.empty()) {
+    for (uint32_t e = 0; e < order.size(); ++e) {
+      (vocab_->bytes(order[e]).size() <= kHorizon ? short_entries_ : long_entries_).push_back(e);
+    }
   }
   // Each stack's top frames decide most tokens whatever lies below them (cached per frame);
-  // the tokens that leave those frames are walked from the whole state.
+  // the tokens that leave those frames, and the few longer than the horizon, are walked from
+  // the whole state.
   std::vector<uint64_t> bits((vocab_->vocab_size() + 63) / 64, 0);
-  std::vector<uint32_t> rest;
+  std::vector<uint32_t> rest = long_entries_;
   for (int32_t top : matcher_.current().tops) {
     const FrameMasks::Mask& f = frame_mask(top);
     for (size_t w = 0; w < bits.size(); ++w) bits[w] |= f.taken[w];
     rest.insert(rest.end(), f.escaped.begin(), f.escaped.end());
   }
-  const auto& order = vocab_->order();
   std::sort(rest.begin(), rest.end());
   rest.erase(std::unique(rest.begin(), rest.end()), rest.end());
   rest.erase(std::remove_if(rest.begin(), rest.end(),

@@ -80,6 +80,9 @@ class TokenConstraint {
   // the grammar shares one FrameMask, and only tokens that close the string are walked per
   // state.
   static constexpr int kFrameDepth = 2;
+  // Frame masks cover tokens of at most this many bytes (all but ~75 of SmolLM2's 49k), so
+  // that a repetition's rules more than this many copies from their bounds share them.
+  static constexpr size_t kHorizon = 24;
 
   Matcher matcher_;
   std::shared_ptr<const TokenBytes> vocab_;
@@ -88,7 +91,9 @@ class TokenConstraint {
   // Masks of recent states, most recent first: inside a JSON string the state repeats.
   std::vector<std::pair<std::string, std::vector<uint64_t>>> cache_;
   std::shared_ptr<FrameMasks> frames_;
-  std::vector<uint32_t> all_entries_;                  // 0 .. order().size() - 1
+  // Indices into the vocabulary's order of the entries of at most kHorizon bytes, and of the
+  // longer ones.
+  std::vector<uint32_t> short_entries_, long_entries_;
   std::vector<Matcher::State> path_;  // the search's state after each byte of a prefix
   std::vector<std::pair<int32_t, float>> ends_;  // apply()'s end ids and their logits
 };
