@@ -5,6 +5,7 @@
 // is whole; and a token taken outside the grammar leaves only the end tokens.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
@@ -116,6 +117,57 @@ TEST(TokenConstraint, MaskEqualsTheGrammarTokenByToken) {
   }
   EXPECT_GT(steps, 200);
   std::printf("%d masks checked, %d walks ended\n", steps, ends);
+}
+
+// Past the work budget (a tiny one here; a very ambiguous grammar in practice) the mask keeps
+// only tokens the grammar takes, the most likely of them, and never leaves a live text with
+// nothing to draw.
+TEST(TokenConstraint, PastTheWorkBudgetOnlyFittingCandidatesSurvive) {
+  std::mt19937 rng(6);
+  const Vocab v = synthetic_vocab(rng);
+  const auto bytes = std::make_shared<const TokenBytes>(v.bytes, v.eligible);
+  const auto g = json_object_grammar();
+  TokenConstraint c(g, bytes, {v.eos}, nullptr, /*work_budget=*/200);
+  Matcher m(g);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  int kept_total = 0;
+  for (int step = 0; step < 40 && m.can_continue(); ++step) {
+    std::vector<float> logits(v.bytes.size());
+    for (float& x : logits) x = nd(rng);
+    const std::vector<float> raw = logits;
+    c.apply(logits);
+    const std::vector<bool> ok = expected_mask(m, v);
+    std::vector<int32_t> kept;
+    for (size_t t = 0; t < logits.size(); ++t) {
+      if (!std::isfinite(logits[t])) continue;
+      ASSERT_TRUE(ok[t]) << "token " << t << " '" << v.bytes[t] << "' kept but not allowed";
+      EXPECT_EQ(logits[t], raw[t]);
+      kept.push_back(static_cast<int32_t>(t));
+    }
+    ASSERT_FALSE(kept.empty()) << "nothing left to draw at step " << step;
+    EXPECT_LE(kept.size(), TokenConstraint::kCandidates + 256);  // the budget held
+    kept_total += static_cast<int>(kept.size());
+    // The most likely allowed token is kept (greedy stays the grammar's argmax) whenever it
+    // is among the kCandidates most likely tokens.
+    int32_t best = -1;
+    size_t rank = 0;  // tokens above it
+    for (size_t t = 0; t < ok.size(); ++t) {
+      if (ok[t] && static_cast<int32_t>(t) != v.eos && (best < 0 || raw[t] > raw[best])) {
+        best = static_cast<int32_t>(t);
+      }
+    }
+    for (size_t t = 0; t < raw.size(); ++t) {
+      if (v.eligible[t] && static_cast<int32_t>(t) != v.eos && raw[t] > raw[best]) ++rank;
+    }
+    if (best >= 0 && rank < TokenConstraint::kCandidates) {
+      EXPECT_NE(std::find(kept.begin(), kept.end(), best), kept.end()) << "step " << step;
+    }
+    const int32_t pick = kept[rng() % kept.size()];
+    if (pick == v.eos) break;
+    c.on_generated(pick);
+    ASSERT_TRUE(m.advance(v.bytes[static_cast<size_t>(pick)]));
+  }
+  EXPECT_GT(kept_total, 0);
 }
 
 TEST(TokenConstraint, CompleteTextAllowsOnlyTheEnd) {
