@@ -58,9 +58,11 @@ struct GenerateArgs {
   bool special = false;  // --special: special tokens (end-of-text...) appear in the text
   std::string json;      // --json FILE: one JSON object per prompt, one per line ("-": stdout)
   // Structured output (at most one): --json-schema TEXT, --json-schema-file FILE,
-  // --json-object, --regex RE, --choice TEXT (repeatable).
+  // --json-object, --regex RE, --choice TEXT (repeatable), --grammar GBNF, --grammar-file FILE.
   std::string json_schema;
   std::string json_schema_file;
+  std::string grammar;
+  std::string grammar_file;
   bool json_object = false;
   std::string regex;
   std::vector<std::string> choices;

@@ -200,16 +200,18 @@ void check_sampling_flags(const SamplingParams& p) {
 // The structured-output flags as SamplingParams::structured.
 StructuredOutput structured_output(const GenerateArgs& args) {
   using Kind = StructuredOutput::Kind;
+  const auto read = [](const std::string& path, const char* flag) {
+    std::ifstream in(path, std::ios::binary);
+    KVATTN_CHECK(in.good(), "generate: ", flag, ": cannot read '", path, "'");
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  };
   StructuredOutput s;
   if (!args.json_schema.empty()) {
     s.kind = Kind::kJsonSchema;
     s.spec = args.json_schema;
   } else if (!args.json_schema_file.empty()) {
-    std::ifstream in(args.json_schema_file, std::ios::binary);
-    KVATTN_CHECK(in.good(), "generate: --json-schema-file: cannot read '", args.json_schema_file,
-                 "'");
     s.kind = Kind::kJsonSchema;
-    s.spec.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    s.spec = read(args.json_schema_file, "--json-schema-file");
   } else if (args.json_object) {
     s.kind = Kind::kJsonObject;
   } else if (!args.regex.empty()) {
@@ -218,6 +220,12 @@ StructuredOutput structured_output(const GenerateArgs& args) {
   } else if (!args.choices.empty()) {
     s.kind = Kind::kChoice;
     s.choices = args.choices;
+  } else if (!args.grammar.empty()) {
+    s.kind = Kind::kGrammar;
+    s.spec = args.grammar;
+  } else if (!args.grammar_file.empty()) {
+    s.kind = Kind::kGrammar;
+    s.spec = read(args.grammar_file, "--grammar-file");
   }
   return s;
 }

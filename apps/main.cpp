@@ -222,8 +222,14 @@ int main(int argc, char** argv) {
                                  "(repeatable; vLLM's guided_choice)")
                      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
                      ->allow_extra_args(false);
-  for (auto* a : {schema, schema_file, object, regex, choice}) {
-    for (auto* b : {schema, schema_file, object, regex, choice}) {
+  auto* grammar = gen->add_option("--grammar", g.grammar,
+                                  "Structured output: the text follows this GBNF grammar from its "
+                                  "rule root (llama.cpp's --grammar)");
+  auto* grammar_file = gen->add_option("--grammar-file", g.grammar_file,
+                                       "Structured output: as --grammar, read from a file")
+                           ->check(CLI::ExistingFile);
+  for (auto* a : {schema, schema_file, object, regex, choice, grammar, grammar_file}) {
+    for (auto* b : {schema, schema_file, object, regex, choice, grammar, grammar_file}) {
       if (a != b) a->excludes(b);
     }
   }

@@ -181,7 +181,8 @@ You are Qwen.<|im_end|>
   for (size_t i = 0; i < bodies.size(); ++i) {
     write_text(root / ("request_parser/body" + std::to_string(i)), bodies[i]);
   }
-  // Structured outputs: a compiler byte (even: JSON schema, odd: regex), the spec, NUL, a text.
+  // Structured outputs: a compiler byte (% 3: 0 JSON schema, 1 regex, 2 GBNF), the spec, NUL,
+  // a text.
   const std::vector<std::string> structured = {
       std::string(1, '\0') + R"({"type": "object", "properties": {"a": {"type": "string",)"
           R"( "maxLength": 4}, "b": {"type": "array", "items": {"enum": [1, "x", null]}}},)"
@@ -193,6 +194,17 @@ You are Qwen.<|im_end|>
           "abc-x.",
       std::string(1, '\1') + "[\u00e0-\u00ff]+|caf\u00e9" + std::string(1, '\0') +
           "caf\xc3\xa9",
+      std::string(1, '\2') + R"gbnf(root  ::= (expr "=" ws term "\n")+
+expr  ::= term ([-+*/] term)*
+term  ::= ident | num | "(" ws expr ")" ws
+ident ::= [a-z] [a-z0-9_]* ws   # a comment
+num   ::= [0-9]{1,3} ws
+ws    ::= [ \t\n]*)gbnf" + std::string(1, '\0') + "(a +b_1) *7=z\n",
+      std::string(1, '\2') + R"gbnf(root ::= "{" ws (pair ("," ws pair)*)? "}"
+pair ::= "\"" [^"\\\x00-\x1F]* "\"" ws ":" ws ("true" | "null" | [0-9]+ | root) ws
+ws   ::= | " " | "\n" [ \t]{0,4})gbnf" + std::string(1, '\0') + R"({"a": {"b": 1}, "c": true})",
+      std::string(1, '\2') + "root ::= [\u3041-\u309f]+ (. | [^a-z\\x85])? \"\\U0001F600\"?\n" +
+          std::string(1, '\0') + "\xe3\x81\x82\xc3\xa9\xf0\x9f\x98\x80",
   };
   for (size_t i = 0; i < structured.size(); ++i) {
     write_text(root / ("structured/seed" + std::to_string(i)), structured[i]);

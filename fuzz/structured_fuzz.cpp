@@ -1,12 +1,13 @@
-// Structured-output grammars from untrusted text (a request's JSON schema or regex): the first
-// byte picks the compiler (even: JSON schema, odd: regex); the bytes up to the first NUL are
-// its input, the rest a text fed to a Matcher of the grammar. Compiling either succeeds or
-// throws kvattn::Error; matching never fails otherwise, and a refused byte leaves the state
-// as it was.
+// Structured-output grammars from untrusted text (a request's JSON schema, regex or GBNF
+// grammar): the first byte picks the compiler (% 3: 0 JSON schema, 1 regex, 2 GBNF); the
+// bytes up to the first NUL are its input, the rest a text fed to a Matcher of the grammar.
+// Compiling succeeds or throws kvattn::Error; matching never fails otherwise, and a refused
+// byte leaves the state as it was.
 #include <cstdint>
 #include <string>
 #include <string_view>
 
+#include "engine/structured/gbnf_grammar.h"
 #include "engine/structured/json_grammar.h"
 #include "engine/structured/matcher.h"
 #include "engine/structured/regex_grammar.h"
@@ -22,7 +23,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text = cut == std::string_view::npos ? "" : all.substr(cut + 1);
   std::shared_ptr<const Grammar> g;
   try {
-    g = data[0] % 2 == 0 ? json_schema_grammar(spec) : regex_grammar(spec);
+    switch (data[0] % 3) {
+      case 0:
+        g = json_schema_grammar(spec);
+        break;
+      case 1:
+        g = regex_grammar(spec);
+        break;
+      default:
+        g = gbnf_grammar(spec);
+        break;
+    }
   } catch (const kvattn::Error&) {
     return 0;
   }

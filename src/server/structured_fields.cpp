@@ -96,8 +96,11 @@ void structured_outputs(StructuredOutput& out, const Json& v) {
     } else if (key == "json_object") {
       if (!x.is_boolean()) throw bad_request(field + " must be a boolean", field);
       if (x.get<bool>()) take(out, Kind::kJsonObject, "", field);
-    } else if (key == "grammar" || key == "structural_tag") {
-      throw bad_request(field + " is not supported by kvattn (json, regex, choice, json_object)",
+    } else if (key == "grammar") {
+      take(out, Kind::kGrammar, text(x, field), field);
+    } else if (key == "structural_tag") {
+      throw bad_request(field + " is not supported by kvattn (json, regex, choice, grammar, "
+                        "json_object)",
                         field, "unsupported_parameter");
     } else if (key == "disable_fallback" || key == "disable_any_whitespace" ||
                key == "disable_additional_properties" || key == "whitespace_pattern") {
@@ -122,10 +125,10 @@ bool parse_structured_field(const std::string& key, const Json& v, StructuredOut
     take(out, Kind::kRegex, text(v, key), key);
   } else if (key == "guided_choice") {
     choices(out, v, key);
-  } else if (key == "guided_grammar") {
-    throw bad_request("guided_grammar is not supported by kvattn (guided_json, guided_regex, "
-                      "guided_choice)",
-                      key, "unsupported_parameter");
+  } else if (key == "guided_grammar" || key == "grammar") {  // vLLM's; llama.cpp's server's
+    take(out, Kind::kGrammar, text(v, key), key);
+  } else if (key == "json_schema") {  // llama.cpp's server's
+    take(out, Kind::kJsonSchema, schema_text(v, key), key);
   } else if (key == "guided_decoding_backend") {
     (void)text(v, key);
   } else if (key == "guided_whitespace_pattern") {

@@ -4,12 +4,15 @@
 //                      "json_schema": {"name", "schema", "strict", "description"}} (chat and,
 //                      as vLLM takes it, completions); a json_schema without "schema" allows any
 //                      JSON value;
-//   guided_json, guided_regex, guided_choice    vLLM's guided decoding (a schema as an object
-//                      or its text; a regex; a list of strings), with guided_decoding_backend
-//                      and guided_whitespace_pattern (null) taken and ignored;
-//   structured_outputs vLLM's newer form: {"json" | "regex" | "choice" | "json_object": true}.
-// One kind per request. Grammars (guided_grammar, structured_outputs.grammar) and structural
-// tags are refused as unsupported. The schema or regex itself is checked where it is
+//   guided_json, guided_regex, guided_choice, guided_grammar    vLLM's guided decoding (a
+//                      schema as an object or its text; a regex; a list of strings; a GBNF
+//                      grammar, as vLLM's xgrammar backend takes), with guided_decoding_backend
+//                      taken and ignored;
+//   structured_outputs vLLM's newer form: {"json" | "regex" | "choice" | "grammar" |
+//                      "json_object": true};
+//   grammar, json_schema    llama.cpp's server's fields (GBNF text; a schema).
+// One kind per request. Structural tags and guided_whitespace_pattern are refused as
+// unsupported. The schema or regex itself is checked where it is
 // compiled (the engine), which answers 400 with what it cannot enforce.
 #pragma once
 

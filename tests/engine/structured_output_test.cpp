@@ -1,7 +1,8 @@
 // Structured output through the LLM on the embedded default model (SmolLM2-135M-Instruct,
 // Q4_1 GGUF; exits 77, skipped, when scripts/fetch_model.sh has not downloaded it): JSON
-// objects, a JSON schema, a regex and a choice, greedy and sampled, n = 2; every output ends
-// at the end token with text the grammar accepts whole. Refusals name what is wrong.
+// objects, a JSON schema, a regex, a choice and a GBNF grammar, greedy and sampled, n = 2;
+// every output ends at the end token with text the grammar accepts whole. Refusals name what
+// is wrong.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -93,6 +94,20 @@ TEST(StructuredOutput, RegexAndChoice) {
   EXPECT_EQ(ch[0].samples[0].text, "Paris");
 }
 
+TEST(StructuredOutput, GbnfGrammar) {
+  // llama.cpp's GBNF: a sentence of fixed shape with a free part in a class.
+  const char* gbnf = R"(root ::= "Answer: " answer "." ("\n" note)?
+answer ::= "yes" | "no"
+note ::= [A-Za-z ,]{1,40}
+)";
+  const auto out = llm().generate({llm().chat_prompt("Is the sky blue?")},
+                                  structured(StructuredOutput::Kind::kGrammar, gbnf));
+  const std::string& t = out[0].samples[0].text;
+  std::printf("gbnf: %s\n", t.c_str());
+  EXPECT_TRUE(std::regex_match(t, std::regex(R"(Answer: (yes|no)\.(\n[A-Za-z ,]{1,40})?)"))) << t;
+  EXPECT_EQ(out[0].samples[0].finish_reason, FinishReason::kStop);
+}
+
 TEST(StructuredOutput, SampledSamplesAllFollowTheSchema) {
   auto p = structured(StructuredOutput::Kind::kJsonSchema, kPersonSchema);
   p.temperature = 1.0f;
@@ -140,6 +155,7 @@ TEST(StructuredOutput, RefusalsNameTheProblem) {
       "maximum": 3})"), "maximum");
   expect_refused(structured(StructuredOutput::Kind::kRegex, "a(?=b)"), "lookahead");
   expect_refused(structured(StructuredOutput::Kind::kChoice), "at least one choice");
+  expect_refused(structured(StructuredOutput::Kind::kGrammar, "root ::= missing"), "missing");
   // The engine still serves after the refusals.
   const auto ok = llm().generate({llm().chat_prompt("Say yes.")},
                                  structured(StructuredOutput::Kind::kChoice, "", {"yes"}));

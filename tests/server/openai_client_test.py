@@ -399,6 +399,9 @@ class OpenAIClient(unittest.TestCase):
             model=self.model, prompt="The year the Berlin wall fell:", max_tokens=8,
             temperature=0, extra_body={"guided_regex": "[12][0-9]{3}"})
         self.assertRegex(r.choices[0].text, r"^[12][0-9]{3}$")
+        r = self.chat("Is the sky blue?", max_tokens=8,
+                      extra_body={"guided_grammar": 'root ::= "Answer: " ("yes" | "no")'})
+        self.assertRegex(r.choices[0].message.content, r"^Answer: (yes|no)$")
         # What cannot be enforced is a 400 that names it, and nothing is lost.
         with self.assertRaises(self.openai.BadRequestError) as e:
             self.chat("hi", response_format={"type": "json_schema", "json_schema": {

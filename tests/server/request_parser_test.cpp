@@ -455,6 +455,16 @@ TEST(RequestParser, StructuredOutputFields) {
   EXPECT_EQ(completion(R"("structured_outputs": {"json_object": true})").kind,
             Kind::kJsonObject);
   EXPECT_EQ(completion(R"("response_format": {"type": "json_object"})").kind, Kind::kJsonObject);
+  // Grammars: vLLM's guided_grammar and structured_outputs.grammar, llama.cpp's grammar; and
+  // llama.cpp's json_schema.
+  for (const std::string field : {R"("guided_grammar": "root ::= \"a\"")",
+                                  R"("structured_outputs": {"grammar": "root ::= \"a\""})",
+                                  R"("grammar": "root ::= \"a\"")"}) {
+    const StructuredOutput g = completion(field);
+    EXPECT_EQ(g.kind, Kind::kGrammar) << field;
+    EXPECT_EQ(g.spec, R"(root ::= "a")") << field;
+  }
+  EXPECT_EQ(completion(R"("json_schema": {"type": "integer"})").kind, Kind::kJsonSchema);
   const std::vector<std::pair<std::string, std::string>> refused = {
       {R"("response_format": {"type": "json_object"}, "guided_regex": "a")", "guided_regex"},
       {R"("guided_json": {}, "guided_choice": ["a"])", "guided_choice"},
@@ -466,8 +476,9 @@ TEST(RequestParser, StructuredOutputFields) {
       {R"("guided_choice": [])", "guided_choice"},
       {R"("guided_choice": ["a", 1])", "guided_choice"},
       {R"("guided_regex": 5)", "guided_regex"},
-      {R"("guided_grammar": "root ::= \"a\"")", "guided_grammar"},
-      {R"("structured_outputs": {"grammar": "root ::= x"})", "structured_outputs.grammar"},
+      {R"("guided_grammar": 5)", "guided_grammar"},
+      {R"("structured_outputs": {"structural_tag": "{}"})", "structured_outputs.structural_tag"},
+      {R"("grammar": "root ::= \"a\"", "json_schema": {})", "json_schema"},
       {R"("structured_outputs": {"shape": 1})", "structured_outputs.shape"},
   };
   for (const auto& [field, param] : refused) {

@@ -24,7 +24,7 @@ inline bool greedy_sampling(float temperature, int top_k) {
 }
 
 // Structured output (vLLM's structured outputs / guided decoding, OpenAI's response_format,
-// llama.cpp's json_schema): every generated token keeps the text a prefix of what `kind`
+// llama.cpp's json_schema and grammar): every generated token keeps the text a prefix of what `kind`
 // allows, and the model's end tokens (or stop_token_ids) can come only where the text is
 // whole. Once the text is complete and nothing may follow, only an end token can be drawn
 // (it ends the sample even before min_tokens). The rules: docs/notes/structured-output.md.
@@ -35,6 +35,7 @@ struct StructuredOutput {
     kJsonSchema,  // `spec`: a JSON Schema (text) the JSON value must satisfy
     kRegex,       // `spec`: a regular expression the whole text must match
     kChoice,      // exactly one of `choices`
+    kGrammar,     // `spec`: a GBNF grammar (llama.cpp's), from its rule `root`
   };
   Kind kind = Kind::kNone;
   std::string spec;

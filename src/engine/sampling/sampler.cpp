@@ -62,7 +62,8 @@ void validate(const SamplingParams& p) {
     KVATTN_CHECK(p.structured.kind == StructuredOutput::Kind::kChoice ||
                      p.structured.kind == StructuredOutput::Kind::kJsonObject ||
                      !p.structured.spec.empty(),
-                 "SamplingParams: structured output needs its spec (a JSON schema or a regex)");
+                 "SamplingParams: structured output needs its spec (a JSON schema, a regex or "
+                 "a grammar)");
     KVATTN_CHECK(p.structured.kind != StructuredOutput::Kind::kChoice ||
                      !p.structured.choices.empty(),
                  "SamplingParams: structured output of kind choice needs at least one choice");

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "engine/structured/gbnf_grammar.h"
 #include "engine/structured/json_grammar.h"
 #include "engine/structured/regex_grammar.h"
 
@@ -14,6 +15,7 @@ std::shared_ptr<const Grammar> compile(const StructuredOutput& output) {
     case Kind::kJsonSchema: return json_schema_grammar(output.spec);
     case Kind::kRegex: return regex_grammar(output.spec);
     case Kind::kChoice: return choice_grammar(output.choices);
+    case Kind::kGrammar: return gbnf_grammar(output.spec);
     case Kind::kNone: break;
   }
   return nullptr;

@@ -1,7 +1,7 @@
 // A regex becomes a grammar in two passes: Parser turns the pattern into a small tree of code
 // point sets, concatenations, alternations and repetitions (throwing on whatever it does not
 // support), and Compiler turns the tree into GrammarBuilder symbols, a code point set into
-// UTF-8 byte-range sequences.
+// UTF-8 byte-range sequences (code_points.h).
 #include "engine/structured/regex_grammar.h"
 
 #include <algorithm>
@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/structured/code_points.h"
 #include "kvattn/core/error.h"
 
 namespace kvattn::structured {
@@ -21,70 +22,9 @@ namespace {
 
 using Symbol = GrammarBuilder::Symbol;
 
-// Sorted, disjoint, non-adjacent inclusive ranges of code points.
-using CodePoints = std::vector<std::pair<uint32_t, uint32_t>>;
-
-constexpr uint32_t kMaxCodePoint = 0x10FFFF;
-const CodePoints kScalars = {{0, 0xD7FF}, {0xE000, kMaxCodePoint}};  // no surrogates
 const CodePoints kDigit = {{'0', '9'}};
 const CodePoints kWord = {{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}};
 const CodePoints kSpace = {{'\t', '\r'}, {' ', ' '}};  // \t \n \v \f \r and space
-
-CodePoints normalized(CodePoints s) {
-  std::sort(s.begin(), s.end());
-  CodePoints out;
-  for (auto [lo, hi] : s) {
-    if (!out.empty() && lo <= out.back().second + 1) {
-      out.back().second = std::max(out.back().second, hi);
-    } else {
-      out.emplace_back(lo, hi);
-    }
-  }
-  return out;
-}
-
-CodePoints intersect(const CodePoints& a, const CodePoints& b) {
-  CodePoints out;
-  for (size_t i = 0, j = 0; i < a.size() && j < b.size();) {
-    const uint32_t lo = std::max(a[i].first, b[j].first);
-    const uint32_t hi = std::min(a[i].second, b[j].second);
-    if (lo <= hi) out.emplace_back(lo, hi);
-    (a[i].second < b[j].second ? i : j)++;
-  }
-  return out;
-}
-
-// The scalar values not in `s`.
-CodePoints negated(const CodePoints& s) {
-  CodePoints out;
-  uint32_t next = 0;
-  for (auto [lo, hi] : s) {
-    if (lo > next) out.emplace_back(next, lo - 1);
-    next = hi + 1;
-  }
-  if (next <= kMaxCodePoint) out.emplace_back(next, kMaxCodePoint);
-  return intersect(out, kScalars);
-}
-
-std::string utf8(uint32_t cp) {
-  std::string s;
-  if (cp < 0x80) {
-    s += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    s += static_cast<char>(0xC0 | cp >> 6);
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    s += static_cast<char>(0xE0 | cp >> 12);
-    s += static_cast<char>(0x80 | (cp >> 6 & 0x3F));
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    s += static_cast<char>(0xF0 | cp >> 18);
-    s += static_cast<char>(0x80 | (cp >> 12 & 0x3F));
-    s += static_cast<char>(0x80 | (cp >> 6 & 0x3F));
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-  return s;
-}
 
 struct Node {
   enum class Kind : uint8_t { kEmpty, kSet, kConcat, kAlt, kRepeat };
@@ -453,27 +393,10 @@ class Parser {
   }
   // One UTF-8 character of the pattern.
   uint32_t code_point() {
-    const size_t at = pos_;
-    const auto byte = [&](size_t i) {
-      return at + i < p_.size() ? static_cast<uint8_t>(p_[at + i]) : 0;
-    };
-    const uint8_t b0 = byte(0);
-    const int len = b0 < 0x80                 ? 1
-                    : b0 >= 0xC2 && b0 < 0xE0 ? 2
-                    : b0 >= 0xE0 && b0 < 0xF0 ? 3
-                    : b0 >= 0xF0 && b0 < 0xF5 ? 4
-                                              : 0;
-    uint32_t cp = len == 1 ? b0 : b0 & (0x7F >> len);
-    for (int i = 1; i < len; ++i) {
-      if ((byte(i) & 0xC0) != 0x80) fail(p_, "invalid UTF-8 at offset ", at);
-      cp = cp << 6 | (byte(i) & 0x3F);
-    }
-    const bool overlong = (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000);
-    if (len == 0 || overlong || cp > kMaxCodePoint || (cp >= 0xD800 && cp < 0xE000)) {
-      fail(p_, "invalid UTF-8 at offset ", at);
-    }
-    pos_ += static_cast<size_t>(len);
-    return cp;
+    const Utf8Char c = decode_utf8(p_, pos_);
+    if (c.length == 0) fail(p_, "invalid UTF-8 at offset ", pos_);
+    pos_ += c.length;
+    return c.cp;
   }
 
   std::string_view p_;
@@ -484,7 +407,12 @@ class Parser {
 class Compiler {
  public:
   Compiler(GrammarBuilder& b, std::string_view pattern, const std::vector<Node>& nodes)
-      : b_(b), pattern_(pattern), nodes_(nodes), memo_(nodes.size()), nullable_(nodes.size(), -1) {}
+      : b_(b),
+        pattern_(pattern),
+        nodes_(nodes),
+        memo_(nodes.size()),
+        nullable_(nodes.size(), -1),
+        sets_(b) {}
 
   Symbol run(int32_t root) {
     if (expanded(root) > static_cast<int64_t>(GrammarBuilder::kMaxElements)) {
@@ -633,56 +561,7 @@ class Compiler {
     return *empty_;
   }
 
-  // The UTF-8 encodings of a set's code points: per encoded length, the lead bytes whose
-  // whole block is in the set share one byte set; the others recurse into their
-  // continuation bytes (the standard split of a code point range into byte-range sequences).
-  std::optional<Symbol> set(const Node& n) {
-    if (n.single()) return b_.literal(utf8(n.set[0].first));
-    if (const auto it = sets_.find(n.set); it != sets_.end()) return it->second;
-    struct Length {
-      uint32_t lo, hi;
-      uint8_t lead_lo, lead_hi;
-      int tail;
-    };
-    static constexpr Length kLengths[] = {{0, 0x7F, 0x00, 0x7F, 0},
-                                          {0x80, 0x7FF, 0xC0, 0xDF, 1},
-                                          {0x800, 0xFFFF, 0xE0, 0xEF, 2},
-                                          {0x10000, kMaxCodePoint, 0xF0, 0xF4, 3}};
-    std::vector<Symbol> alts;
-    for (const Length& l : kLengths) {
-      cps_ = intersect(n.set, {{l.lo, l.hi}});
-      if (!cps_.empty()) bytes(0, l.lead_lo, l.lead_hi, uint32_t{1} << (6 * l.tail), l.tail, alts);
-    }
-    std::optional<Symbol> s;
-    if (!alts.empty()) s = b_.choice(alts);
-    if (s) sets_.emplace(n.set, *s);
-    return s;
-  }
-  // Alternatives for bytes lo..hi, byte lo standing for code points first..first+block-1,
-  // each byte followed by `tail` continuation bytes.
-  void bytes(uint32_t first, uint8_t lo, uint8_t hi, uint32_t block, int tail,
-             std::vector<Symbol>& alts) {
-    ByteSet whole;
-    for (uint32_t byte = lo; byte <= hi; ++byte) {
-      const uint32_t a = first + (byte - lo) * block, z = a + block - 1;
-      const auto it = std::lower_bound(cps_.begin(), cps_.end(), a,
-                                       [](const auto& r, uint32_t v) { return r.second < v; });
-      if (it == cps_.end() || it->first > z) continue;  // none of the block
-      if (it->first <= a && it->second >= z) {          // all of it
-        whole.set(byte);
-        continue;
-      }
-      std::vector<Symbol> next;
-      bytes(a, 0x80, 0xBF, block / 64, tail - 1, next);
-      next = {b_.choice(next)};
-      next.insert(next.begin(), b_.byte(static_cast<uint8_t>(byte)));
-      alts.push_back(b_.sequence(next));
-    }
-    if (whole.none()) return;
-    std::vector<Symbol> seq = {b_.bytes(whole)};
-    for (int i = 0; i < tail; ++i) seq.push_back(b_.byte_range(0x80, 0xBF));
-    alts.push_back(b_.sequence(seq));
-  }
+  std::optional<Symbol> set(const Node& n) { return sets_.symbol(n.set); }
 
   GrammarBuilder& b_;
   std::string_view pattern_;
@@ -690,8 +569,7 @@ class Compiler {
   std::vector<std::array<std::pair<bool, std::optional<Symbol>>, 2>> memo_;
   std::vector<int8_t> nullable_;
   std::optional<Symbol> empty_;
-  std::map<CodePoints, Symbol> sets_;
-  CodePoints cps_;  // the set being encoded, within one encoded length
+  Utf8Sets sets_;
 };
 
 }  // namespace
