@@ -3,9 +3,7 @@
 // once as GBNF and once as the equivalent PCRE2 pattern (rule references inlined).
 #include "engine/structured/gbnf_grammar.h"
 
-#define PCRE2_CODE_UNIT_WIDTH 8
 #include <gtest/gtest.h>
-#include <pcre2.h>
 
 #include <algorithm>
 #include <chrono>
@@ -17,24 +15,14 @@
 #include "engine/structured/code_points.h"
 #include "engine/structured/matcher.h"
 #include "kvattn/core/error.h"
+#include "pcre_reference.h"
 
 namespace kvattn::structured {
 namespace {
 
-std::string escaped(std::string_view s) {
-  std::string out;
-  for (char c : s) {
-    const auto u = static_cast<uint8_t>(c);
-    if (u >= 0x20 && u < 0x7f && c != '\\') {
-      out += c;
-    } else {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", u);
-      out += buf;
-    }
-  }
-  return out;
-}
+using test::escaped;
+using test::Pcre;
+
 
 bool accepts(const std::shared_ptr<const Grammar>& g, std::string_view s) {
   Matcher m(g);
@@ -380,47 +368,6 @@ TEST(StructuredGbnf, ArbitraryInputBuildsOrThrowsError) {
 }
 
 // ---- Differential test against PCRE2 ----
-
-// A PCRE2 pattern compiled for full matches, and as (?:pattern)\z for hard partial matches
-// (a subject that is a prefix of some match gives PCRE2_ERROR_PARTIAL or a match).
-class Pcre {
- public:
-  explicit Pcre(const std::string& pattern) {
-    full_ = compile(pattern, PCRE2_ENDANCHORED);
-    prefix_ = compile("(?:" + pattern + ")\\z", 0);
-    data_ = pcre2_match_data_create(4, nullptr);
-    context_ = pcre2_match_context_create(nullptr);
-    pcre2_set_match_limit(context_, 200000);  // backtracking blow-ups: skipped, not waited for
-  }
-  ~Pcre() {
-    pcre2_match_context_free(context_);
-    pcre2_match_data_free(data_);
-    pcre2_code_free(full_);
-    pcre2_code_free(prefix_);
-  }
-  Pcre(const Pcre&) = delete;
-  Pcre& operator=(const Pcre&) = delete;
-
-  bool ok() const { return full_ && prefix_; }
-  int full(std::string_view s) const { return match(full_, s, 0); }
-  int prefix(std::string_view s) const { return match(prefix_, s, PCRE2_PARTIAL_HARD); }
-
- private:
-  static pcre2_code* compile(const std::string& pattern, uint32_t options) {
-    int error = 0;
-    PCRE2_SIZE offset = 0;
-    return pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
-                         PCRE2_UTF | PCRE2_ANCHORED | options, &error, &offset, nullptr);
-  }
-  int match(pcre2_code* code, std::string_view s, uint32_t options) const {
-    return pcre2_match(code, reinterpret_cast<PCRE2_SPTR>(s.data()), s.size(), 0, options, data_,
-                       context_);
-  }
-  pcre2_code* full_ = nullptr;
-  pcre2_code* prefix_ = nullptr;
-  pcre2_match_data* data_ = nullptr;
-  pcre2_match_context* context_ = nullptr;
-};
 
 std::string utf8_of(const std::u32string& s) {
   std::string out;
