@@ -107,7 +107,8 @@ bool valid_typed(const Json& v, const std::string& type, const Json& s, const Js
       if (props.contains(k)) {
         if (!valid(x, props[k], root)) return false;
       } else {
-        const Json extra = s.value("additionalProperties", Json(false));
+        // kvattn's default: strict where properties are declared, any member where none are.
+        const Json extra = s.value("additionalProperties", Json(!s.contains("properties")));
         if (!valid(x, extra, root)) return false;
       }
     }
@@ -233,6 +234,20 @@ TEST(JsonSchemaGrammar, ObjectsFollowTheSchema) {
   EXPECT_FALSE(accepts(tuple, R"(["ab", null, 1, 2, 3])"));
   EXPECT_FALSE(accepts(tuple, R"(["ab", 1])"));
   EXPECT_FALSE(accepts(tuple, R"(["ab", null, 0])"));
+}
+
+TEST(JsonSchemaGrammar, BareObjectsTakeAnyMembersDeclaredOnesOnlyTheirs) {
+  const auto bare = json_schema_grammar(R"({"type": "object"})");
+  EXPECT_TRUE(accepts(bare, R"({"anything": [1, {"x": null}], "b": "c"})"));
+  EXPECT_TRUE(accepts(bare, R"({})"));
+  const auto nested = json_schema_grammar(R"({"type": "object", "properties": {"meta":
+      {"type": "object"}}, "required": ["meta"]})");
+  EXPECT_TRUE(accepts(nested, R"({"meta": {"k": 1}})"));
+  EXPECT_FALSE(accepts(nested, R"({"meta": {}, "other": 1})"));
+  const auto draft4 = json_schema_grammar(R"({"type": "integer", "minimum": 0,
+      "exclusiveMinimum": true})");
+  EXPECT_TRUE(accepts(draft4, "7"));
+  EXPECT_FALSE(accepts(draft4, "0"));
 }
 
 TEST(JsonSchemaGrammar, PatternIsASearchInsideAJsonString) {

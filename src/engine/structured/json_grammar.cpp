@@ -321,10 +321,17 @@ class SchemaGrammar {
     }
     if (s.contains("exclusiveMinimum")) {
       const Json& m = s["exclusiveMinimum"];
-      KVATTN_CHECK(m.is_number() && m.get<double>() == 0 && type == "integer", "json_schema: ",
-                   join(path, "exclusiveMinimum"), " ", m.dump(),
-                   " is not supported (0 for integers)");
-      positive = true;
+      if (m.is_boolean()) {  // draft 4: the minimum itself is excluded
+        KVATTN_CHECK(!m.get<bool>() || (non_negative && !positive && type == "integer"),
+                     "json_schema: ", join(path, "exclusiveMinimum"),
+                     " true is supported with minimum 0 on integers");
+        positive = positive || m.get<bool>();
+      } else {
+        KVATTN_CHECK(m.is_number() && m.get<double>() == 0 && type == "integer",
+                     "json_schema: ", join(path, "exclusiveMinimum"), " ", m.dump(),
+                     " is not supported (0 for integers)");
+        positive = true;
+      }
     }
     if (type == "number") return text_.number(non_negative);
     if (!non_negative && !positive) return text_.integer();
@@ -413,13 +420,16 @@ class SchemaGrammar {
         }
       }
     }
+    // additionalProperties absent: false where properties are declared (strict, as OpenAI and
+    // xgrammar), any members where none are (a bare {"type": "object"} is any object).
     std::optional<Symbol> extra;  // additionalProperties' member
-    if (s.contains("additionalProperties")) {
-      const Json& a = s["additionalProperties"];
-      if (!a.is_boolean() || a.get<bool>()) {
-        const Symbol v = visit(a, join(path, "additionalProperties"), depth + 1);
-        extra = b_.sequence({text_.string(0, -1), text_.ws(), b_.byte(':'), text_.ws(), v});
-      }
+    const Json any = true;
+    const Json& a = s.contains("additionalProperties") ? s["additionalProperties"]
+                    : s.contains("properties")          ? Json(false)
+                                                        : any;
+    if (!a.is_boolean() || a.get<bool>()) {
+      const Symbol v = visit(a, join(path, "additionalProperties"), depth + 1);
+      extra = b_.sequence({text_.string(0, -1), text_.ws(), b_.byte(':'), text_.ws(), v});
     }
     const size_t n = names.size();
     // rest(i): the members after at least one, from property i on; first(i): from property i

@@ -5,12 +5,12 @@
 // output can silently break the schema; annotations are ignored): type (one or a list), enum,
 // const, anyOf / oneOf (as alternatives), allOf of one schema, $ref into #/$defs,
 // #/definitions or # (recursion allowed), properties / required / additionalProperties
-// (absent = false: only the declared properties, in their declared order, as OpenAI's strict
-// mode and xgrammar do), items / prefixItems / minItems / maxItems, minLength / maxLength /
+// (absent = false where properties are declared: only those, in their declared order, as
+// OpenAI's strict mode and xgrammar do; a bare {"type": "object"} is any object), items / prefixItems / minItems / maxItems, minLength / maxLength /
 // pattern (regex_grammar.h; a search, as the spec says: unanchored sides allow any text; the
 // string's characters stay those JSON writes unescaped, so '"', '\' and controls are left
 // out), nullable (OpenAPI), format (an annotation: not enforced), and
-// integers' minimum 0 or 1 / exclusiveMinimum 0. Annotations: title, description, default,
+// integers' minimum 0 or 1 / exclusiveMinimum 0 (or draft 4's true beside minimum 0). Annotations: title, description, default,
 // examples, $schema, $id, $comment, deprecated, readOnly, writeOnly, $defs, definitions.
 //
 // Layout: whitespace between tokens is "", " " or a newline and up to 20 spaces or tabs
