@@ -24,9 +24,9 @@ inline bool greedy_sampling(float temperature, int top_k) {
 }
 
 // Structured output (vLLM's structured outputs / guided decoding, OpenAI's response_format,
-// llama.cpp's json_schema and grammar): every generated token keeps the text a prefix of what `kind`
-// allows, and the model's end tokens (or stop_token_ids) can come only where the text is
-// whole. Once the text is complete and nothing may follow, only an end token can be drawn
+// llama.cpp's json_schema and grammar): every generated token keeps the text a prefix of what
+// `kind` allows, and the model's end tokens (or stop_token_ids) can come only where the text
+// is whole. Once the text is complete and nothing may follow, only an end token can be drawn
 // (it ends the sample even before min_tokens). The rules: docs/notes/structured-output.md.
 struct StructuredOutput {
   enum class Kind {

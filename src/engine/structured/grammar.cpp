@@ -139,9 +139,9 @@ GrammarBuilder::Symbol GrammarBuilder::plus(Symbol s) { return sequence({s, star
 GrammarBuilder::Symbol GrammarBuilder::repeat(Symbol s, int64_t min, int64_t max) {
   KVATTN_CHECK(min >= 0 && (max < 0 || max >= min), "grammar: repetition {", min, ",", max,
                "} is empty");
-  KVATTN_CHECK(min <= static_cast<int64_t>(kMaxElements) &&
-                   max <= static_cast<int64_t>(kMaxElements),
-               "grammar: repetition {", min, ",", max, "} is too large");
+  KVATTN_CHECK(
+      min <= static_cast<int64_t>(kMaxElements) && max <= static_cast<int64_t>(kMaxElements),
+      "grammar: repetition {", min, ",", max, "} is too large");
   if (max == 0) return empty();
   // A chain of rules, innermost first, each one copy of s and the rest of the chain:
   //   opt_j ::= "" | s opt_{j-1}   (j = max - min down to 1: the optional copies)
@@ -162,8 +162,9 @@ GrammarBuilder::Symbol GrammarBuilder::repeat(Symbol s, int64_t min, int64_t max
     mark(*tail, 0, total);
   } else {
     for (int64_t j = 1; j <= max - min; ++j) {
-      tail = ref(add_rule("rep", tail ? std::vector<std::vector<int32_t>>{{}, {s.element, tail->element}}
-                                      : std::vector<std::vector<int32_t>>{{}, {s.element}}));
+      tail = ref(
+          add_rule("rep", tail ? std::vector<std::vector<int32_t>>{{}, {s.element, tail->element}}
+                               : std::vector<std::vector<int32_t>>{{}, {s.element}}));
       mark(*tail, 0, ++total);
     }
   }

@@ -16,7 +16,7 @@ namespace {
 using Json = nlohmann::ordered_json;
 using Symbol = GrammarBuilder::Symbol;
 
-constexpr int kMaxDepth = 64;      // nested schemas (and $ref chains) followed
+constexpr int kMaxDepth = 64;       // nested schemas (and $ref chains) followed
 constexpr int64_t kMaxDigits = 16;  // llama.cpp's bound on integer and fraction digits
 
 // The building blocks of JSON text, made once per grammar.
@@ -26,8 +26,8 @@ class JsonText {
 
   Symbol ws() {
     if (!ws_) {
-      ws_ = b_.choice({b_.empty(), b_.byte(' '),
-                       b_.sequence({b_.byte('\n'), b_.repeat(blank(), 0, 20)})});
+      ws_ = b_.choice(
+          {b_.empty(), b_.byte(' '), b_.sequence({b_.byte('\n'), b_.repeat(blank(), 0, 20)})});
     }
     return *ws_;
   }
@@ -47,12 +47,11 @@ class JsonText {
       // pair (strict parsers refuse a lone surrogate).
       const Symbol hex = b_.bytes(hex_set());
       const Symbol d = b_.bytes(set_of("dD"));
-      const Symbol single = b_.choice(
-          {b_.sequence({b_.bytes(set_of("0123456789abceABCEfF")), hex, hex, hex}),
-           b_.sequence({d, b_.byte_range('0', '7'), hex, hex})});
-      const Symbol pair =
-          b_.sequence({d, b_.bytes(set_of("89abAB")), hex, hex, b_.literal("\\u"), d,
-                       b_.bytes(set_of("cdefCDEF")), hex, hex});
+      const Symbol single =
+          b_.choice({b_.sequence({b_.bytes(set_of("0123456789abceABCEfF")), hex, hex, hex}),
+                     b_.sequence({d, b_.byte_range('0', '7'), hex, hex})});
+      const Symbol pair = b_.sequence({d, b_.bytes(set_of("89abAB")), hex, hex, b_.literal("\\u"),
+                                       d, b_.bytes(set_of("cdefCDEF")), hex, hex});
       const Symbol escape = b_.sequence(
           {b_.byte('\\'), b_.choice({b_.bytes(set_of("\"\\/bfnrt")),
                                      b_.sequence({b_.byte('u'), b_.choice({single, pair})})})});
@@ -64,14 +63,14 @@ class JsonText {
   // every other (token_constraint.h caches them by grammar position).
   Symbol string(int64_t min, int64_t max) {
     if (min == 0 && max < 0 && any_string_) return *any_string_;
-    const Symbol s =
-        b_.sequence({b_.byte('"'), b_.repeat(string_char(), min, max), b_.byte('"')});
+    const Symbol s = b_.sequence({b_.byte('"'), b_.repeat(string_char(), min, max), b_.byte('"')});
     if (min == 0 && max < 0) any_string_ = s;
     return s;
   }
   // JSON's non-negative integers: 0 or [1-9] then up to 15 digits; positive: not 0.
   Symbol natural(bool positive) {
-    const Symbol lead = b_.sequence({b_.byte_range('1', '9'), b_.repeat(digit(), 0, kMaxDigits - 1)});
+    const Symbol lead =
+        b_.sequence({b_.byte_range('1', '9'), b_.repeat(digit(), 0, kMaxDigits - 1)});
     return positive ? lead : b_.choice({b_.byte('0'), lead});
   }
   Symbol integer() { return b_.sequence({b_.optional(b_.byte('-')), natural(false)}); }
@@ -79,16 +78,16 @@ class JsonText {
     const Symbol frac = b_.sequence({b_.byte('.'), b_.repeat(digit(), 1, kMaxDigits)});
     // Exponents of at most two digits: every such number is a finite double, which strict
     // parsers (nlohmann, Go, Rust's serde) require.
-    const Symbol exp = b_.sequence({b_.bytes(set_of("eE")), b_.optional(b_.bytes(set_of("+-"))),
-                                    b_.repeat(digit(), 1, 2)});
-    return b_.sequence({non_negative ? natural(false) : integer(), b_.optional(frac),
-                        b_.optional(exp)});
+    const Symbol exp = b_.sequence(
+        {b_.bytes(set_of("eE")), b_.optional(b_.bytes(set_of("+-"))), b_.repeat(digit(), 1, 2)});
+    return b_.sequence(
+        {non_negative ? natural(false) : integer(), b_.optional(frac), b_.optional(exp)});
   }
   Symbol boolean() { return b_.choice({b_.literal("true"), b_.literal("false")}); }
   // "[" ws (item (sep item){min-1,max-1})? ws "]"
   Symbol list(Symbol item, int64_t min, int64_t max) {
-    Symbol items = b_.sequence(
-        {item, b_.repeat(b_.sequence({sep(), item}), min > 0 ? min - 1 : 0, max < 0 ? -1 : max - 1)});
+    Symbol items = b_.sequence({item, b_.repeat(b_.sequence({sep(), item}), min > 0 ? min - 1 : 0,
+                                                max < 0 ? -1 : max - 1)});
     if (min == 0) items = b_.optional(items);
     if (max == 0) items = b_.empty();
     return b_.sequence({b_.byte('['), ws(), items, ws(), b_.byte(']')});
@@ -130,14 +129,11 @@ class JsonText {
     const auto r = [&](int lo, int hi) {
       return b_.byte_range(static_cast<uint8_t>(lo), static_cast<uint8_t>(hi));
     };
-    return b_.choice({b_.sequence({r(0xc2, 0xdf), c}),
-                      b_.sequence({r(0xe0, 0xe0), r(0xa0, 0xbf), c}),
-                      b_.sequence({r(0xe1, 0xec), c, c}),
-                      b_.sequence({r(0xed, 0xed), r(0x80, 0x9f), c}),
-                      b_.sequence({r(0xee, 0xef), c, c}),
-                      b_.sequence({r(0xf0, 0xf0), r(0x90, 0xbf), c, c}),
-                      b_.sequence({r(0xf1, 0xf3), c, c, c}),
-                      b_.sequence({r(0xf4, 0xf4), r(0x80, 0x8f), c, c})});
+    return b_.choice(
+        {b_.sequence({r(0xc2, 0xdf), c}), b_.sequence({r(0xe0, 0xe0), r(0xa0, 0xbf), c}),
+         b_.sequence({r(0xe1, 0xec), c, c}), b_.sequence({r(0xed, 0xed), r(0x80, 0x9f), c}),
+         b_.sequence({r(0xee, 0xef), c, c}), b_.sequence({r(0xf0, 0xf0), r(0x90, 0xbf), c, c}),
+         b_.sequence({r(0xf1, 0xf3), c, c, c}), b_.sequence({r(0xf4, 0xf4), r(0x80, 0x8f), c, c})});
   }
 
   GrammarBuilder& b_;
@@ -151,23 +147,39 @@ std::string search_pattern(const std::string& p) {
   // A trailing $ anchors unless escaped (an odd run of backslashes before it).
   size_t slashes = 0;
   while (p.size() >= slashes + 2 && p[p.size() - 2 - slashes] == '\\') ++slashes;
-  const bool tail = !p.empty() && p.back() == '$' && slashes % 2 == 0 &&
-                    (p.size() > 1 || !head);
+  const bool tail = !p.empty() && p.back() == '$' && slashes % 2 == 0 && (p.size() > 1 || !head);
   const std::string core = p.substr(head ? 1 : 0, p.size() - (head ? 1 : 0) - (tail ? 1 : 0));
   return (head ? "" : "(?:.*)") + ("(?:" + core + ")") + (tail ? "" : "(?:.*)");
 }
 
 const std::set<std::string>& annotations() {
   static const std::set<std::string> k = {
-      "title", "description", "default", "examples", "$schema", "$id", "$comment",
-      "deprecated", "readOnly", "writeOnly", "$defs", "definitions", "format"};
+      "title",      "description", "default",   "examples", "$schema",     "$id",   "$comment",
+      "deprecated", "readOnly",    "writeOnly", "$defs",    "definitions", "format"};
   return k;
 }
 const std::set<std::string>& handled() {
-  static const std::set<std::string> k = {
-      "type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "properties", "required",
-      "additionalProperties", "items", "prefixItems", "additionalItems", "minItems", "maxItems",
-      "minLength", "maxLength", "pattern", "nullable", "minimum", "exclusiveMinimum"};
+  static const std::set<std::string> k = {"type",
+                                          "enum",
+                                          "const",
+                                          "anyOf",
+                                          "oneOf",
+                                          "allOf",
+                                          "$ref",
+                                          "properties",
+                                          "required",
+                                          "additionalProperties",
+                                          "items",
+                                          "prefixItems",
+                                          "additionalItems",
+                                          "minItems",
+                                          "maxItems",
+                                          "minLength",
+                                          "maxLength",
+                                          "pattern",
+                                          "nullable",
+                                          "minimum",
+                                          "exclusiveMinimum"};
   return k;
 }
 
@@ -243,8 +255,7 @@ class SchemaGrammar {
         KVATTN_CHECK(t.is_array() && !t.empty(), "json_schema: ", join(path, "type"),
                      " must be a type name or a non-empty array of them");
         for (const auto& x : t) {
-          KVATTN_CHECK(x.is_string(), "json_schema: ", join(path, "type"),
-                       " must hold type names");
+          KVATTN_CHECK(x.is_string(), "json_schema: ", join(path, "type"), " must hold type names");
           types.push_back(x.get<std::string>());
         }
       }
@@ -270,8 +281,8 @@ class SchemaGrammar {
   static int64_t count(const Json& s, const char* key, const std::string& path, int64_t fallback) {
     if (!s.contains(key)) return fallback;
     const Json& v = s[key];
-    KVATTN_CHECK(v.is_number_integer() && v.get<int64_t>() >= 0, "json_schema: ",
-                 join(path, key), " must be a non-negative integer, not ", v.dump());
+    KVATTN_CHECK(v.is_number_integer() && v.get<int64_t>() >= 0, "json_schema: ", join(path, key),
+                 " must be a non-negative integer, not ", v.dump());
     return v.get<int64_t>();
   }
 
@@ -294,8 +305,9 @@ class SchemaGrammar {
     KVATTN_CHECK(max < 0 || max >= min, "json_schema: ", join(path, "maxLength"), " ", max,
                  " is below minLength ", min);
     if (!s.contains("pattern")) return text_.string(min, max);
-    KVATTN_CHECK(!s.contains("minLength") && !s.contains("maxLength"), "json_schema: ",
-                 join(path, "pattern"), " together with minLength / maxLength is not supported");
+    KVATTN_CHECK(!s.contains("minLength") && !s.contains("maxLength"),
+                 "json_schema: ", join(path, "pattern"),
+                 " together with minLength / maxLength is not supported");
     KVATTN_CHECK(s["pattern"].is_string(), "json_schema: ", join(path, "pattern"),
                  " must be a string");
     // The pattern's strings, less those that would need JSON escapes ('"', '\', controls).
@@ -314,8 +326,8 @@ class SchemaGrammar {
       const Json& m = s["minimum"];
       KVATTN_CHECK(m.is_number(), "json_schema: ", join(path, "minimum"), " must be a number");
       const double v = m.get<double>();
-      KVATTN_CHECK(v == 0 || (v == 1 && type == "integer"), "json_schema: ",
-                   join(path, "minimum"), " ", m.dump(), " is not supported (0, or 1 for integers)");
+      KVATTN_CHECK(v == 0 || (v == 1 && type == "integer"), "json_schema: ", join(path, "minimum"),
+                   " ", m.dump(), " is not supported (0, or 1 for integers)");
       non_negative = true;
       positive = v == 1;
     }
@@ -358,12 +370,12 @@ class SchemaGrammar {
       rest = &s["items"];
     }
     const bool more = rest == nullptr || !rest->is_boolean() || rest->get<bool>();
-    const Symbol item = rest == nullptr ? text_.value()
-                                        : (more ? visit(*rest, join(path, rest_key), depth + 1)
-                                                : b_.empty());
+    const Symbol item = rest == nullptr
+                            ? text_.value()
+                            : (more ? visit(*rest, join(path, rest_key), depth + 1) : b_.empty());
     if (prefix == nullptr || prefix->empty()) {
-      KVATTN_CHECK(prefix == nullptr || prefix->is_array(), "json_schema: ",
-                   join(path, "prefixItems"), " must be an array");
+      KVATTN_CHECK(prefix == nullptr || prefix->is_array(),
+                   "json_schema: ", join(path, "prefixItems"), " must be an array");
       return more ? text_.list(item, min, max) : text_.list(item, 0, 0);
     }
     KVATTN_CHECK(prefix->is_array(), "json_schema: ", join(path, "prefixItems"),
@@ -425,8 +437,8 @@ class SchemaGrammar {
     std::optional<Symbol> extra;  // additionalProperties' member
     const Json any = true;
     const Json& a = s.contains("additionalProperties") ? s["additionalProperties"]
-                    : s.contains("properties")          ? Json(false)
-                                                        : any;
+                    : s.contains("properties")         ? Json(false)
+                                                       : any;
     if (!a.is_boolean() || a.get<bool>()) {
       const Symbol v = visit(a, join(path, "additionalProperties"), depth + 1);
       extra = b_.sequence({text_.string(0, -1), text_.ws(), b_.byte(':'), text_.ws(), v});
@@ -437,9 +449,8 @@ class SchemaGrammar {
     Symbol rest = extra ? b_.star(b_.sequence({text_.sep(), *extra})) : b_.empty();
     Symbol first = extra ? b_.optional(b_.sequence({*extra, rest})) : b_.empty();
     for (size_t i = n; i-- > 0;) {
-      const Symbol member =
-          b_.sequence({b_.literal(Json(names[i]).dump()), text_.ws(), b_.byte(':'), text_.ws(),
-                       values[i]});
+      const Symbol member = b_.sequence(
+          {b_.literal(Json(names[i]).dump()), text_.ws(), b_.byte(':'), text_.ws(), values[i]});
       const Symbol with_rest = b_.sequence({text_.sep(), member, rest});
       const Symbol with_first = b_.sequence({member, rest});
       if (required.count(names[i])) {

@@ -1,22 +1,24 @@
-// Internal: grammars for JSON output: any JSON object (OpenAI's response_format json_object)
-// and the values a JSON Schema describes (response_format json_schema, vLLM's guided_json).
+// Internal: grammars for JSON output: any JSON object (OpenAI's response_format json_object) and
+// the values a JSON Schema describes (response_format json_schema, vLLM's guided_json).
 //
-// Supported schema keywords (others that constrain values are refused by name, so that no
-// output can silently break the schema; annotations are ignored): type (one or a list), enum,
-// const, anyOf / oneOf (as alternatives), allOf of one schema, $ref into #/$defs,
-// #/definitions or # (recursion allowed), properties / required / additionalProperties
-// (absent = false where properties are declared: only those, in their declared order, as
-// OpenAI's strict mode and xgrammar do; a bare {"type": "object"} is any object), items / prefixItems / minItems / maxItems, minLength / maxLength /
-// pattern (regex_grammar.h; a search, as the spec says: unanchored sides allow any text; the
-// string's characters stay those JSON writes unescaped, so '"', '\' and controls are left
-// out), nullable (OpenAPI), format (an annotation: not enforced), and
-// integers' minimum 0 or 1 / exclusiveMinimum 0 (or draft 4's true beside minimum 0). Annotations: title, description, default,
-// examples, $schema, $id, $comment, deprecated, readOnly, writeOnly, $defs, definitions.
+// Supported schema keywords (others that constrain values are refused by name, so that no output
+// can silently break the schema; annotations are ignored): type (one or a list), enum, const,
+// anyOf / oneOf (as alternatives), allOf of one schema, $ref into #/$defs, #/definitions or #
+// (recursion allowed), properties / required / additionalProperties (absent = false where
+// properties are declared: only those, in their declared order, as OpenAI's strict mode and
+// xgrammar do; a bare {"type": "object"} is any object), items / prefixItems / minItems /
+// maxItems, minLength / maxLength / pattern (regex_grammar.h; a search, as the spec says:
+// unanchored sides allow any text; the string's characters stay those JSON writes unescaped, so
+// '"', '\' and controls are left out), nullable (OpenAPI), format (an annotation: not enforced),
+// and integers' minimum 0 or 1 / exclusiveMinimum 0 (or draft 4's true beside minimum 0).
+// Annotations: title, description, default, examples, $schema, $id, $comment, deprecated,
+// readOnly, writeOnly, $defs, definitions.
 //
 // Layout: whitespace between tokens is "", " " or a newline and up to 20 spaces or tabs
-// (llama.cpp's), so a model cannot loop on blank space; integers and fractions have at most
-// 16 digits (llama.cpp's bounds), exponents at most 2 (every number a finite double); strings
-// are well-formed UTF-8 with JSON's escapes (no lone surrogates). A leading whitespace run is allowed before the value, nothing after it.
+// (llama.cpp's), so a model cannot loop on blank space; integers and fractions have at most 16
+// digits (llama.cpp's bounds), exponents at most 2 (every number a finite double); strings are
+// well-formed UTF-8 with JSON's escapes (no lone surrogates). A leading whitespace run is allowed
+// before the value, nothing after it.
 #pragma once
 
 #include <memory>

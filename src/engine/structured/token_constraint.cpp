@@ -25,8 +25,8 @@ TokenBytes::TokenBytes(std::vector<std::string> token_bytes, const std::vector<b
 
 TokenConstraint::TokenConstraint(std::shared_ptr<const Grammar> grammar,
                                  std::shared_ptr<const TokenBytes> vocab,
-                                 std::vector<int32_t> end_ids,
-                                 std::shared_ptr<FrameMasks> frames, int64_t work_budget)
+                                 std::vector<int32_t> end_ids, std::shared_ptr<FrameMasks> frames,
+                                 int64_t work_budget)
     : matcher_(std::move(grammar)),
       vocab_(std::move(vocab)),
       end_ids_(std::move(end_ids)),
@@ -115,9 +115,9 @@ const FrameMasks::Mask* TokenConstraint::frame_mask(int32_t top) {
     FrameMasks::Mask m;
     m.taken.assign((vocab_->vocab_size() + 63) / 64, 0);
     const auto& order = vocab_->order();
-    const bool done = walk(start, short_entries_,
-                           [&](uint32_t e) { set_bit(m.taken, order[e]); },
-                           [&](uint32_t e) { m.escaped.push_back(e); });
+    const bool done = walk(
+        start, short_entries_, [&](uint32_t e) { set_bit(m.taken, order[e]); },
+        [&](uint32_t e) { m.escaped.push_back(e); });
     matcher_.rewind(mark);
     if (!done) return nullptr;
     it = masks.emplace(std::move(key), std::move(m)).first;
@@ -165,8 +165,8 @@ const std::vector<uint64_t>* TokenConstraint::allowed_bits() {
                               [&](uint32_t e) { return has_bit(bits, order[e]); }),
                rest.end());
     const size_t mark = matcher_.mark();
-    done = walk(matcher_.current(), rest, [&](uint32_t e) { set_bit(bits, order[e]); },
-                [](uint32_t) {});
+    done = walk(
+        matcher_.current(), rest, [&](uint32_t e) { set_bit(bits, order[e]); }, [](uint32_t) {});
     matcher_.rewind(mark);
   }
   if (!done) bits.clear();
@@ -206,12 +206,12 @@ void TokenConstraint::candidates(std::span<float> logits) {
     }
   }
   const size_t n = std::min(kCandidates, ids.size());
-  std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(n), ids.end(),
-                    [&](int32_t a, int32_t b) {
-                      return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)] ||
-                             (logits[static_cast<size_t>(a)] == logits[static_cast<size_t>(b)] &&
-                              a < b);
-                    });
+  std::partial_sort(
+      ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(n), ids.end(),
+      [&](int32_t a, int32_t b) {
+        return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)] ||
+               (logits[static_cast<size_t>(a)] == logits[static_cast<size_t>(b)] && a < b);
+      });
   std::vector<int32_t> keep;
   for (size_t i = 0; i < n; ++i) {
     if (takes(ids[i])) keep.push_back(ids[i]);
@@ -244,7 +244,8 @@ void TokenConstraint::apply(std::span<float> logits) {
   const bool end = matcher_.can_end() || broken_;
   ends_.clear();
   for (int32_t e : end_ids_) {
-    if (static_cast<size_t>(e) < logits.size()) ends_.emplace_back(e, logits[static_cast<size_t>(e)]);
+    if (static_cast<size_t>(e) < logits.size())
+      ends_.emplace_back(e, logits[static_cast<size_t>(e)]);
   }
   if (broken_ || complete()) {
     std::fill(logits.begin(), logits.end(), kMasked);
