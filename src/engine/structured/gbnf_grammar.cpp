@@ -192,7 +192,10 @@ class Parser {
     if (c == '\n' || c == '\r') return "a line break";
     if (c >= 0x20 && c < 0x7f) return std::string("'") + c + "'";
     if (const Utf8Char u = decode_utf8(t_, at); u.length > 1) {
-      return "'" + std::string(t_.substr(at, u.length)) + "'";
+      std::string quoted = "'";  // (appends: GCC 12 warns falsely on "'" + a temporary)
+      quoted.append(t_.substr(at, u.length));
+      quoted += '\'';
+      return quoted;
     }
     char hex[16];
     std::snprintf(hex, sizeof hex, "byte 0x%02x", static_cast<unsigned>(static_cast<uint8_t>(c)));

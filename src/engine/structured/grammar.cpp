@@ -27,7 +27,10 @@ std::string set_text(const ByteSet& set) {
     int e = b;
     while (e + 1 < 256 && set[static_cast<size_t>(e + 1)]) ++e;
     out += one(b);
-    if (e > b) out += "-" + one(e);
+    if (e > b) {  // (two appends: GCC 12 warns falsely on "-" + a temporary string)
+      out += '-';
+      out += one(e);
+    }
     b = e + 1;
   }
   return out + "]";
