@@ -158,6 +158,8 @@ EnginePrompts build_prompts(const ParsedRequest& r, const LLM& llm, uint64_t ran
   if (!r.seed_given) out.params.seed = random_seed;
   try {
     validate(out.params);
+    // A new schema compiles here, on the request's thread, not on the engine's.
+    if (out.params.structured.active()) llm.prepare_structured(out.params.structured);
   } catch (const Error& e) {
     throw bad_request(e.what());
   }

@@ -7,10 +7,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include <atomic>
 #include <cstdlib>
 #include <filesystem>
 #include <regex>
 #include <string>
+#include <thread>
 
 #include "engine/structured/json_grammar.h"
 #include "engine/structured/matcher.h"
@@ -160,6 +162,53 @@ TEST(StructuredOutput, RefusalsNameTheProblem) {
   const auto ok = llm().generate({llm().chat_prompt("Say yes.")},
                                  structured(StructuredOutput::Kind::kChoice, "", {"yes"}));
   EXPECT_EQ(ok[0].samples[0].text, "yes");
+}
+
+// LLM::prepare_structured (a server's request thread) names a bad spec as add_request does,
+// and compiles beside a thread that steps the engine: each prepared structure then serves.
+TEST(StructuredOutput, PreparedOnOtherThreadsWhileTheEngineSteps) {
+  try {
+    llm().prepare_structured(structured(StructuredOutput::Kind::kRegex, "a(?=b)").structured);
+    ADD_FAILURE() << "a lookahead was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("lookahead"), std::string::npos) << e.what();
+  }
+  std::vector<SamplingParams> params;
+  for (int i = 0; i < 6; ++i) {  // distinct specs, none compiled before
+    params.push_back(structured(StructuredOutput::Kind::kRegex,
+                                "(yes|no)-" + std::to_string(1000 + i) + "[a-c]{0," +
+                                    std::to_string(i + 1) + "}"));
+  }
+  const uint64_t busy = llm().add_request(llm().encode(llm().chat_prompt("Count to ten.")),
+                                          structured(StructuredOutput::Kind::kJsonObject));
+  std::vector<std::thread> threads;
+  std::atomic<int> failures = 0;
+  for (int t = 0; t < 3; ++t) {
+    threads.emplace_back([&] {
+      for (const auto& p : params) {
+        try {
+          llm().prepare_structured(p.structured);
+        } catch (const std::exception&) {
+          ++failures;
+        }
+      }
+    });
+  }
+  bool done = false;
+  while (llm().has_unfinished_requests()) {
+    for (const auto& r : llm().step()) done = done || r.request_id == busy;
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_TRUE(done);
+  EXPECT_EQ(failures.load(), 0);
+  const std::vector<std::string> prompts(params.size(), llm().chat_prompt("Answer yes or no."));
+  const auto out = llm().generate(std::vector<std::vector<int32_t>>(
+                                      params.size(), llm().encode(prompts[0])),
+                                  params);
+  for (size_t i = 0; i < out.size(); ++i) {
+    const auto& text = out[i].samples[0].text;
+    EXPECT_TRUE(std::regex_match(text, std::regex(params[i].structured.spec))) << text;
+  }
 }
 
 }  // namespace

@@ -256,6 +256,11 @@ class LLM {
   // token of the step (TokenEvent::index is the request id). A step that throws aborts every
   // unfinished request, releasing its blocks.
   uint64_t add_request(std::vector<int32_t> prompt, const SamplingParams& params);
+  // Compiles a structured output (schema, regex, grammar) into the cache add_request and
+  // generate read, throwing kvattn::Error naming what is wrong. The one member that is
+  // thread-safe: a server calls it on its request thread, so a new schema's compile does not
+  // hold up the thread that steps the engine. Optional: add_request compiles what it misses.
+  void prepare_structured(const StructuredOutput& output) const;
   std::vector<RequestOutput> step(const TokenCallback& on_token = {});
   bool has_unfinished_requests() const;
   // Drops an unfinished request between steps (a client went away): its samples leave the

@@ -128,7 +128,9 @@ struct TokenLogprobs {
 // float64 internally. A row with a NaN gives NaN log-probabilities; -inf logits give -inf.
 TokenLogprobs token_logprobs(std::span<const float> logits, int32_t token, int top_n);
 
-// Checks the parameters; throws kvattn::Error naming the bad one.
+// Checks the parameters; throws kvattn::Error naming the bad one. A structured output's spec
+// (schema, regex, grammar) is checked when it is compiled: by LLM::add_request / generate, or
+// earlier by LLM::prepare_structured.
 void validate(const SamplingParams& params);
 
 // Per-sequence sampler. Holds its own generator and scratch space (no allocation per token

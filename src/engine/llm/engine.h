@@ -33,6 +33,8 @@ class LLMEngine {
   LLMEngine(ModelWeights weights, std::optional<Tokenizer> tokenizer, const LLMOptions& options);
 
   uint64_t add_request(std::vector<int32_t> prompt, const SamplingParams& params);
+  // Thread-safe (LLM::prepare_structured): touches only grammars_.
+  void prepare_structured(const StructuredOutput& output) const { grammars_.get(output); }
   std::vector<RequestOutput> step(const TokenCallback& cb);
   bool has_unfinished() const { return !requests_.empty(); }
   bool abort_request(uint64_t id);

@@ -110,6 +110,10 @@ uint64_t LLM::add_request(std::vector<int32_t> prompt, const SamplingParams& par
   return engine_->add_request(std::move(prompt), params);
 }
 
+void LLM::prepare_structured(const StructuredOutput& output) const {
+  engine_->prepare_structured(output);
+}
+
 std::vector<RequestOutput> LLM::step(const TokenCallback& on_token) {
   return engine_->step(on_token);
 }

@@ -1,7 +1,5 @@
 #include "kvattn/engine/sampler.h"
 
-#include "engine/structured/compile.h"
-
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -67,7 +65,6 @@ void validate(const SamplingParams& p) {
     KVATTN_CHECK(p.structured.kind != StructuredOutput::Kind::kChoice ||
                      !p.structured.choices.empty(),
                  "SamplingParams: structured output of kind choice needs at least one choice");
-    structured::compile(p.structured);  // throws naming what the schema or regex gets wrong
   }
 }
 

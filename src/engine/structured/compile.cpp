@@ -28,14 +28,21 @@ CompiledStructure GrammarCache::get(const StructuredOutput& output) {
   };
   add(output.spec);
   for (const auto& c : output.choices) add(c);
-  for (size_t i = 0; i < recent_.size(); ++i) {
-    if (recent_[i].first == key) {
-      std::rotate(recent_.begin(), recent_.begin() + static_cast<std::ptrdiff_t>(i),
-                  recent_.begin() + static_cast<std::ptrdiff_t>(i) + 1);
-      return recent_.front().second;
-    }
+  // The newest entry for key moved to the front; false when there is none.
+  const auto find_locked = [&] {
+    const auto it = std::find_if(recent_.begin(), recent_.end(),
+                                 [&](const auto& entry) { return entry.first == key; });
+    if (it == recent_.end()) return false;
+    std::rotate(recent_.begin(), it, it + 1);
+    return true;
+  };
+  {
+    std::lock_guard lock(mutex_);
+    if (find_locked()) return recent_.front().second;
   }
   CompiledStructure compiled{compile(output), std::make_shared<FrameMasks>()};
+  std::lock_guard lock(mutex_);
+  if (find_locked()) return recent_.front().second;  // another thread compiled it meanwhile
   if (recent_.size() == kCapacity) recent_.pop_back();
   recent_.insert(recent_.begin(), {std::move(key), compiled});
   return compiled;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -22,12 +23,17 @@ struct CompiledStructure {
   std::shared_ptr<FrameMasks> frames;
 };
 
+// Safe to call from several threads: a server compiles a request's structure on its request
+// thread (LLM::prepare_structured) and the engine's thread then finds it here. A structure is
+// compiled outside the lock, so a huge schema holds up no other caller.
 class GrammarCache {
  public:
   static constexpr size_t kCapacity = 32;
+  // Throws kvattn::Error naming what the schema, regex or choices get wrong.
   CompiledStructure get(const StructuredOutput& output);
 
  private:
+  std::mutex mutex_;
   std::vector<std::pair<std::string, CompiledStructure>> recent_;  // newest first
 };
 
