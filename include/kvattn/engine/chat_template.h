@@ -19,19 +19,38 @@
 //     in the spaces around [INST]/[/INST], in the assistant's leading space/trim and in where
 //     the system message goes (first user turn: v0.1/v0.2 "v1"; last user turn: v0.3, Nemo;
 //     refused: the original v0.1). Roles must alternate after the system message.
-// Tools, tool calls and multimodal content parts are not rendered.
+// Tools (OpenAI's function tools), assistant tool calls and tool results render as the family's
+// published template renders them where its source has a tool format (`tools` below: Qwen2.5,
+// Qwen3, Llama 3.1/3.2/3.3, Mistral v0.3 / Nemo; chat_tools.cpp); elsewhere tools are ignored,
+// as the Jinja source ignores them, and a tool result is one more turn with the role "tool".
+// Multimodal content parts are not rendered.
 #pragma once
 
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace kvattn {
 
+// One call of an assistant turn (OpenAI's tool_calls[i]).
+struct ChatToolCall {
+  std::string id;
+  std::string name;
+  std::string arguments;  // a JSON text (templates render it parsed, as vLLM passes it)
+};
+
 struct ChatMessage {
-  std::string role;  // "system" | "user" | "assistant"
+  ChatMessage() = default;
+  ChatMessage(std::string role, std::string content, std::vector<ChatToolCall> tool_calls = {},
+              std::string tool_call_id = {})
+      : role(std::move(role)), content(std::move(content)), tool_calls(std::move(tool_calls)),
+        tool_call_id(std::move(tool_call_id)) {}
+  std::string role;  // "system" | "user" | "assistant" | "tool"
   std::string content;
+  std::vector<ChatToolCall> tool_calls;  // assistant; empty: none
+  std::string tool_call_id;              // tool
 };
 
 struct ChatTemplate {
@@ -59,12 +78,29 @@ struct ChatTemplate {
   std::string assistant_prefix;  // " " (v1, v0.3) or ""
   bool assistant_trim = false;   // v0.3 trims assistant content
 
+  // The template's tool format (detect() reads it from the source); kNone: the source renders
+  // no tools, so they are ignored.
+  //   kQwen25 / kQwen3: "# Tools" and <tools> in the system turn, <tool_call> JSON in assistant
+  //     turns, tool results as <tool_response> parts of a user turn (Qwen3: with its
+  //     last-query <think> rules);
+  //   kLlama31: "Environment: ipython", the tools (JSON, indent 4) in the first user turn
+  //     (tools_in_user_message, the template's default), one {"name", "parameters"} call per
+  //     assistant turn, results as "ipython" turns holding the content as a JSON string;
+  //   kMistral: [AVAILABLE_TOOLS] before the last user turn, [TOOL_CALLS] with 9-character ids,
+  //     [TOOL_RESULTS].
+  enum class Tools { kNone, kQwen25, kQwen3, kLlama31, kMistral } tools = Tools::kNone;
+  bool supports_tools() const { return tools != Tools::kNone; }
+
   // Throws kvattn::Error with the template's own message where the Jinja source raises (a
-  // system message it refuses, roles that do not alternate).
+  // system message it refuses, roles that do not alternate, a Mistral call id that is not 9
+  // characters long, ...).
   // enable_thinking: the template variable of that name (HF's chat_template_kwargs, vLLM's
   // request field); nullopt = undefined. Only templates with thinking_switch read it.
+  // tools_json: the `tools` variable, a JSON array of OpenAI tool objects as the client wrote
+  // them (key order kept); empty = none.
   std::string render(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
-                     std::optional<bool> enable_thinking = std::nullopt) const;
+                     std::optional<bool> enable_thinking = std::nullopt,
+                     std::string_view tools_json = {}) const;
 
   // Recognises a Jinja template source; nullopt when it is none of the families.
   static std::optional<ChatTemplate> detect(std::string_view jinja_source);

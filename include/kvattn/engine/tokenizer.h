@@ -70,7 +70,8 @@ class Tokenizer {
   // Throws when the model's template is not a recognised family (see chat_template.h).
   std::string apply_chat_template(const std::vector<ChatMessage>& messages,
                                   bool add_generation_prompt,
-                                  std::optional<bool> enable_thinking = std::nullopt) const;
+                                  std::optional<bool> enable_thinking = std::nullopt,
+                                  std::string_view tools_json = {}) const;
 
  private:
   explicit Tokenizer(std::shared_ptr<const tokenizer_detail::Impl> impl);

@@ -2,6 +2,7 @@
 
 #include <ctime>
 
+#include "engine/tokenizer/chat_tools.h"
 #include "engine/tokenizer/utf8.h"
 #include "kvattn/core/error.h"
 
@@ -234,6 +235,23 @@ std::optional<ChatTemplate> detect_mistral(std::string_view src) {
 
 }  // namespace
 
+namespace chat_detail {
+
+std::string_view py_strip(std::string_view s) { return trim(s); }
+
+std::string llama3_date(const ChatTemplate& t) {
+  return !t.date_string.empty() ? t.date_string : t.date_is_today ? today() : t.default_date;
+}
+
+void check_alternation(const std::vector<const ChatMessage*>& msgs, const char* what) {
+  for (size_t i = 0; i < msgs.size(); ++i) {
+    KVATTN_CHECK((msgs[i]->role == "user") == (i % 2 == 0), "chat template: ", what,
+                 "conversation roles must alternate user/assistant/user/assistant/...");
+  }
+}
+
+}  // namespace chat_detail
+
 std::optional<ChatTemplate> ChatTemplate::detect(std::string_view src) {
   if (contains(src, "<|im_start|>")) {
     ChatTemplate t;
@@ -241,6 +259,9 @@ std::optional<ChatTemplate> ChatTemplate::detect(std::string_view src) {
     t.default_system_prompt = find_default_system_prompt(src);
     t.strip_history_reasoning = contains(src, "</think>");
     t.thinking_switch = contains(src, "enable_thinking");
+    if (contains(src, "<tool_call>") && contains(src, "<tool_response>")) {
+      t.tools = contains(src, "last_query_index") ? Tools::kQwen3 : Tools::kQwen25;
+    }
     return t;
   }
   if (contains(src, "<|start_header_id|>")) {
@@ -252,6 +273,8 @@ std::optional<ChatTemplate> ChatTemplate::detect(std::string_view src) {
       t.knowledge_date = literal_after(src, "Cutting Knowledge Date: ");
       t.default_date = literal_after(src, "set date_string = \"");
       t.date_is_today = contains(src, "strftime_now");
+      // The published 3.1/3.2/3.3 templates' custom-tools block.
+      if (contains(src, "Given the following functions")) t.tools = Tools::kLlama31;
     }
     return t;
   }
@@ -263,13 +286,24 @@ std::optional<ChatTemplate> ChatTemplate::detect(std::string_view src) {
     if (contains(src, "first_user_prefix")) t.system = System::kFirstUser;
     return t;
   }
-  if (contains(src, "[INST]")) return detect_mistral(src);
+  if (contains(src, "[INST]")) {
+    std::optional<ChatTemplate> t = detect_mistral(src);
+    if (t && contains(src, "[AVAILABLE_TOOLS]") && contains(src, "[TOOL_RESULTS]")) {
+      t->tools = Tools::kMistral;
+    }
+    return t;
+  }
   return std::nullopt;
 }
 
 std::string ChatTemplate::render(const std::vector<ChatMessage>& messages,
                                  bool add_generation_prompt,
-                                 std::optional<bool> enable_thinking) const {
+                                 std::optional<bool> enable_thinking,
+                                 std::string_view tools_json) const {
+  if (supports_tools() && chat_detail::uses_tools(messages, tools_json)) {
+    return chat_detail::render_with_tools(*this, messages, add_generation_prompt, enable_thinking,
+                                          tools_json);
+  }
   switch (style) {
     case Style::kChatML:
       return render_chatml(*this, messages, add_generation_prompt, enable_thinking);

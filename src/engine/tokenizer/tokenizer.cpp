@@ -269,10 +269,12 @@ const std::optional<ChatTemplate>& Tokenizer::chat_template() const {
 
 std::string Tokenizer::apply_chat_template(const std::vector<ChatMessage>& messages,
                                            bool add_generation_prompt,
-                                           std::optional<bool> enable_thinking) const {
+                                           std::optional<bool> enable_thinking,
+                                           std::string_view tools_json) const {
   KVATTN_CHECK(impl_->chat_template.has_value(), impl_->name,
                ": the model has no chat template kvattn recognises (ChatML or Llama-3)");
-  return impl_->chat_template->render(messages, add_generation_prompt, enable_thinking);
+  return impl_->chat_template->render(messages, add_generation_prompt, enable_thinking,
+                                      tools_json);
 }
 
 }  // namespace kvattn
