@@ -14,6 +14,7 @@
 #include "server/openai_format.h"
 #include "server/prompt_builder.h"
 #include "server/server_context.h"
+#include "server/tool_output.h"
 
 namespace kvattn::server {
 namespace {
@@ -49,11 +50,21 @@ EchoPrompts echo_prompts(const ParsedRequest& pr, const EnginePrompts& ep, const
   return e;
 }
 
-// logprobs: non-null when the request asked for log-probabilities; echo: non-null with echo.
-void respond_whole(RequestStream& stream, std::vector<StreamEvent> evs,
+// A choice's text -> its content and tool calls (tool_output.h).
+void take_tool_calls(const ToolOutput& tools, ServerContext& ctx, ChoiceResult& c) {
+  ToolCallParser parser = tools.parser();
+  std::vector<ParsedToolCall> parsed;
+  c.text = parse_tool_calls(parser, c.text, parsed);
+  c.tool_calls = tools.to_calls(std::move(parsed), 0, [&] { return ctx.random(); });
+  c.finish_name = tools.finish_reason(c.finish_reason, !c.tool_calls.empty());
+}
+
+// logprobs: non-null when the request asked for log-probabilities; echo: non-null with echo;
+// tools: non-null when the text is read for tool calls.
+void respond_whole(ServerContext& ctx, RequestStream& stream, std::vector<StreamEvent> evs,
                    const ResponseMeta& meta, size_t num_choices, bool with_token_ids,
                    const LogprobsFormat* logprobs, const EchoPrompts* echo,
-                   httplib::Response& res) {
+                   const ToolOutput* tools, httplib::Response& res) {
   std::vector<ChoiceResult> choices(num_choices);
   if (echo != nullptr) {
     for (size_t c = 0; c < num_choices; ++c) {
@@ -77,6 +88,9 @@ void respond_whole(RequestStream& stream, std::vector<StreamEvent> evs,
       } else if (e.kind == Kind::kError) {
         throw *e.error;
       } else if (e.kind == Kind::kDone) {
+        if (tools != nullptr) {
+          for (ChoiceResult& c : choices) take_tool_calls(*tools, ctx, c);
+        }
         res.set_content(dump(full_response(meta, choices, e.usage, with_token_ids, logprobs)),
                         "application/json");
         return;
@@ -98,6 +112,9 @@ struct SseState {
   bool token_ids = false;  // return_token_ids
   std::optional<LogprobsFormat> logprobs;  // the request asked for log-probabilities
   std::vector<int64_t> text_offsets;       // completions' logprobs: per choice
+  std::optional<ToolOutput> tools;         // the text is read for tool calls
+  std::vector<ToolCallParser> parsers;     // with tools: per choice
+  std::vector<size_t> calls_sent;          // with tools: per choice
   bool opened = false;
   bool done = false;
 };
@@ -112,6 +129,16 @@ ResponseJson event_logprobs(SseState& st, const StreamEvent& e) {
   }
   if (st.meta.endpoint == Endpoint::kChat) return chat_logprobs(*st.logprobs, ids, lps);
   return completion_logprobs(*st.logprobs, ids, lps, st.text_offsets.at(e.choice));
+}
+
+// With tool calling: the calls completed so far, one chunk each.
+void add_tool_call_chunks(SseState& st, uint32_t choice, std::vector<ParsedToolCall> parsed,
+                          std::string& out) {
+  size_t& sent = st.calls_sent.at(choice);
+  for (const ToolCallOut& c :
+       st.tools->to_calls(std::move(parsed), sent, [&] { return st.ctx->random(); })) {
+    out += sse(tool_call_chunk(st.meta, choice, sent++, c, st.include_usage));
+  }
 }
 
 bool write_sse(SseState& st, httplib::DataSink& sink) {
@@ -132,18 +159,36 @@ bool write_sse(SseState& st, httplib::DataSink& sink) {
   for (const StreamEvent& e : evs) {
     switch (e.kind) {
       case Kind::kToken: {
+        std::string text = e.text;
+        std::vector<ParsedToolCall> calls;
+        if (st.tools) text = st.parsers.at(e.choice).feed(e.text, calls);
         // A token with log-probabilities gets its chunk even while its text is held back.
         const bool with_lp = st.logprobs && e.token >= 0;
-        if (!st.token_ids && !with_lp && e.text.empty()) break;
-        std::vector<int32_t> ids;
-        if (e.token >= 0) ids.push_back(e.token);
-        ResponseJson lp;
-        if (st.logprobs) lp = event_logprobs(st, e);
-        out += sse(stream_chunk(st.meta, e.choice, e.text, std::nullopt, st.include_usage,
-                                st.token_ids ? &ids : nullptr, st.logprobs ? &lp : nullptr));
+        if (st.token_ids || with_lp || !text.empty()) {
+          std::vector<int32_t> ids;
+          if (e.token >= 0) ids.push_back(e.token);
+          ResponseJson lp;
+          if (st.logprobs) lp = event_logprobs(st, e);
+          out += sse(stream_chunk(st.meta, e.choice, text, std::nullopt, st.include_usage,
+                                  st.token_ids ? &ids : nullptr, st.logprobs ? &lp : nullptr));
+        }
+        if (!calls.empty()) add_tool_call_chunks(st, e.choice, std::move(calls), out);
         break;
       }
       case Kind::kChoiceEnd:
+        if (st.tools) {
+          std::vector<ParsedToolCall> calls;
+          const std::string rest = st.parsers.at(e.choice).finish(calls);
+          if (!rest.empty()) {
+            out += sse(stream_chunk(st.meta, e.choice, rest, std::nullopt, st.include_usage));
+          }
+          add_tool_call_chunks(st, e.choice, std::move(calls), out);
+          out += sse(finish_chunk(
+              st.meta, e.choice,
+              st.tools->finish_reason(e.finish_reason, st.calls_sent.at(e.choice) > 0),
+              st.include_usage));
+          break;
+        }
         out += sse(stream_chunk(st.meta, e.choice, "", e.finish_reason, st.include_usage));
         break;
       case Kind::kDone:
@@ -197,9 +242,11 @@ void handle_completion(ServerContext& ctx, std::string_view body, httplib::Respo
   meta.created = static_cast<int64_t>(std::time(nullptr));
   std::optional<LogprobsFormat> logprobs;
   if (pr.params.logprobs >= 0) logprobs = LogprobsFormat{ctx.llm.tokenizer()};
+  const std::optional<ToolOutput> tools = tool_output(pr, ctx.llm);
   if (!pr.stream) {
-    respond_whole(*stream, std::move(evs), meta, num_choices, pr.return_token_ids,
-                  logprobs ? &*logprobs : nullptr, echo ? &*echo : nullptr, res);
+    respond_whole(ctx, *stream, std::move(evs), meta, num_choices, pr.return_token_ids,
+                  logprobs ? &*logprobs : nullptr, echo ? &*echo : nullptr,
+                  tools ? &*tools : nullptr, res);
     return;
   }
   auto st = std::make_shared<SseState>();
@@ -212,6 +259,11 @@ void handle_completion(ServerContext& ctx, std::string_view body, httplib::Respo
   st->token_ids = pr.return_token_ids;
   st->logprobs = logprobs;
   st->text_offsets.assign(num_choices, 0);
+  st->tools = tools;
+  if (tools) {
+    for (size_t c = 0; c < num_choices; ++c) st->parsers.push_back(tools->parser());
+    st->calls_sent.assign(num_choices, 0);
+  }
   res.set_header("Cache-Control", "no-cache");
   ++ctx.open_streams;
   res.set_chunked_content_provider(

@@ -35,6 +35,12 @@ Json head(const ResponseMeta& m, const char* object) {
 
 bool chat(const ResponseMeta& m) { return m.endpoint == Endpoint::kChat; }
 
+Json tool_call_json(const ToolCallOut& t) {
+  return {{"id", t.id},
+          {"type", "function"},
+          {"function", {{"name", t.name}, {"arguments", t.arguments}}}};
+}
+
 // JSON has no infinity: OpenAI and vLLM send -9999.0 for a token of probability 0. NaN (a
 // broken row) stays null.
 Json logprob_value(float lp) {
@@ -150,7 +156,15 @@ Json full_response(const ResponseMeta& m, const std::vector<ChoiceResult>& choic
   for (size_t i = 0; i < choices.size(); ++i) {
     Json c = {{"index", i}};
     if (chat(m)) {
-      c["message"] = {{"role", "assistant"}, {"content", choices[i].text}};
+      const ChoiceResult& ch = choices[i];
+      c["message"] = {{"role", "assistant"},
+                      {"content", ch.text.empty() && !ch.tool_calls.empty() ? Json(nullptr)
+                                                                            : Json(ch.text)}};
+      if (!ch.tool_calls.empty()) {
+        Json calls = Json::array();
+        for (const ToolCallOut& t : ch.tool_calls) calls.push_back(tool_call_json(t));
+        c["message"]["tool_calls"] = std::move(calls);
+      }
     } else {
       c["text"] = choices[i].echoed() ? choices[i].prompt_text + choices[i].text : choices[i].text;
     }
@@ -166,7 +180,8 @@ Json full_response(const ResponseMeta& m, const std::vector<ChoiceResult>& choic
       c["logprobs"] =
           completion_logprobs(*logprobs, choices[i].token_ids, choices[i].logprobs, offset);
     }
-    c["finish_reason"] = finish_reason_name(choices[i].finish_reason);
+    c["finish_reason"] = choices[i].finish_name ? Json(*choices[i].finish_name)
+                                                : Json(finish_reason_name(choices[i].finish_reason));
     list.push_back(std::move(c));
   }
   r["choices"] = std::move(list);
@@ -199,6 +214,28 @@ Json role_chunk(const ResponseMeta& m, uint32_t choice, bool include_usage) {
                                {"logprobs", nullptr},
                                {"finish_reason", nullptr}}});
   if (include_usage) r["usage"] = nullptr;
+  return r;
+}
+
+Json tool_call_chunk(const ResponseMeta& m, uint32_t choice, size_t index,
+                     const ToolCallOut& call, bool include_usage) {
+  Json r = head(m, "chat.completion.chunk");
+  Json t = {{"index", index},  // OpenAI's order: index first
+            {"id", call.id},
+            {"type", "function"},
+            {"function", {{"name", call.name}, {"arguments", call.arguments}}}};
+  r["choices"] = Json::array({{{"index", choice},
+                               {"delta", {{"tool_calls", Json::array({std::move(t)})}}},
+                               {"logprobs", nullptr},
+                               {"finish_reason", nullptr}}});
+  if (include_usage) r["usage"] = nullptr;
+  return r;
+}
+
+Json finish_chunk(const ResponseMeta& m, uint32_t choice, const std::string& reason,
+                  bool include_usage) {
+  Json r = stream_chunk(m, choice, "", std::nullopt, include_usage);
+  r["choices"][0]["finish_reason"] = reason;
   return r;
 }
 

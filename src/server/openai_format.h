@@ -26,8 +26,18 @@ struct ResponseMeta {
   int64_t created = 0;
 };
 
+// One call of an assistant message (OpenAI's tool_calls[i]).
+struct ToolCallOut {
+  std::string id;  // "chatcmpl-tool-<32 hex>" (vLLM's), or 9 alphanumerics for Mistral
+  std::string name;
+  std::string arguments;  // a JSON object's text
+};
+
 struct ChoiceResult {
-  std::string text;
+  std::string text;  // with tool calling: the content (the text less the calls)
+  // Tool calling (chat): the calls found; with calls and no text the content is null.
+  std::vector<ToolCallOut> tool_calls;
+  std::optional<std::string> finish_name;  // set: the finish_reason sent ("tool_calls")
   std::vector<int32_t> token_ids;
   std::vector<TokenLogprobs> logprobs;  // one per token id when the request asked
   FinishReason finish_reason = FinishReason::kLength;
@@ -78,6 +88,13 @@ ResponseJson stream_chunk(const ResponseMeta& m, uint32_t choice, const std::str
                             const std::vector<int32_t>* token_ids = nullptr,
                             const ResponseJson* logprobs = nullptr);
 ResponseJson role_chunk(const ResponseMeta& m, uint32_t choice, bool include_usage);
+// Chat: one completed call as a delta {"tool_calls": [{"index", "id", "type": "function",
+// "function": {"name", "arguments"}}]}; `index` counts the choice's calls.
+ResponseJson tool_call_chunk(const ResponseMeta& m, uint32_t choice, size_t index,
+                             const ToolCallOut& call, bool include_usage);
+// A choice's last chunk with a finish reason named by the caller ("tool_calls").
+ResponseJson finish_chunk(const ResponseMeta& m, uint32_t choice, const std::string& reason,
+                          bool include_usage);
 // The last chunk with stream_options.include_usage: no choices, the usage.
 ResponseJson usage_chunk(const ResponseMeta& m, const Usage& u);
 

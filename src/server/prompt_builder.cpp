@@ -66,6 +66,38 @@ std::vector<std::vector<int32_t>> bad_words_ids(const LLM& llm,
   return ids;
 }
 
+// Tool calling's checks that need the model: "auto" needs a template with a tool format (its
+// parser reads the calls; vLLM likewise refuses auto without a tool parser), Mistral's calls
+// start with a special token that must stay in the text, and each tool's parameters schema
+// must compile where the output is constrained to calls (the 400 names the tool).
+void check_tools(const ParsedRequest& r, const LLM& llm, SamplingParams& params) {
+  using Choice = ToolRequest::Choice;
+  const std::optional<ChatTemplate>& t = llm.tokenizer()->chat_template();
+  if (r.tools.choice == Choice::kAuto) {
+    if (!t || !t->supports_tools()) {
+      throw bad_request("tool_choice \"auto\" needs a chat template with a tool format (Qwen2.5 / "
+                        "Qwen3, Llama 3.1+, Mistral v0.3); this model's template has none: use "
+                        "tool_choice \"required\" or a named function, which constrain the "
+                        "output to a call on any template",
+                        "tool_choice");
+    }
+    if (t->tools == ChatTemplate::Tools::kMistral) params.skip_special_tokens = false;
+  }
+  if (r.tools.choice != Choice::kRequired && r.tools.choice != Choice::kNamed) return;
+  for (size_t i = 0; i < r.tools.tools.size(); ++i) {
+    const ToolSpec& tool = r.tools.tools[i];
+    if (tool.parameters.is_null()) continue;
+    if (r.tools.choice == Choice::kNamed && tool.name != r.tools.named) continue;
+    try {
+      llm.prepare_structured({StructuredOutput::Kind::kJsonSchema, tool.parameters.dump(), {}});
+    } catch (const Error& e) {
+      throw bad_request("tools[" + std::to_string(i) + "].function.parameters (" + tool.name +
+                            ") cannot constrain the call: " + e.what(),
+                        "tools");
+    }
+  }
+}
+
 }  // namespace
 
 EnginePrompts build_prompts(const ParsedRequest& r, const LLM& llm, uint64_t random_seed) {
@@ -79,7 +111,7 @@ EnginePrompts build_prompts(const ParsedRequest& r, const LLM& llm, uint64_t ran
     std::string text;
     try {
       text = llm.tokenizer()->apply_chat_template(r.messages, r.add_generation_prompt,
-                                                  r.enable_thinking);
+                                                  r.enable_thinking, r.tools.tools_json);
     } catch (const Error& e) {
       throw bad_request(std::string("the chat template failed: ") + e.what(), "messages");
     }
@@ -123,6 +155,7 @@ EnginePrompts build_prompts(const ParsedRequest& r, const LLM& llm, uint64_t ran
                       param, "context_length_exceeded");
   }
   out.params = r.params;
+  if (chat) check_tools(r, llm, out.params);
   if (!r.max_tokens_given) {  // chat: up to the context; completions: OpenAI's 16
     const int64_t room = std::min<int64_t>(context - longest, 1 << 30);
     out.params.max_tokens = static_cast<int>(chat ? room : std::min<int64_t>(16, room));

@@ -7,6 +7,7 @@
 
 #include "server/api_error.h"
 #include "server/structured_fields.h"
+#include "server/tool_request.h"
 
 namespace kvattn::server {
 namespace {
@@ -178,12 +179,12 @@ std::string message_content(const Json& c, size_t i, const std::string& role) {
 // Fields an OpenAI or vLLM response's message carries, which clients send back in their
 // history (`messages.append(choice.message.model_dump())`): taken at values that say nothing
 // (null, an empty list) or, for what a chat template would not render here (a refusal, the
-// reasoning text, annotations), ignored. Tool and function calls are refused: kvattn has no
-// tools. True for such a field; false for any other key.
+// reasoning text, annotations), ignored. The deprecated function_call and audio are refused
+// (tool_calls are parse_messages'). True for such a field; false for any other key.
 bool is_history_field(const std::string& key, const Json& v, const std::string& at) {
-  if (key == "tool_calls" || key == "function_call" || key == "audio") {
+  if (key == "function_call" || key == "audio") {
     if (v.is_null() || (v.is_array() && v.empty())) return true;
-    throw bad_request(at + "." + key + " is not supported by kvattn (no tools or audio)",
+    throw bad_request(at + "." + key + " is not supported by kvattn (use tool_calls; no audio)",
                       "messages", "unsupported_parameter");
   }
   if (key == "refusal" || key == "reasoning_content" || key == "reasoning") {
@@ -212,23 +213,46 @@ void parse_messages(const Json& j, ParsedRequest& r) {
     const Json& m = j[i];
     const std::string at = "messages[" + std::to_string(i) + "]";
     if (!m.is_object()) throw bad_request(at + " must be an object", "messages");
-    for (const auto& [key, value] : m.items()) {
-      if (key != "role" && key != "content" && key != "name" && !is_history_field(key, value, at)) {
-        throw bad_request(at + ": unsupported field '" + key + "'", "messages");
-      }
-    }
     if (!m.contains("role") || !m["role"].is_string()) {
       throw bad_request(at + ".role must be a string", "messages");
     }
     std::string role = m["role"].get<std::string>();
+    for (const auto& [key, value] : m.items()) {
+      const bool own = key == "role" || key == "content" || key == "name" ||
+                       (key == "tool_calls" && role == "assistant") ||
+                       (key == "tool_call_id" && role == "tool");
+      if (!own && !is_history_field(key, value, at)) {
+        throw bad_request(at + ": unsupported field '" + key + "' (role " + role + ")",
+                          "messages");
+      }
+    }
     if (role == "developer") role = "system";
-    if (role != "system" && role != "user" && role != "assistant") {
-      throw bad_request(at + ".role must be system, developer, user or assistant but is '" +
+    if (role != "system" && role != "user" && role != "assistant" && role != "tool") {
+      throw bad_request(at + ".role must be system, developer, user, assistant or tool but is '" +
                             role + "'",
                         "messages");
     }
-    if (!m.contains("content")) throw bad_request(at + ".content is missing", "messages");
-    r.messages.push_back(ChatMessage{role, message_content(m["content"], i, role)});
+    ChatMessage msg;
+    msg.role = role;
+    if (role == "assistant" && m.contains("tool_calls") && !m["tool_calls"].is_null()) {
+      msg.tool_calls = parse_message_tool_calls(m["tool_calls"], at);
+    }
+    if (role == "tool") {
+      if (!m.contains("tool_call_id") || !m["tool_call_id"].is_string()) {
+        throw bad_request(at + ".tool_call_id must be a string (the call this result answers) "
+                               "but is " +
+                              (m.contains("tool_call_id") ? type_name(m["tool_call_id"])
+                                                          : std::string("missing")),
+                          "messages");
+      }
+      msg.tool_call_id = m["tool_call_id"].get<std::string>();
+    }
+    // OpenAI: an assistant turn's content may be left out next to its tool calls.
+    if (!m.contains("content") && msg.tool_calls.empty()) {
+      throw bad_request(at + ".content is missing", "messages");
+    }
+    if (m.contains("content")) msg.content = message_content(m["content"], i, role);
+    r.messages.push_back(std::move(msg));
   }
 }
 
@@ -279,22 +303,10 @@ void parse_logit_bias(const Json& v, SamplingParams& p) {
 
 // Fields that clients send at values meaning "nothing to do" here: true when `key` is one
 // of them at such a value; a 400 naming it at any other value; false for other keys.
-//   tools (chat) []: no tools. kvattn has no function calling, so a non-empty list is refused.
-//   tool_choice (chat) "none": vLLM accepts it without tools; anything else needs tools.
 //   modalities (chat) ["text"]: text out is all kvattn makes.
 //   priority 0 (vLLM's): the default; kvattn schedules first come, first served.
 bool is_no_op_field(const std::string& key, const Json& v, bool chat) {
   const char* k = key.c_str();
-  if (chat && key == "tools") {
-    if (v.is_array() && v.empty()) return true;
-    throw bad_request("tools (function calling) is not supported by kvattn", k,
-                      "unsupported_parameter");
-  }
-  if (chat && key == "tool_choice") {
-    if (v == "none") return true;
-    throw bad_request("tool_choice: only \"none\" is supported (kvattn has no tools)", k,
-                      "unsupported_parameter");
-  }
   if (chat && key == "modalities") {
     if (v == Json::array({"text"})) return true;
     throw bad_request("modalities: only [\"text\"] is supported", k, "unsupported_parameter");
@@ -426,12 +438,18 @@ ParsedRequest parse_request(std::string_view body, Endpoint endpoint) {
       p.skip_special_tokens = get_bool(v, k);
     } else if (key == "user" || key == "service_tier") {  // no effect here
       (void)get_string(v, k);
-    } else if (key == "store" || key == "parallel_tool_calls") {  // nothing stored; no tools
+    } else if (key == "store") {  // nothing stored
       (void)get_bool(v, k);
+    } else if (key == "parallel_tool_calls") {
+      r.tools.parallel = get_bool(v, k);
+    } else if (key == "tools" && chat) {
+      parse_tools(v, r.tools);
+    } else if (key == "tool_choice" && chat) {
+      parse_tool_choice(v, r.tools);
     } else if (key == "metadata") {  // kept by OpenAI with stored completions: no effect here
       if (!v.is_object()) throw bad_request("metadata must be an object but is " + type_name(v), k);
     } else if (is_no_op_field(key, v, chat)) {
-      // tools: [], tool_choice: "none", modalities: ["text"], priority: 0 (below).
+      // modalities: ["text"], priority: 0 (below).
     } else if (key == "logprobs" && chat) {
       chat_logprobs = get_bool(v, k);
     } else if (key == "top_logprobs" && chat) {
@@ -519,6 +537,11 @@ ParsedRequest parse_request(std::string_view body, Endpoint endpoint) {
       throw bad_request("top_logprobs needs logprobs: true", "top_logprobs");
     }
     p.logprobs = chat_logprobs ? top_logprobs : -1;
+    finish_tool_request(r.tools, p.structured);
+    using Choice = ToolRequest::Choice;
+    if (r.tools.choice == Choice::kRequired || r.tools.choice == Choice::kNamed) {
+      p.structured = tool_constraint(r.tools);
+    }
   }
   if (r.continue_final_message) {  // vLLM: both true is an error; given alone, no prompt opens
     if (add_generation_prompt_given && r.add_generation_prompt) {

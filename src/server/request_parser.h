@@ -29,8 +29,9 @@
 //                of {"type": "text", "text": ...} parts, joined by newlines as vLLM does; a
 //                response's fields sent back as history are taken where empty or null, and
 //                refusal / reasoning_content / annotations ignored), max_completion_tokens
-//                (wins over max_tokens, as in vLLM), parallel_tool_calls, tools ([] only),
-//                tool_choice ("none" only), modalities (["text"] only),
+//                (wins over max_tokens, as in vLLM), tools, tool_choice and
+//                parallel_tool_calls (tool_request.h; messages may then hold assistant
+//                tool_calls and "tool" results with tool_call_id), modalities (["text"] only),
 //                logprobs (bool), top_logprobs [0, 20] (needs logprobs: true),
 //                and vLLM's add_generation_prompt,
 //                continue_final_message (the last message is left open for the model to go
@@ -57,6 +58,7 @@
 
 #include "kvattn/engine/chat_template.h"
 #include "kvattn/engine/sampler.h"
+#include "server/tool_request.h"
 
 namespace kvattn::server {
 
@@ -86,6 +88,7 @@ struct ParsedRequest {
   bool continue_final_message = false;
   std::optional<bool> enable_thinking;
   std::string request_id;  // vLLM's; empty: a random id
+  ToolRequest tools;       // chat's tools, tool_choice, parallel_tool_calls
 };
 
 // Limits on untrusted bodies (beyond them: 400).
