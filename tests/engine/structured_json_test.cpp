@@ -67,8 +67,20 @@ bool valid_typed(const Json& v, const std::string& type, const Json& s, const Js
   if (type == "boolean") return v.is_boolean();
   if (type == "integer" || type == "number") {
     if (type == "integer" ? !v.is_number_integer() : !v.is_number()) return false;
-    if (s.contains("minimum") && v.get<double>() < s["minimum"].get<double>()) return false;
-    if (s.contains("exclusiveMinimum") && v.get<double>() <= s["exclusiveMinimum"].get<double>())
+    const double x = v.get<double>();
+    const bool draft4_min = s.contains("exclusiveMinimum") && s["exclusiveMinimum"].is_boolean();
+    const bool draft4_max = s.contains("exclusiveMaximum") && s["exclusiveMaximum"].is_boolean();
+    if (s.contains("minimum")) {
+      const double m = s["minimum"].get<double>();
+      if (x < m || (draft4_min && s["exclusiveMinimum"].get<bool>() && x == m)) return false;
+    }
+    if (s.contains("maximum")) {
+      const double m = s["maximum"].get<double>();
+      if (x > m || (draft4_max && s["exclusiveMaximum"].get<bool>() && x == m)) return false;
+    }
+    if (!draft4_min && s.contains("exclusiveMinimum") && x <= s["exclusiveMinimum"].get<double>())
+      return false;
+    if (!draft4_max && s.contains("exclusiveMaximum") && x >= s["exclusiveMaximum"].get<double>())
       return false;
     return true;
   }
@@ -187,6 +199,10 @@ const char* const kSchemas[] = {
         {"type": "integer", "exclusiveMinimum": 0}})",
     R"({"type": "array", "prefixItems": [{"type": "string", "maxLength": 2}, {"type": "null"}],
         "items": {"type": "integer", "minimum": 1}, "maxItems": 4})",
+    R"({"type": "array", "items": {"anyOf": [{"type": "integer", "minimum": -12, "maximum": 250},
+        {"type": "number", "exclusiveMinimum": -1, "exclusiveMaximum": 1}, {"type": "number",
+        "minimum": 99, "maximum": 100}, {"type": "integer", "exclusiveMaximum": -7.5}]},
+        "maxItems": 3})",
     R"({"type": "object", "properties": {"x": {"type": "string", "nullable": true, "maxLength": 1},
         "y": {"allOf": [{"type": "boolean"}]}, "z": {"oneOf": [{"type": "integer"},
         {"type": "array", "items": false}]}}, "required": ["y", "z"]})",
@@ -296,9 +312,11 @@ void expect_refused(const std::string& schema, const std::string& words) {
 }
 
 TEST(JsonSchemaGrammar, RefusesWhatItCannotEnforceByName) {
-  expect_refused(R"({"type": "object", "properties": {"age": {"type": "integer", "maximum": 9}}})",
-                 "properties.age.maximum");
-  expect_refused(R"({"type": "integer", "minimum": 5})", "minimum 5");
+  expect_refused(R"({"type": "object", "properties": {"p": {"type": "number", "maximum": 0.5}}})",
+                 "properties.p.maximum 0.5");
+  expect_refused(R"({"type": "integer", "minimum": 5, "exclusiveMaximum": 5})", "allow no integer");
+  expect_refused(R"({"type": "number", "exclusiveMinimum": true})", "needs minimum");
+  expect_refused(R"({"type": "integer", "multipleOf": 5})", "multipleOf");
   expect_refused(R"({"type": "array", "uniqueItems": true})", "uniqueItems");
   expect_refused(R"({"type": "strnig"})", "'strnig'");
   expect_refused(R"({"type": "string", "maxLength": -1})", "maxLength");

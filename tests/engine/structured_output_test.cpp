@@ -154,7 +154,7 @@ TEST(StructuredOutput, RefusalsNameTheProblem) {
   p.ignore_eos = true;
   expect_refused(p, "ignore_eos");
   expect_refused(structured(StructuredOutput::Kind::kJsonSchema, R"({"type": "integer",
-      "maximum": 3})"), "maximum");
+      "multipleOf": 3})"), "multipleOf");
   expect_refused(structured(StructuredOutput::Kind::kRegex, "a(?=b)"), "lookahead");
   expect_refused(structured(StructuredOutput::Kind::kChoice), "at least one choice");
   expect_refused(structured(StructuredOutput::Kind::kGrammar, "root ::= missing"), "missing");

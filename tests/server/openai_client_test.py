@@ -405,8 +405,8 @@ class OpenAIClient(unittest.TestCase):
         # What cannot be enforced is a 400 that names it, and nothing is lost.
         with self.assertRaises(self.openai.BadRequestError) as e:
             self.chat("hi", response_format={"type": "json_schema", "json_schema": {
-                "name": "n", "schema": {"type": "integer", "maximum": 5}}})
-        self.assertIn("maximum", e.exception.body["message"])
+                "name": "n", "schema": {"type": "integer", "multipleOf": 5}}})
+        self.assertIn("multipleOf", e.exception.body["message"])
         with self.assertRaises(self.openai.BadRequestError) as e:
             self.chat("hi", extra_body={"guided_regex": "a(?=b)"})
         self.assertIn("lookahead", e.exception.body["message"])

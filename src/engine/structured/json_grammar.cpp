@@ -1,12 +1,14 @@
 #include "engine/structured/json_grammar.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <optional>
 #include <set>
 #include <string>
 #include <utility>
 
+#include "engine/structured/numeric_range.h"
 #include "engine/structured/regex_grammar.h"
 #include "kvattn/core/error.h"
 
@@ -67,21 +69,19 @@ class JsonText {
     if (min == 0 && max < 0) any_string_ = s;
     return s;
   }
-  // JSON's non-negative integers: 0 or [1-9] then up to 15 digits; positive: not 0.
-  Symbol natural(bool positive) {
+  // JSON's integers: 0 or [1-9] then up to 15 digits, signed.
+  Symbol integer() {
     const Symbol lead =
         b_.sequence({b_.byte_range('1', '9'), b_.repeat(digit(), 0, kMaxDigits - 1)});
-    return positive ? lead : b_.choice({b_.byte('0'), lead});
+    return b_.sequence({b_.optional(b_.byte('-')), b_.choice({b_.byte('0'), lead})});
   }
-  Symbol integer() { return b_.sequence({b_.optional(b_.byte('-')), natural(false)}); }
-  Symbol number(bool non_negative) {
+  Symbol number() {
     const Symbol frac = b_.sequence({b_.byte('.'), b_.repeat(digit(), 1, kMaxDigits)});
     // Exponents of at most two digits: every such number is a finite double, which strict
     // parsers (nlohmann, Go, Rust's serde) require.
     const Symbol exp = b_.sequence(
         {b_.bytes(set_of("eE")), b_.optional(b_.bytes(set_of("+-"))), b_.repeat(digit(), 1, 2)});
-    return b_.sequence(
-        {non_negative ? natural(false) : integer(), b_.optional(frac), b_.optional(exp)});
+    return b_.sequence({integer(), b_.optional(frac), b_.optional(exp)});
   }
   Symbol boolean() { return b_.choice({b_.literal("true"), b_.literal("false")}); }
   // "[" ws (item (sep item){min-1,max-1})? ws "]"
@@ -98,7 +98,7 @@ class JsonText {
       const int32_t v = b_.declare("value");
       value_ = b_.ref(v);
       const Symbol member = b_.sequence({string(0, -1), ws(), b_.byte(':'), ws(), *value_});
-      b_.define(v, b_.choice({object_of(member), list(*value_, 0, -1), string(0, -1), number(false),
+      b_.define(v, b_.choice({object_of(member), list(*value_, 0, -1), string(0, -1), number(),
                               boolean(), b_.literal("null")}));
     }
     return *value_;
@@ -179,7 +179,9 @@ const std::set<std::string>& handled() {
                                           "pattern",
                                           "nullable",
                                           "minimum",
-                                          "exclusiveMinimum"};
+                                          "exclusiveMinimum",
+                                          "maximum",
+                                          "exclusiveMaximum"};
   return k;
 }
 
@@ -204,7 +206,8 @@ class SchemaGrammar {
       KVATTN_CHECK(handled().count(key), "json_schema: ", join(path, key),
                    " is not supported (supported: type, enum, const, anyOf, oneOf, allOf of one, "
                    "$ref, properties, required, additionalProperties, items, prefixItems, "
-                   "minItems, maxItems, minLength, maxLength, pattern, nullable, minimum 0 or 1)");
+                   "minItems, maxItems, minLength, maxLength, pattern, nullable, minimum, maximum, "
+                   "exclusiveMinimum, exclusiveMaximum)");
       validation.push_back(key);
     }
     if (s.contains("nullable") && s["nullable"].is_boolean() && s["nullable"].get<bool>()) {
@@ -266,6 +269,9 @@ class SchemaGrammar {
       types = {"array"};
     } else if (s.contains("minLength") || s.contains("maxLength") || s.contains("pattern")) {
       types = {"string"};
+    } else if (s.contains("minimum") || s.contains("maximum") || s.contains("exclusiveMinimum") ||
+               s.contains("exclusiveMaximum")) {
+      types = {"number"};
     } else {
       return text_.value();
     }
@@ -320,34 +326,59 @@ class SchemaGrammar {
     return b_.sequence({b_.byte('"'), b_.include(*g, plain), b_.byte('"')});
   }
 
-  Symbol numeric(const Json& s, const std::string& type, const std::string& path) {
-    bool non_negative = false, positive = false;
-    if (s.contains("minimum")) {
-      const Json& m = s["minimum"];
-      KVATTN_CHECK(m.is_number(), "json_schema: ", join(path, "minimum"), " must be a number");
-      const double v = m.get<double>();
-      KVATTN_CHECK(v == 0 || (v == 1 && type == "integer"), "json_schema: ", join(path, "minimum"),
-                   " ", m.dump(), " is not supported (0, or 1 for integers)");
-      non_negative = true;
-      positive = v == 1;
-    }
-    if (s.contains("exclusiveMinimum")) {
-      const Json& m = s["exclusiveMinimum"];
-      if (m.is_boolean()) {  // draft 4: the minimum itself is excluded
-        KVATTN_CHECK(!m.get<bool>() || (non_negative && !positive && type == "integer"),
-                     "json_schema: ", join(path, "exclusiveMinimum"),
-                     " true is supported with minimum 0 on integers");
-        positive = positive || m.get<bool>();
+  // minimum / exclusiveMinimum (or maximum / exclusiveMaximum) as one bound: the tighter of
+  // the two where both are numbers; draft 4's boolean exclusiveMinimum makes minimum exclusive.
+  // Integers take the nearest integer inside a fractional bound; numbers need integer bounds.
+  std::optional<Bound> bound(const Json& s, const std::string& type, const std::string& path,
+                             bool lower) {
+    const char* plain = lower ? "minimum" : "maximum";
+    const char* strict = lower ? "exclusiveMinimum" : "exclusiveMaximum";
+    std::optional<Bound> out;
+    const auto take = [&](const char* key, bool exclusive) {
+      const Json& m = s[key];
+      KVATTN_CHECK(m.is_number(), "json_schema: ", join(path, key), " must be a number, not ",
+                   m.dump());
+      double v = m.get<double>();
+      KVATTN_CHECK(std::isfinite(v), "json_schema: ", join(path, key), " must be finite");
+      if (type == "integer") {  // x >= 2.5 is x >= 3, x > 2 is x >= 3
+        if (lower) v = exclusive ? std::floor(v) + 1 : std::ceil(v);
+        else v = exclusive ? std::ceil(v) - 1 : std::floor(v);
+        exclusive = false;
       } else {
-        KVATTN_CHECK(m.is_number() && m.get<double>() == 0 && type == "integer",
-                     "json_schema: ", join(path, "exclusiveMinimum"), " ", m.dump(),
-                     " is not supported (0 for integers)");
-        positive = true;
+        KVATTN_CHECK(v == std::floor(v), "json_schema: ", join(path, key), " ", m.dump(),
+                     " is not supported for numbers (integer bounds only, e.g. 0 and 1)");
       }
+      const Bound b{static_cast<int64_t>(std::clamp(v, -1e18, 1e18)), exclusive};
+      const bool tighter = !out || (lower ? b.value > out->value : b.value < out->value) ||
+                           (b.value == out->value && b.exclusive);
+      if (tighter) out = b;
+    };
+    bool draft4_exclusive = false;
+    if (s.contains(strict) && s[strict].is_boolean()) {
+      draft4_exclusive = s[strict].get<bool>();
+      KVATTN_CHECK(!draft4_exclusive || s.contains(plain), "json_schema: ", join(path, strict),
+                   " true needs ", plain, " beside it (draft 4)");
+    } else if (s.contains(strict)) {
+      take(strict, true);
     }
-    if (type == "number") return text_.number(non_negative);
-    if (!non_negative && !positive) return text_.integer();
-    return text_.natural(positive);
+    if (s.contains(plain)) take(plain, draft4_exclusive);
+    return out;
+  }
+
+  Symbol numeric(const Json& s, const std::string& type, const std::string& path) {
+    const auto lo = bound(s, type, path, true);
+    const auto hi = bound(s, type, path, false);
+    if (!lo && !hi) return type == "integer" ? text_.integer() : text_.number();
+    std::optional<Symbol> range;
+    if (type == "integer") {
+      range = integer_range(b_, lo ? std::optional(lo->value) : std::nullopt,
+                            hi ? std::optional(hi->value) : std::nullopt, kMaxDigits);
+    } else {
+      range = number_range(b_, lo, hi, kMaxDigits);
+    }
+    KVATTN_CHECK(range.has_value(), "json_schema: ", path.empty() ? "the schema" : "'" + path + "'",
+                 "'s bounds allow no ", type, " (of at most ", kMaxDigits, " digits)");
+    return *range;
   }
 
   Symbol array(const Json& s, const std::string& path, int depth) {

@@ -10,7 +10,10 @@
 // maxItems, minLength / maxLength / pattern (regex_grammar.h; a search, as the spec says:
 // unanchored sides allow any text; the string's characters stay those JSON writes unescaped, so
 // '"', '\' and controls are left out), nullable (OpenAPI), format (an annotation: not enforced),
-// and integers' minimum 0 or 1 / exclusiveMinimum 0 (or draft 4's true beside minimum 0).
+// and minimum / maximum / exclusiveMinimum / exclusiveMaximum (numeric_range.h; draft 4's
+// boolean exclusive forms too; bounds of numbers must be integers, bounded numbers are written
+// without exponent). A schema with only such keywords means a number; one with only string
+// keywords a string (JSON Schema lets other types through; kvattn writes the constrained type).
 // Annotations: title, description, default, examples, $schema, $id, $comment, deprecated,
 // readOnly, writeOnly, $defs, definitions.
 //
