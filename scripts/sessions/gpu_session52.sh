@@ -4,7 +4,7 @@
 # warm machine (ignored paths stay there between calls), then runs on the GPU.
 #   stage 1: carry .deps/private, .peers, models/split/p0. On an H200: the acceptance
 #            (decode, engine, prefill: the issues' card). Elsewhere: builds the CLI and the
-#            default model's GPU test.
+#            default model's GPU test (with H200_ONLY=1 set: nothing).
 #   stage 2: carry models/split/p1. Builds the default model's GPU test (no-op if built).
 #   stage 3: carry models/split/p2. Joins the parts (sha256 checked), runs the default model's
 #            GPU test (chat answer, structured output beside free rows) and its single stream.
@@ -22,6 +22,8 @@ case ${1:-1} in
   1)
     if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
       LIMIT=${LIMIT:-560} bash scripts/gpu_acceptance.sh
+    elif [ -n "${H200_ONLY:-}" ]; then
+      echo "not an H200: nothing to do (H200_ONLY)"
     else
       step "build the CLI and the default model's GPU test"
       kvattn_gpu_build OFF kvattn_cli engine_default_model_gpu_test
