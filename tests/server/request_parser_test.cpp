@@ -400,7 +400,8 @@ TEST(RequestParser, ClientFieldsWithNothingToDo) {
   EXPECT_EQ(r.messages.size(), 1u);
   EXPECT_EQ(parse(R"({"prompt": "x", "store": true, "priority": 0.0})").text_prompts.size(), 1u);
   const std::vector<std::pair<std::string, std::string>> refused = {
-      {R"("tools": [{"type": "function", "function": {"name": "f"}}])", "tools"},
+      {R"("tools": [{"type": "function", "function": {"name": "f"}}],
+          "tool_choice": {"type": "function", "function": {"name": "g"}})", "tool_choice"},
       {R"("tool_choice": "auto")", "tool_choice"},
       {R"("tool_choice": {"type": "function", "function": {"name": "f"}})", "tool_choice"},
       {R"("modalities": ["text", "audio"])", "modalities"},
