@@ -6,7 +6,9 @@ not; greedy chat output equals `kvattn generate`; stop strings; n = 2; the same 
 same text; completions' echo with logprobs scores the prompt (max_tokens 0 and 1); /tokenize
 and /detokenize; 32
 concurrent streaming clients each get what they get alone and every KV block is
-free afterwards; a client that disconnects after 3 tokens has its blocks freed; the error
+free afterwards; a client that disconnects after 3 tokens has its blocks freed; tool calling
+(named and "required" tool_choice give calls whose arguments satisfy the schema, streamed and
+not; "auto" is refused on this template; a history with calls and results); the error
 statuses (400, 401, 404) with OpenAI's error body; malformed raw bodies; and that SIGTERM ends
 the server with exit code 0 and no block held.
 
@@ -438,6 +440,118 @@ class OpenAIClient(unittest.TestCase):
                   response_format=Book)
         self.assertEqual(r.choices[0].finish_reason, "stop", r.choices[0].message.content)
         self.assertIsInstance(r.choices[0].message.parsed, Book)
+
+    TOOLS = [
+        {"type": "function", "function": {
+            "name": "get_weather", "description": "Get the current weather in a city",
+            "parameters": {"type": "object", "properties": {
+                "city": {"type": "string", "maxLength": 20},
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+                "required": ["city", "unit"], "additionalProperties": False}}},
+        {"type": "function", "function": {
+            "name": "add", "description": "Add two integers",
+            "parameters": {"type": "object", "properties": {
+                "a": {"type": "integer"}, "b": {"type": "integer"}},
+                "required": ["a", "b"], "additionalProperties": False}}},
+    ]
+
+    def check_call(self, name, arguments):
+        """A call's arguments parse and satisfy its tool's schema (the schemas above)."""
+        args = json.loads(arguments)
+        if name == "get_weather":
+            self.assertEqual(set(args), {"city", "unit"}, arguments)
+            self.assertIsInstance(args["city"], str)
+            self.assertLessEqual(len(args["city"]), 20)
+            self.assertIn(args["unit"], ("celsius", "fahrenheit"))
+        else:
+            self.assertEqual(name, "add")
+            self.assertEqual(set(args), {"a", "b"}, arguments)
+            self.assertTrue(all(isinstance(args[k], int) for k in "ab"), arguments)
+
+    def stream_calls(self, stream):
+        """{choice: ([(id, name, arguments)], content, finish_reason)} from a streamed chat."""
+        out = {}
+        for chunk in stream:
+            for c in chunk.choices:
+                calls, content, finish = out.get(c.index, ([], "", None))
+                for t in c.delta.tool_calls or []:
+                    self.assertEqual(t.index, len(calls))  # one delta per whole call
+                    calls.append((t.id, t.function.name, t.function.arguments))
+                out[c.index] = (calls, content + (c.delta.content or ""),
+                                c.finish_reason or finish)
+        return out
+
+    def test_tool_calling(self):
+        ask = "What is the weather in Paris?"
+        named = {"type": "function", "function": {"name": "get_weather"}}
+        r = self.chat(ask, max_tokens=60, tools=self.TOOLS, tool_choice=named)
+        c = r.choices[0]
+        self.assertEqual(c.finish_reason, "stop")  # named: "stop", as OpenAI and vLLM
+        self.assertIsNone(c.message.content)
+        self.assertEqual(len(c.message.tool_calls), 1)
+        call = c.message.tool_calls[0]
+        self.assertEqual(call.type, "function")
+        self.assertEqual(call.function.name, "get_weather")
+        self.assertRegex(call.id, r"^chatcmpl-tool-[0-9a-f]{32}$")
+        self.check_call(call.function.name, call.function.arguments)
+        # Streamed: the same call in one delta, the same finish reason.
+        s = self.stream_calls(self.chat(ask, max_tokens=60, tools=self.TOOLS, tool_choice=named,
+                                        stream=True))
+        calls, content, finish = s[0]
+        self.assertEqual([(n, a) for _, n, a in calls],
+                         [(call.function.name, call.function.arguments)])
+        self.assertEqual((content, finish), ("", "stop"))
+        # "required", one call (parallel_tool_calls false); sampled, n = 2, streamed and not.
+        for stream in (False, True):
+            kw = dict(max_tokens=80, tools=self.TOOLS, tool_choice="required",
+                      parallel_tool_calls=False, n=2, temperature=1.0, seed=5)
+            if stream:
+                got = self.stream_calls(self.chat("Add 2 and 3.", stream=True, **kw))
+                results = [got[i] for i in range(2)]
+            else:
+                r = self.chat("Add 2 and 3.", **kw)
+                results = [([(t.id, t.function.name, t.function.arguments)
+                             for t in ch.message.tool_calls or []], ch.message.content or "",
+                            ch.finish_reason) for ch in r.choices]
+            for calls, content, finish in results:
+                self.assertEqual(finish, "tool_calls", content)
+                self.assertEqual(len(calls), 1)
+                self.assertEqual(content, "")
+                self.check_call(calls[0][1], calls[0][2])
+            if not stream:
+                self.assertEqual(len({calls[0][0] for calls, _, _ in results}), 2)  # unique ids
+        # "auto" on SmolLM2's template, which has no tool format: 400 naming tool_choice.
+        with self.assertRaises(self.openai.BadRequestError) as e:
+            self.chat(ask, tools=self.TOOLS)
+        self.assertEqual(e.exception.body["param"], "tool_choice")
+        self.assertIn("required", e.exception.body["message"])
+        # A schema keyword the compiler refuses: a 400 naming the tool and the keyword.
+        bad = [{"type": "function", "function": {"name": "f", "parameters": {
+            "type": "object", "properties": {"x": {"type": "integer", "multipleOf": 3}}}}}]
+        with self.assertRaises(self.openai.BadRequestError) as e:
+            self.chat(ask, tools=bad, tool_choice="required")
+        self.assertEqual(e.exception.body["param"], "tools")
+        self.assertIn("multipleOf", e.exception.body["message"])
+        # A conversation with an assistant's calls and their results is accepted (tools
+        # ignored by this template; "none" answers in text).
+        messages = [
+            {"role": "user", "content": ask},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "call_1", "type": "function", "function": {
+                    "name": "get_weather", "arguments": '{"city": "Paris", "unit": "celsius"}'}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": '{"temperature": 21}'},
+        ]
+        r = self.client.chat.completions.create(model=self.model, messages=messages,
+                                                tools=self.TOOLS, tool_choice="none",
+                                                max_tokens=12, temperature=0)
+        self.assertIsNone(r.choices[0].message.tool_calls)
+        self.assertTrue(r.choices[0].message.content)
+        self.assertIn(r.choices[0].finish_reason, ("stop", "length"))
+        r = self.client.chat.completions.create(model=self.model, messages=messages + [
+            r.choices[0].message.model_dump(), {"role": "user", "content": "And Rome?"}],
+            tools=self.TOOLS, tool_choice=named, max_tokens=60, temperature=0)
+        self.check_call("get_weather", r.choices[0].message.tool_calls[0].function.arguments)
+        wait_idle()
 
     def test_errors(self):
         o = self.openai
