@@ -177,6 +177,32 @@ You are Qwen.<|im_end|>
       std::string(1, '\0') + R"({"prompt": "p", "guided_choice": ["a", "b"],)"
                               R"( "guided_decoding_backend": "xgrammar"})",
       std::string(1, '\0') + R"({"prompt": "p", "structured_outputs": {"regex": "[0-9]{3}"}})",
+      // Tool calling: tools, each tool_choice form, parallel_tool_calls, a history with calls.
+      std::string(1, '\1') + R"({"messages": [{"role": "user", "content": "weather?"}],)"
+                              R"( "tools": [{"type": "function", "function": {"name": "get_weather",)"
+                              R"( "description": "d", "parameters": {"type": "object", "properties":)"
+                              R"( {"city": {"type": "string"}}, "required": ["city"]}, "strict": true}},)"
+                              R"( {"type": "function", "function": {"name": "now"}}],)"
+                              R"( "tool_choice": "required", "parallel_tool_calls": false})",
+      std::string(1, '\1') + R"({"messages": [{"role": "user", "content": "q"}], "tools": [{"type":)"
+                              R"( "function", "function": {"name": "f", "parameters": {"$defs": {"p":)"
+                              R"( {"type": "integer"}}, "type": "object", "properties": {"x": {"$ref":)"
+                              R"( "#/$defs/p"}}}}}], "tool_choice": {"type": "function", "function":)"
+                              R"( {"name": "f"}}})",
+      std::string(1, '\1') + R"({"messages": [{"role": "user", "content": "q"},)"
+                              R"( {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1",)"
+                              R"( "type": "function", "function": {"name": "f", "arguments":)"
+                              R"( "{\"a\": 1}"}}]}, {"role": "tool", "tool_call_id": "call_1",)"
+                              R"( "content": "2"}], "tools": [{"type": "function", "function": {"name":)"
+                              R"( "f"}}], "tool_choice": "auto"})",
+      // The tool-call parsers: byte 4, the format (% 5), the split point, the text.
+      std::string("\4\0\7") + "Hi <tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n"
+                                "</tool_call>",
+      std::string("\4\1\3") + "<|python_tag|>{\"name\": \"f\", \"parameters\": {}}; "
+                                "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"x\"}}",
+      std::string("\4\2\11") + "ok [TOOL_CALLS] [{\"name\": \"f\", \"arguments\": {}}]",
+      std::string("\4\3\2") + "[{\"name\": \"f\", \"parameters\": {\"x\": [1, 2]}}]",
+      std::string("\4\4\1") + "{\"x\": 1}",
   };
   for (size_t i = 0; i < bodies.size(); ++i) {
     write_text(root / ("request_parser/body" + std::to_string(i)), bodies[i]);

@@ -1,12 +1,41 @@
 // The server's request parsers on arbitrary bytes (first byte: 0 completions, 2 /tokenize,
-// 3 /detokenize, else chat): each returns its request or throws ApiError (400, non-empty
-// message); nothing else escapes. A parsed request must satisfy the limits the parser promises.
+// 3 /detokenize, 4 the tool-call parsers, else chat): each returns its request or throws
+// ApiError (400, non-empty message); nothing else escapes. A parsed request must satisfy the
+// limits the parser promises. The tool-call parsers (byte 4, then the format and a split
+// point) must give the same content and calls streamed in two pieces as whole.
 #include <cstdint>
 #include <string_view>
 
 #include "fuzz_util.h"
 #include "server/api_error.h"
 #include "server/request_parser.h"
+#include "server/tool_parsers.h"
+
+namespace {
+
+void check_tool_parser(const uint8_t* data, size_t size) {
+  using namespace kvattn::server;
+  if (size < 2) return;
+  const auto format = static_cast<ToolFormat>(data[0] % 5);
+  const std::string_view text(reinterpret_cast<const char*>(data) + 2, size - 2);
+  const size_t split = text.empty() ? 0 : data[1] % (text.size() + 1);
+  const std::set<std::string> tools = {"f", "get_weather"};
+  ToolCallParser whole(format, tools, "f"), streamed(format, tools, "f");
+  std::vector<ParsedToolCall> a, b;
+  const std::string content = parse_tool_calls(whole, text, a);
+  std::string pieces = streamed.feed(text.substr(0, split), b);
+  pieces += streamed.feed(text.substr(split), b);
+  pieces += streamed.finish(b);
+  FUZZ_ASSERT(content == pieces);
+  FUZZ_ASSERT(a == b);
+  FUZZ_ASSERT(content.size() <= text.size());
+  for (const ParsedToolCall& c : a) {
+    FUZZ_ASSERT(format == ToolFormat::kNamed ? c.name == "f" : tools.count(c.name) == 1);
+    FUZZ_ASSERT(nlohmann::json::parse(c.arguments, nullptr, false).is_object());
+  }
+}
+
+}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace kvattn::server;
@@ -17,6 +46,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (data[0] == 2) {
       const TokenizeRequest t = parse_tokenize(body);
       FUZZ_ASSERT(t.messages.size() <= kMaxMessages);
+      return 0;
+    }
+    if (data[0] == 4) {
+      check_tool_parser(data + 1, size - 1);
       return 0;
     }
     if (data[0] == 3) {
@@ -35,6 +68,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_ASSERT(r.params.stop.size() <= kMaxStops);
     if (endpoint == Endpoint::kChat) {
       FUZZ_ASSERT(!r.messages.empty() && r.messages.size() <= kMaxMessages);
+      using Choice = ToolRequest::Choice;
+      FUZZ_ASSERT(r.tools.choice == Choice::kNone || !r.tools.tools.empty());
+      FUZZ_ASSERT(r.tools.tools.empty() == r.tools.tools_json.empty());
+      const bool forced = r.tools.choice == Choice::kRequired || r.tools.choice == Choice::kNamed;
+      if (forced) {
+        FUZZ_ASSERT(r.params.structured.kind == kvattn::StructuredOutput::Kind::kJsonSchema);
+        FUZZ_ASSERT(nlohmann::json::parse(r.params.structured.spec, nullptr, false).is_object());
+      }
+      for (const auto& m : r.messages) {
+        for (const auto& c : m.tool_calls) FUZZ_ASSERT(nlohmann::json::accept(c.arguments));
+      }
     } else {
       FUZZ_ASSERT(r.text_prompts.empty() != r.id_prompts.empty());
       for (const auto& p : r.id_prompts) {

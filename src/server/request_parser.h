@@ -25,7 +25,7 @@
 //                prompt_logprobs; not with stream: true), best_of (== n), suffix (null),
 //                logprobs [0, 20] (the legacy API's count of alternatives; OpenAI allows 5,
 //                vLLM 20);
-//   chat:        messages (system / developer / user / assistant; content a string or a list
+//   chat:        messages (system / developer / user / assistant / tool; content a string or a list
 //                of {"type": "text", "text": ...} parts, joined by newlines as vLLM does; a
 //                response's fields sent back as history are taken where empty or null, and
 //                refusal / reasoning_content / annotations ignored), max_completion_tokens
@@ -55,6 +55,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "kvattn/engine/chat_template.h"
 #include "kvattn/engine/sampler.h"
@@ -102,6 +104,8 @@ inline constexpr size_t kMaxRequestIdBytes = 256;
 inline constexpr size_t kMaxBadWords = 64;
 
 ParsedRequest parse_request(std::string_view body, Endpoint endpoint);
+// An untrusted body as a JSON object (400 invalid_json otherwise, and past kMaxJsonDepth).
+nlohmann::ordered_json parse_body_object(std::string_view body);
 
 // vLLM's POST /tokenize: {"prompt": text} or {"messages": [...]} (the chat template applied,
 // add_generation_prompt default true; chat_template_kwargs as in chat), add_special_tokens
