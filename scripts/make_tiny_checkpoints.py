@@ -18,7 +18,12 @@ Gemma3ForCausalLM: hidden 32, 2 query / 1 KV head of 256, GeGLU, sandwich norms 
 (GGUF: w + 1, as convert_hf_to_gguf.py writes them), tied embeddings, window 8 on the sliding
 layers; gemma2 with attention and final logit soft-capping and query_pre_attn_scalar 64,
 gemma3 with q/k norms, a local RoPE base and linear scaling on its global layer) follow the
-same pattern. The tiny_llama checkpoint also gets the logits of
+same pattern. tiny_gemma (GemmaForCausalLM, Gemma 1: hidden 32, 4 query / 2 KV heads of 64 --
+head_dim 64 where hidden / heads is 8, as gemma-7b's 256 is not 3072 / 16 --, GeGLU, the
+embedding scale, (1 + w) norms without the sandwich ones, tied, no window or soft-cap; its
+config.json says hidden_act "gelu" as the released Gemma 1 configs do; GGUF arch "gemma" as
+convert_hf_to_gguf.py's GemmaModel writes it: norms + 1, no lm_head, no rope keys) too.
+The tiny_llama checkpoint also gets the logits of
 HF with linear and dynamic-NTK rope scaling (expected_rope_{linear,dynamic}.json; the config
 changes are in the file).
 
@@ -150,7 +155,15 @@ def build_gemma(name):
                   sliding_window=8, tie_word_embeddings=True,
                   hidden_activation="gelu_pytorch_tanh", attn_implementation="eager",
                   torch_dtype=torch.float32)
-    if name == "gemma2":
+    if name == "gemma":
+        from transformers import GemmaConfig, GemmaForCausalLM
+        g1 = {k: v for k, v in common.items()
+              if k not in ("query_pre_attn_scalar", "sliding_window", "hidden_activation")}
+        g1.update(num_attention_heads=4, num_key_value_heads=2, head_dim=64)
+        cfg = GemmaConfig(rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+                          hidden_act="gelu_pytorch_tanh", **g1)
+        model, seed = GemmaForCausalLM(cfg), 666
+    elif name == "gemma2":
         from transformers import Gemma2Config, Gemma2ForCausalLM
         cfg = Gemma2Config(rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
                            attn_logit_softcapping=5.0, final_logit_softcapping=2.0, **common)
@@ -197,11 +210,12 @@ def add_gguf_tensor(w, gname, t, quant=True):
 
 
 def write_gguf_gemma(name, model, out):
-    """convert_hf_to_gguf.py's Gemma2Model / Gemma3Model: norms + 1, no lm_head (tied), NeoX
-    RoPE (no Q/K permutation). Two keys llama.cpp's gemma loaders do not read, written because
-    this file is not a real Gemma size: attention.scale (llama.cpp derives it from the layer
-    count, 27B or not) and, for gemma3, attention.sliding_window_pattern (llama.cpp assumes
-    every 6th layer global)."""
+    """convert_hf_to_gguf.py's GemmaModel / Gemma2Model / Gemma3Model: norms + 1, no lm_head
+    (tied), NeoX RoPE (no Q/K permutation). Gemma 1 ("gemma"): GemmaModel's keys only (no rope,
+    window or scale key: llama.cpp's gemma graph scales by 1/sqrt(key_length)). Two keys
+    llama.cpp's gemma2/gemma3 loaders do not read, written because this file is not a real Gemma
+    size: attention.scale (llama.cpp derives it from the layer count, 27B or not) and, for
+    gemma3, attention.sliding_window_pattern (llama.cpp assumes every 6th layer global)."""
     import gguf
     cfg = model.config
     w = gguf.GGUFWriter(os.path.join(out, "model.gguf"), name)
@@ -218,12 +232,16 @@ def write_gguf_gemma(name, model, out):
     w.add_bos_token_id(cfg.bos_token_id)
     w.add_eos_token_id(cfg.eos_token_id)
     w.add_file_type(gguf.LlamaFileType.MOSTLY_BF16)
-    w.add_sliding_window(cfg.sliding_window)
-    w.add_attention_scale(cfg.query_pre_attn_scalar ** -0.5)
-    if name == "gemma2":
+    if name == "gemma":
+        pass
+    elif name == "gemma2":
+        w.add_sliding_window(cfg.sliding_window)
+        w.add_attention_scale(cfg.query_pre_attn_scalar ** -0.5)
         w.add_attn_logit_softcapping(cfg.attn_logit_softcapping)
         w.add_final_logit_softcapping(cfg.final_logit_softcapping)
     else:
+        w.add_sliding_window(cfg.sliding_window)
+        w.add_attention_scale(cfg.query_pre_attn_scalar ** -0.5)
         full = cfg.rope_parameters["full_attention"]
         w.add_rope_freq_base(full["rope_theta"])
         if full.get("rope_type") == "linear":
@@ -241,7 +259,9 @@ def write_gguf_gemma(name, model, out):
              "self_attn.o_proj.weight": "attn_output.weight",
              "self_attn.q_norm.weight": "attn_q_norm.weight",
              "self_attn.k_norm.weight": "attn_k_norm.weight",
-             "post_attention_layernorm.weight": "post_attention_norm.weight",
+             # Gemma 1's post_attention_layernorm is the MLP's input norm (Llama's ffn_norm).
+             "post_attention_layernorm.weight": ("ffn_norm.weight" if name == "gemma"
+                                                 else "post_attention_norm.weight"),
              "pre_feedforward_layernorm.weight": "ffn_norm.weight",
              "post_feedforward_layernorm.weight": "post_ffw_norm.weight",
              "mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
@@ -265,6 +285,13 @@ def make_gemma(name, root):
     out = os.path.join(root, f"tiny_{name}")
     os.makedirs(out, exist_ok=True)
     write_config(model, out)
+    if name == "gemma":  # the released Gemma 1 configs' legacy value (transformers: tanh GELU)
+        cfg_path = os.path.join(out, "config.json")
+        with open(cfg_path) as f:
+            cfg = json.load(f)
+        cfg["hidden_act"] = "gelu"
+        with open(cfg_path, "w") as f:
+            json.dump(cfg, f, indent=2, sort_keys=True)
     write_safetensors_bf16(model, out)
     write_gguf_gemma(name, model, out)
     write_expected(model, os.path.join(out, "expected.json"), SMALL_VOCAB, 43)
@@ -576,13 +603,13 @@ def main():
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "tests", "data"))
     ap.add_argument("--families", nargs="*",
                     default=["llama", "qwen3", "llama3", "qwen2", "mistral", "llama_rope",
-                             "gemma2", "gemma3", "phi3", "phi4mini"])
+                             "gemma", "gemma2", "gemma3", "phi3", "phi4mini"])
     args = ap.parse_args()
     torch.manual_seed(0)
     for name in args.families:
         if name in ("llama3", "qwen2", "mistral"):
             make_family(name, args.out)
-        elif name in ("gemma2", "gemma3"):
+        elif name in ("gemma", "gemma2", "gemma3"):
             make_gemma(name, args.out)
         elif name in ("phi3", "phi4mini"):
             make_phi3(args.out, name)

@@ -1,6 +1,7 @@
 // The CUDA model's Gemma kernels (engine/model/cuda_gemma.h) against a host float32 reference
 // that rounds where they do: Gemma's RMSNorm with float32 (1 + w) weights, rounded once; the
-// embedding scale; the sandwich norm + residual add + next norm; GeGLU; the final logit
+// embedding scale; the sandwich norm + residual add + next norm (and Gemma 1's plain residual
+// add + norm, w_add null); GeGLU; the final logit
 // soft-cap. The device's rsqrtf / tanhf and its reduction order differ from the host's by a
 // few float32 ulps, so a bf16 output may round the other way: outputs within 2 bf16 ulps
 // (and values that only pass through one rounding of the same float expression, exact). The
@@ -191,6 +192,51 @@ TEST(CudaGemma, NormAddNorm) {
     T_CUDA(cudaDeviceSynchronize());
     const auto x3h = x3.get();
     for (size_t i = 0; i < x1.size(); ++i) ASSERT_EQ(x3h[i].bits, x1[i].bits) << "x only" << h;
+  }
+}
+
+// Gemma 1 (no sandwich norms): w_add null adds the row as it is, s = bf16(x + a) exactly as
+// HF's bf16 residual add; then Gemma's norm of s. The rows form again equals the all-rows form.
+TEST(CudaGemma, PlainAddNorm) {
+  std::mt19937 rng(4);
+  for (const int64_t H : {32, 3072}) {
+    const int64_t T = 6;
+    const float eps = 1e-6f;
+    const auto x0 = random_bf16(T * H, 1.0f, rng);
+    const auto a0 = random_bf16(T * H, 3.0f, rng);
+    const auto w_out = gemma_weights(H, rng);
+    Dev<bf16_t> x(x0), a(a0), out(std::vector<bf16_t>(T * H));
+    Dev<float> dwo(w_out);
+    k::gemma_norm_add_rmsnorm(x.p, a.p, nullptr, dwo.p, eps, out.p, nullptr, T, H, nullptr);
+    T_CUDA(cudaDeviceSynchronize());
+    const auto x1 = x.get(), o1 = out.get();
+    std::vector<float> xref(T * H), oref(T * H);
+    for (int64_t t = 0; t < T; ++t) {
+      std::vector<float> s(H);
+      for (int64_t i = 0; i < H; ++i) {
+        s[i] = xref[t * H + i] =
+            bf(bf16_to_float(x0[t * H + i]) + bf16_to_float(a0[t * H + i]));
+      }
+      const auto o = gemma_norm(s, w_out, eps);
+      for (int64_t i = 0; i < H; ++i) oref[t * H + i] = o[i];
+    }
+    const std::string h = " H=" + std::to_string(H);
+    expect_close(x1, xref, 0, ("plain add x" + h).c_str());  // one rounding of the same sum
+    expect_close(o1, oref, 2, ("plain add+norm out" + h).c_str());
+
+    const std::vector<int32_t> rows = {5, 1};
+    Dev<bf16_t> x2(x0), out2(std::vector<bf16_t>(rows.size() * H));
+    Dev<int32_t> drows(rows);
+    k::gemma_norm_add_rmsnorm(x2.p, a.p, nullptr, dwo.p, eps, out2.p, drows.p,
+                              static_cast<int64_t>(rows.size()), H, nullptr);
+    T_CUDA(cudaDeviceSynchronize());
+    const auto x2h = x2.get(), o2 = out2.get();
+    for (size_t i = 0; i < x0.size(); ++i) ASSERT_EQ(x2h[i].bits, x0[i].bits) << "x written" << h;
+    for (size_t r = 0; r < rows.size(); ++r) {
+      for (int64_t i = 0; i < H; ++i) {
+        ASSERT_EQ(o2[r * H + i].bits, o1[rows[r] * H + i].bits) << "row " << rows[r] << h;
+      }
+    }
   }
 }
 

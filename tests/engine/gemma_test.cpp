@@ -1,4 +1,5 @@
-// Gemma 2 / Gemma 3 on the CPU (issue 19) beyond the HF parity of model_families_test.cpp:
+// Gemma 1 / 2 / 3 on the CPU (issue 19; Gemma 1 in session 52) beyond the HF parity of
+// model_families_test.cpp:
 // what each format's config says, each feature switched off misses HF, the transformers 4.x
 // config layouts give the same logits, tensor parallelism, the CUDA refusal and malformed
 // configs / metadata. The checkpoints come from scripts/make_tiny_checkpoints.py.
@@ -73,6 +74,33 @@ TEST(GemmaConfig, Gemma2FromBothFormats) {
   }
   EXPECT_TRUE(hf.norm_weight_offset);   // HF stores w, applies 1 + w
   EXPECT_FALSE(gg.norm_weight_offset);  // the converter stored 1 + w
+}
+
+// Gemma 1: Llama's layer with Gemma's GeGLU, (1 + w) norms and embedding scale; the softmax
+// scale 1/sqrt(head_dim) (0 = the default), where head_dim 64 is not hidden / heads = 8.
+TEST(GemmaConfig, Gemma1FromBothFormats) {
+  const ModelConfig hf = hf_config("gemma"), gg = gguf_config("gemma");
+  for (const ModelConfig* c : {&hf, &gg}) {
+    EXPECT_EQ(c->architecture, "gemma");
+    EXPECT_EQ(c->head_dim, 64);
+    EXPECT_EQ(c->num_heads, 4);
+    EXPECT_EQ(c->num_kv_heads, 2);
+    EXPECT_EQ(c->activation, ModelConfig::Activation::kGeluTanh);
+    EXPECT_FALSE(c->sandwich_norms);
+    EXPECT_FALSE(c->qk_norm);
+    EXPECT_TRUE(c->tie_word_embeddings);
+    EXPECT_EQ(c->attention_scale, 0.0);
+    EXPECT_EQ(c->attn_logit_softcap, 0.0);
+    EXPECT_EQ(c->final_logit_softcap, 0.0);
+    EXPECT_DOUBLE_EQ(c->embedding_scale, std::sqrt(32.0));
+    EXPECT_EQ(c->rope_style, ModelConfig::RopeStyle::kRotateHalf);
+    EXPECT_EQ(c->rope_theta, 10000.0);
+    EXPECT_EQ(c->rope_scaling.type, RopeScaling::Type::kNone);
+    EXPECT_EQ(c->window_left(0), -1);
+    EXPECT_EQ(c->window_left(1), -1);
+  }
+  EXPECT_TRUE(hf.norm_weight_offset);
+  EXPECT_FALSE(gg.norm_weight_offset);
 }
 
 TEST(GemmaConfig, Gemma3FromBothFormats) {
@@ -189,6 +217,46 @@ TEST(GemmaConfig, HubShapedConfigs) {
   EXPECT_EQ(global, 4);  // layers 5, 11, 17, 23
   EXPECT_EQ(g3.window_left(5), -1);
   EXPECT_EQ(g3.window_left(25), 511);
+  // gemma-7b (transformers 4.38): hidden_act "gelu" (legacy: the tanh form), head_dim 256
+  // where hidden / heads is 192; gemma-1.1-2b-it adds hidden_activation. No window, no caps.
+  const nlohmann::json g7 = {{"architectures", {"GemmaForCausalLM"}},
+                             {"attention_bias", false},
+                             {"bos_token_id", 2},
+                             {"eos_token_id", 1},
+                             {"head_dim", 256},
+                             {"hidden_act", "gelu"},
+                             {"hidden_size", 3072},
+                             {"intermediate_size", 24576},
+                             {"max_position_embeddings", 8192},
+                             {"model_type", "gemma"},
+                             {"num_attention_heads", 16},
+                             {"num_hidden_layers", 28},
+                             {"num_key_value_heads", 16},
+                             {"pad_token_id", 0},
+                             {"rms_norm_eps", 1e-6},
+                             {"rope_scaling", nullptr},
+                             {"rope_theta", 10000.0},
+                             {"vocab_size", 256000}};
+  nlohmann::json g2b = g7;
+  g2b.update({{"hidden_size", 2048}, {"intermediate_size", 16384}, {"num_attention_heads", 8},
+              {"num_hidden_layers", 18}, {"num_key_value_heads", 1},
+              {"hidden_activation", "gelu_pytorch_tanh"}});
+  nlohmann::json bare = g7;  // GemmaConfig's defaults: head_dim 256, context 8192, tied
+  for (const char* k : {"head_dim", "max_position_embeddings", "hidden_act"}) bare.erase(k);
+  for (const nlohmann::json* j : std::vector<const nlohmann::json*>{&g7, &g2b, &bare}) {
+    const ModelConfig c = parse(*j);
+    EXPECT_EQ(c.architecture, "gemma");
+    EXPECT_EQ(c.head_dim, 256);
+    EXPECT_EQ(c.max_position_embeddings, 8192);
+    EXPECT_EQ(c.activation, ModelConfig::Activation::kGeluTanh);
+    EXPECT_FALSE(c.sandwich_norms);
+    EXPECT_EQ(c.attention_scale, 0.0);
+    EXPECT_EQ(c.final_logit_softcap, 0.0);
+    EXPECT_EQ(c.window_left(0), -1);
+    EXPECT_TRUE(c.tie_word_embeddings);
+    EXPECT_DOUBLE_EQ(c.embedding_scale, std::sqrt(static_cast<double>(c.hidden_size)));
+  }
+  EXPECT_EQ(parse(g2b).num_kv_heads, 1);
 }
 
 // ---- each feature matters: switched off, the HF reference is missed ------------------------
@@ -231,6 +299,22 @@ TEST(GemmaFeatures, EachFeatureChangesTheLogits) {
     std::printf("[gemma3] without %s: %.3g\n", what.c_str(), e);
     EXPECT_GT(e, 1e-2) << what;
   }
+  // Gemma 1. Its post_attention_layernorm (Llama's MLP input norm) takes the (1 + w) too;
+  // model_families_test's HF parity covers that one.
+  const std::vector<std::pair<std::string, std::function<void(C&)>>> g1 = {
+      {"embedding scale", [](C& c) { c.embedding_scale = 0; }},
+      {"GeGLU", [](C& c) { c.activation = C::Activation::kSilu; }},
+      {"1/sqrt(head_dim), not 1/sqrt(hidden / heads)",
+       [](C& c) { c.attention_scale = 1.0 / std::sqrt(8.0); }},
+  };
+  for (const auto& [what, edit] : g1) {
+    const double e = error_without("gemma", "safetensors", edit);
+    std::printf("[gemma] without %s: %.3g\n", what.c_str(), e);
+    EXPECT_GT(e, 1e-2) << what;
+  }
+  EXPECT_GT(error_without("gemma", "safetensors", [](C& c) { c.norm_weight_offset = false; }),
+            1e-2);
+  EXPECT_GT(error_without("gemma", "gguf", [](C& c) { c.norm_weight_offset = true; }), 1e-2);
 }
 
 // ---- tensor parallelism ---------------------------------------------------------------------
@@ -260,12 +344,23 @@ TEST(GemmaParallel, TwoRanksMatchHF) {
   teacher_forced_error(*model, cases, 16, 4096);
 }
 
+// tiny_gemma (4 heads, 2 KV heads) split over two ranks as it is: one KV head each.
+TEST(GemmaParallel, Gemma1TwoRanksMatchHF) {
+  ModelOptions tp;
+  tp.tensor_parallel = 2;
+  tp.num_threads = 1;
+  auto model = Model::create(load_hf_model(tiny_dir("gemma")), Device::cpu(), tp);
+  auto cases = load_cases("gemma");
+  cases.resize(3);
+  teacher_forced_error(*model, cases, 16, 4096);
+}
+
 // ---- the GPU model runs Gemma (cuda_gemma.h); what it lacks is refused by name -------------
 
 TEST(GemmaCuda, PassesTheCudaChecks) {
   // A CPU-only build then fails only for the missing backend; a CUDA build creates the model.
   auto create = [](ModelWeights w) { Model::create(std::move(w), Device::cuda(0)); };
-  for (const std::string& arch : {"gemma2", "gemma3"}) {
+  for (const std::string& arch : {"gemma", "gemma2", "gemma3"}) {
     for (const std::string& format : {"safetensors", "gguf"}) {
       const std::string msg = error_of([&] {
         create(format == "gguf" ? load_gguf_model(tiny_dir(arch) + "/model.gguf")
@@ -304,14 +399,6 @@ TEST(GemmaCuda, Fp8CachesFollowTheKernelsForms) {
   global3.config.sliding_window = 0;
   expect(std::move(global3),
          "kv_cache_dtype fp8 with head_dim 256 (gemma3) is not supported on cuda:0");
-}
-
-TEST(GemmaCuda, EmbeddingScaleWithoutSandwichNormsIsRefusedByName) {
-  ModelWeights w = load_hf_model(tiny_dir("llama"));
-  w.config.embedding_scale = 8.0;
-  EXPECT_ERROR_HAS(Model::create(std::move(w), Device::cuda(0)),
-                   "Model::create: llama has the embedding scale 8 without Gemma's sandwich "
-                   "norms, not supported on cuda:0 (CPU only)");
 }
 
 // ---- malformed configs and metadata name the field ---------------------------------------
@@ -365,6 +452,14 @@ TEST(GemmaConfig, BadHFConfigsNameTheField) {
       "architecture 'Gemma3ForConditionalGeneration' is not supported");
   has(error_with("gemma3", [](auto& c) { c["num_hidden_layers"] = int64_t{1} << 40; }),
       "num_layers is 1099511627776 but must lie in [1, 4096]");
+  // Gemma 1's activation: hidden_act (transformers 5) and hidden_activation (4.x) must both
+  // mean GELU's tanh form.
+  has(error_with("gemma", [](auto& c) { c["hidden_act"] = "silu"; }),
+      "hidden_act 'silu' is not supported (gelu, gelu_pytorch_tanh");
+  has(error_with("gemma", [](auto& c) { c["hidden_activation"] = "gelu"; }),
+      "hidden_activation 'gelu' is not supported (gelu_pytorch_tanh)");
+  has(error_with("gemma", [](auto& c) { c["use_bidirectional_attention"] = true; }),
+      "use_bidirectional_attention = true (EmbeddingGemma) is not supported");
   // A tied Gemma without the flag is tied (both configs' default); lm_head is not needed.
   TempDir dir;
   edited_checkpoint("gemma2", dir.path(), [](auto& c) { c.erase("tie_word_embeddings"); });
@@ -439,6 +534,41 @@ TEST(GemmaConfig, GgufDefaultsAndBadValues) {
       .kv_u32("gemma2.block_count", 1u << 31)
       .kv_u32("gemma2.attention.head_count", 2);
   EXPECT_ERROR_HAS(open(huge), "num_layers is 2147483648 but must lie in [1, 4096]");
+}
+
+// llama.cpp's gemma graph reads none of the Gemma 2 keys: a window or a scale in the file is
+// ignored, as llama.cpp ignores it.
+TEST(GemmaConfig, Gemma1GgufIgnoresGemma2Keys) {
+  TempDir dir;
+  const auto path = (dir.path() / "m.gguf").string();
+  auto g = gemma_gguf("gemma", 2);
+  g.kv_f32("gemma.attention.scale", 0.5f).kv_f32("gemma.final_logit_softcapping", 30.0f);
+  testing::write_file(path, g.build());
+  const ModelConfig c = config_from_gguf(GgufFile::open(path));
+  EXPECT_EQ(c.architecture, "gemma");
+  EXPECT_EQ(c.window_left(0), -1);
+  EXPECT_EQ(c.attention_scale, 0.0);
+  EXPECT_EQ(c.final_logit_softcap, 0.0);
+  EXPECT_FALSE(c.sandwich_norms);
+  EXPECT_FALSE(c.norm_weight_offset);
+  EXPECT_DOUBLE_EQ(c.embedding_scale, std::sqrt(8.0));
+}
+
+// Gemma 1's GGUF: ffn_norm is its post_attention_layernorm (the MLP's input norm), every norm
+// holds 1 + w (convert_hf_to_gguf.py's GemmaModel), and no post_* norm is expected.
+TEST(GemmaWeights, Gemma1GgufNormsHoldOnePlusW) {
+  const ModelWeights w = load_gguf_model(tiny_dir("gemma") + "/model.gguf");
+  const ModelWeights hf = load_hf_model(tiny_dir("gemma"));
+  for (const char* n : {"model.layers.1.post_attention_layernorm.weight",
+                        "model.layers.0.input_layernorm.weight", "model.norm.weight"}) {
+    const Tensor& a = w.tensors.at(n);
+    const Tensor& b = hf.tensors.at(n);
+    for (int64_t i = 0; i < a.numel(); ++i) {
+      ASSERT_EQ(a.ptr<const float>()[i], 1.0f + b.ptr<const float>()[i]) << n << " " << i;
+    }
+  }
+  EXPECT_EQ(w.tensors.count("model.layers.0.pre_feedforward_layernorm.weight"), 0u);
+  EXPECT_EQ(w.tensors.count("lm_head.weight"), 0u);
 }
 
 // GGUF's tensor names: ffn_norm is Gemma's pre-feedforward norm, post_attention_norm and

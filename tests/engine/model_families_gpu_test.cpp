@@ -5,7 +5,10 @@
 // tiny Gemma 2 (head_dim 256, attention soft-cap 5, final soft-cap 2, window 8 on layer 0,
 // query_pre_attn_scalar 64, GeGLU, sandwich norms, RMSNorm (1 + w), embedding scale) and
 // Gemma 3 (q/k norms, local RoPE base 10000 on the sliding layer 0, rope_theta 1e6 with linear
-// factor 8 on the global layer 1) from both formats (cuda_gemma.h), through the same checks.
+// factor 8 on the global layer 1) from both formats (cuda_gemma.h), through the same checks;
+// and the tiny Gemma 1 (GQA 4/2, head_dim 64 where hidden / heads is 8, GeGLU, RMSNorm (1 + w)
+// on Llama's two norms a layer -- no sandwich norms --, embedding scale, tied; session 52,
+// written without a GPU) through the same Gemma kernels.
 //   - Teacher-forced on HF's tokens through the paged cache, the BlockManager and the batch
 //     builder (blocks 16 with one-step prefill; blocks 1 with chunks of 5, so the window and
 //     the scaled RoPE also go through the paged prefill): mean relative L2 below 5e-2 (the HF
@@ -202,7 +205,8 @@ TEST_P(FamilyGpu, CudaGraphsOnEqualsOff) {
 
 INSTANTIATE_TEST_SUITE_P(
     HF, FamilyGpu,
-    ::testing::Combine(::testing::Values("llama3", "qwen2", "mistral", "gemma2", "gemma3"),
+    ::testing::Combine(::testing::Values("llama3", "qwen2", "mistral", "gemma", "gemma2",
+                                         "gemma3"),
                        ::testing::Values("safetensors", "gguf")),
     [](const auto& info) { return std::get<0>(info.param) + "_" + std::get<1>(info.param); });
 
@@ -264,6 +268,17 @@ TEST(FamilyGpuFeatures, EachGemmaFeatureIsApplied) {
   for (const auto& [what, edit] : g3) {
     expect_feature_matters("gemma3", what, [&](ModelWeights& w) { edit(w.config); });
   }
+  // Gemma 1 (gemma_test's CPU figures in its GemmaFeatures test). The embedding scale is not
+  // switched off here: without it the CUDA model would leave its Gemma layer altogether.
+  const std::vector<std::pair<std::string, std::function<void(C&)>>> g1 = {
+      {"GeGLU", [](C& c) { c.activation = C::Activation::kSilu; }},
+      {"RMSNorm (1 + w)", [](C& c) { c.norm_weight_offset = false; }},
+      // 1/sqrt(hidden / heads): what a model that derived head_dim would use.
+      {"the scale 1/sqrt(head_dim)", [](C& c) { c.attention_scale = 1.0 / std::sqrt(8.0); }},
+  };
+  for (const auto& [what, edit] : g1) {
+    expect_feature_matters("gemma", what, [&](ModelWeights& w) { edit(w.config); });
+  }
 }
 
 // ---- the GPU model against the CPU model on longer prompts, split prefill --------------------
@@ -297,9 +312,10 @@ ModelWeights rope_variant(const std::string& kind);
 
 
 TEST(FamilyGpuVsCpu, TeacherForcedWithSplitPrefill) {
-  for (const std::string arch : {"llama3", "qwen2", "mistral", "gemma2", "gemma3"}) {
+  for (const std::string arch : {"llama3", "qwen2", "mistral", "gemma", "gemma2", "gemma3"}) {
     expect_gpu_matches_cpu([&] { return load(arch, "safetensors"); }, arch + "/safetensors");
   }
+  expect_gpu_matches_cpu([] { return load("gemma", "gguf"); }, "gemma/gguf");
   expect_gpu_matches_cpu([] { return load("gemma3", "gguf"); }, "gemma3/gguf");
   expect_gpu_matches_cpu([] { return load("llama3", "gguf"); }, "llama3/gguf (rope_freqs)");
   for (const std::string kind : {"linear", "dynamic"}) {

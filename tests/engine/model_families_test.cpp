@@ -7,7 +7,10 @@
 //                   soft-capping, sliding/global layers, sandwich norms (1 + w), GeGLU,
 //                   embedding scale, tied (GGUF arch gemma2);
 //   tiny_gemma3  -- q/k norms, a local RoPE base on the sliding layer, linear scaling on the
-//                   global one (GGUF arch gemma3, attention.sliding_window_pattern).
+//                   global one (GGUF arch gemma3, attention.sliding_window_pattern);
+//   tiny_gemma   -- Gemma 1: GQA 4/2 with head_dim 64 (hidden / heads = 8), GeGLU, (1 + w)
+//                   on Llama's two norms a layer, embedding scale, tied, hidden_act "gelu"
+//                   (GGUF arch gemma, norms + 1).
 // The checkpoints, GGUF files and HF logits come from scripts/make_tiny_checkpoints.py. Each
 // feature is also switched off once to show the reference depends on it.
 #include <gtest/gtest.h>
@@ -101,7 +104,7 @@ TEST_P(Family, LLMGreedyTokensMatchHF) {
 
 INSTANTIATE_TEST_SUITE_P(HF, Family,
                          ::testing::Combine(::testing::Values("llama3", "qwen2", "mistral",
-                                                              "gemma2", "gemma3"),
+                                                              "gemma", "gemma2", "gemma3"),
                                             ::testing::Values("safetensors", "gguf")),
                          [](const auto& info) {
                            return std::get<0>(info.param) + "_" + std::get<1>(info.param);

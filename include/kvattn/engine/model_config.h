@@ -1,4 +1,4 @@
-// ModelConfig: the shape of a Llama-family decoder (Llama 2/3.x, Mistral, Qwen2/2.5, Qwen3, Gemma 2/3,
+// ModelConfig: the shape of a Llama-family decoder (Llama 2/3.x, Mistral, Qwen2/2.5, Qwen3, Gemma 1/2/3,
 // Phi-3), read
 // from GGUF metadata or from an HF config.json (see weights.h). Everything the forward pass needs
 // to interpret the weights.
@@ -38,7 +38,7 @@ struct RopeScaling {
 std::string_view rope_scaling_name(RopeScaling::Type t);  // "none" | "linear" | ...
 
 struct ModelConfig {
-  // "llama" | "mistral" | "qwen2" | "qwen3" | "gemma2" | "gemma3" | "phi3"
+  // "llama" | "mistral" | "qwen2" | "qwen3" | "gemma" | "gemma2" | "gemma3" | "phi3"
   std::string architecture;
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
@@ -84,7 +84,8 @@ struct ModelConfig {
     return sliding ? sliding_window - 1 : -1;
   }
 
-  // ---- Gemma 2 / Gemma 3 (all neutral by default) ----
+  // ---- Gemma 1 / 2 / 3 (all neutral by default; Gemma 1: GeGLU, (1 + w), the embedding
+  // scale, no sandwich norms) ----
   // The MLP's gate activation: SiLU (SwiGLU) or GELU's tanh approximation (GeGLU,
   // HF's gelu_pytorch_tanh).
   enum class Activation : uint8_t { kSilu, kGeluTanh } activation = Activation::kSilu;

@@ -89,7 +89,7 @@ struct GgufLoadOptions {
 // `progress` (optional) is called with the fraction of tensor bytes loaded so far, in [0, 1].
 using LoadProgress = std::function<void(double)>;
 
-// GGUF (architectures "llama", "qwen2", "qwen3", "gemma2", "gemma3" and "phi3"; llama.cpp's names, biases
+// GGUF (architectures "llama", "qwen2", "qwen3", "gemma", "gemma2", "gemma3" and "phi3"; llama.cpp's names, biases
 // included; the Llama 3 tensor rope_freqs.weight goes into config.rope_freq_factors, Phi-3's
 // rope_factors_{short,long}.weight into config.rope_scaling): dequantizes F32/F16/BF16/Q8_0/Q4_0/Q4_1/
 // Q5_0/Q5_1 and Q2_K/Q3_K/Q4_K/Q5_K/Q6_K to float32 (unless keep_quantized) and renames tensors to the HF names
@@ -111,7 +111,7 @@ struct HfLoadOptions {
 // HF directory: config.json plus model.safetensors, or model.safetensors.index.json and the
 // shards it names (bf16/f16/f32 converted to float32 unless options.keep_16bit).
 // Architectures LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM,
-// Gemma2ForCausalLM, Gemma3ForCausalLM (text-only) and Phi3ForCausalLM. Gemma's norm weights stay as the file
+// GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM (text-only) and Phi3ForCausalLM. Gemma's norm weights stay as the file
 // has them (w; the model applies 1 + w, config.norm_weight_offset).
 ModelWeights load_hf_model(const std::string& dir, const LoadProgress& progress = {},
                            const HfLoadOptions& options = {});

@@ -113,8 +113,8 @@ class CpuModel final : public Model {
         l.attn_out_norm = norm_weight(take(w, p + "post_attention_layernorm.weight"));
         l.post_norm = norm_weight(take(w, p + "pre_feedforward_layernorm.weight"));
         l.ffn_out_norm = norm_weight(take(w, p + "post_feedforward_layernorm.weight"));
-      } else {
-        l.post_norm = take(w, p + "post_attention_layernorm.weight");
+      } else {  // Llama's MLP input norm (Gemma 1's too: 1 + w)
+        l.post_norm = norm_weight(take(w, p + "post_attention_layernorm.weight"));
       }
       l.local_rope = !inv_freq_local_.empty() && cfg_.window_left(i) >= 0;
       l.wqkv = WeightMatrix(w, {p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight",

@@ -39,15 +39,22 @@ __global__ void gemma_norm_add_rmsnorm_kernel(bf16* __restrict__ x, const bf16* 
   bf16* xr = x + row * hidden;
   const bf16* ar = add + row * hidden;
   const bool write_back = rows == nullptr;
+  // The added row: normed (a sandwich norm), or as it is (w_add null: Gemma 1). The branch
+  // is uniform over the grid.
+  const bool normed = w_add != nullptr;
   float ss = 0.0f;
-  for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) {
-    const float v = f(ar[i]);
-    ss += v * v;
+  float inv_a = 1.0f;
+  if (normed) {
+    for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) {
+      const float v = f(ar[i]);
+      ss += v * v;
+    }
+    inv_a = rsqrtf(block_sum(ss) / static_cast<float>(hidden) + eps);
   }
-  const float inv_a = rsqrtf(block_sum(ss) / static_cast<float>(hidden) + eps);
+  auto added = [&](int64_t i) { return normed ? r(f(ar[i]) * inv_a * w_add[i]) : f(ar[i]); };
   ss = 0.0f;
   for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) {
-    const float y = r(f(ar[i]) * inv_a * w_add[i]);
+    const float y = added(i);
     const float s = r(f(xr[i]) + y);
     if (write_back) xr[i] = b(s);
     ss += s * s;
@@ -60,7 +67,7 @@ __global__ void gemma_norm_add_rmsnorm_kernel(bf16* __restrict__ x, const bf16* 
     if (write_back) {
       s = f(xr[i]);  // this thread's own write above
     } else {
-      s = r(f(xr[i]) + r(f(ar[i]) * inv_a * w_add[i]));
+      s = r(f(xr[i]) + added(i));
     }
     o[i] = b(s * inv * w_out[i]);
   }

@@ -1,4 +1,4 @@
-// Internal: the GPU model's Gemma 2 / Gemma 3 kernels (bf16 activations, float32 math), rounded
+// Internal: the GPU model's Gemma 1 / 2 / 3 kernels (bf16 activations, float32 math), rounded
 // where HF transformers' bf16 Gemma rounds:
 // - Gemma's RMSNorm computes in float32 and rounds once: bf16(x * rsqrt(mean(x^2) + eps) * w)
 //   with w = 1 + HF's weight added in float32 at load (Gemma2RMSNorm), held as float32 on the
@@ -28,6 +28,8 @@ void gemma_scale_rmsnorm(void* x, float scale, const float* w, float eps, void* 
 
 // A sandwich norm, the residual add and the next norm, per row:
 //   y = bf16(gemma_rmsnorm(add[row]) * w_add); s = bf16(x[row] + y); out = bf16(rmsnorm(s) * w_out)
+// w_add == null (Gemma 1, no sandwich norms): y = add[row], the plain residual add of HF's bf16
+// GemmaDecoderLayer, then Gemma's norm.
 // rows == null: every row t < num_rows, s written back to x[t] (out may be null: x only).
 // rows != null (the last layer's MLP output and the final norm of the logit rows): row =
 // rows[r] for r < num_rows, out[r] written, x not written. Weights float32 [hidden].

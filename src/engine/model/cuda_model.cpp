@@ -5,8 +5,8 @@
 // cuda_rope_kv.h), q/k/v biases added after the QKV GEMM and the o_proj bias after o_proj's
 // all-reduce (add_bias), each layer's sliding window handed to its Attention.
 //
-// Gemma 2 / Gemma 3 (ModelConfig::sandwich_norms; kernels in cuda_gemma.h) as the CPU model
-// runs them: the embedding rows times bf16(sqrt(hidden)) (HF's bf16 normalizer), Gemma's
+// Gemma 1 / 2 / 3 (ModelConfig::sandwich_norms or embedding_scale; kernels in cuda_gemma.h) as
+// the CPU model runs them (Gemma 1: the same layer without the sandwich norms): the embedding rows times bf16(sqrt(hidden)) (HF's bf16 normalizer), Gemma's
 // RMSNorm (float32 math, float32 weights with the (1 + w) fold done at load as the CPU model
 // does; rounded once), the sandwich norms fused with the residual add and the next norm,
 // GeGLU, q/k norms (Gemma 3, the q/k-norm + RoPE kernel with (1 + w) folded into its bf16
@@ -298,7 +298,8 @@ CudaModel::CudaModel(ModelWeights w, Device device, const ModelOptions& options,
     kv_scales_dev_ = ones.to(device);
   }
   sample_scratch_ = Tensor::empty({k::kSampleScratchBytes}, DType::kU8, device_);
-  gemma_ = cfg_.sandwich_norms;
+  // Gemma 1 has the embedding scale and Gemma's norms but not the sandwich ones.
+  gemma_ = cfg_.sandwich_norms || cfg_.embedding_scale != 0;
   // HF's bf16 Gemma multiplies by torch.tensor(sqrt(hidden), dtype=bfloat16) (55.5 for 3072;
   // the CPU model and HF's float32 model use float32(sqrt(hidden))).
   embed_scale_ = cfg_.embedding_scale != 0

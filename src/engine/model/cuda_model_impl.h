@@ -48,7 +48,8 @@ struct Layer {
   // bf16 on the device; with Gemma's sandwich norms the four norms (input_norm, post_norm =
   // pre_feedforward_layernorm, attn_out_norm = post_attention_layernorm, ffn_out_norm =
   // post_feedforward_layernorm) are float32 (cuda_gemma.h), otherwise attn/ffn_out_norm are
-  // undefined and post_norm is post_attention_layernorm.
+  // undefined and post_norm is post_attention_layernorm (Gemma 1: float32 too, its two norms
+  // run in the Gemma kernels with no sandwich norm: a null w_add).
   Tensor input_norm, post_norm, wqkv, q_norm, k_norm, wo, wgate_up, wdown;
   Tensor attn_out_norm, ffn_out_norm;
   Tensor qkv_bias, o_bias;  // bf16 [(H + 2 KVH) * D] and [hidden], or undefined (no biases)
@@ -277,7 +278,7 @@ class CudaModel final : public Model {
   Tensor embed_, final_norm_, lm_head_;
   Tensor inv_freq_;  // RoPE's frequencies with their scaling, float32 [head_dim / 2] (rope.h)
   Tensor inv_freq_local_;  // Gemma 3's sliding layers (rope::local_inv_freq), or undefined
-  bool gemma_ = false;         // cfg_.sandwich_norms: the Gemma layer (cuda_gemma.h)
+  bool gemma_ = false;  // sandwich norms or an embedding scale: the Gemma layer (cuda_gemma.h)
   float embed_scale_ = 0.0f;   // bf16(embedding_scale) as a float; 0 => none
   float final_softcap_ = 0.0f;  // 0 => none
   std::vector<Layer> layers_;

@@ -515,7 +515,10 @@ void CudaModel::run_layers(int64_t T, int64_t R, const int32_t* ids, const int32
       std::swap(xc, xn);
       lap(kGemm);
     } else {
-      if (gemma_) {  // x += post_attention_norm(o); h = pre_feedforward_norm(x)
+      // Gemma: x += post_attention_norm(o); h = pre_feedforward_norm(x). Gemma 1 has no
+      // sandwich norms: attn_out_norm / ffn_out_norm are undefined, their null pointers make
+      // the kernel add o as it is.
+      if (gemma_) {
         k::gemma_norm_add_rmsnorm(x, o, l.attn_out_norm.ptr<const float>(),
                                   l.post_norm.ptr<const float>(), eps, h, nullptr, T, H, on);
       } else {

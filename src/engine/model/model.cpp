@@ -17,10 +17,10 @@ void check_model_weights(const ModelWeights& w) {
   const ModelConfig& c = w.config;
   KVATTN_CHECK(c.architecture == "llama" || c.architecture == "mistral" ||
                    c.architecture == "qwen2" || c.architecture == "qwen3" ||
-                   c.architecture == "gemma2" || c.architecture == "gemma3" ||
-                   c.architecture == "phi3",
-               "Model: architecture must be llama, mistral, qwen2, qwen3, gemma2, gemma3 or phi3 "
-               "but is '", c.architecture, "'");
+                   c.architecture == "gemma" || c.architecture == "gemma2" ||
+                   c.architecture == "gemma3" || c.architecture == "phi3",
+               "Model: architecture must be llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3 "
+               "or phi3 but is '", c.architecture, "'");
   KVATTN_CHECK(c.hidden_size > 0 && c.num_layers > 0 && c.num_heads > 0 &&
                    c.num_kv_heads > 0 && c.head_dim > 0 && c.vocab_size > 0 &&
                    c.intermediate_size > 0,
@@ -45,14 +45,10 @@ void check_model_weights(const ModelWeights& w) {
 // What the GPU model does not run yet, refused by name before any weight reaches the device
 // (the CPU model runs all of it). Runs on CUDA: RoPE scaling (linear, dynamic NTK, llama3,
 // YaRN, rope_freqs: cuda_rope_kv.h), q/k/v and o_proj biases, per-layer sliding windows, and
-// Gemma 2 / Gemma 3 (GeGLU, the sandwich norms, RMSNorm (1 + w), the embedding scale, the
-// attention scale and soft-caps, Gemma 3's local RoPE base: cuda_gemma.h).
+// Gemma 1 / 2 / 3 (GeGLU, the sandwich norms, RMSNorm (1 + w), the embedding scale, the
+// attention scale and soft-caps, Gemma 3's local RoPE base: cuda_gemma.h; the CUDA model's Gemma
+// layer runs wherever a config has the sandwich norms or the embedding scale).
 void check_cuda_architecture(const ModelConfig& c, Device device, const ModelOptions& options) {
-  // The CUDA model scales the embedding only in its Gemma layer (the one with the sandwich
-  // norms); no family has the scale without them.
-  KVATTN_CHECK(c.embedding_scale == 0 || c.sandwich_norms, "Model::create: ", c.architecture,
-               " has the embedding scale ", c.embedding_scale,
-               " without Gemma's sandwich norms, not supported on ", device, " (CPU only)");
   // Dynamic NTK grows the base on the device; llama.cpp's rope_freqs divisors are not applied
   // there (GGUF has no dynamic type, so no file combines them).
   KVATTN_CHECK(c.rope_scaling.type != RopeScaling::Type::kDynamic || c.rope_freq_factors.empty(),

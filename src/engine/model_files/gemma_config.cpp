@@ -1,5 +1,6 @@
-// Gemma 2 / Gemma 3 configuration: transformers' Gemma2Config / Gemma3TextConfig defaults and
-// llama.cpp's gemma2 / gemma3 hyperparameters (llama-model.cpp's load_hparams).
+// Gemma 1 / Gemma 2 / Gemma 3 configuration: transformers' GemmaConfig / Gemma2Config /
+// Gemma3TextConfig defaults and llama.cpp's gemma / gemma2 / gemma3 hyperparameters
+// (llama-model.cpp's load_hparams, src/models/gemma*.cpp).
 #include "engine/model_files/gemma_config.h"
 
 #include <cmath>
@@ -34,10 +35,10 @@ bool any_sliding(const ModelConfig& c) {
   return false;
 }
 
-// Shared by both formats: what every Gemma is.
+// Shared by both formats: what every Gemma is. Gemma 1 has Llama's two norms a layer.
 void gemma_common(ModelConfig& c) {
   c.activation = ModelConfig::Activation::kGeluTanh;
-  c.sandwich_norms = true;
+  c.sandwich_norms = c.architecture != "gemma";
   c.qk_norm = c.architecture == "gemma3";
   c.rope_style = ModelConfig::RopeStyle::kRotateHalf;  // HF and llama.cpp (NeoX) alike
   c.embedding_scale = std::sqrt(static_cast<double>(c.hidden_size));
@@ -84,6 +85,45 @@ void gemma3_rope_from_hf(const nlohmann::json& j, ModelConfig& c, const std::str
   }
 }
 
+void refuse_bidirectional(const nlohmann::json& j, const std::string& file) {
+  if (auto b = j.find("use_bidirectional_attention"); b != j.end() && !b->is_null()) {
+    KVATTN_CHECK(!json_bool(*b, "use_bidirectional_attention", file), file,
+                 ": use_bidirectional_attention = true (EmbeddingGemma) is not supported");
+  }
+}
+
+// Both configs' default (GemmaConfig, Gemma2Config, Gemma3TextConfig): tied.
+void default_tied(const nlohmann::json& j, ModelConfig& c) {
+  if (auto tie = j.find("tie_word_embeddings"); tie == j.end() || tie->is_null()) {
+    c.tie_word_embeddings = true;
+  }
+}
+
+// Gemma 1: transformers 5's GemmaMLP applies ACT2FN[hidden_act], its config turning the
+// released configs' legacy "gelu" into "gelu_pytorch_tanh"; transformers 4.x applied
+// hidden_activation (null => gelu_pytorch_tanh) and ignored hidden_act. Where both readings
+// are GELU's tanh form the model is unambiguous; anything else is refused.
+void gemma1_from_hf(const nlohmann::json& j, ModelConfig& c, const std::string& file) {
+  auto act_of = [&](const char* key) -> std::string {
+    auto a = j.find(key);
+    return a == j.end() || a->is_null() ? "" : json_string(*a, key, file);
+  };
+  const std::string act = act_of("hidden_act"), act4 = act_of("hidden_activation");
+  KVATTN_CHECK(act.empty() || act == "gelu" || act == "gelu_pytorch_tanh", file,
+               ": hidden_act '", act, "' is not supported (gelu, gelu_pytorch_tanh: GELU's tanh "
+               "form)");
+  KVATTN_CHECK(act4.empty() || act4 == "gelu_pytorch_tanh", file, ": hidden_activation '", act4,
+               "' is not supported (gelu_pytorch_tanh)");
+  refuse_bidirectional(j, file);
+  default_tied(j, c);
+  // HF's GemmaAttention: scaling head_dim ** -0.5, no soft-cap, no window (sliding_window
+  // is not a GemmaConfig field and is ignored, as HF does).
+  c.attention_scale = 0.0;
+  c.attn_logit_softcap = c.final_logit_softcap = 0.0;
+  c.sliding_window = 0;
+  c.sliding_layers.clear();
+}
+
 }  // namespace
 
 void gemma_from_hf(const nlohmann::json& j, ModelConfig& c, const std::string& file) {
@@ -95,16 +135,17 @@ void gemma_from_hf(const nlohmann::json& j, ModelConfig& c, const std::string& f
   };
   gemma_common(c);
   c.norm_weight_offset = true;  // Gemma*RMSNorm: x_normed * (1 + w)
+  if (c.architecture == "gemma") {
+    gemma1_from_hf(j, c, file);
+    return;
+  }
   std::string act = "gelu_pytorch_tanh";
   if (auto a = j.find("hidden_activation"); a != j.end() && !a->is_null()) {
     act = json_string(*a, "hidden_activation", file);
   }
   KVATTN_CHECK(act == "gelu_pytorch_tanh", file, ": hidden_activation '", act,
                "' is not supported (gelu_pytorch_tanh)");
-  if (auto b = j.find("use_bidirectional_attention"); b != j.end() && !b->is_null()) {
-    KVATTN_CHECK(!json_bool(*b, "use_bidirectional_attention", file), file,
-                 ": use_bidirectional_attention = true (EmbeddingGemma) is not supported");
-  }
+  refuse_bidirectional(j, file);
   const double qpas = num_or("query_pre_attn_scalar", 256.0);
   KVATTN_CHECK(finite_positive(qpas), file, ": query_pre_attn_scalar must be finite and > 0 but is ",
                qpas);
@@ -122,9 +163,7 @@ void gemma_from_hf(const nlohmann::json& j, ModelConfig& c, const std::string& f
   };
   c.attn_logit_softcap = softcap("attn_logit_softcapping", g2 ? 50.0 : 0.0);
   c.final_logit_softcap = softcap("final_logit_softcapping", g2 ? 30.0 : 0.0);
-  if (auto tie = j.find("tie_word_embeddings"); tie == j.end() || tie->is_null()) {
-    c.tie_word_embeddings = true;  // both configs' default
-  }
+  default_tied(j, c);
   auto flag = [&](const char* k) {
     auto it = j.find(k);
     return it != j.end() && !it->is_null() && json_bool(*it, k, file);
@@ -165,6 +204,13 @@ void gemma_from_gguf(const GgufFile& g, ModelConfig& c) {
   check_layers(c, file);
   gemma_common(c);
   c.norm_weight_offset = false;  // convert_hf_to_gguf.py stores 1 + w
+  if (c.architecture == "gemma") {  // llama_model_gemma: none of the keys below
+    c.attention_scale = 0.0;
+    c.attn_logit_softcap = c.final_logit_softcap = 0.0;
+    c.sliding_window = 0;
+    c.sliding_layers.clear();
+    return;
+  }
   // llama.cpp's hparams: gemma2 soft-caps (defaults 50 / 30); gemma3 none unless written.
   c.attn_logit_softcap = g2 ? g.get_float(a + "attn_logit_softcapping", 50.0) : 0.0;
   c.final_logit_softcap = g.get_float(a + "final_logit_softcapping", g2 ? 30.0 : 0.0);

@@ -89,7 +89,7 @@ ModelConfig config_from_gguf(const GgufFile& g) {
   KVATTN_CHECK(c.architecture == "llama" || c.architecture == "qwen2" ||
                    c.architecture == "qwen3" || c.architecture == "phi3" || is_gemma(c),
                file, ": general.architecture is '", c.architecture,
-               "' (supported: llama, qwen2, qwen3, phi3, gemma2, gemma3)");
+               "' (supported: llama, qwen2, qwen3, phi3, gemma, gemma2, gemma3)");
   const std::string a = c.architecture + ".";
   auto need = [&](const std::string& key) {
     KVATTN_CHECK(g.find(key) != nullptr, file, ": metadata key '", key, "' is missing");
@@ -162,12 +162,14 @@ ModelConfig config_from_hf_json(const std::string& path) {
   else if (arch == "MistralForCausalLM") c.architecture = "mistral";
   else if (arch == "Qwen2ForCausalLM") c.architecture = "qwen2";
   else if (arch == "Qwen3ForCausalLM") c.architecture = "qwen3";
+  else if (arch == "GemmaForCausalLM") c.architecture = "gemma";
   else if (arch == "Gemma2ForCausalLM") c.architecture = "gemma2";
   else if (arch == "Gemma3ForCausalLM") c.architecture = "gemma3";  // text-only (gemma3_text)
   else if (arch == "Phi3ForCausalLM") c.architecture = "phi3";
   else KVATTN_FAIL(path, ": architecture '", arch,
                    "' is not supported (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
-                   "Qwen3ForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Phi3ForCausalLM)");
+                   "Qwen3ForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, "
+                   "Phi3ForCausalLM)");
 
   c.vocab_size = json_int(field("vocab_size"), "vocab_size", path);
   c.hidden_size = json_int(field("hidden_size"), "hidden_size", path);
@@ -175,7 +177,11 @@ ModelConfig config_from_hf_json(const std::string& path) {
   c.num_layers = json_int(field("num_hidden_layers"), "num_hidden_layers", path);
   c.num_heads = json_int(field("num_attention_heads"), "num_attention_heads", path);
   c.num_kv_heads = int_or("num_key_value_heads", c.num_heads);
-  c.head_dim = int_or("head_dim", c.num_heads > 0 ? c.hidden_size / c.num_heads : 0);
+  // HF's Gemma configs default head_dim to 256 (gemma-7b: hidden 3072 / 16 heads = 192), their
+  // context to 8192 (Gemma 3: 131072).
+  const bool gemma = is_gemma(c);
+  c.head_dim = int_or("head_dim",
+                      gemma ? 256 : c.num_heads > 0 ? c.hidden_size / c.num_heads : 0);
   c.rms_norm_eps = num_or("rms_norm_eps", 1e-6);
   c.rope_theta = num_or("rope_theta", 10000.0);
   // transformers >= 5 writes {"rope_parameters": {"rope_theta": ..., "rope_type": "default"}}
@@ -188,7 +194,8 @@ ModelConfig config_from_hf_json(const std::string& path) {
     }
     rope_params = &*rp;
   }
-  c.max_position_embeddings = int_or("max_position_embeddings", 2048);
+  c.max_position_embeddings = int_or(
+      "max_position_embeddings", !gemma ? 2048 : c.architecture == "gemma3" ? 131072 : 8192);
   auto tie = j.find("tie_word_embeddings");
   c.tie_word_embeddings = tie != j.end() && json_bool(*tie, "tie_word_embeddings", path);
   // transformers 4.x: rope_scaling (it wins over a 5.x rope_parameters in the same file).

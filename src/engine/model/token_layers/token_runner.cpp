@@ -30,7 +30,7 @@ namespace {
 // Why the model's layers are not the kernel's, or "".
 std::string model_not_covered(const ModelConfig& c, bool tensor_parallel) {
   if (tensor_parallel) return "tensor parallel";
-  if (c.sandwich_norms) return "sandwich norms (Gemma)";
+  if (c.sandwich_norms || c.embedding_scale != 0) return "Gemma's norms";
   if (c.activation != ModelConfig::Activation::kSilu) return "not SiLU";
   if (c.qkv_bias || c.o_bias) return "attention biases";
   if (c.attn_logit_softcap != 0.0) return "attention soft-cap";
