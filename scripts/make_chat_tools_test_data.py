@@ -392,6 +392,19 @@ CASES = [
 ]
 
 
+def float_cases():
+    """Doubles and Python's repr of them (tojson prints floats so): edges and random ones."""
+    import random
+    import struct
+    rng = random.Random(52)
+    xs = [0.0, -0.0, 1.0, 0.1, 1e15, 1e16, 9999999999999998.0, 1e-4, 1e-5, 123456.789,
+          5e-324, 1.7976931348623157e308, 2.5e-7, 1e22, 0.30000000000000004, -1500.0]
+    xs += [rng.uniform(-1e3, 1e3) for _ in range(100)]
+    xs += [struct.unpack("<d", struct.pack("<Q", rng.getrandbits(64)))[0] for _ in range(300)]
+    xs += [rng.choice([1, -1]) * 10.0 ** rng.uniform(-30, 30) for _ in range(100)]
+    return [x for x in xs if x == x and abs(x) != float("inf")]
+
+
 def as_vllm_passes(messages):
     out = copy.deepcopy(messages)
     for m in out:
@@ -441,6 +454,12 @@ def main():
                              f"{cxx_string(json.dumps(msgs, ensure_ascii=False))},\n   "
                              f"{str(gen).lower()}, {str(raises).lower()},\n   "
                              f"{cxx_string(expected)}}},  // {name}")
+    lines.append("};")
+    lines += ["// {a double (C hex literal), Python's repr}.",
+              "struct PyFloat { double value; const char* repr; };",
+              "const PyFloat kPyFloats[] = {"]
+    for x in float_cases():
+        lines.append(f"  {{{x.hex()}, {cxx_string(repr(x))}}},")
     lines.append("};")
     pathlib.Path(args.out).write_text("\n".join(lines) + "\n")
     print("wrote", args.out, "with", len(TEMPLATES) * len(CASES) * 2, "cases")

@@ -112,6 +112,8 @@ TEST(ChatTools, PyJsonIsPythonsJsonDumps) {
       {5e-324, "5e-324"},           {-2.5, "-2.5"},    {100.0, "100.0"},    {1.2345e-7, "1.2345e-07"},
       {9007199254740993.0, "9007199254740992.0"},      {0.1, "0.1"}};
   for (const auto& [d, want] : floats) EXPECT_EQ(py_json(Json(d)), want) << want;
+  for (const PyFloat& f : kPyFloats) EXPECT_EQ(py_json(Json(f.value)), f.repr);
+  EXPECT_GT(std::size(kPyFloats), 500u);
   EXPECT_EQ(py_json(Json::parse(R"({"b":[1,{"x":null}],"a":"\u0001\u007f\"\\\n\t\b\f\r é"})")),
             "{\"b\": [1, {\"x\": null}], \"a\": \"\\u0001\x7f\\\"\\\\\\n\\t\\b\\f\\r é\"}");
   EXPECT_EQ(py_json(Json::parse(R"({"a":[],"b":{},"c":[true,-7]})"), 2),

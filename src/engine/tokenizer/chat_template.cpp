@@ -149,9 +149,11 @@ std::string render_llama3(const ChatTemplate& t, const std::vector<ChatMessage>&
   }
   for (size_t i = first; i < messages.size(); ++i) {
     const ChatMessage& m = messages[i];
-    // The template renders these as JSON (tojson) under an "ipython" header: not done here.
+    // Templates with the published tool block render these in chat_tools.cpp; this source
+    // has only a part of it.
     KVATTN_CHECK(!t.llama3_dated_system || (m.role != "tool" && m.role != "ipython"),
-                 "chat template: Llama 3.1+ tool results (role '", m.role, "') are not supported");
+                 "chat template: Llama 3.1+ tool results (role '", m.role,
+                 "') are not supported by this template (it has no custom-tools block)");
     out += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n";
     out += trim(m.content);
     out += "<|eot_id|>";

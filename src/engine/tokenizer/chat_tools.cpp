@@ -5,6 +5,8 @@
 // a null content as "".
 #include "engine/tokenizer/chat_tools.h"
 
+#include <charconv>
+#include <cmath>
 #include <cstdio>
 
 #include "kvattn/core/error.h"
@@ -40,11 +42,15 @@ void put_string(std::string& out, const std::string& s) {
   out += '"';
 }
 
-// Python's repr of a double: the shortest round-trip digits (nlohmann prints those), in fixed
-// notation when the decimal point position p satisfies -4 < p <= 16, else d.ddde[+-]XX.
+// Python's repr of a double: the shortest round-trip digits (std::to_chars; nlohmann's grisu2
+// is not always shortest), in fixed notation when the decimal point position p satisfies
+// -4 < p <= 16, else d.ddde[+-]XX.
 std::string py_float(double d) {
-  const std::string s = nlohmann::json(d).dump();
-  if (s == "null") return d != d ? "NaN" : (d > 0 ? "Infinity" : "-Infinity");
+  if (!std::isfinite(d)) return d != d ? "NaN" : (d > 0 ? "Infinity" : "-Infinity");
+  char buf[64];
+  const std::to_chars_result r =
+      std::to_chars(buf, buf + sizeof buf, d, std::chars_format::scientific);
+  const std::string s(buf, r.ptr);
   size_t at = 0;
   std::string sign;
   if (s[0] == '-') {
