@@ -364,6 +364,8 @@ Json body_object(std::string_view body) {
 
 }  // namespace
 
+nlohmann::ordered_json parse_body_object(std::string_view body) { return body_object(body); }
+
 ParsedRequest parse_request(std::string_view body, Endpoint endpoint) {
   const Json j = body_object(body);
   ParsedRequest r;

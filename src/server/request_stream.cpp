@@ -18,4 +18,13 @@ bool RequestStream::pop_all(std::vector<StreamEvent>& out, std::chrono::millisec
   return true;
 }
 
+std::vector<StreamEvent> RequestStream::wait_all() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return !events_.empty(); });
+  std::vector<StreamEvent> out(std::make_move_iterator(events_.begin()),
+                               std::make_move_iterator(events_.end()));
+  events_.clear();
+  return out;
+}
+
 }  // namespace kvattn::server

@@ -45,6 +45,8 @@ class RequestStream {
   // Moves every queued event into `out` (appending). Waits up to `timeout` when none is
   // queued; false when it timed out empty.
   bool pop_all(std::vector<StreamEvent>& out, std::chrono::milliseconds timeout);
+  // Waits until an event is queued; returns every queued one.
+  std::vector<StreamEvent> wait_all();
 
  private:
   std::mutex mu_;

@@ -160,6 +160,14 @@ uint64_t ServerContext::random() {
   return rng_();
 }
 
+void ServerContext::check_model(const std::string& model) const {
+  if (!model.empty() && model != model_name) {
+    throw ApiError(404, "The model '" + model + "' does not exist; this server serves '" +
+                            model_name + "'",
+                   "model", "model_not_found");
+  }
+}
+
 std::string ServerContext::new_id(const char* prefix) {
   char buf[17];
   std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(random()));
@@ -232,6 +240,9 @@ Server::Server(LLM& llm, ServerOptions options)
             }));
   http.Post("/v1/chat/completions/?", with_body([&ctx](std::string_view body, auto& res) {
               handle_completion(ctx, body, res, Endpoint::kChat);
+            }));
+  http.Post("/v1/responses/?", with_body([&ctx](std::string_view body, auto& res) {
+              handle_responses(ctx, body, res);
             }));
   http.Post("/tokenize/?", with_body([&ctx](std::string_view body, auto& res) {
               handle_tokenize(ctx, body, res);

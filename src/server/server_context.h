@@ -36,6 +36,8 @@ struct ServerContext {
 
   uint64_t random();  // thread-safe
   std::string new_id(const char* prefix);
+  // A request's "model" must be empty or the served name: else ApiError 404 model_not_found.
+  void check_model(const std::string& model) const;
 
  private:
   std::mutex rng_mu_;
@@ -45,6 +47,8 @@ struct ServerContext {
 // POST /v1/completions and /v1/chat/completions. Throws ApiError for the error response.
 void handle_completion(ServerContext& ctx, std::string_view body, httplib::Response& res,
                        Endpoint endpoint);
+// POST /v1/responses (the Responses API; responses_handler.cpp). Throws ApiError likewise.
+void handle_responses(ServerContext& ctx, std::string_view body, httplib::Response& res);
 // POST /tokenize and /detokenize (vLLM's; tokenize_handler.cpp). Throw ApiError likewise.
 void handle_tokenize(ServerContext& ctx, std::string_view body, httplib::Response& res);
 void handle_detokenize(ServerContext& ctx, std::string_view body, httplib::Response& res);

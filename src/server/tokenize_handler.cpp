@@ -14,11 +14,7 @@ namespace kvattn::server {
 namespace {
 
 const Tokenizer& tokenizer_of(const ServerContext& ctx, const std::string& model) {
-  if (!model.empty() && model != ctx.model_name) {
-    throw ApiError(404, "The model '" + model + "' does not exist; this server serves '" +
-                            ctx.model_name + "'",
-                   "model", "model_not_found");
-  }
+  ctx.check_model(model);
   if (ctx.llm.tokenizer() == nullptr) {
     throw ApiError(400, "this model has no tokenizer", "", "invalid_request_error");
   }
