@@ -598,6 +598,10 @@ TokenizeRequest parse_tokenize(std::string_view body) {
       r.add_generation_prompt = get_bool(v, k);
     } else if (key == "chat_template_kwargs") {
       parse_template_kwargs(v, r.enable_thinking);
+    } else if (key == "tools") {
+      ToolRequest tools;
+      parse_tools(v, tools);
+      r.tools_json = std::move(tools.tools_json);
     } else {
       throw bad_request("unknown parameter '" + key + "'", key, "unknown_parameter");
     }

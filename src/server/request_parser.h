@@ -108,7 +108,7 @@ ParsedRequest parse_request(std::string_view body, Endpoint endpoint);
 nlohmann::ordered_json parse_body_object(std::string_view body);
 
 // vLLM's POST /tokenize: {"prompt": text} or {"messages": [...]} (the chat template applied,
-// add_generation_prompt default true; chat_template_kwargs as in chat), add_special_tokens
+// add_generation_prompt default true; chat_template_kwargs and tools as in chat), add_special_tokens
 // (default true: the model's BOS where
 // its tokenizer adds one, as the completion endpoints encode; vLLM's chat default is false,
 // its chat path encodes without it), model. POST /detokenize: {"tokens": [ids]}, model. Same
@@ -120,6 +120,7 @@ struct TokenizeRequest {
   bool add_special_tokens = true;
   bool add_generation_prompt = true;
   std::optional<bool> enable_thinking;  // chat_template_kwargs.enable_thinking
+  std::string tools_json;  // vLLM's "tools" (as chat's; rendered by templates with a tool format)
   bool chat() const { return !messages.empty(); }  // messages given (else prompt)
 };
 TokenizeRequest parse_tokenize(std::string_view body);

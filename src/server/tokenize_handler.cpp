@@ -31,7 +31,8 @@ void handle_tokenize(ServerContext& ctx, std::string_view body, httplib::Respons
   }
   // As the completion endpoints encode (prompt_builder.cpp): LLM::encode adds the model's BOS.
   const std::string text =
-      r.chat() ? tok.apply_chat_template(r.messages, r.add_generation_prompt, r.enable_thinking)
+      r.chat() ? tok.apply_chat_template(r.messages, r.add_generation_prompt, r.enable_thinking,
+                                         r.tools_json)
                : r.prompt;
   const std::vector<int32_t> ids = r.add_special_tokens ? ctx.llm.encode(text) : tok.encode(text);
   const nlohmann::json out = {{"count", ids.size()},

@@ -191,5 +191,18 @@ TEST(ToolRequest, BadFieldsNameThemselves) {
   }
 }
 
+TEST(ToolRequest, TokenizeTakesTools) {
+  const TokenizeRequest t = parse_tokenize(
+      "{" + kMsgs + ", " + kTools + R"(, "add_generation_prompt": true})");
+  EXPECT_EQ(Json::parse(t.tools_json).size(), 2u);
+  EXPECT_EQ(parse_tokenize("{" + kMsgs + "}").tools_json, "");
+  try {
+    parse_tokenize("{" + kMsgs + R"(, "tools": [{"type": "function"}]})");
+    ADD_FAILURE() << "no error";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.param(), "tools");
+  }
+}
+
 }  // namespace
 }  // namespace kvattn::server
