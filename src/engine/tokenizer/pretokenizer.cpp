@@ -3,8 +3,6 @@
 
 #include <pcre2.h>
 
-#include <initializer_list>
-
 #include "engine/tokenizer/utf8.h"
 #include "kvattn/core/error.h"
 
@@ -93,54 +91,6 @@ std::vector<std::string> PreTokenizer::run(std::string_view text) const {
     pieces = std::move(next);
   }
   return pieces;
-}
-
-namespace {
-
-bool one_of(const std::string& s, std::initializer_list<const char*> names) {
-  for (const char* n : names) {
-    if (s == n) return true;
-  }
-  return false;
-}
-
-}  // namespace
-
-GgufPreTokenizer pretokenizer_for_gguf(const std::string& pre, const std::string& file) {
-  auto step = [](const char* pattern) {
-    return PreTokenizer::Step{std::make_shared<const Regex>(pattern), false, false};
-  };
-  GgufPreTokenizer g;
-  PreTokenizer& p = g.pre;
-  if (pre == "default" || pre.empty()) {
-    // llama.cpp's DEFAULT (no or an unrecognised-as-default key; old GPT-NeoX-style files):
-    // punctuation runs, then GPT-2, then digit runs cut in threes.
-    p.steps = {step(R"([\p{P}\$\+<=>\^~\|]+)"), step(kGpt2Pattern), step(R"(\p{N}+)"),
-               step("[0-9][0-9][0-9]")};
-  } else if (pre == "gpt2" ||
-             one_of(pre, {"gpt-2", "phi-2", "jina-es", "jina-de", "gigachat", "jina-v2-es",
-                          "jina-v2-de", "a.x-4.0", "mellum", "modern-bert", "jina-v1-en",
-                          "jina-v2-code", "roberta-bpe", "mpt", "olmo", "jais", "trillion",
-                          "granite-docling"})) {
-    p.steps = {step(kGpt2Pattern)};  // "gpt2": kvattn's own name from before the aliases
-  } else if (one_of(pre, {"starcoder", "refact", "command-r", "smollm", "codeshell", "exaone",
-                          "minerva-7b", "mellum2"})) {
-    p.steps = {step(R"(\p{N})"), step(kGpt2Pattern)};  // digits one by one, then GPT-2
-  } else if (one_of(pre, {"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral",
-                          "midm-2.0", "lfm2", "jina-v5-nano"})) {
-    p.steps = {step(kLlama3Pattern)};
-    g.ignore_merges = true;
-    g.add_bos = true;
-  } else if (one_of(pre, {"dbrx", "smaug-bpe"})) {
-    p.steps = {step(kLlama3Pattern)};  // Llama 3's regex, with the merges applied
-  } else if (one_of(pre, {"qwen2", "deepseek-r1-qwen", "kormo", "f2llmv2", "stablelm2"})) {
-    p.steps = {step(kQwen2Pattern)};
-  } else {
-    KVATTN_FAIL(file, ": tokenizer.ggml.pre '", pre, "' is not supported (default, gpt-2 and ",
-                "its aliases, smollm / starcoder / command-r, llama-bpe / llama3, dbrx, "
-                "smaug-bpe, qwen2 / deepseek-r1-qwen / stablelm2)");
-  }
-  return g;
 }
 
 }  // namespace kvattn::tokenizer_detail

@@ -39,20 +39,16 @@ struct PreTokenizer {
   std::vector<std::string> run(std::string_view text) const;
 };
 
-// Patterns, as published by the model families.
+// GPT-2's pattern, as published (HF ByteLevel; the GGUF pipelines are in gguf_pretokenizer.cpp).
+// llama.cpp writes it without its last "\s+" alternative: the same pieces, since whitespace no
+// alternative matches becomes a piece of its own between two matches.
 inline constexpr const char* kGpt2Pattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
-inline constexpr const char* kLlama3Pattern =
-    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
-inline constexpr const char* kQwen2Pattern =
-    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
-// llama.cpp writes the GPT-2 pattern without its last "\s+" alternative: the same pieces, since
-// whitespace no alternative matches becomes a piece of its own between two matches.
 // What llama.cpp (llama-vocab.cpp, mid 2026) makes of a GGUF tokenizer.ggml.pre value: its
 // regex pipeline, whether BPE merges are skipped for whole-word tokens (ignore_merges) and
 // whether BOS is added when tokenizer.ggml.add_bos_token is absent. Throws for values whose
-// pipeline kvattn lacks, naming the supported ones.
+// pipeline kvattn lacks, naming the supported ones. (gguf_pretokenizer.cpp)
 struct GgufPreTokenizer {
   PreTokenizer pre;
   bool ignore_merges = false;
