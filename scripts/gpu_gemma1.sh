@@ -9,14 +9,16 @@
 #      formats): teacher-forced vs HF's float32 logits (mean relative L2 < 5e-2, max rel < 0.1),
 #      each feature switched off misses HF by more than twice, GPU vs CPU with a split prefill,
 #      the LLM's greedy tokens (CUDA graphs) and graphs on == off;
-#   4. engine_gemma_test (creates every Gemma on cuda:0 from both formats).
+#   4. engine_gemma_test (creates every Gemma on cuda:0 from both formats) and
+#      engine_load_16bit_gpu_test's tiny families (bf16 kept on load == float32 load, bit for bit).
 #   run: bash scripts/gpu_gemma1.sh      (carry .deps)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source scripts/device_env.sh
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 step build
-kvattn_gpu_build OFF engine_cuda_gemma_gpu_test engine_model_families_gpu_test engine_gemma_test
+kvattn_gpu_build OFF engine_cuda_gemma_gpu_test engine_model_families_gpu_test engine_gemma_test \
+  engine_load_16bit_gpu_test
 step "Gemma kernels"
 run_test cuda_gemma 120 build-gpu/tests/engine/engine_cuda_gemma_gpu_test
 grep -E "plain add|worst" "$OUT/cuda_gemma.log" | head -n 12
@@ -26,3 +28,6 @@ run_test families_gemma 400 build-gpu/tests/engine/engine_model_families_gpu_tes
 grep -E "gemma" "$OUT/families_gemma.log" | grep -E "vs HF|without|gpu vs cpu|tokens" | head -n 40
 step "CPU Gemma test with a device"
 run_test gemma_cpu 240 build-gpu/tests/engine/engine_gemma_test
+run_test load16_gpu 240 build-gpu/tests/engine/engine_load_16bit_gpu_test \
+  --gtest_filter='*TinyFamilies*'
+grep -E "^\[gemma" "$OUT/load16_gpu.log" | head -n 3

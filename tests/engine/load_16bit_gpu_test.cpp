@@ -67,7 +67,8 @@ void expect_bit_identical(const std::string& dir, const std::string& what, int s
 }
 
 TEST(Load16BitGpu, TinyFamiliesLogitsAreBitIdentical) {
-  for (const char* name : {"llama", "llama3", "mistral", "qwen2", "qwen3", "gemma2", "gemma3"}) {
+  for (const char* name :
+       {"llama", "llama3", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3"}) {
     TempDir dir;
     test::write_16bit_copy(test::checkpoint(std::string("tiny_") + name), dir.path());
     expect_bit_identical(dir.path().string(), name, 8);

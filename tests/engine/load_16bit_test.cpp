@@ -171,7 +171,8 @@ std::vector<std::vector<int32_t>> prompts(int64_t vocab) {
 // Every tiny family, rewritten in BF16/F16: the CPU model (and two CPU ranks where the heads
 // split) from the kept tensors gives the float32 load's logits bit for bit.
 TEST(HfKeep16Bit, CpuModelLogitsAreBitIdentical) {
-  for (const char* name : {"llama", "llama3", "mistral", "qwen2", "qwen3", "gemma2", "gemma3"}) {
+  for (const char* name :
+       {"llama", "llama3", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3"}) {
     TempDir dir;
     test::write_16bit_copy(test::checkpoint(std::string("tiny_") + name), dir.path());
     HfLoadOptions keep;
