@@ -6,9 +6,10 @@
 // all-reduce (add_bias), each layer's sliding window handed to its Attention.
 //
 // Gemma 1 / 2 / 3 (ModelConfig::sandwich_norms or embedding_scale; kernels in cuda_gemma.h) as
-// the CPU model runs them (Gemma 1: the same layer without the sandwich norms): the embedding rows times bf16(sqrt(hidden)) (HF's bf16 normalizer), Gemma's
-// RMSNorm (float32 math, float32 weights with the (1 + w) fold done at load as the CPU model
-// does; rounded once), the sandwich norms fused with the residual add and the next norm,
+// the CPU model runs them: the embedding rows times bf16(sqrt(hidden)) (HF's bf16 normalizer),
+// Gemma's RMSNorm (float32 math, float32 weights with the (1 + w) fold done at load as the CPU
+// model does; rounded once), the sandwich norms fused with the residual add and the next norm
+// (Gemma 1 has none: its residual adds go through the same kernel unnormed),
 // GeGLU, q/k norms (Gemma 3, the q/k-norm + RoPE kernel with (1 + w) folded into its bf16
 // weights), the local RoPE table on Gemma 3's sliding layers (plain RoPE at
 // rope_local_theta: no scaling, no YaRN factor, no dynamic NTK), the attention scale and
