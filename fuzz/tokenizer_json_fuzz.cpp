@@ -1,7 +1,9 @@
 // tokenizer.json (+ tokenizer_config.json after a NUL byte): load, then encode fixed strings and
 // the rest of the input; every id is in range and decoding never fails. The chat template (and
-// the config text taken as a template source) is detected and rendered for a few conversations.
+// the config text taken as a template source) is detected and rendered for a few conversations,
+// tool calls and results among them, with and without tools.
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 #include "fuzz_util.h"
@@ -29,18 +31,35 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (tok.chat_template()) (void)tok.apply_chat_template({{"user", "x"}}, true);
   } catch (const Error&) {
   }
-  if (auto t = ChatTemplate::detect(config.empty() ? json : config)) {
-    const std::vector<std::vector<ChatMessage>> conversations = {
-        {{"user", " x\xe3\x80\x80"}},
-        {{"system", "s"}, {"user", "u"}, {"assistant", "<think>a</think>b \xff"}, {"user", "v"}},
-        {{"user", "u"}, {"user", "v"}},
-        {{"system", "s"}},
-        {}};
-    for (const auto& c : conversations) {
-      for (bool gen : {true, false}) {
-        try {
-          (void)t->render(c, gen);
-        } catch (const Error&) {
+  // The source as given, then with every tool-format marker appended (the family stays the
+  // source's; its tool renderer is switched on).
+  const std::string source(config.empty() ? json : config);
+  for (const std::string& src :
+       {source, source + " <tool_call> <tool_response> last_query_index Given the following "
+                         "functions [AVAILABLE_TOOLS] [TOOL_RESULTS]"}) {
+    if (auto t = ChatTemplate::detect(src)) {
+      const std::vector<std::vector<ChatMessage>> conversations = {
+          {{"user", " x\xe3\x80\x80"}},
+          {{"system", "s"}, {"user", "u"}, {"assistant", "<think>a</think>b \xff"}, {"user", "v"}},
+          {{"user", "u"}, {"user", "v"}},
+          {{"system", "s"}},
+          {},
+          // Tool calls and results (chat_tools.cpp where the source has a tool format).
+          {{"system", "s"}, {"user", "u"},
+           {"assistant", "",
+            {{"abcdefghi", "f", R"({"a": [1, 2.5e-7, "\u00e9"]})"}, {"x", "g", "{}"}}},
+           {"tool", "r", {}, "abcdefghi"}, {"tool", "{\"k\": 1}", {}, "x"}},
+          {{"tool", "r", {}, "id"}}};
+      const char* tools = R"([{"type": "function", "function": {"name": "f", "description": "d\"",)"
+                          R"( "parameters": {"type": "object", "properties": {"a": {}}}}}])";
+      for (const auto& c : conversations) {
+        for (bool gen : {true, false}) {
+          for (const char* tools_json : {"", tools}) {
+            try {
+              (void)t->render(c, gen, std::nullopt, tools_json);
+            } catch (const Error&) {
+            }
+          }
         }
       }
     }
