@@ -389,6 +389,12 @@ CASES = [
     (TOOLS_A, [U1, A4, T1]),
     (TOOLS_A, [U1, BAD_ID, T1]),               # Mistral raises: ids have 9 characters
     (TOOLS_B, [U1, A_TEXT, U3]),
+    # Qwen3's multi-step rule: a user turn that is a wrapped tool response is not a query; the
+    # last assistant turn keeps its reasoning.
+    (TOOLS_B, [U1, A3, {"role": "user", "content": "<tool_response>\n12:00\n</tool_response>"},
+               {"role": "assistant", "content": "<think>\nok\n</think>\n\nNoon."}]),
+    (TOOLS_A, [S, U1, A1, T1, {"role": "system", "content": "Late system."}, U3]),
+    (None, [T1, U1]),                          # a result first
 ]
 
 

@@ -62,7 +62,7 @@ TEST(ChatTools, RenderAsTransformers) {
     }
     ++checked;
   }
-  EXPECT_EQ(checked, 8 * 10 * 2);
+  EXPECT_EQ(checked, 8 * 13 * 2);
   EXPECT_GE(raised, 12);  // Llama's parallel calls and missing user turn, Mistral's short id, Gemma
 }
 
