@@ -71,10 +71,11 @@ TEST(GgufPreTokenizer, NewNamesKeepLlamaCppsMergeAndBosDefaults) {
   }
 }
 
-// Names whose pipelines llama.cpp runs through code of its own (Kimi K2, AFMoE digits) or
-// that are not byte-level BPE (Gemma 4) are refused by name, never guessed.
+// Names whose pipelines llama.cpp runs through code of its own (Kimi K2) or that are not
+// byte-level BPE (Gemma 4) are refused by name, never guessed.
 TEST(GgufPreTokenizer, UnsupportedNamesAreRefusedByName) {
-  for (const char* name : {"kimi-k2", "afmoe", "gemma4", "chameleon", "superbpe", "whitespace"}) {
+  for (const char* name :
+       {"kimi-k2", "gemma4", "chameleon", "superbpe", "whitespace", "sarvam-moe"}) {
     try {
       tokenizer_detail::pretokenizer_for_gguf(name, "t.gguf");
       ADD_FAILURE() << name << " was accepted";

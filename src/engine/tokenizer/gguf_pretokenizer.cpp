@@ -97,6 +97,21 @@ constexpr const char* kYoutu =
     R"([^\r\n\p{L}\p{N}]?[\p{L}\p{M}]*[\p{L}\p{M}]+)" KVATTN_CONTRACTIONS "?"
     R"(|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+[\p{L}\p{M}]*)" KVATTN_CONTRACTIONS "?"
     R"(|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+// Tiny Aya (Cohere 2 MoE): Youtu's words with digits in threes.
+constexpr const char* kTinyAya =
+    R"([^\r\n\p{L}\p{N}]?[\p{L}\p{M}]*[\p{L}\p{M}]+)" KVATTN_CONTRACTIONS "?"
+    R"(|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+[\p{L}\p{M}]*)" KVATTN_CONTRACTIONS "?"
+    R"(|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+// AFMoE and Tiny Aya first cut digit runs into threes from the right, in llama.cpp's own code:
+// each cut also takes the text since the previous one, so "a  12345" is "a  12" + "345" (which
+// decides how the next regex splits "a  ": a space, then a space, not one run of two).
+constexpr const char* kDigitsFromRight = R"(\P{N}*\p{N}{1,3}(?=(?:\p{N}{3})*(?!\p{N})))";
+// AFMoE's CJK and Southeast Asian scripts, as written in llama.cpp (its "豈" is U+8C48, so the
+// third range runs from there to U+FAFF).
+constexpr const char* kAfmoeAsian =
+    R"([\x{4E00}-\x{9FFF}\x{3400}-\x{4DBF}\x{8C48}-\x{FAFF}\x{3040}-\x{309F}\x{30A0}-\x{30FF})"
+    R"(\x{FF65}-\x{FF9F}\x{2F00}-\x{2FDF}\x{E40}-\x{E7F}\x{E80}-\x{EFF}\x{1780}-\x{17FF})"
+    R"(\x{1000}-\x{109F}\x{AA60}-\x{AA7F}\x{A9E0}-\x{A9FF}\x{AC00}-\x{D7AF}\x{1100}-\x{11FF}]+)";
 // BLOOM, Poro, GPT-3 Finnish, Viking: anything up to whitespace or one of the sentence marks
 // (the parentheses and '|' are members of the class, as published).
 constexpr const char* kBloom =
@@ -216,6 +231,10 @@ GgufPreTokenizer pretokenizer_for_gguf(const std::string& pre, const std::string
   } else if (one_of(pre, {"chatglm-bpe", "glm4", "glm5"})) {
     p.steps = {step(kLlamaCppLlama3)};
     g.ignore_merges = pre != "chatglm-bpe";
+  } else if (one_of(pre, {"tiny_aya", "cohere2moe"})) {
+    p.steps = {step(kDigitsFromRight), step(kTinyAya)};
+  } else if (pre == "afmoe") {
+    p.steps = {step(kDigitsFromRight), step(kAfmoeAsian), step(kDeepSeek3)};
   } else if (pre == "tekken") {
     p.steps = {step(kTekken)};
     g.ignore_merges = true;
@@ -248,8 +267,7 @@ GgufPreTokenizer pretokenizer_for_gguf(const std::string& pre, const std::string
     KVATTN_FAIL(file, ": tokenizer.ggml.pre '", pre, "' is not supported (default, gpt-2, "
                 "starcoder, llama-bpe, dbrx, qwen2, qwen35, falcon, deepseek-llm / -coder / -v3, "
                 "tekken, gpt-4o, ... and their aliases as in llama.cpp's llama-vocab.cpp; not: "
-                "chameleon, tiny_aya, kimi-k2, superbpe, afmoe, gemma4, sarvam-moe, "
-                "whitespace)");
+                "chameleon, kimi-k2, superbpe, gemma4, sarvam-moe, whitespace)");
   }
   return g;
 }
