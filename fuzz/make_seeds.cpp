@@ -153,7 +153,8 @@ You are Qwen.<|im_end|>
     write_text(root / ("tokenizer_encode/spm" + std::to_string(i)),
                std::string(1, static_cast<char>(3 + i % 3)) + kSpmTexts[i]);
   }
-  // Server request bodies (first byte: 0 completions, 1 chat, 2 /tokenize, 3 /detokenize).
+  // Server request bodies (first byte: 0 completions, 1 chat, 2 /tokenize, 3 /detokenize,
+  // 4 the tool-call parsers, 5 /v1/responses).
   const std::vector<std::string> bodies = {
       std::string(1, '\0') + R"({"model": "m", "prompt": "hello", "max_tokens": 5, "temperature": 0.7,)"
                               R"( "top_p": 0.9, "top_k": 40, "min_p": 0.05, "seed": 3, "stop": ["x", "y"],)"
@@ -203,6 +204,14 @@ You are Qwen.<|im_end|>
       std::string("\4\2\11") + "ok [TOOL_CALLS] [{\"name\": \"f\", \"arguments\": {}}]",
       std::string("\4\3\2") + "[{\"name\": \"f\", \"parameters\": {\"x\": [1, 2]}}]",
       std::string("\4\4\1") + "{\"x\": 1}",
+      // The Responses API: byte 5.
+      std::string(1, '\5') + R"({"model": "m", "instructions": "be brief", "input": [{"role":)"
+                              R"( "user", "content": [{"type": "input_text", "text": "hi"}]},)"
+                              R"( {"type": "message", "role": "assistant", "content": "ok"}],)"
+                              R"( "max_output_tokens": 9, "stream": true, "store": false,)"
+                              R"( "text": {"format": {"type": "json_schema", "name": "x", "schema":)"
+                              R"( {"type": "integer", "minimum": 1, "maximum": 99}}}})",
+      std::string(1, '\5') + R"({"input": "hello", "temperature": 0.5, "metadata": {"k": "v"}})",
   };
   for (size_t i = 0; i < bodies.size(); ++i) {
     write_text(root / ("request_parser/body" + std::to_string(i)), bodies[i]);

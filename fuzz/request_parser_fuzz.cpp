@@ -1,14 +1,15 @@
 // The server's request parsers on arbitrary bytes (first byte: 0 completions, 2 /tokenize,
-// 3 /detokenize, 4 the tool-call parsers, else chat): each returns its request or throws
-// ApiError (400, non-empty message); nothing else escapes. A parsed request must satisfy the
-// limits the parser promises. The tool-call parsers (byte 4, then the format and a split
-// point) must give the same content and calls streamed in two pieces as whole.
+// 3 /detokenize, 4 the tool-call parsers, 5 /v1/responses, else chat): each returns its
+// request or throws ApiError (400, non-empty message); nothing else escapes. A parsed request
+// must satisfy the limits the parser promises. The tool-call parsers (byte 4, then the format
+// and a split point) must give the same content and calls streamed in two pieces as whole.
 #include <cstdint>
 #include <string_view>
 
 #include "fuzz_util.h"
 #include "server/api_error.h"
 #include "server/request_parser.h"
+#include "server/responses_request.h"
 #include "server/tool_parsers.h"
 
 namespace {
@@ -35,6 +36,16 @@ void check_tool_parser(const uint8_t* data, size_t size) {
   }
 }
 
+// /v1/responses: one chat request of one choice, its limits those of chat.
+void check_responses(std::string_view body) {
+  using namespace kvattn::server;
+  const ResponsesRequest r = parse_responses_request(body);
+  FUZZ_ASSERT(!r.chat.messages.empty() && r.chat.messages.size() <= kMaxMessages);
+  FUZZ_ASSERT(r.chat.params.n == 1 && r.chat.endpoint == Endpoint::kChat);
+  FUZZ_ASSERT(r.max_output_tokens.is_null() || r.chat.params.max_tokens >= 1);
+  (void)r.metadata.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -50,6 +61,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     if (data[0] == 4) {
       check_tool_parser(data + 1, size - 1);
+      return 0;
+    }
+    if (data[0] == 5) {
+      check_responses(body);
       return 0;
     }
     if (data[0] == 3) {
