@@ -10,7 +10,9 @@
 #      each feature switched off misses HF by more than twice, GPU vs CPU with a split prefill,
 #      the LLM's greedy tokens (CUDA graphs) and graphs on == off;
 #   4. engine_gemma_test (creates every Gemma on cuda:0 from both formats) and
-#      engine_load_16bit_gpu_test's tiny families (bf16 kept on load == float32 load, bit for bit).
+#      engine_load_16bit_gpu_test's tiny families (bf16 kept on load == float32 load, bit for bit);
+#   5. PDL on == off bit for bit (pdl_gpu_test, Gemma cases) and the one-rank tensor-parallel
+#      path == the plain model bit for bit (tensor_parallel_gpu_test, Gemma).
 #   run: bash scripts/gpu_gemma1.sh      (carry .deps)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -18,7 +20,7 @@ source scripts/device_env.sh
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 step build
 kvattn_gpu_build OFF engine_cuda_gemma_gpu_test engine_model_families_gpu_test engine_gemma_test \
-  engine_load_16bit_gpu_test
+  engine_load_16bit_gpu_test engine_pdl_gpu_test engine_tensor_parallel_gpu_test
 step "Gemma kernels"
 run_test cuda_gemma 120 build-gpu/tests/engine/engine_cuda_gemma_gpu_test
 grep -E "plain add|worst" "$OUT/cuda_gemma.log" | head -n 12
@@ -31,3 +33,6 @@ run_test gemma_cpu 240 build-gpu/tests/engine/engine_gemma_test
 run_test load16_gpu 240 build-gpu/tests/engine/engine_load_16bit_gpu_test \
   --gtest_filter='*TinyFamilies*'
 grep -E "^\[gemma" "$OUT/load16_gpu.log" | head -n 3
+step "PDL and one-rank tensor parallel (Gemma)"
+run_test pdl_gemma 200 build-gpu/tests/engine/engine_pdl_gpu_test --gtest_filter='*gemma*'
+run_test tp_gemma 200 build-gpu/tests/engine/engine_tensor_parallel_gpu_test --gtest_filter='*Gemma*'

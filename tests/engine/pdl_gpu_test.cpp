@@ -7,7 +7,8 @@
 //   at batch <= 8, cuBLASLt above);
 // - teacher-forced logits of a prefill and six decode steps bit-equal, PDL on (graphs and
 //   eager) vs off, fused and unfused kernels, on the tiny llama, qwen2 (biases), qwen3 (q/k
-//   norms), gemma2 and gemma3 (the Gemma kernels, soft-caps) checkpoints;
+//   norms), gemma (Gemma 1: the Gemma kernels without sandwich norms), gemma2 and gemma3 (the
+//   Gemma kernels, soft-caps) checkpoints;
 // - the kernels alone: 24 rounds of norm -> GEMV -> SiLU -> GEMV at Qwen3-0.6B's widths,
 //   rows 1, 3 and 8, graph and eager, PDL vs plain bit-equal;
 // - the option and KVATTN_PDL reach the model (CudaModelStats::pdl).
@@ -147,8 +148,8 @@ TEST_P(PdlLogits, TeacherForcedLogitsBitEqual) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Tiny, PdlLogits,
-                         ::testing::Combine(::testing::Values("llama", "qwen2", "qwen3", "gemma2",
-                                                              "gemma3"),
+                         ::testing::Combine(::testing::Values("llama", "qwen2", "qwen3", "gemma",
+                                                              "gemma2", "gemma3"),
                                             ::testing::Bool()),
                          [](const auto& info) {
                            return std::get<0>(info.param) +

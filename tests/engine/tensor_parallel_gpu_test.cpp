@@ -63,9 +63,10 @@ TEST(TensorParallelGpu, OneRankIsBitIdenticalToThePlainModel) {
 // Gemma 2 / Gemma 3 through the same one-rank path (cuda_gemma.h; written without a GPU): the
 // embedding all-reduce before the embedding scale, the o_proj / down_proj all-reduces before
 // the sandwich norms, the final soft-cap after the logits gather; prompts past the window of
-// 8 (the local layers, Gemma 3's local RoPE table).
+// 8 (the local layers, Gemma 3's local RoPE table). Gemma 1 (session 52): the all-reduces
+// before its unnormed residual adds.
 TEST(TensorParallelGpu, GemmaOneRankIsBitIdenticalToThePlainModel) {
-  for (const std::string arch : {"gemma2", "gemma3"}) {
+  for (const std::string arch : {"gemma", "gemma2", "gemma3"}) {
     for (bool graphs : {false, true}) {
       SCOPED_TRACE(arch + (graphs ? " cuda graphs" : " eager"));
       const std::string dir = test::checkpoint("tiny_" + arch);
