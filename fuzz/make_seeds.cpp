@@ -212,6 +212,13 @@ You are Qwen.<|im_end|>
                               R"( "text": {"format": {"type": "json_schema", "name": "x", "schema":)"
                               R"( {"type": "integer", "minimum": 1, "maximum": 99}}}})",
       std::string(1, '\5') + R"({"input": "hello", "temperature": 0.5, "metadata": {"k": "v"}})",
+      std::string(1, '\5') + R"({"input": [{"role": "user", "content": "q"}, {"type":)"
+                              R"( "function_call", "call_id": "c", "name": "f", "arguments": "{}"},)"
+                              R"( {"type": "function_call_output", "call_id": "c", "output": "o"}],)"
+                              R"( "tools": [{"type": "function", "name": "f", "parameters": {"type":)"
+                              R"( "object", "properties": {"n": {"type": "integer"}}}}],)"
+                              R"( "tool_choice": {"type": "function", "name": "f"},)"
+                              R"( "parallel_tool_calls": false, "max_tool_calls": 2})",
   };
   for (size_t i = 0; i < bodies.size(); ++i) {
     write_text(root / ("request_parser/body" + std::to_string(i)), bodies[i]);

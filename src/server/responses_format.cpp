@@ -9,11 +9,17 @@ ResponseJson output_text_part(const std::string& text) {
           {"logprobs", ResponseJson::array()}};
 }
 
-ResponseJson output_message(const ResponsesMeta& m, const char* status, const std::string* text) {
+ResponseJson message_item(const std::string& id, const char* status, const std::string* text) {
   ResponseJson content = ResponseJson::array();
   if (text != nullptr) content.push_back(output_text_part(*text));
-  return {{"id", m.message_id}, {"type", "message"}, {"status", status}, {"role", "assistant"},
+  return {{"id", id}, {"type", "message"}, {"status", status}, {"role", "assistant"},
           {"content", std::move(content)}};
+}
+
+ResponseJson function_call_item(const std::string& id, const ToolCallOut& call,
+                                const char* status) {
+  return {{"id", id}, {"type", "function_call"}, {"status", status}, {"arguments", call.arguments},
+          {"call_id", call.id}, {"name", call.name}};
 }
 
 ResponseJson response_object(const ResponsesMeta& m, const std::string& status,
@@ -36,15 +42,15 @@ ResponseJson response_object(const ResponsesMeta& m, const std::string& status,
   j["max_tool_calls"] = nullptr;
   j["model"] = m.model;
   j["output"] = output;
-  j["parallel_tool_calls"] = true;
+  j["parallel_tool_calls"] = r.parallel_tool_calls;
   j["previous_response_id"] = nullptr;
   j["reasoning"] = {{"effort", nullptr}, {"summary", nullptr}};
   j["service_tier"] = "default";
   j["store"] = false;  // kvattn keeps no responses
   j["temperature"] = r.temperature;
   j["text"] = {{"format", r.text_format}};
-  j["tool_choice"] = "auto";
-  j["tools"] = ResponseJson::array();
+  j["tool_choice"] = r.tool_choice;
+  j["tools"] = r.tools;
   j["top_logprobs"] = 0;
   j["top_p"] = r.top_p;
   j["truncation"] = "disabled";
@@ -61,11 +67,13 @@ ResponseJson response_object(const ResponsesMeta& m, const std::string& status,
   return j;
 }
 
-ResponseJson finished_response(const ResponsesMeta& m, const std::string& text,
+const char* finished_status(FinishReason finish) {
+  return finish == FinishReason::kLength ? "incomplete" : "completed";
+}
+
+ResponseJson finished_response(const ResponsesMeta& m, const ResponseJson& output,
                                FinishReason finish, const Usage& usage) {
-  const char* status = finish == FinishReason::kLength ? "incomplete" : "completed";
-  return response_object(m, status, ResponseJson::array({output_message(m, status, &text)}),
-                         &usage);
+  return response_object(m, finished_status(finish), output, &usage);
 }
 
 std::string ResponsesEvents::frame(const std::string& type, ResponseJson event) {

@@ -1,12 +1,7 @@
-// The Responses API's shapes (POST /v1/responses): the response object, its one output
-// message, and the Server-Sent Events of a streamed response:
-//   response.created, response.in_progress, response.output_item.added,
-//   response.content_part.added, response.output_text.delta (per token text),
-//   response.output_text.done, response.content_part.done, response.output_item.done, then
-//   response.completed (or response.incomplete after max_output_tokens, with
-//   incomplete_details.reason "max_output_tokens"), or response.failed on an engine error.
-// Every event carries "type" and an increasing "sequence_number"; its SSE frame names the type
-// in an "event:" line, as OpenAI's do.
+// The Responses API's shapes (POST /v1/responses): the response object and its output items
+// (messages and function calls), and the framing of a streamed response's Server-Sent Events
+// (responses_stream.h writes them). Every event carries "type" and an increasing
+// "sequence_number"; its SSE frame names the type in an "event:" line, as OpenAI's do.
 #pragma once
 
 #include <cstdint>
@@ -20,16 +15,18 @@
 namespace kvattn::server {
 
 struct ResponsesMeta {
-  std::string id;          // "resp_..."
-  std::string message_id;  // "msg_..."
+  std::string id;  // "resp_..."
   std::string model;
   int64_t created = 0;
   const ResponsesRequest* request = nullptr;
 };
 
-// The output message; `text` null: no content part yet (in progress).
-ResponseJson output_message(const ResponsesMeta& m, const char* status, const std::string* text);
 ResponseJson output_text_part(const std::string& text);
+// An output message; `text` null: no content part yet (in progress).
+ResponseJson message_item(const std::string& id, const char* status, const std::string* text);
+// A function call the model made ("fc_..." id; call_id is the call's id).
+ResponseJson function_call_item(const std::string& id, const ToolCallOut& call,
+                                const char* status);
 
 // The response object: status "in_progress" (output and usage empty), "completed",
 // "incomplete" (finish kLength) or "failed" (error set).
@@ -37,9 +34,10 @@ ResponseJson response_object(const ResponsesMeta& m, const std::string& status,
                              const ResponseJson& output, const Usage* usage,
                              const ApiError* error = nullptr);
 
-// The finished response for a text and the way it ended.
-ResponseJson finished_response(const ResponsesMeta& m, const std::string& text,
+// The finished response: its output items and the way the text ended.
+ResponseJson finished_response(const ResponsesMeta& m, const ResponseJson& output,
                                FinishReason finish, const Usage& usage);
+const char* finished_status(FinishReason finish);  // "completed" | "incomplete"
 
 // Numbers a streamed response's events and frames them.
 class ResponsesEvents {

@@ -1,18 +1,20 @@
-// POST /v1/responses: the Responses API over the chat path (responses_request.h): one output
-// message, whole or streamed as the Responses API's events (responses_format.h). As with the
-// other endpoints, the status is decided before any byte is sent, and a client that goes away
-// mid-stream cancels its request.
+// POST /v1/responses: the Responses API over the chat path (responses_request.h): output
+// items (messages, function calls) built as the tokens come (responses_stream.h), returned
+// whole or streamed as the Responses API's events. As with the other endpoints, the status is
+// decided before any byte is sent, and a client that goes away mid-stream cancels its request.
 #include <httplib.h>
 
 #include <chrono>
 #include <ctime>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "server/prompt_builder.h"
-#include "server/responses_format.h"
+#include "server/responses_stream.h"
 #include "server/server_context.h"
+#include "server/tool_output.h"
 
 namespace kvattn::server {
 namespace {
@@ -20,93 +22,91 @@ namespace {
 using Kind = StreamEvent::Kind;
 constexpr std::chrono::milliseconds kPoll{20};  // how often a waiting stream checks its client
 
-struct ResponsesSse {
+// One request from acceptance to its last event; the same for both modes (the whole response
+// is the streamed one's final object).
+struct ResponsesRun {
   ServerContext* ctx = nullptr;
   std::shared_ptr<RequestStream> stream;
   std::shared_ptr<const ResponsesRequest> request;
   ResponsesMeta meta;
   ResponsesEvents events;
-  std::vector<StreamEvent> pending;
-  std::string text;
+  std::optional<ResponsesItems> items;
+  std::optional<ToolOutput> tools;  // the text is read for function calls
+  std::optional<ToolCallParser> parser;
+  size_t calls_sent = 0;
   FinishReason finish = FinishReason::kStop;
+  std::vector<StreamEvent> pending;
   bool opened = false;
   bool done = false;
+  std::optional<ApiError> error;
+  ResponseJson final_response;
+
+  std::string text_and_calls(const std::string& text, std::vector<ParsedToolCall> parsed) {
+    std::string out = items->text(text);
+    for (const ToolCallOut& c :
+         tools->to_calls(std::move(parsed), calls_sent, [this] { return ctx->random(); })) {
+      ++calls_sent;
+      out += items->call(c);
+    }
+    return out;
+  }
+
+  // The frames for a batch of engine events (the opening ones first).
+  std::string consume(const std::vector<StreamEvent>& evs) {
+    std::string out;
+    if (!opened) {
+      const ResponseJson started =
+          response_object(meta, "in_progress", ResponseJson::array(), nullptr);
+      out += events.frame("response.created", {{"response", started}});
+      out += events.frame("response.in_progress", {{"response", started}});
+      opened = true;
+    }
+    for (const StreamEvent& e : evs) {
+      if (e.kind == Kind::kToken) {
+        if (!tools) {
+          out += items->text(e.text);
+          continue;
+        }
+        std::vector<ParsedToolCall> parsed;
+        const std::string text = parser->feed(e.text, parsed);
+        out += text_and_calls(text, std::move(parsed));
+      } else if (e.kind == Kind::kChoiceEnd) {
+        finish = e.finish_reason;
+        if (!tools) continue;
+        std::vector<ParsedToolCall> parsed;
+        const std::string rest = parser->finish(parsed);
+        out += text_and_calls(rest, std::move(parsed));
+      } else if (e.kind == Kind::kDone) {
+        out += items->finish(finish, e.usage);
+        final_response = finished_response(meta, items->output(), finish, e.usage);
+        done = true;
+      } else if (e.kind == Kind::kError) {
+        error = *e.error;
+        out += events.frame("response.failed",
+                            {{"response", response_object(meta, "failed", ResponseJson::array(),
+                                                          nullptr, &*error)}});
+        done = true;
+      }
+    }
+    return out;
+  }
 };
 
-// The part of an event every content event carries.
-ResponseJson at_part(const ResponsesMeta& m) {
-  return {{"item_id", m.message_id}, {"output_index", 0}, {"content_index", 0}};
-}
-
-std::string opening(ResponsesSse& st) {
-  const ResponseJson started =
-      response_object(st.meta, "in_progress", ResponseJson::array(), nullptr);
-  std::string out = st.events.frame("response.created", {{"response", started}});
-  out += st.events.frame("response.in_progress", {{"response", started}});
-  out += st.events.frame("response.output_item.added",
-                         {{"output_index", 0},
-                          {"item", output_message(st.meta, "in_progress", nullptr)}});
-  ResponseJson part = at_part(st.meta);
-  part["part"] = output_text_part("");
-  out += st.events.frame("response.content_part.added", std::move(part));
-  return out;
-}
-
-std::string closing(ResponsesSse& st, const Usage& usage) {
-  const bool incomplete = st.finish == FinishReason::kLength;
-  ResponseJson text_done = at_part(st.meta);
-  text_done["text"] = st.text;
-  text_done["logprobs"] = ResponseJson::array();
-  std::string out = st.events.frame("response.output_text.done", std::move(text_done));
-  ResponseJson part_done = at_part(st.meta);
-  part_done["part"] = output_text_part(st.text);
-  out += st.events.frame("response.content_part.done", std::move(part_done));
-  out += st.events.frame(
-      "response.output_item.done",
-      {{"output_index", 0},
-       {"item", output_message(st.meta, incomplete ? "incomplete" : "completed", &st.text)}});
-  out += st.events.frame(incomplete ? "response.incomplete" : "response.completed",
-                         {{"response", finished_response(st.meta, st.text, st.finish, usage)}});
-  return out;
-}
-
-bool write_events(ResponsesSse& st, httplib::DataSink& sink) {
+bool write_events(ResponsesRun& run, httplib::DataSink& sink) {
   std::vector<StreamEvent> evs;
-  evs.swap(st.pending);
-  if (evs.empty() && !st.stream->pop_all(evs, kPoll)) {
+  evs.swap(run.pending);
+  if (evs.empty() && !run.stream->pop_all(evs, kPoll)) {
     if (sink.is_writable()) return true;
-    st.ctx->loop.cancel(st.stream);
+    run.ctx->loop.cancel(run.stream);
     return false;
   }
-  std::string out;
-  if (!st.opened) out = opening(st);
-  st.opened = true;
-  for (const StreamEvent& e : evs) {
-    if (e.kind == Kind::kToken && !e.text.empty()) {
-      st.text += e.text;
-      ResponseJson delta = at_part(st.meta);
-      delta["delta"] = e.text;
-      delta["logprobs"] = ResponseJson::array();
-      out += st.events.frame("response.output_text.delta", std::move(delta));
-    } else if (e.kind == Kind::kChoiceEnd) {
-      st.finish = e.finish_reason;
-    } else if (e.kind == Kind::kDone) {
-      out += closing(st, e.usage);
-      st.done = true;
-    } else if (e.kind == Kind::kError) {
-      out += st.events.frame(
-          "response.failed",
-          {{"response", response_object(st.meta, "failed", ResponseJson::array(), nullptr,
-                                        &*e.error)}});
-      st.done = true;
-    }
-  }
+  const std::string out = run.consume(evs);
   if (!out.empty() && !sink.write(out.data(), out.size())) {
-    if (!st.done) st.ctx->loop.cancel(st.stream);
-    st.done = true;
+    if (!run.done) run.ctx->loop.cancel(run.stream);
+    run.done = true;
     return false;
   }
-  if (st.done) sink.done();
+  if (run.done) sink.done();
   return true;
 }
 
@@ -121,44 +121,40 @@ void handle_responses(ServerContext& ctx, std::string_view body, httplib::Respon
   std::vector<StreamEvent> evs = stream->wait_all();
   if (evs.front().kind == Kind::kError) throw *evs.front().error;
 
-  ResponsesMeta meta;
-  meta.id = request->chat.request_id.empty() ? ctx.new_id("resp_")
-                                             : "resp_" + request->chat.request_id;
-  meta.message_id = ctx.new_id("msg_");
-  meta.model = ctx.model_name;
-  meta.created = static_cast<int64_t>(std::time(nullptr));
-  meta.request = request.get();
+  auto run = std::make_shared<ResponsesRun>();
+  run->ctx = &ctx;
+  run->stream = stream;
+  run->request = request;
+  run->meta.id = request->chat.request_id.empty() ? ctx.new_id("resp_")
+                                                  : "resp_" + request->chat.request_id;
+  run->meta.model = ctx.model_name;
+  run->meta.created = static_cast<int64_t>(std::time(nullptr));
+  run->meta.request = request.get();
+  run->items.emplace(run->meta, run->events,
+                     [&ctx](const char* prefix) { return ctx.new_id(prefix); });
+  run->tools = tool_output(request->chat, ctx.llm);
+  if (run->tools) run->parser.emplace(run->tools->parser());
+  run->pending = std::move(evs);
   if (!request->chat.stream) {
-    std::string text;
-    FinishReason finish = FinishReason::kStop;
     for (;;) {
-      for (const StreamEvent& e : evs) {
-        if (e.kind == Kind::kToken) text += e.text;
-        if (e.kind == Kind::kChoiceEnd) finish = e.finish_reason;
-        if (e.kind == Kind::kError) throw *e.error;
-        if (e.kind == Kind::kDone) {
-          res.set_content(dump(finished_response(meta, text, finish, e.usage)),
-                          "application/json");
-          return;
-        }
-      }
-      evs = stream->wait_all();
+      std::vector<StreamEvent> batch;
+      batch.swap(run->pending);
+      run->consume(batch);
+      if (run->error) throw *run->error;
+      if (run->done) break;
+      run->pending = stream->wait_all();
     }
+    res.set_content(dump(run->final_response), "application/json");
+    return;
   }
-  auto st = std::make_shared<ResponsesSse>();
-  st->ctx = &ctx;
-  st->stream = stream;
-  st->request = request;  // meta.request points into it
-  st->meta = meta;
-  st->pending = std::move(evs);
   res.set_header("Cache-Control", "no-cache");
   ++ctx.open_streams;
   res.set_chunked_content_provider(
       "text/event-stream",
-      [st](size_t, httplib::DataSink& sink) { return write_events(*st, sink); },
-      [st](bool) {
-        if (!st->done) st->ctx->loop.cancel(st->stream);  // the server stopped mid-stream
-        --st->ctx->open_streams;
+      [run](size_t, httplib::DataSink& sink) { return write_events(*run, sink); },
+      [run](bool) {
+        if (!run->done) run->ctx->loop.cancel(run->stream);  // the server stopped mid-stream
+        --run->ctx->open_streams;
       });
 }
 

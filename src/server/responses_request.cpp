@@ -46,6 +46,74 @@ Json message_content(const Json& content, const std::string& path) {
   return parts;
 }
 
+const std::string& string_field(const Json& item, const char* key, const std::string& at) {
+  if (!item.contains(key) || !item[key].is_string()) {
+    throw bad_request(at + "." + key + " must be a string", at + "." + key);
+  }
+  return item[key].get_ref<const std::string&>();
+}
+
+// A function_call item: a call of the assistant's turn (consecutive calls share one turn,
+// as chat's tool_calls list).
+void add_function_call(Json& messages, const Json& item, const std::string& at) {
+  Json call = {{"id", string_field(item, "call_id", at)},
+               {"type", "function"},
+               {"function", {{"name", string_field(item, "name", at)},
+                             {"arguments", string_field(item, "arguments", at)}}}};
+  if (!messages.empty() && messages.back()["role"] == "assistant" &&
+      messages.back().contains("tool_calls")) {
+    messages.back()["tool_calls"].push_back(std::move(call));
+    return;
+  }
+  messages.push_back({{"role", "assistant"}, {"content", nullptr},
+                      {"tool_calls", Json::array({std::move(call)})}});
+}
+
+// A function_call_output item: the tool's result for call_id.
+Json function_call_output(const Json& item, const std::string& at) {
+  if (!item.contains("output") || !(item["output"].is_string() || item["output"].is_array())) {
+    throw bad_request(at + ".output must be a string or a list of text parts", at + ".output");
+  }
+  return {{"role", "tool"}, {"tool_call_id", string_field(item, "call_id", at)},
+          {"content", message_content(item["output"], at + ".output")}};
+}
+
+// Responses' function tools ({"type": "function", "name", "description", "parameters",
+// "strict"}) as chat's ({"type": "function", "function": {...}}).
+Json chat_tools(const Json& tools) {
+  if (!tools.is_array()) throw bad_request("tools must be a list", "tools");
+  Json out = Json::array();
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const std::string p = at("tools", i);
+    const Json& t = tools[i];
+    if (!t.is_object() || !t.contains("type") || !t["type"].is_string()) {
+      throw bad_request(p + " must be an object with a string \"type\"", p);
+    }
+    if (t["type"] != "function") {
+      throw unsupported(p + ".type '" + t["type"].get<std::string>() +
+                            "' is not supported (function tools only: no built-in tools)",
+                        p + ".type");
+    }
+    Json function = Json::object();
+    for (const auto& [key, value] : t.items()) {
+      if (key != "type") function[key] = value;
+    }
+    out.push_back({{"type", "function"}, {"function", std::move(function)}});
+  }
+  return out;
+}
+
+// tool_choice: "auto" | "none" | "required" | {"type": "function", "name"} -> chat's.
+Json chat_tool_choice(const Json& choice) {
+  if (choice.is_string()) return choice;
+  if (choice.is_object() && choice.value("type", "") == "function" && choice.contains("name")) {
+    return {{"type", "function"}, {"function", {{"name", choice["name"]}}}};
+  }
+  throw bad_request("tool_choice must be \"auto\", \"none\", \"required\" or {\"type\": "
+                    "\"function\", \"name\": ...} but is " + choice.dump(),
+                    "tool_choice");
+}
+
 // The input items as chat messages, after the instructions' system message.
 Json chat_messages(const Json& input, const Json& instructions) {
   Json messages = Json::array();
@@ -70,10 +138,17 @@ Json chat_messages(const Json& input, const Json& instructions) {
     const std::string type = item.contains("type") && item["type"].is_string()
                                  ? item["type"].get<std::string>()
                                  : "message";
+    if (type == "function_call") {
+      add_function_call(messages, item, p);
+      continue;
+    }
+    if (type == "function_call_output") {
+      messages.push_back(function_call_output(item, p));
+      continue;
+    }
     if (type != "message") {
-      throw unsupported(p + ".type '" + type + "' is not supported (kvattn takes messages; " +
-                            "function calls and their outputs on /v1/responses are not " +
-                            "supported yet)",
+      throw unsupported(p + ".type '" + type + "' is not supported (kvattn takes messages, " +
+                            "function_call and function_call_output items)",
                         p + ".type");
     }
     if (!item.contains("role") || !item["role"].is_string() ||
@@ -143,10 +218,6 @@ void check_defaults(const Json& j) {
   expect("truncation", value("truncation") == "disabled", "must be \"disabled\"");
   expect("include", value("include").is_array() && value("include").empty(),
          "must be empty (kvattn includes nothing extra)");
-  expect("tools", value("tools").is_array() && value("tools").empty(),
-         "on /v1/responses are not supported yet (use /v1/chat/completions for tool calling)");
-  expect("tool_choice", value("tool_choice") == "auto" || value("tool_choice") == "none",
-         "must be \"auto\" or \"none\" (no tools)");
   expect("top_logprobs", value("top_logprobs") == 0,
          "must be 0 (log-probabilities on /v1/responses are not supported yet)");
   expect("reasoning",
@@ -182,6 +253,26 @@ ResponsesRequest parse_responses_request(std::string_view body) {
                         key, "unknown_parameter");
     }
     if (handled.count(key) == 0) chat[key] = value;  // model, temperature, stream, seed, ...
+  }
+  if (j.contains("tools") && !j["tools"].is_null()) {
+    r.tools = j["tools"];
+    Json tools = chat_tools(j["tools"]);
+    if (!tools.empty()) chat["tools"] = std::move(tools);
+  }
+  if (j.contains("tool_choice") && !j["tool_choice"].is_null()) {
+    r.tool_choice = j["tool_choice"];
+    // Without tools, "auto" and "none" mean the same as no field (OpenAI sends them so).
+    if (chat.contains("tools") || (r.tool_choice != "auto" && r.tool_choice != "none")) {
+      chat["tool_choice"] = chat_tool_choice(j["tool_choice"]);
+    }
+  }
+  if (j.contains("parallel_tool_calls") && !j["parallel_tool_calls"].is_null()) {
+    chat["parallel_tool_calls"] = j["parallel_tool_calls"];
+    if (j["parallel_tool_calls"].is_boolean()) r.parallel_tool_calls = j["parallel_tool_calls"];
+  }
+  if (j.contains("max_tool_calls") && !j["max_tool_calls"].is_null() &&
+      !(j["max_tool_calls"].is_number_integer() && j["max_tool_calls"].get<int64_t>() >= 1)) {
+    throw bad_request("max_tool_calls must be an integer >= 1", "max_tool_calls");
   }
   if (j.contains("max_output_tokens") && !j["max_output_tokens"].is_null()) {
     const Json& m = j["max_output_tokens"];

@@ -3,12 +3,19 @@
 // (request_parser.h), so sampling fields and their errors are the chat endpoint's.
 //
 // Fields:
-//   input        a string (one user message) or a list of messages: {"role": user | assistant
-//                | system | developer, "content": string or parts, "type": "message"?};
-//                parts {"type": "input_text" | "output_text", "text"} (an assistant turn's
-//                output_text sent back as history); "refusal" parts are dropped. Items of other
-//                types (function_call, function_call_output, reasoning, item_reference, images,
-//                files) are 400 unsupported.
+//   input        a string (one user message) or a list of items: messages {"role": user |
+//                assistant | system | developer, "content": string or parts, "type":
+//                "message"?} with parts {"type": "input_text" | "output_text", "text"} (an
+//                assistant turn's output_text sent back as history; "refusal" parts dropped);
+//                {"type": "function_call", "call_id", "name", "arguments"} (consecutive ones:
+//                one assistant turn's tool_calls) and {"type": "function_call_output",
+//                "call_id", "output"} (a "tool" message). Other items (reasoning,
+//                item_reference, images, files) are 400 unsupported.
+//   tools        function tools {"type": "function", "name", "description"?, "parameters"?,
+//                "strict"?}, tool_choice "auto" | "none" | "required" | {"type": "function",
+//                "name"}, parallel_tool_calls: chat's tool calling (tool_request.h);
+//                built-in tools (web_search, file_search, ...) are 400 unsupported;
+//                max_tool_calls is checked (>= 1) and otherwise has no effect.
 //   instructions a system message before the input (OpenAI's: it is not carried over).
 //   max_output_tokens  the generated tokens' limit (>= 1), as chat's max_completion_tokens.
 //   text.format  {"type": "text"} | {"type": "json_object"} | {"type": "json_schema", "name",
@@ -17,9 +24,8 @@
 //                extensions (top_k, min_p, seed, stop, repetition_penalty, ...): as in chat.
 //   store        accepted; kvattn keeps no responses, so the response says "store": false and
 //                previous_response_id (and GET /v1/responses/{id}) are unsupported.
-//   truncation "disabled", background false, include [], tools [] (function tools on this
-//   endpoint are not supported yet: 400), tool_choice "auto" / "none" without tools,
-//   parallel_tool_calls, reasoning null or without effort, top_logprobs 0,
+//   truncation "disabled", background false, include [], reasoning null or without effort,
+//   top_logprobs 0,
 //   prompt_cache_key / safety_identifier (ignored), stream_options.include_obfuscation
 //   (ignored: kvattn sends no obfuscation field).
 // Chat-only fields (messages, n, max_tokens, response_format, logprobs, ...) are unknown here.
@@ -43,6 +49,9 @@ struct ResponsesRequest {
   nlohmann::ordered_json metadata = nlohmann::ordered_json::object();
   nlohmann::ordered_json user;
   nlohmann::ordered_json text_format = {{"type", "text"}};
+  nlohmann::ordered_json tools = nlohmann::ordered_json::array();  // as sent
+  nlohmann::ordered_json tool_choice = "auto";
+  bool parallel_tool_calls = true;
   double temperature = 1.0;
   double top_p = 1.0;
 };
