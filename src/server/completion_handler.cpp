@@ -22,13 +22,6 @@ namespace {
 using Kind = StreamEvent::Kind;
 constexpr std::chrono::milliseconds kPoll{20};  // how often a waiting stream checks its client
 
-std::vector<StreamEvent> wait_events(RequestStream& s) {
-  std::vector<StreamEvent> evs;
-  while (!s.pop_all(evs, std::chrono::milliseconds(1000))) {
-  }
-  return evs;
-}
-
 // Completions' echo: each prompt's text and ids, which lead its n choices.
 struct EchoPrompts {
   std::vector<std::string> texts;
@@ -96,7 +89,7 @@ void respond_whole(ServerContext& ctx, RequestStream& stream, std::vector<Stream
         return;
       }
     }
-    evs = wait_events(stream);
+    evs = stream.wait_all();
   }
 }
 
@@ -221,18 +214,14 @@ void handle_completion(ServerContext& ctx, std::string_view body, httplib::Respo
                        Endpoint endpoint) {
   const auto arrival = EngineLoop::Clock::now();
   const ParsedRequest pr = parse_request(body, endpoint);
-  if (!pr.model.empty() && pr.model != ctx.model_name) {
-    throw ApiError(404, "The model '" + pr.model + "' does not exist; this server serves '" +
-                            ctx.model_name + "'",
-                   "model", "model_not_found");
-  }
+  ctx.check_model(pr.model);
   EnginePrompts ep = build_prompts(pr, ctx.llm, ctx.random());
   const size_t num_choices = ep.prompts.size() * static_cast<size_t>(ep.params.n);
   std::optional<EchoPrompts> echo;
   if (pr.echo) echo = echo_prompts(pr, ep, ctx.llm);
   auto stream = ctx.loop.submit(std::move(ep.prompts), ep.params, arrival);
 
-  std::vector<StreamEvent> evs = wait_events(*stream);
+  std::vector<StreamEvent> evs = stream->wait_all();
   if (evs.front().kind == Kind::kError) throw *evs.front().error;
   ResponseMeta meta;
   meta.endpoint = endpoint;
