@@ -340,7 +340,7 @@ CudaModel::CudaModel(ModelWeights w, Device device, const ModelOptions& options,
     const std::string p = "model.layers." + std::to_string(i) + ".";
     Layer l;
     l.input_norm = norm(p + "input_layernorm.weight");
-    if (gemma_) {
+    if (cfg_.sandwich_norms) {  // Gemma 1 (gemma_ without them) has Llama's two norms
       l.attn_out_norm = norm(p + "post_attention_layernorm.weight");
       l.post_norm = norm(p + "pre_feedforward_layernorm.weight");
       l.ffn_out_norm = norm(p + "post_feedforward_layernorm.weight");
