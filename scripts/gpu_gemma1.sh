@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Gemma 1 on the GPU (session 52; written without a GPU): the CUDA model's Gemma layer with no
+# Gemma 1 on the GPU (session 52; run on an H100, all pass: figures in
+# docs/notes/model-families.md "Session 52"): the CUDA model's Gemma layer with no
 # sandwich norms (gemma_norm_add_rmsnorm with a null w_add: the plain residual add, then
 # Gemma's norm). Logs under $OUT.
 #   1. build the GPU and CPU Gemma / families tests (build-gpu, Release, sm_90a);
