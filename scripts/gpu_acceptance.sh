@@ -7,8 +7,9 @@
 #            lengths-as-int rows; graph replay and flushed), head_dim 128 and 64. Builds the
 #            Python package here (~65 s on 16 cores) and needs .peers.
 #   engine   issue 20: `kvattn bench` on random Qwen3-0.6B (nano-vllm's workload bf16 and fp8,
-#            the single stream, TTFT 4,096) and SmolLM2-135M's single stream, graphs. Builds
-#            the CLI here (~90 s).
+#            the single stream, TTFT 4,096) and SmolLM2-135M's single stream (random weights,
+#            and the default model's GGUF where models/ holds it), graphs. Builds the CLI
+#            here (~90 s).
 #   prefill  issue 15: the same-run prefill peers (FlashInfer's FA3 backend, cuDNN; ROUNDS
 #            rounds, default 2), head_dim 128 and 64. Reuses the decode part's package.
 #   run: LIMIT=570 bash scripts/gpu_acceptance.sh 2>&1 | tee $OUT/summary.txt
@@ -39,6 +40,12 @@ engine_part() {
   room $((LIMIT - 110)) "qwen3 bf16" && engine_bench q06_bf16 /tmp/q06
   room $((LIMIT - 70)) "qwen3 fp8" && engine_bench q06_fp8 /tmp/q06 --kv-cache-dtype fp8
   room $((LIMIT - 20)) "smollm2 single" && single_bench smol /tmp/smol 128
+  # The default model's own file, where a call carried it (98 MB: in parts, as
+  # scripts/sessions/gpu_session52.sh does), is what issue 20 names.
+  local gguf=models/SmolLM2-135M-Instruct.Q4_1.gguf
+  if [ -f "$gguf" ]; then
+    room $((LIMIT - 15)) "smollm2 gguf single" && single_bench smol_gguf "$gguf" 128
+  fi
 }
 
 prefill_part() {
