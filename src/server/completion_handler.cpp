@@ -3,7 +3,6 @@
 // decided before any byte is sent: the handler waits for the engine's kAccepted (or kError).
 #include <httplib.h>
 
-#include <chrono>
 #include <ctime>
 #include <memory>
 #include <optional>
@@ -14,13 +13,13 @@
 #include "server/openai_format.h"
 #include "server/prompt_builder.h"
 #include "server/server_context.h"
+#include "server/sse_body.h"
 #include "server/tool_output.h"
 
 namespace kvattn::server {
 namespace {
 
 using Kind = StreamEvent::Kind;
-constexpr std::chrono::milliseconds kPoll{20};  // how often a waiting stream checks its client
 
 // Completions' echo: each prompt's text and ids, which lead its n choices.
 struct EchoPrompts {
@@ -93,12 +92,10 @@ void respond_whole(ServerContext& ctx, RequestStream& stream, std::vector<Stream
   }
 }
 
-// The SSE body: one chunk per token event, then the usage chunk (include_usage) and
-// "data: [DONE]". A write that fails, or a client found gone while waiting, cancels the job.
+// The SSE body's frames (sse_body.h): one chunk per token event, then the usage chunk
+// (include_usage) and "data: [DONE]".
 struct SseState {
   ServerContext* ctx;
-  std::shared_ptr<RequestStream> stream;
-  std::vector<StreamEvent> pending;
   ResponseMeta meta;
   size_t num_choices = 0;
   bool include_usage = false;
@@ -109,7 +106,6 @@ struct SseState {
   std::vector<ToolCallParser> parsers;     // with tools: per choice
   std::vector<size_t> calls_sent;          // with tools: per choice
   bool opened = false;
-  bool done = false;
 };
 
 // The "logprobs" of a token event's chunk: its token's, in the endpoint's shape.
@@ -134,14 +130,7 @@ void add_tool_call_chunks(SseState& st, uint32_t choice, std::vector<ParsedToolC
   }
 }
 
-bool write_sse(SseState& st, httplib::DataSink& sink) {
-  std::vector<StreamEvent> evs;
-  evs.swap(st.pending);
-  if (evs.empty() && !st.stream->pop_all(evs, kPoll)) {
-    if (sink.is_writable()) return true;
-    st.ctx->loop.cancel(st.stream);
-    return false;
-  }
+std::string sse_frames(SseState& st, const std::vector<StreamEvent>& evs, bool& done) {
   std::string out;
   if (!st.opened && st.meta.endpoint == Endpoint::kChat) {
     for (size_t c = 0; c < st.num_choices; ++c) {
@@ -187,25 +176,19 @@ bool write_sse(SseState& st, httplib::DataSink& sink) {
       case Kind::kDone:
         if (st.include_usage) out += sse(usage_chunk(st.meta, e.usage));
         out += kSseDone;
-        st.done = true;
+        done = true;
         break;
       case Kind::kError:
         out += sse(e.error->to_json());
         out += kSseDone;
-        st.done = true;
+        done = true;
         break;
       case Kind::kAccepted:
       case Kind::kPromptLogprobs:  // echo: not with stream (request_parser.h)
         break;
     }
   }
-  if (!out.empty() && !sink.write(out.data(), out.size())) {
-    if (!st.done) st.ctx->loop.cancel(st.stream);
-    st.done = true;
-    return false;
-  }
-  if (st.done) sink.done();
-  return true;
+  return out;
 }
 
 }  // namespace
@@ -240,8 +223,6 @@ void handle_completion(ServerContext& ctx, std::string_view body, httplib::Respo
   }
   auto st = std::make_shared<SseState>();
   st->ctx = &ctx;
-  st->stream = stream;
-  st->pending = std::move(evs);
   st->meta = meta;
   st->num_choices = num_choices;
   st->include_usage = pr.include_usage;
@@ -253,15 +234,12 @@ void handle_completion(ServerContext& ctx, std::string_view body, httplib::Respo
     for (size_t c = 0; c < num_choices; ++c) st->parsers.push_back(tools->parser());
     st->calls_sent.assign(num_choices, 0);
   }
-  res.set_header("Cache-Control", "no-cache");
-  ++ctx.open_streams;
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [st](size_t, httplib::DataSink& sink) { return write_sse(*st, sink); },
-      [st](bool) {
-        if (!st->done) st->ctx->loop.cancel(st->stream);  // the server stopped mid-stream
-        --st->ctx->open_streams;
-      });
+  serve_sse(
+      ctx, stream, std::move(evs),
+      [st](const std::vector<StreamEvent>& batch, bool& done) {
+        return sse_frames(*st, batch, done);
+      },
+      res);
 }
 
 }  // namespace kvattn::server

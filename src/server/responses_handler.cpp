@@ -4,7 +4,6 @@
 // decided before any byte is sent, and a client that goes away mid-stream cancels its request.
 #include <httplib.h>
 
-#include <chrono>
 #include <ctime>
 #include <memory>
 #include <optional>
@@ -14,19 +13,18 @@
 #include "server/prompt_builder.h"
 #include "server/responses_stream.h"
 #include "server/server_context.h"
+#include "server/sse_body.h"
 #include "server/tool_output.h"
 
 namespace kvattn::server {
 namespace {
 
 using Kind = StreamEvent::Kind;
-constexpr std::chrono::milliseconds kPoll{20};  // how often a waiting stream checks its client
 
 // One request from acceptance to its last event; the same for both modes (the whole response
 // is the streamed one's final object).
 struct ResponsesRun {
   ServerContext* ctx = nullptr;
-  std::shared_ptr<RequestStream> stream;
   std::shared_ptr<const ResponsesRequest> request;
   ResponsesMeta meta;
   ResponsesEvents events;
@@ -35,7 +33,6 @@ struct ResponsesRun {
   std::optional<ToolCallParser> parser;
   size_t calls_sent = 0;
   FinishReason finish = FinishReason::kStop;
-  std::vector<StreamEvent> pending;
   bool opened = false;
   bool done = false;
   std::optional<ApiError> error;
@@ -92,24 +89,6 @@ struct ResponsesRun {
   }
 };
 
-bool write_events(ResponsesRun& run, httplib::DataSink& sink) {
-  std::vector<StreamEvent> evs;
-  evs.swap(run.pending);
-  if (evs.empty() && !run.stream->pop_all(evs, kPoll)) {
-    if (sink.is_writable()) return true;
-    run.ctx->loop.cancel(run.stream);
-    return false;
-  }
-  const std::string out = run.consume(evs);
-  if (!out.empty() && !sink.write(out.data(), out.size())) {
-    if (!run.done) run.ctx->loop.cancel(run.stream);
-    run.done = true;
-    return false;
-  }
-  if (run.done) sink.done();
-  return true;
-}
-
 }  // namespace
 
 void handle_responses(ServerContext& ctx, std::string_view body, httplib::Response& res) {
@@ -123,7 +102,6 @@ void handle_responses(ServerContext& ctx, std::string_view body, httplib::Respon
 
   auto run = std::make_shared<ResponsesRun>();
   run->ctx = &ctx;
-  run->stream = stream;
   run->request = request;
   run->meta.id = request->chat.request_id.empty() ? ctx.new_id("resp_")
                                                   : "resp_" + request->chat.request_id;
@@ -134,28 +112,24 @@ void handle_responses(ServerContext& ctx, std::string_view body, httplib::Respon
                      [&ctx](const char* prefix) { return ctx.new_id(prefix); });
   run->tools = tool_output(request->chat, ctx.llm);
   if (run->tools) run->parser.emplace(run->tools->parser());
-  run->pending = std::move(evs);
   if (!request->chat.stream) {
     for (;;) {
-      std::vector<StreamEvent> batch;
-      batch.swap(run->pending);
-      run->consume(batch);
+      run->consume(evs);
       if (run->error) throw *run->error;
       if (run->done) break;
-      run->pending = stream->wait_all();
+      evs = stream->wait_all();
     }
     res.set_content(dump(run->final_response), "application/json");
     return;
   }
-  res.set_header("Cache-Control", "no-cache");
-  ++ctx.open_streams;
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [run](size_t, httplib::DataSink& sink) { return write_events(*run, sink); },
-      [run](bool) {
-        if (!run->done) run->ctx->loop.cancel(run->stream);  // the server stopped mid-stream
-        --run->ctx->open_streams;
-      });
+  serve_sse(
+      ctx, stream, std::move(evs),
+      [run](const std::vector<StreamEvent>& batch, bool& done) {
+        std::string out = run->consume(batch);
+        done = run->done;
+        return out;
+      },
+      res);
 }
 
 }  // namespace kvattn::server
