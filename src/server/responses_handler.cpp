@@ -36,7 +36,6 @@ struct ResponsesRun {
   bool opened = false;
   bool done = false;
   std::optional<ApiError> error;
-  ResponseJson final_response;
 
   std::string text_and_calls(const std::string& text, std::vector<ParsedToolCall> parsed) {
     std::string out = items->text(text);
@@ -75,7 +74,6 @@ struct ResponsesRun {
         out += text_and_calls(rest, std::move(parsed));
       } else if (e.kind == Kind::kDone) {
         out += items->finish(finish, e.usage);
-        final_response = finished_response(meta, items->output(), finish, e.usage);
         done = true;
       } else if (e.kind == Kind::kError) {
         error = *e.error;
@@ -119,7 +117,7 @@ void handle_responses(ServerContext& ctx, std::string_view body, httplib::Respon
       if (run->done) break;
       evs = stream->wait_all();
     }
-    res.set_content(dump(run->final_response), "application/json");
+    res.set_content(dump(run->items->response()), "application/json");
     return;
   }
   serve_sse(

@@ -79,7 +79,8 @@ std::string ResponsesItems::finish(FinishReason finish, const Usage& usage) {
   if (message_id_) out += close_message(finished_status(finish));
   const char* type = finish == FinishReason::kLength ? "response.incomplete"
                                                      : "response.completed";
-  out += events_.frame(type, {{"response", finished_response(meta_, output_, finish, usage)}});
+  response_ = finished_response(meta_, output_, finish, usage);
+  out += events_.frame(type, {{"response", response_}});
   return out;
 }
 

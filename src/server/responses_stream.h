@@ -33,6 +33,7 @@ class ResponsesItems {
   std::string finish(FinishReason finish, const Usage& usage);
 
   const ResponseJson& output() const { return output_; }  // the closed items
+  const ResponseJson& response() const { return response_; }  // after finish(): the whole
 
  private:
   std::string open_message();
@@ -47,6 +48,7 @@ class ResponsesItems {
   std::optional<std::string> message_id_;  // the open message's
   int64_t message_index_ = 0;
   std::string message_text_;
+  ResponseJson response_;
 };
 
 }  // namespace kvattn::server
